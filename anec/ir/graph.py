@@ -1,0 +1,323 @@
+"""The in-memory IR: SSA values, nodes, graphs (funcs) and modules (files).
+
+A :class:`Graph` is one func: named inputs, an ordered list of nodes kept in
+topological order (every operand is defined before its use), and the returned
+values. Output *names* are the program interface: passes may replace the value
+that is returned, but :meth:`Graph.replace_all_uses` keeps the returned name.
+
+Nodes hold operands positionally (``operands``) plus optional operands passed
+by keyword (``optional``, e.g. conv1x1 ``bias=``), python-literal attributes
+(``attrs``) and free-form ``annotations`` written by analysis passes (printed
+as ``@{key=value}`` after the type).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from anec.diagnostics import Source, Span
+from anec.ir.types import TensorType
+
+
+@dataclass(eq=False)
+class Value:
+    """An SSA value: a func input or one result of a node."""
+
+    name: str
+    """Name without the ``%`` sigil; unique within its func."""
+    type: TensorType
+    """Static type."""
+    producer: "Node | None" = None
+    """The node defining this value, or None for a func input."""
+    index: int = 0
+    """Result index within the producer."""
+    uses: list["Node"] = field(default_factory=list)
+    """Nodes using this value, once per operand slot (a multiset)."""
+    span: Span | None = None
+    """Where the value is defined in the source text."""
+
+    def __repr__(self) -> str:
+        return f"%{self.name}: {self.type}"
+
+
+@dataclass(eq=False)
+class Node:
+    """One op application."""
+
+    op: str
+    """Op name from the op table."""
+    operands: list[Value]
+    """Positional operands."""
+    attrs: dict[str, Any]
+    """Attributes (int, float, str, bool, DType, lists of those)."""
+    results: list[Value]
+    """Result values, in order."""
+    optional: dict[str, Value] = field(default_factory=dict)
+    """Optional operands passed by keyword, e.g. ``{"bias": v}``."""
+    span: Span | None = None
+    """Where the node is written in the source text (the op name)."""
+    annotations: dict[str, Any] = field(default_factory=dict)
+    """Analysis results (e.g. SRAM bytes); printed, parsed, not verified."""
+
+    @property
+    def result(self) -> Value:
+        """The single result (raises for multi-result nodes)."""
+        if len(self.results) != 1:
+            raise ValueError(f"{self.op} has {len(self.results)} results")
+        return self.results[0]
+
+    def inputs(self) -> list[Value]:
+        """All operand values: positional, then optional in key order."""
+        return self.operands + [self.optional[k] for k in sorted(self.optional)]
+
+    def __repr__(self) -> str:
+        res = ", ".join(f"%{r.name}" for r in self.results)
+        args = ", ".join(f"%{v.name}" for v in self.operands)
+        return f"<{res} = {self.op}({args})>"
+
+
+class Graph:
+    """A func: inputs, topologically ordered nodes, returned values."""
+
+    def __init__(self, name: str, span: Span | None = None) -> None:
+        self.name = name
+        self.span = span
+        self.inputs: list[Value] = []
+        self.nodes: list[Node] = []
+        self.outputs: list[Value] = []
+        self.return_span: Span | None = None
+        self.meta: dict[str, Any] = {}
+        """Facts passes hand to later stages, not printed (e.g. chunked outputs)."""
+        self._counter = itertools.count()
+
+    # ---- construction -------------------------------------------------
+    def add_input(self, name: str, type: TensorType, span: Span | None = None) -> Value:
+        v = Value(name, type, None, 0, [], span)
+        self.inputs.append(v)
+        return v
+
+    def add_node(self, node: Node, index: int | None = None) -> Node:
+        """Insert ``node`` (at ``index``, default: the end) and record its uses."""
+        for v in node.inputs():
+            v.uses.append(node)
+        for i, r in enumerate(node.results):
+            r.producer, r.index = node, i
+        if index is None:
+            self.nodes.append(node)
+        else:
+            self.nodes.insert(index, node)
+        return node
+
+    def create_node(
+        self,
+        op: str,
+        operands: list[Value],
+        attrs: dict[str, Any],
+        result_types: list[TensorType],
+        names: list[str] | None = None,
+        optional: dict[str, Value] | None = None,
+        span: Span | None = None,
+        before: Node | None = None,
+    ) -> Node:
+        """Build and insert a node; ``before`` keeps topological order for rewrites."""
+        if names is None:
+            names = [self.fresh_name(op) for _ in result_types]
+        results = [Value(n, t, None, 0, [], span) for n, t in zip(names, result_types)]
+        node = Node(op, list(operands), dict(attrs), results, dict(optional or {}), span)
+        index = self.nodes.index(before) if before is not None else None
+        return self.add_node(node, index)
+
+    def fresh_name(self, hint: str = "v") -> str:
+        """A value name not used in this graph, derived from ``hint``."""
+        taken = self.value_names()
+        base = hint.lstrip("%") or "v"
+        if base not in taken:
+            return base
+        while True:
+            cand = f"{base}_{next(self._counter)}"
+            if cand not in taken:
+                return cand
+
+    # ---- queries --------------------------------------------------------
+    def values(self) -> Iterator[Value]:
+        yield from self.inputs
+        for n in self.nodes:
+            yield from n.results
+
+    def value_names(self) -> set[str]:
+        return {v.name for v in self.values()}
+
+    def value(self, name: str) -> Value:
+        for v in self.values():
+            if v.name == name:
+                return v
+        raise KeyError(name)
+
+    def output_names(self) -> list[str]:
+        return [v.name for v in self.outputs]
+
+    # ---- mutation -------------------------------------------------------
+    def set_operand(self, node: Node, index: int, new: Value) -> None:
+        old = node.operands[index]
+        old.uses.remove(node)
+        node.operands[index] = new
+        new.uses.append(node)
+
+    def replace_all_uses(self, old: Value, new: Value) -> None:
+        """Make every use of ``old`` use ``new``; returned names never change.
+
+        If ``old`` is returned, ``new`` takes over its name (``old`` is renamed
+        to a fresh name); when ``new`` cannot be renamed (a func input or
+        another returned value) an ``identity`` node carrying the name is added.
+        """
+        if old is new:
+            return
+        for user in list(old.uses):
+            user.operands = [new if v is old else v for v in user.operands]
+            user.optional = {k: (new if v is old else v) for k, v in user.optional.items()}
+        new.uses.extend(old.uses)
+        old.uses = []
+        if old in self.outputs:
+            keep = old.name
+            old.name = self.fresh_name(keep + "_old")
+            if new.producer is None or new in self.outputs:
+                after = new.producer
+                idx = self.nodes.index(after) + 1 if after is not None else 0
+                # keep the identity after every node defining its operand
+                node = Node("identity", [new], {}, [Value(keep, new.type, None, 0, [], old.span)],
+                            {}, old.span)
+                self.add_node(node, idx)
+                new = node.results[0]
+            else:
+                new.name = keep
+            self.outputs = [new if v is old else v for v in self.outputs]
+
+    def erase_node(self, node: Node, safe: bool = True) -> None:
+        """Remove ``node``; with ``safe`` it must have no used or returned results."""
+        if safe:
+            for r in node.results:
+                if r.uses or r in self.outputs:
+                    raise ValueError(f"cannot erase {node!r}: %{r.name} is still used")
+        for v in node.inputs():
+            if node in v.uses:
+                v.uses.remove(node)
+        self.nodes.remove(node)
+
+    def rebuild_uses(self) -> None:
+        """Recompute every ``uses`` list from scratch (after bulk edits)."""
+        for v in self.values():
+            v.uses = []
+        for n in self.nodes:
+            for v in n.inputs():
+                v.uses.append(n)
+
+    def clone(self) -> "Graph":
+        """A deep copy (spans are shared, not copied)."""
+        memo: dict[int, Any] = {}
+        for v in self.values():
+            if v.span is not None:
+                memo[id(v.span)] = v.span
+        for n in self.nodes:
+            if n.span is not None:
+                memo[id(n.span)] = n.span
+        if self.span is not None:
+            memo[id(self.span)] = self.span
+        if self.return_span is not None:
+            memo[id(self.return_span)] = self.return_span
+        return copy.deepcopy(self, memo)
+
+    # ---- comparison -----------------------------------------------------
+    def structure(self) -> tuple:
+        """A hashable description of everything but source spans."""
+        return (
+            self.name,
+            tuple((v.name, v.type) for v in self.inputs),
+            tuple(
+                (
+                    n.op,
+                    tuple(v.name for v in n.operands),
+                    tuple(sorted((k, v.name) for k, v in n.optional.items())),
+                    _freeze(n.attrs),
+                    tuple((r.name, r.type) for r in n.results),
+                    _freeze(n.annotations),
+                )
+                for n in self.nodes
+            ),
+            tuple(v.name for v in self.outputs),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Graph) and self.structure() == other.structure()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<Graph {self.name}: {len(self.inputs)} inputs, {len(self.nodes)} nodes>"
+
+
+def _freeze(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in obj.items()))
+    if isinstance(obj, (list, tuple)):
+        return tuple(_freeze(v) for v in obj)
+    if isinstance(obj, bool):
+        return ("bool", obj)
+    if isinstance(obj, float):
+        return ("float", obj)
+    return obj
+
+
+@dataclass(eq=False)
+class WeightSource:
+    """A ``weights "file"`` directive."""
+
+    path: str
+    """The path as written (relative paths resolve against the .ir file)."""
+    span: Span | None = None
+
+
+class Module:
+    """A file: weight sources and one or more funcs (one ANE program each)."""
+
+    def __init__(self, source: Source | None = None, path: str | None = None) -> None:
+        self.funcs: dict[str, Graph] = {}
+        self.weight_sources: list[WeightSource] = []
+        self.source = source
+        self.path = path
+        """File system path the module was read from (for relative weight paths)."""
+
+    def add_func(self, graph: Graph) -> Graph:
+        self.funcs[graph.name] = graph
+        return graph
+
+    def func(self, name: str | None = None) -> Graph:
+        """The func called ``name``; without a name, the only func."""
+        if name is None:
+            if len(self.funcs) != 1:
+                raise KeyError("module has several funcs; pass a name")
+            return next(iter(self.funcs.values()))
+        return self.funcs[name]
+
+    def structure(self) -> tuple:
+        return (
+            tuple(w.path for w in self.weight_sources),
+            tuple(g.structure() for g in self.funcs.values()),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Module) and self.structure() == other.structure()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def clone(self) -> "Module":
+        m = Module(self.source, self.path)
+        m.weight_sources = list(self.weight_sources)
+        for g in self.funcs.values():
+            m.add_func(g.clone())
+        return m
+
+    def __repr__(self) -> str:
+        return f"<Module {list(self.funcs)}>"

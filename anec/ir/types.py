@@ -1,0 +1,113 @@
+"""Element dtypes (spelled as in MIL) and tensor types.
+
+A tensor type prints as ``fp16[1, 768, 1, 64]``; a rank-0 (scalar) tensor
+prints as ``fp32[]``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class DType(enum.Enum):
+    """The element types of the IR; ``str(d)`` is the MIL spelling."""
+
+    fp16 = "fp16"
+    fp32 = "fp32"
+    int32 = "int32"
+    bool = "bool"
+    int8 = "int8"
+    uint8 = "uint8"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"DType.{self.value}"
+
+    @property
+    def np(self) -> np.dtype:
+        """The numpy dtype holding values of this type."""
+        return np.dtype(_NP[self])
+
+    @property
+    def itemsize(self) -> int:
+        return self.np.itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.fp16, DType.fp32)
+
+    @property
+    def is_int(self) -> bool:
+        return self in (DType.int32, DType.int8, DType.uint8)
+
+    @staticmethod
+    def from_np(dt: np.dtype) -> "DType":
+        dt = np.dtype(dt)
+        for k, v in _NP.items():
+            if np.dtype(v) == dt:
+                return k
+        raise ValueError(f"no anec dtype for numpy dtype {dt}")
+
+
+_NP = {
+    DType.fp16: "float16",
+    DType.fp32: "float32",
+    DType.int32: "int32",
+    DType.bool: "bool",
+    DType.int8: "int8",
+    DType.uint8: "uint8",
+}
+
+DTYPE_NAMES = tuple(d.value for d in DType)
+FLOATS = frozenset({DType.fp16, DType.fp32})
+NUMERIC = frozenset({DType.fp16, DType.fp32, DType.int32})
+ALL_DTYPES = frozenset(DType)
+
+
+def parse_dtype(name: str) -> DType | None:
+    """The dtype spelled ``name``, or None."""
+    try:
+        return DType(name)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A tensor type: element dtype and static shape."""
+
+    dtype: DType
+    shape: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+    def with_dtype(self, dtype: DType) -> "TensorType":
+        return TensorType(dtype, self.shape)
+
+    def with_shape(self, shape: tuple[int, ...]) -> "TensorType":
+        return TensorType(self.dtype, tuple(shape))
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{', '.join(str(d) for d in self.shape)}]"
+
+    def __repr__(self) -> str:
+        return f"TensorType({self})"
