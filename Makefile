@@ -1,0 +1,60 @@
+# anec — developer entry points. `make demo` and `make test` work on a fresh
+# Linux machine with only Python 3 (and a C compiler for the runtime).
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+ANEC   := $(VENV)/bin/anec
+# torch 2.13.0 CPU is installed before anything that depends on torch, so pip
+# never pulls a CUDA build.
+TORCH  ?= torch==2.13.0
+
+.PHONY: all demo test test-fast check-c bench clean distclean help
+
+all: help
+
+help:
+	@echo "make demo      set up .venv, compile and run examples/gpt2_mlp.ir on the simulator"
+	@echo "make test      set up .venv with the test references and run the whole test suite"
+	@echo "make check-c   sanitizer (ASan/UBSan) C tests, fuzz smoke run, macOS-target syntax check"
+	@echo "make fuzz      longer libFuzzer runs of the MIL parser and BLOBFILE reader"
+	@echo "make bench     run the benchmarks (results in benchmarks/results/)"
+
+$(VENV)/.core: pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -e .
+	@touch $@
+
+$(VENV)/.test: $(VENV)/.core
+	$(PIP) install -q "$(TORCH)"
+	$(PIP) install -q -e ".[test,ref]"
+	@touch $@
+
+demo: $(VENV)/.core
+	$(ANEC) check examples/gpt2_mlp.ir
+	$(ANEC) compile examples/gpt2_mlp.ir --random-weights 0 -o build/demo
+	$(ANEC) run build/demo/mlp --random-inputs 0 --compare-interp
+
+test: $(VENV)/.test
+	$(PIP) install -q --no-deps -e .
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+test-fast: $(VENV)/.test
+	$(PY) -m pytest -q -x -m "not slow" tests
+
+bench: $(VENV)/.test
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf build out .pytest_cache .hypothesis
+	find . -name __pycache__ -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info anec/runtime/_native*.so anec/runtime/_native.c
+
+# C sanitizer/fuzz targets and the macOS driver build checks.
+-include mk/c.mk
+-include mk/ane.mk
+
+check-c: c-asan fuzz-smoke ane-protocol-test ane-macos-syntax
