@@ -1,0 +1,66 @@
+"""The anec IR: types, graphs, the op table, the builder, text and validity.
+
+Everything a user of the IR needs is importable from here::
+
+    from anec.ir import Builder, DType, TensorType, OPS, parse, verify
+
+Types, graph, ops and builder are imported eagerly. The text tools (``parse``,
+``parse_file``, ``print_module``, ``verify``, ...) are looked up lazily in
+``anec.ir.parser``, ``anec.ir.printer`` and ``anec.ir.verifier`` on first use,
+which keeps ``import anec.ir`` light and free of import cycles (those modules
+import the op table themselves).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from anec.ir.builder import Builder, as_type
+from anec.ir.graph import Graph, Module, Node, Value, WeightSource
+from anec.ir.ops import (
+    BINARY,
+    ELEMENTWISE,
+    LINEAR,
+    MULTI_RESULT,
+    NOT_ON_ANE,
+    OPS,
+    REDUCTIONS,
+    REQUIRED,
+    SHAPE_OPS,
+    UNARY,
+    AttrDef,
+    InferError,
+    OpDef,
+    OperandDef,
+    infer_types,
+    with_defaults,
+)
+from anec.ir.types import ALL_DTYPES, FLOATS, NUMERIC, DType, TensorType, parse_dtype
+
+_LAZY_MODULES = ("anec.ir.parser", "anec.ir.printer", "anec.ir.verifier")
+
+__all__ = [
+    "ALL_DTYPES", "AttrDef", "BINARY", "Builder", "DType", "ELEMENTWISE", "FLOATS", "Graph",
+    "InferError", "LINEAR", "MULTI_RESULT", "Module", "NOT_ON_ANE", "NUMERIC", "Node", "OPS",
+    "OpDef", "OperandDef", "REDUCTIONS", "REQUIRED", "SHAPE_OPS", "TensorType", "UNARY", "Value",
+    "WeightSource", "as_type", "infer_types", "parse_dtype", "with_defaults",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Resolve ``parse``, ``verify``, ``print_module``... from the text-tool modules."""
+    if name.startswith("_"):
+        raise AttributeError(name)
+    for modname in _LAZY_MODULES:
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as e:
+            if e.name != modname:
+                raise
+            continue
+        if hasattr(mod, name) and not name.startswith("_"):
+            value = getattr(mod, name)
+            globals()[name] = value
+            return value
+    raise AttributeError(f"module 'anec.ir' has no attribute '{name}'")
