@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from anec.diagnostics import Source, Span
 from anec.ir.types import TensorType
@@ -124,15 +124,17 @@ class Graph:
     ) -> Node:
         """Build and insert a node; ``before`` keeps topological order for rewrites."""
         if names is None:
-            names = [self.fresh_name(op) for _ in result_types]
+            names = []
+            for _ in result_types:
+                names.append(self.fresh_name(op, exclude=names))
         results = [Value(n, t, None, 0, [], span) for n, t in zip(names, result_types)]
         node = Node(op, list(operands), dict(attrs), results, dict(optional or {}), span)
         index = self.nodes.index(before) if before is not None else None
         return self.add_node(node, index)
 
-    def fresh_name(self, hint: str = "v") -> str:
-        """A value name not used in this graph, derived from ``hint``."""
-        taken = self.value_names()
+    def fresh_name(self, hint: str = "v", exclude: "Iterable[str]" = ()) -> str:
+        """A value name not used in this graph (nor in ``exclude``), derived from ``hint``."""
+        taken = self.value_names() | set(exclude)
         base = hint.lstrip("%") or "v"
         if base not in taken:
             return base
