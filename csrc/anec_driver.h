@@ -24,21 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Device-side limits the compiler enforces (from the manifest's target profile). */
-typedef struct anec_limits {
-    int max_blob_tensors;         /* BLOBFILE-backed consts per program (16 on M4) */
-    int scalar_penalty;           /* subtracted once if any elementwise op takes a scalar const (1) */
-    int max_conv_out_channels;    /* conv output channels above this are rejected */
-    size_t min_surface_bytes;     /* IOSurfaces smaller than this fail at evaluate (49152) */
-    int allow_fp32_io;            /* 0 on M1: fp32 func inputs/outputs rejected */
-} anec_limits;
-
-/* One weight BLOBFILE, keyed by its MIL path ("@model_path/weights/w.bin"). */
-typedef struct anec_blob {
-    const char *path;             /* exactly as referenced in the MIL text */
-    const uint8_t *data;          /* whole BLOBFILE, header included */
-    size_t len;
-} anec_blob;
+/* anec_limits and anec_blob are public types, defined in anec_rt.h. */
+#include "anec_rt.h"
 
 typedef struct anec_compile_args {
     const char *mil;              /* MIL text (UTF-8 bytes, not NUL-terminated) */
@@ -90,6 +77,20 @@ typedef struct anec_driver {
 
     /* Free a program (must be unloaded). */
     void (*release)(void *ctx, void *prog);
+
+    /* ---- optional (NULL when a driver does not provide them) ---- */
+
+    /* New program that shares prog's compiled form but reads its weights
+       from another program directory `dir` (same MIL, same weight paths,
+       possibly different weight bytes). Costs no compile. Without it the
+       core compiles again (and spends budget) for a cache hit whose weights
+       live in a different directory. */
+    int (*clone)(void *ctx, void *prog, const char *dir, void **out,
+                 char *err, size_t errlen);
+    /* Driver tuning set by the core right after open: "threads" (sim kernel
+       threads), "compile_budget" (compiles the driver accepts per context). */
+    int (*set_option)(void *ctx, const char *key, long long value,
+                      char *err, size_t errlen);
 } anec_driver;
 
 extern const anec_driver anec_driver_sim;
