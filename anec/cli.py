@@ -33,6 +33,100 @@ def main() -> None:
 
 # ---- IR tools: fmt, check, ops, interp -------------------------------------
 
+# IR tools: ops, interp (reference interpreter)
+
+
+@main.command("ops")
+@click.option("--markdown", is_flag=True, help="Print a markdown page (docs/ops.md).")
+def ops_cmd(markdown: bool) -> None:
+    """List the IR ops: operands, attributes with defaults, dtypes, meaning."""
+    from anec.ir.ops import format_table
+
+    click.echo(format_table(markdown=markdown), nl=False)
+
+
+def _parse_input_spec(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    specs: dict[str, str] = {}
+    for v in values:
+        name, sep, path = v.partition("=")
+        if not sep or not name or not path:
+            raise click.BadParameter(f"'{v}' is not NAME=PATH.npy", ctx=ctx, param=param)
+        if name in specs:
+            raise click.BadParameter(f"input '{name}' is given twice", ctx=ctx, param=param)
+        specs[name] = path
+    return specs
+
+
+def _save_npz_atomic(path: str, arrays: dict) -> None:
+    import os
+    import tempfile
+
+    import numpy as np
+
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".anec-", suffix=".npz", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@main.command("interp")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--func", "func_name", metavar="NAME", help="Func to run (default: the only one).")
+@click.option("--input", "inputs", multiple=True, metavar="NAME=PATH.npy", callback=_parse_input_spec,
+              help="An input array (.npy); repeat per input.")
+@click.option("--random-inputs", type=int, metavar="SEED", help="Random inputs for those not given.")
+@click.option("--weights", "weights_path", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Weight file (.safetensors/.npz); overrides the file's weights directives.")
+@click.option("--random-weights", type=int, metavar="SEED", help="Random tensors for weights no file provides.")
+@click.option("--mode", type=click.Choice(["fp32", "fp16"]), default="fp32", show_default=True,
+              help="fp32: mathematical reference; fp16: round every fp16 value as the device stores it.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="OUT.npz", help="Save the outputs.")
+def interp_cmd(file, func_name, inputs, random_inputs, weights_path, random_weights, mode, output) -> None:
+    """Run a func of FILE with the numpy reference interpreter."""
+    import numpy as np
+
+    from anec.ir.interp import interpret, random_inputs as make_random_inputs, select_func
+    from anec.ir.parser import parse_file
+    from anec.ir.verifier import verify
+    from anec.weights import check_weights, resolve_weights
+
+    module = parse_file(file)
+    for warning in verify(module):
+        click.echo(warning, err=True)
+    graph = select_func(module, func_name)
+    if graph.inputs and not inputs and random_inputs is None:
+        raise click.UsageError("give --input NAME=PATH.npy per input, or --random-inputs SEED")
+    feeds = make_random_inputs(graph, random_inputs) if random_inputs is not None else {}
+    for name, path in inputs.items():
+        try:
+            feeds[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise AnecError(f"cannot read input '{name}' from '{path}': {e}") from None
+    store = resolve_weights(module, weights=weights_path, random_seed=random_weights)
+    check_weights(graph, store)
+    results = interpret(graph, feeds, store, mode=mode)
+    for name, arr in results.items():
+        t = graph.value(name).type
+        line = f"{name}  {t}  ({arr.dtype})"
+        if arr.size and arr.dtype.kind in "fiu":
+            a = arr.astype(np.float64)
+            finite = a[np.isfinite(a)]
+            if finite.size:
+                line += f"  min={finite.min():.6g}  max={finite.max():.6g}  mean={finite.mean():.6g}"
+            if finite.size != a.size:
+                line += f"  nonfinite={a.size - finite.size}"
+        click.echo(line)
+    if output:
+        _save_npz_atomic(output, results)
+        click.echo(f"wrote {output}")
+
+
 # ---- compiler: compile, mil, passes, constraints ---------------------------
 
 # ---- runtime: run, doctor ----------------------------------------------------
