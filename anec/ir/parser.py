@@ -1,0 +1,723 @@
+"""Text → :class:`~anec.ir.graph.Module`.
+
+Lark (LALR, ``grammar.lark``) turns the text into a tree with positions; a
+separate walker turns the tree into a Module, giving every node the span of its
+op name, every value the span of its ``%name``, every func the span of its name
+and ``graph.return_span`` the span of its ``return`` statement.
+
+The grammar only knows the generic statement shape. This module adds what
+needs no op table (literal words, dtype names, value-name syntax, duplicate
+keywords, SSA name resolution) and infers the type of a statement written
+without ``: type``, reusing the verifier's per-node checks so errors read the
+same whether a type was written or inferred. Everything else is the verifier's
+job: ``parse`` accepts ``%y = add(%x, %x) : fp32[7]`` and ``verify`` rejects it.
+
+Every problem becomes a :class:`~anec.diagnostics.ParseError` (syntax) or a
+:class:`~anec.diagnostics.VerifyError` (names, inference) with a span and,
+where a fix is likely, a hint. Lark exceptions never escape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from lark import Lark, Token, Tree
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+
+from anec.diagnostics import AnecError, ParseError, Source, Span, VerifyError, did_you_mean
+from anec.ir.graph import Graph, Module, Node, Value, WeightSource
+from anec.ir.types import DTYPE_NAMES, TensorType, parse_dtype
+
+__all__ = ["Comment", "Layout", "parse", "parse_file", "parse_with_layout"]
+
+VALUE_NAME = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+)\Z")
+"""A value name (without ``%``): an identifier or a run of digits."""
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+MAX_LIST_DEPTH = 32
+"""Nested-list literals deeper than this are rejected (and never printed)."""
+
+_WORDS: dict[str, Any] = {"true": True, "false": False, "inf": math.inf, "nan": math.nan}
+
+
+# ---- the Lark parser, built once on first use ---------------------------------
+
+_lock = threading.Lock()
+_lark: Lark | None = None
+_comments = threading.local()
+
+
+def _on_comment(tok: Token) -> Token:
+    sink = getattr(_comments, "sink", None)
+    if sink is not None:
+        sink.append(tok)
+    return tok
+
+
+def _get_lark() -> Lark:
+    global _lark
+    with _lock:
+        if _lark is None:
+            grammar = resources.files("anec.ir").joinpath("grammar.lark").read_text("utf-8")
+            _lark = Lark(
+                grammar,
+                parser="lalr",
+                propagate_positions=True,
+                maybe_placeholders=True,
+                lexer_callbacks={"COMMENT": _on_comment},
+            )
+        return _lark
+
+
+# ---- layout: where comments and blank lines were (used by `anec fmt`) ---------
+
+
+@dataclass
+class Comment:
+    """A ``//`` comment: its text, position and whether code precedes it on its line."""
+
+    text: str
+    start: int
+    line: int
+    trailing: bool
+    blank_before: bool
+    """An empty line directly precedes this comment's line."""
+
+
+@dataclass
+class Layout:
+    """Source layout the IR does not model: comments and blank lines.
+
+    Items are top-level directives, func headers, statements, returns and
+    closing braces, keyed by object identity (see :func:`item_key`). The
+    formatter re-attaches each own-line comment before the item that follows
+    it, and each trailing comment after the item on whose line it stands.
+    """
+
+    leading: dict[tuple, list[Comment]] = field(default_factory=dict)
+    trailing: dict[tuple, list[Comment]] = field(default_factory=dict)
+    blank_before: set[tuple] = field(default_factory=set)
+
+
+def item_key(kind: str, obj: Any = None) -> tuple:
+    """Key of a layout item: ``("weights", ws)``, ``("func", g)``, ``("node", n)``,
+    ``("return", g)``, ``("close", g)`` or ``("eof",)``."""
+    return (kind,) if obj is None else (kind, id(obj))
+
+
+# ---- public API -----------------------------------------------------------------
+
+
+def parse(text: str, filename: str = "<string>") -> Module:
+    """Parse IR text into a Module (not yet verified: call ``verify``)."""
+    return parse_with_layout(text, filename)[0]
+
+
+def parse_file(path: str | Path) -> Module:
+    """Read and parse a ``.ir`` file; ``module.path`` is set to ``path``."""
+    text = read_text(path)
+    module = parse(text, str(path))
+    module.path = str(path)
+    return module
+
+
+def read_text(path: str | Path) -> str:
+    """A file's text as UTF-8; unreadable or undecodable files are AnecErrors."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise AnecError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise AnecError(
+            f"{path}: not valid UTF-8 (byte {e.start}, line {line})",
+            hint="IR files are UTF-8 text",
+        ) from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def parse_with_layout(text: str, filename: str = "<string>") -> tuple[Module, Layout]:
+    """Parse and also return the comment/blank-line layout for the formatter."""
+    source = Source(filename, text)
+    comments: list[Token] = []
+    _comments.sink = comments
+    try:
+        tree = _get_lark().parse(text)
+    except UnexpectedInput as e:
+        raise _syntax_error(e, source) from None
+    except LarkError as e:  # anything else lark may raise on odd input
+        raise ParseError(f"cannot parse: {e}", Span(source, 0, 0)) from None
+    finally:
+        _comments.sink = None
+    walker = _Walker(source)
+    module = walker.module(tree)
+    layout = _layout(source, walker.items, comments)
+    return module, layout
+
+
+# ---- tree → Module ---------------------------------------------------------------
+
+
+@dataclass
+class _Stmt:
+    results: list[tuple[str, Span]]
+    op: str
+    op_span: Span
+    operands: list[tuple[str, Span]]
+    keyword_operands: dict[str, tuple[str, Span]]
+    attrs: dict[str, Any]
+    types: list[TensorType] | None
+    types_span: Span | None
+    annotations: dict[str, Any]
+
+
+class _Walker:
+    """Walks the Lark tree; one instance per parse."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.items: list[tuple[int, int, tuple]] = []
+        """(start, end, item key) of every layout item, in text order."""
+
+    def span(self, x: Token | Tree) -> Span:
+        if isinstance(x, Token):
+            return Span(self.source, x.start_pos, x.end_pos)
+        return Span(self.source, x.meta.start_pos, x.meta.end_pos)
+
+    # -- top level
+    def module(self, tree: Tree) -> Module:
+        module = Module(self.source)
+        first_def: dict[str, Span] = {}
+        for item in tree.children:
+            if item.data == "weights":
+                tok = item.children[0]
+                ws = WeightSource(self.string(tok), self.span(tok))
+                module.weight_sources.append(ws)
+                self.items.append((item.meta.start_pos, item.meta.end_pos, item_key("weights", ws)))
+                continue
+            name_tok = item.children[0]
+            if str(name_tok) in first_def:
+                raise VerifyError(
+                    f"func '{name_tok}' is defined twice",
+                    self.span(name_tok),
+                    notes=[f"first defined at {first_def[str(name_tok)].location}"],
+                    hint="give each func its own name",
+                )
+            first_def[str(name_tok)] = self.span(name_tok)
+            module.add_func(self.func(item))
+        self.items.append((len(self.source.text), len(self.source.text), item_key("eof")))
+        return module
+
+    def func(self, tree: Tree) -> Graph:
+        name_tok, *rest = tree.children
+        graph = Graph(str(name_tok), self.span(name_tok))
+        params = [c for c in rest if isinstance(c, Tree) and c.data == "param"]
+        stmts = [c for c in rest if isinstance(c, Tree) and c.data == "stmt"]
+        ret = next(c for c in rest if isinstance(c, Tree) and c.data == "ret")
+        body_start = stmts[0].meta.start_pos if stmts else ret.meta.start_pos
+        header_end = self.source.text.rfind("{", tree.meta.start_pos, body_start) + 1
+        self.items.append((tree.meta.start_pos, header_end, item_key("func", graph)))
+
+        env: dict[str, Value] = {}
+        for p in params:
+            if p is None:
+                continue
+            vtok, ttree = p.children
+            name = self.value_name(vtok)
+            self.define(env, name, self.span(vtok))
+            env[name] = graph.add_input(name, self.type(ttree), self.span(vtok))
+
+        parsed = [self.stmt(s) for s in stmts]
+        later: dict[str, int] = {}
+        for i, st in enumerate(parsed):
+            for name, _ in st.results:
+                later.setdefault(name, i)
+        for i, (tree_st, st) in enumerate(zip(stmts, parsed)):
+            node = self.node(graph, env, st, later, i)
+            self.items.append((tree_st.meta.start_pos, tree_st.meta.end_pos, item_key("node", node)))
+
+        graph.return_span = self.span(ret)
+        self.items.append((ret.meta.start_pos, ret.meta.end_pos, item_key("return", graph)))
+        for vtok in ret.children:
+            if vtok is None:
+                continue
+            name = self.value_name(vtok)
+            graph.outputs.append(self.lookup(env, name, self.span(vtok), later, len(parsed)))
+        self.items.append((tree.meta.end_pos - 1, tree.meta.end_pos, item_key("close", graph)))
+        return graph
+
+    # -- statements
+    def stmt(self, tree: Tree) -> _Stmt:
+        results_tree, op_tok, *rest = tree.children
+        args: list = []
+        types_tree = ann_tree = None
+        for c in rest:
+            if isinstance(c, Tree) and c.data == "types":
+                types_tree = c
+            elif isinstance(c, Tree) and c.data == "annotations":
+                ann_tree = c
+            elif c is not None:
+                args.append(c)
+        results = [(self.value_name(t), self.span(t)) for t in results_tree.children]
+        st = _Stmt(results, str(op_tok), self.span(op_tok), [], {}, {}, None, None, {})
+        seen_keyword: Tree | None = None
+        keys: set[str] = set()
+        for a in args:
+            if a.data == "operand":
+                if seen_keyword is not None:
+                    raise ParseError(
+                        "positional operand after a keyword argument",
+                        self.span(a),
+                        hint="write positional operands first: op(%a, %b, key=value)",
+                    )
+                tok = a.children[0]
+                st.operands.append((self.value_name(tok), self.span(tok)))
+                continue
+            seen_keyword = a
+            key_tok, val = a.children
+            if str(key_tok) in keys:
+                raise ParseError(f"'{key_tok}' is given twice", self.span(key_tok),
+                                 hint="give each keyword argument once")
+            keys.add(str(key_tok))
+            if a.data == "keyword_operand":
+                st.keyword_operands[str(key_tok)] = (self.value_name(val), self.span(val))
+            else:
+                st.attrs[str(key_tok)] = self.literal(val)
+        if types_tree is not None:
+            st.types = [self.type(t) for t in types_tree.children]
+            st.types_span = self.span(types_tree)
+        if ann_tree is not None:
+            for entry in ann_tree.children:
+                if entry is None:
+                    continue
+                key_tok, val = entry.children
+                if str(key_tok) in st.annotations:
+                    raise ParseError(f"annotation '{key_tok}' is given twice", self.span(key_tok))
+                st.annotations[str(key_tok)] = self.literal(val)
+        return st
+
+    def node(self, graph: Graph, env: dict[str, Value], st: _Stmt,
+             later: dict[str, int], index: int) -> Node:
+        from anec.ir import verifier  # the verifier imports nothing from here
+
+        operands = [self.lookup(env, n, s, later, index) for n, s in st.operands]
+        optional = {k: self.lookup(env, n, s, later, index)
+                    for k, (n, s) in st.keyword_operands.items()}
+        if st.types is None:
+            if st.op == "const":
+                raise ParseError(
+                    "const needs a declared type",
+                    st.op_span,
+                    hint="write the type after the call, e.g. `: fp16[1, 768, 1, 1]`",
+                )
+            types = verifier.infer_node_types(
+                st.op, [v.type for v in operands], {k: v.type for k, v in optional.items()},
+                st.attrs, st.op_span)
+            if len(types) != len(st.results):
+                raise VerifyError(
+                    f"'{st.op}' produces {len(types)} result{'s' * (len(types) != 1)} "
+                    f"but {len(st.results)} name{'s' * (len(st.results) != 1)} "
+                    f"{'are' if len(st.results) != 1 else 'is'} given",
+                    st.op_span,
+                    hint=f"write {len(types)} names before '='",
+                )
+        else:
+            types = st.types
+            if len(types) != len(st.results):
+                raise VerifyError(
+                    f"{len(st.results)} result name{'s' * (len(st.results) != 1)} "
+                    f"but {len(types)} type{'s' * (len(types) != 1)}",
+                    st.types_span,
+                    hint="write one type per result, separated by ','",
+                )
+        results = []
+        for (name, span), t in zip(st.results, types):
+            self.define(env, name, span)
+            results.append(Value(name, t, None, 0, [], span))
+            env[name] = results[-1]
+        node = Node(st.op, operands, st.attrs, results, optional, st.op_span, st.annotations)
+        return graph.add_node(node)
+
+    # -- names
+    def value_name(self, tok: Token) -> str:
+        name = str(tok)[1:]
+        if not VALUE_NAME.match(name):
+            raise ParseError(
+                f"invalid value name '{tok}'",
+                self.span(tok),
+                hint="a value name is '%' and an identifier (%x1, %h_0) or digits (%3)",
+            )
+        return name
+
+    def define(self, env: dict[str, Value], name: str, span: Span) -> None:
+        if name in env:
+            first = env[name].span
+            raise VerifyError(
+                f"value %{name} is already defined",
+                span,
+                notes=[f"first defined at {first.location}"] if first is not None else [],
+                hint="SSA values are defined once; pick a new name",
+            )
+
+    def lookup(self, env: dict[str, Value], name: str, span: Span,
+               later: dict[str, int], index: int) -> Value:
+        if name in env:
+            return env[name]
+        if name in later and later[name] >= index:
+            raise VerifyError(
+                f"value %{name} is used before it is defined",
+                span,
+                hint="statements run in order; move the definition above this use",
+            )
+        raise VerifyError(f"use of undefined value %{name}", span,
+                          hint=did_you_mean(name, env) or _defined_hint(env))
+
+    # -- types and literals
+    def type(self, tree: Tree) -> TensorType:
+        dtype_tok, *dims = tree.children
+        dtype = parse_dtype(str(dtype_tok))
+        if dtype is None:
+            raise ParseError(
+                f"unknown dtype '{dtype_tok}'",
+                self.span(dtype_tok),
+                hint=did_you_mean(str(dtype_tok), DTYPE_NAMES)
+                or "dtypes are " + ", ".join(DTYPE_NAMES),
+            )
+        shape = []
+        for d in dims:
+            if d is None:
+                continue
+            if not re.fullmatch(r"\+?\d+", str(d)) or int(str(d)) < 1:
+                raise ParseError(
+                    f"invalid dimension '{d}'",
+                    self.span(d),
+                    hint="dimensions are positive integers; a scalar type is written fp16[]",
+                )
+            shape.append(self._int(d))
+        return TensorType(dtype, tuple(shape))
+
+    def literal(self, x: Tree | Token, depth: int = 0) -> Any:
+        kind = x.data
+        if kind == "list":
+            if depth >= MAX_LIST_DEPTH:
+                raise ParseError(f"list literal nested deeper than {MAX_LIST_DEPTH} levels",
+                                 self.span(x))
+            return [self.literal(c, depth + 1) for c in x.children if c is not None]
+        tok = x.children[0]
+        if kind == "number":
+            text = str(tok)
+            if re.fullmatch(r"[+-]?\d+", text):
+                return self._int(tok)
+            return float(text)
+        if kind == "neg_inf":
+            return -math.inf
+        if kind == "string":
+            return self.string(tok)
+        word = str(tok)
+        if word in _WORDS:
+            return _WORDS[word]
+        dtype = parse_dtype(word)
+        if dtype is not None:
+            return dtype
+        raise ParseError(
+            f"unknown word '{word}' in a literal",
+            self.span(tok),
+            hint=(did_you_mean(word, [*_WORDS, *DTYPE_NAMES])
+                  or f'strings are written in double quotes: "{word}"'),
+        )
+
+    def string(self, tok: Token) -> str:
+        try:
+            value = json.loads(str(tok), strict=False)
+        except ValueError:
+            raise ParseError(
+                "invalid escape in string",
+                self.span(tok),
+                hint=r'escapes are \" \\ \/ \b \f \n \r \t and \uXXXX',
+            ) from None
+        return value
+
+    def _int(self, tok: Token) -> int:
+        try:
+            return int(str(tok))
+        except ValueError:  # more digits than Python converts
+            raise ParseError("integer literal too large", self.span(tok)) from None
+
+
+def _defined_hint(env: dict[str, Value]) -> str | None:
+    if not env:
+        return None
+    names = list(env)
+    shown = ", ".join(f"%{n}" for n in names[-5:])
+    return f"defined so far: {shown}" + (" (and more)" if len(names) > 5 else "")
+
+
+# ---- layout ----------------------------------------------------------------------
+
+
+def _blank_before(text: str, pos: int) -> bool:
+    """Whether the line holding ``pos`` is directly preceded by an empty line."""
+    line_start = text.rfind("\n", 0, pos) + 1
+    if line_start == 0:
+        return False
+    prev_start = text.rfind("\n", 0, line_start - 1) + 1
+    return text[prev_start:line_start - 1].strip() == ""
+
+
+def _layout(source: Source, items: list[tuple[int, int, tuple]], tokens: list[Token]) -> Layout:
+    text = source.text
+    layout = Layout()
+    items = sorted(items, key=lambda it: (it[0], it[1]))
+    for start, _end, key in items:
+        if key[0] not in ("eof", "close") and _blank_before(text, start):
+            layout.blank_before.add(key)
+    j = 0
+    for tok in tokens:
+        pos = tok.start_pos
+        line_start = text.rfind("\n", 0, pos) + 1
+        trailing = text[line_start:pos].strip() != ""
+        comment = Comment(str(tok).rstrip(), pos, text.count("\n", 0, pos) + 1, trailing,
+                          _blank_before(text, pos))
+        while j < len(items) and items[j][0] <= pos:
+            j += 1
+        if trailing and j > 0:
+            layout.trailing.setdefault(items[j - 1][2], []).append(comment)
+        else:
+            key = items[j][2] if j < len(items) else item_key("eof")
+            layout.leading.setdefault(key, []).append(comment)
+    return layout
+
+
+# ---- syntax errors ------------------------------------------------------------------
+
+
+_NAMES = {
+    "VALUE": "a value name like %x",
+    "NAME": "a name",
+    "NUMBER": "a number",
+    "NEG_INF": "-inf",
+    "STRING": "a string",
+    "$END": "end of file",
+    "FUNC": "'func'",
+    "RETURN": "'return'",
+    "WEIGHTS": "'weights'",
+}
+_ORDER = ["RPAR", "COMMA", "EQUAL", "COLON", "LBRACE", "RBRACE", "LSQB", "RSQB", "AT",
+          "VALUE", "NAME", "NUMBER", "NEG_INF", "STRING", "FUNC", "WEIGHTS", "RETURN",
+          "LPAR", "$END"]
+
+
+def _human(term: str) -> str:
+    if term in _NAMES:
+        return _NAMES[term]
+    lark = _get_lark()
+    for t in lark.terminals:
+        if t.name == term and t.pattern.type == "str":
+            return f"'{t.pattern.value}'"
+    return term.lower()
+
+
+def _expected(terms: set[str]) -> str:
+    names = sorted(terms, key=lambda t: (_ORDER.index(t) if t in _ORDER else len(_ORDER), t))
+    human = [_human(t) for t in names]
+    if len(human) == 1:
+        return human[0]
+    if len(human) == 2:
+        return f"{human[0]} or {human[1]}"
+    return "one of " + ", ".join(human)
+
+
+def _tokens_before(text: str, pos: int) -> list[Token]:
+    """The tokens before ``pos`` (the lexer succeeded on them already)."""
+    out: list[Token] = []
+    try:
+        for tok in _get_lark().lex(text[:pos]):
+            out.append(tok)
+    except LarkError:
+        pass
+    return out
+
+
+def _describe(tok: Token) -> str:
+    if tok.type == "$END":
+        return "end of file"
+    value = str(tok)
+    if len(value) > 20:
+        value = value[:17] + "..."
+    return f"'{value}'"
+
+
+def _open_func(tokens: list[Token]) -> str | None:
+    """The name of the func whose body is open at the end of ``tokens``, if any."""
+    name, depth = None, 0
+    for i, t in enumerate(tokens):
+        if t.type == "FUNC" and depth == 0:
+            name = str(tokens[i + 1]) if i + 1 < len(tokens) and tokens[i + 1].type == "NAME" else None
+        elif t.type == "LBRACE" and not (i > 0 and tokens[i - 1].type == "AT"):
+            depth += 1
+        elif t.type == "RBRACE":
+            depth = max(0, depth - 1)
+    return name if depth > 0 else None
+
+
+def _unclosed_paren(tokens: list[Token]) -> Token | None:
+    stack: list[Token] = []
+    for t in tokens:
+        if t.type in ("LPAR", "LSQB"):
+            stack.append(t)
+        elif t.type in ("RPAR", "RSQB") and stack:
+            stack.pop()
+        elif t.type in ("LBRACE", "RBRACE"):
+            stack = []
+    return stack[-1] if stack else None
+
+
+def _syntax_error(e: UnexpectedInput, source: Source) -> ParseError:
+    text = source.text
+    if isinstance(e, UnexpectedCharacters):
+        return _bad_character(e, source)
+    if not isinstance(e, UnexpectedToken):
+        pos = getattr(e, "pos_in_stream", None) or 0
+        return ParseError("unexpected input", Span(source, pos, pos + 1))
+    tok = e.token
+    expected = set(e.expected) - {"COMMENT", "WS"}
+    if tok.type == "$END":
+        before = _tokens_before(text, len(text))
+        end = before[-1].end_pos if before else 0
+        span = Span(source, end, end)
+        func = _open_func(before)
+        paren = _unclosed_paren(before)
+        if paren is not None:
+            return ParseError(
+                "unexpected end of file: unclosed '" + str(paren) + "'",
+                span,
+                hint=f"the '{paren}' at {Span(source, paren.start_pos, paren.end_pos).location}"
+                " is never closed",
+            )
+        if func is not None:
+            return ParseError(
+                f"unexpected end of file inside func '{func}'",
+                span,
+                hint="end the func with 'return %value' and a closing '}'",
+            )
+        return ParseError(f"unexpected end of file; expected {_expected(expected)}", span)
+
+    span = Span(source, tok.start_pos, tok.end_pos)
+    before = _tokens_before(text, tok.start_pos)
+    prev = before[-1] if before else None
+    got = _describe(tok)
+    word = str(tok)
+
+    # `add(x, %y)`: a bare name where an operand was meant (lark then wants '=')
+    if ("EQUAL" in expected and tok.type in ("COMMA", "RPAR") and prev is not None
+            and prev.type == "NAME" and len(before) >= 2 and before[-2].type in ("LPAR", "COMMA")):
+        return ParseError(
+            f"'{prev}' is neither a value nor a keyword argument",
+            Span(source, prev.start_pos, prev.end_pos),
+            hint=f"value names start with '%': write '%{prev}'; attributes are written key=value",
+        )
+    if tok.type == "NAME" and "COLON" in expected and parse_dtype(word) is not None:
+        return ParseError(
+            f"missing ':' before the type '{word}'",
+            span,
+            hint=f"result types follow a ':', e.g. ': {word}[1, 768, 1, 64]'",
+        )
+    if tok.type == "NAME" and "VALUE" in expected and "NAME" not in expected:
+        if "RETURN" in expected and did_you_mean(word, ["return"]):
+            return ParseError(f"expected a statement or 'return', got {got}", span,
+                              hint="did you mean 'return'?")
+        return ParseError(
+            f"expected {_NAMES['VALUE']}, got {got}",
+            span,
+            hint=f"value names start with '%': write '%{word}'",
+        )
+    if tok.type == "NAME" and expected >= {"EQUAL", "COMMA"}:
+        return ParseError(
+            f"expected '=' after the result names, got {got}",
+            span,
+            hint=f"a statement is written '%y = {word}(...)'",
+        )
+    if tok.type == "RBRACE" and "RETURN" in expected:
+        func = _open_func(before)
+        return ParseError(
+            f"func '{func}' has no 'return'" if func else "missing 'return'",
+            span,
+            hint="end every func with 'return %value' before its '}'",
+        )
+    if tok.type == "RBRACE" and "FUNC" in expected:
+        return ParseError("unexpected '}' outside a func", span,
+                          hint="braces are unbalanced: this '}' closes nothing")
+    if tok.type == "FUNC" and ("RBRACE" in expected or "RETURN" in expected):
+        func = _open_func(before)
+        return ParseError(
+            f"func '{func}' is not closed before the next 'func'" if func
+            else f"expected {_expected(expected)} before 'func'",
+            span,
+            hint="end every func with 'return %value' and a closing '}'",
+        )
+    if tok.type == "VALUE" and expected <= {"COMMA", "RBRACE"} and _after_return(before):
+        return ParseError(
+            f"expected ',' or '}}' after the returned values, got {got}",
+            span,
+            hint="'return' must be the last statement of a func",
+        )
+    if expected <= {"FUNC", "WEIGHTS", "$END"} and tok.type == "NAME":
+        return ParseError(
+            f"expected 'func' or 'weights', got {got}",
+            span,
+            hint=did_you_mean(word, ["func", "weights"])
+            or "a file holds 'weights \"file\"' directives and 'func' definitions",
+        )
+    hint = None
+    paren = _unclosed_paren(before)
+    if paren is not None and ("RPAR" in expected or "RSQB" in expected) and tok.type not in (
+        "RPAR", "RSQB"
+    ):
+        hint = f"the '{paren}' at {Span(source, paren.start_pos, paren.end_pos).location} is not closed"
+    elif tok.type == "COLON" and prev is not None and prev.type == "RPAR" and "AT" in expected:
+        hint = "write the types of all results after a single ':', separated by ','"
+    return ParseError(f"expected {_expected(expected)}, got {got}", span, hint=hint)
+
+
+def _after_return(tokens: list[Token]) -> bool:
+    for t in reversed(tokens):
+        if t.type == "RETURN":
+            return True
+        if t.type not in ("VALUE", "COMMA"):
+            return False
+    return False
+
+
+def _bad_character(e: UnexpectedCharacters, source: Source) -> ParseError:
+    text = source.text
+    pos = e.pos_in_stream
+    ch = text[pos] if pos < len(text) else ""
+    span = Span(source, pos, pos + 1)
+    if ch == '"':
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        return ParseError("unterminated string", Span(source, pos, max(pos + 1, end)),
+                          hint="close the string with '\"' on the same line")
+    if ch == "%":
+        return ParseError("'%' must be followed by a value name", span,
+                          hint="a value name is '%' and an identifier (%x1, %h_0) or digits (%3)")
+    if ch in "#;":
+        return ParseError(f"unexpected character '{ch}'", span,
+                          hint="comments start with '//'" if ch == "#"
+                          else "statements need no terminator; remove the ';'")
+    if ch == "/":
+        return ParseError("unexpected character '/'", span, hint="comments start with '//'")
+    shown = ch if ch.isprintable() and ch != "" else ascii(ch)[1:-1]
+    allowed = set(e.allowed or ()) - {"COMMENT", "WS"}
+    msg = f"unexpected character '{shown}'"
+    if allowed:
+        msg += f"; expected {_expected(allowed)}"
+    return ParseError(msg, span)

@@ -1,0 +1,348 @@
+"""Validity of a Module or Graph: SSA, the op table, declared types, outputs.
+
+The verifier accepts any in-memory graph (parsed, built, or rewritten by a
+pass) and reports every problem as a :class:`~anec.diagnostics.VerifyError`
+at the span of the node (its op name) or value concerned:
+
+* SSA: each value is defined once, before its uses, inside this func;
+  value and func names are unique and printable;
+* each node: the op exists, operand count and keyword operands, the attribute
+  schema, dtype domains and shape rules (all through
+  :func:`anec.ir.ops.infer_types`); the declared result types equal the
+  inferred ones; ``const`` has exactly one of ``weight=``/``value=`` and an
+  inline value fits its declared type (a scalar fills any shape, a nested list
+  must match the shape exactly);
+* outputs: at least one, each an op result (MIL outputs cannot be inputs),
+  no name returned twice;
+* use lists match the operands (a pass that edits ``node.operands`` directly
+  must call ``graph.rebuild_uses()``).
+
+A node none of whose results is used or returned is not an error but a
+warning (``dce`` removes it). :func:`verify` raises the first error and
+returns the warnings; :func:`verify_all` returns every error.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from anec.diagnostics import AnecError, Span, VerifyError, did_you_mean
+from anec.ir import ops
+from anec.ir.graph import Graph, Module, Node, Value
+from anec.ir.types import DType, TensorType
+
+__all__ = ["Report", "VerifyWarning", "check", "infer_node_types", "verify", "verify_all"]
+
+_MAX_DEPTH = 32  # as anec.ir.parser.MAX_LIST_DEPTH (the parser imports us, not vice versa)
+
+
+class VerifyWarning(AnecError):
+    """Something legal but probably unintended (rendered with ``warning:``)."""
+
+    kind = "warning"
+
+
+@dataclass
+class Report:
+    """Everything the verifier found, in source order."""
+
+    errors: list[VerifyError] = field(default_factory=list)
+    warnings: list[VerifyWarning] = field(default_factory=list)
+
+
+def verify(target: Module | Graph) -> list[str]:
+    """Raise the first VerifyError; return the rendered warnings."""
+    report = check(target)
+    if report.errors:
+        raise report.errors[0]
+    return [w.render() for w in report.warnings]
+
+
+def verify_all(target: Module | Graph) -> list[VerifyError]:
+    """Every VerifyError, in source order (empty when valid)."""
+    return check(target).errors
+
+
+def check(target: Module | Graph) -> Report:
+    """Errors and warnings of a Module or a single Graph."""
+    report = Report()
+    if isinstance(target, Module):
+        _check_module(target, report)
+    else:
+        _GraphChecker(target, report).run()
+    return report
+
+
+def infer_node_types(
+    op: str,
+    operand_types: list[TensorType],
+    optional_types: dict[str, TensorType],
+    attrs: dict[str, Any],
+    span: Span | None = None,
+    *,
+    declared: TensorType | None = None,
+) -> list[TensorType]:
+    """Result types of one op application, or a VerifyError at ``span``.
+
+    This is :func:`anec.ir.ops.infer_types` plus clearer messages for an
+    operand passed as an attribute (``bias=[0]``) or an attribute passed as a
+    value (``axis=%a``). The parser uses it for statements without ``: type``.
+    """
+    opdef = ops.OPS.get(op)
+    if opdef is None:
+        raise VerifyError(f"unknown op '{op}'", span,
+                          hint=did_you_mean(op, ops.OPS) or "run `anec ops` to list the ops")
+    optional_names = {o.name for o in opdef.optional_operands}
+    for key in attrs:
+        if key in optional_names:
+            raise VerifyError(f"'{key}' of {op} is an operand, not an attribute", span,
+                              hint=f"pass a value: {key}=%{key}")
+    for key in optional_types:
+        if key in opdef.attr_index:
+            raise VerifyError(f"attribute '{key}' of {op} takes a literal, not a value", span,
+                              hint=f"write {key}=<{opdef.attr_index[key].kind}>")
+    try:
+        return ops.infer_types(op, operand_types, optional_types, attrs, declared=declared)
+    except ops.InferError as e:
+        raise VerifyError(e.message, span, hint=e.hint) from None
+
+
+# ---- module ---------------------------------------------------------------------
+
+
+def _check_module(module: Module, report: Report) -> None:
+    from anec.ir.parser import IDENT
+
+    for ws in module.weight_sources:
+        if not isinstance(ws.path, str) or not _printable_str(ws.path):
+            report.errors.append(VerifyError(f"invalid weights path {ws.path!r}", ws.span))
+    for key, graph in module.funcs.items():
+        if key != graph.name:
+            report.errors.append(VerifyError(
+                f"func '{graph.name}' is registered under the name '{key}'", graph.span,
+                hint="add funcs with module.add_func(graph)"))
+        elif not isinstance(key, str) or not IDENT.match(key):
+            report.errors.append(VerifyError(
+                f"invalid func name {key!r}", graph.span,
+                hint="a func name is an identifier: letters, digits and '_'"))
+        _GraphChecker(graph, report).run()
+
+
+# ---- graph ----------------------------------------------------------------------
+
+
+class _GraphChecker:
+    def __init__(self, graph: Graph, report: Report) -> None:
+        self.g = graph
+        self.report = report
+        self.defined: dict[int, Value] = {}
+        """Values defined so far, by identity."""
+        self.names: dict[str, Value] = {}
+        self.later: dict[int, int] = {
+            id(r): i for i, n in enumerate(graph.nodes) for r in n.results
+        }
+
+    def error(self, message: str, span: Span | None, hint: str | None = None,
+              notes: tuple[str, ...] = ()) -> None:
+        self.report.errors.append(VerifyError(message, span or self.g.span, hint=hint,
+                                              notes=notes))
+
+    def run(self) -> None:
+        from anec.ir.parser import IDENT
+
+        g = self.g
+        if not isinstance(g.name, str) or not IDENT.match(g.name):
+            self.error(f"invalid func name {g.name!r}", g.span,
+                       hint="a func name is an identifier: letters, digits and '_'")
+        for v in g.inputs:
+            if v.producer is not None:
+                self.error(f"input %{v.name} has a producer", v.span)
+            self.define(v)
+        for i, node in enumerate(g.nodes):
+            self.node(node, i)
+        self.outputs()
+        self.uses()
+        self.unused()
+
+    # -- values
+    def define(self, v: Value) -> None:
+        from anec.ir.parser import VALUE_NAME
+
+        if not isinstance(v.name, str) or not VALUE_NAME.match(v.name):
+            self.error(f"invalid value name {v.name!r}", v.span,
+                       hint="a value name is an identifier (x1, h_0) or digits (3)")
+        elif v.name in self.names:
+            first = self.names[v.name].span
+            self.error(f"value %{v.name} is already defined", v.span,
+                       hint="SSA values are defined once; pick a new name",
+                       notes=(f"first defined at {first.location}",) if first else ())
+        else:
+            self.names[v.name] = v
+        bad = _bad_type(v.type)
+        if bad:
+            self.error(f"%{v.name} has an invalid type: {bad}", v.span)
+        self.defined[id(v)] = v
+
+    def use(self, v: Value, node: Node, index: int) -> bool:
+        if id(v) in self.defined:
+            return True
+        name = getattr(v, "name", "?")
+        if self.later.get(id(v), -1) >= index:
+            self.error(f"value %{name} is used before it is defined", node.span,
+                       hint="nodes run in order; define a value above its uses")
+        else:
+            self.error(f"use of undefined value %{name}", node.span,
+                       hint=did_you_mean(str(name), self.names))
+        return False
+
+    # -- nodes
+    def node(self, node: Node, index: int) -> None:
+        ok = True
+        for v in node.inputs():
+            ok = self.use(v, node, index) and ok
+        for i, r in enumerate(node.results):
+            if r.producer is not node or r.index != i:
+                self.error(f"result %{r.name} of '{node.op}' has a stale producer link",
+                           node.span, hint="insert nodes with graph.add_node/create_node")
+            before = len(self.report.errors)
+            self.define(r)
+            ok = ok and len(self.report.errors) == before
+        for what, mapping in (("attribute", node.attrs), ("annotation", node.annotations)):
+            for key, val in mapping.items():
+                problem = _literal_problem(val)
+                if not isinstance(key, str) or not _is_ident(key):
+                    self.error(f"invalid {what} name {key!r} on '{node.op}'", node.span)
+                    ok = False
+                elif problem:
+                    self.error(f"{what} '{key}' of '{node.op}' cannot be written in the IR: "
+                               f"{problem}", node.span)
+                    ok = False
+        if not ok:
+            return
+        opdef = ops.OPS.get(node.op)
+        declared = None
+        if opdef is not None and opdef.declared_type:
+            if len(node.results) != 1:
+                self.error(f"{node.op} has exactly one result, got {len(node.results)}",
+                           node.span)
+                return
+            declared = node.results[0].type
+        try:
+            inferred = infer_node_types(
+                node.op, [v.type for v in node.operands],
+                {k: v.type for k, v in node.optional.items()}, node.attrs, node.span,
+                declared=declared)
+        except VerifyError as e:
+            self.report.errors.append(e)
+            return
+        if len(inferred) != len(node.results):
+            self.error(
+                f"'{node.op}' produces {len(inferred)} result{_s(len(inferred))} "
+                f"but {len(node.results)} {_are(len(node.results), 'is', 'are')} named",
+                node.span, hint=f"name {len(inferred)} result{_s(len(inferred))} before '='")
+            return
+        for r, t in zip(node.results, inferred):
+            if r.type != t:
+                self.error(
+                    f"declared type {r.type} of %{r.name} does not match the inferred type {t}",
+                    node.span,
+                    hint="fix the ': type' (or leave it out and the parser infers it)")
+
+    # -- outputs
+    def outputs(self) -> None:
+        g = self.g
+        span = g.return_span or g.span
+        if not g.outputs:
+            self.error(f"func '{g.name}' returns no value", span,
+                       hint="return at least one value: 'return %y'")
+        seen: set[str] = set()
+        for v in g.outputs:
+            if id(v) not in self.defined:
+                self.error(f"returned value %{v.name} is not defined in func '{g.name}'", span,
+                           hint=did_you_mean(v.name, self.names))
+            elif v.producer is None:
+                self.error(
+                    f"func '{g.name}' returns its input %{v.name} directly", span,
+                    hint=f"outputs must be op results: %{v.name}_out = identity(%{v.name}) "
+                    f"and return %{v.name}_out")
+            if v.name in seen:
+                self.error(f"%{v.name} is returned twice", span,
+                           hint="output names must be unique: return a copy made with identity")
+            seen.add(v.name)
+
+    # -- use lists
+    def uses(self) -> None:
+        expected: dict[int, Counter] = {id(v): Counter() for v in self.g.values()}
+        for n in self.g.nodes:
+            for v in n.inputs():
+                if id(v) in expected:
+                    expected[id(v)][id(n)] += 1
+        for v in self.g.values():
+            if Counter(id(u) for u in v.uses) != expected[id(v)]:
+                self.error(f"use list of %{v.name} is out of date", v.span,
+                           hint="after editing operands directly, call graph.rebuild_uses()")
+
+    def unused(self) -> None:
+        used = {id(v) for n in self.g.nodes for v in n.inputs()}
+        used |= {id(v) for v in self.g.outputs}
+        for n in self.g.nodes:
+            if n.results and not any(id(r) in used for r in n.results):
+                names = ", ".join(f"%{r.name}" for r in n.results)
+                self.report.warnings.append(VerifyWarning(
+                    f"{names} {_are(len(n.results), 'is', 'are')} never used "
+                    f"(dce removes '{n.op}')", n.span))
+
+
+# ---- helpers ----------------------------------------------------------------------
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
+def _are(n: int, one: str, many: str) -> str:
+    return one if n == 1 else many
+
+
+def _is_ident(key: str) -> bool:
+    from anec.ir.parser import IDENT
+
+    return bool(IDENT.match(key))
+
+
+def _bad_type(t: Any) -> str | None:
+    if not isinstance(t, TensorType) or not isinstance(t.dtype, DType):
+        return f"{t!r} is not a TensorType"
+    if any(d < 1 for d in t.shape):
+        return f"{t} has a dimension < 1"
+    return None
+
+
+def _printable_str(s: str) -> bool:
+    return not any(0xD800 <= ord(c) <= 0xDFFF for c in s)
+
+
+def _literal_problem(v: Any, depth: int = 0) -> str | None:
+    """Why ``v`` has no IR spelling (None when it prints and parses back)."""
+    import numpy as np
+
+    if isinstance(v, (bool, np.bool_, DType)):
+        return None
+    if isinstance(v, (int, np.integer)):
+        return None if len(str(int(v))) < 4000 else "integer too large"
+    if isinstance(v, (float, np.floating)):
+        return None
+    if isinstance(v, str):
+        return None if _printable_str(v) else "string holds lone surrogates"
+    if isinstance(v, (list, tuple)):
+        if depth >= _MAX_DEPTH:
+            return f"lists nested deeper than {_MAX_DEPTH}"
+        for x in v:
+            p = _literal_problem(x, depth + 1)
+            if p:
+                return p
+        return None
+    return f"{type(v).__name__} is not a literal"
+
