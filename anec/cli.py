@@ -33,6 +33,118 @@ def main() -> None:
 
 # ---- IR tools: fmt, check, ops, interp -------------------------------------
 
+# IR tools: fmt (canonical form), check (parse + verify [+ ANE legality report])
+
+
+def _read_ir(file: str) -> str:
+    """The text of FILE ('-' reads standard input), as UTF-8."""
+    from anec.ir.parser import read_text
+
+    if file != "-":
+        return read_text(file)
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise AnecError(f"<stdin>: not valid UTF-8 (byte {e.start})") from None
+
+
+def _write_text_atomic(path: str, text: str) -> None:
+    """Replace ``path`` by ``text`` via a temp file in the same directory and a rename."""
+    import os
+    import tempfile
+
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".anec-", suffix=".ir", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        if os.path.exists(path):
+            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@main.command("fmt")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--check", "check_only", is_flag=True,
+              help="Only check: exit 1 if FILE is not in canonical form.")
+@click.option("-i", "--in-place", is_flag=True, help="Rewrite FILE in canonical form (atomically).")
+@click.pass_context
+def fmt_cmd(ctx: click.Context, file: str, check_only: bool, in_place: bool) -> None:
+    """Print FILE in canonical form, keeping its comments ('-' reads stdin)."""
+    from anec.ir.printer import format_text
+
+    if check_only and in_place:
+        raise click.UsageError("--check and --in-place cannot be combined")
+    if in_place and file == "-":
+        raise click.UsageError("--in-place needs a file, not '-'")
+    text = _read_ir(file)
+    out = format_text(text, "<stdin>" if file == "-" else file)
+    if check_only:
+        if out != text:
+            click.echo(f"{file}: not in canonical form (run 'anec fmt -i {file}')", err=True)
+            ctx.exit(1)
+        return
+    if in_place:
+        if out != text:
+            _write_text_atomic(file, out)
+        return
+    click.echo(out, nl=False)
+
+
+def _legality_report():
+    """``anec.passes.report.legality_report`` when the passes provide it, else None."""
+    import importlib
+
+    try:
+        report = importlib.import_module("anec.passes.report")
+    except ModuleNotFoundError as e:
+        if e.name in ("anec.passes", "anec.passes.report"):
+            return None
+        raise
+    return getattr(report, "legality_report", None)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+@main.command("check")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--target", metavar="NAME", help="Chip profile for the ANE legality report (default m4).")
+@click.pass_context
+def check_cmd(ctx: click.Context, file: str, target: str | None) -> None:
+    """Parse and verify FILE; print warnings and, when available, ANE legality per node."""
+    from anec.ir.parser import parse_file
+    from anec.ir.verifier import check
+
+    target_name = target
+    try:
+        from anec.targets import get_target
+    except ModuleNotFoundError as e:
+        if e.name != "anec.targets":
+            raise
+    else:
+        target_name = get_target(target).name
+    module = parse_file(file)
+    report = check(module)
+    for err in report.errors:
+        click.echo(err.render(), err=True)
+    for warning in report.warnings:
+        click.echo(warning.render(), err=True)
+    if report.errors:
+        click.echo(f"{file}: {_plural(len(report.errors), 'error')}", err=True)
+        ctx.exit(1)
+    nodes = sum(len(g.nodes) for g in module.funcs.values())
+    click.echo(f"{file}: ok ({_plural(len(module.funcs), 'func')}, {_plural(nodes, 'node')})")
+    legality_report = _legality_report()
+    if legality_report is not None:
+        click.echo(legality_report(module, target_name or "m4").rstrip("\n"))
+
 # IR tools: ops, interp (reference interpreter)
 
 
