@@ -378,7 +378,8 @@ class _Walker:
                 hint="statements run in order; move the definition above this use",
             )
         raise VerifyError(f"use of undefined value %{name}", span,
-                          hint=did_you_mean(name, env) or _defined_hint(env))
+                          hint=did_you_mean(f"%{name}", [f"%{n}" for n in env])
+                          or _defined_hint(env))
 
     # -- types and literals
     def type(self, tree: Tree) -> TensorType:

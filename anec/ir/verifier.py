@@ -33,7 +33,7 @@ from anec.ir import ops
 from anec.ir.graph import Graph, Module, Node, Value
 from anec.ir.types import DType, TensorType
 
-__all__ = ["Report", "VerifyWarning", "check", "infer_node_types", "verify", "verify_all"]
+__all__ = ["Report", "VerifyWarning", "check", "infer_node_types", "usage", "verify", "verify_all"]
 
 _MAX_DEPTH = 32  # as anec.ir.parser.MAX_LIST_DEPTH (the parser imports us, not vice versa)
 
@@ -106,7 +106,21 @@ def infer_node_types(
     try:
         return ops.infer_types(op, operand_types, optional_types, attrs, declared=declared)
     except ops.InferError as e:
-        raise VerifyError(e.message, span, hint=e.hint) from None
+        raise VerifyError(e.message, span, hint=e.hint or f"usage: {usage(opdef)}") from None
+
+
+def usage(opdef: ops.OpDef) -> str:
+    """``softmax(%x, axis=<int>)``: how to write an op (operands, then attributes)."""
+    parts = []
+    for o in opdef.operands:
+        if o.variadic:
+            parts.append(f"%{o.name}1, %{o.name}2, ...")
+        elif o.optional:
+            parts.append(f"{o.name}=%{o.name}")
+        else:
+            parts.append(f"%{o.name}")
+    parts += [f"{a.name}=<{a.kind}>" for a in opdef.attrs]
+    return f"{opdef.name}({', '.join(parts)})"
 
 
 # ---- module ---------------------------------------------------------------------
@@ -194,7 +208,7 @@ class _GraphChecker:
                        hint="nodes run in order; define a value above its uses")
         else:
             self.error(f"use of undefined value %{name}", node.span,
-                       hint=did_you_mean(str(name), self.names))
+                       hint=_suggest_value(str(name), self.names))
         return False
 
     # -- nodes
@@ -261,7 +275,7 @@ class _GraphChecker:
         for v in g.outputs:
             if id(v) not in self.defined:
                 self.error(f"returned value %{v.name} is not defined in func '{g.name}'", span,
-                           hint=did_you_mean(v.name, self.names))
+                           hint=_suggest_value(v.name, self.names))
             elif v.producer is None:
                 self.error(
                     f"func '{g.name}' returns its input %{v.name} directly", span,
@@ -318,6 +332,10 @@ def _bad_type(t: Any) -> str | None:
     if any(d < 1 for d in t.shape):
         return f"{t} has a dimension < 1"
     return None
+
+
+def _suggest_value(name: str, names: dict[str, Value]) -> str | None:
+    return did_you_mean(f"%{name}", [f"%{n}" for n in names])
 
 
 def _printable_str(s: str) -> bool:
