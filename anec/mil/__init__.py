@@ -1,0 +1,15 @@
+"""MIL emission and the compiled artifact.
+
+* :mod:`anec.mil.emitter` — IR graph -> MIL text and the weight plan
+  (the only code writing MIL text);
+* :mod:`anec.mil.blobfile` — the BLOBFILE (MILBlob storage v2) writer and reader;
+* :mod:`anec.mil.artifact` — :class:`Artifact`: MIL + weight files + manifest,
+  written and loaded atomically.
+"""
+
+from __future__ import annotations
+
+from anec.mil.blobfile import BlobReader, BlobWriter
+from anec.mil.emitter import MilProgram, WeightSlot, emit_mil, hex_float
+
+__all__ = ["BlobReader", "BlobWriter", "MilProgram", "WeightSlot", "emit_mil", "hex_float"]

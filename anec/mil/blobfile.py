@@ -1,0 +1,282 @@
+"""BLOBFILE: the MILBlob storage v2 file that holds a program's weights.
+
+A MIL ``const`` refers to a tensor stored in a weight file with
+``BLOBFILE(path = string("@model_path/weights/w.bin"), offset = uint64(M))``.
+The bytes are the format coremltools' ``_BlobStorageWriter`` produces (and
+Apple's compiler reads); :class:`BlobWriter` output is byte-identical to it.
+All integers are little-endian::
+
+    file header (64 bytes)      u32 count, u32 version = 2, 56 zero bytes
+    per blob, at offset M:
+      metadata (64 bytes)       u32 0xDEADBEEF, u32 dtype code, u64 payload size,
+                                u64 payload offset (= M + 64), u64 padding bits,
+                                32 zero bytes
+      payload                   ``size`` bytes, row-major
+    next metadata at align64(payload offset + size); no padding after the last payload
+
+The ``offset`` a MIL program writes is ``M``, the metadata record, never the
+payload: pointing at the payload reads garbage on the device (constraint
+``ANE-BLOBFILE-OFFSET``). The writer rewrites the header count after every
+append, like coremltools, so a file is valid after each :meth:`BlobWriter.add`.
+
+Run ``python -m anec.mil.blobfile FILE`` to list the blobs of a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from anec.diagnostics import AnecError, ArtifactError
+
+VERSION = 2
+SENTINEL = 0xDEADBEEF
+HEADER_BYTES = 64
+METADATA_BYTES = 64
+ALIGNMENT = 64
+
+_HEADER = struct.Struct("<II")
+_METADATA = struct.Struct("<IIQQQ")
+
+DTYPE_CODES: dict[str, int] = {
+    "float16": 1,
+    "float32": 2,
+    "uint8": 3,
+    "int8": 4,
+    "int16": 6,
+    "uint16": 7,
+    "int32": 14,
+    "uint32": 15,
+}
+"""numpy dtype name -> MILBlob ``BlobDataType`` code (the byte-sized types;
+bfloat16 and the sub-byte codes are not produced by anec)."""
+
+CODE_NAMES: dict[int, str] = {v: k for k, v in DTYPE_CODES.items()}
+_SHORT = {"float16": "fp16", "float32": "fp32"}
+
+
+def align(n: int, to: int = ALIGNMENT) -> int:
+    """``n`` rounded up to a multiple of ``to``."""
+    return (n + to - 1) // to * to
+
+
+def next_offset(metadata_offset: int, nbytes: int) -> int:
+    """Where the metadata record after a blob of ``nbytes`` at ``metadata_offset`` starts."""
+    return align(metadata_offset + METADATA_BYTES + nbytes)
+
+
+def plan_offsets(sizes: list[int]) -> list[int]:
+    """Metadata offsets of blobs of these payload sizes appended to an empty file.
+
+    The emitter uses this to write ``offset = uint64(M)`` before any value
+    exists; :class:`BlobWriter` follows the same arithmetic.
+    """
+    out, m = [], HEADER_BYTES
+    for n in sizes:
+        out.append(m)
+        m = next_offset(m, n)
+    return out
+
+
+def dtype_code(dtype: np.dtype | str) -> int:
+    """The BlobDataType code of a numpy dtype (ValueError if not storable)."""
+    name = np.dtype(dtype).name
+    if name not in DTYPE_CODES:
+        storable = ", ".join(DTYPE_CODES)
+        raise ValueError(f"dtype {name} cannot be stored in a BLOBFILE (storable: {storable})")
+    return DTYPE_CODES[name]
+
+
+class BlobWriter:
+    """Builds a BLOBFILE in memory, one tensor at a time."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray(HEADER_BYTES)
+        self._count = 0
+        self._end = HEADER_BYTES
+        self._write_header()
+
+    def _write_header(self) -> None:
+        _HEADER.pack_into(self._buf, 0, self._count, VERSION)
+
+    def add(self, arr: np.ndarray) -> int:
+        """Append ``arr`` (row-major, little-endian) and return its metadata offset."""
+        a = np.asarray(arr)
+        code = dtype_code(a.dtype)
+        payload = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+        m = align(self._end)
+        data = m + METADATA_BYTES
+        if len(self._buf) < m:
+            self._buf.extend(bytes(m - len(self._buf)))
+        meta = bytearray(METADATA_BYTES)
+        _METADATA.pack_into(meta, 0, SENTINEL, code, len(payload), data, 0)
+        self._buf[m:] = meta
+        self._buf.extend(payload)
+        self._end = data + len(payload)
+        self._count += 1
+        self._write_header()
+        return m
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def to_bytes(self) -> bytes:
+        """The file contents (not padded after the last payload)."""
+        return bytes(self._buf)
+
+
+@dataclass(frozen=True)
+class BlobEntry:
+    """The metadata record of one blob."""
+
+    offset: int
+    """Metadata offset (the value MIL refers to)."""
+    dtype: str
+    """numpy dtype name of the payload."""
+    size: int
+    """Payload bytes."""
+    data_offset: int
+    """Absolute offset of the payload."""
+    padding_bits: int
+
+    @property
+    def count(self) -> int:
+        """Number of elements."""
+        return self.size // np.dtype(self.dtype).itemsize
+
+
+class BlobReader:
+    """Reads and validates a BLOBFILE (bytes or a path).
+
+    Every inconsistency is an :class:`~anec.diagnostics.ArtifactError` naming
+    the file and the offset: wrong version, a missing sentinel, an unknown
+    dtype code, a payload running past the end of the file.
+    """
+
+    def __init__(self, data: bytes | bytearray | str | Path, name: str | None = None) -> None:
+        if isinstance(data, (str, Path)):
+            self.name = name or str(data)
+            try:
+                data = Path(data).read_bytes()
+            except OSError as e:
+                raise ArtifactError(f"cannot read weight file {self.name}: {e.strerror}") from None
+        else:
+            self.name = name or "<bytes>"
+        self.data = bytes(data)
+        if len(self.data) < HEADER_BYTES:
+            raise ArtifactError(
+                f"{self.name}: {len(self.data)} bytes is too short for a BLOBFILE (header is 64 bytes)"
+            )
+        self.header_count, version = _HEADER.unpack_from(self.data, 0)
+        if version != VERSION:
+            raise ArtifactError(
+                f"{self.name}: BLOBFILE version {version}, expected {VERSION}",
+                hint="the file is not a MILBlob storage v2 weight file",
+            )
+
+    def entry(self, offset: int) -> BlobEntry:
+        """The validated metadata record at ``offset``."""
+        where = f"{self.name} offset {offset}"
+        if offset < HEADER_BYTES or offset % ALIGNMENT:
+            raise ArtifactError(
+                f"{where}: a blob offset must be a multiple of 64 and at least 64",
+                constraint="ANE-BLOBFILE-OFFSET",
+            )
+        if offset + METADATA_BYTES > len(self.data):
+            raise ArtifactError(f"{where}: past the end of the file ({len(self.data)} bytes)")
+        sentinel, code, size, data_offset, padding = _METADATA.unpack_from(self.data, offset)
+        if sentinel != SENTINEL:
+            hint = None
+            if offset >= HEADER_BYTES + METADATA_BYTES and self._has_sentinel(offset - METADATA_BYTES):
+                hint = (
+                    f"offset {offset} is a payload; MIL must reference the metadata record at "
+                    f"{offset - METADATA_BYTES}"
+                )
+            raise ArtifactError(
+                f"{where}: no blob metadata here (sentinel 0x{sentinel:08X}, expected 0xDEADBEEF)",
+                hint=hint,
+                constraint="ANE-BLOBFILE-OFFSET",
+            )
+        if code not in CODE_NAMES:
+            raise ArtifactError(f"{where}: unsupported blob dtype code {code}")
+        if data_offset < offset + METADATA_BYTES or data_offset + size > len(self.data):
+            raise ArtifactError(
+                f"{where}: payload [{data_offset}, {data_offset + size}) is outside the file "
+                f"({len(self.data)} bytes)"
+            )
+        itemsize = np.dtype(CODE_NAMES[code]).itemsize
+        if size % itemsize:
+            raise ArtifactError(f"{where}: payload size {size} is not a multiple of {itemsize}")
+        return BlobEntry(offset, CODE_NAMES[code], size, data_offset, padding)
+
+    def _has_sentinel(self, offset: int) -> bool:
+        return offset + 4 <= len(self.data) and struct.unpack_from("<I", self.data, offset)[0] == SENTINEL
+
+    def entries(self) -> list[BlobEntry]:
+        """Every blob in file order (also checks the header count)."""
+        out, m = [], HEADER_BYTES
+        while m < len(self.data):
+            e = self.entry(m)
+            out.append(e)
+            m = align(e.data_offset + e.size)
+        if len(out) != self.header_count:
+            raise ArtifactError(
+                f"{self.name}: header says {self.header_count} blobs, the file holds {len(out)}"
+            )
+        return out
+
+    def read(self, offset: int, expect_dtype: np.dtype | str | None = None) -> np.ndarray:
+        """The 1-D array stored at metadata ``offset`` (a read-only view)."""
+        e = self.entry(offset)
+        if expect_dtype is not None and np.dtype(expect_dtype).name != e.dtype:
+            raise ArtifactError(
+                f"{self.name} offset {offset}: blob holds {e.dtype}, expected {np.dtype(expect_dtype).name}"
+            )
+        dt = np.dtype(e.dtype).newbyteorder("<")
+        return np.frombuffer(self.data, dtype=dt, count=e.count, offset=e.data_offset)
+
+    def payload(self, offset: int) -> bytes:
+        """The raw payload bytes of the blob at ``offset``."""
+        e = self.entry(offset)
+        return self.data[e.data_offset : e.data_offset + e.size]
+
+
+def dump(path: str | Path) -> str:
+    """A human-readable listing of a BLOBFILE."""
+    r = BlobReader(path)
+    entries = r.entries()
+    lines = [f"{r.name}: {len(r.data)} bytes, version {VERSION}, {len(entries)} blob(s)"]
+    lines.append(f"{'offset':>10}  {'dtype':<7} {'count':>10} {'bytes':>10}  {'min':>12} {'max':>12}  sha256")
+    for e in entries:
+        arr = r.read(e.offset)
+        lo = hi = "-"
+        if arr.size:
+            a = arr.astype(np.float64)
+            lo, hi = f"{a.min():.6g}", f"{a.max():.6g}"
+        digest = hashlib.sha256(r.payload(e.offset)).hexdigest()[:16]
+        name = _SHORT.get(e.dtype, e.dtype)
+        lines.append(f"{e.offset:>10}  {name:<7} {e.count:>10} {e.size:>10}  {lo:>12} {hi:>12}  {digest}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] in ("-h", "--help"):
+        print("usage: python -m anec.mil.blobfile FILE", file=sys.stderr)
+        return 2
+    try:
+        print(dump(args[0]))
+    except AnecError as e:
+        print(e.render(), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

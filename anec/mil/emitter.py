@@ -1,0 +1,566 @@
+"""IR graph -> Apple MIL text: the only code in anec that writes MIL.
+
+:func:`emit_mil` turns one legalized func into the text the ANE's in-memory
+compiler accepts, plus the *weight plan*: which BLOBFILE and offset each weight
+const refers to. It never looks at weight values, so the same IR always gives
+byte-identical MIL (the runtime keys compiled programs by MIL text, and delta
+reload relies on new weights leaving the text unchanged). Building the blob
+bytes from a :class:`~anec.weights.WeightStore` is a separate step
+(:mod:`anec.mil.artifact`).
+
+The text form (docs/mil.md has the full contract)::
+
+    program(1.3)
+    [buildInfo = dict<string, string>({{"coremlc-component-MIL", "3510.2.1"}, ...})]
+    {
+        func main<ios18>(tensor<fp32, [1, 768, 1, 64]> x) {
+            string xh_dtype = const()[name = string("xh_dtype"), val = string("fp16")];
+            tensor<fp16, [1, 768, 1, 64]> xh = cast(dtype = xh_dtype, x = x)[name = string("xh")];
+            ...
+        } -> (y);
+    }
+
+Rules the device imposes and this module enforces:
+
+* every non-tensor parameter is a named const ``<node>_<param>`` (the ANE
+  rejects inline literals for some of them, e.g. matmul's transpose flags);
+* keyword arguments are sorted, one statement per line, 4-space indents;
+* func input and output names are the IR names, unchanged: the device binds
+  I/O surfaces in alphabetical order of these names;
+* ops the ANE rejects (gelu, rsqrt, concat, neg, conv bias) are never written:
+  they are a :class:`~anec.diagnostics.ConstraintError` pointing at legalize.
+
+The dialect (``target.mil_dialect``) only changes spellings: ``ios18`` writes
+``program(1.3)`` and short scalars (``string("x")``), ``ios16`` writes
+``program(1.0)``, ``<ios16>`` and verbose scalars (``tensor<string, []>("x")``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from anec.diagnostics import ConstraintError, PassError
+from anec.ir.graph import Graph, Node, Value
+from anec.ir.ops import const_literal, with_defaults
+from anec.ir.types import DType, TensorType
+from anec.mil import blobfile
+
+if TYPE_CHECKING:
+    from anec.targets import Target
+
+__all__ = [
+    "DIALECTS",
+    "Dialect",
+    "MilProgram",
+    "WeightSlot",
+    "emit_mil",
+    "hex_float",
+    "is_mil_identifier",
+]
+
+INDENT = "    "
+WEIGHTS_DIR = "weights"
+MODEL_PATH = "@model_path"
+PACKED_FILE = "weight.bin"
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """Spelling differences between MIL text versions."""
+
+    name: str
+    program_version: str
+    opset: str
+    build_info: str
+    verbose_scalars: bool
+    """Scalars as rank-0 tensors: ``tensor<string, []>("x")`` instead of ``string("x")``."""
+    blob_dtypes: frozenset[DType]
+    """Dtypes a BLOBFILE const may have in this opset."""
+
+
+DIALECTS: dict[str, Dialect] = {
+    "ios18": Dialect(
+        "ios18",
+        "1.3",
+        "ios18",
+        '[buildInfo = dict<string, string>({{"coremlc-component-MIL", "3510.2.1"}, '
+        '{"coremlc-version", "3505.4.1"}, {"coremltools-component-milinternal", ""}, '
+        '{"coremltools-version", "9.0"}})]',
+        False,
+        frozenset({DType.fp16, DType.fp32, DType.int8, DType.uint8, DType.int32}),
+    ),
+    "ios16": Dialect(
+        "ios16",
+        "1.0",
+        "ios16",
+        '[buildInfo = dict<tensor<string, []>, tensor<string, []>>({{"coremlc-version", "3505.4.1"}})]',
+        True,
+        frozenset({DType.fp16, DType.fp32, DType.int8, DType.uint8}),
+    ),
+}
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+RESERVED = frozenset(
+    {"program", "func", "tensor", "string", "bool", "dict", "list", "tuple", "const", "BLOBFILE",
+     "true", "false", "inf", "nan", "fp16", "fp32", "fp64", "bf16",
+     "int4", "int8", "int16", "int32", "int64",
+     "uint1", "uint2", "uint3", "uint4", "uint6", "uint8", "uint16", "uint32", "uint64"}
+)
+"""Words that are MIL syntax (type names, literals, keywords): never used as names."""
+
+_REJECTED = {
+    "gelu": ("ANE-GELU", "gelu is not a MIL op the ANE accepts"),
+    "rsqrt": ("ANE-RSQRT", "rsqrt is rejected by the ANE compiler"),
+    "concat": ("ANE-CONCAT", "concat is rejected by the ANE compiler"),
+    "neg": ("ANE-NEG", "the ANE has no neg op"),
+}
+_LEGALIZE_HINT = "run the legalize pass (part of the default pipeline), which rewrites it"
+
+
+def is_mil_identifier(name: str) -> bool:
+    """True if ``name`` can be a MIL variable name as written."""
+    return bool(_IDENT.match(name)) and name not in RESERVED
+
+
+def hex_float(v: float) -> str:
+    """A float as a C hex float with no trailing zeros (``0x1p+0``, ``-0x1.4p+3``).
+
+    Exact for every fp16 and fp32 value; ``inf``, ``-inf`` and ``nan`` are
+    spelled as words, which the MIL parser accepts.
+    """
+    v = float(v)
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    mant, exp = v.hex().split("p")
+    if "." in mant:
+        mant = mant.rstrip("0").rstrip(".")
+    return f"{mant}p{exp}"
+
+
+@dataclass
+class WeightSlot:
+    """Where one weight const lives in the artifact (decided before any value exists)."""
+
+    node: Node
+    """The IR const node (materialized later from the WeightStore)."""
+    const: str
+    """MIL name of the const."""
+    key: str
+    """Checkpoint key."""
+    file: str
+    """Path relative to the artifact dir, e.g. ``weights/w1.bin``."""
+    offset: int
+    """Metadata offset of the blob in ``file``."""
+    type: TensorType
+    """Declared type: the stored dtype and shape."""
+    perm: list[int] | None
+    slice: list[int] | None
+
+    @property
+    def path(self) -> str:
+        """The path as written in MIL: ``@model_path/weights/w1.bin``."""
+        return f"{MODEL_PATH}/{self.file}"
+
+
+@dataclass
+class MilProgram:
+    """The result of emission: MIL text plus the weight plan."""
+
+    text: str
+    weights: list[WeightSlot]
+    inputs: list[Value]
+    outputs: list[Value]
+    names: dict[str, str] = field(default_factory=dict)
+    """IR value name -> MIL name (differs only for renamed internal values)."""
+    dialect: str = "ios18"
+
+    @property
+    def files(self) -> list[str]:
+        """Weight files, in first-use order."""
+        return list(dict.fromkeys(w.file for w in self.weights))
+
+    def op_count(self) -> int:
+        """Statements in the func body (consts included)."""
+        return sum(1 for line in self.text.splitlines() if line.startswith(INDENT * 2))
+
+
+# ---------------------------------------------------------------------------
+# literals and types
+
+
+class _Spell:
+    """Types and literals in one dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.verbose = dialect.verbose_scalars
+
+    def scalar_type(self, dtype: str) -> str:
+        return f"tensor<{dtype}, []>" if self.verbose else dtype
+
+    def type(self, t: TensorType) -> str:
+        if t.rank == 0:
+            return self.scalar_type(str(t.dtype))
+        return f"tensor<{t.dtype}, [{', '.join(str(d) for d in t.shape)}]>"
+
+    def scalar(self, dtype: str, text: str) -> str:
+        return f"{self.scalar_type(dtype)}({text})"
+
+    def string(self, s: str) -> str:
+        return self.scalar("string", '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"')
+
+    def element(self, dtype: DType, v: Any) -> str:
+        if dtype.is_float:
+            return hex_float(v)
+        if dtype == DType.bool:
+            return "true" if v else "false"
+        return str(int(v))
+
+    def value(self, t: TensorType, arr: np.ndarray) -> str:
+        """A typed literal of ``arr`` (shape ``t.shape``)."""
+        if t.rank == 0:
+            return self.scalar(str(t.dtype), self.element(t.dtype, arr.reshape(()).item()))
+        flat = ", ".join(self.element(t.dtype, v) for v in arr.reshape(-1).tolist())
+        return f"{self.type(t)}([{flat}])"
+
+
+# ---------------------------------------------------------------------------
+# the emitter
+
+
+def _ints(values: Sequence[int]) -> tuple[TensorType, np.ndarray]:
+    arr = np.asarray(list(values), dtype=np.int32).reshape(-1)
+    return TensorType(DType.int32, (arr.size,)), arr
+
+
+def _scalar(dtype: DType, v: Any) -> tuple[TensorType, np.ndarray]:
+    return TensorType(dtype, ()), np.asarray(v, dtype=dtype.np)
+
+
+class _Emitter:
+    def __init__(self, graph: Graph, target: "Target", pack_weights: bool) -> None:
+        self.graph = graph
+        self.target = target
+        self.pack = pack_weights
+        try:
+            self.dialect = DIALECTS[target.mil_dialect]
+        except KeyError:
+            raise ConstraintError(
+                f"target {target.name} asks for MIL dialect '{target.mil_dialect}', which anec does not write",
+                hint=f"known dialects: {', '.join(DIALECTS)}",
+                constraint="ANE-MIL-DIALECT",
+            ) from None
+        self.sp = _Spell(self.dialect)
+        self.names: dict[int, str] = {}  # id(Value) -> MIL name
+        self.taken: set[str] = set()
+        self.lines: list[str] = []
+        self.weights: list[WeightSlot] = []
+        self.files_taken: set[str] = set()
+        self.file_end: dict[str, int] = {}
+
+    # ---- names ----------------------------------------------------------
+    def _claim(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.taken:
+            name = f"{base}_{i}"
+            i += 1
+        self.taken.add(name)
+        return name
+
+    def _assign_names(self) -> None:
+        g = self.graph
+        seen_out: set[int] = set()
+        for v in g.outputs:
+            if id(v) in seen_out:
+                raise ConstraintError(
+                    f"value %{v.name} is returned twice from func '{g.name}'",
+                    span=g.return_span,
+                    hint="return it once, or return an identity copy under another name",
+                    constraint="ANE-IO-ORDER",
+                )
+            seen_out.add(id(v))
+            if v.producer is None:
+                raise ConstraintError(
+                    f"func '{g.name}' returns its input %{v.name}; the ANE only returns values the program computes",
+                    span=g.return_span,
+                    hint=f"return an identity copy: %{v.name}_out = identity(%{v.name})",
+                    constraint="ANE-LIVE-OUTPUTS",
+                )
+        for v in [*g.inputs, *g.outputs]:
+            if not is_mil_identifier(v.name):
+                why = "is a MIL keyword" if v.name in RESERVED else "is not a valid MIL identifier"
+                raise ConstraintError(
+                    f"{'input' if v.producer is None else 'output'} name '{v.name}' of func '{g.name}' {why}",
+                    span=v.span,
+                    hint="I/O names are kept exactly (the device binds I/O by name); rename it to "
+                    "start with a letter or _, e.g. %" + _sanitize(v.name),
+                    constraint="ANE-IO-ORDER",
+                )
+            self.names[id(v)] = v.name
+            self.taken.add(v.name)
+        for n in g.nodes:
+            for r in n.results:
+                if id(r) not in self.names:
+                    self.names[id(r)] = self._claim(_sanitize(r.name))
+
+    def name(self, v: Value) -> str:
+        return self.names[id(v)]
+
+    # ---- statements -----------------------------------------------------
+    def _stmt(self, results: str, op: str, args: dict[str, str], opname: str) -> None:
+        body = ", ".join(f"{k} = {args[k]}" for k in sorted(args))
+        self.lines.append(f"{INDENT * 2}{results} = {op}({body})[name = {self.sp.string(opname)}];")
+
+    def _const(self, name: str, type_text: str, val: str) -> None:
+        self.lines.append(
+            f"{INDENT * 2}{type_text} {name} = const()[name = {self.sp.string(name)}, val = {val}];"
+        )
+
+    def _param(self, node_name: str, param: str, t: TensorType, arr: np.ndarray) -> str:
+        name = self._claim(f"{node_name}_{param}")
+        self._const(name, self.sp.type(t), self.sp.value(t, arr))
+        return name
+
+    def _string_param(self, node_name: str, param: str, s: str) -> str:
+        name = self._claim(f"{node_name}_{param}")
+        self._const(name, self.sp.scalar_type("string"), self.sp.string(s))
+        return name
+
+    # ---- per op -----------------------------------------------------------
+    def emit_node(self, n: Node) -> None:
+        if n.op in _REJECTED:
+            cid, why = _REJECTED[n.op]
+            raise ConstraintError(f"{why}; it must not reach MIL emission", span=n.span,
+                                  hint=_LEGALIZE_HINT, constraint=cid)
+        if n.op == "conv1x1" and "bias" in n.optional:
+            raise ConstraintError("the ANE rejects conv with bias=; it must not reach MIL emission",
+                                  span=n.span, hint=_LEGALIZE_HINT + " into conv + add",
+                                  constraint="ANE-CONV-BIAS")
+        method = getattr(self, "op_" + n.op, None)
+        if method is None:
+            raise PassError(f"emit-mil: no MIL translation for op '{n.op}'", span=n.span)
+        method(n, with_defaults(n.op, n.attrs))
+
+    def _simple(self, n: Node, mil_op: str, args: dict[str, str]) -> None:
+        r = n.result
+        self._stmt(f"{self.sp.type(r.type)} {self.name(r)}", mil_op, args, self.name(r))
+
+    # const
+    def op_const(self, n: Node, a: dict) -> None:
+        r = n.result
+        name, t = self.name(r), r.type
+        if "value" in a:
+            self._const(name, self.sp.type(t), self.sp.value(t, const_literal(a["value"], t)))
+            return
+        if t.dtype not in self.dialect.blob_dtypes:
+            allowed = ", ".join(sorted(d.value for d in self.dialect.blob_dtypes))
+            raise ConstraintError(
+                f"weight const %{r.name} has dtype {t.dtype}, which a BLOBFILE cannot hold in the "
+                f"{self.dialect.name} dialect",
+                span=n.span, hint=f"declare it as one of {allowed} and cast after loading",
+                constraint="ANE-MIL-DIALECT",
+            )
+        file = self._weight_file(name)
+        offset = self.file_end.get(file, blobfile.HEADER_BYTES)
+        self.file_end[file] = blobfile.next_offset(offset, t.nbytes)
+        slot = WeightSlot(n, name, a["weight"], file, offset, t, a.get("perm"), a.get("slice"))
+        self.weights.append(slot)
+        # a BLOBFILE value is always a tensor type, also for rank 0
+        type_text = self.sp.type(t) if t.rank else f"tensor<{t.dtype}, []>"
+        val = (f"{type_text}(BLOBFILE(path = {self.sp.string(slot.path)}, "
+               f"offset = {self.sp.scalar('uint64', str(offset))}))")
+        self._const(name, type_text, val)
+
+    def _weight_file(self, const_name: str) -> str:
+        if self.pack:
+            return f"{WEIGHTS_DIR}/{PACKED_FILE}"
+        # unique ignoring case: macOS file systems usually are case-insensitive
+        stem, i = const_name, 1
+        while stem.lower() in self.files_taken:
+            stem = f"{const_name}_{i}"
+            i += 1
+        self.files_taken.add(stem.lower())
+        return f"{WEIGHTS_DIR}/{stem}.bin"
+
+    # elementwise
+    def _unary(self, n: Node, a: dict, mil_op: str | None = None) -> None:
+        self._simple(n, mil_op or n.op, {"x": self.name(n.operands[0])})
+
+    op_identity = op_exp = op_sqrt = op_relu = op_tanh = op_sigmoid = _unary
+
+    def _binary(self, n: Node, a: dict) -> None:
+        x, y = n.operands
+        self._simple(n, n.op, {"x": self.name(x), "y": self.name(y)})
+
+    op_add = op_sub = op_mul = op_pow = op_real_div = _binary
+
+    def op_cast(self, n: Node, a: dict) -> None:
+        nn = self.name(n.result)
+        dt = self._string_param(nn, "dtype", str(DType(a["dtype"])))
+        self._simple(n, "cast", {"dtype": dt, "x": self.name(n.operands[0])})
+
+    def op_conv1x1(self, n: Node, a: dict) -> None:
+        x, w = n.operands
+        nn = self.name(n.result)
+        args = {
+            "dilations": self._param(nn, "dilations", *_ints([1, 1])),
+            "groups": self._param(nn, "groups", *_scalar(DType.int32, 1)),
+            "pad": self._param(nn, "pad", *_ints([0, 0, 0, 0])),
+            "pad_type": self._string_param(nn, "pad_type", "valid"),
+            "strides": self._param(nn, "strides", *_ints([1, 1])),
+            "weight": self.name(w),
+            "x": self.name(x),
+        }
+        self._simple(n, "conv", args)
+
+    def op_matmul(self, n: Node, a: dict) -> None:
+        x, y = n.operands
+        nn = self.name(n.result)
+        args = {
+            "transpose_x": self._param(nn, "transpose_x", *_scalar(DType.bool, bool(a["transpose_x"]))),
+            "transpose_y": self._param(nn, "transpose_y", *_scalar(DType.bool, bool(a["transpose_y"]))),
+            "x": self.name(x),
+            "y": self.name(y),
+        }
+        self._simple(n, "matmul", args)
+
+    def op_softmax(self, n: Node, a: dict) -> None:
+        x = n.operands[0]
+        axis = a["axis"] % x.type.rank
+        nn = self.name(n.result)
+        self._simple(n, "softmax", {"axis": self._param(nn, "axis", *_scalar(DType.int32, axis)),
+                                    "x": self.name(x)})
+
+    def _reduce(self, n: Node, a: dict) -> None:
+        x = n.operands[0]
+        nn = self.name(n.result)
+        axes = [ax % x.type.rank for ax in a["axes"]]
+        args = {
+            "axes": self._param(nn, "axes", *_ints(axes)),
+            "keep_dims": self._param(nn, "keep_dims", *_scalar(DType.bool, bool(a["keep_dims"]))),
+            "x": self.name(x),
+        }
+        self._simple(n, n.op, args)
+
+    op_reduce_sum = op_reduce_mean = op_reduce_max = _reduce
+
+    # shapes
+    def op_reshape(self, n: Node, a: dict) -> None:
+        # The resolved result shape (no -1): identical meaning, nothing left to infer.
+        nn = self.name(n.result)
+        self._simple(n, "reshape", {"shape": self._param(nn, "shape", *_ints(n.result.type.shape)),
+                                    "x": self.name(n.operands[0])})
+
+    def op_transpose(self, n: Node, a: dict) -> None:
+        nn = self.name(n.result)
+        self._simple(n, "transpose", {"perm": self._param(nn, "perm", *_ints(a["perm"])),
+                                      "x": self.name(n.operands[0])})
+
+    def op_slice(self, n: Node, a: dict) -> None:
+        x = n.operands[0]
+        stride = a.get("stride") or [1] * x.type.rank
+        # python slice semantics resolved against the shape: 0 <= begin, end <= dim
+        bounds = [slice(b, e, s).indices(d) for b, e, s, d in zip(a["begin"], a["end"], stride, x.type.shape)]
+        nn = self.name(n.result)
+        args = {
+            "begin": self._param(nn, "begin", *_ints([b for b, _, _ in bounds])),
+            "end": self._param(nn, "end", *_ints([e for _, e, _ in bounds])),
+            "stride": self._param(nn, "stride", *_ints([s for _, _, s in bounds])),
+            "x": self.name(x),
+        }
+        self._simple(n, "slice_by_index", args)
+
+    def op_split(self, n: Node, a: dict) -> None:
+        x = n.operands[0]
+        op_name = self._claim(f"{self.name(n.results[0])}_split")
+        args = {
+            "axis": self._param(op_name, "axis", *_scalar(DType.int32, a["axis"] % x.type.rank)),
+            "split_sizes": self._param(op_name, "split_sizes", *_ints(a["sizes"])),
+            "x": self.name(x),
+        }
+        results = ", ".join(f"{self.sp.type(r.type)} {self.name(r)}" for r in n.results)
+        self._stmt(results, "split", args, op_name)
+
+    def op_pad(self, n: Node, a: dict) -> None:
+        x = n.operands[0]
+        before, after = list(a["before"]), list(a["after"])
+        # MIL pads the last len(pad)/2 dims, [before, after] per dim: skip leading unpadded dims
+        first = next((i for i in range(x.type.rank) if before[i] or after[i]), x.type.rank - 1)
+        pad = [p for i in range(first, x.type.rank) for p in (before[i], after[i])]
+        nn = self.name(n.result)
+        args = {
+            "constant_val": self._param(nn, "constant_val", *_scalar(x.type.dtype, a["value"])),
+            "mode": self._string_param(nn, "mode", "constant"),
+            "pad": self._param(nn, "pad", *_ints(pad)),
+            "x": self.name(x),
+        }
+        self._simple(n, "pad", args)
+
+    # ---- program ----------------------------------------------------------
+    def _check_io(self) -> None:
+        if self.target.fp32_io:
+            return
+        for v in [*self.graph.inputs, *self.graph.outputs]:
+            if v.type.dtype == DType.fp32:
+                raise ConstraintError(
+                    f"{'input' if v.producer is None else 'output'} %{v.name} is fp32, but target "
+                    f"{self.target.name} only accepts fp16 I/O",
+                    span=v.span,
+                    hint="compile with --host-casts (the host converts fp32 <-> fp16) or declare it fp16",
+                    constraint="ANE-FP32-IO",
+                )
+
+    def run(self) -> MilProgram:
+        g = self.graph
+        if self.pack and self.target.one_file_per_weight:
+            raise ConstraintError(
+                f"target {self.target.name} needs one BLOBFILE per weight; --pack-weights is not allowed",
+                hint="compile without --pack-weights",
+                constraint="ANE-ONE-FILE-PER-WEIGHT",
+            )
+        self._check_io()
+        self._assign_names()
+        for n in g.nodes:
+            self.emit_node(n)
+        d = self.dialect
+        params = ", ".join(f"{self.sp.type(v.type)} {self.name(v)}" for v in g.inputs)
+        out = [
+            f"program({d.program_version})",
+            d.build_info,
+            "{",
+            f"{INDENT}func main<{d.opset}>({params}) {{",
+            *self.lines,
+            f"{INDENT}}} -> ({', '.join(self.name(v) for v in g.outputs)});",
+            "}",
+        ]
+        names = {v.name: self.names[id(v)] for v in g.values() if id(v) in self.names}
+        return MilProgram("\n".join(out) + "\n", self.weights, list(g.inputs), list(g.outputs),
+                          names, d.name)
+
+
+def _sanitize(name: str) -> str:
+    """A valid MIL identifier derived from an IR value name."""
+    s = re.sub(r"[^A-Za-z0-9_]", "_", name) or "v"
+    if not (s[0].isalpha() or s[0] == "_"):
+        s = "v" + s
+    if s in RESERVED:
+        s += "_"
+    return s
+
+
+def emit_mil(graph: Graph, target: "Target", *, pack_weights: bool = False) -> MilProgram:
+    """The MIL text and weight plan of one func (a legalized graph).
+
+    Weight values are not needed (nor looked at): weight consts become
+    ``BLOBFILE`` references to ``weights/<const>.bin`` (one file per weight),
+    or to offsets in ``weights/weight.bin`` with ``pack_weights``.
+    Raises :class:`~anec.diagnostics.ConstraintError` for anything the ANE
+    would reject that legalize should have removed.
+    """
+    return _Emitter(graph, target, pack_weights).run()
