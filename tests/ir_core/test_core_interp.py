@@ -1,0 +1,143 @@
+"""Interpreter behaviour: the two precision modes, input checking, helpers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from anec.diagnostics import AnecError
+from anec.ir.builder import Builder
+from anec.ir.interp import interpret, interpret_module, random_inputs
+from anec.ir.parser import parse_file
+from anec.weights import resolve_weights
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def accumulate_graph(steps: int = 10):
+    """x + 1e-4, ten times, in fp16: each step is below half an fp16 ulp of 1.0."""
+    b = Builder("acc")
+    x = b.input("x", "fp16", [4])
+    eps = b.const_value(1e-4, "fp16[]", name="eps")
+    v = x
+    for _ in range(steps):
+        v = b.add(v, eps)
+    b.ret(b.cast(v, dtype="fp32", name="y"))
+    return b.graph
+
+
+def test_fp16_mode_rounds_every_value_and_fp32_mode_does_not():
+    g = accumulate_graph()
+    x = np.ones(4, np.float32)
+    y32 = interpret(g, {"x": x}, mode="fp32")["y"]
+    y16 = interpret(g, {"x": x}, mode="fp16")["y"]
+    eps16 = float(np.float16(1e-4))  # the const is declared fp16: rounded in both modes
+    np.testing.assert_allclose(y32, 1.0 + 10 * eps16, rtol=1e-6)
+    np.testing.assert_array_equal(y16, np.ones(4, np.float32))  # 1 + 1e-4 rounds back to 1 each step
+
+
+def test_fp32_mode_still_rounds_at_casts_and_declared_fp16_inputs():
+    b = Builder("c")
+    x = b.input("x", "fp32", [3])
+    h = b.input("h", "fp16", [3])
+    xh = b.cast(x, dtype="fp16", name="xh")
+    b.ret(b.identity(xh, name="a"), b.identity(h, name="b"))
+    v = np.array([1.0001, 70000.0, 1 / 3], np.float64)
+    out = interpret(b.graph, {"x": v, "h": v}, mode="fp32")
+    with np.errstate(over="ignore"):
+        want = v.astype(np.float16).astype(np.float32)
+    assert out["a"].dtype == np.float32  # fp32 mode returns float32 for fp16 values
+    np.testing.assert_array_equal(out["a"], want)  # including 70000 -> inf
+    np.testing.assert_array_equal(out["b"], want)
+    out16 = interpret(b.graph, {"x": v, "h": v}, mode="fp16")
+    assert out16["a"].dtype == np.float16
+
+
+def test_outputs_in_return_order():
+    b = Builder("o")
+    x = b.input("x", "fp32", [2])
+    z = b.neg(x, name="z")
+    a = b.exp(x, name="a")
+    b.ret(z, a)
+    assert list(interpret(b.graph, {"x": np.zeros(2)})) == ["z", "a"]
+
+
+def test_input_errors_name_the_input():
+    b = Builder("f")
+    x = b.input("x", "fp32", [2, 3])
+    n = b.input("n", "int32", [2])
+    b.ret(b.neg(x, name="y"), b.identity(n, name="m"))
+    g = b.graph
+    ok = {"x": np.zeros((2, 3)), "n": np.zeros(2, np.int64)}  # float64 and int64 convert
+    interpret(g, ok)
+    with pytest.raises(AnecError, match="missing input 'n' \\(int32\\[2\\]\\) for func 'f'"):
+        interpret(g, {"x": ok["x"]})
+    with pytest.raises(AnecError, match="input 'x' has shape \\[3, 2\\] but the func declares fp32\\[2, 3\\]"):
+        interpret(g, {**ok, "x": np.zeros((3, 2))})
+    with pytest.raises(AnecError, match="input 'n' has dtype float32 which does not convert to int32"):
+        interpret(g, {**ok, "n": np.zeros(2, np.float32)})
+    with pytest.raises(AnecError, match="input 'n' has dtype int64 which does not convert to int32"):
+        interpret(g, {**ok, "n": np.array([2**40, 0])})
+    with pytest.raises(AnecError, match="func 'f' has no input 'xx'") as ei:
+        interpret(g, {**ok, "xx": ok["x"]})
+    assert ei.value.hint == "did you mean 'x'?"
+    with pytest.raises(AnecError, match="unknown interpreter mode 'bf16'"):
+        interpret(g, ok, mode="bf16")
+
+
+def test_random_inputs_deterministic_and_typed():
+    b = Builder("f")
+    b.input("x", "fp16", [1, 8, 1, 16])
+    b.input("mask", "fp32", [1, 1, 16, 16])
+    b.input("ids", "int32", [16])
+    b.input("flags", "bool", [3])
+    r1, r2, r3 = random_inputs(b.graph, 0), random_inputs(b.graph, 0), random_inputs(b.graph, 1)
+    assert list(r1) == ["x", "mask", "ids", "flags"]
+    for k in r1:
+        np.testing.assert_array_equal(r1[k], r2[k])
+    assert not np.array_equal(r1["x"], r3["x"])
+    assert r1["x"].dtype == np.float16 and r1["ids"].dtype == np.int32 and r1["flags"].dtype == bool
+    assert r1["ids"].min() >= -8 and r1["ids"].max() <= 8
+    assert 0.5 < r1["mask"].std() < 1.5
+
+
+def test_interpret_module_selects_func():
+    m = parse_file(ROOT / "examples" / "multi_func.ir")
+    w = resolve_weights(m, random_seed=0)
+    enc = m.funcs["encode"]
+    out = interpret_module(m, "encode", random_inputs(enc, 0), w)
+    assert list(out) == ["left", "neg_right"]
+    with pytest.raises(AnecError, match="the module has 2 funcs; choose one"):
+        interpret_module(m, None, {}, w)
+    with pytest.raises(AnecError, match="no func 'encod' in the module") as ei:
+        interpret_module(m, "encod", {}, w)
+    assert ei.value.hint == "did you mean 'encode'?"
+
+
+def test_gpt2_mlp_example_matches_torch():
+    """The whole gpt2_mlp.ir block against torch's layer_norm / conv2d / gelu(tanh)."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    m = parse_file(ROOT / "examples" / "gpt2_mlp.ir")
+    store = resolve_weights(m, random_seed=0)
+    g = m.func()
+    x = random_inputs(g, 0)["x"]
+    got = interpret(g, {"x": x}, store, mode="fp32")["y"]
+
+    def w(key, shape):  # weights as the IR declares them: rounded to fp16
+        return torch.from_numpy(store[key].astype(np.float16).astype(np.float32).reshape(shape))
+
+    xh = torch.from_numpy(x.astype(np.float16).astype(np.float32))
+    ln = F.layer_norm(xh.permute(0, 2, 3, 1), (768,), w("h.0.ln_2.weight", (768,)), w("h.0.ln_2.bias", (768,)),
+                      eps=float(np.float16(1e-5))).permute(0, 3, 1, 2)
+    h = F.conv2d(ln, w("h.0.mlp.c_fc.weight", (3072, 768, 1, 1)), w("h.0.mlp.c_fc.bias", (3072,)))
+    a = F.gelu(h, approximate="tanh")
+    o = F.conv2d(a, w("h.0.mlp.c_proj.weight", (768, 3072, 1, 1)), w("h.0.mlp.c_proj.bias", (768,)))
+    # fp32 mode: everything between the two casts in float32, like torch here. The
+    # tolerance covers float32 summation-order differences over 768/3072-long dots.
+    np.testing.assert_allclose(got, (xh + o).numpy(), rtol=1e-4, atol=1e-4)
+    fp16 = interpret(g, {"x": x}, store, mode="fp16")["y"]
+    err = np.abs(fp16 - got).max()
+    assert 0 < err < 0.05  # the device-like run differs, but only by fp16 noise
