@@ -38,29 +38,35 @@ from anec.ir.ops import (
 )
 from anec.ir.types import ALL_DTYPES, FLOATS, NUMERIC, DType, TensorType, parse_dtype
 
-_LAZY_MODULES = ("anec.ir.parser", "anec.ir.printer", "anec.ir.verifier")
+_LAZY = {
+    "parse": "anec.ir.parser",
+    "parse_file": "anec.ir.parser",
+    "parse_with_layout": "anec.ir.parser",
+    "print_module": "anec.ir.printer",
+    "print_graph": "anec.ir.printer",
+    "format_text": "anec.ir.printer",
+    "verify": "anec.ir.verifier",
+    "verify_all": "anec.ir.verifier",
+}
+"""Text tools resolved on first use: name -> defining module."""
 
 __all__ = [
     "ALL_DTYPES", "AttrDef", "BINARY", "Builder", "DType", "ELEMENTWISE", "FLOATS", "Graph",
     "InferError", "LINEAR", "MULTI_RESULT", "Module", "NOT_ON_ANE", "NUMERIC", "Node", "OPS",
     "OpDef", "OperandDef", "REDUCTIONS", "REQUIRED", "SHAPE_OPS", "TensorType", "UNARY", "Value",
-    "WeightSource", "as_type", "infer_types", "parse_dtype", "with_defaults",
+    "WeightSource", "as_type", "infer_types", "parse_dtype", "with_defaults", *_LAZY,
 ]
 
 
 def __getattr__(name: str) -> Any:
-    """Resolve ``parse``, ``verify``, ``print_module``... from the text-tool modules."""
-    if name.startswith("_"):
-        raise AttributeError(name)
-    for modname in _LAZY_MODULES:
-        try:
-            mod = importlib.import_module(modname)
-        except ModuleNotFoundError as e:
-            if e.name != modname:
-                raise
-            continue
-        if hasattr(mod, name) and not name.startswith("_"):
-            value = getattr(mod, name)
-            globals()[name] = value
-            return value
-    raise AttributeError(f"module 'anec.ir' has no attribute '{name}'")
+    """Import ``parse``, ``verify``, ``print_module``... from their module on first use."""
+    modname = _LAZY.get(name)
+    if modname is None:
+        raise AttributeError(f"module 'anec.ir' has no attribute '{name}'")
+    value = getattr(importlib.import_module(modname), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

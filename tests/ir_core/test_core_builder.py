@@ -136,3 +136,16 @@ def test_errors_are_verify_errors_with_hints():
         Builder.module(b, Builder("f"))
     # nothing half-built was left behind by the failures
     assert [n.op for n in b.graph.nodes] == ["const", "neg"]
+
+
+def test_facade_and_text_round_trip_of_a_built_module():
+    import anec.ir as ir
+
+    module = Builder.module(build_gpt2_mlp(), weights=["gpt2_layer0.safetensors"])
+    text = ir.print_module(module)
+    assert ir.parse(text) == module
+    assert text == ir.print_module(ir.parse_file(ROOT / "examples" / "gpt2_mlp.ir"))
+    assert ir.verify(module) == []
+    assert "verify" in dir(ir)
+    with pytest.raises(AttributeError):
+        ir.no_such_tool  # noqa: B018
