@@ -188,16 +188,17 @@ class BlobReader:
                 f"{where}: a blob offset must be a multiple of 64 and at least 64",
                 constraint="ANE-BLOBFILE-OFFSET",
             )
+        hint = None
+        if offset >= HEADER_BYTES + METADATA_BYTES and self._has_sentinel(offset - METADATA_BYTES):
+            hint = (
+                f"offset {offset} is a payload; MIL must reference the metadata record at "
+                f"{offset - METADATA_BYTES}"
+            )
         if offset + METADATA_BYTES > len(self.data):
-            raise ArtifactError(f"{where}: past the end of the file ({len(self.data)} bytes)")
+            raise ArtifactError(f"{where}: past the end of the file ({len(self.data)} bytes)", hint=hint,
+                                constraint="ANE-BLOBFILE-OFFSET")
         sentinel, code, size, data_offset, padding = _METADATA.unpack_from(self.data, offset)
         if sentinel != SENTINEL:
-            hint = None
-            if offset >= HEADER_BYTES + METADATA_BYTES and self._has_sentinel(offset - METADATA_BYTES):
-                hint = (
-                    f"offset {offset} is a payload; MIL must reference the metadata record at "
-                    f"{offset - METADATA_BYTES}"
-                )
             raise ArtifactError(
                 f"{where}: no blob metadata here (sentinel 0x{sentinel:08X}, expected 0xDEADBEEF)",
                 hint=hint,

@@ -304,10 +304,15 @@ class _Emitter:
                 )
             self.names[id(v)] = v.name
             self.taken.add(v.name)
-        for n in g.nodes:
-            for r in n.results:
-                if id(r) not in self.names:
-                    self.names[id(r)] = self._claim(_sanitize(r.name))
+        # valid names are kept as written; only invalid ones are renamed, around them
+        internal = [r for n in g.nodes for r in n.results if id(r) not in self.names]
+        for r in internal:
+            if is_mil_identifier(r.name):
+                self.names[id(r)] = r.name
+                self.taken.add(r.name)
+        for r in internal:
+            if id(r) not in self.names:
+                self.names[id(r)] = self._claim(_sanitize(r.name))
 
     def name(self, v: Value) -> str:
         return self.names[id(v)]

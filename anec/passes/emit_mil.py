@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from anec.passes.base import Pass, PassContext
 
@@ -59,7 +59,7 @@ class EmitMil(Pass):
         }
     """
 
-    name = "emit-mil"
+    name: ClassVar[str] = "emit-mil"
 
     def run(self, graph: "Graph", ctx: PassContext) -> None:
         from anec.mil.artifact import Artifact

@@ -1,0 +1,277 @@
+"""Artifact: manifest fields, blobs, atomic writes, validated loading."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from anec.diagnostics import ArtifactError, WeightError
+from anec.ir import Builder
+from anec.mil import artifact as artifact_mod
+from anec.mil.artifact import Artifact, alloc_bytes, sha256
+from anec.mil.blobfile import BlobReader
+from anec.mil.emitter import emit_mil
+from anec.passes.base import PassContext
+from anec.passes.emit_mil import EmitMil
+from anec.targets import get_target
+from anec.weights import WeightStore, materialize, random_weights
+
+from .graphs import small_mlp, two_io
+
+
+def build(graph, target=None, seed=0, pack=False, rewrites=()):
+    target = target or get_target("m4")
+    store = random_weights(graph, seed)
+    return Artifact.build(graph, emit_mil(graph, target, pack_weights=pack), target, store, rewrites)
+
+
+def test_manifest_io_and_bindings():
+    g = two_io()
+    m = build(g).manifest
+    assert m["format"] == "anec-artifact/1" and m["func"] == "two" and m["target"] == "m4"
+    assert [(e["name"], e["binding"]) for e in m["inputs"]] == [("x", 1), ("mask", 0)]
+    assert [(e["name"], e["binding"], e["logical"]) for e in m["outputs"]] == [
+        ("b_out", 1, "b_out"), ("a_out", 0, "a_out")]
+    assert m["inputs"][0] == {"name": "x", "dtype": "fp16", "shape": [1, 4, 1, 8], "binding": 1, "bytes": 64}
+    # tiny tensors still get the minimum surface, the same for every input
+    assert m["input_alloc_bytes"] == m["output_alloc_bytes"] == 49152
+    assert m["logical_outputs"] == [
+        {"name": "b_out", "dtype": "fp16", "shape": [1, 4, 1, 8], "axis": None, "pieces": ["b_out"]},
+        {"name": "a_out", "dtype": "fp16", "shape": [1, 4, 1, 8], "axis": None, "pieces": ["a_out"]},
+    ]
+    assert m["limits"]["min_surface_bytes"] == 49152 and m["limits"]["allow_fp32_io"] is True
+    assert m["mil"] == {"file": "model.mil", "sha256": sha256(build(g).mil_text), "dialect": "ios18"}
+    assert m["weights"] == [] and m["rewrites"] == [] and m["host_casts"] == []
+
+
+def test_alloc_bytes_uniform_aligned():
+    m4, m5 = get_target("m4"), get_target("m5")
+    assert alloc_bytes([100, 196608], m4) == 196608
+    assert alloc_bytes([49153], m4) == 49152 + 64
+    assert alloc_bytes([49153], m5) == 49152 + 128
+    assert alloc_bytes([], m4) == 49152
+    b = Builder("big")
+    x = b.input("x", "fp32", [1, 768, 1, 64])
+    m = b.input("m", "fp16", [1, 1, 64, 64])
+    y = b.cast(b.relu(b.cast(x, dtype="fp16"), name="r"), dtype="fp32", name="y")
+    s = b.sigmoid(m, name="s")
+    b.ret(y, s)
+    man = build(b.graph, m5).manifest
+    assert [e["bytes"] for e in man["inputs"]] == [196608, 8192]
+    assert man["input_alloc_bytes"] == man["output_alloc_bytes"] == 196608
+    assert man["input_alloc_bytes"] % m5.surface_alignment == 0
+
+
+def test_chunked_output_entries():
+    b = Builder("head")
+    x = b.input("x", "fp16", [1, 8, 1, 4])
+    w0 = b.const_weight("proj", "fp16[6, 8, 1, 1]", name="w0", slice=[0, 0, 6])
+    w1 = b.const_weight("proj", "fp16[4, 8, 1, 1]", name="w1", slice=[0, 6, 10])
+    c0 = b.conv1x1(x, w0, name="logits__c0")
+    c1 = b.conv1x1(x, w1, name="logits__c1")
+    z = b.relu(x, name="z")
+    b.ret(z, c0, c1)
+    b.graph.meta["logical_outputs"] = [{"name": "logits", "axis": 1, "pieces": ["logits__c0", "logits__c1"]}]
+    store = WeightStore({"proj": np.arange(80, dtype=np.float32).reshape(10, 8, 1, 1)})
+    t = get_target("m4")
+    art = Artifact.build(b.graph, emit_mil(b.graph, t), t, store)
+    m = art.manifest
+    assert [(o["name"], o["logical"], o["binding"]) for o in m["outputs"]] == [
+        ("z", "z", 2), ("logits__c0", "logits", 0), ("logits__c1", "logits", 1)]
+    assert m["logical_outputs"][1] == {"name": "logits", "dtype": "fp16", "shape": [1, 10, 1, 4], "axis": 1,
+                                       "pieces": ["logits__c0", "logits__c1"]}
+    assert [(w["key"], w["slice"], w["file"]) for w in m["weights"]] == [
+        ("proj", [0, 0, 6], "weights/w0.bin"), ("proj", [0, 6, 10], "weights/w1.bin")]
+    second = BlobReader(art.blobs["weights/w1.bin"]).read(64, np.float16)
+    np.testing.assert_array_equal(second, np.arange(48, 80, dtype=np.float16))
+
+
+def test_weights_blobs_and_sha(tmp_path):
+    g = small_mlp()
+    store = random_weights(g, 7)
+    t = get_target("m4")
+    art = Artifact.build(g, emit_mil(g, t), t, store)
+    assert sorted(art.blobs) == ["weights/w1.bin", "weights/w2.bin"]
+    for w in art.manifest["weights"]:
+        node = next(n for n in g.nodes if n.results[0].name == w["const"])
+        want = materialize(node, store)
+        got = BlobReader(art.blobs[w["file"]]).read(w["offset"], np.float16).reshape(w["shape"])
+        np.testing.assert_array_equal(got, want)
+        assert w["sha256"] == sha256(want.tobytes())
+        assert w["path"] == "@model_path/" + w["file"] and w["perm"] is None and w["dtype"] == "fp16"
+
+
+def test_packed_weights_one_file():
+    art = build(small_mlp(), pack=True)
+    assert list(art.blobs) == ["weights/weight.bin"]
+    r = BlobReader(art.blobs["weights/weight.bin"])
+    assert [e.offset for e in r.entries()] == [w["offset"] for w in art.manifest["weights"]]
+
+
+def test_mil_does_not_depend_on_weight_values():
+    a, b = build(small_mlp(), seed=1), build(small_mlp(), seed=2)
+    assert a.mil_text == b.mil_text and a.manifest["mil"] == b.manifest["mil"]
+    assert a.blobs != b.blobs
+
+
+def test_missing_weight_is_an_error():
+    g = small_mlp()
+    t = get_target("m4")
+    with pytest.raises(WeightError, match="l0.w1"):
+        Artifact.build(g, emit_mil(g, t), t, WeightStore({}))
+
+
+def test_text_only_artifact_cannot_be_written(tmp_path):
+    g = small_mlp()
+    t = get_target("m4")
+    art = Artifact.build(g, emit_mil(g, t), t, None)
+    assert not art.complete and art.blobs == {}
+    assert all(w["sha256"] is None for w in art.manifest["weights"])
+    with pytest.raises(ArtifactError, match="no weight data") as e:
+        art.write(tmp_path / "mlp")
+    assert "--random-weights" in e.value.hint
+    assert not (tmp_path / "mlp").exists()
+
+
+def test_emit_mil_pass_stores_artifact_with_own_rewrites():
+    g = small_mlp()
+    ctx = PassContext.default("m4", weights=random_weights(g, 0))
+    ctx.rewrites += [{"rule": "r1", "func": "mlp", "node": "h"}, {"rule": "r2", "func": "other", "node": "q"}]
+    EmitMil().run(g, ctx)
+    art = ctx.artifacts["mlp"]
+    assert art.manifest["rewrites"] == [{"rule": "r1", "func": "mlp", "node": "h"}]
+    assert art.complete and art.mil_text.startswith("program(1.3)")
+
+
+# ---- write / load -------------------------------------------------------------
+
+
+def _tree(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_write_and_load_roundtrip(tmp_path):
+    art = build(small_mlp())
+    d = art.write(tmp_path / "out" / "mlp")
+    assert sorted(_tree(d)) == ["manifest.json", "model.mil", "weights/w1.bin", "weights/w2.bin"]
+    assert json.loads((d / "manifest.json").read_text()) == art.manifest
+    back = Artifact.load(d)
+    assert (back.func, back.mil_text, back.blobs, back.manifest) == (art.func, art.mil_text, art.blobs, art.manifest)
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["mlp"]  # no temp dirs left
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_rewrite_replaces_previous_artifact(tmp_path, monkeypatch, exchange):
+    if not exchange:
+        monkeypatch.setattr(artifact_mod, "_exchange", lambda a, b: False)
+    d = tmp_path / "mlp"
+    build(small_mlp(), pack=True).write(d)
+    new = build(small_mlp(), seed=3)
+    new.write(d)
+    assert Artifact.load(d).blobs == new.blobs
+    assert not (d / "weights" / "weight.bin").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["mlp"]
+
+
+def test_failed_write_leaves_destination_unchanged(tmp_path, monkeypatch):
+    d = tmp_path / "mlp"
+    build(small_mlp(), seed=1).write(d)
+    before = _tree(d)
+    real = artifact_mod._write_file
+    calls = []
+
+    def failing(path, data):
+        calls.append(path)
+        if len(calls) == 2:  # after model.mil, while writing the first weight file
+            raise OSError(28, "No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(artifact_mod, "_write_file", failing)
+    with pytest.raises(ArtifactError, match="No space left"):
+        build(small_mlp(), seed=2).write(d)
+    assert _tree(d) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["mlp"]
+    calls.clear()
+    with pytest.raises(ArtifactError):
+        build(small_mlp(), seed=2).write(tmp_path / "fresh")
+    assert not (tmp_path / "fresh").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp"]
+
+
+def test_interrupted_write_leaves_destination_unchanged(tmp_path, monkeypatch):
+    d = tmp_path / "mlp"
+    build(small_mlp(), seed=1).write(d)
+    before = _tree(d)
+
+    def interrupted(a, b):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(artifact_mod, "_exchange", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build(small_mlp(), seed=2).write(d)
+    assert _tree(d) == before and [p.name for p in tmp_path.iterdir()] == ["mlp"]
+
+
+def test_refuses_to_replace_a_non_artifact_directory(tmp_path):
+    d = tmp_path / "mlp"
+    d.mkdir()
+    (d / "notes.txt").write_text("mine")
+    with pytest.raises(ArtifactError, match="refusing to replace"):
+        build(small_mlp()).write(d)
+    assert (d / "notes.txt").read_text() == "mine"
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(ArtifactError, match="it is a file"):
+        build(small_mlp()).write(f)
+
+
+def test_load_detects_tampering(tmp_path):
+    d = build(small_mlp()).write(tmp_path / "mlp")
+    mil = d / "model.mil"
+    mil.write_text(mil.read_text().replace("relu", "tanh"))
+    with pytest.raises(ArtifactError, match="model.mil does not match the sha256"):
+        Artifact.load(d)
+
+    d = build(small_mlp()).write(tmp_path / "mlp2")
+    w = d / "weights" / "w2.bin"
+    data = bytearray(w.read_bytes())
+    data[-1] ^= 0xFF
+    w.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="'l0.w2' does not match its sha256"):
+        Artifact.load(d)
+
+    (d / "weights" / "w2.bin").unlink()
+    with pytest.raises(ArtifactError, match="cannot read weight file"):
+        Artifact.load(d)
+
+
+def test_load_rejects_bad_manifests(tmp_path):
+    with pytest.raises(ArtifactError, match="manifest.json is missing"):
+        Artifact.load(tmp_path)
+    d = build(small_mlp()).write(tmp_path / "mlp")
+    man = json.loads((d / "manifest.json").read_text())
+    for change, msg in [
+        ({"format": "other/9"}, "format 'other/9'"),
+        ({"weights": [dict(man["weights"][0], dtype="fp32")]}, "holds 256 bytes of float16"),
+        ({"weights": [dict(man["weights"][0], file="../../etc/passwd")]}, "outside the artifact"),
+        ({"weights": [dict(man["weights"][0], offset=128)]}, "no blob metadata"),
+    ]:
+        (d / "manifest.json").write_text(json.dumps({**man, **change}))
+        with pytest.raises(ArtifactError, match=msg):
+            Artifact.load(d)
+    (d / "manifest.json").write_text("{not json")
+    with pytest.raises(ArtifactError, match="unreadable manifest"):
+        Artifact.load(d)
+    man.pop("inputs")
+    (d / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(ArtifactError, match="missing field 'inputs'"):
+        Artifact.load(d)
+
+
+def test_written_files_are_private_to_the_artifact(tmp_path):
+    d = build(small_mlp()).write(tmp_path / "a" / "b" / "mlp")
+    assert d.is_dir() and os.listdir(tmp_path / "a" / "b") == ["mlp"]

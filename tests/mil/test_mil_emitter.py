@@ -1,0 +1,320 @@
+"""Unit tests of the MIL emitter: spelling, names, params, weights, refusals."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+from anec.diagnostics import ConstraintError
+from anec.ir import Builder
+from anec.mil.emitter import emit_mil, hex_float, is_mil_identifier
+from anec.targets import get_target
+
+from .graphs import small_mlp, two_io
+from .milcheck import parse_mil
+
+
+def test_hex_float_spellings():
+    assert hex_float(1.0) == "0x1p+0"
+    assert hex_float(-10.0) == "-0x1.4p+3"
+    assert hex_float(0.0) == "0x0p+0"
+    assert hex_float(-0.0) == "-0x0p+0"
+    assert hex_float(0.75) == "0x1.8p-1"
+    assert hex_float(float(np.float16(1e-5))) == "0x1.5p-17"
+    assert (hex_float(math.inf), hex_float(-math.inf), hex_float(math.nan)) == ("inf", "-inf", "nan")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_hex_float_is_exact(dtype):
+    rng = np.random.default_rng(0)
+    bits = rng.integers(0, 2 ** (8 * np.dtype(dtype).itemsize), 5000, dtype=np.uint64)
+    vals = bits.astype({np.float16: np.uint16, np.float32: np.uint32}[dtype]).view(dtype)
+    for v in vals[np.isfinite(vals)]:
+        assert dtype(float.fromhex(hex_float(float(v)))) == v
+
+
+def test_program_layout(m4):
+    text = emit_mil(small_mlp(), m4).text
+    lines = text.split("\n")
+    assert lines[0] == "program(1.3)"
+    assert lines[1].startswith("[buildInfo = dict<string, string>({{\"coremlc-component-MIL\"")
+    assert lines[2] == "{"
+    assert lines[3] == "    func main<ios18>(tensor<fp32, [1, 8, 1, 4]> x) {"
+    assert lines[-3] == "    } -> (y);" and lines[-2] == "}" and lines[-1] == ""
+    body = lines[4:-3]
+    assert body and all(line.startswith("        ") and line.endswith("];") for line in body)
+    for line in body:  # keyword arguments sorted
+        m = re.search(r"= \w+\((.*)\)\[name", line)
+        keys = re.findall(r"(\w+) = ", m.group(1))
+        assert keys == sorted(keys), line
+
+
+def test_every_param_is_a_named_const(m4):
+    mil = parse_mil(emit_mil(small_mlp(), m4).text)
+    consts = {s.results[0][1]: s for s in mil.stmts if s.op == "const"}
+    conv = next(s for s in mil.stmts if s.op == "conv")
+    assert conv.args == {"dilations": "h_dilations", "groups": "h_groups", "pad": "h_pad",
+                         "pad_type": "h_pad_type", "strides": "h_strides", "weight": "w1", "x": "xh"}
+    assert consts["h_pad_type"].val.value == "valid"
+    assert consts["h_groups"].val.type.dtype == "int32"
+    cast = next(s for s in mil.stmts if s.op == "cast")
+    assert consts[cast.args["dtype"]].val.value == "fp16"
+    assert "bias" not in conv.args
+
+
+def test_scalar_and_small_tensor_literals(m4):
+    b = Builder("f")
+    x = b.input("x", "fp16", [1, 4])
+    c = b.const_value(0.75, "fp16[]", name="c")
+    v = b.const_value([1.0, -2.5, 0.0, 65504.0], "fp16[4]", name="v")
+    f = b.const_value(0.1, "fp32[]", name="f")
+    y = b.add(b.mul(x, c, name="xc"), v, name="y")
+    xf = b.cast(y, dtype="fp32", name="yf")
+    z = b.add(xf, f, name="z")
+    b.ret(z)
+    text = emit_mil(b.graph, m4).text
+    assert 'fp16 c = const()[name = string("c"), val = fp16(0x1.8p-1)];' in text
+    assert ("tensor<fp16, [4]> v = const()[name = string(\"v\"), "
+            "val = tensor<fp16, [4]>([0x1p+0, -0x1.4p+1, 0x0p+0, 0x1.ffcp+15])];") in text
+    # fp32 scalars are exact (no %g rounding): 0.1f
+    assert "val = fp32(0x1.99999ap-4)" in text
+
+
+def test_matmul_flags_are_bool_consts(m4):
+    b = Builder("f")
+    q = b.input("q", "fp16", [1, 2, 8, 4])
+    k = b.input("k", "fp16", [1, 2, 8, 4])
+    s = b.matmul(q, k, transpose_y=True, name="s")
+    b.ret(s)
+    text = emit_mil(b.graph, m4).text
+    assert 'bool s_transpose_x = const()[name = string("s_transpose_x"), val = bool(false)];' in text
+    assert 'bool s_transpose_y = const()[name = string("s_transpose_y"), val = bool(true)];' in text
+    assert "matmul(transpose_x = s_transpose_x, transpose_y = s_transpose_y, x = q, y = k)" in text
+
+
+def _pad_graph(before, after, value=0.0, dtype="fp16"):
+    b = Builder("f")
+    x = b.input("x", dtype, [1, 3, 4, 5])
+    p = b.pad(x, before=before, after=after, value=value, name="p")
+    b.ret(p)
+    return b.graph
+
+
+@pytest.mark.parametrize(
+    "before, after, want",
+    [
+        ([0, 0, 0, 1], [0, 0, 0, 2], [1, 2]),
+        ([0, 0, 1, 0], [0, 0, 0, 3], [1, 0, 0, 3]),
+        ([0, 2, 0, 0], [0, 1, 0, 0], [2, 1, 0, 0, 0, 0]),
+        ([1, 0, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0, 0]),
+        ([0, 0, 0, 0], [0, 0, 0, 0], [0, 0]),
+    ],
+)
+def test_pad_layout(m4, before, after, want):
+    mil = parse_mil(emit_mil(_pad_graph(before, after, value=-1.5), m4).text)
+    consts = {s.results[0][1]: s.val for s in mil.stmts if s.op == "const"}
+    assert consts["p_pad"].value == want
+    assert consts["p_mode"].value == "constant"
+    assert consts["p_constant_val"].type.dtype == "fp16" and consts["p_constant_val"].value == -1.5
+
+
+def test_slice_bounds_are_resolved(m4):
+    b = Builder("f")
+    x = b.input("x", "fp16", [1, 8, 1, 10])
+    s = b.slice(x, begin=[0, -3, 0, 2], end=[1, 100, 1, -1], stride=[1, 2, 1, 3], name="s")
+    b.ret(s)
+    consts = {s.results[0][1]: s.val.value for s in parse_mil(emit_mil(b.graph, m4).text).stmts
+              if s.op == "const"}
+    assert consts["s_begin"] == [0, 5, 0, 2]
+    assert consts["s_end"] == [1, 8, 1, 9]
+    assert consts["s_stride"] == [1, 2, 1, 3]
+
+
+def test_split_and_negative_axes(m4):
+    b = Builder("f")
+    x = b.input("x", "fp16", [1, 6, 1, 4])
+    a, c = b.split(x, axis=-3, sizes=[2, 4], names=["a", "c"])
+    r = b.reduce_sum(a, axes=[-1, 1], keep_dims=True, name="r")
+    sm = b.softmax(c, axis=-1, name="sm")
+    b.ret(r, sm)
+    text = emit_mil(b.graph, m4).text
+    assert ("tensor<fp16, [1, 2, 1, 4]> a, tensor<fp16, [1, 4, 1, 4]> c = split(axis = a_split_axis, "
+            "split_sizes = a_split_split_sizes, x = x)[name = string(\"a_split\")];") in text
+    assert "val = int32(1)];" in text.split("a_split_axis = const()")[1].split("\n")[0]
+    assert "tensor<int32, [2]>([3, 1])" in text
+    assert 'int32 sm_axis = const()[name = string("sm_axis"), val = int32(3)];' in text
+
+
+def test_reshape_uses_the_resolved_shape(m4):
+    b = Builder("f")
+    x = b.input("x", "fp16", [1, 8, 1, 6])
+    r = b.reshape(x, shape=[1, 2, -1, 6], name="r")
+    b.ret(r)
+    assert "tensor<int32, [4]>([1, 2, 4, 6])" in emit_mil(b.graph, m4).text
+
+
+# ---- names ------------------------------------------------------------------
+
+
+def test_io_names_preserved_and_helpers_never_collide(m4):
+    b = Builder("f")
+    x = b.input("x", "fp16", [1, 4, 1, 4])
+    w = b.const_weight("w", "fp16[4, 4, 1, 1]", name="w")
+    # user values named exactly like the conv's helper consts
+    h_strides = b.relu(x, name="h_strides")
+    h = b.conv1x1(h_strides, w, name="h")
+    h_pad = b.add(h, h, name="h_pad")
+    b.ret(h_pad)
+    prog = emit_mil(b.graph, m4)
+    mil = parse_mil(prog.text)
+    names = [n for s in mil.stmts for _, n in s.results]
+    assert len(names) == len(set(names))
+    assert {"h_strides", "h_pad", "h"} <= set(names)
+    conv = next(s for s in mil.stmts if s.op == "conv")
+    assert conv.args["strides"] == "h_strides_1" and conv.args["pad"] == "h_pad_1"
+    assert conv.args["x"] == "h_strides"
+    assert mil.inputs[0][1] == "x" and mil.outputs == ["h_pad"]
+
+
+def test_internal_names_are_sanitized(m4):
+    b = Builder("f")
+    x = b.input("x", "fp16", [1, 4])
+    a = b.relu(x, name="0")
+    c = b.tanh(a, name="fp16")
+    d = b.exp(c, name="v0")  # the sanitized name of %0 is taken: it gets a suffix
+    y = b.add(d, a, name="y")
+    b.ret(y)
+    prog = emit_mil(b.graph, m4)
+    assert prog.names["v0"] == "v0" and prog.names["0"] == "v0_1" and prog.names["fp16"] == "fp16_"
+    assert all(is_mil_identifier(n) for n in prog.names.values())
+    parse_mil(prog.text)
+
+
+@pytest.mark.parametrize("bad", ["0", "bool", "tensor"])
+def test_invalid_io_name_is_an_error(m4, bad):
+    b = Builder("f")
+    x = b.input(bad, "fp16", [1, 4])
+    y = b.relu(x, name="y")
+    b.ret(y)
+    with pytest.raises(ConstraintError) as e:
+        emit_mil(b.graph, m4)
+    assert e.value.constraint == "ANE-IO-ORDER" and f"'{bad}'" in e.value.message
+    assert "rename" in e.value.hint
+
+
+def test_returning_an_input_is_an_error(m4):
+    b = Builder("f")
+    x = b.input("x", "fp16", [1, 4])
+    b.ret(x)
+    with pytest.raises(ConstraintError) as e:
+        emit_mil(b.graph, m4)
+    assert e.value.constraint == "ANE-LIVE-OUTPUTS" and "identity" in e.value.hint
+
+
+# ---- refusals ---------------------------------------------------------------
+
+
+def _with_op(op, **kw):
+    b = Builder("f")
+    x = b.input("x", "fp16", [1, 4, 1, 4])
+    if op == "concat":
+        y = b.concat(x, x, axis=1, name="y")
+    elif op == "conv_bias":
+        w = b.const_weight("w", "fp16[4, 4, 1, 1]", name="w")
+        bias = b.const_weight("b", "fp16[1, 4, 1, 1]", name="bias")
+        y = b.conv1x1(x, w, bias=bias, name="y")
+    else:
+        y = b.op(op, x, name="y", **kw)
+    b.ret(y)
+    return b.graph
+
+
+@pytest.mark.parametrize(
+    "op, cid",
+    [("gelu", "ANE-GELU"), ("rsqrt", "ANE-RSQRT"), ("neg", "ANE-NEG"), ("concat", "ANE-CONCAT"),
+     ("conv_bias", "ANE-CONV-BIAS")],
+)
+def test_unlegalized_ops_are_refused(m4, op, cid):
+    with pytest.raises(ConstraintError) as e:
+        emit_mil(_with_op(op), m4)
+    assert e.value.constraint == cid
+    assert "legalize" in e.value.hint
+
+
+def test_fp32_io_refused_without_device_casts():
+    with pytest.raises(ConstraintError) as e:
+        emit_mil(small_mlp(), get_target("m1"))
+    assert e.value.constraint == "ANE-FP32-IO" and "--host-casts" in e.value.hint
+
+
+def test_packed_weights_refused_on_one_file_targets():
+    with pytest.raises(ConstraintError) as e:
+        emit_mil(two_io(), get_target("m1"), pack_weights=True)
+    assert e.value.constraint == "ANE-ONE-FILE-PER-WEIGHT"
+
+
+def test_bool_weight_refused(m4):
+    b = Builder("f")
+    x = b.input("x", "fp16", [1, 4])
+    w = b.const_weight("m", "bool[1, 4]", name="m")
+    c = b.cast(w, dtype="fp16", name="mc")
+    y = b.mul(x, c, name="y")
+    b.ret(y)
+    with pytest.raises(ConstraintError, match="bool"):
+        emit_mil(b.graph, m4)
+
+
+# ---- weights ----------------------------------------------------------------
+
+
+def test_one_file_per_weight(m4):
+    prog = emit_mil(small_mlp(), m4)
+    assert [(w.const, w.key, w.file, w.offset) for w in prog.weights] == [
+        ("w1", "l0.w1", "weights/w1.bin", 64), ("w2", "l0.w2", "weights/w2.bin", 64)]
+    assert ('tensor<fp16, [16, 8, 1, 1]> w1 = const()[name = string("w1"), val = tensor<fp16, [16, 8, 1, 1]>'
+            '(BLOBFILE(path = string("@model_path/weights/w1.bin"), offset = uint64(64)))];') in prog.text
+
+
+def test_packed_weights_offsets(m4):
+    prog = emit_mil(small_mlp(channels=8, hidden=10), m4, pack_weights=True)
+    # w1: 10*8 fp16 = 160 bytes at 64 -> payload [128, 288) -> next record at 320
+    assert [(w.file, w.offset) for w in prog.weights] == [("weights/weight.bin", 64), ("weights/weight.bin", 320)]
+    assert 'offset = uint64(320)' in prog.text
+
+
+def test_weight_file_names_unique_ignoring_case(m4):
+    b = Builder("f")
+    x = b.input("x", "fp16", [1, 4, 1, 4])
+    w_up = b.const_weight("a", "fp16[4, 4, 1, 1]", name="W")
+    w_lo = b.const_weight("b", "fp16[4, 4, 1, 1]", name="w")
+    y = b.add(b.conv1x1(x, w_up, name="p"), b.conv1x1(x, w_lo, name="q"), name="y")
+    b.ret(y)
+    assert [w.file for w in emit_mil(b.graph, m4).weights] == ["weights/W.bin", "weights/w_1.bin"]
+
+
+def test_deterministic(m4):
+    g = small_mlp()
+    assert emit_mil(g, m4).text == emit_mil(g.clone(), m4).text == emit_mil(small_mlp(), m4).text
+
+
+def test_ios16_dialect():
+    m2 = get_target("m2")
+    b = Builder("f")
+    x = b.input("x", "fp16", [1, 8, 1, 4])
+    w = b.const_weight("w", "fp16[8, 8, 1, 1]", name="w")
+    c = b.const_value(1.0, "fp16[]", name="one")
+    y = b.add(b.conv1x1(x, w, name="h"), c, name="y")
+    b.ret(y)
+    text = emit_mil(b.graph, m2).text
+    lines = text.split("\n")
+    assert lines[0] == "program(1.0)"
+    assert lines[1] == '[buildInfo = dict<tensor<string, []>, tensor<string, []>>({{"coremlc-version", "3505.4.1"}})]'
+    assert lines[3] == "    func main<ios16>(tensor<fp16, [1, 8, 1, 4]> x) {"
+    assert ('tensor<string, []> h_pad_type = const()[name = tensor<string, []>("h_pad_type"), '
+            'val = tensor<string, []>("valid")];') in text
+    assert 'tensor<fp16, []> one = const()[name = tensor<string, []>("one"), val = tensor<fp16, []>(0x1p+0)];' in text
+    assert 'offset = tensor<uint64, []>(64)' in text
+    assert "string(" not in text.replace("tensor<string, []>(", "")
