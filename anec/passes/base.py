@@ -1,0 +1,84 @@
+"""What every pass is and what it may touch.
+
+A pass is a frozen dataclass (its options are fields, so an instance is a
+value and pipelines can be plain tuples of instances) with a class-level
+``name`` (kebab-case, the id used on the command line) and one method,
+``run(graph, ctx)``, that rewrites one func in place and must leave it valid:
+the manager verifies the graph after every pass and names the pass that broke
+it.
+
+Everything a pass needs besides the graph comes from the :class:`PassContext`:
+the target chip profile, the resolved weights, options, and the lists where
+passes record what they did (``rewrites``, ``artifacts``, ``timings``).
+Facts meant for later stages go in ``graph.meta`` (see docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from anec.targets import Target, get_target
+
+if TYPE_CHECKING:
+    from anec.ir.graph import Graph, Module
+    from anec.weights import WeightStore
+
+
+@dataclass
+class PassContext:
+    """Shared state of one pipeline run (one per ``anec compile``)."""
+
+    target: Target
+    """The chip profile the program is compiled for."""
+    weights: "WeightStore | None" = None
+    """Resolved before the pipeline runs; None when only the structure matters."""
+    module: "Module | None" = None
+    """The module being compiled (set by the manager)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """E.g. ``{"pack_weights": False, "host_casts": False}``."""
+    rewrites: list[dict] = field(default_factory=list)
+    """Every rewrite legalize applied: rule, constraint, node, location, detail (+ func)."""
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    """Written by emit-mil, keyed by func name."""
+    timings: list[tuple[str, str, float]] = field(default_factory=list)
+    """(func, pass, seconds) per pass run."""
+    print_ir_after: set[str] | None = None
+    """Pass names (or ``{"all"}``) after which the IR is printed into ``printed``."""
+    printed: list[str] = field(default_factory=list)
+    """IR dumps produced by ``print_ir_after``."""
+
+    @classmethod
+    def default(cls, target: str | Target | None = None, weights: "WeightStore | None" = None,
+                **options: Any) -> "PassContext":
+        """A context for ``target`` (default m4) with ``options``; for using passes alone."""
+        return cls(target=get_target(target), weights=weights, options=dict(options))
+
+    def option(self, name: str, default: Any = None) -> Any:
+        """``options[name]`` or ``default``."""
+        return self.options.get(name, default)
+
+
+@dataclass(frozen=True)
+class Pass(abc.ABC):
+    """A graph-to-graph transformation (or analysis) of one func, in place."""
+
+    name: ClassVar[str]
+    """Kebab-case id: ``anec compile --passes dce,fuse-casts``."""
+
+    @abc.abstractmethod
+    def run(self, graph: "Graph", ctx: PassContext) -> None:
+        """Transform ``graph`` in place; leave it valid."""
+
+    @classmethod
+    def summary(cls) -> str:
+        """The first line of the docstring (``anec passes``)."""
+        doc = inspect.getdoc(cls) or ""
+        return doc.splitlines()[0] if doc else ""
+
+    @classmethod
+    def documentation(cls) -> str:
+        """The whole docstring, dedented."""
+        return inspect.getdoc(cls) or ""

@@ -1,0 +1,62 @@
+"""Dead-code elimination."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from anec.passes.base import Pass, PassContext
+
+if TYPE_CHECKING:
+    from anec.ir.graph import Graph
+
+
+def remove_dead_nodes(graph: "Graph") -> int:
+    """Erase every node none of whose results reaches an output; the number erased.
+
+    One backward sweep suffices: nodes are topologically ordered, so when a
+    node is visited all its users have been visited (and erased if dead).
+    """
+    outputs = {id(v) for v in graph.outputs}
+    removed = 0
+    for node in reversed(list(graph.nodes)):
+        if any(r.uses or id(r) in outputs for r in node.results):
+            continue
+        graph.erase_node(node)
+        removed += 1
+    return removed
+
+
+@dataclass(frozen=True)
+class DeadCodeElimination(Pass):
+    """Remove nodes (and weight consts) whose results never reach a returned value.
+
+    A value is live when it is returned or used by a live node. Everything
+    else is erased, including weight consts nobody reads, so they never
+    become BLOBFILE tensors (each costs one of the 16 slots of
+    ANE-BLOB-BUDGET). Returned values are never removed or renamed
+    (ANE-LIVE-OUTPUTS: the MIL return tuple must name live values), and
+    func inputs are kept even when unused: they are the program's interface.
+    A multi-result node (split) stays while any of its results is live.
+
+    Before:
+        func f(%x: fp16[1, 64, 1, 64], %unused: fp16[1, 64, 1, 64]) {
+          %w = const(weight="w") : fp16[64, 64, 1, 1]
+          %dead = conv1x1(%x, %w) : fp16[1, 64, 1, 64]
+          %y = relu(%x) : fp16[1, 64, 1, 64]
+          return %y
+        }
+    After:
+        func f(%x: fp16[1, 64, 1, 64], %unused: fp16[1, 64, 1, 64]) {
+          %y = relu(%x) : fp16[1, 64, 1, 64]
+          return %y
+        }
+
+    Not removed: %unused (an input), %y (returned), and both results of
+    ``%a, %b = split(...)`` when only %a is used.
+    """
+
+    name: ClassVar[str] = "dce"
+
+    def run(self, graph: "Graph", ctx: PassContext) -> None:
+        remove_dead_nodes(graph)

@@ -1,0 +1,157 @@
+"""Cast folding: drop casts that change nothing, fold chains that lose nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from anec.ir.ops import OPS, const_literal, literal_shape
+from anec.ir.types import DType
+from anec.passes.base import Pass, PassContext
+from anec.passes.rewrite import Rewriter, rewrite_greedily
+
+if TYPE_CHECKING:
+    from anec.ir.graph import Node, Value
+
+# dtype -> the dtypes whose every value it represents exactly (besides itself).
+# fp32 has a 24-bit significand: it holds fp16, the 8-bit ints and bool, not int32.
+# fp16 has an 11-bit significand and max 65504: it holds int8/uint8 (|v| <= 255).
+_HOLDS: dict[DType, frozenset[DType]] = {
+    DType.fp32: frozenset({DType.fp16, DType.int8, DType.uint8, DType.bool}),
+    DType.fp16: frozenset({DType.int8, DType.uint8, DType.bool}),
+    DType.int32: frozenset({DType.int8, DType.uint8, DType.bool}),
+    DType.int8: frozenset({DType.bool}),
+    DType.uint8: frozenset({DType.bool}),
+    DType.bool: frozenset(),
+}
+
+
+def holds_all(wide: DType, narrow: DType) -> bool:
+    """True when dtype ``wide`` represents every value of dtype ``narrow`` exactly."""
+    return wide == narrow or narrow in _HOLDS[wide]
+
+
+def _cast_value(node: "Node") -> "Value":
+    return node.operands[0]
+
+
+def _target(node: "Node") -> DType:
+    return node.result.type.dtype
+
+
+# ---- rules ------------------------------------------------------------------------
+
+
+# cast(x, dtype(x)) -> x
+def drop_identity_cast(node: "Node", rw: Rewriter) -> "Value | None":
+    x = _cast_value(node)
+    return x if x.type.dtype == _target(node) else None
+
+
+# cast(cast(x, a), b) -> cast(x, b) if a holds every value of dtype(x); -> x if b == dtype(x)
+def fold_cast_of_cast(node: "Node", rw: Rewriter) -> "Value | None":
+    inner = _cast_value(node).producer
+    if inner is None or inner.op != "cast":
+        return None
+    x = _cast_value(inner)
+    if not holds_all(_target(inner), x.type.dtype):
+        return None
+    if x.type.dtype == _target(node):
+        return x
+    return rw.op("cast", x, dtype=_target(node))
+
+
+def _stored_dtype(key: str, rw: Rewriter) -> DType | None:
+    """The dtype the checkpoint stores ``key`` in; fp32 when no weights are known."""
+    store = rw.ctx.weights
+    if store is None or key not in store:
+        return DType.fp32
+    try:
+        return DType.from_np(np.asarray(store[key]).dtype)
+    except ValueError:
+        return None  # e.g. float64: no anec dtype holds it, so never fold
+
+
+# cast(const(weight=k) : a, b) -> const(weight=k) : b if a holds every stored value (floats)
+def fold_cast_into_weight(node: "Node", rw: Rewriter) -> "Value | None":
+    const = _cast_value(node).producer
+    if const is None or const.op != "const" or "weight" not in const.attrs:
+        return None
+    a, b = const.result.type.dtype, _target(node)
+    stored = _stored_dtype(const.attrs["weight"], rw)
+    if not (a.is_float and b.is_float) or stored is None or not holds_all(a, stored):
+        return None
+    return rw.const_weight(dict(const.attrs), const.result.type.with_dtype(b), suffix=str(b),
+                           at=node)
+
+
+def _python_literal(arr: np.ndarray, scalar: bool) -> Any:
+    if scalar and arr.size and np.all(arr == arr.reshape(-1)[0]):
+        return arr.reshape(-1)[0].item()
+    return arr.tolist()
+
+
+# cast(const(value=v) : a, b) -> const(value=cast(v, b)) : b
+def fold_cast_into_value(node: "Node", rw: Rewriter) -> "Value | None":
+    const = _cast_value(node).producer
+    if const is None or const.op != "const" or "value" not in const.attrs:
+        return None
+    literal = const.attrs["value"]
+    held = const_literal(literal, const.result.type)
+    converted = OPS["cast"].ref([held], {}, {"dtype": _target(node)})[0]
+    converted = np.asarray(converted).astype(_target(node).np)
+    value = _python_literal(converted, literal_shape(literal) == ())
+    if value != value:  # a NaN scalar: keep the cast rather than write a NaN literal
+        return None
+    return rw.const_value(value, node.result.type, suffix=str(_target(node)), at=node)
+
+
+CAST_RULES = {
+    "cast": (drop_identity_cast, fold_cast_into_weight, fold_cast_into_value, fold_cast_of_cast),
+}
+
+
+@dataclass(frozen=True)
+class FuseCasts(Pass):
+    """Remove no-op casts and fold cast chains and casts of constants, losing nothing.
+
+    Rules (each keeps returned names; the inner casts left unused are removed
+    by the dce that follows in the pipeline):
+
+    * ``cast(x, dtype(x)) -> x``;
+    * ``cast(cast(x, a), b) -> cast(x, b)`` exactly when ``a`` represents every
+      value of ``dtype(x)`` (then the inner cast is exact and the outer one sees
+      the original values), and ``-> x`` when also ``b == dtype(x)``;
+    * ``cast(const(weight=k) : a, b) -> const(weight=k) : b`` for floats, when
+      ``a`` represents every value of the stored checkpoint tensor (its dtype
+      from the weights; fp32 assumed when the weights are not known);
+    * ``cast(const(value=v) : a, b) -> const(value=v') : b`` with ``v'`` the
+      converted literal.
+
+    Before:
+        %x: fp16[1, 64, 1, 64]
+        %a = cast(%x, dtype=fp32) : fp32[1, 64, 1, 64]
+        %y = cast(%a, dtype=fp16) : fp16[1, 64, 1, 64]
+        %w = const(weight="w") : fp32[64, 64, 1, 1]
+        %wh = cast(%w, dtype=fp16) : fp16[64, 64, 1, 1]
+        %z = conv1x1(%y, %wh) : fp16[1, 64, 1, 64]
+    After:
+        %wh = const(weight="w") : fp16[64, 64, 1, 1]
+        %z = conv1x1(%x, %wh) : fp16[1, 64, 1, 64]
+
+    Not folded (negative examples):
+
+    * fp32 -> fp16 -> fp32: fp16 drops precision and range, the chain rounds;
+    * int32 -> fp32 -> int32: fp32 cannot hold every int32 (2**24 + 1);
+    * fp16 -> int8 -> fp32: int8 truncates;
+    * int8 -> uint8 -> int32: uint8 cannot hold negative values;
+    * ``cast(const(weight=k) : fp16, fp32)`` when the checkpoint stores k in
+      fp32: the fp16 declaration rounds the weights, the fold would not.
+    """
+
+    name: ClassVar[str] = "fuse-casts"
+
+    def run(self, graph, ctx: PassContext) -> None:
+        rewrite_greedily(graph, CAST_RULES, Rewriter(graph, ctx, self.name))

@@ -1,0 +1,278 @@
+"""Legalization: make a verified program acceptable to the ANE of the chosen target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, ClassVar
+
+import numpy as np
+
+from anec.diagnostics import ConstraintError
+from anec.ir.types import DType
+from anec.passes.annotate_sram import sram_report
+from anec.passes.base import Pass, PassContext
+from anec.passes.dce import remove_dead_nodes
+from anec.passes.fuse_casts import CAST_RULES
+from anec.passes.legalize_rules import LegalizeRewriter, rules_for, weight_const
+from anec.passes.rewrite import rewrite_greedily
+
+if TYPE_CHECKING:
+    from anec.ir.graph import Graph, Node
+
+FP16_MAX = 65504.0
+SCALAR_OPS = frozenset({"add", "sub", "mul", "real_div", "pow"})
+"""Elementwise ops whose inline scalar operand lowers the BLOBFILE cap (ANE-BLOB-BUDGET)."""
+
+
+# ---- program-level steps (run once, in this order) ---------------------------------
+
+
+def check_io_dtypes(rw: LegalizeRewriter) -> None:
+    """fp32 inputs/outputs on a target without fp32 I/O: error, or host casts (ANE-FP32-IO).
+
+    With ``options["host_casts"]`` the program takes and returns fp16: an
+    fp32 input ``%x`` becomes fp16 (the host converts) followed by
+    ``cast(%x, fp32)`` for its old uses, an fp32 output gets a final
+    ``cast(.., fp16)`` under its name; the cast folding that follows removes
+    the pairs that cancel (``cast(cast(x16, fp32), fp16) -> x16``).
+    ``graph.meta["host_casts"]`` lists what the host converts.
+    """
+    g, target = rw.graph, rw.target
+    if target.fp32_io:
+        return
+    ios = [("input", v) for v in g.inputs if v.type.dtype == DType.fp32]
+    ios += [("output", v) for v in g.outputs if v.type.dtype == DType.fp32]
+    if not ios:
+        return
+    if not rw.ctx.option("host_casts"):
+        for kind, v in ios:
+            span = v.span if kind == "input" else (g.return_span or v.span)
+            rw.reject(
+                "ANE-FP32-IO", f"{kind} %{v.name} is fp32; {target.name} rejects fp32 program "
+                f"I/O", f"declare %{v.name} as fp16 and convert on the host, or compile with "
+                "--host-casts to let anec do that", span=span)
+        return
+    casts = g.meta.setdefault("host_casts", [])
+    rw.anchor, rw.rule_name = None, "use_host_casts"
+    for kind, v in ios:
+        if kind == "input":
+            users = list(v.uses)
+            v.type = v.type.with_dtype(DType.fp16)
+            first = g.nodes[0] if g.nodes else None
+            c = rw.op("cast", v, dtype=DType.fp32, name=g.fresh_name(f"{v.name}_f32"), at=first)
+            for u in users:
+                u.operands = [c if o is v else o for o in u.operands]
+                u.optional = {k: (c if o is v else o) for k, o in u.optional.items()}
+        else:
+            c = rw.op("cast", v, dtype=DType.fp16, name=g.fresh_name(f"{v.name}_f16"))
+            pos = g.outputs.index(v)
+            out_name = v.name
+            v.name = g.fresh_name(f"{out_name}_f32")
+            c.name = out_name
+            g.outputs[pos] = c
+        g.rebuild_uses()
+        name = v.name if kind == "input" else c.name
+        casts.append({"name": name, "kind": kind, "host_dtype": "fp32", "program_dtype": "fp16"})
+        span = v.span if kind == "input" else (g.return_span or v.span)
+        rw.record("ANE-FP32-IO", f"{kind} %{name} is fp16 on the device; the host converts "
+                  "fp32 <-> fp16", name=name, span=span)
+    rewrite_greedily(g, CAST_RULES, rw)
+
+
+def check_weight_range(rw: LegalizeRewriter) -> None:
+    """Weights that are NaN/Inf or beyond the fp16 range are errors naming the key (ANE-FP16-RANGE)."""
+    store = rw.ctx.weights
+    if store is None:
+        return
+    seen: set[str] = set()
+    for n in rw.graph.nodes:
+        if n.op != "const" or "weight" not in n.attrs or not n.result.type.dtype.is_float:
+            continue
+        key = n.attrs["weight"]
+        if key in seen or key not in store:
+            continue
+        seen.add(key)
+        arr = np.asarray(store[key])
+        if arr.dtype.kind != "f":
+            continue
+        a = arr.astype(np.float64)
+        nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
+        finite = a[np.isfinite(a)]
+        big = int((np.abs(finite) > FP16_MAX).sum())
+        if nan or inf:
+            what = ", ".join(p for p in (f"{nan} NaN" if nan else "", f"{inf} Inf" if inf else "")
+                             if p)
+            rw.reject("ANE-FP16-RANGE", f"weight '{key}' contains {what} values",
+                      "fix the checkpoint (a NaN/Inf weight poisons every output it reaches)", n)
+        elif big:
+            rw.reject(
+                "ANE-FP16-RANGE",
+                f"weight '{key}' has {big} values beyond the fp16 range +-65504 (largest "
+                f"|v| = {np.abs(finite).max():.6g}); on the ANE they become inf",
+                "rescale the weight (and undo the scale after the op), or use -1e4 instead of "
+                "huge magnitudes for masks", n)
+
+
+def merge_duplicate_weights(graph: "Graph") -> int:
+    """Weight consts with the same key, view and type become one (one BLOBFILE tensor)."""
+    first: dict[tuple, "Node"] = {}
+    merged = 0
+    for n in list(graph.nodes):
+        if n.op != "const" or "weight" not in n.attrs:
+            continue
+        key = (n.attrs["weight"], tuple(n.attrs.get("perm") or ()),
+               tuple(n.attrs.get("slice") or ()), n.result.type)
+        if key not in first:
+            first[key] = n
+            continue
+        graph.replace_all_uses(n.result, first[key].result)
+        if not n.result.uses and n.result not in graph.outputs:
+            graph.erase_node(n)
+        merged += 1
+    return merged
+
+
+def blob_count(graph: "Graph") -> tuple[int, list["Node"], "Node | None"]:
+    """(BLOBFILE tensors, the weight consts, the first node taking an inline scalar).
+
+    Every weight const is one BLOBFILE tensor; value consts are inline literals
+    in MIL and do not count.
+    """
+    weights = [n for n in graph.nodes if n.op == "const" and "weight" in n.attrs]
+    scalar_user = None
+    for n in graph.nodes:
+        if n.op in SCALAR_OPS and any(
+                v.producer is not None and v.producer.op == "const" and v.type.rank == 0
+                for v in n.operands):
+            scalar_user = n
+            break
+    return len(weights), weights, scalar_user
+
+
+def check_blob_budget(rw: LegalizeRewriter) -> None:
+    """At most ``max_blob_tensors`` BLOBFILE tensors, minus the scalar penalty (ANE-BLOB-BUDGET)."""
+    g, t = rw.graph, rw.target
+    count, weights, scalar_user = blob_count(g)
+    cap = t.blob_cap(scalar_user is not None)
+    if count <= cap:
+        return
+    why = f"{t.max_blob_tensors}"
+    if scalar_user is not None:
+        why += (f", minus {t.scalar_penalty} because %{scalar_user.results[0].name} "
+                f"({scalar_user.op}) takes an inline scalar")
+    notes = [f"{n.span.location if n.span else g.name}: %{n.result.name} = weight "
+             f"'{n.attrs['weight']}'" for n in weights]
+    rw.reject(
+        "ANE-BLOB-BUDGET", f"func '{g.name}' needs {count} BLOBFILE weight tensors; "
+        f"{t.name} allows {cap} ({why})",
+        "split the func into several funcs (each one is its own ANE program), or fold small "
+        "weights into their neighbours (e.g. a LayerNorm gain into the next conv weight)",
+        node=weights[cap], notes=notes)
+
+
+def check_weight_packing(rw: LegalizeRewriter) -> None:
+    """Packed (multi-tensor) BLOBFILEs on a target needing one file per weight (ANE-ONE-FILE-PER-WEIGHT)."""
+    if rw.ctx.option("pack_weights") and rw.target.one_file_per_weight:
+        weights = [n for n in rw.graph.nodes if n.op == "const" and "weight" in n.attrs]
+        if len(weights) > 1:
+            rw.reject(
+                "ANE-ONE-FILE-PER-WEIGHT", f"packed weights (one BLOBFILE holding "
+                f"{len(weights)} tensors) are rejected on {rw.target.name}",
+                "compile without --pack-weights: anec then writes one file per weight",
+                span=rw.graph.span)
+
+
+def legalize_graph(graph: "Graph", ctx: PassContext, *, collect: bool = False,
+                   on_rewrite: Callable[["Node", dict], None] | None = None,
+                   ) -> list[tuple["Node | None", ConstraintError]]:
+    """Legalize ``graph`` in place; returns (node, error) for what cannot be legalized.
+
+    Without ``collect`` the first error is raised, with the others as notes.
+    """
+    rw = LegalizeRewriter(graph, ctx, Legalize.name)
+    rw.on_rewrite = on_rewrite
+    check_io_dtypes(rw)
+    check_weight_range(rw)
+    rewrite_greedily(graph, rules_for(ctx.target), rw)
+    merge_duplicate_weights(graph)
+    remove_dead_nodes(graph)
+    check_weight_packing(rw)
+    check_blob_budget(rw)
+    if "sram" in graph.meta:
+        graph.meta["sram"] = sram_report(graph, ctx.target)
+    if rw.rejections and not collect:
+        first = rw.rejections[0][1]
+        for _, other in rw.rejections[1:]:
+            where = f"{other.span.location}: " if other.span is not None else ""
+            first.notes.append(f"{where}[{other.constraint}] {other.message}")
+        raise first
+    return rw.rejections
+
+
+@dataclass(frozen=True)
+class Legalize(Pass):
+    """Rewrite what the target's ANE rejects; report what cannot be rewritten.
+
+    Rewrites (each recorded in ``ctx.rewrites`` with rule, constraint id,
+    node, ``file:line:col`` and detail; semantics preserved except where
+    recorded as an approximation):
+
+    * ``gelu`` -> tanh formula (ANE-GELU; for ``mode="exact"`` an
+      approximation, max abs error 4.7e-4);
+    * ``rsqrt(x)`` -> ``pow(x, -0.5)`` (ANE-RSQRT); ``neg(x)`` -> ``mul(x, -1)``
+      (ANE-NEG); ``conv1x1(x, w, bias=b)`` -> ``add(conv1x1(x, w), b)``
+      (ANE-CONV-BIAS);
+    * ``matmul`` with a constant 2-D weight operand -> ``conv1x1`` plus the
+      reshapes/transposes that move the contraction axis to channels, the
+      weight laid out by the const's ``perm`` (ANE-CONV-FASTER);
+    * a channel ``concat`` feeding only conv1x1s -> sums of partial convs over
+      weight slices ``slice=[1, c0, c1]`` (ANE-CONCAT);
+    * a conv1x1 with more output channels than the target allows, returned
+      directly or through unary ops -> chunked convs with weights
+      ``slice=[0, o0, o1]``, outputs ``name__c0, name__c1, ...`` and
+      ``graph.meta["logical_outputs"]`` (ANE-CONV-CHANNELS); too many input
+      channels -> a sum of convs over input slices;
+    * ``reduce_mean`` -> ``reduce_sum(x * 1/N)`` when the target enables
+      ANE-REDUCE-MEAN (scale first, so the fp16 sum cannot overflow);
+    * fp32 I/O on a target without it, with ``options["host_casts"]`` ->
+      fp16 I/O and ``graph.meta["host_casts"]`` (ANE-FP32-IO).
+
+    Errors (ConstraintError with the constraint id, the node's span and a
+    suggestion): any other concat (ANE-CONCAT), a too-wide conv used inside
+    the program (ANE-CONV-CHANNELS), more BLOBFILE tensors than the target
+    allows after all rewrites, 15 instead of 16 if an add/sub/mul/pow takes
+    a rank-0 const (ANE-BLOB-BUDGET), fp32 I/O without host casts
+    (ANE-FP32-IO), NaN/Inf or out-of-fp16-range weights (ANE-FP16-RANGE),
+    packed weights on a one-file-per-weight target, softmax over a
+    non-power-of-2 axis when the target enables ANE-SOFTMAX-POW2.
+    Identical weight consts are merged before counting; dead nodes are
+    removed; SRAM annotations, if present, are refreshed for the result.
+
+    Before:
+        %h = conv1x1(%x, %w1, bias=%b1) : fp16[1, 3072, 1, 64]
+        %a = gelu(%h, mode="tanh") : fp16[1, 3072, 1, 64]
+        %r = rsqrt(%v) : fp16[1, 1, 1, 64]
+    After:
+        %h_conv = conv1x1(%x, %w1) : fp16[1, 3072, 1, 64]
+        %h = add(%h_conv, %b1) : fp16[1, 3072, 1, 64]
+        %a_x2 = mul(%h, %h) : fp16[1, 3072, 1, 64]
+        ...                                   // 0.5*x*(1 + tanh(k1*x*(1 + k0*x^2)))
+        %a = mul(%a_hx, %a_u) : fp16[1, 3072, 1, 64]
+        %r_e = const(value=-0.5) : fp16[]
+        %r = pow(%v, %r_e) : fp16[1, 1, 1, 64]
+
+    Not rewritten (negative examples): a matmul of two activations (no
+    constant operand: stays a matmul); a matmul whose weight has more than
+    the target's conv channel limit (a conv would be rejected); concat along
+    axis 2 (an error, not a rewrite); ``reduce_mean`` on a target that turns
+    ANE-REDUCE-MEAN off.
+    """
+
+    name: ClassVar[str] = "legalize"
+
+    def run(self, graph: "Graph", ctx: PassContext) -> None:
+        legalize_graph(graph, ctx)
+
+
+__all__ = ["Legalize", "blob_count", "legalize_graph", "merge_duplicate_weights",
+           "weight_const"]

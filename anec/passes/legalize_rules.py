@@ -1,0 +1,526 @@
+"""The per-op rewrite rules of legalize, as data (op -> rules).
+
+Every rule has the shape ``rule(node, rw) -> Value | HANDLED | None`` (see
+:mod:`anec.passes.rewrite`) and a one-line law above it. Rules that cannot
+legalize a node call ``rw.reject(...)`` (a ConstraintError with the
+constraint id, the node's span and a suggestion) and return None.
+Each rewrite is recorded with ``rw.record(constraint, detail)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Sequence
+
+from anec.diagnostics import ConstraintError
+from anec.ir.ops import GELU_TANH_C, UNARY
+from anec.ir.types import TensorType
+from anec.passes.rewrite import HANDLED, Rewriter
+
+if TYPE_CHECKING:
+    from anec.ir.graph import Node, Value
+    from anec.targets import Target
+
+GELU_TANH_MAX_ABS_ERROR = 4.74e-4
+"""max |gelu_erf(x) - gelu_tanh(x)| over the reals (at |x| ~ 2.7; tests recompute it)."""
+
+
+class LegalizeRewriter(Rewriter):
+    """A Rewriter that also collects rejections (errors) for the nodes it cannot fix."""
+
+    def __init__(self, graph, ctx, pass_name: str) -> None:
+        super().__init__(graph, ctx, pass_name)
+        self.target: "Target" = ctx.target
+        self.rejections: list[tuple["Node | None", ConstraintError]] = []
+        self._rejected: set[tuple[int, str]] = set()
+
+    def reject(self, constraint: str, message: str, hint: str, node: "Node | None" = None,
+               span=None, notes: Sequence[str] = ()) -> None:
+        """Record that ``node`` cannot be made ANE-legal (once per node and constraint)."""
+        key = (id(node), constraint)
+        if node is not None and key in self._rejected:
+            return None
+        self._rejected.add(key)
+        err = ConstraintError(message, span=span or (node.span if node is not None else None)
+                              or self.graph.span, hint=hint, constraint=constraint, notes=notes)
+        self.rejections.append((node, err))
+        return None
+
+
+# ---- helpers ------------------------------------------------------------------------
+
+
+def _name(v: "Value") -> str:
+    return f"%{v.name}"
+
+
+def weight_const(v: "Value") -> "Node | None":
+    """The ``const(weight=...)`` node defining ``v``, or None."""
+    p = v.producer
+    return p if p is not None and p.op == "const" and "weight" in p.attrs else None
+
+
+def view_shape(const: "Node", rw: Rewriter) -> tuple[int, ...]:
+    """Shape of a weight const's stored tensor after perm and slice, before the reshape.
+
+    Exact when the weights are known; otherwise the declared shape (how
+    random weights and most checkpoints store a tensor). A wrong guess cannot
+    go unnoticed: materialize checks element counts.
+    """
+    store, key = rw.ctx.weights, const.attrs["weight"]
+    if store is None or key not in store:
+        return const.result.type.shape
+    shape = tuple(store[key].shape)
+    perm = const.attrs.get("perm")
+    if perm is not None:
+        if len(perm) != len(shape):
+            return const.result.type.shape
+        shape = tuple(shape[p] for p in perm)
+    sl = const.attrs.get("slice")
+    if sl is not None:
+        axis, start, stop = sl
+        if axis >= len(shape):
+            return const.result.type.shape
+        shape = shape[:axis] + (stop - start,) + shape[axis + 1:]
+    return shape
+
+
+def _view_axis(view: Sequence[int], declared: Sequence[int], axis: int) -> int | None:
+    """The view axis whose slices are the declared ``axis``'s slices (row-major), or None."""
+    lead = math.prod(declared[:axis])
+    for v in range(len(view)):
+        if math.prod(view[:v]) == lead and view[v] == declared[axis]:
+            return v
+    return None
+
+
+def _slice_attrs(const: "Node", axis: int, start: int, stop: int,
+                 rw: Rewriter) -> dict[str, Any] | None:
+    """Attributes viewing ``[start, stop)`` of the declared ``axis`` of ``const``, or None."""
+    vaxis = _view_axis(view_shape(const, rw), const.result.type.shape, axis)
+    if vaxis is None:
+        return None
+    attrs = {k: v for k, v in const.attrs.items() if k in ("weight", "perm")}
+    old = const.attrs.get("slice")
+    if old is not None:
+        if old[0] != vaxis:
+            return None  # one slice per const: the stored view is already cut along another axis
+        start, stop = old[1] + start, old[1] + stop
+    attrs["slice"] = [vaxis, start, stop]
+    return attrs
+
+
+def can_slice(const: "Node | None", axis: int, rw: Rewriter) -> bool:
+    """Whether ``const`` is a weight const that :func:`slice_weight` can cut along ``axis``."""
+    return const is not None and _slice_attrs(const, axis, 0, 1, rw) is not None
+
+
+def slice_weight(const: "Node", axis: int, start: int, stop: int, rw: Rewriter) -> "Value":
+    """A new weight const viewing ``[start, stop)`` of the declared ``axis`` of ``const``."""
+    attrs = _slice_attrs(const, axis, start, stop, rw)
+    if attrs is None:
+        raise ValueError(f"weight const %{const.result.name} cannot be sliced along axis {axis}")
+    shape = list(const.result.type.shape)
+    shape[axis] = stop - start
+    return rw.const_weight(attrs, TensorType(const.result.type.dtype, tuple(shape)), suffix="s")
+
+
+def transpose_weight_2d(const: "Node", swap: bool, out_shape: tuple[int, ...],
+                        rw: Rewriter) -> "Value | None":
+    """A weight const of a 2-D weight, transposed when ``swap``, declared ``out_shape``."""
+    declared = const.result.type
+    view = view_shape(const, rw)
+    if declared.rank != 2 or tuple(view) != declared.shape:
+        return None
+    attrs = {k: v for k, v in const.attrs.items() if k in ("weight", "perm", "slice")}
+    if swap:
+        perm = list(attrs.get("perm") or [0, 1])
+        if len(perm) != 2:
+            return None
+        attrs["perm"] = [perm[1], perm[0]]
+        if "slice" in attrs:
+            a, s0, s1 = attrs["slice"]
+            attrs["slice"] = [1 - a, s0, s1]
+        if attrs["perm"] == [0, 1]:
+            del attrs["perm"]
+    return rw.const_weight(attrs, TensorType(declared.dtype, out_shape), suffix="cw")
+
+
+def reshape(rw: Rewriter, v: "Value", shape: Sequence[int]) -> "Value":
+    """``reshape(v, shape)``, reading through a reshape producer; nothing if already shaped."""
+    shape = tuple(shape)
+    p = v.producer
+    if p is not None and p.op == "reshape":
+        v = p.operands[0]  # reshape(reshape(x)) == reshape(x)
+    if v.type.shape == shape:
+        return v
+    return rw.op("reshape", v, shape=list(shape), suffix="r")
+
+
+def permute(rw: Rewriter, v: "Value", perm: Sequence[int]) -> "Value":
+    """``transpose(v, perm)``: composed with a transpose producer, a reshape when only unit
+    dims move, nothing for the identity."""
+    perm = list(perm)
+    p = v.producer
+    if p is not None and p.op == "transpose":
+        inner = list(p.attrs["perm"])
+        v, perm = p.operands[0], [inner[q] for q in perm]  # transpose(transpose(x, a), b)
+    if perm == sorted(perm):
+        return v
+    moved = [i for i in perm if v.type.shape[i] != 1]
+    if moved == sorted(moved):
+        return reshape(rw, v, [v.type.shape[i] for i in perm])
+    return rw.op("transpose", v, perm=perm, suffix="t")
+
+
+def _sum(rw: Rewriter, values: list["Value"]) -> "Value":
+    acc = values[0]
+    for v in values[1:]:
+        acc = rw.op("add", acc, v, suffix="sum")
+    return acc
+
+
+def _even_bounds(total: int, limit: int) -> list[tuple[int, int]]:
+    n = -(-total // limit)
+    size = -(-total // n)
+    return [(i, min(total, i + size)) for i in range(0, total, size)]
+
+
+def partial_convs(rw: Rewriter, conv: "Node", pieces: list[tuple["Value", int, int]]) -> "Value":
+    """``sum_i conv1x1(piece_i, W[:, c0_i:c1_i])`` plus the conv's bias once.
+
+    The caller checks ``can_slice(weight, 1)`` first.
+    """
+    wnode = weight_const(conv.operands[1])
+    partials = []
+    for x, c0, c1 in pieces:
+        w = slice_weight(wnode, 1, c0, c1, rw)
+        partials.append(rw.op("conv1x1", x, w, suffix="part"))
+    total = _sum(rw, partials)
+    if "bias" in conv.optional:
+        total = rw.op("add", total, conv.optional["bias"], suffix="bias")
+    return total
+
+
+# ---- elementwise ops the ANE lacks --------------------------------------------------
+
+
+# gelu(x) -> 0.5 * x * (1 + tanh(sqrt(2/pi) * x * (1 + 0.044715 * x^2)))   (exact for mode="tanh")
+def expand_gelu_tanh(node: "Node", rw: Rewriter) -> "Value":
+    x = node.operands[0]
+    dt = x.type.dtype
+    x2 = rw.op("mul", x, x, suffix="x2")
+    a = rw.op("mul", x2, rw.scalar(0.044715, dt, "k0"), suffix="a")
+    one = rw.scalar(1.0, dt, "one")
+    b = rw.op("add", a, one, suffix="b")
+    inner = rw.op("mul", x, b, suffix="inner")
+    s = rw.op("mul", inner, rw.scalar(GELU_TANH_C, dt, "k1"), suffix="s")
+    t = rw.op("tanh", s, suffix="tanh")
+    u = rw.op("add", t, one, suffix="u")
+    hx = rw.op("mul", x, rw.scalar(0.5, dt, "half"), suffix="hx")
+    y = rw.op("mul", hx, u, suffix="gelu")
+    mode = node.attrs.get("mode", "exact")
+    if mode == "tanh":
+        detail = "gelu(mode=tanh) -> its tanh formula (exact)"
+    else:
+        detail = (f"gelu(mode=exact) -> tanh approximation (approximation: max abs error "
+                  f"{GELU_TANH_MAX_ABS_ERROR:.2e} vs erf GELU)")
+    rw.record("ANE-GELU", detail)
+    return y
+
+
+# rsqrt(x) -> pow(x, -0.5)
+def rsqrt_to_pow(node: "Node", rw: Rewriter) -> "Value":
+    x = node.operands[0]
+    y = rw.op("pow", x, rw.scalar(-0.5, x.type.dtype, "e"), suffix="pow")
+    rw.record("ANE-RSQRT", "rsqrt(x) -> pow(x, -0.5)")
+    return y
+
+
+# neg(x) -> mul(x, -1)
+def neg_to_mul(node: "Node", rw: Rewriter) -> "Value":
+    x = node.operands[0]
+    y = rw.op("mul", x, rw.scalar(-1.0, x.type.dtype, "m1"), suffix="mul")
+    rw.record("ANE-NEG", "neg(x) -> mul(x, -1)")
+    return y
+
+
+# reduce_mean(x, axes) -> reduce_sum(x * (1/N), axes)   (scale first: the sum cannot overflow)
+def lower_reduce_mean(node: "Node", rw: Rewriter) -> "Value | None":
+    x = node.operands[0]
+    if not x.type.dtype.is_float:
+        return rw.reject(
+            "ANE-REDUCE-MEAN", f"reduce_mean of {x.type.dtype} {_name(x)} cannot be lowered to "
+            "reduce_sum exactly on this target", "cast the operand to fp16 first", node)
+    axes = [a % x.type.rank for a in node.attrs["axes"]]
+    count = math.prod(x.type.shape[a] for a in axes)
+    scaled = rw.op("mul", x, rw.scalar(1.0 / count, x.type.dtype, "inv_n"), suffix="scaled")
+    attrs = {k: v for k, v in node.attrs.items() if k in ("axes", "keep_dims")}
+    y = rw.op("reduce_sum", scaled, suffix="sum", **attrs)
+    rw.record("ANE-REDUCE-MEAN", f"reduce_mean over {count} elements -> reduce_sum(x * 1/{count})")
+    return y
+
+
+# softmax over an axis of size n: legal iff n is a power of two   (reported claim, switchable)
+def check_softmax_axis(node: "Node", rw: LegalizeRewriter) -> None:
+    x = node.operands[0]
+    axis = node.attrs.get("axis", -1) % x.type.rank
+    n = x.type.shape[axis]
+    if n & (n - 1) == 0:
+        return None
+    pow2 = 1 << (n - 1).bit_length()
+    return rw.reject(
+        "ANE-SOFTMAX-POW2", f"softmax over axis {axis} of size {n} (not a power of two) is "
+        f"rejected on {rw.target.name}",
+        f"pad axis {axis} to {pow2} with pad(value=-1e4) so the extra entries get ~0 weight, "
+        "then slice the result back", node)
+
+
+# ---- conv ------------------------------------------------------------------------------
+
+
+# conv1x1(x, w, bias=b) -> add(conv1x1(x, w), b)
+def split_conv_bias(node: "Node", rw: Rewriter) -> "Value | None":
+    if "bias" not in node.optional:
+        return None
+    x, w = node.operands
+    conv = rw.op("conv1x1", x, w, suffix="conv")
+    y = rw.op("add", conv, node.optional["bias"], suffix="bias")
+    rw.record("ANE-CONV-BIAS", f"conv1x1 bias={_name(node.optional['bias'])} -> conv1x1 + add")
+    return y
+
+
+_CHAIN_OPS = UNARY | {"cast"}
+
+
+def _chain_to_output(v: "Value", rw: Rewriter) -> list["Node"] | None:
+    """The unary ops leading from ``v`` to a returned value (and nothing else), or None."""
+    outputs = {id(o) for o in rw.graph.outputs}
+    chain: list["Node"] = []
+    while id(v) not in outputs:
+        if len(v.uses) != 1:
+            return None
+        user = v.uses[0]
+        if user.op not in _CHAIN_OPS or user.operands[0] is not v:
+            return None
+        chain.append(user)
+        v = user.results[0]
+    return chain if not v.uses else None
+
+
+def _chunkable(node: "Node", rw: Rewriter) -> list["Node"] | None:
+    """The unary chain to the output when ``node``'s weights (and bias) can be chunked."""
+    chain = _chain_to_output(node.result, rw)
+    if chain is None or not can_slice(weight_const(node.operands[1]), 0, rw):
+        return None
+    if "bias" in node.optional and not can_slice(weight_const(node.optional["bias"]), 1, rw):
+        return None
+    return chain
+
+
+# conv1x1 with Cout > limit, returned (through unary ops) -> chunked convs, outputs name__c0..
+def chunk_wide_conv_output(node: "Node", rw: Rewriter) -> Any:
+    cout, limit = node.result.type.shape[1], rw.ctx.target.max_conv_out_channels
+    if cout <= limit:
+        return None
+    chain = _chunkable(node, rw)
+    if chain is None:
+        return None
+    x, wnode = node.operands[0], weight_const(node.operands[1])
+    bnode = weight_const(node.optional["bias"]) if "bias" in node.optional else None
+    final = chain[-1].results[0] if chain else node.result
+    logical = final.name
+    pieces = []
+    for i, (o0, o1) in enumerate(_even_bounds(cout, limit)):
+        w = slice_weight(wnode, 0, o0, o1, rw)
+        opt = {"bias": slice_weight(bnode, 1, o0, o1, rw)} if bnode is not None else None
+        # every clone is named <original name>__c<i>; the last one is the output piece
+        v = rw.op("conv1x1", x, w, optional=opt,
+                  name=rw.graph.fresh_name(f"{node.result.name}__c{i}"))
+        for u in chain:
+            v = rw.op(u.op, v, name=rw.graph.fresh_name(f"{u.results[0].name}__c{i}"), **u.attrs)
+        pieces.append(v)
+    pos = rw.graph.outputs.index(final)
+    rw.graph.outputs[pos:pos + 1] = pieces
+    for u in reversed(chain):
+        rw.graph.erase_node(u)
+    rw.graph.meta.setdefault("logical_outputs", []).append({
+        "name": logical, "axis": 1, "pieces": [p.name for p in pieces],
+        "dtype": str(final.type.dtype), "shape": list(final.type.shape),
+    })
+    rw.record("ANE-CONV-CHANNELS",
+              f"conv1x1 with {cout} output channels (limit {limit}) -> {len(pieces)} chunked "
+              f"convs; output %{logical} returned as "
+              f"{', '.join('%' + p.name for p in pieces)} (axis 1)")
+    return HANDLED
+
+
+# conv1x1 with Cout > limit whose result is used inside the program: an error
+def reject_wide_conv_output(node: "Node", rw: LegalizeRewriter) -> None:
+    cout, limit = node.result.type.shape[1], rw.target.max_conv_out_channels
+    if cout <= limit:
+        return None
+    why = ("its result is used inside the program" if _chain_to_output(node.result, rw) is None
+           else "its weight or bias cannot be sliced along the output channels")
+    return rw.reject(
+        "ANE-CONV-CHANNELS",
+        f"conv1x1 {_name(node.result)} has {cout} output channels; {rw.target.name} allows "
+        f"{limit}, and anec cannot chunk it because {why}",
+        f"return the conv result as its own output (anec then splits it into outputs "
+        f"{node.result.name}__c0, ...), or split the weight into convs of at most {limit} "
+        "output channels", node)
+
+
+# conv1x1(x, W) with Cin > limit -> sum_i conv1x1(slice(x, channels i), W[:, i])
+def split_wide_conv_input(node: "Node", rw: LegalizeRewriter) -> "Value | None":
+    x = node.operands[0]
+    cin, limit = x.type.shape[1], rw.target.max_conv_out_channels
+    if cin <= limit:
+        return None
+    if not can_slice(weight_const(node.operands[1]), 1, rw):
+        return rw.reject(
+            "ANE-CONV-CHANNELS", f"conv1x1 {_name(node.result)} has {cin} input channels; "
+            f"{rw.target.name} allows {limit} and its weight cannot be sliced",
+            "use a weight const (optionally with perm) so anec can split the input channels",
+            node)
+    pieces = []
+    n, _, h, wd = x.type.shape
+    for c0, c1 in _even_bounds(cin, limit):
+        xs = rw.op("slice", x, begin=[0, c0, 0, 0], end=[n, c1, h, wd], suffix="in")
+        pieces.append((xs, c0, c1))
+    y = partial_convs(rw, node, pieces)
+    rw.record("ANE-CONV-CHANNELS", f"conv1x1 with {cin} input channels (limit {limit}) -> "
+              f"sum of {len(pieces)} convs over input channel slices")
+    return y
+
+
+# ---- matmul ----------------------------------------------------------------------------
+
+
+# matmul(x, W) / matmul(W, x) with W a constant 2-D weight -> conv1x1 (~3x faster on the ANE)
+def matmul_const_to_conv(node: "Node", rw: Rewriter) -> "Value | None":
+    x, y = node.operands
+    tx, ty = bool(node.attrs.get("transpose_x", False)), bool(node.attrs.get("transpose_y", False))
+    limit = rw.ctx.target.max_conv_out_channels
+    if not x.type.dtype.is_float:
+        return None
+    wy, wx = weight_const(y), weight_const(x)
+    if wy is not None and y.type.rank == 2 and wx is None:
+        k, n = y.type.shape[::-1] if ty else y.type.shape
+        act, contract, cout, swap = x, x.type.rank - (2 if tx else 1), n, not ty
+        wnode, out_axis_last = wy, True
+    elif wx is not None and x.type.rank == 2 and wy is None:
+        m, k = x.type.shape[::-1] if tx else x.type.shape
+        act, contract, cout, swap = y, y.type.rank - (1 if ty else 2), m, tx
+        wnode, out_axis_last = wx, False
+    else:
+        return None
+    if cout > limit or k > limit:
+        return None
+    w = transpose_weight_2d(wnode, swap, (cout, k, 1, 1), rw)
+    if w is None:
+        return None
+    r = act.type.rank
+    rest = [a for a in range(r) if a != contract]
+    rest_dims = [act.type.shape[a] for a in rest]
+    s = math.prod(rest_dims)
+    moved = permute(rw, act, [contract] + rest)
+    x4 = reshape(rw, moved, [1, k, 1, s])
+    conv = rw.op("conv1x1", x4, w, suffix="conv")
+    back = reshape(rw, conv, [cout] + rest_dims)
+    if out_axis_last:
+        perm = list(range(1, r)) + [0]
+    else:
+        perm = list(range(1, r - 1)) + [0, r - 1]
+    out = permute(rw, back, perm)
+    side = "right" if out_axis_last else "left"
+    layout = "transposed via perm" if swap else "as stored"
+    rw.record("ANE-CONV-FASTER",
+              f"matmul with constant {side} operand '{wnode.attrs['weight']}' -> conv1x1 "
+              f"(weight [{cout}, {k}, 1, 1] {layout})")
+    return out
+
+
+# ---- concat ----------------------------------------------------------------------------
+
+
+# conv1x1(concat(a, b, axis=1), W) -> conv1x1(a, W[:, :ca]) + conv1x1(b, W[:, ca:])
+def split_concat_into_partial_convs(node: "Node", rw: Rewriter) -> Any:
+    out = node.result
+    rank = out.type.rank
+    axis = node.attrs["axis"] % rank
+    outputs = {id(o) for o in rw.graph.outputs}
+    if rank != 4 or axis != 1 or id(out) in outputs or not out.uses:
+        return None
+    for u in out.uses:
+        if u.op != "conv1x1" or u.operands[0] is not out or u.operands[1] is out \
+                or u.optional.get("bias") is out:
+            return None
+        if not can_slice(weight_const(u.operands[1]), 1, rw):
+            return None
+    pieces, c = [], 0
+    for v in node.operands:
+        pieces.append((v, c, c + v.type.shape[1]))
+        c += v.type.shape[1]
+    plans = []
+    for u in list(dict.fromkeys(out.uses)):
+        rw.anchor = u  # the partial convs go before (and take the span of) the conv they replace
+        plans.append((u, partial_convs(rw, u, pieces)))
+    rw.anchor = node
+    for u, total in plans:
+        rw.replace(u.result, total)
+    convs = ", ".join(_name(u.result) for u, _ in plans)
+    rw.record("ANE-CONCAT", f"channel concat of {len(pieces)} tensors feeding {convs} -> "
+              f"sums of {len(pieces)} partial convs over weight slices")
+    return HANDLED
+
+
+# any other concat: an error (the ANE compiler rejects concat)
+def reject_concat(node: "Node", rw: LegalizeRewriter) -> None:
+    out = node.result
+    axis = node.attrs["axis"] % out.type.rank
+    if id(out) in {id(o) for o in rw.graph.outputs}:
+        why = "it is returned"
+        hint = ("return the pieces as separate outputs (a multi-output program) and join them "
+                "on the host")
+    elif axis != 1 or out.type.rank != 4:
+        why = f"it joins along axis {axis}"
+        hint = ("keep the pieces separate and apply the consumer to each piece, or return them "
+                "as separate outputs and join on the host")
+    elif all(u.op == "conv1x1" and u.operands[0] is out for u in out.uses):
+        why = "the weight of a conv1x1 it feeds cannot be sliced along the input channels"
+        hint = ("give that conv a weight const (const(weight=...), optionally with perm) so "
+                "anec can split it into partial convs")
+    else:
+        users = sorted({u.op for u in out.uses})
+        why = f"it feeds {', '.join(users)} (only conv1x1 weights can absorb a channel concat)"
+        hint = ("feed the concat only into conv1x1 ops (anec turns those into sums of partial "
+                "convs), or return the pieces separately")
+    return rw.reject("ANE-CONCAT", f"concat {_name(out)} cannot be removed: {why}", hint, node)
+
+
+# op -> rules, tried in order. Switched rules join when the target enables their constraint.
+LEGALIZE_RULES: dict[str, tuple] = {
+    "gelu": (expand_gelu_tanh,),
+    "rsqrt": (rsqrt_to_pow,),
+    "neg": (neg_to_mul,),
+    "matmul": (matmul_const_to_conv,),
+    "concat": (split_concat_into_partial_convs, reject_concat),
+    "conv1x1": (chunk_wide_conv_output, reject_wide_conv_output, split_wide_conv_input,
+                split_conv_bias),
+}
+
+SWITCHED_RULES: dict[str, dict[str, tuple]] = {
+    "reduce_mean_as_sum": {"reduce_mean": (lower_reduce_mean,)},
+    "softmax_pow2_only": {"softmax": (check_softmax_axis,)},
+}
+
+
+def rules_for(target: "Target") -> dict[str, tuple]:
+    """The rule table for ``target``: the fixed rules plus the switched ones it enables."""
+    rules = dict(LEGALIZE_RULES)
+    for switch, extra in SWITCHED_RULES.items():
+        if getattr(target, switch):
+            for op, fns in extra.items():
+                rules[op] = rules.get(op, ()) + fns
+    return rules

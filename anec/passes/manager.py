@@ -1,0 +1,67 @@
+"""Running passes: verify before and after each pass, time it, print the IR on request.
+
+The manager is the only place that runs a pipeline. It verifies every func
+before the first pass (an invalid input program is the user's
+``VerifyError``) and after every pass (an invalid result is a bug in that
+pass: a :class:`~anec.diagnostics.PassError` naming it), records
+``(func, pass, seconds)`` in ``ctx.timings``, and appends the printed IR to
+``ctx.printed`` after the passes named in ``ctx.print_ir_after``
+(``{"all"}`` for every pass).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+from anec.diagnostics import PassError, VerifyError
+from anec.ir.graph import Graph, Module
+from anec.passes.base import Pass, PassContext
+
+
+def _verify(target: Graph | Module) -> None:
+    from anec.ir.verifier import verify
+
+    verify(target)
+
+
+def _wants_dump(ctx: PassContext, name: str) -> bool:
+    wanted = ctx.print_ir_after
+    return bool(wanted) and (name in wanted or "all" in wanted)
+
+
+def run_passes(graph: Graph, passes: Sequence[Pass], ctx: PassContext) -> None:
+    """Run ``passes`` on one func (already verified), checking it after each pass."""
+    from anec.ir.printer import print_graph
+
+    for p in passes:
+        start = time.perf_counter()
+        p.run(graph, ctx)
+        ctx.timings.append((graph.name, p.name, time.perf_counter() - start))
+        try:
+            _verify(graph)
+        except VerifyError as e:
+            raise PassError(
+                f"pass '{p.name}' left func '{graph.name}' invalid: {e.message}",
+                span=e.span, hint=e.hint,
+                notes=[*e.notes, "this is a bug in anec; please report it with the input .ir"],
+            ) from e
+        if _wants_dump(ctx, p.name):
+            ctx.printed.append(f"// ----- IR after {p.name} (func {graph.name}) -----\n"
+                               + print_graph(graph))
+
+
+def run_pipeline(target: Graph | Module, passes: Sequence[Pass], ctx: PassContext) -> None:
+    """Run ``passes`` over a func or every func of a module, in place.
+
+    The whole input is verified first, so a bad func is reported before any
+    work is done; then each func goes through the pipeline in module order.
+    """
+    if isinstance(target, Module):
+        ctx.module = target
+        graphs = list(target.funcs.values())
+    else:
+        graphs = [target]
+    _verify(target)
+    for graph in graphs:
+        run_passes(graph, passes, ctx)

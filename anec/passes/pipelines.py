@@ -1,0 +1,88 @@
+"""Named pipelines: tuples of pass instances, each line saying why it is there.
+
+``default`` is what ``anec compile`` runs. The order matters:
+
+* dce first, so nothing unreachable is folded, counted or legalized;
+* fuse-casts before legalize, so legalize sees the real dtypes of values and
+  counts the weights that survive folding;
+* a second dce, because fuse-casts leaves the inner casts of folded chains
+  and the consts it re-declared unused;
+* annotate-sram on the cleaned-up program (legalize reads the report and
+  refreshes it after rewriting, so the manifest describes what is emitted);
+* legalize last among the transformations: it needs the final op set to
+  count BLOBFILE tensors and check the target's limits;
+* emit-mil only ever sees legal programs.
+"""
+
+from __future__ import annotations
+
+from anec.diagnostics import AnecError, did_you_mean
+from anec.passes.annotate_sram import AnnotateSram
+from anec.passes.base import Pass
+from anec.passes.dce import DeadCodeElimination
+from anec.passes.emit_mil import EmitMil
+from anec.passes.fuse_casts import FuseCasts
+from anec.passes.legalize import Legalize
+
+DEFAULT: tuple[Pass, ...] = (
+    DeadCodeElimination(),   # drop what cannot reach an output before anything is counted
+    FuseCasts(),             # fold no-op casts, lossless chains and casts of constants
+    DeadCodeElimination(),   # fuse-casts leaves inner casts and re-declared consts unused
+    AnnotateSram(),          # sizes of the cleaned-up program; legalize refreshes them
+    Legalize(),              # rewrite for the target, then count BLOBFILEs on the final ops
+    EmitMil(),               # MIL text + BLOBFILEs + manifest, legal programs only
+)
+
+OPTIMIZE: tuple[Pass, ...] = (
+    DeadCodeElimination(),   # as in default
+    FuseCasts(),
+    DeadCodeElimination(),
+    AnnotateSram(),
+    Legalize(),              # the legal program, without writing an artifact
+)
+
+CLEANUP: tuple[Pass, ...] = (
+    DeadCodeElimination(),   # target-independent cleanup only
+    FuseCasts(),
+    DeadCodeElimination(),
+)
+
+PIPELINES: dict[str, tuple[Pass, ...]] = {
+    "default": DEFAULT,
+    "optimize": OPTIMIZE,
+    "cleanup": CLEANUP,
+}
+"""Pipeline name -> passes (``anec compile --pipeline NAME``)."""
+
+
+def get_pipeline(name: str) -> tuple[Pass, ...]:
+    """The pipeline called ``name``; AnecError with a suggestion otherwise."""
+    if name in PIPELINES:
+        return PIPELINES[name]
+    hint = did_you_mean(name, PIPELINES) or f"pipelines: {', '.join(PIPELINES)}"
+    raise AnecError(f"unknown pipeline '{name}'", hint=hint)
+
+
+def parse_pass_list(text: str) -> tuple[Pass, ...]:
+    """``"dce,fuse-casts,dce"`` -> pass instances, in order (repeats allowed)."""
+    from anec.passes import get_pass
+
+    names = [part.strip() for part in text.split(",")]
+    if not text.strip() or any(not n for n in names):
+        raise AnecError(f"invalid pass list '{text}'",
+                        hint="write pass names separated by commas, e.g. dce,fuse-casts,dce")
+    return tuple(get_pass(n)() for n in names)
+
+
+def check_pass_names(names) -> set[str]:
+    """Validate names for ``--print-ir-after`` (pass names or ``all``)."""
+    from anec.passes import PASSES
+
+    out = set()
+    for n in names:
+        n = n.strip()
+        if n != "all" and n not in PASSES:
+            hint = did_you_mean(n, [*PASSES, "all"]) or f"passes: {', '.join(PASSES)}, or all"
+            raise AnecError(f"unknown pass '{n}'", hint=hint)
+        out.add(n)
+    return out

@@ -1,0 +1,233 @@
+"""Chip profiles: what each ANE generation accepts, with where each number comes from.
+
+Every limit the compiler or the runtime enforces lives here, in one
+:class:`Target` per chip family (``m1`` .. ``m5``), never as a constant
+scattered through the code. ``sources`` maps each field to its evidence:
+
+* a published on-device measurement (the Orion paper's catalog, measured on
+  M4 Max; maderix/ANE benchmark reports),
+* a community report (an issue or an unmerged pull request), or
+* ``anec assumption`` when nothing was measured for that chip and we
+  extrapolate from a neighbour. Assumptions are stated as such, so a reader
+  with a device knows which numbers to check first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from anec.diagnostics import AnecError, did_you_mean
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Target:
+    """Limits of one ANE generation (see ``sources`` for the evidence)."""
+
+    name: str
+    """``"m1"`` .. ``"m5"``."""
+    sram_bytes: int
+    """On-chip SRAM; working sets above it spill to DRAM (~30% slower)."""
+    max_blob_tensors: int
+    """BLOBFILE-backed const tensors one program may reference."""
+    scalar_penalty: int
+    """The BLOBFILE cap drops by this much if any elementwise op takes a scalar const."""
+    max_conv_out_channels: int
+    """Largest conv channel count anec emits (larger convs are chunked)."""
+    min_surface_bytes: int
+    """Smallest I/O surface that evaluates; smaller ones fail at eval."""
+    fp32_io: bool
+    """Whether program inputs and outputs may be fp32 (cast on the device)."""
+    one_file_per_weight: bool
+    """Whether every BLOBFILE must hold exactly one tensor."""
+    surface_alignment: int
+    """I/O surface allocations are rounded up to a multiple of this (bytes)."""
+    mil_dialect: str
+    """``"ios18"`` (``program(1.3)``) or ``"ios16"`` (``program(1.0)``, verbose scalars)."""
+    softmax_pow2_only: bool
+    """Reject softmax over an axis whose size is not a power of two (reported claim)."""
+    reduce_mean_as_sum: bool = True
+    """Lower ``reduce_mean`` to ``reduce_sum`` times 1/N (reported claim)."""
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    """Field name -> where the value comes from."""
+
+    def replace(self, **changes) -> "Target":
+        """A copy with some fields changed (e.g. to try a reported switch)."""
+        return dataclasses.replace(self, **changes)
+
+    def blob_cap(self, has_scalar_operand: bool) -> int:
+        """The BLOBFILE tensor cap for a program (with or without inline scalars)."""
+        return self.max_blob_tensors - (self.scalar_penalty if has_scalar_operand else 0)
+
+
+# ---- evidence strings, shared by the profiles ---------------------------------------
+
+_ORION_SRAM = (
+    "Orion pass_sram (32 MB for M4) and the maderix hardware table; sram_probe on M4 Max "
+    "first spills at 32 MB of weights (maderix PR #25)"
+)
+_ASSUME_SRAM = "anec assumption: no published measurement for this chip; same 32 MB as M4"
+_BLOB = (
+    "Orion community issue mechramc/Orion#3, measured on M4: 17 BLOBFILE tensors fail "
+    "with InvalidMILProgram"
+)
+_ASSUME_BLOB = "anec assumption: measured on M4 only (mechramc/Orion#3); assumed the same"
+_PENALTY = (
+    "Orion community issue mechramc/Orion#3, measured on M4: a pow/add/mul with an inline "
+    "scalar lowers the cap to 15 (does not stack)"
+)
+_ASSUME_PENALTY = _ASSUME_BLOB
+_CHANNELS = (
+    "anec assumption: 16384. Orion paper constraint 16 reports a 32K-channel conv rejected; "
+    "maderix compiled a 32000-output-channel conv on M4 and saw 32000 input channels "
+    "rejected. 16384 is the largest power of two safely below both reports, so it holds "
+    "whichever report generalizes"
+)
+_SURFACE = (
+    "Orion paper constraint 4 (T100), measured on M4 Max: surfaces below ~49 KB fail "
+    "with status 0x1d"
+)
+_ASSUME_SURFACE = (
+    "anec assumption: measured on M4 Max only (Orion constraint 4); assumed the same"
+)
+_FP32_IO_M1 = (
+    "Orion repo, later revision (community report): fp32 program I/O rejected on "
+    "M1-generation ANEs"
+)
+_FP32_IO_M2 = (
+    "reported: maderix PR #6 (unmerged) says cast is unsupported on M1/M2, so I/O must be fp16"
+)
+_FP32_IO_OK = (
+    "maderix benchmarks and Orion run fp32 I/O with device casts on M4; anec assumption "
+    "for M3/M5"
+)
+_ONE_FILE_M1 = (
+    "maderix benchmark report (issue #3 community results): multi-tensor single-blob weight "
+    "files FAIL on M1; per-matrix blobs work"
+)
+_ONE_FILE_OK = (
+    "maderix benchmark report: single-blob weights work on M3/M4/M5 (anec assumption for M2)"
+)
+_ALIGN_M5 = "reported: maderix PR #35 (unmerged) needs 128-byte IOSurface alignment on M5"
+_ALIGN = "anec assumption: no alignment requirement reported; 64 bytes (a cache line) is harmless"
+_DIALECT_OLD = (
+    "reported: maderix PR #6 (unmerged) says M1/M2 need program(1.0)/<ios16> with verbose "
+    "scalars; the maderix report marks program(1.3) PARTIAL on M1"
+)
+_DIALECT_NEW = (
+    "maderix and Orion emit program(1.3)/<ios18>; the maderix compatibility matrix lists it "
+    "for M3/M4/M5"
+)
+_DIALECT_M5 = (
+    _DIALECT_NEW + "; maderix PR #35 (reported) uses program(1.5) for static weights on M5, "
+    "not adopted"
+)
+_CHANNELS_M3 = (
+    _CHANNELS + " (maderix: the M3 Pro peak benchmark compiled only 512-channel conv chains; "
+    "not applied, it looks benchmark-specific)"
+)
+_SOFTMAX = (
+    "reported: hollance/neural-engine#44 says softmax over a non-power-of-2 axis gives "
+    "InvalidMILProgram; off by default (Orion runs softmax over 64-wide axes)"
+)
+_REDUCE_MEAN = (
+    "reported: hollance/neural-engine#44 says reduce_mean is absent in raw MIL text; Orion's "
+    "RMSNorm uses reduce_sum x 1/N (its LayerNorm emits reduce_mean, so the claim is "
+    "contested). On by default: the rewrite only costs the rounding of 1/N"
+)
+
+
+def _profile(name: str, **kw) -> Target:
+    return Target(name=name, **kw)
+
+
+TARGETS: dict[str, Target] = {
+    "m1": _profile(
+        "m1", sram_bytes=32 * MiB, max_blob_tensors=16, scalar_penalty=1,
+        max_conv_out_channels=16384, min_surface_bytes=49152, fp32_io=False,
+        one_file_per_weight=True, surface_alignment=64, mil_dialect="ios16",
+        softmax_pow2_only=False,
+        sources={
+            "sram_bytes": _ASSUME_SRAM, "max_blob_tensors": _ASSUME_BLOB,
+            "scalar_penalty": _ASSUME_PENALTY, "max_conv_out_channels": _CHANNELS,
+            "min_surface_bytes": _ASSUME_SURFACE, "fp32_io": _FP32_IO_M1,
+            "one_file_per_weight": _ONE_FILE_M1, "surface_alignment": _ALIGN,
+            "mil_dialect": _DIALECT_OLD, "softmax_pow2_only": _SOFTMAX,
+            "reduce_mean_as_sum": _REDUCE_MEAN,
+        },
+    ),
+    "m2": _profile(
+        "m2", sram_bytes=32 * MiB, max_blob_tensors=16, scalar_penalty=1,
+        max_conv_out_channels=16384, min_surface_bytes=49152, fp32_io=False,
+        one_file_per_weight=False, surface_alignment=64, mil_dialect="ios16",
+        softmax_pow2_only=False,
+        sources={
+            "sram_bytes": _ASSUME_SRAM, "max_blob_tensors": _ASSUME_BLOB,
+            "scalar_penalty": _ASSUME_PENALTY, "max_conv_out_channels": _CHANNELS,
+            "min_surface_bytes": _ASSUME_SURFACE, "fp32_io": _FP32_IO_M2,
+            "one_file_per_weight": _ONE_FILE_OK, "surface_alignment": _ALIGN,
+            "mil_dialect": _DIALECT_OLD, "softmax_pow2_only": _SOFTMAX,
+            "reduce_mean_as_sum": _REDUCE_MEAN,
+        },
+    ),
+    "m3": _profile(
+        "m3", sram_bytes=32 * MiB, max_blob_tensors=16, scalar_penalty=1,
+        max_conv_out_channels=16384, min_surface_bytes=49152, fp32_io=True,
+        one_file_per_weight=False, surface_alignment=64, mil_dialect="ios18",
+        softmax_pow2_only=False,
+        sources={
+            "sram_bytes": _ASSUME_SRAM, "max_blob_tensors": _ASSUME_BLOB,
+            "scalar_penalty": _ASSUME_PENALTY,
+            "max_conv_out_channels": _CHANNELS_M3,
+            "min_surface_bytes": _ASSUME_SURFACE, "fp32_io": _FP32_IO_OK,
+            "one_file_per_weight": _ONE_FILE_OK, "surface_alignment": _ALIGN,
+            "mil_dialect": _DIALECT_NEW, "softmax_pow2_only": _SOFTMAX,
+            "reduce_mean_as_sum": _REDUCE_MEAN,
+        },
+    ),
+    "m4": _profile(
+        "m4", sram_bytes=32 * MiB, max_blob_tensors=16, scalar_penalty=1,
+        max_conv_out_channels=16384, min_surface_bytes=49152, fp32_io=True,
+        one_file_per_weight=False, surface_alignment=64, mil_dialect="ios18",
+        softmax_pow2_only=False,
+        sources={
+            "sram_bytes": _ORION_SRAM, "max_blob_tensors": _BLOB,
+            "scalar_penalty": _PENALTY, "max_conv_out_channels": _CHANNELS,
+            "min_surface_bytes": _SURFACE, "fp32_io": _FP32_IO_OK,
+            "one_file_per_weight": _ONE_FILE_OK, "surface_alignment": _ALIGN,
+            "mil_dialect": _DIALECT_NEW, "softmax_pow2_only": _SOFTMAX,
+            "reduce_mean_as_sum": _REDUCE_MEAN,
+        },
+    ),
+    "m5": _profile(
+        "m5", sram_bytes=32 * MiB, max_blob_tensors=16, scalar_penalty=1,
+        max_conv_out_channels=16384, min_surface_bytes=49152, fp32_io=True,
+        one_file_per_weight=False, surface_alignment=128, mil_dialect="ios18",
+        softmax_pow2_only=False,
+        sources={
+            "sram_bytes": _ASSUME_SRAM, "max_blob_tensors": _ASSUME_BLOB,
+            "scalar_penalty": _ASSUME_PENALTY, "max_conv_out_channels": _CHANNELS,
+            "min_surface_bytes": _ASSUME_SURFACE, "fp32_io": _FP32_IO_OK,
+            "one_file_per_weight": _ONE_FILE_OK, "surface_alignment": _ALIGN_M5,
+            "mil_dialect": _DIALECT_M5,
+            "softmax_pow2_only": _SOFTMAX, "reduce_mean_as_sum": _REDUCE_MEAN,
+        },
+    ),
+}
+
+DEFAULT_TARGET = "m4"
+
+
+def get_target(name: str | Target | None = None) -> Target:
+    """The profile called ``name`` (default ``m4``); ``AnecError`` with a suggestion otherwise."""
+    if isinstance(name, Target):
+        return name
+    if name is None:
+        name = DEFAULT_TARGET
+    key = str(name).strip().lower()
+    if key in TARGETS:
+        return TARGETS[key]
+    hint = did_you_mean(key, TARGETS) or f"known targets: {', '.join(TARGETS)}"
+    raise AnecError(f"unknown target '{name}'", hint=hint)
