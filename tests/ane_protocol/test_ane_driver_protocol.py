@@ -1,0 +1,54 @@
+"""The ane driver's call protocol and its macOS build, checked on Linux.
+
+The C program tests/ane_protocol/test_ane_protocol.c drives ``anec_driver_ane``
+against a recording fake of the Objective-C runtime, CoreFoundation and
+IOSurface (fake_apple.c); ``make -f mk/ane.mk ane-protocol-test`` builds it with
+``-Wall -Wextra -Werror`` under ASan/UBSan and runs it. ``ane-macos-syntax``
+type-checks and compiles the driver for arm64-apple-macos14 with clang.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+C_TEST = ROOT / "tests" / "ane_protocol" / "test_ane_protocol.c"
+
+
+def _make(target: str, build: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["make", "--no-print-directory", "-f", "mk/ane.mk", target, f"ANE_BUILD={build}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("make") is None,
+                    reason="gcc and make are needed to build the protocol tests")
+def test_ane_protocol_suite_passes(tmp_path: Path) -> None:
+    r = _make("ane-protocol-test", tmp_path)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    # every test of the C suite ran and passed
+    declared = len(re.findall(r"^\s*\{\"[^\"]+\", test_\w+, [01]\},$", C_TEST.read_text(), re.M))
+    plan = re.search(r"^1\.\.(\d+)$", r.stdout, re.M)
+    assert plan and int(plan.group(1)) == declared >= 13, out
+    assert len(re.findall(r"^ok \d+ - ", r.stdout, re.M)) == declared, out
+    assert "not ok" not in r.stdout
+    assert f"# {declared} tests, 0 failed" in r.stdout
+
+
+@pytest.mark.skipif(shutil.which("clang") is None or shutil.which("make") is None,
+                    reason="clang is needed for the arm64-apple-macos syntax check")
+def test_ane_driver_builds_for_macos(tmp_path: Path) -> None:
+    r = _make("ane-macos-syntax", tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    obj = tmp_path / "driver_ane.macos.o"
+    assert obj.read_bytes()[:4] == bytes.fromhex("cffaedfe")  # Mach-O 64-bit

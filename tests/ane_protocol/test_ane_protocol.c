@@ -1,0 +1,954 @@
+/*
+ * test_ane_protocol.c - the ane driver's call protocol, checked on Linux.
+ *
+ * Drives anec_driver_ane (the vtable) directly with hand-made compile args
+ * against the recording fake of the Apple side (fake_apple.c), and asserts
+ * the exact classes, selectors, signatures and argument kinds the driver
+ * sends, the files it prepares for the device, memory management (every
+ * object released, autorelease pools balanced) and error reporting.
+ *
+ * Output is TAP-like ("ok N - name" / "not ok N - name"); the exit status is
+ * the number of failed tests (0: all passed).
+ */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "anec_driver.h"
+#include "fake_apple.h"
+
+/* ------------------------------------------------------------------------ */
+/* harness                                                                   */
+
+static int g_failed_now;
+static char g_base[1024];  /* mkdtemp root of the whole run */
+static char g_root[1100];  /* per-test NSTemporaryDirectory() */
+static int g_test_no;
+
+static void failf(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void failf(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stdout, "#   %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+    g_failed_now = 1;
+}
+
+#define CHECK(cond)                                                                   \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            failf(__FILE__, __LINE__, "check failed: %s", #cond);                     \
+            return;                                                                   \
+        }                                                                             \
+    } while (0)
+#define CHECK_MSG(cond, ...)                                                          \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            failf(__FILE__, __LINE__, __VA_ARGS__);                                   \
+            return;                                                                   \
+        }                                                                             \
+    } while (0)
+#define CHECK_OK(rc, err) CHECK_MSG((rc) == ANEC_OK, "status %d: %s", (rc), (err))
+
+static const anec_driver *D = &anec_driver_ane;
+
+static int path_exists(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+static void write_bytes(const char *path, const void *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(b, 1, n, f) != n) {
+        perror(path);
+        exit(99);
+    }
+    fclose(f);
+}
+
+static int file_equals(const char *path, const void *b, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    unsigned char *buf = malloc(n + 1);
+    size_t r = fread(buf, 1, n + 1, f);
+    fclose(f);
+    int eq = r == n && memcmp(buf, b, n) == 0;
+    free(buf);
+    return eq;
+}
+
+/* ------------------------------------------------------------------------ */
+/* test data: MIL text, BLOBFILEs, program directories                       */
+
+static const char k_mil[] =
+    "program(1.3)\n"
+    "[buildInfo = dict<string, string>({{\"coremlc-component-MIL\", \"3510.2.1\"}})]\n"
+    "{\n"
+    "    func main<ios18>(tensor<fp16, [1, 64, 1, 384]> a_in, tensor<fp16, [1, 64, 1, 384]> b_in) {\n"
+    "        tensor<fp16, [64, 64, 1, 1]> w = const()[name = string(\"w\"), val = tensor<fp16, [64, 64, 1, 1]>(BLOBFILE(path = string(\"@model_path/weights/w.bin\"), offset = uint64(64)))];\n"
+    "        tensor<fp16, [1, 64, 1, 1]> b = const()[name = string(\"b\"), val = tensor<fp16, [1, 64, 1, 1]>(BLOBFILE(path = string(\"@model_path/weights/b.bin\"), offset = uint64(64)))];\n"
+    "        tensor<fp16, [1, 64, 1, 384]> y = add(x = a_in, y = b_in)[name = string(\"y\")];\n"
+    "    } -> (y);\n"
+    "}\n";
+
+static const char k_mil_noweights[] =
+    "program(1.3)\n"
+    "{\n"
+    "    func main<ios18>(tensor<fp16, [1, 64, 1, 384]> x) {\n"
+    "        tensor<fp16, [1, 64, 1, 384]> y = relu(x = x)[name = string(\"y\")];\n"
+    "    } -> (y);\n"
+    "}\n";
+
+/* A MILBlob v2 file with one fp16 tensor of n elements filled from `seed`. */
+typedef struct { unsigned char *data; size_t len; } blob_t;
+
+static blob_t make_blob(size_t n, unsigned seed)
+{
+    blob_t b;
+    b.len = 128 + ((2 * n + 63) / 64) * 64;
+    b.data = calloc(1, b.len);
+    uint32_t u32;
+    uint64_t u64;
+    u32 = 1; memcpy(b.data + 0, &u32, 4);            /* count */
+    u32 = 2; memcpy(b.data + 4, &u32, 4);            /* version */
+    u32 = 0xDEADBEEFu; memcpy(b.data + 64, &u32, 4); /* sentinel */
+    u32 = 1; memcpy(b.data + 68, &u32, 4);           /* fp16 */
+    u64 = 2 * n; memcpy(b.data + 72, &u64, 8);       /* size */
+    u64 = 128; memcpy(b.data + 80, &u64, 8);         /* data offset */
+    for (size_t i = 0; i < 2 * n; i++)
+        b.data[128 + i] = (unsigned char)(seed * 31u + i * 7u);
+    return b;
+}
+
+/* A program as the core would prepare it: <root>/core/<name>/{model.mil, weights/...}. */
+typedef struct {
+    char dir[1300];
+    anec_blob blobs[4];
+    blob_t data[4];
+    size_t n;
+    anec_compile_args args;
+} program_t;
+
+static void make_program(program_t *p, const char *name, const char *mil,
+                         const char *const *paths, size_t n, unsigned seed)
+{
+    memset(p, 0, sizeof *p);
+    char sub[1400];
+    snprintf(p->dir, sizeof p->dir, "%s/core", g_root);
+    mkdir(p->dir, 0755);
+    snprintf(p->dir, sizeof p->dir, "%s/core/%s", g_root, name);
+    mkdir(p->dir, 0755);
+    snprintf(sub, sizeof sub, "%s/weights", p->dir);
+    mkdir(sub, 0755);
+    snprintf(sub, sizeof sub, "%s/model.mil", p->dir);
+    write_bytes(sub, mil, strlen(mil));
+    p->n = n;
+    for (size_t i = 0; i < n; i++) {
+        p->data[i] = make_blob(64 + 16 * i, seed + (unsigned)i);
+        p->blobs[i].path = paths[i];
+        p->blobs[i].data = p->data[i].data;
+        p->blobs[i].len = p->data[i].len;
+        snprintf(sub, sizeof sub, "%s/%s", p->dir, paths[i] + strlen("@model_path/"));
+        write_bytes(sub, p->data[i].data, p->data[i].len);
+    }
+    p->args.mil = mil;
+    p->args.mil_len = strlen(mil);
+    p->args.blobs = n ? p->blobs : NULL;
+    p->args.n_blobs = n;
+    p->args.dir = p->dir;
+    p->args.limits.max_blob_tensors = 16;
+    p->args.limits.scalar_penalty = 1;
+    p->args.limits.max_conv_out_channels = 16384;
+    p->args.limits.min_surface_bytes = 49152;
+    p->args.limits.allow_fp32_io = 1;
+}
+
+/* The core's delta reload: rewrite blob i in the program directory. */
+static void patch_blob(program_t *p, size_t i, unsigned seed)
+{
+    char path[1400];
+    free(p->data[i].data);
+    p->data[i] = make_blob(64 + 16 * i, seed);
+    p->blobs[i].data = p->data[i].data;
+    snprintf(path, sizeof path, "%s/%s", p->dir, p->blobs[i].path + strlen("@model_path/"));
+    write_bytes(path, p->data[i].data, p->data[i].len);
+}
+
+static void free_program(program_t *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        free(p->data[i].data);
+}
+
+static int cmp_blob_path(const void *a, const void *b)
+{
+    const anec_blob *x = *(const anec_blob *const *)a, *y = *(const anec_blob *const *)b;
+    return strcmp(x->path, y->path);
+}
+
+/* The weight hash the fake device computes at load for these blobs. */
+static uint64_t weights_hash(const program_t *p)
+{
+    const anec_blob *sorted[4];
+    const char *contents[4];
+    size_t lens[4];
+    for (size_t i = 0; i < p->n; i++)
+        sorted[i] = &p->blobs[i];
+    qsort(sorted, p->n, sizeof sorted[0], cmp_blob_path);
+    for (size_t i = 0; i < p->n; i++) {
+        contents[i] = (const char *)sorted[i]->data;
+        lens[i] = sorted[i]->len;
+    }
+    return fk_weights_hash(contents, lens, p->n);
+}
+
+/* The hexId directory of the most recent model. */
+static const char *last_hex(void)
+{
+    fk_obj *m = fk_last(FK_MODEL);
+    return m ? m->hex : "";
+}
+
+/* ------------------------------------------------------------------------ */
+/* call-log helpers                                                          */
+
+/* Messages sent (lines starting with + or -), without -UTF8String reads. */
+static size_t messages(size_t from, const char **out, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = from; i < fk_ncalls() && n < cap; i++) {
+        const char *c = fk_call(i);
+        if ((c[0] == '+' || c[0] == '-') && !strstr(c, " UTF8String"))
+            out[n++] = c;
+    }
+    return n;
+}
+
+static int count_calls(size_t from, const char *needle)
+{
+    int n = 0;
+    for (size_t i = from; i < fk_ncalls(); i++)
+        n += strstr(fk_call(i), needle) != NULL;
+    return n;
+}
+
+/* Compare the message sequence from `from` with `expected` ("{HEX}" stands
+   for `hex`); prints both on mismatch. */
+static int expect_messages(size_t from, const char *const *expected, size_t n_exp,
+                           const char *hex)
+{
+    const char *got[256];
+    size_t n = messages(from, got, 256);
+    int ok = n == n_exp;
+    char want[n_exp ? n_exp : 1][1024];
+    for (size_t i = 0; i < n_exp; i++) {
+        const char *e = expected[i], *h = strstr(e, "{HEX}");
+        if (h)
+            snprintf(want[i], sizeof want[i], "%.*s%s%s", (int)(h - e), e, hex, h + 5);
+        else
+            snprintf(want[i], sizeof want[i], "%s", e);
+        if (ok && strcmp(want[i], got[i]) != 0)
+            ok = 0;
+    }
+    if (!ok) {
+        printf("#   expected %zu messages:\n", n_exp);
+        for (size_t i = 0; i < n_exp; i++)
+            printf("#     %s\n", want[i]);
+        printf("#   got %zu:\n", n);
+        for (size_t i = 0; i < n; i++)
+            printf("#     %s\n", got[i]);
+    }
+    return ok;
+}
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ------------------------------------------------------------------------ */
+/* tests                                                                     */
+
+static const char *const k_paths2[] = {"@model_path/weights/w.bin", "@model_path/weights/b.bin"};
+
+static void test_unavailable_without_framework(void)
+{
+    char why[512] = "";
+    ane_syms_install_fake(NULL); /* real resolution, as in production */
+    int rc = D->available(why, sizeof why);
+    CHECK(rc != ANEC_OK);
+    CHECK_MSG(strstr(why, "AppleNeuralEngine.framework not found") &&
+                  strstr(why, "macOS on Apple silicon"),
+              "reason: %s", why);
+    void *ctx = (void *)1;
+    char err[512] = "";
+    CHECK(D->open(&ctx, err, sizeof err) == ANEC_EUNAVAIL);
+    CHECK(ctx == NULL);
+    CHECK_MSG(strstr(err, "AppleNeuralEngine.framework not found"), "open: %s", err);
+    /* cached: a second call gives the same answer */
+    char why2[512] = "";
+    CHECK(D->available(why2, sizeof why2) == rc && strcmp(why, why2) == 0);
+    CHECK(strcmp(D->name, "ane") == 0);
+}
+
+static void test_available_with_fake_and_missing_class(void)
+{
+    char why[512] = "";
+    CHECK_OK(D->available(why, sizeof why), why);
+    fk_hide_class("_ANEInMemoryModel");
+    CHECK(D->available(why, sizeof why) == ANEC_EUNAVAIL);
+    CHECK_MSG(strstr(why, "_ANEInMemoryModel"), "reason: %s", why);
+    void *ctx = NULL;
+    char err[512];
+    CHECK(D->open(&ctx, err, sizeof err) == ANEC_EUNAVAIL && ctx == NULL);
+    /* available() sends no message and creates nothing */
+    CHECK(messages(0, (const char *[1]){0}, 1) == 0);
+    CHECK(fk_live() == 0);
+}
+
+static void test_compile_sequence(void)
+{
+    void *ctx = NULL, *prog = NULL;
+    char err[2048] = "";
+    program_t p;
+    make_program(&p, "two_blobs", k_mil, k_paths2, 2, 1);
+    CHECK_OK(D->open(&ctx, err, sizeof err), err);
+    size_t mark = fk_ncalls();
+    CHECK_OK(D->compile(ctx, &p.args, &prog, err, sizeof err), err);
+    char mil_arg[160];
+    snprintf(mil_arg, sizeof mil_arg,
+             "+_ANEInMemoryModelDescriptor modelWithMILText:weights:optionsPlist: NSData[%zu] "
+             "NSDictionary{2} nil",
+             strlen(k_mil));
+    const char *expected[] = {
+        mil_arg,
+        "+_ANEInMemoryModel inMemoryModelWithDescriptor: _ANEInMemoryModelDescriptor",
+        "-_ANEInMemoryModel hexStringIdentifier",
+        "+NSFileManager defaultManager",
+        "-NSFileManager createDirectoryAtPath:withIntermediateDirectories:attributes:error: "
+        "NSString\"$TMP/{HEX}/weights\" YES nil &error",
+        "-NSData writeToFile:atomically: NSString\"$TMP/{HEX}/model.mil\" YES",
+        "-NSData writeToFile:atomically: NSString\"$TMP/{HEX}/weights/w.bin\" YES",
+        "-NSData writeToFile:atomically: NSString\"$TMP/{HEX}/weights/b.bin\" YES",
+        "-_ANEInMemoryModel compileWithQoS:options:error: 21 NSDictionary{0} &error",
+    };
+    CHECK(expect_messages(mark, expected, N_OF(expected), last_hex()));
+    CHECK(count_calls(mark, "NSTemporaryDirectory") == 1);
+    /* compile does not load */
+    CHECK(count_calls(mark, "loadWithQoS") == 0);
+    fk_obj *m = fk_last(FK_MODEL);
+    CHECK(m->compiled && !m->loaded);
+
+    /* the hexId directory holds exactly what the device compiled from */
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s/model.mil", g_root, m->hex);
+    CHECK(file_equals(path, k_mil, strlen(k_mil)));
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s/%s", g_root, m->hex,
+                 p.blobs[i].path + strlen("@model_path/"));
+        CHECK_MSG(file_equals(path, p.blobs[i].data, p.blobs[i].len), "%s", path);
+    }
+    D->release(ctx, prog);
+    D->close(ctx);
+    free_program(&p);
+}
+
+static void test_mil_is_nsdata_and_weights_dict(void)
+{
+    void *ctx = NULL, *prog = NULL;
+    char err[2048] = "";
+    program_t p;
+    make_program(&p, "dict", k_mil, k_paths2, 2, 7);
+    CHECK_OK(D->open(&ctx, err, sizeof err), err);
+    CHECK_OK(D->compile(ctx, &p.args, &prog, err, sizeof err), err);
+    fk_obj *desc = fk_last(FK_DESC);
+    CHECK(desc && fk_alive(desc));
+    fk_obj *mil = desc->refs[0], *weights = desc->refs[1];
+    /* the MIL text is NSData holding exactly the bytes, no NUL */
+    CHECK(mil->kind == FK_DATA);
+    CHECK(mil->len == strlen(k_mil) && memcmp(mil->bytes, k_mil, mil->len) == 0);
+    /* keys are the MIL paths; values {offset: @0, data: whole BLOBFILE} */
+    CHECK(weights->kind == FK_DICT && weights->n == 2);
+    for (size_t i = 0; i < 2; i++) {
+        fk_obj *entry = fk_dict_get(weights, p.blobs[i].path);
+        CHECK_MSG(entry && entry->kind == FK_DICT && entry->n == 2, "entry %s",
+                  p.blobs[i].path);
+        fk_obj *off = fk_dict_get(entry, "offset"), *data = fk_dict_get(entry, "data");
+        CHECK(off && off->kind == FK_NUMBER && off->num == 0);
+        CHECK(data && data->kind == FK_DATA && data->len == p.blobs[i].len);
+        CHECK(memcmp(data->bytes, p.blobs[i].data, data->len) == 0);
+        /* the whole file, header included: MILBlob count/version at 0 */
+        CHECK(data->bytes[0] == 1 && data->bytes[4] == 2);
+    }
+    D->release(ctx, prog);
+    D->close(ctx);
+    free_program(&p);
+}
+
+static void test_empty_weights_dict_not_nil(void)
+{
+    void *ctx = NULL, *prog = NULL;
+    char err[2048] = "";
+    program_t p;
+    make_program(&p, "noweights", k_mil_noweights, NULL, 0, 0);
+    CHECK_OK(D->open(&ctx, err, sizeof err), err);
+    size_t mark = fk_ncalls();
+    CHECK_OK(D->compile(ctx, &p.args, &prog, err, sizeof err), err);
+    char line[200];
+    snprintf(line, sizeof line,
+             "+_ANEInMemoryModelDescriptor modelWithMILText:weights:optionsPlist: NSData[%zu] "
+             "NSDictionary{0} nil",
+             strlen(k_mil_noweights));
+    const char *got[64];
+    size_t n = messages(mark, got, 64);
+    CHECK(n > 0);
+    CHECK_MSG(strcmp(got[0], line) == 0, "got: %s", got[0]);
+    fk_obj *weights = fk_last(FK_DESC)->refs[1];
+    CHECK(weights && weights->kind == FK_DICT && weights->n == 0);
+    /* no weight file written, only model.mil */
+    CHECK(count_calls(mark, "writeToFile:atomically:") == 1);
+    CHECK(count_calls(mark, "writeToFile:atomically: NSString\"$TMP/") == 1);
+    CHECK(count_calls(mark, "/model.mil\" YES") == 1);
+    CHECK_OK(D->load(ctx, prog, err, sizeof err), err);
+    D->release(ctx, prog);
+    D->close(ctx);
+    free_program(&p);
+}
+
+static void test_surfaces(void)
+{
+    void *ctx = NULL;
+    char err[512] = "";
+    anec_surface s;
+    CHECK_OK(D->open(&ctx, err, sizeof err), err);
+    size_t mark = fk_ncalls();
+    CHECK_OK(D->surface_create(ctx, 49152, &s, err, sizeof err), err);
+    CHECK(s.handle && s.base && s.bytes == 49152);
+    int seen = 0;
+    for (size_t i = mark; i < fk_ncalls(); i++)
+        if (strncmp(fk_call(i), "IOSurfaceCreate", 15) == 0) {
+            seen++;
+            CHECK_MSG(strcmp(fk_call(i),
+                             "IOSurfaceCreate Width=49152 Height=1 BytesPerElement=1 "
+                             "BytesPerRow=49152 AllocSize=49152 PixelFormat=0") == 0,
+                      "%s", fk_call(i));
+        }
+    CHECK(seen == 1);
+    fk_obj *surf = fk_last(FK_SURFACE);
+    CHECK(surf->locks == 1);        /* CPU-locked while the core uses `base` */
+    for (size_t k = 0; k < s.bytes; k++)
+        CHECK(s.base[k] == 0);      /* zeroed (the fake fills new surfaces with 0xA5) */
+    CHECK(s.base == surf->bytes);
+    anec_surface bad;
+    CHECK(D->surface_create(ctx, 0, &bad, err, sizeof err) == ANEC_EINVAL);
+    D->surface_free(ctx, &s);
+    CHECK(s.handle == NULL && s.base == NULL);
+    D->close(ctx);
+}
+
+/* compile, load, evaluate twice (one request, reused), check outputs. */
+static void test_load_evaluate_reuses_request(void)
+{
+    void *ctx = NULL, *prog = NULL;
+    char err[2048] = "";
+    program_t p;
+    make_program(&p, "eval", k_mil, k_paths2, 2, 3);
+    CHECK_OK(D->open(&ctx, err, sizeof err), err);
+    CHECK_OK(D->compile(ctx, &p.args, &prog, err, sizeof err), err);
+    size_t mark = fk_ncalls();
+    CHECK_OK(D->load(ctx, prog, err, sizeof err), err);
+    const char *load_seq[] = {
+        "-_ANEInMemoryModel loadWithQoS:options:error: 21 NSDictionary{0} &error",
+    };
+    /* right after compile the directory already holds this program's weights */
+    CHECK(expect_messages(mark, load_seq, 1, ""));
+    CHECK(fk_last(FK_MODEL)->loaded);
+    CHECK(fk_last(FK_MODEL)->wsum == weights_hash(&p));
+
+    anec_surface a, b, y;
+    CHECK_OK(D->surface_create(ctx, 49152, &a, err, sizeof err), err);
+    CHECK_OK(D->surface_create(ctx, 49152, &b, err, sizeof err), err);
+    CHECK_OK(D->surface_create(ctx, 49152, &y, err, sizeof err), err);
+    for (size_t k = 0; k < 49152; k++) {
+        a.base[k] = (uint8_t)(k * 3);
+        b.base[k] = (uint8_t)(k * 5 + 1);
+    }
+    anec_surface *in[2] = {&a, &b}, *out[1] = {&y};
+    mark = fk_ncalls();
+    CHECK_OK(D->evaluate(ctx, prog, in, 2, out, 1, err, sizeof err), err);
+    const char *eval1[] = {
+        "+_ANEIOSurfaceObject objectWithIOSurface: IOSurface(49152)",
+        "+_ANEIOSurfaceObject objectWithIOSurface: IOSurface(49152)",
+        "+_ANEIOSurfaceObject objectWithIOSurface: IOSurface(49152)",
+        "+_ANERequest requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:"
+        "perfStats:procedureIndex: NSArray[2 x _ANEIOSurfaceObject] @[0,1] "
+        "NSArray[1 x _ANEIOSurfaceObject] @[0] nil nil @0",
+        "-_ANEInMemoryModel evaluateWithQoS:options:request:error: 21 NSDictionary{0} "
+        "_ANERequest &error",
+    };
+    CHECK(expect_messages(mark, eval1, N_OF(eval1), ""));
+    /* the surfaces are unlocked around the evaluation, locked again after */
+    CHECK(count_calls(mark, "IOSurfaceUnlock") == 3 && count_calls(mark, "IOSurfaceLock") == 3);
+    CHECK(fk_last(FK_SURFACE)->locks == 1);
+
+    /* the inputs were bound in the order given (a first, then b) */
+    const uint8_t *ins[2] = {a.base, b.base};
+    size_t lens[2] = {a.bytes, b.bytes};
+    uint64_t w = weights_hash(&p);
+    for (size_t k = 0; k < y.bytes; k += 97)
+        CHECK_MSG(y.base[k] == fk_expected_output(ins, lens, 2, w, 0, k), "byte %zu", k);
+
+    /* second evaluation: the same request, nothing rebuilt */
+    fk_obj *req = fk_last(FK_REQUEST);
+    a.base[0] = 200;
+    mark = fk_ncalls();
+    CHECK_OK(D->evaluate(ctx, prog, in, 2, out, 1, err, sizeof err), err);
+    const char *eval2[] = {
+        "-_ANEInMemoryModel evaluateWithQoS:options:request:error: 21 NSDictionary{0} "
+        "_ANERequest &error",
+    };
+    CHECK(expect_messages(mark, eval2, 1, ""));
+    CHECK(fk_last(FK_REQUEST) == req && fk_alive(req));
+    CHECK(y.base[0] == fk_expected_output(ins, lens, 2, w, 0, 0));
+
+    /* another output surface: a new request for the new set */
+    anec_surface y2;
+    CHECK_OK(D->surface_create(ctx, 49152, &y2, err, sizeof err), err);
+    anec_surface *out2[1] = {&y2};
+    mark = fk_ncalls();
+    CHECK_OK(D->evaluate(ctx, prog, in, 2, out2, 1, err, sizeof err), err);
+    CHECK(count_calls(mark, "+_ANERequest requestWithInputs") == 1);
+    CHECK(fk_last(FK_REQUEST) != req && !fk_alive(req)); /* the old one released */
+    CHECK(y2.base[5] == fk_expected_output(ins, lens, 2, w, 0, 5));
+
+    /* the core frees surfaces before the program: still no dangling use */
+    D->surface_free(ctx, &a);
+    D->surface_free(ctx, &b);
+    D->surface_free(ctx, &y);
+    D->surface_free(ctx, &y2);
+    mark = fk_ncalls();
+    D->release(ctx, prog);
+    const char *rel[] = {
+        "-_ANEInMemoryModel unloadWithQoS:error: 21 &error",
+        "+NSFileManager defaultManager",
+        "-NSFileManager removeItemAtPath:error: NSString\"$TMP/{HEX}\" &error",
+    };
+    CHECK(expect_messages(mark, rel, N_OF(rel), last_hex()));
+    D->close(ctx);
+    free_program(&p);
+}
+
+/* Delta reload: unload, the core patches a blob, load; never a compile. */
+static void test_reload_unload_load_no_compile(void)
+{
+    void *ctx = NULL, *prog = NULL, *fresh = NULL;
+    char err[2048] = "";
+    program_t p, q;
+    make_program(&p, "reload", k_mil, k_paths2, 2, 11);
+    CHECK_OK(D->open(&ctx, err, sizeof err), err);
+    CHECK_OK(D->compile(ctx, &p.args, &prog, err, sizeof err), err);
+    CHECK_OK(D->load(ctx, prog, err, sizeof err), err);
+    fk_obj *model = fk_last(FK_MODEL);
+    const char *hex = model->hex;
+    anec_surface a, b, y;
+    CHECK_OK(D->surface_create(ctx, 49152, &a, err, sizeof err), err);
+    CHECK_OK(D->surface_create(ctx, 49152, &b, err, sizeof err), err);
+    CHECK_OK(D->surface_create(ctx, 49152, &y, err, sizeof err), err);
+    memset(a.base, 9, a.bytes);
+    memset(b.base, 4, b.bytes);
+    anec_surface *in[2] = {&a, &b}, *out[1] = {&y};
+    CHECK_OK(D->evaluate(ctx, prog, in, 2, out, 1, err, sizeof err), err);
+    uint8_t before[64];
+    memcpy(before, y.base, sizeof before);
+
+    size_t mark = fk_ncalls();
+    CHECK_OK(D->unload(ctx, prog, err, sizeof err), err);
+    patch_blob(&p, 0, 99); /* what the core does between unload and load */
+    CHECK_OK(D->load(ctx, prog, err, sizeof err), err);
+    const char *seq[] = {
+        "-_ANEInMemoryModel unloadWithQoS:error: 21 &error",
+        "+NSData dataWithContentsOfFile: NSString\"$TMP/core/reload/weights/w.bin\"",
+        "-NSData writeToFile:atomically: NSString\"$TMP/{HEX}/weights/w.bin\" YES",
+        "+NSData dataWithContentsOfFile: NSString\"$TMP/core/reload/weights/b.bin\"",
+        "-NSData writeToFile:atomically: NSString\"$TMP/{HEX}/weights/b.bin\" YES",
+        "-_ANEInMemoryModel loadWithQoS:options:error: 21 NSDictionary{0} &error",
+    };
+    CHECK(expect_messages(mark, seq, N_OF(seq), hex));
+    CHECK(count_calls(mark, "compileWithQoS") == 0);
+    CHECK(count_calls(mark, "modelWithMILText") == 0);
+    CHECK(count_calls(mark, "inMemoryModelWithDescriptor") == 0);
+    CHECK(model->wsum == weights_hash(&p));
+
+    /* the request survives the reload */
+    mark = fk_ncalls();
+    CHECK_OK(D->evaluate(ctx, prog, in, 2, out, 1, err, sizeof err), err);
+    CHECK(count_calls(mark, "requestWithInputs") == 0);
+    CHECK(memcmp(before, y.base, sizeof before) != 0);
+
+    /* equal to a fresh compile with the new weights */
+    make_program(&q, "fresh", k_mil, k_paths2, 2, 11);
+    patch_blob(&q, 0, 99);
+    CHECK_OK(D->compile(ctx, &q.args, &fresh, err, sizeof err), err);
+    CHECK_OK(D->load(ctx, fresh, err, sizeof err), err);
+    anec_surface y2;
+    CHECK_OK(D->surface_create(ctx, 49152, &y2, err, sizeof err), err);
+    anec_surface *out2[1] = {&y2};
+    CHECK_OK(D->evaluate(ctx, fresh, in, 2, out2, 1, err, sizeof err), err);
+    CHECK(memcmp(y.base, y2.base, y.bytes) == 0);
+
+    /* a second unload/load without changes still compiles nothing */
+    mark = fk_ncalls();
+    CHECK_OK(D->unload(ctx, prog, err, sizeof err), err);
+    CHECK_OK(D->load(ctx, prog, err, sizeof err), err);
+    CHECK(count_calls(mark, "compileWithQoS") == 0);
+    /* load of a loaded program is a no-op */
+    mark = fk_ncalls();
+    CHECK_OK(D->load(ctx, prog, err, sizeof err), err);
+    CHECK(count_calls(mark, "loadWithQoS") == 0);
+
+    D->surface_free(ctx, &a);
+    D->surface_free(ctx, &b);
+    D->surface_free(ctx, &y);
+    D->surface_free(ctx, &y2);
+    D->release(ctx, prog);
+    D->release(ctx, fresh);
+    D->close(ctx);
+    free_program(&p);
+    free_program(&q);
+}
+
+/* Same MIL + weight paths -> same hexId directory: refcounted, and each
+   program loads its own weights. */
+static void test_shared_hexid_directory(void)
+{
+    void *ctx = NULL, *pa = NULL, *pb = NULL;
+    char err[2048] = "";
+    program_t A, B;
+    make_program(&A, "layer0", k_mil, k_paths2, 2, 21);
+    make_program(&B, "layer1", k_mil, k_paths2, 2, 42);
+    CHECK_OK(D->open(&ctx, err, sizeof err), err);
+    CHECK_OK(D->compile(ctx, &A.args, &pa, err, sizeof err), err);
+    fk_obj *ma = fk_last(FK_MODEL);
+    CHECK_OK(D->compile(ctx, &B.args, &pb, err, sizeof err), err);
+    fk_obj *mb = fk_last(FK_MODEL);
+    CHECK(ma != mb && strcmp(ma->hex, mb->hex) == 0);
+    char dir[1400];
+    snprintf(dir, sizeof dir, "%s/%s", g_root, ma->hex);
+
+    /* B wrote its weights last; loading A must bring A's back */
+    size_t mark = fk_ncalls();
+    CHECK_OK(D->load(ctx, pa, err, sizeof err), err);
+    CHECK(count_calls(mark, "dataWithContentsOfFile: NSString\"$TMP/core/layer0/") == 2);
+    CHECK(ma->wsum == weights_hash(&A));
+    CHECK_OK(D->load(ctx, pb, err, sizeof err), err);
+    CHECK(mb->wsum == weights_hash(&B));
+    CHECK(ma->wsum != mb->wsum);
+
+    /* releasing A keeps the directory B still uses */
+    mark = fk_ncalls();
+    D->release(ctx, pa);
+    CHECK(count_calls(mark, "removeItemAtPath") == 0);
+    CHECK(path_exists(dir));
+    CHECK_OK(D->unload(ctx, pb, err, sizeof err), err);
+    CHECK_OK(D->load(ctx, pb, err, sizeof err), err);
+    CHECK(mb->wsum == weights_hash(&B));
+    mark = fk_ncalls();
+    D->release(ctx, pb);
+    CHECK(count_calls(mark, "removeItemAtPath") == 1);
+    CHECK(!path_exists(dir));
+    D->close(ctx);
+    free_program(&A);
+    free_program(&B);
+}
+
+/* clone: a new program on the donor's compiled form, weights from its own dir. */
+static void test_clone_shares_compiled_form(void)
+{
+    void *ctx = NULL, *donor = NULL, *copy = NULL;
+    char err[2048] = "";
+    program_t A, B;
+    make_program(&A, "donor", k_mil, k_paths2, 2, 5);
+    make_program(&B, "copy", k_mil, k_paths2, 2, 6);
+    CHECK_OK(D->open(&ctx, err, sizeof err), err);
+    CHECK_OK(D->compile(ctx, &A.args, &donor, err, sizeof err), err);
+    size_t mark = fk_ncalls();
+    CHECK(D->clone != NULL);
+    CHECK_OK(D->clone(ctx, donor, B.dir, &copy, err, sizeof err), err);
+    CHECK(count_calls(mark, "compileWithQoS") == 0);
+    CHECK(count_calls(mark, "+_ANEInMemoryModelDescriptor modelWithMILText") == 1);
+    fk_obj *mc = fk_last(FK_MODEL);
+    /* its descriptor carries its own weight bytes */
+    fk_obj *entry = fk_dict_get(mc->refs[0]->refs[1], "@model_path/weights/w.bin");
+    fk_obj *data = fk_dict_get(entry, "data");
+    CHECK(data && data->len == B.blobs[0].len &&
+          memcmp(data->bytes, B.blobs[0].data, data->len) == 0);
+    CHECK_OK(D->load(ctx, copy, err, sizeof err), err);
+    CHECK(mc->wsum == weights_hash(&B));
+    CHECK_OK(D->load(ctx, donor, err, sizeof err), err);
+    CHECK(fk_last(FK_MODEL) == mc);
+    /* the donor can go first: the clone keeps the directory */
+    D->release(ctx, donor);
+    CHECK_OK(D->unload(ctx, copy, err, sizeof err), err);
+    CHECK_OK(D->load(ctx, copy, err, sizeof err), err);
+    CHECK(mc->wsum == weights_hash(&B));
+    D->release(ctx, copy);
+    char dir[1400];
+    snprintf(dir, sizeof dir, "%s/%s", g_root, mc->hex);
+    CHECK(!path_exists(dir));
+    /* a missing weight file in the clone's directory is a clear error */
+    CHECK_OK(D->compile(ctx, &A.args, &donor, err, sizeof err), err);
+    char missing[1500];
+    snprintf(missing, sizeof missing, "%s/weights/b.bin", B.dir);
+    unlink(missing);
+    CHECK(D->clone(ctx, donor, B.dir, &copy, err, sizeof err) == ANEC_EIO && copy == NULL);
+    CHECK_MSG(strstr(err, "weights/b.bin"), "%s", err);
+    D->release(ctx, donor);
+    D->close(ctx);
+    free_program(&A);
+    free_program(&B);
+}
+
+static void test_nserror_becomes_message(void)
+{
+    void *ctx = NULL, *prog = NULL;
+    char err[2048] = "";
+    program_t p;
+    make_program(&p, "errors", k_mil, k_paths2, 2, 8);
+    CHECK_OK(D->open(&ctx, err, sizeof err), err);
+
+    /* compile */
+    fk_fail("compileWithQoS:options:error:",
+            "Error Domain=com.apple.appleneuralengine Code=3 \"InvalidMILProgram: "
+            "concat is not supported\"");
+    CHECK(D->compile(ctx, &p.args, &prog, err, sizeof err) == ANEC_ECOMPILE && !prog);
+    CHECK_MSG(strstr(err, "InvalidMILProgram: concat is not supported") &&
+                  strstr(err, "compileWithQoS"),
+              "%s", err);
+    /* nothing left behind: the temp directory is gone */
+    char dir[1400];
+    snprintf(dir, sizeof dir, "%s/%s", g_root, last_hex());
+    CHECK(!path_exists(dir));
+    CHECK(fk_live() == 2); /* only the context's @{} and @0 */
+
+    /* descriptor refused (factory returns nil) */
+    fk_fail("modelWithMILText:weights:optionsPlist:", NULL);
+    CHECK(D->compile(ctx, &p.args, &prog, err, sizeof err) == ANEC_ECOMPILE && !prog);
+    CHECK_MSG(strstr(err, "modelWithMILText"), "%s", err);
+
+    /* load */
+    fk_fail(NULL, NULL);
+    CHECK_OK(D->compile(ctx, &p.args, &prog, err, sizeof err), err);
+    fk_fail("loadWithQoS:options:error:", "ANE load: program handle rejected (0x12)");
+    CHECK(D->load(ctx, prog, err, sizeof err) == ANEC_ELOAD);
+    CHECK_MSG(strstr(err, "program handle rejected (0x12)"), "%s", err);
+    /* failure without an NSError still gives a readable message */
+    fk_fail("loadWithQoS:options:error:", NULL);
+    CHECK(D->load(ctx, prog, err, sizeof err) == ANEC_ELOAD);
+    CHECK_MSG(strstr(err, "loadWithQoS") && strstr(err, "no NSError"), "%s", err);
+
+    /* evaluate: status 0x1d points at the surface constraints */
+    fk_fail(NULL, NULL);
+    CHECK_OK(D->load(ctx, prog, err, sizeof err), err);
+    anec_surface x, y;
+    CHECK_OK(D->surface_create(ctx, 4096, &x, err, sizeof err), err);
+    CHECK_OK(D->surface_create(ctx, 4096, &y, err, sizeof err), err);
+    anec_surface *in[1] = {&x}, *out[1] = {&y};
+    fk_fail("evaluateWithQoS:options:request:error:",
+            "ANEProgramProcessRequestDirect() Failed with status=0x1d : Program Inference error");
+    CHECK(D->evaluate(ctx, prog, in, 1, out, 1, err, sizeof err) == ANEC_EEVAL);
+    CHECK_MSG(strstr(err, "status=0x1d") && strstr(err, "ANE-MIN-SURFACE") &&
+                  strstr(err, "ANE-UNIFORM-SURFACES"),
+              "%s", err);
+    /* surfaces are CPU-locked again after a failed evaluation */
+    CHECK(fk_last(FK_SURFACE)->locks == 1);
+
+    /* unload */
+    fk_fail("unloadWithQoS:error:", "unload refused");
+    CHECK(D->unload(ctx, prog, err, sizeof err) == ANEC_EDRIVER);
+    CHECK_MSG(strstr(err, "unload refused"), "%s", err);
+    fk_fail(NULL, NULL);
+    /* after a failed unload the program counts as unloaded: evaluate refuses */
+    CHECK(D->evaluate(ctx, prog, in, 1, out, 1, err, sizeof err) == ANEC_ESTATE);
+    D->surface_free(ctx, &x);
+    D->surface_free(ctx, &y);
+    D->release(ctx, prog);
+    D->close(ctx);
+    free_program(&p);
+}
+
+static void test_bad_arguments(void)
+{
+    void *ctx = NULL, *prog = NULL;
+    char err[2048] = "";
+    program_t p;
+    static const char *const bad1[] = {"weights/w.bin"};
+    static const char *const bad2[] = {"@model_path/../escape.bin"};
+    CHECK_OK(D->open(&ctx, err, sizeof err), err);
+    make_program(&p, "bad", k_mil, k_paths2, 2, 1);
+    p.blobs[0].path = bad1[0];
+    size_t mark = fk_ncalls();
+    CHECK(D->compile(ctx, &p.args, &prog, err, sizeof err) == ANEC_EINVAL && !prog);
+    CHECK_MSG(strstr(err, "weights/w.bin") && strstr(err, "@model_path/"), "%s", err);
+    p.blobs[0].path = bad2[0];
+    CHECK(D->compile(ctx, &p.args, &prog, err, sizeof err) == ANEC_EINVAL);
+    p.blobs[0].path = k_paths2[0];
+    p.args.dir = NULL;
+    CHECK(D->compile(ctx, &p.args, &prog, err, sizeof err) == ANEC_EINVAL);
+    CHECK_MSG(strstr(err, "program directory"), "%s", err);
+    /* nothing reached the framework */
+    CHECK(messages(mark, (const char *[1]){0}, 1) == 0);
+
+    /* evaluate before load */
+    p.args.dir = p.dir;
+    CHECK_OK(D->compile(ctx, &p.args, &prog, err, sizeof err), err);
+    anec_surface x, y;
+    CHECK_OK(D->surface_create(ctx, 49152, &x, err, sizeof err), err);
+    CHECK_OK(D->surface_create(ctx, 49152, &y, err, sizeof err), err);
+    anec_surface *in[1] = {&x}, *out[1] = {&y};
+    CHECK(D->evaluate(ctx, prog, in, 1, out, 1, err, sizeof err) == ANEC_ESTATE);
+    CHECK_MSG(strstr(err, "not loaded"), "%s", err);
+    CHECK_OK(D->load(ctx, prog, err, sizeof err), err);
+    CHECK(D->evaluate(ctx, prog, in, 0, out, 1, err, sizeof err) == ANEC_EINVAL);
+    /* a blob in a subdirectory gets its directory created */
+    D->surface_free(ctx, &x);
+    D->surface_free(ctx, &y);
+    D->release(ctx, prog);
+    free_program(&p);
+
+    static const char *const nested[] = {"@model_path/weights/layer0/wq.bin"};
+    make_program(&p, "nested", k_mil_noweights, NULL, 0, 0);
+    char sub[1500];
+    snprintf(sub, sizeof sub, "%s/weights/layer0", p.dir);
+    mkdir(sub, 0755);
+    p.data[0] = make_blob(32, 3);
+    p.n = 1;
+    p.blobs[0].path = nested[0];
+    p.blobs[0].data = p.data[0].data;
+    p.blobs[0].len = p.data[0].len;
+    snprintf(sub, sizeof sub, "%s/weights/layer0/wq.bin", p.dir);
+    write_bytes(sub, p.data[0].data, p.data[0].len);
+    p.args.blobs = p.blobs;
+    p.args.n_blobs = 1;
+    CHECK_OK(D->compile(ctx, &p.args, &prog, err, sizeof err), err);
+    char dev[1500];
+    snprintf(dev, sizeof dev, "%s/%s/weights/layer0/wq.bin", g_root, last_hex());
+    CHECK(file_equals(dev, p.data[0].data, p.data[0].len));
+    D->release(ctx, prog);
+    D->close(ctx);
+    free_program(&p);
+}
+
+/* close/release leave nothing: every object released, pools balanced, temp
+   directories removed. (Checked after every test by the runner as well.) */
+static void test_release_loaded_program_and_close(void)
+{
+    void *ctx = NULL, *p1 = NULL, *p2 = NULL;
+    char err[2048] = "";
+    program_t A, B;
+    make_program(&A, "r1", k_mil, k_paths2, 2, 1);
+    make_program(&B, "r2", k_mil_noweights, NULL, 0, 0);
+    CHECK_OK(D->open(&ctx, err, sizeof err), err);
+    CHECK_OK(D->compile(ctx, &A.args, &p1, err, sizeof err), err);
+    CHECK_OK(D->load(ctx, p1, err, sizeof err), err);
+    CHECK_OK(D->compile(ctx, &B.args, &p2, err, sizeof err), err);
+    size_t mark = fk_ncalls();
+    D->release(ctx, p2); /* never loaded: no unload */
+    CHECK(count_calls(mark, "unloadWithQoS") == 0);
+    mark = fk_ncalls();
+    D->release(ctx, p1); /* loaded: unloaded first */
+    CHECK(count_calls(mark, "unloadWithQoS") == 1);
+    D->release(ctx, NULL);
+    D->close(ctx);
+    CHECK(fk_live() == 0);
+    /* only the core's directories remain under the temp root */
+    char core[1300];
+    snprintf(core, sizeof core, "%s/core", g_root);
+    CHECK(path_exists(core));
+    free_program(&A);
+    free_program(&B);
+}
+
+/* ------------------------------------------------------------------------ */
+/* runner                                                                    */
+
+typedef struct {
+    const char *name;
+    void (*fn)(void);
+    int real_symbols;   /* runs without the fake installed */
+} test_t;
+
+static const test_t k_tests[] = {
+    {"unavailable without the framework (Linux)", test_unavailable_without_framework, 1},
+    {"available with the fake; missing class named", test_available_with_fake_and_missing_class, 0},
+    {"compile: descriptor, model, hexId dir, compileWithQoS 21", test_compile_sequence, 0},
+    {"MIL as NSData; weights {path: {offset: @0, data}}", test_mil_is_nsdata_and_weights_dict, 0},
+    {"no blobs: empty weights dictionary, never nil", test_empty_weights_dict_not_nil, 0},
+    {"surfaces: flat IOSurface properties, locked, zeroed", test_surfaces, 0},
+    {"load + evaluate twice: one request, reused", test_load_evaluate_reuses_request, 0},
+    {"reload: unload + load, no compile, equals fresh compile", test_reload_unload_load_no_compile, 0},
+    {"shared hexId directory: refcounted, own weights", test_shared_hexid_directory, 0},
+    {"clone: no compile, own weights", test_clone_shares_compiled_form, 0},
+    {"NSError text in the anec error message", test_nserror_becomes_message, 0},
+    {"bad arguments never reach the framework", test_bad_arguments, 0},
+    {"release and close leave nothing behind", test_release_loaded_program_and_close, 0},
+};
+
+static int rm_tree(const char *path)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    return system(cmd);
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_base, sizeof g_base, "%s/anec-ane-protocol-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(g_base)) {
+        perror("mkdtemp");
+        return 99;
+    }
+    size_t n = N_OF(k_tests);
+    int failed = 0;
+    printf("1..%zu\n", n);
+    for (size_t i = 0; i < n; i++) {
+        g_test_no = (int)i + 1;
+        snprintf(g_root, sizeof g_root, "%s/t%02zu", g_base, i + 1);
+        mkdir(g_root, 0755);
+        fk_init(g_root);
+        g_failed_now = 0;
+        if (k_tests[i].real_symbols)
+            ane_syms_install_fake(NULL);
+        k_tests[i].fn();
+        /* postconditions of every test */
+        for (size_t v = 0; v < fk_nviolations(); v++) {
+            printf("#   protocol violation: %s\n", fk_violation(v));
+            g_failed_now = 1;
+        }
+        if (fk_pool_depth() != 0) {
+            printf("#   %d autorelease pool(s) left open\n", fk_pool_depth());
+            g_failed_now = 1;
+        }
+        if (!g_failed_now && fk_live() != 0) {
+            printf("#   %zu object(s) leaked\n", fk_live());
+            g_failed_now = 1;
+        }
+        printf("%sok %d - %s\n", g_failed_now ? "not " : "", g_test_no, k_tests[i].name);
+        failed += g_failed_now;
+        fk_shutdown();
+    }
+    if (!failed)
+        rm_tree(g_base);
+    printf("# %zu tests, %d failed\n", n, failed);
+    return failed;
+}
