@@ -1,0 +1,353 @@
+"""BERT encoder frontend and sentence embeddings (MiniLM / all-MiniLM-L6-v2 shapes).
+
+Per layer (post-LayerNorm, as in BERT)::
+
+    h = LayerNorm(x + dense(attention(q(x), k(x), v(x), mask)))      program L{i}_attn_s{S}
+    y = LayerNorm(h + output(gelu(intermediate(h))))                  program L{i}_ffn_s{S}
+
+GELU is BERT's exact (erf) form in the IR; the ANE has no erf, so legalize
+replaces it with the tanh approximation (a recorded rewrite; its effect on
+MiniLM embeddings is measured by ``benchmarks/bench_models.py``).
+
+Batches. Sentences are packed side by side along the sequence axis of one
+bucket (each with its own positions from 0), and the additive ``mask``
+input ``[1, 1, S, S]`` is block-diagonal: a token sees only tokens of its own
+sentence, never padding. One program per bucket therefore serves any batch
+composition without recompiling, and the padding columns hold the [PAD]
+token's embedding (finite values, like a padded batch in PyTorch).
+
+Host side: embeddings (word + position + token type, then LayerNorm) before
+the first program; mean pooling over each sentence's tokens and L2
+normalisation after the last (sentence-transformers' Pooling + Normalize).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from anec.ir.graph import Graph
+from anec.models.common import (
+    DEFAULT_MIN_SURFACE,
+    MASK_NEG,
+    ModelBuilder,
+    ModelError,
+    ProgramCache,
+    Progress,
+    bucket_list,
+    from_bc1s,
+    min_bucket,
+    pick_bucket,
+    to_bc1s,
+)
+from anec.models.hf import Checkpoint, Tokenizer, cfg_get, save_safetensors, write_text_atomic
+
+_GELU = {"gelu": "exact", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
+
+
+class Bert:
+    """BERT encoder programs and host glue for one checkpoint."""
+
+    kind = "bert"
+
+    def __init__(self, ckpt: Checkpoint, min_surface: int = DEFAULT_MIN_SURFACE) -> None:
+        cfg = ckpt.config
+        self.ckpt = ckpt
+        self.d = int(cfg_get(cfg, "hidden_size"))
+        self.n_head = int(cfg_get(cfg, "num_attention_heads"))
+        self.n_layer = int(cfg_get(cfg, "num_hidden_layers"))
+        self.d_ffn = int(cfg_get(cfg, "intermediate_size"))
+        self.eps = float(cfg_get(cfg, "layer_norm_eps", default=1e-12))
+        self.vocab = int(cfg_get(cfg, "vocab_size"))
+        self.pad_id = int(cfg.get("pad_token_id") or 0)
+        if self.d % self.n_head:
+            raise ModelError(f"hidden size {self.d} is not a multiple of {self.n_head} heads")
+        act = cfg.get("hidden_act", "gelu")
+        if act not in _GELU:
+            raise ModelError(f"BERT activation '{act}' is not supported", hint=f"supported: {', '.join(_GELU)}")
+        self.gelu_mode = _GELU[act]
+        if cfg.get("position_embedding_type", "absolute") != "absolute":
+            raise ModelError("only absolute position embeddings are supported")
+        self.max_len = int(cfg_get(cfg, "max_position_embeddings", default=512))
+        sb = ckpt.path / "sentence_bert_config.json"
+        if sb.is_file():
+            self.max_len = min(self.max_len, int(json.loads(sb.read_text()).get("max_seq_length", self.max_len)))
+        self.prefix = "bert." if "bert.embeddings.word_embeddings.weight" in ckpt else ""
+        ckpt.find(self.prefix + "embeddings.word_embeddings.weight")
+        self.width = min_bucket(self.d, 4, min_surface)
+        self.buckets = bucket_list(self.width, self.max_len)
+        self._cache: dict[str, np.ndarray] = {}
+
+    def _k(self, key: str) -> str:
+        return self.prefix + key
+
+    def weight(self, key: str) -> np.ndarray:
+        """Tensor ``key`` in the IR layout: [C] -> [1, C, 1, 1], [out, in] -> [out, in, 1, 1]."""
+        arr = self._cache.get(key)
+        if arr is None:
+            arr = self.ckpt.get_f32(key)
+            arr = arr.reshape(1, -1, 1, 1) if arr.ndim == 1 else arr.reshape(*arr.shape, 1, 1)
+            self._cache[key] = arr
+        return arr
+
+    # ---- programs
+    @staticmethod
+    def attn_name(layer: int, s: int) -> str:
+        return f"L{layer}_attn_s{s}"
+
+    @staticmethod
+    def ffn_name(layer: int, s: int) -> str:
+        return f"L{layer}_ffn_s{s}"
+
+    def program(self, name: str) -> Graph:
+        import re
+
+        m = re.fullmatch(r"L(\d+)_(attn|ffn)_s(\d+)", name)
+        if not m or not 0 <= int(m.group(1)) < self.n_layer:
+            raise ModelError(f"'{name}' is not a program of this model")
+        layer, s = int(m.group(1)), int(m.group(3))
+        return self.attn(layer, s) if m.group(2) == "attn" else self.ffn(layer, s)
+
+    def attn(self, layer: int, s: int) -> Graph:
+        p = self._k(f"encoder.layer.{layer}.attention")
+        b = ModelBuilder(self.attn_name(layer, s))
+        x = b.input("x", "fp32", [1, self.d, 1, s])
+        mask = b.input("mask", "fp16", [1, 1, s, s])
+        xh = b.cast(x, dtype="fp16", name="xh")
+        q = b.linear(xh, f"{p}.self.query.weight", self.d, f"{p}.self.query.bias", "q")
+        k = b.linear(xh, f"{p}.self.key.weight", self.d, f"{p}.self.key.bias", "k")
+        v = b.linear(xh, f"{p}.self.value.weight", self.d, f"{p}.self.value.bias", "v")
+        qs = b.mul(q, b.scalar((self.d // self.n_head) ** -0.5), name="qs")
+        ctx = b.attention(b.to_heads(qs, self.n_head, "q"), b.to_heads(k, self.n_head, "k"),
+                          b.to_heads(v, self.n_head, "v"), mask)
+        o = b.linear(ctx, f"{p}.output.dense.weight", self.d, f"{p}.output.dense.bias", "o")
+        r = b.add(xh, o, name="r")
+        n = b.layer_norm(r, f"{p}.output.LayerNorm.weight", f"{p}.output.LayerNorm.bias", self.eps, "ln")
+        b.ret(b.cast(n, dtype="fp32", name="h"))
+        return b.graph
+
+    def ffn(self, layer: int, s: int) -> Graph:
+        p = self._k(f"encoder.layer.{layer}")
+        b = ModelBuilder(self.ffn_name(layer, s))
+        x = b.input("x", "fp32", [1, self.d, 1, s])
+        xh = b.cast(x, dtype="fp16", name="xh")
+        h = b.linear(xh, f"{p}.intermediate.dense.weight", self.d_ffn, f"{p}.intermediate.dense.bias", "fc")
+        a = b.gelu(h, mode=self.gelu_mode, name="act")
+        o = b.linear(a, f"{p}.output.dense.weight", self.d, f"{p}.output.dense.bias", "proj")
+        r = b.add(xh, o, name="r")
+        n = b.layer_norm(r, f"{p}.output.LayerNorm.weight", f"{p}.output.LayerNorm.bias", self.eps, "ln")
+        b.ret(b.cast(n, dtype="fp32", name="h"))
+        return b.graph
+
+    # ---- host side
+    def _table(self, name: str) -> np.ndarray:
+        key = "host." + name
+        if key not in self._cache:
+            self._cache[key] = self.ckpt.get_f32(self._k(name))
+        return self._cache[key]
+
+    def embed(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """Embedding rows ``[n, C]`` (fp32): word + position + token type 0, LayerNorm."""
+        ids = np.asarray(ids)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab):
+            raise ModelError(f"token ids must be in [0, {self.vocab})")
+        e = (self._table("embeddings.word_embeddings.weight")[ids]
+             + self._table("embeddings.position_embeddings.weight")[np.asarray(positions)]
+             + self._table("embeddings.token_type_embeddings.weight")[0])
+        mu = e.mean(axis=1, keepdims=True)
+        var = ((e - mu) ** 2).mean(axis=1, keepdims=True)
+        n = (e - mu) / np.sqrt(var + self.eps)
+        return (n * self._table("embeddings.LayerNorm.weight")
+                + self._table("embeddings.LayerNorm.bias")).astype(np.float32)
+
+    # ---- export
+    def export(self, out_dir: str | Path, buckets: list[int] | None = None) -> dict[str, Any]:
+        """Write one ``.ir`` per bucket, ``weights.safetensors`` and ``model.json``."""
+        from anec.ir.graph import Module, WeightSource
+        from anec.ir.printer import print_module
+        from anec.ir.verifier import verify
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        buckets = buckets or [self.buckets[min(1, len(self.buckets) - 1)]]
+        files: dict[str, list[str]] = {}
+        keys: dict[str, None] = {}
+        for s in buckets:
+            if s not in self.buckets:
+                raise ModelError(f"bucket {s} is not one of {self.buckets}")
+            module = Module()
+            module.weight_sources.append(WeightSource("weights.safetensors"))
+            for i in range(self.n_layer):
+                for g in (self.attn(i, s), self.ffn(i, s)):
+                    module.add_func(g)
+                    for n in g.nodes:
+                        if n.op == "const" and "weight" in n.attrs:
+                            keys.setdefault(n.attrs["weight"], None)
+            verify(module)
+            name = f"encoder_s{s}.ir"
+            write_text_atomic(out / name, "// bert encoder programs, generated by `anec models export`.\n"
+                              + print_module(module))
+            files[name] = list(module.funcs)
+        save_safetensors(out / "weights.safetensors", {k: self.weight(k).astype(np.float16) for k in keys},
+                         {"format": "anec-weights", "model": self.kind})
+        info = {
+            "format": "anec-model/1", "model": self.kind, "checkpoint": str(self.ckpt.path),
+            "config": {"n_layer": self.n_layer, "d_model": self.d, "n_head": self.n_head,
+                       "d_ffn": self.d_ffn, "vocab": self.vocab, "max_len": self.max_len, "eps": self.eps},
+            "buckets": {"encoder": buckets, "all": self.buckets},
+            "files": files, "weights": "weights.safetensors",
+            "host": ["embeddings + LayerNorm", "mean pooling", "L2 normalisation"],
+        }
+        write_text_atomic(out / "model.json", json.dumps(info, indent=2) + "\n")
+        return info
+
+
+def pack(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+    """Group sequence indexes into rows of total length <= ``capacity`` (in order, first fit)."""
+    rows: list[list[int]] = []
+    used: list[int] = []
+    for i, n in enumerate(lengths):
+        if n > capacity:
+            raise ModelError(f"a sequence of {n} tokens does not fit {capacity} positions")
+        for r, u in enumerate(used):
+            if u + n <= capacity:
+                rows[r].append(i)
+                used[r] += n
+                break
+        else:
+            rows.append([i])
+            used.append(n)
+    return rows
+
+
+def block_mask(lengths: Sequence[int], s: int) -> np.ndarray:
+    """``[1, 1, s, s]`` additive mask: tokens attend within their own segment only.
+
+    Padding columns form one more segment, so their rows are not all masked."""
+    seg = np.full(s, len(lengths), np.int64)
+    pos = 0
+    for i, n in enumerate(lengths):
+        seg[pos:pos + n] = i
+        pos += n
+    same = seg[:, None] == seg[None, :]
+    return np.where(same, 0.0, MASK_NEG).astype(np.float16).reshape(1, 1, s, s)
+
+
+class SentenceEncoder:
+    """Sentence embeddings from a BERT checkpoint on ANE programs (or the interpreter)."""
+
+    def __init__(self, bert: Bert, backend: str = "auto", target: str | None = None,
+                 progress: Progress | None = None, tokenizer: Tokenizer | None = None,
+                 normalize: bool = True) -> None:
+        self.bert = bert
+        self.tokenizer = tokenizer
+        self.normalize = normalize
+        self.progress = progress or Progress(False)
+        self.programs = ProgramCache(bert.weight, backend=backend, target=target, progress=self.progress)
+
+    def tokenize(self, sentences: Iterable[str]) -> list[list[int]]:
+        if self.tokenizer is None:
+            from anec.models.hf import load_tokenizer
+
+            self.tokenizer = load_tokenizer(self.bert.ckpt.path)
+        out = []
+        for s in sentences:
+            ids = self.tokenizer.encode(s)
+            if len(ids) > self.bert.max_len:  # truncate, keeping the final [SEP]
+                ids = ids[: self.bert.max_len - 1] + ids[-1:]
+            out.append(ids)
+        return out
+
+    def encode(self, sentences: Sequence[str]) -> np.ndarray:
+        """``[len(sentences), C]`` sentence embeddings (L2-normalised by default)."""
+        return self.encode_ids(self.tokenize(sentences))
+
+    def _run(self, name: str, **inputs: Any) -> dict[str, np.ndarray]:
+        prog = self.programs.get(name, lambda: self.bert.program(name))
+        return prog(**inputs)
+
+    def hidden_states(self, ids: Sequence[int], s: int | None = None) -> np.ndarray:
+        """Last hidden state ``[n, C]`` of one sequence (for testing against the reference)."""
+        return self._forward([list(ids)], s)[0]
+
+    def _forward(self, segs: list[list[int]], s: int | None = None) -> list[np.ndarray]:
+        lengths = [len(x) for x in segs]
+        total = sum(lengths)
+        s = s or pick_bucket(total, self.bert.buckets, "batch row")
+        ids = np.full(s, self.bert.pad_id, np.int64)
+        positions = np.zeros(s, np.int64)
+        pos = 0
+        for seg in segs:
+            ids[pos:pos + len(seg)] = seg
+            positions[pos:pos + len(seg)] = np.arange(len(seg))
+            pos += len(seg)
+        x = to_bc1s(self.bert.embed(ids, positions), s)
+        mask = block_mask(lengths, s)
+        self.compile(s)
+        for i in range(self.bert.n_layer):
+            x = self._run(self.bert.attn_name(i, s), x=x, mask=mask)["h"]
+            x = self._run(self.bert.ffn_name(i, s), x=x)["h"]
+        rows = from_bc1s(x, total)
+        out, pos = [], 0
+        for n in lengths:
+            out.append(rows[pos:pos + n])
+            pos += n
+        return out
+
+    def compile(self, s: int) -> None:
+        """Build, compile and load the programs of bucket ``s`` now (with a progress bar)."""
+        names = [f(i, s) for i in range(self.bert.n_layer) for f in (self.bert.attn_name, self.bert.ffn_name)]
+        missing = [n for n in names if n not in self.programs.programs]
+        if not missing:
+            return
+        self.progress.start("compile", len(missing))
+        for n in missing:
+            self.programs.get(n, lambda n=n: self.bert.program(n))
+            self.progress.step(n)
+        self.progress.finish()
+
+    def encode_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
+        """Embeddings of token-id sequences: packed into buckets, mean-pooled, normalised."""
+        segs = [list(map(int, b)) for b in batch]
+        if not segs or any(len(x) == 0 for x in segs):
+            raise ModelError("every sentence needs at least one token")
+        for x in segs:
+            if len(x) > self.bert.max_len:
+                raise ModelError(f"a sequence of {len(x)} tokens exceeds the model's {self.bert.max_len}")
+        capacity = pick_bucket(max(len(x) for x in segs), self.bert.buckets)
+        out = np.zeros((len(segs), self.bert.d), np.float32)
+        for row in pack([len(x) for x in segs], capacity):
+            states = self._forward([segs[i] for i in row])
+            for i, h in zip(row, states):
+                out[i] = h.mean(axis=0)
+        if self.normalize:
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        return self.programs.stats()
+
+    def close(self) -> None:
+        self.programs.close()
+
+
+def cosine_matrix(e: np.ndarray) -> np.ndarray:
+    n = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+    return n @ n.T
+
+
+def load_sentence_encoder(checkpoint: str, backend: str = "auto", target: str | None = None,
+                          progress: Progress | None = None) -> SentenceEncoder:
+    from anec.models.common import target_limits
+    from anec.models.hf import load_checkpoint
+
+    ckpt = load_checkpoint(checkpoint)
+    if ckpt.model_type != "bert":
+        raise ModelError(f"'{checkpoint}' is a {ckpt.model_type or 'unknown'} checkpoint, not bert",
+                         hint="anec embed takes a BERT-family sentence-embedding checkpoint (e.g. all-MiniLM-L6-v2)")
+    _, min_surface = target_limits(target)
+    return SentenceEncoder(Bert(ckpt, min_surface), backend=backend, target=target, progress=progress)
+

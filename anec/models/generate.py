@@ -1,0 +1,282 @@
+"""Text generation on ANE programs: prefill, KV-cache decode, sampling.
+
+Flow for a prompt of n tokens and N new tokens:
+
+1. *Prefill* runs the prompt through ``L{i}_attn_p{S}`` / ``L{i}_mlp_s{S}``
+   with S the smallest bucket >= n (the prompt zero-padded on the right; the
+   causal mask keeps padding out of real positions). Each layer returns its
+   keys and values, which go into the host KV cache.
+2. *Decode* feeds one token at a time in column 0 of a W-wide block (W = the
+   smallest width whose surface reaches the ANE minimum, 16 for GPT-2 small)
+   through ``L{i}_attn_d{W}_t{T}``: the cache of T past positions is an input
+   (a mask hides the unused tail), the new key/value come back as outputs and
+   the host writes them into the cache. T is one bucket chosen per generation
+   (>= n + N - 1), so a generation compiles each program once.
+3. The LM head (``lm_head_s{W}``) turns the last hidden column into logits;
+   :func:`sample` picks the token (greedy, or temperature + top-k with a
+   seeded numpy generator).
+
+Programs are built, compiled and loaded on first use and cached by name
+(:class:`~anec.models.common.ProgramCache`), so later generations with the
+same buckets compile nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from anec.models.common import MASK_NEG, ModelError, ProgramCache, Progress, from_bc1s, pick_bucket, to_bc1s
+from anec.models.decoder import DecoderFrontend
+from anec.models.lora import LoraAdapter, LoraSlot, apply_lora
+
+
+def sample(logits: np.ndarray, temperature: float = 0.0, top_k: int = 0,
+           rng: np.random.Generator | None = None) -> int:
+    """Next token from ``logits``: argmax when ``temperature <= 0``, else softmax
+    of ``logits / temperature`` restricted to the ``top_k`` largest (0 = all)."""
+    z = np.asarray(logits, dtype=np.float64).reshape(-1)
+    if temperature <= 0:
+        return int(np.argmax(z))
+    z = z / temperature
+    if 0 < top_k < z.size:
+        kth = np.partition(z, -top_k)[-top_k]
+        z = np.where(z >= kth, z, -np.inf)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    rng = rng if rng is not None else np.random.default_rng()
+    return int(rng.choice(z.size, p=p))
+
+
+class KVCache:
+    """Per-layer keys and values ``[1, KV, T, D]`` (fp16, the programs' input layout)."""
+
+    def __init__(self, n_layer: int, n_kv: int, t: int, head_dim: int) -> None:
+        self.t = t
+        self.k = [np.zeros((1, n_kv, t, head_dim), np.float16) for _ in range(n_layer)]
+        self.v = [np.zeros((1, n_kv, t, head_dim), np.float16) for _ in range(n_layer)]
+
+    def write(self, layer: int, k: np.ndarray, v: np.ndarray, pos: int, n: int) -> None:
+        """Store the first ``n`` rows of a block's ``[1, KV, W, D]`` keys/values at ``pos``."""
+        if pos + n > self.t:
+            raise ModelError(f"KV cache of {self.t} positions is full")
+        self.k[layer][:, :, pos:pos + n, :] = k[:, :, :n, :]
+        self.v[layer][:, :, pos:pos + n, :] = v[:, :, :n, :]
+
+
+@dataclass
+class LoraSpec:
+    """Which projections take adapters as inputs, and the programs' LoRA rank."""
+
+    targets: tuple[str, ...]
+    rank: int
+
+
+class CausalLM:
+    """A decoder-only model running as ANE programs (or in the reference interpreter).
+
+    ``backend`` is ``"sim"``, ``"ane"``, ``"auto"`` (the runtime's choice) or
+    ``"interp"`` (no compiler: the reference interpreter in fp16 mode).
+    """
+
+    def __init__(self, frontend: DecoderFrontend, backend: str = "auto", target: str | None = None,
+                 progress: Progress | None = None, lora: LoraSpec | None = None,
+                 cache_dir: str | None = None) -> None:
+        self.fe = frontend
+        self.cfg = frontend.cfg
+        self.progress = progress or Progress(False)
+        self.lora = lora
+        self.adapter: LoraAdapter | None = None
+        self._lora_inputs: dict[str, dict[str, np.ndarray]] = {}
+        transform = None
+        if lora is not None:
+            transform = lambda g: apply_lora(g, lora.targets, lora.rank)  # noqa: E731
+        self.programs = ProgramCache(frontend.weight, backend=backend, target=target, cache_dir=cache_dir,
+                                     progress=self.progress, transform=transform)
+        self.cache: KVCache | None = None
+        self.pos = 0
+
+    # ---- adapters ----------------------------------------------------------------------
+    def set_adapter(self, adapter: LoraAdapter | None) -> None:
+        """Use ``adapter`` from the next evaluation on (None: the base model).
+
+        Only program inputs change: nothing is compiled or reloaded."""
+        if adapter is not None:
+            if self.lora is None:
+                raise ModelError("this model was built without LoRA inputs",
+                                 hint="create it with lora=LoraSpec(targets, rank)")
+            adapter.check_targets(self.lora.targets, self.lora.rank)
+        self.adapter = adapter
+        self._lora_inputs.clear()
+
+    def _adapter_inputs(self, name: str) -> dict[str, np.ndarray]:
+        slots: list[LoraSlot] = self.programs.extras.get(name) or []
+        if not slots:
+            return {}
+        cached = self._lora_inputs.get(name)
+        if cached is None:
+            cached = {}
+            for s in slots:
+                if self.adapter is None:
+                    a = np.zeros((1, 1, s.rank, s.cin), np.float16)
+                    b = np.zeros((1, 1, s.cout, s.rank), np.float16)
+                else:
+                    a, b = self.adapter.inputs_for(s)
+                cached[s.a_input], cached[s.b_input] = a, b
+            self._lora_inputs[name] = cached
+        return cached
+
+    # ---- programs ----------------------------------------------------------------------
+    def _run(self, name: str, **inputs: Any) -> dict[str, np.ndarray]:
+        prog = self.programs.get(name, lambda: self.fe.program(name))
+        return prog(**inputs, **self._adapter_inputs(name))
+
+    def program_names(self, prompt_len: int, cache_len: int | None) -> list[str]:
+        """Programs a prefill of ``prompt_len`` (and decode with a ``cache_len`` cache) uses."""
+        c, w = self.cfg, self.fe.width
+        s = pick_bucket(prompt_len, self.fe.buckets, "prompt")
+        names = []
+        for i in range(c.n_layer):
+            names += [self.fe.attn_name(i, s), self.fe.mlp_name(i, s)]
+        if cache_len is not None:
+            for i in range(c.n_layer):
+                names += [self.fe.attn_name(i, w, cache_len), self.fe.mlp_name(i, w)]
+        names.append(self.fe.lm_head_name(w))
+        return list(dict.fromkeys(names))
+
+    def compile(self, names: Iterable[str]) -> None:
+        """Build, compile and load ``names`` now (with a progress bar)."""
+        todo = [n for n in names if n not in self.programs.programs]
+        if not todo:
+            return
+        self.progress.start("compile", len(todo))
+        for n in todo:
+            self.programs.get(n, lambda n=n: self.fe.program(n))
+            self.progress.step(n)
+        self.progress.finish()
+
+    # ---- forward ---------------------------------------------------------------------------
+    def _check_ids(self, ids: Any) -> np.ndarray:
+        ids = np.asarray(list(ids), dtype=np.int64)
+        if ids.ndim != 1 or ids.size == 0:
+            raise ModelError("the prompt is empty", hint="give at least one token")
+        if ids.min() < 0 or ids.max() >= self.cfg.vocab:
+            raise ModelError(f"token ids must be in [0, {self.cfg.vocab})")
+        return ids
+
+    def _prefill_hidden(self, ids: np.ndarray, cache_len: int) -> tuple[np.ndarray, int]:
+        n = ids.size
+        s = pick_bucket(n, self.fe.buckets, "prompt")
+        self.cache = KVCache(self.cfg.n_layer, self.cfg.n_kv_head, cache_len, self.cfg.head_dim)
+        x = to_bc1s(self.fe.embed(ids, np.arange(n)), s)
+        extra = self.fe.position_inputs(np.arange(s), s)
+        for i in range(self.cfg.n_layer):
+            o = self._run(self.fe.attn_name(i, s), x=x, **extra)
+            self.cache.write(i, o["k"], o["v"], 0, n)
+            x = self._run(self.fe.mlp_name(i, s), x=o["h"])["h"]
+        self.pos = n
+        return x, s
+
+    def prefill(self, ids: Iterable[int], cache_len: int | None = None) -> np.ndarray:
+        """Run the prompt, fill the KV cache; returns the last position's logits ``[vocab]``."""
+        ids = self._check_ids(ids)
+        cache_len = cache_len or pick_bucket(ids.size, self.fe.buckets)
+        x, _ = self._prefill_hidden(ids, cache_len)
+        return self._head_column(x[:, :, :, ids.size - 1])
+
+    def logits(self, ids: Iterable[int]) -> np.ndarray:
+        """Logits ``[n, vocab]`` for every prompt position (prefill + the LM head at the prompt bucket)."""
+        ids = self._check_ids(ids)
+        x, s = self._prefill_hidden(ids, pick_bucket(ids.size, self.fe.buckets))
+        out = self._run(self.fe.lm_head_name(s), x=x)["logits"]
+        return from_bc1s(out, ids.size)
+
+    def _head_column(self, col: np.ndarray) -> np.ndarray:
+        w = self.fe.width
+        x = np.zeros((1, self.cfg.d_model, 1, w), np.float32)
+        x[:, :, :, 0] = col
+        return from_bc1s(self._run(self.fe.lm_head_name(w), x=x)["logits"], 1)[0]
+
+    def decode(self, token: int) -> np.ndarray:
+        """Feed one token at the next position; returns its logits ``[vocab]``."""
+        if self.cache is None:
+            raise ModelError("decode needs a prefill first")
+        pos, w, t = self.pos, self.fe.width, self.cache.t
+        if pos >= t:
+            raise ModelError(f"the KV cache holds {t} positions; position {pos} does not fit")
+        tok = self._check_ids([token])
+        x = to_bc1s(self.fe.embed(tok, np.array([pos])), w)
+        mask = np.full((1, 1, w, t), MASK_NEG, np.float16)
+        mask[..., :pos] = 0
+        extra = self.fe.position_inputs(np.arange(pos, pos + w), w)
+        for i in range(self.cfg.n_layer):
+            o = self._run(self.fe.attn_name(i, w, t), x=x, kc=self.cache.k[i], vc=self.cache.v[i],
+                          mask=mask, **extra)
+            self.cache.write(i, o["k"], o["v"], pos, 1)
+            x = self._run(self.fe.mlp_name(i, w), x=o["h"])["h"]
+        self.pos = pos + 1
+        return self._head_column(x[:, :, :, 0])
+
+    def generate(self, ids: Iterable[int], max_new_tokens: int = 32, temperature: float = 0.0,
+                 top_k: int = 0, seed: int | None = 0, eos_id: int | None = None,
+                 on_token: Callable[[int], None] | None = None) -> list[int]:
+        """Generate up to ``max_new_tokens`` after ``ids``; returns the new tokens."""
+        ids = self._check_ids(ids)
+        if max_new_tokens < 1:
+            raise ModelError("max_new_tokens must be >= 1")
+        total = ids.size + max_new_tokens
+        if total > self.cfg.max_pos:
+            raise ModelError(f"prompt ({ids.size}) + new tokens ({max_new_tokens}) exceed the model's "
+                             f"{self.cfg.max_pos} positions")
+        cache_len = pick_bucket(total - 1, self.fe.buckets, "context")
+        self.compile(self.program_names(ids.size, cache_len if max_new_tokens > 1 else None))
+        rng = np.random.default_rng(seed)
+        self.progress.start("generate", max_new_tokens)
+        out: list[int] = []
+        logits = self.prefill(ids, cache_len)
+        while True:
+            tok = sample(logits, temperature, top_k, rng)
+            out.append(tok)
+            self.progress.step()
+            if on_token is not None:
+                on_token(tok)
+            if len(out) >= max_new_tokens or (eos_id is not None and tok == eos_id):
+                break
+            logits = self.decode(tok)
+        self.progress.finish()
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        return self.programs.stats()
+
+    def close(self) -> None:
+        self.programs.close()
+
+
+def load_causal_lm(checkpoint: str, backend: str = "auto", target: str | None = None,
+                   progress: Progress | None = None, lora: LoraSpec | None = None) -> CausalLM:
+    """A :class:`CausalLM` for a GPT-2 or Llama-family checkpoint directory."""
+    from anec.models.common import target_limits
+    from anec.models.hf import load_checkpoint
+
+    ckpt = load_checkpoint(checkpoint)
+    _, min_surface = target_limits(target)
+    fe = decoder_frontend(ckpt, min_surface)
+    return CausalLM(fe, backend=backend, target=target, progress=progress, lora=lora)
+
+
+def decoder_frontend(ckpt: Any, min_surface: int) -> DecoderFrontend:
+    """The frontend class for a checkpoint's ``model_type``."""
+    kind = ckpt.model_type
+    if kind == "gpt2":
+        from anec.models.gpt2 import GPT2
+
+        return GPT2(ckpt, min_surface)
+    if kind in ("llama", "mistral"):
+        from anec.models.llama import Llama
+
+        return Llama(ckpt, min_surface)
+    raise ModelError(f"model type '{kind}' is not a supported decoder",
+                     hint="supported: gpt2, llama (Stories110M, TinyLlama and other Llama-family checkpoints)")
