@@ -1005,7 +1005,7 @@ def infer_types(
     for t in operand_types:
         _check_dtype(opdef, t, "operand")
     for key, t in optional_types.items():
-        _check_dtype(opdef, t, key)
+        _check_dtype(opdef, t, f"{key} operand")
     return list(opdef.infer(operand_types, dict(optional_types), full))
 
 

@@ -133,6 +133,8 @@ def test_conv1x1():
           match="conv1x1 input and weight have different dtypes: fp16 vs fp32", hint="cast")
     fails("conv1x1", x, w, optional={"bias": T(F16, 3072)},
           match="conv1x1 bias must be [1, 3072, 1, 1], got fp16[3072]", hint="[1, Cout, 1, 1]")
+    fails("conv1x1", x, w, optional={"bias": T(I32, 1, 3072, 1, 1)},
+          match="conv1x1 does not accept int32 bias operands (accepts fp16, fp32)")
     fails("conv1x1", x, w, optional={"bias": T(F32, 1, 3072, 1, 1)},
           match="conv1x1 input and bias have different dtypes: fp16 vs fp32")
 
