@@ -19,10 +19,12 @@ catalog and ``docs/constraints.md`` is generated from it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Iterable
 
 from anec.diagnostics import AnecError, did_you_mean
-from anec.targets import TARGETS, Target
+from anec.targets import DEFAULT_TARGET, TARGETS, Target
 
 VERIFIED = "verified"
 REPORTED = "reported"
@@ -405,10 +407,11 @@ def get_constraint(cid: str) -> Constraint:
     raise AnecError(f"unknown constraint id '{cid}'", hint=hint)
 
 
-def format_catalog(target: Target | None = None) -> str:
-    """The catalog as plain text (``anec constraints``)."""
+def format_catalog(target: Target | None = None,
+                   entries: Iterable[Constraint] | None = None) -> str:
+    """The catalog (or ``entries``) as plain text (``anec constraints``)."""
     lines: list[str] = []
-    for c in CONSTRAINTS.values():
+    for c in entries if entries is not None else CONSTRAINTS.values():
         lines.append(f"{c.id}  {c.title}  [{c.evidence}, {c.handling}]")
         lines.append(f"    symptom:  {c.symptom}")
         lines.append(f"    source:   {c.source}")
@@ -422,8 +425,10 @@ def format_catalog(target: Target | None = None) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def format_markdown(target: Target | None = None) -> str:
+def format_markdown(target: Target | None = None,
+                    entries: Iterable[Constraint] | None = None) -> str:
     """The catalog as Markdown (``anec constraints --markdown``, docs/constraints.md)."""
+    entries = list(entries) if entries is not None else list(CONSTRAINTS.values())
     out = [
         "# ANE constraint catalog",
         "",
@@ -438,11 +443,11 @@ def format_markdown(target: Target | None = None) -> str:
         "| id | constraint | evidence | handling |",
         "|---|---|---|---|",
     ]
-    for c in CONSTRAINTS.values():
+    for c in entries:
         out.append(f"| [`{c.id}`](#{c.id.lower()}) | {c.title} | {c.evidence} | {c.handling} |")
     out.append("")
     targets = [target] if target is not None else list(TARGETS.values())
-    for c in CONSTRAINTS.values():
+    for c in entries:
         out += [
             f"## {c.id}",
             "",
@@ -459,4 +464,34 @@ def format_markdown(target: Target | None = None) -> str:
         if c.tested_by:
             out.append("- Tested by: " + ", ".join(f"`{t}`" for t in c.tested_by) + ".")
         out.append("")
+    out += format_targets_markdown(targets)
     return "\n".join(out).rstrip() + "\n"
+
+
+def format_targets_markdown(targets: Iterable[Target]) -> list[str]:
+    """The chip profiles as a Markdown table plus the source of every value."""
+    targets = list(targets)
+    fields = [f.name for f in dataclasses.fields(Target) if f.name not in ("name", "sources")]
+    out = [
+        "## Target profiles",
+        "",
+        "Limits per chip (`anec/targets.py`, `--target`); the default target is "
+        f"`{DEFAULT_TARGET}`.",
+        "",
+        "| field | " + " | ".join(t.name for t in targets) + " |",
+        "|---|" + "---|" * len(targets),
+    ]
+    for f in fields:
+        out.append(f"| `{f}` | " + " | ".join(_fmt_field(getattr(t, f)) for t in targets) + " |")
+    out += ["", "Where each value comes from (targets sharing a value and a source are "
+            "grouped):", ""]
+    for f in fields:
+        groups: dict[tuple[str, str], list[str]] = {}
+        for t in targets:
+            key = (_fmt_field(getattr(t, f)), t.sources.get(f, "n/a"))
+            groups.setdefault(key, []).append(t.name)
+        out.append(f"- `{f}`:")
+        for (value, source), names in groups.items():
+            out.append(f"  - {', '.join(names)} = {value}: {source}.")
+    out.append("")
+    return out

@@ -138,9 +138,10 @@ class AnnotateSram(Pass):
         %y = relu(%h) : fp16[1, 3072, 1, 64] @{in_bytes=393216, live_bytes=786432, out_bytes=393216, weight_bytes=0}
 
     Not annotated: consts (they are not computed; their bytes are counted at
-    the nodes that read them). Not marked: a node whose own operands fit but
-    whose step has other large values live is marked too, since those values
-    occupy SRAM at the same time.
+    the nodes that read them). Not a spill: a node reading a 40 MB weight
+    under a target with 64 MB of SRAM. Marked although its own operands are
+    small: a relu of 1 KB at a step where a 40 MB value computed earlier is
+    still waiting for a later use (it occupies SRAM at the same time).
     """
 
     name: ClassVar[str] = "annotate-sram"

@@ -33,6 +33,26 @@ def holds_all(wide: DType, narrow: DType) -> bool:
     return wide == narrow or narrow in _HOLDS[wide]
 
 
+def _kind(d: DType) -> str:
+    return "float" if d.is_float else "bool" if d == DType.bool else "int"
+
+
+def folds(src: DType, a: DType, b: DType) -> bool:
+    """``cast(cast(x, a), b) == cast(x, b)`` for every ``x`` of dtype ``src``.
+
+    The inner cast must be exact (``a`` holds every value of ``src``); then the
+    outer cast sees the same numbers. That suffices when conversions to ``b``
+    depend on the value only, which fails in one corner: out-of-range values
+    wrap (int -> int) but saturate (float -> int), so an int ``b`` that cannot
+    hold every ``src`` value also needs ``a`` and ``src`` of the same kind.
+    """
+    if not holds_all(a, src):
+        return False
+    if _kind(b) != "int" or holds_all(b, src):
+        return True
+    return _kind(a) == _kind(src)
+
+
 def _cast_value(node: "Node") -> "Value":
     return node.operands[0]
 
@@ -50,13 +70,13 @@ def drop_identity_cast(node: "Node", rw: Rewriter) -> "Value | None":
     return x if x.type.dtype == _target(node) else None
 
 
-# cast(cast(x, a), b) -> cast(x, b) if a holds every value of dtype(x); -> x if b == dtype(x)
+# cast(cast(x, a), b) -> cast(x, b) if folds(dtype(x), a, b); -> x if also b == dtype(x)
 def fold_cast_of_cast(node: "Node", rw: Rewriter) -> "Value | None":
     inner = _cast_value(node).producer
     if inner is None or inner.op != "cast":
         return None
     x = _cast_value(inner)
-    if not holds_all(_target(inner), x.type.dtype):
+    if not folds(x.type.dtype, _target(inner), _target(node)):
         return None
     if x.type.dtype == _target(node):
         return x
@@ -121,9 +141,12 @@ class FuseCasts(Pass):
     by the dce that follows in the pipeline):
 
     * ``cast(x, dtype(x)) -> x``;
-    * ``cast(cast(x, a), b) -> cast(x, b)`` exactly when ``a`` represents every
-      value of ``dtype(x)`` (then the inner cast is exact and the outer one sees
-      the original values), and ``-> x`` when also ``b == dtype(x)``;
+    * ``cast(cast(x, a), b) -> cast(x, b)`` when ``a`` represents every value
+      of ``dtype(x)`` (then the inner cast is exact and the outer one sees the
+      original values), and ``-> x`` when also ``b == dtype(x)``; one corner
+      needs more: out-of-range values wrap int -> int but saturate
+      float -> int, so for an integer ``b`` that cannot hold every value of
+      ``dtype(x)``, ``a`` and ``dtype(x)`` must be both ints or both floats;
     * ``cast(const(weight=k) : a, b) -> const(weight=k) : b`` for floats, when
       ``a`` represents every value of the stored checkpoint tensor (its dtype
       from the weights; fp32 assumed when the weights are not known);
@@ -147,6 +170,8 @@ class FuseCasts(Pass):
     * int32 -> fp32 -> int32: fp32 cannot hold every int32 (2**24 + 1);
     * fp16 -> int8 -> fp32: int8 truncates;
     * int8 -> uint8 -> int32: uint8 cannot hold negative values;
+    * int8 -> fp16 -> uint8: fp16 holds every int8, but -128 saturates to 0
+      from fp16 and wraps to 128 from int8;
     * ``cast(const(weight=k) : fp16, fp32)`` when the checkpoint stores k in
       fp32: the fp16 declaration rounds the weights, the fold would not.
     """

@@ -80,7 +80,7 @@ def check_io_dtypes(rw: LegalizeRewriter) -> None:
 
 
 def check_weight_range(rw: LegalizeRewriter) -> None:
-    """Weights that are NaN/Inf or beyond the fp16 range are errors naming the key (ANE-FP16-RANGE)."""
+    """Weights that are NaN/Inf or beyond fp16 range: errors naming the key (ANE-FP16-RANGE)."""
     store = rw.ctx.weights
     if store is None:
         return
@@ -156,22 +156,22 @@ def check_blob_budget(rw: LegalizeRewriter) -> None:
     cap = t.blob_cap(scalar_user is not None)
     if count <= cap:
         return
-    why = f"{t.max_blob_tensors}"
+    why = ""
     if scalar_user is not None:
-        why += (f", minus {t.scalar_penalty} because %{scalar_user.results[0].name} "
-                f"({scalar_user.op}) takes an inline scalar")
+        why = (f" ({t.max_blob_tensors}, minus {t.scalar_penalty} because "
+               f"%{scalar_user.results[0].name} ({scalar_user.op}) takes an inline scalar)")
     notes = [f"{n.span.location if n.span else g.name}: %{n.result.name} = weight "
              f"'{n.attrs['weight']}'" for n in weights]
     rw.reject(
         "ANE-BLOB-BUDGET", f"func '{g.name}' needs {count} BLOBFILE weight tensors; "
-        f"{t.name} allows {cap} ({why})",
+        f"{t.name} allows {cap}{why}",
         "split the func into several funcs (each one is its own ANE program), or fold small "
         "weights into their neighbours (e.g. a LayerNorm gain into the next conv weight)",
         node=weights[cap], notes=notes)
 
 
 def check_weight_packing(rw: LegalizeRewriter) -> None:
-    """Packed (multi-tensor) BLOBFILEs on a target needing one file per weight (ANE-ONE-FILE-PER-WEIGHT)."""
+    """Packed BLOBFILEs on a one-file-per-weight target are errors (ANE-ONE-FILE-PER-WEIGHT)."""
     if rw.ctx.option("pack_weights") and rw.target.one_file_per_weight:
         weights = [n for n in rw.graph.nodes if n.op == "const" and "weight" in n.attrs]
         if len(weights) > 1:

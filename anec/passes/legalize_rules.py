@@ -467,11 +467,14 @@ def split_concat_into_partial_convs(node: "Node", rw: Rewriter) -> Any:
         rw.anchor = u  # the partial convs go before (and take the span of) the conv they replace
         plans.append((u, partial_convs(rw, u, pieces)))
     rw.anchor = node
-    for u, total in plans:
-        rw.replace(u.result, total)
     convs = ", ".join(_name(u.result) for u, _ in plans)
-    rw.record("ANE-CONCAT", f"channel concat of {len(pieces)} tensors feeding {convs} -> "
-              f"sums of {len(pieces)} partial convs over weight slices")
+    rw.record("ANE-CONCAT", f"channel concat of {len(pieces)} tensors feeding {convs} removed: "
+              "each conv reads the pieces directly")
+    for u, total in plans:
+        key = weight_const(u.operands[1]).attrs["weight"]
+        rw.record("ANE-CONCAT", f"conv1x1 over concat {_name(out)} -> sum of {len(pieces)} "
+                  f"partial convs over slices of weight '{key}'", node=u)
+        rw.replace(u.result, total)
     return HANDLED
 
 

@@ -1,0 +1,142 @@
+"""The ANE legality report of ``anec check``: what happens to every node, and why.
+
+For each func the report runs the compile pipeline up to legalize on a copy
+(the module is not changed) and says, per node of the program as written:
+
+* ``ok``: ANE-legal as written;
+* ``rewritten``: changed by legalize (rule, constraint id, what it became);
+* ``removed``: dropped by dce (unused) or folded by fuse-casts;
+* ``REJECTED``: cannot be made legal (constraint id, why, and a fix).
+
+followed by the func-level checks: I/O dtypes, the BLOBFILE budget, the SRAM
+peak and spill risks, and a one-line verdict.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+from anec.passes.annotate_sram import AnnotateSram
+from anec.passes.base import PassContext
+from anec.passes.dce import DeadCodeElimination
+from anec.passes.fuse_casts import FuseCasts
+from anec.passes.legalize import blob_count, legalize_graph
+from anec.targets import get_target
+
+if TYPE_CHECKING:
+    from anec.ir.graph import Graph, Module, Node
+    from anec.weights import WeightStore
+
+_BEFORE_LEGALIZE = (DeadCodeElimination(), FuseCasts(), DeadCodeElimination(), AnnotateSram())
+_REMOVED_BY = {
+    "dce": "removed: never reaches a returned value (dce)",
+    "fuse-casts": "removed: folded by fuse-casts (no-op cast, lossless chain or constant)",
+}
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB"
+
+
+def _where(node: "Node") -> str:
+    return node.span.location if node.span is not None else "-"
+
+
+def _func_report(graph: "Graph", target, weights, options: Mapping[str, Any]) -> list[str]:
+    work = graph.clone()
+    original = {id(c): o for c, o in zip(work.nodes, graph.nodes)}
+    status: dict[int, list[str]] = {}
+    ctx = PassContext(target=target, weights=weights, options=dict(options))
+
+    def note_removed(label: str) -> None:
+        present = {id(n) for n in work.nodes}
+        for cid, onode in original.items():
+            if cid not in present and id(onode) not in status:
+                status[id(onode)] = [label]
+
+    for p in _BEFORE_LEGALIZE:
+        p.run(work, ctx)
+        note_removed(_REMOVED_BY.get(p.name, f"removed by {p.name}"))
+
+    func_notes: list[str] = []
+
+    def on_rewrite(node, entry) -> None:
+        text = f"rewritten [{entry['constraint']}] {entry['rule']}: {entry['detail']}"
+        if node is not None and id(node) in original:
+            status.setdefault(id(original[id(node)]), []).append(text)
+        else:
+            func_notes.append(text)
+
+    rejections = legalize_graph(work, ctx, collect=True, on_rewrite=on_rewrite)
+    errors: list[str] = []
+    for node, err in rejections:
+        text = f"REJECTED [{err.constraint}] {err.message}"
+        if err.hint:
+            text += f"\n      fix: {err.hint}"
+        if node is not None and id(node) in original:
+            status.setdefault(id(original[id(node)]), []).append(text)
+        else:
+            where = f"{err.span.location}: " if err.span is not None else ""
+            errors.append(f"{where}{text}")
+    kept_keys = {n.attrs["weight"] for n in work.nodes if n.op == "const" and "weight" in n.attrs}
+    present = {id(n) for n in work.nodes}
+    for cid, onode in original.items():
+        if cid not in present and id(onode) not in status:
+            if onode.op == "const" and onode.attrs.get("weight") in kept_keys:
+                status[id(onode)] = [f"replaced by sliced/permuted views of weight "
+                                     f"'{onode.attrs['weight']}' (legalize)"]
+            else:
+                status[id(onode)] = ["removed: made redundant by the rewrites (legalize)"]
+
+    width = max((len(", ".join(f"%{r.name}" for r in n.results)) for n in graph.nodes),
+                default=4)
+    opw = max((len(n.op) for n in graph.nodes), default=4)
+    locw = max((len(_where(n)) for n in graph.nodes), default=1)
+    lines = [f"func {graph.name}  (target {target.name})"]
+    for n in graph.nodes:
+        name = ", ".join(f"%{r.name}" for r in n.results)
+        texts = status.get(id(n), ["ok"])
+        head = f"  {_where(n):<{locw}}  {name:<{width}}  {n.op:<{opw}}  "
+        lines.append(head + texts[0])
+        for t in texts[1:]:
+            lines.append(" " * len(head) + t)
+    for text in func_notes:
+        lines.append(f"  {text}")
+    for text in errors:
+        lines.append(f"  {text}")
+
+    count, _, scalar_user = blob_count(work)
+    cap = target.blob_cap(scalar_user is not None)
+    why = ""
+    if scalar_user is not None:
+        why = f"; {target.max_blob_tensors} minus {target.scalar_penalty} because " \
+              f"%{scalar_user.results[0].name} takes an inline scalar"
+    lines.append(f"  BLOBFILE tensors: {count} of {cap}{why}")
+    sram = work.meta.get("sram")
+    if sram is not None:
+        spill = (f"spill risk at {', '.join('%' + s for s in sram['spill_nodes'])}"
+                 if sram["spill_nodes"] else "no spill risk")
+        lines.append(f"  SRAM: peak {_mib(sram['peak_bytes'])} at %{sram['peak_node']} of "
+                     f"{_mib(sram['sram_bytes'])}; {spill} (ANE-SRAM)")
+    if weights is None:
+        lines.append("  weight values: not checked (give weights to check the fp16 range)")
+    rewrites = sum(1 for r in ctx.rewrites if r.get("func") == graph.name)
+    if rejections:
+        lines.append(f"  verdict: NOT ANE-legal on {target.name}: {len(rejections)} "
+                     f"error{'s' if len(rejections) != 1 else ''}")
+    else:
+        lines.append(f"  verdict: ANE-legal on {target.name} after {rewrites} "
+                     f"rewrite{'s' if rewrites != 1 else ''}")
+    return lines
+
+
+def legality_report(module: "Module", target_name: str = "m4",
+                    weights: "WeightStore | None" = None,
+                    options: Mapping[str, Any] | None = None) -> str:
+    """Per node: ANE-legal as written, rewritten (by which rule) or rejected (id, why, fix)."""
+    target = get_target(target_name)
+    out: list[str] = []
+    for graph in module.funcs.values():
+        out += _func_report(graph, target, weights, options or {})
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,511 @@
+"""legalize: every rewrite rule (fires, preserves outputs, must-not-fire cases) and every
+compile-time constraint error (id, span, suggestion)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from anec.diagnostics import ConstraintError
+from anec.ir.types import DType
+from anec.passes import Legalize, PassContext
+from anec.passes.legalize_rules import GELU_TANH_MAX_ABS_ERROR
+from anec.targets import get_target
+from anec.weights import WeightStore
+
+from .passes_util import compare, ops_of, parse_func, run, text_of, weights_for
+
+M4 = get_target("m4")
+
+
+def legalize(text: str, target=M4, weights=None, **options):
+    """Parse, legalize; (before, after, ctx)."""
+    g = parse_func(text)
+    before = g.clone()
+    w = weights if weights is not None else weights_for(g)
+    ctx = PassContext(target=target, weights=w, options=options)
+    run(Legalize(), g, ctx)
+    return before, g, ctx
+
+
+def reject(text: str, target=M4, weights=None, **options) -> ConstraintError:
+    g = parse_func(text)
+    w = weights if weights is not None else weights_for(g)
+    with pytest.raises(ConstraintError) as info:
+        run(Legalize(), g, PassContext(target=target, weights=w, options=options))
+    return info.value
+
+
+def rules(ctx) -> list[tuple[str, str]]:
+    return [(r["rule"], r["constraint"]) for r in ctx.rewrites]
+
+
+# ---- unary ops the ANE lacks ------------------------------------------------------------
+
+GELU = """
+func f(%x: fp16[1, 8, 1, 16]) {
+  %g = gelu(%x, mode="MODE") : fp16[1, 8, 1, 16]
+  return %g
+}"""
+
+
+def test_gelu_tanh_is_expanded():
+    before, g, ctx = legalize(GELU.replace("MODE", "tanh"))
+    assert "gelu" not in ops_of(g) and "tanh" in ops_of(g)
+    assert g.output_names() == ["g"]
+    assert rules(ctx) == [("expand_gelu_tanh", "ANE-GELU")]
+    assert "exact" in ctx.rewrites[0]["detail"]
+    x = np.linspace(-6, 6, 128, dtype=np.float32).reshape(1, 8, 1, 16)
+    # the formula's constants are fp16 consts: ~1e-4 from rounding 0.044715 and sqrt(2/pi)
+    compare(before, g, WeightStore({}), inputs={"x": x}, rtol=0, atol=2e-4)
+
+
+def test_exact_gelu_is_approximated():
+    before, g, ctx = legalize(GELU.replace("MODE", "exact"))
+    assert "gelu" not in ops_of(g)
+    rec = ctx.rewrites[0]
+    assert rec["constraint"] == "ANE-GELU" and "approximation" in rec["detail"]
+    assert rec["location"] == "test.ir:3:8" and rec["node"] == "g"
+    x = np.linspace(-6, 6, 128, dtype=np.float32).reshape(1, 8, 1, 16)
+    err = compare(before, g, WeightStore({}), inputs={"x": x}, rtol=0,
+                  atol=GELU_TANH_MAX_ABS_ERROR + 2e-4)
+    assert err > 1e-4  # it is an approximation, and the record says so
+
+
+def test_gelu_tanh_max_error_constant_is_right():
+    x = np.linspace(-10, 10, 400001)
+    exact = 0.5 * x * (1 + np.array([math.erf(v / math.sqrt(2)) for v in x]))
+    approx = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    assert abs(np.abs(exact - approx).max() - GELU_TANH_MAX_ABS_ERROR) < 1e-5
+
+
+def test_rsqrt_becomes_pow():
+    before, g, ctx = legalize("""
+func f(%x: fp16[1, 8, 1, 8]) {
+  %s = mul(%x, %x) : fp16[1, 8, 1, 8]
+  %one = const(value=1.0) : fp16[]
+  %p = add(%s, %one) : fp16[1, 8, 1, 8]
+  %r = rsqrt(%p) : fp16[1, 8, 1, 8]
+  return %r
+}""")
+    assert "rsqrt" not in ops_of(g)
+    assert "%r = pow(%p, %r_e) : fp16[1, 8, 1, 8]" in text_of(g)
+    assert "%r_e = const(value=-0.5) : fp16[]" in text_of(g)
+    assert rules(ctx) == [("rsqrt_to_pow", "ANE-RSQRT")]
+    compare(before, g, WeightStore({}), rtol=1e-6, atol=0)
+
+
+def test_neg_becomes_mul():
+    before, g, ctx = legalize("""
+func f(%x: fp32[1, 8, 1, 8]) {
+  %n = neg(%x) : fp32[1, 8, 1, 8]
+  return %n
+}""")
+    assert ops_of(g) == ["const", "mul"]
+    assert g.nodes[0].attrs == {"value": -1.0}
+    assert rules(ctx) == [("neg_to_mul", "ANE-NEG")]
+    compare(before, g, WeightStore({}), rtol=0, atol=0)
+
+
+def test_rewrite_of_returned_value_keeps_its_name():
+    _, g, _ = legalize("""
+func f(%x: fp16[1, 8, 1, 8]) {
+  %a = neg(%x) : fp16[1, 8, 1, 8]
+  %b = relu(%a) : fp16[1, 8, 1, 8]
+  return %a, %b
+}""")
+    assert g.output_names() == ["a", "b"]
+    assert g.outputs[0].producer.op == "mul"
+
+
+# ---- conv ----------------------------------------------------------------------------
+
+def test_conv_bias_becomes_add():
+    before, g, ctx = legalize("""
+func f(%x: fp16[1, 16, 1, 8]) {
+  %w = const(weight="w") : fp16[32, 16, 1, 1]
+  %b = const(weight="b") : fp16[1, 32, 1, 1]
+  %h = conv1x1(%x, %w, bias=%b) : fp16[1, 32, 1, 8]
+  return %h
+}""")
+    assert ops_of(g) == ["const", "const", "conv1x1", "add"]
+    assert not any(n.optional for n in g.nodes)
+    assert "%h = add(%h_conv, %b)" in text_of(g)
+    assert rules(ctx) == [("split_conv_bias", "ANE-CONV-BIAS")]
+    compare(before, g, ctx.weights, rtol=1e-6, atol=1e-6)
+
+
+def test_conv_without_bias_is_untouched():
+    before, g, ctx = legalize("""
+func f(%x: fp16[1, 16, 1, 8]) {
+  %w = const(weight="w") : fp16[32, 16, 1, 1]
+  %h = conv1x1(%x, %w) : fp16[1, 32, 1, 8]
+  return %h
+}""")
+    assert g == before and ctx.rewrites == []
+
+
+TIGHT = M4.replace(max_conv_out_channels=8)
+
+
+def test_wide_returned_conv_is_chunked():
+    before, g, ctx = legalize("""
+func f(%x: fp16[1, 4, 1, 8]) {
+  %w = const(weight="w") : fp16[20, 4, 1, 1]
+  %b = const(weight="b") : fp16[1, 20, 1, 1]
+  %h = conv1x1(%x, %w, bias=%b) : fp16[1, 20, 1, 8]
+  %y = cast(%h, dtype=fp32) : fp32[1, 20, 1, 8]
+  return %y
+}""", target=TIGHT)
+    assert g.output_names() == ["y__c0", "y__c1", "y__c2"]
+    assert [o.type.shape[1] for o in g.outputs] == [7, 7, 6]
+    assert g.meta["logical_outputs"] == [{"name": "y", "axis": 1,
+                                          "pieces": ["y__c0", "y__c1", "y__c2"],
+                                          "dtype": "fp32", "shape": [1, 20, 1, 8]}]
+    slices = [n.attrs.get("slice") for n in g.nodes if n.op == "const"]
+    assert [0, 0, 7] in slices and [0, 14, 20] in slices and [1, 7, 14] in slices
+    assert all(n.result.type.shape[1] <= 8 for n in g.nodes if n.op == "conv1x1")
+    assert not any(n.optional for n in g.nodes)  # chunk biases were split off too
+    assert ("chunk_wide_conv_output", "ANE-CONV-CHANNELS") in rules(ctx)
+    compare(before, g, ctx.weights, rtol=1e-6, atol=1e-6)
+
+
+def test_wide_internal_conv_is_rejected():
+    err = reject("""
+func f(%x: fp16[1, 4, 1, 8]) {
+  %w = const(weight="w") : fp16[20, 4, 1, 1]
+  %h = conv1x1(%x, %w) : fp16[1, 20, 1, 8]
+  %s = reduce_sum(%h, axes=[1], keep_dims=true) : fp16[1, 1, 1, 8]
+  return %s
+}""", target=TIGHT)
+    assert err.constraint == "ANE-CONV-CHANNELS"
+    assert err.span.location == "test.ir:4:8"
+    assert "20 output channels" in err.message and "used inside the program" in err.message
+    assert "return the conv result as its own output" in err.hint
+
+
+def test_wide_conv_input_is_split():
+    before, g, ctx = legalize("""
+func f(%x: fp16[1, 20, 1, 8]) {
+  %w = const(weight="w") : fp16[4, 20, 1, 1]
+  %h = conv1x1(%x, %w) : fp16[1, 4, 1, 8]
+  return %h
+}""", target=TIGHT)
+    convs = [n for n in g.nodes if n.op == "conv1x1"]
+    assert len(convs) == 3 and all(c.operands[0].type.shape[1] <= 8 for c in convs)
+    assert ops_of(g).count("slice") == 3
+    assert ("split_wide_conv_input", "ANE-CONV-CHANNELS") in rules(ctx)
+    compare(before, g, ctx.weights, rtol=1e-5, atol=1e-5)
+
+
+# ---- matmul -> conv ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("tx,ty", [(False, False), (True, False), (False, True), (True, True)])
+def test_matmul_with_const_weight_becomes_conv(tx, ty):
+    xs = "[2, 16, 6]" if tx else "[2, 6, 16]"
+    ws = "[12, 16]" if ty else "[16, 12]"
+    before, g, ctx = legalize(f"""
+func f(%x: fp32{xs}) {{
+  %w = const(weight="w") : fp32{ws}
+  %y = matmul(%x, %w, transpose_x={str(tx).lower()}, transpose_y={str(ty).lower()}) : fp32[2, 6, 12]
+  return %y
+}}""")
+    assert "matmul" not in ops_of(g) and "conv1x1" in ops_of(g)
+    w = next(n for n in g.nodes if n.op == "const")
+    assert w.result.type.shape == (12, 16, 1, 1)
+    assert w.attrs.get("perm") == (None if ty else [1, 0])
+    assert rules(ctx) == [("matmul_const_to_conv", "ANE-CONV-FASTER")]
+    compare(before, g, ctx.weights, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_with_const_left_operand_becomes_conv():
+    before, g, ctx = legalize("""
+func f(%x: fp16[1, 16, 8]) {
+  %w = const(weight="w") : fp16[24, 16]
+  %y = matmul(%w, %x) : fp16[1, 24, 8]
+  return %y
+}""")
+    # the ANE layout already: reshape in, conv, reshape out; no transpose
+    assert ops_of(g) == ["const", "reshape", "conv1x1", "reshape"]
+    assert "perm" not in g.nodes[0].attrs
+    compare(before, g, ctx.weights, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_layout_ops_fold_away_in_ane_layout():
+    before, g, _ = legalize("""
+func f(%x: fp16[1, 16, 1, 8]) {
+  %x3 = reshape(%x, shape=[1, 16, 8]) : fp16[1, 16, 8]
+  %rows = transpose(%x3, perm=[0, 2, 1]) : fp16[1, 8, 16]
+  %w = const(weight="w") : fp16[16, 32]
+  %y = matmul(%rows, %w) : fp16[1, 8, 32]
+  return %y
+}""")
+    # transpose(transpose) and reshape(reshape) compose: the conv reads %x directly
+    conv = next(n for n in g.nodes if n.op == "conv1x1")
+    assert conv.operands[0].name == "x"
+    compare(before, g, weights_for(before), rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_of_two_activations_is_not_rewritten():
+    before, g, ctx = legalize("""
+func f(%a: fp16[1, 4, 8, 16], %b: fp16[1, 4, 16, 8]) {
+  %y = matmul(%a, %b) : fp16[1, 4, 8, 8]
+  return %y
+}""")
+    assert g == before and ctx.rewrites == []
+
+
+def test_matmul_wider_than_conv_limit_is_not_rewritten():
+    before, g, ctx = legalize("""
+func f(%x: fp16[1, 8, 4]) {
+  %w = const(weight="w") : fp16[4, 20]
+  %y = matmul(%x, %w) : fp16[1, 8, 20]
+  return %y
+}""", target=TIGHT)
+    assert g == before and ctx.rewrites == []
+
+
+def test_matmul_weight_with_existing_perm_composes():
+    store = WeightStore({"w": np.random.default_rng(0).normal(size=(12, 16)).astype(np.float32)})
+    before, g, _ = legalize("""
+func f(%x: fp32[4, 16]) {
+  %w = const(weight="w", perm=[1, 0]) : fp32[16, 12]
+  %y = matmul(%x, %w) : fp32[4, 12]
+  return %y
+}""", weights=store)
+    w = next(n for n in g.nodes if n.op == "const")
+    assert "perm" not in w.attrs  # [1, 0] then [1, 0] is the stored layout
+    compare(before, g, store, rtol=1e-5, atol=1e-5)
+
+
+# ---- concat ----------------------------------------------------------------------------
+
+def test_concat_feeding_convs_becomes_partial_convs():
+    before, g, ctx = legalize("""
+func f(%a: fp16[1, 8, 1, 16], %b: fp16[1, 4, 1, 16]) {
+  %c = concat(%a, %b, axis=1) : fp16[1, 12, 1, 16]
+  %w1 = const(weight="w1") : fp16[6, 12, 1, 1]
+  %b1 = const(weight="b1") : fp16[1, 6, 1, 1]
+  %w2 = const(weight="w2") : fp16[3, 12, 1, 1]
+  %y1 = conv1x1(%c, %w1, bias=%b1) : fp16[1, 6, 1, 16]
+  %y2 = conv1x1(%c, %w2) : fp16[1, 3, 1, 16]
+  return %y1, %y2
+}""")
+    assert "concat" not in ops_of(g)
+    assert ops_of(g).count("conv1x1") == 4
+    slices = sorted(tuple(n.attrs["slice"]) for n in g.nodes if "slice" in n.attrs)
+    assert slices == [(1, 0, 8), (1, 0, 8), (1, 8, 12), (1, 8, 12)]
+    assert g.output_names() == ["y1", "y2"]
+    assert ("split_concat_into_partial_convs", "ANE-CONCAT") in rules(ctx)
+    compare(before, g, ctx.weights, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("body,why", [
+    ("""%c = concat(%a, %a, axis=3) : fp16[1, 8, 1, 32]
+  %y = relu(%c) : fp16[1, 8, 1, 32]""", "joins along axis 3"),
+    ("""%c = concat(%a, %a, axis=1) : fp16[1, 16, 1, 16]
+  %y = relu(%c) : fp16[1, 16, 1, 16]""", "it feeds relu"),
+    ("""%y = concat(%a, %a, axis=1) : fp16[1, 16, 1, 16]""", "it is returned"),
+])
+def test_other_concat_is_rejected(body, why):
+    err = reject(f"""
+func f(%a: fp16[1, 8, 1, 16]) {{
+  {body}
+  return %y
+}}""")
+    assert err.constraint == "ANE-CONCAT"
+    assert why in err.message
+    assert err.span.location == "test.ir:3:8"
+    assert err.hint and "[ANE-CONCAT]" in err.render()
+
+
+# ---- reduce_mean, softmax switches -----------------------------------------------------------
+
+def test_reduce_mean_lowered_scale_first():
+    before, g, ctx = legalize("""
+func f(%x: fp16[1, 768, 1, 4]) {
+  %m = reduce_mean(%x, axes=[1], keep_dims=true) : fp16[1, 1, 1, 4]
+  return %m
+}""")
+    assert ops_of(g) == ["const", "mul", "reduce_sum"]
+    assert g.nodes[0].attrs["value"] == pytest.approx(1 / 768)
+    assert g.nodes[2].operands[0] is g.nodes[1].result  # scaled before summing
+    assert rules(ctx) == [("lower_reduce_mean", "ANE-REDUCE-MEAN")]
+    # values whose fp16 sum overflows (768 * 100 > 65504) still give the right mean
+    x = np.full((1, 768, 1, 4), 100.0, np.float32)
+    from anec.ir.interp import interpret
+    got = interpret(g, {"x": x}, WeightStore({}), mode="fp16")["m"]
+    assert np.isfinite(got).all() and np.allclose(got, 100.0, rtol=2e-3)
+    compare(before, g, WeightStore({}), rtol=1e-3, atol=1e-3)
+
+
+def test_reduce_mean_kept_when_target_switch_is_off():
+    text = """
+func f(%x: fp16[1, 64, 1, 4]) {
+  %m = reduce_mean(%x, axes=[1], keep_dims=true) : fp16[1, 1, 1, 4]
+  return %m
+}"""
+    before, g, ctx = legalize(text, target=M4.replace(reduce_mean_as_sum=False))
+    assert g == before and ctx.rewrites == []
+
+
+SOFTMAX = """
+func f(%x: fp16[1, 4, 1, N]) {
+  %p = softmax(%x, axis=-1) : fp16[1, 4, 1, N]
+  return %p
+}"""
+
+
+def test_softmax_pow2_switch():
+    on = M4.replace(softmax_pow2_only=True)
+    err = reject(SOFTMAX.replace("N", "48"), target=on)
+    assert err.constraint == "ANE-SOFTMAX-POW2" and "pad axis 3 to 64" in err.hint
+    legalize(SOFTMAX.replace("N", "64"), target=on)       # a power of two: fine
+    legalize(SOFTMAX.replace("N", "48"))                  # off by default (m4)
+
+
+# ---- I/O dtypes --------------------------------------------------------------------------
+
+IO = """
+func f(%x: fp32[1, 64, 1, 64]) {
+  %xh = cast(%x, dtype=fp16) : fp16[1, 64, 1, 64]
+  %r = relu(%xh) : fp16[1, 64, 1, 64]
+  %y = cast(%r, dtype=fp32) : fp32[1, 64, 1, 64]
+  return %y
+}"""
+
+
+def test_fp32_io_rejected_on_m1():
+    err = reject(IO, target=get_target("m1"))
+    assert err.constraint == "ANE-FP32-IO"
+    assert err.span.location == "test.ir:2:8"  # the input %x
+    assert "--host-casts" in err.hint
+    assert any("output %y" in n for n in err.notes)  # the other problem is listed too
+    legalize(IO)  # m4 accepts fp32 I/O
+
+
+def test_host_casts_rewrite_io():
+    before, g, ctx = legalize(IO, target=get_target("m1"), host_casts=True)
+    assert g.inputs[0].type.dtype == DType.fp16 and g.outputs[0].type.dtype == DType.fp16
+    assert ops_of(g) == ["relu"]  # both casts cancelled
+    assert g.output_names() == ["y"] and g.nodes[0].operands[0].name == "x"
+    assert g.meta["host_casts"] == [
+        {"name": "x", "kind": "input", "host_dtype": "fp32", "program_dtype": "fp16"},
+        {"name": "y", "kind": "output", "host_dtype": "fp32", "program_dtype": "fp16"},
+    ]
+    assert [r["constraint"] for r in ctx.rewrites] == ["ANE-FP32-IO", "ANE-FP32-IO"]
+    compare(before, g, WeightStore({}), rtol=0, atol=0)
+
+
+def test_host_casts_keep_fp32_compute_correct():
+    before, g, _ = legalize("""
+func f(%x: fp32[1, 64, 1, 64]) {
+  %e = exp(%x) : fp32[1, 64, 1, 64]
+  return %e
+}""", target=get_target("m1"), host_casts=True)
+    assert ops_of(g) == ["cast", "exp", "cast"]
+    assert g.inputs[0].type.dtype == DType.fp16 and g.output_names() == ["e"]
+    # the host now rounds x to fp16 on the way in and e on the way out: that is the only change
+    x = np.random.default_rng(0).normal(size=(1, 64, 1, 64)).astype(np.float16)
+    compare(before, g, WeightStore({}), inputs={"x": x.astype(np.float32)}, rtol=1e-3, atol=0)
+
+
+# ---- weights ------------------------------------------------------------------------------
+
+WEIGHTED = """
+func f(%x: fp16[1, 4, 1, 8]) {
+  %w = const(weight="layer.w") : fp16[4, 4, 1, 1]
+  %h = conv1x1(%x, %w) : fp16[1, 4, 1, 8]
+  return %h
+}"""
+
+
+def test_weight_outside_fp16_range_is_rejected():
+    w = np.ones((4, 4, 1, 1), np.float32)
+    w[1, 2] = 7e4
+    err = reject(WEIGHTED, weights=WeightStore({"layer.w": w}))
+    assert err.constraint == "ANE-FP16-RANGE"
+    assert "'layer.w'" in err.message and "70000" in err.message
+    assert err.span.location == "test.ir:3:8"
+    legalize(WEIGHTED, weights=WeightStore({"layer.w": np.full((4, 4, 1, 1), 65504.0)}))
+
+
+def test_nan_weight_is_rejected():
+    w = np.ones((4, 4, 1, 1), np.float32)
+    w[0, 0] = np.nan
+    w[0, 1] = np.inf
+    err = reject(WEIGHTED, weights=WeightStore({"layer.w": w}))
+    assert err.constraint == "ANE-FP16-RANGE" and "1 NaN, 1 Inf" in err.message
+
+
+def many_weights(n: int, scalar: bool) -> str:
+    lines = [f"func f(%x: fp16[1, 4, 1, 8]) {{", "  %h0 = relu(%x) : fp16[1, 4, 1, 8]"]
+    for i in range(n):
+        lines.append(f'  %g{i} = const(weight="g{i}") : fp16[1, 4, 1, 1]')
+        lines.append(f"  %h{i + 1} = mul(%h{i}, %g{i}) : fp16[1, 4, 1, 8]")
+    last = f"h{n}"
+    if scalar:
+        lines.append("  %s = const(value=2.0) : fp16[]")
+        lines.append(f"  %h{n + 1} = mul(%h{n}, %s) : fp16[1, 4, 1, 8]")
+        last = f"h{n + 1}"
+    lines += [f"  return %{last}", "}"]
+    return "\n".join(lines)
+
+
+def test_blob_budget_is_enforced():
+    legalize(many_weights(16, scalar=False))
+    err = reject(many_weights(17, scalar=False))
+    assert err.constraint == "ANE-BLOB-BUDGET"
+    assert err.message == "func 'f' needs 17 BLOBFILE weight tensors; m4 allows 16"
+    assert "split the func" in err.hint
+    assert err.span.location == "test.ir:35:10"  # the 17th weight const
+    assert len(err.notes) == 17
+
+
+def test_blob_budget_scalar_penalty():
+    legalize(many_weights(15, scalar=True))
+    err = reject(many_weights(16, scalar=True))
+    assert err.constraint == "ANE-BLOB-BUDGET"
+    assert "allows 15 (16, minus 1 because %h17 (mul) takes an inline scalar)" in err.message
+
+
+def test_identical_weight_consts_are_merged_before_counting():
+    before, g, _ = legalize("""
+func f(%x: fp16[1, 4, 1, 8]) {
+  %w1 = const(weight="w") : fp16[4, 4, 1, 1]
+  %a = conv1x1(%x, %w1) : fp16[1, 4, 1, 8]
+  %w2 = const(weight="w") : fp16[4, 4, 1, 1]
+  %b = conv1x1(%a, %w2) : fp16[1, 4, 1, 8]
+  return %b
+}""")
+    assert ops_of(g) == ["const", "conv1x1", "conv1x1"]
+    compare(before, g, weights_for(before), rtol=0, atol=0)
+
+
+def test_packed_weights_rejected_on_m1():
+    text = """
+func f(%x: fp16[1, 4, 1, 8]) {
+  %w1 = const(weight="w1") : fp16[4, 4, 1, 1]
+  %w2 = const(weight="w2") : fp16[4, 4, 1, 1]
+  %a = conv1x1(%x, %w1) : fp16[1, 4, 1, 8]
+  %b = conv1x1(%a, %w2) : fp16[1, 4, 1, 8]
+  return %b
+}"""
+    err = reject(text, target=get_target("m1"), pack_weights=True)
+    assert err.constraint == "ANE-ONE-FILE-PER-WEIGHT" and "--pack-weights" in err.hint
+    legalize(text, pack_weights=True)  # m4 takes packed files
+
+
+def test_errors_are_collected_with_the_first_raised():
+    err = reject("""
+func f(%x: fp16[1, 8, 1, 16]) {
+  %c = concat(%x, %x, axis=3) : fp16[1, 8, 1, 32]
+  %d = concat(%x, %x, axis=2) : fp16[1, 8, 2, 16]
+  %e = reduce_sum(%c, axes=[3]) : fp16[1, 8, 1]
+  %f = reduce_sum(%d, axes=[2]) : fp16[1, 8, 16]
+  return %e, %f
+}""")
+    assert err.span.location == "test.ir:3:8"
+    assert any(n.startswith("test.ir:4:8: [ANE-CONCAT]") for n in err.notes)
