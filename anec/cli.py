@@ -241,6 +241,32 @@ def interp_cmd(file, func_name, inputs, random_inputs, weights_path, random_weig
 
 # ---- compiler: compile, mil, passes, constraints ---------------------------
 
+# compiler: passes (registry and pipelines), constraints (the ANE constraint catalog)
+
+
+@main.command("passes")
+@click.option("--markdown", is_flag=True, help="Print the full pass documentation (docs/passes.md).")
+def passes_cmd(markdown: bool) -> None:
+    """List the compiler passes and the named pipelines."""
+    from anec.passes.listing import format_passes
+
+    click.echo(format_passes(markdown=markdown), nl=False)
+
+
+@main.command("constraints")
+@click.argument("ids", nargs=-1, metavar="[ID]...")
+@click.option("--markdown", is_flag=True, help="Print Markdown (docs/constraints.md).")
+@click.option("--target", metavar="NAME", help="Show the limits and switches of one chip profile.")
+def constraints_cmd(ids: tuple[str, ...], markdown: bool, target: str | None) -> None:
+    """Print the ANE constraint catalog (all entries, or the given ids)."""
+    from anec.constraints import format_catalog, format_markdown, get_constraint
+    from anec.targets import get_target
+
+    chip = get_target(target) if target else None
+    entries = [get_constraint(i) for i in ids] or None
+    text = format_markdown(chip, entries) if markdown else format_catalog(chip, entries)
+    click.echo(text, nl=False)
+
 # ---- runtime: run, doctor ----------------------------------------------------
 
 # ---- models: models export, generate, embed --------------------------------
