@@ -1,0 +1,255 @@
+"""Thin, typed wrappers over the C runtime (the only importer of ``_native``).
+
+Everything here maps C calls one to one: status codes become
+:class:`~anec.diagnostics.RuntimeFailure` carrying the C message (with the
+constraint id lifted out of ``[ANE-...]``), structs become dicts, and
+surfaces become numpy views of the C memory (valid while the program lives).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from anec.diagnostics import RuntimeFailure
+
+try:  # pragma: no cover - exercised by every runtime test
+    from anec.runtime._native import ffi, lib
+except ImportError as _e:  # pragma: no cover - only without a built extension
+    ffi = lib = None
+    _IMPORT_ERROR: ImportError | None = _e
+else:
+    _IMPORT_ERROR = None
+
+DTYPE_NAMES = {1: "fp16", 2: "fp32", 3: "uint8", 4: "int8", 5: "int32", 6: "bool"}
+NP_DTYPES = {
+    "fp16": np.float16, "fp32": np.float32, "uint8": np.uint8, "int8": np.int8,
+    "int32": np.int32, "bool": np.bool_,
+}
+STATS_FIELDS = (
+    "compiles", "compile_budget", "compile_budget_left", "cache_hits", "loads", "unloads",
+    "reloads", "evaluations", "blobs_patched", "programs_live", "dirs_live",
+    "ns_compile", "ns_load", "ns_unload", "ns_reload", "ns_evaluate",
+)
+_CONSTRAINT = re.compile(r"\[(ANE-[A-Z0-9-]+)\]\s*")
+
+
+def available() -> bool:
+    """True when the C extension is built."""
+    return lib is not None
+
+
+def require() -> None:
+    if lib is None:
+        raise RuntimeFailure(
+            f"the anec C runtime extension is not built ({_IMPORT_ERROR})",
+            hint="run `pip install -e .` or `python anec/runtime/_ffi_build.py`",
+        )
+
+
+def failure(code: int, message: str, hint: str | None = None) -> RuntimeFailure:
+    """A RuntimeFailure from a C status and message, constraint id lifted out."""
+    m = _CONSTRAINT.search(message)
+    constraint = m.group(1) if m else None
+    if m:
+        message = (message[: m.start()] + message[m.end():]).strip()
+    name = ffi.string(lib.anec_strerror(code)).decode() if lib is not None else str(code)
+    return RuntimeFailure(f"{name}: {message}" if message else name, code=code, constraint=constraint, hint=hint)
+
+
+def driver_available(name: str) -> tuple[bool, str]:
+    require()
+    why = ffi.new("char[]", 512)
+    ok = lib.anec_driver_available(name.encode(), why, 512)
+    return bool(ok), ffi.string(why).decode(errors="replace")
+
+
+def f32_to_f16(src: np.ndarray) -> np.ndarray:
+    """fp32 -> fp16 with the runtime's converter (F16C when available)."""
+    require()
+    a = np.ascontiguousarray(src, dtype=np.float32)
+    out = np.empty(a.shape, dtype=np.float16)
+    lib.anec_f32_to_f16(ffi.from_buffer("float[]", a), ffi.from_buffer("uint16_t[]", out.view(np.uint16)), a.size)
+    return out
+
+
+def f16_to_f32(src: np.ndarray) -> np.ndarray:
+    require()
+    a = np.ascontiguousarray(src, dtype=np.float16)
+    out = np.empty(a.shape, dtype=np.float32)
+    lib.anec_f16_to_f32(ffi.from_buffer("uint16_t[]", a.view(np.uint16)), ffi.from_buffer("float[]", out), a.size)
+    return out
+
+
+def _stats(st: Any) -> dict[str, int]:
+    return {k: int(getattr(st, k)) for k in STATS_FIELDS}
+
+
+def _info(inf: Any) -> dict[str, Any]:
+    dtype = DTYPE_NAMES.get(inf.dtype, f"dtype{inf.dtype}")
+    return {
+        "name": ffi.string(inf.name).decode(),
+        "dtype": dtype,
+        "shape": [int(inf.shape[i]) for i in range(inf.rank)],
+        "bytes": int(inf.bytes),
+        "binding": int(inf.binding),
+        "decl_index": int(inf.decl_index),
+    }
+
+
+def _blob_array(blobs: dict[str, bytes]) -> tuple[Any, list[Any]]:
+    """cdata anec_blob[] plus the objects that must stay alive while it is used."""
+    keep: list[Any] = []
+    arr = ffi.new("anec_blob[]", max(1, len(blobs)))
+    for i, (path, data) in enumerate(blobs.items()):
+        p = ffi.new("char[]", path.encode())
+        d = ffi.from_buffer("uint8_t[]", data) if len(data) else ffi.NULL
+        keep += [p, d, data]
+        arr[i].path = p
+        arr[i].data = d
+        arr[i].len = len(data)
+    return arr, keep
+
+
+class NativeRuntime:
+    """Owns an ``anec_runtime*``."""
+
+    def __init__(self, driver: str, compile_budget: int | None = None, temp_root: str | None = None,
+                 sim_threads: int | None = None) -> None:
+        require()
+        opts = ffi.new("anec_options *")
+        opts.compile_budget = int(compile_budget or 0)
+        self._root = ffi.new("char[]", temp_root.encode()) if temp_root else ffi.NULL
+        opts.temp_root = self._root
+        opts.sim_threads = int(sim_threads or 0)
+        out = ffi.new("anec_runtime **")
+        rc = lib.anec_runtime_open(driver.encode(), opts, out)
+        if rc != 0:
+            ok, why = driver_available(driver) if driver in ("sim", "ane", "auto") else (False, "")
+            msg = f"cannot open the '{driver}' driver"
+            if driver not in ("sim", "ane", "auto"):
+                msg += " (choose sim, ane or auto)"
+            elif not ok and why:
+                msg += f": {why}"
+            raise failure(rc, msg, hint="use backend='sim' (runs everywhere) or 'auto'" if driver == "ane" else None)
+        self.ptr = out[0]
+
+    def check(self, rc: int, hint: str | None = None) -> None:
+        if rc != 0:
+            raise failure(rc, ffi.string(lib.anec_last_error(self.ptr)).decode(errors="replace"), hint)
+
+    @property
+    def driver(self) -> str:
+        return ffi.string(lib.anec_driver_name(self.ptr)).decode()
+
+    def stats(self) -> dict[str, int]:
+        st = ffi.new("struct anec_stats *")
+        self.check(lib.anec_stats(self.ptr, st))
+        return _stats(st)
+
+    def compile(self, mil: bytes, blobs: dict[str, bytes], limits: dict[str, Any] | None) -> "NativeProgram":
+        arr, keep = _blob_array(blobs)
+        lim = ffi.NULL
+        if limits is not None:
+            lim = ffi.new("anec_limits *")
+            lim.max_blob_tensors = int(limits.get("max_blob_tensors", 16))
+            lim.scalar_penalty = int(limits.get("scalar_penalty", 1))
+            lim.max_conv_out_channels = int(limits.get("max_conv_out_channels", 16384))
+            lim.min_surface_bytes = int(limits.get("min_surface_bytes", 49152))
+            lim.allow_fp32_io = 1 if limits.get("allow_fp32_io", True) else 0
+            lim.surface_alignment = int(limits.get("surface_alignment", 0) or 0)
+        out = ffi.new("anec_program **")
+        milbuf = ffi.from_buffer("char[]", mil)
+        rc = lib.anec_compile(self.ptr, milbuf, len(mil), arr, len(blobs), lim, out)
+        del keep
+        self.check(rc)
+        return NativeProgram(self, out[0])
+
+    def close(self) -> None:
+        if self.ptr is not None and self.ptr != ffi.NULL:
+            lib.anec_runtime_close(self.ptr)
+        self.ptr = None
+
+
+class NativeProgram:
+    """Owns an ``anec_program*`` (freed before its runtime)."""
+
+    def __init__(self, rt: NativeRuntime, ptr: Any) -> None:
+        self.rt = rt
+        self.ptr = ptr
+        n_in = lib.anec_program_num_inputs(ptr)
+        n_out = lib.anec_program_num_outputs(ptr)
+        inf = ffi.new("anec_tensor_info *")
+        self.inputs: list[dict[str, Any]] = []
+        self.outputs: list[dict[str, Any]] = []
+        for i in range(n_in):
+            rt.check(lib.anec_program_input(ptr, i, inf))
+            self.inputs.append(_info(inf))
+        for i in range(n_out):
+            rt.check(lib.anec_program_output(ptr, i, inf))
+            self.outputs.append(_info(inf))
+        self.input_surface_bytes = int(lib.anec_program_input_surface_bytes(ptr))
+        self.output_surface_bytes = int(lib.anec_program_output_surface_bytes(ptr))
+        self._in_views = [self._view(lib.anec_program_input_surface(ptr, i), self.input_surface_bytes)
+                          for i in range(n_in)]
+        self._out_views = [self._view(lib.anec_program_output_surface(ptr, i), self.output_surface_bytes)
+                           for i in range(n_out)]
+
+    @staticmethod
+    def _view(base: Any, nbytes: int) -> np.ndarray:
+        return np.frombuffer(ffi.buffer(base, nbytes), dtype=np.uint8)
+
+    @property
+    def dir(self) -> str:
+        return ffi.string(lib.anec_program_dir(self.ptr)).decode()
+
+    def input_surface(self, i: int) -> np.ndarray:
+        """uint8 view of the whole input surface i (binding order)."""
+        return self._in_views[i]
+
+    def output_surface(self, i: int) -> np.ndarray:
+        return self._out_views[i]
+
+    def load(self) -> None:
+        self.rt.check(lib.anec_load(self.ptr))
+
+    def unload(self) -> None:
+        self.rt.check(lib.anec_unload(self.ptr))
+
+    def run(self) -> None:
+        self.rt.check(lib.anec_run(self.ptr))
+
+    def evaluate(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        """anec_evaluate with caller buffers (contiguous, any dtype; sizes as given)."""
+        ib = ffi.new("anec_buffer[]", max(1, len(inputs)))
+        ob = ffi.new("anec_buffer[]", max(1, len(outputs)))
+        keep = []
+        for arr, bufs in ((inputs, ib), (outputs, ob)):
+            for i, a in enumerate(arr):
+                if not a.flags.c_contiguous or (bufs is ob and not a.flags.writeable):
+                    raise RuntimeFailure("evaluate buffers must be C-contiguous (and writable for outputs)")
+                c = ffi.from_buffer("uint8_t[]", a.view(np.uint8).reshape(-1), require_writable=bufs is ob)
+                keep.append(c)
+                bufs[i].data = c
+                bufs[i].bytes = a.nbytes
+        self.rt.check(lib.anec_evaluate(self.ptr, ib, len(inputs), ob, len(outputs)))
+
+    def reload(self, blobs: dict[str, bytes]) -> None:
+        arr, keep = _blob_array(blobs)
+        rc = lib.anec_reload_weights(self.ptr, arr, len(blobs))
+        del keep
+        self.rt.check(rc)
+
+    def stats(self) -> dict[str, int]:
+        st = ffi.new("struct anec_stats *")
+        self.rt.check(lib.anec_program_stats(self.ptr, st))
+        return _stats(st)
+
+    def free(self) -> None:
+        if self.ptr is not None:
+            self._in_views = []
+            self._out_views = []
+            lib.anec_program_free(self.ptr)
+            self.ptr = None

@@ -1,0 +1,113 @@
+/* anec_rt.cdef.h - the declarations of anec_rt.h in the subset of C that
+   cffi's cdef() parses (no includes, no preprocessor logic). Keep in sync with
+   anec_rt.h; the C tests compile this file against the real header. */
+
+#define ANEC_OK        0
+#define ANEC_EINVAL    1
+#define ANEC_ENOMEM    2
+#define ANEC_EIO       3
+#define ANEC_EPARSE    4
+#define ANEC_ECOMPILE  5
+#define ANEC_EBUDGET   6
+#define ANEC_ELOAD     7
+#define ANEC_EEVAL     8
+#define ANEC_EWEIGHTS  9
+#define ANEC_ESTATE   10
+#define ANEC_EUNAVAIL 11
+#define ANEC_EDRIVER  12
+
+#define ANEC_DTYPE_FP16  1
+#define ANEC_DTYPE_FP32  2
+#define ANEC_DTYPE_UINT8 3
+#define ANEC_DTYPE_INT8  4
+#define ANEC_DTYPE_INT32 5
+#define ANEC_DTYPE_BOOL  6
+#define ANEC_MAX_RANK 8
+
+const char *anec_strerror(int code);
+
+typedef struct anec_limits {
+    int max_blob_tensors;
+    int scalar_penalty;
+    int max_conv_out_channels;
+    size_t min_surface_bytes;
+    int allow_fp32_io;
+    size_t surface_alignment;
+} anec_limits;
+
+typedef struct anec_blob {
+    const char *path;
+    const uint8_t *data;
+    size_t len;
+} anec_blob;
+
+typedef struct anec_buffer {
+    void *data;
+    size_t bytes;
+} anec_buffer;
+
+typedef struct anec_tensor_info {
+    const char *name;
+    int dtype;
+    int rank;
+    int64_t shape[8];
+    size_t bytes;
+    size_t binding;
+    size_t decl_index;
+} anec_tensor_info;
+
+typedef struct anec_options {
+    int compile_budget;
+    const char *temp_root;
+    int sim_threads;
+} anec_options;
+
+struct anec_stats {
+    uint64_t compiles;
+    int64_t compile_budget;
+    int64_t compile_budget_left;
+    uint64_t cache_hits;
+    uint64_t loads, unloads, reloads, evaluations;
+    uint64_t blobs_patched;
+    uint64_t programs_live;
+    uint64_t dirs_live;
+    uint64_t ns_compile, ns_load, ns_unload, ns_reload, ns_evaluate;
+};
+
+typedef struct anec_runtime anec_runtime;
+typedef struct anec_program anec_program;
+
+int anec_runtime_open(const char *driver, const anec_options *opts, anec_runtime **out);
+void anec_runtime_close(anec_runtime *rt);
+const char *anec_driver_name(const anec_runtime *rt);
+int anec_driver_available(const char *name, char *why, size_t whylen);
+const char *anec_last_error(const anec_runtime *rt);
+int anec_stats(const anec_runtime *rt, struct anec_stats *out);
+
+int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len,
+                 const anec_blob *blobs, size_t n_blobs,
+                 const anec_limits *limits, anec_program **out);
+int anec_load(anec_program *p);
+int anec_unload(anec_program *p);
+void anec_program_free(anec_program *p);
+
+size_t anec_program_num_inputs(const anec_program *p);
+size_t anec_program_num_outputs(const anec_program *p);
+int anec_program_input(const anec_program *p, size_t i, anec_tensor_info *out);
+int anec_program_output(const anec_program *p, size_t i, anec_tensor_info *out);
+const char *anec_program_dir(const anec_program *p);
+
+uint8_t *anec_program_input_surface(anec_program *p, size_t i);
+uint8_t *anec_program_output_surface(anec_program *p, size_t i);
+size_t anec_program_input_surface_bytes(const anec_program *p);
+size_t anec_program_output_surface_bytes(const anec_program *p);
+int anec_run(anec_program *p);
+
+int anec_evaluate(anec_program *p, const anec_buffer *inputs, size_t n_in,
+                  anec_buffer *outputs, size_t n_out);
+
+int anec_reload_weights(anec_program *p, const anec_blob *blobs, size_t n_blobs);
+int anec_program_stats(const anec_program *p, struct anec_stats *out);
+
+void anec_f32_to_f16(const float *src, uint16_t *dst, size_t n);
+void anec_f16_to_f32(const uint16_t *src, float *dst, size_t n);

@@ -1,0 +1,125 @@
+/* blobfile.c - BLOBFILE (MILBlob v2) validation; see blobfile.h. */
+#include "blobfile.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static uint32_t rd32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | ((uint64_t)rd32(p + 4) << 32); }
+
+size_t blob_dtype_size(uint32_t dtype)
+{
+    switch (dtype) {
+    case BLOB_DT_FP16: return 2;
+    case BLOB_DT_FP32: return 4;
+    case BLOB_DT_UINT8: return 1;
+    case BLOB_DT_INT8: return 1;
+    default: return 0;
+    }
+}
+
+const char *blob_dtype_name(uint32_t dtype, char *buf, size_t buflen)
+{
+    switch (dtype) {
+    case BLOB_DT_FP16: return "fp16";
+    case BLOB_DT_FP32: return "fp32";
+    case BLOB_DT_UINT8: return "uint8";
+    case BLOB_DT_INT8: return "int8";
+    default:
+        snprintf(buf, buflen, "dtype code %u", (unsigned)dtype);
+        return buf;
+    }
+}
+
+int blob_check_header(const uint8_t *file, size_t len, char *err, size_t errlen)
+{
+    if (len < BLOB_HEADER_BYTES) {
+        snprintf(err, errlen, "file is %zu bytes, shorter than the 64-byte BLOBFILE header", len);
+        return -1;
+    }
+    uint32_t version = rd32(file + 4);
+    if (version != BLOB_VERSION) {
+        snprintf(err, errlen, "BLOBFILE header version is %u, expected 2", (unsigned)version);
+        return -1;
+    }
+    return 0;
+}
+
+int blob_read_tensor(const uint8_t *file, size_t len, uint64_t meta_offset,
+                     uint32_t want_dtype, uint64_t want_bytes,
+                     blob_tensor *out, char *err, size_t errlen)
+{
+    char b1[32], b2[32];
+    if (blob_check_header(file, len, err, errlen))
+        return -1;
+    if (meta_offset < BLOB_HEADER_BYTES || meta_offset > len || len - meta_offset < BLOB_META_BYTES) {
+        snprintf(err, errlen, "metadata offset %llu is outside the file (%zu bytes; the first record is at 64)",
+                 (unsigned long long)meta_offset, len);
+        return -1;
+    }
+    const uint8_t *m = file + meta_offset;
+    uint32_t sentinel = rd32(m);
+    if (sentinel != BLOB_SENTINEL) {
+        snprintf(err, errlen, "bad metadata sentinel 0x%08X at offset %llu (expected 0xDEADBEEF; "
+                 "the MIL offset must point at the 64-byte metadata record, not the data)",
+                 (unsigned)sentinel, (unsigned long long)meta_offset);
+        return -1;
+    }
+    uint32_t dtype = rd32(m + 4);
+    uint64_t size = rd64(m + 8);
+    uint64_t doff = rd64(m + 16);
+    if (blob_dtype_size(dtype) == 0) {
+        snprintf(err, errlen, "unsupported blob dtype code %u at offset %llu (expected fp16=1, fp32=2, uint8=3, int8=4)",
+                 (unsigned)dtype, (unsigned long long)meta_offset);
+        return -1;
+    }
+    if (doff < meta_offset + BLOB_META_BYTES || doff > len || size > len - doff) {
+        snprintf(err, errlen, "blob payload [%llu, +%llu) at metadata offset %llu is outside the file (%zu bytes)",
+                 (unsigned long long)doff, (unsigned long long)size, (unsigned long long)meta_offset, len);
+        return -1;
+    }
+    if (size % blob_dtype_size(dtype)) {
+        snprintf(err, errlen, "blob payload size %llu is not a multiple of the %s element size",
+                 (unsigned long long)size, blob_dtype_name(dtype, b1, sizeof b1));
+        return -1;
+    }
+    if (want_dtype && dtype != want_dtype) {
+        snprintf(err, errlen, "blob dtype is %s but the const is declared %s",
+                 blob_dtype_name(dtype, b1, sizeof b1), blob_dtype_name(want_dtype, b2, sizeof b2));
+        return -1;
+    }
+    if (want_bytes && size != want_bytes) {
+        snprintf(err, errlen, "blob payload is %llu bytes but the declared const type needs %llu bytes",
+                 (unsigned long long)size, (unsigned long long)want_bytes);
+        return -1;
+    }
+    out->dtype = dtype;
+    out->size = size;
+    out->data_offset = doff;
+    out->data = file + doff;
+    return 0;
+}
+
+long long blob_first_nonfinite(const blob_tensor *t)
+{
+    if (t->dtype == BLOB_DT_FP16) {
+        size_t n = (size_t)(t->size / 2);
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h = (uint16_t)(t->data[2 * i] | (t->data[2 * i + 1] << 8));
+            if ((h & 0x7c00u) == 0x7c00u)
+                return (long long)i;
+        }
+    } else if (t->dtype == BLOB_DT_FP32) {
+        size_t n = (size_t)(t->size / 4);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = rd32(t->data + 4 * i);
+            if ((u & 0x7f800000u) == 0x7f800000u)
+                return (long long)i;
+        }
+    }
+    return -1;
+}

@@ -1,0 +1,149 @@
+/*
+ * fp16.h - IEEE binary16 <-> binary32 conversion (internal, header-only).
+ *
+ * The sim stores fp16 tensors as uint16 bit patterns and computes in fp32, so
+ * these conversions run on every op: scalar versions are exact and portable
+ * (round to nearest even, subnormals, inf, NaN), the buffer versions use the
+ * x86 F16C instructions when the CPU has them (checked once at run time, so
+ * the build needs no -mf16c) and fall back to the scalar code otherwise.
+ */
+#ifndef ANEC_FP16_H
+#define ANEC_FP16_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define ANEC_HAVE_F16C_PATH 1
+#include <immintrin.h>
+#endif
+
+static inline uint32_t anec_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float anec_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* fp32 -> fp16 bits, round to nearest even; overflow gives +-inf, NaN stays NaN. */
+static inline uint16_t anec_h_from_f(float f)
+{
+    uint32_t x = anec_f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf or NaN */
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? (0x200u | ((ax >> 13) & 0x3ffu)) : 0u));
+    if (ax >= 0x477ff000u) /* >= 65520: rounds to inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) { /* below the smallest normal fp16 (2^-14): subnormal or zero */
+        if (ax < 0x33000000u) /* < 2^-25: rounds to zero */
+            return (uint16_t)sign;
+        uint32_t e = ax >> 23;                 /* 102..112 */
+        uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126u - e;             /* 14..24 */
+        uint32_t r = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1u);
+        uint32_t half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (r & 1u)))
+            r++;
+        return (uint16_t)(sign | r);
+    }
+    /* normal: rebias exponent, round mantissa from 23 to 10 bits */
+    uint32_t r = ((ax - 0x38000000u) >> 13);
+    uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u)))
+        r++;
+    return (uint16_t)(sign | r);
+}
+
+/* fp16 bits -> fp32 (exact). */
+static inline float anec_f_from_h(uint16_t h)
+{
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu;
+    uint32_t m = h & 0x3ffu;
+    if (e == 0x1fu)
+        return anec_bits_f32(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        if (m == 0)
+            return anec_bits_f32(sign);
+        /* subnormal: value = m * 2^-24 */
+        float v = (float)m * (1.0f / 16777216.0f);
+        return sign ? -v : v;
+    }
+    return anec_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+/* Round an fp32 value to the nearest fp16 value (kept as fp32). */
+static inline float anec_round_f16(float f) { return anec_f_from_h(anec_h_from_f(f)); }
+
+#ifdef ANEC_HAVE_F16C_PATH
+__attribute__((target("f16c,avx")))
+static inline void anec__f32_to_f16_f16c(const float *src, uint16_t *dst, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(src + i);
+        __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128((__m128i *)(void *)(dst + i), h);
+    }
+    for (; i < n; i++)
+        dst[i] = anec_h_from_f(src[i]);
+}
+
+__attribute__((target("f16c,avx")))
+static inline void anec__f16_to_f32_f16c(const uint16_t *src, float *dst, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; i++)
+        dst[i] = anec_f_from_h(src[i]);
+}
+
+static inline int anec__have_f16c(void)
+{
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    }
+    return have;
+}
+#endif
+
+static inline void anec_cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n)
+{
+#ifdef ANEC_HAVE_F16C_PATH
+    if (anec__have_f16c()) {
+        anec__f32_to_f16_f16c(src, dst, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        dst[i] = anec_h_from_f(src[i]);
+}
+
+static inline void anec_cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n)
+{
+#ifdef ANEC_HAVE_F16C_PATH
+    if (anec__have_f16c()) {
+        anec__f16_to_f32_f16c(src, dst, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        dst[i] = anec_f_from_h(src[i]);
+}
+
+/* Round every element of an fp32 buffer to fp16 precision in place. */
+static inline void anec_round_f16_inplace(float *x, size_t n)
+{
+    uint16_t tmp[256];
+    for (size_t i = 0; i < n; i += 256) {
+        size_t k = n - i < 256 ? n - i : 256;
+        anec_cvt_f32_to_f16(x + i, tmp, k);
+        anec_cvt_f16_to_f32(tmp, x + i, k);
+    }
+}
+
+#endif /* ANEC_FP16_H */

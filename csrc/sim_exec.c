@@ -1,0 +1,710 @@
+/*
+ * sim_exec.c - the sim executor: load weights from the program directory and
+ * run a plan.
+ *
+ * Storage follows the device: fp16 tensors hold fp16 bit patterns (every op
+ * result is rounded to fp16), fp32 tensors stay fp32, arithmetic is done in
+ * fp32 (GEMMs accumulate in fp32). Weights are copied out of the BLOBFILEs at
+ * load and never re-read, so patching files without a reload changes nothing.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blobfile.h"
+#include "fp16.h"
+#include "sim_kernels.h"
+#include "sim_plan.h"
+
+static float *scratch(sim_state *s, int slot, size_t n)
+{
+    if (slot < 3) {
+        if (s->scratch_cap[slot] < n) {
+            float *p = realloc(s->scratch[slot], n * sizeof(float));
+            if (!p)
+                return NULL;
+            s->scratch[slot] = p;
+            s->scratch_cap[slot] = n;
+        }
+        return s->scratch[slot];
+    }
+    return NULL;
+}
+
+sim_state *sim_state_new(sim_plan *plan, int threads)
+{
+    sim_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->store = calloc(plan->n_vals ? plan->n_vals : 1, sizeof(void *));
+    if (!s->store) {
+        free(s);
+        return NULL;
+    }
+    sim_plan_retain(plan);
+    s->plan = plan;
+    s->threads = threads < 1 ? 1 : threads;
+    return s;
+}
+
+void sim_state_unload(sim_state *s)
+{
+    sim_plan *p = s->plan;
+    for (size_t i = 0; i < p->n_vals; i++) {
+        if (p->vals[i].kind != SV_CONST)
+            free(s->store[i]);
+        s->store[i] = NULL;
+    }
+    for (int i = 0; i < 3; i++) {
+        free(s->scratch[i]);
+        s->scratch[i] = NULL;
+        s->scratch_cap[i] = 0;
+    }
+    s->loaded = 0;
+}
+
+void sim_state_free(sim_state *s)
+{
+    if (!s)
+        return;
+    sim_state_unload(s);
+    free(s->store);
+    sim_plan_release(s->plan);
+    free(s);
+}
+
+static int blob_code(mil_dtype dt)
+{
+    switch (dt) {
+    case MIL_DT_FP16: return BLOB_DT_FP16;
+    case MIL_DT_FP32: return BLOB_DT_FP32;
+    case MIL_DT_UINT8: return BLOB_DT_UINT8;
+    case MIL_DT_INT8: return BLOB_DT_INT8;
+    default: return 0;
+    }
+}
+
+/* Whole file into memory; NULL + err on failure. */
+static uint8_t *read_file(const char *path, size_t *len, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    uint8_t *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (cap - n < 65536) {
+            size_t nc = cap ? cap * 2 : 1 << 20;
+            uint8_t *nb = realloc(buf, nc);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                snprintf(err, errlen, "out of memory reading %s", path);
+                return NULL;
+            }
+            buf = nb;
+            cap = nc;
+        }
+        size_t k = fread(buf + n, 1, cap - n, f);
+        n += k;
+        if (k == 0)
+            break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        snprintf(err, errlen, "read error on %s", path);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+int sim_state_load(sim_state *s, const char *dir, char *err, size_t errlen)
+{
+    sim_plan *p = s->plan;
+    if (s->loaded)
+        return ANEC_OK;
+    char *done = calloc(p->n_vals ? p->n_vals : 1, 1);
+    if (!done) {
+        snprintf(err, errlen, "out of memory");
+        return ANEC_ENOMEM;
+    }
+    int rc = ANEC_OK;
+    for (size_t i = 0; i < p->n_vals && rc == ANEC_OK; i++) {
+        sim_value *v = &p->vals[i];
+        if (v->kind != SV_BLOB || done[i])
+            continue;
+        const char *rel = v->blob_path + 12; /* after "@model_path/" (checked at compile) */
+        if (rel[0] == '/' || strstr(rel, "..")) {
+            snprintf(err, errlen, "model.mil:%d: BLOBFILE path \"%s\" escapes the program directory", v->line, v->blob_path);
+            rc = ANEC_ELOAD;
+            break;
+        }
+        size_t plen = strlen(dir) + strlen(rel) + 2;
+        char *path = malloc(plen);
+        if (!path) {
+            rc = ANEC_ENOMEM;
+            snprintf(err, errlen, "out of memory");
+            break;
+        }
+        snprintf(path, plen, "%s/%s", dir, rel);
+        size_t len = 0;
+        char rerr[512];
+        uint8_t *file = read_file(path, &len, rerr, sizeof rerr);
+        if (!file) {
+            snprintf(err, errlen, "load: weight file %s of const '%s' (model.mil:%d): %s", v->blob_path, v->name, v->line, rerr);
+            free(path);
+            rc = ANEC_ELOAD;
+            break;
+        }
+        /* every const stored in this file */
+        for (size_t j = i; j < p->n_vals; j++) {
+            sim_value *w = &p->vals[j];
+            if (w->kind != SV_BLOB || done[j] || strcmp(w->blob_path, v->blob_path) != 0)
+                continue;
+            blob_tensor t;
+            char berr_[400];
+            if (blob_read_tensor(file, len, w->blob_offset, (uint32_t)blob_code(w->dt), w->bytes, &t, berr_, sizeof berr_)) {
+                snprintf(err, errlen, "load: %s, const '%s' (model.mil:%d), offset %llu: %s", w->blob_path, w->name, w->line,
+                         (unsigned long long)w->blob_offset, berr_);
+                rc = ANEC_ELOAD;
+                break;
+            }
+            void *copy = malloc(w->bytes ? w->bytes : 1);
+            if (!copy) {
+                rc = ANEC_ENOMEM;
+                snprintf(err, errlen, "out of memory");
+                break;
+            }
+            memcpy(copy, t.data, w->bytes);
+            s->store[j] = copy;
+            done[j] = 1;
+        }
+        free(file);
+        free(path);
+    }
+    free(done);
+    for (size_t i = 0; i < p->n_vals && rc == ANEC_OK; i++) {
+        sim_value *v = &p->vals[i];
+        if (v->kind == SV_CONST) {
+            s->store[i] = v->cdata;
+        } else if (v->kind == SV_INPUT || v->kind == SV_OP) {
+            s->store[i] = malloc(v->bytes ? v->bytes : 1);
+            if (!s->store[i]) {
+                rc = ANEC_ENOMEM;
+                snprintf(err, errlen, "out of memory allocating '%s'", v->name);
+            }
+        }
+    }
+    if (rc != ANEC_OK) {
+        sim_state_unload(s);
+        return rc;
+    }
+    s->loaded = 1;
+    return ANEC_OK;
+}
+
+/* ---- element conversion --------------------------------------------------------- */
+
+static void to_float(const void *src, mil_dtype dt, size_t n, float *dst)
+{
+    switch (dt) {
+    case MIL_DT_FP16: anec_cvt_f16_to_f32(src, dst, n); break;
+    case MIL_DT_FP32: memcpy(dst, src, n * sizeof(float)); break;
+    case MIL_DT_INT32: for (size_t i = 0; i < n; i++) dst[i] = (float)((const int32_t *)src)[i]; break;
+    case MIL_DT_INT8: for (size_t i = 0; i < n; i++) dst[i] = (float)((const int8_t *)src)[i]; break;
+    case MIL_DT_UINT8:
+    case MIL_DT_BOOL: for (size_t i = 0; i < n; i++) dst[i] = (float)((const uint8_t *)src)[i]; break;
+    default: memset(dst, 0, n * sizeof(float)); break;
+    }
+}
+
+static double clampd(double v, double lo, double hi) { return v != v ? 0 : v < lo ? lo : v > hi ? hi : v; }
+
+static void from_float(const float *src, mil_dtype dt, size_t n, void *dst)
+{
+    switch (dt) {
+    case MIL_DT_FP16: anec_cvt_f32_to_f16(src, dst, n); break;
+    case MIL_DT_FP32: if (dst != (const void *)src) memcpy(dst, src, n * sizeof(float)); break;
+    case MIL_DT_INT32: for (size_t i = 0; i < n; i++) ((int32_t *)dst)[i] = (int32_t)clampd(trunc(src[i]), -2147483648.0, 2147483647.0); break;
+    case MIL_DT_INT8: for (size_t i = 0; i < n; i++) ((int8_t *)dst)[i] = (int8_t)clampd(trunc(src[i]), -128, 127); break;
+    case MIL_DT_UINT8: for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = (uint8_t)clampd(trunc(src[i]), 0, 255); break;
+    case MIL_DT_BOOL: for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = src[i] != 0; break;
+    default: break;
+    }
+}
+
+/* fp32 view of value v: the storage itself for fp32, else a converted copy in scratch slot. */
+static const float *fview(sim_state *s, int slot, int v)
+{
+    sim_value *val = &s->plan->vals[v];
+    if (val->dt == MIL_DT_FP32)
+        return s->store[v];
+    float *buf = scratch(s, slot, val->numel);
+    if (buf)
+        to_float(s->store[v], val->dt, val->numel, buf);
+    return buf;
+}
+
+/* Where to compute the fp32 result of value v: its storage for fp32, else scratch slot 2. */
+static float *fout(sim_state *s, int v)
+{
+    sim_value *val = &s->plan->vals[v];
+    if (val->dt == MIL_DT_FP32)
+        return s->store[v];
+    return scratch(s, 2, val->numel);
+}
+
+static void commit(sim_state *s, int v, const float *buf)
+{
+    sim_value *val = &s->plan->vals[v];
+    from_float(buf, val->dt, val->numel, s->store[v]);
+}
+
+static int sk_dt(mil_dtype dt) { return dt == MIL_DT_FP32 ? SK_F32 : SK_F16; }
+
+/* ---- ops --------------------------------------------------------------------------- */
+
+static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+static int run_unary(sim_state *s, const sim_op *o)
+{
+    const sim_value *xv = &s->plan->vals[o->x];
+    const float *a = fview(s, 0, o->x);
+    float *r = fout(s, o->outs[0]);
+    if (!a || !r)
+        return ANEC_ENOMEM;
+    size_t n = xv->numel;
+    switch (o->kind) {
+    case SOP_EXP: for (size_t i = 0; i < n; i++) r[i] = expf(a[i]); break;
+    case SOP_SQRT: for (size_t i = 0; i < n; i++) r[i] = sqrtf(a[i]); break;
+    case SOP_TANH: for (size_t i = 0; i < n; i++) r[i] = tanhf(a[i]); break;
+    case SOP_SIGMOID: for (size_t i = 0; i < n; i++) r[i] = sigmoidf_(a[i]); break;
+    case SOP_RELU: for (size_t i = 0; i < n; i++) r[i] = a[i] > 0.0f ? a[i] : (a[i] != a[i] ? a[i] : 0.0f); break;
+    case SOP_SILU: for (size_t i = 0; i < n; i++) r[i] = a[i] * sigmoidf_(a[i]); break;
+    default: break;
+    }
+    commit(s, o->outs[0], r);
+    return ANEC_OK;
+}
+
+/* Broadcast strides of value v against an output shape of rank r. */
+static void bstrides(const sim_value *v, int r, const int64_t *oshape, int64_t *st)
+{
+    int64_t vs[ANEC_MAX_RANK];
+    sk_strides(v->rank, v->shape, vs);
+    for (int i = 0; i < r; i++) {
+        int iv = i - (r - v->rank);
+        st[i] = (iv >= 0 && v->shape[iv] == oshape[i]) ? vs[iv] : 0;
+    }
+}
+
+static int same_shape(const sim_value *a, const sim_value *b)
+{
+    if (a->rank != b->rank)
+        return 0;
+    for (int i = 0; i < a->rank; i++)
+        if (a->shape[i] != b->shape[i])
+            return 0;
+    return 1;
+}
+
+#define BIN_LOOP(EXPR)                                                                             \
+    do {                                                                                           \
+        if (sa && sb)                                                                              \
+            for (size_t i = 0; i < n; i++) { float x = a[i], y = b[i]; r[i] = (EXPR); }            \
+        else if (sa)                                                                               \
+            for (size_t i = 0; i < n; i++) { float x = a[i], y = b[0]; r[i] = (EXPR); }            \
+        else                                                                                       \
+            for (size_t i = 0; i < n; i++) { float x = a[0], y = b[i]; r[i] = (EXPR); }            \
+    } while (0)
+
+static int run_binary(sim_state *s, const sim_op *o)
+{
+    const sim_value *xv = &s->plan->vals[o->x], *yv = &s->plan->vals[o->y], *ov = &s->plan->vals[o->outs[0]];
+    const float *a = fview(s, 0, o->x);
+    const float *b = fview(s, 1, o->y);
+    float *r = fout(s, o->outs[0]);
+    if (!a || !b || !r)
+        return ANEC_ENOMEM;
+    size_t n = ov->numel;
+    int sa = same_shape(xv, ov) || (xv->numel == n), sb = same_shape(yv, ov) || (yv->numel == n);
+    float *ea = NULL, *eb = NULL;
+    if (!sa && xv->numel != 1) {
+        ea = malloc(n * sizeof(float));
+        if (!ea)
+            return ANEC_ENOMEM;
+        int64_t ds[ANEC_MAX_RANK], ss[ANEC_MAX_RANK];
+        sk_strides(ov->rank, ov->shape, ds);
+        bstrides(xv, ov->rank, ov->shape, ss);
+        sk_nd_copy(4, ov->rank, ov->shape, ea, ds, a, ss);
+        a = ea;
+        sa = 1;
+    }
+    if (!sb && yv->numel != 1) {
+        eb = malloc(n * sizeof(float));
+        if (!eb) {
+            free(ea);
+            return ANEC_ENOMEM;
+        }
+        int64_t ds[ANEC_MAX_RANK], ss[ANEC_MAX_RANK];
+        sk_strides(ov->rank, ov->shape, ds);
+        bstrides(yv, ov->rank, ov->shape, ss);
+        sk_nd_copy(4, ov->rank, ov->shape, eb, ds, b, ss);
+        b = eb;
+        sb = 1;
+    }
+    if (!sa && !sb) { /* both scalars broadcast to a larger shape cannot happen (n == 1) */
+        sa = sb = 1;
+    }
+    switch (o->kind) {
+    case SOP_ADD: BIN_LOOP(x + y); break;
+    case SOP_SUB: BIN_LOOP(x - y); break;
+    case SOP_MUL: BIN_LOOP(x * y); break;
+    case SOP_DIV: BIN_LOOP(x / y); break;
+    case SOP_POW: BIN_LOOP(powf(x, y)); break;
+    default: break;
+    }
+    free(ea);
+    free(eb);
+    commit(s, o->outs[0], r);
+    return ANEC_OK;
+}
+
+static int run_softmax(sim_state *s, const sim_op *o)
+{
+    const sim_value *xv = &s->plan->vals[o->x];
+    const float *a = fview(s, 0, o->x);
+    float *r = fout(s, o->outs[0]);
+    if (!a || !r)
+        return ANEC_ENOMEM;
+    size_t outer = 1, inner = 1, n = (size_t)xv->shape[o->axis];
+    for (int d = 0; d < o->axis; d++)
+        outer *= (size_t)xv->shape[d];
+    for (int d = o->axis + 1; d < xv->rank; d++)
+        inner *= (size_t)xv->shape[d];
+    for (size_t p = 0; p < outer; p++)
+        for (size_t q = 0; q < inner; q++) {
+            const float *x = a + p * n * inner + q;
+            float *y = r + p * n * inner + q;
+            float m = -INFINITY;
+            for (size_t i = 0; i < n; i++)
+                if (x[i * inner] > m)
+                    m = x[i * inner];
+            float sum = 0.0f;
+            for (size_t i = 0; i < n; i++) {
+                float e = expf(x[i * inner] - m);
+                y[i * inner] = e;
+                sum += e;
+            }
+            float inv = 1.0f / sum;
+            for (size_t i = 0; i < n; i++)
+                y[i * inner] *= inv;
+        }
+    commit(s, o->outs[0], r);
+    return ANEC_OK;
+}
+
+static int run_reduce(sim_state *s, const sim_op *o)
+{
+    const sim_value *xv = &s->plan->vals[o->x], *ov = &s->plan->vals[o->outs[0]];
+    const float *a = fview(s, 0, o->x);
+    float *r = fout(s, o->outs[0]);
+    if (!a || !r)
+        return ANEC_ENOMEM;
+    int rank = xv->rank;
+    /* output strides per input dim (0 for reduced dims) */
+    int64_t kept_shape[ANEC_MAX_RANK], kst[ANEC_MAX_RANK], ostr[ANEC_MAX_RANK];
+    int nk = 0;
+    size_t count = 1;
+    for (int d = 0; d < rank; d++) {
+        if (o->axes_mask & (1 << d))
+            count *= (size_t)xv->shape[d];
+        else
+            kept_shape[nk++] = xv->shape[d];
+    }
+    sk_strides(nk, kept_shape, kst);
+    for (int d = 0, k = 0; d < rank; d++)
+        ostr[d] = (o->axes_mask & (1 << d)) ? 0 : kst[k++];
+    float init = o->kind == SOP_REDUCE_MAX ? -INFINITY : 0.0f;
+    for (size_t i = 0; i < ov->numel; i++)
+        r[i] = init;
+    int64_t idx[ANEC_MAX_RANK] = {0};
+    int64_t off = 0;
+    int is_max = o->kind == SOP_REDUCE_MAX;
+    for (size_t i = 0; i < xv->numel; i++) {
+        if (is_max) {
+            if (a[i] > r[off] || a[i] != a[i])
+                r[off] = a[i];
+        } else {
+            r[off] += a[i];
+        }
+        for (int d = rank - 1; d >= 0; d--) {
+            off += ostr[d];
+            if (++idx[d] < xv->shape[d])
+                break;
+            off -= ostr[d] * xv->shape[d];
+            idx[d] = 0;
+        }
+    }
+    if (o->kind == SOP_REDUCE_MEAN) {
+        float inv = 1.0f / (float)count;
+        for (size_t i = 0; i < ov->numel; i++)
+            r[i] *= inv;
+    }
+    commit(s, o->outs[0], r);
+    return ANEC_OK;
+}
+
+static int run_cast(sim_state *s, const sim_op *o)
+{
+    const sim_value *xv = &s->plan->vals[o->x], *ov = &s->plan->vals[o->outs[0]];
+    if (xv->dt == ov->dt) {
+        memcpy(s->store[o->outs[0]], s->store[o->x], ov->bytes);
+        return ANEC_OK;
+    }
+    float *buf = scratch(s, 0, xv->numel);
+    if (!buf)
+        return ANEC_ENOMEM;
+    to_float(s->store[o->x], xv->dt, xv->numel, buf);
+    from_float(buf, ov->dt, ov->numel, s->store[o->outs[0]]);
+    return ANEC_OK;
+}
+
+static int run_conv(sim_state *s, const sim_op *o)
+{
+    const sim_value *xv = &s->plan->vals[o->x], *wv = &s->plan->vals[o->y], *ov = &s->plan->vals[o->outs[0]];
+    float *r = fout(s, o->outs[0]);
+    if (!r)
+        return ANEC_ENOMEM;
+    int64_t N = xv->shape[0], Cin = xv->shape[1], H = xv->shape[2], W = xv->shape[3];
+    int64_t Cout = wv->shape[0], kh = wv->shape[2], kw = wv->shape[3];
+    int64_t Ho = ov->shape[2], Wo = ov->shape[3];
+    int g = o->groups;
+    int64_t cin_g = Cin / g, cout_g = Cout / g, K = cin_g * kh * kw;
+    int pointwise = kh == 1 && kw == 1 && o->strides[0] == 1 && o->strides[1] == 1 &&
+                    o->pads[0] == 0 && o->pads[1] == 0 && o->pads[2] == 0 && o->pads[3] == 0;
+    const float *xf = NULL;
+    float *col = NULL;
+    if (!pointwise) {
+        xf = fview(s, 0, o->x);
+        col = malloc((size_t)(K * Ho * Wo) * sizeof(float));
+        if (!xf || !col) {
+            free(col);
+            return ANEC_ENOMEM;
+        }
+    }
+    size_t xes = mil_dtype_size(xv->dt), wes = mil_dtype_size(wv->dt);
+    int rc = ANEC_OK;
+    for (int64_t n = 0; n < N && rc == ANEC_OK; n++)
+        for (int gi = 0; gi < g && rc == ANEC_OK; gi++) {
+            sk_mat A = {(const char *)s->store[o->y] + (size_t)(gi * cout_g * K) * wes, sk_dt(wv->dt), K, 1};
+            sk_mat Bm;
+            if (pointwise) {
+                Bm.p = (const char *)s->store[o->x] + (size_t)((n * Cin + gi * cin_g) * H * W) * xes;
+                Bm.dt = sk_dt(xv->dt);
+                Bm.rs = H * W;
+                Bm.cs = 1;
+            } else {
+                for (int64_t c = 0; c < cin_g; c++)
+                    for (int64_t i = 0; i < kh; i++)
+                        for (int64_t j = 0; j < kw; j++) {
+                            float *row = col + ((c * kh + i) * kw + j) * Ho * Wo;
+                            const float *xc = xf + (n * Cin + gi * cin_g + c) * H * W;
+                            for (int64_t oy = 0; oy < Ho; oy++) {
+                                int64_t iy = oy * o->strides[0] - o->pads[0] + i * o->dil[0];
+                                for (int64_t ox = 0; ox < Wo; ox++) {
+                                    int64_t ix = ox * o->strides[1] - o->pads[2] + j * o->dil[1];
+                                    row[oy * Wo + ox] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? xc[iy * W + ix] : 0.0f;
+                                }
+                            }
+                        }
+                Bm.p = col;
+                Bm.dt = SK_F32;
+                Bm.rs = Ho * Wo;
+                Bm.cs = 1;
+            }
+            float *C = r + (n * Cout + gi * cout_g) * Ho * Wo;
+            if (sk_gemm((int)cout_g, (int)(Ho * Wo), (int)K, A, Bm, C, Ho * Wo, s->threads))
+                rc = ANEC_ENOMEM;
+        }
+    free(col);
+    if (rc == ANEC_OK)
+        commit(s, o->outs[0], r);
+    return rc;
+}
+
+static int run_matmul(sim_state *s, const sim_op *o)
+{
+    const sim_value *xv = &s->plan->vals[o->x], *yv = &s->plan->vals[o->y], *ov = &s->plan->vals[o->outs[0]];
+    float *r = fout(s, o->outs[0]);
+    if (!r)
+        return ANEC_ENOMEM;
+    int64_t xs[ANEC_MAX_RANK + 1], ys[ANEC_MAX_RANK + 1];
+    int xr = xv->rank, yr = yv->rank;
+    memcpy(xs, xv->shape, sizeof(int64_t) * (size_t)xr);
+    memcpy(ys, yv->shape, sizeof(int64_t) * (size_t)yr);
+    int tx = o->tx, ty = o->ty;
+    if (xr == 1) { xs[1] = xs[0]; xs[0] = 1; xr = 2; tx = 0; }
+    if (yr == 1) { ys[1] = 1; yr = 2; ty = 0; }
+    int64_t M = tx ? xs[xr - 1] : xs[xr - 2], K = tx ? xs[xr - 2] : xs[xr - 1];
+    int64_t N = ty ? ys[yr - 2] : ys[yr - 1];
+    int br = (xr > yr ? xr : yr) - 2;
+    int64_t bshape[ANEC_MAX_RANK], xbs[ANEC_MAX_RANK], ybs[ANEC_MAX_RANK];
+    int64_t xmat = xs[xr - 1] * xs[xr - 2], ymat = ys[yr - 1] * ys[yr - 2];
+    /* batch strides in elements, 0 where broadcast */
+    {
+        int64_t sx = xmat, sy = ymat;
+        for (int i = br - 1; i >= 0; i--) {
+            int ix = i - (br - (xr - 2)), iy = i - (br - (yr - 2));
+            int64_t a = ix >= 0 ? xs[ix] : 1, b = iy >= 0 ? ys[iy] : 1;
+            bshape[i] = a > b ? a : b;
+            xbs[i] = a == 1 ? 0 : sx;
+            ybs[i] = b == 1 ? 0 : sy;
+            sx *= a;
+            sy *= b;
+        }
+    }
+    size_t nb = 1;
+    for (int i = 0; i < br; i++)
+        nb *= (size_t)bshape[i];
+    size_t xes = mil_dtype_size(xv->dt), yes = mil_dtype_size(yv->dt);
+    int64_t idx[ANEC_MAX_RANK] = {0};
+    for (size_t b = 0; b < nb; b++) {
+        int64_t xo = 0, yo = 0;
+        for (int i = 0; i < br; i++) {
+            xo += idx[i] * xbs[i];
+            yo += idx[i] * ybs[i];
+        }
+        sk_mat A = {(const char *)s->store[o->x] + (size_t)xo * xes, sk_dt(xv->dt), tx ? 1 : K, tx ? M : 1};
+        sk_mat Bm = {(const char *)s->store[o->y] + (size_t)yo * yes, sk_dt(yv->dt), ty ? 1 : N, ty ? K : 1};
+        if (sk_gemm((int)M, (int)N, (int)K, A, Bm, r + b * (size_t)(M * N), N, s->threads))
+            return ANEC_ENOMEM;
+        for (int i = br - 1; i >= 0; i--) {
+            if (++idx[i] < bshape[i])
+                break;
+            idx[i] = 0;
+        }
+    }
+    (void)ov;
+    commit(s, o->outs[0], r);
+    return ANEC_OK;
+}
+
+static int run_layout(sim_state *s, const sim_op *o)
+{
+    const sim_value *xv = &s->plan->vals[o->x];
+    size_t es = mil_dtype_size(xv->dt);
+    int64_t xst[ANEC_MAX_RANK];
+    sk_strides(xv->rank, xv->shape, xst);
+    const char *src = s->store[o->x];
+    switch (o->kind) {
+    case SOP_RESHAPE:
+    case SOP_IDENTITY:
+        memcpy(s->store[o->outs[0]], src, xv->bytes);
+        return ANEC_OK;
+    case SOP_TRANSPOSE: {
+        const sim_value *ov = &s->plan->vals[o->outs[0]];
+        int64_t dst[ANEC_MAX_RANK], sst[ANEC_MAX_RANK];
+        sk_strides(ov->rank, ov->shape, dst);
+        for (int i = 0; i < ov->rank; i++)
+            sst[i] = xst[o->perm[i]];
+        sk_nd_copy(es, ov->rank, ov->shape, s->store[o->outs[0]], dst, src, sst);
+        return ANEC_OK;
+    }
+    case SOP_SLICE: {
+        const sim_value *ov = &s->plan->vals[o->outs[0]];
+        int64_t shape[ANEC_MAX_RANK], sst[ANEC_MAX_RANK], dst[ANEC_MAX_RANK];
+        int64_t off = 0;
+        for (int d = 0, k = 0; d < xv->rank; d++) {
+            shape[d] = (o->squeeze_mask & (1 << d)) ? 1 : ov->shape[k++];
+            sst[d] = xst[d] * o->stride[d];
+            off += o->begin[d] * xst[d];
+        }
+        sk_strides(xv->rank, shape, dst);
+        sk_nd_copy(es, xv->rank, shape, s->store[o->outs[0]], dst, src + off * (int64_t)es, sst);
+        return ANEC_OK;
+    }
+    case SOP_SPLIT: {
+        int64_t start = 0;
+        for (int i = 0; i < o->n_outs; i++) {
+            const sim_value *ov = &s->plan->vals[o->outs[i]];
+            int64_t dst[ANEC_MAX_RANK];
+            sk_strides(ov->rank, ov->shape, dst);
+            sk_nd_copy(es, ov->rank, ov->shape, s->store[o->outs[i]], dst, src + start * xst[o->axis] * (int64_t)es, xst);
+            start += o->sizes[i];
+        }
+        return ANEC_OK;
+    }
+    case SOP_PAD: {
+        const sim_value *ov = &s->plan->vals[o->outs[0]];
+        void *out = s->store[o->outs[0]];
+        if (ov->dt == MIL_DT_FP16) {
+            uint16_t h = anec_h_from_f((float)o->pad_value);
+            for (size_t i = 0; i < ov->numel; i++)
+                ((uint16_t *)out)[i] = h;
+        } else {
+            float f = (float)o->pad_value;
+            for (size_t i = 0; i < ov->numel; i++)
+                ((float *)out)[i] = f;
+        }
+        int64_t dst[ANEC_MAX_RANK];
+        sk_strides(ov->rank, ov->shape, dst);
+        int64_t off = 0;
+        for (int d = 0; d < ov->rank; d++)
+            off += o->pad_before[d] * dst[d];
+        sk_nd_copy(es, xv->rank, xv->shape, (char *)out + off * (int64_t)es, dst, src, xst);
+        return ANEC_OK;
+    }
+    default:
+        return ANEC_EDRIVER;
+    }
+}
+
+int sim_state_run(sim_state *s, uint8_t *const *in, uint8_t *const *out, char *err, size_t errlen)
+{
+    sim_plan *p = s->plan;
+    if (!s->loaded) {
+        snprintf(err, errlen, "program is not loaded");
+        return ANEC_ESTATE;
+    }
+    for (size_t i = 0; i < p->n_inputs; i++) {
+        int v = p->in_bind[i];
+        memcpy(s->store[v], in[i], p->vals[v].bytes);
+    }
+    for (size_t k = 0; k < p->n_ops; k++) {
+        const sim_op *o = &p->ops[k];
+        int rc;
+        switch (o->kind) {
+        case SOP_EXP: case SOP_SQRT: case SOP_TANH: case SOP_SIGMOID: case SOP_RELU: case SOP_SILU:
+            rc = run_unary(s, o);
+            break;
+        case SOP_ADD: case SOP_SUB: case SOP_MUL: case SOP_DIV: case SOP_POW:
+            rc = run_binary(s, o);
+            break;
+        case SOP_SOFTMAX: rc = run_softmax(s, o); break;
+        case SOP_REDUCE_SUM: case SOP_REDUCE_MEAN: case SOP_REDUCE_MAX: rc = run_reduce(s, o); break;
+        case SOP_CAST: rc = run_cast(s, o); break;
+        case SOP_CONV: rc = run_conv(s, o); break;
+        case SOP_MATMUL: rc = run_matmul(s, o); break;
+        default: rc = run_layout(s, o); break;
+        }
+        if (rc != ANEC_OK) {
+            snprintf(err, errlen, "model.mil:%d: evaluation failed (%s)", o->line,
+                     rc == ANEC_ENOMEM ? "out of memory" : "internal error");
+            return rc;
+        }
+    }
+    for (size_t j = 0; j < p->n_outputs; j++) {
+        int v = p->out_bind[j];
+        memcpy(out[j], s->store[v], p->vals[v].bytes);
+    }
+    return ANEC_OK;
+}

@@ -1,0 +1,366 @@
+/* sim_kernels.c - GEMM and strided copies for the sim executor (see sim_kernels.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "sim_kernels.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp16.h"
+
+#define MR 6
+#define NR 16
+#define KC 256
+#define MC 120
+#define NC 2048
+/* below this many multiply-adds one thread is faster than starting another */
+#define PAR_MIN_MACS (1ll << 21)
+
+/* ---- micro-kernels: c[MR x NR] (+)= a-sliver[kc x MR]^T * b-sliver[kc x NR] */
+
+static void ukr_c(int kc, const float *restrict a, const float *restrict b, float *restrict c, ptrdiff_t ldc, int acc)
+{
+    float t[MR][NR];
+    memset(t, 0, sizeof t);
+    for (int k = 0; k < kc; k++) {
+        const float *bk = b + (size_t)k * NR;
+        for (int r = 0; r < MR; r++) {
+            float ar = a[(size_t)k * MR + r];
+            for (int j = 0; j < NR; j++)
+                t[r][j] += ar * bk[j];
+        }
+    }
+    for (int r = 0; r < MR; r++)
+        for (int j = 0; j < NR; j++)
+            c[r * ldc + j] = acc ? c[r * ldc + j] + t[r][j] : t[r][j];
+}
+
+#ifdef ANEC_HAVE_F16C_PATH
+__attribute__((target("avx2,fma")))
+static void ukr_avx2(int kc, const float *restrict a, const float *restrict b, float *restrict c, ptrdiff_t ldc, int acc)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+    for (int k = 0; k < kc; k++) {
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+        __m256 av;
+        av = _mm256_broadcast_ss(a + 0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01);
+        av = _mm256_broadcast_ss(a + 1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11);
+        av = _mm256_broadcast_ss(a + 2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21);
+        av = _mm256_broadcast_ss(a + 3); c30 = _mm256_fmadd_ps(av, b0, c30); c31 = _mm256_fmadd_ps(av, b1, c31);
+        av = _mm256_broadcast_ss(a + 4); c40 = _mm256_fmadd_ps(av, b0, c40); c41 = _mm256_fmadd_ps(av, b1, c41);
+        av = _mm256_broadcast_ss(a + 5); c50 = _mm256_fmadd_ps(av, b0, c50); c51 = _mm256_fmadd_ps(av, b1, c51);
+        a += MR;
+        b += NR;
+    }
+#define ST(r, v0, v1)                                                                              \
+    do {                                                                                           \
+        float *cr = c + (r) * ldc;                                                                 \
+        if (acc) {                                                                                 \
+            v0 = _mm256_add_ps(_mm256_loadu_ps(cr), v0);                                           \
+            v1 = _mm256_add_ps(_mm256_loadu_ps(cr + 8), v1);                                       \
+        }                                                                                          \
+        _mm256_storeu_ps(cr, v0);                                                                  \
+        _mm256_storeu_ps(cr + 8, v1);                                                              \
+    } while (0)
+    ST(0, c00, c01); ST(1, c10, c11); ST(2, c20, c21); ST(3, c30, c31); ST(4, c40, c41); ST(5, c50, c51);
+#undef ST
+}
+#endif
+
+int sk_have_avx2(void)
+{
+#ifdef ANEC_HAVE_F16C_PATH
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return have;
+#else
+    return 0;
+#endif
+}
+
+typedef void (*ukr_fn)(int, const float *, const float *, float *, ptrdiff_t, int);
+
+static ukr_fn pick_ukr(void)
+{
+#ifdef ANEC_HAVE_F16C_PATH
+    if (sk_have_avx2())
+        return ukr_avx2;
+#endif
+    return ukr_c;
+}
+
+/* ---- packing ------------------------------------------------------------ */
+
+/* n elements starting at p with the given stride (elements), as fp32 */
+static void load_vec(const void *p, int dt, ptrdiff_t stride, int n, float *dst)
+{
+    if (dt == SK_F32) {
+        const float *s = p;
+        if (stride == 1)
+            memcpy(dst, s, (size_t)n * sizeof(float));
+        else
+            for (int i = 0; i < n; i++)
+                dst[i] = s[i * stride];
+    } else {
+        const uint16_t *s = p;
+        if (stride == 1)
+            anec_cvt_f16_to_f32(s, dst, (size_t)n);
+        else
+            for (int i = 0; i < n; i++)
+                dst[i] = anec_f_from_h(s[i * stride]);
+    }
+}
+
+static const void *mat_at(const sk_mat *m, ptrdiff_t i, ptrdiff_t j)
+{
+    size_t es = m->dt == SK_F32 ? 4 : 2;
+    return (const char *)m->p + (i * m->rs + j * m->cs) * (ptrdiff_t)es;
+}
+
+/* A[i0 .. i0+mc, k0 .. k0+kc] into slivers of MR rows: Ap[s][k][r] */
+static void pack_A(int mc, int kc, const sk_mat *A, int i0, int k0, float *restrict Ap, float *restrict tmp)
+{
+    for (int ib = 0; ib < mc; ib += MR) {
+        float *sl = Ap + (size_t)ib * kc;
+        int rows = mc - ib < MR ? mc - ib : MR;
+        for (int r = 0; r < MR; r++) {
+            if (r < rows) {
+                load_vec(mat_at(A, i0 + ib + r, k0), A->dt, A->cs, kc, tmp);
+                for (int k = 0; k < kc; k++)
+                    sl[(size_t)k * MR + r] = tmp[k];
+            } else {
+                for (int k = 0; k < kc; k++)
+                    sl[(size_t)k * MR + r] = 0.0f;
+            }
+        }
+    }
+}
+
+/* B[k0 .. k0+kc, j0 .. j0+nc] into slivers of NR columns: Bp[s][k][j] */
+static void pack_B(int kc, int nc, const sk_mat *B, int k0, int j0, float *restrict Bp, float *restrict tmp)
+{
+    if (B->cs == 1) {
+        for (int k = 0; k < kc; k++) {
+            load_vec(mat_at(B, k0 + k, j0), B->dt, 1, nc, tmp);
+            for (int jb = 0; jb < nc; jb += NR) {
+                float *dst = Bp + (size_t)jb * kc + (size_t)k * NR;
+                int cols = nc - jb < NR ? nc - jb : NR;
+                memcpy(dst, tmp + jb, (size_t)cols * sizeof(float));
+                for (int j = cols; j < NR; j++)
+                    dst[j] = 0.0f;
+            }
+        }
+        return;
+    }
+    /* column-major-ish B (transposed operand): read columns contiguously */
+    for (int jb = 0; jb < nc; jb += NR) {
+        float *sl = Bp + (size_t)jb * kc;
+        int cols = nc - jb < NR ? nc - jb : NR;
+        for (int j = 0; j < NR; j++) {
+            if (j < cols) {
+                load_vec(mat_at(B, k0, j0 + jb + j), B->dt, B->rs, kc, tmp);
+                for (int k = 0; k < kc; k++)
+                    sl[(size_t)k * NR + j] = tmp[k];
+            } else {
+                for (int k = 0; k < kc; k++)
+                    sl[(size_t)k * NR + j] = 0.0f;
+            }
+        }
+    }
+}
+
+/* ---- blocked GEMM over a sub-range of C ------------------------------------ */
+
+typedef struct gemm_job {
+    int M, N, K;
+    sk_mat A, B;
+    float *C;
+    ptrdiff_t ldc;
+    int i0, i1, j0, j1;
+    int rc;
+} gemm_job;
+
+static void *gemm_range(void *arg)
+{
+    gemm_job *J = arg;
+    ukr_fn ukr = pick_ukr();
+    int K = J->K;
+    size_t tmpn = KC > NC ? KC : NC;
+    float *Ap = aligned_alloc(64, sizeof(float) * MC * KC);
+    float *Bp = aligned_alloc(64, sizeof(float) * KC * NC);
+    float *tmp = malloc(sizeof(float) * tmpn);
+    if (!Ap || !Bp || !tmp) {
+        free(Ap);
+        free(Bp);
+        free(tmp);
+        J->rc = -1;
+        return NULL;
+    }
+    float edge[MR * NR];
+    for (int jc = J->j0; jc < J->j1; jc += NC) {
+        int nc = J->j1 - jc < NC ? J->j1 - jc : NC;
+        for (int pc = 0; pc < K; pc += KC) {
+            int kc = K - pc < KC ? K - pc : KC;
+            pack_B(kc, nc, &J->B, pc, jc, Bp, tmp);
+            for (int ic = J->i0; ic < J->i1; ic += MC) {
+                int mc = J->i1 - ic < MC ? J->i1 - ic : MC;
+                pack_A(mc, kc, &J->A, ic, pc, Ap, tmp);
+                for (int jr = 0; jr < nc; jr += NR) {
+                    int n = nc - jr < NR ? nc - jr : NR;
+                    for (int ir = 0; ir < mc; ir += MR) {
+                        int m = mc - ir < MR ? mc - ir : MR;
+                        float *c = J->C + (ptrdiff_t)(ic + ir) * J->ldc + jc + jr;
+                        const float *a = Ap + (size_t)ir * kc;
+                        const float *b = Bp + (size_t)jr * kc;
+                        if (m == MR && n == NR) {
+                            ukr(kc, a, b, c, J->ldc, pc > 0);
+                        } else {
+                            ukr(kc, a, b, edge, NR, 0);
+                            for (int r = 0; r < m; r++)
+                                for (int j = 0; j < n; j++)
+                                    c[r * J->ldc + j] = pc > 0 ? c[r * J->ldc + j] + edge[r * NR + j] : edge[r * NR + j];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    free(Ap);
+    free(Bp);
+    free(tmp);
+    J->rc = 0;
+    return NULL;
+}
+
+int sk_gemm(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ldc, int threads)
+{
+    if (M <= 0 || N <= 0)
+        return 0;
+    if (K <= 0) {
+        for (int i = 0; i < M; i++)
+            memset(C + (ptrdiff_t)i * ldc, 0, (size_t)N * sizeof(float));
+        return 0;
+    }
+    gemm_job base = {M, N, K, A, B, C, ldc, 0, M, 0, N, 0};
+    long long macs = (long long)M * N * K;
+    if (threads > 8)
+        threads = 8;
+    if (threads <= 1 || macs < PAR_MIN_MACS) {
+        gemm_range(&base);
+        return base.rc;
+    }
+    int mb = (M + MR - 1) / MR, nb = (N + NR - 1) / NR;
+    int split_m = mb >= nb;
+    int blocks = split_m ? mb : nb;
+    if (threads > blocks)
+        threads = blocks;
+    gemm_job jobs[8];
+    pthread_t tid[8];
+    int started[8] = {0};
+    for (int t = 0; t < threads; t++) {
+        jobs[t] = base;
+        int b0 = blocks * t / threads, b1 = blocks * (t + 1) / threads;
+        if (split_m) {
+            jobs[t].i0 = b0 * MR;
+            jobs[t].i1 = b1 * MR < M ? b1 * MR : M;
+        } else {
+            jobs[t].j0 = b0 * NR;
+            jobs[t].j1 = b1 * NR < N ? b1 * NR : N;
+        }
+    }
+    for (int t = 1; t < threads; t++)
+        started[t] = pthread_create(&tid[t], NULL, gemm_range, &jobs[t]) == 0;
+    gemm_range(&jobs[0]);
+    int rc = jobs[0].rc;
+    for (int t = 1; t < threads; t++) {
+        if (started[t])
+            pthread_join(tid[t], NULL);
+        else
+            gemm_range(&jobs[t]); /* could not start a thread: do its share here */
+        if (jobs[t].rc)
+            rc = jobs[t].rc;
+    }
+    return rc;
+}
+
+void sk_gemm_naive(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ldc)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++) {
+                float a, b;
+                load_vec(mat_at(&A, i, k), A.dt, 1, 1, &a);
+                load_vec(mat_at(&B, k, j), B.dt, 1, 1, &b);
+                acc += (double)a * (double)b;
+            }
+            C[(ptrdiff_t)i * ldc + j] = (float)acc;
+        }
+}
+
+/* ---- strided copies ------------------------------------------------------------ */
+
+void sk_strides(int rank, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i];
+    }
+}
+
+#define ND_INNER(T)                                                                                \
+    do {                                                                                           \
+        T *d = (T *)dst + doff;                                                                    \
+        const T *s = (const T *)src + soff;                                                        \
+        if (ds == 1 && ss == 1)                                                                    \
+            memcpy(d, s, (size_t)n * sizeof(T));                                                   \
+        else                                                                                       \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                d[i * ds] = s[i * ss];                                                             \
+    } while (0)
+
+void sk_nd_copy(size_t esize, int rank, const int64_t *shape,
+                void *dst, const int64_t *dst_strides,
+                const void *src, const int64_t *src_strides)
+{
+    if (rank == 0) {
+        memcpy(dst, src, esize);
+        return;
+    }
+    for (int i = 0; i < rank; i++)
+        if (shape[i] <= 0)
+            return;
+    int64_t idx[16] = {0};
+    int64_t n = shape[rank - 1], ds = dst_strides[rank - 1], ss = src_strides[rank - 1];
+    for (;;) {
+        int64_t doff = 0, soff = 0;
+        for (int i = 0; i < rank - 1; i++) {
+            doff += idx[i] * dst_strides[i];
+            soff += idx[i] * src_strides[i];
+        }
+        switch (esize) {
+        case 1: ND_INNER(uint8_t); break;
+        case 2: ND_INNER(uint16_t); break;
+        case 4: ND_INNER(uint32_t); break;
+        default: ND_INNER(uint64_t); break;
+        }
+        int d = rank - 2;
+        while (d >= 0) {
+            if (++idx[d] < shape[d])
+                break;
+            idx[d] = 0;
+            d--;
+        }
+        if (d < 0)
+            break;
+    }
+}

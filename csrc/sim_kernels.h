@@ -1,0 +1,47 @@
+/*
+ * sim_kernels.h - compute kernels of the sim executor (internal).
+ *
+ * The executor stores fp16 tensors as fp16 bit patterns and computes in fp32.
+ * The GEMM (used by conv and matmul) packs cache-sized panels of both operands
+ * into fp32 (converting fp16 on the fly), accumulates in fp32 with a 6x16
+ * register-blocked micro-kernel (AVX2+FMA when the CPU has it, portable C
+ * otherwise) and splits large problems over pthreads. The k loop order never
+ * depends on the thread count, so results are bit-identical for any number of
+ * threads.
+ */
+#ifndef ANEC_SIM_KERNELS_H
+#define ANEC_SIM_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* element kinds the kernels read */
+enum { SK_F16 = 1, SK_F32 = 2 };
+
+/* A strided matrix view: element (i, j) at p + (i * rs + j * cs) elements. */
+typedef struct sk_mat {
+    const void *p;
+    int dt;             /* SK_F16 or SK_F32 */
+    ptrdiff_t rs, cs;
+} sk_mat;
+
+/* C[M x N] (row stride ldc, fp32) = A[M x K] * B[K x N]. Uses up to `threads`
+   threads for large problems. Returns 0, or -1 if memory ran out. */
+int sk_gemm(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ldc, int threads);
+
+/* Reference triple loop (tests and benchmarks compare against it). */
+void sk_gemm_naive(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ldc);
+
+/* 1 when the AVX2+FMA micro-kernel is used on this CPU. */
+int sk_have_avx2(void);
+
+/* Copy an n-d strided array: dst[idx . dst_strides] = src[idx . src_strides]
+   for every idx < shape; strides in elements, esize in {1, 2, 4, 8}. */
+void sk_nd_copy(size_t esize, int rank, const int64_t *shape,
+                void *dst, const int64_t *dst_strides,
+                const void *src, const int64_t *src_strides);
+
+/* Contiguous row-major strides of a shape. */
+void sk_strides(int rank, const int64_t *shape, int64_t *strides);
+
+#endif

@@ -1,0 +1,110 @@
+/*
+ * sim_plan.h - the sim's compiled form of a MIL function (internal).
+ *
+ * sim_plan_build is the sim's "ANE compiler": it walks the parsed MIL,
+ * rejects what the ANE compiler rejects (naming the MIL line and the
+ * constraint id), infers every result type and compares it with the declared
+ * one, resolves every parameter (strides, axes, perm, ...) at compile time
+ * and produces a flat list of values and ops. The plan is immutable and
+ * shared (refcounted) by every program compiled from, or cloned from, it;
+ * per-program state (weights, activations) lives in sim_state.
+ */
+#ifndef ANEC_SIM_PLAN_H
+#define ANEC_SIM_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "anec_rt.h"
+#include "sim_mil.h"
+
+enum { SV_INPUT = 1, SV_CONST, SV_BLOB, SV_OP };
+
+typedef struct sim_value {
+    char *name;
+    int kind;                    /* SV_* */
+    mil_dtype dt;
+    int rank;
+    int64_t shape[ANEC_MAX_RANK];
+    size_t numel;
+    size_t bytes;                /* numel * element size (0 for strings) */
+    int line;
+    /* SV_CONST: the value, already in storage format (fp16 bits, fp32, int32, bool bytes) */
+    void *cdata;
+    char *cstr;                  /* string consts */
+    double *cnum;                /* numeric consts as written (for parameters) */
+    size_t cn;
+    /* SV_BLOB */
+    char *blob_path;             /* as in the MIL ("@model_path/weights/w.bin") */
+    uint64_t blob_offset;
+} sim_value;
+
+enum {
+    SOP_CAST = 1, SOP_CONV, SOP_MATMUL, SOP_ADD, SOP_SUB, SOP_MUL, SOP_DIV, SOP_POW,
+    SOP_EXP, SOP_SQRT, SOP_TANH, SOP_SIGMOID, SOP_RELU, SOP_SILU, SOP_SOFTMAX,
+    SOP_REDUCE_SUM, SOP_REDUCE_MEAN, SOP_REDUCE_MAX, SOP_RESHAPE, SOP_TRANSPOSE,
+    SOP_SLICE, SOP_SPLIT, SOP_PAD, SOP_IDENTITY
+};
+
+typedef struct sim_op {
+    int kind;                    /* SOP_* */
+    int line;
+    int x, y;                    /* data operand value indices (y: second operand / conv weight), -1 if none */
+    int *outs;                   /* result value indices */
+    int n_outs;
+    /* resolved parameters */
+    int tx, ty;                  /* matmul transposes */
+    int strides[2], dil[2], pads[4], groups;   /* conv: pads = top, bottom, left, right */
+    int axis;                    /* softmax, split (normalised) */
+    int axes_mask;               /* reductions: bit d set = reduce dim d */
+    int perm[ANEC_MAX_RANK];     /* transpose */
+    int64_t begin[ANEC_MAX_RANK], stride[ANEC_MAX_RANK]; /* slice: normalised begin and step per input dim */
+    int squeeze_mask;            /* slice: dims dropped from the output */
+    int64_t *sizes;              /* split sizes (n_outs) */
+    int64_t pad_before[ANEC_MAX_RANK]; /* pad */
+    double pad_value;
+} sim_op;
+
+typedef struct sim_plan {
+    int refs;
+    sim_value *vals;
+    size_t n_vals;
+    sim_op *ops;
+    size_t n_ops;
+    int *inputs;                 /* value index per func input, signature order */
+    size_t n_inputs;
+    int *outputs;                /* value index per returned name, return order */
+    size_t n_outputs;
+    int *in_bind, *out_bind;     /* alphabetical binding order -> value index */
+    int n_blobs;                 /* BLOBFILE-backed consts */
+    size_t max_scratch;          /* floats of scratch the largest op needs */
+} sim_plan;
+
+/* Compile MIL text into a plan, enforcing `limits`. Returns NULL with a
+   message naming the MIL line and the constraint id; *status is set to
+   ANEC_EPARSE or ANEC_ECOMPILE (or ANEC_ENOMEM). */
+sim_plan *sim_plan_build(const char *mil, size_t len, const anec_limits *limits,
+                         int *status, char *err, size_t errlen);
+void sim_plan_retain(sim_plan *p);
+void sim_plan_release(sim_plan *p);
+
+/* Per-program executor state. */
+typedef struct sim_state {
+    sim_plan *plan;
+    void **store;                /* per value: storage (NULL for params) */
+    int loaded;
+    float *scratch[3];
+    size_t scratch_cap[3];
+    int threads;
+} sim_state;
+
+sim_state *sim_state_new(sim_plan *plan, int threads);
+void sim_state_free(sim_state *s);
+/* Read every BLOBFILE const from dir (resolving @model_path/), validate it
+   and keep a private copy; allocate activation storage. */
+int sim_state_load(sim_state *s, const char *dir, char *err, size_t errlen);
+void sim_state_unload(sim_state *s);
+/* Run the function. in[i]/out[j] are surfaces in binding order, checked by the caller. */
+int sim_state_run(sim_state *s, uint8_t *const *in, uint8_t *const *out, char *err, size_t errlen);
+
+#endif
