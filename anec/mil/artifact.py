@@ -95,6 +95,35 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
+def format_json(obj: Any, indent: int = 0) -> str:
+    """JSON with 2-space indents, but lists of numbers and small flat dicts on one line.
+
+    Shapes such as ``[1, 768, 1, 64]`` stay readable instead of taking a line
+    per dimension; the result is ordinary JSON (``json.loads`` reads it).
+    """
+    pad, inner = "  " * indent, "  " * (indent + 1)
+    if isinstance(obj, dict):
+        if not obj:
+            return "{}"
+        flat = all(not isinstance(v, (dict, list)) or _scalar_list(v) for v in obj.values())
+        one = "{" + ", ".join(f"{json.dumps(k)}: {format_json(v)}" for k, v in obj.items()) + "}"
+        if flat and len(one) <= 120:
+            return one
+        items = [f"{inner}{json.dumps(k)}: {format_json(v, indent + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(obj, list):
+        if not obj:
+            return "[]"
+        if _scalar_list(obj):
+            return "[" + ", ".join(json.dumps(v) for v in obj) + "]"
+        return "[\n" + ",\n".join(inner + format_json(v, indent + 1) for v in obj) + "\n" + pad + "]"
+    return json.dumps(obj)
+
+
+def _scalar_list(v: Any) -> bool:
+    return isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v)
+
+
 def _io_entries(values, with_logical: dict[str, str] | None = None) -> list[dict]:
     order = {name: i for i, name in enumerate(sorted(v.name for v in values))}
     out = []
@@ -257,7 +286,7 @@ class Artifact:
         out = {MIL_FILE: self.mil_text.encode("utf-8")}
         for rel, data in sorted(self.blobs.items()):
             out[_safe_rel(rel)] = data
-        out[MANIFEST_FILE] = (json.dumps(self.manifest, indent=2) + "\n").encode("utf-8")
+        out[MANIFEST_FILE] = (format_json(self.manifest) + "\n").encode("utf-8")
         return out
 
     def write(self, directory: str | os.PathLike) -> Path:

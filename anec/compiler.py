@@ -1,0 +1,163 @@
+"""``compile_module``: weights + pipeline + artifacts, the engine behind ``anec compile``.
+
+One call compiles every func of a module into its own ANE program::
+
+    from anec.ir import parse_file
+    from anec.compiler import compile_module
+
+    result = compile_module(parse_file("examples/gpt2_mlp.ir"), random_seed=0, out_dir="out/gpt2_mlp")
+    result.artifacts["mlp"].manifest["inputs"]
+
+Steps: resolve the weights (``--weights`` file, the module's ``weights``
+directives, or random tensors), check every weight const against them before
+any pass runs, run the pipeline on a copy of the module (the caller's module
+is not changed), and write ``out_dir/<func>/`` atomically per func.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from anec.diagnostics import AnecError
+from anec.ir.graph import Module
+from anec.mil.artifact import Artifact
+from anec.passes.base import Pass, PassContext
+from anec.targets import Target, get_target
+
+
+@dataclass
+class CompileResult:
+    """What a compilation produced."""
+
+    artifacts: dict[str, Artifact]
+    """Func name -> artifact (empty when the pipeline has no emit-mil)."""
+    module: Module
+    """The compiled module (a copy of the input, after the passes)."""
+    target: Target
+    timings: list[tuple[str, str, float]] = field(default_factory=list)
+    """(func, stage, seconds): every pass, plus weight resolution and writing with ``timing``."""
+    printed_ir: list[str] = field(default_factory=list)
+    """IR dumps requested with ``print_ir_after``."""
+    rewrites: list[dict] = field(default_factory=list)
+    """Every rewrite legalize applied (each names its func)."""
+    paths: dict[str, Path] = field(default_factory=dict)
+    """Func name -> the directory written (with ``out_dir``)."""
+
+
+def resolve_passes(passes: str | Sequence[Pass | str] | None) -> tuple[Pass, ...]:
+    """A pipeline from None (default), a pipeline name, ``"a,b,c"``, or a list."""
+    from anec.passes import get_pass
+    from anec.passes.pipelines import DEFAULT, PIPELINES, parse_pass_list
+
+    if passes is None:
+        return DEFAULT
+    if isinstance(passes, str):
+        return PIPELINES[passes] if passes in PIPELINES else parse_pass_list(passes)
+    return tuple(p if isinstance(p, Pass) else get_pass(p)() for p in passes)
+
+
+def compile_module(
+    module: Module,
+    weights: Any = None,
+    random_seed: int | None = None,
+    target: str | Target = "m4",
+    passes: str | Sequence[Pass | str] | None = None,
+    out_dir: str | os.PathLike | None = None,
+    pack_weights: bool = False,
+    host_casts: bool = False,
+    print_ir_after: Iterable[str] | str | None = None,
+    timing: bool = False,
+    with_weights: bool = True,
+) -> CompileResult:
+    """Compile every func of ``module``; see the module docstring.
+
+    ``weights`` is a .safetensors/.npz path, a WeightStore or a mapping;
+    ``random_seed`` fills every key no file provides with random tensors.
+    ``print_ir_after`` names passes (or ``"all"``) whose output IR is kept in
+    ``printed_ir``. With ``with_weights=False`` no weights are read at all and
+    the artifacts hold MIL and a manifest without weight files (``anec mil``:
+    MIL never depends on weight values); such artifacts cannot be written.
+    """
+    from anec.ir.verifier import verify
+    from anec.passes import run_pipeline
+    from anec.passes.pipelines import check_pass_names
+    from anec.weights import check_weights, resolve_weights
+
+    tgt = get_target(target)
+    pipeline = resolve_passes(passes)
+    if isinstance(print_ir_after, str):
+        print_ir_after = print_ir_after.split(",")
+    dump_after = check_pass_names(print_ir_after) if print_ir_after else None
+    if out_dir is not None and with_weights is False:
+        raise AnecError("an artifact without weights cannot be written", hint="drop with_weights=False")
+
+    verify(module)
+    timings: list[tuple[str, str, float]] = []
+    store = None
+    if with_weights:
+        start = time.perf_counter()
+        store = resolve_weights(module, weights, random_seed)
+        check_weights(module, store)
+        if timing:
+            timings.append(("*", "resolve-weights", time.perf_counter() - start))
+
+    work = module.clone()
+    ctx = PassContext(target=tgt, weights=store, module=work,
+                      options={"pack_weights": pack_weights, "host_casts": host_casts},
+                      print_ir_after=dump_after)
+    run_pipeline(work, pipeline, ctx)
+    timings.extend(ctx.timings)
+
+    result = CompileResult(dict(ctx.artifacts), work, tgt, timings, list(ctx.printed), list(ctx.rewrites))
+    if out_dir is not None:
+        root = Path(out_dir)
+        for name, art in result.artifacts.items():
+            start = time.perf_counter()
+            result.paths[name] = art.write(root / name)
+            if timing:
+                result.timings.append((name, "write", time.perf_counter() - start))
+    return result
+
+
+def format_timings(timings: Sequence[tuple[str, str, float]]) -> str:
+    """The per-pass table printed by ``anec compile --timing``."""
+    if not timings:
+        return "no timings\n"
+    wf = max(4, *(len(f) for f, _, _ in timings))
+    wp = max(5, *(len(p) for _, p, _ in timings))
+    total = sum(t for _, _, t in timings)
+    lines = [f"{'func':<{wf}}  {'stage':<{wp}}  {'ms':>9}  {'share':>6}"]
+    for func, stage, sec in timings:
+        share = 100.0 * sec / total if total > 0 else 0.0
+        lines.append(f"{func:<{wf}}  {stage:<{wp}}  {sec * 1e3:>9.3f}  {share:>5.1f}%")
+    lines.append(f"{'total':<{wf}}  {'':<{wp}}  {total * 1e3:>9.3f}  {100.0:>5.1f}%")
+    return "\n".join(lines) + "\n"
+
+
+def _mb(n: int | float) -> str:
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.1f} MiB"
+    if n >= 1 << 10:
+        return f"{n / (1 << 10):.1f} KiB"
+    return f"{int(n)} B"
+
+
+def summarize(name: str, art: Artifact, path: Path | None = None) -> str:
+    """One line per program: ops, weights, peak SRAM, rewrites, where it went."""
+    m = art.manifest
+    ops = sum(1 for line in art.mil_text.splitlines()
+              if line.startswith(" " * 8) and "= const()" not in line)
+    parts = [f"{ops} ops", f"{len(m['weights'])} weights ({_mb(art.weight_bytes())})"]
+    sram = m.get("sram") or {}
+    if "peak_bytes" in sram:
+        spill = f", {len(sram.get('spill_nodes') or [])} spill risks" if sram.get("spill_nodes") else ""
+        parts.append(f"peak SRAM {_mb(sram['peak_bytes'])}{spill}")
+    parts.append(f"{len(m['rewrites'])} rewrites")
+    line = f"{name}: " + ", ".join(parts)
+    if path is not None:
+        line += f" -> {path}"
+    return line
