@@ -241,6 +241,100 @@ def interp_cmd(file, func_name, inputs, random_inputs, weights_path, random_weig
 
 # ---- compiler: compile, mil, passes, constraints ---------------------------
 
+# compiler: compile (IR -> artifact directories), mil (print the MIL of one func)
+
+
+def _weight_options(f):
+    f = click.option("--random-weights", type=int, metavar="SEED",
+                     help="Random tensors for every weight no file provides.")(f)
+    f = click.option("--weights", "weights_path", type=click.Path(dir_okay=False), metavar="FILE",
+                     help="Weight file (.safetensors/.npz); overrides the file's weights directives.")(f)
+    return f
+
+
+def _pipeline_from(passes: str | None, pipeline: str | None):
+    if passes and pipeline:
+        raise click.UsageError("give --passes or --pipeline, not both")
+    return passes or pipeline
+
+
+@main.command("compile")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Output directory (default: ./out/<file stem>); one subdirectory per func.")
+@_weight_options
+@click.option("--target", default="m4", show_default=True, metavar="NAME", help="Chip profile (m1..m5).")
+@click.option("--passes", metavar="a,b,c", help="Run these passes instead of the default pipeline.")
+@click.option("--pipeline", metavar="NAME", help="Run a named pipeline (see `anec passes`).")
+@click.option("--print-ir-after", "print_after", multiple=True, metavar="PASS|all",
+              help="Print the IR to stderr after this pass (repeatable, or comma-separated).")
+@click.option("--timing", is_flag=True, help="Print the time spent in each pass.")
+@click.option("--pack-weights", is_flag=True, help="All weights in one weights/weight.bin (not on m1).")
+@click.option("--host-casts", is_flag=True,
+              help="On fp16-only targets, take and return fp16 and let the host convert fp32.")
+def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pipeline, print_after, timing,
+                pack_weights, host_casts) -> None:
+    """Compile FILE into DIR/<func>/{model.mil, weights/*.bin, manifest.json}."""
+    from pathlib import Path
+
+    from anec.compiler import compile_module, format_timings, summarize
+    from anec.ir.parser import parse_file
+    from anec.ir.printer import print_module
+
+    module = parse_file(file)
+    out = Path(out_dir) if out_dir else Path("out") / Path(file).stem
+    after = [p for spec in print_after for p in spec.split(",") if p.strip()]
+    result = compile_module(module, weights=weights_path, random_seed=random_weights, target=target,
+                            passes=_pipeline_from(passes, pipeline), out_dir=out, pack_weights=pack_weights,
+                            host_casts=host_casts, print_ir_after=after or None, timing=timing)
+    for dump in result.printed_ir:
+        click.echo(dump.rstrip("\n"), err=True)
+    if not result.artifacts:
+        click.echo("note: the pipeline has no emit-mil pass; nothing written, the IR follows", err=True)
+        click.echo(print_module(result.module), nl=False)
+    for name, art in result.artifacts.items():
+        click.echo(summarize(name, art, result.paths.get(name)))
+    if timing:
+        click.echo(format_timings(result.timings), nl=False)
+
+
+@main.command("mil")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--func", "func_name", metavar="NAME", help="Func to print (default: the only one).")
+@_weight_options
+@click.option("--target", default="m4", show_default=True, metavar="NAME", help="Chip profile (m1..m5).")
+@click.option("--pack-weights", is_flag=True, help="Refer to one packed weights/weight.bin.")
+@click.option("--host-casts", is_flag=True, help="As for compile, on fp16-only targets.")
+def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights, host_casts) -> None:
+    """Print the MIL text of one func of FILE after the default pipeline.
+
+    MIL never depends on weight values, so no weights are needed; with
+    --weights or --random-weights every weight const is also checked against
+    the tensors."""
+    from anec.compiler import compile_module
+    from anec.diagnostics import did_you_mean
+    from anec.ir.graph import Module
+    from anec.ir.parser import parse_file
+
+    module = parse_file(file)
+    names = list(module.funcs)
+    if func_name is None:
+        if len(names) != 1:
+            raise AnecError(f"{file} has {len(names)} funcs: {', '.join(names)}",
+                            hint="pick one with --func NAME")
+        func_name = names[0]
+    elif func_name not in module.funcs:
+        raise AnecError(f"{file} has no func '{func_name}'",
+                        hint=did_you_mean(func_name, names) or f"funcs: {', '.join(names)}")
+    one = Module(module.source, module.path)
+    one.weight_sources = list(module.weight_sources)
+    one.add_func(module.funcs[func_name])
+    with_weights = weights_path is not None or random_weights is not None
+    result = compile_module(one, weights=weights_path, random_seed=random_weights, target=target,
+                            pack_weights=pack_weights, host_casts=host_casts, with_weights=with_weights)
+    click.echo(result.artifacts[func_name].mil_text, nl=False)
+
+
 # compiler: passes (registry and pipelines), constraints (the ANE constraint catalog)
 
 
@@ -270,6 +364,143 @@ def constraints_cmd(ids: tuple[str, ...], markdown: bool, target: str | None) ->
 # ---- runtime: run, doctor ----------------------------------------------------
 
 # ---- models: models export, generate, embed --------------------------------
+
+_MODEL_BACKENDS = ("auto", "sim", "ane", "interp")
+
+
+def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    """``"1,2,3"`` -> ``[1, 2, 3]`` (a usage error otherwise)."""
+    if value is None:
+        return None
+    try:
+        out = [int(v) for v in value.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise click.BadParameter(f"'{value}' is not a comma-separated list of integers") from None
+    if not out:
+        raise click.BadParameter("the list is empty")
+    return out
+
+
+def _progress(quiet: bool):
+    from anec.models.common import Progress
+
+    return Progress(enabled=None if not quiet else False)
+
+
+@main.group("models")
+def models_group() -> None:
+    """Hugging Face checkpoints (GPT-2, Llama, BERT) as anec programs. See docs/models.md."""
+
+
+@models_group.command("export")
+@click.argument("kind", type=click.Choice(["gpt2", "llama", "bert"]))
+@click.argument("checkpoint", type=click.Path(file_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False), help="Output directory.")
+@click.option("--prefill", callback=_int_list, metavar="S[,S...]",
+              help="Sequence buckets of the prefill (BERT: encoder) programs.")
+@click.option("--cache", callback=_int_list, metavar="T[,T...]",
+              help="KV-cache buckets of the decode programs (decoders only).")
+@click.option("--lora", "lora_targets", metavar="NAME[,NAME...]",
+              help="Give these projections LoRA adapter inputs (e.g. q_proj,v_proj).")
+@click.option("--lora-rank", type=int, default=8, show_default=True, help="Rank of the LoRA inputs.")
+@click.option("--target", metavar="NAME", help="Chip profile that sets the bucket sizes (default m4).")
+def models_export_cmd(kind, checkpoint, output, prefill, cache, lora_targets, lora_rank, target) -> None:
+    """Write CHECKPOINT's programs to OUTPUT/*.ir, OUTPUT/weights.safetensors and OUTPUT/model.json."""
+    from anec.models.export import export_checkpoint
+
+    targets = [t for t in (lora_targets or "").split(",") if t]
+    info = export_checkpoint(kind, checkpoint, output, prefill, cache, target, targets, lora_rank)
+    n = sum(len(v) for v in info["files"].values())
+    click.echo(f"wrote {n} programs in {len(info['files'])} files to {output}")
+    for name, funcs in info["files"].items():
+        click.echo(f"  {name}: {len(funcs)} funcs")
+
+
+@main.command("generate")
+@click.argument("checkpoint", type=click.Path(file_okay=False))
+@click.option("--prompt", help="Prompt text (needs the checkpoint's tokenizer and the tokenizers package).")
+@click.option("--prompt-ids", callback=_int_list, metavar="ID[,ID...]", help="Prompt as token ids.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
+              help="0 = greedy.")
+@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True, help="0 = no top-k filter.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
+@click.option("--adapter", type=click.Path(file_okay=False), help="PEFT LoRA adapter directory.")
+@click.option("--lora-rank", type=int, help="LoRA input rank (default: the adapter's).")
+@click.option("--backend", type=click.Choice(_MODEL_BACKENDS), default="auto", show_default=True)
+@click.option("--target", metavar="NAME", help="Chip profile (default m4).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or timing summary.")
+def generate_cmd(checkpoint, prompt, prompt_ids, max_new_tokens, temperature, top_k, seed, adapter,
+                 lora_rank, backend, target, quiet) -> None:
+    """Generate text with a GPT-2 or Llama checkpoint running as ANE programs."""
+    import time
+
+    from anec.models.common import ModelError
+    from anec.models.generate import LoraSpec, load_causal_lm
+    from anec.models.hf import load_tokenizer
+    from anec.models.lora import LoraAdapter
+
+    if (prompt is None) == (prompt_ids is None):
+        raise ModelError("give exactly one of --prompt and --prompt-ids")
+    tok = None
+    if prompt is not None:
+        tok = load_tokenizer(checkpoint)
+        prompt_ids = tok.encode(prompt)
+    lora = ad = None
+    if adapter is not None:
+        ad = LoraAdapter.load(adapter)
+        lora = LoraSpec(tuple(sorted(ad.targets)), lora_rank or ad.rank)
+    lm = load_causal_lm(checkpoint, backend=backend, target=target, progress=_progress(quiet), lora=lora)
+    try:
+        if ad is not None:
+            lm.set_adapter(ad)
+        eos = None
+        if tok is not None:
+            eos = lm.fe.ckpt.config.get("eos_token_id")
+            eos = eos if isinstance(eos, int) and 0 <= eos < lm.cfg.vocab else None
+        t0 = time.perf_counter()
+        out = lm.generate(prompt_ids, max_new_tokens, temperature, top_k, seed, eos_id=eos)
+        dt = time.perf_counter() - t0
+        if tok is not None:
+            click.echo(prompt + tok.decode(out))
+        else:
+            click.echo(",".join(str(t) for t in out))
+        if not quiet:
+            st = lm.stats()
+            click.echo(f"{len(out)} tokens in {dt:.2f} s ({st['programs']} programs, "
+                       f"compile {st['compile_seconds']:.2f} s)", err=True)
+    finally:
+        lm.close()
+
+
+@main.command("embed")
+@click.argument("checkpoint", type=click.Path(file_okay=False))
+@click.argument("sentences", nargs=-1, required=True)
+@click.option("--vectors", is_flag=True, help="Print the embeddings (JSON lines) instead of similarities.")
+@click.option("--backend", type=click.Choice(_MODEL_BACKENDS), default="auto", show_default=True)
+@click.option("--target", metavar="NAME", help="Chip profile (default m4).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def embed_cmd(checkpoint, sentences, vectors, backend, target, quiet) -> None:
+    """Sentence embeddings with a BERT checkpoint (e.g. all-MiniLM-L6-v2) running as ANE programs.
+
+    With two or more sentences, prints their cosine similarity matrix."""
+    import json as _json
+
+    from anec.models.bert import cosine_matrix, load_sentence_encoder
+
+    enc = load_sentence_encoder(checkpoint, backend=backend, target=target, progress=_progress(quiet))
+    try:
+        emb = enc.encode(list(sentences))
+    finally:
+        enc.close()
+    if vectors or len(sentences) == 1:
+        for s, e in zip(sentences, emb):
+            click.echo(_json.dumps({"sentence": s, "embedding": [round(float(v), 6) for v in e]}))
+        return
+    sim = cosine_matrix(emb)
+    for i, s in enumerate(sentences):
+        row = " ".join(f"{sim[i, j]:6.3f}" for j in range(len(sentences)))
+        click.echo(f"{row}  {s}")
 
 
 if __name__ == "__main__":  # pragma: no cover
