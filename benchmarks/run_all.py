@@ -1,0 +1,44 @@
+"""Run every benchmark in this directory (``bench_*.py``) one after another.
+
+Each benchmark writes its own results file under ``benchmarks/results/``; this
+script only sequences them and reports which failed. Usage::
+
+    python benchmarks/run_all.py            # all benchmarks
+    python benchmarks/run_all.py compile    # only bench_compile.py
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main(argv: list[str]) -> int:
+    scripts = sorted(HERE.glob("bench_*.py"))
+    if argv:
+        wanted = {a.removeprefix("bench_").removesuffix(".py") for a in argv}
+        scripts = [s for s in scripts if s.stem.removeprefix("bench_") in wanted]
+        if not scripts:
+            print(f"no benchmark matches {argv}", file=sys.stderr)
+            return 2
+    failed = []
+    for script in scripts:
+        t0 = time.perf_counter()
+        print(f"== {script.name}", flush=True)
+        rc = subprocess.call([sys.executable, str(script)], cwd=HERE.parent)
+        print(f"== {script.name}: {'ok' if rc == 0 else f'FAILED ({rc})'} "
+              f"in {time.perf_counter() - t0:.1f} s", flush=True)
+        if rc:
+            failed.append(script.name)
+    if failed:
+        print("failed: " + ", ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
