@@ -246,7 +246,7 @@ class SentenceEncoder:
         self.tokenizer = tokenizer
         self.normalize = normalize
         self.progress = progress or Progress(False)
-        self.programs = ProgramCache(bert.weight, backend=backend, target=target, progress=self.progress)
+        self.programs = ProgramCache(bert.weight, backend=backend, target=target)
 
     def tokenize(self, sentences: Iterable[str]) -> list[list[int]]:
         if self.tokenizer is None:

@@ -375,33 +375,27 @@ class ProgramCache:
     """Builds, compiles and loads each program once, then hands it out by name.
 
     ``get(name, build)`` calls ``build()`` (returning a Graph) the first time a
-    name is asked for, compiles it with :func:`anec.compiler.compile_module`
-    into ``cache_dir/<name>`` and loads it into one shared runtime. Programs
-    are keyed by name, and names carry the bucket (``L3_attn_d16_t128``), so
-    each bucket compiles once per process. Backend ``"interp"`` skips the
-    compiler and runs the graph in the reference interpreter instead.
+    name is asked for, compiles it in memory with
+    :func:`anec.compiler.compile_module` (also writing ``cache_dir/<name>/``
+    when a directory is given) and loads it into one shared runtime. Names
+    carry the bucket (``L3_attn_d16_t128``), so each bucket compiles once per
+    process. ``transform`` (e.g. adding LoRA inputs) runs on every built graph
+    and what it returns is kept in ``extras[name]``. Backend ``"interp"`` skips
+    the compiler and runs graphs in the reference interpreter instead.
     """
 
     def __init__(self, weight_fn: Callable[[str], np.ndarray], backend: str = "auto",
                  target: str | None = None, cache_dir: str | os.PathLike | None = None,
-                 progress: Progress | None = None,
                  transform: Callable[[Graph], Any] | None = None) -> None:
         self.weight_fn = weight_fn
         self.backend = backend
         self.target = target
-        self.progress = progress or Progress(False)
+        self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
         self.transform = transform
         self.graphs: dict[str, Graph] = {}
         self.programs: dict[str, Any] = {}
+        self.extras: dict[str, Any] = {}
         self.compile_seconds = 0.0
-        self.compiled = 0
-        self._tmp = None
-        if cache_dir is None and backend != "interp":
-            import tempfile
-
-            self._tmp = tempfile.TemporaryDirectory(prefix="anec-models-")
-            cache_dir = self._tmp.name
-        self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
         self._runtime = None
 
     @property
@@ -423,7 +417,8 @@ class ProgramCache:
         graph = build()
         if graph.name != name:
             raise AssertionError(f"program {name} built a func named {graph.name}")
-        extra = self.transform(graph) if self.transform is not None else None
+        if self.transform is not None:
+            self.extras[name] = self.transform(graph)
         self.graphs[name] = graph
         t0 = time.perf_counter()
         if self.backend == "interp":
@@ -431,47 +426,34 @@ class ProgramCache:
         else:
             prog = self._compile_and_load(graph)
         self.compile_seconds += time.perf_counter() - t0
-        self.compiled += 1
         self.programs[name] = prog
-        if extra is not None:
-            self.extras[name] = extra
         return prog
-
-    @property
-    def extras(self) -> dict[str, Any]:
-        """Whatever ``transform`` returned per program (e.g. LoRA input slots)."""
-        if not hasattr(self, "_extras"):
-            self._extras: dict[str, Any] = {}
-        return self._extras
 
     def _compile_and_load(self, graph: Graph) -> Any:
         from anec.compiler import compile_module
         from anec.weights import WeightStore
 
-        module = Builder.module(graph)
         store = WeightStore(self.weights_for(graph), source=f"<{graph.name} weights>")
-        kw: dict[str, Any] = {"weights": store, "out_dir": self.cache_dir}
-        if self.target is not None:
-            kw["target"] = self.target
-        result = compile_module(module, **kw)
+        result = compile_module(Builder.module(graph), weights=store, target=self.target or "m4",
+                                out_dir=self.cache_dir)
         return self.runtime.load(result.artifacts[graph.name])
 
     def stats(self) -> dict[str, Any]:
-        """Runtime counters (compiles, loads, reloads, ...) plus our own."""
-        rt = self.runtime
+        """Runtime counters (compiles, loads, reloads, evaluations...) plus
+        ``programs`` (built here) and ``compile_seconds`` (build + compile + load)."""
         out: dict[str, Any] = {}
-        if rt is not None:
-            st = rt.stats
-            out.update(st if isinstance(st, dict) else dict(vars(st)))
+        if self._runtime is not None:
+            out.update(self._runtime.stats)
         out["programs"] = len(self.programs)
         out["compile_seconds"] = self.compile_seconds
         return out
 
     def close(self) -> None:
+        """Release every program and the runtime."""
         self.programs.clear()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        if self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None
 
 
 def is_tty(stream: Any = None) -> bool:

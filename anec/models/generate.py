@@ -94,7 +94,7 @@ class CausalLM:
         if lora is not None:
             transform = lambda g: apply_lora(g, lora.targets, lora.rank)  # noqa: E731
         self.programs = ProgramCache(frontend.weight, backend=backend, target=target, cache_dir=cache_dir,
-                                     progress=self.progress, transform=transform)
+                                     transform=transform)
         self.cache: KVCache | None = None
         self.pos = 0
 
