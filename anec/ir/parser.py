@@ -396,7 +396,7 @@ class _Walker:
         for d in dims:
             if d is None:
                 continue
-            if not re.fullmatch(r"\+?\d+", str(d)) or int(str(d)) < 1:
+            if not re.fullmatch(r"\+?\d+", str(d)) or self._int(d) < 1:
                 raise ParseError(
                     f"invalid dimension '{d}'",
                     self.span(d),

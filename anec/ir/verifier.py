@@ -103,14 +103,22 @@ def infer_node_types(
         if key in opdef.attr_index:
             raise VerifyError(f"attribute '{key}' of {op} takes a literal, not a value", span,
                               hint=f"write {key}=<{opdef.attr_index[key].kind}>")
+    shown = declared
+    if declared is not None and not isinstance(attrs.get("value", []), (list, tuple)):
+        # a scalar fills any shape: check it against the scalar type rather than
+        # letting the op table build a (possibly huge) filled array
+        shown = TensorType(declared.dtype, ())
     try:
-        return ops.infer_types(op, operand_types, optional_types, attrs, declared=declared)
+        types = ops.infer_types(op, operand_types, optional_types, attrs, declared=shown)
+        return [declared] if shown is not declared else types
     except ops.InferError as e:
         raise VerifyError(e.message, span, hint=e.hint or f"usage: {usage(opdef)}") from None
 
 
 def usage(opdef: ops.OpDef) -> str:
     """``softmax(%x, axis=<int>)``: how to write an op (operands, then attributes)."""
+    if opdef.declared_type:
+        return (f'{opdef.name}(weight="key") : type or {opdef.name}(value=<literal>) : type')
     parts = []
     for o in opdef.operands:
         if o.variadic:
