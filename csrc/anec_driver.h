@@ -49,7 +49,8 @@ typedef struct anec_surface {
 typedef struct anec_driver {
     const char *name;             /* "sim" or "ane" */
 
-    /* Is this driver usable on this machine? On failure, why (e.g. "framework not found"). */
+    /* Is this driver usable on this machine? ANEC_OK if so, else a status
+       (ANEC_EUNAVAIL) and why (e.g. "framework not found"). */
     int (*available)(char *why, size_t whylen);
 
     int (*open)(void **ctx, char *err, size_t errlen);

@@ -45,7 +45,7 @@ static int sim_available(char *why, size_t whylen)
 {
     if (why && whylen)
         snprintf(why, whylen, "the sim runs everywhere");
-    return 1;
+    return ANEC_OK;
 }
 
 static int sim_open(void **ctx, char *err, size_t errlen)

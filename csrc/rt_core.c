@@ -523,7 +523,8 @@ int anec_driver_available(const char *name, char *why, size_t whylen)
         return 0;
     }
     char tmp[512];
-    int ok = d->available(tmp, sizeof tmp);
+    tmp[0] = 0;
+    int ok = d->available(tmp, sizeof tmp) == ANEC_OK;
     if (why && whylen)
         snprintf(why, whylen, "%s", tmp);
     return ok ? 1 : 0;
@@ -546,7 +547,8 @@ int anec_runtime_open(const char *driver, const anec_options *opts, anec_runtime
                 return ANEC_EUNAVAIL;
             return ANEC_EINVAL;
         }
-        if (!d->available(NULL, 0))
+        char why[256];
+        if (d->available(why, sizeof why) != ANEC_OK)
             return ANEC_EUNAVAIL;
     }
     anec_runtime *rt = calloc(1, sizeof *rt);

@@ -68,9 +68,9 @@ def const_blob(name: str, dtype: str, shape, file: str, offset: int = 64) -> str
             f'offset = uint64({offset})))];')
 
 
-def op(result: str, rdtype: str, shape, opname: str, **args) -> str:
+def op(result: str, rdtype: str, rshape, opname: str, **args) -> str:
     a = ", ".join(f"{k} = {v}" for k, v in sorted(args.items()))
-    return f'{ttype(rdtype, shape)} {result} = {opname}({a})[name = string("{result}")];'
+    return f'{ttype(rdtype, rshape)} {result} = {opname}({a})[name = string("{result}")];'
 
 
 _CODE = {np.dtype(np.float16): 1, np.dtype(np.float32): 2, np.dtype(np.uint8): 3, np.dtype(np.int8): 4}

@@ -1,0 +1,299 @@
+"""Every op the sim executes, on hand-written MIL, against numpy.
+
+fp16 programs are compared with a numpy reference that computes in fp32 from
+the fp16 inputs and rounds once to fp16 (the sim's storage rule): tolerance
+one fp16 ulp (rtol 1e-3) for transcendental ops, exact for data movement.
+fp32 programs must match numpy float32 to rtol 1e-5.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.runtime import milkit as mk
+
+RNG = np.random.default_rng(1234)
+F16 = "fp16"
+
+
+def rand(shape, dtype=np.float16, lo=-2.0, hi=2.0):
+    return RNG.uniform(lo, hi, size=shape).astype(dtype)
+
+
+def run(rt, inputs, body, outputs, blobs=None, arrays=None):
+    """inputs: {name: array}; returns {name: array} from the sim."""
+    sig = [(n, mk.DT[a.dtype], a.shape) for n, a in inputs.items()]
+    prog = rt.compile(mk.program(sig, body, outputs), blobs or {})
+    try:
+        return prog(**inputs)
+    finally:
+        prog.close()
+
+
+def f16(x):
+    return np.asarray(x, dtype=np.float32).astype(np.float16)
+
+
+def close16(got, ref, rtol=1e-3, atol=1e-3):
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), f16(ref).astype(np.float32), rtol=rtol, atol=atol)
+
+
+UNARY = {
+    "exp": np.exp,
+    "sqrt": np.sqrt,
+    "tanh": np.tanh,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "relu": lambda x: np.maximum(x, 0),
+    "silu": lambda x: x / (1 + np.exp(-x)),
+    "identity": lambda x: x,
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_fp16(rt, name):
+    lo = 0.01 if name == "sqrt" else -3.0
+    x = rand((1, 8, 3, 5), lo=lo, hi=3.0)
+    out = run(rt, {"x": x}, [mk.op("y", F16, x.shape, name, x="x")], ["y"])
+    close16(out["y"], UNARY[name](x.astype(np.float32)))
+
+
+BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "real_div": np.divide, "pow": np.power}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@pytest.mark.parametrize("shapes", [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (1, 3, 1)), ((3, 1), (1, 4, 1, 5)),
+                                    ((1, 4), (4,))])
+def test_binary_broadcast_fp16(rt, name, shapes):
+    lo = 0.5 if name == "pow" else -2.0
+    x, y = rand(shapes[0], lo=lo), rand(shapes[1], lo=0.5 if name in ("real_div", "pow") else -2.0)
+    oshape = np.broadcast_shapes(x.shape, y.shape)
+    out = run(rt, {"x": x, "y": y}, [mk.op("z", F16, oshape, name, x="x", y="y")], ["z"])
+    close16(out["z"], BINARY[name](x.astype(np.float32), y.astype(np.float32)))
+
+
+def test_binary_fp32_stays_fp32(rt):
+    x, y = rand((4, 5), np.float32), rand((4, 5), np.float32)
+    out = run(rt, {"x": x, "y": y}, [mk.op("z", "fp32", (4, 5), "mul", x="x", y="y")], ["z"])
+    assert out["z"].dtype == np.float32
+    np.testing.assert_allclose(out["z"], x * y, rtol=1e-6)
+
+
+def test_scalar_const_operand_and_inline_literal(rt):
+    x = rand((1, 4, 1, 3))
+    body = [mk.const_scalar("c", F16, -1.5),
+            mk.op("a", F16, x.shape, "mul", x="x", y="c"),
+            mk.op("b", F16, x.shape, "add", x="a", y="fp16(0x1p+0)")]
+    out = run(rt, {"x": x}, body, ["b"])
+    close16(out["b"], f16(x.astype(np.float32) * -1.5).astype(np.float32) + 1.0)
+
+
+def test_fp16_rounding_after_every_op(rt):
+    # 1 + 2^-11 is not an fp16 value: (x + eps) - x is 0 in fp16 storage, eps in fp32
+    x = np.ones((1, 1, 1, 4), np.float16)
+    body = [mk.const_scalar("e", F16, 2.0 ** -12),
+            mk.op("a", F16, x.shape, "add", x="x", y="e"),
+            mk.op("b", F16, x.shape, "sub", x="a", y="x")]
+    assert np.all(run(rt, {"x": x}, body, ["b"])["b"] == 0)
+    x32 = np.ones((1, 1, 1, 4), np.float32)
+    body32 = [mk.const_scalar("e", "fp32", 2.0 ** -12),
+              mk.op("a", "fp32", x.shape, "add", x="x", y="e"),
+              mk.op("b", "fp32", x.shape, "sub", x="a", y="x")]
+    assert np.all(run(rt, {"x": x32}, body32, ["b"])["b"] == np.float32(2.0 ** -12))
+
+
+def test_fp16_overflow_gives_inf(rt):
+    x = np.full((1, 2, 1, 2), 300.0, np.float16)
+    out = run(rt, {"x": x}, [mk.op("y", F16, x.shape, "mul", x="x", y="x")], ["y"])
+    assert np.all(np.isinf(out["y"]))
+
+
+@pytest.mark.parametrize("axis", [-1, 1, 0])
+def test_softmax(rt, axis):
+    x = rand((2, 5, 1, 7), lo=-4, hi=4)
+    body = [mk.const_scalar("ax", "int32", axis), mk.op("y", F16, x.shape, "softmax", axis="ax", x="x")]
+    xs = x.astype(np.float32)
+    e = np.exp(xs - xs.max(axis=axis, keepdims=True))
+    close16(run(rt, {"x": x}, body, ["y"])["y"], e / e.sum(axis=axis, keepdims=True))
+
+
+@pytest.mark.parametrize("op,fn", [("reduce_sum", np.sum), ("reduce_mean", np.mean), ("reduce_max", np.max)])
+@pytest.mark.parametrize("axes,keep", [([1], True), ([1, 3], False), ([-1], True), (None, False)])
+def test_reductions(rt, op, fn, axes, keep):
+    x = rand((2, 6, 3, 4))
+    body = []
+    args = {"x": "x"}
+    if axes is not None:
+        body.append(mk.const_ints("ax", axes))
+        args["axes"] = "ax"
+    body.append(mk.const_scalar("kd", "bool", keep))
+    args["keep_dims"] = "kd"
+    ref = fn(x.astype(np.float32), axis=tuple(axes) if axes is not None else None, keepdims=keep)
+    body.append(mk.op("y", F16, np.shape(ref), op, **args))
+    out = "y"
+    if np.ndim(ref) == 0:
+        # a full reduction gives a scalar, which cannot be an ANE output: reshape it to [1]
+        body += [mk.const_ints("s1", [1]), mk.op("z", F16, (1,), "reshape", shape="s1", x="y")]
+        out, ref = "z", np.reshape(ref, (1,))
+    close16(run(rt, {"x": x}, body, [out])[out], ref, rtol=2e-3, atol=2e-3)
+
+
+def test_reshape_transpose(rt):
+    x = rand((1, 12, 1, 6))
+    body = [mk.const_ints("s", [1, 3, 4, -1]), mk.op("r", F16, (1, 3, 4, 6), "reshape", shape="s", x="x"),
+            mk.const_ints("p", [0, 3, 1, 2]), mk.op("t", F16, (1, 6, 3, 4), "transpose", perm="p", x="r")]
+    out = run(rt, {"x": x}, body, ["t"])
+    np.testing.assert_array_equal(out["t"], x.reshape(1, 3, 4, 6).transpose(0, 3, 1, 2))
+
+
+def test_slice_by_index_strides_masks_negative(rt):
+    x = rand((2, 10, 3, 8))
+    body = [mk.const_ints("b", [0, -7, 1, 7]), mk.const_ints("e", [2, 9, 3, 0]), mk.const_ints("st", [1, 2, 1, -2]),
+            mk.const_bools("bm", [False, False, True, False]), mk.const_bools("em", [True, False, False, False]),
+            mk.op("y", F16, (2, 3, 3, 4), "slice_by_index", begin="b", end="e", stride="st", begin_mask="bm",
+                  end_mask="em", x="x")]
+    out = run(rt, {"x": x}, body, ["y"])
+    np.testing.assert_array_equal(out["y"], x[:, -7:9:2, :3, 7:0:-2])
+
+
+def test_slice_squeeze_and_by_size(rt):
+    x = rand((1, 6, 4, 5))
+    body = [mk.const_ints("b", [0, 2, 1, 0]), mk.const_ints("e", [1, 5, 2, 5]),
+            mk.const_bools("sq", [False, False, True, False]),
+            mk.op("y", F16, (1, 3, 5), "slice_by_index", begin="b", end="e", squeeze_mask="sq", x="x"),
+            mk.const_ints("b2", [0, 1, 0, 2]), mk.const_ints("sz", [1, -1, 2, 3]),
+            mk.op("z", F16, (1, 5, 2, 3), "slice_by_size", begin="b2", size="sz", x="x")]
+    out = run(rt, {"x": x}, body, ["y", "z"])
+    np.testing.assert_array_equal(out["y"], x[:, 2:5, 1, :])
+    np.testing.assert_array_equal(out["z"], x[:, 1:, 0:2, 2:5])
+
+
+def test_split_sizes_and_num_splits(rt):
+    x = rand((1, 10, 1, 4))
+    body = [mk.const_scalar("ax", "int32", 1), mk.const_ints("sz", [3, 7]),
+            "tensor<fp16, [1, 3, 1, 4]> a, tensor<fp16, [1, 7, 1, 4]> b = split(axis = ax, split_sizes = sz, x = x)"
+            '[name = string("s")];',
+            mk.const_scalar("ax3", "int32", 3), mk.const_scalar("n2", "int32", 2),
+            "(tensor<fp16, [1, 10, 1, 2]> c, tensor<fp16, [1, 10, 1, 2]> d) = split(axis = ax3, num_splits = n2, x = x)"
+            '[name = string("s2")];']
+    out = run(rt, {"x": x}, body, ["a", "b", "c", "d"])
+    np.testing.assert_array_equal(out["a"], x[:, :3])
+    np.testing.assert_array_equal(out["b"], x[:, 3:])
+    np.testing.assert_array_equal(out["c"], x[..., :2])
+    np.testing.assert_array_equal(out["d"], x[..., 2:])
+
+
+def test_pad_constant(rt):
+    x = rand((1, 3, 2, 4))
+    body = [mk.const_ints("p", [1, 0, 2, 3]), mk.const_scalar("m", "string", "constant"),
+            mk.const_scalar("v", F16, 0.5),
+            mk.op("y", F16, (1, 3, 3, 9), "pad", constant_val="v", mode="m", pad="p", x="x")]
+    out = run(rt, {"x": x}, body, ["y"])
+    np.testing.assert_array_equal(out["y"], np.pad(x, ((0, 0), (0, 0), (1, 0), (2, 3)), constant_values=0.5))
+
+
+def test_cast_rounds_to_fp16_and_back(rt):
+    x = np.array([[1.0, 1.0 + 2 ** -11, 65519.0, 65520.0, -1e-8, 3.14159]], np.float32)
+    body = [mk.const_scalar("d", "string", "fp16"), mk.op("h", F16, x.shape, "cast", dtype="d", x="x"),
+            mk.const_scalar("d2", "string", "fp32"), mk.op("y", "fp32", x.shape, "cast", dtype="d2", x="h")]
+    out = run(rt, {"x": x}, body, ["y"])
+    with np.errstate(over="ignore"):
+        ref = x.astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(out["y"], ref)
+
+
+def test_cast_to_int32_truncates(rt):
+    x = np.array([[1.7, -1.7, 2.5, -0.2]], np.float32)
+    body = [mk.const_scalar("d", "string", "int32"), mk.op("i", "int32", x.shape, "cast", dtype="d", x="x"),
+            mk.const_scalar("d2", "string", "fp32"), mk.op("y", "fp32", x.shape, "cast", dtype="d2", x="i")]
+    np.testing.assert_array_equal(run(rt, {"x": x}, body, ["y"])["y"], np.trunc(x))
+
+
+def conv_ref(x, w, stride=(1, 1), pad=(0, 0, 0, 0), dil=(1, 1), groups=1):
+    """Direct convolution in float64 (independent of the GEMM path)."""
+    x = x.astype(np.float64)
+    w = w.astype(np.float64)
+    N, C, H, W = x.shape
+    O, Cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[1]), (pad[2], pad[3])))
+    Ho = (H + pad[0] + pad[1] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+    Wo = (W + pad[2] + pad[3] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+    out = np.zeros((N, O, Ho, Wo))
+    og = O // groups
+    for g in range(groups):
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[:, g * Cg:(g + 1) * Cg, i * dil[0]: i * dil[0] + stride[0] * (Ho - 1) + 1: stride[0],
+                           j * dil[1]: j * dil[1] + stride[1] * (Wo - 1) + 1: stride[1]]
+                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og:(g + 1) * og, :, i, j])
+    return out
+
+
+@pytest.mark.parametrize("cin,cout,s", [(16, 24, 8), (70, 13, 33), (768, 64, 16)])
+def test_conv1x1_blob_weight(rt, cin, cout, s):
+    x = rand((1, cin, 1, s))
+    w = (RNG.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float16)
+    body = [mk.const_blob("w", F16, w.shape, "w.bin"),
+            mk.op("y", F16, (1, cout, 1, s), "conv", weight="w", x="x")]
+    out = run(rt, {"x": x}, body, ["y"], {"@model_path/weights/w.bin": mk.blobfile(w)})
+    close16(out["y"], conv_ref(x, w), rtol=2e-3, atol=2e-3)
+
+
+def test_conv_general_strides_pads_groups_dilations(rt):
+    x = rand((2, 4, 9, 7))
+    w = rand((6, 2, 3, 2), lo=-0.5, hi=0.5)
+    body = [mk.const_blob("w", F16, w.shape, "w.bin"), mk.const_ints("st", [2, 1]), mk.const_ints("dl", [1, 2]),
+            mk.const_ints("pd", [1, 2, 0, 1]), mk.const_scalar("pt", "string", "custom"),
+            mk.const_scalar("g", "int32", 2)]
+    ref = conv_ref(x, w, stride=(2, 1), pad=(1, 2, 0, 1), dil=(1, 2), groups=2)
+    body.append(mk.op("y", F16, ref.shape, "conv", dilations="dl", groups="g", pad="pd", pad_type="pt",
+                      strides="st", weight="w", x="x"))
+    out = run(rt, {"x": x}, body, ["y"], {"@model_path/weights/w.bin": mk.blobfile(w)})
+    close16(out["y"], ref, rtol=2e-3, atol=2e-3)
+
+
+def test_conv_same_padding_fp32_weight(rt):
+    x = rand((1, 3, 15, 15))
+    w = rand((4, 3, 3, 3), np.float32, lo=-0.5, hi=0.5)
+    body = [mk.const_blob("w", "fp32", w.shape, "w.bin"), mk.const_ints("st", [2, 2]),
+            mk.const_scalar("pt", "string", "same"),
+            mk.op("y", F16, (1, 4, 8, 8), "conv", pad_type="pt", strides="st", weight="w", x="x")]
+    out = run(rt, {"x": x}, body, ["y"], {"@model_path/weights/w.bin": mk.blobfile(w)})
+    close16(out["y"], conv_ref(x, w, stride=(2, 2), pad=(1, 1, 1, 1)), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("tx,ty", [(False, False), (True, False), (False, True), (True, True)])
+def test_matmul_transposes_and_batch_broadcast(rt, tx, ty):
+    M, K, N = 5, 7, 9
+    x = rand((2, 1, K, M) if tx else (2, 1, M, K), lo=-1, hi=1)
+    y = rand((3, N, K) if ty else (3, K, N), lo=-1, hi=1)
+    body = [mk.const_scalar("tx", "bool", tx), mk.const_scalar("ty", "bool", ty)]
+    xr = np.swapaxes(x, -1, -2) if tx else x
+    yr = np.swapaxes(y, -1, -2) if ty else y
+    ref = np.matmul(xr.astype(np.float64), yr.astype(np.float64))
+    body.append(mk.op("z", F16, ref.shape, "matmul", transpose_x="tx", transpose_y="ty", x="x", y="y"))
+    close16(run(rt, {"x": x, "y": y}, body, ["z"])["z"], ref, rtol=2e-3, atol=2e-3)
+
+
+def test_matmul_const_fp32_operand_with_fp16_x(rt):
+    x = rand((1, 1, 4, 6))
+    w = rand((6, 3), np.float32)
+    body = [mk.const_tensor("w", w), mk.const_scalar("f", "bool", False),
+            mk.op("z", F16, (1, 1, 4, 3), "matmul", transpose_x="f", transpose_y="f", x="x", y="w")]
+    close16(run(rt, {"x": x}, body, ["z"])["z"], x.astype(np.float64) @ w.astype(np.float64), rtol=2e-3, atol=2e-3)
+
+
+def test_large_gemm_two_threads_bit_identical_to_one(tmp_path):
+    from anec.runtime import Runtime
+
+    x = rand((1, 512, 1, 96))
+    w = (RNG.standard_normal((384, 512, 1, 1)) / 20).astype(np.float16)
+    mil = mk.program([("x", F16, x.shape)], [mk.const_blob("w", F16, w.shape, "w.bin"),
+                                             mk.op("y", F16, (1, 384, 1, 96), "conv", weight="w", x="x")], ["y"])
+    outs = []
+    for threads in (1, 2):
+        with Runtime("sim", sim_threads=threads, temp_root=tmp_path / str(threads)) as r:
+            outs.append(r.compile(mil, {"@model_path/weights/w.bin": mk.blobfile(w)})(x=x)["y"])
+    np.testing.assert_array_equal(outs[0], outs[1])
+    close16(outs[0], conv_ref(x, w), rtol=3e-3, atol=3e-3)
