@@ -14,15 +14,19 @@
  *            dir   = NSTemporaryDirectory()/[model hexStringIdentifier]
  *                    pre-populated with model.mil and weights/<file>
  *            [model compileWithQoS:21 options:@{} error:&e]
- *   load     [model loadWithQoS:21 options:@{} error:&e]
+ *   load     copy the weight files from the core's program directory into
+ *            `dir`, then [model loadWithQoS:21 options:@{} error:&e]
  *   evaluate +[_ANEIOSurfaceObject objectWithIOSurface:] per surface, then ONE
  *            +[_ANERequest requestWithInputs:inputIndices:outputs:outputIndices:
  *              weightsBuffer:nil perfStats:nil procedureIndex:@0] per bound
  *            surface set, reused by every [model evaluateWithQoS:21 options:@{}
  *            request:req error:&e]
  *   reload   [model unloadWithQoS:21 error:&e], the core patches blobs in its
- *            program directory, load copies them into `dir`, loadWithQoS again;
- *            never a compile
+ *            program directory, then load as above; never a compile
+ *   clone    (a program sharing a compiled network: same MIL, same weight
+ *            paths, other weights) a new descriptor + model with the new
+ *            weights; same hexId, so the framework finds the compiled network
+ *            in `dir`; only loaded, never compiled (Orion's "delta compile")
  *   release  unload if loaded, CFRelease request/arrays/model/descriptor, remove
  *            `dir` when no other live program uses it
  *
@@ -36,12 +40,13 @@
  * directory (args->dir) directly: the device service may not be allowed to
  * read arbitrary user directories, and a symlink would make the framework's
  * compiled files (net.plist, data) land in the core's directory. The core's
- * directory stays the source of truth for weights: every load that follows an
- * unload, or follows another program writing the same hexId directory, copies
- * the weight files from args->dir first, so delta reloads reach the device and
- * two programs that share a hexId directory (same MIL, same weight paths,
- * different weights) each load their own weights. hexId directories are
- * reference-counted process-wide and removed when their last program goes.
+ * directory stays the source of truth for weights: every load first copies
+ * the program's weight files from it into `dir`, so delta reloads reach the
+ * device, and programs sharing a hexId directory (same MIL and weight paths,
+ * different weights; the runtime's cache makes them clones) each load their
+ * own weights. hexId directories are reference-counted process-wide and
+ * removed when their last program goes; a per-directory lock makes "write the
+ * files, then compile/load" atomic with respect to other programs.
  *
  * IOSurfaces are flat byte buffers (Width = bytes, Height = 1, BytesPerElement
  * = 1, BytesPerRow = bytes, AllocSize = bytes, PixelFormat = 0). They stay
@@ -298,7 +303,6 @@ static int ane_available(char *why, size_t whylen)
 typedef struct ane_dir {
     char *path;                 /* NSTemporaryDirectory()/<hexId> */
     int refs;                   /* live programs using it */
-    const void *writer;         /* program whose weights the directory holds now */
     pthread_mutex_t use;        /* held while a program writes it and compiles/loads */
     struct ane_dir *next;
 } ane_dir;
@@ -374,7 +378,7 @@ typedef struct ane_prog {
     char **rel;                 /* blob paths relative to the program dir ("weights/w.bin") */
     size_t n_rel;
     int loaded;
-    int dirty;                  /* unloaded since the last load: weights may have changed */
+    int cloned;                 /* made by clone: loads a network compiled for another */
     /* the request, built once per bound surface set */
     ane_id request;
     ane_id arrays[4];           /* inputs, input indices, outputs, output indices */
@@ -611,14 +615,7 @@ static void prog_free(ane_ctx *c, ane_prog *p)
         S->CFRelease(p->desc);
     if (p->mil)
         S->CFRelease(p->mil);
-    if (p->dir) {
-        /* A later program may get this address: it must not pass for the writer. */
-        pthread_mutex_lock(&p->dir->use);
-        if (p->dir->writer == p)
-            p->dir->writer = NULL;
-        pthread_mutex_unlock(&p->dir->use);
-        dir_release(c, p->dir);
-    }
+    dir_release(c, p->dir);
     for (size_t i = 0; i < p->n_rel; i++)
         free(p->rel[i]);
     free(p->rel);
@@ -853,7 +850,6 @@ static int ane_compile(void *vctx, const anec_compile_args *a, void **out, char 
            and every weight file before compileWithQoS. */
         rc = populate_dir(c, p, datas, err, errlen);
         if (rc == ANEC_OK) {
-            p->dir->writer = p;
             ane_id e = NULL;
             if (!S->msg_qos_opts_err(p->model, c->sel.compile, ANE_QOS, c->empty, &e)) {
                 char why[1024];
@@ -894,24 +890,24 @@ static int ane_load(void *vctx, void *vprog, char *err, size_t errlen)
     void *pool = S->objc_autoreleasePoolPush();
     int rc = ANEC_OK;
     pthread_mutex_lock(&p->dir->use);
-    /* The device reads weights from the hexId directory: bring it up to date
-       with the core's directory when blobs may have been patched since the
-       last load, or another program wrote its own weights there. */
-    if (p->dirty || p->dir->writer != p) {
-        rc = sync_weights(c, p, err, errlen);
-        if (rc == ANEC_OK)
-            p->dir->writer = p;
-    }
+    /* The device reads the weights from the hexId directory: copy this
+       program's files there first. The core may have patched them since the
+       last load (delta reload), and another program with the same hexId may
+       have written its own weights there meanwhile. */
+    rc = sync_weights(c, p, err, errlen);
     if (rc == ANEC_OK) {
         ane_id e = NULL;
         if (!S->msg_qos_opts_err(p->model, c->sel.load, ANE_QOS, c->empty, &e)) {
             char why[1024];
             error_text(c, e, why, sizeof why);
-            set_err(err, errlen, "ANE load failed (loadWithQoS:options:error:): %s", why);
+            set_err(err, errlen, "ANE load failed (loadWithQoS:options:error:): %s%s", why,
+                    p->cloned ? " [this program reuses the network compiled for another program "
+                                "with the same MIL and weight paths; `python -m anec.selftest` "
+                                "checks that path on this Mac]"
+                              : "");
             rc = ANEC_ELOAD;
         } else {
             p->loaded = 1;
-            p->dirty = 0;
         }
     }
     pthread_mutex_unlock(&p->dir->use);
@@ -924,8 +920,6 @@ static int unload_prog(ane_ctx *c, ane_prog *p, char *err, size_t errlen)
     const ane_syms *S = c->S;
     ane_id e = NULL;
     int rc = ANEC_OK;
-    /* Whatever the outcome, the next load re-reads the weight files. */
-    p->dirty = 1;
     if (!S->msg_qos_err(p->model, c->sel.unload, ANE_QOS, &e)) {
         char why[1024];
         error_text(c, e, why, sizeof why);
@@ -1001,6 +995,7 @@ static int ane_clone(void *vctx, void *vdonor, const char *dir, void **out, char
     void *pool = S->objc_autoreleasePoolPush();
     int rc = ANEC_OK;
     p->mil = (ane_id)S->CFRetain(donor->mil);
+    p->cloned = 1;
     /* The descriptor gets the new program's own weight bytes. */
     for (size_t i = 0; rc == ANEC_OK && i < n; i++) {
         char *file = str_printf("%s/%s", dir, donor->rel[i]);
@@ -1031,8 +1026,6 @@ static int ane_clone(void *vctx, void *vdonor, const char *dir, void **out, char
                 p->dir->path, donor->dir->path);
         rc = ANEC_EDRIVER;
     }
-    /* Its first load copies its weights into the shared directory. */
-    p->dirty = 1;
     for (size_t i = 0; i < n; i++)
         free(paths[i]);
     free(paths);

@@ -2,8 +2,9 @@
 #
 #   make ane-protocol-test   the driver's call protocol against a recording fake
 #                            of the Objective-C runtime, CF and IOSurface
-#                            (tests/ane_protocol/), gcc -Wall -Wextra -Werror,
-#                            ASan + UBSan
+#                            (tests/ane_protocol/): the driver alone, then the
+#                            runtime core on the ane driver; gcc -Wall -Wextra
+#                            -Werror, ASan + UBSan
 #   make ane-macos-syntax    type-check driver_ane.c for arm64-apple-macos14 with
 #                            clang (no SDK: tests/ane_protocol/macos_sdk declares
 #                            the few libc functions it uses), then compile it to
@@ -25,6 +26,11 @@ ANE_SDK     := tests/ane_protocol/macos_sdk
 ANE_PROTO_SRC := csrc/driver_ane.c tests/ane_protocol/fake_apple.c tests/ane_protocol/test_ane_protocol.c
 ANE_PROTO_HDR := csrc/ane_syms.h csrc/anec_driver.h csrc/anec_rt.h tests/ane_protocol/fake_apple.h
 ANE_PROTO_BIN := $(ANE_BUILD)/test_ane_protocol
+# The runtime core on the ane driver: every runtime source (as in the cffi
+# build) except fuzz harnesses, with the fake of the Apple side.
+ANE_CORE_SRC  := $(filter-out csrc/driver_ane.c csrc/fuzz_%,$(wildcard csrc/*.c)) csrc/driver_ane.c \
+	tests/ane_protocol/fake_apple.c tests/ane_protocol/test_ane_core.c
+ANE_CORE_BIN  := $(ANE_BUILD)/test_ane_core
 
 # Undefined symbols the macOS object may reference (Mach-O names).
 ANE_ALLOWED_UNDEF := _calloc _free _malloc _realloc _memcpy _memset _bzero _strchr _strcmp \
@@ -39,8 +45,14 @@ $(ANE_PROTO_BIN): $(ANE_PROTO_SRC) $(ANE_PROTO_HDR) mk/ane.mk
 	$(ANE_CC) $(ANE_CFLAGS) $(ANE_SAN) -DANEC_ANE_TESTING -Icsrc -Itests/ane_protocol \
 		-o $@ $(ANE_PROTO_SRC) -ldl -lpthread
 
-ane-protocol-test: $(ANE_PROTO_BIN)
+$(ANE_CORE_BIN): $(ANE_CORE_SRC) $(wildcard csrc/*.h) tests/ane_protocol/fake_apple.h mk/ane.mk
+	@mkdir -p $(dir $@)
+	$(ANE_CC) $(ANE_CFLAGS) $(ANE_SAN) -DANEC_ANE_TESTING -Icsrc -Itests/ane_protocol \
+		-o $@ $(ANE_CORE_SRC) -lm -ldl -lpthread
+
+ane-protocol-test: $(ANE_PROTO_BIN) $(ANE_CORE_BIN)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(abspath $(ANE_PROTO_BIN))
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(abspath $(ANE_CORE_BIN))
 
 ane-macos-syntax:
 	@command -v $(ANE_CLANG) >/dev/null 2>&1 || { \

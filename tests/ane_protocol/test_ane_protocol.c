@@ -466,11 +466,15 @@ static void test_load_evaluate_reuses_request(void)
     CHECK_OK(D->compile(ctx, &p.args, &prog, err, sizeof err), err);
     size_t mark = fk_ncalls();
     CHECK_OK(D->load(ctx, prog, err, sizeof err), err);
+    /* the weight files are copied from the core's directory, then loaded */
     const char *load_seq[] = {
+        "+NSData dataWithContentsOfFile: NSString\"$TMP/core/eval/weights/w.bin\"",
+        "-NSData writeToFile:atomically: NSString\"$TMP/{HEX}/weights/w.bin\" YES",
+        "+NSData dataWithContentsOfFile: NSString\"$TMP/core/eval/weights/b.bin\"",
+        "-NSData writeToFile:atomically: NSString\"$TMP/{HEX}/weights/b.bin\" YES",
         "-_ANEInMemoryModel loadWithQoS:options:error: 21 NSDictionary{0} &error",
     };
-    /* right after compile the directory already holds this program's weights */
-    CHECK(expect_messages(mark, load_seq, 1, ""));
+    CHECK(expect_messages(mark, load_seq, N_OF(load_seq), last_hex()));
     CHECK(fk_last(FK_MODEL)->loaded);
     CHECK(fk_last(FK_MODEL)->wsum == weights_hash(&p));
 
@@ -624,6 +628,24 @@ static void test_reload_unload_load_no_compile(void)
     D->close(ctx);
     free_program(&p);
     free_program(&q);
+}
+
+/* The core may patch blobs before the first load (compile without load, then
+   a delta reload): the first load must use the patched files. */
+static void test_patch_before_first_load(void)
+{
+    void *ctx = NULL, *prog = NULL;
+    char err[2048] = "";
+    program_t p;
+    make_program(&p, "early", k_mil, k_paths2, 2, 13);
+    CHECK_OK(D->open(&ctx, err, sizeof err), err);
+    CHECK_OK(D->compile(ctx, &p.args, &prog, err, sizeof err), err);
+    patch_blob(&p, 1, 77);
+    CHECK_OK(D->load(ctx, prog, err, sizeof err), err);
+    CHECK(fk_last(FK_MODEL)->wsum == weights_hash(&p));
+    D->release(ctx, prog);
+    D->close(ctx);
+    free_program(&p);
 }
 
 /* Same MIL + weight paths -> same hexId directory: refcounted, and each
@@ -895,6 +917,7 @@ static const test_t k_tests[] = {
     {"surfaces: flat IOSurface properties, locked, zeroed", test_surfaces, 0},
     {"load + evaluate twice: one request, reused", test_load_evaluate_reuses_request, 0},
     {"reload: unload + load, no compile, equals fresh compile", test_reload_unload_load_no_compile, 0},
+    {"blobs patched before the first load are loaded", test_patch_before_first_load, 0},
     {"shared hexId directory: refcounted, own weights", test_shared_hexid_directory, 0},
     {"clone: no compile, own weights", test_clone_shares_compiled_form, 0},
     {"NSError text in the anec error message", test_nserror_becomes_message, 0},
