@@ -37,8 +37,9 @@ from anec.ir.types import DTYPE_NAMES, TensorType, parse_dtype
 
 __all__ = ["Comment", "Layout", "parse", "parse_file", "parse_with_layout"]
 
-VALUE_NAME = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+)\Z")
-"""A value name (without ``%``): an identifier or a run of digits."""
+VALUE_NAME = re.compile(r"[A-Za-z0-9_]+\Z")
+"""A value name (without ``%``): letters, digits and ``_`` (``x``, ``h_0``, ``3``,
+``0_weight``), as the Builder derives them from weight keys."""
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_LIST_DEPTH = 32
 """Nested-list literals deeper than this are rejected (and never printed)."""
@@ -348,14 +349,7 @@ class _Walker:
 
     # -- names
     def value_name(self, tok: Token) -> str:
-        name = str(tok)[1:]
-        if not VALUE_NAME.match(name):
-            raise ParseError(
-                f"invalid value name '{tok}'",
-                self.span(tok),
-                hint="a value name is '%' and an identifier (%x1, %h_0) or digits (%3)",
-            )
-        return name
+        return str(tok)[1:]  # the VALUE terminal is exactly '%' VALUE_NAME
 
     def define(self, env: dict[str, Value], name: str, span: Span) -> None:
         if name in env:
@@ -709,7 +703,7 @@ def _bad_character(e: UnexpectedCharacters, source: Source) -> ParseError:
                           hint="close the string with '\"' on the same line")
     if ch == "%":
         return ParseError("'%' must be followed by a value name", span,
-                          hint="a value name is '%' and an identifier (%x1, %h_0) or digits (%3)")
+                          hint="a value name is '%' and letters, digits or '_': %x, %h_0, %3")
     if ch in "#;":
         return ParseError(f"unexpected character '{ch}'", span,
                           hint="comments start with '//'" if ch == "#"

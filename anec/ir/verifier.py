@@ -194,7 +194,7 @@ class _GraphChecker:
 
         if not isinstance(v.name, str) or not VALUE_NAME.match(v.name):
             self.error(f"invalid value name {v.name!r}", v.span,
-                       hint="a value name is an identifier (x1, h_0) or digits (3)")
+                       hint="a value name has letters, digits and '_' only (x, h_0, 3)")
         elif v.name in self.names:
             first = self.names[v.name].span
             self.error(f"value %{v.name} is already defined", v.span,

@@ -24,7 +24,7 @@ from anec.ir.types import DType, TensorType
 IDENT = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,7}", fullmatch=True) | st.sampled_from(
     ["func", "return", "weights", "true", "nan", "inf", "fp16", "const", "add", "x"]
 )
-VALUE_NAME = IDENT | st.from_regex(r"[0-9]{1,3}", fullmatch=True)
+VALUE_NAME = IDENT | st.from_regex(r"[0-9]{1,3}", fullmatch=True) | st.from_regex(r"[A-Za-z0-9_]{1,8}", fullmatch=True)
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=10)
 FLOATS = st.floats(allow_nan=False, width=64) | st.sampled_from([0.0, -0.0, 1e-05, 0.125, 1e-300, 1e16])
 DTYPES = st.sampled_from(list(DType))

@@ -1,0 +1,173 @@
+"""The verifier on graphs built or edited in memory (no text involved)."""
+
+from __future__ import annotations
+
+import pytest
+
+from anec.diagnostics import VerifyError
+from anec.ir.builder import Builder
+from anec.ir.graph import Graph, Module, Node, Value
+from anec.ir.parser import parse
+from anec.ir.types import DType, TensorType
+from anec.ir.verifier import check, verify, verify_all
+
+F = TensorType(DType.fp16, (1, 8))
+
+
+def small() -> Builder:
+    b = Builder("f")
+    x = b.input("x", F)
+    h = b.relu(x, name="h")
+    b.ret(b.tanh(h, name="y"))
+    return b
+
+
+def messages(target) -> list[str]:
+    return [e.message for e in verify_all(target)]
+
+
+def test_built_graph_is_valid() -> None:
+    b = small()
+    assert verify(b.graph) == []
+    assert verify(Builder.module(b)) == []
+
+
+def test_operand_from_another_graph_is_undefined() -> None:
+    other = small()
+    b = small()
+    b.graph.nodes[1].operands[0] = other.graph.nodes[0].results[0]
+    b.graph.rebuild_uses()
+    assert messages(b.graph) == ["use of undefined value %h"]
+
+
+def test_nodes_out_of_order() -> None:
+    b = small()
+    b.graph.nodes.reverse()
+    assert messages(b.graph) == ["value %h is used before it is defined"]
+
+
+def test_duplicate_value_names() -> None:
+    b = small()
+    b.graph.nodes[1].results[0].name = "h"
+    b.graph.outputs[0].name = "h"
+    assert messages(b.graph)[0] == "value %h is already defined"
+
+
+def test_stale_use_lists_are_caught() -> None:
+    b = small()
+    g = b.graph
+    g.nodes[1].operands[0] = g.inputs[0]  # edited without set_operand / rebuild_uses
+    errs = verify_all(g)
+    assert [e.message for e in errs] == ["use list of %x is out of date", "use list of %h is out of date"]
+    assert "rebuild_uses" in errs[0].hint
+    g.rebuild_uses()
+    assert verify_all(g) == []
+
+
+def test_outputs() -> None:
+    b = small()
+    g = b.graph
+    g.outputs = []
+    assert messages(g) == ["func 'f' returns no value"]
+    g.outputs = [g.inputs[0]]
+    err = verify_all(g)[0]
+    assert err.message == "func 'f' returns its input %x directly"
+    assert "identity" in err.hint
+    y = g.nodes[1].results[0]
+    g.outputs = [y, y]
+    assert messages(g) == ["%y is returned twice"]
+    g.outputs = [Value("ghost", F)]
+    assert messages(g)[0] == "returned value %ghost is not defined in func 'f'"
+
+
+def test_unprintable_names_and_attributes() -> None:
+    b = small()
+    g = b.graph
+    g.nodes[0].results[0].name = "h-1"
+    g.nodes[1].attrs["blob"] = object()
+    g.nodes[1].annotations["s"] = "\ud800"
+    assert messages(g) == [
+        "invalid value name 'h-1'",
+        "attribute 'blob' of 'tanh' cannot be written in the IR: object is not a literal",
+        "annotation 's' of 'tanh' cannot be written in the IR: string holds lone surrogates",
+    ]
+
+
+def test_bad_func_names_in_modules() -> None:
+    b = small()
+    m = Module()
+    m.funcs["other"] = b.graph
+    assert messages(m) == ["func 'f' is registered under the name 'other'"]
+    b.graph.name = "f g"
+    m = Module()
+    m.add_func(b.graph)
+    assert messages(m)[0] == "invalid func name 'f g'"
+
+
+def test_invalid_types() -> None:
+    g = Graph("f")
+    x = g.add_input("x", TensorType(DType.fp16, (0, 2)))
+    g.add_node(Node("relu", [x], {}, [Value("y", TensorType(DType.fp16, (0, 2)))]))
+    g.outputs = [g.nodes[0].results[0]]
+    assert messages(g) == ["%x has an invalid type: fp16[0, 2] has a dimension < 1",
+                           "%y has an invalid type: fp16[0, 2] has a dimension < 1"]
+
+
+def test_all_errors_in_source_order() -> None:
+    text = ("func f(%x: fp16[1, 8]) {\n"
+            "  %a = relu(%x) : fp16[1, 9]\n"
+            "  %b = softmax(%a, axsi=0) : fp16[1, 9]\n"
+            "  %c = gleu(%b) : fp16[1, 9]\n"
+            "  return %c, %x\n}\n")
+    errs = verify_all(parse(text, "m.ir"))
+    assert [(e.span.location, e.message) for e in errs] == [
+        ("m.ir:2:8", "declared type fp16[1, 9] of %a does not match the inferred type fp16[1, 8]"),
+        ("m.ir:3:8", "softmax has no attribute 'axsi'"),
+        ("m.ir:4:8", "unknown op 'gleu'"),
+        ("m.ir:5:3", "func 'f' returns its input %x directly"),
+    ]
+    with pytest.raises(VerifyError, match="declared type"):
+        verify(parse(text))
+
+
+def test_unused_results_are_warnings() -> None:
+    text = ("func f(%x: fp16[1, 8]) {\n"
+            "  %dead = relu(%x)\n"
+            "  %a, %b = split(%x, axis=1, sizes=[4, 4])\n"
+            "  %c, %d = split(%x, axis=1, sizes=[2, 6])\n"
+            "  %y = tanh(%a)\n"
+            "  return %y\n}\n")
+    m = parse(text, "w.ir")
+    warnings = verify(m)
+    assert warnings == [
+        "w.ir:2:11: warning: %dead is never used (dce removes 'relu')\n"
+        "    %dead = relu(%x)\n"
+        "            ^^^^",
+        "w.ir:4:12: warning: %c, %d are never used (dce removes 'split')\n"
+        "    %c, %d = split(%x, axis=1, sizes=[2, 6])\n"
+        "             ^^^^^",
+    ]
+    assert check(m).errors == []
+
+
+def test_const_rules() -> None:
+    def err(decl: str) -> str:
+        text = f"func f() {{\n  %c = {decl}\n  return %c\n}}\n"
+        return verify_all(parse(text))[0].message
+
+    assert err("const() : fp16[1]") == "const needs exactly one of weight= or value="
+    assert err('const(weight="") : fp16[1]') == "const weight key is empty"
+    assert err("const(value=[1, 2]) : fp16[1, 2]").startswith("const value has shape [2]")
+    assert err("const(value=true) : fp32[]") == "const value true is not a number for a fp32 const"
+    assert err("const(value=300) : uint8[]") == "const value 300 is out of range for uint8 (0..255)"
+    assert err('const(weight="w", perm=[0, 0]) : fp16[2, 2]').startswith("const perm [0, 0]")
+    big = "const(value=0.0) : fp16[65536, 65536, 65536]"  # a scalar fills the shape, not allocated
+    assert verify(parse(f"func f() {{\n  %c = {big}\n  return %c\n}}\n")) == []
+
+
+def test_operand_attribute_confusion() -> None:
+    text = "func f(%x: fp16[1, 8], %a: fp16[1]) {\n  %y = softmax(%x, axis=%a)\n  return %y\n}\n"
+    with pytest.raises(VerifyError) as e:
+        parse(text)
+    assert e.value.message == "attribute 'axis' of softmax takes a literal, not a value"
+    assert e.value.hint == "write axis=<int>"
