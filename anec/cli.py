@@ -363,6 +363,20 @@ def constraints_cmd(ids: tuple[str, ...], markdown: bool, target: str | None) ->
 
 # ---- runtime: run, doctor ----------------------------------------------------
 
+
+@main.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def doctor_cmd(as_json: bool) -> None:
+    """Report the platform, drivers (and why one is unavailable), the runtime
+    build, the default target's limits and the compile budget. Paste it into
+    an issue."""
+    import json
+
+    from anec.doctor import collect, render
+
+    info = collect()
+    click.echo(json.dumps(info, indent=2) if as_json else render(info), nl=as_json)
+
 # ---- models: models export, generate, embed --------------------------------
 
 _MODEL_BACKENDS = ("auto", "sim", "ane", "interp")
@@ -442,16 +456,16 @@ def generate_cmd(checkpoint, prompt, prompt_ids, max_new_tokens, temperature, to
 
     if (prompt is None) == (prompt_ids is None):
         raise ModelError("give exactly one of --prompt and --prompt-ids")
-    tok = None
-    if prompt is not None:
-        tok = load_tokenizer(checkpoint)
-        prompt_ids = tok.encode(prompt)
     lora = ad = None
     if adapter is not None:
         ad = LoraAdapter.load(adapter)
         lora = LoraSpec(tuple(sorted(ad.targets)), lora_rank or ad.rank)
     lm = load_causal_lm(checkpoint, backend=backend, target=target, progress=_progress(quiet), lora=lora)
     try:
+        tok = None
+        if prompt is not None:
+            tok = load_tokenizer(checkpoint)
+            prompt_ids = tok.encode(prompt)
         if ad is not None:
             lm.set_adapter(ad)
         eos = None
