@@ -1,0 +1,510 @@
+"""``python -m anec.selftest``: check on this machine the device claims anec relies on.
+
+anec's compiler and runtime are built on a catalog of ANE constraints measured
+by others on a few chips (``anec constraints``). This self-test runs small
+programs through the public API on the chosen backend and checks the claims
+that decide whether results are right:
+
+legalized     a program using gelu, rsqrt (layer norm), conv bias, concat,
+              reduce_mean and softmax, compiled by the default pipeline with
+              random weights, matches the reference interpreter;
+unlegalized   raw MIL using concat, gelu or rsqrt is rejected by the device
+              compiler, while the same MIL with relu instead compiles and runs;
+binding       inputs and outputs are bound in alphabetical order of their MIL
+              names: through the runtime (by name) and at the device level
+              (buffers passed in alphabetical order) a two-input, two-output
+              program whose declaration order is not alphabetical is right;
+min-surface   a program whose tensors are below the minimum surface size:
+              the runtime pads its surfaces and the result is right; exact-size
+              buffers either fail at evaluate or give the right result (which
+              one is reported);
+delta-reload  a delta reload changes the outputs without a compile, and they
+              equal a fresh compile (in a new runtime) with the new weights;
+shared        two programs with the same MIL and weight paths but different
+              weights (one compile, the second served from the cache) are
+              loaded at the same time and each computes with its own weights.
+
+On a Mac with Apple silicon it runs on the ANE (``--backend auto`` picks it);
+on Linux it runs on the sim, where it must pass. It prints a plain-text
+report to paste into an issue (``--json`` for JSON); the exit status is 0
+if and only if every check passes.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import click
+import numpy as np
+
+from anec import __version__
+from anec.diagnostics import AnecError
+
+RTOL = 0.02
+"""Outputs must match the fp32 reference within RTOL * max(1, max |reference|):
+fp16 storage with fp32 accumulation stays far below it, a wrong binding or
+stale weights are far above it."""
+
+N = 192  # sequence length: fp32 [1, 64, 1, 192] = 49152 bytes, the minimum surface
+
+LEGALIZED_IR = f"""\
+// selftest (legalized): ops the ANE rejects, rewritten by legalize
+func block(%x: fp32[1, 64, 1, {N}]) {{
+  %xh = cast(%x, dtype=fp16)
+  %mu = reduce_mean(%xh, axes=[1], keep_dims=true)
+  %xc = sub(%xh, %mu)
+  %sq = mul(%xc, %xc)
+  %var = reduce_mean(%sq, axes=[1], keep_dims=true)
+  %eps = const(value=1e-05) : fp16[]
+  %ve = add(%var, %eps)
+  %rstd = rsqrt(%ve)
+  %xn = mul(%xc, %rstd)
+  %w1 = const(weight="fc.weight") : fp16[128, 64, 1, 1]
+  %b1 = const(weight="fc.bias") : fp16[1, 128, 1, 1]
+  %h = conv1x1(%xn, %w1, bias=%b1)
+  %a = gelu(%h, mode="tanh")
+  %cat = concat(%a, %h, axis=1)
+  %w2 = const(weight="proj.weight") : fp16[64, 256, 1, 1]
+  %o = conv1x1(%cat, %w2)
+  %s = softmax(%o, axis=1)
+  %r = add(%xh, %s)
+  %y = cast(%r, dtype=fp32)
+  return %y
+}}
+"""
+
+BINDING_IR = f"""\
+// selftest (binding): declaration order zeta, alpha / zdiff, ahalf; alphabetical is the reverse
+func bind(%zeta: fp32[1, 64, 1, {N}], %alpha: fp32[1, 64, 1, {N}]) {{
+  %zh = cast(%zeta, dtype=fp16)
+  %ah = cast(%alpha, dtype=fp16)
+  %d = sub(%zh, %ah)
+  %half = const(value=0.5) : fp16[]
+  %hh = mul(%ah, %half)
+  %zdiff = cast(%d, dtype=fp32)
+  %ahalf = cast(%hh, dtype=fp32)
+  return %zdiff, %ahalf
+}}
+"""
+
+SMALL_IR = """\
+// selftest (min-surface): 64-byte tensors, far below the minimum surface
+func small(%x: fp32[1, 4, 1, 4]) {
+  %xh = cast(%x, dtype=fp16)
+  %r = relu(%xh)
+  %two = const(value=2.0) : fp16[]
+  %m = mul(%r, %two)
+  %y = cast(%m, dtype=fp32)
+  return %y
+}
+"""
+
+DENSE_IR = f"""\
+// selftest (delta-reload, shared): weights that a reload can swap
+func dense(%x: fp32[1, 64, 1, {N}]) {{
+  %xh = cast(%x, dtype=fp16)
+  %w = const(weight="dense.weight") : fp16[64, 64, 1, 1]
+  %b = const(weight="dense.bias") : fp16[1, 64, 1, 1]
+  %h = conv1x1(%xh, %w, bias=%b)
+  %y = cast(%h, dtype=fp32)
+  return %y
+}}
+"""
+
+_MIL_HEADER = (
+    'program(1.3)\n'
+    '[buildInfo = dict<string, string>({{"coremlc-component-MIL", "3510.2.1"}, '
+    '{"coremlc-version", "3505.4.1"}, {"coremltools-component-milinternal", ""}, '
+    '{"coremltools-version", "9.0"}})]\n'
+    '{\n'
+)
+_T = "tensor<fp16, [1, 64, 1, 384]>"  # 49152 bytes
+RAW_MIL = {
+    "concat": (
+        f"    func main<ios18>({_T} a, {_T} b) {{\n"
+        '        int32 c_axis = const()[name = string("c_axis"), val = int32(1)];\n'
+        '        bool c_interleave = const()[name = string("c_interleave"), val = bool(false)];\n'
+        "        tensor<fp16, [1, 128, 1, 384]> c = concat(axis = c_axis, interleave = c_interleave, "
+        'values = (a, b))[name = string("c")];\n'
+        "    } -> (c);\n}\n"
+    ),
+    "gelu": (
+        f"    func main<ios18>({_T} x) {{\n"
+        '        string g_mode = const()[name = string("g_mode"), val = string("TANH_APPROXIMATION")];\n'
+        f'        {_T} g = gelu(mode = g_mode, x = x)[name = string("g")];\n'
+        "    } -> (g);\n}\n"
+    ),
+    "rsqrt": (
+        f"    func main<ios18>({_T} x) {{\n"
+        '        fp16 r_epsilon = const()[name = string("r_epsilon"), val = fp16(0x1.5p-17)];\n'
+        f'        {_T} r = rsqrt(epsilon = r_epsilon, x = x)[name = string("r")];\n'
+        "    } -> (r);\n}\n"
+    ),
+    # the control: the same program shape with an op the ANE accepts
+    "relu": (
+        f"    func main<ios18>({_T} x) {{\n"
+        f'        {_T} r = relu(x = x)[name = string("r")];\n'
+        "    } -> (r);\n}\n"
+    ),
+}
+
+
+@dataclass
+class Check:
+    """The outcome of one check."""
+
+    id: str
+    title: str
+    passed: bool = False
+    lines: list[str] = field(default_factory=list)
+    """Human-readable findings, with numbers."""
+    data: dict[str, Any] = field(default_factory=dict)
+    """The same numbers for --json."""
+
+    @property
+    def status(self) -> str:
+        return "PASS" if self.passed else "FAIL"
+
+
+class _Env:
+    """What every check needs: the backend, the target and a seed."""
+
+    def __init__(self, backend: str, target: str, seed: int) -> None:
+        self.backend = backend
+        self.target = target
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+
+    def runtime(self):
+        from anec.runtime import Runtime
+
+        return Runtime(backend=self.backend)
+
+    def build(self, text: str, name: str, seed_offset: int = 0):
+        """(module, graph, weights, artifact) for IR `text`, random weights."""
+        from anec.compiler import compile_module
+        from anec.ir.parser import parse
+        from anec.weights import random_weights
+
+        module = parse(text, f"<selftest:{name}>")
+        func = next(iter(module.funcs))
+        store = random_weights(module, self.seed + seed_offset)
+        result = compile_module(module, weights=store, target=self.target)
+        return module, module.funcs[func], store, result.artifacts[func], result
+
+    def normal(self, shape: list[int] | tuple[int, ...]) -> np.ndarray:
+        return self.rng.standard_normal(tuple(shape)).astype(np.float32)
+
+
+def _compare(got: np.ndarray, ref: np.ndarray) -> tuple[bool, float, float, float]:
+    """(within tolerance, max |err|, tolerance, max |ref|)."""
+    err = float(np.max(np.abs(got.astype(np.float64) - ref.astype(np.float64))))
+    scale = float(np.max(np.abs(ref)))
+    tol = RTOL * max(1.0, scale)
+    return bool(np.all(np.isfinite(got)) and err <= tol), err, tol, scale
+
+
+def _reference(graph, inputs: dict[str, np.ndarray], store) -> dict[str, np.ndarray]:
+    from anec.ir.interp import interpret
+
+    return interpret(graph, inputs, store, mode="fp32")
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+# ---- the checks --------------------------------------------------------------------------
+
+
+def check_legalized(env: _Env, c: Check) -> None:
+    module, graph, store, art, result = env.build(LEGALIZED_IR, "legalized")
+    rules = sorted({r["rule"] for r in result.rewrites})
+    x = env.normal(graph.inputs[0].type.shape)
+    with env.runtime() as rt:
+        y = rt.load(art)(x=x)["y"]
+    ref = _reference(graph, {"x": x}, store)["y"]
+    ok, err, tol, scale = _compare(y, ref)
+    c.passed = ok
+    c.lines.append(f"{len(result.rewrites)} rewrites ({', '.join(rules)})")
+    c.lines.append(f"max |err| {_fmt(err)} vs the fp32 interpreter (tolerance {_fmt(tol)}, max |ref| {_fmt(scale)})")
+    c.data.update(rewrites=len(result.rewrites), rules=rules, max_abs_err=err, tolerance=tol, max_abs_ref=scale)
+
+
+def check_unlegalized(env: _Env, c: Check) -> None:
+    from anec.diagnostics import RuntimeFailure
+
+    results: dict[str, dict[str, Any]] = {}
+    with env.runtime() as rt:
+        for op, body in RAW_MIL.items():
+            try:
+                prog = rt.compile(_MIL_HEADER + body)
+            except RuntimeFailure as e:
+                first = str(e.message).splitlines()[0]
+                results[op] = {"rejected": True, "code": e.code, "message": first}
+                continue
+            # compiled: run it once so "accepted" means usable
+            x = env.normal((1, 64, 1, 384)).astype(np.float16)
+            out = prog({i["name"]: x for i in prog.inputs})
+            results[op] = {"rejected": False, "ran": bool(all(np.all(np.isfinite(v)) for v in out.values()))}
+            prog.close()
+    rejected = [op for op in ("concat", "gelu", "rsqrt") if results[op]["rejected"]]
+    control_ok = not results["relu"]["rejected"] and results["relu"].get("ran", False)
+    c.passed = len(rejected) == 3 and control_ok
+    for op in ("concat", "gelu", "rsqrt"):
+        r = results[op]
+        if r["rejected"]:
+            c.lines.append(f"{op}: rejected at compile ({r['message']})")
+        else:
+            c.lines.append(f"{op}: ACCEPTED by the device compiler: the catalog claim does not hold here "
+                           "(anec still legalizes it away; please report)")
+    if control_ok:
+        c.lines.append("control (relu, same shapes): compiled and ran")
+    else:
+        c.lines.append(f"control (relu, same shapes) FAILED: {results['relu'].get('message', 'wrong output')}; "
+                       "the rejections above may have another cause")
+    c.data.update(results=results)
+
+
+def check_binding(env: _Env, c: Check) -> None:
+    module, graph, store, art, _ = env.build(BINDING_IR, "binding")
+    shape = graph.inputs[0].type.shape
+    zeta, alpha = env.normal(shape), env.normal(shape)
+    ref = _reference(graph, {"zeta": zeta, "alpha": alpha}, store)
+    with env.runtime() as rt:
+        prog = rt.load(art)
+        by_name = prog(zeta=zeta, alpha=alpha)
+        order_in = [i["name"] for i in prog.inputs]
+        order_out = [o["name"] for o in prog.outputs]
+        # device level: buffers in alphabetical order of MIL names
+        outs = [np.zeros(tuple(o["shape"]), np.float32) for o in prog.outputs]
+        prog.evaluate_raw([alpha, zeta], outs)
+        raw = dict(zip(order_out, outs))
+    errs = {}
+    ok = order_in == ["alpha", "zeta"] and order_out == ["ahalf", "zdiff"]
+    for how, res in (("by name", by_name), ("device level", raw)):
+        for name in ("zdiff", "ahalf"):
+            good, err, tol, _ = _compare(res[name], ref[name])
+            errs[f"{how}:{name}"] = err
+            ok = ok and good
+    c.passed = ok
+    c.lines.append(f"binding order: inputs {order_in}, outputs {order_out} (declared zeta, alpha -> zdiff, ahalf)")
+    c.lines.append("max |err| by name: zdiff " + _fmt(errs["by name:zdiff"]) + ", ahalf " + _fmt(errs["by name:ahalf"]))
+    c.lines.append("max |err| with buffers [alpha, zeta] -> [ahalf, zdiff]: zdiff "
+                   + _fmt(errs["device level:zdiff"]) + ", ahalf " + _fmt(errs["device level:ahalf"]))
+    c.data.update(inputs=order_in, outputs=order_out, max_abs_err=errs)
+
+
+def check_min_surface(env: _Env, c: Check) -> None:
+    from anec.diagnostics import RuntimeFailure
+
+    module, graph, store, art, _ = env.build(SMALL_IR, "min-surface")
+    x = env.normal(graph.inputs[0].type.shape)
+    ref = _reference(graph, {"x": x}, store)["y"]
+    with env.runtime() as rt:
+        prog = rt.load(art)
+        alloc_in = prog.manifest["input_alloc_bytes"]
+        padded = prog(x=x)["y"]
+        exact = np.zeros_like(ref)
+        try:
+            prog.evaluate_raw([x], [exact])
+            raw: dict[str, Any] = {"failed": False}
+        except RuntimeFailure as e:
+            raw = {"failed": True, "code": e.code, "message": str(e.message).splitlines()[0]}
+    ok_pad, err_pad, tol, _ = _compare(padded, ref)
+    c.lines.append(f"tensors of {x.nbytes} bytes; the runtime pads surfaces to {alloc_in} bytes: "
+                   f"max |err| {_fmt(err_pad)} (tolerance {_fmt(tol)})")
+    if raw["failed"]:
+        c.lines.append(f"exact {x.nbytes}-byte buffers: fail at evaluate, as the catalog says ({raw['message']})")
+        ok_raw = True
+    else:
+        ok_raw, err_raw, _, _ = _compare(exact, ref)
+        raw["max_abs_err"] = err_raw
+        c.lines.append(f"exact {x.nbytes}-byte buffers: ACCEPTED by this device, "
+                       + ("results right: the minimum does not apply here (please report)" if ok_raw
+                          else f"results WRONG (max |err| {_fmt(err_raw)}): small surfaces fail silently"))
+    c.passed = ok_pad and ok_raw
+    c.data.update(tensor_bytes=int(x.nbytes), padded_alloc_bytes=alloc_in, padded_max_abs_err=err_pad,
+                  exact_size=raw)
+
+
+def check_delta_reload(env: _Env, c: Check) -> None:
+    module, graph, store1, art, _ = env.build(DENSE_IR, "delta-reload")
+    from anec.weights import random_weights
+
+    store2 = random_weights(module, env.seed + 1000)
+    x = env.normal(graph.inputs[0].type.shape)
+    ref1 = _reference(graph, {"x": x}, store1)["y"]
+    ref2 = _reference(graph, {"x": x}, store2)["y"]
+    with env.runtime() as rt:
+        prog = rt.load(art)
+        y1 = prog(x=x)["y"]
+        before = rt.stats
+        t0 = time.perf_counter()
+        prog.reload_weights({k: store2[k] for k in store2})
+        t_reload = time.perf_counter() - t0
+        after = rt.stats
+        y2 = prog(x=x)["y"]
+    _, _, _, art2, _ = env.build(DENSE_IR, "delta-reload-fresh", seed_offset=1000)
+    with env.runtime() as rt2:
+        t0 = time.perf_counter()
+        fresh = rt2.load(art2)
+        t_compile = time.perf_counter() - t0
+        y3 = fresh(x=x)["y"]
+        fresh_compiles = rt2.stats["compiles"]
+    ok1, err1, tol, _ = _compare(y1, ref1)
+    ok2, err2, _, _ = _compare(y2, ref2)
+    changed = float(np.max(np.abs(y2 - y1)))
+    vs_fresh = float(np.max(np.abs(y2 - y3)))
+    no_compile = after["compiles"] == before["compiles"] and after["reloads"] == before["reloads"] + 1
+    c.passed = ok1 and ok2 and changed > tol and vs_fresh <= tol * 1e-3 and no_compile and fresh_compiles == 1
+    c.lines.append(f"before reload: max |err| {_fmt(err1)} vs the interpreter with the old weights")
+    c.lines.append(f"after reload: outputs changed by up to {_fmt(changed)}; max |err| {_fmt(err2)} vs the "
+                   f"interpreter with the new weights (tolerance {_fmt(tol)})")
+    c.lines.append(f"reload vs a fresh compile with the new weights: max |diff| {_fmt(vs_fresh)}")
+    c.lines.append(f"compiles during the reload: {after['compiles'] - before['compiles']}; "
+                   f"reload {t_reload * 1e3:.1f} ms vs fresh compile+load {t_compile * 1e3:.1f} ms")
+    c.data.update(max_abs_err_old=err1, max_abs_err_new=err2, change=changed, vs_fresh=vs_fresh,
+                  reload_compiles=after["compiles"] - before["compiles"], reload_ms=t_reload * 1e3,
+                  fresh_compile_ms=t_compile * 1e3)
+
+
+def check_shared(env: _Env, c: Check) -> None:
+    module, graph, store1, art1, _ = env.build(DENSE_IR, "shared-1")
+    _, _, store2, art2, _ = env.build(DENSE_IR, "shared-2", seed_offset=2000)
+    x = env.normal(graph.inputs[0].type.shape)
+    ref1 = _reference(graph, {"x": x}, store1)["y"]
+    ref2 = _reference(graph, {"x": x}, store2)["y"]
+    same_mil = art1.mil_text == art2.mil_text
+    with env.runtime() as rt:
+        p1 = rt.load(art1)
+        p2 = rt.load(art2)
+        y2 = p2(x=x)["y"]
+        y1 = p1(x=x)["y"]
+        st = rt.stats
+    ok1, err1, tol, _ = _compare(y1, ref1)
+    ok2, err2, _, _ = _compare(y2, ref2)
+    c.passed = same_mil and ok1 and ok2 and st["compiles"] == 1 and st["cache_hits"] == 1
+    c.lines.append(f"same MIL text: {same_mil}; compiles {st['compiles']}, cache hits {st['cache_hits']}")
+    c.lines.append(f"both loaded: max |err| {_fmt(err1)} (first weights), {_fmt(err2)} (second weights), "
+                   f"tolerance {_fmt(tol)}")
+    c.data.update(same_mil=same_mil, compiles=st["compiles"], cache_hits=st["cache_hits"],
+                  max_abs_err=[err1, err2])
+
+
+CHECKS: list[tuple[str, str, Callable[[_Env, Check], None]]] = [
+    ("legalized", "legalized program matches the reference interpreter", check_legalized),
+    ("unlegalized", "unlegalized MIL (concat, gelu, rsqrt) is rejected by the device compiler", check_unlegalized),
+    ("binding", "inputs and outputs bind in alphabetical order of MIL names", check_binding),
+    ("min-surface", "surfaces below the minimum size are padded or fail", check_min_surface),
+    ("delta-reload", "delta reload changes outputs, equals a fresh compile, no compile", check_delta_reload),
+    ("shared", "programs sharing one compile keep their own weights", check_shared),
+]
+
+
+# ---- running and reporting -----------------------------------------------------------------------
+
+
+def _platform_info() -> dict[str, Any]:
+    from anec.doctor import detect_chip
+
+    info = {"os": platform.system(), "release": platform.release(), "machine": platform.machine(),
+            "python": platform.python_version(), "numpy": np.__version__, "anec": __version__}
+    if sys.platform == "darwin":
+        info["macos"] = platform.mac_ver()[0] or None
+        info["chip"] = detect_chip()
+    return info
+
+
+def default_target() -> str:
+    """The profile of this Mac's chip, else the default target."""
+    from anec.doctor import detect_chip, target_for_chip
+    from anec.targets import DEFAULT_TARGET
+
+    return target_for_chip(detect_chip()) or DEFAULT_TARGET
+
+
+def run_selftest(backend: str = "auto", target: str | None = None, seed: int = 0) -> dict[str, Any]:
+    """Run every check; the report as JSON-able data (``passed``: all passed).
+
+    Raises AnecError when the backend cannot be opened at all."""
+    from anec.runtime import Runtime
+    from anec.targets import get_target
+
+    tgt = get_target(target or default_target()).name
+    with Runtime(backend=backend) as rt:
+        driver = rt.backend
+    env = _Env(backend, tgt, seed)
+    checks = []
+    for cid, title, fn in CHECKS:
+        c = Check(cid, title)
+        t0 = time.perf_counter()
+        try:
+            fn(env, c)
+        except AnecError as e:
+            c.passed = False
+            c.lines.append("error: " + e.render().replace("\n", "\n    "))
+        except Exception as e:  # noqa: BLE001 - a crash fails this check, the others still run
+            c.passed = False
+            c.lines.append(f"crashed: {type(e).__name__}: {e}")
+            c.data["traceback"] = traceback.format_exc()
+        c.data["seconds"] = time.perf_counter() - t0
+        checks.append(c)
+    return {
+        "anec_selftest": 1,
+        "platform": _platform_info(),
+        "backend": backend,
+        "driver": driver,
+        "target": tgt,
+        "seed": seed,
+        "checks": [asdict(c) | {"status": c.status} for c in checks],
+        "passed": all(c.passed for c in checks),
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    """The plain-text report (paste it into an issue)."""
+    p = report["platform"]
+    lines = [f"anec selftest {p['anec']}: driver {report['driver']} (backend {report['backend']}), "
+             f"target {report['target']}, seed {report['seed']}"]
+    osline = f"{p['os']} {p['release']} {p['machine']}"
+    if p.get("macos"):
+        osline = f"macOS {p['macos']} ({p['machine']}), chip {p.get('chip') or 'unknown'}"
+    lines.append(f"{osline}; python {p['python']}, numpy {p['numpy']}")
+    lines.append("")
+    for c in report["checks"]:
+        lines.append(f"{c['status']}  {c['id']:<13} {c['title']}")
+        for line in c["lines"]:
+            lines.append(f"      {line}")
+    n_pass = sum(c["passed"] for c in report["checks"])
+    lines.append("")
+    lines.append(f"{n_pass}/{len(report['checks'])} checks passed")
+    return "\n".join(lines) + "\n"
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--backend", type=click.Choice(["auto", "sim", "ane"]), default="auto", show_default=True,
+              help="auto: the ANE on a Mac with Apple silicon, else the sim.")
+@click.option("--target", metavar="NAME", default=None,
+              help="Chip profile m1..m5 (default: this Mac's chip, else m4).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs and weights.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def main(backend: str, target: str | None, seed: int, as_json: bool) -> None:
+    """Check on this machine the ANE claims anec relies on; exit 0 iff all pass."""
+    try:
+        report = run_selftest(backend, target, seed)
+    except AnecError as e:
+        click.echo(e.render(), err=True)
+        sys.exit(2)
+    click.echo(json.dumps(report, indent=2) if as_json else render(report), nl=as_json)
+    sys.exit(0 if report["passed"] else 1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
