@@ -101,7 +101,9 @@ def _fmt_field(v) -> str:
 _LEG = "tests/passes/test_legalize.py"
 _DCE = "tests/passes/test_dce.py"
 _SRAM = "tests/passes/test_annotate_sram.py"
-_EMIT = "tests/mil"
+_EMIT = "tests/mil/test_mil_emitter.py"
+_ART = "tests/mil/test_mil_artifact.py"
+_PROTO = "tests/ane_protocol/test_ane_protocol.c"
 _RT = "tests/runtime"
 
 _ENTRIES = (
@@ -160,7 +162,8 @@ _ENTRIES = (
         "emitter", "anec/mil/emitter.py",
         "Every non-tensor parameter, including transpose_x/transpose_y, is emitted as a named "
         "const <node>_<param>.",
-        "compile", (f"{_EMIT}",),
+        "compile", (f"{_EMIT}::test_matmul_flags_are_bool_consts",
+                    f"{_EMIT}::test_every_param_is_a_named_const"),
     ),
     Constraint(
         "ANE-LIVE-OUTPUTS", "returned names must be live values",
@@ -213,7 +216,7 @@ _ENTRIES = (
         "runtime", "manifest input_alloc_bytes/output_alloc_bytes; C runtime core",
         "The manifest gives one allocation size per direction (the largest tensor, at least "
         "the minimum surface, aligned); the runtime allocates every surface at that size.",
-        "runtime", (f"{_RT}",),
+        "runtime", (f"{_ART}::test_alloc_bytes_uniform_aligned", f"{_RT}"),
     ),
     Constraint(
         "ANE-IO-ORDER", "I/O binds in alphabetical order of MIL names",
@@ -222,7 +225,7 @@ _ENTRIES = (
         "runtime", "manifest binding indexes; C runtime core",
         "The manifest records each input's and output's binding index (alphabetical order of "
         "MIL names); the runtime binds surfaces by that index, so users pass names, not order.",
-        "runtime", (f"{_RT}",),
+        "runtime", (f"{_ART}::test_manifest_io_and_bindings", f"{_RT}"),
     ),
     Constraint(
         "ANE-MIN-SURFACE", "surfaces below ~49 KB fail at eval",
@@ -230,7 +233,7 @@ _ENTRIES = (
         "Orion paper constraint 4 (T100)", VERIFIED,
         "runtime", "manifest *_alloc_bytes; C runtime core",
         "Allocations are at least min_surface_bytes; data is written packed at byte 0.",
-        "runtime", (f"{_RT}",),
+        "runtime", (f"{_ART}::test_alloc_bytes_uniform_aligned", f"{_RT}"),
         target_fields=("min_surface_bytes",),
     ),
     Constraint(
@@ -248,7 +251,7 @@ _ENTRIES = (
         "runtime", "Program.reload_weights (delta reload)",
         "Weight swaps go through delta reload: unload, patch only the changed blobs in place, "
         "load; never a write to a loaded program's files.",
-        "runtime", (f"{_RT}",),
+        "runtime", (f"{_PROTO}::test_reload_unload_load_no_compile", f"{_RT}"),
     ),
     Constraint(
         "ANE-COMPILE-BUDGET", "about 119 compiles per process",
@@ -266,7 +269,7 @@ _ENTRIES = (
         "Orion paper constraint 9", VERIFIED,
         "runtime", "driver_ane",
         "The ane driver passes the MIL text as UTF-8 bytes.",
-        "runtime", (f"{_RT}",),
+        "runtime", (f"{_PROTO}::test_mil_is_nsdata_and_weights_dict",),
     ),
     Constraint(
         "ANE-WEIGHTS-DICT", "the weights dictionary must be empty, never nil",
@@ -274,7 +277,7 @@ _ENTRIES = (
         "Orion paper constraint 11", VERIFIED,
         "runtime", "driver_ane",
         "The ane driver always passes a dictionary (empty when weights come from files).",
-        "runtime", (f"{_RT}",),
+        "runtime", (f"{_PROTO}::test_empty_weights_dict_not_nil",),
     ),
     Constraint(
         "ANE-FP16-RANGE", "the ANE computes in fp16 (+-65504)",
@@ -339,7 +342,8 @@ _ENTRIES = (
         "emitter", "anec/mil/emitter.py, anec/mil/blobfile.py",
         "The emitter writes offset = uint64(M), M the 64-byte metadata record (64 for the first "
         "blob in a file).",
-        "compile", (f"{_EMIT}",),
+        "compile", ("tests/mil/test_mil_blobfile.py::test_layout_fields",
+                    f"{_EMIT}::test_packed_weights_offsets"),
     ),
     Constraint(
         "ANE-ONE-FILE-PER-WEIGHT", "M1 rejects BLOBFILEs holding several tensors",
@@ -349,7 +353,8 @@ _ENTRIES = (
         "emitter", "anec/mil/emitter.py; legalize: check_weight_packing",
         "The emitter writes one tensor per file by default; asking for packed weights "
         "(pack_weights option) on a target with one_file_per_weight is a compile error.",
-        "compile", (f"{_LEG}::test_packed_weights_rejected_on_m1",),
+        "compile", (f"{_LEG}::test_packed_weights_rejected_on_m1",
+                    f"{_EMIT}::test_one_file_per_weight"),
         switch="one_file_per_weight",
     ),
     Constraint(
@@ -381,7 +386,7 @@ _ENTRIES = (
         "emitter", "anec/mil/emitter.py (target.mil_dialect)",
         "The emitter writes program(1.0)/<ios16> with verbose scalars "
         "(tensor<string, []>(\"x\")) when the target's mil_dialect is ios16.",
-        "compile", (f"{_EMIT}",),
+        "compile", (f"{_EMIT}::test_ios16_dialect",),
         switch="mil_dialect",
     ),
     Constraint(
@@ -390,7 +395,7 @@ _ENTRIES = (
         "maderix PR #35 (unmerged)", REPORTED,
         "runtime", "manifest *_alloc_bytes; C runtime core",
         "Allocation sizes in the manifest are rounded up to the target's surface_alignment.",
-        "runtime", (f"{_RT}",),
+        "runtime", (f"{_ART}::test_alloc_bytes_uniform_aligned",),
         target_fields=("surface_alignment",), switch="surface_alignment",
     ),
 )

@@ -62,7 +62,7 @@ def sram_report(graph: "Graph", target: "Target") -> dict[str, Any]:
 
     # live bytes per step: a sweep over interval starts and ends
     delta = [0] * (len(steps) + 1)
-    for start, end, nbytes in intervals.values():
+    for start, end, nbytes in intervals.values() if steps else ():
         delta[start] += nbytes
         delta[end + 1] -= nbytes
     live, running = [], 0

@@ -1,0 +1,119 @@
+"""The pass registry, the manager (verification, timing, IR dumps) and named pipelines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+
+from anec.diagnostics import AnecError, PassError, VerifyError
+from anec.passes import (ALL_PASSES, PASSES, DeadCodeElimination, EmitMil, FuseCasts, Pass,
+                         PassContext, get_pass, run_pipeline)
+from anec.passes.pipelines import (CLEANUP, DEFAULT, OPTIMIZE, PIPELINES, check_pass_names,
+                                   get_pipeline, parse_pass_list)
+
+from .passes_util import parse_func, parse_module
+
+TEXT = """
+func f(%x: fp16[1, 8, 1, 8]) {
+  %a = cast(%x, dtype=fp32) : fp32[1, 8, 1, 8]
+  %b = cast(%a, dtype=fp16) : fp16[1, 8, 1, 8]
+  %y = relu(%b) : fp16[1, 8, 1, 8]
+  return %y
+}"""
+
+
+def test_registry_names_are_unique_and_documented():
+    assert len(PASSES) == len(ALL_PASSES) == 5
+    assert list(PASSES) == ["dce", "fuse-casts", "annotate-sram", "legalize", "emit-mil"]
+    for p in ALL_PASSES:
+        doc = p.documentation()
+        assert "Before:" in doc and "After" in doc, p.name
+        assert p.summary() and p.summary() == doc.splitlines()[0]
+        assert p.__dataclass_params__.frozen
+
+
+def test_get_pass_suggests_a_name():
+    assert get_pass("dce") is DeadCodeElimination
+    with pytest.raises(AnecError) as info:
+        get_pass("fuse-cast")
+    assert info.value.hint == "did you mean 'fuse-casts'?"
+
+
+def test_pipelines_are_tuples_of_instances_in_documented_order():
+    assert [p.name for p in DEFAULT] == ["dce", "fuse-casts", "dce", "annotate-sram",
+                                        "legalize", "emit-mil"]
+    assert [p.name for p in OPTIMIZE] == [p.name for p in DEFAULT[:-1]]
+    assert [p.name for p in CLEANUP] == ["dce", "fuse-casts", "dce"]
+    assert isinstance(DEFAULT[-1], EmitMil)
+    assert get_pipeline("default") is DEFAULT and set(PIPELINES) >= {"default", "optimize"}
+    with pytest.raises(AnecError) as info:
+        get_pipeline("defualt")
+    assert "did you mean 'default'" in info.value.hint
+
+
+def test_parse_pass_list():
+    passes = parse_pass_list("dce, fuse-casts,dce")
+    assert [p.name for p in passes] == ["dce", "fuse-casts", "dce"]
+    assert isinstance(passes[1], FuseCasts)
+    for bad in ("", "dce,,dce", "dce,legalise"):
+        with pytest.raises(AnecError):
+            parse_pass_list(bad)
+    assert check_pass_names(["all", "dce"]) == {"all", "dce"}
+    with pytest.raises(AnecError) as info:
+        check_pass_names(["annotate_sram"])
+    assert "annotate-sram" in info.value.hint
+
+
+def test_manager_times_each_pass_and_prints_ir_after():
+    m = parse_module(TEXT)
+    ctx = PassContext.default()
+    ctx.print_ir_after = {"fuse-casts"}
+    run_pipeline(m, CLEANUP, ctx)
+    assert [(f, p) for f, p, _ in ctx.timings] == [("f", "dce"), ("f", "fuse-casts"), ("f", "dce")]
+    assert all(t >= 0 for _, _, t in ctx.timings)
+    assert len(ctx.printed) == 1
+    assert ctx.printed[0].startswith("// ----- IR after fuse-casts (func f) -----\n")
+    assert "%y = relu(%x)" in ctx.printed[0]
+    assert ctx.module is m
+    ctx.print_ir_after = {"all"}
+    run_pipeline(parse_module(TEXT), CLEANUP, ctx)
+    assert len(ctx.printed) == 4
+
+
+@dataclass(frozen=True)
+class _BreakUses(Pass):
+    """A broken pass: it edits operands without fixing use lists.
+
+    Before: anything. After: an invalid graph.
+    """
+
+    name: ClassVar[str] = "break-uses"
+
+    def run(self, graph, ctx) -> None:
+        node = graph.nodes[-1]
+        node.operands = [graph.inputs[0]]
+
+
+def test_manager_names_the_pass_that_broke_the_ir():
+    g = parse_func(TEXT)
+    with pytest.raises(PassError) as info:
+        run_pipeline(g, (DeadCodeElimination(), _BreakUses()), PassContext.default())
+    assert "pass 'break-uses' left func 'f' invalid" in info.value.message
+    assert "use list" in info.value.message
+
+
+def test_manager_verifies_the_input_first():
+    g = parse_func(TEXT)
+    g.outputs = []
+    with pytest.raises(VerifyError):
+        run_pipeline(g, (DeadCodeElimination(),), PassContext.default())
+
+
+def test_pass_context_default():
+    ctx = PassContext.default("m1", host_casts=True)
+    assert ctx.target.name == "m1" and ctx.option("host_casts") is True
+    assert ctx.option("pack_weights", False) is False and ctx.weights is None
+    with pytest.raises(AnecError):
+        PassContext.default("m9")
