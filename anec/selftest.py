@@ -117,42 +117,52 @@ func dense(%x: fp32[1, 64, 1, {N}]) {{
 }}
 """
 
-_MIL_HEADER = (
-    'program(1.3)\n'
-    '[buildInfo = dict<string, string>({{"coremlc-component-MIL", "3510.2.1"}, '
-    '{"coremlc-version", "3505.4.1"}, {"coremltools-component-milinternal", ""}, '
-    '{"coremltools-version", "9.0"}})]\n'
-    '{\n'
-)
-_T = "tensor<fp16, [1, 64, 1, 384]>"  # 49152 bytes
-RAW_MIL = {
-    "concat": (
-        f"    func main<ios18>({_T} a, {_T} b) {{\n"
-        '        int32 c_axis = const()[name = string("c_axis"), val = int32(1)];\n'
-        '        bool c_interleave = const()[name = string("c_interleave"), val = bool(false)];\n'
-        "        tensor<fp16, [1, 128, 1, 384]> c = concat(axis = c_axis, interleave = c_interleave, "
-        'values = (a, b))[name = string("c")];\n'
-        "    } -> (c);\n}\n"
-    ),
-    "gelu": (
-        f"    func main<ios18>({_T} x) {{\n"
-        '        string g_mode = const()[name = string("g_mode"), val = string("TANH_APPROXIMATION")];\n'
-        f'        {_T} g = gelu(mode = g_mode, x = x)[name = string("g")];\n'
-        "    } -> (g);\n}\n"
-    ),
-    "rsqrt": (
-        f"    func main<ios18>({_T} x) {{\n"
-        '        fp16 r_epsilon = const()[name = string("r_epsilon"), val = fp16(0x1.5p-17)];\n'
-        f'        {_T} r = rsqrt(epsilon = r_epsilon, x = x)[name = string("r")];\n'
-        "    } -> (r);\n}\n"
-    ),
-    # the control: the same program shape with an op the ANE accepts
-    "relu": (
-        f"    func main<ios18>({_T} x) {{\n"
-        f'        {_T} r = relu(x = x)[name = string("r")];\n'
-        "    } -> (r);\n}\n"
-    ),
-}
+_T = "tensor<fp16, [1, 64, 1, 384]>"  # 49152 bytes: the surfaces are not the problem
+
+
+def _mil_header(dialect: str) -> str:
+    if dialect == "ios16":
+        return ('program(1.0)\n'
+                '[buildInfo = dict<tensor<string, []>, tensor<string, []>>({{"coremlc-version", "3505.4.1"}})]\n'
+                '{\n')
+    return ('program(1.3)\n'
+            '[buildInfo = dict<string, string>({{"coremlc-component-MIL", "3510.2.1"}, '
+            '{"coremlc-version", "3505.4.1"}, {"coremltools-component-milinternal", ""}, '
+            '{"coremltools-version", "9.0"}})]\n'
+            '{\n')
+
+
+def raw_mil(op: str, dialect: str) -> str:
+    """Hand-written MIL using `op` ("concat", "gelu", "rsqrt", or the control
+    "relu") in the target's dialect: the emitter never writes these ops."""
+    old = dialect == "ios16"
+
+    def name(n: str) -> str:
+        return f'tensor<string, []>("{n}")' if old else f'string("{n}")'
+
+    def scalar(dtype: str, n: str, literal: str) -> str:
+        t = f"tensor<{dtype}, []>" if old else dtype
+        return f"        {t} {n} = const()[name = {name(n)}, val = {t}({literal})];\n"
+
+    body = {
+        "concat": (f"    func main<{dialect}>({_T} a, {_T} b) {{\n"
+                   + scalar("int32", "c_axis", "1") + scalar("bool", "c_interleave", "false")
+                   + "        tensor<fp16, [1, 128, 1, 384]> c = concat(axis = c_axis, interleave = c_interleave, "
+                   f"values = (a, b))[name = {name('c')}];\n    }} -> (c);\n}}\n"),
+        "gelu": (f"    func main<{dialect}>({_T} x) {{\n"
+                 + scalar("string", "g_mode", '"TANH_APPROXIMATION"')
+                 + f"        {_T} g = gelu(mode = g_mode, x = x)[name = {name('g')}];\n    }} -> (g);\n}}\n"),
+        "rsqrt": (f"    func main<{dialect}>({_T} x) {{\n"
+                  + scalar("fp16", "r_epsilon", "0x1.5p-17")
+                  + f"        {_T} r = rsqrt(epsilon = r_epsilon, x = x)[name = {name('r')}];\n    }} -> (r);\n}}\n"),
+        "relu": (f"    func main<{dialect}>({_T} x) {{\n"
+                 f"        {_T} r = relu(x = x)[name = {name('r')}];\n    }} -> (r);\n}}\n"),
+    }[op]
+    return _mil_header(dialect) + body
+
+
+RAW_OPS = ("concat", "gelu", "rsqrt", "relu")
+"""The rejected ops, then the control (same shapes, an op the ANE accepts)."""
 
 
 @dataclass
@@ -176,10 +186,19 @@ class _Env:
     """What every check needs: the backend, the target and a seed."""
 
     def __init__(self, backend: str, target: str, seed: int) -> None:
+        from anec.targets import get_target
+
         self.backend = backend
-        self.target = target
+        self.tgt = get_target(target)
         self.seed = seed
         self.rng = np.random.default_rng(seed)
+
+    def limits(self) -> dict[str, Any]:
+        """The target's limits as the runtime takes them (for raw MIL)."""
+        t = self.tgt
+        return {"max_blob_tensors": t.max_blob_tensors, "scalar_penalty": t.scalar_penalty,
+                "max_conv_out_channels": t.max_conv_out_channels, "min_surface_bytes": t.min_surface_bytes,
+                "allow_fp32_io": t.fp32_io, "surface_alignment": t.surface_alignment}
 
     def runtime(self):
         from anec.runtime import Runtime
@@ -195,7 +214,8 @@ class _Env:
         module = parse(text, f"<selftest:{name}>")
         func = next(iter(module.funcs))
         store = random_weights(module, self.seed + seed_offset)
-        result = compile_module(module, weights=store, target=self.target)
+        # targets without fp32 I/O (m1, m2) take and return fp16; the runtime converts
+        result = compile_module(module, weights=store, target=self.tgt, host_casts=not self.tgt.fp32_io)
         return module, module.funcs[func], store, result.artifacts[func], result
 
     def normal(self, shape: list[int] | tuple[int, ...]) -> np.ndarray:
@@ -214,6 +234,10 @@ def _reference(graph, inputs: dict[str, np.ndarray], store) -> dict[str, np.ndar
     from anec.ir.interp import interpret
 
     return interpret(graph, inputs, store, mode="fp32")
+
+
+def _np_dtype(name: str) -> type:
+    return {"fp16": np.float16, "fp32": np.float32}[name]
 
 
 def _fmt(x: float) -> str:
@@ -241,10 +265,11 @@ def check_unlegalized(env: _Env, c: Check) -> None:
     from anec.diagnostics import RuntimeFailure
 
     results: dict[str, dict[str, Any]] = {}
+    dialect = env.tgt.mil_dialect
     with env.runtime() as rt:
-        for op, body in RAW_MIL.items():
+        for op in RAW_OPS:
             try:
-                prog = rt.compile(_MIL_HEADER + body)
+                prog = rt.compile(raw_mil(op, dialect), limits=env.limits())
             except RuntimeFailure as e:
                 first = str(e.message).splitlines()[0]
                 results[op] = {"rejected": True, "code": e.code, "message": first}
@@ -269,7 +294,7 @@ def check_unlegalized(env: _Env, c: Check) -> None:
     else:
         c.lines.append(f"control (relu, same shapes) FAILED: {results['relu'].get('message', 'wrong output')}; "
                        "the rejections above may have another cause")
-    c.data.update(results=results)
+    c.data.update(results=results, dialect=dialect)
 
 
 def check_binding(env: _Env, c: Check) -> None:
@@ -282,10 +307,19 @@ def check_binding(env: _Env, c: Check) -> None:
         by_name = prog(zeta=zeta, alpha=alpha)
         order_in = [i["name"] for i in prog.inputs]
         order_out = [o["name"] for o in prog.outputs]
-        # device level: buffers in alphabetical order of MIL names
-        outs = [np.zeros(tuple(o["shape"]), np.float32) for o in prog.outputs]
-        prog.evaluate_raw([alpha, zeta], outs)
-        raw = dict(zip(order_out, outs))
+        # device level: buffers in alphabetical order of MIL names, each of the
+        # uniform allocation size, tensors packed at byte 0 in the device dtype
+        alloc_in, alloc_out = prog.manifest["input_alloc_bytes"], prog.manifest["output_alloc_bytes"]
+        ins = []
+        for a, spec in zip((alpha, zeta), prog.inputs):
+            buf = np.zeros(alloc_in, np.uint8)
+            packed = np.ascontiguousarray(a, dtype=_np_dtype(spec["dtype"])).view(np.uint8).reshape(-1)
+            buf[: packed.size] = packed
+            ins.append(buf)
+        outs = [np.zeros(alloc_out, np.uint8) for _ in prog.outputs]
+        prog.evaluate_raw(ins, outs)
+        raw = {spec["name"]: buf[: spec["bytes"]].view(_np_dtype(spec["dtype"])).reshape(spec["shape"])
+               for buf, spec in zip(outs, prog.outputs)}
     errs = {}
     ok = order_in == ["alpha", "zeta"] and order_out == ["ahalf", "zdiff"]
     for how, res in (("by name", by_name), ("device level", raw)):
@@ -311,26 +345,27 @@ def check_min_surface(env: _Env, c: Check) -> None:
         prog = rt.load(art)
         alloc_in = prog.manifest["input_alloc_bytes"]
         padded = prog(x=x)["y"]
-        exact = np.zeros_like(ref)
+        xd = np.ascontiguousarray(x, dtype=_np_dtype(prog.inputs[0]["dtype"]))
+        exact = np.zeros(tuple(prog.outputs[0]["shape"]), _np_dtype(prog.outputs[0]["dtype"]))
         try:
-            prog.evaluate_raw([x], [exact])
+            prog.evaluate_raw([xd], [exact])
             raw: dict[str, Any] = {"failed": False}
         except RuntimeFailure as e:
             raw = {"failed": True, "code": e.code, "message": str(e.message).splitlines()[0]}
     ok_pad, err_pad, tol, _ = _compare(padded, ref)
-    c.lines.append(f"tensors of {x.nbytes} bytes; the runtime pads surfaces to {alloc_in} bytes: "
+    c.lines.append(f"tensors of {xd.nbytes} bytes; the runtime pads surfaces to {alloc_in} bytes: "
                    f"max |err| {_fmt(err_pad)} (tolerance {_fmt(tol)})")
     if raw["failed"]:
-        c.lines.append(f"exact {x.nbytes}-byte buffers: fail at evaluate, as the catalog says ({raw['message']})")
+        c.lines.append(f"exact {xd.nbytes}-byte buffers: fail at evaluate, as the catalog says ({raw['message']})")
         ok_raw = True
     else:
         ok_raw, err_raw, _, _ = _compare(exact, ref)
         raw["max_abs_err"] = err_raw
-        c.lines.append(f"exact {x.nbytes}-byte buffers: ACCEPTED by this device, "
+        c.lines.append(f"exact {xd.nbytes}-byte buffers: ACCEPTED by this device, "
                        + ("results right: the minimum does not apply here (please report)" if ok_raw
                           else f"results WRONG (max |err| {_fmt(err_raw)}): small surfaces fail silently"))
     c.passed = ok_pad and ok_raw
-    c.data.update(tensor_bytes=int(x.nbytes), padded_alloc_bytes=alloc_in, padded_max_abs_err=err_pad,
+    c.data.update(tensor_bytes=int(xd.nbytes), padded_alloc_bytes=alloc_in, padded_max_abs_err=err_pad,
                   exact_size=raw)
 
 

@@ -87,9 +87,9 @@ def test_delta_reload_check_fails_when_weights_stay_baked(monkeypatch: pytest.Mo
 
 
 def test_unlegalized_check_fails_when_an_op_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
-    mil = dict(selftest.RAW_MIL)
-    mil["gelu"] = mil["relu"]  # a device that accepts the op
-    monkeypatch.setattr(selftest, "RAW_MIL", mil)
+    real = selftest.raw_mil
+    # a device that accepts gelu: its program compiles like the control
+    monkeypatch.setattr(selftest, "raw_mil", lambda op, d: real("relu" if op == "gelu" else op, d))
     c = selftest.Check("unlegalized", "")
     selftest.check_unlegalized(selftest._Env("sim", "m4", 0), c)
     assert not c.passed
@@ -117,6 +117,23 @@ def test_a_crashing_check_fails_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [c["passed"] for c in rep["checks"]] == [False, True]
     assert rep["checks"][0]["lines"] == ["crashed: ValueError: boom"]
     assert rep["passed"] is False
+
+
+@pytest.mark.parametrize("target", ["m1", "m2", "m3", "m5"])
+def test_selftest_passes_for_every_target_profile(target: str) -> None:
+    rep = selftest.run_selftest(backend="sim", target=target, seed=1)
+    assert rep["target"] == target
+    assert [c["id"] for c in rep["checks"] if not c["passed"]] == []
+    un = _check(rep, "unlegalized")["data"]
+    assert un["dialect"] == ("ios16" if target in ("m1", "m2") else "ios18")
+
+
+def test_raw_mil_dialects() -> None:
+    old, new = selftest.raw_mil("concat", "ios16"), selftest.raw_mil("concat", "ios18")
+    assert old.startswith("program(1.0)") and "func main<ios16>" in old
+    assert 'tensor<int32, []> c_axis = const()[name = tensor<string, []>("c_axis"), val = tensor<int32, []>(1)];' in old
+    assert new.startswith("program(1.3)") and "func main<ios18>" in new
+    assert 'int32 c_axis = const()[name = string("c_axis"), val = int32(1)];' in new
 
 
 def test_cli_json_and_exit_status() -> None:
