@@ -68,7 +68,9 @@ class _Grower:
         self.taken = taken
 
     def name(self) -> str:
-        name = self.draw(VALUE_NAME.filter(lambda n: n not in self.taken))
+        name = self.draw(VALUE_NAME)
+        while name in self.taken:
+            name += "_"
         self.taken.add(name)
         return name
 
