@@ -600,6 +600,9 @@ static void drop_request(ane_ctx *c, ane_prog *p)
             S->CFRelease(p->arrays[i]);
     p->request = NULL;
     memset(p->arrays, 0, sizeof p->arrays);
+    for (size_t i = 0; p->bound && i < p->n_in + p->n_out; i++)
+        if (p->bound[i])
+            S->CFRelease(p->bound[i]);
     free(p->bound);
     p->bound = NULL;
     p->n_in = p->n_out = 0;
@@ -1175,10 +1178,14 @@ static int request_for(ane_ctx *c, ane_prog *p, anec_surface *const *in, size_t 
         set_err(err, errlen, "out of memory");
         return ANEC_ENOMEM;
     }
+    /* Retained while the request exists: a freed surface's address cannot
+       come back as a new surface and be mistaken for this set. */
+    p->n_in = n_in;
+    p->n_out = n_out;
     for (size_t i = 0; i < n_in; i++)
-        p->bound[i] = in[i]->handle;
+        p->bound[i] = (void *)S->CFRetain(in[i]->handle);
     for (size_t j = 0; j < n_out; j++)
-        p->bound[n_in + j] = out[j]->handle;
+        p->bound[n_in + j] = (void *)S->CFRetain(out[j]->handle);
     p->arrays[0] = surface_array(c, in, n_in);
     p->arrays[1] = index_array(c, n_in);
     p->arrays[2] = surface_array(c, out, n_out);
@@ -1195,8 +1202,6 @@ static int request_for(ane_ctx *c, ane_prog *p, anec_surface *const *in, size_t 
         return ANEC_EDRIVER;
     }
     p->request = (ane_id)S->CFRetain(req);
-    p->n_in = n_in;
-    p->n_out = n_out;
     return ANEC_OK;
 }
 
