@@ -294,7 +294,10 @@ static int ane_available(char *why, size_t whylen)
     const ane_syms *S = get_syms(why, whylen);
     if (!S)
         return ANEC_EUNAVAIL;
-    return find_classes(S, NULL, why, whylen);
+    int rc = find_classes(S, NULL, why, whylen);
+    if (rc == ANEC_OK)
+        set_err(why, whylen, "AppleNeuralEngine.framework with the in-memory compile API");
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -304,6 +304,8 @@ static void test_available_with_fake_and_missing_class(void)
 {
     char why[512] = "";
     CHECK_OK(D->available(why, sizeof why), why);
+    CHECK_MSG(strcmp(why, "AppleNeuralEngine.framework with the in-memory compile API") == 0, "%s", why);
+    CHECK(D->available(NULL, 0) == ANEC_OK);
     fk_hide_class("_ANEInMemoryModel");
     CHECK(D->available(why, sizeof why) == ANEC_EUNAVAIL);
     CHECK_MSG(strstr(why, "_ANEInMemoryModel"), "reason: %s", why);
