@@ -16,6 +16,7 @@
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define ANEC_HAVE_F16C_PATH 1
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -78,8 +79,8 @@ static inline float anec_round_f16(float f) { return anec_f_from_h(anec_h_from_f
 __attribute__((target("f16c,avx")))
 static inline void anec__f32_to_f16_f16c(const float *src, uint16_t *dst, size_t n)
 {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
+    size_t i = 0, nv = n & ~(size_t)7;
+    for (; i < nv; i += 8) {
         __m256 v = _mm256_loadu_ps(src + i);
         __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         _mm_storeu_si128((__m128i *)(void *)(dst + i), h);
@@ -91,8 +92,8 @@ static inline void anec__f32_to_f16_f16c(const float *src, uint16_t *dst, size_t
 __attribute__((target("f16c,avx")))
 static inline void anec__f16_to_f32_f16c(const uint16_t *src, float *dst, size_t n)
 {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
+    size_t i = 0, nv = n & ~(size_t)7;
+    for (; i < nv; i += 8) {
         __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
     }
@@ -100,12 +101,19 @@ static inline void anec__f16_to_f32_f16c(const uint16_t *src, float *dst, size_t
         dst[i] = anec_f_from_h(src[i]);
 }
 
+/* CPUID: F16C and AVX present and the OS saves the AVX state (XGETBV). */
 static inline int anec__have_f16c(void)
 {
     static int have = -1;
     if (have < 0) {
-        __builtin_cpu_init();
-        have = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+        unsigned a, b, c, d;
+        int ok = 0;
+        if (__get_cpuid(1, &a, &b, &c, &d) && ((c >> 27) & 1) && ((c >> 28) & 1) && ((c >> 29) & 1)) {
+            unsigned lo, hi;
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            ok = (lo & 6u) == 6u;
+        }
+        have = ok;
     }
     return have;
 }

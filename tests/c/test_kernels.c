@@ -1,0 +1,111 @@
+/* test_kernels.c - the blocked GEMM against a naive triple loop, fp16 conversion, strided copies. */
+#include <math.h>
+
+#include "fp16.h"
+#include "sim_kernels.h"
+#include "tharness.h"
+
+static uint32_t rng = 12345;
+static float frand(void)
+{
+    rng = rng * 1664525u + 1013904223u;
+    return (float)((rng >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+static void one(int M, int N, int K, int dta, int dtb, int ta, int tb, int threads)
+{
+    size_t na = (size_t)M * K, nb = (size_t)K * N;
+    float *af = malloc(na * 4), *bf = malloc(nb * 4);
+    uint16_t *ah = malloc(na * 2), *bh = malloc(nb * 2);
+    float *c = malloc((size_t)M * N * 4), *r = malloc((size_t)M * N * 4);
+    for (size_t i = 0; i < na; i++) { af[i] = frand(); ah[i] = anec_h_from_f(af[i]); af[i] = anec_f_from_h(ah[i]); }
+    for (size_t i = 0; i < nb; i++) { bf[i] = frand(); bh[i] = anec_h_from_f(bf[i]); bf[i] = anec_f_from_h(bh[i]); }
+    /* A stored [M,K] (ta=0) or [K,M] (ta=1); B stored [K,N] or [N,K] */
+    sk_mat A = {dta == SK_F16 ? (const void *)ah : (const void *)af, dta, ta ? 1 : K, ta ? M : 1};
+    sk_mat B = {dtb == SK_F16 ? (const void *)bh : (const void *)bf, dtb, tb ? 1 : N, tb ? K : 1};
+    CHECK(sk_gemm(M, N, K, A, B, c, N, threads) == 0);
+    sk_gemm_naive(M, N, K, A, B, r, N);
+    double worst = 0;
+    for (size_t i = 0; i < (size_t)M * N; i++) {
+        double d = fabs((double)c[i] - (double)r[i]) / (1.0 + fabs((double)r[i]));
+        worst = d > worst ? d : worst;
+    }
+    CHECK(worst < 1e-5 * (1 + K / 64.0));
+    if (worst >= 1e-5 * (1 + K / 64.0))
+        fprintf(stderr, "  gemm M=%d N=%d K=%d ta=%d tb=%d threads=%d: rel err %g\n", M, N, K, ta, tb, threads, worst);
+    free(af); free(bf); free(ah); free(bh); free(c); free(r);
+}
+
+int main(void)
+{
+    /* shapes around the block sizes (MR=6, NR=16, KC=256, MC=120) */
+    int shapes[][3] = {{1, 1, 1}, {6, 16, 8}, {7, 17, 9}, {5, 3, 300}, {121, 33, 257}, {64, 64, 64}, {250, 70, 513}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                one(shapes[s][0], shapes[s][1], shapes[s][2], ta ? SK_F32 : SK_F16, tb ? SK_F16 : SK_F32, ta, tb, 1);
+    one(300, 200, 300, SK_F16, SK_F16, 0, 0, 2);
+    one(40, 900, 128, SK_F16, SK_F32, 0, 1, 2);
+
+    /* threads do not change a single bit */
+    {
+        int M = 240, N = 96, K = 700;
+        uint16_t *a = malloc((size_t)M * K * 2), *b = malloc((size_t)K * N * 2);
+        float *c1 = malloc((size_t)M * N * 4), *c2 = malloc((size_t)M * N * 4);
+        for (int i = 0; i < M * K; i++) a[i] = anec_h_from_f(frand());
+        for (int i = 0; i < K * N; i++) b[i] = anec_h_from_f(frand());
+        sk_mat A = {a, SK_F16, K, 1}, B = {b, SK_F16, N, 1};
+        sk_gemm(M, N, K, A, B, c1, N, 1);
+        sk_gemm(M, N, K, A, B, c2, N, 2);
+        CHECK(memcmp(c1, c2, (size_t)M * N * 4) == 0);
+        free(a); free(b); free(c1); free(c2);
+    }
+
+    /* fp16: every bit pattern round-trips; the F16C buffer path equals the scalar path */
+    {
+        static uint16_t h[65536], h2[65536];
+        static float f[65536];
+        for (int i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+        anec_cvt_f16_to_f32(h, f, 65536);
+        int bad = 0;
+        for (int i = 0; i < 65536; i++) {
+            float s = anec_f_from_h(h[i]);
+            if (memcmp(&s, &f[i], 4) != 0 && !(s != s && f[i] != f[i]))
+                bad++;
+        }
+        CHECK(bad == 0);
+        anec_cvt_f32_to_f16(f, h2, 65536);
+        bad = 0;
+        for (int i = 0; i < 65536; i++)
+            if (h2[i] != h[i] && !((h[i] & 0x7c00) == 0x7c00 && (h[i] & 0x3ff)))
+                bad++;
+        CHECK(bad == 0);
+        /* rounding: scalar vs buffer path on values between fp16 neighbours */
+        bad = 0;
+        for (int i = 0; i < 200000; i++) {
+            float v = frand() * (i % 7 == 0 ? 70000.0f : i % 3 ? 1.0f : 1e-5f);
+            uint16_t a1 = anec_h_from_f(v), a2;
+            anec_cvt_f32_to_f16(&v, &a2, 1);
+            float vv[8] = {v, v, v, v, v, v, v, v};
+            uint16_t hv[8];
+            anec_cvt_f32_to_f16(vv, hv, 8);
+            if (a1 != a2 || hv[3] != a1)
+                bad++;
+        }
+        CHECK(bad == 0);
+        CHECK(anec_h_from_f(65504.0f) == 0x7bff && anec_h_from_f(65520.0f) == 0x7c00);
+        CHECK(anec_h_from_f(1.0f + 1.0f / 2048.0f) == 0x3c00); /* ties to even */
+        CHECK(anec_h_from_f(5.960464477539063e-08f) == 0x0001);
+    }
+
+    /* strided copy: transpose a 3x4 matrix */
+    {
+        uint32_t src[12], dst[12];
+        for (int i = 0; i < 12; i++) src[i] = (uint32_t)i;
+        int64_t shape[2] = {4, 3}, ds[2] = {3, 1}, ss[2] = {1, 4};
+        sk_nd_copy(4, 2, shape, dst, ds, src, ss);
+        CHECK(dst[1] == 4 && dst[3] == 1 && dst[11] == 11);
+    }
+    printf("avx2 micro-kernel: %s\n", sk_have_avx2() ? "yes" : "no");
+    T_DONE("test_kernels");
+}
