@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from anec.passes.base import Pass, PassContext
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph, Node, Value
+    from anec.ir.graph import Graph, Value
     from anec.targets import Target
 
 SRAM_KEYS = ("in_bytes", "out_bytes", "weight_bytes", "live_bytes", "spill")

@@ -509,3 +509,23 @@ func f(%x: fp16[1, 8, 1, 16]) {
 }""")
     assert err.span.location == "test.ir:3:8"
     assert any(n.startswith("test.ir:4:8: [ANE-CONCAT]") for n in err.notes)
+
+
+def test_int_reduce_mean_is_rejected_with_a_fix():
+    err = reject("""
+func f(%x: int32[1, 6, 1, 4]) {
+  %m = reduce_mean(%x, axes=[1]) : int32[1, 1, 4]
+  return %m
+}""")
+    assert err.constraint == "ANE-REDUCE-MEAN" and "cast the operand to fp16" in err.hint
+
+
+def test_records_carry_rule_constraint_node_location_and_func():
+    _, _, ctx = legalize("""
+func f(%x: fp16[1, 8, 1, 8]) {
+  %n = neg(%x) : fp16[1, 8, 1, 8]
+  return %n
+}""")
+    assert ctx.rewrites == [{"rule": "neg_to_mul", "constraint": "ANE-NEG", "node": "n",
+                             "location": "test.ir:3:8", "detail": "neg(x) -> mul(x, -1)",
+                             "func": "f"}]

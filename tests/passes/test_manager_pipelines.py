@@ -117,3 +117,16 @@ def test_pass_context_default():
     assert ctx.option("pack_weights", False) is False and ctx.weights is None
     with pytest.raises(AnecError):
         PassContext.default("m9")
+
+
+def test_rewrite_driver_stops_rules_that_never_settle():
+    from anec.passes.rewrite import Rewriter, rewrite_greedily
+
+    g = parse_func(TEXT)
+
+    def flip(node, rw):  # relu(x) -> relu(x): a rule that always matches
+        return rw.op("relu", node.operands[0])
+
+    with pytest.raises(PassError) as info:
+        rewrite_greedily(g, {"relu": (flip,)}, Rewriter(g, PassContext.default(), "flip"))
+    assert "did not reach a fixpoint" in info.value.message
