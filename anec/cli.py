@@ -115,7 +115,9 @@ def _plural(n: int, word: str) -> str:
 
 @main.command("check")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--target", metavar="NAME", help="Chip profile for the ANE legality report (default m4).")
+@click.option(
+    "--target", metavar="NAME", help="Chip profile for the ANE legality report (default m4)."
+)
 @click.pass_context
 def check_cmd(ctx: click.Context, file: str, target: str | None) -> None:
     """Parse and verify FILE; print warnings and, when available, ANE legality per node."""

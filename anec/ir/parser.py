@@ -96,7 +96,8 @@ class Layout:
     """Source layout the IR does not model: comments and blank lines.
 
     Items are top-level directives, func headers, statements, returns and
-    closing braces, keyed by object identity (see :func:`item_key`). The
+    closing braces, keyed by object identity (see :func:`item_key`), so a
+    layout is meant for the module it was parsed with, unchanged. The
     formatter re-attaches each own-line comment before the item that follows
     it, and each trailing comment after the item on whose line it stands.
     """
@@ -241,9 +242,11 @@ class _Walker:
         for i, st in enumerate(parsed):
             for name, _ in st.results:
                 later.setdefault(name, i)
-        for i, (tree_st, st) in enumerate(zip(stmts, parsed)):
+        for i, (tree_st, st) in enumerate(zip(stmts, parsed, strict=True)):
             node = self.node(graph, env, st, later, i)
-            self.items.append((tree_st.meta.start_pos, tree_st.meta.end_pos, item_key("node", node)))
+            self.items.append(
+                (tree_st.meta.start_pos, tree_st.meta.end_pos, item_key("node", node))
+            )
 
         graph.return_span = self.span(ret)
         self.items.append((ret.meta.start_pos, ret.meta.end_pos, item_key("return", graph)))
@@ -285,8 +288,11 @@ class _Walker:
             seen_keyword = a
             key_tok, val = a.children
             if str(key_tok) in keys:
-                raise ParseError(f"'{key_tok}' is given twice", self.span(key_tok),
-                                 hint="give each keyword argument once")
+                raise ParseError(
+                    f"'{key_tok}' is given twice",
+                    self.span(key_tok),
+                    hint="give each keyword argument once",
+                )
             keys.add(str(key_tok))
             if a.data == "keyword_operand":
                 st.keyword_operands[str(key_tok)] = (self.value_name(val), self.span(val))
@@ -305,13 +311,15 @@ class _Walker:
                 st.annotations[str(key_tok)] = self.literal(val)
         return st
 
-    def node(self, graph: Graph, env: dict[str, Value], st: _Stmt,
-             later: dict[str, int], index: int) -> Node:
+    def node(
+        self, graph: Graph, env: dict[str, Value], st: _Stmt, later: dict[str, int], index: int
+    ) -> Node:
         from anec.ir import verifier  # the verifier imports nothing from here
 
         operands = [self.lookup(env, n, s, later, index) for n, s in st.operands]
-        optional = {k: self.lookup(env, n, s, later, index)
-                    for k, (n, s) in st.keyword_operands.items()}
+        optional = {
+            k: self.lookup(env, n, s, later, index) for k, (n, s) in st.keyword_operands.items()
+        }
         if st.types is None:
             if st.op == "const":
                 raise ParseError(
@@ -320,8 +328,12 @@ class _Walker:
                     hint="write the type after the call, e.g. `: fp16[1, 768, 1, 1]`",
                 )
             types = verifier.infer_node_types(
-                st.op, [v.type for v in operands], {k: v.type for k, v in optional.items()},
-                st.attrs, st.op_span)
+                st.op,
+                [v.type for v in operands],
+                {k: v.type for k, v in optional.items()},
+                st.attrs,
+                st.op_span,
+            )
             if len(types) != len(st.results):
                 raise VerifyError(
                     f"'{st.op}' produces {len(types)} result{'s' * (len(types) != 1)} "
@@ -340,7 +352,7 @@ class _Walker:
                     hint="write one type per result, separated by ','",
                 )
         results = []
-        for (name, span), t in zip(st.results, types):
+        for (name, span), t in zip(st.results, types, strict=True):
             self.define(env, name, span)
             results.append(Value(name, t, None, 0, [], span))
             env[name] = results[-1]
@@ -361,8 +373,9 @@ class _Walker:
                 hint="SSA values are defined once; pick a new name",
             )
 
-    def lookup(self, env: dict[str, Value], name: str, span: Span,
-               later: dict[str, int], index: int) -> Value:
+    def lookup(
+        self, env: dict[str, Value], name: str, span: Span, later: dict[str, int], index: int
+    ) -> Value:
         if name in env:
             return env[name]
         if name in later and later[name] >= index:
@@ -371,9 +384,11 @@ class _Walker:
                 span,
                 hint="statements run in order; move the definition above this use",
             )
-        raise VerifyError(f"use of undefined value %{name}", span,
-                          hint=did_you_mean(f"%{name}", [f"%{n}" for n in env])
-                          or _defined_hint(env))
+        raise VerifyError(
+            f"use of undefined value %{name}",
+            span,
+            hint=did_you_mean(f"%{name}", [f"%{n}" for n in env]) or _defined_hint(env),
+        )
 
     # -- types and literals
     def type(self, tree: Tree) -> TensorType:
@@ -403,8 +418,9 @@ class _Walker:
         kind = x.data
         if kind == "list":
             if depth >= MAX_LIST_DEPTH:
-                raise ParseError(f"list literal nested deeper than {MAX_LIST_DEPTH} levels",
-                                 self.span(x))
+                raise ParseError(
+                    f"list literal nested deeper than {MAX_LIST_DEPTH} levels", self.span(x)
+                )
             return [self.literal(c, depth + 1) for c in x.children if c is not None]
         tok = x.children[0]
         if kind == "number":
@@ -425,8 +441,10 @@ class _Walker:
         raise ParseError(
             f"unknown word '{word}' in a literal",
             self.span(tok),
-            hint=(did_you_mean(word, [*_WORDS, *DTYPE_NAMES])
-                  or f'strings are written in double quotes: "{word}"'),
+            hint=(
+                did_you_mean(word, [*_WORDS, *DTYPE_NAMES])
+                or f'strings are written in double quotes: "{word}"'
+            ),
         )
 
     def string(self, tok: Token) -> str:
@@ -436,8 +454,14 @@ class _Walker:
             raise ParseError(
                 "invalid escape in string",
                 self.span(tok),
-                hint=r'escapes are \" \\ \/ \b \f \n \r \t and \uXXXX',
+                hint=r"escapes are \" \\ \/ \b \f \n \r \t and \uXXXX",
             ) from None
+        if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+            raise ParseError(
+                "unpaired surrogate escape in string",
+                self.span(tok),
+                hint=r"a \uD800-\uDFFF escape must be half of a pair, e.g. \ud83d\ude00",
+            )
         return value
 
     def _int(self, tok: Token) -> int:
@@ -464,7 +488,7 @@ def _blank_before(text: str, pos: int) -> bool:
     if line_start == 0:
         return False
     prev_start = text.rfind("\n", 0, line_start - 1) + 1
-    return text[prev_start:line_start - 1].strip() == ""
+    return text[prev_start : line_start - 1].strip() == ""
 
 
 def _layout(source: Source, items: list[tuple[int, int, tuple]], tokens: list[Token]) -> Layout:
@@ -479,8 +503,9 @@ def _layout(source: Source, items: list[tuple[int, int, tuple]], tokens: list[To
         pos = tok.start_pos
         line_start = text.rfind("\n", 0, pos) + 1
         trailing = text[line_start:pos].strip() != ""
-        comment = Comment(str(tok).rstrip(), pos, text.count("\n", 0, pos) + 1, trailing,
-                          _blank_before(text, pos))
+        comment = Comment(
+            str(tok).rstrip(), pos, text.count("\n", 0, pos) + 1, trailing, _blank_before(text, pos)
+        )
         while j < len(items) and items[j][0] <= pos:
             j += 1
         if trailing and j > 0:
@@ -505,9 +530,27 @@ _NAMES = {
     "RETURN": "'return'",
     "WEIGHTS": "'weights'",
 }
-_ORDER = ["RPAR", "COMMA", "EQUAL", "COLON", "LBRACE", "RBRACE", "LSQB", "RSQB", "AT",
-          "VALUE", "NAME", "NUMBER", "NEG_INF", "STRING", "FUNC", "WEIGHTS", "RETURN",
-          "LPAR", "$END"]
+_ORDER = [
+    "RPAR",
+    "COMMA",
+    "EQUAL",
+    "COLON",
+    "LBRACE",
+    "RBRACE",
+    "LSQB",
+    "RSQB",
+    "AT",
+    "VALUE",
+    "NAME",
+    "NUMBER",
+    "NEG_INF",
+    "STRING",
+    "FUNC",
+    "WEIGHTS",
+    "RETURN",
+    "LPAR",
+    "$END",
+]
 
 
 def _human(term: str) -> str:
@@ -555,7 +598,9 @@ def _open_func(tokens: list[Token]) -> str | None:
     name, depth = None, 0
     for i, t in enumerate(tokens):
         if t.type == "FUNC" and depth == 0:
-            name = str(tokens[i + 1]) if i + 1 < len(tokens) and tokens[i + 1].type == "NAME" else None
+            name = (
+                str(tokens[i + 1]) if i + 1 < len(tokens) and tokens[i + 1].type == "NAME" else None
+            )
         elif t.type == "LBRACE" and not (i > 0 and tokens[i - 1].type == "AT"):
             depth += 1
         elif t.type == "RBRACE":
@@ -612,8 +657,14 @@ def _syntax_error(e: UnexpectedInput, source: Source) -> ParseError:
     word = str(tok)
 
     # `add(x, %y)`: a bare name where an operand was meant (lark then wants '=')
-    if ("EQUAL" in expected and tok.type in ("COMMA", "RPAR") and prev is not None
-            and prev.type == "NAME" and len(before) >= 2 and before[-2].type in ("LPAR", "COMMA")):
+    if (
+        "EQUAL" in expected
+        and tok.type in ("COMMA", "RPAR")
+        and prev is not None
+        and prev.type == "NAME"
+        and len(before) >= 2
+        and before[-2].type in ("LPAR", "COMMA")
+    ):
         return ParseError(
             f"'{prev}' is neither a value nor a keyword argument",
             Span(source, prev.start_pos, prev.end_pos),
@@ -627,8 +678,9 @@ def _syntax_error(e: UnexpectedInput, source: Source) -> ParseError:
         )
     if tok.type == "NAME" and "VALUE" in expected and "NAME" not in expected:
         if "RETURN" in expected and did_you_mean(word, ["return"]):
-            return ParseError(f"expected a statement or 'return', got {got}", span,
-                              hint="did you mean 'return'?")
+            return ParseError(
+                f"expected a statement or 'return', got {got}", span, hint="did you mean 'return'?"
+            )
         return ParseError(
             f"expected {_NAMES['VALUE']}, got {got}",
             span,
@@ -648,12 +700,16 @@ def _syntax_error(e: UnexpectedInput, source: Source) -> ParseError:
             hint="end every func with 'return %value' before its '}'",
         )
     if tok.type == "RBRACE" and "FUNC" in expected:
-        return ParseError("unexpected '}' outside a func", span,
-                          hint="braces are unbalanced: this '}' closes nothing")
+        return ParseError(
+            "unexpected '}' outside a func",
+            span,
+            hint="braces are unbalanced: this '}' closes nothing",
+        )
     if tok.type == "FUNC" and ("RBRACE" in expected or "RETURN" in expected):
         func = _open_func(before)
         return ParseError(
-            f"func '{func}' is not closed before the next 'func'" if func
+            f"func '{func}' is not closed before the next 'func'"
+            if func
             else f"expected {_expected(expected)} before 'func'",
             span,
             hint="end every func with 'return %value' and a closing '}'",
@@ -673,10 +729,13 @@ def _syntax_error(e: UnexpectedInput, source: Source) -> ParseError:
         )
     hint = None
     paren = _unclosed_paren(before)
-    if paren is not None and ("RPAR" in expected or "RSQB" in expected) and tok.type not in (
-        "RPAR", "RSQB"
+    if (
+        paren is not None
+        and ("RPAR" in expected or "RSQB" in expected)
+        and tok.type not in ("RPAR", "RSQB")
     ):
-        hint = f"the '{paren}' at {Span(source, paren.start_pos, paren.end_pos).location} is not closed"
+        where = Span(source, paren.start_pos, paren.end_pos).location
+        hint = f"the '{paren}' at {where} is not closed"
     elif tok.type == "COLON" and prev is not None and prev.type == "RPAR" and "AT" in expected:
         hint = "write the types of all results after a single ':', separated by ','"
     return ParseError(f"expected {_expected(expected)}, got {got}", span, hint=hint)
@@ -699,15 +758,25 @@ def _bad_character(e: UnexpectedCharacters, source: Source) -> ParseError:
     if ch == '"':
         end = text.find("\n", pos)
         end = len(text) if end < 0 else end
-        return ParseError("unterminated string", Span(source, pos, max(pos + 1, end)),
-                          hint="close the string with '\"' on the same line")
+        return ParseError(
+            "unterminated string",
+            Span(source, pos, max(pos + 1, end)),
+            hint="close the string with '\"' on the same line",
+        )
     if ch == "%":
-        return ParseError("'%' must be followed by a value name", span,
-                          hint="a value name is '%' and letters, digits or '_': %x, %h_0, %3")
+        return ParseError(
+            "'%' must be followed by a value name",
+            span,
+            hint="a value name is '%' and letters, digits or '_': %x, %h_0, %3",
+        )
     if ch in "#;":
-        return ParseError(f"unexpected character '{ch}'", span,
-                          hint="comments start with '//'" if ch == "#"
-                          else "statements need no terminator; remove the ';'")
+        return ParseError(
+            f"unexpected character '{ch}'",
+            span,
+            hint="comments start with '//'"
+            if ch == "#"
+            else "statements need no terminator; remove the ';'",
+        )
     if ch == "/":
         return ParseError("unexpected character '/'", span, hint="comments start with '//'")
     shown = ch if ch.isprintable() and ch != "" else ascii(ch)[1:-1]

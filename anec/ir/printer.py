@@ -90,7 +90,7 @@ def format_literal(value: Any) -> str:
 # ---- internals ------------------------------------------------------------------
 
 
-def _graph(out: "_Out", g: Graph, blank: bool) -> None:
+def _graph(out: _Out, g: Graph, blank: bool) -> None:
     params = ", ".join(f"%{v.name}: {v.type}" for v in g.inputs)
     out.item(item_key("func", g), f"func {g.name}({params}) {{", 0, blank=blank)
     out.open_block()
@@ -115,7 +115,9 @@ def _node(n: Node) -> str:
     if n.results:
         text += " : " + ", ".join(str(r.type) for r in n.results)
     if n.annotations:
-        entries = ", ".join(f"{k}={format_literal(n.annotations[k])}" for k in sorted(n.annotations))
+        entries = ", ".join(
+            f"{k}={format_literal(n.annotations[k])}" for k in sorted(n.annotations)
+        )
         text += f" @{{{entries}}}"
     return text
 
@@ -137,7 +139,14 @@ def _quote(s: str) -> str:
             out.append("\\t")
         elif ch == "\r":
             out.append("\\r")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F or ch in "\u2028\u2029\x85":
+        elif (
+            ord(ch) < 0x20
+            or ord(ch) == 0x7F
+            or ch in "\u2028\u2029\x85"
+            or (
+                0xD800 <= ord(ch) <= 0xDFFF  # only in invalid modules; keeps the text encodable
+            )
+        ):
             out.append(f"\\u{ord(ch):04x}")
         else:
             out.append(ch)
@@ -162,8 +171,14 @@ class _Out:
         self.lines.append(text)
         self.block_start = False
 
-    def item(self, key: tuple, text: str | None, indent: int, blank: bool = False,
-             indent_comments: int | None = None) -> None:
+    def item(
+        self,
+        key: tuple,
+        text: str | None,
+        indent: int,
+        blank: bool = False,
+        indent_comments: int | None = None,
+    ) -> None:
         lay = self.layout
         lead: list[Comment] = lay.leading.get(key, []) if lay else []
         trail: list[Comment] = lay.trailing.get(key, []) if lay else []

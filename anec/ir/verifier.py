@@ -92,17 +92,26 @@ def infer_node_types(
     """
     opdef = ops.OPS.get(op)
     if opdef is None:
-        raise VerifyError(f"unknown op '{op}'", span,
-                          hint=did_you_mean(op, ops.OPS) or "run `anec ops` to list the ops")
+        raise VerifyError(
+            f"unknown op '{op}'",
+            span,
+            hint=did_you_mean(op, ops.OPS) or "run `anec ops` to list the ops",
+        )
     optional_names = {o.name for o in opdef.optional_operands}
     for key in attrs:
         if key in optional_names:
-            raise VerifyError(f"'{key}' of {op} is an operand, not an attribute", span,
-                              hint=f"pass a value: {key}=%{key}")
+            raise VerifyError(
+                f"'{key}' of {op} is an operand, not an attribute",
+                span,
+                hint=f"pass a value: {key}=%{key}",
+            )
     for key in optional_types:
         if key in opdef.attr_index:
-            raise VerifyError(f"attribute '{key}' of {op} takes a literal, not a value", span,
-                              hint=f"write {key}=<{opdef.attr_index[key].kind}>")
+            raise VerifyError(
+                f"attribute '{key}' of {op} takes a literal, not a value",
+                span,
+                hint=f"write {key}=<{opdef.attr_index[key].kind}>",
+            )
     shown = declared
     if declared is not None and not isinstance(attrs.get("value", []), (list, tuple)):
         # a scalar fills any shape: check it against the scalar type rather than
@@ -118,7 +127,7 @@ def infer_node_types(
 def usage(opdef: ops.OpDef) -> str:
     """``softmax(%x, axis=<int>)``: how to write an op (operands, then attributes)."""
     if opdef.declared_type:
-        return (f'{opdef.name}(weight="key") : type or {opdef.name}(value=<literal>) : type')
+        return f'{opdef.name}(weight="key") : type or {opdef.name}(value=<literal>) : type'
     parts = []
     for o in opdef.operands:
         if o.variadic:
@@ -142,13 +151,21 @@ def _check_module(module: Module, report: Report) -> None:
             report.errors.append(VerifyError(f"invalid weights path {ws.path!r}", ws.span))
     for key, graph in module.funcs.items():
         if key != graph.name:
-            report.errors.append(VerifyError(
-                f"func '{graph.name}' is registered under the name '{key}'", graph.span,
-                hint="add funcs with module.add_func(graph)"))
+            report.errors.append(
+                VerifyError(
+                    f"func '{graph.name}' is registered under the name '{key}'",
+                    graph.span,
+                    hint="add funcs with module.add_func(graph)",
+                )
+            )
         elif not isinstance(key, str) or not IDENT.match(key):
-            report.errors.append(VerifyError(
-                f"invalid func name {key!r}", graph.span,
-                hint="a func name is an identifier: letters, digits and '_'"))
+            report.errors.append(
+                VerifyError(
+                    f"invalid func name {key!r}",
+                    graph.span,
+                    hint="a func name is an identifier: letters, digits and '_'",
+                )
+            )
         _GraphChecker(graph, report).run()
 
 
@@ -166,18 +183,21 @@ class _GraphChecker:
             id(r): i for i, n in enumerate(graph.nodes) for r in n.results
         }
 
-    def error(self, message: str, span: Span | None, hint: str | None = None,
-              notes: tuple[str, ...] = ()) -> None:
-        self.report.errors.append(VerifyError(message, span or self.g.span, hint=hint,
-                                              notes=notes))
+    def error(
+        self, message: str, span: Span | None, hint: str | None = None, notes: tuple[str, ...] = ()
+    ) -> None:
+        self.report.errors.append(VerifyError(message, span or self.g.span, hint=hint, notes=notes))
 
     def run(self) -> None:
         from anec.ir.parser import IDENT
 
         g = self.g
         if not isinstance(g.name, str) or not IDENT.match(g.name):
-            self.error(f"invalid func name {g.name!r}", g.span,
-                       hint="a func name is an identifier: letters, digits and '_'")
+            self.error(
+                f"invalid func name {g.name!r}",
+                g.span,
+                hint="a func name is an identifier: letters, digits and '_'",
+            )
         for v in g.inputs:
             if v.producer is not None:
                 self.error(f"input %{v.name} has a producer", v.span)
@@ -193,13 +213,19 @@ class _GraphChecker:
         from anec.ir.parser import VALUE_NAME
 
         if not isinstance(v.name, str) or not VALUE_NAME.match(v.name):
-            self.error(f"invalid value name {v.name!r}", v.span,
-                       hint="a value name has letters, digits and '_' only (x, h_0, 3)")
+            self.error(
+                f"invalid value name {v.name!r}",
+                v.span,
+                hint="a value name has letters, digits and '_' only (x, h_0, 3)",
+            )
         elif v.name in self.names:
             first = self.names[v.name].span
-            self.error(f"value %{v.name} is already defined", v.span,
-                       hint="SSA values are defined once; pick a new name",
-                       notes=(f"first defined at {first.location}",) if first else ())
+            self.error(
+                f"value %{v.name} is already defined",
+                v.span,
+                hint="SSA values are defined once; pick a new name",
+                notes=(f"first defined at {first.location}",) if first else (),
+            )
         else:
             self.names[v.name] = v
         bad = _bad_type(v.type)
@@ -212,11 +238,17 @@ class _GraphChecker:
             return True
         name = getattr(v, "name", "?")
         if self.later.get(id(v), -1) >= index:
-            self.error(f"value %{name} is used before it is defined", node.span,
-                       hint="nodes run in order; define a value above its uses")
+            self.error(
+                f"value %{name} is used before it is defined",
+                node.span,
+                hint="nodes run in order; define a value above its uses",
+            )
         else:
-            self.error(f"use of undefined value %{name}", node.span,
-                       hint=_suggest_value(str(name), self.names))
+            self.error(
+                f"use of undefined value %{name}",
+                node.span,
+                hint=_suggest_value(str(name), self.names),
+            )
         return False
 
     # -- nodes
@@ -226,8 +258,11 @@ class _GraphChecker:
             ok = self.use(v, node, index) and ok
         for i, r in enumerate(node.results):
             if r.producer is not node or r.index != i:
-                self.error(f"result %{r.name} of '{node.op}' has a stale producer link",
-                           node.span, hint="insert nodes with graph.add_node/create_node")
+                self.error(
+                    f"result %{r.name} of '{node.op}' has a stale producer link",
+                    node.span,
+                    hint="insert nodes with graph.add_node/create_node",
+                )
             before = len(self.report.errors)
             self.define(r)
             ok = ok and len(self.report.errors) == before
@@ -238,8 +273,10 @@ class _GraphChecker:
                     self.error(f"invalid {what} name {key!r} on '{node.op}'", node.span)
                     ok = False
                 elif problem:
-                    self.error(f"{what} '{key}' of '{node.op}' cannot be written in the IR: "
-                               f"{problem}", node.span)
+                    self.error(
+                        f"{what} '{key}' of '{node.op}' cannot be written in the IR: {problem}",
+                        node.span,
+                    )
                     ok = False
         if not ok:
             return
@@ -247,15 +284,18 @@ class _GraphChecker:
         declared = None
         if opdef is not None and opdef.declared_type:
             if len(node.results) != 1:
-                self.error(f"{node.op} has exactly one result, got {len(node.results)}",
-                           node.span)
+                self.error(f"{node.op} has exactly one result, got {len(node.results)}", node.span)
                 return
             declared = node.results[0].type
         try:
             inferred = infer_node_types(
-                node.op, [v.type for v in node.operands],
-                {k: v.type for k, v in node.optional.items()}, node.attrs, node.span,
-                declared=declared)
+                node.op,
+                [v.type for v in node.operands],
+                {k: v.type for k, v in node.optional.items()},
+                node.attrs,
+                node.span,
+                declared=declared,
+            )
         except VerifyError as e:
             self.report.errors.append(e)
             return
@@ -263,35 +303,49 @@ class _GraphChecker:
             self.error(
                 f"'{node.op}' produces {len(inferred)} result{_s(len(inferred))} "
                 f"but {len(node.results)} {_are(len(node.results), 'is', 'are')} named",
-                node.span, hint=f"name {len(inferred)} result{_s(len(inferred))} before '='")
+                node.span,
+                hint=f"name {len(inferred)} result{_s(len(inferred))} before '='",
+            )
             return
-        for r, t in zip(node.results, inferred):
+        for r, t in zip(node.results, inferred, strict=True):
             if r.type != t:
                 self.error(
                     f"declared type {r.type} of %{r.name} does not match the inferred type {t}",
                     node.span,
-                    hint="fix the ': type' (or leave it out and the parser infers it)")
+                    hint="fix the ': type' (or leave it out and the parser infers it)",
+                )
 
     # -- outputs
     def outputs(self) -> None:
         g = self.g
         span = g.return_span or g.span
         if not g.outputs:
-            self.error(f"func '{g.name}' returns no value", span,
-                       hint="return at least one value: 'return %y'")
+            self.error(
+                f"func '{g.name}' returns no value",
+                span,
+                hint="return at least one value: 'return %y'",
+            )
         seen: set[str] = set()
         for v in g.outputs:
             if id(v) not in self.defined:
-                self.error(f"returned value %{v.name} is not defined in func '{g.name}'", span,
-                           hint=_suggest_value(v.name, self.names))
+                self.error(
+                    f"returned value %{v.name} is not defined in func '{g.name}'",
+                    span,
+                    hint=_suggest_value(v.name, self.names),
+                )
             elif v.producer is None:
                 self.error(
-                    f"func '{g.name}' returns its input %{v.name} directly", span,
+                    f"func '{g.name}' returns its input %{v.name} directly",
+                    span,
                     hint=f"outputs must be op results: %{v.name}_out = identity(%{v.name}) "
-                    f"and return %{v.name}_out")
+                    f"and return %{v.name}_out",
+                )
             if v.name in seen:
-                self.error(f"%{v.name} is returned twice", span,
-                           hint="output names must be unique: return a copy made with identity")
+                self.error(
+                    f"%{v.name} is returned twice",
+                    span,
+                    hint="output names must be unique: return a copy made with identity",
+                )
             seen.add(v.name)
 
     # -- use lists
@@ -303,8 +357,11 @@ class _GraphChecker:
                     expected[id(v)][id(n)] += 1
         for v in self.g.values():
             if Counter(id(u) for u in v.uses) != expected[id(v)]:
-                self.error(f"use list of %{v.name} is out of date", v.span,
-                           hint="after editing operands directly, call graph.rebuild_uses()")
+                self.error(
+                    f"use list of %{v.name} is out of date",
+                    v.span,
+                    hint="after editing operands directly, call graph.rebuild_uses()",
+                )
 
     def unused(self) -> None:
         used = {id(v) for n in self.g.nodes for v in n.inputs()}
@@ -312,9 +369,13 @@ class _GraphChecker:
         for n in self.g.nodes:
             if n.results and not any(id(r) in used for r in n.results):
                 names = ", ".join(f"%{r.name}" for r in n.results)
-                self.report.warnings.append(VerifyWarning(
-                    f"{names} {_are(len(n.results), 'is', 'are')} never used "
-                    f"(dce removes '{n.op}')", n.span))
+                self.report.warnings.append(
+                    VerifyWarning(
+                        f"{names} {_are(len(n.results), 'is', 'are')} never used "
+                        f"(dce removes '{n.op}')",
+                        n.span,
+                    )
+                )
 
 
 # ---- helpers ----------------------------------------------------------------------
@@ -371,4 +432,3 @@ def _literal_problem(v: Any, depth: int = 0) -> str | None:
                 return p
         return None
     return f"{type(v).__name__} is not a literal"
-

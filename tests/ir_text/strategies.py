@@ -24,9 +24,15 @@ from anec.ir.types import DType, TensorType
 IDENT = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,7}", fullmatch=True) | st.sampled_from(
     ["func", "return", "weights", "true", "nan", "inf", "fp16", "const", "add", "x"]
 )
-VALUE_NAME = IDENT | st.from_regex(r"[0-9]{1,3}", fullmatch=True) | st.from_regex(r"[A-Za-z0-9_]{1,8}", fullmatch=True)
+VALUE_NAME = (
+    IDENT
+    | st.from_regex(r"[0-9]{1,3}", fullmatch=True)
+    | st.from_regex(r"[A-Za-z0-9_]{1,8}", fullmatch=True)
+)
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=10)
-FLOATS = st.floats(allow_nan=False, width=64) | st.sampled_from([0.0, -0.0, 1e-05, 0.125, 1e-300, 1e16])
+FLOATS = st.floats(allow_nan=False, width=64) | st.sampled_from(
+    [0.0, -0.0, 1e-05, 0.125, 1e-300, 1e16]
+)
 DTYPES = st.sampled_from(list(DType))
 DATA_DTYPES = st.sampled_from([DType.fp16, DType.fp32, DType.fp16, DType.int32])
 
@@ -81,22 +87,36 @@ class _Grower:
         values = self.pool(pred)
         return self.draw(st.sampled_from(values)) if values else None
 
-    def add(self, op: str, operands: list[Value], attrs: dict[str, Any],
-            optional: dict[str, Value] | None = None, declared: TensorType | None = None) -> list[Value]:
+    def add(
+        self,
+        op: str,
+        operands: list[Value],
+        attrs: dict[str, Any],
+        optional: dict[str, Value] | None = None,
+        declared: TensorType | None = None,
+    ) -> list[Value]:
         optional = optional or {}
         try:
-            types = ops.infer_types(op, [v.type for v in operands],
-                                    {k: v.type for k, v in optional.items()}, attrs, declared=declared)
+            types = ops.infer_types(
+                op,
+                [v.type for v in operands],
+                {k: v.type for k, v in optional.items()},
+                attrs,
+                declared=declared,
+            )
         except ops.InferError:
             return []
-        node = self.g.create_node(op, operands, attrs, types, names=[self.name() for _ in types],
-                                  optional=optional)
+        node = self.g.create_node(
+            op, operands, attrs, types, names=[self.name() for _ in types], optional=optional
+        )
         if self.draw(st.integers(0, 4)) == 0:
             node.annotations = self.draw(st.dictionaries(IDENT, LITERALS, max_size=3))
         return node.results
 
     # -- one method per family of ops
-    def const_value(self, dtype: DType | None = None, shape: tuple[int, ...] | None = None) -> list[Value]:
+    def const_value(
+        self, dtype: DType | None = None, shape: tuple[int, ...] | None = None
+    ) -> list[Value]:
         dtype = dtype or self.draw(DTYPES)
         shape = self.draw(shapes(0, 3)) if shape is None else shape
         if math.prod(shape) > 8 or self.draw(st.booleans()):
@@ -105,7 +125,9 @@ class _Grower:
             value = _nested(self.draw, dtype, shape)
         return self.add("const", [], {"value": value}, declared=TensorType(dtype, shape))
 
-    def const_weight(self, dtype: DType | None = None, shape: tuple[int, ...] | None = None) -> list[Value]:
+    def const_weight(
+        self, dtype: DType | None = None, shape: tuple[int, ...] | None = None
+    ) -> list[Value]:
         dtype = dtype or self.draw(st.sampled_from([DType.fp16, DType.fp32]))
         shape = self.draw(shapes(1, 4)) if shape is None else shape
         attrs: dict[str, Any] = {"weight": self.draw(TEXT.filter(bool))}
@@ -113,8 +135,11 @@ class _Grower:
             attrs["perm"] = self.draw(st.permutations(list(range(len(shape)))))
         if self.draw(st.integers(0, 3)) == 0:
             start = self.draw(st.integers(0, 3))
-            attrs["slice"] = [self.draw(st.integers(0, len(shape) - 1)), start,
-                              start + self.draw(st.integers(1, 3))]
+            attrs["slice"] = [
+                self.draw(st.integers(0, len(shape) - 1)),
+                start,
+                start + self.draw(st.integers(1, 3)),
+            ]
         return self.add("const", [], attrs, declared=TensorType(dtype, shape))
 
     def unary(self) -> list[Value]:
@@ -164,7 +189,9 @@ class _Grower:
         x = self.pick()
         if x is None:
             return []
-        shape = list(self.draw(st.permutations(list(x.type.shape)))) + [1] * self.draw(st.integers(0, 1))
+        shape = list(self.draw(st.permutations(list(x.type.shape)))) + [1] * self.draw(
+            st.integers(0, 1)
+        )
         if shape and self.draw(st.booleans()):
             shape[self.draw(st.integers(0, len(shape) - 1))] = -1
         return self.add("reshape", [x], {"shape": shape})
@@ -173,7 +200,9 @@ class _Grower:
         x = self.pick()
         if x is None:
             return []
-        return self.add("transpose", [x], {"perm": self.draw(st.permutations(list(range(x.type.rank))))})
+        return self.add(
+            "transpose", [x], {"perm": self.draw(st.permutations(list(range(x.type.rank))))}
+        )
 
     def slice(self) -> list[Value]:
         x = self.pick(lambda v: v.type.rank > 0)
@@ -193,7 +222,7 @@ class _Grower:
         axis = self.draw(st.integers(0, x.type.rank - 1))
         n = x.type.shape[axis]
         cuts = sorted(self.draw(st.sets(st.integers(1, n - 1), max_size=2))) if n > 1 else []
-        sizes = [b - a for a, b in zip([0, *cuts], [*cuts, n])]
+        sizes = [b - a for a, b in zip([0, *cuts], [*cuts, n], strict=True)]
         return self.add("split", [x], {"axis": axis, "sizes": sizes})
 
     def pad(self) -> list[Value]:
@@ -214,7 +243,9 @@ class _Grower:
             return []
         same = self.pool(lambda v: v.type == x.type)
         parts = self.draw(st.lists(st.sampled_from(same), min_size=2, max_size=3))
-        return self.add("concat", parts, {"axis": self.draw(st.integers(-x.type.rank, x.type.rank - 1))})
+        return self.add(
+            "concat", parts, {"axis": self.draw(st.integers(-x.type.rank, x.type.rank - 1))}
+        )
 
     def conv1x1(self) -> list[Value]:
         x = self.pick(lambda v: v.type.dtype.is_float and v.type.rank == 4)
@@ -239,8 +270,25 @@ class _Grower:
         return self.add("matmul", [x, y[0]], attrs) if y else []
 
 
-_STEPS = ["const_value", "const_weight", "unary", "unary", "cast", "binary", "binary", "softmax",
-          "reduce", "reshape", "transpose", "slice", "split", "pad", "concat", "conv1x1", "matmul"]
+_STEPS = [
+    "const_value",
+    "const_weight",
+    "unary",
+    "unary",
+    "cast",
+    "binary",
+    "binary",
+    "softmax",
+    "reduce",
+    "reshape",
+    "transpose",
+    "slice",
+    "split",
+    "pad",
+    "concat",
+    "conv1x1",
+    "matmul",
+]
 
 
 @st.composite

@@ -81,9 +81,13 @@ def test_fmt_errors_and_usage(tmp_path: Path) -> None:
     assert run("fmt").exit_code == 2
 
 
-@pytest.mark.parametrize("name, funcs, nodes", [
-    ("gpt2_mlp.ir", "1 func", "22 nodes"), ("multi_func.ir", "2 funcs", "15 nodes"),
-])
+@pytest.mark.parametrize(
+    "name, funcs, nodes",
+    [
+        ("gpt2_mlp.ir", "1 func", "22 nodes"),
+        ("multi_func.ir", "2 funcs", "15 nodes"),
+    ],
+)
 def test_check_examples(name: str, funcs: str, nodes: str, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "anec.passes.report", types.ModuleType("anec.passes.report"))
     path = ROOT / "examples" / name
@@ -95,13 +99,16 @@ def test_check_examples(name: str, funcs: str, nodes: str, monkeypatch) -> None:
 
 def test_check_reports_every_error_and_warnings(tmp_path: Path) -> None:
     path = tmp_path / "m.ir"
-    path.write_text("func f(%x: fp16[1, 8]) {\n  %d = tanh(%x)\n  %a = relu(%x) : fp16[1, 9]\n"
-                    "  %y = gleu(%a) : fp16[1, 9]\n  return %y\n}\n")
+    path.write_text(
+        "func f(%x: fp16[1, 8]) {\n  %d = tanh(%x)\n  %a = relu(%x) : fp16[1, 9]\n"
+        "  %y = gleu(%a) : fp16[1, 9]\n  return %y\n}\n"
+    )
     r = run("check", str(path))
     assert r.exit_code == 1
     assert r.stdout == ""
     assert r.stderr == (
-        f"{path}:3:8: error: declared type fp16[1, 9] of %a does not match the inferred type fp16[1, 8]\n"
+        f"{path}:3:8: error: declared type fp16[1, 9] of %a does not match the inferred type "
+        "fp16[1, 8]\n"
         "    %a = relu(%x) : fp16[1, 9]\n"
         "         ^^^^\n"
         "hint: fix the ': type' (or leave it out and the parser infers it)\n"

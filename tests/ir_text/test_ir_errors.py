@@ -53,7 +53,7 @@ def test_golden_shape(case: str) -> None:
     line, col = int(m.group(1)), int(m.group(2))
     source_lines = (ERRORS / f"{case}.ir").read_text("utf-8").split("\n")
     assert lines[1] == "  " + source_lines[line - 1]
-    assert re.fullmatch(r" {%d}\^+" % (col + 1), lines[2]), lines[2]
+    assert re.fullmatch(rf" {{{col + 1}}}\^+", lines[2]), lines[2]
     assert any(x.startswith("hint: ") and len(x) > 8 for x in lines[3:])
 
 

@@ -25,20 +25,89 @@ from anec.ir.verifier import check
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_TEXTS = [p.read_text("utf-8") for p in sorted((ROOT / "examples").glob("*.ir"))]
 N = int(os.environ.get("ANEC_FUZZ_EXAMPLES", "2000"))
-FUZZ = settings(max_examples=N, deadline=None, database=None,
-                suppress_health_check=list(HealthCheck))
-CLI_FUZZ = settings(max_examples=max(50, N // 10), deadline=None, database=None,
-                    suppress_health_check=list(HealthCheck))
+FUZZ = settings(
+    max_examples=N, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+)
+CLI_FUZZ = settings(
+    max_examples=max(50, N // 10),
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 
 VOCAB = [
-    "%", "%x", "%0", "%1a", "(", ")", "{", "}", "[", "]", ",", "=", ":", '"', "@", "@{", "//",
-    "/", "\n", " ", "\t", "\r\n", "func", "return", "weights", "const", "add", "gelu", "gleu",
-    "split", "concat", "cast", "fp16", "fp32", "int32", "bool", "fp61", "1", "-1", "0", "3.5",
-    "1e-05", "1e999", "-inf", "inf", "nan", "true", "false", "[1, 2]", "[[1], [2]]", "\\", "#",
-    ";", "é", "\x00", "\u2028", "fp16[]", "value=", "weight=", "axis=", "bias=", "9" * 5000,
-    '"\\u12"', '"\\x"', "[" * 40, "]" * 40,
+    "%",
+    "%x",
+    "%0",
+    "%1a",
+    "(",
+    ")",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    "=",
+    ":",
+    '"',
+    "@",
+    "@{",
+    "//",
+    "/",
+    "\n",
+    " ",
+    "\t",
+    "\r\n",
+    "func",
+    "return",
+    "weights",
+    "const",
+    "add",
+    "gelu",
+    "gleu",
+    "split",
+    "concat",
+    "cast",
+    "fp16",
+    "fp32",
+    "int32",
+    "bool",
+    "fp61",
+    "1",
+    "-1",
+    "0",
+    "3.5",
+    "1e-05",
+    "1e999",
+    "-inf",
+    "inf",
+    "nan",
+    "true",
+    "false",
+    "[1, 2]",
+    "[[1], [2]]",
+    "\\",
+    "#",
+    ";",
+    "é",
+    "\x00",
+    "\u2028",
+    "fp16[]",
+    "value=",
+    "weight=",
+    "axis=",
+    "bias=",
+    "9" * 5000,
+    '"\\u12"',
+    '"\\x"',
+    '"\\ud800"',
+    '"\\ud83d\\ude00"',
+    "[" * 40,
+    "]" * 40,
 ]
-TOKEN = re.compile(r'%[A-Za-z0-9_]+|[A-Za-z_][A-Za-z0-9_]*|"(?:[^"\\\n]|\\.)*"|-?\d[\w.+-]*|//[^\n]*|\s+|.')
+TOKEN = re.compile(
+    r'%[A-Za-z0-9_]+|[A-Za-z_][A-Za-z0-9_]*|"(?:[^"\\\n]|\\.)*"|-?\d[\w.+-]*|//[^\n]*|\s+|.'
+)
 
 
 @st.composite

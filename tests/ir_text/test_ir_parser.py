@@ -18,15 +18,32 @@ def attrs_of(literal: str) -> object:
     return parse(text).func().nodes[0].annotations["v"]
 
 
-@pytest.mark.parametrize("literal, value", [
-    ("0", 0), ("-3", -3), ("+7", 7), ("12345678901234567890", 12345678901234567890),
-    ("1.0", 1.0), ("1e-05", 1e-05), ("-0.5", -0.5), ("1e+16", 1e16), ("2E3", 2000.0),
-    ("inf", math.inf), ("-inf", -math.inf), ("true", True), ("false", False),
-    ("fp16", DType.fp16), ("uint8", DType.uint8), ('"tanh"', "tanh"),
-    ('"a\\"b\\\\c\\n\\t\\u00e9\\ud83d\\ude00"', 'a"b\\c\n\té\U0001f600'),
-    ('"é // not a comment"', "é // not a comment"),
-    ("[]", []), ("[1, 2.5, true]", [1, 2.5, True]), ("[[1, 2], [3, 4]]", [[1, 2], [3, 4]]),
-])
+@pytest.mark.parametrize(
+    "literal, value",
+    [
+        ("0", 0),
+        ("-3", -3),
+        ("+7", 7),
+        ("12345678901234567890", 12345678901234567890),
+        ("1.0", 1.0),
+        ("1e-05", 1e-05),
+        ("-0.5", -0.5),
+        ("1e+16", 1e16),
+        ("2E3", 2000.0),
+        ("inf", math.inf),
+        ("-inf", -math.inf),
+        ("true", True),
+        ("false", False),
+        ("fp16", DType.fp16),
+        ("uint8", DType.uint8),
+        ('"tanh"', "tanh"),
+        ('"a\\"b\\\\c\\n\\t\\u00e9\\ud83d\\ude00"', 'a"b\\c\n\té\U0001f600'),
+        ('"é // not a comment"', "é // not a comment"),
+        ("[]", []),
+        ("[1, 2.5, true]", [1, 2.5, True]),
+        ("[[1, 2], [3, 4]]", [[1, 2], [3, 4]]),
+    ],
+)
 def test_literals(literal: str, value: object) -> None:
     got = attrs_of(literal)
     assert got == value and type(got) is type(value)
@@ -44,10 +61,19 @@ def test_list_depth_limit() -> None:
         attrs_of("[" + ok + "]")
 
 
-@pytest.mark.parametrize("literal, message", [
-    ("tahn", "unknown word 'tahn'"), ("1.", "expected"), (".5", "unexpected character '.'"),
-    ("9" * 5000, "integer literal too large"), ('"\\q"', "invalid escape"), ("-x", "'-'"),
-])
+@pytest.mark.parametrize(
+    "literal, message",
+    [
+        ("tahn", "unknown word 'tahn'"),
+        ("1.", "expected"),
+        (".5", "unexpected character '.'"),
+        ("9" * 5000, "integer literal too large"),
+        ('"\\q"', "invalid escape"),
+        ("-x", "'-'"),
+        ('"\\ud800"', "unpaired surrogate"),
+        ('"\\ude00\\ud83d"', "unpaired surrogate"),
+    ],
+)
 def test_bad_literals(literal: str, message: str) -> None:
     with pytest.raises(ParseError, match=message):
         attrs_of(literal)
@@ -81,15 +107,20 @@ def test_types_are_inferred_when_omitted() -> None:
 
 def test_inference_errors_are_reported_by_parse() -> None:
     with pytest.raises(VerifyError, match="conv1x1 input channels differ") as e:
-        parse("func f(%x: fp16[1, 3, 1, 1], %w: fp16[2, 4, 1, 1]) {\n"
-              "  %y = conv1x1(%x, %w)\n  return %y\n}\n", "m.ir")
+        parse(
+            "func f(%x: fp16[1, 3, 1, 1], %w: fp16[2, 4, 1, 1]) {\n"
+            "  %y = conv1x1(%x, %w)\n  return %y\n}\n",
+            "m.ir",
+        )
     assert e.value.span.location == "m.ir:2:8"
 
 
 def test_annotations_and_weights_directives() -> None:
-    text = ('weights "a.safetensors"\nfunc f(%x: fp16[1]) {\n'
-            '  %y = relu(%x) : fp16[1] @{in_bytes=2, spill=true, where="sram"}\n'
-            '  %z = tanh(%y) : fp16[1] @{}\n  return %z\n}\nweights "b.npz"\n')
+    text = (
+        'weights "a.safetensors"\nfunc f(%x: fp16[1]) {\n'
+        '  %y = relu(%x) : fp16[1] @{in_bytes=2, spill=true, where="sram"}\n'
+        '  %z = tanh(%y) : fp16[1] @{}\n  return %z\n}\nweights "b.npz"\n'
+    )
     m = parse(text)
     assert [w.path for w in m.weight_sources] == ["a.safetensors", "b.npz"]
     y, z = m.func().nodes
@@ -98,8 +129,10 @@ def test_annotations_and_weights_directives() -> None:
 
 
 def test_keywords_are_fine_as_names() -> None:
-    text = ("func weights(%func: fp16[1]) {\n  %return = relu(%func)\n  return %return\n}\n"
-            "func return(%x: fp16[1]) {\n  %1 = relu(%x)\n  %0_w = tanh(%1)\n  return %0_w\n}\n")
+    text = (
+        "func weights(%func: fp16[1]) {\n  %return = relu(%func)\n  return %return\n}\n"
+        "func return(%x: fp16[1]) {\n  %1 = relu(%x)\n  %0_w = tanh(%1)\n  return %0_w\n}\n"
+    )
     m = parse(text)
     assert list(m.funcs) == ["weights", "return"]
     assert m.funcs["return"].outputs[0].name == "0_w"
@@ -138,7 +171,17 @@ def test_parse_file(tmp_path) -> None:
 
 
 def test_parse_errors_are_never_lark_errors() -> None:
-    for text in ["func", "func f(", "%", "@{", "weights", 'weights "x" "y"', "}", "\x00", "func f() { return %y }"]:
+    for text in [
+        "func",
+        "func f(",
+        "%",
+        "@{",
+        "weights",
+        'weights "x" "y"',
+        "}",
+        "\x00",
+        "func f() { return %y }",
+    ]:
         with pytest.raises(AnecError) as e:
             parse(text)
         assert e.value.span is not None

@@ -16,12 +16,23 @@ from anec.ir.types import DType, TensorType
 F = TensorType(DType.fp16, (1, 4))
 
 
-def one_node(op: str, attrs: dict, optional: dict | None = None, annotations: dict | None = None) -> str:
+def one_node(
+    op: str, attrs: dict, optional: dict | None = None, annotations: dict | None = None
+) -> str:
     g = Graph("f")
     x = g.add_input("x", F)
     b = g.add_input("b", F)
-    g.add_node(Node(op, [x], attrs, [Value("y", F)], {"bias": b} if optional else {}, None,
-                    annotations or {}))
+    g.add_node(
+        Node(
+            op,
+            [x],
+            attrs,
+            [Value("y", F)],
+            {"bias": b} if optional else {},
+            None,
+            annotations or {},
+        )
+    )
     return print_graph(g).splitlines()[1].strip()
 
 
@@ -52,7 +63,9 @@ def test_layout_of_a_module() -> None:
 
 def test_attributes_in_op_table_order_unknown_sorted_after() -> None:
     line = one_node("matmul", {"zeta": 1, "transpose_y": True, "alpha": 2, "transpose_x": False})
-    assert line == "%y = matmul(%x, transpose_x=false, transpose_y=true, alpha=2, zeta=1) : fp16[1, 4]"
+    assert (
+        line == "%y = matmul(%x, transpose_x=false, transpose_y=true, alpha=2, zeta=1) : fp16[1, 4]"
+    )
 
 
 def test_optional_operands_before_attributes() -> None:
@@ -70,18 +83,39 @@ def test_annotations_sorted() -> None:
     assert line.endswith(": fp16[1, 4] @{in_bytes=8, live_bytes=16, spill=true}")
 
 
-@pytest.mark.parametrize("value, text", [
-    (1, "1"), (-1, "-1"), (1.0, "1.0"), (1e-05, "1e-05"), (0.125, "0.125"), (1e16, "1e+16"),
-    (-0.0, "-0.0"), (math.inf, "inf"), (-math.inf, "-inf"), (math.nan, "nan"), (True, "true"),
-    (False, "false"), (DType.int8, "int8"), ("a\"b\\c\nd\x01\u2028é", '"a\\"b\\\\c\\nd\\u0001\\u2028é"'),
-    ([1, [2.5, "x"]], '[1, [2.5, "x"]]'), ((1, 2), "[1, 2]"), (np.int64(3), "3"),
-    (np.float32(0.5), "0.5"), (np.bool_(True), "true"), (np.array([[1, 2]]), "[[1, 2]]"),
-])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (1, "1"),
+        (-1, "-1"),
+        (1.0, "1.0"),
+        (1e-05, "1e-05"),
+        (0.125, "0.125"),
+        (1e16, "1e+16"),
+        (-0.0, "-0.0"),
+        (math.inf, "inf"),
+        (-math.inf, "-inf"),
+        (math.nan, "nan"),
+        (True, "true"),
+        (False, "false"),
+        (DType.int8, "int8"),
+        ('a"b\\c\nd\x01\u2028é', '"a\\"b\\\\c\\nd\\u0001\\u2028é"'),
+        ("\ud800", '"\\ud800"'),
+        ([1, [2.5, "x"]], '[1, [2.5, "x"]]'),
+        ((1, 2), "[1, 2]"),
+        (np.int64(3), "3"),
+        (np.float32(0.5), "0.5"),
+        (np.bool_(True), "true"),
+        (np.array([[1, 2]]), "[[1, 2]]"),
+    ],
+)
 def test_literal_spelling(value, text: str) -> None:
     assert format_literal(value) == text
 
 
-@pytest.mark.parametrize("value", [1e-05, 0.1, 1 / 3, 5e-324, 1.7976931348623157e308, -2.5e-7, 2**53 + 1.0])
+@pytest.mark.parametrize(
+    "value", [1e-05, 0.1, 1 / 3, 5e-324, 1.7976931348623157e308, -2.5e-7, 2**53 + 1.0]
+)
 def test_floats_read_back_bit_exactly(value: float) -> None:
     text = f"func f() {{\n  %c = const(value={format_literal(value)}) : fp32[]\n  return %c\n}}\n"
     assert parse(text).func().nodes[0].attrs["value"] == value
@@ -136,18 +170,26 @@ func f(%x:fp16[1,4]){    // after the brace
 
 
 def test_fmt_hoists_weights_with_their_comments() -> None:
-    text = ("func f(%x: fp16[1]) {\n  %y = relu(%x) : fp16[1]\n  return %y\n}\n"
-            "// the checkpoint\nweights \"w.npz\"\n")
-    assert format_text(text) == ('// the checkpoint\nweights "w.npz"\n\n'
-                                 "func f(%x: fp16[1]) {\n  %y = relu(%x) : fp16[1]\n  return %y\n}\n")
+    text = (
+        "func f(%x: fp16[1]) {\n  %y = relu(%x) : fp16[1]\n  return %y\n}\n"
+        '// the checkpoint\nweights "w.npz"\n'
+    )
+    assert format_text(text) == (
+        '// the checkpoint\nweights "w.npz"\n\n'
+        "func f(%x: fp16[1]) {\n  %y = relu(%x) : fp16[1]\n  return %y\n}\n"
+    )
 
 
 def test_fmt_of_multiline_statement_joins_its_comments() -> None:
-    text = ("func f(%x: fp16[1],  // first\n       %w: fp16[1]) {\n"
-            "  %y = add(%x,  // left\n           %w)  // right\n  return %y\n}\n")
+    text = (
+        "func f(%x: fp16[1],  // first\n       %w: fp16[1]) {\n"
+        "  %y = add(%x,  // left\n           %w)  // right\n  return %y\n}\n"
+    )
     out = format_text(text)
-    assert out == ("func f(%x: fp16[1], %w: fp16[1]) {  // first\n"
-                   "  %y = add(%x, %w) : fp16[1]  // left // right\n  return %y\n}\n")
+    assert out == (
+        "func f(%x: fp16[1], %w: fp16[1]) {  // first\n"
+        "  %y = add(%x, %w) : fp16[1]  // left // right\n  return %y\n}\n"
+    )
     assert format_text(out) == out
 
 

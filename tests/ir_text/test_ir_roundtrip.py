@@ -39,7 +39,9 @@ def test_example_fmt_keeps_comments_and_is_idempotent(path: Path) -> None:
     assert format_text(formatted) == formatted
     assert parse(formatted) == parse(source)
     comments = [line.split("//", 1)[1].strip() for line in source.splitlines() if "//" in line]
-    out_comments = [line.split("//", 1)[1].strip() for line in formatted.splitlines() if "//" in line]
+    out_comments = [
+        line.split("//", 1)[1].strip() for line in formatted.splitlines() if "//" in line
+    ]
     assert out_comments == comments
 
 

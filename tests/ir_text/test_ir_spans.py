@@ -13,7 +13,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.ir"))
 
 
 def at(text: str, span) -> str:
-    return text[span.start:span.end]
+    return text[span.start : span.end]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -33,7 +33,7 @@ def test_example_spans(path: Path) -> None:
             assert n.span.source is m.source
             assert at(text, n.span) == n.op
             line = lines[n.span.line - 1]
-            assert line[n.span.col - 1:].startswith(n.op + "(")
+            assert line[n.span.col - 1 :].startswith(n.op + "(")
             for r in n.results:
                 assert at(text, r.span) == f"%{r.name}"
                 assert r.span.line == n.span.line and r.span.col < n.span.col
@@ -42,7 +42,10 @@ def test_example_spans(path: Path) -> None:
 
 
 def test_spans_locate_lines_and_columns() -> None:
-    text = "// c\nfunc f(%x: fp16[2]) {\n  %a = relu(%x)\n  %b, %c = split(%a, axis=0, sizes=[1, 1])\n  return %b\n}\n"
+    text = (
+        "// c\nfunc f(%x: fp16[2]) {\n  %a = relu(%x)\n"
+        "  %b, %c = split(%a, axis=0, sizes=[1, 1])\n  return %b\n}\n"
+    )
     g = parse(text, "t.ir").func()
     relu, split = g.nodes
     assert relu.span.location == "t.ir:3:8"

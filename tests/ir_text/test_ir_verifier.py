@@ -58,7 +58,10 @@ def test_stale_use_lists_are_caught() -> None:
     g = b.graph
     g.nodes[1].operands[0] = g.inputs[0]  # edited without set_operand / rebuild_uses
     errs = verify_all(g)
-    assert [e.message for e in errs] == ["use list of %x is out of date", "use list of %h is out of date"]
+    assert [e.message for e in errs] == [
+        "use list of %x is out of date",
+        "use list of %h is out of date",
+    ]
     assert "rebuild_uses" in errs[0].hint
     g.rebuild_uses()
     assert verify_all(g) == []
@@ -109,16 +112,20 @@ def test_invalid_types() -> None:
     x = g.add_input("x", TensorType(DType.fp16, (0, 2)))
     g.add_node(Node("relu", [x], {}, [Value("y", TensorType(DType.fp16, (0, 2)))]))
     g.outputs = [g.nodes[0].results[0]]
-    assert messages(g) == ["%x has an invalid type: fp16[0, 2] has a dimension < 1",
-                           "%y has an invalid type: fp16[0, 2] has a dimension < 1"]
+    assert messages(g) == [
+        "%x has an invalid type: fp16[0, 2] has a dimension < 1",
+        "%y has an invalid type: fp16[0, 2] has a dimension < 1",
+    ]
 
 
 def test_all_errors_in_source_order() -> None:
-    text = ("func f(%x: fp16[1, 8]) {\n"
-            "  %a = relu(%x) : fp16[1, 9]\n"
-            "  %b = softmax(%a, axsi=0) : fp16[1, 9]\n"
-            "  %c = gleu(%b) : fp16[1, 9]\n"
-            "  return %c, %x\n}\n")
+    text = (
+        "func f(%x: fp16[1, 8]) {\n"
+        "  %a = relu(%x) : fp16[1, 9]\n"
+        "  %b = softmax(%a, axsi=0) : fp16[1, 9]\n"
+        "  %c = gleu(%b) : fp16[1, 9]\n"
+        "  return %c, %x\n}\n"
+    )
     errs = verify_all(parse(text, "m.ir"))
     assert [(e.span.location, e.message) for e in errs] == [
         ("m.ir:2:8", "declared type fp16[1, 9] of %a does not match the inferred type fp16[1, 8]"),
@@ -131,12 +138,14 @@ def test_all_errors_in_source_order() -> None:
 
 
 def test_unused_results_are_warnings() -> None:
-    text = ("func f(%x: fp16[1, 8]) {\n"
-            "  %dead = relu(%x)\n"
-            "  %a, %b = split(%x, axis=1, sizes=[4, 4])\n"
-            "  %c, %d = split(%x, axis=1, sizes=[2, 6])\n"
-            "  %y = tanh(%a)\n"
-            "  return %y\n}\n")
+    text = (
+        "func f(%x: fp16[1, 8]) {\n"
+        "  %dead = relu(%x)\n"
+        "  %a, %b = split(%x, axis=1, sizes=[4, 4])\n"
+        "  %c, %d = split(%x, axis=1, sizes=[2, 6])\n"
+        "  %y = tanh(%a)\n"
+        "  return %y\n}\n"
+    )
     m = parse(text, "w.ir")
     warnings = verify(m)
     assert warnings == [
