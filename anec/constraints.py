@@ -104,7 +104,8 @@ _SRAM = "tests/passes/test_annotate_sram.py"
 _EMIT = "tests/mil/test_mil_emitter.py"
 _ART = "tests/mil/test_mil_artifact.py"
 _PROTO = "tests/ane_protocol/test_ane_protocol.c"
-_RT = "tests/runtime"
+_CORE = "tests/runtime/test_rt_core.py"
+_SIM = "tests/runtime/test_rt_mil_checks.py"
 
 _ENTRIES = (
     Constraint(
@@ -117,7 +118,8 @@ _ENTRIES = (
         "conv(b, W[:, ca:])). Any other concat is an error suggesting a multi-output program.",
         "compile",
         (f"{_LEG}::test_concat_feeding_convs_becomes_partial_convs",
-         f"{_LEG}::test_other_concat_is_rejected"),
+         f"{_LEG}::test_other_concat_is_rejected",
+         f"{_SIM}::test_rejected_ops_name_constraint_and_line"),
     ),
     Constraint(
         "ANE-GELU", "gelu is not a valid MIL op for the ANE",
@@ -127,7 +129,8 @@ _ENTRIES = (
         "gelu becomes 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))). For mode=\"exact\" (erf) "
         "this is an approximation (max abs error 4.7e-4), recorded in the rewrite list.",
         "compile",
-        (f"{_LEG}::test_gelu_tanh_is_expanded", f"{_LEG}::test_exact_gelu_is_approximated"),
+        (f"{_LEG}::test_gelu_tanh_is_expanded", f"{_LEG}::test_exact_gelu_is_approximated",
+         f"{_SIM}::test_rejected_ops_name_constraint_and_line"),
     ),
     Constraint(
         "ANE-RSQRT", "rsqrt is rejected",
@@ -136,7 +139,8 @@ _ENTRIES = (
         REPORTED,
         "rewrite", "legalize: rsqrt_to_pow",
         "rsqrt(x) becomes pow(x, -0.5).",
-        "compile", (f"{_LEG}::test_rsqrt_becomes_pow",),
+        "compile", (f"{_LEG}::test_rsqrt_becomes_pow",
+         f"{_SIM}::test_rejected_ops_name_constraint_and_line"),
     ),
     Constraint(
         "ANE-NEG", "there is no neg op in MIL",
@@ -144,7 +148,8 @@ _ENTRIES = (
         "the MIL op set: coremltools' iOS15-iOS18 op registry has no neg", VERIFIED,
         "rewrite", "legalize: neg_to_mul",
         "neg(x) becomes mul(x, -1).",
-        "compile", (f"{_LEG}::test_neg_becomes_mul",),
+        "compile", (f"{_LEG}::test_neg_becomes_mul",
+         f"{_SIM}::test_rejected_ops_name_constraint_and_line"),
     ),
     Constraint(
         "ANE-CONV-BIAS", "conv does not take bias=",
@@ -153,7 +158,8 @@ _ENTRIES = (
         VERIFIED,
         "rewrite", "legalize: split_conv_bias",
         "conv1x1(x, w, bias=b) becomes add(conv1x1(x, w), b).",
-        "compile", (f"{_LEG}::test_conv_bias_becomes_add",),
+        "compile", (f"{_LEG}::test_conv_bias_becomes_add",
+         f"{_SIM}::test_conv_bias_rejected"),
     ),
     Constraint(
         "ANE-MATMUL-FLAGS", "matmul transpose flags must be named consts",
@@ -163,7 +169,8 @@ _ENTRIES = (
         "Every non-tensor parameter, including transpose_x/transpose_y, is emitted as a named "
         "const <node>_<param>.",
         "compile", (f"{_EMIT}::test_matmul_flags_are_bool_consts",
-                    f"{_EMIT}::test_every_param_is_a_named_const"),
+                    f"{_EMIT}::test_every_param_is_a_named_const",
+                    f"{_SIM}::test_matmul_inline_flags_rejected_named_accepted"),
     ),
     Constraint(
         "ANE-LIVE-OUTPUTS", "returned names must be live values",
@@ -175,7 +182,8 @@ _ENTRIES = (
         "names live values with the declared names.",
         "compile",
         (f"{_DCE}::test_dce_keeps_outputs_and_inputs",
-         f"{_LEG}::test_rewrite_of_returned_value_keeps_its_name"),
+         f"{_LEG}::test_rewrite_of_returned_value_keeps_its_name",
+         f"{_SIM}::test_live_outputs"),
     ),
     Constraint(
         "ANE-CONV-CHANNELS", "very wide convs are rejected",
@@ -191,7 +199,8 @@ _ENTRIES = (
         "compile",
         (f"{_LEG}::test_wide_returned_conv_is_chunked",
          f"{_LEG}::test_wide_internal_conv_is_rejected",
-         f"{_LEG}::test_wide_conv_input_is_split"),
+         f"{_LEG}::test_wide_conv_input_is_split",
+         f"{_SIM}::test_conv_channel_limit"),
         target_fields=("max_conv_out_channels",),
     ),
     Constraint(
@@ -206,7 +215,8 @@ _ENTRIES = (
         "Over the cap is an error suggesting to split the func (partitioning is future work).",
         "compile",
         (f"{_LEG}::test_blob_budget_is_enforced",
-         f"{_LEG}::test_blob_budget_scalar_penalty"),
+         f"{_LEG}::test_blob_budget_scalar_penalty",
+         f"{_SIM}::test_blob_budget_and_scalar_penalty"),
         target_fields=("max_blob_tensors", "scalar_penalty"),
     ),
     Constraint(
@@ -216,7 +226,7 @@ _ENTRIES = (
         "runtime", "manifest input_alloc_bytes/output_alloc_bytes; C runtime core",
         "The manifest gives one allocation size per direction (the largest tensor, at least "
         "the minimum surface, aligned); the runtime allocates every surface at that size.",
-        "runtime", (f"{_ART}::test_alloc_bytes_uniform_aligned", f"{_RT}"),
+        "runtime", (f"{_ART}::test_alloc_bytes_uniform_aligned", f"{_CORE}::test_surface_rules"),
     ),
     Constraint(
         "ANE-IO-ORDER", "I/O binds in alphabetical order of MIL names",
@@ -225,7 +235,9 @@ _ENTRIES = (
         "runtime", "manifest binding indexes; C runtime core",
         "The manifest records each input's and output's binding index (alphabetical order of "
         "MIL names); the runtime binds surfaces by that index, so users pass names, not order.",
-        "runtime", (f"{_ART}::test_manifest_io_and_bindings", f"{_RT}"),
+        "runtime", (f"{_ART}::test_manifest_io_and_bindings",
+                    f"{_CORE}::test_binding_tables_are_alphabetical",
+                    f"{_CORE}::test_declaration_order_binding_gives_wrong_results_like_the_device"),
     ),
     Constraint(
         "ANE-MIN-SURFACE", "surfaces below ~49 KB fail at eval",
@@ -233,7 +245,8 @@ _ENTRIES = (
         "Orion paper constraint 4 (T100)", VERIFIED,
         "runtime", "manifest *_alloc_bytes; C runtime core",
         "Allocations are at least min_surface_bytes; data is written packed at byte 0.",
-        "runtime", (f"{_ART}::test_alloc_bytes_uniform_aligned", f"{_RT}"),
+        "runtime", (f"{_ART}::test_alloc_bytes_uniform_aligned", f"{_CORE}::test_surface_rules",
+                    f"{_CORE}::test_surface_alignment_and_minimum_from_limits"),
         target_fields=("min_surface_bytes",),
     ),
     Constraint(
@@ -242,7 +255,7 @@ _ENTRIES = (
         "Orion paper constraint 20 (T163)", VERIFIED,
         "runtime", "C runtime core (packed writes and reads)",
         "The runtime writes and reads tensors packed in their declared shape at offset 0.",
-        "runtime", (f"{_RT}",),
+        "runtime", (f"{_CORE}::test_surface_rules",),
     ),
     Constraint(
         "ANE-BAKED-WEIGHTS", "weights are baked at compile/load time",
@@ -251,7 +264,8 @@ _ENTRIES = (
         "runtime", "Program.reload_weights (delta reload)",
         "Weight swaps go through delta reload: unload, patch only the changed blobs in place, "
         "load; never a write to a loaded program's files.",
-        "runtime", (f"{_PROTO}::test_reload_unload_load_no_compile", f"{_RT}"),
+        "runtime", (f"{_PROTO}::test_reload_unload_load_no_compile",
+                    "tests/runtime/test_rt_reload.py::test_weights_are_baked_until_the_next_load"),
     ),
     Constraint(
         "ANE-COMPILE-BUDGET", "about 119 compiles per process",
@@ -261,7 +275,7 @@ _ENTRIES = (
         "runtime", "C runtime core (compile budget accounting, program cache)",
         "The runtime counts compiles, caches programs by MIL hash + weight keys and refuses "
         "compiles past the budget with a clear error; delta reload avoids recompiles.",
-        "runtime", (f"{_RT}",),
+        "runtime", (f"{_CORE}::test_compile_budget_exhaustion_and_cache",),
     ),
     Constraint(
         "ANE-MIL-NSDATA", "MIL text must be passed as bytes (NSData)",
@@ -323,7 +337,8 @@ _ENTRIES = (
         "option is set: then the program takes and returns fp16, redundant casts fold away, "
         "and meta['host_casts'] (manifest host_casts) tells the host to convert.",
         "compile",
-        (f"{_LEG}::test_fp32_io_rejected_on_m1", f"{_LEG}::test_host_casts_rewrite_io"),
+        (f"{_LEG}::test_fp32_io_rejected_on_m1", f"{_LEG}::test_host_casts_rewrite_io",
+         f"{_SIM}::test_fp32_io_rejected_when_not_allowed"),
         switch="fp32_io",
     ),
     Constraint(
@@ -395,7 +410,8 @@ _ENTRIES = (
         "maderix PR #35 (unmerged)", REPORTED,
         "runtime", "manifest *_alloc_bytes; C runtime core",
         "Allocation sizes in the manifest are rounded up to the target's surface_alignment.",
-        "runtime", (f"{_ART}::test_alloc_bytes_uniform_aligned",),
+        "runtime", (f"{_ART}::test_alloc_bytes_uniform_aligned",
+                    f"{_CORE}::test_surface_alignment_and_minimum_from_limits"),
         target_fields=("surface_alignment",), switch="surface_alignment",
     ),
 )
