@@ -34,17 +34,32 @@ C_FUZZERS   := fuzz_mil fuzz_blob
 
 .PHONY: c-test c-asan fuzz-smoke fuzz c-clean
 
-$(C_BUILD)/opt/%: tests/c/%.c $(C_RT_SRC) $(C_RT_HDR)
-	@mkdir -p $(@D)
-	$(C_CC) $(C_WARN) -O2 $(C_DEFS) $(C_INC) $< $(C_RT_SRC) -o $@ $(C_LIBS)
+# Runtime objects are built once per flavour (opt, asan, fuzz) and linked into every test.
+C_RT_OBJ     = $(patsubst csrc/%.c,$(C_BUILD)/$(1)/obj/%.o,$(C_RT_SRC))
+C_FLAGS_opt  := $(C_WARN) -O2 $(C_DEFS) $(C_INC)
+C_FLAGS_asan := $(C_WARN) $(C_ASAN) $(C_DEFS) $(C_INC)
+C_FLAGS_fuzz := $(C_WARN) -O1 -g -fsanitize=fuzzer-no-link,address,undefined $(C_DEFS) $(C_INC)
 
-$(C_BUILD)/asan/%: tests/c/%.c $(C_RT_SRC) $(C_RT_HDR)
+$(C_BUILD)/opt/obj/%.o: csrc/%.c $(C_RT_HDR)
 	@mkdir -p $(@D)
-	$(C_CC) $(C_WARN) $(C_ASAN) $(C_DEFS) $(C_INC) $< $(C_RT_SRC) -o $@ $(C_LIBS)
+	$(C_CC) $(C_FLAGS_opt) -c $< -o $@
 
-$(C_BUILD)/fuzz/%: tests/c/%.c $(C_RT_SRC) $(C_RT_HDR)
+$(C_BUILD)/asan/obj/%.o: csrc/%.c $(C_RT_HDR)
 	@mkdir -p $(@D)
-	$(C_CLANG) $(C_WARN) -O1 -g -fsanitize=fuzzer,address,undefined $(C_DEFS) $(C_INC) $< $(C_RT_SRC) -o $@ $(C_LIBS)
+	$(C_CC) $(C_FLAGS_asan) -c $< -o $@
+
+$(C_BUILD)/fuzz/obj/%.o: csrc/%.c $(C_RT_HDR)
+	@mkdir -p $(@D)
+	$(C_CLANG) $(C_FLAGS_fuzz) -c $< -o $@
+
+$(C_BUILD)/opt/%: tests/c/%.c $(call C_RT_OBJ,opt) $(C_RT_HDR)
+	$(C_CC) $(C_FLAGS_opt) $< $(call C_RT_OBJ,opt) -o $@ $(C_LIBS)
+
+$(C_BUILD)/asan/%: tests/c/%.c $(call C_RT_OBJ,asan) $(C_RT_HDR)
+	$(C_CC) $(C_FLAGS_asan) $< $(call C_RT_OBJ,asan) -o $@ $(C_LIBS)
+
+$(C_BUILD)/fuzz/%: tests/c/%.c $(call C_RT_OBJ,fuzz) $(C_RT_HDR)
+	$(C_CLANG) $(C_WARN) -O1 -g -fsanitize=fuzzer,address,undefined $(C_DEFS) $(C_INC) $< $(call C_RT_OBJ,fuzz) -o $@ $(C_LIBS)
 
 c-test: $(addprefix $(C_BUILD)/opt/,$(C_TESTS))
 	@set -e; for t in $^; do $$t; done
