@@ -27,7 +27,6 @@ programs so every program stays far below 15 (counted in tests).
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -454,12 +453,3 @@ class ProgramCache:
         if self._runtime is not None:
             self._runtime.close()
             self._runtime = None
-
-
-def is_tty(stream: Any = None) -> bool:
-    stream = stream or sys.stderr
-    return bool(hasattr(stream, "isatty") and stream.isatty())
-
-
-def ceil_to(n: int, m: int) -> int:
-    return int(math.ceil(n / m) * m)

@@ -183,6 +183,8 @@ class CausalLM:
         """Run the prompt, fill the KV cache; returns the last position's logits ``[vocab]``."""
         ids = self._check_ids(ids)
         cache_len = cache_len or pick_bucket(ids.size, self.fe.buckets)
+        if cache_len < ids.size:
+            raise ModelError(f"a KV cache of {cache_len} positions cannot hold a prompt of {ids.size}")
         x, _ = self._prefill_hidden(ids, cache_len)
         return self._head_column(x[:, :, :, ids.size - 1])
 
