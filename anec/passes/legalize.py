@@ -13,7 +13,8 @@ from anec.passes.annotate_sram import sram_report
 from anec.passes.base import Pass, PassContext
 from anec.passes.dce import remove_dead_nodes
 from anec.passes.fuse_casts import CAST_RULES
-from anec.passes.legalize_rules import LegalizeRewriter, rules_for, weight_const
+from anec.passes.layout import weight_const
+from anec.passes.legalize_rules import LegalizeRewriter, rules_for
 from anec.passes.rewrite import rewrite_greedily
 
 if TYPE_CHECKING:
