@@ -680,6 +680,8 @@ def _infer_split(operands, optional, attrs):
 
 def _infer_pad(operands, optional, attrs):
     x = operands[0]
+    if x.rank == 0:
+        raise InferError("pad needs an operand of rank >= 1, got a scalar", "a scalar has nothing to pad")
     before, after = list(attrs["before"]), list(attrs["after"])
     for name, lst in (("before", before), ("after", after)):
         if len(lst) != x.rank:
