@@ -54,7 +54,9 @@ def llama_config(config: dict) -> DecoderConfig:
         head_dim=int(config.get("head_dim") or d // h),
         d_ffn=int(cfg_get(config, "intermediate_size")),
         vocab=int(cfg_get(config, "vocab_size")),
-        max_pos=int(cfg_get(config, "max_position_embeddings", default=2048)),
+        # Mistral's sliding window equals full attention up to the window: cap the context there
+        max_pos=min(int(cfg_get(config, "max_position_embeddings", default=2048)),
+                    int(config.get("sliding_window") or 1 << 30)),
         eps=float(cfg_get(config, "rms_norm_eps", default=1e-6)),
     )
 

@@ -126,3 +126,28 @@ def test_cli_errors_are_diagnostics(tmp_path, gpt2_dir, monkeypatch):
     res = run("generate", gpt2_dir, "--prompt", "hi", ok=False)
     assert res.exit_code == 1 and "needs the 'tokenizers' package" in res.output
     assert "--prompt-ids" in res.output
+
+
+def test_progress_bar_only_on_a_terminal():
+    import io
+
+    from anec.models.common import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    for stream, shown in ((io.StringIO(), False), (Tty(), True)):
+        p = Progress(stream=stream)
+        p.start("compile", 3)
+        for name in ("a", "b", "c"):
+            p.step(name)
+        p.finish()
+        assert bool(stream.getvalue()) is shown
+    tty = Tty()
+    Progress(enabled=False, stream=tty).start("generate", 2)  # --quiet
+    assert tty.getvalue() == ""
+    p = Progress(stream=(tty := Tty()))
+    p.start("generate", 4)
+    p.step()
+    assert "[######" in tty.getvalue() and "1/4" in tty.getvalue()
