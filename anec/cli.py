@@ -366,6 +366,143 @@ def constraints_cmd(ids: tuple[str, ...], markdown: bool, target: str | None) ->
 # ---- runtime: run, doctor ----------------------------------------------------
 
 
+def _rt_input_specs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    specs: dict[str, str] = {}
+    for v in values:
+        name, sep, path = v.partition("=")
+        if not sep or not name or not path:
+            raise click.BadParameter(f"'{v}' is not NAME=PATH.npy", ctx=ctx, param=param)
+        if name in specs:
+            raise click.BadParameter(f"input '{name}' is given twice", ctx=ctx, param=param)
+        specs[name] = path
+    return specs
+
+
+def _rt_summary(arr) -> str:
+    import numpy as np
+
+    a = np.asarray(arr, dtype=np.float64)
+    finite = a[np.isfinite(a)]
+    s = f"{list(arr.shape)} {arr.dtype}"
+    if finite.size:
+        s += f"  min={finite.min():.6g}  max={finite.max():.6g}  mean={finite.mean():.6g}"
+    if finite.size != a.size:
+        s += f"  nonfinite={a.size - finite.size}"
+    return s
+
+
+@main.command("run")
+@click.argument("target_path", metavar="DIR|FILE.ir", type=click.Path(exists=True))
+@click.option("--func", "func_name", metavar="NAME", help="Func to run (default: the only one).")
+@click.option("--input", "inputs", multiple=True, metavar="NAME=PATH.npy", callback=_rt_input_specs,
+              help="An input array (.npy); repeat per input.")
+@click.option("--random-inputs", type=int, metavar="SEED", help="Random inputs (normal(0, 1)) for those not given.")
+@click.option("--weights", "weights_path", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Weight file for a FILE.ir (.safetensors/.npz).")
+@click.option("--random-weights", type=int, metavar="SEED", help="Random tensors for weights no file provides (FILE.ir).")
+@click.option("--target", default="m4", show_default=True, metavar="NAME", help="Chip profile when compiling FILE.ir.")
+@click.option("--backend", type=click.Choice(["auto", "sim", "ane"]), default="auto", show_default=True,
+              help="sim: the strict ANE simulator; ane: the Neural Engine (macOS); auto: ane if available.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="OUT.npz", help="Save the outputs.")
+@click.option("--compare-interp", is_flag=True,
+              help="Also run the reference interpreter (fp32 and fp16 modes) and print the errors per output.")
+@click.option("--ir", "ir_path", type=click.Path(dir_okay=False, exists=True), metavar="FILE.ir",
+              help="With DIR and --compare-interp: the IR the artifact was compiled from.")
+def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_weights, target, backend, output,
+            compare_interp, ir_path) -> None:
+    """Run a compiled artifact DIR (or compile FILE.ir first) on a backend.
+
+    Prints each output's shape and statistics, the backend and the runtime
+    counters. With --compare-interp the same inputs go through the numpy
+    reference interpreter and the max abs/rel error of every output is shown.
+    """
+    import os
+    import tempfile
+
+    import numpy as np
+
+    from anec.runtime import Runtime
+
+    is_ir = os.path.isfile(target_path) and target_path.endswith(".ir")
+    module = store = None
+    if is_ir or (compare_interp and ir_path):
+        from anec.ir.parser import parse_file
+        from anec.weights import resolve_weights
+
+        module = parse_file(target_path if is_ir else ir_path)
+        store = resolve_weights(module, weights=weights_path, random_seed=random_weights)
+    elif compare_interp:
+        raise click.UsageError("--compare-interp on an artifact directory needs --ir FILE.ir (and the weights "
+                               "options used to compile it); or run FILE.ir directly")
+    elif weights_path or random_weights is not None:
+        raise click.UsageError("--weights/--random-weights apply to FILE.ir; an artifact directory has its weights")
+
+    with tempfile.TemporaryDirectory(prefix="anec-run-") as tmp, Runtime(backend) as rt:
+        if is_ir:
+            from anec.compiler import compile_module
+            from anec.ir.interp import select_func
+
+            func_name = select_func(module, func_name).name
+            compile_module(module, weights=store, target=target, out_dir=tmp)
+            prog = rt.load(tmp, func=func_name)
+        else:
+            prog = rt.load(target_path, func=func_name)
+        names = prog.input_names
+        feeds: dict[str, np.ndarray] = {}
+        if random_inputs is not None:
+            rng = np.random.default_rng(random_inputs)
+            for spec in sorted(prog.inputs, key=lambda i: i["decl_index"]):
+                feeds[spec["name"]] = rng.standard_normal(spec["shape"]).astype(np.float32)
+        for name, path in inputs.items():
+            if name not in names:
+                from anec.diagnostics import did_you_mean
+
+                raise AnecError(f"program '{prog.name}' has no input '{name}'",
+                                hint=did_you_mean(name, names) or f"inputs: {', '.join(names)}")
+            try:
+                feeds[name] = np.load(path, allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise AnecError(f"cannot read input '{name}' from '{path}': {e}") from None
+        missing = [n for n in names if n not in feeds]
+        if missing:
+            raise click.UsageError(f"no value for input(s) {', '.join(missing)}: give --input NAME=PATH.npy "
+                                   "or --random-inputs SEED")
+        results = prog(**feeds)
+        click.echo(f"backend: {rt.backend}  program: {prog.name}")
+        for name, arr in results.items():
+            click.echo(f"{name}  {_rt_summary(arr)}")
+        st = rt.stats
+        click.echo(f"compiles={st['compiles']} (budget left {st['compile_budget_left']})  "
+                   f"compile={st['ns_compile'] / 1e6:.1f} ms  load={st['ns_load'] / 1e6:.1f} ms  "
+                   f"evaluate={st['ns_evaluate'] / 1e6:.1f} ms")
+        if compare_interp:
+            from anec.ir.interp import interpret, select_func
+
+            graph = select_func(module, prog.name)
+            click.echo("compare with the reference interpreter (rel = max|sim - ref| / max|ref|):")
+            for mode in ("fp32", "fp16"):
+                ref = interpret(graph, feeds, store, mode=mode)
+                for name, r in ref.items():
+                    got = results[name].astype(np.float64)
+                    rr = np.asarray(r, dtype=np.float64)
+                    err = float(np.max(np.abs(got - rr))) if rr.size else 0.0
+                    scale = float(np.max(np.abs(rr))) if rr.size else 0.0
+                    rel = err / scale if scale else err
+                    click.echo(f"  {mode}  {name}  max_abs={err:.3g}  max_rel={rel:.3g}")
+        if output:
+            d = os.path.dirname(os.path.abspath(output))
+            fd, tmpf = tempfile.mkstemp(dir=d, suffix=".npz.tmp")
+            os.close(fd)
+            try:
+                with open(tmpf, "wb") as f:
+                    np.savez(f, **results)
+                os.replace(tmpf, output)
+            finally:
+                if os.path.exists(tmpf):
+                    os.unlink(tmpf)
+            click.echo(f"wrote {output}")
+
+
 @main.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def doctor_cmd(as_json: bool) -> None:
