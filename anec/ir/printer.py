@@ -126,28 +126,19 @@ def _ordered(mapping: dict[str, Any], known: list[str]) -> list[str]:
     return [k for k in known if k in mapping] + sorted(k for k in mapping if k not in known)
 
 
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
 def _quote(s: str) -> str:
+    """A JSON-style string literal; control characters, line separators and
+    (in invalid modules only) lone surrogates become ``\\uXXXX``."""
     out = ['"']
     for ch in s:
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif (
-            ord(ch) < 0x20
-            or ord(ch) == 0x7F
-            or ch in "\u2028\u2029\x85"
-            or (
-                0xD800 <= ord(ch) <= 0xDFFF  # only in invalid modules; keeps the text encodable
-            )
-        ):
-            out.append(f"\\u{ord(ch):04x}")
+        cp = ord(ch)
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif cp < 0x20 or cp == 0x7F or ch in "\u2028\u2029\x85" or 0xD800 <= cp <= 0xDFFF:
+            out.append(f"\\u{cp:04x}")
         else:
             out.append(ch)
     out.append('"')
