@@ -93,42 +93,55 @@ def dtype_code(dtype: np.dtype | str) -> int:
 
 
 class BlobWriter:
-    """Builds a BLOBFILE in memory, one tensor at a time."""
+    """Builds a BLOBFILE, one tensor at a time.
+
+    Payloads are not copied when added: the writer keeps the (contiguous,
+    little-endian) array and copies it once, into :meth:`to_bytes` or straight
+    into a file with :meth:`write_to`. Do not modify an array after adding it.
+    """
 
     def __init__(self) -> None:
-        self._buf = bytearray(HEADER_BYTES)
+        self._parts: list[bytes | memoryview] = []
         self._count = 0
         self._end = HEADER_BYTES
-        self._write_header()
-
-    def _write_header(self) -> None:
-        _HEADER.pack_into(self._buf, 0, self._count, VERSION)
 
     def add(self, arr: np.ndarray) -> int:
         """Append ``arr`` (row-major, little-endian) and return its metadata offset."""
         a = np.asarray(arr)
         code = dtype_code(a.dtype)
-        payload = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+        a = np.ascontiguousarray(a.astype(a.dtype.newbyteorder("<"), copy=False))
         m = align(self._end)
         data = m + METADATA_BYTES
-        if len(self._buf) < m:
-            self._buf.extend(bytes(m - len(self._buf)))
-        meta = bytearray(METADATA_BYTES)
-        _METADATA.pack_into(meta, 0, SENTINEL, code, len(payload), data, 0)
-        self._buf[m:] = meta
-        self._buf.extend(payload)
-        self._end = data + len(payload)
+        meta = bytearray(m - self._end + METADATA_BYTES)  # alignment padding, then the record
+        _METADATA.pack_into(meta, m - self._end, SENTINEL, code, a.nbytes, data, 0)
+        self._parts.append(bytes(meta))
+        self._parts.append(memoryview(a.reshape(-1)).cast("B"))
+        self._end = data + a.nbytes
         self._count += 1
-        self._write_header()
         return m
 
     @property
     def count(self) -> int:
         return self._count
 
+    @property
+    def size(self) -> int:
+        """Bytes of the file (not padded after the last payload)."""
+        return self._end
+
+    def _header(self) -> bytes:
+        return _HEADER.pack(self._count, VERSION) + bytes(HEADER_BYTES - _HEADER.size)
+
     def to_bytes(self) -> bytes:
-        """The file contents (not padded after the last payload)."""
-        return bytes(self._buf)
+        """The file contents."""
+        return b"".join([self._header(), *self._parts])
+
+    def write_to(self, f) -> int:
+        """Write the file contents to the binary file object ``f``; returns the bytes written."""
+        f.write(self._header())
+        for part in self._parts:
+            f.write(part)
+        return self._end
 
 
 @dataclass(frozen=True)

@@ -176,3 +176,21 @@ def test_dump_cli(tmp_path, capsys):
     bad.write_bytes(b"\x00" * 3)
     assert blobfile.main([str(bad)]) == 1
     assert "too short" in capsys.readouterr().err
+
+
+def test_write_to_streams_the_same_bytes(tmp_path):
+    import io
+
+    w = BlobWriter()
+    for a in _arrays(4):
+        w.add(a)
+    buf = io.BytesIO()
+    assert w.write_to(buf) == w.size == len(w.to_bytes())
+    assert buf.getvalue() == w.to_bytes()
+
+
+def test_big_endian_and_strided_inputs_are_stored_little_endian_row_major():
+    a = np.arange(12, dtype=">f4").reshape(3, 4).T  # big-endian and not contiguous
+    w = BlobWriter()
+    w.add(a)
+    np.testing.assert_array_equal(BlobReader(w.to_bytes()).read(64, np.float32), a.astype("<f4").reshape(-1))

@@ -195,3 +195,22 @@ def test_cli_mil_checks_weights_when_given(runner, tmp_path):
     np.savez(bad, **{"h.0.mlp.c_fc.weight": np.zeros((3, 3), np.float32)})
     res = runner.invoke(main, ["mil", str(MLP), "--weights", str(bad), "--random-weights", "0"])
     assert res.exit_code == 1 and "h.0.mlp.c_fc.weight" in res.stderr
+
+
+def test_copy_module_is_structural_and_handles_long_chains():
+    from anec.compiler import copy_module
+
+    module = parse_file(str(MULTI))
+    twin = copy_module(module)
+    assert twin == module and twin.funcs["encode"] is not module.funcs["encode"]
+    b = Builder("deep")
+    v = b.input("x", "fp16", [1, 4])
+    for _ in range(3000):  # deeper than the interpreter's recursion limit allows deepcopy to go
+        v = b.relu(v)
+    b.ret(v)
+    deep = Builder.module(b.graph)
+    twin = copy_module(deep)
+    assert twin == deep
+    g = twin.funcs["deep"]
+    assert all(len(r.uses) == 1 for n in g.nodes[:-1] for r in n.results)
+    assert g.nodes[0].operands[0] is g.inputs[0]

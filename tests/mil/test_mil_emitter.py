@@ -318,3 +318,22 @@ def test_ios16_dialect():
     assert 'tensor<fp16, []> one = const()[name = tensor<string, []>("one"), val = tensor<fp16, []>(0x1p+0)];' in text
     assert 'offset = tensor<uint64, []>(64)' in text
     assert "string(" not in text.replace("tensor<string, []>(", "")
+
+
+def test_emit_mil_docstring_example_is_real(m4):
+    """The Before/After of the EmitMil docstring is what the emitter writes."""
+    import inspect
+
+    from anec.ir.parser import parse
+    from anec.passes.emit_mil import EmitMil
+
+    doc = inspect.getdoc(EmitMil)
+    before = doc.split("Before::")[1].split("After")[0]
+    after = doc.split("manifest.json``)::")[1]
+    graph = parse(inspect.cleandoc(before)).func("mlp")
+    text = emit_mil(graph, m4).text
+    want = inspect.cleandoc(after).split("\n")
+    got = text.rstrip("\n").split("\n")
+    assert want[1].endswith('"3510.2.1"}, ...})]')
+    assert got[1].startswith(want[1][: -len('...})]')])
+    assert want[:1] + want[2:] == got[:1] + got[2:]
