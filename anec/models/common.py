@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -296,16 +296,6 @@ def weight_keys(graph: Graph) -> list[str]:
         if n.op == "const" and "weight" in n.attrs:
             seen.setdefault(n.attrs["weight"], None)
     return list(seen)
-
-
-def declared_shapes(graphs: Iterable[Graph]) -> dict[str, tuple[int, ...]]:
-    """Key -> declared shape of its const (the exported layout)."""
-    out: dict[str, tuple[int, ...]] = {}
-    for g in graphs:
-        for n in g.nodes:
-            if n.op == "const" and "weight" in n.attrs:
-                out.setdefault(n.attrs["weight"], n.result.type.shape)
-    return out
 
 
 # ---- progress -------------------------------------------------------------------------
