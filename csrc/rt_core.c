@@ -558,6 +558,13 @@ int anec_runtime_open(const char *driver, const anec_options *opts, anec_runtime
     rt->budget = opts && opts->compile_budget > 0 ? opts->compile_budget : DEFAULT_BUDGET;
     if (opts && opts->temp_root) {
         rt->root = dupstr(opts->temp_root);
+        /* mkdir -p */
+        for (char *c = rt->root ? rt->root + 1 : NULL; c && *c; c++)
+            if (*c == '/') {
+                *c = 0;
+                mkdir(rt->root, 0755);
+                *c = '/';
+            }
         if (!rt->root || (mkdir(rt->root, 0755) && errno != EEXIST)) {
             free(rt->root);
             free(rt);

@@ -129,7 +129,9 @@ class NativeRuntime:
         if rc != 0:
             ok, why = driver_available(driver) if driver in ("sim", "ane", "auto") else (False, "")
             msg = f"cannot open the '{driver}' driver"
-            if driver not in ("sim", "ane", "auto"):
+            if rc == lib.ANEC_EIO:
+                msg = f"cannot create the program directory root '{temp_root or '$TMPDIR'}'"
+            elif driver not in ("sim", "ane", "auto"):
                 msg += " (choose sim, ane or auto)"
             elif not ok and why:
                 msg += f": {why}"

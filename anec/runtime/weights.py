@@ -35,10 +35,10 @@ def materialize(key: str, value: Any, entry: Mapping[str, Any]) -> np.ndarray:
     if arr.dtype.kind not in "fiub":
         raise WeightError(f"weight '{key}' has dtype {arr.dtype}; expected a numeric array")
     dtype = entry["dtype"]
-    if dtype in ("fp16", "fp32"):
-        a64 = arr.astype(np.float64, copy=False)
-        if not np.all(np.isfinite(a64)):
-            bad = int(np.argmin(np.isfinite(a64).reshape(-1)))
+    if dtype in ("fp16", "fp32") and arr.dtype.kind == "f":
+        finite = np.isfinite(arr)
+        if not finite.all():
+            bad = int(np.argmin(finite.reshape(-1)))
             raise WeightError(f"weight '{key}' has a non-finite value (NaN or Inf) at flat index {bad}",
                               hint="the program keeps its old weights")
     a = arr
@@ -66,14 +66,18 @@ def materialize(key: str, value: Any, entry: Mapping[str, Any]) -> np.ndarray:
         )
     a = a.reshape(shape)
     if dtype == "fp16":
-        big = np.abs(a.astype(np.float64)) > FP16_MAX
-        if np.any(big):
+        if a.size and max(float(np.max(a)), -float(np.min(a))) > FP16_MAX:
             raise WeightError(f"weight '{key}' has values beyond the fp16 range (+-65504)", constraint="ANE-FP16-RANGE",
                               hint="scale the weights or keep this tensor in fp32")
     elif dtype in ("int8", "uint8"):
         info = np.iinfo(_NP[dtype])
         if arr.dtype.kind == "f" or a.min() < info.min or a.max() > info.max:
             raise WeightError(f"weight '{key}' must hold {dtype} integers")
+    if dtype == "fp16" and a.dtype == np.float32:
+        from anec.runtime import native
+
+        if native.available():
+            return native.f32_to_f16(a)  # F16C; same rounding as numpy
     return np.ascontiguousarray(a.astype(_NP[dtype]))
 
 

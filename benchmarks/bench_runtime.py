@@ -1,0 +1,343 @@
+"""Runtime benchmarks on the sim: delta reload vs full compile, and kernel speed.
+
+Measures, in one run on this machine:
+
+1. A Stories110M-sized layer stack (dim 768, hidden 2048, 12 layers; per layer
+   an FFN program with w1/w3/w2 and an attention-projection program with
+   wq/wk/wv/wo, all fp16, S=64), compiled by ``anec.compiler`` into artifacts.
+   * full compile: a cold runtime compiles and loads all 24 programs
+     (MIL parse + checks + plan, program directories written and fsynced,
+     weights loaded);
+   * delta reload: every program gets new weights through
+     ``Program.reload_weights`` (Python: materialize + patch the BLOBFILE
+     bytes) and through ``reload_blobs`` (C path only: validate, unload,
+     atomic rewrite + fsync, load);
+   * raw write: the same blob bytes written to fresh files with fsync (and
+     without), the floor any weight swap through files has to pay.
+   Reported: reload/compile ratio and reload/raw-write ratio. On the device a
+   compile costs far more than on the sim, so the sim ratio is a lower bound
+   of what delta reload saves there.
+2. Kernels: sim conv1x1 and matmul (fp16 storage, fp32 accumulation) vs
+   numpy float32 matmul (BLAS) on the same shapes, with 1 and 2 threads
+   (GFLOP/s, median of several runs). numpy runs in a subprocess per thread
+   count so that its BLAS thread pool can be set.
+
+Usage (writes benchmarks/results/runtime.json and runtime.md)::
+
+    PYTHONPATH=. python benchmarks/bench_runtime.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from anec.compiler import compile_module  # noqa: E402
+from anec.ir.parser import parse  # noqa: E402
+from anec.runtime import Runtime, native  # noqa: E402
+from anec.weights import resolve_weights  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+DIM, HIDDEN, SEQ = 768, 2048, 64
+
+
+def stack_ir(layers: int) -> str:
+    """One FFN and one attention-projection func per layer."""
+    out = []
+    t = f"fp16[1, {DIM}, 1, {SEQ}]"
+    for i in range(layers):
+        out.append(f"""
+func ffn{i}(%x: {t}) {{
+  %w1 = const(weight="layers.{i}.w1") : fp16[{HIDDEN}, {DIM}, 1, 1]
+  %w3 = const(weight="layers.{i}.w3") : fp16[{HIDDEN}, {DIM}, 1, 1]
+  %w2 = const(weight="layers.{i}.w2") : fp16[{DIM}, {HIDDEN}, 1, 1]
+  %h1 = conv1x1(%x, %w1)
+  %h3 = conv1x1(%x, %w3)
+  %sg = sigmoid(%h1)
+  %si = mul(%h1, %sg)
+  %g = mul(%si, %h3)
+  %y = conv1x1(%g, %w2)
+  return %y
+}}
+
+func attn{i}(%x: {t}, %a: {t}) {{
+  %wq = const(weight="layers.{i}.wq") : fp16[{DIM}, {DIM}, 1, 1]
+  %wk = const(weight="layers.{i}.wk") : fp16[{DIM}, {DIM}, 1, 1]
+  %wv = const(weight="layers.{i}.wv") : fp16[{DIM}, {DIM}, 1, 1]
+  %wo = const(weight="layers.{i}.wo") : fp16[{DIM}, {DIM}, 1, 1]
+  %q = conv1x1(%x, %wq)
+  %k = conv1x1(%x, %wk)
+  %v = conv1x1(%x, %wv)
+  %o = conv1x1(%a, %wo)
+  return %q, %k, %v, %o
+}}
+""")
+    return "".join(out)
+
+
+def tmp_root() -> str:
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    return tempfile.mkdtemp(prefix="anec-bench-", dir=base)
+
+
+def bench_reload(layers: int) -> dict:
+    module = parse(stack_ir(layers), "stack.ir")
+    w0 = resolve_weights(module, None, 0)
+    w1 = resolve_weights(module, None, 1)
+    arts0 = compile_module(module, w0).artifacts
+    arts1 = compile_module(module, w1).artifacts
+    weight_bytes = sum(len(b) for a in arts1.values() for b in a.blobs.values())
+    res: dict = {"layers": layers, "programs": len(arts0), "weight_bytes": weight_bytes}
+    disk = os.environ.get("ANEC_BENCH_DISK") == "1"
+    root = tempfile.mkdtemp(prefix="anec-bench-") if disk else tmp_root()
+    res["program_dirs_on"] = "disk" if disk else ("tmpfs" if root.startswith("/dev/shm") else "disk")
+    try:
+        # full compile: every program compiled and loaded by a cold runtime (no cache)
+        res["full_compile_s"] = 0.0
+        for n, a in arts0.items():
+            with Runtime("sim", temp_root=os.path.join(root, "cold", n)) as cold:
+                t0 = time.perf_counter()
+                cold.load(a)
+                res["full_compile_s"] += time.perf_counter() - t0
+        res["compiles"] = len(arts0)
+        with Runtime("sim", temp_root=os.path.join(root, "warm")) as rt:
+            # one runtime for the whole stack: layers share MIL and weight paths, so most loads are cache hits
+            t0 = time.perf_counter()
+            progs = {n: rt.load(a) for n, a in arts0.items()}
+            res["stack_load_one_runtime_s"] = time.perf_counter() - t0
+            res["stack_load_compiles"] = rt.stats["compiles"]
+            # delta reload through the Python API (keys -> arrays)
+            new = {n: {w["key"]: w1[w["key"]] for w in a.manifest["weights"]} for n, a in arts0.items()}
+            t0 = time.perf_counter()
+            for n, p in progs.items():
+                p.reload_weights(new[n])
+            res["reload_weights_s"] = time.perf_counter() - t0
+            # delta reload of whole files (the C path alone), back to the first weights
+            blobs0 = {n: {"@model_path/" + f: b for f, b in a.blobs.items()} for n, a in arts0.items()}
+            t0 = time.perf_counter()
+            for n, p in progs.items():
+                p.reload_blobs(blobs0[n])
+            res["reload_blobs_s"] = time.perf_counter() - t0
+            st = rt.stats
+            res["compiles_after_reloads"] = st["compiles"]
+            res["c_reload_s"] = st["ns_reload"] / 1e9
+            res["c_compile_s"] = st["ns_compile"] / 1e9
+        # raw write of the same bytes (fresh files, fsync / no fsync)
+        for sync in (True, False):
+            d = os.path.join(root, f"raw{int(sync)}")
+            os.makedirs(d)
+            t0 = time.perf_counter()
+            for n, a in arts1.items():
+                for f, b in a.blobs.items():
+                    path = os.path.join(d, n + "_" + f.replace("/", "_"))
+                    with open(path, "wb") as fh:
+                        fh.write(b)
+                        if sync:
+                            fh.flush()
+                            os.fsync(fh.fileno())
+            res["raw_write_fsync_s" if sync else "raw_write_s"] = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    res["ratio_reload_weights_vs_compile"] = res["reload_weights_s"] / res["full_compile_s"]
+    res["ratio_reload_blobs_vs_compile"] = res["reload_blobs_s"] / res["full_compile_s"]
+    res["ratio_reload_blobs_vs_raw_write_fsync"] = res["reload_blobs_s"] / res["raw_write_fsync_s"]
+    res["ratio_reload_weights_vs_raw_write_fsync"] = res["reload_weights_s"] / res["raw_write_fsync_s"]
+    return res
+
+
+# ---- kernels -------------------------------------------------------------------
+
+def _t(dt: str, shape) -> str:
+    return f"tensor<{dt}, [{', '.join(map(str, shape))}]>"
+
+
+def conv_mil(cin: int, cout: int, s: int) -> str:
+    x, w, y = (1, cin, 1, s), (cout, cin, 1, 1), (1, cout, 1, s)
+    return ("program(1.3)\n{\n"
+            f"    func main<ios18>({_t('fp16', x)} x) {{\n"
+            f'        {_t("fp16", w)} w = const()[name = string("w"), val = {_t("fp16", w)}(BLOBFILE(path = '
+            'string("@model_path/weights/w.bin"), offset = uint64(64)))];\n'
+            f'        {_t("fp16", y)} y = conv(weight = w, x = x)[name = string("y")];\n'
+            "    } -> (y);\n}\n")
+
+
+def matmul_mil(b: int, m: int, k: int, n: int) -> str:
+    x, yv, z = (1, b, m, k), (1, b, k, n), (1, b, m, n)
+    return ("program(1.3)\n{\n"
+            f"    func main<ios18>({_t('fp16', x)} x, {_t('fp16', yv)} y) {{\n"
+            '        bool f = const()[name = string("f"), val = bool(false)];\n'
+            f'        {_t("fp16", z)} z = matmul(transpose_x = f, transpose_y = f, x = x, y = y)[name = string("z")];\n'
+            "    } -> (z);\n}\n")
+
+
+def blob(arr: np.ndarray) -> bytes:
+    import struct
+
+    data = np.ascontiguousarray(arr, dtype=np.float16).tobytes()
+    head = bytearray(64)
+    struct.pack_into("<II", head, 0, 1, 2)
+    meta = bytearray(64)
+    struct.pack_into("<IIQQ", meta, 0, 0xDEADBEEF, 1, len(data), 128)
+    return bytes(head + meta) + data
+
+
+def time_runs(fn, reps: int) -> float:
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+KERNELS = [
+    ("conv1x1 768->2048, S=256 (FFN up)", "conv", (768, 2048, 256)),
+    ("conv1x1 2048->768, S=256 (FFN down)", "conv", (2048, 768, 256)),
+    ("conv1x1 768->768, S=64 (projection)", "conv", (768, 768, 64)),
+    ("matmul 12x[256x64]@[64x256] (scores)", "matmul", (12, 256, 64, 256)),
+    ("matmul 12x[256x256]@[256x64] (context)", "matmul", (12, 256, 256, 64)),
+]
+
+NUMPY_SNIPPET = r"""
+import json, statistics, sys, time
+import numpy as np
+shapes = json.loads(sys.argv[1]); reps = int(sys.argv[2]); out = []
+rng = np.random.default_rng(0)
+for kind, s in shapes:
+    if kind == "conv":
+        cin, cout, n = s
+        a = rng.standard_normal((cout, cin)).astype(np.float32); b = rng.standard_normal((cin, n)).astype(np.float32)
+        f = lambda: a @ b
+    else:
+        bt, m, k, n = s
+        a = rng.standard_normal((bt, m, k)).astype(np.float32); b = rng.standard_normal((bt, k, n)).astype(np.float32)
+        f = lambda: np.matmul(a, b)
+    f(); ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter(); f(); ts.append(time.perf_counter() - t0)
+    out.append(statistics.median(ts))
+print(json.dumps(out))
+"""
+
+
+def bench_kernels(reps: int) -> list[dict]:
+    rng = np.random.default_rng(0)
+    rows = []
+    for threads in (1, 2):
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
+                   MKL_NUM_THREADS=str(threads))
+        proc = subprocess.run([sys.executable, "-c", NUMPY_SNIPPET, json.dumps([[k, s] for _, k, s in KERNELS]),
+                               str(reps)], capture_output=True, text=True, env=env, check=True)
+        np_times = json.loads(proc.stdout)
+        root = tmp_root()
+        try:
+            with Runtime("sim", sim_threads=threads, temp_root=os.path.join(root, "k")) as rt:
+                for (label, kind, s), np_t in zip(KERNELS, np_times):
+                    if kind == "conv":
+                        cin, cout, n = s
+                        w = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float16)
+                        prog = rt.compile(conv_mil(cin, cout, n), {"@model_path/weights/w.bin": blob(w)})
+                        flops = 2.0 * cin * cout * n
+                        prog(x=rng.standard_normal((1, cin, 1, n)).astype(np.float16))
+                    else:
+                        bt, m, k, n = s
+                        prog = rt.compile(matmul_mil(bt, m, k, n))
+                        flops = 2.0 * bt * m * k * n
+                        prog(x=rng.standard_normal((1, bt, m, k)).astype(np.float16),
+                             y=rng.standard_normal((1, bt, k, n)).astype(np.float16))
+                    sim_t = time_runs(prog._native.run, reps)
+                    prog.close()
+                    rows.append({"kernel": label, "threads": threads, "gflops_sim": flops / sim_t / 1e9,
+                                 "gflops_numpy_f32": flops / np_t / 1e9, "sim_s": sim_t, "numpy_s": np_t,
+                                 "sim_vs_numpy": np_t / sim_t})
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
+def write_md(res: dict) -> str:
+    r = res["reload"]
+    lines = [
+        "# Runtime benchmarks (sim)",
+        "",
+        f"Machine: {res['machine']}; AVX2 micro-kernel: {res['avx2']}. Generated by `benchmarks/bench_runtime.py`.",
+        "",
+        f"## Delta reload vs full compile ({r['layers']} layers, {r['programs']} programs, "
+        f"{r['weight_bytes'] / 2**20:.1f} MiB of fp16 weights, program dirs on {r['program_dirs_on']})",
+        "",
+        "| what | seconds | ratio |",
+        "|---|---|---|",
+        f"| full compile + load, each program in a cold runtime ({r['compiles']} compiles) | {r['full_compile_s']:.3f} | 1 |",
+        f"| the whole stack in one runtime (cache: {r['stack_load_compiles']} compiles) | "
+        f"{r['stack_load_one_runtime_s']:.3f} | {r['stack_load_one_runtime_s'] / r['full_compile_s']:.3f} |",
+        f"| delta reload, `reload_weights` (keys -> arrays, Python + C) | {r['reload_weights_s']:.3f} | "
+        f"{r['ratio_reload_weights_vs_compile']:.3f} |",
+        f"| delta reload, `reload_blobs` (C path) | {r['reload_blobs_s']:.3f} | {r['ratio_reload_blobs_vs_compile']:.3f} |",
+        f"| raw write of the same bytes, fsync | {r['raw_write_fsync_s']:.3f} | "
+        f"reload_blobs / raw = {r['ratio_reload_blobs_vs_raw_write_fsync']:.2f} |",
+        f"| raw write of the same bytes, no fsync | {r['raw_write_s']:.3f} | |",
+        "",
+        f"Compiles after all reloads: {r['compiles_after_reloads']} (reloads compile nothing). On the device a "
+        "compile is far more expensive than the sim's parse + plan, so the device saving is larger than this ratio.",
+        "",
+        "## Kernels: sim (fp16 storage, fp32 accumulation) vs numpy float32 BLAS",
+        "",
+        "| kernel | threads | sim GFLOP/s | numpy GFLOP/s | sim / numpy |",
+        "|---|---|---|---|---|",
+    ]
+    for k in res["kernels"]:
+        lines.append(f"| {k['kernel']} | {k['threads']} | {k['gflops_sim']:.1f} | {k['gflops_numpy_f32']:.1f} | "
+                     f"{k['sim_vs_numpy']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2 layers, fewer repetitions")
+    args = ap.parse_args(argv)
+    native.require()
+    res = {
+        "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cpus".strip(),
+        "avx2": bool(native.lib is not None and _avx2()),
+        "reload": bench_reload(2 if args.quick else 12),
+        "kernels": bench_kernels(3 if args.quick else 7),
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    atomic_write(RESULTS / "runtime.json", json.dumps(res, indent=2) + "\n")
+    md = write_md(res)
+    atomic_write(RESULTS / "runtime.md", md)
+    print(md)
+    return 0
+
+
+def _avx2() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " avx2 " in f.read()
+    except OSError:
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
