@@ -1,6 +1,8 @@
 /* anec_rt.cdef.h - the declarations of anec_rt.h in the subset of C that
    cffi's cdef() parses (no includes, no preprocessor logic). Keep in sync with
-   anec_rt.h; the C tests compile this file against the real header. */
+   anec_rt.h: the cffi build (API mode) compiles generated code that uses these
+   declarations against the real header with -Werror, so a mismatch in a
+   signature or a struct field fails the build. */
 
 #define ANEC_OK        0
 #define ANEC_EINVAL    1
