@@ -14,7 +14,9 @@ and exits with status 1.
 
 from __future__ import annotations
 
+import bisect
 import difflib
+import functools
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -28,19 +30,31 @@ class Source:
     text: str
     """The full text."""
 
+    @functools.cached_property
+    def _line_starts(self) -> list[int]:
+        """Offsets where each line starts (computed once; rendering many
+        diagnostics for one file stays linear)."""
+        starts = [0]
+        find = self.text.find
+        pos = find("\n")
+        while pos != -1:
+            starts.append(pos + 1)
+            pos = find("\n", pos + 1)
+        return starts
+
     def line_col(self, offset: int) -> tuple[int, int]:
         """1-based (line, column) of a character offset."""
         offset = max(0, min(offset, len(self.text)))
-        line = self.text.count("\n", 0, offset) + 1
-        start = self.text.rfind("\n", 0, offset) + 1
-        return line, offset - start + 1
+        line = bisect.bisect_right(self._line_starts, offset)
+        return line, offset - self._line_starts[line - 1] + 1
 
     def line_text(self, line: int) -> str:
         """The text of a 1-based line, without its newline."""
-        lines = self.text.split("\n")
-        if 1 <= line <= len(lines):
-            return lines[line - 1].rstrip("\r")
-        return ""
+        starts = self._line_starts
+        if not 1 <= line <= len(starts):
+            return ""
+        end = starts[line] - 1 if line < len(starts) else len(self.text)
+        return self.text[starts[line - 1] : end].rstrip("\r")
 
 
 @dataclass(frozen=True, eq=False)
