@@ -315,12 +315,15 @@ class Program:
         los = (self.manifest or {}).get("logical_outputs")
         if not los:
             return {n: phys[n] for n in self.output_names}
+        # targets without fp32 I/O: the manifest asks the host to cast some outputs back
+        host = {h["name"]: h["host_dtype"] for h in (self.manifest or {}).get("host_casts", [])
+                if h.get("kind") == "output"}
         res = {}
         for lo in los:
             pieces = [phys[p] for p in lo.get("pieces", [lo["name"]])]
             axis = lo.get("axis")
             a = pieces[0] if axis is None or len(pieces) == 1 else np.concatenate(pieces, axis=axis)
-            dt = lo.get("dtype")
+            dt = host.get(lo["name"], lo.get("dtype"))
             res[lo["name"]] = a.astype(native.NP_DTYPES[dt], copy=False) if dt in native.NP_DTYPES else a
         return res
 

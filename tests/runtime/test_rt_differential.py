@@ -151,3 +151,19 @@ def test_generated_graphs_match_the_interpreter(rt, c, s, steps, widths, seed):
     ref = interpret(graph, x, store, "fp16")
     for k in ref:
         check_close(got[k], ref[k], 3e-2, f"generated graph\n{text}")
+
+
+@pytest.mark.parametrize("target", ["m1", "m5"])
+def test_other_targets_dialects_and_host_casts(rt, target):
+    """m1: the ios16 dialect and fp16-only I/O (the host casts fp32 in and out); m5: 128-byte surfaces."""
+    module = parse_file(os.path.join(ROOT, "examples", "gpt2_mlp.ir"))
+    store = resolve_weights(module, None, 0)
+    art = compiler.compile_module(module, store, target=target, host_casts=True).artifacts["mlp"]
+    graph = module.funcs["mlp"]
+    x = random_inputs(graph, 3)
+    prog = rt.load(art)
+    assert prog._native.input_surface_bytes == art.manifest["input_alloc_bytes"]
+    got = prog(**x)
+    prog.close()
+    assert got["y"].dtype == np.float32
+    check_close(got["y"], interpret(graph, x, store, "fp16")["y"], TOL, f"gpt2_mlp on {target}")
