@@ -167,3 +167,24 @@ def test_other_targets_dialects_and_host_casts(rt, target):
     prog.close()
     assert got["y"].dtype == np.float32
     check_close(got["y"], interpret(graph, x, store, "fp16")["y"], TOL, f"gpt2_mlp on {target}")
+
+
+def test_chunked_output_and_sliced_weight_reload(rt):
+    """A conv above the channel limit is chunked: pieces reassembled, a reload fills every slice."""
+    text = ('func big(%x: fp16[1, 8, 1, 4]) {\n  %w = const(weight="big.weight") : fp16[16400, 8, 1, 1]\n'
+            '  %y = conv1x1(%x, %w)\n  return %y\n}\n')
+    module = parse(text, "big.ir")
+    s0, s1 = resolve_weights(module, None, 0), resolve_weights(module, None, 1)
+    art = compiler.compile_module(module, s0).artifacts["big"]
+    assert art.manifest["logical_outputs"][0]["axis"] == 1
+    assert sorted(w["slice"][1] for w in art.manifest["weights"]) == [0, 8200]
+    graph = module.funcs["big"]
+    x = random_inputs(graph, 1)
+    prog = rt.load(art)
+    got = prog(**x)["y"]
+    assert got.shape == (1, 16400, 1, 4)
+    check_close(got, interpret(graph, x, s0, "fp16")["y"], TOL, "chunked conv")
+    prog.reload_weights({"big.weight": s1["big.weight"]})
+    check_close(prog(**x)["y"], interpret(graph, x, s1, "fp16")["y"], TOL, "chunked conv after reload")
+    assert prog.stats["blobs_patched"] == 2 and prog.stats["compiles"] in (0, 1)
+    prog.close()
