@@ -267,6 +267,12 @@ class Program:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    def __del__(self) -> None:  # pragma: no cover - depends on GC timing
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
     # ---- evaluation --------------------------------------------------------
     def __call__(self, inputs: Mapping[str, Any] | None = None, /, **kw: Any) -> dict[str, np.ndarray]:
         """Evaluate: ``prog(x=array)`` or ``prog({"x": array})`` -> {name: array}."""

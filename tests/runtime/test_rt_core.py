@@ -237,3 +237,12 @@ def test_fp16_conversion_helpers_match_numpy():
     x = np.concatenate([x, np.float32([65504, 65519.99, 65520, -65520, 2 ** -25, 2 ** -24 * 1.5, np.inf, -np.inf, 0, -0.0])])
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(native.f32_to_f16(x).view(np.uint16), x.astype(np.float16).view(np.uint16))
+
+
+def test_dropped_programs_are_freed(fresh_rt):
+    import gc
+
+    for _ in range(3):
+        fresh_rt.compile(two_io_program())
+    gc.collect()
+    assert fresh_rt.stats["programs_live"] == 0
