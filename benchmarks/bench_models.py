@@ -208,7 +208,8 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=16, help="decode steps to time")
     ap.add_argument("--quick", action="store_true", help="skip the GPT-2-small part")
     a = ap.parse_args()
-    results: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+    results: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}, "
+                                f"load average {os.getloadavg()[0]:.1f} at start",
                      "python": platform.python_version()}
     if not a.quick:
         with tempfile.TemporaryDirectory(prefix="anec-bench-") as d:

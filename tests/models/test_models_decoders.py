@@ -105,3 +105,17 @@ def test_prompt_and_length_errors(case):
         lm.generate(PROMPT, lm.cfg.max_pos)
     with pytest.raises(ModelError, match="prefill first"):
         CausalLM(lm.fe, backend=BACKEND).decode(1)
+
+
+def test_target_without_fp32_io_uses_host_casts(llama_dir):
+    """m1 rejects fp32 program I/O: the programs take fp16 and the host converts."""
+    fe = decoder_frontend(load_checkpoint(llama_dir), 49152)
+    m1, m4 = CausalLM(fe, backend=BACKEND, target="m1"), CausalLM(fe, backend=BACKEND, target="m4")
+    try:
+        np.testing.assert_array_equal(m1.logits(PROMPT), m4.logits(PROMPT))
+        manifest = next(iter(m1.programs.programs.values())).manifest
+    finally:
+        m1.close()
+        m4.close()
+    assert manifest["target"] == "m1"
+    assert all(i["dtype"] == "fp16" for i in manifest["inputs"])
