@@ -15,12 +15,14 @@ from anec.models.lora import AdapterError, LoraAdapter, apply_lora
 from tests.models.conftest import BACKEND, PROMPT, hf_logits, hf_model, torch
 
 peft = pytest.importorskip("peft")
+pytestmark = pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
 
 
 def _make_adapter(base_dir, out, seed, r, targets, alpha=8.0):
     torch.manual_seed(seed)
     model = hf_model(base_dir)
-    cfg = peft.LoraConfig(r=r, lora_alpha=alpha, target_modules=list(targets), init_lora_weights=False)
+    cfg = peft.LoraConfig(r=r, lora_alpha=alpha, target_modules=list(targets), init_lora_weights=False,
+                          fan_in_fan_out="c_attn" in targets)  # GPT-2's Conv1D stores [in, out]
     peft.get_peft_model(model, cfg).save_pretrained(out)
     return out
 
