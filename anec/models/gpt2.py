@@ -98,7 +98,7 @@ class GPT2(DecoderFrontend):
         d = self.cfg.d_model
         p = self._k(f"h.{layer}.attn.c_attn")
         qkv = b.linear(n, f"{p}.weight", 3 * d, f"{p}.bias", "qkv")
-        q, k, v = b.split(qkv, axis=1, sizes=[d, d, d], names=["q", "k_", "v_"])
+        q, k, v = b.split(qkv, axis=1, sizes=[d, d, d], names=["q", "kp", "vp"])
         return q, k, v
 
     def _out_proj(self, b: ModelBuilder, ctx: Value, layer: int) -> Value:

@@ -180,8 +180,8 @@ class Llama(DecoderFrontend):
     def _qkv(self, b: ModelBuilder, n: Value, layer: int) -> tuple[Value, Value, Value]:
         c, p = self.cfg, f"model.layers.{layer}.self_attn"
         q = self._proj(b, n, f"{p}.q_proj", c.n_head * c.head_dim, self.attn_bias, "q")
-        k = self._proj(b, n, f"{p}.k_proj", c.d_kv, self.attn_bias, "k_")
-        v = self._proj(b, n, f"{p}.v_proj", c.d_kv, self.attn_bias, "v_")
+        k = self._proj(b, n, f"{p}.k_proj", c.d_kv, self.attn_bias, "kp")
+        v = self._proj(b, n, f"{p}.v_proj", c.d_kv, self.attn_bias, "vp")
         return q, k, v
 
     def _out_proj(self, b: ModelBuilder, ctx: Value, layer: int) -> Value:
