@@ -395,7 +395,7 @@ static int param_ints(builder *B, const mil_stmt *st, const char *name, const pa
         return -1;
     }
     for (size_t i = 0; i < pv->n; i++) {
-        if (pv->num[i] != floor(pv->num[i]) || fabs(pv->num[i]) > 4e12) {
+        if (pv->num[i] != floor(pv->num[i]) || fabs(pv->num[i]) > 2147483647.0) {
             berr(B, pv->line, NULL, "%s: parameter '%s' value %g is not an integer", st->op, name, pv->num[i]);
             return -1;
         }
