@@ -1,3 +1,40 @@
-"""anec: an ahead-of-time optimizing compiler toolchain for the Apple Neural Engine."""
+"""anec: an ahead-of-time optimizing compiler toolchain for the Apple Neural Engine.
+
+The package root stays import-light; the public entry points are loaded on
+first use::
+
+    import anec
+    module = anec.parse_file("model.ir")
+    result = anec.compile_module(module, random_seed=0)
+    with anec.Runtime(backend="auto") as rt:
+        prog = rt.load(result.artifacts["mlp"])
+        outputs = prog(x=x)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "parse": "anec.ir",
+    "parse_file": "anec.ir",
+    "print_module": "anec.ir",
+    "verify": "anec.ir",
+    "compile_module": "anec.compiler",
+    "Runtime": "anec.runtime",
+    "AnecError": "anec.diagnostics",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'anec' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
