@@ -174,7 +174,7 @@ class Builder:
     def _check_new_name(self, name: str) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             raise VerifyError(f"invalid value name '{name}'", hint="names use letters, digits and _")
-        if name in self.graph.value_names():
+        if self.graph.has_value_name(name):
             raise VerifyError(f"value %{name} is already defined", hint="pick another name")
 
     def _check_value(self, v: Any) -> None:

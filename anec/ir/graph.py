@@ -15,11 +15,17 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from anec.diagnostics import Source, Span
 from anec.ir.types import TensorType
+
+_renames = [0]
+"""How many times an existing Value was renamed, process-wide. A Graph's name
+cache (see :meth:`Graph.fresh_name`) is valid only while this is unchanged,
+or when the Graph made the rename itself (:meth:`Graph.rename_value`)."""
 
 
 @dataclass(eq=False)
@@ -41,6 +47,22 @@ class Value:
 
     def __repr__(self) -> str:
         return f"%{self.name}: {self.type}"
+
+
+def _get_name(self: Value) -> str:
+    return self._name
+
+
+def _set_name(self: Value, name: str) -> None:
+    if "_name" in self.__dict__:
+        _renames[0] += 1
+    self.__dict__["_name"] = name
+
+
+# ``name`` is a plain dataclass field for construction and copying, read and
+# written through a property so that renames done outside the Graph's methods
+# (``v.name = ...``) invalidate the Graph's name cache.
+Value.name = property(_get_name, _set_name, doc="Name without the ``%`` sigil; unique within its func.")  # type: ignore[assignment]
 
 
 @dataclass(eq=False)
@@ -80,7 +102,16 @@ class Node:
 
 
 class Graph:
-    """A func: inputs, topologically ordered nodes, returned values."""
+    """A func: inputs, topologically ordered nodes, returned values.
+
+    ``inputs``, ``nodes`` and ``outputs`` are plain lists that passes may edit
+    directly. The mutation methods below additionally keep two caches, so that
+    rewriting a large graph stays linear: the multiset of value names (for
+    :meth:`fresh_name`) and the set of node ids (for :meth:`has_node`). Each
+    cache remembers the lists it was built from (identity and length) and the
+    process-wide rename count; a direct edit that changes any of these makes
+    the next query rebuild it, so direct edits stay correct, only slower.
+    """
 
     def __init__(self, name: str, span: Span | None = None) -> None:
         self.name = name
@@ -92,15 +123,47 @@ class Graph:
         self.meta: dict[str, Any] = {}
         """Facts passes hand to later stages, not printed (e.g. chunked outputs)."""
         self._counter = itertools.count()
+        self._names: Counter[str] | None = None
+        self._node_ids: set[int] | None = None
+        self._cache_key: tuple | None = None
+        self._pos_hint = 0
+
+    # ---- caches -------------------------------------------------------------
+    def _key(self) -> tuple:
+        return (id(self.nodes), len(self.nodes), id(self.inputs), len(self.inputs), _renames[0])
+
+    def _caches(self) -> tuple[Counter[str], set[int]]:
+        """The name multiset and node-id set, rebuilt if the graph changed behind our back."""
+        if self._cache_key != self._key() or self._names is None or self._node_ids is None:
+            self._names = Counter(v.name for v in self.values())
+            self._node_ids = {id(n) for n in self.nodes}
+            self._cache_key = self._key()
+        return self._names, self._node_ids
+
+    def _valid_caches(self) -> tuple[Counter[str], set[int]] | None:
+        """The caches if they are up to date (before a mutation), else None."""
+        if self._cache_key == self._key() and self._names is not None:
+            return self._names, self._node_ids  # type: ignore[return-value]
+        return None
+
+    def _commit(self, caches: tuple | None) -> None:
+        """After a mutation applied to ``caches`` as well: mark them current again."""
+        if caches is not None:
+            self._cache_key = self._key()
 
     # ---- construction -------------------------------------------------
     def add_input(self, name: str, type: TensorType, span: Span | None = None) -> Value:
+        caches = self._valid_caches()
         v = Value(name, type, None, 0, [], span)
         self.inputs.append(v)
+        if caches is not None:
+            caches[0][name] += 1
+        self._commit(caches)
         return v
 
     def add_node(self, node: Node, index: int | None = None) -> Node:
         """Insert ``node`` (at ``index``, default: the end) and record its uses."""
+        caches = self._valid_caches()
         for v in node.inputs():
             v.uses.append(node)
         for i, r in enumerate(node.results):
@@ -109,6 +172,13 @@ class Graph:
             self.nodes.append(node)
         else:
             self.nodes.insert(index, node)
+            self._pos_hint = index + 1  # where the node we inserted before now is
+        if caches is not None:
+            names, ids = caches
+            for r in node.results:
+                names[r.name] += 1
+            ids.add(id(node))
+        self._commit(caches)
         return node
 
     def create_node(
@@ -129,18 +199,33 @@ class Graph:
                 names.append(self.fresh_name(op, exclude=names))
         results = [Value(n, t, None, 0, [], span) for n, t in zip(names, result_types)]
         node = Node(op, list(operands), dict(attrs), results, dict(optional or {}), span)
-        index = self.nodes.index(before) if before is not None else None
+        index = self._position(before) if before is not None else None
         return self.add_node(node, index)
+
+    def _position(self, node: Node) -> int:
+        """``self.nodes.index(node)``, searching first from the last insertion point.
+
+        Rewrites insert before the node being rewritten and walk the list
+        forward, so the next anchor is usually at or just after that point.
+        """
+        nodes, hint = self.nodes, self._pos_hint
+        if hint < len(nodes) and nodes[hint] is node:
+            return hint
+        try:
+            return nodes.index(node, min(hint, len(nodes)))
+        except ValueError:
+            return nodes.index(node)
 
     def fresh_name(self, hint: str = "v", exclude: "Iterable[str]" = ()) -> str:
         """A value name not used in this graph (nor in ``exclude``), derived from ``hint``."""
-        taken = self.value_names() | set(exclude)
+        names, _ = self._caches()
+        excluded = set(exclude)
         base = hint.lstrip("%") or "v"
-        if base not in taken:
+        if base not in names and base not in excluded:
             return base
         while True:
             cand = f"{base}_{next(self._counter)}"
-            if cand not in taken:
+            if cand not in names and cand not in excluded:
                 return cand
 
     # ---- queries --------------------------------------------------------
@@ -150,7 +235,15 @@ class Graph:
             yield from n.results
 
     def value_names(self) -> set[str]:
-        return {v.name for v in self.values()}
+        return set(self._caches()[0])
+
+    def has_value_name(self, name: str) -> bool:
+        """Whether some input or node result of this graph is called ``name``."""
+        return self._caches()[0][name] > 0
+
+    def has_node(self, node: Node) -> bool:
+        """Whether ``node`` is in ``self.nodes`` (constant time, unlike ``in``)."""
+        return id(node) in self._caches()[1]
 
     def value(self, name: str) -> Value:
         for v in self.values():
@@ -162,6 +255,19 @@ class Graph:
         return [v.name for v in self.outputs]
 
     # ---- mutation -------------------------------------------------------
+    def rename_value(self, value: Value, name: str) -> None:
+        """Rename ``value`` (an input or node result of this graph) to ``name``."""
+        caches = self._valid_caches()
+        old = value.name
+        value.name = name
+        if caches is not None:
+            names = caches[0]
+            names[old] -= 1
+            if names[old] <= 0:
+                del names[old]
+            names[name] += 1
+        self._commit(caches)
+
     def set_operand(self, node: Node, index: int, new: Value) -> None:
         old = node.operands[index]
         old.uses.remove(node)
@@ -184,29 +290,75 @@ class Graph:
         old.uses = []
         if old in self.outputs:
             keep = old.name
-            old.name = self.fresh_name(keep + "_old")
+            self.rename_value(old, self.fresh_name(keep + "_old"))
             if new.producer is None or new in self.outputs:
                 after = new.producer
-                idx = self.nodes.index(after) + 1 if after is not None else 0
+                idx = self._position(after) + 1 if after is not None else 0
                 # keep the identity after every node defining its operand
                 node = Node("identity", [new], {}, [Value(keep, new.type, None, 0, [], old.span)],
                             {}, old.span)
                 self.add_node(node, idx)
                 new = node.results[0]
             else:
-                new.name = keep
+                self.rename_value(new, keep)
             self.outputs = [new if v is old else v for v in self.outputs]
 
     def erase_node(self, node: Node, safe: bool = True) -> None:
         """Remove ``node``; with ``safe`` it must have no used or returned results."""
         if safe:
-            for r in node.results:
-                if r.uses or r in self.outputs:
-                    raise ValueError(f"cannot erase {node!r}: %{r.name} is still used")
+            self._check_erasable(node)
+        caches = self._valid_caches()
         for v in node.inputs():
             if node in v.uses:
                 v.uses.remove(node)
-        self.nodes.remove(node)
+        index = self._position(node)
+        del self.nodes[index]
+        self._pos_hint = index  # the node that followed the erased one is there now
+        if caches is not None:
+            self._forget(caches, node)
+        self._commit(caches)
+
+    def erase_nodes(self, nodes: "Iterable[Node]", safe: bool = True) -> None:
+        """Remove several nodes at once, in time linear in the graph size.
+
+        With ``safe``, no result of an erased node may be returned or used by
+        a node that stays.
+        """
+        doomed = {id(n): n for n in nodes}
+        if not doomed:
+            return
+        if safe:
+            for n in doomed.values():
+                for r in n.results:
+                    if r in self.outputs or any(id(u) not in doomed for u in r.uses):
+                        raise ValueError(f"cannot erase {n!r}: %{r.name} is still used")
+        caches = self._valid_caches()
+        touched: dict[int, Value] = {}
+        for n in doomed.values():
+            for v in n.inputs():
+                touched[id(v)] = v
+        for v in touched.values():
+            v.uses = [u for u in v.uses if id(u) not in doomed]
+        self.nodes[:] = [n for n in self.nodes if id(n) not in doomed]
+        self._pos_hint = 0
+        if caches is not None:
+            for n in doomed.values():
+                self._forget(caches, n)
+        self._commit(caches)
+
+    def _check_erasable(self, node: Node) -> None:
+        for r in node.results:
+            if r.uses or r in self.outputs:
+                raise ValueError(f"cannot erase {node!r}: %{r.name} is still used")
+
+    @staticmethod
+    def _forget(caches: tuple[Counter[str], set[int]], node: Node) -> None:
+        names, ids = caches
+        ids.discard(id(node))
+        for r in node.results:
+            names[r.name] -= 1
+            if names[r.name] <= 0:
+                del names[r.name]
 
     def rebuild_uses(self) -> None:
         """Recompute every ``uses`` list from scratch (after bulk edits)."""

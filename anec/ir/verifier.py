@@ -350,13 +350,25 @@ class _GraphChecker:
 
     # -- use lists
     def uses(self) -> None:
-        expected: dict[int, Counter] = {id(v): Counter() for v in self.g.values()}
+        # one multiset of (value, user) pairs each way, compared once: linear in the graph
+        values = list({id(v): v for v in self.g.values()}.values())
+        known = {id(v) for v in values}
+        expected: Counter = Counter()
         for n in self.g.nodes:
+            nid = id(n)
             for v in n.inputs():
-                if id(v) in expected:
-                    expected[id(v)][id(n)] += 1
-        for v in self.g.values():
-            if Counter(id(u) for u in v.uses) != expected[id(v)]:
+                if id(v) in known:
+                    expected[id(v), nid] += 1
+        actual: Counter = Counter()
+        for v in values:
+            vid = id(v)
+            for u in v.uses:
+                actual[vid, id(u)] += 1
+        if actual == expected:
+            return
+        stale = {vid for vid, _ in (actual - expected) + (expected - actual)}
+        for v in values:
+            if id(v) in stale:
                 self.error(
                     f"use list of %{v.name} is out of date",
                     v.span,

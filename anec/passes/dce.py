@@ -8,23 +8,27 @@ from typing import TYPE_CHECKING, ClassVar
 from anec.passes.base import Pass, PassContext
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph
+    from anec.ir.graph import Graph, Node
 
 
 def remove_dead_nodes(graph: "Graph") -> int:
     """Erase every node none of whose results reaches an output; the number erased.
 
     One backward sweep suffices: nodes are topologically ordered, so when a
-    node is visited all its users have been visited (and erased if dead).
+    node is visited all its users have been visited, and the live ones
+    counted. The dead nodes are then erased in one batch (linear time).
     """
     outputs = {id(v) for v in graph.outputs}
-    removed = 0
-    for node in reversed(list(graph.nodes)):
-        if any(r.uses or id(r) in outputs for r in node.results):
-            continue
-        graph.erase_node(node)
-        removed += 1
-    return removed
+    live_uses: dict[int, int] = {}  # uses by nodes that stay, per value id
+    dead: list["Node"] = []
+    for node in reversed(graph.nodes):
+        if any(live_uses.get(id(r), 0) or id(r) in outputs for r in node.results):
+            for v in node.inputs():
+                live_uses[id(v)] = live_uses.get(id(v), 0) + 1
+        else:
+            dead.append(node)
+    graph.erase_nodes(dead)
+    return len(dead)
 
 
 @dataclass(frozen=True)

@@ -68,8 +68,8 @@ def check_io_dtypes(rw: LegalizeRewriter) -> None:
             c = rw.op("cast", v, dtype=DType.fp16, name=g.fresh_name(f"{v.name}_f16"))
             pos = g.outputs.index(v)
             out_name = v.name
-            v.name = g.fresh_name(f"{out_name}_f32")
-            c.name = out_name
+            g.rename_value(v, g.fresh_name(f"{out_name}_f32"))
+            g.rename_value(c, out_name)
             g.outputs[pos] = c
         g.rebuild_uses()
         name = v.name if kind == "input" else c.name
@@ -117,7 +117,7 @@ def check_weight_range(rw: LegalizeRewriter) -> None:
 def merge_duplicate_weights(graph: "Graph") -> int:
     """Weight consts with the same key, view and type become one (one BLOBFILE tensor)."""
     first: dict[tuple, "Node"] = {}
-    merged = 0
+    merged, dead = 0, []
     for n in list(graph.nodes):
         if n.op != "const" or "weight" not in n.attrs:
             continue
@@ -128,8 +128,9 @@ def merge_duplicate_weights(graph: "Graph") -> int:
             continue
         graph.replace_all_uses(n.result, first[key].result)
         if not n.result.uses and n.result not in graph.outputs:
-            graph.erase_node(n)
+            dead.append(n)
         merged += 1
+    graph.erase_nodes(dead)
     return merged
 
 

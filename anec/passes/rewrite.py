@@ -115,8 +115,8 @@ class Rewriter:
         if node is None or not erase_if_dead(self.graph, node):
             return
         fresh = new.producer is not None and id(new.producer) in self.created
-        if fresh and new.name != name and name not in self.graph.value_names():
-            new.name = name
+        if fresh and new.name != name and not self.graph.has_value_name(name):
+            self.graph.rename_value(new, name)
 
     # ---- bookkeeping -----------------------------------------------------------
     def record(self, constraint: str | None, detail: str, node: "Node | None" = None,
@@ -147,7 +147,7 @@ class Rewriter:
 
 def erase_if_dead(graph: "Graph", node: "Node") -> bool:
     """Erase ``node`` when none of its results is used or returned."""
-    if node not in graph.nodes:
+    if not graph.has_node(node):
         return False
     outputs = {id(v) for v in graph.outputs}
     if any(r.uses or id(r) in outputs for r in node.results):
@@ -162,7 +162,7 @@ def rewrite_greedily(graph: "Graph", rules: Rules, rw: Rewriter) -> int:
     for _ in range(MAX_SWEEPS):
         changed = False
         for node in list(graph.nodes):
-            if node.op not in rules or node not in graph.nodes:
+            if node.op not in rules or not graph.has_node(node):
                 continue
             for rule in rules[node.op]:
                 rw.anchor, rw.rule_name = node, rule.__name__
