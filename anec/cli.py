@@ -96,8 +96,8 @@ def fmt_cmd(ctx: click.Context, file: str, check_only: bool, in_place: bool) -> 
     click.echo(out, nl=False)
 
 
-def _legality_report():
-    """``anec.passes.report.legality_report`` when the passes provide it, else None."""
+def _legality_report(name: str = "legality_report"):
+    """``anec.passes.report.<name>`` when the passes provide it, else None."""
     import importlib
 
     try:
@@ -106,7 +106,7 @@ def _legality_report():
         if e.name in ("anec.passes", "anec.passes.report"):
             return None
         raise
-    return getattr(report, "legality_report", None)
+    return getattr(report, name, None)
 
 
 def _plural(n: int, word: str) -> str:
@@ -143,6 +143,16 @@ def check_cmd(ctx: click.Context, file: str, target: str | None) -> None:
         ctx.exit(1)
     nodes = sum(len(g.nodes) for g in module.funcs.values())
     click.echo(f"{file}: ok ({_plural(len(module.funcs), 'func')}, {_plural(nodes, 'node')})")
+    legality = _legality_report("legality")
+    if legality is not None:  # the report and its verdict: exit 1 when a node is rejected
+        result = legality(module, target_name or "m4")
+        if result.text:
+            click.echo(result.text.rstrip("\n"))
+        if not result.legal:
+            click.echo(f"{file}: not ANE-legal on {target_name or 'm4'}: "
+                       f"{_plural(result.errors, 'error')} (see REJECTED above)", err=True)
+            ctx.exit(1)
+        return
     legality_report = _legality_report()
     if legality_report is not None:
         click.echo(legality_report(module, target_name or "m4").rstrip("\n"))

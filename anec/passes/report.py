@@ -14,6 +14,7 @@ peak and spill risks, and a one-line verdict.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from anec.passes.annotate_sram import AnnotateSram
@@ -42,7 +43,20 @@ def _where(node: "Node") -> str:
     return node.span.location if node.span is not None else "-"
 
 
-def _func_report(graph: "Graph", target, weights, options: Mapping[str, Any]) -> list[str]:
+@dataclass(frozen=True)
+class LegalityReport:
+    """The text of the report and how many rejections it lists (0: ANE-legal)."""
+
+    text: str
+    errors: int
+
+    @property
+    def legal(self) -> bool:
+        return self.errors == 0
+
+
+def _func_report(graph: "Graph", target, weights,
+                 options: Mapping[str, Any]) -> tuple[list[str], int]:
     work = graph.clone()
     original = {id(c): o for c, o in zip(work.nodes, graph.nodes)}
     status: dict[int, list[str]] = {}
@@ -127,16 +141,29 @@ def _func_report(graph: "Graph", target, weights, options: Mapping[str, Any]) ->
     else:
         lines.append(f"  verdict: ANE-legal on {target.name} after {rewrites} "
                      f"rewrite{'s' if rewrites != 1 else ''}")
-    return lines
+    return lines, len(rejections)
+
+
+def legality(module: "Module", target_name: str = "m4",
+             weights: "WeightStore | None" = None,
+             options: Mapping[str, Any] | None = None) -> LegalityReport:
+    """The report of every func, and the number of nodes (or func-level checks) rejected.
+
+    ``anec check`` prints the text and exits 1 when anything is rejected.
+    """
+    target = get_target(target_name)
+    out: list[str] = []
+    errors = 0
+    for graph in module.funcs.values():
+        lines, n = _func_report(graph, target, weights, options or {})
+        out += lines
+        out.append("")
+        errors += n
+    return LegalityReport("\n".join(out).rstrip() + "\n" if out else "", errors)
 
 
 def legality_report(module: "Module", target_name: str = "m4",
                     weights: "WeightStore | None" = None,
                     options: Mapping[str, Any] | None = None) -> str:
     """Per node: ANE-legal as written, rewritten (by which rule) or rejected (id, why, fix)."""
-    target = get_target(target_name)
-    out: list[str] = []
-    for graph in module.funcs.values():
-        out += _func_report(graph, target, weights, options or {})
-        out.append("")
-    return "\n".join(out).rstrip() + "\n"
+    return legality(module, target_name, weights, options).text

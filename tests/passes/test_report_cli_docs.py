@@ -73,8 +73,12 @@ def test_check_command_prints_the_report(tmp_path):
     f = tmp_path / "bad.ir"
     f.write_text(ILLEGAL)
     result = CliRunner().invoke(main, ["check", str(f), "--target", "m1"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # rejected nodes make check fail
     assert "REJECTED [ANE-CONCAT]" in result.output and "fix: " in result.output
+    assert f"{f}: not ANE-legal on m1: 4 errors (see REJECTED above)" in result.output
+    legal = CliRunner().invoke(main, ["check", str(ROOT / "examples" / "gpt2_mlp.ir")])
+    assert legal.exit_code == 0, legal.output
+    assert "verdict: ANE-legal on m4" in legal.output
 
 
 def test_passes_command():
