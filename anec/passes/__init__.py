@@ -23,6 +23,7 @@ from anec.passes.emit_mil import EmitMil
 from anec.passes.fuse_casts import FuseCasts
 from anec.passes.legalize import Legalize
 from anec.passes.manager import run_passes, run_pipeline
+from anec.passes.pipelines import PIPELINES, get_pipeline, parse_pass_list
 
 ALL_PASSES: tuple[type[Pass], ...] = (
     DeadCodeElimination,
@@ -41,11 +42,23 @@ def get_pass(name: str) -> type[Pass]:
     """The pass class called ``name``; AnecError with a suggestion otherwise."""
     if name in PASSES:
         return PASSES[name]
-    hint = did_you_mean(name, PASSES) or f"passes: {', '.join(PASSES)}"
-    raise AnecError(f"unknown pass '{name}'", hint=hint)
+    raise AnecError(f"unknown pass '{name}'", hint=pass_name_hint(name))
+
+
+def pass_name_hint(name: str, extra: tuple[str, ...] = ()) -> str:
+    """What to write instead of the unknown pass ``name`` (spelling, case, ``_`` for ``-``)."""
+    choices = [*PASSES, *extra]
+    normal = name.strip().lower().replace("_", "-")
+    if normal in choices:
+        return f"did you mean '{normal}'? (pass names are lowercase, with '-')"
+    if name in PIPELINES:
+        return (f"'{name}' is a pipeline, not a pass: use --pipeline {name} "
+                f"(passes: {', '.join(p.name for p in PIPELINES[name])})")
+    return did_you_mean(normal, choices) or f"passes: {', '.join(choices)}"
 
 
 __all__ = [
     "ALL_PASSES", "AnnotateSram", "DeadCodeElimination", "EmitMil", "FuseCasts", "Legalize",
-    "PASSES", "Pass", "PassContext", "get_pass", "run_passes", "run_pipeline",
+    "PASSES", "PIPELINES", "Pass", "PassContext", "get_pass", "get_pipeline", "parse_pass_list",
+    "pass_name_hint", "run_passes", "run_pipeline",
 ]

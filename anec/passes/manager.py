@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from anec.diagnostics import PassError, VerifyError
+from anec.diagnostics import AnecError, PassError, VerifyError
 from anec.ir.graph import Graph, Module
 from anec.passes.base import Pass, PassContext
 
@@ -28,6 +28,20 @@ def _verify(target: Graph | Module) -> None:
 def _wants_dump(ctx: PassContext, name: str) -> bool:
     wanted = ctx.print_ir_after
     return bool(wanted) and (name in wanted or "all" in wanted)
+
+
+def _check_dump_names(ctx: PassContext, passes: Sequence[Pass]) -> None:
+    """``print_ir_after`` names a pass of the registry or of this pipeline, or ``all``.
+
+    A misspelt name would otherwise silently print nothing.
+    """
+    from anec.passes import PASSES, pass_name_hint
+
+    known = {"all", *PASSES, *(p.name for p in passes)}
+    for name in sorted(ctx.print_ir_after or ()):
+        if name not in known:
+            raise AnecError(f"unknown pass '{name}' in print_ir_after",
+                            hint=pass_name_hint(name, ("all",)))
 
 
 def run_passes(graph: Graph, passes: Sequence[Pass], ctx: PassContext) -> None:
@@ -57,6 +71,7 @@ def run_pipeline(target: Graph | Module, passes: Sequence[Pass], ctx: PassContex
     The whole input is verified first, so a bad func is reported before any
     work is done; then each func goes through the pipeline in module order.
     """
+    _check_dump_names(ctx, passes)
     if isinstance(target, Module):
         ctx.module = target
         graphs = list(target.funcs.values())

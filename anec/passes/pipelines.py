@@ -76,13 +76,12 @@ def parse_pass_list(text: str) -> tuple[Pass, ...]:
 
 def check_pass_names(names) -> set[str]:
     """Validate names for ``--print-ir-after`` (pass names or ``all``)."""
-    from anec.passes import PASSES
+    from anec.passes import PASSES, pass_name_hint
 
     out = set()
     for n in names:
         n = n.strip()
         if n != "all" and n not in PASSES:
-            hint = did_you_mean(n, [*PASSES, "all"]) or f"passes: {', '.join(PASSES)}, or all"
-            raise AnecError(f"unknown pass '{n}'", hint=hint)
+            raise AnecError(f"unknown pass '{n}'", hint=pass_name_hint(n, ("all",)))
         out.add(n)
     return out

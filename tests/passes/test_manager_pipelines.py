@@ -130,3 +130,29 @@ def test_rewrite_driver_stops_rules_that_never_settle():
     with pytest.raises(PassError) as info:
         rewrite_greedily(g, {"relu": (flip,)}, Rewriter(g, PassContext.default(), "flip"))
     assert "did not reach a fixpoint" in info.value.message
+
+
+def test_pass_names_hints_for_case_underscores_and_pipelines():
+    import anec.passes as passes
+
+    assert passes.parse_pass_list is parse_pass_list  # the documented Python entry point
+    assert passes.get_pipeline is get_pipeline
+    for bad, hint in (("DCE", "did you mean 'dce'?"), ("Fuse_Casts", "did you mean 'fuse-casts'?"),
+                      ("default", "'default' is a pipeline, not a pass: use --pipeline default"),
+                      ("legalise", "did you mean 'legalize'?")):
+        with pytest.raises(AnecError) as info:
+            passes.parse_pass_list(f"dce,{bad}")
+        assert info.value.message == f"unknown pass '{bad}'"
+        assert info.value.hint.startswith(hint), info.value.hint
+
+
+def test_print_ir_after_names_are_checked():
+    ctx = PassContext.default()
+    ctx.print_ir_after = {"legalise"}
+    with pytest.raises(AnecError) as info:
+        run_pipeline(parse_module(TEXT), CLEANUP, ctx)
+    assert "unknown pass 'legalise' in print_ir_after" in info.value.message
+    assert info.value.hint == "did you mean 'legalize'?"
+    ctx.print_ir_after = {"break-uses"}  # a pass of this pipeline, not of the registry
+    with pytest.raises(PassError):
+        run_pipeline(parse_func(TEXT), (_BreakUses(),), ctx)
