@@ -33,7 +33,7 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, Un
 
 from anec.diagnostics import AnecError, ParseError, Source, Span, VerifyError, did_you_mean
 from anec.ir.graph import Graph, Module, Node, Value, WeightSource
-from anec.ir.types import DTYPE_NAMES, TensorType, parse_dtype
+from anec.ir.types import DTYPE_NAMES, TensorType, dtype_hint, parse_dtype
 
 __all__ = ["Comment", "Layout", "parse", "parse_file", "parse_with_layout"]
 
@@ -398,8 +398,7 @@ class _Walker:
             raise ParseError(
                 f"unknown dtype '{dtype_tok}'",
                 self.span(dtype_tok),
-                hint=did_you_mean(str(dtype_tok), DTYPE_NAMES)
-                or "dtypes are " + ", ".join(DTYPE_NAMES),
+                hint=dtype_hint(str(dtype_tok)) or "dtypes are " + ", ".join(DTYPE_NAMES),
             )
         shape = []
         for d in dims:
@@ -442,7 +441,8 @@ class _Walker:
             f"unknown word '{word}' in a literal",
             self.span(tok),
             hint=(
-                did_you_mean(word, [*_WORDS, *DTYPE_NAMES])
+                dtype_hint(word)
+                or did_you_mean(word, [*_WORDS])
                 or f'strings are written in double quotes: "{word}"'
             ),
         )

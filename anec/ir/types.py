@@ -70,6 +70,27 @@ NUMERIC = frozenset({DType.fp16, DType.fp32, DType.int32})
 ALL_DTYPES = frozenset(DType)
 
 
+_ALIASES = {
+    "float16": DType.fp16, "half": DType.fp16, "f16": DType.fp16, "float": DType.fp32,
+    "float32": DType.fp32, "f32": DType.fp32, "single": DType.fp32, "int": DType.int32,
+    "i32": DType.int32, "i8": DType.int8, "u8": DType.uint8, "boolean": DType.bool,
+}
+"""Spellings from numpy, PyTorch and C that users type for an anec dtype (hints only)."""
+
+
+def dtype_hint(word: str) -> str | None:
+    """``"did you mean 'fp16'?"`` for a misspelt or foreign dtype name (``float16``,
+    ``FP16``, ``fp61``), or None when ``word`` looks like no dtype."""
+    from anec.diagnostics import did_you_mean
+
+    low = word.lower()
+    if low in DTYPE_NAMES:
+        return f"did you mean '{low}'? (dtype names are lowercase)"
+    if low in _ALIASES:
+        return f"did you mean '{_ALIASES[low]}'? (anec spells dtypes as MIL does)"
+    return did_you_mean(low, DTYPE_NAMES)
+
+
 def parse_dtype(name: str) -> DType | None:
     """The dtype spelled ``name``, or None."""
     try:
