@@ -146,6 +146,17 @@ def usage(opdef: ops.OpDef) -> str:
 def _check_module(module: Module, report: Report) -> None:
     from anec.ir.parser import IDENT
 
+    if not module.funcs:
+        source = module.source
+        report.errors.append(
+            VerifyError(
+                "the file defines no func",
+                Span(source, 0, 0) if source is not None else None,
+                hint="a file holds one or more funcs: func main(%x: fp16[1, 64, 1, 64]) "
+                "{ %y = relu(%x)  return %y }",
+            )
+        )
+
     for ws in module.weight_sources:
         if not isinstance(ws.path, str) or not _printable_str(ws.path):
             report.errors.append(VerifyError(f"invalid weights path {ws.path!r}", ws.span))

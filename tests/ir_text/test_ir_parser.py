@@ -147,6 +147,15 @@ def test_scalar_types_and_empty_inputs() -> None:
 def test_empty_and_comment_only_files() -> None:
     assert parse("").funcs == {}
     assert parse("// nothing here\n\n").funcs == {}
+    # they parse (and format), but a program needs a func
+    from anec.ir.verifier import verify_all
+
+    errors = verify_all(parse("// nothing here\n", "n.ir"))
+    assert [e.render() for e in errors] == [
+        "n.ir:1:1: error: the file defines no func\n  // nothing here\n  ^\n"
+        "hint: a file holds one or more funcs: func main(%x: fp16[1, 64, 1, 64]) "
+        "{ %y = relu(%x)  return %y }"
+    ]
 
 
 def test_crlf_and_tabs() -> None:
