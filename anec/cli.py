@@ -215,7 +215,7 @@ def interp_cmd(file, func_name, inputs, random_inputs, weights_path, random_weig
     """Run a func of FILE with the numpy reference interpreter."""
     import numpy as np
 
-    from anec.ir.interp import interpret, random_inputs as make_random_inputs, select_func
+    from anec.ir.interp import interpret, load_input, random_inputs as make_random_inputs, select_func
     from anec.ir.parser import parse_file
     from anec.ir.verifier import verify
     from anec.weights import check_weights, resolve_weights
@@ -228,10 +228,7 @@ def interp_cmd(file, func_name, inputs, random_inputs, weights_path, random_weig
         raise click.UsageError("give --input NAME=PATH.npy per input, or --random-inputs SEED")
     feeds = make_random_inputs(graph, random_inputs) if random_inputs is not None else {}
     for name, path in inputs.items():
-        try:
-            feeds[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise AnecError(f"cannot read input '{name}' from '{path}': {e}") from None
+        feeds[name] = load_input(name, path)
     store = resolve_weights(module, weights=weights_path, random_seed=random_weights)
     check_weights(graph, store)
     results = interpret(graph, feeds, store, mode=mode)

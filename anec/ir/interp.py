@@ -61,10 +61,11 @@ def _convert_input(v: Value, arr: Any, mode: str) -> np.ndarray:
     try:
         a = np.asarray(arr)
     except Exception as e:  # arbitrary user objects
-        raise AnecError(f"input '{v.name}' is not an array: {e}") from None
+        raise AnecError(f"input '{v.name}' is not an array: {e}", v.span) from None
     if tuple(a.shape) != t.shape:
         raise AnecError(
             f"input '{v.name}' has shape {list(a.shape)} but the func declares {t}",
+            v.span,
             hint="reshape the array to the declared shape",
         )
     kind = a.dtype.kind
@@ -80,6 +81,7 @@ def _convert_input(v: Value, arr: Any, mode: str) -> np.ndarray:
     if not ok:
         raise AnecError(
             f"input '{v.name}' has dtype {a.dtype} which does not convert to {t.dtype}",
+            v.span,
             hint=f"pass an array convertible to {t.dtype} without loss of kind or range",
         )
     with np.errstate(over="ignore"):
@@ -108,12 +110,17 @@ def interpret(
 
             raise AnecError(
                 f"func '{graph.name}' has no input '{name}'",
+                graph.span,
                 hint=did_you_mean(name, declared) or f"inputs: {', '.join(v.name for v in graph.inputs)}",
             )
     env: dict[int, np.ndarray] = {}
     for v in graph.inputs:
         if v.name not in inputs:
-            raise AnecError(f"missing input '{v.name}' ({v.type}) for func '{graph.name}'")
+            raise AnecError(
+                f"missing input '{v.name}' ({v.type}) for func '{graph.name}'",
+                v.span,
+                hint=f"give it with --input {v.name}=PATH.npy, or use --random-inputs SEED",
+            )
         env[id(v)] = _convert_input(v, inputs[v.name], mode)
 
     with np.errstate(all="ignore"):
@@ -132,6 +139,30 @@ def interpret(
             for r, arr in zip(node.results, outs):
                 env[id(r)] = _store(arr, r.type, mode)
     return {v.name: env[id(v)] for v in graph.outputs}
+
+
+def load_input(name: str, path: str) -> np.ndarray:
+    """The array in the ``.npy`` file ``path`` given for input ``name`` (AnecError otherwise)."""
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise AnecError(f"input '{name}': no such file '{path}'") from None
+    except OSError as e:
+        raise AnecError(f"input '{name}': cannot read '{path}': {e.strerror or e}") from None
+    except ValueError:
+        # numpy reports any non-.npy file as "pickled (object) data"
+        raise AnecError(
+            f"input '{name}': '{path}' is not a .npy file of numbers",
+            hint="save a numeric array with numpy.save(path, array)",
+        ) from None
+    if not isinstance(arr, np.ndarray):
+        if hasattr(arr, "close"):
+            arr.close()
+        raise AnecError(
+            f"input '{name}': '{path}' holds several arrays (.npz), not one",
+            hint="give one array per input as a .npy file (numpy.save)",
+        )
+    return arr
 
 
 def interpret_module(

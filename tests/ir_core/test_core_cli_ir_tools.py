@@ -77,7 +77,7 @@ def test_interp_errors():
     assert r.exit_code == 2 and "--random-inputs SEED" in r.output
     r = CliRunner().invoke(main, ["interp", MLP, "--random-inputs", "0", "--random-weights", "0",
                                   "--input", "z=/nonexistent.npy"])
-    assert r.exit_code == 1 and "cannot read input 'z'" in r.output
+    assert r.exit_code == 1 and "input 'z': no such file '/nonexistent.npy'" in r.output
     r = CliRunner().invoke(main, ["interp", str(ROOT / "examples" / "multi_func.ir"), "--random-inputs", "0",
                                   "--random-weights", "0"])
     assert r.exit_code == 1 and "choose one" in r.output and "encode, classify" in r.output
@@ -88,3 +88,24 @@ def test_interp_unknown_input_name(tmp_path):
     r = CliRunner().invoke(main, ["interp", MLP, "--random-inputs", "0", "--random-weights", "0",
                                   "--input", f"xq={tmp_path / 'q.npy'}"])
     assert r.exit_code == 1 and "func 'mlp' has no input 'xq'" in r.output
+
+
+def test_interp_bad_input_files_are_explained(tmp_path):
+    (tmp_path / "text.npy").write_text("not an array")
+    np.savez(tmp_path / "two.npz", a=np.zeros(2), b=np.zeros(3))
+    np.save(tmp_path / "small.npy", np.zeros((1, 3), np.float32))
+    base = ["interp", MLP, "--random-weights", "0", "--input"]
+    cases = {
+        "text.npy": "is not a .npy file of numbers\nhint: save a numeric array with numpy.save",
+        "two.npz": "holds several arrays (.npz), not one\nhint: give one array per input",
+        "small.npy": "error: input 'x' has shape [1, 3] but the func declares fp32[1, 768, 1, 64]",
+    }
+    for name, expected in cases.items():
+        r = CliRunner().invoke(main, [*base, f"x={tmp_path / name}"])
+        assert r.exit_code == 1 and expected in r.output, r.output
+        assert "Traceback" not in r.output
+    # the shape mismatch points at the declaration of the input
+    r = CliRunner().invoke(main, [*base, f"x={tmp_path / 'small.npy'}"])
+    line = Path(MLP).read_text().splitlines().index("func mlp(%x: fp32[1, 768, 1, 64]) {") + 1
+    assert r.output.startswith(f"{MLP}:{line}:10: error: input 'x'"), r.output
+    assert "  func mlp(%x: fp32[1, 768, 1, 64]) {\n" in r.output
