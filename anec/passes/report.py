@@ -35,8 +35,19 @@ _REMOVED_BY = {
 }
 
 
-def _mib(n: int) -> str:
-    return f"{n / (1024 * 1024):.1f} MiB"
+def _size(n: int) -> str:
+    """Bytes in the largest binary unit that keeps the number >= 1 (``96.0 KiB``)."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _origin(node: "Node", original: Mapping[int, "Node"]) -> str:
+    """`` (added by legalize at file:line:col)`` for a node legalize created, else empty."""
+    if id(node) in original or node.span is None:
+        return ""
+    return f" (added by legalize at {node.span.location})"
 
 
 def _where(node: "Node") -> str:
@@ -124,14 +135,15 @@ def _func_report(graph: "Graph", target, weights,
     why = ""
     if scalar_user is not None:
         why = f"; {target.max_blob_tensors} minus {target.scalar_penalty} because " \
-              f"%{scalar_user.results[0].name} takes an inline scalar"
+              f"%{scalar_user.results[0].name}{_origin(scalar_user, original)} takes an " \
+              "inline scalar"
     lines.append(f"  BLOBFILE tensors: {count} of {cap}{why}")
     sram = work.meta.get("sram")
     if sram is not None:
         spill = (f"spill risk at {', '.join('%' + s for s in sram['spill_nodes'])}"
                  if sram["spill_nodes"] else "no spill risk")
-        lines.append(f"  SRAM: peak {_mib(sram['peak_bytes'])} at %{sram['peak_node']} of "
-                     f"{_mib(sram['sram_bytes'])}; {spill} (ANE-SRAM)")
+        lines.append(f"  SRAM: peak {_size(sram['peak_bytes'])} at %{sram['peak_node']} of "
+                     f"{_size(sram['sram_bytes'])}; {spill} (ANE-SRAM)")
     if weights is None:
         lines.append("  weight values: not checked (give weights to check the fp16 range)")
     rewrites = sum(1 for r in ctx.rewrites if r.get("func") == graph.name)

@@ -54,6 +54,8 @@ def test_report_explains_each_node_on_an_illegal_program():
             assert lines[i + 1].strip().startswith("fix: ")
     assert "bad.ir:2:10: REJECTED [ANE-FP32-IO] input %x is fp32; m1 rejects" in report
     assert "BLOBFILE tensors: 1 of 15" in report  # the gelu expansion adds inline scalars
+    # the scalar user is a node the user never wrote: say where it comes from
+    assert "because %g_a (added by legalize at bad.ir:8:8) takes an inline scalar" in report
     assert "verdict: NOT ANE-legal on m1: 4 errors" in report
 
 
@@ -62,7 +64,7 @@ def test_report_on_legal_example_and_host_casts():
     module = parse_module(text, "examples/gpt2_mlp.ir")
     report = legality_report(module, "m4")
     assert "verdict: ANE-legal on m4 after 6 rewrites" in report
-    assert "SRAM: peak" in report and "no spill risk" in report
+    assert "SRAM: peak 5.1 MiB at %h_conv of 32.0 MiB; no spill risk" in report
     assert "weight values: not checked" in report
     on_m1 = legality_report(module, "m1", options={"host_casts": True})
     assert "rewritten [ANE-FP32-IO] use_host_casts: input %x" in on_m1
