@@ -504,7 +504,7 @@ def _layout(source: Source, items: list[tuple[int, int, tuple]], tokens: list[To
         line_start = text.rfind("\n", 0, pos) + 1
         trailing = text[line_start:pos].strip() != ""
         comment = Comment(
-            str(tok).rstrip(), pos, text.count("\n", 0, pos) + 1, trailing, _blank_before(text, pos)
+            str(tok).rstrip(), pos, source.line_col(pos)[0], trailing, _blank_before(text, pos)
         )
         while j < len(items) and items[j][0] <= pos:
             j += 1
