@@ -342,6 +342,18 @@ _ENTRIES = (
         switch="fp32_io",
     ),
     Constraint(
+        "ANE-IO-TENSORS", "program inputs and outputs are fp16 or fp32 tensors",
+        "compile fails: a scalar or an integer/bool input or output has no IOSurface layout",
+        "the published runtimes bind only fp16/fp32 tensor surfaces (Orion iosurface_tensor.m, "
+        "maderix probes); anec's runtime and sim driver accept nothing else", REPORTED,
+        "error", "legalize: check_io_tensors",
+        "A rank-0 or non-float func input or output is an error at compile time naming the "
+        "value, with the fix: reshape a scalar to [1, 1, 1, 1], declare integer inputs as fp16 "
+        "and cast inside, cast integer outputs to fp16 before returning.",
+        "compile",
+        (f"{_LEG}::test_io_must_be_float_tensors",),
+    ),
+    Constraint(
         "ANE-SDPA-MASK", "scaled_dot_product_attention ignores attn_mask",
         "silently unmasked attention",
         "Orion paper constraint 6 (maderix, ANEgpt)", VERIFIED,

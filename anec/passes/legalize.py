@@ -28,6 +28,44 @@ SCALAR_OPS = frozenset({"add", "sub", "mul", "real_div", "pow"})
 # ---- program-level steps (run once, in this order) ---------------------------------
 
 
+def check_io_tensors(rw: LegalizeRewriter) -> bool:
+    """Program inputs and outputs are fp16/fp32 tensors of rank >= 1 (ANE-IO-TENSORS).
+
+    They are IOSurface buffers the host fills and reads: a scalar or an
+    integer/bool I/O has no surface layout and the compiler rejects the
+    program. Returns False when something was rejected.
+    """
+    g = rw.graph
+    ok = True
+    for kind, values in (("input", g.inputs), ("output", g.outputs)):
+        for v in values:
+            t = v.type
+            if t.dtype.is_float and t.rank >= 1:
+                continue
+            ok = False
+            ones = ", ".join(["1"] * 4)
+            if t.rank == 0 and kind == "input":
+                what = f"a scalar ({t})"
+                hint = (f"declare %{v.name} as {t.dtype}[{ones}] and use it as is (it "
+                        "broadcasts like a scalar)")
+            elif t.rank == 0:
+                what = f"a scalar ({t})"
+                hint = (f"return a tensor: %{v.name}_t = reshape(%{v.name}, shape=[{ones}]), "
+                        f"then return %{v.name}_t")
+            elif kind == "input":
+                what = f"{t.dtype} ({t})"
+                hint = (f"declare %{v.name} as fp16 (or fp32) and cast it inside the program: "
+                        f"cast(%{v.name}, dtype={t.dtype})")
+            else:
+                what = f"{t.dtype} ({t})"
+                hint = f"cast it before returning: cast(%{v.name}, dtype=fp16)"
+            span = v.span if kind == "input" else (g.return_span or v.span)
+            rw.reject("ANE-IO-TENSORS", f"{kind} %{v.name} is {what}; program inputs and "
+                      "outputs must be fp16 or fp32 tensors", hint,
+                      node=v.producer if kind == "output" else None, span=span)
+    return ok
+
+
 def check_io_dtypes(rw: LegalizeRewriter) -> None:
     """fp32 inputs/outputs on a target without fp32 I/O: error, or host casts (ANE-FP32-IO).
 
@@ -193,7 +231,8 @@ def legalize_graph(graph: "Graph", ctx: PassContext, *, collect: bool = False,
     """
     rw = LegalizeRewriter(graph, ctx, Legalize.name)
     rw.on_rewrite = on_rewrite
-    check_io_dtypes(rw)
+    if check_io_tensors(rw):
+        check_io_dtypes(rw)
     check_weight_range(rw)
     rewrite_greedily(graph, rules_for(ctx.target), rw)
     merge_duplicate_weights(graph)
@@ -244,7 +283,8 @@ class Legalize(Pass):
     the program (ANE-CONV-CHANNELS), more BLOBFILE tensors than the target
     allows after all rewrites, 15 instead of 16 if an add/sub/mul/pow takes
     a rank-0 const (ANE-BLOB-BUDGET), fp32 I/O without host casts
-    (ANE-FP32-IO), NaN/Inf or out-of-fp16-range weights (ANE-FP16-RANGE),
+    (ANE-FP32-IO), scalar or integer/bool func inputs and outputs
+    (ANE-IO-TENSORS), NaN/Inf or out-of-fp16-range weights (ANE-FP16-RANGE),
     packed weights on a one-file-per-weight target, softmax over a
     non-power-of-2 axis when the target enables ANE-SOFTMAX-POW2.
     Identical weight consts are merged before counting; dead nodes are

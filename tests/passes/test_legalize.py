@@ -513,9 +513,11 @@ func f(%x: fp16[1, 8, 1, 16]) {
 
 def test_int_reduce_mean_is_rejected_with_a_fix():
     err = reject("""
-func f(%x: int32[1, 6, 1, 4]) {
-  %m = reduce_mean(%x, axes=[1]) : int32[1, 1, 4]
-  return %m
+func f(%x: fp16[1, 6, 1, 4]) {
+  %n = cast(%x, dtype=int32) : int32[1, 6, 1, 4]
+  %m = reduce_mean(%n, axes=[1]) : int32[1, 1, 4]
+  %y = cast(%m, dtype=fp16) : fp16[1, 1, 4]
+  return %y
 }""")
     assert err.constraint == "ANE-REDUCE-MEAN" and "cast the operand to fp16" in err.hint
 
@@ -529,3 +531,26 @@ func f(%x: fp16[1, 8, 1, 8]) {
     assert ctx.rewrites == [{"rule": "neg_to_mul", "constraint": "ANE-NEG", "node": "n",
                              "location": "test.ir:3:8", "detail": "neg(x) -> mul(x, -1)",
                              "func": "f"}]
+
+
+def test_io_must_be_float_tensors():
+    text = """
+func f(%n: int32[1, 4, 1, 2], %s: fp16[], %x: fp16[1, 4, 1, 2]) {
+  %nf = cast(%n, dtype=fp16) : fp16[1, 4, 1, 2]
+  %y = mul(%x, %s) : fp16[1, 4, 1, 2]
+  %t = reduce_sum(%y, axes=[0, 1, 2, 3]) : fp16[]
+  %i = cast(%nf, dtype=int32) : int32[1, 4, 1, 2]
+  return %t, %i
+}"""
+    err = reject(text)
+    assert err.constraint == "ANE-IO-TENSORS"
+    assert err.message == ("input %n is int32 (int32[1, 4, 1, 2]); program inputs and outputs "
+                           "must be fp16 or fp32 tensors")
+    assert err.span.location == "test.ir:2:8"
+    assert err.hint == ("declare %n as fp16 (or fp32) and cast it inside the program: "
+                        "cast(%n, dtype=int32)")
+    notes = "\n".join(err.notes)
+    assert "[ANE-IO-TENSORS] input %s is a scalar (fp16[])" in notes
+    assert "[ANE-IO-TENSORS] output %t is a scalar (fp16[])" in notes
+    assert "[ANE-IO-TENSORS] output %i is int32 (int32[1, 4, 1, 2])" in notes
+    assert "test.ir:7:3:" in notes  # outputs point at the return statement
