@@ -79,9 +79,12 @@ def _func_report(graph: "Graph", target, weights,
             if cid not in present and id(onode) not in status:
                 status[id(onode)] = [label]
 
-    for p in _BEFORE_LEGALIZE:
+    for i, p in enumerate(_BEFORE_LEGALIZE):
         p.run(work, ctx)
-        note_removed(_REMOVED_BY.get(p.name, f"removed by {p.name}"))
+        label = _REMOVED_BY.get(p.name, f"removed by {p.name}")
+        if p.name == "dce" and i > 0:
+            label = "removed: unused once fuse-casts folded the casts that read it (dce)"
+        note_removed(label)
 
     func_notes: list[str] = []
 
