@@ -648,7 +648,8 @@ def _syntax_error(e: UnexpectedInput, source: Source) -> ParseError:
                 span,
                 hint="end the func with 'return %value' and a closing '}'",
             )
-        return ParseError(f"unexpected end of file; expected {_expected(expected)}", span)
+        return ParseError(f"unexpected end of file; expected {_expected(expected)}", span,
+                          hint=_context_hint(before))
 
     span = Span(source, tok.start_pos, tok.end_pos)
     before = _tokens_before(text, tok.start_pos)
@@ -738,7 +739,21 @@ def _syntax_error(e: UnexpectedInput, source: Source) -> ParseError:
         hint = f"the '{paren}' at {where} is not closed"
     elif tok.type == "COLON" and prev is not None and prev.type == "RPAR" and "AT" in expected:
         hint = "write the types of all results after a single ':', separated by ','"
-    return ParseError(f"expected {_expected(expected)}, got {got}", span, hint=hint)
+    if (
+        tok.type == "NUMBER"
+        and word.startswith("-")
+        and prev is not None
+        and prev.type in ("VALUE", "NAME")
+        and prev.end_pos == tok.start_pos
+    ):
+        hint = (f"names use letters, digits and '_' only: write '{prev}_{word[1:]}' "
+                f"(a '-' is not part of a name)")
+    elif tok.type == "NUMBER" and prev is not None and prev.type == "FUNC":
+        hint = "a func name starts with a letter or '_': func f_1(...)"
+    elif "LSQB" in expected and prev is not None and prev.type == "NAME":
+        hint = _SHAPES["type"]
+    return ParseError(f"expected {_expected(expected)}, got {got}", span,
+                      hint=hint or _context_hint(before))
 
 
 def _after_return(tokens: list[Token]) -> bool:
@@ -784,4 +799,58 @@ def _bad_character(e: UnexpectedCharacters, source: Source) -> ParseError:
     msg = f"unexpected character '{shown}'"
     if allowed:
         msg += f"; expected {_expected(allowed)}"
-    return ParseError(msg, span)
+    before = _tokens_before(text, pos)
+    if ch == "." and before and before[-1].end_pos == pos and before[-1].type == "NUMBER":
+        hint = "a float is written with digits on both sides of the '.': 1.5, 0.25, 1e-05"
+    elif ch == "." and text[pos + 1:pos + 2].isdigit():
+        hint = "a float starts with a digit: write 0.5, not .5"
+    elif ch == "-" and not (before and before[-1].end_pos == pos):
+        hint = ("'-' only starts a negative number; ops are written by name, e.g. "
+                "neg(%x) or sub(%a, %b)")
+    else:
+        hint = _context_hint(before)
+    return ParseError(msg, span, hint=hint)
+
+
+_SHAPES = {
+    "params": "func inputs are written %name: dtype[shape], separated by ',': "
+              "func f(%x: fp16[1, 64, 1, 64], %m: fp16[1, 1, 64, 64])",
+    "args": "inside an op's parentheses: operands first, then key=value: "
+            "softmax(%x, axis=-1), conv1x1(%x, %w, bias=%b)",
+    "type": "a type is a dtype and its dims: fp16[1, 768, 1, 64] (a scalar: fp16[])",
+    "list": "a list literal is [1, 2] or [[0.0, 1.0], [2.0, 3.0]]",
+    "annotations": "annotations are written @{key=literal, ...} after the type",
+    "return": "the last statement of a func is 'return %a, %b' (then '}')",
+    "body": "a statement is written '%y = op(%x, key=value) : type' (the type is optional)",
+    "top": "a file holds 'weights \"file\"' directives and 'func name(...) { ... }' definitions",
+}
+
+
+def _context_hint(before: list[Token]) -> str:
+    """How the construct being written when the parser gave up is spelled."""
+    stack: list[int] = []  # indexes of open '(' '[' '{'
+    for i, t in enumerate(before):
+        if t.type in ("LPAR", "LSQB", "LBRACE"):
+            stack.append(i)
+        elif t.type in ("RPAR", "RSQB", "RBRACE") and stack:
+            stack.pop()
+    if not stack:
+        return _SHAPES["top"]
+    i = stack[-1]
+    opener = before[i]
+    prev = before[i - 1] if i > 0 else None
+    if opener.type == "LBRACE":
+        if prev is not None and prev.type == "AT":
+            return _SHAPES["annotations"]
+        tail = before[i + 1:]
+        if any(t.type == "RETURN" for t in tail):
+            return _SHAPES["return"]
+        return _SHAPES["body"]
+    if opener.type == "LPAR":
+        is_header = i >= 2 and before[i - 2].type == "FUNC"
+        return _SHAPES["params" if is_header else "args"]
+    # '[': a type's dims follow a dtype name after ':'; anything else is a list literal
+    if prev is not None and prev.type == "NAME" and i >= 2 and before[i - 2].type in (
+            "COLON", "COMMA") and parse_dtype(str(prev)) is not None:
+        return _SHAPES["type"]
+    return _SHAPES["list"]
