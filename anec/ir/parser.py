@@ -19,6 +19,8 @@ where a fix is likely, a hint. Lark exceptions never escape.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import math
 import re
@@ -148,6 +150,31 @@ def read_text(path: str | Path) -> str:
 
 def parse_with_layout(text: str, filename: str = "<string>") -> tuple[Module, Layout]:
     """Parse and also return the comment/blank-line layout for the formatter."""
+    with _no_cyclic_gc():
+        return _parse_with_layout(text, filename)
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc():
+    """Pause Python's cyclic garbage collector while parsing.
+
+    Parsing allocates a few objects per character (tokens, tree nodes) that
+    refcounting frees; the cyclic collector would nonetheless rescan every
+    live object again and again, which made parsing a 100k-statement file
+    superlinear (measured in benchmarks/bench_passes.py). The rare cycles a
+    parse leaves behind (an error's traceback) are collected once the
+    collector runs again; its previous state is restored.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _parse_with_layout(text: str, filename: str) -> tuple[Module, Layout]:
     source = Source(filename, text)
     comments: list[Token] = []
     _comments.sink = comments

@@ -204,3 +204,21 @@ def test_expected_tokens_use_human_names() -> None:
     with pytest.raises(ParseError) as e:
         parse("func f(%x: fp16[1]) {\n  %y = relu(%x) : fp16[1] @{a 1}\n  return %y\n}\n")
     assert e.value.message == "expected '=', got '1'"
+
+
+def test_parse_restores_the_garbage_collector_state() -> None:
+    import gc
+
+    from anec.diagnostics import ParseError
+
+    assert gc.isenabled()
+    parse("func f(%x: fp16[2]) {\n  %y = relu(%x)\n  return %y\n}\n")
+    with pytest.raises(ParseError):
+        parse("func f(")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        parse("func f(%x: fp16[2]) {\n  %y = relu(%x)\n  return %y\n}\n")
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        gc.enable()
