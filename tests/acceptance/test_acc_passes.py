@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -140,6 +142,7 @@ def test_legalize_preserves_results(path, target):
         assert list(got) == list(want)
         for key, ref in want.items():
             ref = ref.astype(np.float64)
+            assert np.isfinite(ref).all(), f"{name}.{key}: the program overflows"
             scale = max(1.0, float(np.abs(ref).max()))
             # fp16 constants of the rewrites and the exact-gelu approximation (4.7e-4)
             np.testing.assert_allclose(got[key].astype(np.float64), ref, rtol=3e-3,
@@ -229,3 +232,17 @@ def test_every_target_compiles_the_legal_programs():
                                       host_casts=True)
             run_pipeline(module, OPTIMIZE, ctx)
             assert all(verify_all(g) == [] for g in module.funcs.values())
+
+
+def test_checked_legal_program_runs_on_the_sim_like_the_interpreter(tmp_path):
+    """What ``anec check`` calls legal compiles and runs on the strict simulator."""
+    from anec.runtime import native
+
+    if not native.available():  # pragma: no cover - built by pip install
+        pytest.skip("the anec C runtime extension is not built")
+    path = HERE / "ir" / "legal_after_rewrites.ir"
+    result = cli("run", path, "--random-weights", "0", "--random-inputs", "1",
+                 "--compare-interp", "--backend", "sim")
+    assert result.exit_code == 0, result.output
+    rels = [float(x) for x in re.findall(r"max_rel=(\S+)", result.output)]
+    assert len(rels) == 4 and max(rels) < 1e-2, result.output  # fp16 storage on the device
