@@ -128,13 +128,33 @@ class Graph:
         self._cache_key: tuple | None = None
         self._pos_hint = 0
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Copies and pickles start without caches (they describe this object's lists)."""
+        state = self.__dict__.copy()
+        state.update(_names=None, _node_ids=None, _cache_key=None, _pos_hint=0)
+        return state
+
     # ---- caches -------------------------------------------------------------
     def _key(self) -> tuple:
-        return (id(self.nodes), len(self.nodes), id(self.inputs), len(self.inputs), _renames[0])
+        # the objects themselves, not their ids: the key keeps them alive, so an id can
+        # never be reused by a new list; the last node catches a direct remove + append
+        nodes, inputs = self.nodes, self.inputs
+        return (nodes, len(nodes), nodes[-1] if nodes else None, inputs, len(inputs),
+                _renames[0])
+
+    def _current(self) -> bool:
+        """Whether the caches describe the graph (lists compared by identity)."""
+        key = self._cache_key
+        if key is None:
+            return False
+        nodes, inputs = self.nodes, self.inputs
+        return (key[0] is nodes and key[1] == len(nodes)
+                and key[2] is (nodes[-1] if nodes else None) and key[3] is inputs
+                and key[4] == len(inputs) and key[5] == _renames[0])
 
     def _caches(self) -> tuple[Counter[str], set[int]]:
         """The name multiset and node-id set, rebuilt if the graph changed behind our back."""
-        if self._cache_key != self._key() or self._names is None or self._node_ids is None:
+        if not self._current() or self._names is None or self._node_ids is None:
             self._names = Counter(v.name for v in self.values())
             self._node_ids = {id(n) for n in self.nodes}
             self._cache_key = self._key()
@@ -142,7 +162,7 @@ class Graph:
 
     def _valid_caches(self) -> tuple[Counter[str], set[int]] | None:
         """The caches if they are up to date (before a mutation), else None."""
-        if self._cache_key == self._key() and self._names is not None:
+        if self._current() and self._names is not None:
             return self._names, self._node_ids  # type: ignore[return-value]
         return None
 

@@ -131,3 +131,30 @@ def test_random_edit_sequences_match_a_full_scan():
             assert g.fresh_name("r") not in _scan_names(g)
         assert g.value_names() == _scan_names(g)
         assert all(g.has_node(n) for n in g.nodes)
+
+
+def test_direct_remove_then_append_is_noticed():
+    g = _chain(3)
+    g.fresh_name("v")  # cache built
+    gone = g.nodes[-1]
+    g.outputs = [g.nodes[-2].results[0]]
+    g.nodes.remove(gone)  # same list, same length after the append below
+    extra = Node("relu", [g.inputs[0]], {}, [Value("sneaky", T)])
+    g.nodes.append(extra)
+    assert g.fresh_name("sneaky") != "sneaky"
+    assert g.has_node(extra) and not g.has_node(gone)
+
+
+def test_copies_start_with_their_own_caches():
+    import copy
+    import pickle
+
+    g = _chain(3)
+    g.fresh_name("v")  # cache built on the original
+    for other in (g.clone(), copy.deepcopy(g), pickle.loads(pickle.dumps(g))):
+        assert all(other.has_node(n) for n in other.nodes)
+        assert not any(other.has_node(n) for n in g.nodes)
+        other.nodes[0].results[0].name = "renamed"
+        assert other.fresh_name("renamed") != "renamed"
+        _consistent(other)
+    _consistent(g)
