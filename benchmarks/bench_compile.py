@@ -162,6 +162,30 @@ def scale_series(sizes: list[int], rewrites: bool, budget: float) -> dict:
     return out
 
 
+def emit_only(sizes: list[int]) -> dict:
+    """emit_mil + Artifact.build alone on the (already legal) chain graph: is emission linear?"""
+    from anec.mil.artifact import Artifact
+    from anec.mil.emitter import emit_mil
+    from anec.targets import get_target
+    from anec.weights import resolve_weights
+
+    target = get_target("m4")
+    runs = []
+    for n in sizes:
+        module = chain_graph(n, False)
+        graph, store = module.funcs["chain"], resolve_weights(module, random_seed=0)
+        t0 = time.perf_counter()
+        program = emit_mil(graph, target)
+        t1 = time.perf_counter()
+        Artifact.build(graph, program, target, store)
+        t2 = time.perf_counter()
+        nodes = len(graph.nodes)
+        runs.append({"nodes": nodes, "emit_s": round(t1 - t0, 4), "artifact_s": round(t2 - t1, 4),
+                     "us_per_node": round(1e6 * (t2 - t0) / nodes, 3)})
+        print(f"  emit only {nodes} nodes: {runs[-1]['us_per_node']} us/node", flush=True)
+    return {"runs": runs, "per_node_ratio": round(runs[-1]["us_per_node"] / runs[0]["us_per_node"], 3)}
+
+
 # ---- BLOBFILE -----------------------------------------------------------------------
 
 
@@ -312,6 +336,11 @@ def markdown(res: dict) -> str:
             lines += ["", f"Per-node time {p['to']} vs {p['from']} nodes: total x{p['total']}, "
                           f"emit-mil x{p['emit_mil']} (1.0 = linear)."]
         lines.append("")
+    eo = res["emit_only"]
+    lines += ["## Emission alone (emit_mil + Artifact.build on the legal graph)", "",
+              "| nodes | emit_mil s | Artifact.build s | us/node |", "|---:|---:|---:|---:|"]
+    lines += [f"| {r['nodes']} | {r['emit_s']} | {r['artifact_s']} | {r['us_per_node']} |" for r in eo["runs"]]
+    lines += ["", f"Per-node time largest vs smallest: x{eo['per_node_ratio']} (1.0 = linear).", ""]
     cm = res["coremltools"]
     lines += ["## coremltools MIL pipeline on the `legal` graph", ""]
     if "runs" in cm:
@@ -357,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     print("compile scaling", flush=True)
     res["compile"] = {"legal": scale_series(sizes, False, args.budget),
                       "rewrites": scale_series(sizes, True, args.budget)}
+    print("emission alone", flush=True)
+    res["emit_only"] = emit_only(sizes)
     print("blobfile", flush=True)
     res["blobfile"] = bench_blobfile(8 if args.quick else 64, 3 if args.quick else 5)
     print("coremltools", flush=True)

@@ -175,20 +175,9 @@ class MilProgram:
 
     text: str
     weights: list[WeightSlot]
-    inputs: list[Value]
-    outputs: list[Value]
     names: dict[str, str] = field(default_factory=dict)
     """IR value name -> MIL name (differs only for renamed internal values)."""
     dialect: str = "ios18"
-
-    @property
-    def files(self) -> list[str]:
-        """Weight files, in first-use order."""
-        return list(dict.fromkeys(w.file for w in self.weights))
-
-    def op_count(self) -> int:
-        """Statements in the func body (consts included)."""
-        return sum(1 for line in self.text.splitlines() if line.startswith(INDENT * 2))
 
 
 # ---------------------------------------------------------------------------
@@ -545,8 +534,7 @@ class _Emitter:
             "}",
         ]
         names = {v.name: self.names[id(v)] for v in g.values() if id(v) in self.names}
-        return MilProgram("\n".join(out) + "\n", self.weights, list(g.inputs), list(g.outputs),
-                          names, d.name)
+        return MilProgram("\n".join(out) + "\n", self.weights, names, d.name)
 
 
 def _sanitize(name: str) -> str:
