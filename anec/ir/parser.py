@@ -37,7 +37,7 @@ from anec.diagnostics import AnecError, ParseError, Source, Span, VerifyError, d
 from anec.ir.graph import Graph, Module, Node, Value, WeightSource
 from anec.ir.types import DTYPE_NAMES, TensorType, dtype_hint, parse_dtype
 
-__all__ = ["Comment", "Layout", "parse", "parse_file", "parse_with_layout"]
+__all__ = ["Comment", "Layout", "no_cyclic_gc", "parse", "parse_file", "parse_with_layout"]
 
 VALUE_NAME = re.compile(r"[A-Za-z0-9_]+\Z")
 """A value name (without ``%``): letters, digits and ``_`` (``x``, ``h_0``, ``3``,
@@ -150,20 +150,21 @@ def read_text(path: str | Path) -> str:
 
 def parse_with_layout(text: str, filename: str = "<string>") -> tuple[Module, Layout]:
     """Parse and also return the comment/blank-line layout for the formatter."""
-    with _no_cyclic_gc():
+    with no_cyclic_gc():
         return _parse_with_layout(text, filename)
 
 
 @contextlib.contextmanager
-def _no_cyclic_gc():
-    """Pause Python's cyclic garbage collector while parsing.
+def no_cyclic_gc():
+    """Pause Python's cyclic garbage collector (parsing, the pass pipeline).
 
-    Parsing allocates a few objects per character (tokens, tree nodes) that
-    refcounting frees; the cyclic collector would nonetheless rescan every
-    live object again and again, which made parsing a 100k-statement file
-    superlinear (measured in benchmarks/bench_passes.py). The rare cycles a
-    parse leaves behind (an error's traceback) are collected once the
-    collector runs again; its previous state is restored.
+    Both allocate many small objects while a large graph is alive; the
+    cyclic collector would rescan every live object again and again, which
+    made a 100k-node parse and pipeline superlinear (measured in
+    benchmarks/bench_passes.py). Refcounting still frees what is dropped;
+    the cycles left meanwhile (erased nodes and their results, an error's
+    traceback) are collected once the collector runs again. Its previous
+    state is restored.
     """
     was_enabled = gc.isenabled()
     gc.disable()

@@ -71,12 +71,15 @@ def run_pipeline(target: Graph | Module, passes: Sequence[Pass], ctx: PassContex
     The whole input is verified first, so a bad func is reported before any
     work is done; then each func goes through the pipeline in module order.
     """
+    from anec.ir.parser import no_cyclic_gc
+
     _check_dump_names(ctx, passes)
     if isinstance(target, Module):
         ctx.module = target
         graphs = list(target.funcs.values())
     else:
         graphs = [target]
-    _verify(target)
-    for graph in graphs:
-        run_passes(graph, passes, ctx)
+    with no_cyclic_gc():  # linear time on large graphs (see no_cyclic_gc)
+        _verify(target)
+        for graph in graphs:
+            run_passes(graph, passes, ctx)
