@@ -16,7 +16,6 @@ is not changed), and write ``out_dir/<func>/`` atomically per func.
 
 from __future__ import annotations
 
-import copy
 import os
 import time
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from anec.diagnostics import AnecError
-from anec.ir.graph import Graph, Module, Node, Value
+from anec.ir.graph import Module
 from anec.mil.artifact import Artifact
 from anec.passes.base import Pass, PassContext
 from anec.targets import Target, get_target
@@ -106,7 +105,7 @@ def compile_module(
         if timing:
             timings.append(("*", "resolve-weights", time.perf_counter() - start))
 
-    work = copy_module(module)
+    work = module.clone()
     ctx = PassContext(target=tgt, weights=store, module=work,
                       options={"pack_weights": pack_weights, "host_casts": host_casts},
                       print_ir_after=dump_after)
@@ -122,34 +121,6 @@ def compile_module(
             if timing:
                 result.timings.append((name, "write", time.perf_counter() - start))
     return result
-
-
-def copy_module(module: Module) -> Module:
-    """A structural copy of ``module`` whose graphs can be rewritten freely.
-
-    Iterative (one pass over the nodes), unlike ``copy.deepcopy``, which
-    recurses through use lists and exhausts the stack on long chains of
-    nodes (a few hundred layers). Spans and the source are shared.
-    """
-    out = Module(module.source, module.path)
-    out.weight_sources = list(module.weight_sources)
-    for g in module.funcs.values():
-        ng = Graph(g.name, g.span)
-        vmap: dict[int, Value] = {}
-        for v in g.inputs:
-            vmap[id(v)] = ng.add_input(v.name, v.type, v.span)
-        for n in g.nodes:
-            results = [Value(r.name, r.type, None, 0, [], r.span) for r in n.results]
-            ng.add_node(Node(n.op, [vmap[id(v)] for v in n.operands], copy.deepcopy(n.attrs), results,
-                             {k: vmap[id(v)] for k, v in n.optional.items()}, n.span,
-                             copy.deepcopy(n.annotations)))
-            for old, new in zip(n.results, results):
-                vmap[id(old)] = new
-        ng.outputs = [vmap[id(v)] for v in g.outputs]
-        ng.return_span = g.return_span
-        ng.meta = copy.deepcopy(g.meta)
-        out.add_func(ng)
-    return out
 
 
 def format_timings(timings: Sequence[tuple[str, str, float]]) -> str:

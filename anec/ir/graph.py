@@ -389,19 +389,27 @@ class Graph:
                 v.uses.append(n)
 
     def clone(self) -> "Graph":
-        """A deep copy (spans are shared, not copied)."""
-        memo: dict[int, Any] = {}
-        for v in self.values():
-            if v.span is not None:
-                memo[id(v.span)] = v.span
+        """A structural copy whose nodes and values can be rewritten freely.
+
+        Iterative (one pass over the nodes), unlike ``copy.deepcopy``, which
+        recurses through use lists and exhausts the stack on long chains.
+        Spans are shared; attrs, annotations and meta are copied.
+        """
+        g = Graph(self.name, self.span)
+        vmap: dict[int, Value] = {}
+        for v in self.inputs:
+            vmap[id(v)] = g.add_input(v.name, v.type, v.span)
         for n in self.nodes:
-            if n.span is not None:
-                memo[id(n.span)] = n.span
-        if self.span is not None:
-            memo[id(self.span)] = self.span
-        if self.return_span is not None:
-            memo[id(self.return_span)] = self.return_span
-        return copy.deepcopy(self, memo)
+            results = [Value(r.name, r.type, None, 0, [], r.span) for r in n.results]
+            g.add_node(Node(n.op, [vmap[id(v)] for v in n.operands], copy.deepcopy(n.attrs),
+                            results, {k: vmap[id(v)] for k, v in n.optional.items()}, n.span,
+                            copy.deepcopy(n.annotations)))
+            for old, new in zip(n.results, results):
+                vmap[id(old)] = new
+        g.outputs = [vmap[id(v)] for v in self.outputs]
+        g.return_span = self.return_span
+        g.meta = copy.deepcopy(self.meta)
+        return g
 
     # ---- comparison -----------------------------------------------------
     def structure(self) -> tuple:

@@ -197,11 +197,9 @@ def test_cli_mil_checks_weights_when_given(runner, tmp_path):
     assert res.exit_code == 1 and "h.0.mlp.c_fc.weight" in res.stderr
 
 
-def test_copy_module_is_structural_and_handles_long_chains():
-    from anec.compiler import copy_module
-
+def test_module_clone_is_structural_and_handles_long_chains():
     module = parse_file(str(MULTI))
-    twin = copy_module(module)
+    twin = module.clone()
     assert twin == module and twin.funcs["encode"] is not module.funcs["encode"]
     b = Builder("deep")
     v = b.input("x", "fp16", [1, 4])
@@ -209,7 +207,7 @@ def test_copy_module_is_structural_and_handles_long_chains():
         v = b.relu(v)
     b.ret(v)
     deep = Builder.module(b.graph)
-    twin = copy_module(deep)
+    twin = deep.clone()
     assert twin == deep
     g = twin.funcs["deep"]
     assert all(len(r.uses) == 1 for n in g.nodes[:-1] for r in n.results)
