@@ -414,7 +414,8 @@ def _rt_summary(arr) -> str:
 @click.option("--compare-interp", is_flag=True,
               help="Also run the reference interpreter (fp32 and fp16 modes) and print the errors per output.")
 @click.option("--ir", "ir_path", type=click.Path(dir_okay=False, exists=True), metavar="FILE.ir",
-              help="With DIR and --compare-interp: the IR the artifact was compiled from.")
+              help="With DIR and --compare-interp: compare with this IR (and its weights options) "
+                   "instead of the artifact's own program.ir.")
 def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_weights, target, backend, output,
             compare_interp, ir_path) -> None:
     """Run a compiled artifact DIR (or compile FILE.ir first) on a backend.
@@ -438,9 +439,6 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
 
         module = parse_file(target_path if is_ir else ir_path)
         store = resolve_weights(module, weights=weights_path, random_seed=random_weights)
-    elif compare_interp:
-        raise click.UsageError("--compare-interp on an artifact directory needs --ir FILE.ir (and the weights "
-                               "options used to compile it); or run FILE.ir directly")
     elif weights_path or random_weights is not None:
         raise click.UsageError("--weights/--random-weights apply to FILE.ir; an artifact directory has its weights")
 
@@ -485,10 +483,23 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
         if compare_interp:
             from anec.ir.interp import interpret, select_func
 
+            logical: list[dict] = []
+            if module is None:  # an artifact dir: its program.ir is the program the MIL encodes
+                from anec.mil.artifact import Artifact, artifact_weights
+
+                art_dir = target_path
+                if not os.path.isfile(os.path.join(art_dir, "manifest.json")):
+                    art_dir = os.path.join(target_path, prog.name)
+                art = Artifact.load(art_dir)
+                module, store = art.program_module(), artifact_weights(art)
+                logical = [lo for lo in art.manifest.get("logical_outputs", []) if lo.get("axis") is not None]
             graph = select_func(module, prog.name)
             click.echo("compare with the reference interpreter (rel = max|sim - ref| / max|ref|):")
             for mode in ("fp32", "fp16"):
                 ref = interpret(graph, feeds, store, mode=mode)
+                for lo in logical:  # chunked outputs: reassemble the pieces like the runtime does
+                    pieces = [ref.pop(p) for p in lo["pieces"]]
+                    ref[lo["name"]] = np.concatenate(pieces, axis=lo["axis"])
                 for name, r in ref.items():
                     got = results[name].astype(np.float64)
                     rr = np.asarray(r, dtype=np.float64)

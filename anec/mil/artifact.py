@@ -6,6 +6,7 @@ compiler expects in its model directory::
     out/mlp/model.mil          the MIL program (``@model_path`` is this directory)
     out/mlp/weights/w1.bin     BLOBFILEs (one per weight, or weights/weight.bin packed)
     out/mlp/manifest.json      the I/O contract between the compiler and the runtime
+    out/mlp/program.ir         the same program in anec IR (weights keyed by BLOBFILE)
 
 The manifest (format ``anec-artifact/1``, fields in docs/mil.md) says how to
 call the program: inputs and outputs with dtype, shape, byte size and binding
@@ -39,7 +40,7 @@ import numpy as np
 
 from anec import __version__
 from anec.diagnostics import ArtifactError, PassError, Span
-from anec.ir.graph import Graph
+from anec.ir.graph import Graph, Module
 from anec.ir.types import DType, TensorType
 from anec.mil.blobfile import BlobReader, BlobWriter
 from anec.mil.emitter import MilProgram
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 FORMAT = "anec-artifact/1"
 MIL_FILE = "model.mil"
+PROGRAM_IR_FILE = "program.ir"
 MANIFEST_FILE = "manifest.json"
 
 
@@ -174,7 +176,7 @@ def _logical_outputs(graph: Graph) -> tuple[list[dict], dict[str, str]]:
 
 
 def build_manifest(graph: Graph, program: MilProgram, target: "Target", weights: list[dict],
-                   rewrites: Iterable[Mapping] = ()) -> dict:
+                   rewrites: Iterable[Mapping] = (), program_ir: str = "") -> dict:
     """The manifest dict of one compiled func (see the module docstring)."""
     logical, of = _logical_outputs(graph)
     inputs = _io_entries(graph.inputs)
@@ -185,6 +187,7 @@ def build_manifest(graph: Graph, program: MilProgram, target: "Target", weights:
         "func": graph.name,
         "target": target.name,
         "mil": {"file": MIL_FILE, "sha256": sha256(program.text), "dialect": program.dialect},
+        "program_ir": {"file": PROGRAM_IR_FILE, "sha256": sha256(program_ir)},
         "limits": {
             "max_blob_tensors": target.max_blob_tensors,
             "scalar_penalty": target.scalar_penalty,
@@ -204,6 +207,46 @@ def build_manifest(graph: Graph, program: MilProgram, target: "Target", weights:
         "rewrites": [_jsonable(r) for r in rewrites],
         "host_casts": _jsonable(graph.meta.get("host_casts", [])),
     }
+
+
+def blob_key(file: str, offset: int) -> str:
+    """How ``program.ir`` names a weight: the BLOBFILE and metadata offset holding it."""
+    return f"{file}@{offset}"
+
+
+def program_ir_text(graph: Graph, program: MilProgram) -> str:
+    """The compiled program in anec IR, with its weights keyed by BLOBFILE.
+
+    This is the exact program the MIL text encodes (after every pass), so
+    the reference interpreter can check a runtime against an artifact
+    directory alone: each weight const reads ``"weights/w.bin@64"``, the
+    payload the MIL's BLOBFILE reference points at (perm/slice already
+    applied there).
+    """
+    from anec.ir.printer import print_module
+
+    g = graph.clone()
+    by_name = {n.results[0].name: n for n in g.nodes if n.op == "const"}
+    for slot in program.weights:
+        node = by_name[slot.node.results[0].name]
+        node.attrs = {"weight": blob_key(slot.file, slot.offset)}
+    module = Module()
+    module.add_func(g)
+    return ("// The compiled program in anec IR: the same ops as model.mil; weights are\n"
+            "// keyed by the BLOBFILE and metadata offset that hold them.\n" + print_module(module))
+
+
+def artifact_weights(artifact: "Artifact") -> dict[str, np.ndarray]:
+    """The weights of ``program.ir`` (keyed by :func:`blob_key`) read from the blobs."""
+    readers: dict[str, BlobReader] = {}
+    out: dict[str, np.ndarray] = {}
+    for w in artifact.manifest["weights"]:
+        rel = w["file"]
+        if rel not in readers:
+            readers[rel] = BlobReader(artifact.blobs[rel], name=rel)
+        arr = readers[rel].read(w["offset"], DType(w["dtype"]).np)
+        out[blob_key(rel, w["offset"])] = arr.reshape(w["shape"])
+    return out
 
 
 def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
@@ -248,6 +291,8 @@ class Artifact:
     manifest: dict
     program: MilProgram | None = field(default=None, repr=False, compare=False)
     """The emitter's result (names, weight plan) when built in this process."""
+    program_ir: str = ""
+    """The compiled program in anec IR (``program.ir``), weights keyed by BLOBFILE."""
 
     @classmethod
     def build(cls, graph: Graph, program: MilProgram, target: "Target",
@@ -258,8 +303,9 @@ class Artifact:
         weight files (:attr:`complete` is False) and cannot be written.
         """
         blobs, entries = build_blobs(program, weights)
-        manifest = build_manifest(graph, program, target, entries, rewrites)
-        return cls(graph.name, program.text, blobs or {}, manifest, program)
+        ir_text = program_ir_text(graph, program)
+        manifest = build_manifest(graph, program, target, entries, rewrites, ir_text)
+        return cls(graph.name, program.text, blobs or {}, manifest, program, ir_text)
 
     @property
     def complete(self) -> bool:
@@ -283,7 +329,7 @@ class Artifact:
                 f"artifact '{self.func}' has no weight data ({missing} is missing)",
                 hint="compile with weights: --weights FILE or --random-weights SEED",
             )
-        out = {MIL_FILE: self.mil_text.encode("utf-8")}
+        out = {MIL_FILE: self.mil_text.encode("utf-8"), PROGRAM_IR_FILE: self.program_ir.encode("utf-8")}
         for rel, data in sorted(self.blobs.items()):
             out[_safe_rel(rel)] = data
         out[MANIFEST_FILE] = (format_json(self.manifest) + "\n").encode("utf-8")
@@ -359,7 +405,22 @@ class Artifact:
                     f"{r.name} offset {w['offset']}: weight '{w['key']}' does not match its sha256",
                     hint="the weight file was modified after compiling; recompile it",
                 )
-        return cls(manifest["func"], mil_bytes.decode("utf-8"), blobs, manifest)
+        ir_entry = manifest.get("program_ir") or {}
+        ir_file = d / _safe_rel(ir_entry.get("file", PROGRAM_IR_FILE))
+        try:
+            ir_bytes = ir_file.read_bytes()
+        except OSError as e:
+            raise ArtifactError(f"cannot read {ir_file}: {e.strerror}") from None
+        if sha256(ir_bytes) != ir_entry.get("sha256"):
+            raise ArtifactError(f"{ir_file} does not match the sha256 in {MANIFEST_FILE}",
+                                hint="the artifact was modified after compiling; recompile it")
+        return cls(manifest["func"], mil_bytes.decode("utf-8"), blobs, manifest, None, ir_bytes.decode("utf-8"))
+
+    def program_module(self) -> "Module":
+        """``program.ir`` parsed (for the reference interpreter)."""
+        from anec.ir.parser import parse
+
+        return parse(self.program_ir, filename=f"{self.func}/{PROGRAM_IR_FILE}")
 
 
 def _safe_rel(rel: str) -> str:

@@ -157,10 +157,11 @@ def _tree(d: Path) -> dict[str, bytes]:
 def test_write_and_load_roundtrip(tmp_path):
     art = build(small_mlp())
     d = art.write(tmp_path / "out" / "mlp")
-    assert sorted(_tree(d)) == ["manifest.json", "model.mil", "weights/w1.bin", "weights/w2.bin"]
+    assert sorted(_tree(d)) == ["manifest.json", "model.mil", "program.ir", "weights/w1.bin", "weights/w2.bin"]
     assert json.loads((d / "manifest.json").read_text()) == art.manifest
     back = Artifact.load(d)
-    assert (back.func, back.mil_text, back.blobs, back.manifest) == (art.func, art.mil_text, art.blobs, art.manifest)
+    assert (back.func, back.mil_text, back.blobs, back.manifest, back.program_ir) == (
+        art.func, art.mil_text, art.blobs, art.manifest, art.program_ir)
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["mlp"]  # no temp dirs left
 
 

@@ -127,7 +127,7 @@ def test_cli_compile_default_output_dir(runner, tmp_path, monkeypatch):
     res = runner.invoke(main, ["compile", str(MLP), "--random-weights", "0"])
     assert res.exit_code == 0, res.output
     out = tmp_path / "out" / "gpt2_mlp" / "mlp"
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "model.mil", "weights"]
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "model.mil", "program.ir", "weights"]
     assert res.stdout.startswith("mlp: ") and "6 weights" in res.stdout and "peak SRAM" in res.stdout
     assert "out/gpt2_mlp/mlp" in res.stdout
     golden = (Path(__file__).parent / "golden" / "gpt2_mlp__mlp.mil").read_text()
