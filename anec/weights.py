@@ -300,7 +300,7 @@ def _view_shape(key: str, attrs: Mapping[str, Any], declared: TensorType, stored
             raise WeightError(
                 f"weight '{key}' is stored as {np.dtype(stored_dtype)} but {_where(name)} is declared {declared}",
                 span=span,
-                hint="only float to float conversion is implicit; declare the integer dtype",
+                hint=_int_weight_hint(np.dtype(stored_dtype)),
             )
     elif np.dtype(stored_dtype) != declared.dtype.np:
         raise WeightError(
@@ -308,6 +308,19 @@ def _view_shape(key: str, attrs: Mapping[str, Any], declared: TensorType, stored
             span=span,
             hint="integer and bool weights must be stored in exactly the declared dtype",
         )
+
+
+def _int_weight_hint(stored: np.dtype) -> str:
+    """What to do with a non-float checkpoint tensor read by a float const."""
+    from anec.ir.types import DType
+
+    try:
+        name = str(DType.from_np(stored))
+    except ValueError:  # int64, int16, uint32...: no anec dtype
+        return (f"anec has no {stored} dtype: save the tensor as float16/float32 in the "
+                "checkpoint (only float to float conversion is implicit)")
+    return (f"only float to float conversion is implicit: declare the const as {name}[...] "
+            f"and cast it, or store the tensor as a float")
 
 
 def _lookup(key: str, store: Mapping[str, np.ndarray] | None, span: Span | None) -> np.ndarray:

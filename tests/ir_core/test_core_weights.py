@@ -108,8 +108,13 @@ def test_materialize_errors_name_the_key():
         materialize(const_node("a.weight", "fp16[5, 6]"), store)
     with pytest.raises(WeightError, match=r"weight 'a.weight' has shape \[4, 6\] \(24 elements after perm/slice: 12\)"):
         materialize(const_node("a.weight", "fp16[24]", slice=[0, 0, 2]), store)
-    with pytest.raises(WeightError, match="weight 'ids' is stored as int32 but const %w is declared fp16"):
+    with pytest.raises(WeightError, match="weight 'ids' is stored as int32 but const %w is declared fp16") as ei:
         materialize(const_node("ids", "fp16[3]"), store)
+    assert "declare the const as int32[...] and cast it" in ei.value.hint
+    wide = WeightStore({"ids": np.arange(3, dtype=np.int64)}, "w.npz")
+    with pytest.raises(WeightError, match="weight 'ids' is stored as int64") as ei:
+        materialize(const_node("ids", "fp16[3]"), wide)
+    assert ei.value.hint.startswith("anec has no int64 dtype: save the tensor as float16/float32")
     with pytest.raises(WeightError, match="weight 'a.weight' is stored as float32 but const %w is declared int32"):
         materialize(const_node("a.weight", "int32[24]"), store)
     with pytest.raises(WeightError, match="weight 'a.weight' has rank 2 but const %w has perm of length 3"):
