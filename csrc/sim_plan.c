@@ -383,6 +383,18 @@ static int get_param(builder *B, const mil_stmt *st, const char *name, param *pv
     return -1;
 }
 
+/* A parameter the op cannot do without: like get_param, but absence is an error. */
+static int get_required_param(builder *B, const mil_stmt *st, const char *name, param *pv)
+{
+    if (get_param(B, st, name, pv))
+        return -1;
+    if (!pv->present) {
+        berr(B, st->line, NULL, "%s: missing required argument '%s'", st->op, name);
+        return -1;
+    }
+    return 0;
+}
+
 static int param_ints(builder *B, const mil_stmt *st, const char *name, const param *pv, int64_t *out, size_t maxn, size_t *n)
 {
     if (pv->str || (pv->dt != MIL_DT_INT32 && pv->dt != MIL_DT_INT64 && pv->dt != MIL_DT_INT16 &&
@@ -403,6 +415,12 @@ static int param_ints(builder *B, const mil_stmt *st, const char *name, const pa
     }
     *n = pv->n;
     return 0;
+}
+
+/* A required parameter holding up to maxn integers. */
+static int required_ints(builder *B, const mil_stmt *st, const char *name, param *pv, int64_t *out, size_t maxn, size_t *n)
+{
+    return get_required_param(B, st, name, pv) || param_ints(B, st, name, pv, out, maxn, n) ? -1 : 0;
 }
 
 static int param_int(builder *B, const mil_stmt *st, const char *name, const param *pv, int64_t *out)
@@ -575,35 +593,22 @@ static int need_float(builder *B, const mil_stmt *st, const sim_value *v, const 
 
 static const char *const A_X[] = {"x", NULL};
 
-static int op_unary(builder *B, const mil_stmt *st, int kind)
+/* The start every single-result op shares: only known arguments, exactly one
+   declared result, and the required data operand x. Returns x's value index,
+   or a negative number after reporting the error. */
+static int op_start(builder *B, const mil_stmt *st, const char *const *args)
 {
-    if (check_args(B, st, A_X) || need_results(B, st, 1))
+    if (check_args(B, st, args) || need_results(B, st, 1))
         return -1;
-    int x = get_data(B, st, "x", 1);
-    if (x < 0)
-        return -1;
-    sim_value xv_ = B->p->vals[x], *xv = &xv_;
-    if (kind != SOP_IDENTITY && need_float(B, st, xv, "x"))
-        return -1;
-    int64_t shape[ANEC_MAX_RANK];
-    memcpy(shape, xv->shape, sizeof shape);
-    int r = result_value(B, st, 0, xv->dt, xv->rank, shape);
-    if (r < 0)
-        return -1;
-    sim_op *o = add_op(B, kind, st->line);
-    if (!o)
-        return -1;
-    o->x = x;
-    o->outs = malloc(sizeof(int));
-    if (!o->outs)
-        return oom(B), -1;
-    o->outs[0] = r;
-    o->n_outs = 1;
-    return 0;
+    return get_data(B, st, "x", 1);
 }
 
-static sim_op *op1(builder *B, const mil_stmt *st, int kind, int x, int r)
+/* Result 0, checked against its declaration, and the single-result op that produces it from x. */
+static sim_op *op_out(builder *B, const mil_stmt *st, int kind, int x, mil_dtype dt, int rank, const int64_t *shape)
 {
+    int r = result_value(B, st, 0, dt, rank, shape);
+    if (r < 0)
+        return NULL;
     sim_op *o = add_op(B, kind, st->line);
     if (!o)
         return NULL;
@@ -618,14 +623,23 @@ static sim_op *op1(builder *B, const mil_stmt *st, int kind, int x, int r)
     return o;
 }
 
+static int op_unary(builder *B, const mil_stmt *st, int kind)
+{
+    int x = op_start(B, st, A_X);
+    if (x < 0)
+        return -1;
+    sim_value xv_ = B->p->vals[x], *xv = &xv_;
+    if (kind != SOP_IDENTITY && need_float(B, st, xv, "x"))
+        return -1;
+    return op_out(B, st, kind, x, xv->dt, xv->rank, xv->shape) ? 0 : -1;
+}
+
 static int is_scalar_const(const sim_value *v) { return v->kind == SV_CONST && v->rank == 0; }
 
 static int op_binary(builder *B, const mil_stmt *st, int kind)
 {
     static const char *const args[] = {"x", "y", NULL};
-    if (check_args(B, st, args) || need_results(B, st, 1))
-        return -1;
-    int x = get_data(B, st, "x", 1);
+    int x = op_start(B, st, args);
     int y = x < 0 ? -1 : get_data(B, st, "y", 1);
     if (x < 0 || y < 0)
         return -1;
@@ -644,10 +658,7 @@ static int op_binary(builder *B, const mil_stmt *st, int kind)
     if (broadcast(B, st, xv, yv, &rank, shape))
         return -1;
     mil_dtype dt = xv->dt;
-    int r = result_value(B, st, 0, dt, rank, shape);
-    if (r < 0)
-        return -1;
-    sim_op *o = op1(B, st, kind, x, r);
+    sim_op *o = op_out(B, st, kind, x, dt, rank, shape);
     if (!o)
         return -1;
     o->y = y;
@@ -657,18 +668,12 @@ static int op_binary(builder *B, const mil_stmt *st, int kind)
 static int op_cast(builder *B, const mil_stmt *st)
 {
     static const char *const args[] = {"x", "dtype", NULL};
-    if (check_args(B, st, args) || need_results(B, st, 1))
-        return -1;
-    int x = get_data(B, st, "x", 1);
+    int x = op_start(B, st, args);
     if (x < 0)
         return -1;
     param pd;
-    if (get_param(B, st, "dtype", &pd))
+    if (get_required_param(B, st, "dtype", &pd))
         return -1;
-    if (!pd.present) {
-        berr(B, st->line, NULL, "cast: missing required argument 'dtype'");
-        return -1;
-    }
     const char *s = param_str(B, st, "dtype", &pd);
     if (!s)
         return -1;
@@ -684,12 +689,7 @@ static int op_cast(builder *B, const mil_stmt *st)
         return -1;
     }
     sim_value xv_ = B->p->vals[x], *xv = &xv_;
-    int64_t shape[ANEC_MAX_RANK];
-    memcpy(shape, xv->shape, sizeof shape);
-    int r = result_value(B, st, 0, dt, xv->rank, shape);
-    if (r < 0)
-        return -1;
-    return op1(B, st, SOP_CAST, x, r) ? 0 : -1;
+    return op_out(B, st, SOP_CAST, x, dt, xv->rank, xv->shape) ? 0 : -1;
 }
 
 static int op_conv(builder *B, const mil_stmt *st)
@@ -700,9 +700,7 @@ static int op_conv(builder *B, const mil_stmt *st)
         return -1;
     }
     static const char *const args[] = {"x", "weight", "strides", "pad_type", "pad", "dilations", "groups", NULL};
-    if (check_args(B, st, args) || need_results(B, st, 1))
-        return -1;
-    int x = get_data(B, st, "x", 1);
+    int x = op_start(B, st, args);
     int w = x < 0 ? -1 : get_data(B, st, "weight", 1);
     if (x < 0 || w < 0)
         return -1;
@@ -786,10 +784,7 @@ static int op_conv(builder *B, const mil_stmt *st)
         pads[2 * d + 1] = after;
     }
     int64_t shape[4] = {N, Cout, out_sz[0], out_sz[1]};
-    int r = result_value(B, st, 0, xv->dt, 4, shape);
-    if (r < 0)
-        return -1;
-    sim_op *o = op1(B, st, SOP_CONV, x, r);
+    sim_op *o = op_out(B, st, SOP_CONV, x, xv->dt, 4, shape);
     if (!o)
         return -1;
     o->y = w;
@@ -883,10 +878,7 @@ static int op_matmul(builder *B, const mil_stmt *st)
         berr(B, st->line, NULL, "matmul: result rank too large");
         return -1;
     }
-    int r = result_value(B, st, 0, dt, rank, shape);
-    if (r < 0)
-        return -1;
-    sim_op *o = op1(B, st, SOP_MATMUL, x, r);
+    sim_op *o = op_out(B, st, SOP_MATMUL, x, dt, rank, shape);
     if (!o)
         return -1;
     o->y = y;
@@ -898,9 +890,7 @@ static int op_matmul(builder *B, const mil_stmt *st)
 static int op_softmax(builder *B, const mil_stmt *st)
 {
     static const char *const args[] = {"x", "axis", NULL};
-    if (check_args(B, st, args) || need_results(B, st, 1))
-        return -1;
-    int x = get_data(B, st, "x", 1);
+    int x = op_start(B, st, args);
     if (x < 0)
         return -1;
     sim_value xv_ = B->p->vals[x], *xv = &xv_;
@@ -913,12 +903,7 @@ static int op_softmax(builder *B, const mil_stmt *st)
     int ax;
     if (norm_axis(B, st, axis, xv->rank, p.present ? p.line : st->line, &ax))
         return -1;
-    int64_t shape[ANEC_MAX_RANK];
-    memcpy(shape, xv->shape, sizeof shape);
-    int r = result_value(B, st, 0, xv->dt, xv->rank, shape);
-    if (r < 0)
-        return -1;
-    sim_op *o = op1(B, st, SOP_SOFTMAX, x, r);
+    sim_op *o = op_out(B, st, SOP_SOFTMAX, x, xv->dt, xv->rank, xv->shape);
     if (!o)
         return -1;
     o->axis = ax;
@@ -928,9 +913,7 @@ static int op_softmax(builder *B, const mil_stmt *st)
 static int op_reduce(builder *B, const mil_stmt *st, int kind)
 {
     static const char *const args[] = {"x", "axes", "keep_dims", NULL};
-    if (check_args(B, st, args) || need_results(B, st, 1))
-        return -1;
-    int x = get_data(B, st, "x", 1);
+    int x = op_start(B, st, args);
     if (x < 0)
         return -1;
     sim_value xv_ = B->p->vals[x], *xv = &xv_;
@@ -971,10 +954,7 @@ static int op_reduce(builder *B, const mil_stmt *st, int kind)
             shape[rank++] = xv->shape[d];
         }
     }
-    int r = result_value(B, st, 0, xv->dt, rank, shape);
-    if (r < 0)
-        return -1;
-    sim_op *o = op1(B, st, kind, x, r);
+    sim_op *o = op_out(B, st, kind, x, xv->dt, rank, shape);
     if (!o)
         return -1;
     o->axes_mask = mask;
@@ -984,22 +964,14 @@ static int op_reduce(builder *B, const mil_stmt *st, int kind)
 static int op_reshape(builder *B, const mil_stmt *st)
 {
     static const char *const args[] = {"x", "shape", NULL};
-    if (check_args(B, st, args) || need_results(B, st, 1))
-        return -1;
-    int x = get_data(B, st, "x", 1);
+    int x = op_start(B, st, args);
     if (x < 0)
         return -1;
     sim_value xv_ = B->p->vals[x], *xv = &xv_;
     param p;
-    if (get_param(B, st, "shape", &p))
-        return -1;
-    if (!p.present) {
-        berr(B, st->line, NULL, "reshape: missing required argument 'shape'");
-        return -1;
-    }
     int64_t shape[ANEC_MAX_RANK];
     size_t n;
-    if (param_ints(B, st, "shape", &p, shape, ANEC_MAX_RANK, &n))
+    if (required_ints(B, st, "shape", &p, shape, ANEC_MAX_RANK, &n))
         return -1;
     int neg = -1;
     uint64_t known = 1;
@@ -1040,31 +1012,20 @@ static int op_reshape(builder *B, const mil_stmt *st)
              xv->numel, shape_str((int)n, shape, b2, sizeof b2));
         return -1;
     }
-    int r = result_value(B, st, 0, xv->dt, (int)n, shape);
-    if (r < 0)
-        return -1;
-    return op1(B, st, SOP_RESHAPE, x, r) ? 0 : -1;
+    return op_out(B, st, SOP_RESHAPE, x, xv->dt, (int)n, shape) ? 0 : -1;
 }
 
 static int op_transpose(builder *B, const mil_stmt *st)
 {
     static const char *const args[] = {"x", "perm", NULL};
-    if (check_args(B, st, args) || need_results(B, st, 1))
-        return -1;
-    int x = get_data(B, st, "x", 1);
+    int x = op_start(B, st, args);
     if (x < 0)
         return -1;
     sim_value xv_ = B->p->vals[x], *xv = &xv_;
     param p;
-    if (get_param(B, st, "perm", &p))
-        return -1;
-    if (!p.present) {
-        berr(B, st->line, NULL, "transpose: missing required argument 'perm'");
-        return -1;
-    }
     int64_t perm[ANEC_MAX_RANK];
     size_t n;
-    if (param_ints(B, st, "perm", &p, perm, ANEC_MAX_RANK, &n))
+    if (required_ints(B, st, "perm", &p, perm, ANEC_MAX_RANK, &n))
         return -1;
     if ((int)n != xv->rank) {
         berr(B, p.line, NULL, "transpose: perm has %zu entries for a rank-%d input", n, xv->rank);
@@ -1085,10 +1046,7 @@ static int op_transpose(builder *B, const mil_stmt *st)
         iperm[i] = a;
         shape[i] = xv->shape[a];
     }
-    int r = result_value(B, st, 0, xv->dt, xv->rank, shape);
-    if (r < 0)
-        return -1;
-    sim_op *o = op1(B, st, SOP_TRANSPOSE, x, r);
+    sim_op *o = op_out(B, st, SOP_TRANSPOSE, x, xv->dt, xv->rank, shape);
     if (!o)
         return -1;
     memcpy(o->perm, iperm, sizeof iperm);
@@ -1118,9 +1076,7 @@ static int op_slice(builder *B, const mil_stmt *st, int by_size)
 {
     static const char *const a1[] = {"x", "begin", "end", "stride", "begin_mask", "end_mask", "squeeze_mask", NULL};
     static const char *const a2[] = {"x", "begin", "size", NULL};
-    if (check_args(B, st, by_size ? a2 : a1) || need_results(B, st, 1))
-        return -1;
-    int x = get_data(B, st, "x", 1);
+    int x = op_start(B, st, by_size ? a2 : a1);
     if (x < 0)
         return -1;
     sim_value xv_ = B->p->vals[x], *xv = &xv_;
@@ -1132,13 +1088,7 @@ static int op_slice(builder *B, const mil_stmt *st, int by_size)
     static const char *const req2[2] = {"begin", "end"};
     for (int k = 0; k < 2; k++) {
         const char *nm = k == 0 ? "begin" : (by_size ? "size" : req2[1]);
-        if (get_param(B, st, nm, &p))
-            return -1;
-        if (!p.present) {
-            berr(B, st->line, NULL, "%s: missing required argument '%s'", st->op, nm);
-            return -1;
-        }
-        if (param_ints(B, st, nm, &p, k == 0 ? begin : end, ANEC_MAX_RANK, &n))
+        if (required_ints(B, st, nm, &p, k == 0 ? begin : end, ANEC_MAX_RANK, &n))
             return -1;
         if ((int)n != rank) {
             berr(B, p.line, NULL, "%s: '%s' has %zu entries for a rank-%d input", st->op, nm, n, rank);
@@ -1218,10 +1168,7 @@ static int op_slice(builder *B, const mil_stmt *st, int by_size)
         if (!(smask & (1 << d)))
             shape[orank++] = len;
     }
-    int r = result_value(B, st, 0, xv->dt, orank, shape);
-    if (r < 0)
-        return -1;
-    sim_op *o = op1(B, st, SOP_SLICE, x, r);
+    sim_op *o = op_out(B, st, SOP_SLICE, x, xv->dt, orank, shape);
     if (!o)
         return -1;
     memcpy(o->begin, tmp.begin, sizeof o->begin);
@@ -1241,12 +1188,8 @@ static int op_split(builder *B, const mil_stmt *st)
     sim_value xv_ = B->p->vals[x], *xv = &xv_;
     param p;
     int64_t axis;
-    if (get_param(B, st, "axis", &p))
+    if (get_required_param(B, st, "axis", &p))
         return -1;
-    if (!p.present) {
-        berr(B, st->line, NULL, "split: missing required argument 'axis'");
-        return -1;
-    }
     int ax;
     if (param_int(B, st, "axis", &p, &axis) || norm_axis(B, st, axis, xv->rank, p.line, &ax))
         return -1;
@@ -1350,24 +1293,16 @@ static int op_split(builder *B, const mil_stmt *st)
 static int op_pad(builder *B, const mil_stmt *st)
 {
     static const char *const args[] = {"x", "pad", "mode", "constant_val", NULL};
-    if (check_args(B, st, args) || need_results(B, st, 1))
-        return -1;
-    int x = get_data(B, st, "x", 1);
+    int x = op_start(B, st, args);
     if (x < 0)
         return -1;
     sim_value xv_ = B->p->vals[x], *xv = &xv_;
     if (need_float(B, st, xv, "x"))
         return -1;
     param p;
-    if (get_param(B, st, "pad", &p))
-        return -1;
-    if (!p.present) {
-        berr(B, st->line, NULL, "pad: missing required argument 'pad'");
-        return -1;
-    }
     int64_t pads[2 * ANEC_MAX_RANK];
     size_t n;
-    if (param_ints(B, st, "pad", &p, pads, 2 * ANEC_MAX_RANK, &n))
+    if (required_ints(B, st, "pad", &p, pads, 2 * ANEC_MAX_RANK, &n))
         return -1;
     if (n % 2 || (int)n > 2 * xv->rank) {
         berr(B, p.line, NULL, "pad: 'pad' must have an even number of entries, at most 2 * rank (%d)", 2 * xv->rank);
@@ -1410,10 +1345,7 @@ static int op_pad(builder *B, const mil_stmt *st)
         tmp.pad_before[d] = bf;
         shape[d] += bf + af;
     }
-    int r = result_value(B, st, 0, xv->dt, xv->rank, shape);
-    if (r < 0)
-        return -1;
-    sim_op *o = op1(B, st, SOP_PAD, x, r);
+    sim_op *o = op_out(B, st, SOP_PAD, x, xv->dt, xv->rank, shape);
     if (!o)
         return -1;
     memcpy(o->pad_before, tmp.pad_before, sizeof o->pad_before);
