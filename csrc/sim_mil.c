@@ -222,6 +222,15 @@ static const char *tok_desc(parser *P, const tok *t, char *buf, size_t len)
     }
 }
 
+/* After a list item: a comma continues the list (and is consumed); anything else ends it. */
+static int list_comma(parser *P)
+{
+    if (!is_punct(&P->cur, ','))
+        return 0;
+    lex(P);
+    return 1;
+}
+
 static int expect_punct(parser *P, char c, const char *what)
 {
     if (P->failed)
@@ -481,9 +490,7 @@ static int parse_type_after_dtype(parser *P, mil_type *ty)
                 return -1;
             }
             lex(P);
-            if (is_punct(&P->cur, ','))
-                lex(P);
-            else
+            if (!list_comma(P))
                 break;
         }
     }
@@ -513,9 +520,7 @@ static int parse_numbers(parser *P, double **buf, size_t *n, size_t *cap)
             for (;;) {
                 if (parse_numbers(P, buf, n, cap))
                     return -1;
-                if (is_punct(&P->cur, ','))
-                    lex(P);
-                else
+                if (!list_comma(P))
                     break;
             }
         }
@@ -593,9 +598,7 @@ static int parse_blobfile(parser *P, mil_value *v)
             fail(P, kt.line, kt.col, "unknown BLOBFILE argument '%s' (expected path, offset)", key);
             return -1;
         }
-        if (is_punct(&P->cur, ','))
-            lex(P);
-        else
+        if (!list_comma(P))
             break;
     }
     if (expect_punct(P, ')', "closing BLOBFILE(...)"))
@@ -669,9 +672,7 @@ static int parse_value(parser *P, mil_value *v)
             if (!items || parse_value(P, &items[n]))
                 return -1;
             n++;
-            if (is_punct(&P->cur, ','))
-                lex(P);
-            else
+            if (!list_comma(P))
                 break;
         }
         if (expect_punct(P, ')', "closing the tuple"))
@@ -726,9 +727,7 @@ static int parse_args(parser *P, char close, mil_arg **out, size_t *nout)
                 return -1;
             }
         n++;
-        if (is_punct(&P->cur, ','))
-            lex(P);
-        else
+        if (!list_comma(P))
             break;
     }
     char what[32];
@@ -770,9 +769,7 @@ static int parse_stmt(parser *P, mil_stmt *st)
         if (!res || parse_result(P, &res[n]))
             return -1;
         n++;
-        if (is_punct(&P->cur, ','))
-            lex(P);
-        else
+        if (!list_comma(P))
             break;
     }
     if (paren && expect_punct(P, ')', "closing the result list"))
@@ -817,9 +814,7 @@ static int parse_func(parser *P, mil_func *f)
         if (!f->inputs || parse_result(P, &f->inputs[n]))
             return -1;
         n++;
-        if (is_punct(&P->cur, ','))
-            lex(P);
-        else
+        if (!list_comma(P))
             break;
     }
     f->n_inputs = n;
@@ -864,9 +859,7 @@ static int parse_func(parser *P, mil_func *f)
         if (!f->returns[n])
             return -1;
         n++;
-        if (is_punct(&P->cur, ','))
-            lex(P);
-        else
+        if (!list_comma(P))
             break;
     }
     f->n_returns = n;
