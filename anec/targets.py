@@ -139,81 +139,51 @@ _REDUCE_MEAN = (
 )
 
 
-def _profile(name: str, **kw) -> Target:
-    return Target(name=name, **kw)
+def _derive(base: Target, name: str, sources: dict[str, str], **changes) -> Target:
+    """``base`` renamed to ``name`` with ``changes``; ``sources`` replaces the evidence of
+    the fields it names (every changed field must name its new evidence)."""
+    unsourced = set(changes) - set(sources)
+    if unsourced:
+        raise ValueError(f"target {name}: no source for {sorted(unsourced)}")
+    return dataclasses.replace(base, name=name, sources={**base.sources, **sources}, **changes)
 
+
+# M4 is the measured chip; the other generations are M4 plus what is known to differ.
+_M4 = Target(
+    name="m4", sram_bytes=32 * MiB, max_blob_tensors=16, scalar_penalty=1,
+    max_conv_out_channels=16384, min_surface_bytes=49152, fp32_io=True,
+    one_file_per_weight=False, surface_alignment=64, mil_dialect="ios18",
+    softmax_pow2_only=False,
+    sources={
+        "sram_bytes": _ORION_SRAM, "max_blob_tensors": _BLOB,
+        "scalar_penalty": _PENALTY, "max_conv_out_channels": _CHANNELS,
+        "min_surface_bytes": _SURFACE, "fp32_io": _FP32_IO_OK,
+        "one_file_per_weight": _ONE_FILE_OK, "surface_alignment": _ALIGN,
+        "mil_dialect": _DIALECT_NEW, "softmax_pow2_only": _SOFTMAX,
+        "reduce_mean_as_sum": _REDUCE_MEAN,
+    },
+)
+# The M4 measurements, taken over unmeasured by the other chips.
+_AS_M4 = {
+    "sram_bytes": _ASSUME_SRAM, "max_blob_tensors": _ASSUME_BLOB,
+    "scalar_penalty": _ASSUME_PENALTY, "min_surface_bytes": _ASSUME_SURFACE,
+}
+_M2 = _derive(
+    _M4, "m2", {**_AS_M4, "fp32_io": _FP32_IO_M2, "mil_dialect": _DIALECT_OLD},
+    fp32_io=False, mil_dialect="ios16",
+)
 
 TARGETS: dict[str, Target] = {
-    "m1": _profile(
-        "m1", sram_bytes=32 * MiB, max_blob_tensors=16, scalar_penalty=1,
-        max_conv_out_channels=16384, min_surface_bytes=49152, fp32_io=False,
-        one_file_per_weight=True, surface_alignment=64, mil_dialect="ios16",
-        softmax_pow2_only=False,
-        sources={
-            "sram_bytes": _ASSUME_SRAM, "max_blob_tensors": _ASSUME_BLOB,
-            "scalar_penalty": _ASSUME_PENALTY, "max_conv_out_channels": _CHANNELS,
-            "min_surface_bytes": _ASSUME_SURFACE, "fp32_io": _FP32_IO_M1,
-            "one_file_per_weight": _ONE_FILE_M1, "surface_alignment": _ALIGN,
-            "mil_dialect": _DIALECT_OLD, "softmax_pow2_only": _SOFTMAX,
-            "reduce_mean_as_sum": _REDUCE_MEAN,
-        },
+    "m1": _derive(
+        _M2, "m1", {"fp32_io": _FP32_IO_M1, "one_file_per_weight": _ONE_FILE_M1},
+        one_file_per_weight=True,
     ),
-    "m2": _profile(
-        "m2", sram_bytes=32 * MiB, max_blob_tensors=16, scalar_penalty=1,
-        max_conv_out_channels=16384, min_surface_bytes=49152, fp32_io=False,
-        one_file_per_weight=False, surface_alignment=64, mil_dialect="ios16",
-        softmax_pow2_only=False,
-        sources={
-            "sram_bytes": _ASSUME_SRAM, "max_blob_tensors": _ASSUME_BLOB,
-            "scalar_penalty": _ASSUME_PENALTY, "max_conv_out_channels": _CHANNELS,
-            "min_surface_bytes": _ASSUME_SURFACE, "fp32_io": _FP32_IO_M2,
-            "one_file_per_weight": _ONE_FILE_OK, "surface_alignment": _ALIGN,
-            "mil_dialect": _DIALECT_OLD, "softmax_pow2_only": _SOFTMAX,
-            "reduce_mean_as_sum": _REDUCE_MEAN,
-        },
-    ),
-    "m3": _profile(
-        "m3", sram_bytes=32 * MiB, max_blob_tensors=16, scalar_penalty=1,
-        max_conv_out_channels=16384, min_surface_bytes=49152, fp32_io=True,
-        one_file_per_weight=False, surface_alignment=64, mil_dialect="ios18",
-        softmax_pow2_only=False,
-        sources={
-            "sram_bytes": _ASSUME_SRAM, "max_blob_tensors": _ASSUME_BLOB,
-            "scalar_penalty": _ASSUME_PENALTY,
-            "max_conv_out_channels": _CHANNELS_M3,
-            "min_surface_bytes": _ASSUME_SURFACE, "fp32_io": _FP32_IO_OK,
-            "one_file_per_weight": _ONE_FILE_OK, "surface_alignment": _ALIGN,
-            "mil_dialect": _DIALECT_NEW, "softmax_pow2_only": _SOFTMAX,
-            "reduce_mean_as_sum": _REDUCE_MEAN,
-        },
-    ),
-    "m4": _profile(
-        "m4", sram_bytes=32 * MiB, max_blob_tensors=16, scalar_penalty=1,
-        max_conv_out_channels=16384, min_surface_bytes=49152, fp32_io=True,
-        one_file_per_weight=False, surface_alignment=64, mil_dialect="ios18",
-        softmax_pow2_only=False,
-        sources={
-            "sram_bytes": _ORION_SRAM, "max_blob_tensors": _BLOB,
-            "scalar_penalty": _PENALTY, "max_conv_out_channels": _CHANNELS,
-            "min_surface_bytes": _SURFACE, "fp32_io": _FP32_IO_OK,
-            "one_file_per_weight": _ONE_FILE_OK, "surface_alignment": _ALIGN,
-            "mil_dialect": _DIALECT_NEW, "softmax_pow2_only": _SOFTMAX,
-            "reduce_mean_as_sum": _REDUCE_MEAN,
-        },
-    ),
-    "m5": _profile(
-        "m5", sram_bytes=32 * MiB, max_blob_tensors=16, scalar_penalty=1,
-        max_conv_out_channels=16384, min_surface_bytes=49152, fp32_io=True,
-        one_file_per_weight=False, surface_alignment=128, mil_dialect="ios18",
-        softmax_pow2_only=False,
-        sources={
-            "sram_bytes": _ASSUME_SRAM, "max_blob_tensors": _ASSUME_BLOB,
-            "scalar_penalty": _ASSUME_PENALTY, "max_conv_out_channels": _CHANNELS,
-            "min_surface_bytes": _ASSUME_SURFACE, "fp32_io": _FP32_IO_OK,
-            "one_file_per_weight": _ONE_FILE_OK, "surface_alignment": _ALIGN_M5,
-            "mil_dialect": _DIALECT_M5,
-            "softmax_pow2_only": _SOFTMAX, "reduce_mean_as_sum": _REDUCE_MEAN,
-        },
+    "m2": _M2,
+    "m3": _derive(_M4, "m3", {**_AS_M4, "max_conv_out_channels": _CHANNELS_M3}),
+    "m4": _M4,
+    "m5": _derive(
+        _M4, "m5", {**_AS_M4, "surface_alignment": _ALIGN_M5, "mil_dialect": _DIALECT_M5},
+        surface_alignment=128,
     ),
 }
 
