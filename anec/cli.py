@@ -373,18 +373,6 @@ def constraints_cmd(ids: tuple[str, ...], markdown: bool, target: str | None) ->
 # ---- runtime: run, doctor ----------------------------------------------------
 
 
-def _rt_input_specs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
-    specs: dict[str, str] = {}
-    for v in values:
-        name, sep, path = v.partition("=")
-        if not sep or not name or not path:
-            raise click.BadParameter(f"'{v}' is not NAME=PATH.npy", ctx=ctx, param=param)
-        if name in specs:
-            raise click.BadParameter(f"input '{name}' is given twice", ctx=ctx, param=param)
-        specs[name] = path
-    return specs
-
-
 def _rt_summary(arr) -> str:
     import numpy as np
 
@@ -401,7 +389,7 @@ def _rt_summary(arr) -> str:
 @main.command("run")
 @click.argument("target_path", metavar="DIR|FILE.ir", type=click.Path(exists=True))
 @click.option("--func", "func_name", metavar="NAME", help="Func to run (default: the only one).")
-@click.option("--input", "inputs", multiple=True, metavar="NAME=PATH.npy", callback=_rt_input_specs,
+@click.option("--input", "inputs", multiple=True, metavar="NAME=PATH.npy", callback=_parse_input_spec,
               help="An input array (.npy); repeat per input.")
 @click.option("--random-inputs", type=int, metavar="SEED", help="Random inputs (normal(0, 1)) for those not given.")
 @click.option("--weights", "weights_path", type=click.Path(dir_okay=False), metavar="FILE",
@@ -508,16 +496,7 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
                     rel = err / scale if scale else err
                     click.echo(f"  {mode}  {name}  max_abs={err:.3g}  max_rel={rel:.3g}")
         if output:
-            d = os.path.dirname(os.path.abspath(output))
-            fd, tmpf = tempfile.mkstemp(dir=d, suffix=".npz.tmp")
-            os.close(fd)
-            try:
-                with open(tmpf, "wb") as f:
-                    np.savez(f, **results)
-                os.replace(tmpf, output)
-            finally:
-                if os.path.exists(tmpf):
-                    os.unlink(tmpf)
+            _save_npz_atomic(output, results)
             click.echo(f"wrote {output}")
 
 
