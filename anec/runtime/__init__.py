@@ -24,7 +24,7 @@ import math
 import os
 import weakref
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 import numpy as np
 
@@ -111,7 +111,27 @@ def _limits(manifest: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return lim
 
 
-class Runtime:
+_C = TypeVar("_C", bound="_Closing")
+
+
+class _Closing:
+    """``with`` support and close-on-collection for the owners of native handles;
+    the subclass defines ``close()`` (idempotent)."""
+
+    def __enter__(self: _C) -> _C:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - depends on GC timing
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class Runtime(_Closing):
     """A C runtime on one backend; programs live until :meth:`close`."""
 
     def __init__(self, backend: str = "auto", compile_budget: int | None = None, *,
@@ -190,23 +210,11 @@ class Runtime:
         if self.closed:
             raise RuntimeFailure("the runtime is closed")
 
-    def __enter__(self) -> "Runtime":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:  # pragma: no cover - depends on GC timing
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001
-            pass
-
     def __repr__(self) -> str:
         return f"Runtime(backend={self.backend!r})" if not self.closed else "Runtime(closed)"
 
 
-class Program:
+class Program(_Closing):
     """One compiled program. Call it with named inputs; get named outputs."""
 
     def __init__(self, runtime: Runtime, nprog: native.NativeProgram, manifest: dict | None) -> None:
@@ -260,18 +268,6 @@ class Program:
     def close(self) -> None:
         if not self.closed:
             self._native.free()
-
-    def __enter__(self) -> "Program":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:  # pragma: no cover - depends on GC timing
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001
-            pass
 
     # ---- evaluation --------------------------------------------------------
     def __call__(self, inputs: Mapping[str, Any] | None = None, /, **kw: Any) -> dict[str, np.ndarray]:
