@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "anec_driver.h"
+#include "rt_util.h"
 #include "sim_plan.h"
 
 typedef struct sim_ctx {
@@ -31,15 +32,6 @@ typedef struct sim_prog {
     char *dir;
     size_t min_surface;
 } sim_prog;
-
-static char *dupstr(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *r = malloc(n);
-    if (r)
-        memcpy(r, s, n);
-    return r;
-}
 
 static int sim_available(char *why, size_t whylen)
 {
@@ -86,7 +78,7 @@ static int new_prog(sim_plan *plan, const char *dir, size_t min_surface, int thr
     sim_prog *p = calloc(1, sizeof *p);
     if (p) {
         p->st = sim_state_new(plan, threads);
-        p->dir = dupstr(dir);
+        p->dir = rt_strdup(dir);
     }
     if (!p || !p->st || !p->dir) {
         if (p) {

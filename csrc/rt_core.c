@@ -41,6 +41,7 @@
 #include "blobfile.h"
 #include "fp16.h"
 #include "rt_sha256.h"
+#include "rt_util.h"
 #include "sim_mil.h"
 
 #define DEFAULT_BUDGET 119
@@ -133,15 +134,6 @@ static int rt_fail(anec_runtime *rt, int code, const char *fmt, ...)
     vsnprintf(rt->err, sizeof rt->err, fmt, ap);
     va_end(ap);
     return code;
-}
-
-static char *dupstr(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *r = malloc(n);
-    if (r)
-        memcpy(r, s, n);
-    return r;
 }
 
 static char *join(const char *a, const char *b)
@@ -401,7 +393,7 @@ static int dir_add_file(rt_dir *d, const char *rel)
     if (!nf)
         return -1;
     d->files = nf;
-    d->files[d->n_files] = dupstr(rel);
+    d->files[d->n_files] = rt_strdup(rel);
     if (!d->files[d->n_files])
         return -1;
     d->n_files++;
@@ -557,7 +549,7 @@ int anec_runtime_open(const char *driver, const anec_options *opts, anec_runtime
     rt->drv = d;
     rt->budget = opts && opts->compile_budget > 0 ? opts->compile_budget : DEFAULT_BUDGET;
     if (opts && opts->temp_root) {
-        rt->root = dupstr(opts->temp_root);
+        rt->root = rt_strdup(opts->temp_root);
         /* mkdir -p */
         for (char *c = rt->root ? rt->root + 1 : NULL; c && *c; c++)
             if (*c == '/') {
@@ -676,7 +668,7 @@ static void program_free_tables(anec_program *p)
 
 static int fill_io(io_desc *d, const char *name, const mil_type *t, size_t decl)
 {
-    d->name = dupstr(name);
+    d->name = rt_strdup(name);
     if (!d->name)
         return -1;
     d->dtype = mil_dtype_to_anec(t->dt);
@@ -685,17 +677,6 @@ static int fill_io(io_desc *d, const char *name, const mil_type *t, size_t decl)
     d->bytes = (size_t)mil_type_numel(t) * mil_dtype_size(t->dt);
     d->decl = decl;
     return 0;
-}
-
-static uint32_t blob_code_of(mil_dtype dt)
-{
-    switch (dt) {
-    case MIL_DT_FP16: return BLOB_DT_FP16;
-    case MIL_DT_FP32: return BLOB_DT_FP32;
-    case MIL_DT_UINT8: return BLOB_DT_UINT8;
-    case MIL_DT_INT8: return BLOB_DT_INT8;
-    default: return 0;
-    }
 }
 
 /* Light parse shared by every driver: signature, return tuple, BLOBFILE consts.
@@ -751,10 +732,10 @@ static int describe(anec_runtime *rt, anec_program *p, const char *mil, size_t m
         if (!val || val->val.kind != MIL_V_BLOB)
             continue;
         blob_ref *b = &p->refs[p->n_refs++];
-        b->path = dupstr(val->val.blob_path);
-        b->const_name = dupstr(s->results[0].name);
+        b->path = rt_strdup(val->val.blob_path);
+        b->const_name = rt_strdup(s->results[0].name);
         b->offset = val->val.blob_offset;
-        b->dtype = blob_code_of(s->results[0].type.dt);
+        b->dtype = rt_blob_dtype(s->results[0].type.dt);
         b->bytes = mil_type_numel(&s->results[0].type) * blob_dtype_size(b->dtype);
         b->line = s->results[0].line;
         if (!b->path || !b->const_name) {
@@ -770,7 +751,7 @@ static int describe(anec_runtime *rt, anec_program *p, const char *mil, size_t m
         for (size_t k = 0; k < p->n_files; k++)
             seen |= strcmp(p->files[k], b->path) == 0;
         if (!seen) {
-            p->files[p->n_files] = dupstr(b->path);
+            p->files[p->n_files] = rt_strdup(b->path);
             if (!p->files[p->n_files]) {
                 rc = rt_fail(rt, ANEC_ENOMEM, "out of memory");
                 break;

@@ -16,6 +16,7 @@
 
 #include "blobfile.h"
 #include "fp16.h"
+#include "rt_util.h"
 #include "sim_kernels.h"
 #include "sim_plan.h"
 
@@ -74,17 +75,6 @@ void sim_state_free(sim_state *s)
     free(s->store);
     sim_plan_release(s->plan);
     free(s);
-}
-
-static int blob_code(mil_dtype dt)
-{
-    switch (dt) {
-    case MIL_DT_FP16: return BLOB_DT_FP16;
-    case MIL_DT_FP32: return BLOB_DT_FP32;
-    case MIL_DT_UINT8: return BLOB_DT_UINT8;
-    case MIL_DT_INT8: return BLOB_DT_INT8;
-    default: return 0;
-    }
 }
 
 /* Whole file into memory; NULL + err on failure. */
@@ -171,7 +161,7 @@ int sim_state_load(sim_state *s, const char *dir, char *err, size_t errlen)
                 continue;
             blob_tensor t;
             char berr_[400];
-            if (blob_read_tensor(file, len, w->blob_offset, (uint32_t)blob_code(w->dt), w->bytes, &t, berr_, sizeof berr_)) {
+            if (blob_read_tensor(file, len, w->blob_offset, rt_blob_dtype(w->dt), w->bytes, &t, berr_, sizeof berr_)) {
                 snprintf(err, errlen, "load: %s, const '%s' (model.mil:%d), offset %llu: %s", w->blob_path, w->name, w->line,
                          (unsigned long long)w->blob_offset, berr_);
                 rc = ANEC_ELOAD;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fp16.h"
+#include "rt_util.h"
 
 typedef struct builder {
     sim_plan *p;
@@ -49,15 +50,6 @@ static void oom(builder *B)
         B->status = ANEC_ENOMEM;
         snprintf(B->err, B->errlen, "out of memory while compiling MIL");
     }
-}
-
-static char *xstrdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *r = malloc(n);
-    if (r)
-        memcpy(r, s, n);
-    return r;
 }
 
 /* ---- symbol table ----------------------------------------------------------- */
@@ -132,7 +124,7 @@ static int add_value(builder *B, const char *name, int kind, mil_dtype dt, int r
     }
     sim_value *v = &B->p->vals[B->p->n_vals];
     memset(v, 0, sizeof *v);
-    v->name = xstrdup(name);
+    v->name = rt_strdup(name);
     if (!v->name) {
         oom(B);
         return -1;
@@ -284,7 +276,7 @@ static int literal_value(builder *B, const char *name, const mil_type *decl, con
         if (idx < 0)
             return -1;
         sim_value *v = &B->p->vals[idx];
-        v->blob_path = xstrdup(lit->blob_path);
+        v->blob_path = rt_strdup(lit->blob_path);
         if (!v->blob_path) {
             oom(B);
             return -1;
@@ -312,7 +304,7 @@ static int literal_value(builder *B, const char *name, const mil_type *decl, con
             berr(B, line, NULL, "const '%s': only scalar strings are supported", name);
             return -1;
         }
-        v->cstr = xstrdup(lit->str);
+        v->cstr = rt_strdup(lit->str);
         if (!v->cstr) {
             oom(B);
             return -1;
