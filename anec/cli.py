@@ -49,23 +49,30 @@ def _read_ir(file: str) -> str:
         raise AnecError(f"<stdin>: not valid UTF-8 (byte {e.start})") from None
 
 
-def _write_text_atomic(path: str, text: str) -> None:
-    """Replace ``path`` by ``text`` via a temp file in the same directory and a rename."""
+def _replace_atomically(path: str, suffix: str, write, keep_mode: bool = False) -> None:
+    """Replace ``path`` with what ``write(binary_file)`` writes, via a temp file in the
+    same directory and a rename: a reader never sees half a file. ``keep_mode`` keeps
+    the permissions of the file being replaced."""
     import os
     import tempfile
 
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".anec-", suffix=".ir", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=".anec-", suffix=suffix, dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        if os.path.exists(path):
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        if keep_mode and os.path.exists(path):
             os.chmod(tmp, os.stat(path).st_mode & 0o7777)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _write_text_atomic(path: str, text: str) -> None:
+    """Replace ``path`` by ``text`` (UTF-8, newlines as given) atomically, keeping its mode."""
+    _replace_atomically(path, ".ir", lambda f: f.write(text.encode("utf-8")), keep_mode=True)
 
 
 @main.command("fmt")
@@ -182,21 +189,9 @@ def _parse_input_spec(ctx: click.Context, param: click.Parameter, values: tuple[
 
 
 def _save_npz_atomic(path: str, arrays: dict) -> None:
-    import os
-    import tempfile
-
     import numpy as np
 
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".anec-", suffix=".npz", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    _replace_atomically(path, ".npz", lambda f: np.savez(f, **arrays))
 
 
 @main.command("interp")
