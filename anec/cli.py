@@ -319,8 +319,10 @@ def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights,
     from anec.diagnostics import did_you_mean
     from anec.ir.graph import Module
     from anec.ir.parser import parse_file
+    from anec.ir.verifier import verify
 
     module = parse_file(file)
+    verify(module)  # a file without funcs (or an invalid one) is reported before picking a func
     names = list(module.funcs)
     if func_name is None:
         if len(names) != 1:

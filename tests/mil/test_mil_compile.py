@@ -212,3 +212,11 @@ def test_module_clone_is_structural_and_handles_long_chains():
     g = twin.funcs["deep"]
     assert all(len(r.uses) == 1 for n in g.nodes[:-1] for r in n.results)
     assert g.nodes[0].operands[0] is g.inputs[0]
+
+
+def test_cli_mil_on_a_file_without_funcs_says_so(runner, tmp_path):
+    empty = tmp_path / "empty.ir"
+    empty.write_text("// nothing here\n")
+    res = runner.invoke(main, ["mil", str(empty)])
+    assert res.exit_code == 1
+    assert "empty.ir:1:1: error: the file defines no func" in res.stderr
