@@ -351,7 +351,7 @@ _ENTRIES = (
         "value, with the fix: reshape a scalar to [1, 1, 1, 1], declare integer inputs as fp16 "
         "and cast inside, cast integer outputs to fp16 before returning.",
         "compile",
-        (f"{_LEG}::test_io_must_be_float_tensors",),
+        (f"{_LEG}::test_io_must_be_float_tensors", f"{_SIM}::test_scalar_and_integer_io_rejected"),
     ),
     Constraint(
         "ANE-SDPA-MASK", "scaled_dot_product_attention ignores attn_mask",

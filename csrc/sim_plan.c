@@ -1501,7 +1501,7 @@ sim_plan *sim_plan_build(const char *mil, size_t len, const anec_limits *limits,
         const mil_result *in = &f->inputs[i];
         if (in->type.kind != MIL_TY_TENSOR || !is_float(in->type.dt)) {
             char b[96];
-            berr(&B, in->line, NULL, "input '%s' has type %s; ANE inputs are fp16 or fp32 tensors", in->name,
+            berr(&B, in->line, "ANE-IO-TENSORS", "input '%s' has type %s; ANE inputs are fp16 or fp32 tensors", in->name,
                  mil_type_str(&in->type, b, sizeof b));
             break;
         }
@@ -1557,7 +1557,7 @@ sim_plan *sim_plan_build(const char *mil, size_t len, const anec_limits *limits,
             sim_value *v = &p->vals[idx];
             if (!is_float(v->dt) || v->rank == 0) {
                 char b[96];
-                berr(&B, f->return_lines[i], NULL, "returned '%s' has type %s; ANE outputs are fp16 or fp32 tensors", v->name,
+                berr(&B, f->return_lines[i], "ANE-IO-TENSORS", "returned '%s' has type %s; ANE outputs are fp16 or fp32 tensors", v->name,
                      vtype_str(v->dt, v->rank, v->shape, b, sizeof b));
                 break;
             }

@@ -207,3 +207,13 @@ def test_blobfile_problems_at_compile(rt):
     e = fails(rt, mil.replace("@model_path/weights/w.bin", "@model_path/../w.bin"),
               {"@model_path/../w.bin": mk.blobfile(w)})
     assert "relative path" in e.message
+
+
+def test_scalar_and_integer_io_rejected(rt):
+    # a scalar output (reduce over every axis) and an int32 input: the ANE binds fp16/fp32 tensors only
+    body = [mk.const_tensor("ax", np.array([0, 1, 2, 3], np.int32)), mk.const_scalar("kd", "bool", False),
+            mk.op("s", "fp16", (), "reduce_sum", axes="ax", keep_dims="kd", x="x")]
+    e = fails(rt, mk.program(X, body, ["s"]))
+    assert e.constraint == "ANE-IO-TENSORS" and "returned 's'" in e.message
+    e = fails(rt, mk.program([("i", "int32", SHAPE)], [mk.op("y", "int32", SHAPE, "identity", x="i")], ["y"]))
+    assert e.constraint == "ANE-IO-TENSORS" and "input 'i'" in e.message
