@@ -121,15 +121,11 @@ _T = "tensor<fp16, [1, 64, 1, 384]>"  # 49152 bytes: the surfaces are not the pr
 
 
 def _mil_header(dialect: str) -> str:
-    if dialect == "ios16":
-        return ('program(1.0)\n'
-                '[buildInfo = dict<tensor<string, []>, tensor<string, []>>({{"coremlc-version", "3505.4.1"}})]\n'
-                '{\n')
-    return ('program(1.3)\n'
-            '[buildInfo = dict<string, string>({{"coremlc-component-MIL", "3510.2.1"}, '
-            '{"coremlc-version", "3505.4.1"}, {"coremltools-component-milinternal", ""}, '
-            '{"coremltools-version", "9.0"}})]\n'
-            '{\n')
+    """The program header exactly as the emitter writes it for ``dialect``."""
+    from anec.mil.emitter import DIALECTS
+
+    d = DIALECTS[dialect]
+    return f"program({d.program_version})\n{d.build_info}\n{{\n"
 
 
 def raw_mil(op: str, dialect: str) -> str:
