@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -531,9 +532,60 @@ static int run_conv(sim_state *s, const sim_op *o)
     return rc;
 }
 
+/* One batched matmul: every batch is a [M x K] x [K x N] GEMM; batch strides
+   are 0 where an operand is broadcast. */
+typedef struct mm_batches {
+    const char *x, *y;          /* operand bases */
+    size_t xes, yes;            /* element sizes */
+    int xdt, ydt;               /* SK_F16 / SK_F32 */
+    int64_t M, N, K;
+    int tx, ty;
+    int br;                     /* batch rank */
+    int64_t bshape[ANEC_MAX_RANK], xbs[ANEC_MAX_RANK], ybs[ANEC_MAX_RANK];
+    float *r;                   /* result, batches of M x N */
+} mm_batches;
+
+typedef struct mm_job {
+    const mm_batches *mb;
+    size_t b0, b1;              /* batches [b0, b1) */
+    int threads;                /* for each GEMM */
+    int rc;
+} mm_job;
+
+static void *mm_range(void *arg)
+{
+    mm_job *J = arg;
+    const mm_batches *m = J->mb;
+    J->rc = ANEC_OK;
+    for (size_t b = J->b0; b < J->b1; b++) {
+        int64_t xo = 0, yo = 0;
+        size_t rest = b;
+        for (int i = m->br - 1; i >= 0; i--) {
+            int64_t idx = (int64_t)(rest % (size_t)m->bshape[i]);
+            rest /= (size_t)m->bshape[i];
+            xo += idx * m->xbs[i];
+            yo += idx * m->ybs[i];
+        }
+        sk_mat A = {m->x + (size_t)xo * m->xes, m->xdt, m->tx ? 1 : m->K, m->tx ? m->M : 1};
+        sk_mat Bm = {m->y + (size_t)yo * m->yes, m->ydt, m->ty ? 1 : m->N, m->ty ? m->K : 1};
+        if (sk_gemm((int)m->M, (int)m->N, (int)m->K, A, Bm, m->r + b * (size_t)(m->M * m->N), m->N, J->threads)) {
+            J->rc = ANEC_ENOMEM;
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* Batches split across threads once there are enough of them (each GEMM then
+   runs on one thread: no per-batch thread start); a single large GEMM is
+   split inside sk_gemm instead. Every GEMM sums over K in the same order
+   either way, so results do not depend on the thread count. */
+#define MM_MAX_THREADS 8
+#define MM_PAR_MIN_MACS (1ll << 21)
+
 static int run_matmul(sim_state *s, const sim_op *o)
 {
-    const sim_value *xv = &s->plan->vals[o->x], *yv = &s->plan->vals[o->y], *ov = &s->plan->vals[o->outs[0]];
+    const sim_value *xv = &s->plan->vals[o->x], *yv = &s->plan->vals[o->y];
     float *r = fout(s, o->outs[0]);
     if (!r)
         return ANEC_ENOMEM;
@@ -541,51 +593,70 @@ static int run_matmul(sim_state *s, const sim_op *o)
     int xr = xv->rank, yr = yv->rank;
     memcpy(xs, xv->shape, sizeof(int64_t) * (size_t)xr);
     memcpy(ys, yv->shape, sizeof(int64_t) * (size_t)yr);
-    int tx = o->tx, ty = o->ty;
-    if (xr == 1) { xs[1] = xs[0]; xs[0] = 1; xr = 2; tx = 0; }
-    if (yr == 1) { ys[1] = 1; yr = 2; ty = 0; }
-    int64_t M = tx ? xs[xr - 1] : xs[xr - 2], K = tx ? xs[xr - 2] : xs[xr - 1];
-    int64_t N = ty ? ys[yr - 2] : ys[yr - 1];
-    int br = (xr > yr ? xr : yr) - 2;
-    int64_t bshape[ANEC_MAX_RANK], xbs[ANEC_MAX_RANK], ybs[ANEC_MAX_RANK];
+    mm_batches m;
+    m.tx = o->tx;
+    m.ty = o->ty;
+    if (xr == 1) { xs[1] = xs[0]; xs[0] = 1; xr = 2; m.tx = 0; }
+    if (yr == 1) { ys[1] = 1; yr = 2; m.ty = 0; }
+    m.M = m.tx ? xs[xr - 1] : xs[xr - 2];
+    m.K = m.tx ? xs[xr - 2] : xs[xr - 1];
+    m.N = m.ty ? ys[yr - 2] : ys[yr - 1];
+    m.br = (xr > yr ? xr : yr) - 2;
     int64_t xmat = xs[xr - 1] * xs[xr - 2], ymat = ys[yr - 1] * ys[yr - 2];
-    /* batch strides in elements, 0 where broadcast */
     {
         int64_t sx = xmat, sy = ymat;
-        for (int i = br - 1; i >= 0; i--) {
-            int ix = i - (br - (xr - 2)), iy = i - (br - (yr - 2));
+        for (int i = m.br - 1; i >= 0; i--) {
+            int ix = i - (m.br - (xr - 2)), iy = i - (m.br - (yr - 2));
             int64_t a = ix >= 0 ? xs[ix] : 1, b = iy >= 0 ? ys[iy] : 1;
-            bshape[i] = a > b ? a : b;
-            xbs[i] = a == 1 ? 0 : sx;
-            ybs[i] = b == 1 ? 0 : sy;
+            m.bshape[i] = a > b ? a : b;
+            m.xbs[i] = a == 1 ? 0 : sx;
+            m.ybs[i] = b == 1 ? 0 : sy;
             sx *= a;
             sy *= b;
         }
     }
     size_t nb = 1;
-    for (int i = 0; i < br; i++)
-        nb *= (size_t)bshape[i];
-    size_t xes = mil_dtype_size(xv->dt), yes = mil_dtype_size(yv->dt);
-    int64_t idx[ANEC_MAX_RANK] = {0};
-    for (size_t b = 0; b < nb; b++) {
-        int64_t xo = 0, yo = 0;
-        for (int i = 0; i < br; i++) {
-            xo += idx[i] * xbs[i];
-            yo += idx[i] * ybs[i];
-        }
-        sk_mat A = {(const char *)s->store[o->x] + (size_t)xo * xes, sk_dt(xv->dt), tx ? 1 : K, tx ? M : 1};
-        sk_mat Bm = {(const char *)s->store[o->y] + (size_t)yo * yes, sk_dt(yv->dt), ty ? 1 : N, ty ? K : 1};
-        if (sk_gemm((int)M, (int)N, (int)K, A, Bm, r + b * (size_t)(M * N), N, s->threads))
-            return ANEC_ENOMEM;
-        for (int i = br - 1; i >= 0; i--) {
-            if (++idx[i] < bshape[i])
-                break;
-            idx[i] = 0;
-        }
+    for (int i = 0; i < m.br; i++)
+        nb *= (size_t)m.bshape[i];
+    m.x = (const char *)s->store[o->x];
+    m.y = (const char *)s->store[o->y];
+    m.xes = mil_dtype_size(xv->dt);
+    m.yes = mil_dtype_size(yv->dt);
+    m.xdt = sk_dt(xv->dt);
+    m.ydt = sk_dt(yv->dt);
+    m.r = r;
+
+    int threads = s->threads < MM_MAX_THREADS ? s->threads : MM_MAX_THREADS;
+    long long macs = (long long)m.M * m.N * m.K * (long long)nb;
+    if (threads > (int)nb)
+        threads = (int)nb;
+    if (threads <= 1 || macs < MM_PAR_MIN_MACS) {
+        mm_job one = {&m, 0, nb, s->threads, ANEC_OK};
+        mm_range(&one);
+        if (one.rc == ANEC_OK)
+            commit(s, o->outs[0], r);
+        return one.rc;
     }
-    (void)ov;
-    commit(s, o->outs[0], r);
-    return ANEC_OK;
+    mm_job jobs[MM_MAX_THREADS];
+    pthread_t tid[MM_MAX_THREADS];
+    int started[MM_MAX_THREADS] = {0};
+    for (int t = 0; t < threads; t++)
+        jobs[t] = (mm_job){&m, nb * (size_t)t / (size_t)threads, nb * (size_t)(t + 1) / (size_t)threads, 1, ANEC_OK};
+    for (int t = 1; t < threads; t++)
+        started[t] = pthread_create(&tid[t], NULL, mm_range, &jobs[t]) == 0;
+    mm_range(&jobs[0]);
+    int rc = jobs[0].rc;
+    for (int t = 1; t < threads; t++) {
+        if (started[t])
+            pthread_join(tid[t], NULL);
+        else
+            mm_range(&jobs[t]); /* could not start a thread: do its share here */
+        if (jobs[t].rc)
+            rc = jobs[t].rc;
+    }
+    if (rc == ANEC_OK)
+        commit(s, o->outs[0], r);
+    return rc;
 }
 
 static int run_layout(sim_state *s, const sim_op *o)

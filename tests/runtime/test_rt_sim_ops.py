@@ -297,3 +297,22 @@ def test_large_gemm_two_threads_bit_identical_to_one(tmp_path):
             outs.append(r.compile(mil, {"@model_path/weights/w.bin": mk.blobfile(w)})(x=x)["y"])
     np.testing.assert_array_equal(outs[0], outs[1])
     close16(outs[0], conv_ref(x, w), rtol=3e-3, atol=3e-3)
+
+
+def test_batched_matmul_split_across_threads_bit_identical_to_one(tmp_path):
+    # attention-shaped: 12 batches with y broadcast over the first batch dim; two threads take
+    # six batches each, one thread does all twelve; every GEMM sums over K in the same order
+    from anec.runtime import Runtime
+
+    q = rand((2, 6, 96, 64))
+    k = rand((1, 6, 96, 64))
+    body = [mk.const_scalar("f", "bool", False), mk.const_scalar("t", "bool", True),
+            mk.op("s", F16, (2, 6, 96, 96), "matmul", transpose_x="f", transpose_y="t", x="q", y="k")]
+    mil = mk.program([("k", F16, k.shape), ("q", F16, q.shape)], body, ["s"])
+    outs = []
+    for threads in (1, 2):
+        with Runtime("sim", sim_threads=threads, temp_root=tmp_path / str(threads)) as r:
+            outs.append(r.compile(mil, {})(q=q, k=k)["s"])
+    np.testing.assert_array_equal(outs[0], outs[1])
+    ref = q.astype(np.float64) @ np.swapaxes(k.astype(np.float64), -1, -2)
+    close16(outs[0], ref, rtol=3e-3, atol=3e-3)
