@@ -18,11 +18,17 @@ min-surface   a program whose tensors are below the minimum surface size:
               the runtime pads its surfaces and the result is right; exact-size
               buffers either fail at evaluate or give the right result (which
               one is reported);
-delta-reload  a delta reload changes the outputs without a compile, and they
-              equal a fresh compile (in a new runtime) with the new weights;
+reload        which reload strategies really change outputs here: a forced
+              data patch (the new BLOBFILE becomes the compiled data) of a
+              one-tensor and of a packed two-tensor program, compared with a
+              fresh compile; then the runtime's own choice, with that verdict,
+              must equal a fresh compile (as must a forced recompile). On a
+              Mac the verdict is cached and every later Runtime uses it;
 shared        two programs with the same MIL and weight paths but different
-              weights (one compile, the second served from the cache) are
-              loaded at the same time and each computes with its own weights.
+              weights (the second served from the cache when it can be) are
+              loaded at the same time and each computes with its own weights;
+dialect       which MIL dialects the device compiler accepts (ios18, the
+              default, and ios16, the fallback `--dialect ios16` writes).
 
 On a Mac with Apple silicon it runs on the ANE (``--backend auto`` picks it);
 on Linux it runs on the sim, where it must pass. It prints a plain-text
@@ -33,11 +39,13 @@ if and only if every check passes.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -106,12 +114,23 @@ func small(%x: fp32[1, 4, 1, 4]) {
 """
 
 DENSE_IR = f"""\
-// selftest (delta-reload, shared): weights that a reload can swap
+// selftest (reload, shared): weights that a reload can swap
 func dense(%x: fp32[1, 64, 1, {N}]) {{
   %xh = cast(%x, dtype=fp16)
   %w = const(weight="dense.weight") : fp16[64, 64, 1, 1]
   %b = const(weight="dense.bias") : fp16[1, 64, 1, 1]
   %h = conv1x1(%xh, %w, bias=%b)
+  %y = cast(%h, dtype=fp32)
+  return %y
+}}
+"""
+
+ONE_IR = f"""\
+// selftest (reload): one weight tensor, so the compiled data is the BLOBFILE itself
+func one(%x: fp32[1, 64, 1, {N}]) {{
+  %xh = cast(%x, dtype=fp16)
+  %w = const(weight="one.weight") : fp16[64, 64, 1, 1]
+  %h = conv1x1(%xh, %w)
   %y = cast(%h, dtype=fp32)
   return %y
 }}
@@ -188,6 +207,9 @@ class _Env:
         self.tgt = get_target(target)
         self.seed = seed
         self.rng = np.random.default_rng(seed)
+        self.driver = "sim" if backend == "sim" else ("ane" if native_ane() else "sim")
+        self.verdict: list[str] | None = None
+        """Reload strategies the reload check verified (None: not run; the runtime's default)."""
 
     def limits(self) -> dict[str, Any]:
         """The target's limits as the runtime takes them (for raw MIL)."""
@@ -196,12 +218,14 @@ class _Env:
                 "max_conv_out_channels": t.max_conv_out_channels, "min_surface_bytes": t.min_surface_bytes,
                 "allow_fp32_io": t.fp32_io, "surface_alignment": t.surface_alignment}
 
-    def runtime(self):
+    def runtime(self, reload_verified: list[str] | None = None):
+        """A runtime on the backend; ``reload_verified`` overrides the verdict
+        (the probes use [] so that nothing cached steers them)."""
         from anec.runtime import Runtime
 
-        return Runtime(backend=self.backend)
+        return Runtime(backend=self.backend, reload_verified=reload_verified)
 
-    def build(self, text: str, name: str, seed_offset: int = 0):
+    def build(self, text: str, name: str, seed_offset: int = 0, pack_weights: bool = False):
         """(module, graph, weights, artifact) for IR `text`, random weights."""
         from anec.compiler import compile_module
         from anec.ir.parser import parse
@@ -211,7 +235,8 @@ class _Env:
         func = next(iter(module.funcs))
         store = random_weights(module, self.seed + seed_offset)
         # targets without fp32 I/O (m1, m2) take and return fp16; the runtime converts
-        result = compile_module(module, weights=store, target=self.tgt, host_casts=not self.tgt.fp32_io)
+        result = compile_module(module, weights=store, target=self.tgt, host_casts=not self.tgt.fp32_io,
+                                pack_weights=pack_weights and not self.tgt.one_file_per_weight)
         return module, module.funcs[func], store, result.artifacts[func], result
 
     def normal(self, shape: list[int] | tuple[int, ...]) -> np.ndarray:
@@ -365,68 +390,159 @@ def check_min_surface(env: _Env, c: Check) -> None:
                   exact_size=raw)
 
 
-def check_delta_reload(env: _Env, c: Check) -> None:
-    module, graph, store1, art, _ = env.build(DENSE_IR, "delta-reload")
+def _blob_update(art, store2) -> dict[str, bytes]:
+    """The artifact's BLOBFILEs with the weights of store2 (MIL path -> bytes)."""
+    from anec.runtime.weights import patched_blobs
+
+    current = {w.get("path") or "@model_path/" + w["file"]: art.blobs[w["file"]] for w in art.manifest["weights"]}
+    return patched_blobs(art.manifest, current, {w["key"]: store2[w["key"]] for w in art.manifest["weights"]})
+
+
+def _probe_data_patch(env: _Env, text: str, name: str, pack: bool) -> dict[str, Any]:
+    """Force a data patch of one program and compare with a fresh compile of the new weights."""
     from anec.weights import random_weights
 
+    module, graph, store1, art, _ = env.build(text, name, pack_weights=pack)
     store2 = random_weights(module, env.seed + 1000)
+    _, _, _, art2, _ = env.build(text, name, seed_offset=1000, pack_weights=pack)
     x = env.normal(graph.inputs[0].type.shape)
-    ref1 = _reference(graph, {"x": x}, store1)["y"]
-    ref2 = _reference(graph, {"x": x}, store2)["y"]
-    with env.runtime() as rt:
+    with env.runtime(reload_verified=[]) as rt:
         prog = rt.load(art)
+        info = prog.reload_info
+        res: dict[str, Any] = {"files": len(art.manifest["weights"]) and len({w["file"] for w in art.manifest["weights"]}),
+                               "data_patchable": info["data_patchable"]}
+        if not info["data_patchable"]:
+            res["verified"] = None  # nothing to probe: the compiled data is not the BLOBFILE here
+            return res
         y1 = prog(x=x)["y"]
-        before = rt.stats
-        t0 = time.perf_counter()
-        prog.reload_weights({k: store2[k] for k in store2})
-        t_reload = time.perf_counter() - t0
-        after = rt.stats
+        before = rt.stats["compiles"]
+        prog.reload_blobs(_blob_update(art, store2), strategy="data-patch")
         y2 = prog(x=x)["y"]
-    _, _, _, art2, _ = env.build(DENSE_IR, "delta-reload-fresh", seed_offset=1000)
-    with env.runtime() as rt2:
-        t0 = time.perf_counter()
-        fresh = rt2.load(art2)
-        t_compile = time.perf_counter() - t0
-        y3 = fresh(x=x)["y"]
-        fresh_compiles = rt2.stats["compiles"]
-    ok1, err1, tol, _ = _compare(y1, ref1)
-    ok2, err2, _, _ = _compare(y2, ref2)
-    changed = float(np.max(np.abs(y2 - y1)))
-    vs_fresh = float(np.max(np.abs(y2 - y3)))
-    no_compile = after["compiles"] == before["compiles"] and after["reloads"] == before["reloads"] + 1
-    c.passed = ok1 and ok2 and changed > tol and vs_fresh <= tol * 1e-3 and no_compile and fresh_compiles == 1
-    c.lines.append(f"before reload: max |err| {_fmt(err1)} vs the interpreter with the old weights")
-    c.lines.append(f"after reload: outputs changed by up to {_fmt(changed)}; max |err| {_fmt(err2)} vs the "
-                   f"interpreter with the new weights (tolerance {_fmt(tol)})")
-    c.lines.append(f"reload vs a fresh compile with the new weights: max |diff| {_fmt(vs_fresh)}")
-    c.lines.append(f"compiles during the reload: {after['compiles'] - before['compiles']}; "
-                   f"reload {t_reload * 1e3:.1f} ms vs fresh compile+load {t_compile * 1e3:.1f} ms")
-    c.data.update(max_abs_err_old=err1, max_abs_err_new=err2, change=changed, vs_fresh=vs_fresh,
-                  reload_compiles=after["compiles"] - before["compiles"], reload_ms=t_reload * 1e3,
-                  fresh_compile_ms=t_compile * 1e3)
+        res["compiles"] = rt.stats["compiles"] - before
+    with env.runtime(reload_verified=[]) as rt2:
+        yf = rt2.load(art2)(x=x)["y"]
+    res["change"] = float(np.max(np.abs(y2 - y1)))
+    res["vs_fresh"] = float(np.max(np.abs(y2 - yf)))
+    res["verified"] = bool(res["change"] > 0 and res["vs_fresh"] == 0.0 and res["compiles"] == 0)
+    return res
+
+
+def check_reload(env: _Env, c: Check) -> None:
+    env.verdict = []
+    one = _probe_data_patch(env, ONE_IR, "reload-one", pack=False)
+    packed = _probe_data_patch(env, DENSE_IR, "reload-packed", pack=True)
+    # data patch is verified when it worked on the one-tensor program and, where
+    # the device also keeps a packed file as data, on the packed one too
+    verified_patch = bool(one["verified"]) and packed["verified"] is not False
+    verdict = ["data-patch"] if verified_patch else []
+    env.verdict = verdict
+    for label, r in (("one tensor", one), ("packed, two tensors", packed)):
+        if r["verified"] is None:
+            c.lines.append(f"data patch, {label}: not applicable (the compiled data is not the BLOBFILE)")
+        elif r["verified"]:
+            c.lines.append(f"data patch, {label}: outputs changed by up to {_fmt(r['change'])}, equal to a fresh "
+                           f"compile (max |diff| {_fmt(r['vs_fresh'])}), {r['compiles']} compiles")
+        else:
+            c.lines.append(f"data patch, {label}: NOT effective here (changed by {_fmt(r.get('change', 0))}, "
+                           f"{_fmt(r.get('vs_fresh', 0))} from a fresh compile): reloads recompile instead")
+    # the runtime's own choice with this verdict, on a program of each kind, must equal a fresh compile
+    from anec.weights import random_weights
+
+    ok = True
+    auto: dict[str, Any] = {}
+    for text, name in ((ONE_IR, "reload-auto-one"), (DENSE_IR, "reload-auto-dense")):
+        module, graph, store1, art, _ = env.build(text, name)
+        store2 = random_weights(module, env.seed + 2000)
+        _, _, _, art2, _ = env.build(text, name, seed_offset=2000)
+        x = env.normal(graph.inputs[0].type.shape)
+        with env.runtime(reload_verified=verdict) as rt:
+            prog = rt.load(art)
+            y1 = prog(x=x)["y"]
+            strategy = prog.reload_info["strategy"]
+            before = rt.stats["compiles"]
+            prog.reload_weights({w["key"]: store2[w["key"]] for w in art.manifest["weights"]})
+            y2 = prog(x=x)["y"]
+            compiles = rt.stats["compiles"] - before
+        with env.runtime(reload_verified=[]) as rt2:
+            yf = rt2.load(art2)(x=x)["y"]
+        good = float(np.max(np.abs(y2 - yf))) == 0.0 and float(np.max(np.abs(y2 - y1))) > 0
+        ok = ok and good
+        auto[name] = {"strategy": strategy, "compiles": compiles, "equals_fresh": good}
+        c.lines.append(f"{name.split('-')[-1]}: the runtime reloads by {strategy} ({compiles} compiles): "
+                       + ("equal to a fresh compile" if good else "DIFFERS from a fresh compile"))
+    c.data.update(one=one, packed=packed, verdict=verdict, auto=auto)
+    if env.driver == "sim":
+        # the sim declares what its device model guarantees: the probe must agree
+        with env.runtime() as rt:
+            declared = [s for s in rt.reload_verified if s == "data-patch"]
+        c.data["declared"] = declared
+        if declared != verdict:
+            ok = False
+            c.lines.append(f"the sim declares {declared or 'no data patch'} but the probe found {verdict or 'none'}")
+    c.passed = ok
+    c.lines.append("verdict: reloads use " + ("data patches where a program allows them" if verdict
+                                              else "recompiles (data patches are not verified here)"))
 
 
 def check_shared(env: _Env, c: Check) -> None:
-    module, graph, store1, art1, _ = env.build(DENSE_IR, "shared-1")
-    _, _, store2, art2, _ = env.build(DENSE_IR, "shared-2", seed_offset=2000)
-    x = env.normal(graph.inputs[0].type.shape)
-    ref1 = _reference(graph, {"x": x}, store1)["y"]
-    ref2 = _reference(graph, {"x": x}, store2)["y"]
-    same_mil = art1.mil_text == art2.mil_text
-    with env.runtime() as rt:
-        p1 = rt.load(art1)
-        p2 = rt.load(art2)
-        y2 = p2(x=x)["y"]
-        y1 = p1(x=x)["y"]
-        st = rt.stats
-    ok1, err1, tol, _ = _compare(y1, ref1)
-    ok2, err2, _, _ = _compare(y2, ref2)
-    c.passed = same_mil and ok1 and ok2 and st["compiles"] == 1 and st["cache_hits"] == 1
-    c.lines.append(f"same MIL text: {same_mil}; compiles {st['compiles']}, cache hits {st['cache_hits']}")
-    c.lines.append(f"both loaded: max |err| {_fmt(err1)} (first weights), {_fmt(err2)} (second weights), "
-                   f"tolerance {_fmt(tol)}")
-    c.data.update(same_mil=same_mil, compiles=st["compiles"], cache_hits=st["cache_hits"],
-                  max_abs_err=[err1, err2])
+    for text, kind in ((ONE_IR, "one tensor"), (DENSE_IR, "two tensors")):
+        module, graph, store1, art1, _ = env.build(text, f"shared-{kind}-1")
+        _, _, store2, art2, _ = env.build(text, f"shared-{kind}-2", seed_offset=2000)
+        x = env.normal(graph.inputs[0].type.shape)
+        ref1 = _reference(graph, {"x": x}, store1)["y"]
+        ref2 = _reference(graph, {"x": x}, store2)["y"]
+        same_mil = art1.mil_text == art2.mil_text
+        with env.runtime(reload_verified=env.verdict) as rt:
+            p1 = rt.load(art1)
+            p2 = rt.load(art2)
+            y2 = p2(x=x)["y"]
+            y1 = p1(x=x)["y"]
+            p1.unload()
+            p1.load()
+            y1b = p1(x=x)["y"]
+            st = rt.stats
+        ok1, err1, tol, _ = _compare(y1, ref1)
+        ok2, err2, _, _ = _compare(y2, ref2)
+        ok1b = bool(np.array_equal(y1, y1b))
+        passed = same_mil and ok1 and ok2 and ok1b
+        c.passed = (c.passed or kind == "one tensor") and passed
+        c.lines.append(f"{kind}: same MIL {same_mil}; compiles {st['compiles']}, cache hits {st['cache_hits']}; "
+                       f"max |err| {_fmt(err1)} (first), {_fmt(err2)} (second), tolerance {_fmt(tol)}"
+                       + ("" if ok1b else "; the first program CHANGED after the second loaded"))
+        c.data[kind] = {"same_mil": same_mil, "compiles": st["compiles"], "cache_hits": st["cache_hits"],
+                        "max_abs_err": [err1, err2], "first_unchanged": ok1b}
+
+
+_TRIVIAL = {
+    "ios18": "program(1.3)\n{\n    func main<ios18>(tensor<fp16, [1, 64, 1, 384]> x) {\n"
+             '        tensor<fp16, [1, 64, 1, 384]> r = relu(x = x)[name = string("r")];\n    } -> (r);\n}\n',
+    "ios16": "program(1.0)\n{\n    func main<ios16>(tensor<fp16, [1, 64, 1, 384]> x) {\n"
+             '        tensor<fp16, [1, 64, 1, 384]> r = relu(x = x)[name = tensor<string, []>("r")];\n'
+             "    } -> (r);\n}\n",
+}
+
+
+def check_dialect(env: _Env, c: Check) -> None:
+    from anec.diagnostics import RuntimeFailure
+
+    accepted = []
+    x = np.abs(env.normal((1, 64, 1, 384))).astype(np.float16)
+    with env.runtime(reload_verified=[]) as rt:
+        for dialect, text in _TRIVIAL.items():
+            try:
+                y = rt.compile(text, limits=env.limits())(x=x)["r"]
+            except RuntimeFailure as e:
+                c.lines.append(f"{dialect}: rejected ({str(e.message).splitlines()[0]})")
+                continue
+            if np.array_equal(y, x):
+                accepted.append(dialect)
+                c.lines.append(f"{dialect}: compiled and ran")
+            else:
+                c.lines.append(f"{dialect}: compiled but computed wrong values")
+    c.passed = bool(accepted)
+    if "ios18" not in accepted and "ios16" in accepted:
+        c.lines.append("compile with --dialect ios16 on this machine")
+    c.data.update(accepted=accepted)
 
 
 CHECKS: list[tuple[str, str, Callable[[_Env, Check], None]]] = [
@@ -434,9 +550,86 @@ CHECKS: list[tuple[str, str, Callable[[_Env, Check], None]]] = [
     ("unlegalized", "unlegalized MIL (concat, gelu, rsqrt) is rejected by the device compiler", check_unlegalized),
     ("binding", "inputs and outputs bind in alphabetical order of MIL names", check_binding),
     ("min-surface", "surfaces below the minimum size are padded or fail", check_min_surface),
-    ("delta-reload", "delta reload changes outputs, equals a fresh compile, no compile", check_delta_reload),
-    ("shared", "programs sharing one compile keep their own weights", check_shared),
+    ("reload", "reload strategies that really change outputs, and the runtime's choice", check_reload),
+    ("shared", "programs with the same MIL and other weights each compute with their own", check_shared),
+    ("dialect", "MIL dialects the device compiler accepts", check_dialect),
 ]
+
+
+def native_ane() -> bool:
+    from anec.runtime import backend_available
+
+    return backend_available("ane")[0]
+
+
+# ---- the verdict cache ------------------------------------------------------------------------------
+
+VERDICT_FILE = "selftest-verdict.json"
+
+
+def cache_dir() -> Path:
+    """$ANEC_CACHE_DIR, else $XDG_CACHE_HOME/anec, else ~/.cache/anec."""
+    if os.environ.get("ANEC_CACHE_DIR"):
+        return Path(os.environ["ANEC_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "anec"
+
+
+def machine_key(driver: str) -> str:
+    """What a verdict belongs to: the driver, this machine and OS, and this anec."""
+    info = _platform_info()
+    os_ver = info.get("macos") or info["release"]
+    return f"{driver}|{info['machine']}|{info.get('chip') or '-'}|{info['os']} {os_ver}|anec {__version__}"
+
+
+def _read_cache() -> dict[str, Any]:
+    try:
+        path = cache_dir() / VERDICT_FILE
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 20:
+            return {}
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    entries = data.get("entries") if isinstance(data, dict) else None
+    return entries if isinstance(entries, dict) else {}
+
+
+def cached_verdict(driver: str) -> list[str] | None:
+    """The reload strategies `python -m anec.selftest` verified for `driver` on this
+    machine, OS and anec version; None when it has not run here (reloads then
+    recompile)."""
+    entry = _read_cache().get(machine_key(driver))
+    if not isinstance(entry, dict):
+        return None
+    strategies = entry.get("reload_verified")
+    if not isinstance(strategies, list) or not all(s in ("data-patch",) for s in strategies):
+        return None
+    return list(strategies)
+
+
+def save_verdict(report: dict[str, Any]) -> Path | None:
+    """Cache the reload and dialect verdict of a report (atomically); None if
+    the reload check did not complete."""
+    reload_check = next((c for c in report["checks"] if c["id"] == "reload"), None)
+    if not reload_check or "verdict" not in reload_check["data"]:
+        return None
+    dialect = next((c for c in report["checks"] if c["id"] == "dialect"), None)
+    entries = _read_cache()
+    entries[machine_key(report["driver"])] = {
+        "reload_verified": reload_check["data"]["verdict"],
+        "dialects": dialect["data"].get("accepted") if dialect else None,
+        "target": report["target"],
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    path = cache_dir() / VERDICT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"anec_selftest_verdict": 1, "entries": entries}, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
 
 
 # ---- running and reporting -----------------------------------------------------------------------
@@ -461,8 +654,11 @@ def default_target() -> str:
     return target_for_chip(detect_chip()) or DEFAULT_TARGET
 
 
-def run_selftest(backend: str = "auto", target: str | None = None, seed: int = 0) -> dict[str, Any]:
+def run_selftest(backend: str = "auto", target: str | None = None, seed: int = 0,
+                 save: bool = True) -> dict[str, Any]:
     """Run every check; the report as JSON-able data (``passed``: all passed).
+    On the ane driver the reload verdict is cached for later runtimes unless
+    ``save`` is False (docs/macos.md).
 
     Raises AnecError when the backend cannot be opened at all."""
     from anec.runtime import Runtime
@@ -472,6 +668,7 @@ def run_selftest(backend: str = "auto", target: str | None = None, seed: int = 0
     with Runtime(backend=backend) as rt:
         driver = rt.backend
     env = _Env(backend, tgt, seed)
+    env.driver = driver
     checks = []
     for cid, title, fn in CHECKS:
         c = Check(cid, title)
@@ -487,7 +684,7 @@ def run_selftest(backend: str = "auto", target: str | None = None, seed: int = 0
             c.data["traceback"] = traceback.format_exc()
         c.data["seconds"] = time.perf_counter() - t0
         checks.append(c)
-    return {
+    report = {
         "anec_selftest": 1,
         "platform": _platform_info(),
         "backend": backend,
@@ -497,6 +694,11 @@ def run_selftest(backend: str = "auto", target: str | None = None, seed: int = 0
         "checks": [asdict(c) | {"status": c.status} for c in checks],
         "passed": all(c.passed for c in checks),
     }
+    if driver == "ane" and save:
+        # every later Runtime on this Mac uses the reload strategies verified here
+        path = save_verdict(report)
+        report["verdict_file"] = str(path) if path else None
+    return report
 
 
 def render(report: dict[str, Any]) -> str:
@@ -515,6 +717,8 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"      {line}")
     n_pass = sum(c["passed"] for c in report["checks"])
     lines.append("")
+    if report.get("verdict_file"):
+        lines.append(f"reload verdict cached in {report['verdict_file']} (later runtimes on this Mac use it)")
     lines.append(f"{n_pass}/{len(report['checks'])} checks passed")
     return "\n".join(lines) + "\n"
 

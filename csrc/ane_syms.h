@@ -75,6 +75,8 @@ typedef struct ane_syms {
     const void *kCFTypeDictionaryValueCallBacks;
     const void *kCFTypeArrayCallBacks;
     ane_id (*CFDataCreate)(const void *allocator, const uint8_t *bytes, ane_cfindex length);
+    ane_cfindex (*CFDataGetLength)(ane_id data);
+    const uint8_t *(*CFDataGetBytePtr)(ane_id data);
     ane_id (*CFDictionaryCreateMutable)(const void *allocator, ane_cfindex capacity,
                                         const void *key_callbacks, const void *value_callbacks);
     void (*CFDictionarySetValue)(ane_id dict, const void *key, const void *value);

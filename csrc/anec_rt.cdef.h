@@ -48,6 +48,12 @@ typedef struct anec_buffer {
     size_t bytes;
 } anec_buffer;
 
+typedef struct anec_io {
+    int dtype;
+    void *data;
+    size_t bytes;
+} anec_io;
+
 typedef struct anec_tensor_info {
     const char *name;
     int dtype;
@@ -58,10 +64,18 @@ typedef struct anec_tensor_info {
     size_t decl_index;
 } anec_tensor_info;
 
+#define ANEC_RELOAD_AUTO        0
+#define ANEC_RELOAD_DATA_PATCH  1
+#define ANEC_RELOAD_RECOMPILE   2
+#define ANEC_RELOAD_INPUTS      4
+#define ANEC_RELOAD_VERIFIED    256
+
 typedef struct anec_options {
     int compile_budget;
     const char *temp_root;
     int sim_threads;
+    unsigned reload_verified;
+    const char *sim_device;
 } anec_options;
 
 struct anec_stats {
@@ -74,23 +88,36 @@ struct anec_stats {
     uint64_t programs_live;
     uint64_t dirs_live;
     uint64_t ns_compile, ns_load, ns_unload, ns_reload, ns_evaluate;
+    uint64_t reloads_data_patch, reloads_recompile, reloads_inputs;
+    uint64_t process_compiles;
 };
+
+typedef struct anec_reload_info {
+    int strategy;
+    int data_patchable;
+    unsigned verified;
+    char why[256];
+} anec_reload_info;
 
 typedef struct anec_runtime anec_runtime;
 typedef struct anec_program anec_program;
 
 int anec_runtime_open(const char *driver, const anec_options *opts, anec_runtime **out);
+void anec_runtime_shutdown(anec_runtime *rt);
 void anec_runtime_close(anec_runtime *rt);
 const char *anec_driver_name(const anec_runtime *rt);
 int anec_driver_available(const char *name, char *why, size_t whylen);
 const char *anec_last_error(const anec_runtime *rt);
 int anec_stats(const anec_runtime *rt, struct anec_stats *out);
+unsigned anec_reload_verified(const anec_runtime *rt);
+const char *anec_reload_strategy_name(int strategy);
 
 int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len,
                  const anec_blob *blobs, size_t n_blobs,
                  const anec_limits *limits, anec_program **out);
 int anec_load(anec_program *p);
 int anec_unload(anec_program *p);
+void anec_program_close(anec_program *p);
 void anec_program_free(anec_program *p);
 
 size_t anec_program_num_inputs(const anec_program *p);
@@ -98,6 +125,11 @@ size_t anec_program_num_outputs(const anec_program *p);
 int anec_program_input(const anec_program *p, size_t i, anec_tensor_info *out);
 int anec_program_output(const anec_program *p, size_t i, anec_tensor_info *out);
 const char *anec_program_dir(const anec_program *p);
+
+int anec_call(anec_program *p, const anec_io *inputs, size_t n_in,
+              const anec_io *outputs, size_t n_out);
+int anec_set_inputs(anec_program *p, const anec_io *inputs, size_t n_in);
+int anec_reload_inputs(anec_program *p, const anec_io *inputs, size_t n_in);
 
 uint8_t *anec_program_input_surface(anec_program *p, size_t i);
 uint8_t *anec_program_output_surface(anec_program *p, size_t i);
@@ -109,7 +141,12 @@ int anec_evaluate(anec_program *p, const anec_buffer *inputs, size_t n_in,
                   anec_buffer *outputs, size_t n_out);
 
 int anec_reload_weights(anec_program *p, const anec_blob *blobs, size_t n_blobs);
+int anec_reload_weights_using(anec_program *p, const anec_blob *blobs, size_t n_blobs, int strategy);
+int anec_program_reload_info(const anec_program *p, anec_reload_info *out);
 int anec_program_stats(const anec_program *p, struct anec_stats *out);
+
+uint64_t anec_process_compiles(const char *driver);
+int anec_process_reset_budget(const char *driver);
 
 void anec_f32_to_f16(const float *src, uint16_t *dst, size_t n);
 void anec_f16_to_f32(const uint16_t *src, float *dst, size_t n);

@@ -13,14 +13,34 @@
  *
  * Lifecycle of a program:
  *
- *   anec_compile -> anec_load -> (anec_run | anec_evaluate)*
- *                -> [anec_reload_weights -> (anec_run | anec_evaluate)*]*
+ *   anec_compile -> anec_load -> (anec_call | anec_run | anec_evaluate)*
+ *                -> [anec_reload_weights -> (anec_call | ...)*]*
  *                -> anec_program_free
  *
  * Every function returning int returns ANEC_OK (0) or one of the ANEC_E*
  * codes below; the detailed message (MIL line numbers, constraint ids, file
- * names) is in anec_last_error(rt) of the runtime the call belongs to. A
- * runtime and its programs must be used from one thread at a time.
+ * names) is in anec_last_error(): the calling thread's last failed call.
+ *
+ * Threads. Every function may be called from any thread. Calls on one
+ * program are serialized (an evaluation, a reload and a close of the same
+ * program never overlap: concurrent anec_call()s return what a sequential
+ * run would, and no evaluation sees a mix of old and new weights); calls on
+ * different programs run in parallel. The raw surface pointers
+ * (anec_program_input_surface, anec_run) are for single-threaded use: from
+ * several threads, use anec_call(), which copies in, evaluates and copies out
+ * under the program's lock.
+ *
+ * Lifetimes. A program holds a reference on its runtime: runtimes and
+ * programs may be closed and freed in any order. anec_runtime_close() closes
+ * every program still open (their handles stay valid: later calls fail with
+ * ANEC_ESTATE until anec_program_free()); the runtime's memory goes with the
+ * last handle. A runtime is bound to the process that opened it: after
+ * fork() the child gets ANEC_ESTATE from it (open a new runtime there) and
+ * freeing it in the child touches neither the device nor the directories.
+ *
+ * Weights are baked at compile time (as on the device): a reload replaces
+ * them with one of the reload strategies below, chosen per program among
+ * those verified on this machine (anec_program_reload_info says which).
  *
  * I/O binding follows the device: the i-th input buffer is bound to the i-th
  * func input in ALPHABETICAL order (byte order) of the MIL names, the j-th
@@ -94,6 +114,16 @@ typedef struct anec_buffer {
     size_t bytes;
 } anec_buffer;
 
+/* One host tensor for anec_call / anec_reload_inputs: packed elements of
+   `dtype`. It may differ from the program's dtype only as fp32 on the host
+   for fp16 on the device (converted, round to nearest even); bytes must be
+   exactly numel * element size. */
+typedef struct anec_io {
+    int dtype;                    /* ANEC_DTYPE_* of data */
+    void *data;                   /* inputs: NULL keeps the surface's content */
+    size_t bytes;
+} anec_io;
+
 /* One func input or returned output, in binding (alphabetical) order. */
 typedef struct anec_tensor_info {
     const char *name;             /* MIL name; valid while the program lives */
@@ -105,27 +135,61 @@ typedef struct anec_tensor_info {
     size_t decl_index;            /* position in the func signature / return tuple */
 } anec_tensor_info;
 
+/* Reload strategies (weights are baked at compile time):
+     DATA_PATCH  rewrite the compiled `data` of a program whose weights are one
+                 BLOBFILE that the compiled data was observed to equal, then
+                 load; no compile (Orion's tested path).
+     RECOMPILE   compile the program again with the new weights; spends one
+                 compile of the process budget.
+     INPUTS      the weights are program inputs (compiled that way): a reload
+                 writes the input surfaces (anec_reload_inputs); nothing else. */
+#define ANEC_RELOAD_AUTO        0
+#define ANEC_RELOAD_DATA_PATCH  1
+#define ANEC_RELOAD_RECOMPILE   2
+#define ANEC_RELOAD_INPUTS      4
+/* anec_options.reload_verified: set this bit to give the verified mask
+   explicitly (0 alone means the driver's default). */
+#define ANEC_RELOAD_VERIFIED    0x100
+
 /* Runtime options; a zeroed struct (or NULL) means all defaults. */
 typedef struct anec_options {
-    int compile_budget;           /* compiles allowed in this runtime; 0: 119 */
+    int compile_budget;           /* cap on this runtime's compiles; 0: none besides the
+                                     process budget (119 compiles per process, like the device) */
     const char *temp_root;        /* parent of program directories; NULL: a fresh
                                      directory under $TMPDIR (removed at close) */
     int sim_threads;              /* sim kernel threads; 0: $ANEC_SIM_THREADS or 2 */
+    unsigned reload_verified;     /* 0: the driver's default (the sim guarantees what its
+                                     device model does; on the ane nothing is verified until
+                                     `python -m anec.selftest` says so); else
+                                     ANEC_RELOAD_VERIFIED | mask of ANEC_RELOAD_* */
+    const char *sim_device;       /* the sim's device model, e.g. "data=tensor,load=data"
+                                     (NULL: $ANEC_SIM_DEVICE, else the defaults; see
+                                     docs/runtime.md) */
 } anec_options;
 
 /* Counters and cumulative wall time per phase (nanoseconds). The struct tag
    shares its name with the function anec_stats(). */
 struct anec_stats {
     uint64_t compiles;            /* driver compiles performed */
-    int64_t compile_budget;       /* the budget */
-    int64_t compile_budget_left;  /* budget - compiles */
+    int64_t compile_budget;       /* the budget (the smaller of the process budget and the runtime cap) */
+    int64_t compile_budget_left;  /* compiles still allowed */
     uint64_t cache_hits;          /* anec_compile calls served without a compile */
     uint64_t loads, unloads, reloads, evaluations;
-    uint64_t blobs_patched;       /* blob files rewritten by delta reloads */
-    uint64_t programs_live;       /* programs not yet freed */
+    uint64_t blobs_patched;       /* blob files replaced by delta reloads */
+    uint64_t programs_live;       /* programs not yet closed */
     uint64_t dirs_live;           /* program directories on disk */
     uint64_t ns_compile, ns_load, ns_unload, ns_reload, ns_evaluate;
+    uint64_t reloads_data_patch, reloads_recompile, reloads_inputs;  /* reloads per strategy */
+    uint64_t process_compiles;    /* compiles made by every runtime of this process on this driver */
 };
+
+/* Why a program reloads the way it does. */
+typedef struct anec_reload_info {
+    int strategy;                 /* what anec_reload_weights uses now (ANEC_RELOAD_*) */
+    int data_patchable;           /* 1: one BLOBFILE, and the compiled data was observed to equal it */
+    unsigned verified;            /* strategies verified on this machine (mask) */
+    char why[256];
+} anec_reload_info;
 
 typedef struct anec_runtime anec_runtime;
 typedef struct anec_program anec_program;
@@ -134,33 +198,44 @@ typedef struct anec_program anec_program;
 
 /* Open a runtime on driver "sim", "ane" or "auto". opts may be NULL. */
 int anec_runtime_open(const char *driver, const anec_options *opts, anec_runtime **out);
-/* Free every program still open, remove the program directories. */
+/* Close every program still open (their handles stay valid until
+   anec_program_free; calls on them fail with ANEC_ESTATE), remove the program
+   directories and close the driver. The handle stays valid; idempotent. */
+void anec_runtime_shutdown(anec_runtime *rt);
+/* anec_runtime_shutdown, then release the caller's handle. NULL is ignored. */
 void anec_runtime_close(anec_runtime *rt);
 /* "sim" or "ane" (the driver actually used). */
 const char *anec_driver_name(const anec_runtime *rt);
 /* 1 if driver `name` can be used on this machine, else 0 and why (may be NULL). */
 int anec_driver_available(const char *name, char *why, size_t whylen);
-/* Message of the last failed call on rt or one of its programs ("" if none). */
+/* Message of the calling thread's last failed call ("" if none); rt is unused
+   (kept for source compatibility) and may be NULL. */
 const char *anec_last_error(const anec_runtime *rt);
 /* Runtime-wide counters. */
 int anec_stats(const anec_runtime *rt, struct anec_stats *out);
+/* The reload strategies verified for this runtime (ANEC_RELOAD_* mask). */
+unsigned anec_reload_verified(const anec_runtime *rt);
+/* "data-patch", "recompile", "inputs" (or "auto"). */
+const char *anec_reload_strategy_name(int strategy);
 
 /* ---- programs ---------------------------------------------------------- */
 
 /* Compile MIL text (mil_len bytes, no NUL needed) with its weight BLOBFILEs.
-   A program with the same MIL and the same weight paths as one compiled before
-   in this runtime is a cache hit: no compile, no budget spent (it gets its own
-   directory copy if its weight bytes differ). limits may be NULL. */
+   A program with the same MIL and weight paths as one compiled before in this
+   runtime is a cache hit (no compile, no budget spent) when the compiled form
+   can be shared: identical weight bytes, or other weights that a verified data
+   patch can install; otherwise it is compiled. limits may be NULL. */
 int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len,
                  const anec_blob *blobs, size_t n_blobs,
                  const anec_limits *limits, anec_program **out);
-/* Load (read the weight files of the program directory into the device).
-   Weights are baked from here until the next load. Loading a loaded program
-   does nothing. */
+/* Load the compiled program into the device. Loading a loaded program does nothing. */
 int anec_load(anec_program *p);
 int anec_unload(anec_program *p);
-/* Unload if needed and free; the program directory is removed when no other
-   program shares it. NULL is ignored. */
+/* Unload, release the device program and the surfaces; the handle stays
+   valid (later calls fail with ANEC_ESTATE). Idempotent. */
+void anec_program_close(anec_program *p);
+/* anec_program_close, then release the handle; the program directory is
+   removed when no other program shares it. NULL is ignored. */
 void anec_program_free(anec_program *p);
 
 /* Binding tables. */
@@ -168,14 +243,29 @@ size_t anec_program_num_inputs(const anec_program *p);
 size_t anec_program_num_outputs(const anec_program *p);
 int anec_program_input(const anec_program *p, size_t i, anec_tensor_info *out);
 int anec_program_output(const anec_program *p, size_t i, anec_tensor_info *out);
-/* The program directory (<root>/<hexid>) holding model.mil and weights/. */
+/* The program directory (<root>/<hexid>) holding model.mil, weights/ and,
+   on the sim, the compiled net.plist + data; "" once closed. */
 const char *anec_program_dir(const anec_program *p);
+
+/* Evaluate with host tensors in binding order: copy the inputs into the
+   program's surfaces (converting fp32 -> fp16 where the program is fp16),
+   evaluate, copy the outputs out (fp16 -> fp32 where asked), all under the
+   program's lock. An input with data == NULL keeps the surface's current
+   content (weights passed as inputs stay in their surfaces). */
+int anec_call(anec_program *p, const anec_io *inputs, size_t n_in,
+              const anec_io *outputs, size_t n_out);
+/* Write the non-NULL inputs into their surfaces (binding order, as anec_call)
+   without evaluating: the initial values of weights compiled as inputs. */
+int anec_set_inputs(anec_program *p, const anec_io *inputs, size_t n_in);
+/* The same, counted as a reload with strategy ANEC_RELOAD_INPUTS: new values
+   of weights compiled as program inputs (no unload, no compile). */
+int anec_reload_inputs(anec_program *p, const anec_io *inputs, size_t n_in);
 
 /* Core-owned surfaces: one per input and per output, uniform allocation size
    per direction, >= limits.min_surface_bytes, zero-initialised. Write input i
    packed at byte 0 of anec_program_input_surface(p, i), call anec_run, read
    output j packed at byte 0 of anec_program_output_surface(p, j). Pointers stay
-   valid until anec_program_free. NULL if i is out of range. */
+   valid until the program is closed. NULL if i is out of range. */
 uint8_t *anec_program_input_surface(anec_program *p, size_t i);
 uint8_t *anec_program_output_surface(anec_program *p, size_t i);
 size_t anec_program_input_surface_bytes(const anec_program *p);
@@ -188,17 +278,34 @@ int anec_run(anec_program *p);
 int anec_evaluate(anec_program *p, const anec_buffer *inputs, size_t n_in,
                   anec_buffer *outputs, size_t n_out);
 
-/* Delta reload: replace some weight files of a compiled program without
-   compiling. Every blob is validated against the compiled const declarations
-   (known path, BLOBFILE version, sentinel, dtype, size, no NaN/Inf) before
-   anything is touched; then the program is unloaded, only the files whose
-   bytes changed are rewritten atomically, and the program is loaded again
-   (if it was loaded). On a validation error the old weights stay in use. */
+/* Delta reload: replace some weight files of a compiled program. Every blob
+   is validated against the compiled const declarations (known path, BLOBFILE
+   version, sentinel, dtype, size, no NaN/Inf) before anything is touched;
+   then the program's strategy applies them: DATA_PATCH (unload, rewrite the
+   compiled data and the file, load; no compile) or RECOMPILE (one compile
+   with the new files, then the program switches to it). Files whose bytes do
+   not change are skipped; nothing changes at all when none does. On any
+   error the old weights stay in use. */
 int anec_reload_weights(anec_program *p, const anec_blob *blobs, size_t n_blobs);
+/* The same with a forced strategy (ANEC_RELOAD_DATA_PATCH or
+   ANEC_RELOAD_RECOMPILE), verified or not: for probes that verify strategies
+   (python -m anec.selftest). DATA_PATCH still needs a data-patchable program. */
+int anec_reload_weights_using(anec_program *p, const anec_blob *blobs, size_t n_blobs, int strategy);
+/* Which strategy anec_reload_weights uses for this program, and why. */
+int anec_program_reload_info(const anec_program *p, anec_reload_info *out);
 
 /* Per-program counters (compiles is 1 if this program was compiled, 0 if it
-   came from the cache). */
+   came from the cache; reloads by recompile add theirs). */
 int anec_program_stats(const anec_program *p, struct anec_stats *out);
+
+/* ---- process ----------------------------------------------------------- */
+
+/* Compiles made in this process on driver `name` (every runtime counts). */
+uint64_t anec_process_compiles(const char *driver);
+/* Sim only, for test harnesses that model many processes in one: forget the
+   sim compiles made so far, as a new process would. ANEC_EINVAL for other
+   drivers (the device's count cannot be reset). */
+int anec_process_reset_budget(const char *driver);
 
 /* ---- helpers ----------------------------------------------------------- */
 

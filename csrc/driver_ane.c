@@ -14,19 +14,27 @@
  *            dir   = NSTemporaryDirectory()/[model hexStringIdentifier]
  *                    pre-populated with model.mil and weights/<file>
  *            [model compileWithQoS:21 options:@{} error:&e]
- *   load     copy the weight files from the core's program directory into
- *            `dir`, then [model loadWithQoS:21 options:@{} error:&e]
- *   evaluate +[_ANEIOSurfaceObject objectWithIOSurface:] per surface, then ONE
- *            +[_ANERequest requestWithInputs:inputIndices:outputs:outputIndices:
- *              weightsBuffer:nil perfStats:nil procedureIndex:@0] per bound
- *            surface set, reused by every [model evaluateWithQoS:21 options:@{}
- *            request:req error:&e]
- *   reload   [model unloadWithQoS:21 error:&e], the core patches blobs in its
- *            program directory, then load as above; never a compile
- *   clone    (a program sharing a compiled network: same MIL, same weight
- *            paths, other weights) a new descriptor + model with the new
- *            weights; same hexId, so the framework finds the compiled network
- *            in `dir`; only loaded, never compiled (Orion's "delta compile")
+ *            The compiler leaves the compiled form, net.plist + data, in dir:
+ *            the weights are baked there (maderix test_weight_reload: rewriting
+ *            weights/ and loading again changes nothing). The program keeps
+ *            running THIS model (never an uncompiled clone of it).
+ *   load     [model loadWithQoS:21 options:@{} error:&e], after making dir hold
+ *            this program's compiled form (see "shared hexId directories").
+ *   unload   [model unloadWithQoS:21 error:&e]; the request is dropped with it.
+ *   evaluate surfaces unlocked first, then +[_ANEIOSurfaceObject
+ *            objectWithIOSurface:] per surface and ONE +[_ANERequest
+ *            requestWithInputs:inputIndices:outputs:outputIndices:
+ *            weightsBuffer:nil perfStats:nil procedureIndex:@0] per bound
+ *            surface set and load, reused by every [model evaluateWithQoS:21
+ *            options:@{} request:req error:&e]; surfaces locked again after.
+ *   patch    (the core's data-patch reload, Orion's tested delta path) the new
+ *            BLOBFILE is written as the compiled `data` (byte-identical to the
+ *            compiler's for a one-tensor program) and as the weight file, then
+ *            the program is only loaded: no compile.
+ *   clone    (a cache hit: same MIL and weight paths) a new descriptor + model
+ *            with the program's own weights, never compiled; its compiled form
+ *            is a copy of the donor's net.plist + data (it computes with the
+ *            donor's weights until patched; the core patches or compiles).
  *   release  unload if loaded, CFRelease request/arrays/model/descriptor, remove
  *            `dir` when no other live program uses it
  *
@@ -34,24 +42,22 @@
  * {offset: @0, data: <NSData of the whole BLOBFILE>}; the MIL offset (64)
  * points at the blob's metadata record, the dictionary offset stays 0.
  *
- * Temp directory. The framework compiles from NSTemporaryDirectory()/<hexId>
- * (hexId depends on the MIL text and the weight paths, not on weight values),
- * so the driver copies the program there instead of using the core's program
- * directory (args->dir) directly: the device service may not be allowed to
- * read arbitrary user directories, and a symlink would make the framework's
- * compiled files (net.plist, data) land in the core's directory. The core's
- * directory stays the source of truth for weights: every load first copies
- * the program's weight files from it into `dir`, so delta reloads reach the
- * device, and programs sharing a hexId directory (same MIL and weight paths,
- * different weights; the runtime's cache makes them clones) each load their
- * own weights. hexId directories are reference-counted process-wide and
- * removed when their last program goes; a per-directory lock makes "write the
- * files, then compile/load" atomic with respect to other programs.
+ * Shared hexId directories. The framework names the directory after
+ * hexStringIdentifier: by Orion's account a function of the MIL text and the
+ * weight paths only, by maderix's (test_qos_sweep) also of the weight values.
+ * Either way two live programs can share one (identical programs, or a clone
+ * under Orion's reading) while their compiled data differ. So each directory
+ * records its owner, whose compiled form it holds; a program that loads while
+ * another owns the directory copies its own compiled form in (after the owner
+ * saved a copy of its own into its program directory, the core's, which
+ * stays the source of truth for model.mil and weights/). A per-directory
+ * lock makes "put the files in place, then compile/load" atomic. Directories
+ * are reference-counted process-wide and removed with their last program.
  *
  * IOSurfaces are flat byte buffers (Width = bytes, Height = 1, BytesPerElement
  * = 1, BytesPerRow = bytes, AllocSize = bytes, PixelFormat = 0). They stay
  * CPU-locked while they exist (the core reads and writes `base` directly) and
- * are unlocked only around evaluateWithQoS.
+ * are unlocked only while the device uses them.
  *
  * Objects returned by +factory methods are autoreleased; the driver CFRetains
  * what it keeps and runs every entry point inside an autorelease pool.
@@ -223,6 +229,8 @@ static int resolve_real(ane_syms *s, char *why, size_t n)
         sym(cf, "kCFTypeDictionaryValueCallBacks", &miss, why, n);
     s->kCFTypeArrayCallBacks = sym(cf, "kCFTypeArrayCallBacks", &miss, why, n);
     SYM(cf, CFDataCreate);
+    SYM(cf, CFDataGetLength);
+    SYM(cf, CFDataGetBytePtr);
     SYM(cf, CFDictionaryCreateMutable);
     SYM(cf, CFDictionarySetValue);
     SYM(cf, CFNumberCreate);
@@ -303,10 +311,13 @@ static int ane_available(char *why, size_t whylen)
 /* ------------------------------------------------------------------------ */
 /* hexId directories: reference-counted, process-wide                        */
 
+struct ane_prog;
+
 typedef struct ane_dir {
     char *path;                 /* NSTemporaryDirectory()/<hexId> */
     int refs;                   /* live programs using it */
     pthread_mutex_t use;        /* held while a program writes it and compiles/loads */
+    struct ane_prog *owner;     /* whose compiled form (net.plist, data) it holds now */
     struct ane_dir *next;
 } ane_dir;
 
@@ -382,6 +393,7 @@ typedef struct ane_prog {
     size_t n_rel;
     int loaded;
     int cloned;                 /* made by clone: loads a network compiled for another */
+    int own_copy;               /* src holds this program's compiled form (net.plist, data) */
     /* the request, built once per bound surface set */
     ane_id request;
     ane_id arrays[4];           /* inputs, input indices, outputs, output indices */
@@ -793,23 +805,80 @@ static int populate_dir(ane_ctx *c, ane_prog *p, const ane_id *datas, char *err,
     return rc;
 }
 
-/* Copy the weight files from the core's program directory into the hexId
-   directory (caller holds dir->use). */
-static int sync_weights(ane_ctx *c, ane_prog *p, char *err, size_t errlen)
+/* ---- the compiled form: net.plist + data --------------------------------- */
+
+static const char *const k_compiled[2] = {"net.plist", "data"};
+
+/* Copy file `name` from directory `from` to directory `to`. */
+static int copy_named(ane_ctx *c, const char *from, const char *to, const char *name, char *err,
+                      size_t errlen)
+{
+    char *a = str_printf("%s/%s", from, name), *b = str_printf("%s/%s", to, name);
+    int rc = (a && b) ? copy_file(c, a, b, err, errlen) : ANEC_ENOMEM;
+    if (rc == ANEC_ENOMEM)
+        set_err(err, errlen, "out of memory");
+    free(a);
+    free(b);
+    return rc;
+}
+
+/* Copy the compiled form (net.plist, data) between directories. */
+static int copy_compiled(ane_ctx *c, const char *from, const char *to, char *err, size_t errlen)
 {
     int rc = ANEC_OK;
-    for (size_t i = 0; rc == ANEC_OK && i < p->n_rel; i++) {
-        char *from = str_printf("%s/%s", p->src, p->rel[i]);
-        char *to = str_printf("%s/%s", p->dir->path, p->rel[i]);
-        if (!from || !to) {
-            set_err(err, errlen, "out of memory");
-            rc = ANEC_ENOMEM;
-        } else {
-            rc = copy_file(c, from, to, err, errlen);
-        }
-        free(from);
-        free(to);
+    for (int i = 0; i < 2 && rc == ANEC_OK; i++)
+        rc = copy_named(c, from, to, k_compiled[i], err, errlen);
+    return rc;
+}
+
+/* NSData of a file (autoreleased), or NULL. */
+static ane_id read_data(ane_ctx *c, const char *path)
+{
+    ane_id p = nsstr(c, path);
+    ane_id data = p ? c->S->msg1(c->cls[C_DATA], c->sel.data_with_file, p) : NULL;
+    if (p)
+        c->S->CFRelease(p);
+    return data;
+}
+
+/* Where p's compiled form is now (caller holds p->dir->use): the hexId
+   directory while p owns it, else p's own copy in its program directory. */
+static const char *compiled_home(const ane_prog *p)
+{
+    return p->dir->owner == p ? p->dir->path : p->src;
+}
+
+/* Make the hexId directory hold p's compiled form and weight files (caller
+   holds p->dir->use). A previous owner without its own copy keeps one first. */
+static int claim_dir(ane_ctx *c, ane_prog *p, char *err, size_t errlen)
+{
+    ane_dir *d = p->dir;
+    if (d->owner == p)
+        return ANEC_OK;
+    ane_prog *o = d->owner;
+    int rc = ANEC_OK;
+    if (o && !o->own_copy) {
+        rc = copy_compiled(c, d->path, o->src, err, errlen);
+        if (rc != ANEC_OK)
+            return rc;
+        o->own_copy = 1;
     }
+    d->owner = NULL;
+    /* a directory the framework named but nothing compiled in (a clone whose
+       hexId covers its weight values) gets the program's files first */
+    char *wdir = str_printf("%s/weights", d->path), *mil = str_printf("%s/model.mil", d->path);
+    rc = wdir && mil ? make_dirs(c, wdir, err, errlen) : ANEC_ENOMEM;
+    if (rc == ANEC_OK)
+        rc = write_data(c, p->mil, mil, err, errlen);
+    free(wdir);
+    free(mil);
+    if (rc == ANEC_OK)
+        rc = copy_compiled(c, p->src, d->path, err, errlen);
+    /* the weight files too: a device that re-reads weights/ at load sees the same weights */
+    for (size_t i = 0; rc == ANEC_OK && i < p->n_rel; i++)
+        rc = copy_named(c, p->src, d->path, p->rel[i], err, errlen);
+    if (rc == ANEC_OK)
+        d->owner = p;
     return rc;
 }
 
@@ -851,10 +920,20 @@ static int ane_compile(void *vctx, const anec_compile_args *a, void **out, char 
     if (rc == ANEC_OK)
         rc = make_model(c, p, paths, datas, n, err, errlen);
     if (rc == ANEC_OK) {
-        pthread_mutex_lock(&p->dir->use);
+        ane_dir *d = p->dir;
+        pthread_mutex_lock(&d->use);
+        /* The compiler leaves its output in this directory: a previous owner
+           (same hexId) keeps a copy of its compiled form first. */
+        if (d->owner && !d->owner->own_copy) {
+            rc = copy_compiled(c, d->path, d->owner->src, err, errlen);
+            if (rc == ANEC_OK)
+                d->owner->own_copy = 1;
+        }
+        d->owner = NULL;
         /* The framework compiles from this directory: it must hold model.mil
            and every weight file before compileWithQoS. */
-        rc = populate_dir(c, p, datas, err, errlen);
+        if (rc == ANEC_OK)
+            rc = populate_dir(c, p, datas, err, errlen);
         if (rc == ANEC_OK) {
             ane_id e = NULL;
             if (!S->msg_qos_opts_err(p->model, c->sel.compile, ANE_QOS, c->empty, &e)) {
@@ -863,11 +942,13 @@ static int ane_compile(void *vctx, const anec_compile_args *a, void **out, char 
                 set_err(err, errlen,
                         "ANE compile failed (compileWithQoS:options:error:): %s "
                         "[program in %s; `anec check` lists constraint violations]",
-                        why, p->dir->path);
+                        why, d->path);
                 rc = ANEC_ECOMPILE;
+            } else {
+                d->owner = p; /* the compiled form of THIS model is in the directory */
             }
         }
-        pthread_mutex_unlock(&p->dir->use);
+        pthread_mutex_unlock(&d->use);
     }
     for (size_t i = 0; datas && i < n; i++)
         if (datas[i])
@@ -894,13 +975,10 @@ static int ane_load(void *vctx, void *vprog, char *err, size_t errlen)
     if (p->loaded)
         return ANEC_OK;
     void *pool = S->objc_autoreleasePoolPush();
-    int rc = ANEC_OK;
     pthread_mutex_lock(&p->dir->use);
-    /* The device reads the weights from the hexId directory: copy this
-       program's files there first. The core may have patched them since the
-       last load (delta reload), and another program with the same hexId may
-       have written its own weights there meanwhile. */
-    rc = sync_weights(c, p, err, errlen);
+    /* The device loads the compiled form in the hexId directory: make it this
+       program's (another program with the same hexId may have used it). */
+    int rc = claim_dir(c, p, err, errlen);
     if (rc == ANEC_OK) {
         ane_id e = NULL;
         if (!S->msg_qos_opts_err(p->model, c->sel.load, ANE_QOS, c->empty, &e)) {
@@ -933,6 +1011,8 @@ static int unload_prog(ane_ctx *c, ane_prog *p, char *err, size_t errlen)
         rc = ANEC_EDRIVER;
     }
     p->loaded = 0;
+    /* a request belongs to one load of the model: build a new one after the next load */
+    drop_request(c, p);
     return rc;
 }
 
@@ -961,16 +1041,24 @@ static void ane_release(void *vctx, void *vprog)
     void *pool = c->S->objc_autoreleasePoolPush();
     if (p->loaded)
         (void)unload_prog(c, p, NULL, 0);
+    if (p->dir) {
+        pthread_mutex_lock(&p->dir->use);
+        if (p->dir->owner == p)
+            p->dir->owner = NULL;
+        pthread_mutex_unlock(&p->dir->use);
+    }
     prog_free(c, p);
     c->S->objc_autoreleasePoolPop(pool);
 }
 
-/* A program sharing `donor`'s compiled form (same MIL, same weight paths, so
-   the same hexId directory, where the framework keeps the compiled network)
-   whose weights come from the program directory `dir`. No compile: the new
-   model is only loaded, after its weight files are copied into place. Fails
-   (ANEC_EDRIVER) if the framework gives the new model another hexId, since
-   that directory would hold no compiled network. */
+/* A program sharing `donor`'s compiled network (same MIL, same weight paths)
+   for the program directory `dir`: a new descriptor + model with the weights
+   in `dir`, never compiled. Its compiled form is the one already in `dir`
+   (a program with the same weights left it there), else a copy of the
+   donor's: net.plist AND data, so it computes with the donor's weights until
+   patch_data. Whatever hexStringIdentifier the framework gives the new model
+   (the same as the donor's, or another when the identifier covers the weight
+   values), load puts this compiled form into that directory first. */
 static int ane_clone(void *vctx, void *vdonor, const char *dir, void **out, char *err,
                      size_t errlen)
 {
@@ -1011,26 +1099,24 @@ static int ane_clone(void *vctx, void *vdonor, const char *dir, void **out, char
         if (!file || !paths[i] || !p->rel[i]) {
             set_err(err, errlen, "out of memory");
             rc = ANEC_ENOMEM;
-        } else {
-            ane_id fp = nsstr(c, file);
-            datas[i] = fp ? S->msg1(c->cls[C_DATA], c->sel.data_with_file, fp) : NULL;
-            if (fp)
-                S->CFRelease(fp);
-            if (!datas[i]) {
-                set_err(err, errlen, "ANE driver: cannot read %s", file);
-                rc = ANEC_EIO;
-            }
+        } else if (!(datas[i] = read_data(c, file))) {
+            set_err(err, errlen, "ANE driver: cannot read %s", file);
+            rc = ANEC_EIO;
         }
         free(file);
     }
     if (rc == ANEC_OK)
         rc = make_model(c, p, (const char *const *)paths, datas, n, err, errlen);
-    if (rc == ANEC_OK && p->dir != donor->dir) {
-        set_err(err, errlen,
-                "ANE driver: the framework gave the clone a hexStringIdentifier other than "
-                "its donor's (%s vs %s); compile it instead",
-                p->dir->path, donor->dir->path);
-        rc = ANEC_EDRIVER;
+    if (rc == ANEC_OK) {
+        char *net = str_printf("%s/net.plist", dir);
+        int has_own = net && read_data(c, net) != NULL;
+        free(net);
+        if (!has_own && strcmp(dir, donor->src) != 0) {
+            pthread_mutex_lock(&donor->dir->use);
+            rc = copy_compiled(c, compiled_home(donor), dir, err, errlen);
+            pthread_mutex_unlock(&donor->dir->use);
+        }
+        p->own_copy = rc == ANEC_OK;
     }
     for (size_t i = 0; i < n; i++)
         free(paths[i]);
@@ -1042,6 +1128,93 @@ static int ane_clone(void *vctx, void *vdonor, const char *dir, void **out, char
         *out = p;
     S->objc_autoreleasePoolPop(pool);
     return rc;
+}
+
+static int ane_data_equals(void *vctx, void *vprog, const uint8_t *bytes, size_t len, char *err,
+                           size_t errlen)
+{
+    ane_ctx *c = vctx;
+    ane_prog *p = vprog;
+    const ane_syms *S = c->S;
+    void *pool = S->objc_autoreleasePoolPush();
+    pthread_mutex_lock(&p->dir->use);
+    char *path = str_printf("%s/data", compiled_home(p));
+    ane_id data = path ? read_data(c, path) : NULL;
+    int eq;
+    if (!data) {
+        set_err(err, errlen, "ANE driver: no compiled data at %s", path ? path : "(out of memory)");
+        eq = -1;
+    } else {
+        size_t n = (size_t)S->CFDataGetLength(data);
+        const uint8_t *b = S->CFDataGetBytePtr(data);
+        eq = n == len && (len == 0 || (b && memcmp(b, bytes, len) == 0));
+    }
+    free(path);
+    pthread_mutex_unlock(&p->dir->use);
+    S->objc_autoreleasePoolPop(pool);
+    return eq;
+}
+
+/* Orion's tested delta path: the new BLOBFILE becomes the compiled `data`
+   (for a one-tensor program the compiler's data is that BLOBFILE), then only
+   load. The weight file is rewritten too, so the directory stays coherent. */
+static int ane_patch_data(void *vctx, void *vprog, const char *rel, const uint8_t *bytes,
+                          size_t len, char *err, size_t errlen)
+{
+    ane_ctx *c = vctx;
+    ane_prog *p = vprog;
+    const ane_syms *S = c->S;
+    if (p->loaded) {
+        set_err(err, errlen, "ANE driver: patch_data of a loaded program");
+        return ANEC_ESTATE;
+    }
+    char *mp = str_printf(ANE_MODEL_PATH_PREFIX "%s", rel ? rel : "");
+    int safe = mp && relative_blob_path(mp) != NULL;
+    free(mp);
+    if (!safe) {
+        set_err(err, errlen, "ANE driver: weight path '%s' is not a relative program path", rel ? rel : "");
+        return ANEC_EINVAL;
+    }
+    void *pool = S->objc_autoreleasePoolPush();
+    pthread_mutex_lock(&p->dir->use);
+    int owner = p->dir->owner == p;
+    const char *home = owner ? p->dir->path : p->src;
+    ane_id data = S->CFDataCreate(NULL, bytes, (ane_cfindex)len);
+    char *dp = str_printf("%s/data", home), *fp = str_printf("%s/%s", p->dir->path, rel);
+    int rc = (data && dp && fp) ? ANEC_OK : ANEC_ENOMEM;
+    if (rc == ANEC_ENOMEM)
+        set_err(err, errlen, "out of memory");
+    if (rc == ANEC_OK)
+        rc = write_data(c, data, dp, err, errlen);
+    if (rc == ANEC_OK && owner) {
+        rc = write_data(c, data, fp, err, errlen);
+        p->own_copy = 0; /* the directory holds the truth now */
+    }
+    if (data)
+        S->CFRelease(data);
+    free(dp);
+    free(fp);
+    pthread_mutex_unlock(&p->dir->use);
+    S->objc_autoreleasePoolPop(pool);
+    return rc;
+}
+
+static int ane_set_option(void *vctx, const char *key, const char *value, char *err,
+                          size_t errlen)
+{
+    (void)vctx;
+    if (strcmp(key, "threads") == 0)
+        return ANEC_OK; /* the device has no CPU kernel threads */
+    set_err(err, errlen, "ANE driver: no option %s (= %s)", key, value);
+    return ANEC_EINVAL;
+}
+
+/* Nothing is verified by the driver itself: `python -m anec.selftest` probes
+   on each Mac which reload strategies really change outputs. */
+static unsigned ane_self_verified(void *vctx)
+{
+    (void)vctx;
+    return 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1254,16 +1427,20 @@ static int ane_evaluate(void *vctx, void *vprog, anec_surface *const *in, size_t
     }
     size_t n = distinct_surfaces(in, n_in, out, n_out, list);
     void *pool = S->objc_autoreleasePoolPush();
-    int rc = request_for(c, p, in, n_in, out, n_out, err, errlen);
-    if (rc == ANEC_OK) {
-        /* The CPU holds the surfaces locked except while the device runs. */
+    int rc = ANEC_OK;
+    {
+        /* The CPU holds the surfaces locked except while the device uses them:
+           unlock first, then wrap them into the request and evaluate. */
         size_t unlocked = 0;
         while (unlocked < n && S->IOSurfaceUnlock(list[unlocked]->handle, 0, NULL) == 0)
             unlocked++;
         if (unlocked < n) {
             set_err(err, errlen, "ANE driver: IOSurfaceUnlock failed");
             rc = ANEC_EDRIVER;
-        } else {
+        }
+        if (rc == ANEC_OK)
+            rc = request_for(c, p, in, n_in, out, n_out, err, errlen);
+        if (rc == ANEC_OK) {
             ane_id e = NULL;
             if (!S->msg_qos_opts_req_err(p->model, c->sel.evaluate, ANE_QOS, c->empty,
                                          p->request, &e)) {
@@ -1315,5 +1492,8 @@ const anec_driver anec_driver_ane = {
     .evaluate = ane_evaluate,
     .release = ane_release,
     .clone = ane_clone,
-    .set_option = NULL,
+    .set_option = ane_set_option,
+    .self_verified = ane_self_verified,
+    .data_equals = ane_data_equals,
+    .patch_data = ane_patch_data,
 };

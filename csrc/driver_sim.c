@@ -3,34 +3,75 @@
  * interface (anec_driver.h).
  *
  *   compile   parse the MIL and build a plan (sim_plan.c), rejecting what the
- *             ANE compiler rejects; at most `compile_budget` compiles per
- *             driver context (a context models one process on the device).
- *   load      read and validate the BLOBFILEs from the program directory;
- *             weights are baked from then on (sim_exec.c).
+ *             ANE compiler rejects; at most 119 compiles per process, like
+ *             the device. Bakes the weights: writes the compiled form,
+ *             `net.plist` and `data`, into the program directory.
+ *   load      reads the compiled form only (rewriting weights/ changes
+ *             nothing) and copies the weights out of it (sim_exec.c).
  *   evaluate  check the surfaces like the device (same count, uniform
  *             allocation size per direction, not below the minimum, large
  *             enough for the packed tensor) and run the plan; failures carry
  *             the device's status=0x1d and a constraint id.
+ *
+ * The device model is a set of switches (option "device", from
+ * anec_options.sim_device or $ANEC_SIM_DEVICE), so that the runtime can be
+ * tested against every reading of the public evidence:
+ *
+ *   data=tensor  (default) `data` is byte-identical to the BLOBFILE only for a
+ *                program with ONE BLOBFILE tensor (the only case measured:
+ *                Orion's E5 spike); otherwise it is opaque.
+ *   data=file    `data` equals the BLOBFILE for any program whose weights are
+ *                one BLOBFILE file (packed), whatever its tensor count.
+ *   load=data    (default) load reads `net.plist` + `data` (maderix M5:
+ *                rewriting weights/ and loading again changes nothing).
+ *   load=weights load re-reads the weight files (the claim of Orion's paper that
+ *                no test backs): a rewrite of weights/ reaches the device.
+ *   load=memory  load restores what compile baked and reads no file at all:
+ *                only a compile changes weights (the most pessimistic case).
+ *
+ * The sim guarantees the data patch under load=data and load=weights.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "anec_driver.h"
+#include "rt_files.h"
+#include "rt_sha256.h"
 #include "rt_util.h"
 #include "sim_plan.h"
 
+#define SIM_PROCESS_BUDGET 119
+#define NET_MAX_BYTES 65536u
+#define DATA_MAX_BYTES (1ull << 36)
+static const char CONTAINER_MAGIC[8] = {'A', 'N', 'E', 'S', 'I', 'M', 'C', 'T'};
+
+enum { DATA_TENSOR = 0, DATA_FILE = 1 };
+enum { LOAD_DATA = 0, LOAD_WEIGHTS = 1, LOAD_MEMORY = 2 };
+
+/* Compiles in this process: the device's count, shared by every context. */
+static atomic_llong g_compiles;
+
+void anec_sim_reset_process(void);
+void anec_sim_reset_process(void) { atomic_store(&g_compiles, 0); }
+
 typedef struct sim_ctx {
     int threads;
-    long long budget;
-    long long compiles;
+    int data_mode, load_mode;
 } sim_ctx;
 
 typedef struct sim_prog {
     sim_state *st;
-    char *dir;
+    char *dir;                   /* the program directory: compiled form + weights/ */
     size_t min_surface;
+    int load_mode;
+    char mil_hex[65];            /* sha256 of the MIL the plan came from */
+    char **paths;                /* distinct BLOBFILE paths the plan reads, sorted */
+    size_t n_paths;
+    uint8_t *baked;              /* load=memory: the data bytes compile baked */
+    size_t baked_len;
 } sim_prog;
 
 static int sim_available(char *why, size_t whylen)
@@ -48,83 +89,443 @@ static int sim_open(void **ctx, char *err, size_t errlen)
         return ANEC_ENOMEM;
     }
     c->threads = 2;
-    const char *env = getenv("ANEC_SIM_THREADS");
-    if (env && atoi(env) > 0)
-        c->threads = atoi(env);
-    c->budget = 119;
     *ctx = c;
     return ANEC_OK;
 }
 
 static void sim_close(void *ctx) { free(ctx); }
 
-static int sim_set_option(void *ctx, const char *key, long long value, char *err, size_t errlen)
+static int parse_device(sim_ctx *c, const char *spec, char *err, size_t errlen)
+{
+    int data = DATA_TENSOR, load = LOAD_DATA;
+    const char *s = spec;
+    while (*s) {
+        const char *e = strchr(s, ',');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        char item[64];
+        if (n >= sizeof item)
+            n = sizeof item - 1;
+        memcpy(item, s, n);
+        item[n] = 0;
+        if (strcmp(item, "data=tensor") == 0)
+            data = DATA_TENSOR;
+        else if (strcmp(item, "data=file") == 0)
+            data = DATA_FILE;
+        else if (strcmp(item, "load=data") == 0)
+            load = LOAD_DATA;
+        else if (strcmp(item, "load=weights") == 0)
+            load = LOAD_WEIGHTS;
+        else if (strcmp(item, "load=memory") == 0)
+            load = LOAD_MEMORY;
+        else if (n) {
+            snprintf(err, errlen, "sim: unknown device switch '%s' (data=tensor|file, load=data|weights|memory)", item);
+            return ANEC_EINVAL;
+        }
+        s = e ? e + 1 : s + n;
+    }
+    c->data_mode = data;
+    c->load_mode = load;
+    return ANEC_OK;
+}
+
+static int sim_set_option(void *ctx, const char *key, const char *value, char *err, size_t errlen)
 {
     sim_ctx *c = ctx;
-    if (strcmp(key, "threads") == 0 && value >= 1 && value <= 64) {
-        c->threads = (int)value;
-        return ANEC_OK;
+    if (strcmp(key, "threads") == 0) {
+        int t = atoi(value);
+        if (t >= 1 && t <= 64) {
+            c->threads = t;
+            return ANEC_OK;
+        }
+    } else if (strcmp(key, "device") == 0) {
+        return parse_device(c, value, err, errlen);
     }
-    if (strcmp(key, "compile_budget") == 0 && value >= 0) {
-        c->budget = value;
-        return ANEC_OK;
-    }
-    snprintf(err, errlen, "sim: invalid option %s = %lld", key, value);
+    snprintf(err, errlen, "sim: invalid option %s = %s", key, value);
     return ANEC_EINVAL;
 }
 
-static int new_prog(sim_plan *plan, const char *dir, size_t min_surface, int threads, void **out, char *err, size_t errlen)
+static unsigned sim_self_verified(void *ctx)
+{
+    const sim_ctx *c = ctx;
+    return c->load_mode == LOAD_MEMORY ? 0u : (unsigned)ANEC_RELOAD_DATA_PATCH;
+}
+
+static void prog_free(sim_prog *p)
+{
+    if (!p)
+        return;
+    sim_state_free(p->st);
+    for (size_t i = 0; i < p->n_paths; i++)
+        free(p->paths[i]);
+    free(p->paths);
+    free(p->dir);
+    free(p->baked);
+    free(p);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static sim_prog *prog_new(sim_plan *plan, const char *dir, size_t min_surface, int threads, int load_mode)
 {
     sim_prog *p = calloc(1, sizeof *p);
-    if (p) {
-        p->st = sim_state_new(plan, threads);
-        p->dir = rt_strdup(dir);
+    if (!p)
+        return NULL;
+    p->st = sim_state_new(plan, threads);
+    p->dir = rt_strdup(dir);
+    p->paths = calloc(plan->n_vals + 1, sizeof *p->paths);
+    if (!p->st || !p->dir || !p->paths) {
+        prog_free(p);
+        return NULL;
     }
-    if (!p || !p->st || !p->dir) {
-        if (p) {
-            sim_state_free(p->st);
-            free(p->dir);
-            free(p);
+    for (size_t i = 0; i < plan->n_vals; i++) {
+        const sim_value *v = &plan->vals[i];
+        if (v->kind != SV_BLOB)
+            continue;
+        int seen = 0;
+        for (size_t k = 0; k < p->n_paths && !seen; k++)
+            seen = strcmp(p->paths[k], v->blob_path) == 0;
+        if (!seen && !(p->paths[p->n_paths++] = rt_strdup(v->blob_path))) {
+            prog_free(p);
+            return NULL;
         }
-        snprintf(err, errlen, "out of memory");
-        return ANEC_ENOMEM;
     }
+    qsort(p->paths, p->n_paths, sizeof *p->paths, cmp_str);
     p->min_surface = min_surface;
-    *out = p;
-    return ANEC_OK;
+    p->load_mode = load_mode;
+    return p;
+}
+
+/* ---- the compiled form ------------------------------------------------------------ */
+
+/* Is `data` one BLOBFILE's bytes (1) or the sim's opaque container (0)? */
+static int single_layout(const sim_ctx *c, const sim_plan *plan, size_t n_paths)
+{
+    return c->data_mode == DATA_TENSOR ? plan->n_blobs == 1 : n_paths == 1;
+}
+
+static void put_u32(uint8_t *b, uint32_t v) { memcpy(b, &v, 4); }
+static void put_u64(uint8_t *b, uint64_t v) { memcpy(b, &v, 8); }
+
+/* The opaque container: magic, u32 version 1, u32 count, per file
+   {u32 path length, path, u64 length, bytes}. */
+static uint8_t *container(const sim_file *f, size_t n, size_t *len)
+{
+    size_t total = 16;
+    for (size_t i = 0; i < n; i++)
+        if (rt_add_size(total, 12 + strlen(f[i].path), &total) || rt_add_size(total, f[i].len, &total))
+            return NULL;
+    uint8_t *b = malloc(total);
+    if (!b)
+        return NULL;
+    memcpy(b, CONTAINER_MAGIC, 8);
+    put_u32(b + 8, 1);
+    put_u32(b + 12, (uint32_t)n);
+    size_t o = 16;
+    for (size_t i = 0; i < n; i++) {
+        size_t pl = strlen(f[i].path);
+        put_u32(b + o, (uint32_t)pl);
+        memcpy(b + o + 4, f[i].path, pl);
+        put_u64(b + o + 4 + pl, f[i].len);
+        memcpy(b + o + 12 + pl, f[i].data, f[i].len);
+        o += 12 + pl + f[i].len;
+    }
+    *len = total;
+    return b;
+}
+
+/* Split `data` into files (pointers into data); *n set. -1 if malformed. */
+static int decode(const sim_prog *p, int single, const uint8_t *data, size_t len, sim_file *out, size_t *n,
+                  char *err, size_t errlen)
+{
+    if (single) {
+        if (p->n_paths != 1) {
+            snprintf(err, errlen, "load: the compiled network reads %zu weight files from a single-file data", p->n_paths);
+            return -1;
+        }
+        out[0] = (sim_file){p->paths[0], data, len};
+        *n = 1;
+        return 0;
+    }
+    if (len < 16 || memcmp(data, CONTAINER_MAGIC, 8) != 0) {
+        snprintf(err, errlen, "load: the compiled data is not the sim's weight container");
+        return -1;
+    }
+    uint32_t count;
+    memcpy(&count, data + 12, 4);
+    if (count != p->n_paths) {
+        snprintf(err, errlen, "load: the compiled data holds %u weight files, the network reads %zu", count, p->n_paths);
+        return -1;
+    }
+    size_t o = 16;
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t pl;
+        uint64_t fl;
+        if (len - o < 4)
+            goto bad;
+        memcpy(&pl, data + o, 4);
+        if (len - o - 4 < (size_t)pl + 8)
+            goto bad;
+        memcpy(&fl, data + o + 4 + pl, 8);
+        if (fl > len - o - 12 - pl)
+            goto bad;
+        const char *path = NULL;
+        for (size_t k = 0; k < p->n_paths && !path; k++)
+            if (strlen(p->paths[k]) == pl && memcmp(p->paths[k], data + o + 4, pl) == 0)
+                path = p->paths[k];
+        if (!path)
+            goto bad;
+        out[i] = (sim_file){path, data + o + 12 + pl, (size_t)fl};
+        o += 12 + pl + (size_t)fl;
+    }
+    *n = count;
+    return 0;
+bad:
+    snprintf(err, errlen, "load: the compiled data is truncated or corrupt");
+    return -1;
+}
+
+static int write_compiled(const sim_prog *p, int single, const uint8_t *data, size_t len, char *err, size_t errlen)
+{
+    char net[512];
+    int n = snprintf(net, sizeof net, "anec-sim-net 1\nmil %s\nlayout %s\n", p->mil_hex, single ? "file" : "container");
+    char why[512];
+    char *np = rt_join(p->dir, "net.plist"), *dp = rt_join(p->dir, "data");
+    int rc = ANEC_OK;
+    if (!np || !dp)
+        rc = ANEC_ENOMEM;
+    else if (rt_write_atomic(dp, data, len, why, sizeof why) || rt_write_atomic(np, net, (size_t)n, why, sizeof why))
+        rc = ANEC_EIO;
+    if (rc != ANEC_OK)
+        snprintf(err, errlen, "sim compile: cannot write the compiled form: %s", rc == ANEC_EIO ? why : "out of memory");
+    free(np);
+    free(dp);
+    return rc;
+}
+
+/* Which layout the compiled form in p->dir has: 1 file, 0 container, -1 bad. */
+static int read_net(const sim_prog *p, char *err, size_t errlen)
+{
+    uint8_t *net = NULL;
+    size_t len = 0;
+    char why[512];
+    if (rt_read_beneath(p->dir, "net.plist", NET_MAX_BYTES, &net, &len, why, sizeof why)) {
+        snprintf(err, errlen, "load: no compiled network (%s)", why);
+        return -1;
+    }
+    char want[160];
+    snprintf(want, sizeof want, "anec-sim-net 1\nmil %s\nlayout ", p->mil_hex);
+    size_t wl = strlen(want);
+    int layout = -1;
+    if (len >= wl && memcmp(net, want, wl) == 0) {
+        if (len - wl == 5 && memcmp(net + wl, "file\n", 5) == 0)
+            layout = 1;
+        else if (len - wl == 10 && memcmp(net + wl, "container\n", 10) == 0)
+            layout = 0;
+    }
+    free(net);
+    if (layout < 0)
+        snprintf(err, errlen, "load: the compiled network in %s is not this program's", p->dir);
+    return layout;
 }
 
 static int sim_compile(void *ctx, const anec_compile_args *args, void **prog, char *err, size_t errlen)
 {
     sim_ctx *c = ctx;
-    if (c->compiles >= c->budget) {
+    if (atomic_load(&g_compiles) >= SIM_PROCESS_BUDGET) {
         snprintf(err, errlen, "[ANE-COMPILE-BUDGET] compile refused: this process already compiled %lld programs, "
-                 "the device's limit is %lld per process", c->compiles, c->budget);
+                 "the device's limit is %d per process", (long long)atomic_load(&g_compiles), SIM_PROCESS_BUDGET);
         return ANEC_EBUDGET;
     }
     int status;
     sim_plan *plan = sim_plan_build(args->mil, args->mil_len, &args->limits, &status, err, errlen);
     if (!plan)
         return status;
-    int rc = new_prog(plan, args->dir, args->limits.min_surface_bytes, c->threads, prog, err, errlen);
+    sim_prog *p = prog_new(plan, args->dir, args->limits.min_surface_bytes, c->threads, c->load_mode);
     sim_plan_release(plan);
-    if (rc == ANEC_OK)
-        c->compiles++;
-    return rc;
+    if (!p) {
+        snprintf(err, errlen, "out of memory");
+        return ANEC_ENOMEM;
+    }
+    uint8_t h[32];
+    rt_sha256(args->mil, args->mil_len, h);
+    rt_sha256_hex(h, p->mil_hex);
+    /* the files the plan reads, from the compile arguments */
+    sim_file *files = calloc(p->n_paths + 1, sizeof *files);
+    int rc = files ? ANEC_OK : ANEC_ENOMEM;
+    for (size_t k = 0; rc == ANEC_OK && k < p->n_paths; k++) {
+        for (size_t i = 0; i < args->n_blobs && !files[k].path; i++)
+            if (strcmp(args->blobs[i].path, p->paths[k]) == 0)
+                files[k] = (sim_file){p->paths[k], args->blobs[i].data, args->blobs[i].len};
+        if (!files[k].path) {
+            snprintf(err, errlen, "sim compile: weight file %s was not given", p->paths[k]);
+            rc = ANEC_EINVAL;
+        }
+    }
+    int single = single_layout(c, p->st->plan, p->n_paths);
+    uint8_t *data = NULL;
+    size_t len = 0;
+    if (rc == ANEC_OK && !single && !(data = container(files, p->n_paths, &len)))
+        rc = ANEC_ENOMEM;
+    if (rc == ANEC_OK) {
+        const uint8_t *bytes = single ? files[0].data : data;
+        size_t blen = single ? files[0].len : len;
+        rc = write_compiled(p, single, bytes, blen, err, errlen);
+        if (rc == ANEC_OK && c->load_mode == LOAD_MEMORY) {
+            p->baked = malloc(blen ? blen : 1);
+            if (!p->baked)
+                rc = ANEC_ENOMEM;
+            else
+                memcpy(p->baked, bytes, blen);
+            p->baked_len = blen;
+        }
+    }
+    if (rc == ANEC_ENOMEM)
+        snprintf(err, errlen, "out of memory");
+    free(data);
+    free(files);
+    if (rc != ANEC_OK) {
+        prog_free(p);
+        return rc;
+    }
+    atomic_fetch_add(&g_compiles, 1);
+    *prog = p;
+    return ANEC_OK;
 }
 
-static int sim_clone(void *ctx, void *prog, const char *dir, void **out, char *err, size_t errlen)
+static int sim_clone(void *ctx, void *donor, const char *dir, void **out, char *err, size_t errlen)
 {
     sim_ctx *c = ctx;
+    sim_prog *d = donor;
+    sim_prog *p = prog_new(d->st->plan, dir, d->min_surface, c->threads, d->load_mode);
+    if (!p) {
+        snprintf(err, errlen, "out of memory");
+        return ANEC_ENOMEM;
+    }
+    memcpy(p->mil_hex, d->mil_hex, sizeof p->mil_hex);
+    int rc = ANEC_OK;
+    if (strcmp(dir, d->dir) != 0 && read_net(p, err, errlen) < 0) {
+        /* dir holds no compiled form yet: copy the donor's (its weights included) */
+        static const char *const names[] = {"net.plist", "data"};
+        for (int i = 0; i < 2 && rc == ANEC_OK; i++) {
+            char *from = rt_join(d->dir, names[i]), *to = rt_join(dir, names[i]);
+            char why[512] = "out of memory";
+            if (!from || !to || rt_link_or_copy(from, to, why, sizeof why)) {
+                snprintf(err, errlen, "sim clone: %s", why);
+                rc = ANEC_EIO;
+            }
+            free(from);
+            free(to);
+        }
+    }
+    if (rc == ANEC_OK && d->baked) {
+        p->baked = malloc(d->baked_len ? d->baked_len : 1);
+        if (!p->baked) {
+            snprintf(err, errlen, "out of memory");
+            rc = ANEC_ENOMEM;
+        } else {
+            memcpy(p->baked, d->baked, d->baked_len);
+            p->baked_len = d->baked_len;
+        }
+    }
+    if (rc != ANEC_OK) {
+        prog_free(p);
+        return rc;
+    }
+    *out = p;
+    return ANEC_OK;
+}
+
+static int sim_data_equals(void *ctx, void *prog, const uint8_t *bytes, size_t len, char *err, size_t errlen)
+{
+    (void)ctx;
+    (void)err;
+    (void)errlen;
+    const sim_prog *p = prog;
+    return rt_file_equals(p->dir, "data", bytes, len);
+}
+
+static int sim_patch_data(void *ctx, void *prog, const char *rel, const uint8_t *bytes, size_t len, char *err,
+                          size_t errlen)
+{
+    (void)ctx;
     sim_prog *p = prog;
-    return new_prog(p->st->plan, dir, p->min_surface, c->threads, out, err, errlen);
+    if (p->st->loaded) {
+        snprintf(err, errlen, "patch_data: the program is loaded");
+        return ANEC_ESTATE;
+    }
+    int layout = read_net(p, err, errlen);
+    if (layout < 0)
+        return ANEC_ELOAD;
+    if (layout != 1) {
+        snprintf(err, errlen, "patch_data: the compiled data of this program is opaque (several tensors)");
+        return ANEC_EINVAL;
+    }
+    /* the compiled directory is the program directory: its weight file holds the
+       new bytes already when the core calls this; link it, else write */
+    char why[512] = "out of memory";
+    char *dp = rt_join(p->dir, "data"), *fp = rt_join(p->dir, rel);
+    int rc = ANEC_OK;
+    if (!dp || !fp)
+        rc = ANEC_ENOMEM;
+    else if (rt_file_equals(p->dir, rel, bytes, len) ? rt_link_or_copy(fp, dp, why, sizeof why)
+                                                     : rt_write_atomic(dp, bytes, len, why, sizeof why))
+        rc = ANEC_EIO;
+    if (rc != ANEC_OK)
+        snprintf(err, errlen, "patch_data: %s", why);
+    free(dp);
+    free(fp);
+    return rc;
 }
 
 static int sim_load(void *ctx, void *prog, char *err, size_t errlen)
 {
     (void)ctx;
     sim_prog *p = prog;
-    return sim_state_load(p->st, p->dir, err, errlen);
+    if (p->st->loaded)
+        return ANEC_OK;
+    sim_file *files = calloc(p->n_paths + 1, sizeof *files);
+    uint8_t **owned = calloc(p->n_paths + 1, sizeof *owned);
+    if (!files || !owned) {
+        free(files);
+        free(owned);
+        snprintf(err, errlen, "out of memory");
+        return ANEC_ENOMEM;
+    }
+    size_t n = 0;
+    int rc = ANEC_OK;
+    char why[512];
+    if (p->load_mode == LOAD_WEIGHTS) {
+        for (size_t k = 0; k < p->n_paths && rc == ANEC_OK; k++) {
+            size_t len = 0;
+            if (rt_read_beneath(p->dir, rt_rel_path(p->paths[k]), DATA_MAX_BYTES, &owned[k], &len, why, sizeof why)) {
+                snprintf(err, errlen, "load: weight file %s: %s", p->paths[k], why);
+                rc = ANEC_ELOAD;
+            }
+            files[n++] = (sim_file){p->paths[k], owned[k], len};
+        }
+    } else {
+        int layout = read_net(p, err, errlen);
+        const uint8_t *data = p->baked;
+        size_t len = p->baked_len;
+        if (layout < 0) {
+            rc = ANEC_ELOAD;
+        } else if (p->load_mode == LOAD_DATA) {
+            if (rt_read_beneath(p->dir, "data", DATA_MAX_BYTES, &owned[0], &len, why, sizeof why)) {
+                snprintf(err, errlen, "load: compiled data: %s", why);
+                rc = ANEC_ELOAD;
+            }
+            data = owned[0];
+        }
+        if (rc == ANEC_OK && decode(p, layout, data, len, files, &n, err, errlen))
+            rc = ANEC_ELOAD;
+    }
+    if (rc == ANEC_OK)
+        rc = sim_state_load(p->st, files, n, err, errlen);
+    for (size_t k = 0; k < p->n_paths; k++)
+        free(owned[k]);
+    free(owned);
+    free(files);
+    return rc;
 }
 
 static int sim_unload(void *ctx, void *prog, char *err, size_t errlen)
@@ -139,13 +540,17 @@ static int sim_unload(void *ctx, void *prog, char *err, size_t errlen)
 static int sim_surface_create(void *ctx, size_t bytes, anec_surface *out, char *err, size_t errlen)
 {
     (void)ctx;
-    size_t n = (bytes + 63u) & ~(size_t)63u;
-    uint8_t *b = aligned_alloc(64, n ? n : 64);
+    size_t n;
+    if (rt_round_up(bytes ? bytes : 1, 64, &n)) {
+        snprintf(err, errlen, "surface of %zu bytes is too large", bytes);
+        return ANEC_ENOMEM;
+    }
+    uint8_t *b = aligned_alloc(64, n);
     if (!b) {
         snprintf(err, errlen, "out of memory allocating a %zu-byte surface", bytes);
         return ANEC_ENOMEM;
     }
-    memset(b, 0, n ? n : 64);
+    memset(b, 0, n);
     out->handle = NULL;
     out->base = b;
     out->bytes = bytes;
@@ -234,12 +639,7 @@ static int sim_evaluate(void *ctx, void *prog, anec_surface *const *inputs, size
 static void sim_release(void *ctx, void *prog)
 {
     (void)ctx;
-    sim_prog *p = prog;
-    if (!p)
-        return;
-    sim_state_free(p->st);
-    free(p->dir);
-    free(p);
+    prog_free(prog);
 }
 
 const anec_driver anec_driver_sim = {
@@ -247,13 +647,16 @@ const anec_driver anec_driver_sim = {
     .available = sim_available,
     .open = sim_open,
     .close = sim_close,
+    .set_option = sim_set_option,
+    .self_verified = sim_self_verified,
     .compile = sim_compile,
     .load = sim_load,
     .unload = sim_unload,
+    .clone = sim_clone,
+    .data_equals = sim_data_equals,
+    .patch_data = sim_patch_data,
     .surface_create = sim_surface_create,
     .surface_free = sim_surface_free,
     .evaluate = sim_evaluate,
     .release = sim_release,
-    .clone = sim_clone,
-    .set_option = sim_set_option,
 };

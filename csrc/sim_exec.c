@@ -1,11 +1,10 @@
 /*
- * sim_exec.c - the sim executor: load weights from the program directory and
- * run a plan.
+ * sim_exec.c - the sim executor: load the baked weights and run a plan.
  *
  * Storage follows the device: fp16 tensors hold fp16 bit patterns (every op
  * result is rounded to fp16), fp32 tensors stay fp32, arithmetic is done in
- * fp32 (GEMMs accumulate in fp32). Weights are copied out of the BLOBFILEs at
- * load and never re-read, so patching files without a reload changes nothing.
+ * fp32 (GEMMs accumulate in fp32). Weights are copied out of the compiled
+ * data at load (driver_sim.c decides where it comes from) and never re-read.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -78,46 +77,7 @@ void sim_state_free(sim_state *s)
     free(s);
 }
 
-/* Whole file into memory; NULL + err on failure. */
-static uint8_t *read_file(const char *path, size_t *len, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    uint8_t *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (cap - n < 65536) {
-            size_t nc = cap ? cap * 2 : 1 << 20;
-            uint8_t *nb = realloc(buf, nc);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                snprintf(err, errlen, "out of memory reading %s", path);
-                return NULL;
-            }
-            buf = nb;
-            cap = nc;
-        }
-        size_t k = fread(buf + n, 1, cap - n, f);
-        n += k;
-        if (k == 0)
-            break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        snprintf(err, errlen, "read error on %s", path);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
-int sim_state_load(sim_state *s, const char *dir, char *err, size_t errlen)
+int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, char *err, size_t errlen)
 {
     sim_plan *p = s->plan;
     if (s->loaded)
@@ -132,30 +92,19 @@ int sim_state_load(sim_state *s, const char *dir, char *err, size_t errlen)
         sim_value *v = &p->vals[i];
         if (v->kind != SV_BLOB || done[i])
             continue;
-        const char *rel = v->blob_path + 12; /* after "@model_path/" (checked at compile) */
-        if (rel[0] == '/' || strstr(rel, "..")) {
-            snprintf(err, errlen, "model.mil:%d: BLOBFILE path \"%s\" escapes the program directory", v->line, v->blob_path);
+        const sim_file *f = NULL;
+        for (size_t k = 0; k < n_files && !f; k++)
+            if (strcmp(files[k].path, v->blob_path) == 0)
+                f = &files[k];
+        if (!f) {
+            snprintf(err, errlen, "load: the compiled weights hold no file %s for const '%s' (model.mil:%d)",
+                     v->blob_path, v->name, v->line);
             rc = ANEC_ELOAD;
             break;
         }
-        size_t plen = strlen(dir) + strlen(rel) + 2;
-        char *path = malloc(plen);
-        if (!path) {
-            rc = ANEC_ENOMEM;
-            snprintf(err, errlen, "out of memory");
-            break;
-        }
-        snprintf(path, plen, "%s/%s", dir, rel);
-        size_t len = 0;
-        char rerr[512];
-        uint8_t *file = read_file(path, &len, rerr, sizeof rerr);
-        if (!file) {
-            snprintf(err, errlen, "load: weight file %s of const '%s' (model.mil:%d): %s", v->blob_path, v->name, v->line, rerr);
-            free(path);
-            rc = ANEC_ELOAD;
-            break;
-        }
-        /* every const stored in this file */
+        const uint8_t *file = f->data;
+        size_t len = f->len;
+    /* every const stored in this file */
         for (size_t j = i; j < p->n_vals; j++) {
             sim_value *w = &p->vals[j];
             if (w->kind != SV_BLOB || done[j] || strcmp(w->blob_path, v->blob_path) != 0)
@@ -178,8 +127,6 @@ int sim_state_load(sim_state *s, const char *dir, char *err, size_t errlen)
             s->store[j] = copy;
             done[j] = 1;
         }
-        free(file);
-        free(path);
     }
     free(done);
     for (size_t i = 0; i < p->n_vals && rc == ANEC_OK; i++) {

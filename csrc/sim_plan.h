@@ -66,7 +66,7 @@ typedef struct sim_op {
 } sim_op;
 
 typedef struct sim_plan {
-    int refs;
+    _Atomic int refs;            /* shared by programs on several threads */
     sim_value *vals;
     size_t n_vals;
     sim_op *ops;
@@ -100,9 +100,16 @@ typedef struct sim_state {
 
 sim_state *sim_state_new(sim_plan *plan, int threads);
 void sim_state_free(sim_state *s);
-/* Read every BLOBFILE const from dir (resolving @model_path/), validate it
-   and keep a private copy; allocate activation storage. */
-int sim_state_load(sim_state *s, const char *dir, char *err, size_t errlen);
+/* One weight file's bytes, keyed by its MIL path ("@model_path/weights/w.bin"). */
+typedef struct sim_file {
+    const char *path;
+    const uint8_t *data;
+    size_t len;
+} sim_file;
+
+/* Copy every BLOBFILE const out of files[] (validated: header, record,
+   dtype, size) and allocate activation storage. */
+int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, char *err, size_t errlen);
 void sim_state_unload(sim_state *s);
 /* Run the function. in[i]/out[j] are surfaces in binding order, checked by the caller. */
 int sim_state_run(sim_state *s, uint8_t *const *in, uint8_t *const *out, char *err, size_t errlen);

@@ -33,7 +33,7 @@ ANE_CORE_SRC  := $(filter-out csrc/driver_ane.c csrc/fuzz_%,$(wildcard csrc/*.c)
 ANE_CORE_BIN  := $(ANE_BUILD)/test_ane_core
 
 # Undefined symbols the macOS object may reference (Mach-O names).
-ANE_ALLOWED_UNDEF := _calloc _free _malloc _realloc _memcpy _memset _bzero _strchr _strcmp \
+ANE_ALLOWED_UNDEF := _calloc _free _malloc _realloc _memcmp _memcpy _memset _bzero _strchr _strcmp \
 	_strlen _strncmp _strrchr _strstr _snprintf _vsnprintf ___snprintf_chk ___vsnprintf_chk \
 	___memcpy_chk ___memset_chk ___stack_chk_fail ___stack_chk_guard _dlopen _dlsym _dlerror \
 	_pthread_mutex_init _pthread_mutex_destroy _pthread_mutex_lock _pthread_mutex_unlock

@@ -18,12 +18,10 @@ C_ASAN      := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-
 FUZZ_TIME   ?= 600
 FUZZ_SMOKE  ?= 15
 
-# The runtime sources (as in anec/runtime/_ffi_build.py); without driver_ane.c
-# the build falls back to the sim only.
-C_RT_SRC    := csrc/rt_core.c csrc/rt_sha256.c csrc/blobfile.c csrc/sim_mil.c csrc/sim_plan.c \
-               csrc/sim_exec.c csrc/sim_kernels.c csrc/driver_sim.c
+# The runtime sources: every csrc/*.c, as in anec/runtime/_ffi_build.py; without
+# driver_ane.c the build falls back to the sim only.
+C_RT_SRC    := $(sort $(wildcard csrc/*.c))
 ifneq ($(wildcard csrc/driver_ane.c),)
-C_RT_SRC    += csrc/driver_ane.c
 C_DEFS      :=
 else
 C_DEFS      := -DANEC_NO_ANE_DRIVER

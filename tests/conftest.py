@@ -32,3 +32,14 @@ def update_goldens(request: pytest.FixtureRequest) -> bool:
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
+
+
+@pytest.fixture(autouse=True)
+def _fresh_sim_process_budget():
+    """Each test starts like a new process: the device (and the sim) allow ~119
+    compiles per process, and the suite as a whole compiles far more."""
+    from anec.runtime import native
+
+    if native.available():
+        native.reset_process_budget("sim")
+    yield

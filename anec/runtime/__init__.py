@@ -22,15 +22,16 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import weakref
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, Iterable, Mapping, TypeVar
 
 import numpy as np
 
 from anec.diagnostics import AnecError, ArtifactError, RuntimeFailure, WeightError, did_you_mean
 from anec.runtime import native
-from anec.runtime.weights import patched_blobs
+from anec.runtime.weights import materialize, patched_blobs
 
 __all__ = ["Runtime", "Program", "RuntimeFailure", "backend_available"]
 
@@ -115,8 +116,13 @@ _C = TypeVar("_C", bound="_Closing")
 
 
 class _Closing:
-    """``with`` support and close-on-collection for the owners of native handles;
-    the subclass defines ``close()`` (idempotent)."""
+    """``with`` support and release-on-collection for the owners of native
+    handles. ``close()`` (idempotent, thread-safe) releases the device objects;
+    the handle itself goes back to C only when the Python object dies, so a
+    call racing with a close gets a clean error, never freed memory; and since
+    a C program keeps its runtime alive, finalizers may run in any order."""
+
+    _native: Any
 
     def __enter__(self: _C) -> _C:
         return self
@@ -124,26 +130,61 @@ class _Closing:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    def close(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
     def __del__(self) -> None:  # pragma: no cover - depends on GC timing
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001
-            pass
+        nat = getattr(self, "_native", None)
+        if nat is not None:
+            try:
+                nat.release()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _verdict_for(backend: str) -> list[str] | None:
+    """Reload strategies a `python -m anec.selftest` run verified on this Mac for
+    the ane driver (None: nothing cached, the runtime falls back to recompile)."""
+    if backend == "sim":
+        return None
+    try:
+        from anec.selftest import cached_verdict
+    except ImportError:  # pragma: no cover - part of anec
+        return None
+    return cached_verdict("ane")
 
 
 class Runtime(_Closing):
-    """A C runtime on one backend; programs live until :meth:`close`."""
+    """A C runtime on one backend; programs live until :meth:`close`.
+
+    Safe to use from several threads: calls on one program are serialized,
+    calls on different programs run in parallel (docs/runtime.md). Bound to
+    the process that opened it: after ``fork()`` open a new one in the child.
+    """
 
     def __init__(self, backend: str = "auto", compile_budget: int | None = None, *,
-                 temp_root: str | os.PathLike | None = None, sim_threads: int | None = None) -> None:
+                 temp_root: str | os.PathLike | None = None, sim_threads: int | None = None,
+                 reload_verified: Iterable[str] | None = None, sim_device: str | None = None) -> None:
+        """``reload_verified``: the reload strategies ("data-patch") verified on
+        this machine; None takes the driver's own (the sim's device model) or,
+        for the ane driver, the verdict `python -m anec.selftest` cached.
+        ``sim_device``: the sim's device model switches (docs/runtime.md)."""
         if backend not in BACKENDS:
             raise RuntimeFailure(f"unknown backend '{backend}'", hint=did_you_mean(backend, BACKENDS)
                                  or "choose sim, ane or auto")
         if compile_budget is not None and compile_budget < 1:
             raise RuntimeFailure(f"compile_budget must be >= 1, got {compile_budget}")
-        self._native = native.NativeRuntime(backend, compile_budget,
-                                            os.fspath(temp_root) if temp_root is not None else None, sim_threads)
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
         self._programs: "weakref.WeakSet[Program]" = weakref.WeakSet()
+        if reload_verified is None and backend != "sim":
+            ok_ane, _ = native.driver_available("ane") if backend == "auto" else (True, "")
+            if ok_ane:
+                reload_verified = _verdict_for("ane")
+        self._native = native.NativeRuntime(backend, compile_budget,
+                                            os.fspath(temp_root) if temp_root is not None else None, sim_threads,
+                                            list(reload_verified) if reload_verified is not None else None,
+                                            sim_device)
 
     # ---- properties ------------------------------------------------------
     @property
@@ -153,15 +194,28 @@ class Runtime(_Closing):
         return self._native.driver
 
     @property
-    def stats(self) -> dict[str, int]:
-        """compiles, compile_budget(_left), cache_hits, loads, unloads, reloads,
-        evaluations, blobs_patched, programs_live, dirs_live, ns_* per phase."""
+    def reload_verified(self) -> list[str]:
+        """Reload strategies verified for this runtime ("data-patch", "recompile", "inputs")."""
         self._check_open()
-        return self._native.stats()
+        return self._native.verified
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """compiles, compile_budget(_left), cache_hits, loads, unloads, reloads
+        (and per strategy: reloads_data_patch, reloads_recompile,
+        reloads_inputs), evaluations, blobs_patched, programs_live, dirs_live,
+        process_compiles, ns_* per phase, and ``reload_strategy``: the
+        strategy each open program reloads with, by program name."""
+        self._check_open()
+        st: dict[str, Any] = self._native.stats()
+        with self._lock:
+            progs = list(self._programs)
+        st["reload_strategy"] = {p.name: p.reload_info["strategy"] for p in progs if not p.closed}
+        return st
 
     @property
     def closed(self) -> bool:
-        return self._native.ptr is None
+        return self._native.closed
 
     # ---- programs ----------------------------------------------------------
     def load(self, artifact: Any, func: str | None = None) -> "Program":
@@ -176,8 +230,19 @@ class Runtime(_Closing):
         paths = {}
         for w in manifest.get("weights", []):
             paths[w["file"]] = w.get("path") or "@model_path/" + w["file"]
-        mil_blobs = {paths.get(rel, "@model_path/" + rel): data for rel, data in blobs.items()}
-        return self.compile(mil, mil_blobs, limits=_limits(manifest), manifest=manifest)
+        input_files = {w["file"] for w in manifest.get("weight_inputs", [])}
+        mil_blobs = {paths.get(rel, "@model_path/" + rel): data for rel, data in blobs.items()
+                     if rel not in input_files}
+        prog = self.compile(mil, mil_blobs, limits=_limits(manifest), manifest=manifest, load=False)
+        try:
+            if manifest.get("weight_inputs"):
+                prog._set_weight_inputs({w["input"]: _blob_array(blobs[w["file"]], w)
+                                         for w in manifest["weight_inputs"]}, reload=False)
+            prog.load()
+        except AnecError:
+            prog.close()
+            raise
+        return prog
 
     def compile(self, mil: str | bytes, blobs: Mapping[str, bytes] | None = None, *,
                 limits: Mapping[str, Any] | None = None, manifest: Mapping[str, Any] | None = None,
@@ -189,7 +254,8 @@ class Runtime(_Closing):
         nprog = self._native.compile(data, {k: bytes(v) for k, v in (blobs or {}).items()},
                                      dict(limits) if limits is not None else None)
         prog = Program(self, nprog, dict(manifest) if manifest is not None else None)
-        self._programs.add(prog)
+        with self._lock:
+            self._programs.add(prog)
         if load:
             try:
                 prog.load()
@@ -199,19 +265,34 @@ class Runtime(_Closing):
         return prog
 
     def close(self) -> None:
-        """Free every program and the runtime (program directories are removed)."""
-        if self.closed:
+        """Close every program and the runtime (program directories are removed).
+        Programs closed this way fail cleanly when used."""
+        if self._forked() or self.closed:
             return
-        for p in list(self._programs):
-            p.close()
-        self._native.close()
+        self._native.shutdown()
+
+    def _forked(self) -> bool:
+        return os.getpid() != self._pid
 
     def _check_open(self) -> None:
+        if self._forked():
+            raise RuntimeFailure(f"this Runtime was opened by process {self._pid}; after fork() the device state "
+                                 "belongs to the parent", hint="open a new Runtime in the child process")
         if self.closed:
             raise RuntimeFailure("the runtime is closed")
 
     def __repr__(self) -> str:
+        if self._forked():
+            return "Runtime(other process)"
         return f"Runtime(backend={self.backend!r})" if not self.closed else "Runtime(closed)"
+
+
+def _blob_array(data: bytes, entry: Mapping[str, Any]) -> np.ndarray:
+    """The payload of a weight-input BLOBFILE as an array of the input's dtype and shape."""
+    from anec.mil.blobfile import BlobReader
+
+    arr = BlobReader(data, name=entry.get("file")).read(int(entry.get("offset", 64)), entry.get("dtype"))
+    return arr.reshape(entry["shape"])
 
 
 class Program(_Closing):
@@ -224,19 +305,22 @@ class Program(_Closing):
         self.inputs = [dict(i) for i in nprog.inputs]    # binding (alphabetical) order
         self.outputs = [dict(o) for o in nprog.outputs]
         self.name = (manifest or {}).get("func", "main")
+        self._weight_inputs = {w["input"]: w for w in (manifest or {}).get("weight_inputs", [])}
 
     # ---- state -----------------------------------------------------------
     @property
     def closed(self) -> bool:
-        return self._native.ptr is None
+        return self._native.closed
 
     def _check(self) -> None:
+        self.runtime._check_open() if self.runtime._forked() else None
         if self.closed:
-            raise RuntimeFailure(f"program '{self.name}' is closed")
+            extra = " (its runtime was closed)" if self.runtime.closed else ""
+            raise RuntimeFailure(f"program '{self.name}' is closed{extra}")
 
     @property
     def dir(self) -> str:
-        """The program directory (model.mil + weights/) the backend loads from."""
+        """The program directory (model.mil + weights/ + the compiled form on the sim)."""
         self._check()
         return self._native.dir
 
@@ -246,9 +330,22 @@ class Program(_Closing):
         return self._native.stats()
 
     @property
+    def reload_info(self) -> dict[str, Any]:
+        """How :meth:`reload_weights` changes this program's weights:
+        ``strategy`` ("data-patch", "recompile"; "inputs" for weights compiled
+        as inputs), ``data_patchable``, ``verified`` and ``why``."""
+        self._check()
+        info = self._native.reload_info()
+        if self._weight_inputs and not any(w for w in (self.manifest or {}).get("weights", [])):
+            info["strategy"] = "inputs"
+            info["why"] = "inputs: the weights are program inputs; a reload writes their surfaces"
+        return info
+
+    @property
     def input_names(self) -> list[str]:
-        """Inputs in declaration order."""
-        return [i["name"] for i in sorted(self.inputs, key=lambda i: i["decl_index"])]
+        """User inputs in declaration order (weights compiled as inputs are not among them)."""
+        return [i["name"] for i in sorted(self.inputs, key=lambda i: i["decl_index"])
+                if i["name"] not in self._weight_inputs]
 
     @property
     def output_names(self) -> list[str]:
@@ -266,29 +363,39 @@ class Program(_Closing):
         self._native.unload()
 
     def close(self) -> None:
-        if not self.closed:
-            self._native.free()
+        if not self.runtime._forked():
+            self._native.close()
 
     # ---- evaluation --------------------------------------------------------
     def __call__(self, inputs: Mapping[str, Any] | None = None, /, **kw: Any) -> dict[str, np.ndarray]:
-        """Evaluate: ``prog(x=array)`` or ``prog({"x": array})`` -> {name: array}."""
+        """Evaluate: ``prog(x=array)`` or ``prog({"x": array})`` -> {name: array}.
+
+        Thread-safe: concurrent calls of one program are serialized in C (each
+        copies in, evaluates and copies out under the program's lock)."""
         self._check()
         given = dict(inputs or {})
         given.update(kw)
-        names = [i["name"] for i in self.inputs]
+        names = [i["name"] for i in self.inputs if i["name"] not in self._weight_inputs]
         for k in given:
             if k not in names:
                 raise RuntimeFailure(f"program '{self.name}' has no input '{k}' (inputs: {', '.join(self.input_names)})",
                                      hint=did_you_mean(k, names))
-        for i, spec in enumerate(self.inputs):
+        items: list[tuple[int, np.ndarray] | None] = []
+        for spec in self.inputs:
+            if spec["name"] in self._weight_inputs:
+                items.append(None)  # stays in its surface
+                continue
             if spec["name"] not in given:
                 raise RuntimeFailure(f"missing input '{spec['name']}' for program '{self.name}' "
                                      f"(inputs: {', '.join(self.input_names)})")
-            self._write_input(i, spec, given[spec["name"]])
-        self._native.run()
-        return self._collect()
+            items.append(self._host_input(spec, given[spec["name"]]))
+        outs = [np.empty(tuple(spec["shape"]), native.NP_DTYPES[spec["dtype"]]) for spec in self.outputs]
+        self._native.call(items, outs)
+        return self._collect({spec["name"]: a for spec, a in zip(self.outputs, outs)})
 
-    def _write_input(self, i: int, spec: Mapping[str, Any], value: Any) -> None:
+    def _host_input(self, spec: Mapping[str, Any], value: Any) -> tuple[int, np.ndarray]:
+        """(dtype code, contiguous array) for one input: fp32 arrays go to fp16
+        inputs as they are (converted in C), anything else to the input's dtype."""
         arr = np.asarray(value)
         if arr.dtype.kind not in "fiub":
             raise RuntimeFailure(f"input '{spec['name']}' must be a numeric array, got dtype {arr.dtype}")
@@ -296,24 +403,13 @@ class Program(_Closing):
         if arr.shape != shape:
             raise RuntimeFailure(f"input '{spec['name']}' has shape {list(arr.shape)}, the program expects "
                                  f"{list(shape)} ({spec['dtype']})")
-        surf = self._native.input_surface(i)
-        dst = surf[: spec["bytes"]].view(native.NP_DTYPES[spec["dtype"]]).reshape(shape)
-        if spec["dtype"] == "fp16" and arr.dtype == np.float32 and arr.flags.c_contiguous:
-            native.lib.anec_f32_to_f16(native.ffi.from_buffer("float[]", arr),
-                                       native.ffi.from_buffer("uint16_t[]", dst.view(np.uint16)), arr.size)
-        else:
-            dst[...] = arr
+        if spec["dtype"] == "fp16" and arr.dtype != np.float16:
+            arr = np.ascontiguousarray(arr, dtype=np.float32)
+            return native.DTYPE_CODES["fp32"], arr
+        arr = np.ascontiguousarray(arr, dtype=native.NP_DTYPES[spec["dtype"]])
+        return native.DTYPE_CODES[spec["dtype"]], arr
 
-    def _physical(self) -> dict[str, np.ndarray]:
-        out = {}
-        for j, spec in enumerate(self.outputs):
-            surf = self._native.output_surface(j)
-            a = surf[: spec["bytes"]].view(native.NP_DTYPES[spec["dtype"]]).reshape(spec["shape"])
-            out[spec["name"]] = a.copy()
-        return out
-
-    def _collect(self) -> dict[str, np.ndarray]:
-        phys = self._physical()
+    def _collect(self, phys: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         los = (self.manifest or {}).get("logical_outputs")
         if not los:
             return {n: phys[n] for n in self.output_names}
@@ -340,32 +436,55 @@ class Program(_Closing):
     def reload_weights(self, weights: Mapping[str, Any]) -> None:
         """Delta reload by checkpoint key: ``{"h.0.mlp.c_fc.weight": array}``.
 
-        Arrays are checked (shape, NaN/Inf, fp16 range) and written into the
-        program's BLOBFILEs; only changed files are rewritten and no compile
-        happens. On any error the old weights stay in use.
+        Arrays are checked (shape, NaN/Inf, fp16 range) and applied with the
+        program's reload strategy (:attr:`reload_info`): weights compiled as
+        inputs are written into their surfaces; BLOBFILE weights are patched
+        into the compiled data or compiled again. Only changed files are
+        rewritten; on any error the old weights stay in use.
         """
         self._check()
         if not self.manifest:
             raise WeightError(f"program '{self.name}' has no manifest to map weight keys to files",
                               hint="use reload_blobs({mil_path: bytes}) for raw MIL programs")
-        files = {w.get("path") or "@model_path/" + w["file"]: w["file"] for w in self.manifest.get("weights", [])}
-        touched = {w.get("path") or "@model_path/" + w["file"] for w in self.manifest.get("weights", [])
-                   if w["key"] in weights}
-        current = {}
-        base = Path(self.dir)
-        for path in touched:
-            try:
-                current[path] = (base / files[path]).read_bytes()
-            except OSError as e:
-                raise RuntimeFailure(f"cannot read the program's weight file {files[path]}: {e.strerror}") from None
-        self.reload_blobs(patched_blobs(self.manifest, current, weights))
+        as_inputs = {w["key"]: w for w in self._weight_inputs.values()}
+        blob_keys = {w["key"] for w in self.manifest.get("weights", [])}
+        for k in weights:
+            if k not in as_inputs and k not in blob_keys:
+                raise WeightError(f"unknown weight '{k}' for program '{self.name}'",
+                                  hint=did_you_mean(k, sorted(blob_keys | set(as_inputs))))
+        inputs = {as_inputs[k]["input"]: materialize(k, v, as_inputs[k]) for k, v in weights.items() if k in as_inputs}
+        blob_weights = {k: v for k, v in weights.items() if k in blob_keys}
+        blobs = {}
+        if blob_weights:
+            files = {w.get("path") or "@model_path/" + w["file"]: w["file"] for w in self.manifest.get("weights", [])}
+            touched = {w.get("path") or "@model_path/" + w["file"] for w in self.manifest.get("weights", [])
+                       if w["key"] in blob_weights}
+            current = {}
+            base = Path(self.dir)
+            for path in touched:
+                try:
+                    current[path] = (base / files[path]).read_bytes()
+                except OSError as e:
+                    raise RuntimeFailure(f"cannot read the program's weight file {files[path]}: {e.strerror}") from None
+            blobs = patched_blobs(self.manifest, current, blob_weights)
+        if blobs:
+            self.reload_blobs(blobs)
+        if inputs:
+            self._set_weight_inputs(inputs, reload=True)
 
-    def reload_blobs(self, blobs: Mapping[str, bytes]) -> None:
-        """Delta reload of whole BLOBFILEs keyed by MIL path."""
+    def _set_weight_inputs(self, arrays: Mapping[str, np.ndarray], reload: bool) -> None:
+        items: list[tuple[int, np.ndarray] | None] = []
+        for spec in self.inputs:
+            a = arrays.get(spec["name"])
+            items.append(None if a is None else self._host_input(spec, a))
+        self._native.set_inputs(items, reload)
+
+    def reload_blobs(self, blobs: Mapping[str, bytes], *, strategy: str | None = None) -> None:
+        """Delta reload of whole BLOBFILEs keyed by MIL path. ``strategy`` forces
+        "data-patch" or "recompile" (for probes); None uses :attr:`reload_info`."""
         self._check()
-        self._native.reload({k: bytes(v) for k, v in blobs.items()})
+        self._native.reload({k: bytes(v) for k, v in blobs.items()}, strategy)
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{i['name']}: {i['dtype']}{i['shape']}" for i in self.inputs)
         return f"Program({self.name}({ins}))"
-

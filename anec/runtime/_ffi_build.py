@@ -14,23 +14,13 @@ from cffi import FFI
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# Relative to the project root (setuptools wants relative source paths).
-SOURCES = [
-    "csrc/rt_core.c",
-    "csrc/rt_sha256.c",
-    "csrc/blobfile.c",
-    "csrc/sim_mil.c",
-    "csrc/sim_plan.c",
-    "csrc/sim_exec.c",
-    "csrc/sim_kernels.c",
-    "csrc/driver_sim.c",
-]
-# The ane driver is plain C that resolves every Apple symbol at run time, so it
-# builds everywhere; a checkout without it gets a sim-only runtime.
+# Relative to the project root (setuptools wants relative source paths): every
+# runtime source in csrc/ (fuzz harnesses live in tests/c). The ane driver is
+# plain C that resolves every Apple symbol at run time, so it builds
+# everywhere; a checkout without it gets a sim-only runtime.
+SOURCES = sorted(os.path.join("csrc", f) for f in os.listdir(os.path.join(ROOT, "csrc")) if f.endswith(".c"))
 _DEFINES: list[tuple[str, str | None]] = []
-if os.path.isfile(os.path.join(ROOT, "csrc", "driver_ane.c")):
-    SOURCES.append("csrc/driver_ane.c")
-else:  # pragma: no cover
+if "csrc/driver_ane.c" not in SOURCES:  # pragma: no cover
     _DEFINES.append(("ANEC_NO_ANE_DRIVER", None))
 
 _libraries = ["m"]

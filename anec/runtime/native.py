@@ -32,7 +32,11 @@ STATS_FIELDS = (
     "compiles", "compile_budget", "compile_budget_left", "cache_hits", "loads", "unloads",
     "reloads", "evaluations", "blobs_patched", "programs_live", "dirs_live",
     "ns_compile", "ns_load", "ns_unload", "ns_reload", "ns_evaluate",
+    "reloads_data_patch", "reloads_recompile", "reloads_inputs", "process_compiles",
 )
+DTYPE_CODES = {name: code for code, name in DTYPE_NAMES.items()}
+STRATEGIES = {"data-patch": 1, "recompile": 2, "inputs": 4}
+"""Reload strategy names -> ANEC_RELOAD_* bits."""
 _CONSTRAINT = re.compile(r"\[(ANE-[A-Z0-9-]+)\]\s*")
 
 
@@ -113,38 +117,85 @@ def _blob_array(blobs: dict[str, bytes]) -> tuple[Any, list[Any]]:
     return arr, keep
 
 
+def last_error() -> str:
+    """The calling thread's last C error message."""
+    return ffi.string(lib.anec_last_error(ffi.NULL)).decode(errors="replace")
+
+
+def _mask(names: Any) -> int:
+    bits = 0
+    for n in names:
+        if n not in STRATEGIES:
+            raise RuntimeFailure(f"unknown reload strategy '{n}' (choose from {', '.join(STRATEGIES)})")
+        bits |= STRATEGIES[n]
+    return bits
+
+
+def mask_names(bits: int) -> list[str]:
+    return [n for n, b in STRATEGIES.items() if bits & b]
+
+
+def _io_array(items: list[tuple[int, Any] | None]) -> tuple[Any, list[Any]]:
+    """cdata anec_io[] from (dtype code, C-contiguous array) or None (keep), plus keep-alives."""
+    arr = ffi.new("anec_io[]", max(1, len(items)))
+    keep: list[Any] = []
+    for i, it in enumerate(items):
+        if it is None:
+            arr[i].data = ffi.NULL
+            continue
+        code, a = it
+        c = ffi.from_buffer("uint8_t[]", a.reshape(-1).view(np.uint8), require_writable=False)
+        keep += [c, a]
+        arr[i].dtype = code
+        arr[i].data = c
+        arr[i].bytes = a.nbytes
+    return arr, keep
+
+
 class NativeRuntime:
-    """Owns an ``anec_runtime*``."""
+    """Owns an ``anec_runtime*``: :meth:`shutdown` closes it (the handle stays
+    valid, calls fail cleanly), :meth:`release` gives the handle back (from the
+    owner's finalizer only)."""
 
     def __init__(self, driver: str, compile_budget: int | None = None, temp_root: str | None = None,
-                 sim_threads: int | None = None) -> None:
+                 sim_threads: int | None = None, reload_verified: Any = None,
+                 sim_device: str | None = None) -> None:
         require()
         opts = ffi.new("anec_options *")
         opts.compile_budget = int(compile_budget or 0)
         self._root = ffi.new("char[]", temp_root.encode()) if temp_root else ffi.NULL
         opts.temp_root = self._root
         opts.sim_threads = int(sim_threads or 0)
+        if reload_verified is not None:
+            opts.reload_verified = lib.ANEC_RELOAD_VERIFIED | _mask(reload_verified)
+        self._dev = ffi.new("char[]", sim_device.encode()) if sim_device else ffi.NULL
+        opts.sim_device = self._dev
         out = ffi.new("anec_runtime **")
         rc = lib.anec_runtime_open(driver.encode(), opts, out)
         if rc != 0:
-            ok, why = driver_available(driver) if driver in ("sim", "ane", "auto") else (False, "")
+            detail = last_error()
             msg = f"cannot open the '{driver}' driver"
             if rc == lib.ANEC_EIO:
                 msg = f"cannot create the program directory root '{temp_root or '$TMPDIR'}'"
             elif driver not in ("sim", "ane", "auto"):
                 msg += " (choose sim, ane or auto)"
-            elif not ok and why:
-                msg += f": {why}"
+            elif detail:
+                msg += f": {detail}"
             raise failure(rc, msg, hint="use backend='sim' (runs everywhere) or 'auto'" if driver == "ane" else None)
         self.ptr = out[0]
+        self.closed = False
 
     def check(self, rc: int, hint: str | None = None) -> None:
         if rc != 0:
-            raise failure(rc, ffi.string(lib.anec_last_error(self.ptr)).decode(errors="replace"), hint)
+            raise failure(rc, last_error(), hint)
 
     @property
     def driver(self) -> str:
         return ffi.string(lib.anec_driver_name(self.ptr)).decode()
+
+    @property
+    def verified(self) -> list[str]:
+        return mask_names(int(lib.anec_reload_verified(self.ptr)))
 
     def stats(self) -> dict[str, int]:
         st = ffi.new("struct anec_stats *")
@@ -169,18 +220,28 @@ class NativeRuntime:
         self.check(rc)
         return NativeProgram(self, out[0])
 
-    def close(self) -> None:
-        if self.ptr is not None and self.ptr != ffi.NULL:
+    def shutdown(self) -> None:
+        """Close every program and the driver (idempotent, thread-safe)."""
+        if not self.closed:
+            self.closed = True
+            lib.anec_runtime_shutdown(self.ptr)
+
+    def release(self) -> None:
+        if self.ptr is not None:
+            self.closed = True
             lib.anec_runtime_close(self.ptr)
-        self.ptr = None
+            self.ptr = None
 
 
 class NativeProgram:
-    """Owns an ``anec_program*`` (freed before its runtime)."""
+    """Owns an ``anec_program*``: :meth:`close` releases the device program
+    (the handle stays valid, later calls fail with ANEC_ESTATE), :meth:`release`
+    gives the handle back (from the owner's finalizer only)."""
 
     def __init__(self, rt: NativeRuntime, ptr: Any) -> None:
         self.rt = rt
         self.ptr = ptr
+        self._closed = False
         n_in = lib.anec_program_num_inputs(ptr)
         n_out = lib.anec_program_num_outputs(ptr)
         inf = ffi.new("anec_tensor_info *")
@@ -194,25 +255,19 @@ class NativeProgram:
             self.outputs.append(_info(inf))
         self.input_surface_bytes = int(lib.anec_program_input_surface_bytes(ptr))
         self.output_surface_bytes = int(lib.anec_program_output_surface_bytes(ptr))
-        self._in_views = [self._view(lib.anec_program_input_surface(ptr, i), self.input_surface_bytes)
-                          for i in range(n_in)]
-        self._out_views = [self._view(lib.anec_program_output_surface(ptr, i), self.output_surface_bytes)
-                           for i in range(n_out)]
-
-    @staticmethod
-    def _view(base: Any, nbytes: int) -> np.ndarray:
-        return np.frombuffer(ffi.buffer(base, nbytes), dtype=np.uint8)
 
     @property
     def dir(self) -> str:
         return ffi.string(lib.anec_program_dir(self.ptr)).decode()
 
     def input_surface(self, i: int) -> np.ndarray:
-        """uint8 view of the whole input surface i (binding order)."""
-        return self._in_views[i]
+        """uint8 view of the whole input surface i (binding order); valid until close."""
+        return np.frombuffer(ffi.buffer(lib.anec_program_input_surface(self.ptr, i), self.input_surface_bytes),
+                             dtype=np.uint8)
 
     def output_surface(self, i: int) -> np.ndarray:
-        return self._out_views[i]
+        return np.frombuffer(ffi.buffer(lib.anec_program_output_surface(self.ptr, i), self.output_surface_bytes),
+                             dtype=np.uint8)
 
     def load(self) -> None:
         self.rt.check(lib.anec_load(self.ptr))
@@ -222,6 +277,29 @@ class NativeProgram:
 
     def run(self) -> None:
         self.rt.check(lib.anec_run(self.ptr))
+
+    def call(self, inputs: list[tuple[int, np.ndarray] | None], outputs: list[np.ndarray]) -> None:
+        """anec_call: inputs in binding order ((dtype code, array) or None to keep
+        the surface), outputs as preallocated C-contiguous arrays."""
+        ib, keep_in = _io_array(inputs)
+        ob = ffi.new("anec_io[]", max(1, len(outputs)))
+        keep_out = []
+        for j, a in enumerate(outputs):
+            c = ffi.from_buffer("uint8_t[]", a.reshape(-1).view(np.uint8), require_writable=True)
+            keep_out.append(c)
+            ob[j].dtype = DTYPE_CODES[_np_name(a.dtype)]
+            ob[j].data = c
+            ob[j].bytes = a.nbytes
+        rc = lib.anec_call(self.ptr, ib, len(inputs), ob, len(outputs))
+        del keep_in, keep_out
+        self.rt.check(rc)
+
+    def set_inputs(self, inputs: list[tuple[int, np.ndarray] | None], reload: bool) -> None:
+        arr, keep = _io_array(inputs)
+        fn = lib.anec_reload_inputs if reload else lib.anec_set_inputs
+        rc = fn(self.ptr, arr, len(inputs))
+        del keep
+        self.rt.check(rc)
 
     def evaluate(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         """anec_evaluate with caller buffers (contiguous, any dtype; sizes as given)."""
@@ -238,20 +316,60 @@ class NativeProgram:
                 bufs[i].bytes = a.nbytes
         self.rt.check(lib.anec_evaluate(self.ptr, ib, len(inputs), ob, len(outputs)))
 
-    def reload(self, blobs: dict[str, bytes]) -> None:
+    def reload(self, blobs: dict[str, bytes], strategy: str | None = None) -> None:
         arr, keep = _blob_array(blobs)
-        rc = lib.anec_reload_weights(self.ptr, arr, len(blobs))
+        if strategy is None:
+            rc = lib.anec_reload_weights(self.ptr, arr, len(blobs))
+        else:
+            rc = lib.anec_reload_weights_using(self.ptr, arr, len(blobs), _mask([strategy]))
         del keep
         self.rt.check(rc)
+
+    def reload_info(self) -> dict[str, Any]:
+        inf = ffi.new("anec_reload_info *")
+        self.rt.check(lib.anec_program_reload_info(self.ptr, inf))
+        return {"strategy": ffi.string(lib.anec_reload_strategy_name(inf.strategy)).decode(),
+                "data_patchable": bool(inf.data_patchable), "verified": mask_names(int(inf.verified)),
+                "why": ffi.string(inf.why).decode(errors="replace")}
 
     def stats(self) -> dict[str, int]:
         st = ffi.new("struct anec_stats *")
         self.rt.check(lib.anec_program_stats(self.ptr, st))
         return _stats(st)
 
-    def free(self) -> None:
+    @property
+    def closed(self) -> bool:
+        """Closed here, or with its runtime."""
+        return self._closed or self.rt.closed
+
+    def close(self) -> None:
+        """Release the device program (idempotent, thread-safe)."""
+        if not self._closed:
+            self._closed = True
+            lib.anec_program_close(self.ptr)
+
+    def release(self) -> None:
         if self.ptr is not None:
-            self._in_views = []
-            self._out_views = []
+            self._closed = True
             lib.anec_program_free(self.ptr)
             self.ptr = None
+
+
+def _np_name(dt: Any) -> str:
+    for name, t in NP_DTYPES.items():
+        if np.dtype(t) == np.dtype(dt):
+            return name
+    raise RuntimeFailure(f"no runtime dtype for numpy {np.dtype(dt)}")
+
+
+def process_compiles(driver: str) -> int:
+    """Compiles this process made on `driver` (every runtime counts)."""
+    require()
+    return int(lib.anec_process_compiles(driver.encode()))
+
+
+def reset_process_budget(driver: str = "sim") -> None:
+    """Sim only: forget this process's compiles, as a new process would (test harnesses)."""
+    require()
+    if lib.anec_process_reset_budget(driver.encode()) != 0:
+        raise failure(lib.ANEC_EINVAL, last_error())

@@ -13,10 +13,15 @@
  *       -_ANEInMemoryModel compileWithQoS:options:error: 21 NSDictionary{0} &error
  *     (paths under the fake temporary directory are shown as $TMP);
  *   - behaves like a strict device: compile reads model.mil and the weight
- *     files from NSTemporaryDirectory()/<hexId>, load reads the weight files
- *     again (so weights are baked until the next load), evaluate refuses
- *     CPU-locked surfaces and writes outputs computed from the bound inputs
- *     and the loaded weights (see fk_expected_output);
+ *     files from NSTemporaryDirectory()/<hexId> and leaves its output there,
+ *     net.plist and `data` (the BLOBFILE's bytes for a program with one
+ *     BLOBFILE tensor, an opaque container otherwise); load reads only the
+ *     compiled data, so weights are baked at compile (maderix M5); evaluate
+ *     refuses CPU-locked surfaces and writes outputs computed from the bound
+ *     inputs and the loaded weights (see fk_expected_output). Two switches
+ *     (fk_set_device) model the other readings of the evidence: load
+ *     re-reading the weight files (Orion's paper, "optimistic") and a
+ *     hexStringIdentifier that covers the weight values (maderix);
  *   - records a violation (instead of crashing like the device) for protocol
  *     errors: MIL passed as NSString, nil weights dictionary, a selector sent
  *     through the wrong signature slot, wrong request arguments, ...;
@@ -98,5 +103,13 @@ uint8_t fk_expected_output(const uint8_t *const *inputs, const size_t *in_len, s
                            uint64_t wsum, size_t j, size_t k);
 /* The hash load computes over weight file contents in key order. */
 uint64_t fk_weights_hash(const char *const *contents, const size_t *lens, size_t n);
+/* The weight hash a freshly compiled and loaded model with these weights has
+   (in the current device mode). */
+uint64_t fk_compiled_hash(const char *mil, const char *const *paths, const uint8_t *const *datas,
+                          const size_t *lens, size_t n);
+/* Device switches (both 0 after fk_init): optimistic = load re-reads the
+   weight files (else: only the compiled data); hex_content = the
+   hexStringIdentifier covers the weight values (else: MIL + weight paths). */
+void fk_set_device(int optimistic, int hex_content);
 
 #endif /* FAKE_APPLE_H */

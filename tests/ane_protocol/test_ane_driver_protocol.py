@@ -41,11 +41,17 @@ def test_ane_protocol_suite_passes(tmp_path: Path) -> None:
         len(re.findall(r"^\s*\{\"[^\"]+\", test_\w+(, [01])?\},$", (HERE / name).read_text(), re.M))
         for name in ("test_ane_protocol.c", "test_ane_core.c")
     ]
+    # every test runs on the four devices the fake models (baked or optimistic
+    # load; hexId of MIL + paths or of the weight values too)
+    runs = [4 * n for n in declared]
     plans = [int(n) for n in re.findall(r"^1\.\.(\d+)$", r.stdout, re.M)]
-    assert plans == declared and declared[0] >= 14 and declared[1] >= 2, out
-    assert len(re.findall(r"^ok \d+ - ", r.stdout, re.M)) == sum(declared), out
+    assert plans == runs and declared[0] >= 15 and declared[1] >= 11, out
+    assert len(re.findall(r"^ok \d+ - ", r.stdout, re.M)) == sum(runs), out
     assert "not ok" not in r.stdout
-    for n in declared:
+    for mode in ("baked, hexId of MIL+paths", "baked, hexId of values", "optimistic, hexId of MIL+paths",
+                 "optimistic, hexId of values"):
+        assert r.stdout.count(f"[{mode}]") == sum(declared), out
+    for n in runs:
         assert f"# {n} tests, 0 failed" in r.stdout, out
 
 

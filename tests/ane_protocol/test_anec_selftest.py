@@ -31,7 +31,7 @@ def _check(report: dict, cid: str) -> dict:
 def test_selftest_passes_on_the_sim(report: dict) -> None:
     assert report["driver"] == "sim"
     assert [c["id"] for c in report["checks"]] == [
-        "legalized", "unlegalized", "binding", "min-surface", "delta-reload", "shared"]
+        "legalized", "unlegalized", "binding", "min-surface", "reload", "shared", "dialect"]
     failed = [(c["id"], c["lines"]) for c in report["checks"] if not c["passed"]]
     assert not failed
     assert report["passed"] is True
@@ -52,10 +52,20 @@ def test_selftest_numbers(report: dict) -> None:
     ms = _check(report, "min-surface")["data"]
     assert ms["tensor_bytes"] == 64 and ms["padded_alloc_bytes"] >= 49152
     assert ms["exact_size"]["failed"] is True and "0x1d" in ms["exact_size"]["message"]
-    dr = _check(report, "delta-reload")["data"]
-    assert dr["reload_compiles"] == 0 and dr["vs_fresh"] == 0.0 and dr["change"] > 0.5
+    rl = _check(report, "reload")["data"]
+    # the sim's default device: a one-tensor program's compiled data is its BLOBFILE, a packed
+    # two-tensor program's is opaque; the data patch equals a fresh compile, with no compile
+    assert rl["one"]["verified"] is True and rl["one"]["compiles"] == 0 and rl["one"]["vs_fresh"] == 0.0
+    assert rl["one"]["change"] > 0.5
+    assert rl["packed"] == {"files": 1, "data_patchable": False, "verified": None}
+    assert rl["verdict"] == ["data-patch"] == rl["declared"]
+    assert rl["auto"]["reload-auto-one"] == {"strategy": "data-patch", "compiles": 0, "equals_fresh": True}
+    assert rl["auto"]["reload-auto-dense"] == {"strategy": "recompile", "compiles": 1, "equals_fresh": True}
     sh = _check(report, "shared")["data"]
-    assert sh["compiles"] == 1 and sh["cache_hits"] == 1 and sh["same_mil"]
+    assert sh["one tensor"]["compiles"] == 1 and sh["one tensor"]["cache_hits"] == 1  # clone + data patch
+    assert sh["two tensors"]["compiles"] == 2 and sh["two tensors"]["cache_hits"] == 0  # opaque data: compiled
+    assert all(sh[k]["same_mil"] and sh[k]["first_unchanged"] for k in ("one tensor", "two tensors"))
+    assert _check(report, "dialect")["data"]["accepted"] == ["ios18", "ios16"]
 
 
 def test_render_is_a_pasteable_report(report: dict) -> None:
@@ -63,7 +73,7 @@ def test_render_is_a_pasteable_report(report: dict) -> None:
     lines = text.splitlines()
     assert lines[0] == "anec selftest 0.1.0: driver sim (backend auto), target m4, seed 0"
     assert "PASS  binding       inputs and outputs bind in alphabetical order of MIL names" in lines
-    assert lines[-1] == "6/6 checks passed"
+    assert lines[-1] == "7/7 checks passed"
 
 
 def test_binding_check_fails_when_buffers_are_bound_in_declaration_order(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,11 +89,63 @@ def test_binding_check_fails_when_buffers_are_bound_in_declaration_order(monkeyp
     assert c.data["max_abs_err"]["device level:zdiff"] > 1.0
 
 
-def test_delta_reload_check_fails_when_weights_stay_baked(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reload_check_fails_when_the_runtime_reloads_stale(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Program, "reload_weights", lambda self, weights: None)
-    c = selftest.Check("delta-reload", "")
-    selftest.check_delta_reload(selftest._Env("sim", "m4", 0), c)
-    assert not c.passed and c.data["change"] == 0.0
+    c = selftest.Check("reload", "")
+    selftest.check_reload(selftest._Env("sim", "m4", 0), c)
+    assert not c.passed
+    assert not any(a["equals_fresh"] for a in c.data["auto"].values())
+
+
+@pytest.mark.parametrize("device,verdict,packed", [
+    ("load=memory", [], None),            # the device ignores the compiled data: only recompiles work
+    ("data=file", ["data-patch"], True),  # the device keeps a packed file as data: patched too
+    ("load=weights", ["data-patch"], None),
+])
+def test_reload_probe_finds_what_each_device_allows(monkeypatch: pytest.MonkeyPatch, device, verdict, packed) -> None:
+    monkeypatch.setenv("ANEC_SIM_DEVICE", device)
+    c = selftest.Check("reload", "")
+    selftest.check_reload(selftest._Env("sim", "m4", 0), c)
+    assert c.passed, c.lines  # whatever the device allows, the runtime's choice equals a fresh compile
+    assert c.data["verdict"] == verdict == c.data["declared"]
+    assert c.data["packed"]["verified"] is packed
+    if not verdict:
+        assert c.data["one"]["verified"] is False and c.data["one"]["change"] == 0.0  # a stale patch, caught
+        assert {a["strategy"] for a in c.data["auto"].values()} == {"recompile"}
+
+
+def test_the_verdict_is_cached_per_machine_and_read_back(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("ANEC_CACHE_DIR", str(tmp_path / "cache"))
+    assert selftest.cached_verdict("ane") is None
+    report = {"driver": "ane", "target": "m4",
+              "checks": [{"id": "reload", "data": {"verdict": ["data-patch"]}},
+                         {"id": "dialect", "data": {"accepted": ["ios18"]}}]}
+    path = selftest.save_verdict(report)
+    assert path == tmp_path / "cache" / "selftest-verdict.json"
+    assert selftest.cached_verdict("ane") == ["data-patch"]
+    assert selftest.cached_verdict("sim") is None  # per driver
+    from anec import runtime
+
+    assert runtime._verdict_for("ane") == ["data-patch"]
+    # another machine, OS or anec version does not see it
+    monkeypatch.setattr(selftest, "__version__", "9.9.9")
+    assert selftest.cached_verdict("ane") is None
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"[]", b'{"entries": []}', b"\xff\xfe",
+                                     b'{"entries": {"K": {"reload_verified": ["rewrite-and-pray"]}}}'])
+def test_a_hostile_verdict_file_verifies_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, content) -> None:
+    monkeypatch.setenv("ANEC_CACHE_DIR", str(tmp_path))
+    (tmp_path / "selftest-verdict.json").write_bytes(content.replace(b"K", selftest.machine_key("ane").encode()))
+    assert selftest.cached_verdict("ane") is None
+
+
+def test_a_symlinked_verdict_file_is_not_followed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("ANEC_CACHE_DIR", str(tmp_path))
+    real = tmp_path / "elsewhere.json"
+    real.write_text(json.dumps({"entries": {selftest.machine_key("ane"): {"reload_verified": ["data-patch"]}}}))
+    (tmp_path / "selftest-verdict.json").symlink_to(real)
+    assert selftest.cached_verdict("ane") is None
 
 
 def test_unlegalized_check_fails_when_an_op_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,5 +217,5 @@ def test_python_dash_m() -> None:
                        capture_output=True, text=True, timeout=120,
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.rstrip().endswith("6/6 checks passed")
+    assert r.stdout.rstrip().endswith("7/7 checks passed")
     assert np.all([line.startswith("PASS") for line in r.stdout.splitlines() if line[:4] in ("PASS", "FAIL")])

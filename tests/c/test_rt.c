@@ -48,13 +48,161 @@ static void fill(anec_program *p, float xv, float av)
     }
 }
 
+static int write_file(const char *dir, const char *rel, const void *data, size_t len)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t k = fwrite(data, 1, len, f);
+    return fclose(f) == 0 && k == len ? 0 : -1;
+}
+
+static anec_runtime *open_sim(const char *device, unsigned verified)
+{
+    anec_options o = {0, NULL, 1, verified, device};
+    anec_runtime *rt = NULL;
+    CHECK(anec_runtime_open("sim", &o, &rt) == ANEC_OK);
+    return rt;
+}
+
+/* Weights are baked at compile: rewriting weights/ and loading again changes
+   nothing (load=data) ... unless the device re-reads them (load=weights); the
+   compiled `data` is what a load reads. */
+static void test_baking(void)
+{
+    static uint8_t b2[256], b3[256];
+    make_blob(b2, 2.0f);
+    make_blob(b3, 3.0f);
+    anec_blob b = {"@model_path/weights/w.bin", b2, sizeof b2};
+    for (int mode = 0; mode < 2; mode++) {
+        anec_runtime *rt = open_sim(mode ? "load=weights" : "load=data", 0);
+        anec_program *p = NULL;
+        CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, NULL, &p) == ANEC_OK);
+        CHECK(anec_load(p) == ANEC_OK);
+        CHECK(write_file(anec_program_dir(p), "weights/w.bin", b3, sizeof b3) == 0);
+        CHECK(anec_unload(p) == ANEC_OK && anec_load(p) == ANEC_OK);
+        fill(p, 1.0f, 0.0f);
+        CHECK(anec_run(p) == ANEC_OK);
+        CHECK(out0(p, 0, 0) == (mode ? 3.0f : 2.0f));
+        /* the compiled data is what the sim (load=data) reads */
+        CHECK(write_file(anec_program_dir(p), "data", b3, sizeof b3) == 0);
+        CHECK(anec_unload(p) == ANEC_OK && anec_load(p) == ANEC_OK);
+        CHECK(anec_run(p) == ANEC_OK && out0(p, 0, 0) == 3.0f);
+        /* a corrupt compiled data fails the load, like the device */
+        CHECK(write_file(anec_program_dir(p), "data", b3, 100) == 0);
+        CHECK(anec_unload(p) == ANEC_OK);
+        CHECK(anec_load(p) == (mode ? ANEC_OK : ANEC_ELOAD));
+        anec_runtime_close(rt);
+        anec_program_free(p);
+    }
+}
+
+/* Two weight tensors: the compiled data is opaque (data=tensor), so a reload
+   recompiles; with data=file and one packed file the data patch applies. */
+static const char *MIL2 =
+    "program(1.3)\n{\n"
+    "    func main<ios18>(tensor<fp16, [1, 8, 1, 4]> x, tensor<fp16, [1, 8, 1, 4]> a) {\n"
+    "        tensor<fp16, [8, 8, 1, 1]> w = const()[name = string(\"w\"), val = tensor<fp16, [8, 8, 1, 1]>(BLOBFILE(path = string(\"@model_path/weights/w.bin\"), offset = uint64(64)))];\n"
+    "        tensor<fp16, [8, 8, 1, 1]> v = const()[name = string(\"v\"), val = tensor<fp16, [8, 8, 1, 1]>(BLOBFILE(path = string(\"@model_path/weights/w.bin\"), offset = uint64(192)))];\n"
+    "        tensor<fp16, [1, 8, 1, 4]> c = conv(weight = w, x = x)[name = string(\"c\")];\n"
+    "        tensor<fp16, [1, 8, 1, 4]> y = conv(weight = v, x = a)[name = string(\"y\")];\n"
+    "    } -> (y, c);\n}\n";
+
+static void make_blob2(uint8_t *buf, float wv, float vv)
+{
+    memset(buf, 0, 384);
+    put32(buf, 2);
+    put32(buf + 4, 2);
+    uint32_t offs[2] = {64, 192};
+    float vals[2] = {wv, vv};
+    for (int t = 0; t < 2; t++) {
+        uint8_t *m = buf + offs[t];
+        put32(m, 0xDEADBEEFu);
+        put32(m + 4, 1);
+        put32(m + 8, 128);
+        put32(m + 16, offs[t] + 64);
+        uint16_t *w = (uint16_t *)(void *)(m + 64);
+        for (int o = 0; o < 8; o++)
+            for (int i = 0; i < 8; i++)
+                w[o * 8 + i] = anec_h_from_f(o == i ? vals[t] : 0.0f);
+    }
+}
+
+static void test_strategies(void)
+{
+    static uint8_t p1[384], p2[384];
+    make_blob2(p1, 2.0f, 5.0f);
+    make_blob2(p2, 3.0f, 7.0f);
+    anec_blob b1 = {"@model_path/weights/w.bin", p1, sizeof p1}, b2 = {"@model_path/weights/w.bin", p2, sizeof p2};
+    struct anec_stats st;
+    anec_reload_info ri;
+    for (int mode = 0; mode < 2; mode++) {
+        anec_runtime *rt = open_sim(mode ? "data=file" : "data=tensor", 0);
+        anec_program *p = NULL;
+        CHECK(anec_compile(rt, MIL2, strlen(MIL2), &b1, 1, NULL, &p) == ANEC_OK);
+        CHECK(anec_load(p) == ANEC_OK);
+        CHECK(anec_program_reload_info(p, &ri) == ANEC_OK);
+        CHECK(ri.data_patchable == mode);
+        CHECK(ri.strategy == (mode ? ANEC_RELOAD_DATA_PATCH : ANEC_RELOAD_RECOMPILE));
+        CHECK(anec_reload_weights(p, &b2, 1) == ANEC_OK);
+        fill(p, 1.0f, 1.0f);
+        CHECK(anec_run(p) == ANEC_OK && out0(p, 0, 0) == 3.0f && out0(p, 1, 0) == 7.0f);
+        anec_stats(rt, &st);
+        CHECK(st.compiles == (uint64_t)(mode ? 1 : 2) && st.reloads == 1);
+        CHECK(st.reloads_recompile == (uint64_t)!mode && st.reloads_data_patch == (uint64_t)mode);
+        /* a forced data patch of an opaque program is refused; old weights stay */
+        if (!mode) {
+            CHECK(anec_reload_weights_using(p, &b1, 1, ANEC_RELOAD_DATA_PATCH) == ANEC_EINVAL);
+            CHECK_HAS(anec_last_error(NULL), "cannot be data-patched");
+            CHECK(anec_run(p) == ANEC_OK && out0(p, 0, 0) == 3.0f);
+        }
+        /* a forced recompile always works; the same weights again cost nothing */
+        CHECK(anec_reload_weights_using(p, &b1, 1, ANEC_RELOAD_RECOMPILE) == ANEC_OK);
+        CHECK(anec_reload_weights(p, &b1, 1) == ANEC_OK);
+        CHECK(anec_run(p) == ANEC_OK && out0(p, 0, 0) == 2.0f && out0(p, 1, 0) == 5.0f);
+        anec_stats(rt, &st);
+        CHECK(st.compiles == (uint64_t)(mode ? 2 : 3) && st.reloads == 3 && st.blobs_patched == 2);
+        anec_program_free(p);
+        anec_runtime_close(rt);
+    }
+    /* nothing verified: the data-patchable program recompiles, and says why */
+    {
+        static uint8_t blob[256], blob2[256];
+        make_blob(blob, 2.0f);
+        make_blob(blob2, 4.0f);
+        anec_blob b = {"@model_path/weights/w.bin", blob, sizeof blob}, bb = {"@model_path/weights/w.bin", blob2, sizeof blob2};
+        anec_runtime *rt = open_sim(NULL, ANEC_RELOAD_VERIFIED);
+        CHECK((anec_reload_verified(rt) & ANEC_RELOAD_DATA_PATCH) == 0);
+        anec_program *p = NULL, *q = NULL;
+        CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, NULL, &p) == ANEC_OK);
+        CHECK(anec_program_reload_info(p, &ri) == ANEC_OK && ri.data_patchable == 1);
+        CHECK(ri.strategy == ANEC_RELOAD_RECOMPILE);
+        CHECK_HAS(ri.why, "not verified");
+        CHECK(anec_load(p) == ANEC_OK && anec_reload_weights(p, &bb, 1) == ANEC_OK);
+        fill(p, 1.0f, 0.0f);
+        CHECK(anec_run(p) == ANEC_OK && out0(p, 0, 0) == 4.0f);
+        /* a cache hit with other weights cannot be patched either: compiled */
+        CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, NULL, &q) == ANEC_OK);
+        anec_stats(rt, &st);
+        CHECK(st.compiles == 3 && st.cache_hits == 0);
+        CHECK(anec_load(q) == ANEC_OK);
+        fill(q, 1.0f, 0.0f);
+        CHECK(anec_run(q) == ANEC_OK && out0(q, 0, 0) == 2.0f);
+        anec_program_free(q);
+        anec_program_free(p);
+        anec_runtime_close(rt);
+    }
+}
+
 int main(void)
 {
     /* tmpfs when there is one: the 1000 reloads below fsync every file they write */
     char root[64];
     snprintf(root, sizeof root, "%s/anec-ctest-XXXXXX", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
     CHECK(mkdtemp(root) != NULL);
-    anec_options opts = {3, root, 2};
+    anec_options opts = {3, root, 2, 0, NULL};
     anec_runtime *rt = NULL;
     CHECK(anec_runtime_open("sim", &opts, &rt) == ANEC_OK);
     CHECK(strcmp(anec_driver_name(rt), "sim") == 0);
@@ -120,6 +268,13 @@ int main(void)
     CHECK(anec_run(q) == ANEC_OK && out0(q, 0, 0) == 2.0f);
     anec_stats(rt, &st);
     CHECK(st.compiles == 1 && st.reloads == 1001 && st.blobs_patched == 1001);
+    CHECK(st.reloads_data_patch == 1001 && st.reloads_recompile == 0);
+    {
+        anec_reload_info ri;
+        CHECK(anec_program_reload_info(p, &ri) == ANEC_OK);
+        CHECK(ri.strategy == ANEC_RELOAD_DATA_PATCH && ri.data_patchable == 1);
+        CHECK_HAS(ri.why, "data patch");
+    }
     CHECK(strcmp(anec_program_dir(p), anec_program_dir(q)) != 0);
 
     /* validation failures leave the old weights in use */
@@ -168,8 +323,20 @@ int main(void)
     CHECK(anec_compile(rt, "program(1.3) {\n func", 20, NULL, 0, NULL, &m4) == ANEC_EPARSE);
     CHECK_HAS(anec_last_error(rt), "model.mil:2");
 
-    anec_runtime_close(rt); /* frees p, r, m2, m3 and removes the directories */
+    /* closing the runtime closes its programs; their handles stay valid */
+    anec_runtime_close(rt);
+    CHECK(anec_run(p) == ANEC_ESTATE);
+    CHECK_HAS(anec_last_error(NULL), "runtime was closed");
+    CHECK(strcmp(anec_program_dir(p), "") == 0);
+    anec_program_close(p); /* idempotent */
+    anec_program_free(p);
+    anec_program_free(r);
+    anec_program_free(m2);
+    anec_program_free(m3); /* the last handle frees the runtime */
     CHECK(rmdir(root) == 0); /* empty: nothing left behind */
+
+    test_baking();
+    test_strategies();
 
     /* helpers */
     float f[3] = {1.0f, 65504.0f, 1e-8f};

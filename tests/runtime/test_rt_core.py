@@ -246,3 +246,28 @@ def test_dropped_programs_are_freed(fresh_rt):
         fresh_rt.compile(two_io_program())
     gc.collect()
     assert fresh_rt.stats["programs_live"] == 0
+
+
+def test_the_compile_budget_belongs_to_the_process(tmp_path):
+    """~119 compiles per process, as on the device: three runtimes share one budget."""
+    def distinct(i):  # a different MIL text each time: no cache hit
+        body = [mk.const_scalar("k", "fp16", 1.0 + i / 256), mk.op("y", "fp16", S, "mul", x="x", y="k")]
+        return mk.program([("x", "fp16", S)], body, ["y"])
+
+    runtimes = [Runtime("sim", temp_root=tmp_path / f"r{i}") for i in range(3)]
+    try:
+        made = 0
+        with pytest.raises(RuntimeFailure) as ei:
+            for i in range(200):
+                runtimes[i % 3].compile(distinct(i), load=False).close()
+                made += 1
+        assert made == 119 and ei.value.constraint == "ANE-COMPILE-BUDGET"
+        assert "this process already made 119 compiles" in ei.value.message
+        assert native.process_compiles("sim") == 119
+        assert all(r.stats["compile_budget_left"] == 0 for r in runtimes)
+        assert sum(r.stats["compiles"] for r in runtimes) == 119
+        # served from the cache: still possible
+        runtimes[0].compile(distinct(0), load=False).close()
+    finally:
+        for r in runtimes:
+            r.close()

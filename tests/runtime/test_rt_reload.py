@@ -1,4 +1,10 @@
-"""Delta reload: new weights without a compile, validated before anything changes."""
+"""Delta reload: new weights reach the device through a verified strategy,
+validated before anything changes, never silently stale.
+
+The sim bakes weights at compile like the device (docs/runtime.md): its
+device switches model every reading of the public evidence, and each test
+runs on the ones that matter.
+"""
 
 from __future__ import annotations
 
@@ -16,30 +22,51 @@ from tests.runtime import milkit as mk
 
 S = (1, 16, 1, 8)
 RNG = np.random.default_rng(7)
+X = RNG.standard_normal(S).astype(np.float16)
+
+SHAPES = {"l.w1": (32, 16, 1, 1), "l.w2": (16, 32, 1, 1), "l.b": (1, 16, 1, 1)}
 
 
-def ffn_program():
-    """y = w2 @ relu(w1 @ x) * scale + b, weights in three files; b stored transposed (perm)."""
-    body = [mk.const_blob("w1", "fp16", (32, 16, 1, 1), "w1.bin"),
-            mk.const_blob("w2", "fp16", (16, 32, 1, 1), "w2.bin"),
-            mk.const_blob("b", "fp16", (1, 16, 1, 1), "b.bin"),
+def ffn_program(form: str = "files"):
+    """y = w2 @ relu(w1 @ x) + b; b stored transposed (perm).
+
+    form "files": three BLOBFILEs; "packed": one BLOBFILE holding the three
+    tensors; "single": only w1 (one BLOBFILE, one tensor), y = w1 @ x summed."""
+    if form == "single":
+        body = [mk.const_blob("w1", "fp16", SHAPES["l.w1"], "w1.bin"),
+                mk.op("h", "fp16", (1, 32, 1, 8), "conv", weight="w1", x="x"),
+                mk.op("y", "fp16", (1, 32, 1, 8), "relu", x="h")]
+        mil = mk.program([("x", "fp16", S)], body, ["y"])
+        return mil, {"func": "ffn", "weights": [_entry("l.w1", "weights/w1.bin", 64)]}
+    if form == "packed":
+        offs = _packed_offsets()
+        files = {k: ("weight.bin", offs[k]) for k in SHAPES}
+    else:
+        files = {"l.w1": ("w1.bin", 64), "l.w2": ("w2.bin", 64), "l.b": ("b.bin", 64)}
+    body = [mk.const_blob("w1", "fp16", SHAPES["l.w1"], files["l.w1"][0], files["l.w1"][1]),
+            mk.const_blob("w2", "fp16", SHAPES["l.w2"], files["l.w2"][0], files["l.w2"][1]),
+            mk.const_blob("b", "fp16", SHAPES["l.b"], files["l.b"][0], files["l.b"][1]),
             mk.op("h", "fp16", (1, 32, 1, 8), "conv", weight="w1", x="x"),
             mk.op("r", "fp16", (1, 32, 1, 8), "relu", x="h"),
             mk.op("o", "fp16", S, "conv", weight="w2", x="r"),
             mk.op("y", "fp16", S, "add", x="o", y="b")]
     mil = mk.program([("x", "fp16", S)], body, ["y"])
-    manifest = {
-        "func": "ffn",
-        "weights": [
-            {"key": "l.w1", "file": "weights/w1.bin", "path": "@model_path/weights/w1.bin", "offset": 64,
-             "dtype": "fp16", "shape": [32, 16, 1, 1], "perm": None, "slice": None},
-            {"key": "l.w2", "file": "weights/w2.bin", "path": "@model_path/weights/w2.bin", "offset": 64,
-             "dtype": "fp16", "shape": [16, 32, 1, 1], "perm": None, "slice": None},
-            {"key": "l.b", "file": "weights/b.bin", "path": "@model_path/weights/b.bin", "offset": 64,
-             "dtype": "fp16", "shape": [1, 16, 1, 1], "perm": [1, 0], "slice": None},
-        ],
-    }
-    return mil, manifest
+    entries = [_entry(k, f"weights/{f}", off, perm=[1, 0] if k == "l.b" else None) for k, (f, off) in files.items()]
+    return mil, {"func": "ffn", "weights": entries}
+
+
+def _entry(key, file, offset, perm=None):
+    return {"key": key, "file": file, "path": f"@model_path/{file}", "offset": offset, "dtype": "fp16",
+            "shape": list(SHAPES[key]), "perm": perm, "slice": None}
+
+
+def _packed_offsets():
+    offs, o = {}, 64
+    for k in ("l.w1", "l.w2", "l.b"):
+        offs[k] = o
+        o += 64 + int(np.prod(SHAPES[k])) * 2
+        o += (-o) % 64
+    return offs
 
 
 def weights(seed):
@@ -49,60 +76,143 @@ def weights(seed):
             "l.b": r.standard_normal((16, 1)).astype(np.float32)}
 
 
-def blobs_for(w):
-    return {"@model_path/weights/w1.bin": mk.blobfile(w["l.w1"].astype(np.float16)),
-            "@model_path/weights/w2.bin": mk.blobfile(w["l.w2"].astype(np.float16)),
-            "@model_path/weights/b.bin": mk.blobfile(w["l.b"].T.reshape(1, 16, 1, 1).astype(np.float16))}
+def blobs_for(w, form="files"):
+    if form == "single":
+        return {"@model_path/weights/w1.bin": mk.blobfile(w["l.w1"].astype(np.float16))}
+    t = {"l.w1": w["l.w1"].astype(np.float16), "l.w2": w["l.w2"].astype(np.float16),
+         "l.b": w["l.b"].T.reshape(1, 16, 1, 1).astype(np.float16)}
+    if form == "packed":
+        return {"@model_path/weights/weight.bin": mk.blobfile(t["l.w1"], t["l.w2"], t["l.b"])}
+    return {"@model_path/weights/w1.bin": mk.blobfile(t["l.w1"]),
+            "@model_path/weights/w2.bin": mk.blobfile(t["l.w2"]),
+            "@model_path/weights/b.bin": mk.blobfile(t["l.b"])}
 
 
-def load(rt, w):
-    mil, manifest = ffn_program()
-    return rt.compile(mil, blobs_for(w), manifest=manifest)
+def load(rt, w, form="files"):
+    mil, manifest = ffn_program(form)
+    return rt.compile(mil, blobs_for(w, form), manifest=manifest)
 
 
-X = RNG.standard_normal(S).astype(np.float16)
+def keys_of(form):
+    return ["l.w1"] if form == "single" else list(SHAPES)
 
 
-def test_reload_is_bit_identical_to_a_fresh_compile_and_compiles_nothing(tmp_path):
+# (program form, sim device switches, the strategy the runtime must pick)
+CASES = [
+    ("files", "", "recompile"),                  # several BLOBFILEs: data is opaque
+    ("packed", "", "recompile"),                 # one file, three tensors: opaque on the evidenced device
+    ("packed", "data=file", "data-patch"),       # ... unless the device keeps a packed file as data
+    ("packed", "data=file,load=weights", "data-patch"),
+    ("single", "", "data-patch"),                # one tensor: data == the BLOBFILE (Orion E5)
+    ("single", "load=weights", "data-patch"),    # Orion's paper: load re-reads weights/
+    ("single", "load=memory", "recompile"),      # a device that ignores every file: only a compile helps
+]
+
+
+@pytest.mark.parametrize("form,device,strategy", CASES)
+def test_reload_equals_a_fresh_compile_with_the_strategy_the_device_allows(tmp_path, form, device, strategy):
     w0, w1 = weights(0), weights(1)
-    with Runtime("sim", temp_root=tmp_path / "a") as rt:
-        p = load(rt, w0)
+    w1 = {k: w1[k] for k in keys_of(form)}
+    with Runtime("sim", temp_root=tmp_path / "a", sim_device=device) as rt:
+        p = load(rt, w0, form)
+        assert p.reload_info["strategy"] == strategy
+        assert rt.stats["reload_strategy"] == {"ffn": strategy}
         y0 = p(x=X)["y"]
         p.reload_weights(w1)
         y1 = p(x=X)["y"]
         st = rt.stats
-        assert st["compiles"] == 1 and st["reloads"] == 1 and st["blobs_patched"] == 3
-        assert st["unloads"] == 1 and st["loads"] == 2
-    with Runtime("sim", temp_root=tmp_path / "b") as fresh:
-        y_fresh = load(fresh, w1)(x=X)["y"]
+        assert st["reloads"] == 1 and st["blobs_patched"] == len(blobs_for(weights(1), form))
+        assert st["compiles"] == (2 if strategy == "recompile" else 1)
+        assert st["reloads_data_patch"] == (strategy == "data-patch")
+        assert st["reloads_recompile"] == (strategy == "recompile")
+    with Runtime("sim", temp_root=tmp_path / "b", sim_device=device) as fresh:
+        y_fresh = load(fresh, {**w0, **w1}, form)(x=X)["y"]
     assert not np.array_equal(y0, y1)
     np.testing.assert_array_equal(y1, y_fresh)
+
+
+@pytest.mark.parametrize("device", ["", "load=memory"])
+def test_weights_are_baked_at_compile(fresh_rt, tmp_path, device):
+    """Rewriting weights/ and loading again changes nothing (maderix, M5)."""
+    w0, w1 = weights(0), weights(1)
+    with Runtime("sim", temp_root=tmp_path / device.replace("=", "_"), sim_device=device) as rt:
+        p = load(rt, w0)
+        y0 = p(x=X)["y"]
+        for path, data in blobs_for(w1).items():
+            with open(os.path.join(p.dir, path.split("/", 1)[1]), "wb") as f:
+                f.write(data)
+        np.testing.assert_array_equal(p(x=X)["y"], y0)
+        p.unload()
+        p.load()
+        np.testing.assert_array_equal(p(x=X)["y"], y0)
+
+
+def test_a_device_that_rereads_weights_sees_rewritten_files(tmp_path):
+    """The optimistic reading (Orion's paper): the sim can model it, and the runtime never relies on it."""
+    w0, w1 = weights(0), weights(1)
+    with Runtime("sim", temp_root=tmp_path, sim_device="load=weights") as rt:
+        p = load(rt, w0)
+        y0 = p(x=X)["y"]
+        for path, data in blobs_for(w1).items():
+            with open(os.path.join(p.dir, path.split("/", 1)[1]), "wb") as f:
+                f.write(data)
+        p.unload()
+        p.load()
+        assert not np.array_equal(p(x=X)["y"], y0)
+
+
+def test_an_unverified_data_patch_can_be_stale_which_is_why_it_must_be_verified(tmp_path):
+    """On a device that ignores the compiled data (load=memory), a forced data
+    patch changes nothing: exactly what `python -m anec.selftest` probes for."""
+    w0, w1 = weights(0), weights(1)
+    with Runtime("sim", temp_root=tmp_path, sim_device="load=memory") as rt:
+        assert "data-patch" not in rt.reload_verified
+        p = load(rt, w0, "single")
+        y0 = p(x=X)["y"]
+        p.reload_blobs(blobs_for(w1, "single"), strategy="data-patch")
+        np.testing.assert_array_equal(p(x=X)["y"], y0)  # stale
+        p.reload_blobs(blobs_for(weights(2), "single"))     # the runtime's own choice: recompile
+        assert not np.array_equal(p(x=X)["y"], y0)
+        assert rt.stats["reloads_recompile"] == 1
+
+
+def test_nothing_verified_falls_back_to_recompile_and_says_why(tmp_path):
+    w0, w1 = weights(0), weights(1)
+    with Runtime("sim", temp_root=tmp_path, reload_verified=[]) as rt:
+        assert rt.reload_verified == ["recompile", "inputs"]
+        p = load(rt, w0, "single")
+        info = p.reload_info
+        assert info["strategy"] == "recompile" and info["data_patchable"]
+        assert "not verified" in info["why"] and "anec.selftest" in info["why"]
+        p.reload_weights({"l.w1": w1["l.w1"]})
+        assert rt.stats["compiles"] == 2 and rt.stats["reloads_recompile"] == 1
+
+
+@pytest.mark.parametrize("form,device", [("files", ""), ("single", ""), ("packed", "data=file")])
+def test_a_reload_that_changes_nothing_costs_nothing(tmp_path, form, device):
+    w0 = weights(0)
+    with Runtime("sim", temp_root=tmp_path, sim_device=device) as rt:
+        p = load(rt, w0, form)
+        d = p.dir
+        before = rt.stats
+        p.reload_weights({k: w0[k] for k in keys_of(form)})
+        st = rt.stats
+        assert st["reloads"] == 1 and st["blobs_patched"] == 0
+        assert (st["compiles"], st["unloads"], st["loads"]) == (before["compiles"], before["unloads"], before["loads"])
+        assert p.dir == d
 
 
 def test_only_changed_files_are_rewritten(fresh_rt):
     w0 = weights(0)
     p = load(fresh_rt, w0)
-    w2_path = os.path.join(p.dir, "weights", "w2.bin")
-    w2_inode = os.stat(w2_path).st_ino
     new = dict(w0)
     new["l.w1"] = w0["l.w1"] * 2
     p.reload_weights(new)  # w2 and b unchanged
-    assert fresh_rt.stats["blobs_patched"] == 1
-    assert os.stat(w2_path).st_ino == w2_inode
+    assert fresh_rt.stats["blobs_patched"] == 1 and fresh_rt.stats["reloads"] == 1
     p.reload_weights({"l.w1": new["l.w1"]})  # nothing changes at all
     assert fresh_rt.stats["blobs_patched"] == 1 and fresh_rt.stats["reloads"] == 2
-
-
-def test_weights_are_baked_until_the_next_load(fresh_rt):
-    w0, w1 = weights(0), weights(1)
-    p = load(fresh_rt, w0)
-    y0 = p(x=X)["y"]
-    with open(os.path.join(p.dir, "weights", "w1.bin"), "wb") as f:
-        f.write(blobs_for(w1)["@model_path/weights/w1.bin"])
-    np.testing.assert_array_equal(p(x=X)["y"], y0)  # patching files changes nothing
-    p.unload()
-    p.load()
-    assert not np.array_equal(p(x=X)["y"], y0)  # ... until the weights are loaded again
+    with Runtime("sim") as other:
+        np.testing.assert_array_equal(p(x=X)["y"], load(other, new)(x=X)["y"])
 
 
 @pytest.mark.parametrize("bad,err", [
@@ -149,27 +259,68 @@ def test_c_level_validation_of_raw_blobs(fresh_rt):
     assert fresh_rt.stats["reloads"] == 0
 
 
-def test_reload_of_a_shared_directory_leaves_the_other_program_alone(fresh_rt):
+@pytest.mark.parametrize("form,device,compiles", [("files", "", 2), ("single", "", 1)])
+def test_reload_of_a_shared_directory_leaves_the_other_program_alone(tmp_path, form, device, compiles):
     w0, w1 = weights(0), weights(1)
-    p1, p2 = load(fresh_rt, w0), load(fresh_rt, w0)
-    assert p1.dir == p2.dir
-    y0 = p2(x=X)["y"]
-    p1.reload_weights(w1)
-    assert p1.dir != p2.dir and fresh_rt.stats["compiles"] == 1
-    np.testing.assert_array_equal(p2(x=X)["y"], y0)
-    p2.unload()
-    p2.load()
-    np.testing.assert_array_equal(p2(x=X)["y"], y0)
-    assert not np.array_equal(p1(x=X)["y"], y0)
+    with Runtime("sim", temp_root=tmp_path, sim_device=device) as rt:
+        p1, p2 = load(rt, w0, form), load(rt, w0, form)
+        assert p1.dir == p2.dir
+        y0 = p2(x=X)["y"]
+        p1.reload_weights({k: w1[k] for k in keys_of(form)})
+        assert p1.dir != p2.dir and rt.stats["compiles"] == compiles
+        np.testing.assert_array_equal(p2(x=X)["y"], y0)
+        p2.unload()
+        p2.load()
+        np.testing.assert_array_equal(p2(x=X)["y"], y0)
+        assert not np.array_equal(p1(x=X)["y"], y0)
 
 
-def test_reload_of_an_unloaded_program_applies_at_load(fresh_rt):
-    p = load(fresh_rt, weights(0))
+@pytest.mark.parametrize("form", ["files", "single"])
+def test_reload_of_an_unloaded_program_applies_at_load(fresh_rt, form):
+    p = load(fresh_rt, weights(0), form)
     p.unload()
-    p.reload_weights(weights(1))
+    w1 = {k: weights(1)[k] for k in keys_of(form)}
+    p.reload_weights(w1)
     p.load()
     with Runtime("sim") as other:
-        np.testing.assert_array_equal(p(x=X)["y"], load(other, weights(1))(x=X)["y"])
+        np.testing.assert_array_equal(p(x=X)["y"], load(other, {**weights(0), **w1}, form)(x=X)["y"])
+
+
+@pytest.mark.parametrize("verified,compiles", [(None, 1), ([], 2)])
+def test_a_cache_hit_with_other_weights_is_patched_or_compiled_never_stale(tmp_path, verified, compiles):
+    """Same MIL and weight paths, other weights: the clone starts with the donor's
+    compiled data; it is patched (verified) or compiled, never left stale."""
+    w0, w1 = weights(0), weights(1)
+    with Runtime("sim", temp_root=tmp_path, reload_verified=verified) as rt:
+        p = load(rt, w0, "single")
+        q = load(rt, w1, "single")
+        assert rt.stats["compiles"] == compiles and rt.stats["cache_hits"] == 2 - compiles
+        with Runtime("sim") as other:
+            np.testing.assert_array_equal(q(x=X)["y"], load(other, w1, "single")(x=X)["y"])
+        assert not np.array_equal(q(x=X)["y"], p(x=X)["y"])
+
+
+def test_a_cache_hit_of_a_multi_tensor_program_with_other_weights_compiles(fresh_rt):
+    p = load(fresh_rt, weights(0))
+    q = load(fresh_rt, weights(1))
+    assert fresh_rt.stats["compiles"] == 2 and fresh_rt.stats["cache_hits"] == 0
+    assert not np.array_equal(q(x=X)["y"], p(x=X)["y"])
+    r = load(fresh_rt, weights(0))  # identical weights: a real cache hit
+    assert fresh_rt.stats["compiles"] == 2 and fresh_rt.stats["cache_hits"] == 1
+    np.testing.assert_array_equal(r(x=X)["y"], p(x=X)["y"])
+
+
+def test_recompile_reloads_stop_at_the_process_budget_with_a_clear_error(tmp_path):
+    with Runtime("sim", compile_budget=3, temp_root=tmp_path) as rt:
+        p = load(rt, weights(0))
+        p.reload_weights(weights(1))
+        p.reload_weights(weights(2))
+        y = p(x=X)["y"]
+        with pytest.raises(RuntimeFailure) as ei:
+            p.reload_weights(weights(3))
+        assert ei.value.constraint == "ANE-COMPILE-BUDGET"
+        assert "reloads by compiling again" in ei.value.message and "--pack-weights" in ei.value.message
+        np.testing.assert_array_equal(p(x=X)["y"], y)  # the old weights stay in use
 
 
 def _fds() -> int:
@@ -184,18 +335,19 @@ def _rss_kb() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def test_1000_reloads_do_not_leak(tmp_path):
+def test_1000_data_patch_reloads_do_not_leak(tmp_path):
     # program dirs on tmpfs when there is one: this test is about leaks, not about fsync latency
     root = tempfile.mkdtemp(dir="/dev/shm") if os.path.isdir("/dev/shm") else str(tmp_path)
-    with Runtime("sim", temp_root=os.path.join(root, "p")) as rt:
+    with Runtime("sim", temp_root=os.path.join(root, "p"), sim_device="data=file") as rt:
         _reload_loop(rt)
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _reload_loop(fresh_rt):
-    mil, manifest = ffn_program()
-    p = fresh_rt.compile(mil, blobs_for(weights(0)), manifest=manifest)
-    sets = [blobs_for(weights(s)) for s in range(4)]
+def _reload_loop(rt):
+    mil, manifest = ffn_program("packed")
+    p = rt.compile(mil, blobs_for(weights(0), "packed"), manifest=manifest)
+    assert p.reload_info["strategy"] == "data-patch"
+    sets = [blobs_for(weights(s), "packed") for s in range(1, 5)]
     for i in range(50):  # warm up allocator and page cache
         p.reload_blobs(sets[i % 4])
     fds, rss = _fds(), _rss_kb()
@@ -204,7 +356,7 @@ def _reload_loop(fresh_rt):
     p(x=X)
     assert _fds() == fds
     assert _rss_kb() - rss < 4096, "RSS grew by more than 4 MiB over 1000 reloads"
-    st = fresh_rt.stats
-    assert st["reloads"] == 1050 and st["compiles"] == 1
+    st = rt.stats
+    assert st["reloads"] == 1050 and st["compiles"] == 1 and st["reloads_data_patch"] == 1050
     leftovers = [f for f in os.listdir(os.path.join(p.dir, "weights")) if ".tmp." in f]
-    assert leftovers == []
+    assert leftovers == [] and [f for f in os.listdir(p.dir) if ".tmp." in f] == []

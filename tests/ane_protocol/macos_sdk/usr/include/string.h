@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 
+int memcmp(const void *__s1, const void *__s2, size_t __n);
 void *memcpy(void *__dst, const void *__src, size_t __n);
 void *memset(void *__b, int __c, size_t __len);
 char *strchr(const char *__s, int __c);

@@ -1,0 +1,86 @@
+/*
+ * rt_files.h - the runtime's file helpers (internal; POSIX).
+ *
+ * Every file the runtime or the sim reads from a program directory goes
+ * through rt_read_beneath: the path is walked one component at a time with
+ * openat(O_NOFOLLOW), so no symlink (final or intermediate) is followed and
+ * nothing outside the directory is opened; the file must be a regular file no
+ * larger than the caller's bound. Every file it writes goes through
+ * rt_write_atomic (temp file, fsync, rename): a reader sees the old bytes or
+ * the new ones, never a mix.
+ */
+#ifndef ANEC_RT_FILES_H
+#define ANEC_RT_FILES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The one check of a MIL weight path: "@model_path/<rel>" with every
+   component non-empty and not "." or "..", no backslash, no leading or
+   trailing '/'. Returns <rel> (inside mil_path) or NULL. */
+const char *rt_rel_path(const char *mil_path);
+
+/* A malloc'd "a/b"; NULL when out of memory. */
+char *rt_join(const char *a, const char *b);
+
+/* Read dir/rel (rel relative, '/'-separated) without following any symlink,
+   as a regular file of at most max_bytes. On success *out is malloc'd (free
+   it; non-NULL even for an empty file) and 0 is returned; else -1 and why. */
+int rt_read_beneath(const char *dir, const char *rel, uint64_t max_bytes, uint8_t **out, size_t *len,
+                    char *why, size_t whylen);
+
+/* 1 if dir/rel is a regular file (not a symlink) holding exactly
+   data[0..len), else 0. */
+int rt_file_equals(const char *dir, const char *rel, const uint8_t *data, size_t len);
+
+/* mkdir -p of the parent directories of dir/rel (dir itself must exist). */
+int rt_make_parents(const char *dir, const char *rel);
+
+/* A fresh temp name next to target ("<target>.tmp.<pid>.<n>"); malloc'd. */
+char *rt_temp_name(const char *target);
+/* Create `tmp` exclusively, write data, fsync, close; removed again on failure. */
+int rt_write_temp(const char *tmp, const void *data, size_t len, char *why, size_t whylen);
+/* Atomic write: temp + fsync + rename over path. */
+int rt_write_atomic(const char *path, const void *data, size_t len, char *why, size_t whylen);
+
+/* Make `to` hold the bytes of `from` (a hard link when possible, else an
+   atomic copy); both must be regular files. */
+int rt_link_or_copy(const char *from, const char *to, char *why, size_t whylen);
+
+int rt_fsync_dir(const char *path);
+/* rm -rf without following symlinks. */
+void rt_rm_tree(const char *path);
+
+/* Checked size arithmetic: 0 and *out set on success, -1 on overflow. */
+static inline int rt_add_size(size_t a, size_t b, size_t *out)
+{
+    if (a > (size_t)-1 - b)
+        return -1;
+    *out = a + b;
+    return 0;
+}
+
+static inline int rt_mul_size(size_t a, size_t b, size_t *out)
+{
+    if (a && b > (size_t)-1 / a)
+        return -1;
+    *out = a * b;
+    return 0;
+}
+
+/* Round up to a multiple of align (align 0 or 1: unchanged); -1 on overflow. */
+static inline int rt_round_up(size_t v, size_t align, size_t *out)
+{
+    if (align <= 1) {
+        *out = v;
+        return 0;
+    }
+    size_t r = v % align;
+    if (r == 0) {
+        *out = v;
+        return 0;
+    }
+    return rt_add_size(v, align - r, out);
+}
+
+#endif

@@ -1,0 +1,157 @@
+/*
+ * rt_internal.h - the runtime core's shared structures (internal).
+ *
+ *   rt_core.c    runtimes, programs, compile + cache, evaluation, stats
+ *   rt_dir.c     program directories (refcounted, shared by identical programs)
+ *   rt_reload.c  delta reload and the choice of a reload strategy
+ *
+ * Locking: every program has a mutex that serializes every call on it; the
+ * runtime has `lock` for its structures (directories, cache, program list)
+ * and `st_lock` for its counters. Order: a program's lock before the
+ * runtime's; the runtime's lock is never held while waiting for a program.
+ * `lock` is held across driver compiles (compiles in one runtime are
+ * serialized, like the device's compiler service), never across evaluations.
+ */
+#ifndef ANEC_RT_INTERNAL_H
+#define ANEC_RT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "anec_driver.h"
+#include "anec_rt.h"
+
+#define RT_ERR_LEN 4096
+/* Upper bound of any weight file the core reads back from its own
+   directories (hostile-input defence; far above any ANE program). */
+#define RT_MAX_FILE_BYTES (1ull << 36)
+
+typedef struct rt_dir {
+    struct rt_dir *next;
+    char *path;
+    uint8_t key[32];
+    uint8_t content[32];         /* hash of the weight bytes it holds */
+    int shareable;               /* 0 once a reload changed its files */
+    int refs;
+    char **files;                /* relative paths of the files we wrote */
+    size_t n_files;
+} rt_dir;
+
+typedef struct cache_entry {
+    struct cache_entry *next;
+    uint8_t key[32];
+    struct anec_program *donor;  /* an open program whose compiled form clones copy, or NULL */
+    void *tmpl;                  /* a closed donor's driver program, kept (unloaded) for clones */
+    rt_dir *tmpl_dir;            /* its directory (a reference) */
+    uint8_t content[32];         /* the weight content of that compiled form */
+    int patchable;               /* its compiled data equals its one BLOBFILE */
+} cache_entry;
+
+typedef struct io_desc {
+    char *name;
+    int dtype;
+    int rank;
+    int64_t shape[ANEC_MAX_RANK];
+    size_t numel;
+    size_t bytes;
+    size_t decl;
+} io_desc;
+
+typedef struct blob_ref {
+    char *path;                  /* "@model_path/weights/w.bin" */
+    char *const_name;
+    uint64_t offset;
+    uint32_t dtype;              /* BLOB_DT_* */
+    uint64_t bytes;
+    int line;
+} blob_ref;
+
+struct anec_runtime {
+    pthread_mutex_t lock;        /* dirs, cache, progs, closed, refs */
+    pthread_mutex_t st_lock;     /* st */
+    int refs;                    /* the caller's handle + one per program struct */
+    int closed;
+    pid_t pid;                   /* the process that opened it */
+    const anec_driver *drv;
+    void *ctx;
+    char *root;
+    int own_root;
+    int cap;                     /* this runtime's compile cap (0: none) */
+    unsigned verified;           /* ANEC_RELOAD_* verified for this runtime */
+    struct anec_stats st;
+    rt_dir *dirs;
+    cache_entry *cache;
+    struct anec_program *progs;  /* open programs */
+};
+
+struct anec_program {
+    pthread_mutex_t lock;        /* serializes every call on this program */
+    anec_runtime *rt;
+    struct anec_program *next, *prev; /* rt->progs while open */
+    int refs;                    /* the caller's handle + pins (under rt->lock) */
+    int closed;
+    void *dprog;
+    rt_dir *dir;
+    int loaded;
+    int patchable;               /* one BLOBFILE, and the compiled data equals it */
+    uint8_t key[32];
+    uint8_t content[32];         /* the weight content it computes with */
+    char *mil;                   /* kept for RECOMPILE */
+    size_t mil_len;
+    io_desc *in, *out;           /* binding (alphabetical) order */
+    size_t n_in, n_out;
+    blob_ref *refs_tab;
+    size_t n_refs;
+    char **files;                /* distinct BLOBFILE paths referenced by the MIL, sorted */
+    size_t n_files;
+    anec_surface *in_s, *out_s;
+    size_t in_bytes, out_bytes;
+    anec_limits limits;
+    struct anec_stats st;
+};
+
+/* ---- rt_core.c ---- */
+
+/* Record a failure for anec_last_error (this thread) and return code. */
+int rt_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+uint64_t rt_now_ns(void);
+/* Reserve one compile of the process budget and the runtime's cap, or fail
+   with ANEC_EBUDGET (message set). rt_budget_release undoes a reservation
+   whose compile failed. */
+int rt_budget_reserve(anec_runtime *rt);
+void rt_budget_release(anec_runtime *rt);
+/* Add to the runtime's counters (st_lock). */
+void rt_count(anec_runtime *rt, const struct anec_stats *delta);
+/* Check one blob against every const of p that reads it. */
+int rt_check_blob(const anec_program *p, const anec_blob *b, int check_finite, const char *what);
+/* sha256 over sorted (path, sha256(bytes)) of the blobs. */
+void rt_content_hash(const anec_blob *blobs, size_t n, uint8_t out[32]);
+/* The cache entry of key (rt->lock held), or NULL. */
+cache_entry *rt_cache_find(anec_runtime *rt, const uint8_t key[32]);
+/* Does the compiled data of dprog equal the one blob? (the observation that
+   makes DATA_PATCH applicable). */
+int rt_observe_patchable(anec_runtime *rt, void *dprog, const anec_blob *blobs, size_t n_blobs, size_t n_files);
+/* Lock p for a call: ANEC_OK with p->lock held, else an error (closed,
+   forked) with nothing held. */
+int rt_enter(anec_program *p);
+int rt_load_locked(anec_program *p);
+int rt_unload_locked(anec_program *p);
+
+/* ---- rt_dir.c (rt->lock held for every call) ---- */
+
+rt_dir *rt_dir_populate(anec_runtime *rt, const uint8_t key[32], const uint8_t content[32], const char *mil,
+                        size_t mil_len, const anec_blob *blobs, size_t n_blobs);
+/* A shareable directory with this key and content, with a new reference, or NULL. */
+rt_dir *rt_dir_find_shared(anec_runtime *rt, const uint8_t key[32], const uint8_t content[32]);
+/* A private copy (hard links where possible). */
+rt_dir *rt_dir_copy(anec_runtime *rt, rt_dir *src);
+void rt_dir_release(anec_runtime *rt, rt_dir *d);
+void rt_dir_free_all(anec_runtime *rt);
+
+/* ---- rt_reload.c ---- */
+
+/* The strategy anec_reload_weights uses for p (p->lock held), why in `why`. */
+int rt_reload_strategy(const anec_program *p, char *why, size_t whylen);
+
+#endif

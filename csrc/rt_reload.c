@@ -1,0 +1,371 @@
+/*
+ * rt_reload.c - delta reload: new weights for a compiled program.
+ *
+ * Weights are baked at compile time (the device keeps them in the compiled
+ * `data`, see anec_driver.h), so a reload must use a strategy that really
+ * reaches the device, never "rewrite weights/ and load again":
+ *
+ *   data-patch  the program's weights are one BLOBFILE and its compiled data
+ *               was observed (right after the compile) to be byte-identical
+ *               to it: write the new BLOBFILE as the compiled data, load.
+ *               No compile. Used when the machine has verified it
+ *               (anec_runtime.verified; the sim by its own model, a Mac by
+ *               `python -m anec.selftest`).
+ *   recompile   compile the program again with the new files (one compile
+ *               of the process budget), then switch the program to it.
+ *   inputs      weights compiled as program inputs: anec_reload_inputs
+ *               (rt_core.c) writes the surfaces; nothing here.
+ *
+ * Every reload validates all blobs first; files whose bytes do not change are
+ * skipped (a reload that changes nothing costs nothing); on any failure the
+ * old weights stay in use.
+ */
+#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rt_files.h"
+#include "rt_internal.h"
+
+int rt_reload_strategy(const anec_program *p, char *why, size_t whylen)
+{
+    unsigned v = p->rt->verified;
+    if (p->patchable && (v & ANEC_RELOAD_DATA_PATCH)) {
+        snprintf(why, whylen, "data patch: the weights are one BLOBFILE that the compiled data equals, and data "
+                 "patching is verified for the %s driver", p->rt->drv->name);
+        return ANEC_RELOAD_DATA_PATCH;
+    }
+    if (p->patchable)
+        snprintf(why, whylen, "recompile: data patching is not verified on this machine (run `python -m "
+                 "anec.selftest` on it)");
+    else if (p->n_files == 0)
+        snprintf(why, whylen, "recompile: the program has no weight files");
+    else if (p->n_files > 1)
+        snprintf(why, whylen, "recompile: the weights are %zu BLOBFILEs and a data patch needs one (compile with "
+                 "--pack-weights), or compile the weights as program inputs", p->n_files);
+    else
+        snprintf(why, whylen, "recompile: the compiled data is not the program's BLOBFILE (the device keeps "
+                 "several tensors in an opaque form); compile the weights as program inputs to reload without "
+                 "compiles");
+    return ANEC_RELOAD_RECOMPILE;
+}
+
+int anec_program_reload_info(const anec_program *p, anec_reload_info *out)
+{
+    if (!out)
+        return rt_fail(ANEC_EINVAL, "NULL argument");
+    int rc = rt_enter((anec_program *)p);
+    if (rc != ANEC_OK)
+        return rc;
+    memset(out, 0, sizeof *out);
+    out->strategy = rt_reload_strategy(p, out->why, sizeof out->why);
+    out->data_patchable = p->patchable;
+    out->verified = p->rt->verified;
+    pthread_mutex_unlock((pthread_mutex_t *)&p->lock);
+    return ANEC_OK;
+}
+
+/* Validate every blob against the program before anything is touched. */
+static int validate(const anec_program *p, const anec_blob *blobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!blobs[i].path || (!blobs[i].data && blobs[i].len))
+            return rt_fail(ANEC_EINVAL, "reload: blob %zu has no path or data", i);
+        int known = 0;
+        for (size_t k = 0; k < p->n_files; k++)
+            known |= strcmp(p->files[k], blobs[i].path) == 0;
+        if (!known) {
+            char list[1024] = "";
+            for (size_t k = 0; k < p->n_files && strlen(list) < sizeof list - 200; k++) {
+                strncat(list, k ? ", " : "", sizeof list - strlen(list) - 1);
+                strncat(list, p->files[k], sizeof list - strlen(list) - 1);
+            }
+            return rt_fail(ANEC_EWEIGHTS, "reload: %s is not a weight file of this program (its files: %s)",
+                           blobs[i].path, p->n_files ? list : "none");
+        }
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(blobs[i].path, blobs[j].path) == 0)
+                return rt_fail(ANEC_EINVAL, "reload: weight file %s is given twice", blobs[i].path);
+        int rc = rt_check_blob(p, &blobs[i], 1, "reload");
+        if (rc != ANEC_OK)
+            return rc;
+    }
+    return ANEC_OK;
+}
+
+/* Stop being the cache's donor: the compiled form is about to change. Another
+   open program with the donor's weights takes the role. */
+static void leave_cache(anec_program *p)
+{
+    anec_runtime *rt = p->rt;
+    pthread_mutex_lock(&rt->lock);
+    cache_entry *e = rt_cache_find(rt, p->key);
+    if (e && e->donor == p) {
+        e->donor = NULL;
+        for (anec_program *q = rt->progs; q && !e->donor; q = q->next)
+            if (q != p && !q->closed && memcmp(q->key, e->key, 32) == 0 && memcmp(q->content, e->content, 32) == 0)
+                e->donor = q;
+    }
+    pthread_mutex_unlock(&rt->lock);
+}
+
+/* After a reload: p serves later cache hits with its new weights when no one else does. */
+static void rejoin_cache(anec_program *p)
+{
+    anec_runtime *rt = p->rt;
+    pthread_mutex_lock(&rt->lock);
+    cache_entry *e = rt_cache_find(rt, p->key);
+    if (e && !e->donor && !e->tmpl) {
+        e->donor = p;
+        memcpy(e->content, p->content, 32);
+        e->patchable = p->patchable;
+    }
+    pthread_mutex_unlock(&rt->lock);
+}
+
+/* p's weights are now `content` (p->lock held; rt->lock guards readers). */
+static void set_content(anec_program *p, const uint8_t content[32])
+{
+    pthread_mutex_lock(&p->rt->lock);
+    memcpy(p->content, content, 32);
+    pthread_mutex_unlock(&p->rt->lock);
+}
+
+/* p->dir shared with other programs: move p onto a private copy (same
+   compiled form, hard links) before anything in it changes. */
+static int privatize(anec_program *p)
+{
+    anec_runtime *rt = p->rt;
+    int rc = ANEC_OK;
+    pthread_mutex_lock(&rt->lock);
+    if (p->dir->refs > 1) {
+        rt_dir *nd = rt_dir_copy(rt, p->dir);
+        void *np = NULL;
+        char err[RT_ERR_LEN] = "";
+        if (!nd) {
+            rc = ANEC_EIO;
+        } else if ((rc = rt->drv->clone(rt->ctx, p->dprog, nd->path, &np, err, sizeof err)) != ANEC_OK) {
+            rt_fail(rc, "reload: %s", err);
+            rt_dir_release(rt, nd);
+        } else {
+            rt_unload_locked(p);
+            rt->drv->release(rt->ctx, p->dprog);
+            rt_dir_release(rt, p->dir);
+            p->dprog = np;
+            p->dir = nd;
+        }
+    }
+    if (rc == ANEC_OK)
+        p->dir->shareable = 0;
+    pthread_mutex_unlock(&rt->lock);
+    return rc;
+}
+
+static int data_patch(anec_program *p, const anec_blob *b, int was_loaded)
+{
+    anec_runtime *rt = p->rt;
+    int rc = privatize(p);
+    if (rc != ANEC_OK)
+        return rc;
+    const char *rel = rt_rel_path(b->path);
+    char *path = rt_join(p->dir->path, rel);
+    char *tmp = path ? rt_temp_name(path) : NULL;
+    char *backup = path ? rt_temp_name(path) : NULL;
+    char why[1024];
+    if (!path || !tmp || !backup) {
+        rc = rt_fail(ANEC_ENOMEM, "out of memory");
+        goto out;
+    }
+    /* the core's copy of the file first (a backup restores it on failure) */
+    if (rt_write_temp(tmp, b->data, b->len, why, sizeof why)) {
+        rc = rt_fail(ANEC_EIO, "reload: %s; the old weights stay in use", why);
+        goto out;
+    }
+    int have_backup = link(path, backup) == 0;
+    if (rename(tmp, path)) {
+        rc = rt_fail(ANEC_EIO, "reload: rename to %s failed: %s; the old weights stay in use", path, strerror(errno));
+        unlink(tmp);
+        if (have_backup)
+            unlink(backup);
+        goto out;
+    }
+    rt_unload_locked(p);
+    char err[RT_ERR_LEN] = "";
+    rc = rt->drv->patch_data(rt->ctx, p->dprog, rel, b->data, b->len, err, sizeof err);
+    if (rc != ANEC_OK) {
+        if (have_backup)
+            rename(backup, path);
+        rt_fail(rc, "reload: %s; the old weights stay in use", err);
+        if (was_loaded)
+            rt_load_locked(p); /* the driver left the old compiled data in place */
+        goto out;
+    }
+    if (have_backup)
+        unlink(backup);
+    rt_fsync_dir(p->dir->path);
+    uint8_t content[32];
+    rt_content_hash(b, 1, content);
+    set_content(p, content);
+    if (was_loaded)
+        rc = rt_load_locked(p);
+out:
+    free(path);
+    free(tmp);
+    free(backup);
+    return rc;
+}
+
+static int recompile(anec_program *p, const anec_blob *blobs, size_t n, int was_loaded)
+{
+    anec_runtime *rt = p->rt;
+    /* the whole new file set: given files, the others as they are now */
+    anec_blob *full = calloc(p->n_files + 1, sizeof *full);
+    uint8_t **owned = calloc(p->n_files + 1, sizeof *owned);
+    int rc = full && owned ? ANEC_OK : rt_fail(ANEC_ENOMEM, "out of memory");
+    for (size_t k = 0; rc == ANEC_OK && k < p->n_files; k++) {
+        full[k].path = p->files[k];
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(blobs[i].path, p->files[k]) == 0) {
+                full[k].data = blobs[i].data;
+                full[k].len = blobs[i].len;
+            }
+        if (!full[k].data) {
+            char why[512];
+            if (rt_read_beneath(p->dir->path, rt_rel_path(p->files[k]), RT_MAX_FILE_BYTES, &owned[k], &full[k].len,
+                                why, sizeof why))
+                rc = rt_fail(ANEC_EIO, "reload: cannot read the program's weight file: %s", why);
+            full[k].data = owned[k];
+        }
+    }
+    uint8_t content[32];
+    if (rc == ANEC_OK)
+        rt_content_hash(full, p->n_files, content);
+    uint64_t t0 = rt_now_ns();
+    int compiled = 0;
+    if (rc == ANEC_OK) {
+        pthread_mutex_lock(&rt->lock);
+        if (rt->closed) {
+            rc = rt_fail(ANEC_ESTATE, "the runtime is closed");
+        } else if ((rc = rt_budget_reserve(rt)) != ANEC_OK) {
+            char why[256];
+            rt_reload_strategy(p, why, sizeof why);
+            char msg[RT_ERR_LEN];
+            snprintf(msg, sizeof msg, "%s", anec_last_error(NULL));
+            rt_fail(rc, "%s. This program reloads by compiling again (%s)", msg, why);
+        } else {
+            rt_dir *nd = rt_dir_find_shared(rt, p->key, content);
+            if (!nd)
+                nd = rt_dir_populate(rt, p->key, content, p->mil, p->mil_len, full, p->n_files);
+            void *np = NULL;
+            char err[RT_ERR_LEN] = "";
+            if (!nd) {
+                rc = ANEC_EIO;
+            } else {
+                anec_compile_args args = {p->mil, p->mil_len, full, p->n_files, nd->path, p->limits};
+                rc = rt->drv->compile(rt->ctx, &args, &np, err, sizeof err);
+                if (rc != ANEC_OK)
+                    rt_fail(rc, "reload (recompile): %s; the old weights stay in use", err);
+            }
+            if (rc != ANEC_OK) {
+                rt_budget_release(rt);
+                rt_dir_release(rt, nd);
+            } else {
+                compiled = 1;
+                rt_unload_locked(p);
+                rt->drv->release(rt->ctx, p->dprog);
+                rt_dir_release(rt, p->dir);
+                p->dprog = np;
+                p->dir = nd;
+                p->patchable = rt_observe_patchable(rt, np, full, p->n_files, p->n_files);
+                memcpy(p->content, content, 32);
+            }
+        }
+        pthread_mutex_unlock(&rt->lock);
+    }
+    for (size_t k = 0; owned && k < p->n_files; k++)
+        free(owned[k]);
+    free(owned);
+    free(full);
+    if (compiled) {
+        struct anec_stats d = {0};
+        d.compiles = 1;
+        d.ns_compile = rt_now_ns() - t0;
+        rt_count(rt, &d);
+        p->st.compiles++;
+        p->st.ns_compile += d.ns_compile;
+        if (was_loaded)
+            rc = rt_load_locked(p);
+    }
+    return rc;
+}
+
+static int reload(anec_program *p, const anec_blob *blobs, size_t n, int forced)
+{
+    if (!p)
+        return rt_fail(ANEC_EINVAL, "NULL program");
+    if (!blobs && n)
+        return rt_fail(ANEC_EINVAL, "anec_reload_weights: NULL blob array");
+    if (forced != ANEC_RELOAD_AUTO && forced != ANEC_RELOAD_DATA_PATCH && forced != ANEC_RELOAD_RECOMPILE)
+        return rt_fail(ANEC_EINVAL, "reload strategy %d is not data-patch (%d) or recompile (%d)", forced,
+                       ANEC_RELOAD_DATA_PATCH, ANEC_RELOAD_RECOMPILE);
+    int rc = rt_enter(p);
+    if (rc != ANEC_OK)
+        return rc;
+    uint64_t t0 = rt_now_ns();
+    rc = validate(p, blobs, n);
+    char why[256];
+    int strategy = forced ? forced : rt_reload_strategy(p, why, sizeof why);
+    if (rc == ANEC_OK && strategy == ANEC_RELOAD_DATA_PATCH && !p->patchable) {
+        rt_reload_strategy(p, why, sizeof why);
+        rc = rt_fail(ANEC_EINVAL, "reload: this program cannot be data-patched (%s)", why);
+    }
+    size_t n_changed = 0;
+    const anec_blob *last = NULL;
+    for (size_t i = 0; rc == ANEC_OK && i < n; i++)
+        if (!rt_file_equals(p->dir->path, rt_rel_path(blobs[i].path), blobs[i].data, blobs[i].len)) {
+            n_changed++;
+            last = &blobs[i];
+        }
+    int was_loaded = p->loaded;
+    if (rc == ANEC_OK && n_changed) {
+        leave_cache(p);
+        rc = strategy == ANEC_RELOAD_DATA_PATCH ? data_patch(p, last, was_loaded)
+                                                : recompile(p, blobs, n, was_loaded);
+        if (p->dprog)
+            rejoin_cache(p);
+    }
+    if (rc == ANEC_OK) {
+        struct anec_stats d = {0};
+        d.reloads = 1;
+        d.blobs_patched = n_changed;
+        d.ns_reload = rt_now_ns() - t0;
+        if (n_changed) {
+            d.reloads_data_patch = strategy == ANEC_RELOAD_DATA_PATCH;
+            d.reloads_recompile = strategy == ANEC_RELOAD_RECOMPILE;
+        }
+        rt_count(p->rt, &d);
+        p->st.reloads++;
+        p->st.blobs_patched += n_changed;
+        p->st.ns_reload += d.ns_reload;
+        p->st.reloads_data_patch += d.reloads_data_patch;
+        p->st.reloads_recompile += d.reloads_recompile;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+int anec_reload_weights(anec_program *p, const anec_blob *blobs, size_t n_blobs)
+{
+    return reload(p, blobs, n_blobs, ANEC_RELOAD_AUTO);
+}
+
+int anec_reload_weights_using(anec_program *p, const anec_blob *blobs, size_t n_blobs, int strategy)
+{
+    if (strategy == ANEC_RELOAD_AUTO)
+        return rt_fail(ANEC_EINVAL, "anec_reload_weights_using: name a strategy (data-patch or recompile)");
+    return reload(p, blobs, n_blobs, strategy);
+}
