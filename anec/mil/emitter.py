@@ -121,6 +121,8 @@ _REJECTED = {
     "rsqrt": ("ANE-RSQRT", "rsqrt is rejected by the ANE compiler"),
     "concat": ("ANE-CONCAT", "concat is rejected by the ANE compiler"),
     "neg": ("ANE-NEG", "the ANE has no neg op"),
+    "split": ("ANE-SPLIT", "multi-result split is not in the MIL the on-device references use "
+              "(they slice)"),
 }
 _LEGALIZE_HINT = "run the legalize pass (part of the default pipeline), which rewrites it"
 
@@ -568,17 +570,6 @@ class _Emitter:
             "x": self.name(x),
         }
         self._simple(n, "slice_by_index", args)
-
-    def op_split(self, n: Node, a: dict) -> None:
-        x = n.operands[0]
-        op_name = self._claim(f"{self.name(n.results[0])}_split")
-        args = {
-            "axis": self._param(op_name, "axis", *_scalar(DType.int32, a["axis"] % x.type.rank)),
-            "split_sizes": self._param(op_name, "split_sizes", *_ints(a["sizes"])),
-            "x": self.name(x),
-        }
-        results = ", ".join(f"{self.sp.type(r.type)} {self.name(r)}" for r in n.results)
-        self._stmt(results, "split", args, op_name)
 
     def op_pad(self, n: Node, a: dict) -> None:
         x = n.operands[0]
