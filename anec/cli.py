@@ -442,7 +442,7 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
         if random_inputs is not None:
             rng = np.random.default_rng(random_inputs)
             for spec in sorted(prog.inputs, key=lambda i: i["decl_index"]):
-                feeds[spec["name"]] = rng.standard_normal(spec["shape"]).astype(np.float32)
+                feeds[spec["name"]] = rng.standard_normal(spec["logical_shape"]).astype(np.float32)
         for name, path in inputs.items():
             if name not in names:
                 from anec.diagnostics import did_you_mean
@@ -479,15 +479,22 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
                 module, store = art.program_module(), artifact_weights(art)
                 logical = [lo for lo in art.manifest.get("logical_outputs", []) if lo.get("axis") is not None]
             graph = select_func(module, prog.name)
+            # program.ir has the device's rank-4 I/O shapes: same elements, so reshape freely
+            ir_feeds = dict(feeds)
+            for v in graph.inputs:
+                if v.name in feeds and np.size(feeds[v.name]) == v.type.numel:
+                    ir_feeds[v.name] = np.reshape(feeds[v.name], v.type.shape)
             click.echo("compare with the reference interpreter (rel = max|sim - ref| / max|ref|):")
             for mode in ("fp32", "fp16"):
-                ref = interpret(graph, feeds, store, mode=mode)
+                ref = interpret(graph, ir_feeds, store, mode=mode)
                 for lo in logical:  # chunked outputs: reassemble the pieces like the runtime does
                     pieces = [ref.pop(p) for p in lo["pieces"]]
                     ref[lo["name"]] = np.concatenate(pieces, axis=lo["axis"])
                 for name, r in ref.items():
                     got = results[name].astype(np.float64)
                     rr = np.asarray(r, dtype=np.float64)
+                    if rr.size == got.size:
+                        rr = rr.reshape(got.shape)
                     err = float(np.max(np.abs(got - rr))) if rr.size else 0.0
                     scale = float(np.max(np.abs(rr))) if rr.size else 0.0
                     rel = err / scale if scale else err

@@ -600,6 +600,16 @@ class _Emitter:
                     constraint="ANE-FP32-IO",
                 )
 
+    def _check_io_rank(self) -> None:
+        for v in [*self.graph.inputs, *self.graph.outputs]:
+            if v.type.rank != 4:
+                raise ConstraintError(
+                    f"{'input' if v.producer is None else 'output'} %{v.name} is {v.type}; every "
+                    "program the references run has rank-4 [1, C, 1, S] inputs and outputs",
+                    span=v.span, hint=_LEGALIZE_HINT + " (a reshape inside the program)",
+                    constraint="ANE-IO-RANK4",
+                )
+
     def run(self) -> MilProgram:
         g = self.graph
         if self.pack and self.target.one_file_per_weight:
@@ -610,6 +620,7 @@ class _Emitter:
             )
         self._check_io()
         self._assign_names()
+        self._check_io_rank()
         for n in g.nodes:
             self.emit_node(n)
         d = self.dialect
