@@ -276,8 +276,11 @@ def _pipeline_from(passes: str | None, pipeline: str | None):
 @click.option("--pack-weights", is_flag=True, help="All weights in one weights/weight.bin (not on m1).")
 @click.option("--host-casts", is_flag=True,
               help="On fp16-only targets, take and return fp16 and let the host convert fp32.")
+@click.option("--dialect", type=click.Choice(["ios18", "ios16"]), metavar="ios18|ios16",
+              help="MIL dialect (default: the target's, ios18 on every chip); ios16 writes "
+                   "program(1.0) with verbose scalars, the fallback for M1/M2.")
 def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pipeline, print_after, timing,
-                pack_weights, host_casts) -> None:
+                pack_weights, host_casts, dialect) -> None:
     """Compile FILE into DIR/<func>/{model.mil, weights/*.bin, manifest.json}."""
     from pathlib import Path
 
@@ -290,7 +293,8 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
     after = [p for spec in print_after for p in spec.split(",") if p.strip()]
     result = compile_module(module, weights=weights_path, random_seed=random_weights, target=target,
                             passes=_pipeline_from(passes, pipeline), out_dir=out, pack_weights=pack_weights,
-                            host_casts=host_casts, print_ir_after=after or None, timing=timing)
+                            host_casts=host_casts, print_ir_after=after or None, timing=timing,
+                            dialect=dialect)
     for dump in result.printed_ir:
         click.echo(dump.rstrip("\n"), err=True)
     if not result.artifacts:
@@ -309,7 +313,10 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
 @click.option("--target", default="m4", show_default=True, metavar="NAME", help="Chip profile (m1..m5).")
 @click.option("--pack-weights", is_flag=True, help="Refer to one packed weights/weight.bin.")
 @click.option("--host-casts", is_flag=True, help="As for compile, on fp16-only targets.")
-def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights, host_casts) -> None:
+@click.option("--dialect", type=click.Choice(["ios18", "ios16"]), metavar="ios18|ios16",
+              help="MIL dialect (default: the target's, ios18 on every chip); ios16 writes "
+                   "program(1.0) with verbose scalars, the fallback for M1/M2.")
+def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights, host_casts, dialect) -> None:
     """Print the MIL text of one func of FILE after the default pipeline.
 
     MIL never depends on weight values, so no weights are needed; with
@@ -337,7 +344,8 @@ def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights,
     one.add_func(module.funcs[func_name])
     with_weights = weights_path is not None or random_weights is not None
     result = compile_module(one, weights=weights_path, random_seed=random_weights, target=target,
-                            pack_weights=pack_weights, host_casts=host_casts, with_weights=with_weights)
+                            pack_weights=pack_weights, host_casts=host_casts, with_weights=with_weights,
+                            dialect=dialect)
     click.echo(result.artifacts[func_name].mil_text, nl=False)
 
 
