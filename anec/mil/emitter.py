@@ -20,17 +20,23 @@ The text form (docs/mil.md has the full contract)::
         } -> (y);
     }
 
-Rules the device imposes and this module enforces:
+Rules the device imposes and this module enforces. The text uses only what the
+projects that run on the device (maderix/ANE, Orion) feed the ANE compiler:
 
 * every non-tensor parameter is a named const ``<node>_<param>`` (the ANE
   rejects inline literals for some of them, e.g. matmul's transpose flags);
 * keyword arguments are sorted, one statement per line, 4-space indents;
+* float literals are the shortest ``%g``-style decimals that read back to the
+  exact fp16/fp32 value along every parse path (:func:`float_literal`);
 * func input and output names are the IR names, unchanged: the device binds
   I/O surfaces in alphabetical order of these names;
-* ops the ANE rejects (gelu, rsqrt, concat, neg, conv bias) are never written:
-  they are a :class:`~anec.diagnostics.ConstraintError` pointing at legalize.
+* func inputs and outputs are rank-4 tensors, and every op has one result;
+* what legalize removes (gelu, rsqrt, concat, neg, conv bias, split, I/O of
+  another rank) is never written: it is a
+  :class:`~anec.diagnostics.ConstraintError` pointing at legalize.
 
-The dialect (``target.mil_dialect``) only changes spellings: ``ios18`` writes
+The dialect (``target.mil_dialect``: ``ios18`` on every target, ``ios16`` when
+asked for with ``--dialect``) only changes spellings: ``ios18`` writes
 ``program(1.3)`` and short scalars (``string("x")``), ``ios16`` writes
 ``program(1.0)``, ``<ios16>`` and verbose scalars (``tensor<string, []>("x")``).
 """
