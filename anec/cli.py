@@ -276,8 +276,11 @@ def _pipeline_from(passes: str | None, pipeline: str | None):
 @click.option("--pack-weights", is_flag=True, help="All weights in one weights/weight.bin (not on m1).")
 @click.option("--host-casts", is_flag=True,
               help="On fp16-only targets, take and return fp16 and let the host convert fp32.")
+@click.option("--dialect", type=click.Choice(["ios18", "ios16"]), metavar="ios18|ios16",
+              help="MIL dialect (default: the target's, ios18 on every chip); ios16 writes "
+                   "program(1.0) with verbose scalars, the fallback for M1/M2.")
 def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pipeline, print_after, timing,
-                pack_weights, host_casts) -> None:
+                pack_weights, host_casts, dialect) -> None:
     """Compile FILE into DIR/<func>/{model.mil, weights/*.bin, manifest.json}."""
     from pathlib import Path
 
@@ -290,7 +293,8 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
     after = [p for spec in print_after for p in spec.split(",") if p.strip()]
     result = compile_module(module, weights=weights_path, random_seed=random_weights, target=target,
                             passes=_pipeline_from(passes, pipeline), out_dir=out, pack_weights=pack_weights,
-                            host_casts=host_casts, print_ir_after=after or None, timing=timing)
+                            host_casts=host_casts, print_ir_after=after or None, timing=timing,
+                            dialect=dialect)
     for dump in result.printed_ir:
         click.echo(dump.rstrip("\n"), err=True)
     if not result.artifacts:
@@ -309,7 +313,10 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
 @click.option("--target", default="m4", show_default=True, metavar="NAME", help="Chip profile (m1..m5).")
 @click.option("--pack-weights", is_flag=True, help="Refer to one packed weights/weight.bin.")
 @click.option("--host-casts", is_flag=True, help="As for compile, on fp16-only targets.")
-def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights, host_casts) -> None:
+@click.option("--dialect", type=click.Choice(["ios18", "ios16"]), metavar="ios18|ios16",
+              help="MIL dialect (default: the target's, ios18 on every chip); ios16 writes "
+                   "program(1.0) with verbose scalars, the fallback for M1/M2.")
+def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights, host_casts, dialect) -> None:
     """Print the MIL text of one func of FILE after the default pipeline.
 
     MIL never depends on weight values, so no weights are needed; with
@@ -337,7 +344,8 @@ def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights,
     one.add_func(module.funcs[func_name])
     with_weights = weights_path is not None or random_weights is not None
     result = compile_module(one, weights=weights_path, random_seed=random_weights, target=target,
-                            pack_weights=pack_weights, host_casts=host_casts, with_weights=with_weights)
+                            pack_weights=pack_weights, host_casts=host_casts, with_weights=with_weights,
+                            dialect=dialect)
     click.echo(result.artifacts[func_name].mil_text, nl=False)
 
 
@@ -442,7 +450,7 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
         if random_inputs is not None:
             rng = np.random.default_rng(random_inputs)
             for spec in sorted(prog.inputs, key=lambda i: i["decl_index"]):
-                feeds[spec["name"]] = rng.standard_normal(spec["shape"]).astype(np.float32)
+                feeds[spec["name"]] = rng.standard_normal(spec["logical_shape"]).astype(np.float32)
         for name, path in inputs.items():
             if name not in names:
                 from anec.diagnostics import did_you_mean
@@ -479,15 +487,22 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
                 module, store = art.program_module(), artifact_weights(art)
                 logical = [lo for lo in art.manifest.get("logical_outputs", []) if lo.get("axis") is not None]
             graph = select_func(module, prog.name)
+            # program.ir has the device's rank-4 I/O shapes: same elements, so reshape freely
+            ir_feeds = dict(feeds)
+            for v in graph.inputs:
+                if v.name in feeds and np.size(feeds[v.name]) == v.type.numel:
+                    ir_feeds[v.name] = np.reshape(feeds[v.name], v.type.shape)
             click.echo("compare with the reference interpreter (rel = max|sim - ref| / max|ref|):")
             for mode in ("fp32", "fp16"):
-                ref = interpret(graph, feeds, store, mode=mode)
+                ref = interpret(graph, ir_feeds, store, mode=mode)
                 for lo in logical:  # chunked outputs: reassemble the pieces like the runtime does
                     pieces = [ref.pop(p) for p in lo["pieces"]]
                     ref[lo["name"]] = np.concatenate(pieces, axis=lo["axis"])
                 for name, r in ref.items():
                     got = results[name].astype(np.float64)
                     rr = np.asarray(r, dtype=np.float64)
+                    if rr.size == got.size:
+                        rr = rr.reshape(got.shape)
                     err = float(np.max(np.abs(got - rr))) if rr.size else 0.0
                     scale = float(np.max(np.abs(rr))) if rr.size else 0.0
                     rel = err / scale if scale else err

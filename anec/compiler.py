@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from anec.diagnostics import AnecError
+from anec.diagnostics import AnecError, did_you_mean
 from anec.ir.graph import Module
 from anec.mil.artifact import Artifact
 from anec.passes.base import Pass, PassContext
@@ -46,6 +46,18 @@ class CompileResult:
     """Every rewrite legalize applied (each names its func)."""
     paths: dict[str, Path] = field(default_factory=dict)
     """Func name -> the directory written (with ``out_dir``)."""
+
+
+def with_dialect(target: Target, dialect: str | None) -> Target:
+    """``target`` writing MIL in ``dialect`` (None: the target's own); AnecError if unknown."""
+    from anec.mil.emitter import DIALECTS
+
+    if dialect is None or dialect == target.mil_dialect:
+        return target
+    if dialect not in DIALECTS:
+        raise AnecError(f"unknown MIL dialect '{dialect}'",
+                        hint=did_you_mean(dialect, DIALECTS) or f"known dialects: {', '.join(DIALECTS)}")
+    return target.replace(mil_dialect=dialect)
 
 
 def resolve_passes(passes: str | Sequence[Pass | str] | None) -> tuple[Pass, ...]:
@@ -72,6 +84,7 @@ def compile_module(
     print_ir_after: Iterable[str] | str | None = None,
     timing: bool = False,
     with_weights: bool = True,
+    dialect: str | None = None,
 ) -> CompileResult:
     """Compile every func of ``module``; see the module docstring.
 
@@ -81,13 +94,15 @@ def compile_module(
     ``printed_ir``. With ``with_weights=False`` no weights are read at all and
     the artifacts hold MIL and a manifest without weight files (``anec mil``:
     MIL never depends on weight values); such artifacts cannot be written.
+    ``dialect`` (``"ios18"`` or ``"ios16"``) overrides the target's MIL dialect
+    (ios18 on every chip); the manifest records the one written.
     """
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline
     from anec.passes.pipelines import check_pass_names
     from anec.weights import check_weights, resolve_weights
 
-    tgt = get_target(target)
+    tgt = with_dialect(get_target(target), dialect)
     pipeline = resolve_passes(passes)
     if isinstance(print_ir_after, str):
         print_ir_after = print_ir_after.split(",")

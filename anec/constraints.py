@@ -360,15 +360,45 @@ _ENTRIES = (
     ),
     Constraint(
         "ANE-IO-TENSORS", "program inputs and outputs are fp16 or fp32 tensors",
-        "compile fails: a scalar or an integer/bool input or output has no IOSurface layout",
+        "compile fails: an integer or bool input or output has no IOSurface layout",
         "the published runtimes bind only fp16/fp32 tensor surfaces (Orion iosurface_tensor.m, "
         "maderix probes); anec's runtime and sim driver accept nothing else", REPORTED,
         "error", "legalize: check_io_tensors",
-        "A rank-0 or non-float func input or output is an error at compile time naming the "
-        "value, with the fix: reshape a scalar to [1, 1, 1, 1], declare integer inputs as fp16 "
-        "and cast inside, cast integer outputs to fp16 before returning.",
+        "A non-float func input or output is an error at compile time naming the value, with "
+        "the fix: declare integer inputs as fp16 and cast inside, cast integer outputs to fp16 "
+        "before returning. A float scalar is fine: ANE-IO-RANK4 makes it a [1, 1, 1, 1] tensor.",
         "compile",
         (f"{_LEG}::test_io_must_be_float_tensors", f"{_SIM}::test_scalar_and_integer_io_rejected"),
+    ),
+    Constraint(
+        "ANE-IO-RANK4", "program inputs and outputs are rank-4 [1, C, 1, S] tensors",
+        "unknown: no published on-device program has I/O of another rank",
+        "every program maderix/ANE and Orion run on the device has rank-4 [1, C, 1, S] inputs "
+        "and outputs (maderix IOSurface layout, Orion's activation layout)", REPORTED,
+        "rewrite", "legalize: reshape_io_to_rank4",
+        "A func input or output of another rank becomes a rank-4 tensor with the same elements: "
+        "[1, prod(shape[:-1]), 1, shape[-1]] for rank >= 2, [1, 1, 1, n] for rank 1, "
+        "[1, 1, 1, 1] for a scalar, with a reshape inside the program to or from the logical "
+        "shape. Names do not change; the manifest's logical_inputs/logical_outputs give the "
+        "logical shapes and the runtime takes and returns arrays of those shapes (a free "
+        "reshape). The emitter refuses any other I/O rank.",
+        "compile",
+        (f"{_LEG}::test_io_of_other_ranks_becomes_rank4",
+         f"{_EMIT}::test_io_rank_other_than_4_is_refused",
+         "tests/mil/test_mil_contract.py::test_rank_n_funcs_run_on_the_sim_with_logical_shapes"),
+    ),
+    Constraint(
+        "ANE-SPLIT", "multi-result split is unproven on the device",
+        "unknown: no published on-device program contains a multi-result op",
+        "maderix/ANE slices with single-result slice_by_size, Orion's codegen has no split "
+        "(it writes an UNSUPPORTED OP comment) and slices with slice_by_index", REPORTED,
+        "rewrite", "legalize: split_to_slices",
+        "split(x, axis, sizes) becomes one slice per used result (slice_by_index in MIL), each "
+        "keeping its result's name. The emitter refuses a split that reaches it.",
+        "compile",
+        (f"{_LEG}::test_split_becomes_slices", f"{_EMIT}::test_split_is_refused",
+         "tests/mil/test_mil_contract.py::test_examples_and_graphs_use_only_proven_constructs",
+         "tests/mil/test_mil_conformance.py::test_generated_graphs_typecheck_after_default_pipeline"),
     ),
     Constraint(
         "ANE-SDPA-MASK", "scaled_dot_product_attention ignores attn_mask",
@@ -424,13 +454,15 @@ _ENTRIES = (
         switch="reduce_mean_as_sum",
     ),
     Constraint(
-        "ANE-MIL-DIALECT", "M1/M2 want the older MIL dialect",
-        "compile fails on program(1.3) shorthand scalars",
-        "maderix PR #6 (unmerged)", REPORTED,
-        "emitter", "anec/mil/emitter.py (target.mil_dialect)",
-        "The emitter writes program(1.0)/<ios16> with verbose scalars "
-        "(tensor<string, []>(\"x\")) when the target's mil_dialect is ios16.",
-        "compile", (f"{_EMIT}::test_ios16_dialect",),
+        "ANE-MIL-DIALECT", "M1/M2 may want the older MIL dialect",
+        "compile fails on program(1.3) shorthand scalars (claimed for M1/M2)",
+        "maderix PR #6 (unmerged) claims it; maderix community results show M1 Pro/Max on "
+        "macOS 15 running program(1.3)/<ios18> training kernels", REPORTED,
+        "emitter", "anec/mil/emitter.py (target.mil_dialect, --dialect)",
+        "Every target writes program(1.3)/<ios18>. The older program(1.0)/<ios16> with "
+        "verbose scalars (tensor<string, []>(\"x\")) is an explicit fallback: --dialect ios16 "
+        "(compile_module(dialect=...)); the manifest records the dialect written.",
+        "compile", (f"{_EMIT}::test_ios16_dialect", "tests/mil/test_mil_compile.py::test_dialect_option"),
         switch="mil_dialect",
     ),
     Constraint(

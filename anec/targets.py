@@ -45,7 +45,8 @@ class Target:
     surface_alignment: int
     """I/O surface allocations are rounded up to a multiple of this (bytes)."""
     mil_dialect: str
-    """``"ios18"`` (``program(1.3)``) or ``"ios16"`` (``program(1.0)``, verbose scalars)."""
+    """``"ios18"`` (``program(1.3)``, every target's default) or ``"ios16"`` (``program(1.0)``,
+    verbose scalars: the fallback chosen with ``--dialect ios16``)."""
     softmax_pow2_only: bool
     """Reject softmax over an axis whose size is not a power of two (reported claim)."""
     reduce_mean_as_sum: bool = True
@@ -112,13 +113,18 @@ _ONE_FILE_OK = (
 )
 _ALIGN_M5 = "reported: maderix PR #35 (unmerged) needs 128-byte IOSurface alignment on M5"
 _ALIGN = "anec assumption: no alignment requirement reported; 64 bytes (a cache line) is harmless"
-_DIALECT_OLD = (
-    "reported: maderix PR #6 (unmerged) says M1/M2 need program(1.0)/<ios16> with verbose "
-    "scalars; the maderix report marks program(1.3) PARTIAL on M1"
-)
 _DIALECT_NEW = (
     "maderix and Orion emit program(1.3)/<ios18>; the maderix compatibility matrix lists it "
     "for M3/M4/M5"
+)
+_DIALECT_M1M2 = (
+    "maderix community results (benchmark report, issue #3): the static Stories110M training "
+    "pipeline, whose kernels are program(1.3)/<ios18> with one BLOBFILE per matrix, ran on M1 Pro "
+    "(macOS 15.0) and M1 Max (macOS 15.6.1) at 143-167 ms/step; the report's matrix marks "
+    "program(1.3) PARTIAL on M1 (its standalone benchmarks failed). No M2 data: anec assumption, "
+    "same as M1. maderix PR #6 (unmerged, reported) says M1/M2 need program(1.0)/<ios16> with "
+    "verbose scalars: that dialect is an explicit fallback (--dialect ios16), probed on a Mac by "
+    "python -m anec.selftest"
 )
 _DIALECT_M5 = (
     _DIALECT_NEW + "; maderix PR #35 (reported) uses program(1.5) for static weights on M5, "
@@ -169,8 +175,8 @@ _AS_M4 = {
     "scalar_penalty": _ASSUME_PENALTY, "min_surface_bytes": _ASSUME_SURFACE,
 }
 _M2 = _derive(
-    _M4, "m2", {**_AS_M4, "fp32_io": _FP32_IO_M2, "mil_dialect": _DIALECT_OLD},
-    fp32_io=False, mil_dialect="ios16",
+    _M4, "m2", {**_AS_M4, "fp32_io": _FP32_IO_M2, "mil_dialect": _DIALECT_M1M2},
+    fp32_io=False,
 )
 
 TARGETS: dict[str, Target] = {

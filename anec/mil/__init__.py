@@ -10,6 +10,6 @@
 from __future__ import annotations
 
 from anec.mil.blobfile import BlobReader, BlobWriter
-from anec.mil.emitter import MilProgram, WeightSlot, emit_mil, hex_float
+from anec.mil.emitter import MilProgram, WeightSlot, emit_mil, float_literal
 
-__all__ = ["BlobReader", "BlobWriter", "MilProgram", "WeightSlot", "emit_mil", "hex_float"]
+__all__ = ["BlobReader", "BlobWriter", "MilProgram", "WeightSlot", "emit_mil", "float_literal"]

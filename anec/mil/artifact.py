@@ -170,9 +170,27 @@ def _logical_outputs(graph: Graph) -> tuple[list[dict], dict[str, str]]:
         shape = list(types[0].shape)
         if axis is not None:
             shape[axis] = sum(t.shape[axis] for t in types)
+        if e.get("shape") is not None:  # the shape the program computes (rank-4 I/O is reshaped)
+            if math.prod(e["shape"]) != math.prod(shape):
+                raise PassError(f"func '{graph.name}': logical output '{e['name']}' has shape "
+                                f"{list(e['shape'])}, which does not hold the {shape} it is built from")
+            shape = list(e["shape"])
         logical.append({"name": e["name"], "dtype": types[0].dtype.value, "shape": shape,
                         "axis": axis, "pieces": list(e["pieces"])})
     return logical, of
+
+
+def _logical_inputs(graph: Graph) -> list[dict]:
+    """Every input with the shape the caller passes (reshaped inputs, see ANE-IO-RANK4)."""
+    reshaped = {e["name"]: e for e in graph.meta.get("logical_inputs", []) or []}
+    out = []
+    for v in graph.inputs:
+        shape = list(reshaped[v.name]["shape"]) if v.name in reshaped else list(v.type.shape)
+        if math.prod(shape) != v.type.numel:
+            raise PassError(f"func '{graph.name}': logical input '{v.name}' has shape {shape}, "
+                            f"which does not hold {v.type}")
+        out.append({"name": v.name, "dtype": v.type.dtype.value, "shape": shape})
+    return out
 
 
 def build_manifest(graph: Graph, program: MilProgram, target: "Target", weights: list[dict],
@@ -201,6 +219,7 @@ def build_manifest(graph: Graph, program: MilProgram, target: "Target", weights:
         "outputs": outputs,
         "input_alloc_bytes": alloc_bytes((e["bytes"] for e in inputs), target),
         "output_alloc_bytes": alloc_bytes((e["bytes"] for e in outputs), target),
+        "logical_inputs": _logical_inputs(graph),
         "logical_outputs": logical,
         "weights": weights,
         "sram": _jsonable(graph.meta.get("sram")),

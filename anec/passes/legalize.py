@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -15,7 +17,7 @@ from anec.passes.dce import remove_dead_nodes
 from anec.passes.fuse_casts import CAST_RULES
 from anec.passes.layout import weight_const
 from anec.passes.legalize_rules import LegalizeRewriter, rules_for
-from anec.passes.rewrite import rewrite_greedily
+from anec.passes.rewrite import erase_if_dead, rewrite_greedily
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph, Node
@@ -29,41 +31,116 @@ SCALAR_OPS = frozenset({"add", "sub", "mul", "real_div", "pow"})
 
 
 def check_io_tensors(rw: LegalizeRewriter) -> bool:
-    """Program inputs and outputs are fp16/fp32 tensors of rank >= 1 (ANE-IO-TENSORS).
+    """Program inputs and outputs are fp16/fp32 tensors (ANE-IO-TENSORS).
 
-    They are IOSurface buffers the host fills and reads: a scalar or an
-    integer/bool I/O has no surface layout and the compiler rejects the
-    program. Returns False when something was rejected.
+    They are IOSurface buffers the host fills and reads: an integer or bool
+    I/O has no surface layout the published runtimes use. (A scalar is fine:
+    :func:`reshape_io_to_rank4` gives it the device shape ``[1, 1, 1, 1]``.)
+    Returns False when something was rejected.
     """
     g = rw.graph
     ok = True
     for kind, values in (("input", g.inputs), ("output", g.outputs)):
         for v in values:
             t = v.type
-            if t.dtype.is_float and t.rank >= 1:
+            if t.dtype.is_float:
                 continue
             ok = False
-            ones = ", ".join(["1"] * 4)
-            if t.rank == 0 and kind == "input":
-                what = f"a scalar ({t})"
-                hint = (f"declare %{v.name} as {t.dtype}[{ones}] and use it as is (it "
-                        "broadcasts like a scalar)")
-            elif t.rank == 0:
-                what = f"a scalar ({t})"
-                hint = (f"return a tensor: %{v.name}_t = reshape(%{v.name}, shape=[{ones}]), "
-                        f"then return %{v.name}_t")
-            elif kind == "input":
-                what = f"{t.dtype} ({t})"
+            if kind == "input":
                 hint = (f"declare %{v.name} as fp16 (or fp32) and cast it inside the program: "
                         f"cast(%{v.name}, dtype={t.dtype})")
             else:
-                what = f"{t.dtype} ({t})"
                 hint = f"cast it before returning: cast(%{v.name}, dtype=fp16)"
             span = v.span if kind == "input" else (g.return_span or v.span)
-            rw.reject("ANE-IO-TENSORS", f"{kind} %{v.name} is {what}; program inputs and "
-                      "outputs must be fp16 or fp32 tensors", hint,
+            rw.reject("ANE-IO-TENSORS", f"{kind} %{v.name} is {t.dtype} ({t}); program inputs "
+                      "and outputs must be fp16 or fp32 tensors", hint,
                       node=v.producer if kind == "output" else None, span=span)
     return ok
+
+
+def device_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """The rank-4 ``[1, C, 1, S]`` shape of a func input or output of logical ``shape``.
+
+    Rank 4 stays as it is; rank >= 2 becomes ``[1, prod(shape[:-1]), 1,
+    shape[-1]]`` (the last axis is the sequence axis S, everything before it
+    folds into channels), rank 1 ``[1, 1, 1, n]``, a scalar ``[1, 1, 1, 1]``.
+    The element count and the row-major byte order are unchanged.
+    """
+    shape = tuple(shape)
+    if len(shape) == 4:
+        return shape
+    if not shape:
+        return (1, 1, 1, 1)
+    return (1, math.prod(shape[:-1]), 1, shape[-1])
+
+
+def reshape_io_to_rank4(rw: LegalizeRewriter) -> None:
+    """Func inputs and outputs of rank != 4 become rank-4 ``[1, C, 1, S]`` tensors (ANE-IO-RANK4).
+
+    Every program the public references run on the device has rank-4
+    ``[1, C, 1, S]`` I/O. An input ``%x`` of another rank gets its device
+    shape (:func:`device_shape`) under the same name, followed by
+    ``%x_logical = reshape(%x)`` to the logical shape for its users (a
+    ``reshape`` user reads ``%x`` directly; a scalar is read back with a
+    one-element ``reduce_sum``, as a reshape to rank 0 would need an empty
+    shape tensor, which no reference writes); an output ``%y`` becomes
+    ``%y = reshape(%y_logical)`` to the device shape, so the name the device
+    binds never changes. ``graph.meta["logical_inputs"]`` and
+    ``graph.meta["logical_outputs"]`` record the logical shapes (the bytes
+    are the same, so the host reshapes for free).
+    """
+    g = rw.graph
+    rw.anchor, rw.rule_name = None, "reshape_io_to_rank4"
+    made: set[int] = set()  # the input reshapes so far: the next one goes after them
+    for v in list(g.inputs):
+        if v.type.rank == 4:
+            continue
+        logical = v.type
+        users = list(dict.fromkeys(v.uses))
+        v.type = logical.with_shape(device_shape(logical.shape))
+        others = [u for u in users if u.op != "reshape"]  # a reshape reads the device shape as well
+        outputs = {id(o) for o in g.outputs}
+        for u in users:  # a reshape to the device shape is now a no-op: its users read %x
+            if u.op == "reshape" and u.result.type == v.type and id(u.result) not in outputs:
+                g.replace_all_uses(u.result, v)
+                erase_if_dead(g, u)
+        if others:
+            at = next(n for n in g.nodes if id(n) not in made)
+            lname = g.fresh_name(f"{v.name}_logical")
+            if logical.rank:
+                lv = rw.op("reshape", v, shape=list(logical.shape), name=lname, at=at)
+            else:  # a scalar: the sum of its one element (a reshape to rank 0 needs an empty shape)
+                lv = rw.op("reduce_sum", v, axes=[0, 1, 2, 3], keep_dims=False, name=lname, at=at)
+            made.add(id(lv.producer))
+            for u in others:
+                u.operands = [lv if o is v else o for o in u.operands]
+                u.optional = {k: (lv if o is v else o) for k, o in u.optional.items()}
+            g.rebuild_uses()
+        g.meta.setdefault("logical_inputs", []).append(
+            {"name": v.name, "dtype": str(logical.dtype), "shape": list(logical.shape)})
+        rw.record("ANE-IO-RANK4", f"input %{v.name} {logical} is {v.type} on the device (the same "
+                  "elements)", name=v.name, span=v.span)
+    counts = Counter(id(v) for v in g.outputs)
+    for pos, v in enumerate(list(g.outputs)):
+        # an input returned as is or a value returned twice stays: emit-mil rejects both
+        if v.type.rank == 4 or v.producer is None or counts[id(v)] > 1:
+            continue
+        logical, name = v.type, v.name
+        dev = logical.with_shape(device_shape(logical.shape))
+        p = v.producer
+        src = p.operands[0] if p.op == "reshape" else v  # reshape(reshape(x)) == reshape(x)
+        if src.type == dev and src.producer is not None and id(src) not in {id(o) for o in g.outputs}:
+            y = src  # %y = reshape(%src) undoes the device shape of %src: return %src itself
+        else:
+            y = rw.op("reshape", src, shape=list(dev.shape), name=g.fresh_name(f"{name}_device"))
+        g.rename_value(v, g.fresh_name(f"{name}_logical"))
+        g.rename_value(y, name)
+        g.outputs[pos] = y
+        g.meta.setdefault("logical_outputs", []).append(
+            {"name": name, "axis": None, "pieces": [name], "dtype": str(logical.dtype),
+             "shape": list(logical.shape)})
+        rw.record("ANE-IO-RANK4", f"output %{name} {logical} is {y.type} on the device (the same "
+                  "elements)", name=name, span=g.return_span or v.span)
 
 
 def check_io_dtypes(rw: LegalizeRewriter) -> None:
@@ -239,6 +316,7 @@ def legalize_graph(graph: "Graph", ctx: PassContext, *, collect: bool = False,
         check_io_dtypes(rw)
     check_weight_range(rw)
     rewrite_greedily(graph, rules_for(ctx.target), rw)
+    reshape_io_to_rank4(rw)
     merge_duplicate_weights(graph)
     remove_dead_nodes(graph)
     check_weight_packing(rw)
@@ -279,33 +357,49 @@ class Legalize(Pass):
       channels -> a sum of convs over input slices;
     * ``reduce_mean`` -> ``reduce_sum(x * 1/N)`` when the target enables
       ANE-REDUCE-MEAN (scale first, so the fp16 sum cannot overflow);
+    * ``split`` -> one ``slice`` per used result, under the result's name
+      (ANE-SPLIT: the on-device references only slice);
     * fp32 I/O on a target without it, with ``options["host_casts"]`` ->
-      fp16 I/O and ``graph.meta["host_casts"]`` (ANE-FP32-IO).
+      fp16 I/O and ``graph.meta["host_casts"]`` (ANE-FP32-IO);
+    * func inputs and outputs of rank != 4 -> rank-4 ``[1, C, 1, S]`` I/O
+      with the same elements and a reshape inside the program, names
+      unchanged, ``graph.meta["logical_inputs"]`` / ``["logical_outputs"]``
+      giving the logical shapes (ANE-IO-RANK4).
 
     Errors (ConstraintError with the constraint id, the node's span and a
     suggestion): any other concat (ANE-CONCAT), a too-wide conv used inside
     the program (ANE-CONV-CHANNELS), more BLOBFILE tensors than the target
     allows after all rewrites, 15 instead of 16 if an add/sub/mul/pow takes
     a rank-0 const (ANE-BLOB-BUDGET), fp32 I/O without host casts
-    (ANE-FP32-IO), scalar or integer/bool func inputs and outputs
-    (ANE-IO-TENSORS), NaN/Inf or out-of-fp16-range weights (ANE-FP16-RANGE),
+    (ANE-FP32-IO), integer/bool func inputs and outputs (ANE-IO-TENSORS), NaN/Inf or out-of-fp16-range weights (ANE-FP16-RANGE),
     packed weights on a one-file-per-weight target, softmax over a
     non-power-of-2 axis when the target enables ANE-SOFTMAX-POW2.
     Identical weight consts are merged before counting; dead nodes are
     removed; SRAM annotations, if present, are refreshed for the result.
 
     Before:
-        %h = conv1x1(%x, %w1, bias=%b1) : fp16[1, 3072, 1, 64]
-        %a = gelu(%h, mode="tanh") : fp16[1, 3072, 1, 64]
-        %r = rsqrt(%v) : fp16[1, 1, 1, 64]
+        func f(%x: fp16[1, 768, 1, 64], %t: fp16[64, 8]) {
+          %h = conv1x1(%x, %w1, bias=%b1) : fp16[1, 3072, 1, 64]
+          %a = gelu(%h, mode="tanh") : fp16[1, 3072, 1, 64]
+          %r = rsqrt(%v) : fp16[1, 1, 1, 64]
+          %q, %k = split(%u, axis=1, sizes=[384, 384]) : fp16[1, 384, 1, 64], fp16[1, 384, 1, 64]
+          %e = exp(%t) : fp16[64, 8]
+          return ..., %e
     After:
-        %h_conv = conv1x1(%x, %w1) : fp16[1, 3072, 1, 64]
-        %h = add(%h_conv, %b1) : fp16[1, 3072, 1, 64]
-        %a_x2 = mul(%h, %h) : fp16[1, 3072, 1, 64]
-        ...                                   // 0.5*x*(1 + tanh(k1*x*(1 + k0*x^2)))
-        %a = mul(%a_hx, %a_u) : fp16[1, 3072, 1, 64]
-        %r_e = const(value=-0.5) : fp16[]
-        %r = pow(%v, %r_e) : fp16[1, 1, 1, 64]
+        func f(%x: fp16[1, 768, 1, 64], %t: fp16[1, 64, 1, 8]) {
+          %t_logical = reshape(%t, shape=[64, 8]) : fp16[64, 8]
+          %h_conv = conv1x1(%x, %w1) : fp16[1, 3072, 1, 64]
+          %h = add(%h_conv, %b1) : fp16[1, 3072, 1, 64]
+          %a_x2 = mul(%h, %h) : fp16[1, 3072, 1, 64]
+          ...                                 // 0.5*x*(1 + tanh(k1*x*(1 + k0*x^2)))
+          %a = mul(%a_hx, %a_u) : fp16[1, 3072, 1, 64]
+          %r_e = const(value=-0.5) : fp16[]
+          %r = pow(%v, %r_e) : fp16[1, 1, 1, 64]
+          %q = slice(%u, begin=[0, 0, 0, 0], end=[1, 384, 1, 64]) : fp16[1, 384, 1, 64]
+          %k = slice(%u, begin=[0, 384, 0, 0], end=[1, 768, 1, 64]) : fp16[1, 384, 1, 64]
+          %e_logical = exp(%t_logical) : fp16[64, 8]
+          %e = reshape(%e_logical, shape=[1, 64, 1, 8]) : fp16[1, 64, 1, 8]
+          return ..., %e
 
     Not rewritten (negative examples): a matmul of two activations (no
     constant operand: stays a matmul); a matmul whose weight has more than
@@ -320,5 +414,5 @@ class Legalize(Pass):
         legalize_graph(graph, ctx)
 
 
-__all__ = ["Legalize", "blob_count", "legalize_graph", "merge_duplicate_weights",
-           "weight_const"]
+__all__ = ["Legalize", "blob_count", "device_shape", "legalize_graph", "merge_duplicate_weights",
+           "reshape_io_to_rank4", "weight_const"]

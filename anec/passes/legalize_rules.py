@@ -323,6 +323,35 @@ def matmul_const_to_conv(node: "Node", rw: Rewriter) -> "Value | None":
     return out
 
 
+# ---- split ----------------------------------------------------------------------------
+
+
+# %a, %b = split(x, axis, sizes=[n, m]) -> %a = slice(x, [.., 0, ..], [.., n, ..]),
+#                                          %b = slice(x, [.., n, ..], [.., n + m, ..])
+def split_to_slices(node: "Node", rw: Rewriter) -> Any:
+    x = node.operands[0]
+    axis = node.attrs["axis"] % x.type.rank
+    g, outputs = rw.graph, {id(o) for o in rw.graph.outputs}
+    first = node.results[0].name
+    slices, start = [], 0
+    for r, size in zip(node.results, node.attrs["sizes"]):
+        if r.uses or id(r) in outputs:  # a result nobody reads needs no slice
+            begin, end = [0] * x.type.rank, list(x.type.shape)
+            begin[axis], end[axis] = start, start + size
+            s = rw.op("slice", x, begin=begin, end=end, name=g.fresh_name(f"{r.name}_slice"))
+            slices.append((r.name, s))
+            g.replace_all_uses(r, s)  # a returned result's name moves to its slice
+        start += size
+    g.erase_node(node)
+    for name, s in slices:  # the slices take the names of the results they replace
+        if s.name != name and not g.has_value_name(name):
+            g.rename_value(s, name)
+    rw.record("ANE-SPLIT", f"split into {len(node.results)} along axis {axis} -> "
+              f"{len(slices)} slice{'s' if len(slices) != 1 else ''} "
+              f"({', '.join('%' + s.name for _, s in slices)})", name=first)
+    return HANDLED
+
+
 # ---- concat ----------------------------------------------------------------------------
 
 
@@ -390,6 +419,7 @@ LEGALIZE_RULES: dict[str, tuple] = {
     "rsqrt": (rsqrt_to_pow,),
     "neg": (neg_to_mul,),
     "matmul": (matmul_const_to_conv,),
+    "split": (split_to_slices,),
     "concat": (split_concat_into_partial_convs, reject_concat),
     "conv1x1": (chunk_wide_conv_output, reject_wide_conv_output, split_wide_conv_input,
                 split_conv_bias),

@@ -306,6 +306,11 @@ class Program(_Closing):
         self.outputs = [dict(o) for o in nprog.outputs]
         self.name = (manifest or {}).get("func", "main")
         self._weight_inputs = {w["input"]: w for w in (manifest or {}).get("weight_inputs", [])}
+        # the shape the caller passes: the manifest's logical shape (a rank-4 device input may
+        # hold a tensor of another rank, byte for byte), else the device shape (older manifests)
+        logical = {e["name"]: e["shape"] for e in (manifest or {}).get("logical_inputs", [])}
+        for spec in self.inputs:
+            spec["logical_shape"] = list(logical.get(spec["name"], spec["shape"]))
 
     # ---- state -----------------------------------------------------------
     @property
@@ -399,10 +404,14 @@ class Program(_Closing):
         arr = np.asarray(value)
         if arr.dtype.kind not in "fiub":
             raise RuntimeFailure(f"input '{spec['name']}' must be a numeric array, got dtype {arr.dtype}")
-        shape = tuple(spec["shape"])
-        if arr.shape != shape:
+        shape, logical = tuple(spec["shape"]), tuple(spec["logical_shape"])
+        if math.prod(logical) != math.prod(shape):
+            raise ArtifactError(f"the manifest gives input '{spec['name']}' the shape {list(logical)}, "
+                                f"but the program's input is {list(shape)}")
+        if arr.shape != logical:
             raise RuntimeFailure(f"input '{spec['name']}' has shape {list(arr.shape)}, the program expects "
-                                 f"{list(shape)} ({spec['dtype']})")
+                                 f"{list(logical)} ({spec['dtype']})")
+        arr = arr.reshape(shape)  # same elements, same order: the device shape is rank 4
         if spec["dtype"] == "fp16" and arr.dtype != np.float16:
             arr = np.ascontiguousarray(arr, dtype=np.float32)
             return native.DTYPE_CODES["fp32"], arr
@@ -421,6 +430,11 @@ class Program(_Closing):
             pieces = [phys[p] for p in lo.get("pieces", [lo["name"]])]
             axis = lo.get("axis")
             a = pieces[0] if axis is None or len(pieces) == 1 else np.concatenate(pieces, axis=axis)
+            if lo.get("shape") is not None:
+                if math.prod(lo["shape"]) != a.size:
+                    raise ArtifactError(f"the manifest gives output '{lo['name']}' the shape {lo['shape']}, "
+                                        f"but the program returns {a.size} elements")
+                a = a.reshape(lo["shape"])  # the logical shape of a rank-4 device output (free)
             dt = host.get(lo["name"], lo.get("dtype"))
             res[lo["name"]] = a.astype(native.NP_DTYPES[dt], copy=False) if dt in native.NP_DTYPES else a
         return res

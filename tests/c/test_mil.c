@@ -33,8 +33,75 @@ static void reject(const char *mil, int status, const char *needle)
     sim_plan_release(p);
 }
 
+/* The bits the sim stores for scalar const `name = dtype(literal)`: the decimal spellings
+   the emitter writes (shortest round-trip %g decimals) must read back bit-exactly. */
+static uint32_t literal_bits(const char *dtype, const char *literal)
+{
+    char mil[1024], err[512] = "";
+    snprintf(mil, sizeof mil,
+             HDR "        %s c = const()[name = string(\"c\"), val = %s(%s)];\n"
+                 "        tensor<fp16, [1, 4, 1, 8]> y = relu(x = x)[name = string(\"y\")];\n" END,
+             dtype, dtype, literal);
+    int st;
+    sim_plan *p = build(mil, NULL, &st, err, sizeof err);
+    CHECK(p != NULL);
+    if (!p) {
+        fprintf(stderr, "  %s(%s) rejected: %s\n", dtype, literal, err);
+        return 0xffffffffu;
+    }
+    uint32_t bits = 0xffffffffu;
+    for (size_t i = 0; i < p->n_vals; i++) {
+        const sim_value *v = &p->vals[i];
+        if (strcmp(v->name, "c") != 0 || !v->cdata)
+            continue;
+        if (v->dt == MIL_DT_FP16) {
+            uint16_t h;
+            memcpy(&h, v->cdata, 2);
+            bits = h;
+        } else {
+            memcpy(&bits, v->cdata, 4);
+        }
+    }
+    sim_plan_release(p);
+    return bits;
+}
+
+static void test_decimal_literals_read_back_exactly(void)
+{
+    static const struct { const char *dtype, *literal; uint32_t bits; } cases[] = {
+        {"fp16", "1", 0x3c00}, {"fp16", "-10", 0xc900}, {"fp16", "0.75", 0x3a00},
+        {"fp16", "0", 0x0000}, {"fp16", "-0.0", 0x8000},
+        {"fp16", "1e-05", 0x00a8},        /* subnormal: 168 * 2^-24 */
+        {"fp16", "6e-08", 0x0001},        /* the smallest subnormal */
+        {"fp16", "6.1e-05", 0x03ff},      /* the largest subnormal */
+        {"fp16", "6.104e-05", 0x0400},    /* the smallest normal */
+        {"fp16", "65500", 0x7bff},        /* the largest finite: 65504 */
+        {"fp16", "-65500", 0xfbff},
+        {"fp16", "0.001302", 0x1555},     /* 1/768 */
+        {"fp16", "0.0447", 0x29b9},       /* 0.044715 as fp16 */
+        {"fp16", "inf", 0x7c00}, {"fp16", "-inf", 0xfc00},
+        {"fp32", "0.1", 0x3dcccccd}, {"fp32", "0.33333334", 0x3eaaaaab},
+        {"fp32", "1e-45", 0x00000001},    /* the smallest subnormal */
+        {"fp32", "1.1754942e-38", 0x007fffff}, {"fp32", "1.1754944e-38", 0x00800000},
+        {"fp32", "3.4028235e+38", 0x7f7fffff}, {"fp32", "-3.4028235e+38", 0xff7fffff},
+        {"fp32", "16777216", 0x4b800000}, {"fp32", "1.2345679e+08", 0x4ceb79a3},
+        {"fp32", "-0.0", 0x80000000},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint32_t got = literal_bits(cases[i].dtype, cases[i].literal);
+        CHECK(got == cases[i].bits);
+        if (got != cases[i].bits)
+            fprintf(stderr, "  %s(%s): bits 0x%x, want 0x%x\n", cases[i].dtype, cases[i].literal,
+                    (unsigned)got, (unsigned)cases[i].bits);
+    }
+    uint32_t nan = literal_bits("fp16", "nan");
+    CHECK((nan & 0x7c00u) == 0x7c00u && (nan & 0x03ffu) != 0);
+}
+
 int main(void)
 {
+    test_decimal_literals_read_back_exactly();
+
     /* accepted forms */
     accept(HDR "        tensor<fp16, [1, 4, 1, 8]> y = relu(x = x)[name = string(\"y\")];\n" END);
     accept("program(1.0)\n[buildInfo = dict<tensor<string, []>, tensor<string, []>>({{\"coremlc-version\", \"1\"}})]\n"

@@ -404,3 +404,27 @@ def check_mil(text: str, blobs: Mapping[str, bytes] | None = None):
     prog = Program()
     prog.add_function("main", func)
     return prog
+
+
+# ---------------------------------------------------------------------------
+# the MIL subset the on-device references use
+
+_HEX = re.compile(r"\b0x[0-9a-fA-F]")
+
+
+def assert_proven(text: str, dialect: str = "ios18") -> None:
+    """``text`` uses only what maderix/ANE and Orion feed the device: decimal float
+    literals, single-result ops (slices, never ``split``), rank-4 inputs and outputs,
+    and ``program(1.3)``/``<ios18>`` unless the older dialect was asked for."""
+    mil = parse_mil(text)
+    if dialect == "ios18":
+        assert text.startswith("program(1.3)\n") and mil.opset == "ios18"
+    assert not _HEX.search(text), "hex float literal"
+    assert "split(" not in text
+    for st in mil.stmts:
+        assert len(st.results) == 1, f"multi-result {st.op} {[n for _, n in st.results]}"
+    for t, name in mil.inputs:
+        assert len(t.dims) == 4, f"input {name} is {t}"
+    declared = {n: t for st in mil.stmts for t, n in st.results}
+    for name in mil.outputs:
+        assert len(declared[name].dims) == 4, f"output {name} is {declared[name]}"

@@ -44,7 +44,7 @@ def test_compile_module_writes_one_dir_per_func(tmp_path):
         assert {w["file"] for w in art.manifest["weights"]} == set(art.blobs)
     assert {r["func"] for r in result.rewrites} == {"encode", "classify"}
     enc = result.artifacts["encode"].manifest
-    assert [r["constraint"] for r in enc["rewrites"]] == ["ANE-NEG"]
+    assert [r["constraint"] for r in enc["rewrites"]] == ["ANE-SPLIT", "ANE-NEG"]
 
 
 def test_compile_module_reports_and_prints(tmp_path):
@@ -82,8 +82,40 @@ def test_host_casts_on_m1(tmp_path):
     art = result.artifacts["mlp"]
     m = art.manifest
     assert m["target"] == "m1" and m["inputs"][0]["dtype"] == "fp16" and m["host_casts"]
-    assert art.mil_text.startswith("program(1.0)\n")
+    assert art.mil_text.startswith("program(1.3)\n") and m["mil"]["dialect"] == "ios18"
     check_mil(art.mil_text, art.blobs)
+
+
+@pytest.mark.parametrize("target", ["m1", "m2", "m3", "m4", "m5"])
+def test_dialect_option(target, tmp_path):
+    """ios18 by default on every chip; ios16 only when asked for, and the manifest says which."""
+    module = parse_file(str(MULTI))
+    default = compile_module(module, target=target, with_weights=False, host_casts=True)
+    old = compile_module(module, target=target, dialect="ios16", random_seed=0, out_dir=tmp_path,
+                         host_casts=True)
+    for func in module.funcs:
+        new_art, old_art = default.artifacts[func], Artifact.load(tmp_path / func)
+        assert new_art.mil_text.startswith("program(1.3)\n") and "func main<ios18>" in new_art.mil_text
+        assert new_art.manifest["mil"]["dialect"] == "ios18"
+        assert old_art.mil_text.startswith("program(1.0)\n") and "func main<ios16>" in old_art.mil_text
+        assert old_art.manifest["mil"]["dialect"] == "ios16" and old_art.manifest["target"] == target
+        check_mil(old_art.mil_text, old_art.blobs)
+    assert old.target.mil_dialect == "ios16" and old.target.name == target
+
+
+def test_dialect_option_errors(runner, tmp_path):
+    with pytest.raises(AnecError, match="unknown MIL dialect 'ios17'") as e:
+        compile_module(parse_file(str(MULTI)), with_weights=False, dialect="ios17")
+    assert e.value.hint == "did you mean 'ios18'?"
+    res = runner.invoke(main, ["compile", str(MLP), "--random-weights", "0", "--dialect", "ios15",
+                               "-o", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "ios15" in res.stderr and "Traceback" not in res.output
+    res = runner.invoke(main, ["compile", str(MLP), "--random-weights", "0", "--dialect", "ios16",
+                               "-o", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "o" / "mlp" / "manifest.json").read_text())
+    assert manifest["mil"]["dialect"] == "ios16"
+    assert (tmp_path / "o" / "mlp" / "model.mil").read_text().startswith("program(1.0)\n")
 
 
 def test_chunked_output_artifact(tmp_path):
@@ -187,7 +219,10 @@ def test_cli_mil_funcs_and_targets(runner):
     res = runner.invoke(main, ["mil", str(MULTI), "--func", "classify"])
     assert res.stdout == (Path(__file__).parent / "golden" / "multi_func__classify.mil").read_text()
     res = runner.invoke(main, ["mil", str(MULTI), "--func", "encode", "--target", "m2"])
+    assert res.exit_code == 0 and res.stdout.startswith("program(1.3)\n")  # ios18 on every chip
+    res = runner.invoke(main, ["mil", str(MULTI), "--func", "encode", "--target", "m2", "--dialect", "ios16"])
     assert res.exit_code == 0 and res.stdout.startswith("program(1.0)\n")
+    assert "func main<ios16>" in res.stdout
 
 
 def test_cli_mil_checks_weights_when_given(runner, tmp_path):

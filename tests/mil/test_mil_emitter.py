@@ -10,30 +10,40 @@ import pytest
 
 from anec.diagnostics import ConstraintError
 from anec.ir import Builder
-from anec.mil.emitter import emit_mil, hex_float, is_mil_identifier
+from anec.ir.types import DType
+from anec.mil.emitter import emit_mil, float_literal, is_mil_identifier
 from anec.targets import get_target
 
 from .graphs import small_mlp, two_io
 from .milcheck import parse_mil
 
 
-def test_hex_float_spellings():
-    assert hex_float(1.0) == "0x1p+0"
-    assert hex_float(-10.0) == "-0x1.4p+3"
-    assert hex_float(0.0) == "0x0p+0"
-    assert hex_float(-0.0) == "-0x0p+0"
-    assert hex_float(0.75) == "0x1.8p-1"
-    assert hex_float(float(np.float16(1e-5))) == "0x1.5p-17"
-    assert (hex_float(math.inf), hex_float(-math.inf), hex_float(math.nan)) == ("inf", "-inf", "nan")
+def test_float_literal_spellings():
+    """%g-style decimals with the digits the value needs (the exhaustive proof is in
+    test_mil_literals.py)."""
+    fp16, fp32 = DType.fp16, DType.fp32
+    assert float_literal(1.0, fp16) == "1"
+    assert float_literal(-10.0, fp16) == "-10"
+    assert float_literal(0.0, fp16) == "0"
+    assert float_literal(-0.0, fp16) == "-0.0"
+    assert float_literal(0.75, fp16) == "0.75"
+    assert float_literal(float(np.float16(1e-5)), fp16) == "1e-05"
+    assert float_literal(float(np.float16(0.1)), fp16) == "0.1"
+    assert float_literal(65504.0, fp16) == "65500"  # the shortest decimal that rounds to it
+    assert float_literal(float(np.float32(0.1)), fp32) == "0.1"
+    assert float_literal(float(np.float32(1 / 3)), fp32) == "0.33333334"
+    assert float_literal(float(np.finfo(np.float32).max), fp32) == "3.4028235e+38"
+    assert float_literal(float(np.finfo(np.float32).smallest_subnormal), fp32) == "1e-45"
+    assert float_literal(123456792.0, fp32) == "1.2345679e+08"
+    assert (float_literal(math.inf, fp16), float_literal(-math.inf, fp32),
+            float_literal(math.nan, fp16)) == ("inf", "-inf", "nan")
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float32])
-def test_hex_float_is_exact(dtype):
-    rng = np.random.default_rng(0)
-    bits = rng.integers(0, 2 ** (8 * np.dtype(dtype).itemsize), 5000, dtype=np.uint64)
-    vals = bits.astype({np.float16: np.uint16, np.float32: np.uint32}[dtype]).view(dtype)
-    for v in vals[np.isfinite(vals)]:
-        assert dtype(float.fromhex(hex_float(float(v)))) == v
+def test_float_literal_refuses_values_the_dtype_cannot_hold():
+    with pytest.raises(ValueError, match="not a fp16 value"):
+        float_literal(0.1, DType.fp16)  # 0.1 in fp64 is not an fp16 value
+    with pytest.raises(ValueError, match="not a int32 value"):
+        float_literal(1.0, DType.int32)
 
 
 def test_program_layout(m4):
@@ -67,7 +77,7 @@ def test_every_param_is_a_named_const(m4):
 
 def test_scalar_and_small_tensor_literals(m4):
     b = Builder("f")
-    x = b.input("x", "fp16", [1, 4])
+    x = b.input("x", "fp16", [1, 1, 1, 4])
     c = b.const_value(0.75, "fp16[]", name="c")
     v = b.const_value([1.0, -2.5, 0.0, 65504.0], "fp16[4]", name="v")
     f = b.const_value(0.1, "fp32[]", name="f")
@@ -76,11 +86,12 @@ def test_scalar_and_small_tensor_literals(m4):
     z = b.add(xf, f, name="z")
     b.ret(z)
     text = emit_mil(b.graph, m4).text
-    assert 'fp16 c = const()[name = string("c"), val = fp16(0x1.8p-1)];' in text
+    assert 'fp16 c = const()[name = string("c"), val = fp16(0.75)];' in text
     assert ("tensor<fp16, [4]> v = const()[name = string(\"v\"), "
-            "val = tensor<fp16, [4]>([0x1p+0, -0x1.4p+1, 0x0p+0, 0x1.ffcp+15])];") in text
-    # fp32 scalars are exact (no %g rounding): 0.1f
-    assert "val = fp32(0x1.99999ap-4)" in text
+            "val = tensor<fp16, [4]>([1, -2.5, 0, 65500])];") in text
+    # fp32 scalars are exact: 0.1f reads back from "0.1" as fp32 (no 6-digit %g rounding)
+    assert "val = fp32(0.1)" in text
+    assert "0x" not in text
 
 
 def test_matmul_flags_are_bool_consts(m4):
@@ -133,19 +144,44 @@ def test_slice_bounds_are_resolved(m4):
     assert consts["s_stride"] == [1, 2, 1, 3]
 
 
-def test_split_and_negative_axes(m4):
+def test_negative_axes_are_made_non_negative(m4):
+    b = Builder("f")
+    x = b.input("x", "fp16", [1, 6, 1, 4])
+    r = b.reduce_sum(x, axes=[-1, 1], keep_dims=True, name="r")
+    sm = b.softmax(x, axis=-1, name="sm")
+    b.ret(r, sm)
+    text = emit_mil(b.graph, m4).text
+    assert "tensor<int32, [2]>([3, 1])" in text
+    assert 'int32 sm_axis = const()[name = string("sm_axis"), val = int32(3)];' in text
+
+
+def test_split_is_refused(m4):
+    """Legalize turns split into slices; a split reaching the emitter is an error."""
     b = Builder("f")
     x = b.input("x", "fp16", [1, 6, 1, 4])
     a, c = b.split(x, axis=-3, sizes=[2, 4], names=["a", "c"])
-    r = b.reduce_sum(a, axes=[-1, 1], keep_dims=True, name="r")
-    sm = b.softmax(c, axis=-1, name="sm")
-    b.ret(r, sm)
-    text = emit_mil(b.graph, m4).text
-    assert ("tensor<fp16, [1, 2, 1, 4]> a, tensor<fp16, [1, 4, 1, 4]> c = split(axis = a_split_axis, "
-            "split_sizes = a_split_split_sizes, x = x)[name = string(\"a_split\")];") in text
-    assert "val = int32(1)];" in text.split("a_split_axis = const()")[1].split("\n")[0]
-    assert "tensor<int32, [2]>([3, 1])" in text
-    assert 'int32 sm_axis = const()[name = string("sm_axis"), val = int32(3)];' in text
+    b.ret(b.relu(a, name="ra"), b.relu(c, name="rc"))
+    with pytest.raises(ConstraintError) as e:
+        emit_mil(b.graph, m4)
+    assert e.value.constraint == "ANE-SPLIT" and "legalize" in e.value.hint
+
+
+@pytest.mark.parametrize("shape", [[8], [2, 4], [1, 2, 4], [1, 1, 2, 1, 4], []])
+@pytest.mark.parametrize("where", ["input", "output"])
+def test_io_rank_other_than_4_is_refused(m4, shape, where):
+    b = Builder("f")
+    if where == "input":
+        x = b.input("x", "fp16", shape)
+        y = b.reshape(x, shape=[1, 1, 1, -1], name="y")
+    else:
+        x = b.input("x", "fp16", [1, 1, 1, max(1, math.prod(shape))])
+        y = b.reshape(x, shape=shape, name="y")
+    b.ret(y)
+    with pytest.raises(ConstraintError) as e:
+        emit_mil(b.graph, m4)
+    assert e.value.constraint == "ANE-IO-RANK4"
+    assert f"{where} %{'x' if where == 'input' else 'y'}" in e.value.message
+    assert "legalize" in e.value.hint
 
 
 def test_reshape_uses_the_resolved_shape(m4):
@@ -181,7 +217,7 @@ def test_io_names_preserved_and_helpers_never_collide(m4):
 
 def test_internal_names_are_sanitized(m4):
     b = Builder("f")
-    x = b.input("x", "fp16", [1, 4])
+    x = b.input("x", "fp16", [1, 1, 1, 4])
     a = b.relu(x, name="0")
     c = b.tanh(a, name="fp16")
     d = b.exp(c, name="v0")  # the sanitized name of %0 is taken: it gets a suffix
@@ -258,7 +294,7 @@ def test_packed_weights_refused_on_one_file_targets():
 
 def test_bool_weight_refused(m4):
     b = Builder("f")
-    x = b.input("x", "fp16", [1, 4])
+    x = b.input("x", "fp16", [1, 1, 1, 4])
     w = b.const_weight("m", "bool[1, 4]", name="m")
     c = b.cast(w, dtype="fp16", name="mc")
     y = b.mul(x, c, name="y")
@@ -301,21 +337,21 @@ def test_deterministic(m4):
 
 
 def test_ios16_dialect():
-    m2 = get_target("m2")
+    old = get_target("m2").replace(mil_dialect="ios16")  # what --dialect ios16 selects
     b = Builder("f")
     x = b.input("x", "fp16", [1, 8, 1, 4])
     w = b.const_weight("w", "fp16[8, 8, 1, 1]", name="w")
     c = b.const_value(1.0, "fp16[]", name="one")
     y = b.add(b.conv1x1(x, w, name="h"), c, name="y")
     b.ret(y)
-    text = emit_mil(b.graph, m2).text
+    text = emit_mil(b.graph, old).text
     lines = text.split("\n")
     assert lines[0] == "program(1.0)"
     assert lines[1] == '[buildInfo = dict<tensor<string, []>, tensor<string, []>>({{"coremlc-version", "3505.4.1"}})]'
     assert lines[3] == "    func main<ios16>(tensor<fp16, [1, 8, 1, 4]> x) {"
     assert ('tensor<string, []> h_pad_type = const()[name = tensor<string, []>("h_pad_type"), '
             'val = tensor<string, []>("valid")];') in text
-    assert 'tensor<fp16, []> one = const()[name = tensor<string, []>("one"), val = tensor<fp16, []>(0x1p+0)];' in text
+    assert 'tensor<fp16, []> one = const()[name = tensor<string, []>("one"), val = tensor<fp16, []>(1)];' in text
     assert 'offset = tensor<uint64, []>(64)' in text
     assert "string(" not in text.replace("tensor<string, []>(", "")
 

@@ -25,9 +25,10 @@ FORBIDDEN = ("gelu(", "rsqrt(", "concat(", "neg(")
 
 
 @lru_cache(maxsize=None)
-def compiled(path: Path, seed: int | None, target: str = "m4", host_casts: bool = False):
+def compiled(path: Path, seed: int | None, target: str = "m4", host_casts: bool = False,
+             dialect: str | None = None):
     return compile_module(parse_file(str(path)), random_seed=seed, target=target, host_casts=host_casts,
-                          with_weights=seed is not None)
+                          with_weights=seed is not None, dialect=dialect)
 
 
 def _ids(p: Path) -> str:

@@ -43,12 +43,21 @@ def text_of(graph: Graph) -> str:
 
 
 def logical_outputs(graph: Graph, outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Reassemble chunked outputs (``graph.meta["logical_outputs"]``) by name."""
+    """Outputs as the caller sees them (``graph.meta["logical_outputs"]``): chunked ones
+    reassembled, rank-4 device outputs reshaped to their logical shape."""
     out = dict(outputs)
     for entry in graph.meta.get("logical_outputs", []):
         pieces = [out.pop(p) for p in entry["pieces"]]
-        out[entry["name"]] = np.concatenate(pieces, axis=entry["axis"])
+        axis = entry["axis"]
+        whole = pieces[0] if axis is None else np.concatenate(pieces, axis=axis)
+        out[entry["name"]] = whole.reshape(entry["shape"])
     return out
+
+
+def device_inputs(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``feeds`` (logical shapes) reshaped to the shapes ``graph`` declares (rank-4 device I/O)."""
+    shapes = {v.name: v.type.shape for v in graph.inputs}
+    return {k: np.reshape(v, shapes[k]) if k in shapes else v for k, v in feeds.items()}
 
 
 def compare(before: Graph, after: Graph, weights: WeightStore, seed: int = 0,
@@ -59,7 +68,7 @@ def compare(before: Graph, after: Graph, weights: WeightStore, seed: int = 0,
     """
     feeds = inputs if inputs is not None else random_inputs(before, seed)
     ref = interpret(before, feeds, weights, mode="fp32")
-    got = logical_outputs(after, interpret(after, feeds, weights, mode="fp32"))
+    got = logical_outputs(after, interpret(after, device_inputs(after, feeds), weights, mode="fp32"))
     assert list(got) == list(ref) or sorted(got) == sorted(ref)
     worst = 0.0
     for name, want in ref.items():

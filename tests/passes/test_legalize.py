@@ -216,7 +216,8 @@ func f(%x: fp32{xs}) {{
     w = next(n for n in g.nodes if n.op == "const")
     assert w.result.type.shape == (12, 16, 1, 1)
     assert w.attrs.get("perm") == (None if ty else [1, 0])
-    assert rules(ctx) == [("matmul_const_to_conv", "ANE-CONV-FASTER")]
+    assert rules(ctx) == [("matmul_const_to_conv", "ANE-CONV-FASTER"),
+                          ("reshape_io_to_rank4", "ANE-IO-RANK4"), ("reshape_io_to_rank4", "ANE-IO-RANK4")]
     compare(before, g, ctx.weights, rtol=1e-5, atol=1e-5)
 
 
@@ -227,8 +228,10 @@ func f(%x: fp16[1, 16, 8]) {
   %y = matmul(%w, %x) : fp16[1, 24, 8]
   return %y
 }""")
-    # the ANE layout already: reshape in, conv, reshape out; no transpose
-    assert ops_of(g) == ["const", "reshape", "conv1x1", "reshape"]
+    # the ANE layout already: with the rank-4 I/O the conv reads and returns the device
+    # tensors directly (no transpose, and the reshapes in and out cancel)
+    assert ops_of(g) == ["const", "conv1x1"]
+    assert [str(v.type) for v in (*g.inputs, *g.outputs)] == ["fp16[1, 16, 1, 8]", "fp16[1, 24, 1, 8]"]
     assert "perm" not in g.nodes[0].attrs
     compare(before, g, ctx.weights, rtol=1e-5, atol=1e-5)
 
@@ -264,7 +267,8 @@ func f(%x: fp16[1, 8, 4]) {
   %y = matmul(%x, %w) : fp16[1, 8, 20]
   return %y
 }""", target=TIGHT)
-    assert g == before and ctx.rewrites == []
+    assert "matmul" in ops_of(g) and "conv1x1" not in ops_of(g)
+    assert rules(ctx) == [("reshape_io_to_rank4", "ANE-IO-RANK4")] * 2  # only the I/O changes
 
 
 def test_matmul_weight_with_existing_perm_composes():
@@ -319,6 +323,105 @@ func f(%a: fp16[1, 8, 1, 16]) {{
     assert why in err.message
     assert err.span.location == "test.ir:3:8"
     assert err.hint and "[ANE-CONCAT]" in err.render()
+
+
+# ---- split --------------------------------------------------------------------------------
+
+def test_split_becomes_slices():
+    before, g, ctx = legalize("""
+func f(%x: fp16[1, 12, 1, 8]) {
+  %a, %b, %c = split(%x, axis=-3, sizes=[2, 4, 6]) : fp16[1, 2, 1, 8], fp16[1, 4, 1, 8], fp16[1, 6, 1, 8]
+  %r = relu(%b) : fp16[1, 4, 1, 8]
+  return %a, %r, %c
+}""")
+    assert "split" not in ops_of(g)
+    slices = [n for n in g.nodes if n.op == "slice"]
+    assert [(n.result.name, n.attrs["begin"], n.attrs["end"]) for n in slices] == [
+        ("a", [0, 0, 0, 0], [1, 2, 1, 8]), ("b", [0, 2, 0, 0], [1, 6, 1, 8]),
+        ("c", [0, 6, 0, 0], [1, 12, 1, 8])]
+    assert g.output_names() == ["a", "r", "c"]  # returned results keep their names
+    assert rules(ctx) == [("split_to_slices", "ANE-SPLIT")]
+    rec = ctx.rewrites[0]
+    assert rec["node"] == "a" and rec["location"] == "test.ir:3:16"
+    assert rec["detail"] == "split into 3 along axis 1 -> 3 slices (%a, %b, %c)"
+    compare(before, g, WeightStore({}), rtol=0, atol=0)
+
+
+def test_split_result_nobody_reads_gets_no_slice():
+    before, g, ctx = legalize("""
+func f(%x: fp16[1, 4, 1, 10]) {
+  %a, %b = split(%x, axis=3, sizes=[3, 7]) : fp16[1, 4, 1, 3], fp16[1, 4, 1, 7]
+  %y = exp(%b) : fp16[1, 4, 1, 7]
+  return %y
+}""")
+    assert ops_of(g) == ["slice", "exp"]
+    assert g.nodes[0].attrs["begin"] == [0, 0, 0, 3] and g.nodes[0].result.name == "b"
+    assert "-> 1 slice (%b)" in ctx.rewrites[0]["detail"]
+    compare(before, g, WeightStore({}), rtol=0, atol=0)
+
+
+# ---- rank-4 I/O ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape, device", [
+    ([], [1, 1, 1, 1]), ([5], [1, 1, 1, 5]), ([3, 5], [1, 3, 1, 5]), ([2, 3, 5], [1, 6, 1, 5]),
+    ([2, 1, 3, 2, 5], [1, 12, 1, 5]),
+])
+def test_io_of_other_ranks_becomes_rank4(shape, device):
+    t = f"fp16{shape}"
+    before, g, ctx = legalize(f"""
+func f(%x: {t}, %m: fp16[1, 1, 8, 8]) {{
+  %y = tanh(%x) : {t}
+  %n = relu(%m) : fp16[1, 1, 8, 8]
+  return %y, %n
+}}""")
+    x, m = g.inputs
+    assert (x.name, list(x.type.shape)) == ("x", device)
+    assert list(m.type.shape) == [1, 1, 8, 8]  # rank 4 stays as it is, even when not [1, C, 1, S]
+    assert g.output_names() == ["y", "n"]  # the device binds I/O by name: names never change
+    assert list(g.outputs[0].type.shape) == device and g.outputs[0].producer.op == "reshape"
+    # a scalar input is read back by a one-element reduce_sum (no empty reshape shape)
+    assert ops_of(g) == ["reduce_sum" if not shape else "reshape", "tanh", "relu", "reshape"]
+    assert g.meta["logical_inputs"] == [{"name": "x", "dtype": "fp16", "shape": shape}]
+    assert g.meta["logical_outputs"] == [{"name": "y", "axis": None, "pieces": ["y"],
+                                          "dtype": "fp16", "shape": shape}]
+    assert rules(ctx) == [("reshape_io_to_rank4", "ANE-IO-RANK4")] * 2
+    assert [r["node"] for r in ctx.rewrites] == ["x", "y"]
+    assert ctx.rewrites[0]["location"] == "test.ir:2:8"
+    assert ctx.rewrites[1]["location"] == "test.ir:5:3"  # the return statement
+    compare(before, g, WeightStore({}), rtol=0, atol=0)
+
+
+def test_rank4_io_reshapes_cancel_against_user_reshapes():
+    before, g, ctx = legalize("""
+func f(%x: fp16[6, 8], %s: fp16[]) {
+  %x4 = reshape(%x, shape=[1, 6, 1, 8]) : fp16[1, 6, 1, 8]
+  %x3 = reshape(%x, shape=[2, 3, 8]) : fp16[2, 3, 8]
+  %a = mul(%x4, %s) : fp16[1, 6, 1, 8]
+  %b = relu(%x3) : fp16[2, 3, 8]
+  %a2 = reshape(%a, shape=[6, 8]) : fp16[6, 8]
+  %c = exp(%b) : fp16[2, 3, 8]
+  %t = reduce_sum(%c, axes=[0, 1, 2]) : fp16[]
+  return %a2, %t
+}""")
+    # %x4 is %x on the device; %x3 reads the device input; %a2 is returned as %a itself
+    assert "x4" not in {v.name for v in g.values()}
+    assert next(n for n in g.nodes if n.result.name == "x3").operands[0] is g.inputs[0]
+    assert g.outputs[0].producer.op == "mul" and g.output_names() == ["a2", "t"]
+    assert ops_of(g) == ["reduce_sum", "reshape", "mul", "relu", "exp", "reduce_sum", "reshape"]
+    compare(before, g, WeightStore({}), rtol=0, atol=0)
+
+
+def test_rank4_io_with_host_casts_on_m1():
+    before, g, ctx = legalize("""
+func f(%x: fp32[4, 8]) {
+  %y = sigmoid(%x) : fp32[4, 8]
+  return %y
+}""", target=get_target("m1"), host_casts=True)
+    assert [str(v.type) for v in (*g.inputs, *g.outputs)] == ["fp16[1, 4, 1, 8]", "fp16[1, 4, 1, 8]"]
+    assert g.output_names() == ["y"]
+    assert [c["name"] for c in g.meta["host_casts"]] == ["x", "y"]
+    feeds = {"x": np.linspace(-3, 3, 32, dtype=np.float32).reshape(4, 8)}
+    compare(before, g, WeightStore({}), rtol=2e-3, atol=2e-3, inputs=feeds)
 
 
 # ---- reduce_mean, softmax switches -----------------------------------------------------------
@@ -540,7 +643,8 @@ func f(%n: int32[1, 4, 1, 2], %s: fp16[], %x: fp16[1, 4, 1, 2]) {
   %y = mul(%x, %s) : fp16[1, 4, 1, 2]
   %t = reduce_sum(%y, axes=[0, 1, 2, 3]) : fp16[]
   %i = cast(%nf, dtype=int32) : int32[1, 4, 1, 2]
-  return %t, %i
+  %b = cast(%nf, dtype=bool) : bool[1, 4, 1, 2]
+  return %t, %i, %b
 }"""
     err = reject(text)
     assert err.constraint == "ANE-IO-TENSORS"
@@ -550,7 +654,8 @@ func f(%n: int32[1, 4, 1, 2], %s: fp16[], %x: fp16[1, 4, 1, 2]) {
     assert err.hint == ("declare %n as fp16 (or fp32) and cast it inside the program: "
                         "cast(%n, dtype=int32)")
     notes = "\n".join(err.notes)
-    assert "[ANE-IO-TENSORS] input %s is a scalar (fp16[])" in notes
-    assert "[ANE-IO-TENSORS] output %t is a scalar (fp16[])" in notes
     assert "[ANE-IO-TENSORS] output %i is int32 (int32[1, 4, 1, 2])" in notes
-    assert "test.ir:7:3:" in notes  # outputs point at the return statement
+    assert "[ANE-IO-TENSORS] output %b is bool (bool[1, 4, 1, 2])" in notes
+    assert "test.ir:8:3:" in notes  # outputs point at the return statement
+    # fp16 scalars are fine: ANE-IO-RANK4 gives them the device shape [1, 1, 1, 1]
+    assert "%s" not in notes and "%t" not in notes

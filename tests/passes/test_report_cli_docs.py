@@ -92,7 +92,7 @@ def test_passes_command():
 def test_constraints_command():
     runner = CliRunner()
     out = runner.invoke(main, ["constraints"]).output
-    assert out.count("\nANE-") + out.startswith("ANE-") == 29
+    assert out.count("\nANE-") + out.startswith("ANE-") == 31
     one = runner.invoke(main, ["constraints", "ANE-FP32-IO", "--target", "m1"])
     assert one.exit_code == 0 and "m1:       on (fp32_io=false)" in one.output
     bad = runner.invoke(main, ["constraints", "ANE-GELUU"])

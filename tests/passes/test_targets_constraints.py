@@ -28,8 +28,10 @@ def test_profile_values_follow_the_reports():
     assert m4.sram_bytes == 32 * 1024 * 1024 and m4.max_blob_tensors == 16
     assert m4.scalar_penalty == 1 and m4.min_surface_bytes == 49152
     assert m4.max_conv_out_channels == 16384 and m4.fp32_io and m4.mil_dialect == "ios18"
-    assert not m1.fp32_io and m1.one_file_per_weight and m1.mil_dialect == "ios16"
-    assert get_target("m2").mil_dialect == "ios16"
+    assert not m1.fp32_io and m1.one_file_per_weight
+    # ios18 everywhere: M1 Pro/Max ran program(1.3) kernels; ios16 is a fallback (--dialect)
+    assert all(t.mil_dialect == "ios18" for t in TARGETS.values())
+    assert "M1 Pro" in m1.sources["mil_dialect"] and "--dialect ios16" in m1.sources["mil_dialect"]
     assert m5.surface_alignment == 128 and m4.surface_alignment == 64
     assert not any(t.softmax_pow2_only for t in TARGETS.values())
     assert all(t.reduce_mean_as_sum for t in TARGETS.values())
@@ -73,7 +75,9 @@ def test_switches_per_target():
     assert not CONSTRAINTS["ANE-SOFTMAX-POW2"].applies_to(get_target("m4"))
     assert CONSTRAINTS["ANE-REDUCE-MEAN"].applies_to(get_target("m4"))
     assert CONSTRAINTS["ANE-SURFACE-ALIGN"].applies_to(get_target("m5"))
-    assert CONSTRAINTS["ANE-MIL-DIALECT"].on_target(get_target("m1")) == "on (mil_dialect=ios16)"
+    dialect = CONSTRAINTS["ANE-MIL-DIALECT"]
+    assert dialect.on_target(get_target("m1")) == "off (mil_dialect=ios18)"
+    assert dialect.on_target(get_target("m1").replace(mil_dialect="ios16")) == "on (mil_dialect=ios16)"
 
 
 def _test_names(path: Path) -> set[str]:
