@@ -279,8 +279,11 @@ def _pipeline_from(passes: str | None, pipeline: str | None):
 @click.option("--dialect", type=click.Choice(["ios18", "ios16"]), metavar="ios18|ios16",
               help="MIL dialect (default: the target's, ios18 on every chip); ios16 writes "
                    "program(1.0) with verbose scalars, the fallback for M1/M2.")
+@click.option("--weights-as-inputs", "weights_as_inputs", metavar="GLOB,...",
+              help="Make the weights whose checkpoint key matches a glob program inputs ('all': every "
+                   "weight): they reload by a surface write, with no compile and no load.")
 def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pipeline, print_after, timing,
-                pack_weights, host_casts, dialect) -> None:
+                pack_weights, host_casts, dialect, weights_as_inputs) -> None:
     """Compile FILE into DIR/<func>/{model.mil, weights/*.bin, manifest.json}."""
     from pathlib import Path
 
@@ -294,7 +297,7 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
     result = compile_module(module, weights=weights_path, random_seed=random_weights, target=target,
                             passes=_pipeline_from(passes, pipeline), out_dir=out, pack_weights=pack_weights,
                             host_casts=host_casts, print_ir_after=after or None, timing=timing,
-                            dialect=dialect)
+                            dialect=dialect, weights_as_inputs=weights_as_inputs)
     for dump in result.printed_ir:
         click.echo(dump.rstrip("\n"), err=True)
     if not result.artifacts:
@@ -450,7 +453,8 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
         if random_inputs is not None:
             rng = np.random.default_rng(random_inputs)
             for spec in sorted(prog.inputs, key=lambda i: i["decl_index"]):
-                feeds[spec["name"]] = rng.standard_normal(spec["logical_shape"]).astype(np.float32)
+                if spec["name"] in names:  # weights compiled as inputs come from the artifact
+                    feeds[spec["name"]] = rng.standard_normal(spec["logical_shape"]).astype(np.float32)
         for name, path in inputs.items():
             if name not in names:
                 from anec.diagnostics import did_you_mean
@@ -478,13 +482,14 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
 
             logical: list[dict] = []
             if module is None:  # an artifact dir: its program.ir is the program the MIL encodes
-                from anec.mil.artifact import Artifact, artifact_weights
+                from anec.mil.artifact import Artifact, artifact_weight_inputs, artifact_weights
 
                 art_dir = target_path
                 if not os.path.isfile(os.path.join(art_dir, "manifest.json")):
                     art_dir = os.path.join(target_path, prog.name)
                 art = Artifact.load(art_dir)
                 module, store = art.program_module(), artifact_weights(art)
+                feeds = {**feeds, **artifact_weight_inputs(art)}
                 logical = [lo for lo in art.manifest.get("logical_outputs", []) if lo.get("axis") is not None]
             graph = select_func(module, prog.name)
             # program.ir has the device's rank-4 I/O shapes: same elements, so reshape freely

@@ -16,6 +16,7 @@ is not changed), and write ``out_dir/<func>/`` atomically per func.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import time
 from dataclasses import dataclass, field
@@ -85,6 +86,7 @@ def compile_module(
     timing: bool = False,
     with_weights: bool = True,
     dialect: str | None = None,
+    weights_as_inputs: Iterable[str] | str | None = None,
 ) -> CompileResult:
     """Compile every func of ``module``; see the module docstring.
 
@@ -96,6 +98,10 @@ def compile_module(
     MIL never depends on weight values); such artifacts cannot be written.
     ``dialect`` (``"ios18"`` or ``"ios16"``) overrides the target's MIL dialect
     (ios18 on every chip); the manifest records the one written.
+    ``weights_as_inputs`` (fnmatch patterns over checkpoint keys, or ``"all"``)
+    makes the matching weights program inputs (the weights-as-inputs pass):
+    the runtime fills them from the artifact and reloads them by writing
+    their surfaces, without a compile or a load.
     """
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline
@@ -104,6 +110,10 @@ def compile_module(
 
     tgt = with_dialect(get_target(target), dialect)
     pipeline = resolve_passes(passes)
+    patterns: tuple[str, ...] = ()
+    if weights_as_inputs is not None:
+        patterns = tuple(_patterns(weights_as_inputs))
+        pipeline = with_weights_as_inputs(pipeline, patterns)
     if isinstance(print_ir_after, str):
         print_ir_after = print_ir_after.split(",")
     dump_after = check_pass_names(print_ir_after) if print_ir_after else None
@@ -126,6 +136,13 @@ def compile_module(
                       print_ir_after=dump_after)
     run_pipeline(work, pipeline, ctx)
     timings.extend(ctx.timings)
+    if patterns:
+        used = [w["key"] for g in work.funcs.values() for w in g.meta.get("weight_inputs", [])]
+        for p in patterns:
+            if not any(fnmatch.fnmatchcase(k, p) for k in used):
+                raise AnecError(f"--weights-as-inputs pattern '{p}' matches no weight of the module",
+                                hint="patterns are fnmatch globs over checkpoint keys, e.g. 'h.*.mlp.*.weight'; "
+                                     "'all' takes every weight")
 
     result = CompileResult(dict(ctx.artifacts), work, tgt, timings, list(ctx.printed), list(ctx.rewrites))
     if out_dir is not None:
@@ -136,6 +153,25 @@ def compile_module(
             if timing:
                 result.timings.append((name, "write", time.perf_counter() - start))
     return result
+
+
+def _patterns(spec: Iterable[str] | str) -> list[str]:
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    items = [p.strip() for p in items if p.strip()]
+    if not items:
+        raise AnecError("weights_as_inputs names no weight", hint="give fnmatch patterns over keys, or 'all'")
+    return ["*" if p == "all" else p for p in items]
+
+
+def with_weights_as_inputs(pipeline: Sequence[Pass], patterns: Sequence[str]) -> tuple[Pass, ...]:
+    """``pipeline`` with the weights-as-inputs pass inserted after the cleanup
+    passes (dce, fuse-casts), before annotate-sram / legalize / emit-mil."""
+    from anec.passes import WeightsAsInputs
+
+    passes = list(pipeline)
+    at = next((i for i, p in enumerate(passes) if p.name in ("annotate-sram", "legalize", "emit-mil")), len(passes))
+    passes.insert(at, WeightsAsInputs(keys=tuple(patterns)))
+    return tuple(passes)
 
 
 def format_timings(timings: Sequence[tuple[str, str, float]]) -> str:

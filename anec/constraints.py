@@ -162,6 +162,18 @@ _ENTRIES = (
          f"{_SIM}::test_conv_bias_rejected"),
     ),
     Constraint(
+        "ANE-CONV-CONST-WEIGHT", "a conv reads its weight from a constant",
+        "no reference feeds the ANE a conv whose weight is computed or an input",
+        "maderix training_dynamic (weights packed into the input go through matmul) and Orion's LoRA "
+        "adapters (inputs through matmul); no public program passes conv a non-constant weight",
+        REPORTED,
+        "rewrite", "legalize: conv_dynamic_weight_to_matmul",
+        "conv1x1(x, w) with w a func input (weights compiled as inputs) or a computed value becomes "
+        "transpose(matmul(transpose(x), reshape(w), transpose_y=true)), the form the references run.",
+        "compile", ("tests/passes/test_weights_as_inputs.py::test_conv_with_an_input_weight_becomes_matmul",
+                    "tests/runtime/test_rt_weight_inputs.py::test_weights_as_inputs_reload_without_compile_or_load"),
+    ),
+    Constraint(
         "ANE-MATMUL-FLAGS", "matmul transpose flags must be named consts",
         "compile fails on inline bools",
         "Orion paper constraint 12", VERIFIED,

@@ -299,6 +299,47 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
     return blobs, entries
 
 
+WEIGHT_INPUTS_DIR = "inputs"
+
+
+def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None
+                        ) -> tuple[dict[str, bytes], list[dict]]:
+    """The initial values of the weights compiled as inputs (``graph.meta["weight_inputs"]``):
+    one BLOBFILE each under ``inputs/`` (never referenced by the MIL; the runtime writes them
+    into the input surfaces), and their manifest entries."""
+    from anec.weights import materialize_attrs
+
+    blobs: dict[str, bytes] = {}
+    entries = []
+    for w in graph.meta.get("weight_inputs", []) or []:
+        file = f"{WEIGHT_INPUTS_DIR}/{w['input']}.bin"
+        digest = None
+        if store is not None:
+            attrs = {"weight": w["key"], "perm": w.get("perm"), "slice": w.get("slice")}
+            arr = materialize_attrs(attrs, TensorType(DType(w["dtype"]), tuple(w["shape"])), store, w["input"])
+            writer = BlobWriter()
+            writer.add(arr)
+            blobs[file] = writer.to_bytes()
+            digest = sha256(np.ascontiguousarray(arr).tobytes())
+        entries.append({"key": w["key"], "input": w["input"], "file": file, "offset": 64, "dtype": w["dtype"],
+                        "shape": list(w["shape"]), "perm": w.get("perm"), "slice": w.get("slice"),
+                        "sha256": digest})
+    return blobs, entries
+
+
+def artifact_weight_inputs(artifact: "Artifact") -> dict[str, np.ndarray]:
+    """Input name -> initial value of every weight compiled as an input."""
+    out = {}
+    for w in artifact.manifest.get("weight_inputs", []):
+        arr = BlobReader(artifact.blobs[w["file"]], name=w["file"]).read(w["offset"], DType(w["dtype"]).np)
+        out[w["input"]] = arr.reshape(w["shape"])
+    return out
+
+
+def _all_weight_entries(manifest: Mapping[str, Any]) -> list[dict]:
+    return list(manifest["weights"]) + list(manifest.get("weight_inputs", []))
+
+
 @dataclass
 class Artifact:
     """One compiled program: what the runtime loads."""
@@ -322,14 +363,17 @@ class Artifact:
         weight files (:attr:`complete` is False) and cannot be written.
         """
         blobs, entries = build_blobs(program, weights)
+        input_blobs, input_entries = build_weight_inputs(graph, weights)
         ir_text = program_ir_text(graph, program)
         manifest = build_manifest(graph, program, target, entries, rewrites, ir_text)
-        return cls(graph.name, program.text, blobs or {}, manifest, program, ir_text)
+        if input_entries:
+            manifest["weight_inputs"] = input_entries
+        return cls(graph.name, program.text, {**(blobs or {}), **input_blobs}, manifest, program, ir_text)
 
     @property
     def complete(self) -> bool:
-        """True when every weight file the MIL refers to is present."""
-        return all(w["file"] in self.blobs for w in self.manifest["weights"])
+        """True when every weight file (the MIL's and the weight inputs') is present."""
+        return all(w["file"] in self.blobs for w in _all_weight_entries(self.manifest))
 
     # ---- summary ------------------------------------------------------------
     def weight_bytes(self) -> int:
@@ -343,7 +387,7 @@ class Artifact:
     def files(self) -> dict[str, bytes]:
         """Every file of the artifact directory, relative path -> bytes."""
         if not self.complete:
-            missing = next(w["file"] for w in self.manifest["weights"] if w["file"] not in self.blobs)
+            missing = next(w["file"] for w in _all_weight_entries(self.manifest) if w["file"] not in self.blobs)
             raise ArtifactError(
                 f"artifact '{self.func}' has no weight data ({missing} is missing)",
                 hint="compile with weights: --weights FILE or --random-weights SEED",
@@ -406,7 +450,7 @@ class Artifact:
                                 hint="the artifact was modified after compiling; recompile it")
         blobs: dict[str, bytes] = {}
         readers: dict[str, BlobReader] = {}
-        for w in manifest["weights"]:
+        for w in _all_weight_entries(manifest):
             rel = _safe_rel(w["file"])
             if rel not in readers:
                 readers[rel] = BlobReader(d / rel, name=str(d / rel))

@@ -24,10 +24,12 @@ from anec.passes.fuse_casts import FuseCasts
 from anec.passes.legalize import Legalize
 from anec.passes.manager import run_passes, run_pipeline
 from anec.passes.pipelines import PIPELINES, get_pipeline, parse_pass_list
+from anec.passes.weights_as_inputs import WeightsAsInputs
 
 ALL_PASSES: tuple[type[Pass], ...] = (
     DeadCodeElimination,
     FuseCasts,
+    WeightsAsInputs,
     AnnotateSram,
     Legalize,
     EmitMil,
@@ -60,5 +62,5 @@ def pass_name_hint(name: str, extra: tuple[str, ...] = ()) -> str:
 __all__ = [
     "ALL_PASSES", "AnnotateSram", "DeadCodeElimination", "EmitMil", "FuseCasts", "Legalize",
     "PASSES", "PIPELINES", "Pass", "PassContext", "get_pass", "get_pipeline", "parse_pass_list",
-    "pass_name_hint", "run_passes", "run_pipeline",
+    "pass_name_hint", "run_passes", "run_pipeline", "WeightsAsInputs",
 ]

@@ -161,6 +161,24 @@ def check_softmax_axis(node: "Node", rw: LegalizeRewriter) -> None:
 # ---- conv ------------------------------------------------------------------------------
 
 
+# conv1x1(x, w) with w computed or a func input (not a weight const) ->
+#   transpose(matmul(transpose(x, [0,2,3,1]), reshape(w, [1,1,Cout,Cin]), transpose_y), [0,3,1,2])
+def conv_dynamic_weight_to_matmul(node: "Node", rw: Rewriter) -> "Value | None":
+    x, w = node.operands
+    if weight_const(w) is not None or (w.producer is not None and w.producer.op == "const"):
+        return None
+    cout, cin = w.type.shape[0], w.type.shape[1]
+    xt = permute(rw, x, [0, 2, 3, 1])                        # [N, H, W, Cin]
+    w2 = reshape(rw, w, [1, 1, cout, cin])
+    y = rw.op("matmul", xt, w2, transpose_x=False, transpose_y=True, suffix="mm")  # [N, H, W, Cout]
+    out = permute(rw, y, [0, 3, 1, 2])                       # [N, Cout, H, W]
+    if "bias" in node.optional:
+        out = rw.op("add", out, node.optional["bias"], suffix="bias")
+    rw.record("ANE-CONV-CONST-WEIGHT", f"conv1x1 with the non-constant weight {_name(w)} -> matmul "
+              f"(weight [{cout}, {cin}] as the transposed right operand)")
+    return out
+
+
 # conv1x1(x, w, bias=b) -> add(conv1x1(x, w), b)
 def split_conv_bias(node: "Node", rw: Rewriter) -> "Value | None":
     if "bias" not in node.optional:
@@ -421,8 +439,8 @@ LEGALIZE_RULES: dict[str, tuple] = {
     "matmul": (matmul_const_to_conv,),
     "split": (split_to_slices,),
     "concat": (split_concat_into_partial_convs, reject_concat),
-    "conv1x1": (chunk_wide_conv_output, reject_wide_conv_output, split_wide_conv_input,
-                split_conv_bias),
+    "conv1x1": (conv_dynamic_weight_to_matmul, chunk_wide_conv_output, reject_wide_conv_output,
+                split_wide_conv_input, split_conv_bias),
 }
 
 SWITCHED_RULES: dict[str, dict[str, tuple]] = {

@@ -289,9 +289,10 @@ class Runtime(_Closing):
 
 def _blob_array(data: bytes, entry: Mapping[str, Any]) -> np.ndarray:
     """The payload of a weight-input BLOBFILE as an array of the input's dtype and shape."""
+    from anec.ir.types import DType
     from anec.mil.blobfile import BlobReader
 
-    arr = BlobReader(data, name=entry.get("file")).read(int(entry.get("offset", 64)), entry.get("dtype"))
+    arr = BlobReader(data, name=entry.get("file")).read(int(entry.get("offset", 64)), DType(entry["dtype"]).np)
     return arr.reshape(entry["shape"])
 
 

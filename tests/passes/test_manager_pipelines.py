@@ -25,8 +25,8 @@ func f(%x: fp16[1, 8, 1, 8]) {
 
 
 def test_registry_names_are_unique_and_documented():
-    assert len(PASSES) == len(ALL_PASSES) == 5
-    assert list(PASSES) == ["dce", "fuse-casts", "annotate-sram", "legalize", "emit-mil"]
+    assert len(PASSES) == len(ALL_PASSES) == 6
+    assert list(PASSES) == ["dce", "fuse-casts", "weights-as-inputs", "annotate-sram", "legalize", "emit-mil"]
     for p in ALL_PASSES:
         doc = p.documentation()
         assert "Before:" in doc and "After" in doc, p.name

@@ -1,0 +1,141 @@
+"""Weights compiled as program inputs: a reload is a surface write (no compile, no unload, no load),
+and the program still computes exactly what a fresh compile with the new weights computes."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from anec.cli import main
+from anec.compiler import compile_module
+from anec.diagnostics import WeightError
+from anec.ir.interp import interpret
+from anec.ir.parser import parse, parse_file
+from anec.runtime import Runtime
+from anec.weights import random_weights
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+FFN = """\
+func ffn(%x: fp32[1, 64, 1, 32]) {
+  %xh = cast(%x, dtype=fp16)
+  %w1 = const(weight="l.fc.weight") : fp16[128, 64, 1, 1]
+  %b1 = const(weight="l.fc.bias") : fp16[1, 128, 1, 1]
+  %h = conv1x1(%xh, %w1, bias=%b1)
+  %a = relu(%h)
+  %w2 = const(weight="l.proj.weight") : fp16[64, 128, 1, 1]
+  %o = conv1x1(%a, %w2)
+  %y = cast(%o, dtype=fp32)
+  return %y
+}
+"""
+
+
+def _compile(store, patterns, tmp_path=None):
+    m = parse(FFN, "ffn.ir")
+    return m, compile_module(m, weights=store, weights_as_inputs=patterns,
+                             out_dir=tmp_path).artifacts["ffn"]
+
+
+@pytest.mark.parametrize("patterns", [["all"], ["l.fc.*"], ["l.proj.weight"]])
+def test_weights_as_inputs_reload_without_compile_or_load(tmp_path, patterns):
+    m = parse(FFN, "ffn.ir")
+    s0, s1 = random_weights(m, 0), random_weights(m, 1)
+    _, art = _compile(s0, patterns)
+    as_inputs = {w["key"] for w in art.manifest["weight_inputs"]}
+    x = np.random.default_rng(5).standard_normal((1, 64, 1, 32)).astype(np.float32)
+    with Runtime("sim", temp_root=tmp_path / "rt") as rt:
+        p = rt.load(art)
+        assert p.input_names == ["x"]  # weights are filled by the runtime
+        y0 = p(x=x)["y"]
+        np.testing.assert_allclose(y0, interpret(m.funcs["ffn"], {"x": x}, s0, mode="fp16")["y"], rtol=0, atol=2e-2)
+        before = rt.stats
+        p.reload_weights({k: s1[k] for k in as_inputs})
+        st = rt.stats
+        assert st["compiles"] == before["compiles"] and st["loads"] == before["loads"]
+        assert st["unloads"] == before["unloads"] and st["reloads_inputs"] == 1
+        y1 = p(x=x)["y"]
+        if as_inputs == set(s0):
+            assert p.reload_info["strategy"] == "inputs"
+    # equal to a fresh compile of the same program with the new weights
+    _, art1 = _compile({**s0, **{k: s1[k] for k in as_inputs}}, patterns)
+    with Runtime("sim", temp_root=tmp_path / "fresh") as fresh:
+        np.testing.assert_array_equal(y1, fresh.load(art1)(x=x)["y"])
+    assert not np.array_equal(y0, y1)
+
+
+def test_mixed_reload_touches_inputs_and_blobfiles(tmp_path):
+    m = parse(FFN, "ffn.ir")
+    s0, s1 = random_weights(m, 0), random_weights(m, 1)
+    _, art = _compile(s0, ["l.fc.weight"])
+    x = np.ones((1, 64, 1, 32), np.float32)
+    with Runtime("sim", temp_root=tmp_path / "rt") as rt:
+        p = rt.load(art)
+        p.reload_weights(dict(s1))
+        got = p(x=x)["y"]
+        st = rt.stats
+        assert st["reloads_inputs"] == 1 and st["reloads_data_patch"] + st["reloads_recompile"] == 1
+    _, art1 = _compile(s1, ["l.fc.weight"])
+    with Runtime("sim", temp_root=tmp_path / "fresh") as fresh:
+        np.testing.assert_array_equal(got, fresh.load(art1)(x=x)["y"])
+
+
+def test_programs_differing_only_in_input_weights_share_one_compile(tmp_path):
+    m = parse(FFN, "ffn.ir")
+    arts = [_compile(random_weights(m, s), ["all"])[1] for s in range(4)]
+    assert len({a.mil_text for a in arts}) == 1
+    x = np.ones((1, 64, 1, 32), np.float32)
+    with Runtime("sim", temp_root=tmp_path) as rt:
+        progs = [rt.load(a) for a in arts]
+        outs = [p(x=x)["y"] for p in progs]
+        assert rt.stats["compiles"] == 1 and rt.stats["cache_hits"] == 3
+    assert len({o.tobytes() for o in outs}) == 4
+
+
+def test_bad_values_are_rejected_before_anything_changes(tmp_path):
+    m = parse(FFN, "ffn.ir")
+    s0 = random_weights(m, 0)
+    _, art = _compile(s0, ["all"])
+    x = np.ones((1, 64, 1, 32), np.float32)
+    with Runtime("sim", temp_root=tmp_path) as rt:
+        p = rt.load(art)
+        y0 = p(x=x)["y"]
+        for bad, err in (({"l.fc.weight": np.full((128, 64, 1, 1), np.nan)}, "non-finite"),
+                         ({"l.fc.weight": np.zeros((64, 64, 1, 1))}, "expects"),
+                         ({"l.proj.weight": np.full((64, 128, 1, 1), 1e6)}, "fp16 range"),
+                         ({"l.nope": np.zeros(3)}, "unknown weight")):
+            with pytest.raises(WeightError, match=err):
+                p.reload_weights(bad)
+        np.testing.assert_array_equal(p(x=x)["y"], y0)
+        assert rt.stats["reloads"] == 0
+
+
+def test_cli_compile_and_run_with_weights_as_inputs(tmp_path):
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["compile", os.path.join(ROOT, "examples", "gpt2_mlp.ir"), "--random-weights", "0",
+                                  "-o", str(out), "--weights-as-inputs", "*.c_fc.weight,*.c_proj.weight"])
+    assert r.exit_code == 0, r.output
+    art_dir = out / "mlp"
+    assert sorted(os.listdir(art_dir / "inputs")) and (art_dir / "inputs").is_dir()
+    r = CliRunner().invoke(main, ["run", str(art_dir), "--random-inputs", "0", "--compare-interp"])
+    assert r.exit_code == 0, r.output
+    fp16 = [line for line in r.output.splitlines() if line.strip().startswith("fp16")]
+    assert fp16 and all(float(line.split("max_rel=")[1]) < 2e-2 for line in fp16)
+    bad = CliRunner().invoke(main, ["compile", os.path.join(ROOT, "examples", "gpt2_mlp.ir"), "--random-weights",
+                                    "0", "-o", str(tmp_path / "o2"), "--weights-as-inputs", "nothing.*"])
+    assert bad.exit_code != 0 and "matches no weight" in bad.output
+
+
+def test_an_example_module_with_every_weight_as_an_input_matches_the_interpreter(tmp_path):
+    module = parse_file(os.path.join(ROOT, "examples", "gpt2_mlp.ir"))
+    store = random_weights(module, 2)
+    art = compile_module(module, weights=store, weights_as_inputs="all").artifacts["mlp"]
+    x = np.random.default_rng(1).standard_normal((1, 768, 1, 64)).astype(np.float32)
+    with Runtime("sim", temp_root=tmp_path) as rt:
+        got = rt.load(art)(x=x)["y"]
+    ref = interpret(module.funcs["mlp"], {"x": x}, store, mode="fp16")["y"]
+    err = np.abs(got - ref) / (np.abs(ref) + 1e-2)
+    assert float(np.max(np.abs(got - ref))) < 2e-2 * max(1.0, float(np.max(np.abs(ref)))), float(err.max())
