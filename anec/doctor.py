@@ -137,7 +137,7 @@ def _runtime() -> dict[str, Any]:
         try:
             st = rt.stats
             return {"driver": rt.backend, "compile_budget": st["compile_budget"],
-                    "compile_budget_left": st["compile_budget_left"]}
+                    "compile_budget_left": st["compile_budget_left"], "reload_verified": rt.reload_verified}
         finally:
             rt.close()
 
@@ -229,6 +229,11 @@ def render(info: dict[str, Any]) -> str:
             lines.append(_row("auto picks", fr["driver"]))
             lines.append(_row("compile budget", f"{fr['compile_budget_left']} of {fr['compile_budget']} "
                                                 f"compiles left in a fresh runtime"))
+            verified = [v for v in fr.get("reload_verified", []) if v != "recompile"]
+            how = ", ".join(verified) if verified else "none"
+            if fr["driver"] == "ane" and "data-patch" not in verified:
+                how += " (run `python -m anec.selftest`: until it verifies data patches, reloads recompile)"
+            lines.append(_row("reloads verified", how))
     f = info["framework"]
     if _err(f):
         lines.append(_row("framework", _err(f)))
