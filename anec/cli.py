@@ -482,14 +482,19 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
 
             logical: list[dict] = []
             if module is None:  # an artifact dir: its program.ir is the program the MIL encodes
-                from anec.mil.artifact import Artifact, artifact_weight_inputs, artifact_weights
+                from anec.mil.artifact import artifact_weight_inputs, artifact_weights
+                from anec.mil.pipeline import PipelineArtifact, load_any
 
                 art_dir = target_path
                 if not os.path.isfile(os.path.join(art_dir, "manifest.json")):
                     art_dir = os.path.join(target_path, prog.name)
-                art = Artifact.load(art_dir)
-                module, store = art.program_module(), artifact_weights(art)
-                feeds = {**feeds, **artifact_weight_inputs(art)}
+                art = load_any(art_dir)
+                module = art.program_module()
+                if isinstance(art, PipelineArtifact):  # program.ir is the func before it was cut
+                    store, extra = art.interp_weights(), art.weight_inputs()
+                else:
+                    store, extra = artifact_weights(art), artifact_weight_inputs(art)
+                feeds = {**feeds, **extra}
                 logical = [lo for lo in art.manifest.get("logical_outputs", []) if lo.get("axis") is not None]
             graph = select_func(module, prog.name)
             # program.ir has the device's rank-4 I/O shapes: same elements, so reshape freely

@@ -202,7 +202,12 @@ def summarize(name: str, art: Artifact, path: Path | None = None) -> str:
     m = art.manifest
     ops = sum(1 for line in art.mil_text.splitlines()
               if line.startswith(" " * 8) and "= const()" not in line)
-    parts = [f"{ops} ops", f"{len(m['weights'])} weights ({_mb(art.weight_bytes())})"]
+    stages = getattr(art, "stages", None)
+    n_weights = sum(len(a.manifest["weights"]) for a in stages) if stages is not None else len(m["weights"])
+    parts = [f"{ops} ops", f"{n_weights} weights ({_mb(art.weight_bytes())})"]
+    if stages is not None:
+        shared = sum(1 for e in m["stages"] if e.get("same_as") is not None)
+        parts.insert(0, f"{len(stages)} programs" + (f" ({shared} identical to an earlier one)" if shared else ""))
     sram = m.get("sram") or {}
     if "peak_bytes" in sram:
         spill = f", {len(sram.get('spill_nodes') or [])} spill risks" if sram.get("spill_nodes") else ""

@@ -145,6 +145,33 @@ int anec_reload_weights_using(anec_program *p, const anec_blob *blobs, size_t n_
 int anec_program_reload_info(const anec_program *p, anec_reload_info *out);
 int anec_program_stats(const anec_program *p, struct anec_stats *out);
 
+typedef struct anec_pipeline anec_pipeline;
+typedef struct anec_pipe_src {
+    int stage;
+    size_t index;
+} anec_pipe_src;
+typedef struct anec_pipe_stage {
+    anec_program *program;
+    const anec_pipe_src *inputs;
+} anec_pipe_stage;
+struct anec_pipeline_stats {
+    uint64_t calls;
+    uint64_t stages;
+    uint64_t zero_copy_edges;
+    uint64_t copied_edges;
+    uint64_t host_inputs;
+    uint64_t ns_call;
+};
+int anec_pipeline_create(anec_runtime *rt, const anec_pipe_stage *stages, size_t n_stages,
+                         size_t n_inputs, const anec_pipe_src *outputs, size_t n_outputs,
+                         anec_pipeline **out);
+int anec_pipeline_call(anec_pipeline *pl, const anec_io *inputs, size_t n_in,
+                       const anec_io *outputs, size_t n_out);
+int anec_pipeline_set_inputs(anec_pipeline *pl, const anec_io *inputs, size_t n_in, int as_reload);
+int anec_pipeline_reload(anec_pipeline *pl, const anec_blob *const *blobs, const size_t *n_blobs);
+int anec_pipeline_stats(const anec_pipeline *pl, struct anec_pipeline_stats *out);
+void anec_pipeline_free(anec_pipeline *pl);
+
 uint64_t anec_process_compiles(const char *driver);
 int anec_process_reset_budget(const char *driver);
 

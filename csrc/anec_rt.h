@@ -298,6 +298,62 @@ int anec_program_reload_info(const anec_program *p, anec_reload_info *out);
    came from the cache; reloads by recompile add theirs). */
 int anec_program_stats(const anec_program *p, struct anec_stats *out);
 
+/* ---- pipelines ---------------------------------------------------------- */
+
+/* A func too large for one ANE program is compiled into a pipeline of stage
+   programs (anec/passes/partition.py); the runtime runs it as one program.
+   Each stage input comes from a pipeline input or an earlier stage's output.
+   A stage output feeds a later stage with no copy when the two surfaces have
+   the same allocation size (give every stage the same min_surface_bytes to
+   make that the rule); otherwise its packed bytes are copied. Calls are
+   serialized per pipeline (a reload never lands between two stages of one
+   call); stages run in order, each under its program's lock. */
+typedef struct anec_pipeline anec_pipeline;
+
+/* Where a stage input comes from: stage -1 is pipeline input `index`;
+   otherwise output `index` (binding order) of an earlier stage. */
+typedef struct anec_pipe_src {
+    int stage;
+    size_t index;
+} anec_pipe_src;
+
+typedef struct anec_pipe_stage {
+    anec_program *program;        /* loaded; the pipeline keeps a reference */
+    const anec_pipe_src *inputs;  /* one per program input, binding order */
+} anec_pipe_stage;
+
+struct anec_pipeline_stats {
+    uint64_t calls;
+    uint64_t stages;
+    uint64_t zero_copy_edges;     /* stage inputs bound to their producer's output surface */
+    uint64_t copied_edges;        /* stage inputs copied from another surface */
+    uint64_t host_inputs;         /* stage inputs written from host tensors */
+    uint64_t ns_call;
+};
+
+/* Wire stages into a pipeline with n_inputs pipeline inputs (every one must
+   feed some stage input, all of the same dtype and size) and n_outputs
+   outputs (each a stage output). */
+int anec_pipeline_create(anec_runtime *rt, const anec_pipe_stage *stages, size_t n_stages,
+                         size_t n_inputs, const anec_pipe_src *outputs, size_t n_outputs,
+                         anec_pipeline **out);
+/* Run every stage once: pipeline inputs as host tensors (anec_io, as
+   anec_call; data NULL keeps what the consumers' surfaces hold), outputs
+   copied out (fp16 -> fp32 where asked). */
+int anec_pipeline_call(anec_pipeline *pl, const anec_io *inputs, size_t n_in,
+                       const anec_io *outputs, size_t n_out);
+/* Write pipeline inputs into their consumers' surfaces without running
+   (weights compiled as inputs); as_reload counts it as an inputs reload. */
+int anec_pipeline_set_inputs(anec_pipeline *pl, const anec_io *inputs, size_t n_in, int as_reload);
+/* Delta reload of several stages at once, atomic with respect to calls:
+   blobs[s] / n_blobs[s] are stage s's new files (n_blobs[s] may be 0). Every
+   stage's files are validated, and the compiles the stages' strategies need
+   checked against the budget, before any stage changes. */
+int anec_pipeline_reload(anec_pipeline *pl, const anec_blob *const *blobs, const size_t *n_blobs);
+int anec_pipeline_stats(const anec_pipeline *pl, struct anec_pipeline_stats *out);
+/* Release the pipeline's references (the stage programs stay the caller's). */
+void anec_pipeline_free(anec_pipeline *pl);
+
 /* ---- process ----------------------------------------------------------- */
 
 /* Compiles made in this process on driver `name` (every runtime counts). */

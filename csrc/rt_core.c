@@ -430,6 +430,23 @@ static int program_unref_locked(anec_program *p)
     return --rt->refs == 0;
 }
 
+void rt_program_pin(anec_program *p)
+{
+    pthread_mutex_lock(&p->rt->lock);
+    p->refs++;
+    pthread_mutex_unlock(&p->rt->lock);
+}
+
+void rt_program_unpin(anec_program *p)
+{
+    anec_runtime *rt = p->rt;
+    pthread_mutex_lock(&rt->lock);
+    int last = program_unref_locked(p);
+    pthread_mutex_unlock(&rt->lock);
+    if (last)
+        runtime_destroy(rt);
+}
+
 void anec_runtime_shutdown(anec_runtime *rt)
 {
     if (!rt || forked(rt))
@@ -1160,7 +1177,7 @@ int anec_program_stats(const anec_program *p, struct anec_stats *out)
 
 /* ---- evaluate ----------------------------------------------------------------------------------- */
 
-static int eval_locked(anec_program *p, anec_surface *const *in, size_t n_in, anec_surface *const *out, size_t n_out)
+int rt_eval_locked(anec_program *p, anec_surface *const *in, size_t n_in, anec_surface *const *out, size_t n_out)
 {
     anec_runtime *rt = p->rt;
     if (!p->loaded)
@@ -1193,7 +1210,7 @@ static int run_locked(anec_program *p)
             ip[i] = &p->in_s[i];
         for (size_t i = 0; i < p->n_out; i++)
             op[i] = &p->out_s[i];
-        rc = eval_locked(p, ip, p->n_in, op, p->n_out);
+        rc = rt_eval_locked(p, ip, p->n_in, op, p->n_out);
     }
     if (ip && ip != in)
         free(ip);
@@ -1225,8 +1242,7 @@ static const char *dtype_name(int dt)
     }
 }
 
-/* Host tensor -> surface (dir 0) or surface -> host tensor (dir 1). */
-static int transfer(const io_desc *d, const anec_io *io, uint8_t *surface, int to_host, const char *side)
+int rt_transfer(const io_desc *d, const anec_io *io, uint8_t *surface, int to_host, const char *side)
 {
     if (io->dtype == d->dtype) {
         if (io->bytes != d->bytes)
@@ -1260,7 +1276,7 @@ static int write_inputs(anec_program *p, const anec_io *inputs, size_t n_in)
         return rt_fail(ANEC_EINVAL, "NULL input array");
     for (size_t i = 0; i < n_in; i++)
         if (inputs[i].data) {
-            int rc = transfer(&p->in[i], &inputs[i], p->in_s[i].base, 0, "input");
+            int rc = rt_transfer(&p->in[i], &inputs[i], p->in_s[i].base, 0, "input");
             if (rc != ANEC_OK)
                 return rc;
         }
@@ -1280,7 +1296,7 @@ int anec_call(anec_program *p, const anec_io *inputs, size_t n_in, const anec_io
         rc = run_locked(p);
     for (size_t j = 0; rc == ANEC_OK && j < n_out; j++)
         if (outputs[j].data)
-            rc = transfer(&p->out[j], &outputs[j], p->out_s[j].base, 1, "output");
+            rc = rt_transfer(&p->out[j], &outputs[j], p->out_s[j].base, 1, "output");
     pthread_mutex_unlock(&p->lock);
     return rc;
 }
@@ -1353,7 +1369,7 @@ int anec_evaluate(anec_program *p, const anec_buffer *inputs, size_t n_in, anec_
             memcpy(s[i].base, inputs[i].data, bytes);
     }
     if (rc == ANEC_OK)
-        rc = eval_locked(p, ptrs, n_in, ptrs + n_in, n_out);
+        rc = rt_eval_locked(p, ptrs, n_in, ptrs + n_in, n_out);
     if (rc == ANEC_OK)
         for (size_t j = 0; j < n_out; j++)
             if (outputs[j].bytes)

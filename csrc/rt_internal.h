@@ -132,10 +132,18 @@ cache_entry *rt_cache_find(anec_runtime *rt, const uint8_t key[32]);
 /* Does the compiled data of dprog equal the one blob? (the observation that
    makes DATA_PATCH applicable). */
 int rt_observe_patchable(anec_runtime *rt, void *dprog, const anec_blob *blobs, size_t n_blobs, size_t n_files);
+/* A reference that keeps p's struct (and its runtime) alive, e.g. for a pipeline. */
+void rt_program_pin(anec_program *p);
+void rt_program_unpin(anec_program *p);
 /* Lock p for a call: ANEC_OK with p->lock held, else an error (closed,
    forked) with nothing held. */
 int rt_enter(anec_program *p);
 int rt_load_locked(anec_program *p);
+/* Evaluate p (locked, loaded) on these surfaces; counts the evaluation. */
+int rt_eval_locked(anec_program *p, anec_surface *const *in, size_t n_in, anec_surface *const *out, size_t n_out);
+/* Host tensor -> surface (to_host 0) or surface -> host tensor (to_host 1), converting
+   fp32 <-> fp16 where the program is fp16; side is "input" or "output" for messages. */
+int rt_transfer(const io_desc *d, const anec_io *io, uint8_t *surface, int to_host, const char *side);
 int rt_unload_locked(anec_program *p);
 
 /* ---- rt_dir.c (rt->lock held for every call) ---- */
@@ -153,5 +161,9 @@ void rt_dir_free_all(anec_runtime *rt);
 
 /* The strategy anec_reload_weights uses for p (p->lock held), why in `why`. */
 int rt_reload_strategy(const anec_program *p, char *why, size_t whylen);
+/* Validate blobs for a reload of p (nothing changes); ANEC_OK or an error. */
+int rt_reload_validate(const anec_program *p, const anec_blob *blobs, size_t n);
+/* How many of blobs differ from p's current files. */
+size_t rt_reload_changes(const anec_program *p, const anec_blob *blobs, size_t n);
 
 #endif

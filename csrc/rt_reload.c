@@ -31,6 +31,8 @@
 #include "rt_files.h"
 #include "rt_internal.h"
 
+static int validate(const anec_program *p, const anec_blob *blobs, size_t n);
+
 int rt_reload_strategy(const anec_program *p, char *why, size_t whylen)
 {
     unsigned v = p->rt->verified;
@@ -67,6 +69,16 @@ int anec_program_reload_info(const anec_program *p, anec_reload_info *out)
     out->verified = p->rt->verified;
     pthread_mutex_unlock((pthread_mutex_t *)&p->lock);
     return ANEC_OK;
+}
+
+int rt_reload_validate(const anec_program *p, const anec_blob *blobs, size_t n) { return validate(p, blobs, n); }
+
+size_t rt_reload_changes(const anec_program *p, const anec_blob *blobs, size_t n)
+{
+    size_t changed = 0;
+    for (size_t i = 0; i < n; i++)
+        changed += !rt_file_equals(p->dir->path, rt_rel_path(blobs[i].path), blobs[i].data, blobs[i].len);
+    return changed;
 }
 
 /* Validate every blob against the program before anything is touched. */

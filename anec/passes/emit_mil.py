@@ -65,6 +65,13 @@ class EmitMil(Pass):
         from anec.mil.artifact import Artifact
         from anec.mil.emitter import emit_mil
 
-        program = emit_mil(graph, ctx.target, pack_weights=bool(ctx.option("pack_weights", False)))
         rewrites = [r for r in ctx.rewrites if r.get("func", graph.name) == graph.name]
+        plan = graph.meta.get("partition")
+        if plan is not None:  # legalize cut the func: one program per stage
+            from anec.mil.pipeline import PipelineArtifact
+
+            ctx.artifacts[graph.name] = PipelineArtifact.build(
+                graph, plan, ctx.target, ctx.weights, rewrites, bool(ctx.option("pack_weights", False)))
+            return
+        program = emit_mil(graph, ctx.target, pack_weights=bool(ctx.option("pack_weights", False)))
         ctx.artifacts[graph.name] = Artifact.build(graph, program, ctx.target, ctx.weights, rewrites)

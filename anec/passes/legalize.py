@@ -270,25 +270,30 @@ def blob_count(graph: "Graph") -> tuple[int, list["Node"], "Node | None"]:
     return len(weights), weights, scalar_user
 
 
-def check_blob_budget(rw: LegalizeRewriter) -> None:
-    """At most ``max_blob_tensors`` BLOBFILE tensors, minus the scalar penalty (ANE-BLOB-BUDGET)."""
-    g, t = rw.graph, rw.target
-    count, weights, scalar_user = blob_count(g)
-    cap = t.blob_cap(scalar_user is not None)
-    if count <= cap:
+def plan_stages(rw: LegalizeRewriter) -> None:
+    """A func over a per-program budget is cut into a pipeline of programs (ANE-BLOB-BUDGET, ANE-SRAM).
+
+    :func:`anec.passes.partition.plan_partition` finds the cut (fewest
+    programs, then fewest bytes between them); the plan goes to
+    ``graph.meta["partition"]`` and emit-mil writes one program per stage.
+    A node that fits no program is an error naming it.
+    """
+    from anec.passes.partition import plan_partition
+
+    graph = rw.graph
+    graph.meta.pop("partition", None)
+    try:
+        plan = plan_partition(graph, rw.target)
+    except ConstraintError as e:
+        rw.rejections.append((None, e))
         return
-    why = ""
-    if scalar_user is not None:
-        why = (f" ({t.max_blob_tensors}, minus {t.scalar_penalty} because "
-               f"%{scalar_user.results[0].name} ({scalar_user.op}) takes an inline scalar)")
-    notes = [f"{n.span.location if n.span else g.name}: %{n.result.name} = weight "
-             f"'{n.attrs['weight']}'" for n in weights]
-    rw.reject(
-        "ANE-BLOB-BUDGET", f"func '{g.name}' needs {count} BLOBFILE weight tensors; "
-        f"{t.name} allows {cap}{why}",
-        "split the func into several funcs (each one is its own ANE program), or fold small "
-        "weights into their neighbours (e.g. a LayerNorm gain into the next conv weight)",
-        node=weights[cap], notes=notes)
+    if plan is None:
+        return
+    graph.meta["partition"] = plan
+    rw.anchor, rw.rule_name = None, "partition"
+    rw.record((plan.constraints or ["ANE-BLOB-BUDGET"])[0],
+              f"func '{graph.name}' is cut into {len(plan.stages)} programs "
+              f"({plan.crossing_bytes} bytes cross stage boundaries)", name=graph.name, span=graph.span)
 
 
 def check_weight_packing(rw: LegalizeRewriter) -> None:
@@ -320,7 +325,10 @@ def legalize_graph(graph: "Graph", ctx: PassContext, *, collect: bool = False,
     merge_duplicate_weights(graph)
     remove_dead_nodes(graph)
     check_weight_packing(rw)
-    check_blob_budget(rw)
+    if not rw.rejections:
+        plan_stages(rw)
+    else:
+        graph.meta.pop("partition", None)
     if "sram" in graph.meta:
         graph.meta["sram"] = sram_report(graph, ctx.target)
     if rw.rejections and not collect:
@@ -368,14 +376,24 @@ class Legalize(Pass):
 
     Errors (ConstraintError with the constraint id, the node's span and a
     suggestion): any other concat (ANE-CONCAT), a too-wide conv used inside
-    the program (ANE-CONV-CHANNELS), more BLOBFILE tensors than the target
-    allows after all rewrites, 15 instead of 16 if an add/sub/mul/pow takes
-    a rank-0 const (ANE-BLOB-BUDGET), fp32 I/O without host casts
+    the program (ANE-CONV-CHANNELS), fp32 I/O without host casts
     (ANE-FP32-IO), integer/bool func inputs and outputs (ANE-IO-TENSORS), NaN/Inf or out-of-fp16-range weights (ANE-FP16-RANGE),
     packed weights on a one-file-per-weight target, softmax over a
     non-power-of-2 axis when the target enables ANE-SOFTMAX-POW2.
-    Identical weight consts are merged before counting; dead nodes are
-    removed; SRAM annotations, if present, are refreshed for the result.
+    Identical weight consts are merged; dead nodes are removed; SRAM
+    annotations, if present, are refreshed for the result.
+
+    Last, a func over a per-program budget (more BLOBFILE tensors than the
+    target allows after all rewrites, 15 instead of 16 if an add/sub/mul/pow
+    takes a rank-0 const, ANE-BLOB-BUDGET; more live bytes than the SRAM,
+    ANE-SRAM) is cut into a pipeline of programs by
+    :mod:`anec.passes.partition` (fewest programs, then fewest bytes between
+    them; the module docstring has the cost model). The nodes are unchanged:
+    the plan goes to ``graph.meta["partition"]`` and emit-mil writes one
+    program per stage. A node that alone reads more BLOBFILE tensors than a
+    program holds, or a run with no legal cut, is an error at that node.
+    For 40 convs on M4: ``func 'f' is cut into 3 programs; stage 0: %c0
+    (f.ir:3:9) .. %h12 (f.ir:39:9), weights 13 of 16; ...`` (``anec check``).
 
     Before:
         func f(%x: fp16[1, 768, 1, 64], %t: fp16[64, 8]) {

@@ -140,7 +140,12 @@ def _func_report(graph: "Graph", target, weights,
         why = f"; {target.max_blob_tensors} minus {target.scalar_penalty} because " \
               f"%{scalar_user.results[0].name}{_origin(scalar_user, original)} takes an " \
               "inline scalar"
-    lines.append(f"  BLOBFILE tensors: {count} of {cap}{why}")
+    plan = work.meta.get("partition")
+    if plan is None:
+        lines.append(f"  BLOBFILE tensors: {count} of {cap}{why}")
+    else:  # the func is cut into a pipeline of programs: the plan, stage by stage
+        lines.append(f"  BLOBFILE tensors: {count} in all; one program holds {cap}{why}")
+        lines += [f"  {line}" for line in plan.describe()]
     sram = work.meta.get("sram")
     if sram is not None:
         spill = (f"spill risk at {', '.join('%' + s for s in sram['spill_nodes'])}"

@@ -99,6 +99,41 @@ def _resolve(artifact: Any, func: str | None) -> tuple[str, dict[str, bytes], di
     return _read_artifact_dir(path / func)
 
 
+def _pipeline_artifact(artifact: Any, func: str | None) -> Any:
+    """The PipelineArtifact ``artifact`` names (object, directory or parent directory), else None."""
+    from anec.mil.pipeline import PipelineArtifact, is_pipeline_manifest
+
+    if isinstance(artifact, PipelineArtifact):
+        if func is not None and artifact.func != func:
+            raise ArtifactError(f"the artifact is for func '{artifact.func}', not '{func}'")
+        return artifact
+    if isinstance(artifact, (list, tuple)):
+        arts = {getattr(a, "func", None): a for a in artifact}
+        if func is None and len(arts) == 1:
+            return _pipeline_artifact(next(iter(arts.values())), None)
+        return _pipeline_artifact(arts[func], None) if func in arts else None
+    if hasattr(artifact, "mil_text"):
+        return None
+    path = Path(os.fspath(artifact))
+    if path.is_file() and path.name == "manifest.json":
+        path = path.parent
+    for d in ([path / func] if func is not None else []) + [path]:
+        try:
+            manifest = json.loads((d / "manifest.json").read_text("utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        if is_pipeline_manifest(manifest):
+            if func is not None and manifest.get("func") != func:
+                raise ArtifactError(f"'{d}' holds func '{manifest.get('func')}', not '{func}'")
+            return PipelineArtifact.load(d, manifest)
+        return None
+    if func is None and path.is_dir():
+        funcs = [p for p in sorted(path.iterdir()) if (p / "manifest.json").is_file()]
+        if len(funcs) == 1:
+            return _pipeline_artifact(funcs[0], None)
+    return None
+
+
 def _limits(manifest: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if not manifest or "limits" not in manifest:
         return None
@@ -226,6 +261,11 @@ class Runtime(_Closing):
         ``Artifact`` object, or a list of them.
         """
         self._check_open()
+        pipe = _pipeline_artifact(artifact, func)
+        if pipe is not None:  # a func cut into several programs: run them as one
+            from anec.runtime.pipeline import load_pipeline
+
+            return load_pipeline(self, pipe)
         mil, blobs, manifest = _resolve(artifact, func)
         paths = {}
         for w in manifest.get("weights", []):

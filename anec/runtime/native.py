@@ -373,3 +373,77 @@ def reset_process_budget(driver: str = "sim") -> None:
     require()
     if lib.anec_process_reset_budget(driver.encode()) != 0:
         raise failure(lib.ANEC_EINVAL, last_error())
+
+
+PIPELINE_STATS = ("calls", "stages", "zero_copy_edges", "copied_edges", "host_inputs", "ns_call")
+
+
+class NativePipeline:
+    """Owns an ``anec_pipeline*`` over stage programs (which stay the caller's)."""
+
+    def __init__(self, rt: NativeRuntime, stages: list[tuple[NativeProgram, list[tuple[int, int]]]],
+                 n_inputs: int, outputs: list[tuple[int, int]]) -> None:
+        self.rt = rt
+        self.stages = [p for p, _ in stages]
+        keep: list[Any] = []
+        arr = ffi.new("anec_pipe_stage[]", len(stages))
+        for s, (prog, srcs) in enumerate(stages):
+            src = ffi.new("anec_pipe_src[]", max(1, len(srcs)))
+            for i, (stage, index) in enumerate(srcs):
+                src[i].stage = stage
+                src[i].index = index
+            keep.append(src)
+            arr[s].program = prog.ptr
+            arr[s].inputs = src
+        outs = ffi.new("anec_pipe_src[]", max(1, len(outputs)))
+        for o, (stage, index) in enumerate(outputs):
+            outs[o].stage = stage
+            outs[o].index = index
+        out = ffi.new("anec_pipeline **")
+        rc = lib.anec_pipeline_create(rt.ptr, arr, len(stages), n_inputs, outs, len(outputs), out)
+        del keep
+        rt.check(rc)
+        self.ptr = out[0]
+
+    def call(self, inputs: list[tuple[int, np.ndarray] | None], outputs: list[np.ndarray]) -> None:
+        ib, keep_in = _io_array(inputs)
+        ob = ffi.new("anec_io[]", max(1, len(outputs)))
+        keep_out = []
+        for j, a in enumerate(outputs):
+            c = ffi.from_buffer("uint8_t[]", a.reshape(-1).view(np.uint8), require_writable=True)
+            keep_out.append(c)
+            ob[j].dtype = DTYPE_CODES[_np_name(a.dtype)]
+            ob[j].data = c
+            ob[j].bytes = a.nbytes
+        rc = lib.anec_pipeline_call(self.ptr, ib, len(inputs), ob, len(outputs))
+        del keep_in, keep_out
+        self.rt.check(rc)
+
+    def set_inputs(self, inputs: list[tuple[int, np.ndarray] | None], reload: bool) -> None:
+        arr, keep = _io_array(inputs)
+        rc = lib.anec_pipeline_set_inputs(self.ptr, arr, len(inputs), 1 if reload else 0)
+        del keep
+        self.rt.check(rc)
+
+    def reload(self, per_stage: list[dict[str, bytes]]) -> None:
+        arrays = ffi.new("anec_blob *[]", max(1, len(per_stage)))
+        counts = ffi.new("size_t[]", max(1, len(per_stage)))
+        keep: list[Any] = []
+        for s, blobs in enumerate(per_stage):
+            arr, k = _blob_array(blobs)
+            keep += [arr, k]
+            arrays[s] = arr
+            counts[s] = len(blobs)
+        rc = lib.anec_pipeline_reload(self.ptr, arrays, counts)
+        del keep
+        self.rt.check(rc)
+
+    def stats(self) -> dict[str, int]:
+        st = ffi.new("struct anec_pipeline_stats *")
+        self.rt.check(lib.anec_pipeline_stats(self.ptr, st))
+        return {k: int(getattr(st, k)) for k in PIPELINE_STATS}
+
+    def release(self) -> None:
+        if self.ptr is not None:
+            lib.anec_pipeline_free(self.ptr)
+            self.ptr = None

@@ -196,6 +196,75 @@ static void test_strategies(void)
     }
 }
 
+/* Two stages of MIL wired c -> x, y -> a: stage 1 computes 3*(2x) + (2x + a) = 8x + a.
+   Same surface sizes: both edges are zero-copy. A reload with a bad blob for
+   stage 1 changes neither stage; bad wiring is refused. */
+static void test_pipeline(void)
+{
+    static uint8_t b2[256], b3[256], b5[256];
+    make_blob(b2, 2.0f);
+    make_blob(b3, 3.0f);
+    make_blob(b5, 5.0f);
+    anec_blob w2 = {"@model_path/weights/w.bin", b2, sizeof b2}, w3 = {"@model_path/weights/w.bin", b3, sizeof b3};
+    anec_blob w5 = {"@model_path/weights/w.bin", b5, sizeof b5}, bad = {"@model_path/weights/w.bin", b5, 100};
+    anec_runtime *rt = open_sim(NULL, 0);
+    anec_program *s0 = NULL, *s1 = NULL;
+    CHECK(anec_compile(rt, MIL, strlen(MIL), &w2, 1, NULL, &s0) == ANEC_OK && anec_load(s0) == ANEC_OK);
+    CHECK(anec_compile(rt, MIL, strlen(MIL), &w3, 1, NULL, &s1) == ANEC_OK && anec_load(s1) == ANEC_OK);
+    /* binding order: inputs a, x; outputs c, y */
+    anec_pipe_src in0[2] = {{-1, 1}, {-1, 0}};   /* a <- pipeline input 1, x <- pipeline input 0 */
+    anec_pipe_src in1[2] = {{0, 1}, {0, 0}};     /* a <- stage 0's y, x <- stage 0's c */
+    anec_pipe_stage stages[2] = {{s0, in0}, {s1, in1}};
+    anec_pipe_src outs[1] = {{1, 1}};            /* stage 1's y */
+    anec_pipeline *pl = NULL;
+    CHECK(anec_pipeline_create(rt, stages, 2, 2, outs, 1, &pl) == ANEC_OK);
+    float x[32], a[32], y[32];
+    for (int i = 0; i < 32; i++) {
+        x[i] = 1.0f;
+        a[i] = 0.5f;
+    }
+    anec_io ins[2] = {{ANEC_DTYPE_FP32, x, sizeof x}, {ANEC_DTYPE_FP32, a, sizeof a}};
+    anec_io out = {ANEC_DTYPE_FP32, y, sizeof y};
+    CHECK(anec_pipeline_call(pl, ins, 2, &out, 1) == ANEC_OK);
+    CHECK(y[0] == 8.5f && y[31] == 8.5f);
+    struct anec_pipeline_stats ps;
+    CHECK(anec_pipeline_stats(pl, &ps) == ANEC_OK);
+    CHECK(ps.calls == 1 && ps.stages == 2 && ps.zero_copy_edges == 2 && ps.copied_edges == 0);
+    /* all-or-nothing: stage 0's change is valid, stage 1's blob is truncated */
+    const anec_blob *nb[2] = {&w5, &bad};
+    size_t nn[2] = {1, 1};
+    CHECK(anec_pipeline_reload(pl, nb, nn) != ANEC_OK);
+    CHECK(anec_pipeline_call(pl, ins, 2, &out, 1) == ANEC_OK && y[0] == 8.5f);
+    /* only stage 0: 3*(5x) + (5x + a) = 20x + a */
+    size_t only0[2] = {1, 0};
+    CHECK(anec_pipeline_reload(pl, nb, only0) == ANEC_OK);
+    CHECK(anec_pipeline_call(pl, ins, 2, &out, 1) == ANEC_OK && y[0] == 20.5f);
+    /* wrong argument counts */
+    CHECK(anec_pipeline_call(pl, ins, 1, &out, 1) == ANEC_EINVAL);
+    anec_pipeline_free(pl);
+    /* wiring: a stage may read only earlier stages, existing outputs and inputs */
+    anec_pipe_src self[2] = {{1, 0}, {0, 0}}, far[2] = {{0, 7}, {0, 0}}, noin[2] = {{-1, 5}, {-1, 0}};
+    anec_pipe_src *wrong[3] = {self, far, noin};
+    for (int k = 0; k < 3; k++) {
+        anec_pipe_stage st2[2] = {{s0, in0}, {s1, wrong[k]}};
+        pl = NULL;
+        CHECK(anec_pipeline_create(rt, st2, 2, 2, outs, 1, &pl) == ANEC_EINVAL && pl == NULL);
+    }
+    /* a pipeline input that feeds nothing */
+    anec_pipe_src only_x[2] = {{-1, 0}, {-1, 0}};
+    anec_pipe_stage st3[1] = {{s0, only_x}};
+    anec_pipe_src o3[1] = {{0, 1}};
+    CHECK(anec_pipeline_create(rt, st3, 1, 2, o3, 1, &pl) == ANEC_EINVAL);
+    /* stages stay the caller's: closing the runtime first, then freeing, is fine */
+    anec_pipe_stage st4[1] = {{s0, in0}};
+    CHECK(anec_pipeline_create(rt, st4, 1, 2, o3, 1, &pl) == ANEC_OK);
+    anec_runtime_close(rt);
+    CHECK(anec_pipeline_call(pl, ins, 2, &out, 1) == ANEC_ESTATE);
+    anec_pipeline_free(pl);
+    anec_program_free(s0);
+    anec_program_free(s1);
+}
+
 int main(void)
 {
     /* tmpfs when there is one: the 1000 reloads below fsync every file they write */
@@ -337,6 +406,7 @@ int main(void)
 
     test_baking();
     test_strategies();
+    test_pipeline();
 
     /* helpers */
     float f[3] = {1.0f, 65504.0f, 1e-8f};

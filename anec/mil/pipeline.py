@@ -1,0 +1,321 @@
+"""The artifact of a func compiled into a pipeline of ANE programs.
+
+A func that breaks a per-program budget is cut into stages
+(:mod:`anec.passes.partition`). Its artifact directory holds one ordinary
+program artifact per stage and a top-level manifest that wires them::
+
+    out/gpt2/manifest.json            format anec-pipeline/1: the func's I/O, the stages,
+                                      where every stage input comes from, the plan
+    out/gpt2/program.ir               the whole func in anec IR (weights keyed by stage BLOBFILE)
+    out/gpt2/stages/s00/model.mil     stage 0: an ordinary artifact (manifest.json,
+    out/gpt2/stages/s00/weights/...             weights/, program.ir)
+    out/gpt2/stages/s01/...
+    out/gpt2/inputs/<name>.bin        initial values of weights compiled as inputs
+
+A func that fits one program keeps the single-program layout
+(:mod:`anec.mil.artifact`). Stages with byte-identical MIL (the layers of a
+transformer, cut the same way) are marked ``same_as`` the first of them; the
+runtime's program cache then compiles the text once wherever the compiled
+form can be shared (docs/runtime.md). ``surface_bytes`` is one allocation
+size for every stage surface, so that a stage output feeds the next stage's
+input with no copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+
+from anec import __version__
+from anec.diagnostics import ArtifactError
+from anec.ir.types import DType
+from anec.mil.artifact import (MANIFEST_FILE, PROGRAM_IR_FILE, Artifact, _io_entries, _jsonable,
+                               _logical_outputs, alloc_bytes, blob_key, build_weight_inputs, format_json,
+                               sha256, write_tree_atomic)
+from anec.mil.blobfile import BlobReader
+
+if TYPE_CHECKING:
+    from anec.ir.graph import Graph, Module
+    from anec.passes.partition import Plan
+    from anec.targets import Target
+
+FORMAT = "anec-pipeline/1"
+STAGES_DIR = "stages"
+
+
+def stage_dir(k: int) -> str:
+    return f"{STAGES_DIR}/s{k:02d}"
+
+
+@dataclass
+class PipelineArtifact:
+    """A func compiled into several programs: the stage artifacts and the wiring."""
+
+    func: str
+    stages: list[Artifact]
+    manifest: dict
+    program_ir: str = ""
+    """The whole legalized func in anec IR, weights keyed by the stage BLOBFILEs holding them."""
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    """Top-level files other than the manifest: weights compiled as inputs (``inputs/*.bin``)."""
+
+    # ---- building -----------------------------------------------------------------
+    @classmethod
+    def build(cls, graph: "Graph", plan: "Plan", target: "Target", weights: Mapping[str, np.ndarray] | None,
+              rewrites: list[dict], pack_weights: bool = False) -> "PipelineArtifact":
+        from anec.mil.emitter import emit_mil
+        from anec.passes.partition import extract_stage
+
+        stages: list[Artifact] = []
+        blob_of: dict[int, str] = {}  # id(original const node) -> blob key in a stage
+        seen_mil: dict[str, int] = {}
+        entries = []
+        index = {id(v): (k, i) for k, s in enumerate(plan.stages) for i, v in enumerate(s.outputs)}
+        for k, st in enumerate(plan.stages):
+            sg = extract_stage(graph, plan, k)
+            program = emit_mil(sg, target, pack_weights=pack_weights)
+            art = Artifact.build(sg, program, target, weights, [])
+            stages.append(art)
+            origin = sg.meta["const_origin"]
+            for slot in program.weights:
+                node = origin.get(slot.node.result.name)
+                if node is not None:
+                    blob_of.setdefault(id(node), f"{stage_dir(k)}/" + blob_key(slot.file, slot.offset))
+            same = seen_mil.setdefault(art.manifest["mil"]["sha256"], k)
+            ins = []
+            for i, v in enumerate(st.inputs):
+                src = ({"input": v.name} if v.producer is None else
+                       {"stage": index[id(v)][0], "output": f"out{index[id(v)][1]}"})
+                ins.append({"name": f"in{i}", "value": v.name, "from": src})
+            first, last = plan.items[st.start], plan.items[st.end - 1]
+            entries.append({
+                "dir": stage_dir(k), "mil_sha256": art.manifest["mil"]["sha256"],
+                "same_as": same if same != k else None,
+                "inputs": ins, "outputs": [{"name": f"out{i}", "value": v.name} for i, v in enumerate(st.outputs)],
+                "nodes": st.end - st.start,
+                "first": first.span.location if first.span else None,
+                "last": last.span.location if last.span else None,
+                "weights": len(st.weights), "blob_cap": st.blob_cap, "peak_sram": st.peak_sram,
+                "in_bytes": st.in_bytes, "out_bytes": st.out_bytes, "reason": st.reason,
+            })
+        outputs_from = {}
+        for v in graph.outputs:
+            k, i = index[id(v)]
+            outputs_from[v.name] = {"stage": k, "output": f"out{i}"}
+        logical, of = _logical_outputs(graph)
+        inputs = _io_entries(graph.inputs)
+        outputs = _io_entries(graph.outputs, of)
+        sizes = [e["bytes"] for a in stages for e in [*a.manifest["inputs"], *a.manifest["outputs"]]]
+        input_blobs, input_entries = build_weight_inputs(graph, weights)
+        manifest = {
+            "format": FORMAT,
+            "anec_version": __version__,
+            "func": graph.name,
+            "target": target.name,
+            "inputs": inputs,
+            "outputs": outputs,
+            "logical_inputs": _jsonable(graph.meta.get("logical_inputs", [])),
+            "logical_outputs": logical,
+            "host_casts": _jsonable(graph.meta.get("host_casts", [])),
+            "stages": entries,
+            "outputs_from": outputs_from,
+            "surface_bytes": alloc_bytes(sizes, target),
+            "crossing_bytes": plan.crossing_bytes,
+            "rewrites": [_jsonable(r) for r in rewrites],
+            "sram": _jsonable(graph.meta.get("sram")),
+        }
+        if input_entries:
+            manifest["weight_inputs"] = input_entries
+        ir_text = _program_ir(graph, blob_of)
+        manifest["program_ir"] = {"file": PROGRAM_IR_FILE, "sha256": sha256(ir_text)}
+        return cls(graph.name, stages, manifest, ir_text, input_blobs)
+
+    # ---- summary --------------------------------------------------------------------
+    @property
+    def complete(self) -> bool:
+        return all(a.complete for a in self.stages) and all(
+            w["file"] in self.blobs for w in self.manifest.get("weight_inputs", []))
+
+    def weight_bytes(self) -> int:
+        return sum(a.weight_bytes() for a in self.stages)
+
+    def op_count(self) -> int:
+        return sum(a.op_count() for a in self.stages)
+
+    @property
+    def mil_text(self) -> str:
+        """Every stage's MIL, each after a ``// stage N`` line (for reading, not for a device)."""
+        return "".join(f"// stage {k} ({stage_dir(k)}/model.mil)\n{a.mil_text}" for k, a in enumerate(self.stages))
+
+    # ---- files ----------------------------------------------------------------------
+    def files(self) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        for k, art in enumerate(self.stages):
+            for rel, data in art.files().items():
+                out[f"{stage_dir(k)}/{rel}"] = data
+        for rel, data in self.blobs.items():
+            out[rel] = data
+        out[PROGRAM_IR_FILE] = self.program_ir.encode("utf-8")
+        out[MANIFEST_FILE] = (format_json(self.manifest) + "\n").encode("utf-8")
+        return out
+
+    def write(self, directory: str | os.PathLike) -> Path:
+        """Write the whole pipeline atomically (as :meth:`Artifact.write`)."""
+        dest = Path(directory)
+        files = self.files()
+        if dest.exists():
+            if not dest.is_dir():
+                raise ArtifactError(f"cannot write artifact to '{dest}': it is a file")
+            if any(dest.iterdir()) and not (dest / MANIFEST_FILE).is_file():
+                raise ArtifactError(
+                    f"refusing to replace '{dest}': it is a non-empty directory without {MANIFEST_FILE}",
+                    hint="choose an empty or new output directory")
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ArtifactError(f"cannot create '{dest.parent}': {e.strerror}") from None
+        write_tree_atomic(dest, files)
+        return dest
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike, manifest: dict | None = None) -> "PipelineArtifact":
+        """Read a pipeline directory: the manifest, every stage (checked like any artifact)."""
+        d = Path(directory)
+        if manifest is None:
+            try:
+                manifest = json.loads((d / MANIFEST_FILE).read_text("utf-8"))
+            except (OSError, ValueError, UnicodeDecodeError) as e:
+                raise ArtifactError(f"{d / MANIFEST_FILE}: unreadable manifest ({e})") from None
+        check_manifest(manifest, d / MANIFEST_FILE)
+        stages = [Artifact.load(d / e["dir"]) for e in manifest["stages"]]
+        for k, (e, art) in enumerate(zip(manifest["stages"], stages)):
+            if art.manifest["mil"]["sha256"] != e["mil_sha256"]:
+                raise ArtifactError(f"{d / e['dir']}: stage {k} is not the program the pipeline manifest names",
+                                    hint="the artifact was modified after compiling; recompile it")
+        blobs = {}
+        for w in manifest.get("weight_inputs", []):
+            rel = _rel(w["file"])
+            try:
+                blobs[rel] = (d / rel).read_bytes()
+            except OSError as e:
+                raise ArtifactError(f"cannot read {d / rel}: {e.strerror}") from None
+            if sha256(BlobReader(blobs[rel], name=rel).payload(int(w["offset"]))) != w.get("sha256"):
+                raise ArtifactError(f"{d / rel}: weight '{w['key']}' does not match its sha256",
+                                    hint="the weight file was modified after compiling; recompile it")
+        try:
+            ir = (d / PROGRAM_IR_FILE).read_bytes()
+        except OSError as e:
+            raise ArtifactError(f"cannot read {d / PROGRAM_IR_FILE}: {e.strerror}") from None
+        if sha256(ir) != (manifest.get("program_ir") or {}).get("sha256"):
+            raise ArtifactError(f"{d / PROGRAM_IR_FILE} does not match the sha256 in {MANIFEST_FILE}",
+                                hint="the artifact was modified after compiling; recompile it")
+        return cls(manifest["func"], stages, manifest, ir.decode("utf-8", errors="replace"), blobs)
+
+    def program_module(self) -> "Module":
+        from anec.ir.parser import parse
+
+        return parse(self.program_ir, filename=f"{self.func}/{PROGRAM_IR_FILE}")
+
+    def interp_weights(self) -> dict[str, np.ndarray]:
+        """The weights of :attr:`program_ir` (keyed by stage BLOBFILE), read from the stages."""
+        from anec.mil.artifact import artifact_weights
+
+        out = {}
+        for k, art in enumerate(self.stages):
+            for key, arr in artifact_weights(art).items():
+                out[f"{stage_dir(k)}/{key}"] = arr
+        return out
+
+    def weight_inputs(self) -> dict[str, np.ndarray]:
+        """Input name -> initial value of every weight compiled as an input."""
+        out = {}
+        for w in self.manifest.get("weight_inputs", []):
+            arr = BlobReader(self.blobs[w["file"]], name=w["file"]).read(w["offset"], DType(w["dtype"]).np)
+            out[w["input"]] = arr.reshape(w["shape"])
+        return out
+
+
+def _rel(rel: str) -> str:
+    from anec.mil.artifact import _safe_rel
+
+    return _safe_rel(rel)
+
+
+def _program_ir(graph: "Graph", blob_of: dict[int, str]) -> str:
+    """The whole func in anec IR with each weight const reading its stage BLOBFILE."""
+    from anec.ir.graph import Module
+    from anec.ir.printer import print_module
+
+    g = graph.clone()
+    originals = [n for n in graph.nodes]
+    for orig, copy in zip(originals, g.nodes):
+        if copy.op == "const" and "weight" in copy.attrs and id(orig) in blob_of:
+            copy.attrs = {"weight": blob_of[id(orig)]}
+    module = Module()
+    module.add_func(g)
+    return ("// The compiled pipeline in anec IR: the func before it was cut into stages;\n"
+            "// weights are keyed by the stage BLOBFILE and metadata offset that hold them.\n"
+            + print_module(module))
+
+
+def is_pipeline_manifest(manifest: Any) -> bool:
+    return isinstance(manifest, dict) and manifest.get("format") == FORMAT
+
+
+def check_manifest(m: Any, where: Path | str) -> None:
+    """Every field the runtime reads of a pipeline manifest, with its type (ArtifactError otherwise)."""
+    def bad(field_: str, expected: str) -> ArtifactError:
+        return ArtifactError(f"{where}: field '{field_}' must be {expected}")
+
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise bad("format", repr(FORMAT))
+    for key in ("func",):
+        if not isinstance(m.get(key), str):
+            raise bad(key, "a string")
+    for key in ("inputs", "outputs", "stages", "logical_outputs"):
+        if not isinstance(m.get(key), list):
+            raise bad(key, "a list")
+    if not m["stages"]:
+        raise bad("stages", "a non-empty list")
+    if not isinstance(m.get("surface_bytes"), int) or not 0 < m["surface_bytes"] < 1 << 40:
+        raise bad("surface_bytes", "a positive integer")
+    names = {e.get("name") for e in m["inputs"] if isinstance(e, dict)}
+    for k, e in enumerate(m["stages"]):
+        if not isinstance(e, dict) or not isinstance(e.get("dir"), str) or not isinstance(e.get("mil_sha256"), str):
+            raise bad(f"stages[{k}]", "an object with 'dir' and 'mil_sha256'")
+        _rel(e["dir"])
+        for i, src in enumerate(e.get("inputs") or []):
+            f = src.get("from") if isinstance(src, dict) else None
+            ok = isinstance(f, dict) and (
+                (f.get("input") in names) or
+                (isinstance(f.get("stage"), int) and 0 <= f["stage"] < k and isinstance(f.get("output"), str)))
+            if not ok:
+                raise bad(f"stages[{k}].inputs[{i}].from", "a func input or an output of an earlier stage")
+    of = m.get("outputs_from")
+    if not isinstance(of, dict):
+        raise bad("outputs_from", "an object")
+    for name, src in of.items():
+        if not (isinstance(src, dict) and isinstance(src.get("stage"), int)
+                and 0 <= src["stage"] < len(m["stages"]) and isinstance(src.get("output"), str)):
+            raise bad(f"outputs_from.{name}", "a stage output")
+
+
+def load_any(directory: str | os.PathLike) -> "Artifact | PipelineArtifact":
+    """The artifact in ``directory``, a single program or a pipeline."""
+    d = Path(directory)
+    try:
+        manifest = json.loads((d / MANIFEST_FILE).read_text("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return Artifact.load(d)  # its own error messages
+    if is_pipeline_manifest(manifest):
+        return PipelineArtifact.load(d, manifest)
+    return Artifact.load(d)
+
+
+__all__ = ["FORMAT", "PipelineArtifact", "check_manifest", "is_pipeline_manifest", "load_any", "stage_dir"]
+

@@ -1,0 +1,503 @@
+"""Partitioning: cut a func that breaks a per-program budget into a pipeline of legal ANE programs.
+
+A func is a model, not necessarily one ANE program. After legalize has
+rewritten it, a func may still need more BLOBFILE weight tensors than one
+program holds (ANE-BLOB-BUDGET: 16 on M4, 15 when an elementwise op takes an
+inline scalar), or keep more bytes live at once than the SRAM holds
+(ANE-SRAM). :func:`plan_partition` then cuts it into *stages*, each a legal
+program; the artifact wires them into a pipeline that the runtime runs as one
+program (docs/passes.md, docs/runtime.md).
+
+The model
+=========
+
+The func's nodes (consts excluded) are the *items*, in statement order, which
+is a topological order. A stage is a contiguous run of items. Consts are not
+items: each stage gets its own copy of every const its items read (an inline
+literal costs nothing; a weight const read by two stages is one BLOBFILE
+tensor in each), so weights never cross a stage boundary.
+
+A *cut* at position j (between item j-1 and item j) makes every value defined
+before j (or a func input) and used at or after j a *crossing* value: the
+stage before returns it, the stages after take it as an input (a func input
+used after a cut is fed by the host to every stage that reads it). A cut is
+*allowed* only where every crossing value can be program I/O: a float tensor
+(ANE-IO-TENSORS), and fp16 on a target without fp32 I/O (ANE-FP32-IO).
+
+Budgets of one stage, from the target profile:
+
+* BLOBFILE tensors: the distinct weight consts its items read, at most
+  ``target.blob_cap(any item takes an inline scalar)``. Hard: a stage over it
+  is rejected by the ANE compiler. Monotone: a sub-run of a legal stage is
+  legal, which makes the search below exact;
+* SRAM: the peak bytes live in the stage (the :mod:`annotate_sram` model,
+  stage inputs live from its start, stage outputs to its end) at most
+  ``target.sram_bytes``. Soft: the device runs a stage beyond it, ~30%
+  slower, so a stage is split further only while it has more than one item,
+  and a single node beyond the SRAM stays a spill risk (reported, as for a
+  one-program func). Sub-runs never have a larger peak.
+
+Cost, minimized in this order:
+
+1. stages over a hard budget: none (an item that alone exceeds the BLOBFILE
+   budget, or a run of items with no allowed cut longer than a stage can be,
+   is a :class:`~anec.diagnostics.ConstraintError` naming the node);
+2. the number of stages;
+3. the bytes that cross stage boundaries (the sum over cuts of the crossing
+   values' sizes: each is written by one stage and read by another).
+
+For the BLOBFILE budget this is exact and linear: with ``f(i)`` the best
+(stages, bytes) covering items ``[0, i)``, ``f(i) = min over allowed j in
+[lo(i), i) of f(j) + (1, crossing(j))``, where ``lo(i)`` is the first item a
+legal stage ending at ``i`` can start at. ``lo`` never decreases (two
+pointers over a multiset of weights) and the minimum over the sliding window
+is kept in a monotonic deque; crossing bytes and forbidden cuts come from
+one difference-array sweep. Then each stage over the SRAM is split, while it
+can be, at the allowed cut inside it that crosses the fewest bytes (nearest
+to its middle on ties).
+
+Cut order follows the statement order: arbitrary DAGs (residual connections,
+values used by many later stages, several outputs) are handled, but the
+search does not reorder independent branches.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from anec.diagnostics import ConstraintError
+from anec.ir.types import DType
+from anec.passes.legalize import SCALAR_OPS
+
+if TYPE_CHECKING:
+    from anec.ir.graph import Graph, Node, Value
+    from anec.targets import Target
+
+
+
+def _is_weight(v: "Value") -> bool:
+    p = v.producer
+    return p is not None and p.op == "const" and "weight" in p.attrs
+
+
+def _is_const(v: "Value") -> bool:
+    return v.producer is not None and v.producer.op == "const"
+
+
+def _takes_scalar(n: "Node") -> bool:
+    return n.op in SCALAR_OPS and any(_is_const(v) and v.type.rank == 0 for v in n.operands)
+
+
+@dataclass
+class Stage:
+    """One program of the pipeline: items ``[start, end)`` of :attr:`Plan.items`."""
+
+    start: int
+    end: int
+    inputs: list["Value"] = field(default_factory=list)
+    """Values it reads that are func inputs or results of earlier stages (first-use order)."""
+    outputs: list["Value"] = field(default_factory=list)
+    """Its results that later stages read or the func returns (definition order)."""
+    weights: list["Node"] = field(default_factory=list)
+    """The weight consts its items read (one BLOBFILE tensor each)."""
+    blob_cap: int = 0
+    peak_sram: int = 0
+    reason: str = ""
+    """Why the stage ends where it ends."""
+
+    @property
+    def in_bytes(self) -> int:
+        return sum(v.type.nbytes for v in self.inputs)
+
+    @property
+    def out_bytes(self) -> int:
+        return sum(v.type.nbytes for v in self.outputs)
+
+
+@dataclass
+class Plan:
+    """How a func is cut: its items and the stages over them.
+
+    It refers to the graph's own nodes; a copy of the graph (``Graph.clone``
+    copies ``meta``) shares the plan instead of copying the nodes it names."""
+
+    func: str
+    items: list["Node"]
+    stages: list[Stage]
+    crossing_bytes: int = 0
+    """Bytes crossing all cuts (each crossing value counted once per cut it crosses)."""
+    over_blobs: bool = True
+    """The func needs more BLOBFILE tensors than one program holds (else only the SRAM cut it)."""
+
+    @property
+    def constraints(self) -> list[str]:
+        """The per-program budgets that forced the cuts."""
+        sram = any(s.reason.startswith("SRAM") for s in self.stages)
+        return (["ANE-BLOB-BUDGET"] if self.over_blobs else []) + (["ANE-SRAM"] if sram else [])
+
+    def __deepcopy__(self, memo: dict) -> "Plan":
+        return self
+
+    def describe(self) -> list[str]:
+        """One line per stage, then why each cut is where it is (``anec check``)."""
+        lines = [f"func '{self.func}' is cut into {len(self.stages)} programs ({', '.join(self.constraints)}); "
+                 f"{_mb(self.crossing_bytes)} cross stage boundaries"]
+        for i, s in enumerate(self.stages):
+            first, last = self.items[s.start], self.items[s.end - 1]
+            lines.append(
+                f"  stage {i}: {s.end - s.start} nodes, %{first.results[0].name} ({_loc(first)}) .. "
+                f"%{last.results[0].name} ({_loc(last)}); weights {len(s.weights)} of {s.blob_cap}; "
+                f"peak SRAM {_mb(s.peak_sram)}; in {len(s.inputs)} ({_mb(s.in_bytes)}), "
+                f"out {len(s.outputs)} ({_mb(s.out_bytes)})")
+            lines.append(f"    cut after: {s.reason}")
+        return lines
+
+
+def _loc(n: "Node") -> str:
+    return n.span.location if n.span is not None else "?"
+
+
+def _mb(n: int) -> str:
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.1f} MiB"
+    if n >= 1 << 10:
+        return f"{n / (1 << 10):.1f} KiB"
+    return f"{n} B"
+
+
+def _io_ok(v: "Value", target: "Target") -> bool:
+    """Can this value be program I/O (and so cross a cut)?"""
+    dt = v.type.dtype
+    if not dt.is_float:
+        return False
+    return dt != DType.fp32 or target.fp32_io
+
+
+class _Sweep:
+    """Positions of every value and the per-cut crossing bytes / forbidden flags."""
+
+    def __init__(self, graph: "Graph", items: list["Node"], target: "Target") -> None:
+        n = len(items)
+        self.pos = {id(x): i for i, x in enumerate(items)}
+        self.values: list[tuple["Value", int, int]] = []  # (value, defined before, last use)
+        cross = [0] * (n + 2)
+        bad = [0] * (n + 2)
+        for v in [*graph.inputs, *(r for x in items for r in x.results)]:
+            d = self.pos[id(v.producer)] if v.producer is not None else -1
+            uses = [self.pos[id(u)] for u in v.uses if id(u) in self.pos]
+            last = max(uses, default=d)
+            self.values.append((v, d, last))
+            if last > d and last >= 1:
+                # crosses every cut j with d < j <= last (cuts are 1..n-1)
+                lo, hi = max(d + 1, 1), last
+                cross[lo] += v.type.nbytes
+                cross[hi + 1] -= v.type.nbytes
+                if not _io_ok(v, target):
+                    bad[lo] += 1
+                    bad[hi + 1] -= 1
+        self.cross = [0] * (n + 1)
+        self.bad = [False] * (n + 1)
+        c = b = 0
+        for j in range(n + 1):
+            c += cross[j]
+            b += bad[j]
+            self.cross[j] = c if 0 < j < n else 0
+            self.bad[j] = b > 0 if 0 < j < n else False
+
+
+def _weights_of(x: "Node") -> list["Node"]:
+    seen: dict[int, "Node"] = {}
+    for v in x.inputs():
+        if _is_weight(v):
+            seen.setdefault(id(v.producer), v.producer)
+    return list(seen.values())
+
+
+def blob_cap_of(nodes: list["Node"], target: "Target") -> tuple[int, int]:
+    """(distinct weight consts read, the BLOBFILE cap) of a run of items."""
+    ws: set[int] = set()
+    scalar = False
+    for x in nodes:
+        ws.update(id(w) for w in _weights_of(x))
+        scalar = scalar or _takes_scalar(x)
+    return len(ws), target.blob_cap(scalar)
+
+
+def _fits_one_program(graph: "Graph", items: list["Node"], target: "Target") -> bool:
+    count, cap = blob_cap_of(items, target)
+    return count <= cap
+
+
+def plan_partition(graph: "Graph", target: "Target", force: bool = False) -> Plan | None:
+    """The stages of ``graph`` (legalized), or None when it fits one program.
+
+    ``force`` plans even a func that fits (one stage). Raises ConstraintError
+    when no legal plan exists (see the module docstring)."""
+    items = [x for x in graph.nodes if x.op != "const"]
+    if not items:
+        return None
+    over_blobs = not _fits_one_program(graph, items, target)
+    sweep = _Sweep(graph, items, target)
+    if not over_blobs:
+        one = Stage(0, len(items))
+        _fill(graph, items, sweep, one, target)
+        if one.peak_sram <= target.sram_bytes and not force:
+            return None
+    n = len(items)
+    w_of = [_weights_of(x) for x in items]
+    sc_of = [_takes_scalar(x) for x in items]
+    # lo[i]: the first item a legal stage ending at i (exclusive) can start at
+    lo = [0] * (n + 1)
+    counts: dict[int, int] = {}
+    scalars = 0
+    start = 0
+    for i in range(1, n + 1):
+        k = i - 1
+        for w in w_of[k]:
+            counts[id(w)] = counts.get(id(w), 0) + 1
+        scalars += sc_of[k]
+        while start < i and len(counts) > target.blob_cap(scalars > 0):
+            for w in w_of[start]:
+                counts[id(w)] -= 1
+                if not counts[id(w)]:
+                    del counts[id(w)]
+            scalars -= sc_of[start]
+            start += 1
+        if start == i:
+            x = items[k]
+            alone, cap = blob_cap_of([x], target)
+            raise ConstraintError(
+                f"%{x.results[0].name} ({x.op}) alone reads {alone} BLOBFILE weight tensors; one "
+                f"{target.name} program holds at most {cap}, so no program can contain it",
+                span=x.span, constraint="ANE-BLOB-BUDGET",
+                hint="split the op's weights (for a conv: chunk its output channels into several "
+                     "convs), or compile it with its weights as program inputs (--weights-as-inputs)")
+        lo[i] = start
+    # f[j] = (stages, bytes) of the best plan covering items [0, j); only allowed cut points
+    INF = (1 << 62, 1 << 62)
+    f: list[tuple[int, int]] = [INF] * (n + 1)
+    parent = [-1] * (n + 1)
+    f[0] = (0, 0)
+    dq: deque[int] = deque()  # candidate cut positions j, keys increasing
+
+    def key(j: int) -> tuple[int, int]:
+        return (f[j][0] + 1, f[j][1] + sweep.cross[j])
+
+    for i in range(1, n + 1):
+        j = i - 1
+        if f[j] != INF and (j == 0 or not sweep.bad[j]):
+            kj = key(j)
+            while dq and key(dq[-1]) >= kj:  # a later candidate at least as good replaces it
+                dq.pop()
+            dq.append(j)
+        while dq and dq[0] < lo[i]:
+            dq.popleft()
+        if i < n and sweep.bad[i]:
+            continue  # not a place to cut: nothing later can start here
+        if not dq:
+            x = items[i - 1]
+            raise ConstraintError(
+                f"func '{graph.name}' cannot be cut into legal programs around %{x.results[0].name}: "
+                "every cut near it would pass an integer, bool or (on this target) fp32 tensor "
+                "between programs, and the BLOBFILE budget forbids keeping the run in one",
+                span=x.span, constraint="ANE-BLOB-BUDGET",
+                hint="cast the value to fp16 before its later uses, or make its weights program inputs")
+        f[i] = key(dq[0])
+        parent[i] = dq[0]
+    cuts = []
+    i = n
+    while i > 0:
+        cuts.append(i)
+        i = parent[i]
+    bounds = [0] + sorted(cuts)
+    stages = [Stage(a, b) for a, b in zip(bounds, bounds[1:])]
+    for s in stages:
+        _fill(graph, items, sweep, s, target)
+    # reasons for the BLOBFILE cuts
+    for s in stages:
+        s.reason = _blob_reason(items, s, lo, sweep, target)
+    stages = _split_for_sram(graph, items, sweep, stages, target)
+    total = sum(sweep.cross[s.end] for s in stages[:-1])
+    return Plan(graph.name, items, stages, total, over_blobs)
+
+
+def _blob_reason(items: list["Node"], s: Stage, lo: list[int], sweep: _Sweep, target: "Target") -> str:
+    n = len(items)
+    if s.end == n:
+        return "the end of the func"
+    # the furthest a stage starting at s.start could reach
+    reach = s.end
+    while reach < n and lo[reach + 1] <= s.start:
+        reach += 1
+    if reach == s.end:
+        nxt = items[s.end]
+        return (f"BLOBFILE budget: with %{nxt.results[0].name} ({nxt.op}) the stage would need "
+                f"{blob_cap_of(items[s.start:s.end + 1], target)[0]} weight tensors (at most {s.blob_cap})")
+    return (f"a cheaper cut: the stage could reach %{items[reach - 1].results[0].name}, but cutting here "
+            f"passes {_mb(sweep.cross[s.end])} to the next stage, the least among plans with as few stages")
+
+
+def _fill(graph: "Graph", items: list["Node"], sweep: _Sweep, s: Stage, target: "Target") -> None:
+    """Inputs, outputs, weights, cap and peak SRAM of stage ``s``."""
+    run = items[s.start:s.end]
+    inside = {id(x) for x in run}
+    returned = {id(v) for v in graph.outputs}
+    ins: dict[int, "Value"] = {}
+    weights: dict[int, "Node"] = {}
+    for x in run:
+        for v in x.inputs():
+            if _is_const(v):
+                if _is_weight(v):
+                    weights.setdefault(id(v.producer), v.producer)
+                continue
+            if v.producer is None or id(v.producer) not in inside:
+                ins.setdefault(id(v), v)
+    outs = []
+    for x in run:
+        for r in x.results:
+            if id(r) in returned or any(id(u) in sweep.pos and sweep.pos[id(u)] >= s.end for u in r.uses):
+                outs.append(r)
+    s.inputs, s.outputs, s.weights = list(ins.values()), outs, list(weights.values())
+    s.blob_cap = blob_cap_of(run, target)[1]
+    s.peak_sram = _peak(run, s, inside)
+
+
+def _peak(run: list["Node"], s: Stage, inside: set[int]) -> int:
+    """Peak live bytes of a stage: the annotate-sram model on its own schedule."""
+    m = len(run)
+    delta = [0] * (m + 1)
+    step = {id(x): i for i, x in enumerate(run)}
+    outs = {id(v) for v in s.outputs}
+
+    def add(a: int, b: int, nbytes: int) -> None:
+        delta[a] += nbytes
+        delta[b + 1] -= nbytes
+
+    for v in s.inputs:
+        uses = [step[id(u)] for u in v.uses if id(u) in step]
+        add(0, max(uses), v.type.nbytes)
+    consts: dict[int, tuple["Value", list[int]]] = {}
+    for x in run:
+        for v in x.inputs():
+            if _is_const(v):
+                consts.setdefault(id(v), (v, []))[1].append(step[id(x)])
+        for r in x.results:
+            uses = [step[id(u)] for u in r.uses if id(u) in step]
+            end = m - 1 if id(r) in outs else max(uses, default=step[id(x)])
+            add(step[id(x)], end, r.type.nbytes)
+    for v, steps in consts.values():
+        add(min(steps), max(steps), v.type.nbytes)
+    peak = running = 0
+    for i in range(m):
+        running += delta[i]
+        peak = max(peak, running)
+    return peak
+
+
+def _split_for_sram(graph: "Graph", items: list["Node"], sweep: _Sweep, stages: list[Stage],
+                    target: "Target") -> list[Stage]:
+    out: list[Stage] = []
+    todo = list(stages)
+    todo.reverse()
+    while todo:
+        s = todo.pop()
+        cands = [j for j in range(s.start + 1, s.end) if not sweep.bad[j]]
+        if s.peak_sram <= target.sram_bytes or not cands:
+            out.append(s)
+            continue
+        best = min(cands, key=lambda j: (sweep.cross[j], abs(j - (s.start + s.end) // 2)))
+        left, right = Stage(s.start, best), Stage(best, s.end)
+        for t in (left, right):
+            _fill(graph, items, sweep, t, target)
+        left.reason = (f"SRAM: the stage would keep {_mb(s.peak_sram)} live (the target has "
+                       f"{_mb(target.sram_bytes)}); this cut passes the fewest bytes ({_mb(sweep.cross[best])})")
+        right.reason = s.reason
+        todo.extend([right, left])
+    return out
+
+
+class _Shared(dict):
+    """A dict of nodes of another graph: shared, not deep-copied, by ``Graph.clone``."""
+
+    def __deepcopy__(self, memo: dict) -> "_Shared":
+        return self
+
+
+def extract_stage(graph: "Graph", plan: Plan, k: int) -> "Graph":
+    """Stage ``k`` of ``plan`` as a func of its own, with canonical names.
+
+    Inputs are ``in0, in1, ...`` (in :attr:`Stage.inputs` order), outputs
+    ``out0, out1, ...`` (:attr:`Stage.outputs` order), every other value
+    ``v0, v1, ...`` in definition order and weight consts ``w0, w1, ...``: two
+    stages doing the same computation on other weights (the layers of a
+    transformer) get byte-identical MIL. Stage I/O is rank 4 (ANE-IO-RANK4):
+    a crossing value of another rank travels in its device shape
+    (:func:`anec.passes.legalize.device_shape`, the same bytes) with a reshape
+    on each side. Spans are kept, so errors still point at the source.
+    ``meta["origin"]`` maps each canonical I/O name to the func's value name,
+    ``meta["const_origin"]`` each const's name to the func's const node.
+    """
+    from anec.ir.graph import Graph, Node, Value
+    from anec.passes.legalize import device_shape
+
+    s = plan.stages[k]
+    g = Graph(f"{graph.name}_s{k:02d}", span=graph.span)
+    vmap: dict[int, Value] = {}
+    origin: dict[str, str] = {}
+    const_origin: dict[str, "Node"] = {}
+    counter = {"v": 0, "w": 0}
+
+    def fresh(prefix: str) -> str:
+        name = f"{prefix}{counter[prefix]}"
+        counter[prefix] += 1
+        return name
+
+    def node(op: str, operands: list[Value], attrs: dict, rtype, span, name: str) -> Value:
+        r = Value(name, rtype, None, 0, [], span)
+        g.add_node(Node(op, operands, attrs, [r], {}, span))
+        return r
+
+    for i, v in enumerate(s.inputs):
+        dev = v.type.with_shape(device_shape(v.type.shape))
+        inp = g.add_input(f"in{i}", dev, v.span)
+        origin[inp.name] = v.name
+        vmap[id(v)] = inp if dev == v.type else node("reshape", [inp], {"shape": list(v.type.shape)}, v.type,
+                                                     v.span, fresh("v"))
+    run = plan.items[s.start:s.end]
+    for x in run:
+        for v in x.inputs():
+            if _is_const(v) and id(v) not in vmap:
+                c = v.producer
+                r = Value(fresh("w" if _is_weight(v) else "v"), v.type, None, 0, [], v.span)
+                g.add_node(Node("const", [], dict(c.attrs), [r], {}, c.span))
+                vmap[id(v)] = r
+                const_origin[r.name] = c
+        results = [Value(fresh("v"), r.type, None, i, [], r.span) for i, r in enumerate(x.results)]
+        g.add_node(Node(x.op, [vmap[id(v)] for v in x.operands], dict(x.attrs), results,
+                        {key: vmap[id(v)] for key, v in x.optional.items()}, x.span))
+        for r, nr in zip(x.results, results):
+            vmap[id(r)] = nr
+    outs = []
+    for i, v in enumerate(s.outputs):
+        src = vmap[id(v)]
+        dev = v.type.with_shape(device_shape(v.type.shape))
+        name = f"out{i}"
+        if dev == v.type:
+            g.rename_value(src, name)
+            out = src
+        else:
+            out = node("reshape", [src], {"shape": list(dev.shape)}, dev, v.span, name)
+        origin[name] = v.name
+        outs.append(out)
+    g.outputs = outs
+    g.return_span = graph.return_span
+    g.meta["origin"] = origin
+    g.meta["const_origin"] = _Shared(const_origin)
+    for key in ("sram",):
+        g.meta.pop(key, None)
+    return g
+
+
+__all__ = ["Plan", "Stage", "blob_cap_of", "extract_stage", "plan_partition"]

@@ -1,0 +1,211 @@
+"""A func compiled into a pipeline of ANE programs, run as one program.
+
+``Runtime.load`` returns a :class:`PipelineProgram` for a pipeline artifact
+(:mod:`anec.mil.pipeline`): it is called like any :class:`~anec.runtime.Program`
+(the func's inputs in, its outputs out); the C runtime runs every stage in
+order in one call (``anec_pipeline_call``), stage outputs feeding the next
+stages' inputs with no copy (every stage surface has the pipeline's one
+allocation size). ``reload_weights`` routes each key to the stages that hold
+it and reloads them together (no call sees a mix of old and new weights);
+``stats`` and ``reload_info`` report per stage.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+
+from anec.diagnostics import RuntimeFailure, WeightError, did_you_mean
+from anec.runtime import native
+from anec.runtime.weights import materialize, patched_blobs
+
+if TYPE_CHECKING:
+    from anec.mil.pipeline import PipelineArtifact
+    from anec.runtime import Program, Runtime
+
+
+class _Stages:
+    """What :class:`~anec.runtime.Program` calls ``_native``, for a pipeline."""
+
+    def __init__(self, programs: list["Program"], pipe: native.NativePipeline) -> None:
+        self.programs = programs
+        self.pipe = pipe
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or any(p.closed for p in self.programs)
+
+    @property
+    def dir(self) -> str:
+        return self.programs[0]._native.dir
+
+    def call(self, items: list, outs: list[np.ndarray]) -> None:
+        self.pipe.call(items, outs)
+
+    def set_inputs(self, items: list, reload: bool) -> None:
+        self.pipe.set_inputs(items, reload)
+
+    def load(self) -> None:
+        for p in self.programs:
+            p.load()
+
+    def unload(self) -> None:
+        for p in self.programs:
+            p.unload()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for p in self.programs:
+                p.close()
+
+    def release(self) -> None:
+        self.pipe.release()
+        for p in self.programs:
+            p._native.release()
+
+
+def _specs(entries: list[dict], logical: list[dict] | None) -> list[dict[str, Any]]:
+    shapes = {e["name"]: e["shape"] for e in (logical or [])}
+    out = []
+    for i, e in enumerate(entries):
+        out.append({"name": e["name"], "dtype": e["dtype"], "shape": list(e["shape"]), "bytes": e["bytes"],
+                    "binding": i, "decl_index": i, "logical_shape": list(shapes.get(e["name"], e["shape"]))})
+    return out
+
+
+def load_pipeline(rt: "Runtime", art: "PipelineArtifact") -> "PipelineProgram":
+    """Compile and load every stage, wire them in C, fill weights compiled as inputs."""
+    from anec.runtime import _limits
+
+    m = art.manifest
+    progs: list["Program"] = []
+    try:
+        for st in art.stages:
+            limits = _limits(st.manifest)
+            if limits is not None:
+                limits["min_surface_bytes"] = max(int(limits.get("min_surface_bytes", 0)), int(m["surface_bytes"]))
+            blobs = {w.get("path") or "@model_path/" + w["file"]: st.blobs[w["file"]] for w in st.manifest["weights"]}
+            progs.append(rt.compile(st.mil_text, blobs, limits=limits, manifest=st.manifest))
+        inputs = [e["name"] for e in m["inputs"]]
+        stages = []
+        for k, (entry, prog) in enumerate(zip(m["stages"], progs)):
+            by_name = {e["name"]: e for e in entry["inputs"]}
+            srcs = []
+            for spec in prog.inputs:  # binding order
+                f = by_name[spec["name"]]["from"]
+                if "input" in f:
+                    srcs.append((-1, inputs.index(f["input"])))
+                else:
+                    producer = progs[f["stage"]]
+                    srcs.append((f["stage"], [o["name"] for o in producer.outputs].index(f["output"])))
+            stages.append((prog._native, srcs))
+        outs = []
+        for e in m["outputs"]:
+            src = m["outputs_from"][e["name"]]
+            outs.append((src["stage"], [o["name"] for o in progs[src["stage"]].outputs].index(src["output"])))
+        pipe = native.NativePipeline(rt._native, stages, len(inputs), outs)
+    except BaseException:
+        for p in progs:
+            p.close()
+        raise
+    prog = PipelineProgram(rt, _Stages(progs, pipe), m, art)
+    if m.get("weight_inputs"):
+        prog._set_weight_inputs(art.weight_inputs(), reload=False)
+    return prog
+
+
+def _pipeline_base() -> type:
+    from anec.runtime import Program
+
+    return Program
+
+
+class PipelineProgram(_pipeline_base()):  # type: ignore[misc]
+    """A pipeline of stage programs with the interface of one :class:`Program`."""
+
+    def __init__(self, runtime: "Runtime", stages: _Stages, manifest: dict, art: "PipelineArtifact") -> None:
+        self.runtime = runtime
+        self._native = stages
+        self.manifest = manifest
+        self.artifact = art
+        self.name = manifest["func"]
+        self.inputs = _specs(manifest["inputs"], manifest.get("logical_inputs"))
+        self.outputs = _specs(manifest["outputs"], None)
+        self._weight_inputs = {w["input"]: w for w in manifest.get("weight_inputs", [])}
+
+    @property
+    def stages(self) -> list["Program"]:
+        """The stage programs, in pipeline order."""
+        return self._native.programs
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """Pipeline counters (calls, zero_copy_edges, copied_edges, ...) and ``stages``:
+        every stage program's own counters."""
+        self._check()
+        st: dict[str, Any] = self._native.pipe.stats()
+        st["stages"] = [p.stats for p in self.stages]
+        return st
+
+    @property
+    def reload_info(self) -> dict[str, Any]:
+        """Per stage: the reload strategy and why; ``strategy``: the set in use."""
+        self._check()
+        per = [p.reload_info for p in self.stages]
+        return {"strategy": "+".join(sorted({r["strategy"] for r in per})), "stages": per}
+
+    def evaluate_raw(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        raise RuntimeFailure(f"program '{self.name}' is a pipeline of {len(self.stages)} programs; "
+                             "call it by name, or use evaluate_raw on one of .stages")
+
+    def reload_weights(self, weights: Mapping[str, Any]) -> None:
+        """Delta reload by checkpoint key, routed to every stage that holds the key; all stages
+        change together (validated first; no call sees a mix)."""
+        self._check()
+        as_inputs = {w["key"]: w for w in self._weight_inputs.values()}
+        per_stage: list[dict[str, Any]] = [{} for _ in self.stages]
+        known = set(as_inputs)
+        for k, prog in enumerate(self.stages):
+            for w in prog.manifest.get("weights", []):
+                known.add(w["key"])
+                if w["key"] in weights:
+                    per_stage[k][w["key"]] = weights[w["key"]]
+        for key in weights:
+            if key not in known:
+                raise WeightError(f"unknown weight '{key}' for program '{self.name}'",
+                                  hint=did_you_mean(key, sorted(known)))
+        inputs = {as_inputs[k]["input"]: materialize(k, v, as_inputs[k]) for k, v in weights.items() if k in as_inputs}
+        blobs: list[dict[str, bytes]] = []
+        for prog, ws in zip(self.stages, per_stage):
+            if not ws:
+                blobs.append({})
+                continue
+            m = prog.manifest
+            files = {w.get("path") or "@model_path/" + w["file"]: w["file"] for w in m["weights"]}
+            touched = {w.get("path") or "@model_path/" + w["file"] for w in m["weights"] if w["key"] in ws}
+            base = Path(prog.dir)
+            current = {}
+            for path in touched:
+                try:
+                    current[path] = (base / files[path]).read_bytes()
+                except OSError as e:
+                    raise RuntimeFailure(f"cannot read the program's weight file {files[path]}: {e.strerror}") from None
+            blobs.append(patched_blobs(m, current, ws))
+        if any(blobs):
+            self._native.pipe.reload(blobs)
+        if inputs:
+            self._set_weight_inputs(inputs, reload=True)
+
+    def reload_blobs(self, blobs: Mapping[str, bytes], *, strategy: str | None = None) -> None:
+        raise RuntimeFailure(f"program '{self.name}' is a pipeline: reload by key (reload_weights), or "
+                             "reload_blobs on one of .stages")
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{i['name']}: {i['dtype']}{i['logical_shape']}" for i in self.inputs)
+        return f"PipelineProgram({self.name}({ins}), {len(self.stages)} stages)"
