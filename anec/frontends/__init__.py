@@ -19,6 +19,7 @@ torch and coremltools are optional extras (``pip install anec[torch]``,
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 from anec.diagnostics import AnecError
@@ -37,9 +38,26 @@ class CoreMLExportError(AnecError):
 
 
 def require(module: str, extra: str, what: str) -> Any:
-    """``import module`` or a :class:`MissingExtraError` naming ``pip install anec[extra]``."""
+    """``import module`` or a :class:`MissingExtraError` naming ``pip install anec[extra]``.
+
+    Import-time chatter of the library (coremltools prints version notices and
+    missing-native-library messages on Linux) is not shown."""
+    import contextlib
+    import io
+    import logging
+    import warnings
+
     try:
-        return importlib.import_module(module)
+        if module in sys.modules:
+            return sys.modules[module]
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()), \
+                contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            logging.disable(logging.WARNING)
+            try:
+                return importlib.import_module(module)
+            finally:
+                logging.disable(logging.NOTSET)
     except ImportError as e:
         raise MissingExtraError(
             f"{what} needs {module}, which is not installed ({e})",

@@ -229,7 +229,7 @@ def export_module(model: Any, example_inputs: Any = (),
     if example_kwargs is not None and not isinstance(example_kwargs, Mapping):
         raise TorchImportError("example_kwargs must be a dict of keyword arguments")
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _quiet_warnings():
             return torch.export.export(model, example_inputs, dict(example_kwargs or {}), strict=False)
     except AnecError:
         raise
@@ -242,6 +242,25 @@ def export_module(model: Any, example_inputs: Any = (),
                  "decoders) and has no data-dependent control flow") from None
 
 
+def _quiet_warnings() -> Any:
+    """torch's own deprecation notices (pytree, export internals) are not the user's business."""
+    import warnings
+
+    cm = warnings.catch_warnings()
+
+    class _Ctx:
+        def __enter__(self) -> None:
+            cm.__enter__()
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", UserWarning)
+
+        def __exit__(self, *exc: Any) -> None:
+            cm.__exit__(*exc)
+
+    return _Ctx()
+
+
 def decompose(ep: Any) -> Any:
     """Core ATen, keeping the ops anec lowers whole (:data:`KEEP_WHOLE`)."""
     import torch
@@ -251,7 +270,8 @@ def decompose(ep: Any) -> Any:
         op, overload = name.split(".")
         table.pop(getattr(getattr(torch.ops.aten, op), overload), None)
     try:
-        return ep.run_decompositions(table)
+        with _quiet_warnings():
+            return ep.run_decompositions(table)
     except Exception as e:
         msg = " ".join(str(e).strip().split("\n")[:3])[:600]
         raise TorchImportError(f"torch.export could not decompose the program to core ATen: "
@@ -309,7 +329,8 @@ def load_pt2(path: str | os.PathLike) -> Any:
                         f"'{p}': its sample inputs ({n}) are not plain tensors",
                         hint="only archives of plain tensors are imported (pickle can run code)") from None
     try:
-        return torch.export.load(str(p))
+        with _quiet_warnings():
+            return torch.export.load(str(p))
     except Exception as e:
         msg = " ".join(str(e).strip().split("\n")[:2])[:400]
         raise TorchImportError(f"cannot load '{p}': {type(e).__name__}: {msg}") from None
