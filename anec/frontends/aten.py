@@ -115,8 +115,6 @@ class WeightRef:
         moved = [d for d in dims if cur[d] != 1]
         if moved == sorted(moved):
             return self.reshape(new_final)
-        if self.slice is not None:
-            return None
         viewed = self.viewed()
         if [d for d in viewed if d != 1] != [d for d in cur if d != 1]:
             return None
@@ -126,7 +124,11 @@ class WeightRef:
         new_seq = [nonunit[cur_nonunit.index(d)] for d in dims if cur[d] != 1]
         units = [a for a in range(len(self.stored)) if a not in nonunit]
         perm = tuple(units + new_seq)
-        ref = WeightRef(self.key, self.stored, None if perm == tuple(sorted(perm)) else perm, None, None)
+        sl = None
+        if self.slice is not None:  # the sliced stored axis moves with the permutation
+            axis, lo, hi = self.slice
+            sl = (perm.index(base[axis]), lo, hi)
+        ref = WeightRef(self.key, self.stored, None if perm == tuple(sorted(perm)) else perm, sl, None)
         return ref.reshape(new_final)
 
     def narrow(self, dim: int, start: int, stop: int) -> "WeightRef | None":
@@ -1448,12 +1450,29 @@ def lower_pad(lw: Lowering, a: dict) -> Any:
       "matmul by a constant one-hot matrix")
 def lower_index(lw: Lowering, a: dict) -> Any:
     x = a["self"]
-    idx = a["indices"]
+    idx = list(a["indices"])
     if any(i is not None and not isinstance(i, Const) for i in idx):
         raise lw.fail("indexing with indices computed in the model (a gather)",
                       "the IR has no gather: index with constants, or do the lookup on the host "
                       "(embedding lookups at the inputs run there)")
-    return _gather(lw, x, idx)
+    pos = [i for i, t in enumerate(idx) if t is not None]
+    if not pos:
+        return x
+    if pos != list(range(pos[0], pos[-1] + 1)):
+        raise lw.fail("advanced indexing with tensor indices separated by slices",
+                      "index one dim at a time (index_select)")
+    rank = len(shape_of(x))
+    if pos[0] == 0:
+        return _gather(lw, x, [idx[i] for i in pos])
+    # move the indexed dims first, gather, and put the result dims back where they were
+    v = lw.view(x)
+    rest = [d for d in range(rank) if d not in pos]
+    moved = permute_view(v, pos + rest)
+    r = as_view(lw.em, lw.dev(_gather(lw, moved, [idx[i] for i in pos])))
+    nb = len(r.shape) - len(rest)
+    lead = pos[0]
+    order = list(range(nb, nb + lead)) + list(range(nb)) + list(range(nb + lead, len(r.shape)))
+    return permute_view(r, order)
 
 
 def _gather(lw: Lowering, x: Any, idx: list) -> Any:

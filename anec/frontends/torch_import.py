@@ -808,6 +808,8 @@ class _Importer:
                 continue
             em.hint = pname
             x = materialize(em, view)
+            if not view.shape:
+                x = em.reshape(x, (1,))
             em.named("cast", pname, x, dtype=DType.fp32)
         g = em.graph
         g.outputs = []
@@ -852,6 +854,8 @@ class _Importer:
             em.named("identity", name, em.graph.value(prev))
         else:
             x = materialize(em, v)
+            if not v.shape:  # program outputs are tensors; the runner gives the scalar back
+                x = em.reshape(x, (1,))
             if tdtype == "float16":
                 em.named("identity", name, x)
             else:
