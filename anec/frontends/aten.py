@@ -281,11 +281,24 @@ class Lowering:
                 "the scores and apply it after the model",
             )
         if isinstance(x, (int, float, bool)):
-            return natural(self.em.scalar(float(x)), kind_of(x))
+            return natural(self.scalar(float(x)), kind_of(x))
         raise self.fail(f"unsupported operand {type(x).__name__}")
 
     def view(self, x: Any) -> View:
         return as_view(self.em, self.dev(x))
+
+    def scalar(self, value: float, exact_int: bool = False) -> Value:
+        """An fp16 scalar const; errors for values fp16 cannot hold (masking
+        sentinels such as -inf become -1e4, see :func:`fp16_values`)."""
+        v = float(fp16_values(np.asarray(value, dtype=np.float64)))
+        if math.isfinite(v) and abs(v) > FP16_MAX:
+            raise self.fail(f"constant {value:g} is beyond the fp16 range (+-65504)",
+                            "scale the computation so its constants fit fp16 (the ANE computes in fp16)")
+        if exact_int and abs(v) > FP16_EXACT_INT:
+            raise self.fail(
+                f"integer constant {value:g} is not exact in fp16 arithmetic (integers are exact up "
+                f"to {FP16_EXACT_INT})", "keep such integer work on the host (before the model)")
+        return self.em.scalar(v)
 
     def const(self, c: Const, shape: Sequence[int] | None = None) -> Value:
         """An fp16 IR const holding ``c`` (reshaped to ``shape``)."""
@@ -345,13 +358,16 @@ class Lowering:
     stored: Callable[[str], np.ndarray] = None  # type: ignore[assignment]
     """Set by the driver: the stored array of a state_dict key."""
 
+    _exact = False
+    """Set by :meth:`binary` while lowering integer arithmetic (constants must be exact)."""
+
     def operand(self, x: Any, leader: View) -> Value:
         """``x`` (device tensor, constant or number) in ``leader``'s physical frame."""
         if isinstance(x, (int, float, bool)):
-            return self.em.scalar(float(x))
+            return self.scalar(float(x), self._exact)
         if isinstance(x, Const):
             if math.prod(x.shape) == 1:
-                return self.em.scalar(float(x.numpy().reshape(())))
+                return self.scalar(float(x.numpy().reshape(())), self._exact)
             return self.const_in_frame(x, leader)
         return align_view(self.em, self.dev(x), leader)
 
@@ -398,6 +414,7 @@ class Lowering:
 
     def _binary(self, op: str, a: Any, b: Any, out: tuple[int, ...], kind: str) -> View:
         em = self.em
+        self._exact = kind_of(a) != "float" and kind_of(b) != "float"
         if isinstance(a, View) and isinstance(b, View) and same_frame(a, b):
             return View(em.op(op, a.phys, b.phys), a.order, out, kind)
         n = math.prod(out)
@@ -419,10 +436,10 @@ class Lowering:
 
     def _natural_operand(self, x: Any, out: Sequence[int]) -> Value:
         if isinstance(x, (int, float, bool)):
-            return self.em.scalar(float(x))
+            return self.scalar(float(x), self._exact)
         if isinstance(x, Const):
             if math.prod(x.shape) == 1:
-                return self.em.scalar(float(x.numpy().reshape(())))
+                return self.scalar(float(x.numpy().reshape(())), self._exact)
             return self.const(x)
         return materialize(self.em, self.dev(x))
 

@@ -677,6 +677,10 @@ class _Importer:
             lw.dev(next(v for v in values if isinstance(v, HostValue)))
         live = any(isinstance(v, Device + (InputRef, HostValue)) for v in values)
         base = short.split(".")[0]
+        if base in RANDOM_OPS and base != "multinomial" or (base == "native_dropout" and a.get("train")):
+            raise located_error(UnsupportedOpError, node, "a random op in the model",
+                                "anec compiles deterministic programs: remove it (call model.eval() "
+                                "for dropout), or sample on the host")
         if not live:
             self.env[node] = self._fold(node, a)
             return
