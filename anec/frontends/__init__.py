@@ -48,7 +48,7 @@ def require(module: str, extra: str, what: str) -> Any:
     import warnings
 
     try:
-        if module in sys.modules:
+        if sys.modules.get(module) is not None:
             return sys.modules[module]
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()), \
                 contextlib.redirect_stdout(io.StringIO()):
