@@ -344,7 +344,38 @@ def refine(em: Emitter, phys: Value, order: Sequence[int], shape: Sequence[int],
         new_shape.extend(pieces)
     new_order = tuple(x for a in order for x in axes_of[a])
     p2, o2 = _squeeze_phys(em, em.reshape(phys, new_shape), new_order)
-    return View(p2, o2, shape, kind)
+    v = View(p2, o2, shape, kind)
+    return _compact(em, v) if p2.type.rank > MAX_PHYS_RANK else v
+
+
+def _compact(em: Emitter, v: View) -> View:
+    """Merge physical axes that one logical dim walks in a row and that are adjacent
+    in ``phys`` (one reshape): splits accumulated over many views are undone."""
+    sizes = list(v.phys.type.shape)
+    runs: list[list[int]] = []
+    for g in v.groups():
+        for a in g:
+            if runs and runs[-1][-1] + 1 == a and runs[-1][0] in g:
+                runs[-1].append(a)
+            else:
+                runs.append([a])
+    merge = {r[0]: r for r in runs if len(r) > 1}
+    if not merge:
+        return v
+    new_shape: list[int] = []
+    index: dict[int, int] = {}
+    a = 0
+    while a < len(sizes):
+        index[a] = len(new_shape)
+        if a in merge:
+            new_shape.append(math.prod(sizes[x] for x in merge[a]))
+            a = merge[a][-1] + 1
+        else:
+            new_shape.append(sizes[a])
+            a += 1
+    order = tuple(index[a] for a in v.order if a in index)
+    phys, order = _squeeze_phys(em, em.reshape(v.phys, new_shape), order)
+    return View(phys, order, v.shape, v.kind)
 
 
 def materialize(em: Emitter, v: "View | Expanded") -> Value:
