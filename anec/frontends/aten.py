@@ -721,7 +721,7 @@ def lower_mul(lw: Lowering, a: dict) -> Any:
 
 
 @aten("div.Tensor", "div.Scalar", "div.Tensor_mode", "div.Scalar_mode",
-      ir="mul(x, 1/c) for a constant c, else mul(x, pow(y, -1))")
+      ir="mul(x, 1/c) for a constant c, else mul(x, pow(y, -1)); rounding modes are errors")
 def lower_div(lw: Lowering, a: dict) -> Any:
     if a.get("rounding_mode") is not None:
         lw.require_discrete(a["self"], f"division with rounding_mode='{a['rounding_mode']}'")

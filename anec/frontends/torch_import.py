@@ -138,9 +138,24 @@ def node_span(node: Any) -> Span | None:
         return None
     file, line, code = f
     text = code.strip()
-    src = Source(file, "\n" * (line - 1) + text)
+    full = _source_line(file, line)
+    if full.strip() == text and text:
+        indent = full[: len(full) - len(full.lstrip())]
+    else:
+        indent = ""
+    src = Source(file, "\n" * (line - 1) + indent + text)
     start = len(src.text) - len(text)
     return Span(src, start, len(src.text))
+
+
+def _source_line(file: str, line: int) -> str:
+    """The line as written in the file (for its indentation), or '' if unreadable."""
+    import linecache
+
+    try:
+        return linecache.getline(file, line).rstrip("\n")
+    except Exception:  # unreadable or odd files: the stack trace's text is enough
+        return ""
 
 
 def _module_note(node: Any) -> str | None:
@@ -1087,7 +1102,10 @@ class ImportedModel:
     def save(self, directory: str | os.PathLike) -> Path:
         """Write ``model.ir``, ``weights.safetensors`` and ``import.json`` (atomically).
 
-        ``anec compile DIR/model.ir`` then works with no further options. An
+        Weights are stored in fp16, the precision the program computes with
+        (out-of-range values become inf, which ``anec compile`` reports with
+        ANE-FP16-RANGE naming the key). ``anec compile DIR/model.ir`` then works
+        with no further options. An
         existing import directory is replaced; any other non-empty directory
         is refused.
         """
@@ -1104,7 +1122,7 @@ class ImportedModel:
                     f"refusing to replace '{dest}': a non-empty directory without {META_FILE}",
                     hint="choose an empty or new output directory")
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tensors = {k: np.ascontiguousarray(v) for k, v in sorted(self.weights.items())}
+        tensors = {k: np.ascontiguousarray(_stored_dtype(k, v)) for k, v in sorted(self.weights.items())}
         files = {
             IR_FILE: self.text().encode("utf-8"),
             WEIGHTS_FILE: save(tensors) if tensors else save({}),
@@ -1151,6 +1169,16 @@ class ImportedModel:
         ``"interp"`` (the reference interpreter in ``mode`` fp32/fp16).
         """
         return TorchRunner(self, backend=backend, target=target, mode=mode, seed=seed)
+
+
+def _stored_dtype(key: str, arr: np.ndarray) -> np.ndarray:
+    """Float weights are saved in fp16, the precision the program reads them in (the
+    IR declares every weight const fp16; host embedding lookups feed an fp16 cast)."""
+    a = np.asarray(arr)
+    if a.dtype.kind == "f" and not key.startswith("anec.output."):
+        with np.errstate(over="ignore"):
+            return a.astype(np.float16)
+    return a
 
 
 def _jsonable(obj: Any) -> Any:

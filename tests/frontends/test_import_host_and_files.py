@@ -194,3 +194,14 @@ def test_cli_lists_the_supported_ops():
     assert res.exit_code == 0
     for op in ("aten.addmm.default", "aten.scaled_dot_product_attention.default", "aten.embedding.default"):
         assert op in res.output
+
+
+def test_docs_torch_md_lists_every_supported_op():
+    from anec.frontends.aten import HANDLERS, format_table
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "torch.md").read_text()
+    assert format_table(markdown=True) in text, "regenerate: anec import --ops --markdown (docs/torch.md)"
+    for name in HANDLERS:
+        _, op, overload = name.split(".")
+        getattr(getattr(torch.ops.aten, op), overload)  # every row is a real ATen overload
