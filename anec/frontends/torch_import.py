@@ -71,6 +71,7 @@ from anec.frontends.layout import (
     to_channels,
 )
 from anec.ir.graph import Module, WeightSource
+from anec.mil.emitter import is_mil_identifier
 from anec.ir.types import DType, TensorType
 
 FORMAT = "anec-torch-import/1"
@@ -476,7 +477,13 @@ class _Importer:
         outs = [s for s in sig.output_specs if s.kind.name == "USER_OUTPUT"]
         self.output_names = _unique((_ident(n) for n in _leaf_names(ep.call_spec.out_spec, len(outs))),
                                     set(self.input_names))
-        self.em = Emitter(_ident(name), reserved=set(self.output_names))
+        # program I/O names: torch's, unless MIL cannot spell them (keywords, type names)
+        taken = set(self.input_names) | set(self.output_names)
+        self.prog_in = {n: n if is_mil_identifier(n) else _unique([f"{_ident(n)}_in"], taken)[0]
+                        for n in self.input_names}
+        self.prog_out = {n: n if is_mil_identifier(n) else _unique([f"{_ident(n)}_out"], taken)[0]
+                         for n in self.output_names}
+        self.em = Emitter(_ident(name), reserved=set(self.prog_out.values()) | set(self.prog_in.values()))
         self.lw = Lowering(self.em, self.target.max_conv_out_channels)
         self.lw.env = self.env
         self.lw.stored = self._stored
@@ -538,13 +545,13 @@ class _Importer:
         if dt.is_floating_point:
             declared = DType.fp16 if dt == torch.float16 else DType.fp32
             t = TensorType(declared, tuple(shape) or (1,))
-            self.input_types[node.name] = t
+            self.input_types[self.prog_in[node.name]] = t
             self.em.hint, self.em.span = node.name, None
-            x = self.em.input(node.name, t)
+            x = self.em.input(self.prog_in[node.name], t)
             xh = self.em.op("cast", x, dtype=DType.fp16, suffix="h") if declared != DType.fp16 else x
             if not shape:
                 return reshape_view(self.em, natural(xh), ())
-            v = _entry_view(self.em, xh)
+            v = _entry_view(self.em, xh) if _feeds_linear(node) else natural(xh)
             self.device_inputs[node.name] = v
             return v
         return InputRef(node.name, tuple(shape), dt)
@@ -556,8 +563,8 @@ class _Importer:
             saved = em.hint, em.span
             em.hint = ref.name
             t = TensorType(DType.fp32, ref.shape or (1,))
-            self.input_types[ref.name] = t
-            x = em.input(ref.name, t)
+            self.input_types[self.prog_in[ref.name]] = t
+            x = em.input(self.prog_in[ref.name], t)
             v = natural(em.op("cast", x, dtype=DType.fp16, suffix="h"), ref.kind)
             if not ref.shape:
                 v = reshape_view(em, v, ())
@@ -595,7 +602,8 @@ class _Importer:
         em.hint = name
         x = em.input(name, t)
         self.input_types[name] = t
-        v = _entry_view(em, em.op("cast", x, dtype=DType.fp16, suffix="h"))
+        xh = em.op("cast", x, dtype=DType.fp16, suffix="h")
+        v = _entry_view(em, xh) if _feeds_linear(self.lw.node) else natural(xh)
         em.hint = saved
         self.embeds[memo] = v
         self.host_pre.append(_HostPre("embedding", ids.name, name, key, list(shape),
@@ -603,7 +611,8 @@ class _Importer:
         return v
 
     def graph_fresh_input(self, base: str) -> str:
-        taken = set(self.input_names) | set(self.output_names) | self.em.graph.value_names()
+        taken = (set(self.input_names) | set(self.output_names) | set(self.prog_in.values())
+                 | set(self.prog_out.values()) | self.em.graph.value_names())
         name = _unique([_ident(base)], taken)[0]
         self.em.reserved.add(name)
         return name
@@ -869,23 +878,24 @@ class _Importer:
         em = self.em
         v = as_view(em, val)
         kind = v.kind
+        pname = self.prog_out[name]
         if id(val) in produced or id(v) in produced:
             prev = produced.get(id(val), produced.get(id(v)))
-            em.named("identity", name, em.graph.value(prev))
+            em.named("identity", pname, em.graph.value(prev))
         else:
             x = materialize(em, v)
             if not v.shape:  # program outputs are tensors; the runner gives the scalar back
                 x = em.reshape(x, (1,))
             if tdtype == "float16":
-                em.named("identity", name, x)
+                em.named("identity", pname, x)
             else:
-                em.named("cast", name, x, dtype=DType.fp32)
-            produced[id(val)] = name
-            produced[id(v)] = name
-        out = {"kind": "device", "program_output": name, "value_kind": kind}
-        for src_id, (pname, view) in list(self.host_sources.items()):
+                em.named("cast", pname, x, dtype=DType.fp32)
+            produced[id(val)] = pname
+            produced[id(v)] = pname
+        out = {"kind": "device", "program_output": pname, "value_kind": kind}
+        for src_id, (_, view) in list(self.host_sources.items()):
             if view is v:
-                produced[src_id] = name
+                produced[src_id] = pname
         return out
 
     def _order_inputs(self) -> None:
@@ -893,8 +903,8 @@ class _Importer:
         by_name = {v.name: v for v in g.inputs}
         order = []
         for n in self.input_names:
-            if n in by_name:
-                order.append(by_name[n])
+            if self.prog_in[n] in by_name:
+                order.append(by_name[self.prog_in[n]])
             for h in self.host_pre:
                 if h.input == n and h.output in by_name and by_name[h.output] not in order:
                     order.append(by_name[h.output])
@@ -909,10 +919,31 @@ class _Importer:
             node = next(n for n in self.graph.nodes if n.op == "placeholder" and n.name == spec.arg.name)
             val = node.meta["val"]
             name = node.name
+            pname = self.prog_in[name]
+            live = pname in program_inputs
             out.append({"name": name, "shape": [int(d) for d in val.shape], "dtype": _dtype_name(val.dtype),
-                        "program_input": name if name in program_inputs else None,
-                        "program_shape": list(self.input_types[name].shape) if name in program_inputs else None})
+                        "program_input": pname if live else None,
+                        "program_shape": list(self.input_types[pname].shape) if live else None})
         return out
+
+
+_LINEAR = ("mm", "addmm", "bmm", "matmul", "convolution", "baddbmm")
+
+
+def _feeds_linear(node: Any) -> bool:
+    """Whether a linear layer (which wants the channel layout) reads ``node``'s value,
+    directly or through other ops: then the input enters in the channel layout."""
+    seen, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        for u in n.users:
+            if u in seen:
+                continue
+            seen.add(u)
+            if _short(u) in _LINEAR:
+                return True
+            todo.append(u)
+    return False
 
 
 def _entry_view(em: Emitter, x: Any) -> View:
@@ -1047,6 +1078,9 @@ class ImportedModel:
     @property
     def name(self) -> str:
         return self.func.name
+
+    def __str__(self) -> str:
+        return self.text()
 
     def text(self) -> str:
         """The module as IR text, with a header comment (what :meth:`save` writes)."""

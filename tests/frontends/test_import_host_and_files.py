@@ -205,3 +205,20 @@ def test_docs_torch_md_lists_every_supported_op():
     for name in HANDLERS:
         _, op, overload = name.split(".")
         getattr(getattr(torch.ops.aten, op), overload)  # every row is a real ATen overload
+
+
+def test_io_names_mil_cannot_spell_are_renamed_in_the_program_only():
+    class Keywords(nn.Module):
+        def forward(self, tensor, string):
+            return {"bool": tensor * 2, "x": string + tensor}
+
+    a, b = torch.randn(2, 8), torch.randn(2, 8)
+    im = anec.import_torch(Keywords(), (a, b))
+    assert im.input_names == ["tensor", "string"] and im.output_names == ["bool", "x"]
+    assert [v.name for v in im.func.inputs] == ["tensor_in", "string_in"]
+    assert [v.name for v in im.func.outputs] == ["bool_out", "x"]
+    assert im.stats["transposes"] == 0  # nothing reads the channel layout: inputs stay as they are
+    with im.runner(backend="sim") as run:
+        out = run.run(tensor=a, string=b)
+    np.testing.assert_allclose(out["bool"], (a * 2).numpy(), atol=1e-2)
+    np.testing.assert_allclose(out["x"], (a + b).numpy(), atol=1e-2)
