@@ -1137,8 +1137,6 @@ def lower_addmm(lw: Lowering, a: dict) -> Any:
 
 
 def _matmul_any(lw: Lowering, x: Any, y: Any) -> Any:
-    if isinstance(x, Const) and isinstance(y, Const):  # pragma: no cover - folded by the driver
-        return Const(x.value @ y.value)
     if isinstance(x, Const):
         wx = lw.const(x)
         r = lw.em.op("matmul", wx, materialize(lw.em, lw.view(y)))
@@ -1557,10 +1555,18 @@ def lower_embedding(lw: Lowering, a: dict) -> Any:
 
 
 @aten("full_like.default", "zeros_like.default", "ones_like.default", "empty_like.default",
-      "scalar_tensor.default", "new_zeros.default", "new_ones.default", "new_full.default",
-      ir="a constant")
-def lower_like(lw: Lowering, a: dict) -> Any:  # pragma: no cover - replaced by the driver
-    raise lw.fail("internal: shape-only op reached its handler")
+      "new_zeros.default", "new_ones.default", "new_full.default", "new_empty.default",
+      ir="a constant (only the operand's shape matters)")
+def lower_like(lw: Lowering, a: dict) -> Any:
+    import torch
+
+    val = lw.node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        raise lw.fail("the result's shape is not known", "export with static shapes")
+    name = str(lw.node.target).split(".")[1]
+    fill = {"zeros_like": 0, "empty_like": 0, "new_zeros": 0, "new_empty": 0, "ones_like": 1,
+            "new_ones": 1}.get(name, a.get("fill_value", 0))
+    return Const(torch.full(tuple(int(d) for d in val.shape), fill, dtype=val.dtype))
 
 
 # ---- attention ------------------------------------------------------------------

@@ -65,9 +65,6 @@ SENTINEL = 1e30
 
 FP16_MAX = 65504.0
 
-KINDS = ("float", "int", "bool")
-"""What the fp16 values of a view mean: any float, integers (exact in fp16 up to
-2048), or booleans held as 0/1."""
 
 
 # ---------------------------------------------------------------------------
@@ -129,25 +126,15 @@ class Emitter:
         return v
 
     # ---- ops ----------------------------------------------------------------
-    def op(self, opname: str, *operands: Value, suffix: str | None = None,
-           nres: int = 1, **kw: Any) -> Any:
-        """``opname(*operands, **kw)``, reused if the same node exists already."""
+    def op(self, opname: str, *operands: Value, suffix: str | None = None, **kw: Any) -> Value:
+        """``opname(*operands, **kw)`` (one result), reused if the same node exists already."""
         key = (opname, tuple(id(o) for o in operands),
                _freeze({k: (id(v) if isinstance(v, Value) else v) for k, v in kw.items()}))
         hit = self._cse.get(key)
         if hit is not None:
             return hit
-        if nres == 1:
-            out = self.builder.op(opname, *operands, name=self.fresh(suffix), **kw)
-            self._mark(out)
-        else:
-            names = []
-            for i in range(nres):
-                n = self.graph.fresh_name(_sanitize(f"{self.hint}_{suffix or opname}{i}"),
-                                          exclude=self.reserved | set(names))
-                names.append(n)
-            out = self.builder.op(opname, *operands, names=names, **kw)
-            self._mark(out[0])
+        out = self.builder.op(opname, *operands, name=self.fresh(suffix), **kw)
+        self._mark(out)
         if opname == "transpose":
             t = operands[0].type
             self.stats["transposes"] += 1
@@ -223,7 +210,10 @@ def fp16_values(arr: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class View:
-    """A logical tensor of ``shape`` held in ``phys`` (see the module docstring)."""
+    """A logical tensor of ``shape`` held in ``phys`` (see the module docstring).
+
+    ``kind`` says what its fp16 values mean: any float, integers (exact up to
+    2048), or booleans held as 0/1."""
 
     phys: Value
     order: tuple[int, ...]

@@ -58,7 +58,6 @@ from anec.frontends.aten import (
     Lowering,
     UnsupportedOpError,
     WeightRef,
-    kind_of,
 )
 from anec.frontends.layout import (
     Emitter,
@@ -88,10 +87,6 @@ SKIPPED = ("_assert_tensor_metadata.default", "_assert_scalar.default", "sym_con
 
 RANDOM_OPS = ("rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "bernoulli",
               "normal", "uniform", "exponential", "randperm", "native_dropout", "multinomial")
-
-SHAPE_ONLY = ("full_like", "zeros_like", "ones_like", "empty_like", "new_zeros", "new_ones",
-              "new_full", "new_empty", "empty.memory_format", "scalar_tensor")
-"""Ops whose result depends on an operand's shape only: constants."""
 
 _VIEW_OPS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "clone", "alias", "detach",
              "lift_fresh_copy", "contiguous", "flatten", "view_copy", "expand"}
@@ -695,22 +690,19 @@ class _Importer:
         short = name[len("aten."):] if name.startswith("aten.") else name
         if short in SKIPPED:
             return
+        base = short.split(".")[0]
         a = self._bind(node)
         values = list(_flat(a.values()))
-        if any(isinstance(v, HostValue) for v in values) and short.split(".")[0] not in _VIEW_OPS \
-                and short.split(".")[0] not in ("_to_copy", "argmax", "argmin", "topk"):
-            lw.dev(next(v for v in values if isinstance(v, HostValue)))
-        live = any(isinstance(v, Device + (InputRef, HostValue)) for v in values)
-        base = short.split(".")[0]
-        if base in RANDOM_OPS and base != "multinomial" or (base == "native_dropout" and a.get("train")):
+        host = next((v for v in values if isinstance(v, HostValue)), None)
+        if host is not None and base not in _VIEW_OPS | {"_to_copy", "argmax", "argmin", "topk"}:
+            lw.dev(host)  # raises: host results may only flow to the outputs
+        if (base in RANDOM_OPS and base != "multinomial") or (base == "native_dropout" and a.get("train")):
             raise located_error(UnsupportedOpError, node, "a random op in the model",
                                 "anec compiles deterministic programs: remove it (call model.eval() "
                                 "for dropout), or sample on the host")
+        live = any(isinstance(v, Device + (InputRef, HostValue)) for v in values)
         if not live:
             self.env[node] = self._fold(node, a)
-            return
-        if short in SHAPE_ONLY or base in SHAPE_ONLY:
-            self.env[node] = self._shape_only(node)
             return
         row = HANDLERS.get(name)
         if row is None:
@@ -724,20 +716,6 @@ class _Importer:
                                 f"anec cannot lower this use of the op ({type(e).__name__}: {e})",
                                 "please report it with the model; meanwhile compute this part on the host") \
                 from None
-
-    def _shape_only(self, node: Any) -> Const:
-        torch = self.torch
-        val = node.meta.get("val")
-        if not isinstance(val, torch.Tensor):
-            raise located_error(UnsupportedOpError, node, "shape-only op without a known result")
-        a = self._bind(node)
-        name = str(node.target)
-        fill = {"zeros_like": 0, "new_zeros": 0, "empty_like": 0, "new_empty": 0, "ones_like": 1,
-                "new_ones": 1}.get(name.split(".")[1])
-        if fill is None:
-            fill = a.get("fill_value", a.get("s", 0))
-        return Const(torch.full(tuple(int(d) for d in val.shape), float(fill) if not isinstance(fill, bool)
-                                else fill, dtype=val.dtype))
 
     def _fold(self, node: Any, a: dict) -> Any:
         torch = self.torch
