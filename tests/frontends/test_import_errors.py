@@ -387,3 +387,28 @@ def test_pt2_with_pickled_sample_inputs_is_refused(tmp_path):
     _rewrite_archive(pt2, bad, edit)
     with pytest.raises(TorchImportError, match="not plain tensors"):
         anec.frontends.torch_import.load_pt2(bad)
+
+
+class TooManyWeights(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(16, 16) for _ in range(9))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))  # <- ERR
+        return x
+
+
+def test_compiler_errors_point_at_the_model_source():
+    """The IR nodes carry the Python lines: a constraint error of the compiler (here
+    the BLOBFILE budget of one program) points into the model's code."""
+    from anec.compiler import compile_module
+    from anec.diagnostics import ConstraintError
+
+    im = anec.import_torch(TooManyWeights().eval(), (_x(1, 4, 16),))
+    with pytest.raises(ConstraintError) as info:
+        compile_module(im.module, weights=im.weights)
+    e = info.value
+    assert e.constraint == "ANE-BLOB-BUDGET"
+    assert e.span is not None and e.span.source.name == __file__ and e.span.line == err_line(TooManyWeights)
