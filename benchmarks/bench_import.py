@@ -205,7 +205,7 @@ def to_md(r: dict) -> str:
             f"{_f(c['convert_s'])} s |",
             f"| save (anec: model.ir + weights.safetensors; ct: .mlpackage) | {_f(a['save_s'])} s | {_f(c['save_s'])} s |",
             f"| **total after export** | **{_f(anec_total)} s** | **{_f(ct_total)} s** |",
-            f"| saved size | {a['saved_mb']:.0f} MiB (fp32 weights) | {c['saved_mb']:.0f} MiB |", "",
+            f"| saved size | {a['saved_mb']:.0f} MiB (fp16 weights) | {c['saved_mb']:.0f} MiB |", "",
             f"anec: {a['nodes']} IR nodes, {a['weights']} weight tensors (state_dict keys), "
             f"{a['transposes']} transposes, {a['host_steps']} host step (the token embedding lookup). "
             f"anec/coremltools time after export: {anec_total / ct_total:.2f}. coremltools {c['coremltools']}.", "",

@@ -42,6 +42,7 @@ from anec.frontends.layout import (
     FP16_MAX,
     INLINE_MAX,
     MASK_VALUE,
+    SENTINEL,
     Emitter,
     Expanded,
     View,
@@ -290,6 +291,7 @@ class Lowering:
     def scalar(self, value: float, exact_int: bool = False) -> Value:
         """An fp16 scalar const; errors for values fp16 cannot hold (masking
         sentinels such as -inf become -1e4, see :func:`fp16_values`)."""
+        self._sentinels(np.asarray(value, dtype=np.float64))
         v = float(fp16_values(np.asarray(value, dtype=np.float64)))
         if math.isfinite(v) and abs(v) > FP16_MAX:
             raise self.fail(f"constant {value:g} is beyond the fp16 range (+-65504)",
@@ -322,6 +324,7 @@ class Lowering:
                     "keep such integer work outside the model, or on the host",
                 )
             arr = arr.astype(np.float32)
+        self._sentinels(arr)
         vals = fp16_values(arr)
         finite = vals[np.isfinite(vals)]
         if finite.size and np.abs(finite).max() > FP16_MAX:
@@ -342,6 +345,15 @@ class Lowering:
         key = self._derived_key(key_hint)
         self.weights[key] = vals.astype(np.float32)
         return self.em.const({"weight": key}, t, suffix="k")
+
+    def _sentinels(self, arr: np.ndarray) -> None:
+        """Note (once) that masking sentinels were replaced by -1e4."""
+        a = np.asarray(arr)
+        if a.dtype.kind == "f" and a.size and bool((np.isinf(a) | (np.abs(a) >= SENTINEL)).any()):
+            note = ("masking constants (-inf, finfo.min) became -1e4: fp16 has no -inf arithmetic, "
+                    "and softmax gives -1e4 the same zero weight")
+            if note not in self.notes:
+                self.notes.append(note)
 
     def _derived_key(self, hint: str | None) -> str:
         base = f"anec.const.{hint or self.em.hint}"
