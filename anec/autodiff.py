@@ -1,0 +1,788 @@
+"""Reverse-mode autodiff over the anec IR: backward funcs as ordinary IR.
+
+:func:`grad` takes a func and returns a :class:`Backward`: a backward func
+that maps the forward inputs and a cotangent per differentiated output to the
+gradients of the requested inputs and weights. It is plain IR: it goes
+through the same passes, partitioning and runtime as any func, so a backward
+program runs on the ANE (the sim here) like a forward one.
+
+Each op's vector-Jacobian product is a rule in :data:`VJP`, next to the op's
+row of the op table (``anec ops`` lists both). A rule receives the forward
+node, its operands and results as values of the backward func, and the
+cotangent of each result; it emits IR that computes the cotangent of each
+operand that needs one. Cotangents of a value used several times are added.
+A cotangent may have a *broadcast* shape (a ``reduce_sum`` over channels
+hands back ``[1, 1, 1, S]`` for a ``[1, C, 1, S]`` operand): elementwise
+rules and accumulation broadcast it for free, and it is materialized only
+where a rule needs the full shape.
+
+Saved or recomputed activations (``mode``)
+==========================================
+
+A rule reads forward values (``exp``'s result, ``mul``'s other operand,
+``matmul``'s operands). Where they come from is the one choice:
+
+* ``"recompute"`` (default): the backward func recomputes, from the forward
+  inputs, exactly the forward values its rules read (and nothing else). One
+  program per direction, no extra forward outputs, no activations crossing
+  the host; costs a second forward pass inside the backward program. On the
+  ANE compute is the cheap part (a program call costs ~0.1 ms of dispatch
+  whatever it computes), so this is the default.
+* ``"save"``: the forward func returns every value the rules read (as extra
+  outputs, the :attr:`Backward.saved` names) and the backward func takes
+  them as inputs. No recompute; every saved tensor makes a round trip
+  through host memory.
+
+Weights
+=======
+
+A weight const requested in ``weights`` gets a backward output (one per
+distinct const view: ``weight=``, ``perm=``, ``slice=``): the gradient of the
+view, in the view's declared shape. :meth:`Backward.gather` maps those
+outputs back to the checkpoint tensors (inverse reshape, slice placement,
+inverse permutation, summed over views): a gradient per checkpoint key with
+the checkpoint's shape. ``conv1x1``'s input gradient reads the weight
+transposed; where the transpose composes with the const's view, it is the
+same checkpoint tensor under another ``perm=`` (a weight baked transposed,
+as the prior ANE trainers do by hand), otherwise a ``transpose`` op.
+
+Not differentiable (an error naming the node when a gradient must flow
+through it): integer and bool values, ``pow`` with respect to its exponent
+(the IR has no ``log``), strided ``slice``. Approximations, stated in the
+rules' docstrings: ``relu``'s step (exact for ``|x| >= 2**-11`` in fp16) and
+``reduce_max``'s argmax mask (exact except for values within ``2**-11`` of
+the maximum), because the IR has no comparison op; ``gelu`` (both modes)
+differentiates the tanh formula that the ANE computes (legalize rewrites
+exact GELU to it, ANE-GELU).
+
+Example::
+
+    from anec.autodiff import grad
+    bw = grad(module.funcs["mlp"], weights="all", inputs=["x"])
+    # bw.backward: func mlp_grad(%x, %d_y) -> (%d_x, %g_fc_weight, ...)
+    grads = bw.gather(outputs_of_the_backward_program, checkpoint)
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from anec.diagnostics import AnecError
+from anec.ir.builder import Builder
+from anec.ir.graph import Graph, Node, Value
+from anec.ir.types import DType
+
+
+class AutodiffError(AnecError):
+    """A func cannot be differentiated as asked (names the node and why)."""
+
+
+# ---------------------------------------------------------------------------
+# the result
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WeightGrad:
+    """A backward output holding the gradient of one weight const view."""
+
+    output: str
+    key: str
+    perm: tuple[int, ...] | None
+    slice: tuple[int, int, int] | None
+    shape: tuple[int, ...]
+    """The view's declared shape (the output's shape)."""
+
+
+@dataclass
+class Backward:
+    """A func's backward func and how its interface maps to the forward one."""
+
+    forward: Graph
+    """The forward func (with the saved values as extra outputs in ``"save"`` mode)."""
+    backward: Graph
+    cotangents: dict[str, str]
+    """Forward output name -> backward input holding its cotangent."""
+    input_grads: dict[str, str]
+    """Forward input name -> backward output holding its gradient."""
+    weight_grads: list[WeightGrad]
+    saved: list[str] = field(default_factory=list)
+    """``"save"`` mode: forward values returned by the forward func and taken by the backward one."""
+    mode: str = "recompute"
+
+    @property
+    def weight_keys(self) -> list[str]:
+        """Checkpoint keys with a gradient, in first-use order."""
+        return list(dict.fromkeys(w.key for w in self.weight_grads))
+
+    def gather(self, outputs: Mapping[str, np.ndarray], shapes: Mapping[str, Sequence[int]]
+               ) -> dict[str, np.ndarray]:
+        """Checkpoint key -> gradient (fp32, the checkpoint's shape), from the backward outputs.
+
+        ``shapes``: checkpoint key -> tensor shape (a WeightStore, or any mapping
+        whose values have ``.shape`` or are shapes). Views of one key are summed."""
+        out: dict[str, np.ndarray] = {}
+        for w in self.weight_grads:
+            src = shapes[w.key]
+            shape = tuple(int(d) for d in getattr(src, "shape", src))
+            g = np.asarray(outputs[w.output], dtype=np.float32)
+            out.setdefault(w.key, np.zeros(shape, np.float32))
+            out[w.key] += unview(g, shape, w.perm, w.slice)
+        return out
+
+
+def unview(g: np.ndarray, shape: Sequence[int], perm: Sequence[int] | None,
+           sl: Sequence[int] | None) -> np.ndarray:
+    """The gradient of a checkpoint tensor of ``shape`` from the gradient ``g`` of its view
+    (the inverse of ``const``'s perm -> slice -> reshape)."""
+    shape = tuple(shape)
+    pshape = tuple(shape[i] for i in perm) if perm is not None else shape
+    full = np.zeros(pshape, np.float32)
+    if sl is not None:
+        axis, start, stop = (int(v) for v in sl)
+        part = list(pshape)
+        part[axis] = stop - start
+        idx = [slice(None)] * len(pshape)
+        idx[axis] = slice(start, stop)
+        full[tuple(idx)] = g.reshape(part)
+    else:
+        full = g.reshape(pshape).astype(np.float32)
+    if perm is not None:
+        full = np.transpose(full, np.argsort(perm))
+    return np.ascontiguousarray(full)
+
+
+# ---------------------------------------------------------------------------
+# the context a rule emits into
+# ---------------------------------------------------------------------------
+
+
+class Ctx:
+    """What a VJP rule uses: the backward builder and helpers that keep shapes and dtypes right."""
+
+    def __init__(self, b: Builder, node: Node | None, needs: list[bool]) -> None:
+        self.b = b
+        self.node = node
+        self.needs = needs
+        """``needs[i]``: operand i (then optional operands, in the op's order) wants a cotangent."""
+
+    # -- building
+    def op(self, opname: str, *args: Value, **kw: Any) -> Value:
+        hint = self.node.results[0].name if self.node is not None and self.node.results else "g"
+        v = self.b.op(opname, *args, name=self.b.graph.fresh_name(f"d{hint}_{opname}"), **kw)
+        assert isinstance(v, Value)
+        if v.producer is not None and self.node is not None:
+            v.producer.span = self.node.span
+        return v
+
+    def scalar(self, value: float, like: Value) -> Value:
+        """A rank-0 const of ``like``'s dtype."""
+        dt = like.type.dtype
+        return self.b.const_value(float(value), f"{dt.value}[]", name=self.b.graph.fresh_name("c"))
+
+    def sum_to(self, g: Value, shape: Sequence[int]) -> Value:
+        """``g`` summed over the axes it broadcast along, to ``shape`` (rank adjusted)."""
+        shape = tuple(shape)
+        if g.type.shape == shape:
+            return g
+        gs = g.type.shape
+        lead = len(gs) - len(shape)
+        if lead < 0:  # a broadcast-shaped cotangent of lower rank: give it the rank of shape
+            g = self.op("reshape", g, shape=[1] * -lead + list(gs))
+            gs, lead = g.type.shape, 0
+        axes = [i for i in range(len(gs)) if i < lead or (gs[i] != 1 and shape[i - lead] == 1)]
+        if axes:
+            g = self.op("reduce_sum", g, axes=axes, keep_dims=True)
+        if g.type.shape != shape:
+            g = self.op("reshape", g, shape=list(shape))
+        return g
+
+    def full(self, g: Value, shape: Sequence[int]) -> Value:
+        """``g`` (broadcastable to ``shape``) materialized at ``shape``."""
+        shape = tuple(shape)
+        if g.type.shape == shape:
+            return g
+        z = self.b.const_value(0.0, f"{g.type.dtype.value}[{', '.join(map(str, shape))}]",
+                               name=self.b.graph.fresh_name("zeros"))
+        return self.op("add", z, g)
+
+    def fail(self, why: str, hint: str | None = None) -> AutodiffError:
+        n = self.node
+        assert n is not None
+        return AutodiffError(f"cannot differentiate %{n.results[0].name} ({n.op}): {why}", n.span, hint=hint)
+
+
+Rule = Callable[[Ctx, list[Value], list[Value], list["Value | None"], dict[str, Any]], list["Value | None"]]
+"""``rule(ctx, operands, results, cotangents, attrs) -> cotangent per operand (None: none)``."""
+
+
+# ---------------------------------------------------------------------------
+# the rules, in op table order
+# ---------------------------------------------------------------------------
+
+
+def _vjp_identity(c, xs, ys, gs, attrs):
+    return [gs[0]]
+
+
+def _vjp_neg(c, xs, ys, gs, attrs):
+    return [c.op("mul", gs[0], c.scalar(-1.0, gs[0]))]
+
+
+def _vjp_exp(c, xs, ys, gs, attrs):
+    return [c.op("mul", gs[0], ys[0])]
+
+
+def _vjp_sqrt(c, xs, ys, gs, attrs):
+    """d sqrt(x) = 0.5 / sqrt(x)."""
+    inv = c.op("pow", ys[0], c.scalar(-1.0, ys[0]))
+    return [c.op("mul", c.op("mul", gs[0], inv), c.scalar(0.5, inv))]
+
+
+def _vjp_rsqrt(c, xs, ys, gs, attrs):
+    """d x**-0.5 = -0.5 * y**3."""
+    y = ys[0]
+    y3 = c.op("mul", c.op("mul", y, y), y)
+    return [c.op("mul", c.op("mul", gs[0], y3), c.scalar(-0.5, y))]
+
+
+def _vjp_relu(c, xs, ys, gs, attrs):
+    """The step is ``sigmoid(x * K)`` (K = 2**15 in fp16, 2**60 in fp32): exactly 1 or 0 for
+    ``|x| >= 2**-11`` (fp16), 1/2 at 0 (torch takes 0 there)."""
+    x = xs[0]
+    k = 2.0 ** 15 if x.type.dtype == DType.fp16 else 2.0 ** 60
+    step = c.op("sigmoid", c.op("mul", x, c.scalar(k, x)))
+    return [c.op("mul", gs[0], step)]
+
+
+def _vjp_tanh(c, xs, ys, gs, attrs):
+    y = ys[0]
+    one_m = c.op("sub", c.scalar(1.0, y), c.op("mul", y, y))
+    return [c.op("mul", gs[0], one_m)]
+
+
+def _vjp_sigmoid(c, xs, ys, gs, attrs):
+    y = ys[0]
+    return [c.op("mul", gs[0], c.op("mul", y, c.op("sub", c.scalar(1.0, y), y)))]
+
+
+_GELU_K0 = math.sqrt(2.0 / math.pi)
+_GELU_K1 = 0.044715
+
+
+def _vjp_gelu(c, xs, ys, gs, attrs):
+    """Derivative of ``0.5 x (1 + tanh(k0 (x + k1 x^3)))``, the formula the ANE computes for both
+    modes (max abs difference to the exact-GELU derivative: 1.9e-3 near |x| = 2)."""
+    x = xs[0]
+    x2 = c.op("mul", x, x)
+    inner = c.op("mul", c.op("add", c.scalar(1.0, x), c.op("mul", x2, c.scalar(_GELU_K1, x))), x)
+    t = c.op("tanh", c.op("mul", inner, c.scalar(_GELU_K0, x)))
+    half_1pt = c.op("mul", c.op("add", t, c.scalar(1.0, x)), c.scalar(0.5, x))
+    sech2 = c.op("sub", c.scalar(1.0, x), c.op("mul", t, t))
+    du = c.op("add", c.op("mul", x2, c.scalar(3.0 * _GELU_K1 * _GELU_K0, x)), c.scalar(_GELU_K0, x))
+    d = c.op("add", half_1pt, c.op("mul", c.op("mul", c.op("mul", x, c.scalar(0.5, x)), sech2), du))
+    return [c.op("mul", gs[0], d)]
+
+
+def _vjp_cast(c, xs, ys, gs, attrs):
+    x = xs[0]
+    if not x.type.dtype.is_float:
+        return [None]
+    return [c.op("cast", gs[0], dtype=x.type.dtype.value)]
+
+
+def _transposed_weight(c: Ctx, w: Value) -> Value:
+    """``w [Cout, Cin, 1, 1]`` as ``[Cin, Cout, 1, 1]``: the same checkpoint tensor under another
+    ``perm=`` when the const's view allows it (the stored tensor, permuted, is ``[Cout, Cin]`` or
+    ``[Cout, Cin, 1, 1]``, and no slice), else a transpose op."""
+    p = w.producer
+    shapes = c.b.graph.meta.get("weight_shapes") or {}
+    if p is not None and p.op == "const" and "weight" in p.attrs and p.attrs.get("slice") is None \
+            and p.attrs["weight"] in shapes:
+        shape = tuple(int(d) for d in shapes[p.attrs["weight"]])
+        perm = list(p.attrs.get("perm") or range(len(shape)))
+        permuted = tuple(shape[i] for i in perm)
+        co, ci = w.type.shape[:2]
+        if permuted in ((co, ci), (co, ci, 1, 1)):
+            new = [perm[1], perm[0], *perm[2:]]
+            v = c.b.const_weight(p.attrs["weight"], f"{w.type.dtype.value}[{ci}, {co}, 1, 1]",
+                                 name=c.b.graph.fresh_name(f"{w.name}_t"), perm=new)
+            v.producer.span = p.span
+            return v
+    return c.op("transpose", w, perm=[1, 0, 2, 3])
+
+
+def _vjp_conv1x1(c, xs, ys, gs, attrs):
+    """y = W x (+ b) over channels at every position: dx = W^T dy, dW = sum over positions of
+    dy x^T, db = sum of dy over N, H, W."""
+    x, w = xs[0], xs[1]
+    g = c.full(gs[0], ys[0].type.shape)
+    n, ci, h, wd = x.type.shape
+    co = w.type.shape[0]
+    out: list[Value | None] = [None] * len(xs)
+    if c.needs[0]:
+        out[0] = c.op("conv1x1", g, _transposed_weight(c, w))
+    if c.needs[1]:
+        g3 = c.op("reshape", g, shape=[n, co, h * wd])
+        x3 = c.op("reshape", x, shape=[n, ci, h * wd])
+        dw = c.op("matmul", g3, x3, transpose_y=True)  # [n, co, ci]
+        if n != 1:
+            dw = c.op("reduce_sum", dw, axes=[0], keep_dims=False)
+        out[1] = c.op("reshape", dw, shape=[co, ci, 1, 1])
+    if len(xs) > 2 and c.needs[2]:
+        out[2] = c.sum_to(g, xs[2].type.shape)
+    return out
+
+
+def _vjp_matmul(c, xs, ys, gs, attrs):
+    """z = X' Y' (X' = X^T if transpose_x, ...): dX' = G Y'^T, dY' = X'^T G, as matmuls with
+    transpose flags; summed over broadcast batch dims."""
+    x, y = xs
+    if x.type.rank < 2 or y.type.rank < 2:
+        raise c.fail("matmul of a rank-1 operand", "reshape the vector to a [1, K] or [K, 1] matrix")
+    g = c.full(gs[0], ys[0].type.shape)
+    tx, ty = bool(attrs.get("transpose_x", False)), bool(attrs.get("transpose_y", False))
+    out: list[Value | None] = [None, None]
+    if c.needs[0]:
+        if not tx:
+            dx = c.op("matmul", g, y, transpose_y=not ty)
+        else:
+            dx = c.op("matmul", y, g, transpose_x=ty, transpose_y=True)
+        out[0] = c.sum_to(dx, x.type.shape)
+    if c.needs[1]:
+        if not ty:
+            dy = c.op("matmul", x, g, transpose_x=not tx)
+        else:
+            dy = c.op("matmul", g, x, transpose_x=True, transpose_y=tx)
+        out[1] = c.sum_to(dy, y.type.shape)
+    return out
+
+
+def _vjp_add(c, xs, ys, gs, attrs):
+    return [c.sum_to(gs[0], x.type.shape) if need else None for x, need in zip(xs, c.needs)]
+
+
+def _vjp_sub(c, xs, ys, gs, attrs):
+    out: list[Value | None] = [None, None]
+    if c.needs[0]:
+        out[0] = c.sum_to(gs[0], xs[0].type.shape)
+    if c.needs[1]:
+        out[1] = c.sum_to(c.op("mul", gs[0], c.scalar(-1.0, gs[0])), xs[1].type.shape)
+    return out
+
+
+def _vjp_mul(c, xs, ys, gs, attrs):
+    x, y = xs
+    out: list[Value | None] = [None, None]
+    if c.needs[0]:
+        out[0] = c.sum_to(c.op("mul", gs[0], y), x.type.shape)
+    if c.needs[1]:
+        out[1] = c.sum_to(c.op("mul", gs[0], x), y.type.shape)
+    return out
+
+
+def _vjp_pow(c, xs, ys, gs, attrs):
+    """d x**y / dx = y x**(y - 1); the exponent is not differentiable (the IR has no log)."""
+    x, y = xs
+    if c.needs[1]:
+        raise c.fail("the gradient with respect to the exponent needs log(x), which the IR does not have",
+                     "make the exponent a constant")
+    if not c.needs[0]:
+        return [None, None]
+    ym1 = c.op("sub", y, c.scalar(1.0, y))
+    d = c.op("mul", c.op("pow", x, ym1), y)
+    return [c.sum_to(c.op("mul", gs[0], d), x.type.shape), None]
+
+
+def _vjp_softmax(c, xs, ys, gs, attrs):
+    """dx = y (g - sum(g y)) over the axis."""
+    y = ys[0]
+    g = gs[0]
+    gy = c.op("mul", g, y)
+    s = c.op("reduce_sum", gy, axes=[int(attrs.get("axis", -1))], keep_dims=True)
+    return [c.op("mul", y, c.op("sub", g, s))]
+
+
+def _keep_shape(x: Value, axes: Sequence[int]) -> list[int]:
+    r = x.type.rank
+    ax = {a % r for a in axes} if r else set()
+    return [1 if i in ax else d for i, d in enumerate(x.type.shape)]
+
+
+def _vjp_reduce_sum(c, xs, ys, gs, attrs):
+    g = gs[0]
+    keep = _keep_shape(xs[0], attrs["axes"])
+    if list(g.type.shape) != keep:
+        g = c.op("reshape", g, shape=keep)
+    return [g]  # broadcast-shaped: accumulation and elementwise rules broadcast it
+
+
+def _vjp_reduce_mean(c, xs, ys, gs, attrs):
+    x = xs[0]
+    keep = _keep_shape(x, attrs["axes"])
+    n = int(np.prod(x.type.shape)) // max(1, int(np.prod(keep)))
+    g = gs[0]
+    if list(g.type.shape) != keep:
+        g = c.op("reshape", g, shape=keep)
+    return [c.op("mul", g, c.scalar(1.0 / n, g))]
+
+
+def _vjp_reduce_max(c, xs, ys, gs, attrs):
+    """The gradient goes to the maximum, split evenly among ties (as torch's amax):
+    ``e = exp((x - max) * K)``, ``dx = g e / sum(e)``, K = 2**15 (fp16) or 2**60 (fp32); exact
+    except for values within 2**-11 (fp16) of the maximum."""
+    x = xs[0]
+    keep = _keep_shape(x, attrs["axes"])
+    m = ys[0] if list(ys[0].type.shape) == keep else c.op("reshape", ys[0], shape=keep)
+    g = gs[0] if list(gs[0].type.shape) == keep else c.op("reshape", gs[0], shape=keep)
+    k = 2.0 ** 15 if x.type.dtype == DType.fp16 else 2.0 ** 60
+    e = c.op("exp", c.op("mul", c.op("sub", x, m), c.scalar(k, x)))
+    z = c.op("reduce_sum", e, axes=list(attrs["axes"]), keep_dims=True)
+    return [c.op("mul", c.op("mul", e, c.op("pow", z, c.scalar(-1.0, z))), g)]
+
+
+def _vjp_reshape(c, xs, ys, gs, attrs):
+    g = c.full(gs[0], ys[0].type.shape)
+    return [c.op("reshape", g, shape=list(xs[0].type.shape))]
+
+
+def _vjp_transpose(c, xs, ys, gs, attrs):
+    perm = list(attrs["perm"])
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return [c.op("transpose", gs[0], perm=inv)]
+
+
+def _vjp_slice(c, xs, ys, gs, attrs):
+    x = xs[0]
+    stride = attrs.get("stride") or [1] * x.type.rank
+    if any(int(s) != 1 for s in stride):
+        raise c.fail("the gradient of a strided slice is a scatter, which the IR does not have",
+                     "slice with stride 1 (reshape to expose the stride as an axis first)")
+    g = c.full(gs[0], ys[0].type.shape)
+    before, after = [], []
+    for b, e, d in zip(attrs["begin"], attrs["end"], x.type.shape):
+        start, stop, _ = slice(b, e, 1).indices(d)
+        stop = max(stop, start)
+        before.append(start)
+        after.append(d - stop)
+    if not any(before) and not any(after):
+        return [g]
+    return [c.op("pad", g, before=before, after=after, value=0.0)]
+
+
+def _vjp_split(c, xs, ys, gs, attrs):
+    x = xs[0]
+    axis = int(attrs["axis"]) % x.type.rank
+    total: Value | None = None
+    start = 0
+    for y, g in zip(ys, gs):
+        size = y.type.shape[axis]
+        if g is not None:
+            before = [0] * x.type.rank
+            after = [0] * x.type.rank
+            before[axis] = start
+            after[axis] = x.type.shape[axis] - start - size
+            part = c.op("pad", c.full(g, y.type.shape), before=before, after=after, value=0.0)
+            total = part if total is None else c.op("add", total, part)
+        start += size
+    return [total]
+
+
+def _vjp_pad(c, xs, ys, gs, attrs):
+    x = xs[0]
+    g = c.full(gs[0], ys[0].type.shape)
+    begin = [int(b) for b in attrs["before"]]
+    end = [b + d for b, d in zip(begin, x.type.shape)]
+    return [c.op("slice", g, begin=begin, end=end)]
+
+
+def _vjp_concat(c, xs, ys, gs, attrs):
+    y = ys[0]
+    axis = int(attrs["axis"]) % y.type.rank
+    g = c.full(gs[0], y.type.shape)
+    out: list[Value | None] = []
+    start = 0
+    for x, need in zip(xs, c.needs):
+        size = x.type.shape[axis]
+        if need:
+            begin = [0] * y.type.rank
+            end = list(y.type.shape)
+            begin[axis], end[axis] = start, start + size
+            out.append(c.op("slice", g, begin=begin, end=end))
+        else:
+            out.append(None)
+        start += size
+    return out
+
+
+VJP: dict[str, Rule] = {
+    "identity": _vjp_identity,
+    "neg": _vjp_neg,
+    "exp": _vjp_exp,
+    "sqrt": _vjp_sqrt,
+    "rsqrt": _vjp_rsqrt,
+    "relu": _vjp_relu,
+    "tanh": _vjp_tanh,
+    "sigmoid": _vjp_sigmoid,
+    "gelu": _vjp_gelu,
+    "cast": _vjp_cast,
+    "conv1x1": _vjp_conv1x1,
+    "matmul": _vjp_matmul,
+    "add": _vjp_add,
+    "sub": _vjp_sub,
+    "mul": _vjp_mul,
+    "pow": _vjp_pow,
+    "softmax": _vjp_softmax,
+    "reduce_sum": _vjp_reduce_sum,
+    "reduce_mean": _vjp_reduce_mean,
+    "reduce_max": _vjp_reduce_max,
+    "reshape": _vjp_reshape,
+    "transpose": _vjp_transpose,
+    "slice": _vjp_slice,
+    "split": _vjp_split,
+    "pad": _vjp_pad,
+    "concat": _vjp_concat,
+}
+"""Op name -> VJP rule (every op of the op table except ``const``, whose cotangent is a weight
+gradient)."""
+
+
+# ---------------------------------------------------------------------------
+# grad
+# ---------------------------------------------------------------------------
+
+
+def _select_weights(graph: Graph, weights: "str | Iterable[str] | None") -> set[int]:
+    consts = [n for n in graph.nodes if n.op == "const" and "weight" in n.attrs]
+    if weights is None:
+        return set()
+    pats = [weights] if isinstance(weights, str) else list(weights)
+    chosen: set[int] = set()
+    for pat in pats:
+        hit = [n for n in consts if pat == "all" or fnmatch.fnmatchcase(n.attrs["weight"], pat)]
+        if not hit:
+            keys = sorted({n.attrs["weight"] for n in consts})
+            from anec.diagnostics import did_you_mean
+
+            raise AutodiffError(f"no weight of func '{graph.name}' matches '{pat}'",
+                                graph.span, hint=did_you_mean(pat, keys) or f"weights: {', '.join(keys[:8])}")
+        chosen.update(id(n) for n in hit)
+    return chosen
+
+
+def _safe(name: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return s if s and not s[0].isdigit() else f"w_{s}"
+
+
+def grad(graph: Graph, *, weights: "str | Iterable[str] | None" = "all",
+         inputs: Iterable[str] = (), outputs: Iterable[str] | None = None,
+         mode: str = "recompute", weight_shapes: Mapping[str, Any] | None = None) -> Backward:
+    """The backward func of ``graph``.
+
+    ``weights``: ``"all"``, glob patterns or keys of weight consts to differentiate
+    (None: none). ``inputs``: func inputs to differentiate. ``outputs``: the
+    differentiated outputs (default: every float output); each gets a cotangent
+    input ``d_<name>``. ``mode``: ``"recompute"`` or ``"save"`` (module docstring).
+    ``weight_shapes``: checkpoint key -> stored tensor (or its shape), e.g. the
+    WeightStore: lets a conv's transposed weight be a const view of the same
+    checkpoint tensor instead of a transpose op.
+    """
+    if mode not in ("recompute", "save"):
+        raise AutodiffError(f"unknown mode '{mode}'", hint="use recompute or save")
+    in_names = list(inputs)
+    by_name = {v.name: v for v in graph.inputs}
+    for n in in_names:
+        if n not in by_name:
+            from anec.diagnostics import did_you_mean
+
+            raise AutodiffError(f"func '{graph.name}' has no input '{n}'", graph.span,
+                                hint=did_you_mean(n, by_name) or f"inputs: {', '.join(by_name)}")
+        if not by_name[n].type.dtype.is_float:
+            raise AutodiffError(f"input '{n}' is {by_name[n].type}: only float values have gradients",
+                                by_name[n].span)
+    out_vals = [v for v in graph.outputs if v.type.dtype.is_float] if outputs is None else []
+    if outputs is not None:
+        names = {v.name: v for v in graph.outputs}
+        for n in outputs:
+            if n not in names:
+                raise AutodiffError(f"func '{graph.name}' returns no '{n}'", graph.span,
+                                    hint=f"outputs: {', '.join(names)}")
+            out_vals.append(names[n])
+    if not out_vals:
+        raise AutodiffError(f"func '{graph.name}' has no float output to differentiate", graph.span)
+    wsel = _select_weights(graph, weights)
+    if not wsel and not in_names:
+        raise AutodiffError("nothing to differentiate", graph.span,
+                            hint="name weights (weights='all' or globs) or inputs")
+
+    # which values carry a gradient: depend on a chosen leaf and reach a chosen output
+    src: set[int] = {id(by_name[n]) for n in in_names}
+    for node in graph.nodes:
+        if node.op == "const":
+            if id(node) in wsel:
+                src.add(id(node.result))
+            continue
+        if any(id(v) in src for v in node.inputs()):
+            for r in node.results:
+                if r.type.dtype.is_float:
+                    src.add(id(r))
+    reach: set[int] = {id(v) for v in out_vals}
+    for node in reversed(graph.nodes):
+        if any(id(r) in reach for r in node.results):
+            reach.update(id(v) for v in node.inputs())
+    live = src & reach
+
+    bname = f"{graph.name}_grad"
+    b = Builder(bname)
+    b.graph.span = graph.span
+    b.graph.meta["weight_shapes"] = {k: tuple(getattr(v, "shape", v)) for k, v in (weight_shapes or {}).items()}
+    fwd: dict[int, Value] = {}
+    saved: list[Value] = []
+    for v in graph.inputs:
+        fwd[id(v)] = b.input(v.name, v.type)
+        fwd[id(v)].span = v.span
+    cot_in: dict[str, str] = {}
+    cots: dict[int, Value] = {}
+    for v in out_vals:
+        name = b.graph.fresh_name(f"d_{v.name}")
+        cots[id(v)] = b.input(name, v.type)
+        cot_in[v.name] = name
+
+    def get(v: Value) -> Value:
+        """The forward value ``v`` in the backward func: recomputed, or a saved input."""
+        got = fwd.get(id(v))
+        if got is not None:
+            return got
+        p = v.producer
+        assert p is not None
+        if p.op == "const":
+            nv = b.const_weight(p.attrs["weight"], v.type, name=b.graph.fresh_name(v.name),
+                                **{k: p.attrs[k] for k in ("perm", "slice") if p.attrs.get(k) is not None}) \
+                if "weight" in p.attrs else b.const_value(p.attrs["value"], v.type, name=b.graph.fresh_name(v.name))
+            nv.producer.span = p.span
+            fwd[id(v)] = nv
+            return nv
+        if mode == "save":
+            nv = b.input(b.graph.fresh_name(v.name), v.type)
+            fwd[id(v)] = nv
+            saved.append(v)
+            return nv
+        args = [get(a) for a in p.operands]
+        opt = {k: get(a) for k, a in p.optional.items()}
+        res = b.op(p.op, *args, names=[b.graph.fresh_name(r.name) for r in p.results], **opt, **p.attrs)
+        res = res if isinstance(res, tuple) else (res,)
+        for r, nr in zip(p.results, res):
+            fwd[id(r)] = nr
+        res[0].producer.span = p.span
+        return fwd[id(v)]
+
+    def accumulate(v: Value, g: Value) -> None:
+        if g.type.dtype != v.type.dtype:
+            g = b.op("cast", g, dtype=v.type.dtype.value, name=b.graph.fresh_name(f"d_{v.name}_c"))
+        old = cots.get(id(v))
+        cots[id(v)] = g if old is None else b.op("add", old, g, name=b.graph.fresh_name(f"d_{v.name}"))
+
+    for node in reversed(graph.nodes):
+        if node.op == "const" or not any(id(r) in live for r in node.results):
+            continue
+        gs = [cots.get(id(r)) if id(r) in live else None for r in node.results]
+        if all(g is None for g in gs):
+            continue
+        operands = list(node.operands) + list(node.optional.values())
+        needs = [id(v) in live for v in operands]
+        if not any(needs):
+            continue
+        for v in operands:
+            if id(v) in live and not v.type.dtype.is_float:
+                raise AutodiffError(f"cannot differentiate %{node.results[0].name} ({node.op}): operand "
+                                    f"%{v.name} is {v.type}", node.span)
+        rule = VJP.get(node.op)
+        if rule is None:
+            raise AutodiffError(f"op '{node.op}' has no VJP rule", node.span)
+        ctx = Ctx(b, node, needs)
+        xs = [get(v) for v in operands]
+        ys = [get(r) if _reads_results(node.op) else fwd.get(id(r), r) for r in node.results]
+        outs = rule(ctx, xs, list(ys), gs, dict(node.attrs))
+        for v, g, need in zip(operands, outs, needs):
+            if need and g is not None:
+                accumulate(v, g)
+
+    # outputs: input gradients, then weight view gradients
+    results: list[Value] = []
+    input_grads: dict[str, str] = {}
+    ctx0 = Ctx(b, None, [])
+    for n in in_names:
+        v = by_name[n]
+        g = cots.get(id(v))
+        g = ctx0.full(g, v.type.shape) if g is not None else b.const_value(0.0, v.type, name=b.graph.fresh_name("zeros"))
+        g = _named(b, g, f"d_{n}", results)
+        input_grads[n] = g.name
+        results.append(g)
+    wgrads: list[WeightGrad] = []
+    seen_views: dict[tuple, Value] = {}
+    for node in graph.nodes:
+        if id(node) not in wsel:
+            continue
+        v = node.result
+        g = cots.get(id(v))
+        if g is None:
+            continue
+        view = (node.attrs["weight"], _tup(node.attrs.get("perm")), _tup(node.attrs.get("slice")), v.type.shape)
+        if view in seen_views:  # the same view twice (an un-merged duplicate const): one output
+            prev = seen_views[view]
+            summed = b.op("add", prev, ctx0.full(g, v.type.shape), name=b.graph.fresh_name(prev.name))
+            results[results.index(prev)] = summed
+            seen_views[view] = summed
+            continue
+        g = _named(b, ctx0.full(g, v.type.shape), f"g_{_safe(node.attrs['weight'])}", results)
+        seen_views[view] = g
+        results.append(g)
+        wgrads.append(WeightGrad(g.name, node.attrs["weight"], view[1], view[2], tuple(v.type.shape)))
+    # the names of merged views follow the final values
+    final = {view: val for view, val in seen_views.items()}
+    wgrads = [WeightGrad(final[(w.key, w.perm, w.slice, w.shape)].name, w.key, w.perm, w.slice, w.shape)
+              for w in wgrads]
+    if not results:
+        raise AutodiffError("no requested weight or input reaches a differentiated output", graph.span)
+    b.ret(*results)
+    b.graph.meta.pop("weight_shapes", None)
+
+    forward = graph
+    if mode == "save" and saved:
+        forward = graph.clone()
+        ids = {id(v): i for i, v in enumerate(graph.values())}
+        copies = list(forward.values())
+        extra = [copies[ids[id(v)]] for v in saved]
+        forward.outputs = list(forward.outputs) + [v for v in extra if v not in forward.outputs]
+    return Backward(forward, b.graph, cot_in, input_grads, wgrads,
+                    [v.name for v in saved], mode)
+
+
+def _reads_results(op: str) -> bool:
+    return op in {"exp", "sqrt", "rsqrt", "tanh", "sigmoid", "softmax", "reduce_max"}
+
+
+def _tup(v: Any) -> Any:
+    return tuple(int(x) for x in v) if v is not None else None
+
+
+def _named(b: Builder, v: Value, hint: str, taken: list[Value]) -> Value:
+    """``v`` under a readable output name: renamed, or an identity when ``v`` is an input, a
+    const or already an output."""
+    name = b.graph.fresh_name(hint)
+    if v.producer is None or v.producer.op == "const" or any(v is t for t in taken):
+        return b.op("identity", v, name=name)
+    b.graph.rename_value(v, name)
+    return v
+
+
+__all__ = ["AutodiffError", "Backward", "Ctx", "VJP", "WeightGrad", "grad", "unview"]
