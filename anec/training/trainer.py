@@ -1,0 +1,380 @@
+"""Training a decoder checkpoint on the ANE: forward and backward programs, host optimizer.
+
+One step for a batch of B sequences::
+
+    host    rows = embed(ids)                          (embedding lookup)
+    ANE     logits = forward(rows)                     (one program call per sequence)
+    host    loss, dlogits = cross_entropy(logits)      (fp64 softmax, mean over tokens)
+    ANE     drows, dW = backward(rows, dlogits * s)    (s: the dynamic loss scale)
+    host    dW /= s; embedding gradient from drows; skip the step on Inf/NaN;
+            clip; AdamW on fp32 master weights; fp16 range check
+    ANE     new weights into both programs             (a surface write per weight)
+
+The backward func is derived from the forward one by :mod:`anec.autodiff`
+(weight gradients computed on the device: the backward program returns them).
+Both funcs go through the ordinary compiler (legalize cuts them into pipelines
+of programs) and are compiled once: weights are program inputs
+(``weights="inputs"``, the default), so an optimizer step writes input
+surfaces and never compiles. The process compile budget is spent once, at the
+first step, however long the run. ``weights="baked"`` bakes them as
+BLOBFILEs and reloads by the runtime's verified strategy; it is accepted only
+when every program reloads by data patch (no compile per step), which the
+public evidence establishes only for single-weight programs.
+
+LoRA (``lora_rank > 0``): the base weights stay baked; the adapters of the
+target projections are program inputs (:func:`anec.models.lora.apply_lora`),
+their gradients are input gradients, and a step changes inputs only. The
+adapters save in PEFT's format.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from anec.autodiff import Backward, grad
+from anec.diagnostics import AnecError
+from anec.ir.graph import Graph, Module
+from anec.models.common import from_bc1s, to_bc1s
+from anec.training.graphs import Layout, causal_lm_graph, cross_entropy, embed, embed_adjoint, embedding_keys
+from anec.training.optim import AdamW, LossScaler, all_finite, clip_
+
+FP16_MAX = 65504.0
+
+
+class TrainingError(AnecError):
+    """A training run cannot start or continue (names what and why)."""
+
+
+def _fe_for(checkpoint: str | os.PathLike, target: str | None) -> Any:
+    from anec.models.common import target_limits
+    from anec.models.generate import decoder_frontend
+    from anec.models.hf import load_checkpoint
+
+    ckpt = load_checkpoint(checkpoint)
+    _, min_surface = target_limits(target)
+    return decoder_frontend(ckpt, min_surface)
+
+
+class Trainer:
+    """Train a GPT-2 or Llama-family checkpoint (see the module docstring).
+
+    ``input_ids`` given to :meth:`gradients` and :meth:`step` are ``[B, T]``
+    token ids with ``2 <= T <= seq_len + 1``: positions ``0..T-2`` predict
+    tokens ``1..T-1`` (next-token cross-entropy, mean over the ``B * (T-1)``
+    tokens, as transformers computes it with ``labels=input_ids``).
+    """
+
+    def __init__(self, checkpoint_dir: str | os.PathLike, *, backend: str = "auto", seq_len: int = 64,
+                 batch_size: int = 1, lr: float = 3e-4, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, grad_clip: float = 1.0,
+                 lora_rank: int = 0, lora_alpha: float | None = None,
+                 lora_targets: Sequence[str] | None = None, activations: str = "recompute",
+                 weights: str = "inputs", target: str | None = None, loss_scale: float = 2.0 ** 10,
+                 runtime: Any = None) -> None:
+        if seq_len < 1:
+            raise TrainingError(f"seq_len must be >= 1, got {seq_len}")
+        if batch_size < 1:
+            raise TrainingError(f"batch_size must be >= 1, got {batch_size}")
+        if weights not in ("inputs", "baked"):
+            raise TrainingError(f"unknown weights mode '{weights}'", hint="use inputs or baked")
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.fe = _fe_for(checkpoint_dir, target)
+        self.seq_len, self.batch_size = int(seq_len), int(batch_size)
+        self.backend, self.target, self.weights_mode = backend, target, weights
+        self.grad_clip = float(grad_clip)
+        self.opt = AdamW(lr=lr, beta1=betas[0], beta2=betas[1], eps=eps, weight_decay=weight_decay)
+        self.scaler = LossScaler(scale=float(loss_scale))
+        self.last_loss = float("nan")
+        self.step_index = 0
+        self.history: list[dict[str, Any]] = []
+        self.timings: dict[str, float] = {}
+        self.lora_rank = int(lora_rank)
+        self.roles = embedding_keys(self.fe)
+
+        forward = causal_lm_graph(self.fe, self.seq_len, name="forward")
+        ckpt = self.fe.ckpt
+        ir_keys = sorted({n.attrs["weight"] for n in forward.nodes if n.op == "const" and "weight" in n.attrs})
+        self.generated = [k for k in ir_keys if k.startswith("anec.")]
+        self.layouts = {k: Layout(self.fe, k, ckpt.get(k).shape) for k in ir_keys if not k.startswith("anec.")}
+        self.lora_slots: list[Any] = []
+        self.params: dict[str, np.ndarray] = {}
+        """fp32 master weights in checkpoint layout (LoRA: the adapters, PEFT shapes)."""
+        if self.lora_rank > 0:
+            self._setup_lora(forward, lora_targets, lora_alpha)
+            self.trainable: list[str] = []
+            wrt_inputs = [n for s in self.lora_slots for n in (s.a_input, s.b_input)]
+            bw = grad(forward, weights=None, inputs=wrt_inputs, mode=activations)
+        else:
+            self.trainable = list(self.layouts)
+            bw = grad(forward, weights=self.trainable, inputs=["x"], mode=activations,
+                      weight_shapes={k: lay.ir_shape for k, lay in self.layouts.items()})
+        self.bw: Backward = bw
+        if self.lora_rank == 0:  # every trainable IR tensor and the host tables
+            for k in [*self.trainable, *self.roles.values()]:
+                self.params.setdefault(k, ckpt.get_f32(k).copy())
+        self.decay = {k: v.ndim >= 2 for k, v in self.params.items()}  # no decay for norms and biases
+        self._programs: tuple[Any, Any] | None = None
+        self._runtime = runtime
+        self._own_runtime = runtime is None
+        self._store: dict[str, np.ndarray] | None = None
+
+    # ---- LoRA ---------------------------------------------------------------------------
+    def _setup_lora(self, forward: Graph, targets: Sequence[str] | None, alpha: float | None) -> None:
+        from anec.models.lora import apply_lora
+
+        if targets is None:
+            targets = ["c_attn"] if self.fe.kind == "gpt2" else ["q_proj", "v_proj"]
+        self.lora_slots = apply_lora(forward, targets, self.lora_rank)
+        if not self.lora_slots:
+            raise TrainingError(f"no projection matches the LoRA targets {list(targets)}",
+                                hint="name projection modules, e.g. q_proj, v_proj (Llama) or c_attn (GPT-2)")
+        self.lora_alpha = float(alpha if alpha is not None else self.lora_rank)
+        rng = np.random.default_rng(0)
+        self.lora_targets = list(targets)
+        for sl in self.lora_slots:
+            # PEFT's init and shapes: A [r, in] Kaiming-uniform, B [out, r] zero (starts as the base model)
+            bound = 1.0 / math.sqrt(sl.cin)
+            self.params[sl.a_input] = rng.uniform(-bound, bound, (sl.rank, sl.cin)).astype(np.float32)
+            self.params[sl.b_input] = np.zeros((sl.cout, sl.rank), np.float32)
+
+    # ---- programs -----------------------------------------------------------------------
+    def _ir_store(self) -> dict[str, np.ndarray]:
+        store = {k: self.fe.weight(k) for k in self.generated}
+        for k, lay in self.layouts.items():
+            src = self.params.get(k)
+            store[k] = lay.to_ir(src) if src is not None else self.fe.weight(k)
+        return store
+
+    def _ensure_programs(self) -> None:
+        if self._programs is not None or self.backend == "interp":
+            if self._store is None:
+                self._store = self._ir_store()
+            return
+        from anec.compiler import compile_module
+        from anec.runtime import Runtime
+
+        t0 = time.perf_counter()
+        module = Module()
+        module.add_func(self.bw.forward)
+        module.add_func(self.bw.backward)
+        as_inputs = list(self.trainable) if self.weights_mode == "inputs" and self.trainable else None
+        kw: dict[str, Any] = {}
+        if self.target is not None:
+            kw["target"] = self.target
+        res = compile_module(module, weights=self._ir_store(), weights_as_inputs=as_inputs, **kw)
+        if self._runtime is None:
+            self._runtime = Runtime(self.backend)
+        fwd = self._runtime.load(res.artifacts[self.bw.forward.name])
+        bwd = self._runtime.load(res.artifacts[self.bw.backward.name])
+        self._programs = (fwd, bwd)
+        if self.weights_mode == "baked" and self.trainable:
+            for p in self._programs:
+                for st in getattr(p, "stages", [p]):
+                    info = st.reload_info
+                    if st.manifest.get("weights") and info["strategy"] != "data-patch":
+                        raise TrainingError(
+                            f"program '{st.name}' would recompile on every step ({info['why']})",
+                            hint="train with weights='inputs' (the default): a step is then a surface write")
+        self.timings["compile_s"] = time.perf_counter() - t0
+
+    def _run(self, which: int, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.backend == "interp":
+            from anec.ir.interp import interpret
+
+            g = self.bw.forward if which == 0 else self.bw.backward
+            store = dict(self._store or {})
+            feed = dict(feed)
+            for s in self.lora_slots:
+                for n in (s.a_input, s.b_input):
+                    if n in {v.name for v in g.inputs} and n not in feed:
+                        feed[n] = self._lora_value(n)
+            return interpret(g, feed, store, mode="fp16")
+        assert self._programs is not None
+        prog = self._programs[which]
+        if self.lora_slots:
+            feed = dict(feed)
+            names = set(prog.input_names)
+            for s in self.lora_slots:
+                for n in (s.a_input, s.b_input):
+                    if n in names:
+                        feed[n] = self._lora_value(n)
+        return prog(**feed)
+
+    def _lora_value(self, name: str) -> np.ndarray:
+        """Adapter ``name`` as the program input: ``[1, 1, r, in]`` / ``[1, 1, out, r]``, the
+        scale alpha / r folded into B (as inference feeds PEFT adapters)."""
+        arr = self.params[name]
+        if any(name == sl.b_input for sl in self.lora_slots):
+            arr = arr * np.float32(self.lora_alpha / self.lora_rank)
+        return arr.reshape(1, 1, *arr.shape).astype(np.float16)
+
+    def _position_feed(self) -> dict[str, np.ndarray]:
+        return self.fe.position_inputs(np.arange(self.seq_len), self.seq_len)
+
+    # ---- the public steps --------------------------------------------------------------------
+    def _check_ids(self, input_ids: Any) -> np.ndarray:
+        ids = np.asarray(input_ids)
+        if ids.ndim == 1:
+            ids = ids[None, :]
+        if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
+            raise TrainingError(f"input_ids must be a [B, T] array of token ids, got {ids.dtype} {list(ids.shape)}")
+        b, t = ids.shape
+        if not 2 <= t <= self.seq_len + 1:
+            raise TrainingError(f"sequences of {t} tokens do not fit: give 2..{self.seq_len + 1} "
+                                f"(seq_len {self.seq_len} positions predict the next token)")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.fe.cfg.vocab):
+            raise TrainingError(f"token ids must be in [0, {self.fe.cfg.vocab})")
+        return ids.astype(np.int64)
+
+    def gradients(self, input_ids: Any) -> dict[str, np.ndarray]:
+        """Gradients of the mean next-token loss, keyed by checkpoint parameter name, in the
+        checkpoint's shapes (fp32); LoRA mode: keyed by PEFT adapter key. Sets :attr:`last_loss`."""
+        ids = self._check_ids(input_ids)
+        self._ensure_programs()
+        s = self.seq_len
+        scale = self.scaler.scale
+        grads = {k: np.zeros_like(v) for k, v in self.params.items()}
+        pos = self._position_feed()
+        n_tokens = ids.shape[0] * (ids.shape[1] - 1)
+        total = 0.0
+        t_fwd = t_bwd = t_host = 0.0
+        for row in ids:
+            t0 = time.perf_counter()
+            inp = np.zeros(s, np.int64)
+            inp[: len(row) - 1] = row[:-1]
+            tables = {k: self.params.get(k) if k in self.params else self.fe.ckpt.get_f32(k)
+                      for k in self.roles.values()}
+            x = to_bc1s(embed(tables, self.roles, inp), s)
+            feed = {"x": x, **pos}
+            t1 = time.perf_counter()
+            fout = self._run(0, feed)
+            t2 = time.perf_counter()
+            logits = from_bc1s(np.asarray(fout["logits"], np.float32))
+            targets = np.zeros(s, np.int64)
+            targets[: len(row) - 1] = row[1:]
+            valid = np.zeros(s, bool)
+            valid[: len(row) - 1] = True
+            loss, d, _ = cross_entropy(logits, targets, valid)
+            total += loss
+            dlog = to_bc1s((d * (scale / n_tokens)).astype(np.float32), s)
+            bfeed = {**feed, self.bw.cotangents["logits"]: dlog}
+            for name in self.bw.saved:
+                bfeed[name] = fout[name]
+            t3 = time.perf_counter()
+            bout = self._run(1, bfeed)
+            t4 = time.perf_counter()
+            inv = np.float32(1.0 / scale)
+            if self.lora_rank:
+                for name, out in self.bw.input_grads.items():
+                    g = np.asarray(bout[out], np.float32).reshape(grads[name].shape) * inv
+                    if any(name == sl.b_input for sl in self.lora_slots):
+                        g = g * np.float32(self.lora_alpha / self.lora_rank)
+                    grads[name] += g
+            else:
+                ir = self.bw.gather({k: np.asarray(v, np.float32) for k, v in bout.items()},
+                                    {k: lay.ir_shape for k, lay in self.layouts.items()})
+                for k, g in ir.items():
+                    grads[k] += self.layouts[k].to_checkpoint(g * inv)
+                dx = from_bc1s(np.asarray(bout[self.bw.input_grads["x"]], np.float32)) * inv
+                embed_adjoint(grads, self.roles, inp[: len(row) - 1], dx[: len(row) - 1])
+            t_fwd += t2 - t1
+            t_bwd += t4 - t3
+            t_host += (t1 - t0) + (t3 - t2) + (time.perf_counter() - t4)
+        self.last_loss = total / n_tokens
+        self.timings.update(forward_s=t_fwd, backward_s=t_bwd, host_s=t_host)
+        if self.lora_rank:
+            return {self._peft_key(k): v for k, v in grads.items()}
+        return grads
+
+    def step(self, input_ids: Any, lr: float | None = None) -> float:
+        """One optimizer step on ``input_ids``; returns the loss (before the step). A step whose
+        gradients are not finite, or whose new weights leave the fp16 range, is skipped (the
+        loss scale halves) and changes nothing."""
+        grads = self.gradients(input_ids)
+        if self.lora_rank:
+            grads = {self._param_of_peft(k): v for k, v in grads.items()}
+        t0 = time.perf_counter()
+        finite = all_finite(grads)
+        norm = float("nan")
+        skipped = not finite
+        if finite:
+            norm = clip_(grads, self.grad_clip)
+            if not self.opt.step(self.params, grads, self.decay, lr=lr, check=_fp16_ok):
+                skipped = True
+        t1 = time.perf_counter()
+        self.scaler.update(not skipped)
+        if not skipped:
+            self._push_weights()
+        t2 = time.perf_counter()
+        self.timings.update(optimizer_s=t1 - t0, reload_s=t2 - t1)
+        self.step_index += 1
+        self.history.append({"step": self.step_index, "loss": self.last_loss, "grad_norm": norm,
+                             "loss_scale": self.scaler.scale, "skipped": skipped})
+        return self.last_loss
+
+    def _push_weights(self) -> None:
+        """The new weights into the programs: input surfaces (or a verified reload when baked)."""
+        if self.lora_rank:
+            return  # adapters are inputs of every call
+        if self.backend == "interp":
+            self._store = self._ir_store()
+            return
+        if self._programs is None:
+            return
+        new = {k: self.layouts[k].to_ir(self.params[k]) for k in self.trainable}
+        for p in self._programs:
+            p.reload_weights(new)
+
+    # ---- saving -------------------------------------------------------------------------
+    def _peft_key(self, input_name: str) -> str:
+        for s in self.lora_slots:
+            if input_name in (s.a_input, s.b_input):
+                part = "lora_A" if input_name == s.a_input else "lora_B"
+                return f"base_model.model.{s.module}.{part}.weight"
+        raise KeyError(input_name)
+
+    def _param_of_peft(self, key: str) -> str:
+        for s in self.lora_slots:
+            for n in (s.a_input, s.b_input):
+                if self._peft_key(n) == key:
+                    return n
+        raise KeyError(key)
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """A Hugging Face checkpoint (config, safetensors, tokenizer files) that transformers
+        loads; in LoRA mode a PEFT adapter (adapter_config.json + adapter_model.safetensors).
+        Written atomically."""
+        from anec.training.state import save_hf, save_peft
+
+        if self.lora_rank:
+            return save_peft(self, directory)
+        return save_hf(self, directory)
+
+    def close(self) -> None:
+        if self._programs is not None:
+            for p in self._programs:
+                p.close()
+            self._programs = None
+        if self._own_runtime and self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None
+
+    def __enter__(self) -> "Trainer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _fp16_ok(key: str, arr: np.ndarray) -> bool:
+    return bool(np.isfinite(arr).all()) and float(np.max(np.abs(arr), initial=0.0)) <= FP16_MAX
+
+
+__all__ = ["Trainer", "TrainingError"]
