@@ -31,7 +31,7 @@ import numpy as np
 
 from anec.diagnostics import AnecError, ArtifactError, RuntimeFailure, WeightError, did_you_mean
 from anec.runtime import native
-from anec.runtime.weights import materialize, patched_blobs
+from anec.runtime.weights import patched_blobs, weight_input_values
 
 __all__ = ["Runtime", "Program", "RuntimeFailure", "backend_available"]
 
@@ -507,7 +507,7 @@ class Program(_Closing):
             if k not in as_inputs and k not in blob_keys:
                 raise WeightError(f"unknown weight '{k}' for program '{self.name}'",
                                   hint=did_you_mean(k, sorted(blob_keys | set(as_inputs))))
-        inputs = {as_inputs[k]["input"]: materialize(k, v, as_inputs[k]) for k, v in weights.items() if k in as_inputs}
+        inputs = weight_input_values(self._weight_inputs.values(), weights)
         blob_weights = {k: v for k, v in weights.items() if k in blob_keys}
         blobs = {}
         if blob_weights:

@@ -20,7 +20,7 @@ import numpy as np
 
 from anec.diagnostics import RuntimeFailure, WeightError, did_you_mean
 from anec.runtime import native
-from anec.runtime.weights import materialize, patched_blobs
+from anec.runtime.weights import patched_blobs, weight_input_values
 
 if TYPE_CHECKING:
     from anec.mil.pipeline import PipelineArtifact
@@ -180,7 +180,7 @@ class PipelineProgram(_pipeline_base()):  # type: ignore[misc]
             if key not in known:
                 raise WeightError(f"unknown weight '{key}' for program '{self.name}'",
                                   hint=did_you_mean(key, sorted(known)))
-        inputs = {as_inputs[k]["input"]: materialize(k, v, as_inputs[k]) for k, v in weights.items() if k in as_inputs}
+        inputs = weight_input_values(self._weight_inputs.values(), weights)
         blobs: list[dict[str, bytes]] = []
         for prog, ws in zip(self.stages, per_stage):
             if not ws:

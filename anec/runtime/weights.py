@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -120,3 +120,10 @@ def patched_blobs(manifest: Mapping[str, Any], current: Mapping[str, bytes],
             out[path] = bytearray(current[path])
         _patch(out[path], path, int(e["offset"]), arr.tobytes(), e["dtype"], e["key"])
     return {p: bytes(b) for p, b in out.items()}
+
+
+def weight_input_values(entries: Iterable[Mapping[str, Any]], weights: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Input name -> new value of every weight compiled as an input whose key is in ``weights``
+    (a key read under several views, e.g. a weight and its transpose, fills each view's input)."""
+    return {w["input"]: materialize(w["key"], weights[w["key"]], w) for w in entries if w["key"] in weights}
+

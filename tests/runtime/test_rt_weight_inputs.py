@@ -139,3 +139,31 @@ def test_an_example_module_with_every_weight_as_an_input_matches_the_interpreter
     ref = interpret(module.funcs["mlp"], {"x": x}, store, mode="fp16")["y"]
     err = np.abs(got - ref) / (np.abs(ref) + 1e-2)
     assert float(np.max(np.abs(got - ref))) < 2e-2 * max(1.0, float(np.max(np.abs(ref)))), float(err.max())
+
+
+TWO_VIEWS = """\
+func tv(%x: fp16[1, 8, 1, 16]) {
+  %w = const(weight="w") : fp16[8, 8, 1, 1]
+  %wt = const(weight="w", perm=[1, 0, 2, 3]) : fp16[8, 8, 1, 1]
+  %a = conv1x1(%x, %w)
+  %b = conv1x1(%a, %wt)
+  return %b
+}
+"""
+
+
+def test_a_key_read_under_two_views_reloads_both(tmp_path):
+    """A weight and its transpose (as backward programs read them) are two inputs of one key:
+    a reload fills both."""
+    m = parse(TWO_VIEWS, "tv.ir")
+    s0, s1 = random_weights(m, 0), random_weights(m, 1)
+    art = compile_module(m, weights=s0, weights_as_inputs=["all"]).artifacts["tv"]
+    assert len(art.manifest["weight_inputs"]) == 2
+    x = np.random.default_rng(3).standard_normal((1, 8, 1, 16)).astype(np.float16)
+    with Runtime("sim", temp_root=tmp_path / "rt") as rt:
+        p = rt.load(art)
+        p.reload_weights({"w": s1["w"]})
+        got = p(x=x)["b"]
+    fresh = compile_module(m, weights=s1, weights_as_inputs=["all"]).artifacts["tv"]
+    with Runtime("sim", temp_root=tmp_path / "fresh") as rt:
+        np.testing.assert_array_equal(got, rt.load(fresh)(x=x)["b"])
