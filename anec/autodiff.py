@@ -556,6 +556,80 @@ gradient)."""
 
 
 # ---------------------------------------------------------------------------
+# fused rules: subgraphs whose op-by-op VJP would overflow fp16
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fused:
+    """A subgraph differentiated as a whole: ``match(node)`` returns the operands the whole
+    reads and the inner nodes it covers (no rule runs for them), or None."""
+
+    name: str
+    match: Callable[[Node], "tuple[list[Value], list[Node]] | None"]
+    rule: Rule
+
+
+def _producer(v: Value, op: str) -> Node | None:
+    p = v.producer
+    return p if p is not None and p.op == op else None
+
+
+def _match_normalize(node: Node) -> "tuple[list[Value], list[Node]] | None":
+    """``y = a * rsqrt(mean(a * a, axes, keep) + eps)`` (RMSNorm, and LayerNorm after its mean
+    subtraction); ``pow(v, -0.5)`` for ``rsqrt`` and no ``eps`` also match."""
+    if node.op != "mul":
+        return None
+    for a, r in (node.operands, node.operands[::-1]):
+        rs = _producer(r, "rsqrt")
+        if rs is None:
+            rs = _producer(r, "pow")
+            e = rs.operands[1].producer if rs is not None else None
+            if e is None or e.op != "const" or e.attrs.get("value") not in (-0.5,):
+                continue
+        v = rs.operands[0]
+        inner = [rs]
+        add = _producer(v, "add")
+        if add is not None:
+            const = [x for x in add.operands if x.producer is not None and x.producer.op == "const"
+                     and x.type.rank == 0]
+            if len(const) != 1:
+                continue
+            m = next(x for x in add.operands if x is not const[0])
+            inner.append(add)
+        else:
+            m = v
+        red = _producer(m, "reduce_mean")
+        if red is None or not red.attrs.get("keep_dims"):
+            continue
+        sq = _producer(red.operands[0], "mul")
+        if sq is None or sq.operands[0] is not a or sq.operands[1] is not a:
+            continue
+        inner += [red, sq]
+        # the inner values feed only this subgraph (else their other uses need their own VJPs)
+        members = {id(n) for n in inner} | {id(node)}
+        if all(all(id(u) in members for u in n.result.uses) for n in inner):
+            return [a], inner
+    return None
+
+
+def _vjp_normalize(c, xs, ys, gs, attrs):
+    """``y = a * rstd``, ``rstd = (mean(a^2) + eps)^-1/2`` over ``axes``:
+    ``da = rstd * (g - y * mean(g * y))``. Never forms ``rstd^3`` (which overflows fp16 for a
+    variance below ~1e-3), unlike the op-by-op chain."""
+    a, y = xs[0], ys[0]
+    axes = attrs["axes"]
+    g = c.full(gs[0], y.type.shape)
+    rstd = attrs["rstd"]
+    m = c.op("reduce_mean", c.op("mul", g, y), axes=list(axes), keep_dims=True)
+    return [c.op("mul", c.op("sub", g, c.op("mul", y, m)), rstd)]
+
+
+FUSED: list[Fused] = [Fused("normalize", _match_normalize, _vjp_normalize)]
+"""Fused rules, tried on every node before its own op's rule."""
+
+
+# ---------------------------------------------------------------------------
 # grad
 # ---------------------------------------------------------------------------
 
@@ -640,6 +714,17 @@ def grad(graph: Graph, *, weights: "str | Iterable[str] | None" = "all",
         if any(id(r) in reach for r in node.results):
             reach.update(id(v) for v in node.inputs())
     live = src & reach
+    fused_at: dict[int, tuple[Fused, list[Value], list[Node]]] = {}
+    covered: set[int] = set()
+    for node in graph.nodes:
+        if node.op == "const" or id(node.results[0]) not in live or id(node) in covered:
+            continue
+        for f in FUSED:
+            hit = f.match(node)
+            if hit is not None:
+                fused_at[id(node)] = (f, hit[0], hit[1])
+                covered.update(id(n) for n in hit[1])
+                break
 
     bname = f"{graph.name}_grad"
     b = Builder(bname)
@@ -692,10 +777,19 @@ def grad(graph: Graph, *, weights: "str | Iterable[str] | None" = "all",
         cots[id(v)] = g if old is None else b.op("add", old, g, name=b.graph.fresh_name(f"d_{v.name}"))
 
     for node in reversed(graph.nodes):
-        if node.op == "const" or not any(id(r) in live for r in node.results):
+        if node.op == "const" or id(node) in covered or not any(id(r) in live for r in node.results):
             continue
         gs = [cots.get(id(r)) if id(r) in live else None for r in node.results]
         if all(g is None for g in gs):
+            continue
+        if id(node) in fused_at:
+            f, operands_f, inner = fused_at[id(node)]
+            red = next(n for n in inner if n.op == "reduce_mean")
+            rs = next(n for n in inner if n.op in ("rsqrt", "pow"))
+            fctx = Ctx(b, node, [True])
+            outs = f.rule(fctx, [get(operands_f[0])], [get(node.result)], gs,
+                          {"axes": list(red.attrs["axes"]), "rstd": get(rs.result)})
+            accumulate(operands_f[0], outs[0])
             continue
         operands = list(node.operands) + list(node.optional.values())
         needs = [id(v) in live for v in operands]
@@ -785,4 +879,4 @@ def _named(b: Builder, v: Value, hint: str, taken: list[Value]) -> Value:
     return v
 
 
-__all__ = ["AutodiffError", "Backward", "Ctx", "VJP", "WeightGrad", "grad", "unview"]
+__all__ = ["AutodiffError", "Backward", "Ctx", "FUSED", "Fused", "VJP", "WeightGrad", "grad", "unview"]
