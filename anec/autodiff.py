@@ -100,6 +100,30 @@ class WeightGrad:
     """The view's declared shape (the output's shape)."""
 
 
+@dataclass(frozen=True)
+class HostGrad:
+    """A conv weight whose gradient the host computes: ``dW = sum over positions of g x^T`` from
+    two backward outputs, the conv's input ``x`` and its output's cotangent ``g``."""
+
+    x: str
+    g: str
+    key: str
+    perm: tuple[int, ...] | None
+    slice: tuple[int, int, int] | None
+    shape: tuple[int, ...]
+
+
+def host_conv_grad(x: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """``dW [Cout, Cin, 1, 1]`` of a 1x1 conv from ``x [N, Cin, H, W]`` and ``g [N, Cout, H, W]``
+    (fp32 BLAS)."""
+    n, ci = x.shape[:2]
+    co = g.shape[1]
+    x3 = np.asarray(x, np.float32).reshape(n, ci, -1)
+    g3 = np.asarray(g, np.float32).reshape(n, co, -1)
+    return np.einsum("nop,nip->oi", g3, x3, optimize=True).reshape(co, ci, 1, 1) if n > 1 else \
+        (g3[0] @ x3[0].T).reshape(co, ci, 1, 1)
+
+
 @dataclass
 class Backward:
     """A func's backward func and how its interface maps to the forward one."""
@@ -115,25 +139,35 @@ class Backward:
     saved: list[str] = field(default_factory=list)
     """``"save"`` mode: forward values returned by the forward func and taken by the backward one."""
     mode: str = "recompute"
+    host_grads: list[HostGrad] = field(default_factory=list)
+    """``weight_grads="host"``: conv weights whose gradient :meth:`gather` computes on the host."""
 
     @property
     def weight_keys(self) -> list[str]:
         """Checkpoint keys with a gradient, in first-use order."""
-        return list(dict.fromkeys(w.key for w in self.weight_grads))
+        return list(dict.fromkeys([*(w.key for w in self.weight_grads), *(h.key for h in self.host_grads)]))
 
-    def gather(self, outputs: Mapping[str, np.ndarray], shapes: Mapping[str, Sequence[int]]
-               ) -> dict[str, np.ndarray]:
+    def gather(self, outputs: Mapping[str, np.ndarray], shapes: Mapping[str, Sequence[int]],
+               device: bool = True, host: bool = True) -> dict[str, np.ndarray]:
         """Checkpoint key -> gradient (fp32, the checkpoint's shape), from the backward outputs.
 
         ``shapes``: checkpoint key -> tensor shape (a WeightStore, or any mapping
-        whose values have ``.shape`` or are shapes). Views of one key are summed."""
+        whose values have ``.shape`` or are shapes). Views of one key are summed.
+        ``device``/``host``: include the gradients the backward func computed / the
+        host-computed conv weight gradients (to run the two parts on different threads)."""
         out: dict[str, np.ndarray] = {}
-        for w in self.weight_grads:
+        for w in self.weight_grads if device else ():
             src = shapes[w.key]
             shape = tuple(int(d) for d in getattr(src, "shape", src))
             g = np.asarray(outputs[w.output], dtype=np.float32)
             out.setdefault(w.key, np.zeros(shape, np.float32))
             out[w.key] += unview(g, shape, w.perm, w.slice)
+        for h in self.host_grads if host else ():
+            src = shapes[h.key]
+            shape = tuple(int(d) for d in getattr(src, "shape", src))
+            dw = host_conv_grad(outputs[h.x], outputs[h.g])
+            out.setdefault(h.key, np.zeros(shape, np.float32))
+            out[h.key] += unview(dw, shape, h.perm, h.slice)
         return out
 
 
@@ -659,19 +693,26 @@ def _safe(name: str) -> str:
 
 def grad(graph: Graph, *, weights: "str | Iterable[str] | None" = "all",
          inputs: Iterable[str] = (), outputs: Iterable[str] | None = None,
-         mode: str = "recompute", weight_shapes: Mapping[str, Any] | None = None) -> Backward:
+         mode: str = "recompute", weight_shapes: Mapping[str, Any] | None = None,
+         weight_grads: str = "device") -> Backward:
     """The backward func of ``graph``.
 
     ``weights``: ``"all"``, glob patterns or keys of weight consts to differentiate
     (None: none). ``inputs``: func inputs to differentiate. ``outputs``: the
     differentiated outputs (default: every float output); each gets a cotangent
     input ``d_<name>``. ``mode``: ``"recompute"`` or ``"save"`` (module docstring).
+    ``weight_grads``: ``"device"`` (the backward func computes every weight
+    gradient) or ``"host"`` (conv weights' gradients are left to the host: the
+    backward func returns each such conv's input and output cotangent, and
+    :meth:`Backward.gather` multiplies them in fp32).
     ``weight_shapes``: checkpoint key -> stored tensor (or its shape), e.g. the
     WeightStore: lets a conv's transposed weight be a const view of the same
     checkpoint tensor instead of a transpose op.
     """
     if mode not in ("recompute", "save"):
         raise AutodiffError(f"unknown mode '{mode}'", hint="use recompute or save")
+    if weight_grads not in ("device", "host"):
+        raise AutodiffError(f"unknown weight_grads '{weight_grads}'", hint="use device or host")
     in_names = list(inputs)
     by_name = {v.name: v for v in graph.inputs}
     for n in in_names:
@@ -770,6 +811,8 @@ def grad(graph: Graph, *, weights: "str | Iterable[str] | None" = "all",
         res[0].producer.span = p.span
         return fwd[id(v)]
 
+    host_pairs: list[tuple[Value, Value, Node]] = []  # (conv input, conv result, weight const)
+
     def accumulate(v: Value, g: Value) -> None:
         if g.type.dtype != v.type.dtype:
             g = b.op("cast", g, dtype=v.type.dtype.value, name=b.graph.fresh_name(f"d_{v.name}_c"))
@@ -802,6 +845,15 @@ def grad(graph: Graph, *, weights: "str | Iterable[str] | None" = "all",
         rule = VJP.get(node.op)
         if rule is None:
             raise AutodiffError(f"op '{node.op}' has no VJP rule", node.span)
+        host_pair = None
+        if (weight_grads == "host" and node.op == "conv1x1" and needs[1] and operands[1].producer is not None
+                and id(operands[1].producer) in wsel):
+            needs = list(needs)
+            needs[1] = False  # the host computes it from x and the cotangent
+            host_pair = (operands[0], node.result, operands[1].producer)
+            if not any(needs):
+                host_pairs.append(host_pair)
+                continue
         ctx = Ctx(b, node, needs)
         xs = [get(v) for v in operands]
         ys = [get(r) if _reads_results(node.op) else fwd.get(id(r), r) for r in node.results]
@@ -809,6 +861,8 @@ def grad(graph: Graph, *, weights: "str | Iterable[str] | None" = "all",
         for v, g, need in zip(operands, outs, needs):
             if need and g is not None:
                 accumulate(v, g)
+        if host_pair is not None:
+            host_pairs.append(host_pair)
 
     # outputs: input gradients, then weight view gradients
     results: list[Value] = []
@@ -845,6 +899,17 @@ def grad(graph: Graph, *, weights: "str | Iterable[str] | None" = "all",
     final = {view: val for view, val in seen_views.items()}
     wgrads = [WeightGrad(final[(w.key, w.perm, w.slice, w.shape)].name, w.key, w.perm, w.slice, w.shape)
               for w in wgrads]
+    hgrads: list[HostGrad] = []
+    named_out: dict[int, Value] = {}
+    for x, y, wnode in host_pairs:
+        outs2 = []
+        for v, hint in ((get(x), f"hx_{x.name}"), (ctx0.full(cots[id(y)], y.type.shape), f"hg_{y.name}")):
+            if id(v) not in named_out:
+                named_out[id(v)] = _named(b, v, hint, results)
+                results.append(named_out[id(v)])
+            outs2.append(named_out[id(v)].name)
+        hgrads.append(HostGrad(outs2[0], outs2[1], wnode.attrs["weight"], _tup(wnode.attrs.get("perm")),
+                               _tup(wnode.attrs.get("slice")), tuple(wnode.result.type.shape)))
     if not results:
         raise AutodiffError("no requested weight or input reaches a differentiated output", graph.span)
     b.ret(*results)
@@ -858,7 +923,7 @@ def grad(graph: Graph, *, weights: "str | Iterable[str] | None" = "all",
         extra = [copies[ids[id(v)]] for v in saved]
         forward.outputs = list(forward.outputs) + [v for v in extra if v not in forward.outputs]
     return Backward(forward, b.graph, cot_in, input_grads, wgrads,
-                    [v.name for v in saved], mode)
+                    [v.name for v in saved], mode, hgrads)
 
 
 def _reads_results(op: str) -> bool:
@@ -879,4 +944,5 @@ def _named(b: Builder, v: Value, hint: str, taken: list[Value]) -> Value:
     return v
 
 
-__all__ = ["AutodiffError", "Backward", "Ctx", "FUSED", "Fused", "VJP", "WeightGrad", "grad", "unview"]
+__all__ = ["AutodiffError", "Backward", "Ctx", "FUSED", "Fused", "HostGrad", "VJP", "WeightGrad", "grad",
+           "host_conv_grad", "unview"]

@@ -31,42 +31,42 @@ class AdamW:
     def step(self, params: dict[str, np.ndarray], grads: Mapping[str, np.ndarray],
              decay: Mapping[str, bool] | None = None, lr: float | None = None,
              check: Callable[[str, np.ndarray], bool] | None = None) -> bool:
-        """Update ``params`` in place (fp32) from ``grads``; ``decay[key]`` False skips weight
-        decay. With ``check``, every new tensor is computed and checked first: if any fails,
-        nothing changes (parameters, moments, step count) and the result is False."""
-        if check is not None:
-            for k, g in grads.items():
-                p, _, _ = self._update(k, params[k], g, decay, lr, self.step_count + 1, commit=False)
-                if not check(k, p):
-                    return False
-        self.step_count += 1
-        for k, g in grads.items():
-            self._update(k, params[k], g, decay, lr, self.step_count, commit=True)
-        return True
+        """Update ``params`` (fp32) from ``grads``; ``decay[key]`` False skips weight decay.
 
-    def _update(self, k: str, p: np.ndarray, g: np.ndarray, decay: Mapping[str, bool] | None,
-                lr: float | None, t: int, commit: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        New parameters and moments are computed into new arrays and committed only when every
+        new parameter passes ``check``: otherwise nothing changes (parameters, moments, step
+        count) and the result is False."""
+        t = self.step_count + 1
         lr = self.lr if lr is None else lr
-        g = g.astype(np.float32, copy=False)
-        m = self.m.get(k)
-        v = self.v.get(k)
-        m = np.zeros_like(p) if m is None else m
-        v = np.zeros_like(p) if v is None else v
-        if not commit:
-            p, m, v = p.copy(), m.copy(), v.copy()
-        if self.weight_decay and (decay is None or decay.get(k, True)):
-            p *= np.float32(1.0 - lr * self.weight_decay)
-        m *= np.float32(self.beta1)
-        m += np.float32(1.0 - self.beta1) * g
-        v *= np.float32(self.beta2)
-        v += np.float32(1.0 - self.beta2) * (g * g)
-        bc1 = 1.0 - self.beta1 ** t
-        bc2 = 1.0 - self.beta2 ** t
-        denom = np.sqrt(v / np.float32(bc2)) + np.float32(self.eps)
-        p -= np.float32(lr / bc1) * (m / denom)
-        if commit:
+        step_size = np.float32(lr / (1.0 - self.beta1 ** t))
+        inv_bc2 = np.float32(1.0 / (1.0 - self.beta2 ** t))
+        b1, b2 = np.float32(self.beta1), np.float32(self.beta2)
+        new: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        for k, g in grads.items():
+            p = params[k]
+            g = np.asarray(g, np.float32)
+            m = self.m.get(k)
+            v = self.v.get(k)
+            m = (1 - b1) * g if m is None else b1 * m + (1 - b1) * g
+            g2 = g * g
+            v = (1 - b2) * g2 if v is None else b2 * v + (1 - b2) * g2
+            denom = np.sqrt(v * inv_bc2)
+            denom += np.float32(self.eps)
+            upd = m / denom
+            upd *= step_size
+            if self.weight_decay and (decay is None or decay.get(k, True)):
+                pn = p * np.float32(1.0 - lr * self.weight_decay)
+                pn -= upd
+            else:
+                pn = p - upd
+            if check is not None and not check(k, pn):
+                return False
+            new[k] = (pn, m, v)
+        self.step_count = t
+        for k, (pn, m, v) in new.items():
+            params[k] = pn
             self.m[k], self.v[k] = m, v
-        return p, m, v
+        return True
 
 
 def global_norm(grads: Mapping[str, np.ndarray]) -> float:

@@ -77,7 +77,7 @@ class Trainer:
                  lora_rank: int = 0, lora_alpha: float | None = None,
                  lora_targets: Sequence[str] | None = None, activations: str = "recompute",
                  weights: str = "inputs", target: str | None = None, loss_scale: float = 2.0 ** 10,
-                 runtime: Any = None) -> None:
+                 weight_grads: str = "device", runtime: Any = None) -> None:
         if seq_len < 1:
             raise TrainingError(f"seq_len must be >= 1, got {seq_len}")
         if batch_size < 1:
@@ -114,7 +114,8 @@ class Trainer:
         else:
             self.trainable = list(self.layouts)
             bw = grad(forward, weights=self.trainable, inputs=["x"], mode=activations,
-                      weight_shapes={k: lay.ir_shape for k, lay in self.layouts.items()})
+                      weight_shapes={k: lay.ir_shape for k, lay in self.layouts.items()},
+                      weight_grads=weight_grads)
         self.bw: Backward = bw
         if self.lora_rank == 0:  # every trainable IR tensor and the host tables
             for k in [*self.trainable, *self.roles.values()]:
@@ -244,6 +245,8 @@ class Trainer:
         pos = self._position_feed()
         n_tokens = ids.shape[0] * (ids.shape[1] - 1)
         total = 0.0
+        shapes = {k: lay.ir_shape for k, lay in self.layouts.items()}
+        pending: list[Any] = []
         t_fwd = t_bwd = t_host = 0.0
         for row in ids:
             t0 = time.perf_counter()
@@ -278,17 +281,24 @@ class Trainer:
                         g = g * np.float32(self.lora_alpha / self.lora_rank)
                     grads[name] += g
             else:
-                ir = self.bw.gather({k: np.asarray(v, np.float32) for k, v in bout.items()},
-                                    {k: lay.ir_shape for k, lay in self.layouts.items()})
+                ir = self.bw.gather(bout, shapes, host=False)
                 for k, g in ir.items():
                     grads[k] += self.layouts[k].to_checkpoint(g * inv)
+                if self.bw.host_grads:  # conv weight gradients in fp32 BLAS, while the device runs on
+                    pending.append(_host_pool().submit(self.bw.gather, bout, shapes, False, True))
                 dx = from_bc1s(np.asarray(bout[self.bw.input_grads["x"]], np.float32)) * inv
                 embed_adjoint(grads, self.roles, inp[: len(row) - 1], dx[: len(row) - 1])
             t_fwd += t2 - t1
             t_bwd += t4 - t3
             t_host += (t1 - t0) + (t3 - t2) + (time.perf_counter() - t4)
+        t5 = time.perf_counter()
+        inv = np.float32(1.0 / scale)
+        for fut in pending:
+            for k, g in fut.result().items():
+                grads[k] += self.layouts[k].to_checkpoint(g * inv)
+        t_wait = time.perf_counter() - t5
         self.last_loss = total / n_tokens
-        self.timings.update(forward_s=t_fwd, backward_s=t_bwd, host_s=t_host)
+        self.timings.update(forward_s=t_fwd, backward_s=t_bwd, host_s=t_host, weight_grads_wait_s=t_wait)
         if self.lora_rank:
             return {self._peft_key(k): v for k, v in grads.items()}
         return grads
@@ -371,6 +381,19 @@ class Trainer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+_POOL: Any = None
+
+
+def _host_pool() -> Any:
+    """One worker thread for host weight gradients (numpy's BLAS releases the GIL)."""
+    global _POOL
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anec-wgrad")
+    return _POOL
 
 
 def _fp16_ok(key: str, arr: np.ndarray) -> bool:

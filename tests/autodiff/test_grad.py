@@ -148,3 +148,66 @@ def test_bad_requests_are_clear_errors():
         grad(g, mode="fast")
     with pytest.raises(AutodiffError, match="nothing to differentiate"):
         grad(g, weights=None)
+
+
+NORM = """
+func ln(%x: fp16[1, 64, 1, 8]) {
+  %mu = reduce_mean(%x, axes=[1], keep_dims=true)
+  %xc = sub(%x, %mu)
+  %sq = mul(%xc, %xc)
+  %var = reduce_mean(%sq, axes=[1], keep_dims=true)
+  %eps = const(value=1e-05) : fp16[]
+  %ve = add(%var, %eps)
+  %r = rsqrt(%ve)
+  %y = mul(%xc, %r)
+  return %y
+}
+"""
+
+
+def test_normalization_is_differentiated_as_a_whole_and_stays_finite_in_fp16(monkeypatch):
+    """A row with standard deviation 2e-3 (a variance of 4e-6): rstd^3 = 1.2e8 overflows fp16, so
+    the op-by-op chain gives Inf/NaN; the fused rule gives torch's gradient."""
+    import anec.autodiff as ad
+
+    m = parse(NORM, "n.ir")
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((1, 64, 1, 8)) * 2e-3).astype(np.float16)
+    dy = rng.standard_normal((1, 64, 1, 8)).astype(np.float16)
+    xt = torch.tensor(x.astype(np.float64), requires_grad=True)
+    xc = xt - xt.mean(1, keepdim=True)
+    (xc * torch.rsqrt((xc * xc).mean(1, keepdim=True) + 1e-5) * torch.tensor(dy.astype(np.float64))).sum().backward()
+    ref = xt.grad.numpy()
+
+    bw = grad(m.funcs["ln"], weights=None, inputs=["x"])
+    assert not any(n.op == "rsqrt" for n in bw.backward.nodes if n.results[0].name.startswith("dr"))
+    got = interpret(bw.backward, {"x": x, bw.cotangents["y"]: dy}, mode="fp16")[bw.input_grads["x"]]
+    c, r = cos_rel(got, ref)
+    assert np.isfinite(got).all() and c >= 0.999 and r <= 1e-2, (c, r)
+
+    monkeypatch.setattr(ad, "FUSED", [])
+    chain = grad(m.funcs["ln"], weights=None, inputs=["x"])
+    bad = interpret(chain.backward, {"x": x, chain.cotangents["y"]: dy}, mode="fp16")[chain.input_grads["x"]]
+    assert not np.isfinite(bad).all()
+
+
+@pytest.mark.parametrize("backend", ["interp", "sim"])
+def test_conv_weight_gradients_on_the_host(mlp, backend, tmp_path):
+    g, store, x, dy, (dx_ref, dw_ref) = mlp
+    bw = grad(g, weights="all", inputs=["x"], weight_shapes=store, weight_grads="host")
+    convs = {"h.0.mlp.c_fc.weight", "h.0.mlp.c_proj.weight"}
+    assert {h.key for h in bw.host_grads} == convs
+    assert not convs & {w.key for w in bw.weight_grads}
+    assert not any(n.op == "matmul" for n in bw.backward.nodes)  # no dW product on the device
+    feed = {"x": x, bw.cotangents["y"]: dy}
+    if backend == "interp":
+        out = interpret(bw.backward, feed, store, mode="fp32")
+    else:
+        m = Module()
+        m.add_func(bw.backward)
+        with Runtime("sim", temp_root=tmp_path) as rt:
+            out = rt.load(compile_module(m, weights=store).artifacts["mlp_grad"])(**feed)
+    grads = bw.gather(out, store)
+    for k, ref in dw_ref.items():
+        c, r = cos_rel(grads[k], ref)
+        assert c >= 0.999 and r <= 1e-2, (k, c, r)

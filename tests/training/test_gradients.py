@@ -34,12 +34,14 @@ def torch_grads(path, ids):
 
 
 @pytest.mark.parametrize("which", ["gpt2_ckpt", "llama_ckpt"])
-@pytest.mark.parametrize("backend", ["sim", "interp"])
-def test_gradients_match_torch(request, which, backend):
+@pytest.mark.parametrize("backend,weight_grads,activations", [
+    ("sim", "device", "recompute"), ("sim", "host", "recompute"), ("sim", "device", "save"),
+    ("interp", "device", "recompute")])
+def test_gradients_match_torch(request, which, backend, weight_grads, activations):
     path = request.getfixturevalue(which)
     ids = np.random.default_rng(0).integers(0, 320, (2, 25))
     loss_ref, ref = torch_grads(path, ids)
-    with Trainer(path, backend=backend, seq_len=32) as tr:
+    with Trainer(path, backend=backend, seq_len=32, weight_grads=weight_grads, activations=activations) as tr:
         got = tr.gradients(ids)
         assert abs(tr.last_loss - loss_ref) <= 1e-3 * loss_ref
     compare(got, ref)
