@@ -220,14 +220,17 @@ _ENTRIES = (
         "17 BLOBFILE tensors fail with InvalidMILProgram; any pow/add/mul with an inline "
         "scalar lowers the cap to 15 (does not stack)",
         "Orion community issue mechramc/Orion#3 (measured on M4)", REPORTED,
-        "error", "legalize: check_blob_budget",
-        "Counted after all rewrites: one tensor per weight const (identical weight consts are "
-        "merged first); value= consts are inline literals in MIL and do not count. The cap "
-        "drops by the scalar penalty when an add/sub/mul/real_div/pow takes a rank-0 const. "
-        "Over the cap is an error suggesting to split the func (partitioning is future work).",
+        "rewrite or error", "legalize: partition (anec/passes/partition.py)",
+        "Counted after all rewrites, per program: one tensor per weight const (identical weight "
+        "consts are merged first); value= consts are inline literals in MIL and do not count. "
+        "The cap drops by the scalar penalty when an add/sub/mul/real_div/pow takes a rank-0 "
+        "const. A func over the cap is cut into a pipeline of programs, each within it (fewest "
+        "programs, then fewest bytes between them); a node that alone reads more tensors than "
+        "a program holds is an error at that node.",
         "compile",
-        (f"{_LEG}::test_blob_budget_is_enforced",
+        (f"{_LEG}::test_blob_budget_cuts_the_func_into_programs",
          f"{_LEG}::test_blob_budget_scalar_penalty",
+         "tests/passes/test_partition.py::test_a_node_that_fits_no_program_is_a_located_error",
          f"{_SIM}::test_blob_budget_and_scalar_penalty"),
         target_fields=("max_blob_tensors", "scalar_penalty"),
     ),

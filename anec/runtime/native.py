@@ -135,6 +135,19 @@ def mask_names(bits: int) -> list[str]:
     return [n for n, b in STRATEGIES.items() if bits & b]
 
 
+def _out_array(outputs: list[np.ndarray]) -> tuple[Any, list[Any]]:
+    """``anec_io[]`` over preallocated C-contiguous output arrays (and the buffers to keep alive)."""
+    ob = ffi.new("anec_io[]", max(1, len(outputs)))
+    keep = []
+    for j, a in enumerate(outputs):
+        c = ffi.from_buffer("uint8_t[]", a.reshape(-1).view(np.uint8), require_writable=True)
+        keep.append(c)
+        ob[j].dtype = DTYPE_CODES[_np_name(a.dtype)]
+        ob[j].data = c
+        ob[j].bytes = a.nbytes
+    return ob, keep
+
+
 def _io_array(items: list[tuple[int, Any] | None]) -> tuple[Any, list[Any]]:
     """cdata anec_io[] from (dtype code, C-contiguous array) or None (keep), plus keep-alives."""
     arr = ffi.new("anec_io[]", max(1, len(items)))
@@ -282,14 +295,7 @@ class NativeProgram:
         """anec_call: inputs in binding order ((dtype code, array) or None to keep
         the surface), outputs as preallocated C-contiguous arrays."""
         ib, keep_in = _io_array(inputs)
-        ob = ffi.new("anec_io[]", max(1, len(outputs)))
-        keep_out = []
-        for j, a in enumerate(outputs):
-            c = ffi.from_buffer("uint8_t[]", a.reshape(-1).view(np.uint8), require_writable=True)
-            keep_out.append(c)
-            ob[j].dtype = DTYPE_CODES[_np_name(a.dtype)]
-            ob[j].data = c
-            ob[j].bytes = a.nbytes
+        ob, keep_out = _out_array(outputs)
         rc = lib.anec_call(self.ptr, ib, len(inputs), ob, len(outputs))
         del keep_in, keep_out
         self.rt.check(rc)
@@ -407,14 +413,7 @@ class NativePipeline:
 
     def call(self, inputs: list[tuple[int, np.ndarray] | None], outputs: list[np.ndarray]) -> None:
         ib, keep_in = _io_array(inputs)
-        ob = ffi.new("anec_io[]", max(1, len(outputs)))
-        keep_out = []
-        for j, a in enumerate(outputs):
-            c = ffi.from_buffer("uint8_t[]", a.reshape(-1).view(np.uint8), require_writable=True)
-            keep_out.append(c)
-            ob[j].dtype = DTYPE_CODES[_np_name(a.dtype)]
-            ob[j].data = c
-            ob[j].bytes = a.nbytes
+        ob, keep_out = _out_array(outputs)
         rc = lib.anec_pipeline_call(self.ptr, ib, len(inputs), ob, len(outputs))
         del keep_in, keep_out
         self.rt.check(rc)
