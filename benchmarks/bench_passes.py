@@ -87,7 +87,7 @@ def measure_one(n: int) -> dict:
     t1 = time.perf_counter()
     verify(module)
     t2 = time.perf_counter()
-    ctx = PassContext.default("m4")
+    ctx = PassContext.default()
     run_pipeline(module, OPTIMIZE, ctx)
     t3 = time.perf_counter()
     per_pass: dict[str, float] = {}

@@ -154,7 +154,7 @@ class Builder:
             if v.name in seen:
                 raise VerifyError(f"value %{v.name} is returned twice", hint="return it once, or add an identity")
             seen.add(v.name)
-        self.graph.outputs = list(values)
+        self.graph.set_outputs(values)
         return self.graph
 
     @staticmethod

@@ -8,8 +8,9 @@ and ``graph.return_span`` the span of its ``return`` statement.
 The grammar only knows the generic statement shape. This module adds what
 needs no op table (literal words, dtype names, value-name syntax, duplicate
 keywords, SSA name resolution) and infers the type of a statement written
-without ``: type``, reusing the verifier's per-node checks so errors read the
-same whether a type was written or inferred. Everything else is the verifier's
+without ``: type`` with the op table's per-node checks
+(:func:`anec.ir.ops.infer_node_types`, which the verifier uses too), so errors
+read the same whether a type was written or inferred. Everything else is the verifier's
 job: ``parse`` accepts ``%y = add(%x, %x) : fp32[7]`` and ``verify`` rejects it.
 
 Every problem becomes a :class:`~anec.diagnostics.ParseError` (syntax) or a
@@ -19,8 +20,6 @@ where a fix is likely, a hint. Lark exceptions never escape.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import math
 import re
@@ -34,17 +33,12 @@ from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from anec.diagnostics import AnecError, ParseError, Source, Span, VerifyError, did_you_mean
-from anec.ir.graph import Graph, Module, Node, Value, WeightSource
+from anec.ir.graph import Graph, Module, Node, Value, WeightSource, no_cyclic_gc
+from anec.ir.lexical import MAX_LIST_DEPTH
+from anec.ir.ops import infer_node_types
 from anec.ir.types import DTYPE_NAMES, TensorType, dtype_hint, parse_dtype
 
-__all__ = ["Comment", "Layout", "no_cyclic_gc", "parse", "parse_file", "parse_with_layout"]
-
-VALUE_NAME = re.compile(r"[A-Za-z0-9_]+\Z")
-"""A value name (without ``%``): letters, digits and ``_`` (``x``, ``h_0``, ``3``,
-``0_weight``), as the Builder derives them from weight keys."""
-IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-MAX_LIST_DEPTH = 32
-"""Nested-list literals deeper than this are rejected (and never printed)."""
+__all__ = ["Comment", "Layout", "parse", "parse_file", "parse_with_layout"]
 
 _WORDS: dict[str, Any] = {"true": True, "false": False, "inf": math.inf, "nan": math.nan}
 
@@ -154,27 +148,6 @@ def parse_with_layout(text: str, filename: str = "<string>") -> tuple[Module, La
         return _parse_with_layout(text, filename)
 
 
-@contextlib.contextmanager
-def no_cyclic_gc():
-    """Pause Python's cyclic garbage collector (parsing, the pass pipeline).
-
-    Both allocate many small objects while a large graph is alive; the
-    cyclic collector would rescan every live object again and again, which
-    made a 100k-node parse and pipeline superlinear (measured in
-    benchmarks/bench_passes.py). Refcounting still frees what is dropped;
-    the cycles left meanwhile (erased nodes and their results, an error's
-    traceback) are collected once the collector runs again. Its previous
-    state is restored.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _parse_with_layout(text: str, filename: str) -> tuple[Module, Layout]:
     source = Source(filename, text)
     comments: list[Token] = []
@@ -278,11 +251,13 @@ class _Walker:
 
         graph.return_span = self.span(ret)
         self.items.append((ret.meta.start_pos, ret.meta.end_pos, item_key("return", graph)))
+        returned = []
         for vtok in ret.children:
             if vtok is None:
                 continue
             name = self.value_name(vtok)
-            graph.outputs.append(self.lookup(env, name, self.span(vtok), later, len(parsed)))
+            returned.append(self.lookup(env, name, self.span(vtok), later, len(parsed)))
+        graph.set_outputs(returned)
         self.items.append((tree.meta.end_pos - 1, tree.meta.end_pos, item_key("close", graph)))
         return graph
 
@@ -342,8 +317,6 @@ class _Walker:
     def node(
         self, graph: Graph, env: dict[str, Value], st: _Stmt, later: dict[str, int], index: int
     ) -> Node:
-        from anec.ir import verifier  # the verifier imports nothing from here
-
         operands = [self.lookup(env, n, s, later, index) for n, s in st.operands]
         optional = {
             k: self.lookup(env, n, s, later, index) for k, (n, s) in st.keyword_operands.items()
@@ -355,7 +328,7 @@ class _Walker:
                     st.op_span,
                     hint="write the type after the call, e.g. `: fp16[1, 768, 1, 1]`",
                 )
-            types = verifier.infer_node_types(
+            types = infer_node_types(
                 st.op,
                 [v.type for v in operands],
                 {k: v.type for k, v in optional.items()},

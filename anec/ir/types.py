@@ -66,6 +66,8 @@ _NP = {
 
 DTYPE_NAMES = tuple(d.value for d in DType)
 FLOATS = frozenset({DType.fp16, DType.fp32})
+FP16_MAX = float(np.finfo(np.float16).max)
+"""The largest finite fp16 value (65504): the ANE's range (ANE-FP16-RANGE)."""
 NUMERIC = frozenset({DType.fp16, DType.fp32, DType.int32})
 ALL_DTYPES = frozenset(DType)
 

@@ -30,19 +30,12 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from anec.ir.graph import Graph
-from anec.models.common import (
-    DEFAULT_MIN_SURFACE,
-    MASK_NEG,
-    ModelBuilder,
-    ModelError,
-    ProgramCache,
-    Progress,
-    bucket_list,
-    from_bc1s,
-    min_bucket,
-    pick_bucket,
-    to_bc1s,
-)
+from anec.models.blocks import ModelBuilder
+from anec.models.buckets import bucket_list, min_bucket, pick_bucket
+from anec.models.common import ModelError
+from anec.models.layout import MASK_NEG, from_bc1s, to_bc1s
+from anec.models.programs import ProgramCache
+from anec.models.progress import Progress
 from anec.models.hf import Checkpoint, Tokenizer, cfg_get, save_safetensors, write_text_atomic
 
 _GELU = {"gelu": "exact", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
@@ -53,7 +46,7 @@ class Bert:
 
     kind = "bert"
 
-    def __init__(self, ckpt: Checkpoint, min_surface: int = DEFAULT_MIN_SURFACE) -> None:
+    def __init__(self, ckpt: Checkpoint, min_surface: int | None = None) -> None:
         cfg = ckpt.config
         self.ckpt = ckpt
         self.d = int(cfg_get(cfg, "hidden_size"))
@@ -341,7 +334,7 @@ def cosine_matrix(e: np.ndarray) -> np.ndarray:
 
 def load_sentence_encoder(checkpoint: str, backend: str = "auto", target: str | None = None,
                           progress: Progress | None = None) -> SentenceEncoder:
-    from anec.models.common import target_limits
+    from anec.models.buckets import target_limits
     from anec.models.hf import load_checkpoint
 
     ckpt = load_checkpoint(checkpoint)

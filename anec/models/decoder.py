@@ -37,14 +37,10 @@ from typing import Any
 import numpy as np
 
 from anec.ir.graph import Graph, Value
-from anec.models.common import (
-    DEFAULT_MIN_SURFACE,
-    ModelBuilder,
-    ModelError,
-    bucket_list,
-    causal_mask,
-    min_bucket,
-)
+from anec.models.blocks import ModelBuilder
+from anec.models.buckets import bucket_list, min_bucket
+from anec.models.common import ModelError
+from anec.models.layout import causal_mask
 from anec.models.hf import Checkpoint, save_safetensors, write_text_atomic
 
 _NAME = re.compile(r"(?:L(\d+)_)?(attn|mlp|lm_head)_(?:p(\d+)|d(\d+)_t(\d+)|s(\d+))\Z")
@@ -74,7 +70,7 @@ class DecoderFrontend(ABC):
 
     kind = "decoder"
 
-    def __init__(self, ckpt: Checkpoint, cfg: DecoderConfig, min_surface: int = DEFAULT_MIN_SURFACE) -> None:
+    def __init__(self, ckpt: Checkpoint, cfg: DecoderConfig, min_surface: int | None = None) -> None:
         self.ckpt = ckpt
         self.cfg = cfg
         if cfg.d_model != cfg.n_head * cfg.head_dim:

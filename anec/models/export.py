@@ -17,7 +17,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from anec.models.common import ModelError, target_limits
+from anec.models.buckets import target_limits
+from anec.models.common import ModelError
 from anec.models.hf import load_checkpoint, write_text_atomic
 
 KINDS = ("gpt2", "llama", "bert")

@@ -17,7 +17,7 @@ Flow for a prompt of n tokens and N new tokens:
    seeded numpy generator).
 
 Programs are built, compiled and loaded on first use and cached by name
-(:class:`~anec.models.common.ProgramCache`), so later generations with the
+(:class:`~anec.models.programs.ProgramCache`), so later generations with the
 same buckets compile nothing.
 """
 
@@ -28,7 +28,11 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from anec.models.common import MASK_NEG, ModelError, ProgramCache, Progress, from_bc1s, pick_bucket, to_bc1s
+from anec.models.buckets import pick_bucket
+from anec.models.common import ModelError
+from anec.models.layout import MASK_NEG, from_bc1s, to_bc1s
+from anec.models.programs import ProgramCache
+from anec.models.progress import Progress
 from anec.models.decoder import DecoderFrontend
 from anec.models.lora import LoraAdapter, LoraSlot, apply_lora
 
@@ -260,7 +264,7 @@ class CausalLM:
 def load_causal_lm(checkpoint: str, backend: str = "auto", target: str | None = None,
                    progress: Progress | None = None, lora: LoraSpec | None = None) -> CausalLM:
     """A :class:`CausalLM` for a GPT-2 or Llama-family checkpoint directory."""
-    from anec.models.common import target_limits
+    from anec.models.buckets import target_limits
     from anec.models.hf import load_checkpoint
 
     ckpt = load_checkpoint(checkpoint)

@@ -128,20 +128,12 @@ def _add_path(graph: Graph, conv: Node, module: str, rank: int) -> LoraSlot:
     hb = mk("matmul", [ha, b], {"transpose_y": True}, f"{y.name}_lb")
     d = mk("transpose", [hb], {"perm": [0, 3, 1, 2]}, f"{y.name}_ld")
     out = mk("add", [y, d], {}, f"{y.name}_lora")
-    for user in users:
-        for i, v in enumerate(user.operands):
-            if v is y:
-                graph.set_operand(user, i, out)
-        for k, v in list(user.optional.items()):
-            if v is y:
-                v.uses.remove(user)
-                user.optional[k] = out
-                out.uses.append(user)
+    graph.replace_uses(y, out, users)
     if y in graph.outputs:
         keep = y.name
-        y.name = graph.fresh_name(keep + "_base")
-        out.name = keep
-        graph.outputs = [out if v is y else v for v in graph.outputs]
+        graph.rename_value(y, graph.fresh_name(keep + "_base"))
+        graph.rename_value(out, keep)
+        graph.replace_output(y, [out])
     return LoraSlot(module, a.name, b.name, cin, cout, rank)
 
 

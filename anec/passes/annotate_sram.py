@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from anec.ir.ops import is_weight_const
 from anec.passes.base import Pass, PassContext
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ SRAM_KEYS = ("in_bytes", "out_bytes", "weight_bytes", "live_bytes", "spill")
 
 def _is_weight(v: "Value") -> bool:
     p = v.producer
-    return p is not None and p.op == "const" and "weight" in p.attrs
+    return p is not None and is_weight_const(p)
 
 
 def _is_const(v: "Value") -> bool:
@@ -97,8 +98,7 @@ def sram_report(graph: "Graph", target: "Target") -> dict[str, Any]:
             spills.append(n.results[0].name)
         if live[i] > peak:
             peak, peak_node = live[i], n.results[0].name
-    weights = sum(n.result.type.nbytes for n in graph.nodes
-                  if n.op == "const" and "weight" in n.attrs)
+    weights = sum(n.result.type.nbytes for n in graph.nodes if is_weight_const(n))
     return {
         "target": target.name,
         "sram_bytes": target.sram_bytes,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from anec.ir.ops import OPS, const_literal, literal_shape
+from anec.ir.ops import OPS, const_literal, is_weight_const, literal_shape
 from anec.ir.types import DType
 from anec.passes.base import Pass, PassContext
 from anec.passes.rewrite import Rewriter, rewrite_greedily
@@ -97,7 +97,7 @@ def _stored_dtype(key: str, rw: Rewriter) -> DType | None:
 # cast(const(weight=k) : a, b) -> const(weight=k) : b if a holds every stored value (floats)
 def fold_cast_into_weight(node: "Node", rw: Rewriter) -> "Value | None":
     const = _cast_value(node).producer
-    if const is None or const.op != "const" or "weight" not in const.attrs:
+    if const is None or not is_weight_const(const):
         return None
     a, b = const.result.type.dtype, _target(node)
     stored = _stored_dtype(const.attrs["weight"], rw)

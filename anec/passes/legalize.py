@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Callable, ClassVar, Sequence
 import numpy as np
 
 from anec.diagnostics import ConstraintError
-from anec.ir.types import DType
+from anec.ir.ops import BINARY, is_weight_const, weight_view
+from anec.ir.types import FP16_MAX, DType
 from anec.passes.annotate_sram import sram_report
 from anec.passes.base import Pass, PassContext
 from anec.passes.dce import remove_dead_nodes
@@ -22,8 +23,7 @@ from anec.passes.rewrite import erase_if_dead, rewrite_greedily
 if TYPE_CHECKING:
     from anec.ir.graph import Graph, Node
 
-FP16_MAX = 65504.0
-SCALAR_OPS = frozenset({"add", "sub", "mul", "real_div", "pow"})
+SCALAR_OPS = BINARY
 """Elementwise ops whose inline scalar operand lowers the BLOBFILE cap (ANE-BLOB-BUDGET)."""
 
 
@@ -97,7 +97,7 @@ def reshape_io_to_rank4(rw: LegalizeRewriter) -> None:
             continue
         logical = v.type
         users = list(dict.fromkeys(v.uses))
-        v.type = logical.with_shape(device_shape(logical.shape))
+        g.set_input_type(v, logical.with_shape(device_shape(logical.shape)))
         others = [u for u in users if u.op != "reshape"]  # a reshape reads the device shape as well
         outputs = {id(o) for o in g.outputs}
         for u in users:  # a reshape to the device shape is now a no-op: its users read %x
@@ -112,16 +112,14 @@ def reshape_io_to_rank4(rw: LegalizeRewriter) -> None:
             else:  # a scalar: the sum of its one element (a reshape to rank 0 needs an empty shape)
                 lv = rw.op("reduce_sum", v, axes=[0, 1, 2, 3], keep_dims=False, name=lname, at=at)
             made.add(id(lv.producer))
-            for u in others:
-                u.operands = [lv if o is v else o for o in u.operands]
-                u.optional = {k: (lv if o is v else o) for k, o in u.optional.items()}
-            g.rebuild_uses()
+            g.replace_uses(v, lv, others)
+            g.rebuild_uses()  # use lists in node order, as the rules that follow iterate them
         g.meta.setdefault("logical_inputs", []).append(
             {"name": v.name, "dtype": str(logical.dtype), "shape": list(logical.shape)})
         rw.record("ANE-IO-RANK4", f"input %{v.name} {logical} is {v.type} on the device (the same "
                   "elements)", name=v.name, span=v.span)
     counts = Counter(id(v) for v in g.outputs)
-    for pos, v in enumerate(list(g.outputs)):
+    for v in list(g.outputs):
         # an input returned as is or a value returned twice stays: emit-mil rejects both
         if v.type.rank == 4 or v.producer is None or counts[id(v)] > 1:
             continue
@@ -135,7 +133,7 @@ def reshape_io_to_rank4(rw: LegalizeRewriter) -> None:
             y = rw.op("reshape", src, shape=list(dev.shape), name=g.fresh_name(f"{name}_device"))
         g.rename_value(v, g.fresh_name(f"{name}_logical"))
         g.rename_value(y, name)
-        g.outputs[pos] = y
+        g.replace_output(v, [y])
         g.meta.setdefault("logical_outputs", []).append(
             {"name": name, "axis": None, "pieces": [name], "dtype": str(logical.dtype),
              "shape": list(logical.shape)})
@@ -173,20 +171,17 @@ def check_io_dtypes(rw: LegalizeRewriter) -> None:
     for kind, v in ios:
         if kind == "input":
             users = list(v.uses)
-            v.type = v.type.with_dtype(DType.fp16)
+            g.set_input_type(v, v.type.with_dtype(DType.fp16))
             first = g.nodes[0] if g.nodes else None
             c = rw.op("cast", v, dtype=DType.fp32, name=g.fresh_name(f"{v.name}_f32"), at=first)
-            for u in users:
-                u.operands = [c if o is v else o for o in u.operands]
-                u.optional = {k: (c if o is v else o) for k, o in u.optional.items()}
+            g.replace_uses(v, c, users)
         else:
             c = rw.op("cast", v, dtype=DType.fp16, name=g.fresh_name(f"{v.name}_f16"))
-            pos = g.outputs.index(v)
             out_name = v.name
             g.rename_value(v, g.fresh_name(f"{out_name}_f32"))
             g.rename_value(c, out_name)
-            g.outputs[pos] = c
-        g.rebuild_uses()
+            g.replace_output(v, [c])
+        g.rebuild_uses()  # use lists in node order, as the rules that follow iterate them
         name = v.name if kind == "input" else c.name
         casts.append({"name": name, "kind": kind, "host_dtype": "fp32", "program_dtype": "fp16"})
         span = v.span if kind == "input" else (g.return_span or v.span)
@@ -202,7 +197,7 @@ def check_weight_range(rw: LegalizeRewriter) -> None:
         return
     seen: set[str] = set()
     for n in rw.graph.nodes:
-        if n.op != "const" or "weight" not in n.attrs or not n.result.type.dtype.is_float:
+        if not is_weight_const(n) or not n.result.type.dtype.is_float:
             continue
         key = n.attrs["weight"]
         if key in seen or key not in store:
@@ -238,10 +233,9 @@ def merge_duplicate_weights(graph: "Graph") -> int:
     first: dict[tuple, "Node"] = {}
     merged, dead = 0, []
     for n in list(graph.nodes):
-        if n.op != "const" or "weight" not in n.attrs:
+        if not is_weight_const(n):
             continue
-        key = (n.attrs["weight"], tuple(n.attrs.get("perm") or ()),
-               tuple(n.attrs.get("slice") or ()), n.result.type)
+        key = weight_view(n)
         if key not in first:
             first[key] = n
             continue
@@ -253,13 +247,23 @@ def merge_duplicate_weights(graph: "Graph") -> int:
     return merged
 
 
-def blob_count(graph: "Graph") -> tuple[int, list["Node"], "Node | None"]:
-    """(BLOBFILE tensors, the weight consts, the first node taking an inline scalar).
+def blob_tensors(graph: "Graph") -> list["Node"]:
+    """The weight consts that are BLOBFILE tensors: the first const of each distinct view.
 
-    Every weight const is one BLOBFILE tensor; value consts are inline literals
-    in MIL and do not count.
+    One BLOBFILE tensor per distinct :func:`~anec.ir.ops.weight_view` (key,
+    perm, slice, type): consts with equal views are one tensor (legalize merges
+    them). Value consts are inline literals in MIL and do not count.
     """
-    weights = [n for n in graph.nodes if n.op == "const" and "weight" in n.attrs]
+    first: dict[tuple, "Node"] = {}
+    for n in graph.nodes:
+        if is_weight_const(n):
+            first.setdefault(weight_view(n), n)
+    return list(first.values())
+
+
+def blob_count(graph: "Graph") -> tuple[int, list["Node"], "Node | None"]:
+    """(BLOBFILE tensors, their weight consts, the first node taking an inline scalar)."""
+    weights = blob_tensors(graph)
     scalar_user = None
     for n in graph.nodes:
         if n.op in SCALAR_OPS and any(
@@ -294,7 +298,7 @@ def check_blob_budget(rw: LegalizeRewriter) -> None:
 def check_weight_packing(rw: LegalizeRewriter) -> None:
     """Packed BLOBFILEs on a one-file-per-weight target are errors (ANE-ONE-FILE-PER-WEIGHT)."""
     if rw.ctx.option("pack_weights") and rw.target.one_file_per_weight:
-        weights = [n for n in rw.graph.nodes if n.op == "const" and "weight" in n.attrs]
+        weights = blob_tensors(rw.graph)
         if len(weights) > 1:
             rw.reject(
                 "ANE-ONE-FILE-PER-WEIGHT", f"packed weights (one BLOBFILE holding "
@@ -414,5 +418,5 @@ class Legalize(Pass):
         legalize_graph(graph, ctx)
 
 
-__all__ = ["Legalize", "blob_count", "device_shape", "legalize_graph", "merge_duplicate_weights",
+__all__ = ["Legalize", "blob_count", "blob_tensors", "device_shape", "legalize_graph", "merge_duplicate_weights",
            "reshape_io_to_rank4", "weight_const"]

@@ -6,7 +6,8 @@ import fnmatch
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from anec.ir.graph import Node, Value
+from anec.ir.graph import Value
+from anec.ir.ops import is_weight_const
 from anec.ir.types import DType, TensorType
 from anec.passes.base import Pass, PassContext
 
@@ -77,7 +78,7 @@ class WeightsAsInputs(Pass):
         entries = list(graph.meta.get("weight_inputs", []) or [])
         fp32_io = getattr(ctx.target, "fp32_io", True)
         for node in list(graph.nodes):
-            if node.op != "const" or "weight" not in node.attrs:
+            if not is_weight_const(node):
                 continue
             key = node.attrs["weight"]
             if not any(fnmatch.fnmatchcase(key, p) for p in self.keys):
@@ -92,10 +93,9 @@ class WeightsAsInputs(Pass):
             inp = graph.add_input(name, io_type, node.span)
             new: Value = inp
             if io_type != r.type:
-                cast = Node("cast", [inp], {"dtype": r.type.dtype}, [Value(graph.fresh_name(name + "_f32"),
-                            r.type, None, 0, [], node.span)], {}, node.span)
-                graph.add_node(cast, graph.nodes.index(node))
-                new = cast.results[0]
+                new = graph.create_node("cast", [inp], {"dtype": r.type.dtype}, [r.type],
+                                        names=[graph.fresh_name(name + "_f32")], span=node.span,
+                                        before=node).result
             graph.replace_all_uses(r, new)
             graph.erase_node(node)
             entries.append({"key": key, "input": name, "dtype": io_type.dtype.value, "shape": list(io_type.shape),

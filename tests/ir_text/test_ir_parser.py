@@ -141,7 +141,7 @@ def test_keywords_are_fine_as_names() -> None:
 
 def test_scalar_types_and_empty_inputs() -> None:
     g = parse("func f() {\n  %c = const(value=0.5) : fp32[]\n  return %c\n}\n").func()
-    assert g.inputs == [] and g.outputs[0].type == TensorType(DType.fp32, ())
+    assert g.inputs == () and g.outputs[0].type == TensorType(DType.fp32, ())
 
 
 def test_empty_and_comment_only_files() -> None:
