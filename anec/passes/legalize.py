@@ -381,35 +381,149 @@ class Legalize(Pass):
     Identical weight consts are merged before counting; dead nodes are
     removed; SRAM annotations, if present, are refreshed for the result.
 
-    Before:
-        func f(%x: fp16[1, 768, 1, 64], %t: fp16[64, 8]) {
-          %h = conv1x1(%x, %w1, bias=%b1) : fp16[1, 3072, 1, 64]
-          %a = gelu(%h, mode="tanh") : fp16[1, 3072, 1, 64]
-          %r = rsqrt(%v) : fp16[1, 1, 1, 64]
-          %q, %k = split(%u, axis=1, sizes=[384, 384]) : fp16[1, 384, 1, 64], fp16[1, 384, 1, 64]
-          %e = exp(%t) : fp16[64, 8]
-          return ..., %e
+    Before: conv bias and gelu (the tanh formula, exact for ``mode="tanh"``).
+        func f(%x: fp16[1, 64, 1, 8]) {
+          %w = const(weight="w") : fp16[256, 64, 1, 1]
+          %b = const(weight="b") : fp16[1, 256, 1, 1]
+          %h = conv1x1(%x, %w, bias=%b) : fp16[1, 256, 1, 8]
+          %a = gelu(%h, mode="tanh") : fp16[1, 256, 1, 8]
+          return %a
+        }
     After:
-        func f(%x: fp16[1, 768, 1, 64], %t: fp16[1, 64, 1, 8]) {
-          %t_logical = reshape(%t, shape=[64, 8]) : fp16[64, 8]
-          %h_conv = conv1x1(%x, %w1) : fp16[1, 3072, 1, 64]
-          %h = add(%h_conv, %b1) : fp16[1, 3072, 1, 64]
-          %a_x2 = mul(%h, %h) : fp16[1, 3072, 1, 64]
-          ...                                 // 0.5*x*(1 + tanh(k1*x*(1 + k0*x^2)))
-          %a = mul(%a_hx, %a_u) : fp16[1, 3072, 1, 64]
-          %r_e = const(value=-0.5) : fp16[]
-          %r = pow(%v, %r_e) : fp16[1, 1, 1, 64]
-          %q = slice(%u, begin=[0, 0, 0, 0], end=[1, 384, 1, 64]) : fp16[1, 384, 1, 64]
-          %k = slice(%u, begin=[0, 384, 0, 0], end=[1, 768, 1, 64]) : fp16[1, 384, 1, 64]
-          %e_logical = exp(%t_logical) : fp16[64, 8]
-          %e = reshape(%e_logical, shape=[1, 64, 1, 8]) : fp16[1, 64, 1, 8]
-          return ..., %e
+        func f(%x: fp16[1, 64, 1, 8]) {
+          %w = const(weight="w") : fp16[256, 64, 1, 1]
+          %b = const(weight="b") : fp16[1, 256, 1, 1]
+          %h_conv = conv1x1(%x, %w) : fp16[1, 256, 1, 8]
+          %h = add(%h_conv, %b) : fp16[1, 256, 1, 8]
+          %a_x2 = mul(%h, %h) : fp16[1, 256, 1, 8]
+          %a_k0 = const(value=0.044715) : fp16[]
+          %a_a = mul(%a_x2, %a_k0) : fp16[1, 256, 1, 8]
+          %a_one = const(value=1.0) : fp16[]
+          %a_b = add(%a_a, %a_one) : fp16[1, 256, 1, 8]
+          %a_inner = mul(%h, %a_b) : fp16[1, 256, 1, 8]
+          %a_k1 = const(value=0.7978845608028654) : fp16[]
+          %a_s = mul(%a_inner, %a_k1) : fp16[1, 256, 1, 8]
+          %a_tanh = tanh(%a_s) : fp16[1, 256, 1, 8]
+          %a_u = add(%a_tanh, %a_one) : fp16[1, 256, 1, 8]
+          %a_half = const(value=0.5) : fp16[]
+          %a_hx = mul(%h, %a_half) : fp16[1, 256, 1, 8]
+          %a = mul(%a_hx, %a_u) : fp16[1, 256, 1, 8]
+          return %a
+        }
 
-    Not rewritten (negative examples): a matmul of two activations (no
-    constant operand: stays a matmul); a matmul whose weight has more than
-    the target's conv channel limit (a conv would be rejected); concat along
-    axis 2 (an error, not a rewrite); ``reduce_mean`` on a target that turns
-    ANE-REDUCE-MEAN off.
+    Before: rsqrt and neg.
+        func f(%v: fp16[1, 1, 1, 8]) {
+          %r = rsqrt(%v) : fp16[1, 1, 1, 8]
+          %n = neg(%r) : fp16[1, 1, 1, 8]
+          return %n
+        }
+    After:
+        func f(%v: fp16[1, 1, 1, 8]) {
+          %r_e = const(value=-0.5) : fp16[]
+          %r = pow(%v, %r_e) : fp16[1, 1, 1, 8]
+          %n_m1 = const(value=-1.0) : fp16[]
+          %n = mul(%r, %n_m1) : fp16[1, 1, 1, 8]
+          return %n
+        }
+
+    Before: split and an I/O of rank 2 (the device shape ``[1, 8, 1, 64]``, same bytes).
+        func f(%u: fp16[1, 768, 1, 8], %t: fp16[8, 64]) {
+          %q, %k = split(%u, axis=1, sizes=[384, 384]) : fp16[1, 384, 1, 8], fp16[1, 384, 1, 8]
+          %e = exp(%t) : fp16[8, 64]
+          return %q, %k, %e
+        }
+    After:
+        func f(%u: fp16[1, 768, 1, 8], %t: fp16[1, 8, 1, 64]) {
+          %t_logical = reshape(%t, shape=[8, 64]) : fp16[8, 64]
+          %q = slice(%u, begin=[0, 0, 0, 0], end=[1, 384, 1, 8]) : fp16[1, 384, 1, 8]
+          %k = slice(%u, begin=[0, 384, 0, 0], end=[1, 768, 1, 8]) : fp16[1, 384, 1, 8]
+          %e_logical = exp(%t_logical) : fp16[8, 64]
+          %e = reshape(%e_logical, shape=[1, 8, 1, 64]) : fp16[1, 8, 1, 64]
+          return %q, %k, %e
+        }
+
+    Before: a matmul with a constant 2-D weight becomes a conv (the weight transposed by perm).
+        func f(%x: fp16[1, 1, 8, 64]) {
+          %w = const(weight="w") : fp16[64, 32]
+          %y = matmul(%x, %w) : fp16[1, 1, 8, 32]
+          return %y
+        }
+    After:
+        func f(%x: fp16[1, 1, 8, 64]) {
+          %y_cw = const(weight="w", perm=[1, 0]) : fp16[32, 64, 1, 1]
+          %y_t = transpose(%x, perm=[3, 0, 1, 2]) : fp16[64, 1, 1, 8]
+          %y_r = reshape(%y_t, shape=[1, 64, 1, 8]) : fp16[1, 64, 1, 8]
+          %y_conv = conv1x1(%y_r, %y_cw) : fp16[1, 32, 1, 8]
+          %y_r_0 = reshape(%y_conv, shape=[32, 1, 1, 8]) : fp16[32, 1, 1, 8]
+          %y = transpose(%y_r_0, perm=[1, 2, 3, 0]) : fp16[1, 1, 8, 32]
+          return %y
+        }
+
+    Before: a channel concat feeding a conv becomes partial convs over weight slices.
+        func f(%a: fp16[1, 32, 1, 8], %b: fp16[1, 32, 1, 8]) {
+          %c = concat(%a, %b, axis=1) : fp16[1, 64, 1, 8]
+          %w = const(weight="w") : fp16[16, 64, 1, 1]
+          %y = conv1x1(%c, %w) : fp16[1, 16, 1, 8]
+          return %y
+        }
+    After:
+        func f(%a: fp16[1, 32, 1, 8], %b: fp16[1, 32, 1, 8]) {
+          %y_s = const(weight="w", slice=[1, 0, 32]) : fp16[16, 32, 1, 1]
+          %y_part = conv1x1(%a, %y_s) : fp16[1, 16, 1, 8]
+          %y_s_0 = const(weight="w", slice=[1, 32, 64]) : fp16[16, 32, 1, 1]
+          %y_part_1 = conv1x1(%b, %y_s_0) : fp16[1, 16, 1, 8]
+          %y = add(%y_part, %y_part_1) : fp16[1, 16, 1, 8]
+          return %y
+        }
+
+    Before: fp32 I/O on m1 with host casts: the program takes and returns fp16, and the
+    cast pairs fold away.
+        // context: target="m1", host_casts=True
+        func f(%x: fp32[1, 64, 1, 8]) {
+          %xh = cast(%x, dtype=fp16) : fp16[1, 64, 1, 8]
+          %r = relu(%xh) : fp16[1, 64, 1, 8]
+          %y = cast(%r, dtype=fp32) : fp32[1, 64, 1, 8]
+          return %y
+        }
+    After:
+        func f(%x: fp16[1, 64, 1, 8]) {
+          %y = relu(%x) : fp16[1, 64, 1, 8]
+          return %y
+        }
+
+    Before: reduce_mean scales first, then sums (ANE-REDUCE-MEAN).
+        func f(%x: fp16[1, 768, 1, 8]) {
+          %m = reduce_mean(%x, axes=[1], keep_dims=true) : fp16[1, 1, 1, 8]
+          return %m
+        }
+    After:
+        func f(%x: fp16[1, 768, 1, 8]) {
+          %m_inv_n = const(value=0.0013020833333333333) : fp16[]
+          %m_scaled = mul(%x, %m_inv_n) : fp16[1, 768, 1, 8]
+          %m = reduce_sum(%m_scaled, axes=[1], keep_dims=true) : fp16[1, 1, 1, 8]
+          return %m
+        }
+
+    Unchanged: a matmul of two activations (no constant operand: it stays a matmul).
+        func f(%q: fp16[1, 4, 8, 16], %k: fp16[1, 4, 8, 16]) {
+          %s = matmul(%q, %k, transpose_y=true) : fp16[1, 4, 8, 8]
+          return %s
+        }
+
+    Unchanged: a matmul whose weight has more columns than the target's conv channel limit (a conv
+    would be rejected).
+        func f(%x: fp16[1, 1, 8, 64]) {
+          %w = const(weight="wte") : fp16[64, 50257]
+          %y = matmul(%x, %w) : fp16[1, 1, 8, 50257]
+          return %y
+        }
+
+    Unchanged: reduce_mean on a target that turns ANE-REDUCE-MEAN off.
+        // target: reduce_mean_as_sum=False
+        func f(%x: fp16[1, 768, 1, 8]) {
+          %m = reduce_mean(%x, axes=[1], keep_dims=true) : fp16[1, 1, 1, 8]
+          return %m
+        }
     """
 
     name: ClassVar[str] = "legalize"

@@ -45,10 +45,8 @@ class WeightsAsInputs(Pass):
     weights_as_inputs=[...])`` and ``anec compile --weights-as-inputs``
     insert it after fuse-casts (which folds casts into the consts first).
 
-    With ``keys=("*.c_fc.weight",)``.
-
-    Before:
-
+    Before: with ``keys=("*.c_fc.weight",)``.
+        // pass: keys=("*.c_fc.weight",)
         func mlp(%x: fp16[1, 768, 1, 64]) {
           %w1 = const(weight="h.0.mlp.c_fc.weight") : fp16[3072, 768, 1, 1]
           %b1 = const(weight="h.0.mlp.c_fc.bias") : fp16[1, 3072, 1, 1]
@@ -56,9 +54,7 @@ class WeightsAsInputs(Pass):
           %y = add(%h, %b1) : fp16[1, 3072, 1, 64]
           return %y
         }
-
     After:
-
         func mlp(%x: fp16[1, 768, 1, 64], %w1: fp16[3072, 768, 1, 1]) {
           %b1 = const(weight="h.0.mlp.c_fc.bias") : fp16[1, 3072, 1, 1]
           %h = conv1x1(%x, %w1) : fp16[1, 3072, 1, 64]
@@ -66,9 +62,15 @@ class WeightsAsInputs(Pass):
           return %y
         }
 
-    A pattern that matches no weight of the func is not an error (a module's
-    funcs use different keys); ``compile_module`` checks that every pattern
-    matched somewhere.
+    Unchanged: a pattern that matches no weight of the func is not an error (a
+    module's funcs use different keys); ``compile_module`` checks that every
+    pattern matched somewhere.
+        // pass: keys=("*.c_proj.weight",)
+        func mlp(%x: fp16[1, 768, 1, 64]) {
+          %w1 = const(weight="h.0.mlp.c_fc.weight") : fp16[3072, 768, 1, 1]
+          %h = conv1x1(%x, %w1) : fp16[1, 3072, 1, 64]
+          return %h
+        }
     """
 
     name: ClassVar[str] = "weights-as-inputs"
