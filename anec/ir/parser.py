@@ -409,7 +409,7 @@ class _Walker:
                 raise ParseError(
                     f"invalid dimension '{d}'",
                     self.span(d),
-                    hint="dimensions are positive integers; a scalar type is written fp16[]",
+                    hint="dimensions are positive integers; a scalar type is written fp16 or fp16[]",
                 )
             shape.append(self._int(d))
         return TensorType(dtype, tuple(shape))
@@ -658,6 +658,10 @@ def _syntax_error(e: UnexpectedInput, source: Source) -> ParseError:
     got = _describe(tok)
     word = str(tok)
 
+    early = _line_ended_early(source, tok, before)
+    if early is not None:
+        return early
+
     # `add(x, %y)`: a bare name where an operand was meant (lark then wants '=')
     if (
         "EQUAL" in expected
@@ -757,6 +761,87 @@ def _syntax_error(e: UnexpectedInput, source: Source) -> ParseError:
                       hint=hint or _context_hint(before))
 
 
+_BOUNDARIES = {"RETURN", "RBRACE", "FUNC", "WEIGHTS", "$END"}
+"""Tokens that may start a new item: when the parser would accept one, a statement
+could have ended at the line break, and the error is the next token's."""
+_ITEM_WORDS = ("return", "func", "weights")
+_MAX_LINES_BACK = 16
+"""How many line breaks an unfinished statement is looked for across (each look reparses)."""
+
+
+def _expected_at(text: str, pos: int) -> set[str] | None:
+    """What the parser expects when the text ends at ``pos`` (None if it would not end there)."""
+    try:
+        _get_lark().parse(text[:pos])
+    except UnexpectedToken as e:
+        return set(e.expected) - {"COMMENT", "WS"} if e.token.type == "$END" else None
+    except LarkError:
+        return None
+    return None
+
+
+def _starts_item(text: str, pos: int) -> bool:
+    """Whether the line starting with the token at ``pos`` starts a new item: a statement
+    (``%y =`` / ``%a,``), ``return``, ``}`` or a top-level ``func`` / ``weights``."""
+    toks = []
+    try:
+        for t in _get_lark().lex(text[pos:]):
+            toks.append(t)
+            if len(toks) == 2:
+                break
+    except LarkError:
+        pass
+    if not toks:
+        return False
+    first = toks[0]
+    if first.type in ("RETURN", "RBRACE", "FUNC", "WEIGHTS") or str(first) in _ITEM_WORDS:
+        return True
+    return first.type == "VALUE" and len(toks) == 2 and toks[1].type in ("EQUAL", "COMMA")
+
+
+def _line_ended_early(source: Source, tok: Token, before: list[Token]) -> ParseError | None:
+    """The error at the end of a line whose statement is unfinished when the next line
+    starts a new one (``%y = relu(%x`` then ``return %y``), or None.
+
+    Walking back over line breaks: while the line after a break starts a new item
+    and the text cannot end before that break, the break is where the statement
+    was cut short; the earliest such break is reported.
+    """
+    text = source.text
+    line_of = lambda pos: source.line_col(pos)[0]  # noqa: E731
+    line = line_of(tok.start_pos)
+    found: tuple[Token, set[str], int] | None = None
+    k = len(before)
+    for _ in range(_MAX_LINES_BACK):
+        first = k
+        while first > 0 and line_of(before[first - 1].start_pos) == line:
+            first -= 1
+        if first == 0:
+            break
+        start = before[first].start_pos if first < len(before) else tok.start_pos
+        if not _starts_item(text, start):
+            break
+        last = before[first - 1]
+        expected = _expected_at(text, last.end_pos)
+        if expected is None or expected & _BOUNDARIES:
+            break
+        found = (last, expected, first)
+        k, line = first, line_of(last.start_pos)
+    if found is None:
+        return None
+    last, expected, first = found
+    head = before[:first]
+    what = "a type (e.g. fp16[1, 64, 1, 64], or fp16 for a scalar)" if last.type == "COLON" \
+        else _expected(expected)
+    paren = _unclosed_paren(head)
+    if paren is not None and expected & {"RPAR", "RSQB"}:
+        hint = f"the '{paren}' at {Span(source, paren.start_pos, paren.end_pos).location} is not closed"
+    else:
+        hint = _context_hint(head)
+    return ParseError(f"expected {what} before the end of the line",
+                      Span(source, last.end_pos, last.end_pos), hint=hint)
+
+
 def _after_return(tokens: list[Token]) -> bool:
     for t in reversed(tokens):
         if t.type == "RETURN":
@@ -818,7 +903,7 @@ _SHAPES = {
               "func f(%x: fp16[1, 64, 1, 64], %m: fp16[1, 1, 64, 64])",
     "args": "inside an op's parentheses: operands first, then key=value: "
             "softmax(%x, axis=-1), conv1x1(%x, %w, bias=%b)",
-    "type": "a type is a dtype and its dims: fp16[1, 768, 1, 64] (a scalar: fp16[])",
+    "type": "a type is a dtype and its dims: fp16[1, 768, 1, 64] (a scalar: fp16 or fp16[])",
     "list": "a list literal is [1, 2] or [[0.0, 1.0], [2.0, 3.0]]",
     "annotations": "annotations are written @{key=literal, ...} after the type",
     "return": "the last statement of a func is 'return %a, %b' (then '}')",
