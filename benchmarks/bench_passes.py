@@ -207,10 +207,9 @@ def main(argv: list[str]) -> int:
 
 
 def _write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".bench-")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    from anec.fsutil import write_text_atomic
+
+    write_text_atomic(path, text)
 
 
 if __name__ == "__main__":

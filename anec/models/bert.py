@@ -36,7 +36,8 @@ from anec.models.common import ModelError
 from anec.models.layout import MASK_NEG, from_bc1s, to_bc1s
 from anec.models.programs import ProgramCache
 from anec.models.progress import Progress
-from anec.models.hf import Checkpoint, Tokenizer, cfg_get, save_safetensors, write_text_atomic
+from anec.fsutil import write_text_atomic
+from anec.models.hf import Checkpoint, Tokenizer, cfg_get, save_safetensors
 
 _GELU = {"gelu": "exact", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
 

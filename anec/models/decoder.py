@@ -41,7 +41,8 @@ from anec.models.blocks import ModelBuilder
 from anec.models.buckets import bucket_list, min_bucket
 from anec.models.common import ModelError
 from anec.models.layout import causal_mask
-from anec.models.hf import Checkpoint, save_safetensors, write_text_atomic
+from anec.fsutil import write_text_atomic
+from anec.models.hf import Checkpoint, save_safetensors
 
 _NAME = re.compile(r"(?:L(\d+)_)?(attn|mlp|lm_head)_(?:p(\d+)|d(\d+)_t(\d+)|s(\d+))\Z")
 
