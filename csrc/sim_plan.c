@@ -178,6 +178,13 @@ int sb_is_float(mil_dtype dt) { return dt == MIL_DT_FP16 || dt == MIL_DT_FP32; }
 
 /* ---- constants ----------------------------------------------------------------- */
 
+/* The integer element types: the values they hold. */
+static const struct { mil_dtype dt; double lo, hi; const char *what; } INT_RANGES[] = {
+    {MIL_DT_INT32, -2147483648.0, 2147483647.0, "an int32"},
+    {MIL_DT_INT8, -128, 127, "an int8"},
+    {MIL_DT_UINT8, 0, 255, "a uint8"},
+};
+
 /* Fill v->cdata from numbers in the storage format of v->dt. */
 static int store_numbers(builder *B, sim_value *v, const double *num, size_t n, int line)
 {
@@ -196,30 +203,17 @@ static int store_numbers(builder *B, sim_value *v, const double *num, size_t n, 
     v->cn = n;
     for (size_t i = 0; i < n; i++) {
         double d = num[i];
+        for (size_t k = 0; k < sizeof INT_RANGES / sizeof INT_RANGES[0]; k++)
+            if (v->dt == INT_RANGES[k].dt && (d != floor(d) || d < INT_RANGES[k].lo || d > INT_RANGES[k].hi)) {
+                sb_err(B, line, NULL, "const '%s': %g is not %s", v->name, d, INT_RANGES[k].what);
+                return -1;
+            }
         switch (v->dt) {
         case MIL_DT_FP16: ((uint16_t *)v->cdata)[i] = anec_h_from_f((float)d); break;
         case MIL_DT_FP32: ((float *)v->cdata)[i] = (float)d; break;
-        case MIL_DT_INT32:
-            if (d != floor(d) || d < -2147483648.0 || d > 2147483647.0) {
-                sb_err(B, line, NULL, "const '%s': %g is not an int32", v->name, d);
-                return -1;
-            }
-            ((int32_t *)v->cdata)[i] = (int32_t)d;
-            break;
-        case MIL_DT_INT8:
-            if (d != floor(d) || d < -128 || d > 127) {
-                sb_err(B, line, NULL, "const '%s': %g is not an int8", v->name, d);
-                return -1;
-            }
-            ((int8_t *)v->cdata)[i] = (int8_t)d;
-            break;
-        case MIL_DT_UINT8:
-            if (d != floor(d) || d < 0 || d > 255) {
-                sb_err(B, line, NULL, "const '%s': %g is not a uint8", v->name, d);
-                return -1;
-            }
-            ((uint8_t *)v->cdata)[i] = (uint8_t)d;
-            break;
+        case MIL_DT_INT32: ((int32_t *)v->cdata)[i] = (int32_t)d; break;
+        case MIL_DT_INT8: ((int8_t *)v->cdata)[i] = (int8_t)d; break;
+        case MIL_DT_UINT8: ((uint8_t *)v->cdata)[i] = (uint8_t)d; break;
         case MIL_DT_BOOL: ((uint8_t *)v->cdata)[i] = d != 0; break;
         default: break;
         }

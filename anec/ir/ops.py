@@ -279,17 +279,23 @@ class OpDef:
     def variadic(self) -> bool:
         return any(o.variadic for o in self.operands)
 
-    def signature(self) -> str:
-        """``conv1x1(x, w, bias=?)``-style summary of the operands."""
+    def operand_list(self, values: bool = False) -> list[str]:
+        """The operands: ``x, w, bias=?``, or with ``values`` as IR text writes them
+        (``%x, %w, bias=%bias``)."""
+        pct = "%" if values else ""
         parts = []
         for o in self.operands:
             if o.variadic:
-                parts.append(f"{o.name}1, {o.name}2, ...")
+                parts.append(f"{pct}{o.name}1, {pct}{o.name}2, ...")
             elif o.optional:
-                parts.append(f"{o.name}=?")
+                parts.append(f"{o.name}=%{o.name}" if values else f"{o.name}=?")
             else:
-                parts.append(o.name)
-        return f"{self.name}({', '.join(parts)})"
+                parts.append(f"{pct}{o.name}")
+        return parts
+
+    def signature(self) -> str:
+        """``conv1x1(x, w, bias=?)``-style summary of the operands."""
+        return f"{self.name}({', '.join(self.operand_list())})"
 
 
 # ---------------------------------------------------------------------------
@@ -1310,15 +1316,7 @@ def usage(opdef: OpDef) -> str:
     """``softmax(%x, axis=<int>)``: how to write an op (operands, then attributes)."""
     if opdef.declared_type:
         return f'{opdef.name}(weight="key") : type or {opdef.name}(value=<literal>) : type'
-    parts = []
-    for o in opdef.operands:
-        if o.variadic:
-            parts.append(f"%{o.name}1, %{o.name}2, ...")
-        elif o.optional:
-            parts.append(f"{o.name}=%{o.name}")
-        else:
-            parts.append(f"%{o.name}")
-    parts += [f"{a.name}=<{a.kind}>" for a in opdef.attrs]
+    parts = opdef.operand_list(values=True) + [f"{a.name}=<{a.kind}>" for a in opdef.attrs]
     return f"{opdef.name}({', '.join(parts)})"
 
 

@@ -294,14 +294,7 @@ class SentenceEncoder:
     def compile(self, s: int) -> None:
         """Build, compile and load the programs of bucket ``s`` now (with a progress bar)."""
         names = [f(i, s) for i in range(self.bert.n_layer) for f in (self.bert.attn_name, self.bert.ffn_name)]
-        missing = [n for n in names if n not in self.programs.programs]
-        if not missing:
-            return
-        self.progress.start("compile", len(missing))
-        for n in missing:
-            self.programs.get(n, lambda n=n: self.bert.program(n))
-            self.progress.step(n)
-        self.progress.finish()
+        self.programs.get_all(names, self.bert.program, self.progress)
 
     def encode_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
         """Embeddings of token-id sequences: packed into buckets, mean-pooled, normalised."""

@@ -152,14 +152,7 @@ class CausalLM:
 
     def compile(self, names: Iterable[str]) -> None:
         """Build, compile and load ``names`` now (with a progress bar)."""
-        todo = [n for n in names if n not in self.programs.programs]
-        if not todo:
-            return
-        self.progress.start("compile", len(todo))
-        for n in todo:
-            self.programs.get(n, lambda n=n: self.fe.program(n))
-            self.progress.step(n)
-        self.progress.finish()
+        self.programs.get_all(names, self.fe.program, self.progress)
 
     # ---- forward ---------------------------------------------------------------------------
     def _check_ids(self, ids: Any) -> np.ndarray:

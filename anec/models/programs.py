@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -102,6 +102,18 @@ class ProgramCache:
         self.compile_seconds += time.perf_counter() - t0
         self.programs[name] = prog
         return prog
+
+    def get_all(self, names: Iterable[str], build: Callable[[str], Graph], progress: Any) -> None:
+        """Build, compile and load every program of ``names`` not loaded yet, ticking
+        ``progress`` (a :class:`~anec.models.progress.Progress`) once per program."""
+        todo = [n for n in names if n not in self.programs]
+        if not todo:
+            return
+        progress.start("compile", len(todo))
+        for n in todo:
+            self.get(n, lambda n=n: build(n))
+            progress.step(n)
+        progress.finish()
 
     def _compile_and_load(self, graph: Graph) -> Any:
         from anec.compiler import compile_module
