@@ -30,6 +30,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from anec.ir.graph import Graph
+from anec.ir.ops import is_weight_const
 from anec.models.blocks import ModelBuilder
 from anec.models.buckets import bucket_list, min_bucket, pick_bucket
 from anec.models.common import ModelError
@@ -178,7 +179,7 @@ class Bert:
                 for g in (self.attn(i, s), self.ffn(i, s)):
                     module.add_func(g)
                     for n in g.nodes:
-                        if n.op == "const" and "weight" in n.attrs:
+                        if is_weight_const(n):
                             keys.setdefault(n.attrs["weight"], None)
             verify(module)
             name = f"encoder_s{s}.ir"

@@ -44,7 +44,7 @@ from typing import Iterable
 import numpy as np
 
 from anec.ir.graph import Graph, Node, Value
-from anec.ir.ops import infer_types
+from anec.ir.ops import infer_types, is_weight_const
 from anec.ir.types import TensorType
 from anec.models.common import ModelError
 from anec.models.hf import SafetensorsFile
@@ -70,7 +70,7 @@ class LoraSlot:
 def _module_of(node: Node) -> str | None:
     """The checkpoint module whose ``.weight`` a conv1x1 multiplies by, if any."""
     w = node.operands[1].producer
-    if w is None or w.op != "const" or "weight" not in w.attrs:
+    if w is None or not is_weight_const(w):
         return None
     key = w.attrs["weight"]
     return key[: -len(".weight")] if key.endswith(".weight") else None
