@@ -13,8 +13,7 @@ first use::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from anec._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -32,10 +31,4 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'anec' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports("anec", _LAZY, globals())

@@ -921,7 +921,7 @@ def grad(graph: Graph, *, weights: "str | Iterable[str] | None" = "all",
         ids = {id(v): i for i, v in enumerate(graph.values())}
         copies = list(forward.values())
         extra = [copies[ids[id(v)]] for v in saved]
-        forward.outputs = list(forward.outputs) + [v for v in extra if v not in forward.outputs]
+        forward.set_outputs(list(forward.outputs) + [v for v in extra if v not in forward.outputs])
     return Backward(forward, b.graph, cot_in, input_grads, wgrads,
                     [v.name for v in saved], mode, hgrads)
 

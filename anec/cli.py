@@ -554,7 +554,7 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 
 def _progress(quiet: bool):
-    from anec.models.common import Progress
+    from anec.models.progress import Progress
 
     return Progress(enabled=None if not quiet else False)
 

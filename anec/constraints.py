@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from anec.diagnostics import AnecError, did_you_mean
+from anec.ir.ops import BINARY, OPS, Mil, NotOnAne
 from anec.targets import DEFAULT_TARGET, TARGETS, Target
 
 VERIFIED = "verified"
@@ -90,6 +91,18 @@ _SWITCHES = {
 }
 
 
+def _removed_by(cid: str) -> str:
+    """``legalize: <rules>`` for a constraint the op table names (the rows say which rules)."""
+    rules: list[str] = []
+    for op in OPS.values():
+        low = op.lowering
+        rejections = [low] if isinstance(low, NotOnAne) else list(low.rejected.values()) if isinstance(low, Mil) else []
+        rules += [r for rej in rejections if rej.constraint == cid for r in rej.rules]
+    if not rules:
+        raise ValueError(f"no op row names constraint {cid}")
+    return "legalize: " + ", ".join(rules)
+
+
 def _fmt_field(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -112,7 +125,7 @@ _ENTRIES = (
         "ANE-CONCAT", "concat is rejected",
         "compile fails: ANECCompile() FAILED: err=()",
         "Orion paper constraint 1 (T064-T071)", VERIFIED,
-        "rewrite or error", "legalize: split_concat_into_partial_convs",
+        "rewrite or error", _removed_by("ANE-CONCAT"),
         "A channel concat whose every use is the input of a conv1x1 becomes a sum of partial "
         "convs over weight slices (conv(concat(a, b), W) = conv(a, W[:, :ca]) + "
         "conv(b, W[:, ca:])). Any other concat is an error suggesting a multi-output program.",
@@ -125,7 +138,7 @@ _ENTRIES = (
         "ANE-GELU", "gelu is not a valid MIL op for the ANE",
         "compile fails",
         "Orion paper constraint 10", VERIFIED,
-        "rewrite", "legalize: expand_gelu_tanh",
+        "rewrite", _removed_by("ANE-GELU"),
         "gelu becomes 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))). For mode=\"exact\" (erf) "
         "this is an approximation (max abs error 4.7e-4), recorded in the rewrite list.",
         "compile",
@@ -137,7 +150,7 @@ _ENTRIES = (
         "compile fails",
         "Orion community issue mechramc/Orion#3 (measured on M4, added to Orion's catalog)",
         REPORTED,
-        "rewrite", "legalize: rsqrt_to_pow",
+        "rewrite", _removed_by("ANE-RSQRT"),
         "rsqrt(x) becomes pow(x, -0.5).",
         "compile", (f"{_LEG}::test_rsqrt_becomes_pow",
          f"{_SIM}::test_rejected_ops_name_constraint_and_line"),
@@ -146,7 +159,7 @@ _ENTRIES = (
         "ANE-NEG", "there is no neg op in MIL",
         "compile fails (unknown op)",
         "the MIL op set: coremltools' iOS15-iOS18 op registry has no neg", VERIFIED,
-        "rewrite", "legalize: neg_to_mul",
+        "rewrite", _removed_by("ANE-NEG"),
         "neg(x) becomes mul(x, -1).",
         "compile", (f"{_LEG}::test_neg_becomes_mul",
          f"{_SIM}::test_rejected_ops_name_constraint_and_line"),
@@ -156,7 +169,7 @@ _ENTRIES = (
         "compile fails",
         "Orion paper constraint 13; Orion's conv+bias fusion pass is disabled for this reason",
         VERIFIED,
-        "rewrite", "legalize: split_conv_bias",
+        "rewrite", _removed_by("ANE-CONV-BIAS"),
         "conv1x1(x, w, bias=b) becomes add(conv1x1(x, w), b).",
         "compile", (f"{_LEG}::test_conv_bias_becomes_add",
          f"{_SIM}::test_conv_bias_rejected"),
@@ -221,12 +234,13 @@ _ENTRIES = (
         "scalar lowers the cap to 15 (does not stack)",
         "Orion community issue mechramc/Orion#3 (measured on M4)", REPORTED,
         "rewrite or error", "legalize: partition (anec/passes/partition.py)",
-        "Counted after all rewrites, per program: one tensor per weight const (identical weight "
-        "consts are merged first); value= consts are inline literals in MIL and do not count. "
-        "The cap drops by the scalar penalty when an add/sub/mul/real_div/pow takes a rank-0 "
-        "const. A func over the cap is cut into a pipeline of programs, each within it (fewest "
-        "programs, then fewest bytes between them); a node that alone reads more tensors than "
-        "a program holds is an error at that node.",
+        "Counted after all rewrites, per program: one tensor per distinct weight view, i.e. key, "
+        "perm, slice and type (identical weight consts are merged first); value= consts are "
+        "inline literals in MIL and do not count. The cap "
+        f"drops by the scalar penalty when a binary op ({'/'.join(o for o in OPS if o in BINARY)}) takes a "
+        "rank-0 const. A func over the cap is cut into a pipeline of programs, each within it "
+        "(fewest programs, then fewest bytes between them); a node that alone reads more tensors "
+        "than a program holds is an error at that node.",
         "compile",
         (f"{_LEG}::test_blob_budget_cuts_the_func_into_programs",
          f"{_LEG}::test_blob_budget_scalar_penalty",
@@ -407,7 +421,7 @@ _ENTRIES = (
         "unknown: no published on-device program contains a multi-result op",
         "maderix/ANE slices with single-result slice_by_size, Orion's codegen has no split "
         "(it writes an UNSUPPORTED OP comment) and slices with slice_by_index", REPORTED,
-        "rewrite", "legalize: split_to_slices",
+        "rewrite", _removed_by("ANE-SPLIT"),
         "split(x, axis, sizes) becomes one slice per used result (slice_by_index in MIL), each "
         "keeping its result's name. The emitter refuses a split that reaches it.",
         "compile",

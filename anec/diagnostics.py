@@ -152,6 +152,10 @@ class PassError(AnecError):
     """A pass failed or left the IR invalid (names the pass)."""
 
 
+class TrainingError(AnecError):
+    """A training run cannot start or continue (names what and why)."""
+
+
 class ArtifactError(AnecError):
     """A compiled artifact directory is missing, malformed or inconsistent."""
 

@@ -13,10 +13,13 @@ from __future__ import annotations
 import importlib
 import os
 import platform
-import re
-import subprocess
 import sys
 from typing import Any, Callable
+
+from anec.machine import detect_chip, sysctl
+from anec.targets import DEFAULT_TARGET, get_target, target_for_chip
+
+__all__ = ["collect", "detect_chip", "render", "target_for_chip"]
 
 ANE_FRAMEWORK_DIR = "/System/Library/PrivateFrameworks/AppleNeuralEngine.framework"
 ANE_FRAMEWORK_BINARY = ANE_FRAMEWORK_DIR + "/AppleNeuralEngine"
@@ -33,37 +36,6 @@ def _guard(fn: Callable[[], Any]) -> Any:
         return fn()
     except Exception as e:  # noqa: BLE001 - every failure becomes part of the report
         return {"error": f"{type(e).__name__}: {e}"}
-
-
-def _sysctl(name: str) -> str | None:
-    """A sysctl value on macOS, else None."""
-    if sys.platform != "darwin":
-        return None
-    try:
-        r = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (r.stdout.strip() or None) if r.returncode == 0 else None
-
-
-def detect_chip() -> str | None:
-    """The Apple chip name ("Apple M4 Max") on macOS, else None."""
-    return _sysctl("machdep.cpu.brand_string")
-
-
-def target_for_chip(chip: str | None) -> str | None:
-    """The anec target profile for a chip name ("Apple M2 Pro" -> "m2"), or None."""
-    if not chip:
-        return None
-    m = re.search(r"\bM(\d)\b", chip)
-    if not m:
-        return None
-    name = f"m{m.group(1)}"
-    try:
-        from anec.targets import TARGETS
-    except Exception:  # noqa: BLE001
-        return name
-    return name if name in TARGETS else None
 
 
 def _version(dist: str) -> str:
@@ -88,7 +60,7 @@ def _platform() -> dict[str, Any]:
         info["macos"] = platform.mac_ver()[0] or None
         info["chip"] = detect_chip()
         # An x86_64 Python on Apple silicon runs under Rosetta: no ANE driver.
-        info["rosetta"] = _sysctl("sysctl.proc_translated") == "1"
+        info["rosetta"] = sysctl("sysctl.proc_translated") == "1"
     return info
 
 
@@ -146,8 +118,6 @@ def _runtime() -> dict[str, Any]:
 
 
 def _target(chip: str | None) -> dict[str, Any]:
-    from anec.targets import DEFAULT_TARGET, get_target
-
     t = get_target(DEFAULT_TARGET)
     limits = {
         "sram_bytes": t.sram_bytes,

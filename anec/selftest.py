@@ -53,6 +53,7 @@ import numpy as np
 
 from anec import __version__
 from anec.diagnostics import AnecError
+from anec.verdict import VERDICT_FILE, cache_dir, cached_verdict, machine_key, platform_info, save_verdict
 
 RTOL = 0.02
 """Outputs must match the fp32 reference within RTOL * max(1, max |reference|):
@@ -562,94 +563,13 @@ def native_ane() -> bool:
     return backend_available("ane")[0]
 
 
-# ---- the verdict cache ------------------------------------------------------------------------------
-
-VERDICT_FILE = "selftest-verdict.json"
-
-
-def cache_dir() -> Path:
-    """$ANEC_CACHE_DIR, else $XDG_CACHE_HOME/anec, else ~/.cache/anec."""
-    if os.environ.get("ANEC_CACHE_DIR"):
-        return Path(os.environ["ANEC_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "anec"
-
-
-def machine_key(driver: str) -> str:
-    """What a verdict belongs to: the driver, this machine and OS, and this anec."""
-    info = _platform_info()
-    os_ver = info.get("macos") or info["release"]
-    return f"{driver}|{info['machine']}|{info.get('chip') or '-'}|{info['os']} {os_ver}|anec {__version__}"
-
-
-def _read_cache() -> dict[str, Any]:
-    try:
-        path = cache_dir() / VERDICT_FILE
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 20:
-            return {}
-        data = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return {}
-    entries = data.get("entries") if isinstance(data, dict) else None
-    return entries if isinstance(entries, dict) else {}
-
-
-def cached_verdict(driver: str) -> list[str] | None:
-    """The reload strategies `python -m anec.selftest` verified for `driver` on this
-    machine, OS and anec version; None when it has not run here (reloads then
-    recompile)."""
-    entry = _read_cache().get(machine_key(driver))
-    if not isinstance(entry, dict):
-        return None
-    strategies = entry.get("reload_verified")
-    if not isinstance(strategies, list) or not all(s in ("data-patch",) for s in strategies):
-        return None
-    return list(strategies)
-
-
-def save_verdict(report: dict[str, Any]) -> Path | None:
-    """Cache the reload and dialect verdict of a report (atomically); None if
-    the reload check did not complete."""
-    reload_check = next((c for c in report["checks"] if c["id"] == "reload"), None)
-    if not reload_check or "verdict" not in reload_check["data"]:
-        return None
-    dialect = next((c for c in report["checks"] if c["id"] == "dialect"), None)
-    entries = _read_cache()
-    entries[machine_key(report["driver"])] = {
-        "reload_verified": reload_check["data"]["verdict"],
-        "dialects": dialect["data"].get("accepted") if dialect else None,
-        "target": report["target"],
-        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    path = cache_dir() / VERDICT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"anec_selftest_verdict": 1, "entries": entries}, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
-
-
 # ---- running and reporting -----------------------------------------------------------------------
-
-
-def _platform_info() -> dict[str, Any]:
-    from anec.doctor import detect_chip
-
-    info = {"os": platform.system(), "release": platform.release(), "machine": platform.machine(),
-            "python": platform.python_version(), "numpy": np.__version__, "anec": __version__}
-    if sys.platform == "darwin":
-        info["macos"] = platform.mac_ver()[0] or None
-        info["chip"] = detect_chip()
-    return info
 
 
 def default_target() -> str:
     """The profile of this Mac's chip, else the default target."""
-    from anec.doctor import detect_chip, target_for_chip
-    from anec.targets import DEFAULT_TARGET
+    from anec.machine import detect_chip
+    from anec.targets import DEFAULT_TARGET, target_for_chip
 
     return target_for_chip(detect_chip()) or DEFAULT_TARGET
 
@@ -686,7 +606,7 @@ def run_selftest(backend: str = "auto", target: str | None = None, seed: int = 0
         checks.append(c)
     report = {
         "anec_selftest": 1,
-        "platform": _platform_info(),
+        "platform": platform_info(),
         "backend": backend,
         "driver": driver,
         "target": tgt,

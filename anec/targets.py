@@ -15,6 +15,7 @@ scattered through the code. ``sources`` maps each field to its evidence:
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 
 from anec.diagnostics import AnecError, did_you_mean
@@ -61,6 +62,20 @@ class Target:
     def blob_cap(self, has_scalar_operand: bool) -> int:
         """The BLOBFILE tensor cap for a program (with or without inline scalars)."""
         return self.max_blob_tensors - (self.scalar_penalty if has_scalar_operand else 0)
+
+    def runtime_limits(self) -> dict[str, int | bool]:
+        """The limits the runtime and the simulator enforce for a program of this target,
+        as the artifact manifest's ``limits`` records them (the C ``anec_limits`` fields,
+        plus ``sram_bytes``)."""
+        return {
+            "max_blob_tensors": self.max_blob_tensors,
+            "scalar_penalty": self.scalar_penalty,
+            "max_conv_out_channels": self.max_conv_out_channels,
+            "min_surface_bytes": self.min_surface_bytes,
+            "allow_fp32_io": self.fp32_io,
+            "surface_alignment": self.surface_alignment,
+            "sram_bytes": self.sram_bytes,
+        }
 
 
 # ---- evidence strings, shared by the profiles ---------------------------------------
@@ -179,25 +194,24 @@ _M2 = _derive(
     fp32_io=False,
 )
 
-TARGETS: dict[str, Target] = {
-    "m1": _derive(
-        _M2, "m1", {"fp32_io": _FP32_IO_M1, "one_file_per_weight": _ONE_FILE_M1},
-        one_file_per_weight=True,
-    ),
-    "m2": _M2,
-    "m3": _derive(_M4, "m3", {**_AS_M4, "max_conv_out_channels": _CHANNELS_M3}),
-    "m4": _M4,
-    "m5": _derive(
-        _M4, "m5", {**_AS_M4, "surface_alignment": _ALIGN_M5, "mil_dialect": _DIALECT_M5},
-        surface_alignment=128,
-    ),
-}
+TARGETS: dict[str, Target] = {t.name: t for t in (
+    _derive(_M2, "m1", {"fp32_io": _FP32_IO_M1, "one_file_per_weight": _ONE_FILE_M1},
+            one_file_per_weight=True),
+    _M2,
+    _derive(_M4, "m3", {**_AS_M4, "max_conv_out_channels": _CHANNELS_M3}),
+    _M4,
+    _derive(_M4, "m5", {**_AS_M4, "surface_alignment": _ALIGN_M5, "mil_dialect": _DIALECT_M5},
+            surface_alignment=128),
+)}
+"""Target name -> profile, m1 .. m5."""
 
-DEFAULT_TARGET = "m4"
+DEFAULT_TARGET = _M4.name
+"""The profile used when none is named: the measured chip."""
 
 
 def get_target(name: str | Target | None = None) -> Target:
-    """The profile called ``name`` (default ``m4``); ``AnecError`` with a suggestion otherwise."""
+    """The profile called ``name`` (default :data:`DEFAULT_TARGET`); ``AnecError`` with a
+    suggestion otherwise."""
     if isinstance(name, Target):
         return name
     if name is None:
@@ -207,3 +221,10 @@ def get_target(name: str | Target | None = None) -> Target:
         return TARGETS[key]
     hint = did_you_mean(key, TARGETS) or f"known targets: {', '.join(TARGETS)}"
     raise AnecError(f"unknown target '{name}'", hint=hint)
+
+
+def target_for_chip(chip: str | None) -> str | None:
+    """The target profile for a chip name ("Apple M2 Pro" -> "m2"), or None."""
+    m = re.search(r"\bM(\d)\b", chip or "")
+    name = f"m{m.group(1)}" if m else None
+    return name if name in TARGETS else None

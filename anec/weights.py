@@ -43,6 +43,7 @@ import numpy as np
 
 from anec.diagnostics import Span, WeightError, did_you_mean
 from anec.ir.graph import Graph, Module, Node
+from anec.ir.ops import InferError, const_literal, is_weight_const
 from anec.ir.types import DType, TensorType
 
 RANDOM_HINT = "pass --random-weights SEED to run without a checkpoint"
@@ -158,7 +159,7 @@ def weight_consts(target: Module | Graph | Iterable[Graph]) -> Iterator[tuple[Gr
         graphs = target
     for g in graphs:
         for n in g.nodes:
-            if n.op == "const" and "weight" in n.attrs:
+            if is_weight_const(n):
                 yield g, n
 
 
@@ -264,24 +265,28 @@ def _where(name: str | None) -> str:
     return f"const %{name}" if name else "the const"
 
 
-def _view_shape(key: str, attrs: Mapping[str, Any], declared: TensorType, stored_shape: tuple[int, ...],
-                stored_dtype: np.dtype, name: str | None, span: Span | None) -> None:
-    """Check that the stored tensor can be viewed as ``declared``; raise WeightError."""
+def view_shape(key: str, stored_shape: tuple[int, ...], perm: Any, slice_: Any, declared: TensorType,
+               reader: str, span: Span | None = None, hint: str | None = None,
+               wants: str = "is declared") -> tuple[int, ...]:
+    """The shape of stored weight ``key`` after ``perm`` and ``slice`` (WeightError if it has
+    no such view, or not the element count of ``declared``).
+
+    Messages name what reads the weight (``reader``: ``const %w``, ``the
+    program``) and how it wants it (``wants``: ``is declared``, ``expects``).
+    """
     shape = tuple(stored_shape)
-    perm = attrs.get("perm")
     if perm is not None:
         if len(perm) != len(shape):
             raise WeightError(
-                f"weight '{key}' has rank {len(shape)} but {_where(name)} has perm of length {len(perm)}",
+                f"weight '{key}' has rank {len(shape)} but {reader} has perm of length {len(perm)}",
                 span=span,
             )
         shape = tuple(shape[p] for p in perm)
-    sl = attrs.get("slice")
-    if sl is not None:
-        axis, start, stop = sl
-        if axis >= len(shape) or stop > shape[axis]:
+    if slice_ is not None:
+        axis, start, stop = (int(v) for v in slice_)
+        if not 0 <= axis < len(shape) or stop > shape[axis]:
             raise WeightError(
-                f"slice {list(sl)} of {_where(name)} is out of bounds for weight '{key}' of shape {list(shape)}",
+                f"slice {list(slice_)} of {reader} is out of bounds for weight '{key}' of shape {list(shape)}",
                 span=span,
             )
         shape = shape[:axis] + (stop - start,) + shape[axis + 1 :]
@@ -290,10 +295,42 @@ def _view_shape(key: str, attrs: Mapping[str, Any], declared: TensorType, stored
         raise WeightError(
             f"weight '{key}' has shape {list(stored_shape)} ({math.prod(stored_shape)} elements"
             + (" after perm/slice: " + str(numel) if shape != tuple(stored_shape) else "")
-            + f") but {_where(name)} is declared {declared} ({declared.numel} elements)",
+            + f") but {reader} {wants} {declared} ({declared.numel} elements)",
             span=span,
-            hint="the checkpoint does not match the IR; check the key and the declared shape",
+            hint=hint,
         )
+    return shape
+
+
+def view_stored(key: str, arr: np.ndarray, perm: Any, slice_: Any, declared: TensorType,
+                reader: str, span: Span | None = None, hint: str | None = None,
+                wants: str = "is declared") -> np.ndarray:
+    """Stored weight ``arr`` as a const views it: transposed by ``perm``, sliced
+    ``[axis, start, stop]`` (the axis of the transposed tensor), reshaped to the
+    ``declared`` shape. The cast to the declared dtype is the caller's last step.
+
+    The one implementation of the weight view: the compiler materializes
+    consts with it, the runtime builds reloaded blobs with it.
+    """
+    view_shape(key, arr.shape, perm, slice_, declared, reader, span, hint, wants)
+    if perm is not None:
+        arr = np.transpose(arr, list(perm))
+    if slice_ is not None:
+        axis, start, stop = (int(v) for v in slice_)
+        index = [slice(None)] * arr.ndim
+        index[axis] = slice(start, stop)
+        arr = arr[tuple(index)]
+    return arr.reshape(declared.shape)
+
+
+_MISMATCH_HINT = "the checkpoint does not match the IR; check the key and the declared shape"
+
+
+def _check_view(key: str, attrs: Mapping[str, Any], declared: TensorType, stored_shape: tuple[int, ...],
+                stored_dtype: np.dtype, name: str | None, span: Span | None) -> None:
+    """Check that the stored tensor can be viewed as ``declared``; raise WeightError."""
+    view_shape(key, stored_shape, attrs.get("perm"), attrs.get("slice"), declared, _where(name), span,
+               _MISMATCH_HINT)
     kind = np.dtype(stored_dtype).kind
     if declared.dtype.is_float:
         if kind != "f":
@@ -312,8 +349,6 @@ def _view_shape(key: str, attrs: Mapping[str, Any], declared: TensorType, stored
 
 def _int_weight_hint(stored: np.dtype) -> str:
     """What to do with a non-float checkpoint tensor read by a float const."""
-    from anec.ir.types import DType
-
     try:
         name = str(DType.from_np(stored))
     except ValueError:  # int64, int16, uint32...: no anec dtype
@@ -335,21 +370,14 @@ def materialize_attrs(attrs: Mapping[str, Any], declared: TensorType, store: Map
                       name: str | None = None, span: Span | None = None) -> np.ndarray:
     """The value of a const with these attributes and declared type."""
     if "value" in attrs:
-        from anec.ir.ops import InferError, const_literal
-
         try:
             return const_literal(attrs["value"], declared)
         except InferError as e:
             raise WeightError(f"{_where(name)}: {e.message}", span=span, hint=e.hint) from None
     key = attrs["weight"]
     arr = _lookup(key, store, span)
-    _view_shape(key, attrs, declared, arr.shape, arr.dtype, name, span)
-    if attrs.get("perm") is not None:
-        arr = np.transpose(arr, list(attrs["perm"]))
-    if attrs.get("slice") is not None:
-        axis, start, stop = attrs["slice"]
-        arr = np.take(arr, np.arange(start, stop), axis=axis)
-    arr = arr.reshape(declared.shape)
+    _check_view(key, attrs, declared, arr.shape, arr.dtype, name, span)
+    arr = view_stored(key, arr, attrs.get("perm"), attrs.get("slice"), declared, _where(name), span)
     with np.errstate(over="ignore"):
         return np.ascontiguousarray(arr.astype(declared.dtype.np))
 
@@ -371,7 +399,7 @@ def check_weights(module: Module | Graph | Iterable[Graph], store: Mapping[str, 
         key = n.attrs["weight"]
         try:
             arr = _lookup(key, store, n.span)
-            _view_shape(key, n.attrs, n.result.type, arr.shape, arr.dtype, n.result.name, n.span)
+            _check_view(key, n.attrs, n.result.type, arr.shape, arr.dtype, n.result.name, n.span)
         except WeightError as e:
             errors.append(e)
     if errors:

@@ -102,7 +102,7 @@ def chain_graph(nodes: int, rewrites: bool) -> Module:
         r2 = b.node("reshape", [t2], {"shape": [1, C, 1, S]})
         cur = b.node("add", [cur, r2], {})
         i += 1
-    b.g.outputs = [cur]
+    b.g.set_outputs([cur])
     module = Module()
     module.add_func(b.g)
     return module
@@ -169,7 +169,7 @@ def emit_only(sizes: list[int]) -> dict:
     from anec.targets import get_target
     from anec.weights import resolve_weights
 
-    target = get_target("m4")
+    target = get_target()
     runs = []
     for n in sizes:
         module = chain_graph(n, False)

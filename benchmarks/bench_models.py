@@ -164,12 +164,12 @@ def bench_gelu() -> dict:
 
 
 def write(results: dict) -> None:
+    from anec.fsutil import write_text_atomic
+
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     for name, text in (("models.json", json.dumps(results, indent=2) + "\n"), ("models.md", to_md(results))):
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, out / name)
+        write_text_atomic(out / name, text)
 
 
 def to_md(r: dict) -> str:

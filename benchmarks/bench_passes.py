@@ -87,7 +87,7 @@ def measure_one(n: int) -> dict:
     t1 = time.perf_counter()
     verify(module)
     t2 = time.perf_counter()
-    ctx = PassContext.default("m4")
+    ctx = PassContext.default()
     run_pipeline(module, OPTIMIZE, ctx)
     t3 = time.perf_counter()
     per_pass: dict[str, float] = {}
@@ -207,10 +207,9 @@ def main(argv: list[str]) -> int:
 
 
 def _write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".bench-")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    from anec.fsutil import write_text_atomic
+
+    write_text_atomic(path, text)
 
 
 if __name__ == "__main__":

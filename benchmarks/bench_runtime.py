@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from anec.compiler import compile_module  # noqa: E402
+from anec.fsutil import write_text_atomic  # noqa: E402
 from anec.ir.parser import parse  # noqa: E402
 from anec.runtime import Runtime, native  # noqa: E402
 from anec.weights import resolve_weights  # noqa: E402
@@ -336,12 +337,6 @@ def write_md(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="2 layers, fewer repetitions")
@@ -354,9 +349,9 @@ def main(argv: list[str] | None = None) -> int:
         "kernels": bench_kernels(3 if args.quick else 7),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    atomic_write(RESULTS / "runtime.json", json.dumps(res, indent=2) + "\n")
+    write_text_atomic(RESULTS / "runtime.json", json.dumps(res, indent=2) + "\n")
     md = write_md(res)
-    atomic_write(RESULTS / "runtime.md", md)
+    write_text_atomic(RESULTS / "runtime.md", md)
     print(md)
     return 0
 

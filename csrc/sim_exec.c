@@ -690,19 +690,11 @@ int sim_state_run(sim_state *s, uint8_t *const *in, uint8_t *const *out, char *e
     for (size_t k = 0; k < p->n_ops; k++) {
         const sim_op *o = &p->ops[k];
         int rc;
-        switch (o->kind) {
-        case SOP_EXP: case SOP_SQRT: case SOP_TANH: case SOP_SIGMOID: case SOP_RELU: case SOP_SILU:
-            rc = run_unary(s, o);
-            break;
-        case SOP_ADD: case SOP_SUB: case SOP_MUL: case SOP_DIV: case SOP_POW:
-            rc = run_binary(s, o);
-            break;
-        case SOP_SOFTMAX: rc = run_softmax(s, o); break;
-        case SOP_REDUCE_SUM: case SOP_REDUCE_MEAN: case SOP_REDUCE_MAX: rc = run_reduce(s, o); break;
-        case SOP_CAST: rc = run_cast(s, o); break;
-        case SOP_CONV: rc = run_conv(s, o); break;
-        case SOP_MATMUL: rc = run_matmul(s, o); break;
-        default: rc = run_layout(s, o); break;
+        switch (o->kind) {  /* kernel -> runner: the generated table in sim_ops.h */
+#define RUN(KIND, RUNNER) case KIND: rc = run_##RUNNER(s, o); break;
+        SIM_KERNELS(RUN)
+#undef RUN
+        default: rc = ANEC_EDRIVER; break;
         }
         if (rc != ANEC_OK) {
             snprintf(err, errlen, "model.mil:%d: evaluation failed (%s)", o->line,

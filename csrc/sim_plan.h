@@ -5,7 +5,8 @@
  * rejects what the ANE compiler rejects (naming the MIL line and the
  * constraint id), infers every result type and compares it with the declared
  * one, resolves every parameter (strides, axes, perm, ...) at compile time
- * and produces a flat list of values and ops. The plan is immutable and
+ * and produces a flat list of values and ops. Which MIL ops it knows comes
+ * from sim_ops.h, generated from the Python op table. The plan is immutable and
  * shared (refcounted) by every program compiled from, or cloned from, it;
  * per-program state (weights, activations) lives in sim_state.
  */
@@ -17,6 +18,7 @@
 
 #include "anec_rt.h"
 #include "sim_mil.h"
+#include "sim_ops.h"
 
 enum { SV_INPUT = 1, SV_CONST, SV_BLOB, SV_OP };
 
@@ -39,15 +41,8 @@ typedef struct sim_value {
     uint64_t blob_offset;
 } sim_value;
 
-enum {
-    SOP_CAST = 1, SOP_CONV, SOP_MATMUL, SOP_ADD, SOP_SUB, SOP_MUL, SOP_DIV, SOP_POW,
-    SOP_EXP, SOP_SQRT, SOP_TANH, SOP_SIGMOID, SOP_RELU, SOP_SILU, SOP_SOFTMAX,
-    SOP_REDUCE_SUM, SOP_REDUCE_MEAN, SOP_REDUCE_MAX, SOP_RESHAPE, SOP_TRANSPOSE,
-    SOP_SLICE, SOP_SPLIT, SOP_PAD, SOP_IDENTITY
-};
-
 typedef struct sim_op {
-    int kind;                    /* SOP_* */
+    int kind;                    /* SOP_* (sim_ops.h) */
     int line;
     int x, y;                    /* data operand value indices (y: second operand / conv weight), -1 if none */
     int *outs;                   /* result value indices */
@@ -80,9 +75,10 @@ typedef struct sim_plan {
     size_t max_scratch;          /* floats of scratch the largest op needs */
 } sim_plan;
 
-/* Compile MIL text into a plan, enforcing `limits`. Returns NULL with a
-   message naming the MIL line and the constraint id; *status is set to
-   ANEC_EPARSE or ANEC_ECOMPILE (or ANEC_ENOMEM). */
+/* Compile MIL text into a plan, enforcing `limits` (required: they come from
+   the manifest or the runtime's open options). Returns NULL with a message
+   naming the MIL line and the constraint id; *status is set to ANEC_EPARSE
+   or ANEC_ECOMPILE (or ANEC_ENOMEM, ANEC_EINVAL without limits). */
 sim_plan *sim_plan_build(const char *mil, size_t len, const anec_limits *limits,
                          int *status, char *err, size_t errlen);
 void sim_plan_retain(sim_plan *p);

@@ -262,7 +262,7 @@ class Lowering:
     # ---- errors ------------------------------------------------------------
     def fail(self, message: str, hint: str | None = None) -> "UnsupportedOpError":
         """An error at the current node (raise it: ``raise lw.fail(...)``)."""
-        from anec.frontends.torch_import import located_error
+        from anec.frontends.fx import located_error
 
         return located_error(UnsupportedOpError, self.node, message, hint)
 
@@ -1590,7 +1590,7 @@ group("attention")
       ir="matmul(q * scale, k^T) + mask, softmax, matmul with v (computed as v^T p^T so the "
          "result lands in the channel layout); grouped-query heads broadcast, never copied")
 def lower_sdpa(lw: Lowering, a: dict) -> Any:
-    from anec.frontends.torch_import import repeat_kv_source
+    from anec.frontends.fx import repeat_kv_source
 
     if float(a.get("dropout_p") or 0.0) != 0.0:
         raise lw.fail("attention dropout", "call model.eval() / use dropout_p=0 before importing")
@@ -1657,7 +1657,7 @@ def _host(lw: Lowering, x: Any, op: str, **params: Any) -> HostValue:
         src = x
         return src.then({"op": op, **params}, _host_shape(shape_of(x), op, params))
     source = lw.host_source(x)
-    from anec.frontends.torch_import import node_location
+    from anec.frontends.fx import node_location
 
     hv = HostValue(source, [], shape_of(x), "float32", node_location(lw.node))
     return hv.then({"op": op, **params}, _host_shape(shape_of(x), op, params),

@@ -48,6 +48,7 @@ import numpy as np
 
 from anec.diagnostics import AnecError, Source, Span
 from anec.frontends import TorchImportError, require
+from anec.frontends.fx import _op_name, _short, located_error, node_location, node_span, repeat_kv_source
 from anec.frontends.aten import (
     HANDLERS,
     Const,
@@ -94,91 +95,6 @@ _VIEW_OPS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "clone",
 
 # ---------------------------------------------------------------------------
 # locations and errors
-
-
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>[^\n]*)\n(?P<code>[^\n]*)')
-
-
-def _frames(node: Any) -> list[tuple[str, int, str]]:
-    trace = (getattr(node, "meta", None) or {}).get("stack_trace") or ""
-    return [(m.group("file"), int(m.group("line")), m.group("code")) for m in _FRAME.finditer(trace)]
-
-
-def _user_frame(node: Any) -> tuple[str, int, str] | None:
-    """The innermost frame of the node's stack trace outside torch (the model's code)."""
-    frames = _frames(node)
-    if not frames:
-        return None
-    try:
-        import torch
-
-        torch_dir = os.path.dirname(torch.__file__) + os.sep
-    except ImportError:  # pragma: no cover - torch is there when nodes exist
-        torch_dir = os.sep + "torch" + os.sep
-    for f in reversed(frames):
-        if not f[0].startswith(torch_dir):
-            return f
-    return frames[-1]
-
-
-def node_location(node: Any) -> str:
-    """``file:line`` of the Python code that produced an FX node ('' if unknown)."""
-    f = _user_frame(node)
-    return f"{f[0]}:{f[1]}" if f else ""
-
-
-def node_span(node: Any) -> Span | None:
-    """A span on the Python source line of the node (for diagnostics and IR spans)."""
-    f = _user_frame(node)
-    if f is None:
-        return None
-    file, line, code = f
-    text = code.strip()
-    full = _source_line(file, line)
-    if full.strip() == text and text:
-        indent = full[: len(full) - len(full.lstrip())]
-    else:
-        indent = ""
-    src = Source(file, "\n" * (line - 1) + indent + text)
-    start = len(src.text) - len(text)
-    return Span(src, start, len(src.text))
-
-
-def _source_line(file: str, line: int) -> str:
-    """The line as written in the file (for its indentation), or '' if unreadable."""
-    import linecache
-
-    try:
-        return linecache.getline(file, line).rstrip("\n")
-    except Exception:  # unreadable or odd files: the stack trace's text is enough
-        return ""
-
-
-def _module_note(node: Any) -> str | None:
-    stack = (getattr(node, "meta", None) or {}).get("nn_module_stack") or {}
-    if not stack:
-        return None
-    path, cls = list(stack.values())[-1]
-    if not path:
-        return None
-    return f"in module '{path}' ({str(cls).rsplit('.', 1)[-1]})"
-
-
-def _op_name(node: Any) -> str:
-    t = getattr(node, "target", None)
-    return str(t) if t is not None else str(node)
-
-
-def located_error(cls: type, node: Any, message: str, hint: str | None = None) -> AnecError:
-    """An error about FX ``node``: the ATen op, the user's source line, the module path."""
-    op = _op_name(node)
-    notes = []
-    mod = _module_note(node)
-    if mod:
-        notes.append(mod)
-    if not _frames(node):
-        notes.append("no Python source line is known for this node (the program has no stack traces)")
-    return cls(f"{op}: {message}", span=node_span(node), hint=hint, notes=notes)
 
 
 def _unsupported(node: Any) -> UnsupportedOpError:
@@ -350,47 +266,6 @@ def load_pt2(path: str | os.PathLike) -> Any:
 
 # ---------------------------------------------------------------------------
 # the FX walk
-
-
-def repeat_kv_source(node: Any) -> Any:
-    """For ``view(clone(expand(unsqueeze(x, -3))))`` repeating key/value heads
-    (transformers' ``repeat_kv``), the FX node of ``x``; else None."""
-    n = node
-    if getattr(n, "op", None) != "call_function":
-        return None
-    if _short(n) not in ("view", "_unsafe_view", "reshape"):
-        return None
-    n = n.args[0]
-    if _short(n) == "clone":
-        n = n.args[0]
-    if _short(n) != "expand":
-        return None
-    e = n
-    n = n.args[0]
-    if _short(n) != "unsqueeze":
-        return None
-    base = n.args[0]
-    try:
-        bs = tuple(base.meta["val"].shape)
-        es = tuple(e.meta["val"].shape)
-        out = tuple(node.meta["val"].shape)
-    except (KeyError, AttributeError):
-        return None
-    if len(bs) < 3 or len(es) != len(bs) + 1 or n.args[1] % len(es) != len(bs) - 2:
-        return None
-    lead, kv, s, d = bs[:-3], bs[-3], bs[-2], bs[-1]
-    if es[:-4] != lead or es[-4] != kv or es[-2:] != (s, d):
-        return None
-    if out != lead + (kv * es[-3], s, d):
-        return None
-    return base
-
-
-def _short(node: Any) -> str | None:
-    if getattr(node, "op", None) != "call_function":
-        return None
-    name = str(node.target)
-    return name.split(".")[1] if name.startswith("aten.") else None
 
 
 def _leaf_names(spec: Any, n: int) -> list[str]:
@@ -819,16 +694,17 @@ class _Importer:
                 x = em.reshape(x, (1,))
             em.named("cast", pname, x, dtype=DType.fp32)
         g = em.graph
-        g.outputs = []
+        outs = []
         seen = set()
         for e in outputs:
             if e.get("kind") == "device":
-                g.outputs.append(g.value(e["program_output"]))
+                outs.append(g.value(e["program_output"]))
                 seen.add(e["program_output"])
         for pname, _view in self.host_sources.values():
             if pname not in seen and g.has_value_name(pname):
-                g.outputs.append(g.value(pname))
+                outs.append(g.value(pname))
                 seen.add(pname)
+        g.set_outputs(outs)
         if not g.outputs:
             raise TorchImportError("the model computes nothing on the device (every output is a "
                                    "constant, an input or host work)",
@@ -887,7 +763,7 @@ class _Importer:
                 if h.input == n and h.output in by_name and by_name[h.output] not in order:
                     order.append(by_name[h.output])
         order += [v for v in g.inputs if v not in order]
-        g.inputs[:] = order
+        g.reorder_inputs(order)
 
     def _input_entries(self) -> list[dict]:
         out = []

@@ -13,9 +13,7 @@ import the op table themselves).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from anec._lazy import lazy_exports
 from anec.ir.builder import Builder, as_type
 from anec.ir.graph import Graph, Module, Node, Value, WeightSource
 from anec.ir.ops import (
@@ -58,15 +56,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import ``parse``, ``verify``, ``print_module``... from their module on first use."""
-    modname = _LAZY.get(name)
-    if modname is None:
-        raise AttributeError(f"module 'anec.ir' has no attribute '{name}'")
-    value = getattr(importlib.import_module(modname), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports("anec.ir", _LAZY, globals())

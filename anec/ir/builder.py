@@ -33,7 +33,7 @@ from anec.ir.ops import OPS, InferError, get_op, infer_types
 from anec.ir.types import DType, TensorType, parse_dtype
 
 _NAME = re.compile(r"[A-Za-z0-9_]+\Z")
-_TYPE = re.compile(r"\s*([A-Za-z0-9_]+)\s*\[\s*([0-9,\s]*)\]\s*\Z")
+_TYPE = re.compile(r"\s*([A-Za-z0-9_]+)\s*(?:\[\s*([0-9,\s]*)\])?\s*\Z")
 
 
 def as_type(dtype_or_type: Any, shape: Sequence[int] | None = None) -> TensorType:
@@ -48,9 +48,9 @@ def as_type(dtype_or_type: Any, shape: Sequence[int] | None = None) -> TensorTyp
         if dt is None:
             raise VerifyError(
                 f"'{dtype_or_type}' is not a tensor type",
-                hint="write it as in the IR, e.g. fp16[1, 768, 1, 64] (fp16[] for a scalar)",
+                hint="write it as in the IR, e.g. fp16[1, 768, 1, 64] (fp16 or fp16[] for a scalar)",
             )
-        dims = [d for d in m.group(2).replace(",", " ").split()]
+        dims = [d for d in (m.group(2) or "").replace(",", " ").split()]
         return TensorType(dt, tuple(int(d) for d in dims))
     dt = dtype_or_type if isinstance(dtype_or_type, DType) else parse_dtype(str(dtype_or_type))
     if dt is None:
@@ -154,7 +154,7 @@ class Builder:
             if v.name in seen:
                 raise VerifyError(f"value %{v.name} is returned twice", hint="return it once, or add an identity")
             seen.add(v.name)
-        self.graph.outputs = list(values)
+        self.graph.set_outputs(values)
         return self.graph
 
     @staticmethod

@@ -13,56 +13,76 @@ as ``@{key=value}`` after the type).
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import gc
 import itertools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 from anec.diagnostics import Source, Span
 from anec.ir.types import TensorType
 
-_renames = [0]
-"""How many times an existing Value was renamed, process-wide. A Graph's name
-cache (see :meth:`Graph.fresh_name`) is valid only while this is unchanged,
-or when the Graph made the rename itself (:meth:`Graph.rename_value`)."""
+
+@contextlib.contextmanager
+def no_cyclic_gc():
+    """Pause Python's cyclic garbage collector (parsing, verifying, the pass pipeline).
+
+    All three allocate many small objects while a large graph is alive; the
+    cyclic collector would rescan every live object again and again, which
+    made a 100k-node parse and pipeline superlinear (measured in
+    benchmarks/bench_passes.py). Refcounting still frees what is dropped;
+    the cycles left meanwhile (erased nodes and their results, an error's
+    traceback) are collected once the collector runs again. Its previous
+    state is restored.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
-@dataclass(eq=False)
 class Value:
-    """An SSA value: a func input or one result of a node."""
+    """An SSA value: a func input or one result of a node.
 
-    name: str
-    """Name without the ``%`` sigil; unique within its func."""
-    type: TensorType
-    """Static type."""
-    producer: "Node | None" = None
-    """The node defining this value, or None for a func input."""
-    index: int = 0
-    """Result index within the producer."""
-    uses: list["Node"] = field(default_factory=list)
-    """Nodes using this value, once per operand slot (a multiset)."""
-    span: Span | None = None
-    """Where the value is defined in the source text."""
+    ``name`` is read-only here: a value is renamed by the graph that owns it
+    (:meth:`Graph.rename_value`), which keeps the graph's name index right.
+    """
+
+    __slots__ = ("_name", "type", "producer", "index", "uses", "span", "__weakref__")
+
+    def __init__(self, name: str, type: TensorType, producer: "Node | None" = None, index: int = 0,
+                 uses: "list[Node] | None" = None, span: Span | None = None) -> None:
+        self._name = name
+        self.type = type
+        """Static type."""
+        self.producer = producer
+        """The node defining this value, or None for a func input."""
+        self.index = index
+        """Result index within the producer."""
+        self.uses: list[Node] = [] if uses is None else uses
+        """Nodes using this value, once per operand slot (a multiset)."""
+        self.span = span
+        """Where the value is defined in the source text."""
+
+    @property
+    def name(self) -> str:
+        """Name without the ``%`` sigil; unique within its func."""
+        return self._name
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__ if k != "__weakref__"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
 
     def __repr__(self) -> str:
         return f"%{self.name}: {self.type}"
-
-
-def _get_name(self: Value) -> str:
-    return self._name
-
-
-def _set_name(self: Value, name: str) -> None:
-    if "_name" in self.__dict__:
-        _renames[0] += 1
-    self.__dict__["_name"] = name
-
-
-# ``name`` is a plain dataclass field for construction and copying, read and
-# written through a property so that renames done outside the Graph's methods
-# (``v.name = ...``) invalidate the Graph's name cache.
-Value.name = property(_get_name, _set_name, doc="Name without the ``%`` sigil; unique within its func.")  # type: ignore[assignment]
 
 
 @dataclass(eq=False)
@@ -101,104 +121,116 @@ class Node:
         return f"<{res} = {self.op}({args})>"
 
 
+class NodeList(Sequence[Node]):
+    """A read-only view of a graph's node list (no copy; edits go through the Graph)."""
+
+    __slots__ = ("_nodes",)
+
+    def __init__(self, nodes: list[Node]) -> None:
+        self._nodes = nodes
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._nodes[i]
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self._nodes)
+
+    def __reversed__(self) -> Iterator[Node]:
+        return reversed(self._nodes)
+
+    def __contains__(self, node: object) -> bool:
+        return any(n is node for n in self._nodes)
+
+    def index(self, node: Node, start: int = 0, stop: int | None = None) -> int:  # type: ignore[override]
+        return self._nodes.index(node, start, len(self._nodes) if stop is None else stop)
+
+    def __repr__(self) -> str:
+        return repr(self._nodes)
+
+
 class Graph:
     """A func: inputs, topologically ordered nodes, returned values.
 
-    ``inputs``, ``nodes`` and ``outputs`` are plain lists that passes may edit
-    directly. The mutation methods below additionally keep two caches, so that
-    rewriting a large graph stays linear: the multiset of value names (for
-    :meth:`fresh_name`) and the set of node ids (for :meth:`has_node`). Each
-    cache remembers the lists it was built from (identity and length) and the
-    process-wide rename count; a direct edit that changes any of these makes
-    the next query rebuild it, so direct edits stay correct, only slower.
+    ``inputs``, ``nodes`` and ``outputs`` are read-only views; every change
+    goes through the methods below, which keep the use lists, the index of
+    value names (for :meth:`fresh_name` and :meth:`has_value_name`) and the
+    set of nodes (for :meth:`has_node`) right in constant time per change.
     """
 
     def __init__(self, name: str, span: Span | None = None) -> None:
         self.name = name
         self.span = span
-        self.inputs: list[Value] = []
-        self.nodes: list[Node] = []
-        self.outputs: list[Value] = []
+        self._inputs: list[Value] = []
+        self._nodes: list[Node] = []
+        self._outputs: tuple[Value, ...] = ()
         self.return_span: Span | None = None
         self.meta: dict[str, Any] = {}
         """Facts passes hand to later stages, not printed (e.g. chunked outputs)."""
         self._counter = itertools.count()
-        self._names: Counter[str] | None = None
-        self._node_ids: set[int] | None = None
-        self._cache_key: tuple | None = None
+        self._names: Counter[str] = Counter()
+        self._node_ids: set[int] = set()
         self._pos_hint = 0
 
     def __getstate__(self) -> dict[str, Any]:
-        """Copies and pickles start without caches (they describe this object's lists)."""
         state = self.__dict__.copy()
-        state.update(_names=None, _node_ids=None, _cache_key=None, _pos_hint=0)
+        state["_node_ids"] = None  # ids do not survive a copy or a pickle
         return state
 
-    # ---- caches -------------------------------------------------------------
-    def _key(self) -> tuple:
-        # the objects themselves, not their ids: the key keeps them alive, so an id can
-        # never be reused by a new list; the last node catches a direct remove + append
-        nodes, inputs = self.nodes, self.inputs
-        return (nodes, len(nodes), nodes[-1] if nodes else None, inputs, len(inputs),
-                _renames[0])
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._node_ids = {id(n) for n in self._nodes}
 
-    def _current(self) -> bool:
-        """Whether the caches describe the graph (lists compared by identity)."""
-        key = self._cache_key
-        if key is None:
-            return False
-        nodes, inputs = self.nodes, self.inputs
-        return (key[0] is nodes and key[1] == len(nodes)
-                and key[2] is (nodes[-1] if nodes else None) and key[3] is inputs
-                and key[4] == len(inputs) and key[5] == _renames[0])
+    # ---- views ----------------------------------------------------------
+    @property
+    def inputs(self) -> tuple[Value, ...]:
+        """The func inputs, in signature order."""
+        return tuple(self._inputs)
 
-    def _caches(self) -> tuple[Counter[str], set[int]]:
-        """The name multiset and node-id set, rebuilt if the graph changed behind our back."""
-        if not self._current() or self._names is None or self._node_ids is None:
-            self._names = Counter(v.name for v in self.values())
-            self._node_ids = {id(n) for n in self.nodes}
-            self._cache_key = self._key()
-        return self._names, self._node_ids
+    @property
+    def nodes(self) -> NodeList:
+        """The nodes, in topological order (a read-only view)."""
+        return NodeList(self._nodes)
 
-    def _valid_caches(self) -> tuple[Counter[str], set[int]] | None:
-        """The caches if they are up to date (before a mutation), else None."""
-        if self._current() and self._names is not None:
-            return self._names, self._node_ids  # type: ignore[return-value]
-        return None
-
-    def _commit(self, caches: tuple | None) -> None:
-        """After a mutation applied to ``caches`` as well: mark them current again."""
-        if caches is not None:
-            self._cache_key = self._key()
+    @property
+    def outputs(self) -> tuple[Value, ...]:
+        """The returned values, in return order (the program interface)."""
+        return self._outputs
 
     # ---- construction -------------------------------------------------
     def add_input(self, name: str, type: TensorType, span: Span | None = None) -> Value:
-        caches = self._valid_caches()
         v = Value(name, type, None, 0, [], span)
-        self.inputs.append(v)
-        if caches is not None:
-            caches[0][name] += 1
-        self._commit(caches)
+        self._inputs.append(v)
+        self._names[name] += 1
         return v
+
+    def reorder_inputs(self, order: Sequence[Value]) -> None:
+        """Put the func inputs in ``order`` (the same inputs, another signature order)."""
+        if len(order) != len(self._inputs) or {id(v) for v in order} != {id(v) for v in self._inputs}:
+            raise ValueError("reorder_inputs takes every input of the func exactly once")
+        self._inputs[:] = list(order)
+
+    def set_input_type(self, value: Value, type: TensorType) -> None:
+        """Change the declared type of the func input ``value`` (its uses are the caller's business)."""
+        if value.producer is not None:
+            raise ValueError(f"%{value.name} is not a func input")
+        value.type = type
 
     def add_node(self, node: Node, index: int | None = None) -> Node:
         """Insert ``node`` (at ``index``, default: the end) and record its uses."""
-        caches = self._valid_caches()
         for v in node.inputs():
             v.uses.append(node)
         for i, r in enumerate(node.results):
             r.producer, r.index = node, i
+            self._names[r.name] += 1
         if index is None:
-            self.nodes.append(node)
+            self._nodes.append(node)
         else:
-            self.nodes.insert(index, node)
+            self._nodes.insert(index, node)
             self._pos_hint = index + 1  # where the node we inserted before now is
-        if caches is not None:
-            names, ids = caches
-            for r in node.results:
-                names[r.name] += 1
-            ids.add(id(node))
-        self._commit(caches)
+        self._node_ids.add(id(node))
         return node
 
     def create_node(
@@ -228,7 +260,7 @@ class Graph:
         Rewrites insert before the node being rewritten and walk the list
         forward, so the next anchor is usually at or just after that point.
         """
-        nodes, hint = self.nodes, self._pos_hint
+        nodes, hint = self._nodes, self._pos_hint
         if hint < len(nodes) and nodes[hint] is node:
             return hint
         try:
@@ -238,7 +270,7 @@ class Graph:
 
     def fresh_name(self, hint: str = "v", exclude: "Iterable[str]" = ()) -> str:
         """A value name not used in this graph (nor in ``exclude``), derived from ``hint``."""
-        names, _ = self._caches()
+        names = self._names
         excluded = set(exclude)
         base = hint.lstrip("%") or "v"
         if base not in names and base not in excluded:
@@ -250,20 +282,20 @@ class Graph:
 
     # ---- queries --------------------------------------------------------
     def values(self) -> Iterator[Value]:
-        yield from self.inputs
-        for n in self.nodes:
+        yield from self._inputs
+        for n in self._nodes:
             yield from n.results
 
     def value_names(self) -> set[str]:
-        return set(self._caches()[0])
+        return set(self._names)
 
     def has_value_name(self, name: str) -> bool:
         """Whether some input or node result of this graph is called ``name``."""
-        return self._caches()[0][name] > 0
+        return self._names[name] > 0
 
     def has_node(self, node: Node) -> bool:
         """Whether ``node`` is in ``self.nodes`` (constant time, unlike ``in``)."""
-        return id(node) in self._caches()[1]
+        return id(node) in self._node_ids
 
     def value(self, name: str) -> Value:
         for v in self.values():
@@ -272,27 +304,47 @@ class Graph:
         raise KeyError(name)
 
     def output_names(self) -> list[str]:
-        return [v.name for v in self.outputs]
+        return [v.name for v in self._outputs]
 
     # ---- mutation -------------------------------------------------------
+    def set_outputs(self, values: Iterable[Value]) -> None:
+        """Make ``values`` the returned values, in order."""
+        self._outputs = tuple(values)
+
+    def replace_output(self, old: Value, new: Sequence[Value]) -> None:
+        """Return the values ``new`` where ``old`` was returned (one or several, in order)."""
+        pos = self._outputs.index(old)
+        self._outputs = self._outputs[:pos] + tuple(new) + self._outputs[pos + 1:]
+
     def rename_value(self, value: Value, name: str) -> None:
         """Rename ``value`` (an input or node result of this graph) to ``name``."""
-        caches = self._valid_caches()
-        old = value.name
-        value.name = name
-        if caches is not None:
-            names = caches[0]
-            names[old] -= 1
-            if names[old] <= 0:
-                del names[old]
-            names[name] += 1
-        self._commit(caches)
+        names = self._names
+        old = value._name
+        names[old] -= 1
+        if names[old] <= 0:
+            del names[old]
+        value._name = name
+        names[name] += 1
 
     def set_operand(self, node: Node, index: int, new: Value) -> None:
+        """Make positional operand ``index`` of ``node`` read ``new``."""
         old = node.operands[index]
         old.uses.remove(node)
         node.operands[index] = new
         new.uses.append(node)
+
+    def replace_uses(self, old: Value, new: Value, users: Iterable[Node]) -> None:
+        """Make the nodes ``users`` read ``new`` wherever they read ``old`` (returned values stay)."""
+        if old is new:
+            return
+        for user in dict.fromkeys(users):
+            n = sum(v is old for v in user.inputs())
+            if not n:
+                continue
+            user.operands = [new if v is old else v for v in user.operands]
+            user.optional = {k: (new if v is old else v) for k, v in user.optional.items()}
+            old.uses = [u for u in old.uses if u is not user]
+            new.uses.extend([user] * n)
 
     def replace_all_uses(self, old: Value, new: Value) -> None:
         """Make every use of ``old`` use ``new``; returned names never change.
@@ -308,10 +360,10 @@ class Graph:
             user.optional = {k: (new if v is old else v) for k, v in user.optional.items()}
         new.uses.extend(old.uses)
         old.uses = []
-        if old in self.outputs:
+        if old in self._outputs:
             keep = old.name
             self.rename_value(old, self.fresh_name(keep + "_old"))
-            if new.producer is None or new in self.outputs:
+            if new.producer is None or new in self._outputs:
                 after = new.producer
                 idx = self._position(after) + 1 if after is not None else 0
                 # keep the identity after every node defining its operand
@@ -321,22 +373,19 @@ class Graph:
                 new = node.results[0]
             else:
                 self.rename_value(new, keep)
-            self.outputs = [new if v is old else v for v in self.outputs]
+            self._outputs = tuple(new if v is old else v for v in self._outputs)
 
     def erase_node(self, node: Node, safe: bool = True) -> None:
         """Remove ``node``; with ``safe`` it must have no used or returned results."""
         if safe:
             self._check_erasable(node)
-        caches = self._valid_caches()
         for v in node.inputs():
             if node in v.uses:
                 v.uses.remove(node)
         index = self._position(node)
-        del self.nodes[index]
+        del self._nodes[index]
         self._pos_hint = index  # the node that followed the erased one is there now
-        if caches is not None:
-            self._forget(caches, node)
-        self._commit(caches)
+        self._forget(node)
 
     def erase_nodes(self, nodes: "Iterable[Node]", safe: bool = True) -> None:
         """Remove several nodes at once, in time linear in the graph size.
@@ -350,41 +399,37 @@ class Graph:
         if safe:
             for n in doomed.values():
                 for r in n.results:
-                    if r in self.outputs or any(id(u) not in doomed for u in r.uses):
+                    if r in self._outputs or any(id(u) not in doomed for u in r.uses):
                         raise ValueError(f"cannot erase {n!r}: %{r.name} is still used")
-        caches = self._valid_caches()
         touched: dict[int, Value] = {}
         for n in doomed.values():
             for v in n.inputs():
                 touched[id(v)] = v
         for v in touched.values():
             v.uses = [u for u in v.uses if id(u) not in doomed]
-        self.nodes[:] = [n for n in self.nodes if id(n) not in doomed]
+        self._nodes[:] = [n for n in self._nodes if id(n) not in doomed]
         self._pos_hint = 0
-        if caches is not None:
-            for n in doomed.values():
-                self._forget(caches, n)
-        self._commit(caches)
+        for n in doomed.values():
+            self._forget(n)
 
     def _check_erasable(self, node: Node) -> None:
         for r in node.results:
-            if r.uses or r in self.outputs:
+            if r.uses or r in self._outputs:
                 raise ValueError(f"cannot erase {node!r}: %{r.name} is still used")
 
-    @staticmethod
-    def _forget(caches: tuple[Counter[str], set[int]], node: Node) -> None:
-        names, ids = caches
-        ids.discard(id(node))
+    def _forget(self, node: Node) -> None:
+        names = self._names
+        self._node_ids.discard(id(node))
         for r in node.results:
             names[r.name] -= 1
             if names[r.name] <= 0:
                 del names[r.name]
 
     def rebuild_uses(self) -> None:
-        """Recompute every ``uses`` list from scratch (after bulk edits)."""
+        """Recompute every ``uses`` list from the operands (repairs a graph edited behind its back)."""
         for v in self.values():
             v.uses = []
-        for n in self.nodes:
+        for n in self._nodes:
             for v in n.inputs():
                 v.uses.append(n)
 
@@ -397,16 +442,16 @@ class Graph:
         """
         g = Graph(self.name, self.span)
         vmap: dict[int, Value] = {}
-        for v in self.inputs:
+        for v in self._inputs:
             vmap[id(v)] = g.add_input(v.name, v.type, v.span)
-        for n in self.nodes:
+        for n in self._nodes:
             results = [Value(r.name, r.type, None, 0, [], r.span) for r in n.results]
             g.add_node(Node(n.op, [vmap[id(v)] for v in n.operands], copy.deepcopy(n.attrs),
                             results, {k: vmap[id(v)] for k, v in n.optional.items()}, n.span,
                             copy.deepcopy(n.annotations)))
             for old, new in zip(n.results, results):
                 vmap[id(old)] = new
-        g.outputs = [vmap[id(v)] for v in self.outputs]
+        g.set_outputs(vmap[id(v)] for v in self._outputs)
         g.return_span = self.return_span
         g.meta = copy.deepcopy(self.meta)
         return g

@@ -8,8 +8,9 @@ and ``graph.return_span`` the span of its ``return`` statement.
 The grammar only knows the generic statement shape. This module adds what
 needs no op table (literal words, dtype names, value-name syntax, duplicate
 keywords, SSA name resolution) and infers the type of a statement written
-without ``: type``, reusing the verifier's per-node checks so errors read the
-same whether a type was written or inferred. Everything else is the verifier's
+without ``: type`` with the op table's per-node checks
+(:func:`anec.ir.ops.infer_node_types`, which the verifier uses too), so errors
+read the same whether a type was written or inferred. Everything else is the verifier's
 job: ``parse`` accepts ``%y = add(%x, %x) : fp32[7]`` and ``verify`` rejects it.
 
 Every problem becomes a :class:`~anec.diagnostics.ParseError` (syntax) or a
@@ -19,8 +20,6 @@ where a fix is likely, a hint. Lark exceptions never escape.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import math
 import re
@@ -34,17 +33,12 @@ from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from anec.diagnostics import AnecError, ParseError, Source, Span, VerifyError, did_you_mean
-from anec.ir.graph import Graph, Module, Node, Value, WeightSource
+from anec.ir.graph import Graph, Module, Node, Value, WeightSource, no_cyclic_gc
+from anec.ir.lexical import MAX_LIST_DEPTH
+from anec.ir.ops import infer_node_types
 from anec.ir.types import DTYPE_NAMES, TensorType, dtype_hint, parse_dtype
 
-__all__ = ["Comment", "Layout", "no_cyclic_gc", "parse", "parse_file", "parse_with_layout"]
-
-VALUE_NAME = re.compile(r"[A-Za-z0-9_]+\Z")
-"""A value name (without ``%``): letters, digits and ``_`` (``x``, ``h_0``, ``3``,
-``0_weight``), as the Builder derives them from weight keys."""
-IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-MAX_LIST_DEPTH = 32
-"""Nested-list literals deeper than this are rejected (and never printed)."""
+__all__ = ["Comment", "Layout", "parse", "parse_file", "parse_with_layout"]
 
 _WORDS: dict[str, Any] = {"true": True, "false": False, "inf": math.inf, "nan": math.nan}
 
@@ -154,27 +148,6 @@ def parse_with_layout(text: str, filename: str = "<string>") -> tuple[Module, La
         return _parse_with_layout(text, filename)
 
 
-@contextlib.contextmanager
-def no_cyclic_gc():
-    """Pause Python's cyclic garbage collector (parsing, the pass pipeline).
-
-    Both allocate many small objects while a large graph is alive; the
-    cyclic collector would rescan every live object again and again, which
-    made a 100k-node parse and pipeline superlinear (measured in
-    benchmarks/bench_passes.py). Refcounting still frees what is dropped;
-    the cycles left meanwhile (erased nodes and their results, an error's
-    traceback) are collected once the collector runs again. Its previous
-    state is restored.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _parse_with_layout(text: str, filename: str) -> tuple[Module, Layout]:
     source = Source(filename, text)
     comments: list[Token] = []
@@ -278,11 +251,13 @@ class _Walker:
 
         graph.return_span = self.span(ret)
         self.items.append((ret.meta.start_pos, ret.meta.end_pos, item_key("return", graph)))
+        returned = []
         for vtok in ret.children:
             if vtok is None:
                 continue
             name = self.value_name(vtok)
-            graph.outputs.append(self.lookup(env, name, self.span(vtok), later, len(parsed)))
+            returned.append(self.lookup(env, name, self.span(vtok), later, len(parsed)))
+        graph.set_outputs(returned)
         self.items.append((tree.meta.end_pos - 1, tree.meta.end_pos, item_key("close", graph)))
         return graph
 
@@ -342,8 +317,6 @@ class _Walker:
     def node(
         self, graph: Graph, env: dict[str, Value], st: _Stmt, later: dict[str, int], index: int
     ) -> Node:
-        from anec.ir import verifier  # the verifier imports nothing from here
-
         operands = [self.lookup(env, n, s, later, index) for n, s in st.operands]
         optional = {
             k: self.lookup(env, n, s, later, index) for k, (n, s) in st.keyword_operands.items()
@@ -355,7 +328,7 @@ class _Walker:
                     st.op_span,
                     hint="write the type after the call, e.g. `: fp16[1, 768, 1, 1]`",
                 )
-            types = verifier.infer_node_types(
+            types = infer_node_types(
                 st.op,
                 [v.type for v in operands],
                 {k: v.type for k, v in optional.items()},
@@ -436,7 +409,7 @@ class _Walker:
                 raise ParseError(
                     f"invalid dimension '{d}'",
                     self.span(d),
-                    hint="dimensions are positive integers; a scalar type is written fp16[]",
+                    hint="dimensions are positive integers; a scalar type is written fp16 or fp16[]",
                 )
             shape.append(self._int(d))
         return TensorType(dtype, tuple(shape))
@@ -685,6 +658,10 @@ def _syntax_error(e: UnexpectedInput, source: Source) -> ParseError:
     got = _describe(tok)
     word = str(tok)
 
+    early = _line_ended_early(source, tok, before)
+    if early is not None:
+        return early
+
     # `add(x, %y)`: a bare name where an operand was meant (lark then wants '=')
     if (
         "EQUAL" in expected
@@ -784,6 +761,87 @@ def _syntax_error(e: UnexpectedInput, source: Source) -> ParseError:
                       hint=hint or _context_hint(before))
 
 
+_BOUNDARIES = {"RETURN", "RBRACE", "FUNC", "WEIGHTS", "$END"}
+"""Tokens that may start a new item: when the parser would accept one, a statement
+could have ended at the line break, and the error is the next token's."""
+_ITEM_WORDS = ("return", "func", "weights")
+_MAX_LINES_BACK = 16
+"""How many line breaks an unfinished statement is looked for across (each look reparses)."""
+
+
+def _expected_at(text: str, pos: int) -> set[str] | None:
+    """What the parser expects when the text ends at ``pos`` (None if it would not end there)."""
+    try:
+        _get_lark().parse(text[:pos])
+    except UnexpectedToken as e:
+        return set(e.expected) - {"COMMENT", "WS"} if e.token.type == "$END" else None
+    except LarkError:
+        return None
+    return None
+
+
+def _starts_item(text: str, pos: int) -> bool:
+    """Whether the line starting with the token at ``pos`` starts a new item: a statement
+    (``%y =`` / ``%a,``), ``return``, ``}`` or a top-level ``func`` / ``weights``."""
+    toks = []
+    try:
+        for t in _get_lark().lex(text[pos:]):
+            toks.append(t)
+            if len(toks) == 2:
+                break
+    except LarkError:
+        pass
+    if not toks:
+        return False
+    first = toks[0]
+    if first.type in ("RETURN", "RBRACE", "FUNC", "WEIGHTS") or str(first) in _ITEM_WORDS:
+        return True
+    return first.type == "VALUE" and len(toks) == 2 and toks[1].type in ("EQUAL", "COMMA")
+
+
+def _line_ended_early(source: Source, tok: Token, before: list[Token]) -> ParseError | None:
+    """The error at the end of a line whose statement is unfinished when the next line
+    starts a new one (``%y = relu(%x`` then ``return %y``), or None.
+
+    Walking back over line breaks: while the line after a break starts a new item
+    and the text cannot end before that break, the break is where the statement
+    was cut short; the earliest such break is reported.
+    """
+    text = source.text
+    line_of = lambda pos: source.line_col(pos)[0]  # noqa: E731
+    line = line_of(tok.start_pos)
+    found: tuple[Token, set[str], int] | None = None
+    k = len(before)
+    for _ in range(_MAX_LINES_BACK):
+        first = k
+        while first > 0 and line_of(before[first - 1].start_pos) == line:
+            first -= 1
+        if first == 0:
+            break
+        start = before[first].start_pos if first < len(before) else tok.start_pos
+        if not _starts_item(text, start):
+            break
+        last = before[first - 1]
+        expected = _expected_at(text, last.end_pos)
+        if expected is None or expected & _BOUNDARIES:
+            break
+        found = (last, expected, first)
+        k, line = first, line_of(last.start_pos)
+    if found is None:
+        return None
+    last, expected, first = found
+    head = before[:first]
+    what = "a type (e.g. fp16[1, 64, 1, 64], or fp16 for a scalar)" if last.type == "COLON" \
+        else _expected(expected)
+    paren = _unclosed_paren(head)
+    if paren is not None and expected & {"RPAR", "RSQB"}:
+        hint = f"the '{paren}' at {Span(source, paren.start_pos, paren.end_pos).location} is not closed"
+    else:
+        hint = _context_hint(head)
+    return ParseError(f"expected {what} before the end of the line",
+                      Span(source, last.end_pos, last.end_pos), hint=hint)
+
+
 def _after_return(tokens: list[Token]) -> bool:
     for t in reversed(tokens):
         if t.type == "RETURN":
@@ -845,7 +903,7 @@ _SHAPES = {
               "func f(%x: fp16[1, 64, 1, 64], %m: fp16[1, 1, 64, 64])",
     "args": "inside an op's parentheses: operands first, then key=value: "
             "softmax(%x, axis=-1), conv1x1(%x, %w, bias=%b)",
-    "type": "a type is a dtype and its dims: fp16[1, 768, 1, 64] (a scalar: fp16[])",
+    "type": "a type is a dtype and its dims: fp16[1, 768, 1, 64] (a scalar: fp16 or fp16[])",
     "list": "a list literal is [1, 2] or [[0.0, 1.0], [2.0, 3.0]]",
     "annotations": "annotations are written @{key=literal, ...} after the type",
     "return": "the last statement of a func is 'return %a, %b' (then '}')",

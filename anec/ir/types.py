@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -66,6 +67,8 @@ _NP = {
 
 DTYPE_NAMES = tuple(d.value for d in DType)
 FLOATS = frozenset({DType.fp16, DType.fp32})
+FP16_MAX = float(np.finfo(np.float16).max)
+"""The largest finite fp16 value (65504): the ANE's range (ANE-FP16-RANGE)."""
 NUMERIC = frozenset({DType.fp16, DType.fp32, DType.int32})
 ALL_DTYPES = frozenset(DType)
 
@@ -132,3 +135,19 @@ class TensorType:
 
     def __repr__(self) -> str:
         return f"TensorType({self})"
+
+
+def device_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """The rank-4 ``[1, C, 1, S]`` shape of a func input or output of logical ``shape``.
+
+    Rank 4 stays as it is; rank >= 2 becomes ``[1, prod(shape[:-1]), 1,
+    shape[-1]]`` (the last axis is the sequence axis S, everything before it
+    folds into channels), rank 1 ``[1, 1, 1, n]``, a scalar ``[1, 1, 1, 1]``.
+    The element count and the row-major byte order are unchanged.
+    """
+    shape = tuple(shape)
+    if len(shape) == 4:
+        return shape
+    if not shape:
+        return (1, 1, 1, 1)
+    return (1, math.prod(shape[:-1]), 1, shape[-1])

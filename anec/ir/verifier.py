@@ -8,14 +8,14 @@ at the span of the node (its op name) or value concerned:
   value and func names are unique and printable;
 * each node: the op exists, operand count and keyword operands, the attribute
   schema, dtype domains and shape rules (all through
-  :func:`anec.ir.ops.infer_types`); the declared result types equal the
-  inferred ones; ``const`` has exactly one of ``weight=``/``value=`` and an
-  inline value fits its declared type (a scalar fills any shape, a nested list
-  must match the shape exactly);
+  :func:`anec.ir.ops.infer_node_types`, as the parser does); the declared
+  result types equal the inferred ones; ``const`` has exactly one of
+  ``weight=``/``value=`` and an inline value fits its declared type (a scalar
+  fills any shape, a nested list must match the shape exactly);
 * outputs: at least one, each an op result (MIL outputs cannot be inputs),
   no name returned twice;
-* use lists match the operands (a pass that edits ``node.operands`` directly
-  must call ``graph.rebuild_uses()``).
+* use lists match the operands (they do when every edit goes through the
+  :class:`~anec.ir.graph.Graph` methods).
 
 A node none of whose results is used or returned is not an error but a
 warning (``dce`` removes it). :func:`verify` raises the first error and
@@ -28,14 +28,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from anec.diagnostics import AnecError, Span, VerifyError, did_you_mean
 from anec.ir import ops
-from anec.ir.graph import Graph, Module, Node, Value
+from anec.ir.graph import Graph, Module, Node, Value, no_cyclic_gc
+from anec.ir.lexical import IDENT, MAX_LIST_DEPTH, VALUE_NAME
+from anec.ir.ops import infer_node_types
 from anec.ir.types import DType, TensorType
 
-__all__ = ["Report", "VerifyWarning", "check", "infer_node_types", "usage", "verify", "verify_all"]
-
-_MAX_DEPTH = 32  # as anec.ir.parser.MAX_LIST_DEPTH (the parser imports us, not vice versa)
+__all__ = ["Report", "VerifyWarning", "check", "verify", "verify_all"]
 
 
 class VerifyWarning(AnecError):
@@ -67,8 +69,6 @@ def verify_all(target: Module | Graph) -> list[VerifyError]:
 
 def check(target: Module | Graph) -> Report:
     """Errors and warnings of a Module or a single Graph."""
-    from anec.ir.parser import no_cyclic_gc  # the parser imports this module
-
     report = Report()
     with no_cyclic_gc():  # linear time on large graphs
         if isinstance(target, Module):
@@ -78,77 +78,10 @@ def check(target: Module | Graph) -> Report:
     return report
 
 
-def infer_node_types(
-    op: str,
-    operand_types: list[TensorType],
-    optional_types: dict[str, TensorType],
-    attrs: dict[str, Any],
-    span: Span | None = None,
-    *,
-    declared: TensorType | None = None,
-) -> list[TensorType]:
-    """Result types of one op application, or a VerifyError at ``span``.
-
-    This is :func:`anec.ir.ops.infer_types` plus clearer messages for an
-    operand passed as an attribute (``bias=[0]``) or an attribute passed as a
-    value (``axis=%a``). The parser uses it for statements without ``: type``.
-    """
-    opdef = ops.OPS.get(op)
-    if opdef is None:
-        raise VerifyError(
-            f"unknown op '{op}'",
-            span,
-            hint=did_you_mean(op, ops.OPS) or "run `anec ops` to list the ops",
-        )
-    optional_names = {o.name for o in opdef.optional_operands}
-    for key in attrs:
-        if key in optional_names:
-            raise VerifyError(
-                f"'{key}' of {op} is an operand, not an attribute",
-                span,
-                hint=f"pass a value: {key}=%{key}",
-            )
-    for key in optional_types:
-        if key in opdef.attr_index:
-            raise VerifyError(
-                f"attribute '{key}' of {op} takes a literal, not a value",
-                span,
-                hint=f"write {key}=<{opdef.attr_index[key].kind}>",
-            )
-    shown = declared
-    if declared is not None and not isinstance(attrs.get("value", []), (list, tuple)):
-        # a scalar fills any shape: check it against the scalar type rather than
-        # letting the op table build a (possibly huge) filled array
-        shown = TensorType(declared.dtype, ())
-    try:
-        types = ops.infer_types(op, operand_types, optional_types, attrs, declared=shown)
-        return [declared] if shown is not declared else types
-    except ops.InferError as e:
-        raise VerifyError(e.message, span, hint=e.hint or f"usage: {usage(opdef)}") from None
-
-
-def usage(opdef: ops.OpDef) -> str:
-    """``softmax(%x, axis=<int>)``: how to write an op (operands, then attributes)."""
-    if opdef.declared_type:
-        return f'{opdef.name}(weight="key") : type or {opdef.name}(value=<literal>) : type'
-    parts = []
-    for o in opdef.operands:
-        if o.variadic:
-            parts.append(f"%{o.name}1, %{o.name}2, ...")
-        elif o.optional:
-            parts.append(f"{o.name}=%{o.name}")
-        else:
-            parts.append(f"%{o.name}")
-    parts += [f"{a.name}=<{a.kind}>" for a in opdef.attrs]
-    return f"{opdef.name}({', '.join(parts)})"
-
-
 # ---- module ---------------------------------------------------------------------
 
 
 def _check_module(module: Module, report: Report) -> None:
-    from anec.ir.parser import IDENT
-
     if not module.funcs:
         source = module.source
         report.errors.append(
@@ -203,8 +136,6 @@ class _GraphChecker:
         self.report.errors.append(VerifyError(message, span or self.g.span, hint=hint, notes=notes))
 
     def run(self) -> None:
-        from anec.ir.parser import IDENT
-
         g = self.g
         if not isinstance(g.name, str) or not IDENT.match(g.name):
             self.error(
@@ -224,8 +155,6 @@ class _GraphChecker:
 
     # -- values
     def define(self, v: Value) -> None:
-        from anec.ir.parser import VALUE_NAME
-
         if not isinstance(v.name, str) or not VALUE_NAME.match(v.name):
             self.error(
                 f"invalid value name {v.name!r}",
@@ -416,8 +345,6 @@ def _are(n: int, one: str, many: str) -> str:
 
 
 def _is_ident(key: str) -> bool:
-    from anec.ir.parser import IDENT
-
     return bool(IDENT.match(key))
 
 
@@ -439,8 +366,6 @@ def _printable_str(s: str) -> bool:
 
 def _literal_problem(v: Any, depth: int = 0) -> str | None:
     """Why ``v`` has no IR spelling (None when it prints and parses back)."""
-    import numpy as np
-
     if isinstance(v, (bool, np.bool_, DType)):
         return None
     if isinstance(v, (int, np.integer)):
@@ -450,8 +375,8 @@ def _literal_problem(v: Any, depth: int = 0) -> str | None:
     if isinstance(v, str):
         return None if _printable_str(v) else "string holds lone surrogates"
     if isinstance(v, (list, tuple)):
-        if depth >= _MAX_DEPTH:
-            return f"lists nested deeper than {_MAX_DEPTH}"
+        if depth >= MAX_LIST_DEPTH:
+            return f"lists nested deeper than {MAX_LIST_DEPTH}"
         for x in v:
             p = _literal_problem(x, depth + 1)
             if p:

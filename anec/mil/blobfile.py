@@ -213,7 +213,7 @@ class BlobReader:
         sentinel, code, size, data_offset, padding = _METADATA.unpack_from(self.data, offset)
         if sentinel != SENTINEL:
             raise ArtifactError(
-                f"{where}: no blob metadata here (sentinel 0x{sentinel:08X}, expected 0xDEADBEEF)",
+                f"{where}: no blob metadata here (sentinel 0x{sentinel:08X}, expected 0x{SENTINEL:08X})",
                 hint=hint,
                 constraint="ANE-BLOBFILE-OFFSET",
             )

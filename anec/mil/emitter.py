@@ -31,9 +31,12 @@ projects that run on the device (maderix/ANE, Orion) feed the ANE compiler:
 * func input and output names are the IR names, unchanged: the device binds
   I/O surfaces in alphabetical order of these names;
 * func inputs and outputs are rank-4 tensors, and every op has one result;
-* what legalize removes (gelu, rsqrt, concat, neg, conv bias, split, I/O of
-  another rank) is never written: it is a
-  :class:`~anec.diagnostics.ConstraintError` pointing at legalize.
+* each op is written as its op-table row's lowering says
+  (:class:`~anec.ir.ops.Mil`: the MIL op, argument names, parameters); what
+  the table marks not on the ANE (:class:`~anec.ir.ops.NotOnAne`: gelu,
+  rsqrt, concat, neg, split, conv bias) and I/O of another rank are never
+  written: they are a :class:`~anec.diagnostics.ConstraintError` pointing at
+  legalize.
 
 The dialect (``target.mil_dialect``: ``ios18`` on every target, ``ios16`` when
 asked for with ``--dialect``) only changes spellings: ``ios18`` writes
@@ -55,7 +58,7 @@ import numpy as np
 
 from anec.diagnostics import ConstraintError, PassError
 from anec.ir.graph import Graph, Node, Value
-from anec.ir.ops import const_literal, with_defaults
+from anec.ir.ops import MilScalar, NotOnAne, const_literal, get_op, with_defaults
 from anec.ir.types import DType, TensorType
 from anec.mil import blobfile
 
@@ -122,14 +125,6 @@ RESERVED = frozenset(
 )
 """Words that are MIL syntax (type names, literals, keywords): never used as names."""
 
-_REJECTED = {
-    "gelu": ("ANE-GELU", "gelu is not a MIL op the ANE accepts"),
-    "rsqrt": ("ANE-RSQRT", "rsqrt is rejected by the ANE compiler"),
-    "concat": ("ANE-CONCAT", "concat is rejected by the ANE compiler"),
-    "neg": ("ANE-NEG", "the ANE has no neg op"),
-    "split": ("ANE-SPLIT", "multi-result split is not in the MIL the on-device references use "
-              "(they slice)"),
-}
 _LEGALIZE_HINT = "run the legalize pass (part of the default pipeline), which rewrites it"
 
 
@@ -423,34 +418,55 @@ class _Emitter:
             f"{INDENT * 2}{type_text} {name} = const()[name = {self.sp.string(name)}, val = {val}];"
         )
 
-    def _param(self, node_name: str, param: str, t: TensorType, arr: np.ndarray) -> str:
-        name = self._claim(f"{node_name}_{param}")
-        self._const(name, self.sp.type(t), self.sp.value(t, arr))
-        return name
-
-    def _string_param(self, node_name: str, param: str, s: str) -> str:
-        name = self._claim(f"{node_name}_{param}")
-        self._const(name, self.sp.scalar_type("string"), self.sp.string(s))
-        return name
-
     # ---- per op -----------------------------------------------------------
     def emit_node(self, n: Node) -> None:
-        if n.op in _REJECTED:
-            cid, why = _REJECTED[n.op]
-            raise ConstraintError(f"{why}; it must not reach MIL emission", span=n.span,
-                                  hint=_LEGALIZE_HINT, constraint=cid)
-        if n.op == "conv1x1" and "bias" in n.optional:
-            raise ConstraintError("the ANE rejects conv with bias=; it must not reach MIL emission",
-                                  span=n.span, hint=_LEGALIZE_HINT + " into conv + add",
-                                  constraint="ANE-CONV-BIAS")
-        method = getattr(self, "op_" + n.op, None)
-        if method is None:
+        """One IR node as MIL, as its op row's lowering says (:class:`~anec.ir.ops.Mil`)."""
+        low = get_op(n.op).lowering
+        if isinstance(low, NotOnAne):
+            raise ConstraintError(f"{low.why}; it must not reach MIL emission", span=n.span,
+                                  hint=f"{_LEGALIZE_HINT} into {low.becomes}", constraint=low.constraint)
+        if low is None:
             raise PassError(f"emit-mil: no MIL translation for op '{n.op}'", span=n.span)
-        method(n, with_defaults(n.op, n.attrs))
-
-    def _simple(self, n: Node, mil_op: str, args: dict[str, str]) -> None:
+        for key in n.optional:
+            rej = low.rejected.get(key)
+            if rej is not None:
+                raise ConstraintError(f"{rej.why}; it must not reach MIL emission", span=n.span,
+                                      hint=f"{_LEGALIZE_HINT} into {rej.becomes}", constraint=rej.constraint)
+        attrs = with_defaults(n.op, n.attrs)
+        if n.op == "const":
+            self.op_const(n, attrs)
+            return
+        if len(n.results) != 1 or any(o.variadic for o in get_op(n.op).operands):
+            raise PassError(f"emit-mil: '{n.op}' has several results or a variable number of operands, "
+                            "which no MIL op the ANE runs has", span=n.span)
         r = n.result
-        self._stmt(f"{self.sp.type(r.type)} {self.name(r)}", mil_op, args, self.name(r))
+        nn = self.name(r)
+        params = low.params([v.type for v in n.operands], [r.type], attrs)
+        args = {p: self._param(nn, p, params[p], n) for p in sorted(params)}
+        positional = [o.name for o in get_op(n.op).positional]
+        for operand, v in [*zip(positional, n.operands), *n.optional.items()]:
+            args[low.arg(operand)] = self.name(v)
+        self._stmt(f"{self.sp.type(r.type)} {nn}", low.op, args, nn)
+
+    def _param(self, node_name: str, param: str, value: Any, n: Node) -> str:
+        """The named const ``<node>_<param>`` holding one non-tensor parameter."""
+        name = self._claim(f"{node_name}_{param}")
+        if isinstance(value, (str, DType)):
+            self._const(name, self.sp.scalar_type("string"), self.sp.string(str(value)))
+            return name
+        if isinstance(value, MilScalar):
+            t, arr = _scalar(value.dtype, value.value)
+        elif isinstance(value, (bool, np.bool_)):
+            t, arr = _scalar(DType.bool, bool(value))
+        elif isinstance(value, (int, np.integer)):
+            t, arr = _scalar(DType.int32, int(value))
+        elif isinstance(value, (list, tuple)):
+            t, arr = _ints(value)
+        else:
+            raise PassError(f"emit-mil: parameter '{param}' of '{n.op}' is {value!r}, which has no MIL "
+                            "const type (give it as a MilScalar)", span=n.span)
+        self._const(name, self.sp.type(t), self.sp.value(t, arr))
+        return name
 
     # const
     def op_const(self, n: Node, a: dict) -> None:
@@ -488,109 +504,6 @@ class _Emitter:
             i += 1
         self.files_taken.add(stem.lower())
         return f"{WEIGHTS_DIR}/{stem}.bin"
-
-    # elementwise
-    def _unary(self, n: Node, a: dict, mil_op: str | None = None) -> None:
-        self._simple(n, mil_op or n.op, {"x": self.name(n.operands[0])})
-
-    op_identity = op_exp = op_sqrt = op_relu = op_tanh = op_sigmoid = _unary
-
-    def _binary(self, n: Node, a: dict) -> None:
-        x, y = n.operands
-        self._simple(n, n.op, {"x": self.name(x), "y": self.name(y)})
-
-    op_add = op_sub = op_mul = op_pow = op_real_div = _binary
-
-    def op_cast(self, n: Node, a: dict) -> None:
-        nn = self.name(n.result)
-        dt = self._string_param(nn, "dtype", str(DType(a["dtype"])))
-        self._simple(n, "cast", {"dtype": dt, "x": self.name(n.operands[0])})
-
-    def op_conv1x1(self, n: Node, a: dict) -> None:
-        x, w = n.operands
-        nn = self.name(n.result)
-        args = {
-            "dilations": self._param(nn, "dilations", *_ints([1, 1])),
-            "groups": self._param(nn, "groups", *_scalar(DType.int32, 1)),
-            "pad": self._param(nn, "pad", *_ints([0, 0, 0, 0])),
-            "pad_type": self._string_param(nn, "pad_type", "valid"),
-            "strides": self._param(nn, "strides", *_ints([1, 1])),
-            "weight": self.name(w),
-            "x": self.name(x),
-        }
-        self._simple(n, "conv", args)
-
-    def op_matmul(self, n: Node, a: dict) -> None:
-        x, y = n.operands
-        nn = self.name(n.result)
-        args = {
-            "transpose_x": self._param(nn, "transpose_x", *_scalar(DType.bool, bool(a["transpose_x"]))),
-            "transpose_y": self._param(nn, "transpose_y", *_scalar(DType.bool, bool(a["transpose_y"]))),
-            "x": self.name(x),
-            "y": self.name(y),
-        }
-        self._simple(n, "matmul", args)
-
-    def op_softmax(self, n: Node, a: dict) -> None:
-        x = n.operands[0]
-        axis = a["axis"] % x.type.rank
-        nn = self.name(n.result)
-        self._simple(n, "softmax", {"axis": self._param(nn, "axis", *_scalar(DType.int32, axis)),
-                                    "x": self.name(x)})
-
-    def _reduce(self, n: Node, a: dict) -> None:
-        x = n.operands[0]
-        nn = self.name(n.result)
-        axes = [ax % x.type.rank for ax in a["axes"]]
-        args = {
-            "axes": self._param(nn, "axes", *_ints(axes)),
-            "keep_dims": self._param(nn, "keep_dims", *_scalar(DType.bool, bool(a["keep_dims"]))),
-            "x": self.name(x),
-        }
-        self._simple(n, n.op, args)
-
-    op_reduce_sum = op_reduce_mean = op_reduce_max = _reduce
-
-    # shapes
-    def op_reshape(self, n: Node, a: dict) -> None:
-        # The resolved result shape (no -1): identical meaning, nothing left to infer.
-        nn = self.name(n.result)
-        self._simple(n, "reshape", {"shape": self._param(nn, "shape", *_ints(n.result.type.shape)),
-                                    "x": self.name(n.operands[0])})
-
-    def op_transpose(self, n: Node, a: dict) -> None:
-        nn = self.name(n.result)
-        self._simple(n, "transpose", {"perm": self._param(nn, "perm", *_ints(a["perm"])),
-                                      "x": self.name(n.operands[0])})
-
-    def op_slice(self, n: Node, a: dict) -> None:
-        x = n.operands[0]
-        stride = a.get("stride") or [1] * x.type.rank
-        # python slice semantics resolved against the shape: 0 <= begin, end <= dim
-        bounds = [slice(b, e, s).indices(d) for b, e, s, d in zip(a["begin"], a["end"], stride, x.type.shape)]
-        nn = self.name(n.result)
-        args = {
-            "begin": self._param(nn, "begin", *_ints([b for b, _, _ in bounds])),
-            "end": self._param(nn, "end", *_ints([e for _, e, _ in bounds])),
-            "stride": self._param(nn, "stride", *_ints([s for _, _, s in bounds])),
-            "x": self.name(x),
-        }
-        self._simple(n, "slice_by_index", args)
-
-    def op_pad(self, n: Node, a: dict) -> None:
-        x = n.operands[0]
-        before, after = list(a["before"]), list(a["after"])
-        # MIL pads the last len(pad)/2 dims, [before, after] per dim: skip leading unpadded dims
-        first = next((i for i in range(x.type.rank) if before[i] or after[i]), x.type.rank - 1)
-        pad = [p for i in range(first, x.type.rank) for p in (before[i], after[i])]
-        nn = self.name(n.result)
-        args = {
-            "constant_val": self._param(nn, "constant_val", *_scalar(x.type.dtype, a["value"])),
-            "mode": self._string_param(nn, "mode", "constant"),
-            "pad": self._param(nn, "pad", *_ints(pad)),
-            "x": self.name(x),
-        }
-        self._simple(n, "pad", args)
 
     # ---- program ----------------------------------------------------------
     def _check_io(self) -> None:

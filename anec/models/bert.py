@@ -30,20 +30,15 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from anec.ir.graph import Graph
-from anec.models.common import (
-    DEFAULT_MIN_SURFACE,
-    MASK_NEG,
-    ModelBuilder,
-    ModelError,
-    ProgramCache,
-    Progress,
-    bucket_list,
-    from_bc1s,
-    min_bucket,
-    pick_bucket,
-    to_bc1s,
-)
-from anec.models.hf import Checkpoint, Tokenizer, cfg_get, save_safetensors, write_text_atomic
+from anec.ir.ops import is_weight_const
+from anec.models.blocks import ModelBuilder
+from anec.models.buckets import bucket_list, min_bucket, pick_bucket
+from anec.models.common import ModelError
+from anec.models.layout import MASK_NEG, from_bc1s, to_bc1s
+from anec.models.programs import ProgramCache
+from anec.models.progress import Progress
+from anec.fsutil import write_text_atomic
+from anec.models.hf import Checkpoint, Tokenizer, cfg_get, save_safetensors
 
 _GELU = {"gelu": "exact", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
 
@@ -53,7 +48,7 @@ class Bert:
 
     kind = "bert"
 
-    def __init__(self, ckpt: Checkpoint, min_surface: int = DEFAULT_MIN_SURFACE) -> None:
+    def __init__(self, ckpt: Checkpoint, min_surface: int | None = None) -> None:
         cfg = ckpt.config
         self.ckpt = ckpt
         self.d = int(cfg_get(cfg, "hidden_size"))
@@ -184,7 +179,7 @@ class Bert:
                 for g in (self.attn(i, s), self.ffn(i, s)):
                     module.add_func(g)
                     for n in g.nodes:
-                        if n.op == "const" and "weight" in n.attrs:
+                        if is_weight_const(n):
                             keys.setdefault(n.attrs["weight"], None)
             verify(module)
             name = f"encoder_s{s}.ir"
@@ -300,14 +295,7 @@ class SentenceEncoder:
     def compile(self, s: int) -> None:
         """Build, compile and load the programs of bucket ``s`` now (with a progress bar)."""
         names = [f(i, s) for i in range(self.bert.n_layer) for f in (self.bert.attn_name, self.bert.ffn_name)]
-        missing = [n for n in names if n not in self.programs.programs]
-        if not missing:
-            return
-        self.progress.start("compile", len(missing))
-        for n in missing:
-            self.programs.get(n, lambda n=n: self.bert.program(n))
-            self.progress.step(n)
-        self.progress.finish()
+        self.programs.get_all(names, self.bert.program, self.progress)
 
     def encode_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
         """Embeddings of token-id sequences: packed into buckets, mean-pooled, normalised."""
@@ -341,7 +329,7 @@ def cosine_matrix(e: np.ndarray) -> np.ndarray:
 
 def load_sentence_encoder(checkpoint: str, backend: str = "auto", target: str | None = None,
                           progress: Progress | None = None) -> SentenceEncoder:
-    from anec.models.common import target_limits
+    from anec.models.buckets import target_limits
     from anec.models.hf import load_checkpoint
 
     ckpt = load_checkpoint(checkpoint)

@@ -17,8 +17,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from anec.models.common import ModelError, target_limits
-from anec.models.hf import load_checkpoint, write_text_atomic
+from anec.models.buckets import target_limits
+from anec.models.common import ModelError
+from anec.fsutil import write_text_atomic
+from anec.models.hf import load_checkpoint
 
 KINDS = ("gpt2", "llama", "bert")
 _TYPES = {"gpt2": ("gpt2",), "llama": ("llama", "mistral"), "bert": ("bert",)}

@@ -17,7 +17,7 @@ Flow for a prompt of n tokens and N new tokens:
    seeded numpy generator).
 
 Programs are built, compiled and loaded on first use and cached by name
-(:class:`~anec.models.common.ProgramCache`), so later generations with the
+(:class:`~anec.models.programs.ProgramCache`), so later generations with the
 same buckets compile nothing.
 """
 
@@ -28,7 +28,11 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from anec.models.common import MASK_NEG, ModelError, ProgramCache, Progress, from_bc1s, pick_bucket, to_bc1s
+from anec.models.buckets import pick_bucket
+from anec.models.common import ModelError
+from anec.models.layout import MASK_NEG, from_bc1s, to_bc1s
+from anec.models.programs import ProgramCache
+from anec.models.progress import Progress
 from anec.models.decoder import DecoderFrontend
 from anec.models.lora import LoraAdapter, LoraSlot, apply_lora
 
@@ -148,14 +152,7 @@ class CausalLM:
 
     def compile(self, names: Iterable[str]) -> None:
         """Build, compile and load ``names`` now (with a progress bar)."""
-        todo = [n for n in names if n not in self.programs.programs]
-        if not todo:
-            return
-        self.progress.start("compile", len(todo))
-        for n in todo:
-            self.programs.get(n, lambda n=n: self.fe.program(n))
-            self.progress.step(n)
-        self.progress.finish()
+        self.programs.get_all(names, self.fe.program, self.progress)
 
     # ---- forward ---------------------------------------------------------------------------
     def _check_ids(self, ids: Any) -> np.ndarray:
@@ -260,7 +257,7 @@ class CausalLM:
 def load_causal_lm(checkpoint: str, backend: str = "auto", target: str | None = None,
                    progress: Progress | None = None, lora: LoraSpec | None = None) -> CausalLM:
     """A :class:`CausalLM` for a GPT-2 or Llama-family checkpoint directory."""
-    from anec.models.common import target_limits
+    from anec.models.buckets import target_limits
     from anec.models.hf import load_checkpoint
 
     ckpt = load_checkpoint(checkpoint)
@@ -269,7 +266,7 @@ def load_causal_lm(checkpoint: str, backend: str = "auto", target: str | None = 
     return CausalLM(fe, backend=backend, target=target, progress=progress, lora=lora)
 
 
-def decoder_frontend(ckpt: Any, min_surface: int) -> DecoderFrontend:
+def decoder_frontend(ckpt: Any, min_surface: int | None = None) -> DecoderFrontend:
     """The frontend class for a checkpoint's ``model_type``."""
     kind = ckpt.model_type
     if kind == "gpt2":

@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from anec.ir.graph import Value
-from anec.models.common import DEFAULT_MIN_SURFACE, ModelBuilder, ModelError
+from anec.models.blocks import ModelBuilder
+from anec.models.common import ModelError
 from anec.models.decoder import DecoderConfig, DecoderFrontend
 from anec.models.hf import Checkpoint, cfg_get
 
@@ -45,7 +46,7 @@ class GPT2(DecoderFrontend):
 
     kind = "gpt2"
 
-    def __init__(self, ckpt: Checkpoint, min_surface: int = DEFAULT_MIN_SURFACE) -> None:
+    def __init__(self, ckpt: Checkpoint, min_surface: int | None = None) -> None:
         super().__init__(ckpt, gpt2_config(ckpt.config), min_surface)
         act = ckpt.config.get("activation_function", "gelu_new")
         if act not in _GELU:

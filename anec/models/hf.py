@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from anec.diagnostics import AnecError, WeightError
+from anec.fsutil import write_bytes_atomic
 
 
 class CheckpointError(AnecError):
@@ -86,25 +87,11 @@ class SafetensorsFile:
 def save_safetensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray],
                      metadata: Mapping[str, str] | None = None) -> None:
     """Write ``tensors`` atomically (temp file + rename)."""
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp),
-                  metadata=dict(metadata) if metadata else None)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write a text file atomically."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    data = save({k: np.ascontiguousarray(v) for k, v in tensors.items()},
+                metadata=dict(metadata) if metadata else None)
+    write_bytes_atomic(path, data)
 
 
 @dataclass

@@ -39,7 +39,8 @@ import re
 import numpy as np
 
 from anec.ir.graph import Value
-from anec.models.common import DEFAULT_MIN_SURFACE, ModelBuilder, ModelError
+from anec.models.blocks import ModelBuilder
+from anec.models.common import ModelError
 from anec.models.decoder import DecoderConfig, DecoderFrontend
 from anec.models.hf import Checkpoint, cfg_get
 
@@ -89,7 +90,7 @@ class Llama(DecoderFrontend):
 
     kind = "llama"
 
-    def __init__(self, ckpt: Checkpoint, min_surface: int = DEFAULT_MIN_SURFACE) -> None:
+    def __init__(self, ckpt: Checkpoint, min_surface: int | None = None) -> None:
         super().__init__(ckpt, llama_config(ckpt.config), min_surface)
         cfg = ckpt.config
         act = cfg.get("hidden_act", "silu")

@@ -44,7 +44,7 @@ from typing import Iterable
 import numpy as np
 
 from anec.ir.graph import Graph, Node, Value
-from anec.ir.ops import infer_types
+from anec.ir.ops import infer_types, is_weight_const
 from anec.ir.types import TensorType
 from anec.models.common import ModelError
 from anec.models.hf import SafetensorsFile
@@ -70,7 +70,7 @@ class LoraSlot:
 def _module_of(node: Node) -> str | None:
     """The checkpoint module whose ``.weight`` a conv1x1 multiplies by, if any."""
     w = node.operands[1].producer
-    if w is None or w.op != "const" or "weight" not in w.attrs:
+    if w is None or not is_weight_const(w):
         return None
     key = w.attrs["weight"]
     return key[: -len(".weight")] if key.endswith(".weight") else None
@@ -128,20 +128,12 @@ def _add_path(graph: Graph, conv: Node, module: str, rank: int) -> LoraSlot:
     hb = mk("matmul", [ha, b], {"transpose_y": True}, f"{y.name}_lb")
     d = mk("transpose", [hb], {"perm": [0, 3, 1, 2]}, f"{y.name}_ld")
     out = mk("add", [y, d], {}, f"{y.name}_lora")
-    for user in users:
-        for i, v in enumerate(user.operands):
-            if v is y:
-                graph.set_operand(user, i, out)
-        for k, v in list(user.optional.items()):
-            if v is y:
-                v.uses.remove(user)
-                user.optional[k] = out
-                out.uses.append(user)
+    graph.replace_uses(y, out, users)
     if y in graph.outputs:
         keep = y.name
-        y.name = graph.fresh_name(keep + "_base")
-        out.name = keep
-        graph.outputs = [out if v is y else v for v in graph.outputs]
+        graph.rename_value(y, graph.fresh_name(keep + "_base"))
+        graph.rename_value(out, keep)
+        graph.replace_output(y, [out])
     return LoraSlot(module, a.name, b.name, cin, cout, rank)
 
 

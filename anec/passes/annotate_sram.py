@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from anec.ir.ops import is_weight_const
 from anec.passes.base import Pass, PassContext
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ SRAM_KEYS = ("in_bytes", "out_bytes", "weight_bytes", "live_bytes", "spill")
 
 def _is_weight(v: "Value") -> bool:
     p = v.producer
-    return p is not None and p.op == "const" and "weight" in p.attrs
+    return p is not None and is_weight_const(p)
 
 
 def _is_const(v: "Value") -> bool:
@@ -97,8 +98,7 @@ def sram_report(graph: "Graph", target: "Target") -> dict[str, Any]:
             spills.append(n.results[0].name)
         if live[i] > peak:
             peak, peak_node = live[i], n.results[0].name
-    weights = sum(n.result.type.nbytes for n in graph.nodes
-                  if n.op == "const" and "weight" in n.attrs)
+    weights = sum(n.result.type.nbytes for n in graph.nodes if is_weight_const(n))
     return {
         "target": target.name,
         "sram_bytes": target.sram_bytes,
@@ -126,22 +126,62 @@ class AnnotateSram(Pass):
     Spills are a performance warning, never an error. Running the pass again
     replaces the annotations (legalize refreshes them after rewriting).
 
-    Before:
-        %x: fp16[1, 768, 1, 64]
-        %w = const(weight="w") : fp16[3072, 768, 1, 1]
-        %h = conv1x1(%x, %w) : fp16[1, 3072, 1, 64]
-        %y = relu(%h) : fp16[1, 3072, 1, 64]
-        return %y
-    After:
-        %w = const(weight="w") : fp16[3072, 768, 1, 1]
-        %h = conv1x1(%x, %w) : fp16[1, 3072, 1, 64] @{in_bytes=98304, live_bytes=5210112, out_bytes=393216, weight_bytes=4718592}
-        %y = relu(%h) : fp16[1, 3072, 1, 64] @{in_bytes=393216, live_bytes=786432, out_bytes=393216, weight_bytes=0}
+    Consts are not annotated: they are not computed; their bytes are counted
+    at the nodes that read them.
 
-    Not annotated: consts (they are not computed; their bytes are counted at
-    the nodes that read them). Not a spill: a node reading a 40 MB weight
-    under a target with 64 MB of SRAM. Marked although its own operands are
-    small: a relu of 1 KB at a step where a 40 MB value computed earlier is
-    still waiting for a later use (it occupies SRAM at the same time).
+    Before:
+        func f(%x: fp16[1, 768, 1, 64]) {
+          %w = const(weight="w") : fp16[3072, 768, 1, 1]
+          %h = conv1x1(%x, %w) : fp16[1, 3072, 1, 64]
+          %y = relu(%h) : fp16[1, 3072, 1, 64]
+          return %y
+        }
+    After:
+        func f(%x: fp16[1, 768, 1, 64]) {
+          %w = const(weight="w") : fp16[3072, 768, 1, 1]
+          %h = conv1x1(%x, %w) : fp16[1, 3072, 1, 64] @{in_bytes=98304, live_bytes=5210112, out_bytes=393216, weight_bytes=4718592}
+          %y = relu(%h) : fp16[1, 3072, 1, 64] @{in_bytes=393216, live_bytes=786432, out_bytes=393216, weight_bytes=0}
+          return %y
+        }
+
+    Before: a node reading a 40 MB weight, under a target with 64 MB of SRAM.
+        // context: target="m4"
+        // target: sram_bytes=67108864
+        func f(%x: fp16[1, 64, 1, 64]) {
+          %w = const(weight="w40mb") : fp16[20480, 1024, 1, 1]
+          %r = reshape(%x, shape=[1, 1024, 1, 4]) : fp16[1, 1024, 1, 4]
+          %h = conv1x1(%r, %w) : fp16[1, 20480, 1, 4]
+          return %h
+        }
+    After: not a spill.
+        func f(%x: fp16[1, 64, 1, 64]) {
+          %w = const(weight="w40mb") : fp16[20480, 1024, 1, 1]
+          %r = reshape(%x, shape=[1, 1024, 1, 4]) : fp16[1, 1024, 1, 4] @{in_bytes=8192, live_bytes=16384, out_bytes=8192, weight_bytes=0}
+          %h = conv1x1(%r, %w) : fp16[1, 20480, 1, 4] @{in_bytes=8192, live_bytes=42115072, out_bytes=163840, weight_bytes=41943040}
+          return %h
+        }
+
+    Before: a relu of 1 KB at a step where a 40 MB input is still waiting for a
+    later use (it occupies SRAM at the same time).
+        func f(%x: fp16[1, 64, 1, 8], %big: fp16[1, 20480, 1, 1024]) {
+          %s = relu(%x) : fp16[1, 64, 1, 8]
+          %t = relu(%big) : fp16[1, 20480, 1, 1024]
+          return %s, %t
+        }
+    After: both steps are marked, the small one too.
+        func f(%x: fp16[1, 64, 1, 8], %big: fp16[1, 20480, 1, 1024]) {
+          %s = relu(%x) : fp16[1, 64, 1, 8] @{in_bytes=1024, live_bytes=41945088, out_bytes=1024, spill=true, weight_bytes=0}
+          %t = relu(%big) : fp16[1, 20480, 1, 1024] @{in_bytes=41943040, live_bytes=83887104, out_bytes=41943040, spill=true, weight_bytes=0}
+          return %s, %t
+        }
+
+    Unchanged: an annotated program (running the pass again gives the same annotations).
+        func f(%x: fp16[1, 768, 1, 64]) {
+          %w = const(weight="w") : fp16[3072, 768, 1, 1]
+          %h = conv1x1(%x, %w) : fp16[1, 3072, 1, 64] @{in_bytes=98304, live_bytes=5210112, out_bytes=393216, weight_bytes=4718592}
+          %y = relu(%h) : fp16[1, 3072, 1, 64] @{in_bytes=393216, live_bytes=786432, out_bytes=393216, weight_bytes=0}
+          return %y
+        }
     """
 
     name: ClassVar[str] = "annotate-sram"

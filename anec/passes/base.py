@@ -53,7 +53,8 @@ class PassContext:
     @classmethod
     def default(cls, target: str | Target | None = None, weights: "WeightStore | None" = None,
                 **options: Any) -> "PassContext":
-        """A context for ``target`` (default m4) with ``options``; for using passes alone."""
+        """A context for ``target`` (default: the default target) with ``options``; for using
+        passes alone."""
         return cls(target=get_target(target), weights=weights, options=dict(options))
 
     def option(self, name: str, default: Any = None) -> Any:

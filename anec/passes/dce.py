@@ -56,8 +56,13 @@ class DeadCodeElimination(Pass):
           return %y
         }
 
-    Not removed: %unused (an input), %y (returned), and both results of
-    ``%a, %b = split(...)`` when only %a is used.
+    Unchanged: an unused input (the interface), a returned value, and a split
+    of which only one result is used (the node stays while any result is live).
+        func f(%x: fp16[1, 64, 1, 64], %unused: fp16[1, 64, 1, 64]) {
+          %a, %b = split(%x, axis=1, sizes=[32, 32]) : fp16[1, 32, 1, 64], fp16[1, 32, 1, 64]
+          %y = relu(%a) : fp16[1, 32, 1, 64]
+          return %y
+        }
     """
 
     name: ClassVar[str] = "dce"

@@ -41,7 +41,7 @@ class EmitMil(Pass):
     After (``model.mil``; plus ``weights/w1.bin`` and ``manifest.json``)::
 
         program(1.3)
-        [buildInfo = dict<string, string>({{"coremlc-component-MIL", "3510.2.1"}, ...})]
+        [buildInfo = dict<string, string>({{"coremlc-component-MIL", "3510.2.1"}, {"coremlc-version", "3505.4.1"}, {"coremltools-component-milinternal", ""}, {"coremltools-version", "9.0"}})]
         {
             func main<ios18>(tensor<fp32, [1, 768, 1, 64]> x) {
                 string xh_dtype = const()[name = string("xh_dtype"), val = string("fp16")];

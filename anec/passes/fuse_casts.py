@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from anec.ir.ops import OPS, const_literal, literal_shape
+from anec.ir.ops import OPS, const_literal, is_weight_const, literal_shape
 from anec.ir.types import DType
 from anec.passes.base import Pass, PassContext
 from anec.passes.rewrite import Rewriter, rewrite_greedily
@@ -97,7 +97,7 @@ def _stored_dtype(key: str, rw: Rewriter) -> DType | None:
 # cast(const(weight=k) : a, b) -> const(weight=k) : b if a holds every stored value (floats)
 def fold_cast_into_weight(node: "Node", rw: Rewriter) -> "Value | None":
     const = _cast_value(node).producer
-    if const is None or const.op != "const" or "weight" not in const.attrs:
+    if const is None or not is_weight_const(const):
         return None
     a, b = const.result.type.dtype, _target(node)
     stored = _stored_dtype(const.attrs["weight"], rw)
@@ -154,26 +154,52 @@ class FuseCasts(Pass):
       converted literal.
 
     Before:
-        %x: fp16[1, 64, 1, 64]
-        %a = cast(%x, dtype=fp32) : fp32[1, 64, 1, 64]
-        %y = cast(%a, dtype=fp16) : fp16[1, 64, 1, 64]
-        %w = const(weight="w") : fp32[64, 64, 1, 1]
-        %wh = cast(%w, dtype=fp16) : fp16[64, 64, 1, 1]
-        %z = conv1x1(%y, %wh) : fp16[1, 64, 1, 64]
-    After:
-        %wh = const(weight="w") : fp16[64, 64, 1, 1]
-        %z = conv1x1(%x, %wh) : fp16[1, 64, 1, 64]
+        func f(%x: fp16[1, 64, 1, 64]) {
+          %a = cast(%x, dtype=fp32) : fp32[1, 64, 1, 64]
+          %y = cast(%a, dtype=fp16) : fp16[1, 64, 1, 64]
+          %w = const(weight="w") : fp32[64, 64, 1, 1]
+          %wh = cast(%w, dtype=fp16) : fp16[64, 64, 1, 1]
+          %s = const(value=0.5) : fp32[]
+          %sh = cast(%s, dtype=fp16) : fp16[]
+          %c = conv1x1(%y, %wh) : fp16[1, 64, 1, 64]
+          %z = mul(%c, %sh) : fp16[1, 64, 1, 64]
+          return %z
+        }
+    After: the casts are folded; ``%a``, ``%w`` and ``%s`` are left for the dce that follows.
+        func f(%x: fp16[1, 64, 1, 64]) {
+          %a = cast(%x, dtype=fp32) : fp32[1, 64, 1, 64]
+          %w = const(weight="w") : fp32[64, 64, 1, 1]
+          %wh = const(weight="w") : fp16[64, 64, 1, 1]
+          %s = const(value=0.5) : fp32[]
+          %sh = const(value=0.5) : fp16[]
+          %c = conv1x1(%x, %wh) : fp16[1, 64, 1, 64]
+          %z = mul(%c, %sh) : fp16[1, 64, 1, 64]
+          return %z
+        }
 
-    Not folded (negative examples):
-
-    * fp32 -> fp16 -> fp32: fp16 drops precision and range, the chain rounds;
-    * int32 -> fp32 -> int32: fp32 cannot hold every int32 (2**24 + 1);
-    * fp16 -> int8 -> fp32: int8 truncates;
-    * int8 -> uint8 -> int32: uint8 cannot hold negative values;
-    * int8 -> fp16 -> uint8: fp16 holds every int8, but -128 saturates to 0
-      from fp16 and wraps to 128 from int8;
-    * ``cast(const(weight=k) : fp16, fp32)`` when the checkpoint stores k in
-      fp32: the fp16 declaration rounds the weights, the fold would not.
+    Unchanged (negative examples, in order): fp32 -> fp16 -> fp32 rounds (fp16
+    drops precision and range); int32 -> fp32 -> int32 (fp32 cannot hold every
+    int32, e.g. 2**24 + 1); fp16 -> int8 -> fp32 (int8 truncates); int8 ->
+    uint8 -> int32 (uint8 cannot hold negative values); int8 -> fp16 -> uint8
+    (fp16 holds every int8, but -128 saturates to 0 from fp16 and wraps to 128
+    from int8); ``cast(const(weight=k) : fp16, fp32)`` when the checkpoint
+    stores k in fp32 (the fp16 declaration rounds the weights, the fold would
+    not; fp32 is assumed when the weights are not known).
+        func f(%x: fp32[1, 8, 1, 8], %i: int32[1, 8, 1, 8], %h: fp16[1, 8, 1, 8], %b: int8[1, 8, 1, 8]) {
+          %x16 = cast(%x, dtype=fp16) : fp16[1, 8, 1, 8]
+          %x32 = cast(%x16, dtype=fp32) : fp32[1, 8, 1, 8]
+          %if = cast(%i, dtype=fp32) : fp32[1, 8, 1, 8]
+          %ii = cast(%if, dtype=int32) : int32[1, 8, 1, 8]
+          %h8 = cast(%h, dtype=int8) : int8[1, 8, 1, 8]
+          %hf = cast(%h8, dtype=fp32) : fp32[1, 8, 1, 8]
+          %bu = cast(%b, dtype=uint8) : uint8[1, 8, 1, 8]
+          %bi = cast(%bu, dtype=int32) : int32[1, 8, 1, 8]
+          %bh = cast(%b, dtype=fp16) : fp16[1, 8, 1, 8]
+          %bu2 = cast(%bh, dtype=uint8) : uint8[1, 8, 1, 8]
+          %w = const(weight="w") : fp16[8, 8, 1, 1]
+          %w32 = cast(%w, dtype=fp32) : fp32[8, 8, 1, 1]
+          return %x32, %ii, %hf, %bi, %bu2, %w32
+        }
     """
 
     name: ClassVar[str] = "fuse-casts"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Sequence
 
+from anec.ir.ops import is_weight_const
 from anec.ir.types import TensorType
 from anec.passes.rewrite import Rewriter
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 def weight_const(v: "Value") -> "Node | None":
     """The ``const(weight=...)`` node defining ``v``, or None."""
     p = v.producer
-    return p if p is not None and p.op == "const" and "weight" in p.attrs else None
+    return p if p is not None and is_weight_const(p) else None
 
 
 def view_shape(const: "Node", rw: Rewriter) -> tuple[int, ...]:

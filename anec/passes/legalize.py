@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 import numpy as np
 
 from anec.diagnostics import ConstraintError
-from anec.ir.types import DType
+from anec.ir.ops import BINARY, is_weight_const, weight_view
+from anec.ir.types import FP16_MAX, DType, device_shape
 from anec.passes.annotate_sram import sram_report
 from anec.passes.base import Pass, PassContext
 from anec.passes.dce import remove_dead_nodes
@@ -22,8 +22,7 @@ from anec.passes.rewrite import erase_if_dead, rewrite_greedily
 if TYPE_CHECKING:
     from anec.ir.graph import Graph, Node
 
-FP16_MAX = 65504.0
-SCALAR_OPS = frozenset({"add", "sub", "mul", "real_div", "pow"})
+SCALAR_OPS = BINARY
 """Elementwise ops whose inline scalar operand lowers the BLOBFILE cap (ANE-BLOB-BUDGET)."""
 
 
@@ -58,22 +57,6 @@ def check_io_tensors(rw: LegalizeRewriter) -> bool:
     return ok
 
 
-def device_shape(shape: Sequence[int]) -> tuple[int, ...]:
-    """The rank-4 ``[1, C, 1, S]`` shape of a func input or output of logical ``shape``.
-
-    Rank 4 stays as it is; rank >= 2 becomes ``[1, prod(shape[:-1]), 1,
-    shape[-1]]`` (the last axis is the sequence axis S, everything before it
-    folds into channels), rank 1 ``[1, 1, 1, n]``, a scalar ``[1, 1, 1, 1]``.
-    The element count and the row-major byte order are unchanged.
-    """
-    shape = tuple(shape)
-    if len(shape) == 4:
-        return shape
-    if not shape:
-        return (1, 1, 1, 1)
-    return (1, math.prod(shape[:-1]), 1, shape[-1])
-
-
 def reshape_io_to_rank4(rw: LegalizeRewriter) -> None:
     """Func inputs and outputs of rank != 4 become rank-4 ``[1, C, 1, S]`` tensors (ANE-IO-RANK4).
 
@@ -97,7 +80,7 @@ def reshape_io_to_rank4(rw: LegalizeRewriter) -> None:
             continue
         logical = v.type
         users = list(dict.fromkeys(v.uses))
-        v.type = logical.with_shape(device_shape(logical.shape))
+        g.set_input_type(v, logical.with_shape(device_shape(logical.shape)))
         others = [u for u in users if u.op != "reshape"]  # a reshape reads the device shape as well
         outputs = {id(o) for o in g.outputs}
         for u in users:  # a reshape to the device shape is now a no-op: its users read %x
@@ -112,16 +95,14 @@ def reshape_io_to_rank4(rw: LegalizeRewriter) -> None:
             else:  # a scalar: the sum of its one element (a reshape to rank 0 needs an empty shape)
                 lv = rw.op("reduce_sum", v, axes=[0, 1, 2, 3], keep_dims=False, name=lname, at=at)
             made.add(id(lv.producer))
-            for u in others:
-                u.operands = [lv if o is v else o for o in u.operands]
-                u.optional = {k: (lv if o is v else o) for k, o in u.optional.items()}
-            g.rebuild_uses()
+            g.replace_uses(v, lv, others)
+            g.rebuild_uses()  # use lists in node order, as the rules that follow iterate them
         g.meta.setdefault("logical_inputs", []).append(
             {"name": v.name, "dtype": str(logical.dtype), "shape": list(logical.shape)})
         rw.record("ANE-IO-RANK4", f"input %{v.name} {logical} is {v.type} on the device (the same "
                   "elements)", name=v.name, span=v.span)
     counts = Counter(id(v) for v in g.outputs)
-    for pos, v in enumerate(list(g.outputs)):
+    for v in list(g.outputs):
         # an input returned as is or a value returned twice stays: emit-mil rejects both
         if v.type.rank == 4 or v.producer is None or counts[id(v)] > 1:
             continue
@@ -135,7 +116,7 @@ def reshape_io_to_rank4(rw: LegalizeRewriter) -> None:
             y = rw.op("reshape", src, shape=list(dev.shape), name=g.fresh_name(f"{name}_device"))
         g.rename_value(v, g.fresh_name(f"{name}_logical"))
         g.rename_value(y, name)
-        g.outputs[pos] = y
+        g.replace_output(v, [y])
         g.meta.setdefault("logical_outputs", []).append(
             {"name": name, "axis": None, "pieces": [name], "dtype": str(logical.dtype),
              "shape": list(logical.shape)})
@@ -173,20 +154,17 @@ def check_io_dtypes(rw: LegalizeRewriter) -> None:
     for kind, v in ios:
         if kind == "input":
             users = list(v.uses)
-            v.type = v.type.with_dtype(DType.fp16)
+            g.set_input_type(v, v.type.with_dtype(DType.fp16))
             first = g.nodes[0] if g.nodes else None
             c = rw.op("cast", v, dtype=DType.fp32, name=g.fresh_name(f"{v.name}_f32"), at=first)
-            for u in users:
-                u.operands = [c if o is v else o for o in u.operands]
-                u.optional = {k: (c if o is v else o) for k, o in u.optional.items()}
+            g.replace_uses(v, c, users)
         else:
             c = rw.op("cast", v, dtype=DType.fp16, name=g.fresh_name(f"{v.name}_f16"))
-            pos = g.outputs.index(v)
             out_name = v.name
             g.rename_value(v, g.fresh_name(f"{out_name}_f32"))
             g.rename_value(c, out_name)
-            g.outputs[pos] = c
-        g.rebuild_uses()
+            g.replace_output(v, [c])
+        g.rebuild_uses()  # use lists in node order, as the rules that follow iterate them
         name = v.name if kind == "input" else c.name
         casts.append({"name": name, "kind": kind, "host_dtype": "fp32", "program_dtype": "fp16"})
         span = v.span if kind == "input" else (g.return_span or v.span)
@@ -202,7 +180,7 @@ def check_weight_range(rw: LegalizeRewriter) -> None:
         return
     seen: set[str] = set()
     for n in rw.graph.nodes:
-        if n.op != "const" or "weight" not in n.attrs or not n.result.type.dtype.is_float:
+        if not is_weight_const(n) or not n.result.type.dtype.is_float:
             continue
         key = n.attrs["weight"]
         if key in seen or key not in store:
@@ -227,7 +205,7 @@ def check_weight_range(rw: LegalizeRewriter) -> None:
         elif big:
             rw.reject(
                 "ANE-FP16-RANGE",
-                f"weight '{key}' has {big} values beyond the fp16 range +-65504 (largest "
+                f"weight '{key}' has {big} values beyond the fp16 range +-{FP16_MAX:g} (largest "
                 f"|v| = {np.abs(finite).max():.6g}); on the ANE they become inf",
                 "rescale the weight (and undo the scale after the op), or use -1e4 instead of "
                 "huge magnitudes for masks", n)
@@ -238,10 +216,9 @@ def merge_duplicate_weights(graph: "Graph") -> int:
     first: dict[tuple, "Node"] = {}
     merged, dead = 0, []
     for n in list(graph.nodes):
-        if n.op != "const" or "weight" not in n.attrs:
+        if not is_weight_const(n):
             continue
-        key = (n.attrs["weight"], tuple(n.attrs.get("perm") or ()),
-               tuple(n.attrs.get("slice") or ()), n.result.type)
+        key = weight_view(n)
         if key not in first:
             first[key] = n
             continue
@@ -253,13 +230,23 @@ def merge_duplicate_weights(graph: "Graph") -> int:
     return merged
 
 
-def blob_count(graph: "Graph") -> tuple[int, list["Node"], "Node | None"]:
-    """(BLOBFILE tensors, the weight consts, the first node taking an inline scalar).
+def blob_tensors(graph: "Graph") -> list["Node"]:
+    """The weight consts that are BLOBFILE tensors: the first const of each distinct view.
 
-    Every weight const is one BLOBFILE tensor; value consts are inline literals
-    in MIL and do not count.
+    One BLOBFILE tensor per distinct :func:`~anec.ir.ops.weight_view` (key,
+    perm, slice, type): consts with equal views are one tensor (legalize merges
+    them). Value consts are inline literals in MIL and do not count.
     """
-    weights = [n for n in graph.nodes if n.op == "const" and "weight" in n.attrs]
+    first: dict[tuple, "Node"] = {}
+    for n in graph.nodes:
+        if is_weight_const(n):
+            first.setdefault(weight_view(n), n)
+    return list(first.values())
+
+
+def blob_count(graph: "Graph") -> tuple[int, list["Node"], "Node | None"]:
+    """(BLOBFILE tensors, their weight consts, the first node taking an inline scalar)."""
+    weights = blob_tensors(graph)
     scalar_user = None
     for n in graph.nodes:
         if n.op in SCALAR_OPS and any(
@@ -299,7 +286,7 @@ def plan_stages(rw: LegalizeRewriter) -> None:
 def check_weight_packing(rw: LegalizeRewriter) -> None:
     """Packed BLOBFILEs on a one-file-per-weight target are errors (ANE-ONE-FILE-PER-WEIGHT)."""
     if rw.ctx.option("pack_weights") and rw.target.one_file_per_weight:
-        weights = [n for n in rw.graph.nodes if n.op == "const" and "weight" in n.attrs]
+        weights = blob_tensors(rw.graph)
         if len(weights) > 1:
             rw.reject(
                 "ANE-ONE-FILE-PER-WEIGHT", f"packed weights (one BLOBFILE holding "
@@ -395,35 +382,149 @@ class Legalize(Pass):
     For 40 convs on M4: ``func 'f' is cut into 3 programs; stage 0: %c0
     (f.ir:3:9) .. %h12 (f.ir:39:9), weights 13 of 16; ...`` (``anec check``).
 
-    Before:
-        func f(%x: fp16[1, 768, 1, 64], %t: fp16[64, 8]) {
-          %h = conv1x1(%x, %w1, bias=%b1) : fp16[1, 3072, 1, 64]
-          %a = gelu(%h, mode="tanh") : fp16[1, 3072, 1, 64]
-          %r = rsqrt(%v) : fp16[1, 1, 1, 64]
-          %q, %k = split(%u, axis=1, sizes=[384, 384]) : fp16[1, 384, 1, 64], fp16[1, 384, 1, 64]
-          %e = exp(%t) : fp16[64, 8]
-          return ..., %e
+    Before: conv bias and gelu (the tanh formula, exact for ``mode="tanh"``).
+        func f(%x: fp16[1, 64, 1, 8]) {
+          %w = const(weight="w") : fp16[256, 64, 1, 1]
+          %b = const(weight="b") : fp16[1, 256, 1, 1]
+          %h = conv1x1(%x, %w, bias=%b) : fp16[1, 256, 1, 8]
+          %a = gelu(%h, mode="tanh") : fp16[1, 256, 1, 8]
+          return %a
+        }
     After:
-        func f(%x: fp16[1, 768, 1, 64], %t: fp16[1, 64, 1, 8]) {
-          %t_logical = reshape(%t, shape=[64, 8]) : fp16[64, 8]
-          %h_conv = conv1x1(%x, %w1) : fp16[1, 3072, 1, 64]
-          %h = add(%h_conv, %b1) : fp16[1, 3072, 1, 64]
-          %a_x2 = mul(%h, %h) : fp16[1, 3072, 1, 64]
-          ...                                 // 0.5*x*(1 + tanh(k1*x*(1 + k0*x^2)))
-          %a = mul(%a_hx, %a_u) : fp16[1, 3072, 1, 64]
-          %r_e = const(value=-0.5) : fp16[]
-          %r = pow(%v, %r_e) : fp16[1, 1, 1, 64]
-          %q = slice(%u, begin=[0, 0, 0, 0], end=[1, 384, 1, 64]) : fp16[1, 384, 1, 64]
-          %k = slice(%u, begin=[0, 384, 0, 0], end=[1, 768, 1, 64]) : fp16[1, 384, 1, 64]
-          %e_logical = exp(%t_logical) : fp16[64, 8]
-          %e = reshape(%e_logical, shape=[1, 64, 1, 8]) : fp16[1, 64, 1, 8]
-          return ..., %e
+        func f(%x: fp16[1, 64, 1, 8]) {
+          %w = const(weight="w") : fp16[256, 64, 1, 1]
+          %b = const(weight="b") : fp16[1, 256, 1, 1]
+          %h_conv = conv1x1(%x, %w) : fp16[1, 256, 1, 8]
+          %h = add(%h_conv, %b) : fp16[1, 256, 1, 8]
+          %a_x2 = mul(%h, %h) : fp16[1, 256, 1, 8]
+          %a_k0 = const(value=0.044715) : fp16[]
+          %a_a = mul(%a_x2, %a_k0) : fp16[1, 256, 1, 8]
+          %a_one = const(value=1.0) : fp16[]
+          %a_b = add(%a_a, %a_one) : fp16[1, 256, 1, 8]
+          %a_inner = mul(%h, %a_b) : fp16[1, 256, 1, 8]
+          %a_k1 = const(value=0.7978845608028654) : fp16[]
+          %a_s = mul(%a_inner, %a_k1) : fp16[1, 256, 1, 8]
+          %a_tanh = tanh(%a_s) : fp16[1, 256, 1, 8]
+          %a_u = add(%a_tanh, %a_one) : fp16[1, 256, 1, 8]
+          %a_half = const(value=0.5) : fp16[]
+          %a_hx = mul(%h, %a_half) : fp16[1, 256, 1, 8]
+          %a = mul(%a_hx, %a_u) : fp16[1, 256, 1, 8]
+          return %a
+        }
 
-    Not rewritten (negative examples): a matmul of two activations (no
-    constant operand: stays a matmul); a matmul whose weight has more than
-    the target's conv channel limit (a conv would be rejected); concat along
-    axis 2 (an error, not a rewrite); ``reduce_mean`` on a target that turns
-    ANE-REDUCE-MEAN off.
+    Before: rsqrt and neg.
+        func f(%v: fp16[1, 1, 1, 8]) {
+          %r = rsqrt(%v) : fp16[1, 1, 1, 8]
+          %n = neg(%r) : fp16[1, 1, 1, 8]
+          return %n
+        }
+    After:
+        func f(%v: fp16[1, 1, 1, 8]) {
+          %r_e = const(value=-0.5) : fp16[]
+          %r = pow(%v, %r_e) : fp16[1, 1, 1, 8]
+          %n_m1 = const(value=-1.0) : fp16[]
+          %n = mul(%r, %n_m1) : fp16[1, 1, 1, 8]
+          return %n
+        }
+
+    Before: split and an I/O of rank 2 (the device shape ``[1, 8, 1, 64]``, same bytes).
+        func f(%u: fp16[1, 768, 1, 8], %t: fp16[8, 64]) {
+          %q, %k = split(%u, axis=1, sizes=[384, 384]) : fp16[1, 384, 1, 8], fp16[1, 384, 1, 8]
+          %e = exp(%t) : fp16[8, 64]
+          return %q, %k, %e
+        }
+    After:
+        func f(%u: fp16[1, 768, 1, 8], %t: fp16[1, 8, 1, 64]) {
+          %t_logical = reshape(%t, shape=[8, 64]) : fp16[8, 64]
+          %q = slice(%u, begin=[0, 0, 0, 0], end=[1, 384, 1, 8]) : fp16[1, 384, 1, 8]
+          %k = slice(%u, begin=[0, 384, 0, 0], end=[1, 768, 1, 8]) : fp16[1, 384, 1, 8]
+          %e_logical = exp(%t_logical) : fp16[8, 64]
+          %e = reshape(%e_logical, shape=[1, 8, 1, 64]) : fp16[1, 8, 1, 64]
+          return %q, %k, %e
+        }
+
+    Before: a matmul with a constant 2-D weight becomes a conv (the weight transposed by perm).
+        func f(%x: fp16[1, 1, 8, 64]) {
+          %w = const(weight="w") : fp16[64, 32]
+          %y = matmul(%x, %w) : fp16[1, 1, 8, 32]
+          return %y
+        }
+    After:
+        func f(%x: fp16[1, 1, 8, 64]) {
+          %y_cw = const(weight="w", perm=[1, 0]) : fp16[32, 64, 1, 1]
+          %y_t = transpose(%x, perm=[3, 0, 1, 2]) : fp16[64, 1, 1, 8]
+          %y_r = reshape(%y_t, shape=[1, 64, 1, 8]) : fp16[1, 64, 1, 8]
+          %y_conv = conv1x1(%y_r, %y_cw) : fp16[1, 32, 1, 8]
+          %y_r_0 = reshape(%y_conv, shape=[32, 1, 1, 8]) : fp16[32, 1, 1, 8]
+          %y = transpose(%y_r_0, perm=[1, 2, 3, 0]) : fp16[1, 1, 8, 32]
+          return %y
+        }
+
+    Before: a channel concat feeding a conv becomes partial convs over weight slices.
+        func f(%a: fp16[1, 32, 1, 8], %b: fp16[1, 32, 1, 8]) {
+          %c = concat(%a, %b, axis=1) : fp16[1, 64, 1, 8]
+          %w = const(weight="w") : fp16[16, 64, 1, 1]
+          %y = conv1x1(%c, %w) : fp16[1, 16, 1, 8]
+          return %y
+        }
+    After:
+        func f(%a: fp16[1, 32, 1, 8], %b: fp16[1, 32, 1, 8]) {
+          %y_s = const(weight="w", slice=[1, 0, 32]) : fp16[16, 32, 1, 1]
+          %y_part = conv1x1(%a, %y_s) : fp16[1, 16, 1, 8]
+          %y_s_0 = const(weight="w", slice=[1, 32, 64]) : fp16[16, 32, 1, 1]
+          %y_part_1 = conv1x1(%b, %y_s_0) : fp16[1, 16, 1, 8]
+          %y = add(%y_part, %y_part_1) : fp16[1, 16, 1, 8]
+          return %y
+        }
+
+    Before: fp32 I/O on m1 with host casts: the program takes and returns fp16, and the
+    cast pairs fold away.
+        // context: target="m1", host_casts=True
+        func f(%x: fp32[1, 64, 1, 8]) {
+          %xh = cast(%x, dtype=fp16) : fp16[1, 64, 1, 8]
+          %r = relu(%xh) : fp16[1, 64, 1, 8]
+          %y = cast(%r, dtype=fp32) : fp32[1, 64, 1, 8]
+          return %y
+        }
+    After:
+        func f(%x: fp16[1, 64, 1, 8]) {
+          %y = relu(%x) : fp16[1, 64, 1, 8]
+          return %y
+        }
+
+    Before: reduce_mean scales first, then sums (ANE-REDUCE-MEAN).
+        func f(%x: fp16[1, 768, 1, 8]) {
+          %m = reduce_mean(%x, axes=[1], keep_dims=true) : fp16[1, 1, 1, 8]
+          return %m
+        }
+    After:
+        func f(%x: fp16[1, 768, 1, 8]) {
+          %m_inv_n = const(value=0.0013020833333333333) : fp16[]
+          %m_scaled = mul(%x, %m_inv_n) : fp16[1, 768, 1, 8]
+          %m = reduce_sum(%m_scaled, axes=[1], keep_dims=true) : fp16[1, 1, 1, 8]
+          return %m
+        }
+
+    Unchanged: a matmul of two activations (no constant operand: it stays a matmul).
+        func f(%q: fp16[1, 4, 8, 16], %k: fp16[1, 4, 8, 16]) {
+          %s = matmul(%q, %k, transpose_y=true) : fp16[1, 4, 8, 8]
+          return %s
+        }
+
+    Unchanged: a matmul whose weight has more columns than the target's conv channel limit (a conv
+    would be rejected).
+        func f(%x: fp16[1, 1, 8, 64]) {
+          %w = const(weight="wte") : fp16[64, 50257]
+          %y = matmul(%x, %w) : fp16[1, 1, 8, 50257]
+          return %y
+        }
+
+    Unchanged: reduce_mean on a target that turns ANE-REDUCE-MEAN off.
+        // target: reduce_mean_as_sum=False
+        func f(%x: fp16[1, 768, 1, 8]) {
+          %m = reduce_mean(%x, axes=[1], keep_dims=true) : fp16[1, 1, 1, 8]
+          return %m
+        }
     """
 
     name: ClassVar[str] = "legalize"
@@ -432,5 +533,5 @@ class Legalize(Pass):
         legalize_graph(graph, ctx)
 
 
-__all__ = ["Legalize", "blob_count", "device_shape", "legalize_graph", "merge_duplicate_weights",
+__all__ = ["Legalize", "blob_count", "blob_tensors", "device_shape", "legalize_graph", "merge_duplicate_weights",
            "reshape_io_to_rank4", "weight_const"]

@@ -1,5 +1,11 @@
 """The per-op rewrite rules of legalize, as data (op -> rules).
 
+The rules for the ops (and optional operands) the ANE does not take come
+from the op table: each :class:`~anec.ir.ops.NotOnAne` row names its rules
+here, by function name. The other rules adapt ops the ANE runs to the
+target's limits (:data:`DEVICE_RULES`) or to claims a target switches on
+(:data:`SWITCHED_RULES`).
+
 Every rule has the shape ``rule(node, rw) -> Value | HANDLED | None`` (see
 :mod:`anec.passes.rewrite`) and a one-line law above it. Rules that cannot
 legalize a node call ``rw.reject(...)`` (a ConstraintError with the
@@ -13,7 +19,7 @@ import math
 from typing import TYPE_CHECKING, Any, Sequence
 
 from anec.diagnostics import ConstraintError
-from anec.ir.ops import GELU_TANH_C, UNARY
+from anec.ir.ops import BINARY, ELEMENTWISE, GELU_TANH_C, OPS, Mil, NotOnAne
 from anec.passes.layout import (can_slice, permute, reshape, slice_weight, transpose_weight_2d,
                                 weight_const)
 from anec.passes.rewrite import HANDLED, Rewriter
@@ -190,7 +196,7 @@ def split_conv_bias(node: "Node", rw: Rewriter) -> "Value | None":
     return y
 
 
-_CHAIN_OPS = UNARY | {"cast"}
+_CHAIN_OPS = ELEMENTWISE - BINARY  # one operand: the unary ops and cast
 
 
 def _chain_to_output(v: "Value", rw: Rewriter) -> list["Node"] | None:
@@ -240,8 +246,7 @@ def chunk_wide_conv_output(node: "Node", rw: Rewriter) -> Any:
         for u in chain:
             v = rw.op(u.op, v, name=rw.graph.fresh_name(f"{u.results[0].name}__c{i}"), **u.attrs)
         pieces.append(v)
-    pos = rw.graph.outputs.index(final)
-    rw.graph.outputs[pos:pos + 1] = pieces
+    rw.graph.replace_output(final, pieces)
     for u in reversed(chain):
         rw.graph.erase_node(u)
     rw.graph.meta.setdefault("logical_outputs", []).append({
@@ -431,29 +436,57 @@ def reject_concat(node: "Node", rw: LegalizeRewriter) -> None:
     return rw.reject("ANE-CONCAT", f"concat {_name(out)} cannot be removed: {why}", hint, node)
 
 
-# op -> rules, tried in order. Switched rules join when the target enables their constraint.
-LEGALIZE_RULES: dict[str, tuple] = {
-    "gelu": (expand_gelu_tanh,),
-    "rsqrt": (rsqrt_to_pow,),
-    "neg": (neg_to_mul,),
+DEVICE_RULES: dict[str, tuple] = {
     "matmul": (matmul_const_to_conv,),
-    "split": (split_to_slices,),
-    "concat": (split_concat_into_partial_convs, reject_concat),
     "conv1x1": (conv_dynamic_weight_to_matmul, chunk_wide_conv_output, reject_wide_conv_output,
-                split_wide_conv_input, split_conv_bias),
+                split_wide_conv_input),
 }
+"""op -> rules for ops the ANE runs, adapted to the target's limits (tried before
+the rules that remove what the ANE does not take)."""
 
 SWITCHED_RULES: dict[str, dict[str, tuple]] = {
     "reduce_mean_as_sum": {"reduce_mean": (lower_reduce_mean,)},
     "softmax_pow2_only": {"softmax": (check_softmax_axis,)},
 }
+"""Target switch -> op -> rules that join when the target turns the switch on."""
+
+RULES_BY_NAME: dict[str, Any] = {
+    f.__name__: f for f in (
+        expand_gelu_tanh, rsqrt_to_pow, neg_to_mul, split_conv_bias, split_to_slices,
+        split_concat_into_partial_convs, reject_concat,
+    )
+}
+"""The rules the op table names (:attr:`anec.ir.ops.NotOnAne.rules`)."""
+
+
+def not_on_ane_rules(lowering: "Mil | NotOnAne | None") -> tuple:
+    """The rules that remove what a row's lowering says the ANE does not take."""
+    if isinstance(lowering, NotOnAne):
+        rejections = [lowering]
+    elif isinstance(lowering, Mil):
+        rejections = list(lowering.rejected.values())
+    else:
+        return ()
+    rules = []
+    for rej in rejections:
+        for name in rej.rules:
+            if name not in RULES_BY_NAME:
+                raise KeyError(f"the op table names legalize rule '{name}' ({rej.constraint}), "
+                               "which anec/passes/legalize_rules.py does not define")
+            rules.append(RULES_BY_NAME[name])
+    return tuple(rules)
 
 
 def rules_for(target: "Target") -> dict[str, tuple]:
-    """The rule table for ``target``: the fixed rules plus the switched ones it enables."""
-    rules = dict(LEGALIZE_RULES)
-    for switch, extra in SWITCHED_RULES.items():
+    """The rule table for ``target``: device rules, the op table's rules, and the switched
+    rules the target enables, each op's tried in that order."""
+    rules = dict(DEVICE_RULES)
+    for name, opdef in OPS.items():
+        extra = not_on_ane_rules(opdef.lowering)
+        if extra:
+            rules[name] = rules.get(name, ()) + extra
+    for switch, more in SWITCHED_RULES.items():
         if getattr(target, switch):
-            for op, fns in extra.items():
+            for op, fns in more.items():
                 rules[op] = rules.get(op, ()) + fns
     return rules

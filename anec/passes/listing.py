@@ -51,7 +51,9 @@ def format_passes(markdown: bool = False) -> str:
         "Every pass works on one func in place and is usable alone from Python, e.g.",
         "`DeadCodeElimination().run(graph, PassContext.default())`. The manager verifies the IR "
         "before the pipeline and after every pass (a `PassError` names the pass that broke it), "
-        "times each pass and prints the IR after the passes named by `--print-ir-after`.",
+        "times each pass and prints the IR after the passes named by `--print-ir-after`. "
+        "Every Before/After and Unchanged example below runs as a test "
+        "(`tests/passes/test_pass_docstrings.py`).",
         "",
         "| pass | class | what it does |",
         "|---|---|---|",

@@ -15,14 +15,11 @@ import time
 from typing import Sequence
 
 from anec.diagnostics import AnecError, PassError, VerifyError
-from anec.ir.graph import Graph, Module
+from anec.ir.graph import Graph, Module, no_cyclic_gc
+from anec.ir.verifier import verify
 from anec.passes.base import Pass, PassContext
-
-
-def _verify(target: Graph | Module) -> None:
-    from anec.ir.verifier import verify
-
-    verify(target)
+from anec.passes.pipelines import pass_name_hint
+from anec.passes.registry import PASSES
 
 
 def _wants_dump(ctx: PassContext, name: str) -> bool:
@@ -35,8 +32,6 @@ def _check_dump_names(ctx: PassContext, passes: Sequence[Pass]) -> None:
 
     A misspelt name would otherwise silently print nothing.
     """
-    from anec.passes import PASSES, pass_name_hint
-
     known = {"all", *PASSES, *(p.name for p in passes)}
     for name in sorted(ctx.print_ir_after or ()):
         if name not in known:
@@ -46,14 +41,14 @@ def _check_dump_names(ctx: PassContext, passes: Sequence[Pass]) -> None:
 
 def run_passes(graph: Graph, passes: Sequence[Pass], ctx: PassContext) -> None:
     """Run ``passes`` on one func (already verified), checking it after each pass."""
-    from anec.ir.printer import print_graph
+    from anec.ir.printer import print_graph  # the text tools load only when IR is printed
 
     for p in passes:
         start = time.perf_counter()
         p.run(graph, ctx)
         ctx.timings.append((graph.name, p.name, time.perf_counter() - start))
         try:
-            _verify(graph)
+            verify(graph)
         except VerifyError as e:
             raise PassError(
                 f"pass '{p.name}' left func '{graph.name}' invalid: {e.message}",
@@ -71,8 +66,6 @@ def run_pipeline(target: Graph | Module, passes: Sequence[Pass], ctx: PassContex
     The whole input is verified first, so a bad func is reported before any
     work is done; then each func goes through the pipeline in module order.
     """
-    from anec.ir.parser import no_cyclic_gc
-
     _check_dump_names(ctx, passes)
     if isinstance(target, Module):
         ctx.module = target
@@ -80,6 +73,6 @@ def run_pipeline(target: Graph | Module, passes: Sequence[Pass], ctx: PassContex
     else:
         graphs = [target]
     with no_cyclic_gc():  # linear time on large graphs (see no_cyclic_gc)
-        _verify(target)
+        verify(target)
         for graph in graphs:
             run_passes(graph, passes, ctx)

@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING
 
 from anec.diagnostics import ConstraintError
 from anec.ir.types import DType
-from anec.passes.legalize import SCALAR_OPS
+from anec.ir.ops import BINARY as SCALAR_OPS
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph, Node, Value
@@ -434,13 +434,13 @@ def extract_stage(graph: "Graph", plan: Plan, k: int) -> "Graph":
     stages doing the same computation on other weights (the layers of a
     transformer) get byte-identical MIL. Stage I/O is rank 4 (ANE-IO-RANK4):
     a crossing value of another rank travels in its device shape
-    (:func:`anec.passes.legalize.device_shape`, the same bytes) with a reshape
+    (:func:`anec.ir.types.device_shape`, the same bytes) with a reshape
     on each side. Spans are kept, so errors still point at the source.
     ``meta["origin"]`` maps each canonical I/O name to the func's value name,
     ``meta["const_origin"]`` each const's name to the func's const node.
     """
     from anec.ir.graph import Graph, Node, Value
-    from anec.passes.legalize import device_shape
+    from anec.ir.types import device_shape
 
     s = plan.stages[k]
     g = Graph(f"{graph.name}_s{k:02d}", span=graph.span)
@@ -491,7 +491,7 @@ def extract_stage(graph: "Graph", plan: Plan, k: int) -> "Graph":
             out = node("reshape", [src], {"shape": list(dev.shape)}, dev, v.span, name)
         origin[name] = v.name
         outs.append(out)
-    g.outputs = outs
+    g.set_outputs(outs)
     g.return_span = graph.return_span
     g.meta["origin"] = origin
     g.meta["const_origin"] = _Shared(const_origin)

@@ -23,29 +23,29 @@ from anec.passes.dce import DeadCodeElimination
 from anec.passes.emit_mil import EmitMil
 from anec.passes.fuse_casts import FuseCasts
 from anec.passes.legalize import Legalize
+from anec.passes.registry import PASSES
 
-DEFAULT: tuple[Pass, ...] = (
+CLEANUP: tuple[Pass, ...] = (
     DeadCodeElimination(),   # drop what cannot reach an output before anything is counted
     FuseCasts(),             # fold no-op casts, lossless chains and casts of constants
     DeadCodeElimination(),   # fuse-casts leaves inner casts and re-declared consts unused
+)
+"""Target-independent cleanup only."""
+
+PREPARE: tuple[Pass, ...] = CLEANUP + (
     AnnotateSram(),          # sizes of the cleaned-up program; legalize refreshes them
+)
+"""Everything before legalize (``anec check`` runs it, then legalize on its own)."""
+
+OPTIMIZE: tuple[Pass, ...] = PREPARE + (
     Legalize(),              # rewrite for the target, then count BLOBFILEs on the final ops
+)
+"""The legal program, without writing an artifact."""
+
+DEFAULT: tuple[Pass, ...] = OPTIMIZE + (
     EmitMil(),               # MIL text + BLOBFILEs + manifest, legal programs only
 )
-
-OPTIMIZE: tuple[Pass, ...] = (
-    DeadCodeElimination(),   # as in default
-    FuseCasts(),
-    DeadCodeElimination(),
-    AnnotateSram(),
-    Legalize(),              # the legal program, without writing an artifact
-)
-
-CLEANUP: tuple[Pass, ...] = (
-    DeadCodeElimination(),   # target-independent cleanup only
-    FuseCasts(),
-    DeadCodeElimination(),
-)
+"""What ``anec compile`` runs."""
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {
     "default": DEFAULT,
@@ -63,10 +63,27 @@ def get_pipeline(name: str) -> tuple[Pass, ...]:
     raise AnecError(f"unknown pipeline '{name}'", hint=hint)
 
 
+def get_pass(name: str) -> type[Pass]:
+    """The pass class called ``name``; AnecError with a suggestion otherwise."""
+    if name in PASSES:
+        return PASSES[name]
+    raise AnecError(f"unknown pass '{name}'", hint=pass_name_hint(name))
+
+
+def pass_name_hint(name: str, extra: tuple[str, ...] = ()) -> str:
+    """What to write instead of the unknown pass ``name`` (spelling, case, ``_`` for ``-``)."""
+    choices = [*PASSES, *extra]
+    normal = name.strip().lower().replace("_", "-")
+    if normal in choices:
+        return f"did you mean '{normal}'? (pass names are lowercase, with '-')"
+    if name in PIPELINES:
+        return (f"'{name}' is a pipeline, not a pass: use --pipeline {name} "
+                f"(passes: {', '.join(p.name for p in PIPELINES[name])})")
+    return did_you_mean(normal, choices) or f"passes: {', '.join(choices)}"
+
+
 def parse_pass_list(text: str) -> tuple[Pass, ...]:
     """``"dce,fuse-casts,dce"`` -> pass instances, in order (repeats allowed)."""
-    from anec.passes import get_pass
-
     names = [part.strip() for part in text.split(",")]
     if not text.strip() or any(not n for n in names):
         raise AnecError(f"invalid pass list '{text}'",
@@ -76,8 +93,6 @@ def parse_pass_list(text: str) -> tuple[Pass, ...]:
 
 def check_pass_names(names) -> set[str]:
     """Validate names for ``--print-ir-after`` (pass names or ``all``)."""
-    from anec.passes import PASSES, pass_name_hint
-
     out = set()
     for n in names:
         n = n.strip()
@@ -85,3 +100,13 @@ def check_pass_names(names) -> set[str]:
             raise AnecError(f"unknown pass '{n}'", hint=pass_name_hint(n, ("all",)))
         out.add(n)
     return out
+
+
+def with_pass_after_cleanup(pipeline: tuple[Pass, ...] | list[Pass], extra: Pass) -> tuple[Pass, ...]:
+    """``pipeline`` with ``extra`` inserted after its cleanup passes (the ones in
+    :data:`CLEANUP`), before annotate-sram / legalize / emit-mil."""
+    cleanup = {p.name for p in CLEANUP}
+    passes = list(pipeline)
+    at = next((i for i, p in enumerate(passes) if p.name not in cleanup), len(passes))
+    passes.insert(at, extra)
+    return tuple(passes)

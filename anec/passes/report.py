@@ -17,18 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
-from anec.passes.annotate_sram import AnnotateSram
+from anec.ir.ops import is_weight_const
 from anec.passes.base import PassContext
-from anec.passes.dce import DeadCodeElimination
-from anec.passes.fuse_casts import FuseCasts
 from anec.passes.legalize import blob_count, legalize_graph
+from anec.passes.pipelines import PREPARE
 from anec.targets import get_target
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph, Module, Node
     from anec.weights import WeightStore
 
-_BEFORE_LEGALIZE = (DeadCodeElimination(), FuseCasts(), DeadCodeElimination(), AnnotateSram())
 _REMOVED_BY = {
     "dce": "removed: never reaches a returned value (dce)",
     "fuse-casts": "removed: folded by fuse-casts (no-op cast, lossless chain or constant)",
@@ -79,7 +77,7 @@ def _func_report(graph: "Graph", target, weights,
             if cid not in present and id(onode) not in status:
                 status[id(onode)] = [label]
 
-    for i, p in enumerate(_BEFORE_LEGALIZE):
+    for i, p in enumerate(PREPARE):
         p.run(work, ctx)
         label = _REMOVED_BY.get(p.name, f"removed by {p.name}")
         if p.name == "dce" and i > 0:
@@ -106,7 +104,7 @@ def _func_report(graph: "Graph", target, weights,
         else:
             where = f"{err.span.location}: " if err.span is not None else ""
             errors.append(f"{where}{text}")
-    kept_keys = {n.attrs["weight"] for n in work.nodes if n.op == "const" and "weight" in n.attrs}
+    kept_keys = {n.attrs["weight"] for n in work.nodes if is_weight_const(n)}
     present = {id(n) for n in work.nodes}
     for cid, onode in original.items():
         if cid not in present and id(onode) not in status:
@@ -164,7 +162,7 @@ def _func_report(graph: "Graph", target, weights,
     return lines, len(rejections)
 
 
-def legality(module: "Module", target_name: str = "m4",
+def legality(module: "Module", target_name: str | None = None,
              weights: "WeightStore | None" = None,
              options: Mapping[str, Any] | None = None) -> LegalityReport:
     """The report of every func, and the number of nodes (or func-level checks) rejected.
@@ -182,7 +180,7 @@ def legality(module: "Module", target_name: str = "m4",
     return LegalityReport("\n".join(out).rstrip() + "\n" if out else "", errors)
 
 
-def legality_report(module: "Module", target_name: str = "m4",
+def legality_report(module: "Module", target_name: str | None = None,
                     weights: "WeightStore | None" = None,
                     options: Mapping[str, Any] | None = None) -> str:
     """Per node: ANE-legal as written, rewritten (by which rule) or rejected (id, why, fix)."""

@@ -6,7 +6,8 @@ import fnmatch
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from anec.ir.graph import Node, Value
+from anec.ir.graph import Value
+from anec.ir.ops import is_weight_const
 from anec.ir.types import DType, TensorType
 from anec.passes.base import Pass, PassContext
 
@@ -44,10 +45,8 @@ class WeightsAsInputs(Pass):
     weights_as_inputs=[...])`` and ``anec compile --weights-as-inputs``
     insert it after fuse-casts (which folds casts into the consts first).
 
-    With ``keys=("*.c_fc.weight",)``.
-
-    Before:
-
+    Before: with ``keys=("*.c_fc.weight",)``.
+        // pass: keys=("*.c_fc.weight",)
         func mlp(%x: fp16[1, 768, 1, 64]) {
           %w1 = const(weight="h.0.mlp.c_fc.weight") : fp16[3072, 768, 1, 1]
           %b1 = const(weight="h.0.mlp.c_fc.bias") : fp16[1, 3072, 1, 1]
@@ -55,9 +54,7 @@ class WeightsAsInputs(Pass):
           %y = add(%h, %b1) : fp16[1, 3072, 1, 64]
           return %y
         }
-
     After:
-
         func mlp(%x: fp16[1, 768, 1, 64], %w1: fp16[3072, 768, 1, 1]) {
           %b1 = const(weight="h.0.mlp.c_fc.bias") : fp16[1, 3072, 1, 1]
           %h = conv1x1(%x, %w1) : fp16[1, 3072, 1, 64]
@@ -65,9 +62,15 @@ class WeightsAsInputs(Pass):
           return %y
         }
 
-    A pattern that matches no weight of the func is not an error (a module's
-    funcs use different keys); ``compile_module`` checks that every pattern
-    matched somewhere.
+    Unchanged: a pattern that matches no weight of the func is not an error (a
+    module's funcs use different keys); ``compile_module`` checks that every
+    pattern matched somewhere.
+        // pass: keys=("*.c_proj.weight",)
+        func mlp(%x: fp16[1, 768, 1, 64]) {
+          %w1 = const(weight="h.0.mlp.c_fc.weight") : fp16[3072, 768, 1, 1]
+          %h = conv1x1(%x, %w1) : fp16[1, 3072, 1, 64]
+          return %h
+        }
     """
 
     name: ClassVar[str] = "weights-as-inputs"
@@ -77,7 +80,7 @@ class WeightsAsInputs(Pass):
         entries = list(graph.meta.get("weight_inputs", []) or [])
         fp32_io = getattr(ctx.target, "fp32_io", True)
         for node in list(graph.nodes):
-            if node.op != "const" or "weight" not in node.attrs:
+            if not is_weight_const(node):
                 continue
             key = node.attrs["weight"]
             if not any(fnmatch.fnmatchcase(key, p) for p in self.keys):
@@ -92,10 +95,9 @@ class WeightsAsInputs(Pass):
             inp = graph.add_input(name, io_type, node.span)
             new: Value = inp
             if io_type != r.type:
-                cast = Node("cast", [inp], {"dtype": r.type.dtype}, [Value(graph.fresh_name(name + "_f32"),
-                            r.type, None, 0, [], node.span)], {}, node.span)
-                graph.add_node(cast, graph.nodes.index(node))
-                new = cast.results[0]
+                new = graph.create_node("cast", [inp], {"dtype": r.type.dtype}, [r.type],
+                                        names=[graph.fresh_name(name + "_f32")], span=node.span,
+                                        before=node).result
             graph.replace_all_uses(r, new)
             graph.erase_node(node)
             entries.append({"key": key, "input": name, "dtype": io_type.dtype.value, "shape": list(io_type.shape),

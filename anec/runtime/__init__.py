@@ -183,7 +183,7 @@ def _verdict_for(backend: str) -> list[str] | None:
     if backend == "sim":
         return None
     try:
-        from anec.selftest import cached_verdict
+        from anec.verdict import cached_verdict
     except ImportError:  # pragma: no cover - part of anec
         return None
     return cached_verdict("ane")

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from anec.diagnostics import RuntimeFailure
+from anec.ir.types import DType
 
 try:  # pragma: no cover - exercised by every runtime test
     from anec.runtime._native import ffi, lib
@@ -23,18 +24,18 @@ except ImportError as _e:  # pragma: no cover - only without a built extension
 else:
     _IMPORT_ERROR = None
 
-DTYPE_NAMES = {1: "fp16", 2: "fp32", 3: "uint8", 4: "int8", 5: "int32", 6: "bool"}
-NP_DTYPES = {
-    "fp16": np.float16, "fp32": np.float32, "uint8": np.uint8, "int8": np.int8,
-    "int32": np.int32, "bool": np.bool_,
-}
+DTYPE_CODES: dict[str, int] = (
+    {d.value: int(getattr(lib, f"ANEC_DTYPE_{d.value.upper()}")) for d in DType} if lib is not None else {}
+)
+"""Dtype name -> ``ANEC_DTYPE_*`` code of the C API (read from the header)."""
+DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}
+NP_DTYPES = {d.value: d.np.type for d in DType}
 STATS_FIELDS = (
     "compiles", "compile_budget", "compile_budget_left", "cache_hits", "loads", "unloads",
     "reloads", "evaluations", "blobs_patched", "programs_live", "dirs_live",
     "ns_compile", "ns_load", "ns_unload", "ns_reload", "ns_evaluate",
     "reloads_data_patch", "reloads_recompile", "reloads_inputs", "process_compiles",
 )
-DTYPE_CODES = {name: code for code, name in DTYPE_NAMES.items()}
 STRATEGIES = {"data-patch": 1, "recompile": 2, "inputs": 4}
 """Reload strategy names -> ANEC_RELOAD_* bits."""
 _CONSTRAINT = re.compile(r"\[(ANE-[A-Z0-9-]+)\]\s*")
@@ -217,15 +218,7 @@ class NativeRuntime:
 
     def compile(self, mil: bytes, blobs: dict[str, bytes], limits: dict[str, Any] | None) -> "NativeProgram":
         arr, keep = _blob_array(blobs)
-        lim = ffi.NULL
-        if limits is not None:
-            lim = ffi.new("anec_limits *")
-            lim.max_blob_tensors = int(limits.get("max_blob_tensors", 16))
-            lim.scalar_penalty = int(limits.get("scalar_penalty", 1))
-            lim.max_conv_out_channels = int(limits.get("max_conv_out_channels", 16384))
-            lim.min_surface_bytes = int(limits.get("min_surface_bytes", 49152))
-            lim.allow_fp32_io = 1 if limits.get("allow_fp32_io", True) else 0
-            lim.surface_alignment = int(limits.get("surface_alignment", 0) or 0)
+        lim = ffi.NULL if limits is None else _c_limits(limits)
         out = ffi.new("anec_program **")
         milbuf = ffi.from_buffer("char[]", mil)
         rc = lib.anec_compile(self.ptr, milbuf, len(mil), arr, len(blobs), lim, out)
@@ -359,6 +352,23 @@ class NativeProgram:
             self._closed = True
             lib.anec_program_free(self.ptr)
             self.ptr = None
+
+
+LIMIT_FIELDS = ("max_blob_tensors", "scalar_penalty", "max_conv_out_channels", "min_surface_bytes",
+                "allow_fp32_io", "surface_alignment")
+"""The fields of the C ``anec_limits`` (the keys of ``Target.runtime_limits()`` it takes)."""
+
+
+def _c_limits(limits: dict[str, Any]) -> Any:
+    """An ``anec_limits`` from a manifest's ``limits``; a field it leaves out is the
+    default target's (:meth:`anec.targets.Target.runtime_limits`)."""
+    from anec.targets import get_target
+
+    full = {**get_target().runtime_limits(), **limits}
+    lim = ffi.new("anec_limits *")
+    for name in LIMIT_FIELDS:
+        setattr(lim, name, int(bool(full[name])) if name == "allow_fp32_io" else int(full[name] or 0))
+    return lim
 
 
 def _np_name(dt: Any) -> str:

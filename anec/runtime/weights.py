@@ -13,17 +13,15 @@ the new weights.
 
 from __future__ import annotations
 
-import math
 import struct
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from anec.diagnostics import WeightError, did_you_mean
-
-_CODES = {1: "fp16", 2: "fp32", 3: "uint8", 4: "int8"}
-_NP = {"fp16": np.float16, "fp32": np.float32, "uint8": np.uint8, "int8": np.int8}
-FP16_MAX = 65504.0
+from anec.ir.types import FP16_MAX, DType, TensorType
+from anec.mil.blobfile import CODE_NAMES, METADATA_BYTES, SENTINEL, dtype_code
+from anec.weights import view_stored
 
 
 def materialize(key: str, value: Any, entry: Mapping[str, Any]) -> np.ndarray:
@@ -34,60 +32,41 @@ def materialize(key: str, value: Any, entry: Mapping[str, Any]) -> np.ndarray:
         raise WeightError(f"weight '{key}': cannot convert {type(value).__name__} to an array ({e})") from None
     if arr.dtype.kind not in "fiub":
         raise WeightError(f"weight '{key}' has dtype {arr.dtype}; expected a numeric array")
-    dtype = entry["dtype"]
-    if dtype in ("fp16", "fp32") and arr.dtype.kind == "f":
+    dtype = DType(entry["dtype"])
+    if dtype.is_float and arr.dtype.kind == "f":
         finite = np.isfinite(arr)
         if not finite.all():
             bad = int(np.argmin(finite.reshape(-1)))
             raise WeightError(f"weight '{key}' has a non-finite value (NaN or Inf) at flat index {bad}",
                               hint="the program keeps its old weights")
-    a = arr
-    perm = entry.get("perm")
-    if perm:
-        if len(perm) != a.ndim:
-            raise WeightError(f"weight '{key}' has shape {list(arr.shape)} (rank {arr.ndim}); the program stores it "
-                              f"transposed by perm {perm} (rank {len(perm)})")
-        a = a.transpose(perm)
-    sl = entry.get("slice")
-    if sl:
-        axis, start, stop = (int(v) for v in sl)
-        if not (-a.ndim <= axis < a.ndim) or stop > a.shape[axis]:
-            raise WeightError(f"weight '{key}' has shape {list(arr.shape)}; the program reads elements "
-                              f"[{start}:{stop}] along axis {axis}")
-        index = [slice(None)] * a.ndim
-        index[axis] = slice(start, stop)
-        a = a[tuple(index)]
-    shape = [int(d) for d in entry["shape"]]
-    if a.size != math.prod(shape):
-        raise WeightError(
-            f"weight '{key}' has shape {list(arr.shape)} ({arr.size} elements); the program expects "
-            f"{math.prod(shape)} elements (stored as {dtype}{shape})",
-            hint="pass an array of the shape the model was compiled with",
-        )
-    a = a.reshape(shape)
-    if dtype == "fp16":
+    stored = TensorType(dtype, tuple(int(d) for d in entry["shape"]))
+    a = view_stored(key, arr, entry.get("perm") or None, entry.get("slice") or None, stored, "the program",
+                    hint="pass an array of the shape the model was compiled with", wants="expects")
+    if dtype == DType.fp16:
         if a.size and max(float(np.max(a)), -float(np.min(a))) > FP16_MAX:
-            raise WeightError(f"weight '{key}' has values beyond the fp16 range (+-65504)", constraint="ANE-FP16-RANGE",
-                              hint="scale the weights or keep this tensor in fp32")
-    elif dtype in ("int8", "uint8"):
-        info = np.iinfo(_NP[dtype])
+            raise WeightError(f"weight '{key}' has values beyond the fp16 range (+-{FP16_MAX:g})",
+                              constraint="ANE-FP16-RANGE", hint="scale the weights or keep this tensor in fp32")
+    elif dtype in (DType.int8, DType.uint8):
+        info = np.iinfo(dtype.np)
         if arr.dtype.kind == "f" or a.min() < info.min or a.max() > info.max:
             raise WeightError(f"weight '{key}' must hold {dtype} integers")
-    if dtype == "fp16" and a.dtype == np.float32:
+    if dtype == DType.fp16 and a.dtype == np.float32:
         from anec.runtime import native
 
         if native.available():
             return native.f32_to_f16(a)  # F16C; same rounding as numpy
-    return np.ascontiguousarray(a.astype(_NP[dtype]))
+    return np.ascontiguousarray(a.astype(dtype.np))
 
 
 def _patch(buf: bytearray, file: str, offset: int, payload: bytes, dtype: str, key: str) -> None:
-    if offset + 64 > len(buf):
+    if offset + METADATA_BYTES > len(buf):
         raise WeightError(f"{file}: metadata offset {offset} of weight '{key}' is outside the file")
     sentinel, code, size, data_off = struct.unpack_from("<IIQQ", buf, offset)
-    if sentinel != 0xDEADBEEF or _CODES.get(code) != dtype or size != len(payload) or data_off + size > len(buf):
+    if sentinel != SENTINEL or code != dtype_code(DType(dtype).np) or size != len(payload) \
+            or data_off + size > len(buf):
+        found = CODE_NAMES.get(code, code)
         raise WeightError(f"{file}: the blob of weight '{key}' at offset {offset} does not match the manifest "
-                          f"({_CODES.get(code, code)}, {size} bytes vs {dtype}, {len(payload)} bytes)")
+                          f"({found}, {size} bytes vs {dtype}, {len(payload)} bytes)")
     buf[data_off:data_off + size] = payload
 
 

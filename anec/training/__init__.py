@@ -7,6 +7,7 @@ checkpoints that resume bit for bit (docs/training.md).
         tr.save("trained/")             # a Hugging Face checkpoint
 """
 
-from anec.training.trainer import Trainer, TrainingError
+from anec.diagnostics import TrainingError
+from anec.training.trainer import Trainer
 
 __all__ = ["Trainer", "TrainingError"]

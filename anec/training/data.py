@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from anec.training.trainer import TrainingError
+from anec.diagnostics import TrainingError
 
 MAX_TEXT = 1 << 30
 

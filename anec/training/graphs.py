@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from anec.ir.graph import Graph, Value
-from anec.models.common import ModelBuilder
+from anec.models.blocks import ModelBuilder
 
 
 class _UniqueBuilder(ModelBuilder):

@@ -24,7 +24,8 @@ from typing import Any, Callable
 from anec.training.data import Batches, load_tokens
 from anec.training.plot import loss_png
 from anec.training.state import load_state, save_state
-from anec.training.trainer import Trainer, TrainingError
+from anec.diagnostics import TrainingError
+from anec.training.trainer import Trainer
 
 
 @dataclass
@@ -157,7 +158,7 @@ def _vocab(checkpoint: str) -> int:
     from anec.models.generate import decoder_frontend
     from anec.models.hf import load_checkpoint
 
-    return decoder_frontend(load_checkpoint(checkpoint), 49152).cfg.vocab
+    return decoder_frontend(load_checkpoint(checkpoint), None).cfg.vocab
 
 
 __all__ = ["RunConfig", "train_run"]

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from anec.training.trainer import TrainingError
+from anec.diagnostics import TrainingError
 
 if TYPE_CHECKING:
     from anec.training.trainer import Trainer

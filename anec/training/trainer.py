@@ -29,31 +29,26 @@ adapters save in PEFT's format.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from anec.autodiff import Backward, grad
-from anec.diagnostics import AnecError
+from anec.diagnostics import TrainingError
 from anec.ir.graph import Graph, Module
-from anec.models.common import from_bc1s, to_bc1s
+from anec.models.layout import from_bc1s, to_bc1s
 from anec.training.graphs import Layout, causal_lm_graph, cross_entropy, embed, embed_adjoint, embedding_keys
 from anec.training.optim import AdamW, LossScaler, all_finite, clip_
 
 FP16_MAX = 65504.0
 
 
-class TrainingError(AnecError):
-    """A training run cannot start or continue (names what and why)."""
-
-
 def _fe_for(checkpoint: str | os.PathLike, target: str | None) -> Any:
-    from anec.models.common import target_limits
+    from anec.models.buckets import target_limits
     from anec.models.generate import decoder_frontend
     from anec.models.hf import load_checkpoint
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from anec import selftest
+from anec import selftest, verdict
 from anec.runtime import Program, native
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the C runtime extension is not built")
@@ -128,7 +128,7 @@ def test_the_verdict_is_cached_per_machine_and_read_back(monkeypatch: pytest.Mon
 
     assert runtime._verdict_for("ane") == ["data-patch"]
     # another machine, OS or anec version does not see it
-    monkeypatch.setattr(selftest, "__version__", "9.9.9")
+    monkeypatch.setattr(verdict, "__version__", "9.9.9")
     assert selftest.cached_verdict("ane") is None
 
 

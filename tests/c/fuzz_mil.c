@@ -9,11 +9,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static const anec_limits LIMITS = {16, 1, 16384, 49152, 1, 0};
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char err[512];
     int status;
-    sim_plan *p = sim_plan_build((const char *)data, size, NULL, &status, err, sizeof err);
+    sim_plan *p = sim_plan_build((const char *)data, size, &LIMITS, &status, err, sizeof err);
     if (!p)
         return 0;
     size_t total = 0;

@@ -6,9 +6,13 @@
 #define HDR "program(1.3)\n{\n    func main<ios18>(tensor<fp16, [1, 4, 1, 8]> x) {\n"
 #define END "    } -> (y);\n}\n"
 
+/* The limits a program is compiled with when a test does not give its own (the sim takes
+   them from the manifest or the open options; it has no defaults of its own). */
+static const anec_limits LIMITS = {16, 1, 16384, 49152, 1, 0};
+
 static sim_plan *build(const char *mil, const anec_limits *lim, int *status, char *err, size_t n)
 {
-    return sim_plan_build(mil, strlen(mil), lim, status, err, n);
+    return sim_plan_build(mil, strlen(mil), lim ? lim : &LIMITS, status, err, n);
 }
 
 static void accept(const char *mil)
@@ -142,7 +146,15 @@ int main(void)
            "is declared tensor<fp16, [1, 4, 1, 9]> but the op produces tensor<fp16, [1, 4, 1, 8]>");
     reject(HDR "        tensor<fp16, [1, 4, 1, 8]> y = wibble(x = x)[name = string(\"y\")];\n" END, ANEC_ECOMPILE, "unknown op 'wibble'");
 
-    /* limits */
+    /* limits: required */
+    {
+        const char *mil = HDR "        tensor<fp16, [1, 4, 1, 8]> y = relu(x = x)[name = string(\"y\")];\n" END;
+        char err[256] = "";
+        int st = 0;
+        sim_plan *p = sim_plan_build(mil, strlen(mil), NULL, &st, err, sizeof err);
+        CHECK(p == NULL && st == ANEC_EINVAL);
+        CHECK_HAS(err, "no limits given");
+    }
     {
         const char *mil = "program(1.3) { func main(tensor<fp32, [1, 4]> x) { tensor<fp32, [1, 4]> y = relu(x = x)[name = string(\"y\")]; } -> (y); }";
         anec_limits lim = {16, 1, 16384, 49152, 0, 0};

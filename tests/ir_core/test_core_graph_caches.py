@@ -1,8 +1,10 @@
-"""Graph's name and node caches: the answers equal a full scan, whatever edits happened.
+"""Graph's name index and node set: the answers equal a full scan, whatever edits happened.
 
-``fresh_name``, ``value_names``, ``has_value_name`` and ``has_node`` use caches
-so rewriting a large graph stays linear; these tests edit graphs through the
-methods and behind their back and compare every answer with a recomputation.
+``fresh_name``, ``value_names``, ``has_value_name`` and ``has_node`` answer
+from an index the Graph methods keep, so rewriting a large graph stays
+linear. Every edit goes through those methods (the lists are read-only
+views, a value's name is read-only): these tests make many edits and compare
+every answer with a recomputation.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ def _chain(n: int) -> Graph:
     v = g.add_input("x", T)
     for _ in range(n):
         v = g.create_node("relu", [v], {}, [T]).results[0]
-    g.outputs = [v]
+    g.set_outputs([v])
     return g
 
 
@@ -41,29 +43,22 @@ def _consistent(g: Graph) -> None:
     assert fresh not in _scan_names(g)
 
 
-def test_fresh_name_sees_direct_renames():
-    g = _chain(3)
-    assert g.fresh_name("relu") not in _scan_names(g)  # builds the cache
-    g.nodes[1].results[0].name = "picked"  # behind the graph's back
-    assert g.fresh_name("picked") != "picked"
+def test_edits_only_through_the_graph():
+    g = _chain(2)
+    with pytest.raises(AttributeError):
+        g.nodes.append(Node("relu", [g.inputs[0]], {}, [Value("direct", T)]))  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        g.outputs = []  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        g.inputs.append(Value("late", T))  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        g.nodes[0].results[0].name = "renamed"  # type: ignore[misc]
+    g.add_input("late", T)
+    assert g.fresh_name("late") != "late"
     _consistent(g)
 
 
-def test_fresh_name_sees_direct_list_edits():
-    g = _chain(2)
-    g.fresh_name("v")
-    extra = Node("relu", [g.outputs[0]], {}, [Value("direct", T)])
-    g.nodes.append(extra)  # not through add_node
-    assert g.fresh_name("direct") != "direct"
-    assert g.has_node(extra)
-    g.nodes = [n for n in g.nodes if n is not extra]  # a new list object
-    assert not g.has_node(extra)
-    assert g.fresh_name("direct") == "direct"
-    g.inputs.append(Value("late_input", T))
-    assert g.fresh_name("late_input") != "late_input"
-
-
-def test_rename_value_and_replace_all_uses_keep_the_cache_exact():
+def test_rename_value_and_replace_all_uses_keep_the_index_exact():
     g = _chain(4)
     a, b = g.nodes[1].results[0], g.nodes[2].results[0]
     old = a.name
@@ -76,19 +71,36 @@ def test_rename_value_and_replace_all_uses_keep_the_cache_exact():
     _consistent(g)
 
 
+def test_replace_uses_of_some_users_and_outputs():
+    g = _chain(3)
+    x = g.inputs[0]
+    first = g.nodes[0]
+    y = g.create_node("identity", [x], {}, [T], names=["y"], before=first).result
+    g.replace_uses(x, y, [first])
+    assert first.operands == [y] and first in y.uses and first not in x.uses
+    assert x.uses == [y.producer]
+    last = g.outputs[0]
+    extra = g.create_node("relu", [last], {}, [T], names=["extra"]).result
+    g.replace_output(last, [last, extra])
+    assert g.output_names() == [last.name, "extra"]
+    g.set_outputs([extra])
+    assert g.outputs == (extra,)
+    _consistent(g)
+
+
 def test_erase_node_and_erase_nodes():
     g = _chain(5)
     names_before = _scan_names(g)
     last = g.nodes[-1]
-    g.outputs = [g.nodes[-2].results[0]]
+    g.set_outputs([g.nodes[-2].results[0]])
     g.erase_node(last)
     assert not g.has_node(last) and last.results[0].name not in g.value_names()
     assert g.nodes[-1].results[0].uses == []
     with pytest.raises(ValueError, match="still used"):
         g.erase_nodes([g.nodes[0]])
     # erase a used node together with its only user: allowed in one batch
-    g.outputs = [g.nodes[0].results[0]]
-    doomed = g.nodes[1:]
+    g.set_outputs([g.nodes[0].results[0]])
+    doomed = list(g.nodes)[1:]
     g.erase_nodes(doomed)
     assert len(g.nodes) == 1 and g.nodes[0].results[0].uses == []
     assert g.value_names() == {"x", g.nodes[0].results[0].name}
@@ -126,35 +138,28 @@ def test_random_edit_sequences_match_a_full_scan():
         elif kind == 3:
             g.rename_value(rng.choice(values), g.fresh_name(f"n{step}"))
         elif kind == 4:
-            rng.choice(values).name = g.fresh_name(f"d{step}")  # direct rename
+            live = [n for n in g.nodes if n.results[0].uses or n.results[0] in g.outputs]
+            node = rng.choice(live) if live else None
+            if node is not None and node.results[0] not in g.outputs:
+                new = g.create_node("identity", [node.operands[0]], {}, [T], before=node).result
+                g.replace_all_uses(node.results[0], new)
+                g.erase_node(node)
         else:
             assert g.fresh_name("r") not in _scan_names(g)
         assert g.value_names() == _scan_names(g)
         assert all(g.has_node(n) for n in g.nodes)
 
 
-def test_direct_remove_then_append_is_noticed():
-    g = _chain(3)
-    g.fresh_name("v")  # cache built
-    gone = g.nodes[-1]
-    g.outputs = [g.nodes[-2].results[0]]
-    g.nodes.remove(gone)  # same list, same length after the append below
-    extra = Node("relu", [g.inputs[0]], {}, [Value("sneaky", T)])
-    g.nodes.append(extra)
-    assert g.fresh_name("sneaky") != "sneaky"
-    assert g.has_node(extra) and not g.has_node(gone)
-
-
-def test_copies_start_with_their_own_caches():
+def test_copies_have_their_own_index():
     import copy
     import pickle
 
     g = _chain(3)
-    g.fresh_name("v")  # cache built on the original
     for other in (g.clone(), copy.deepcopy(g), pickle.loads(pickle.dumps(g))):
         assert all(other.has_node(n) for n in other.nodes)
         assert not any(other.has_node(n) for n in g.nodes)
-        other.nodes[0].results[0].name = "renamed"
+        other.rename_value(other.nodes[0].results[0], "renamed")
         assert other.fresh_name("renamed") != "renamed"
+        assert not g.has_value_name("renamed")
         _consistent(other)
     _consistent(g)

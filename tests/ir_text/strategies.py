@@ -304,7 +304,7 @@ def graphs(draw, name: str | None = None, max_steps: int = 12) -> Graph:
     results = [v for n in g.nodes for v in n.results]
     if not results:
         results = grow.const_value()
-    g.outputs = draw(st.lists(st.sampled_from(results), min_size=1, max_size=3, unique_by=id))
+    g.set_outputs(draw(st.lists(st.sampled_from(results), min_size=1, max_size=3, unique_by=id)))
     return g
 
 

@@ -74,7 +74,7 @@ def test_fmt_errors_and_usage(tmp_path: Path) -> None:
     bad.write_text("func f(%x: fp16[1]) {\n  %y = relu(%x\n  return %y\n}\n")
     r = run("fmt", str(bad))
     assert r.exit_code == 1
-    assert r.stderr.startswith(f"{bad}:3:3: error: expected ')' or ',', got 'return'\n")
+    assert r.stderr.startswith(f"{bad}:2:15: error: expected ')' or ',' before the end of the line\n")
     assert run("fmt", str(tmp_path / "nope.ir")).exit_code == 1
     assert run("fmt", "--check", "-i", str(bad)).exit_code == 2
     assert run("fmt", "-i", "-").exit_code == 2

@@ -9,7 +9,8 @@ import pytest
 from anec.diagnostics import AnecError, ParseError, VerifyError
 from anec.ir.parser import MAX_LIST_DEPTH, parse, parse_file
 from anec.ir.types import DType, TensorType
-from anec.ir.verifier import verify
+from anec.ir.printer import print_module
+from anec.ir.verifier import verify, verify_all
 
 
 def attrs_of(literal: str) -> object:
@@ -141,7 +142,7 @@ def test_keywords_are_fine_as_names() -> None:
 
 def test_scalar_types_and_empty_inputs() -> None:
     g = parse("func f() {\n  %c = const(value=0.5) : fp32[]\n  return %c\n}\n").func()
-    assert g.inputs == [] and g.outputs[0].type == TensorType(DType.fp32, ())
+    assert g.inputs == () and g.outputs[0].type == TensorType(DType.fp32, ())
 
 
 def test_empty_and_comment_only_files() -> None:
@@ -222,3 +223,35 @@ def test_parse_restores_the_garbage_collector_state() -> None:
         assert not gc.isenabled()  # a caller's choice is kept
     finally:
         gc.enable()
+
+
+def test_a_scalar_type_may_be_a_bare_dtype() -> None:
+    """``: fp16`` (as MIL writes a scalar) and ``: fp16[]`` are the same type; the printer writes ``fp16[]``."""
+    bare = parse("func f(%x: fp16, %v: fp32[4]) {\n  %c = const(value=0.5) : fp32\n"
+                 "  %y = relu(%x) : fp16\n  %a, %b = split(%v, axis=0, sizes=[1, 3]) : fp32[1], fp32[3]\n"
+                 "  return %y, %c\n}\n")
+    assert verify_all(bare) == []
+    g = bare.func()
+    assert g.inputs[0].type == TensorType(DType.fp16, ()) and g.nodes[0].result.type == TensorType(DType.fp32, ())
+    text = print_module(bare)
+    assert "%x: fp16[]" in text and ": fp32[] " not in text and "%c = const(value=0.5) : fp32[]" in text
+    assert parse(text) == bare
+
+
+@pytest.mark.parametrize("text,where,message", [
+    ("func f(%x: fp16[4]) {\n  %y = relu(%x\n  return %y\n}\n", "2:15", "expected ')' or ','"),
+    ("func f(%x: fp16[4]) {\n  %y = add(%x,\n  return %y\n}\n", "2:15", "expected a value name like %x or a name"),
+    ("func f(%x: fp16[4]) {\n  %y = relu(%x) :\n  return %y\n}\n", "2:18", "expected a type"),
+    ("func f(%x: fp16[4]) {\n  %y = relu(%x\n  %z = tanh(%y)\n  return %z\n}\n", "2:15", "expected ')' or ','"),
+])
+def test_an_error_caused_by_a_line_end_is_reported_on_that_line(text, where, message) -> None:
+    with pytest.raises(ParseError) as e:
+        parse(text, "f.ir")
+    assert e.value.span.location == f"f.ir:{where}"
+    assert e.value.message.startswith(message) and e.value.message.endswith("before the end of the line")
+
+
+def test_a_complete_line_keeps_the_error_on_the_next_token() -> None:
+    with pytest.raises(ParseError) as e:  # the statement on line 2 is complete: 'y' is the mistake
+        parse("func f(%x: fp16[4]) {\n  %h = relu(%x)\n  y = tanh(%h)\n  return %y\n}\n", "f.ir")
+    assert e.value.span.location == "f.ir:3:3"

@@ -42,14 +42,15 @@ def test_operand_from_another_graph_is_undefined() -> None:
 
 def test_nodes_out_of_order() -> None:
     b = small()
-    b.graph.nodes.reverse()
+    g = b.graph
+    h = g.nodes[0].results[0]
+    g.create_node("relu", [h], {}, [h.type], names=["early"], before=g.nodes[0])
     assert messages(b.graph) == ["value %h is used before it is defined"]
 
 
 def test_duplicate_value_names() -> None:
     b = small()
-    b.graph.nodes[1].results[0].name = "h"
-    b.graph.outputs[0].name = "h"
+    b.graph.rename_value(b.graph.nodes[1].results[0], "h")
     assert messages(b.graph)[0] == "value %h is already defined"
 
 
@@ -70,23 +71,23 @@ def test_stale_use_lists_are_caught() -> None:
 def test_outputs() -> None:
     b = small()
     g = b.graph
-    g.outputs = []
+    g.set_outputs([])
     assert messages(g) == ["func 'f' returns no value"]
-    g.outputs = [g.inputs[0]]
+    g.set_outputs([g.inputs[0]])
     err = verify_all(g)[0]
     assert err.message == "func 'f' returns its input %x directly"
     assert "identity" in err.hint
     y = g.nodes[1].results[0]
-    g.outputs = [y, y]
+    g.set_outputs([y, y])
     assert messages(g) == ["%y is returned twice"]
-    g.outputs = [Value("ghost", F)]
+    g.set_outputs([Value("ghost", F)])
     assert messages(g)[0] == "returned value %ghost is not defined in func 'f'"
 
 
 def test_unprintable_names_and_attributes() -> None:
     b = small()
     g = b.graph
-    g.nodes[0].results[0].name = "h-1"
+    g.rename_value(g.nodes[0].results[0], "h-1")
     g.nodes[1].attrs["blob"] = object()
     g.nodes[1].annotations["s"] = "\ud800"
     assert messages(g) == [
@@ -111,7 +112,7 @@ def test_invalid_types() -> None:
     g = Graph("f")
     x = g.add_input("x", TensorType(DType.fp16, (0, 2)))
     g.add_node(Node("relu", [x], {}, [Value("y", TensorType(DType.fp16, (0, 2)))]))
-    g.outputs = [g.nodes[0].results[0]]
+    g.set_outputs([g.nodes[0].results[0]])
     assert messages(g) == [
         "%x has an invalid type: fp16[0, 2] has a dimension < 1",
         "%y has an invalid type: fp16[0, 2] has a dimension < 1",

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from anec.models.bert import Bert, SentenceEncoder, block_mask, pack
-from anec.models.common import MASK_NEG, ModelError
+from anec.models.common import ModelError
+from anec.models.layout import MASK_NEG
 from anec.models.hf import load_checkpoint
 from tests.models.conftest import BACKEND
 

@@ -67,7 +67,7 @@ def fe_module(graph):
 
 
 def _keys(graph):
-    from anec.models.common import weight_keys
+    from anec.models.programs import weight_keys
 
     return weight_keys(graph)
 
@@ -131,7 +131,7 @@ def test_cli_errors_are_diagnostics(tmp_path, gpt2_dir, monkeypatch):
 def test_progress_bar_only_on_a_terminal():
     import io
 
-    from anec.models.common import Progress
+    from anec.models.progress import Progress
 
     class Tty(io.StringIO):
         def isatty(self):

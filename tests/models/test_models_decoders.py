@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from anec.models.common import count_blob_tensors
+from anec.passes.legalize import blob_tensors
 from anec.models.generate import CausalLM, decoder_frontend
 from anec.models.hf import load_checkpoint
 from tests.models.conftest import BACKEND, PROMPT, hf_greedy, hf_logits, hf_model
@@ -69,7 +69,7 @@ def test_every_program_stays_under_the_blob_budget(case):
     fe, w = lm.fe, lm.fe.width
     graphs = [fe.attn(0, w), fe.attn(0, w, 2 * w), fe.mlp(0, w), fe.lm_head(w)]
     # attention: norm (2|1) + projections (4|4) + causal mask (+ RoPE rotation for Llama)
-    assert [count_blob_tensors(g) for g in graphs] == ([7, 7, 6, 3] if kind == "gpt2" else [7, 7, 4, 2])
+    assert [len(blob_tensors(g)) for g in graphs] == ([7, 7, 6, 3] if kind == "gpt2" else [7, 7, 4, 2])
     lm.generate(PROMPT, max_new_tokens=2)
     manifests = [p.manifest for p in lm.programs.programs.values()]
     names = {m["func"] for m in manifests}

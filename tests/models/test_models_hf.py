@@ -11,7 +11,8 @@ from anec.diagnostics import WeightError
 from anec.models.generate import CausalLM, decoder_frontend
 from anec.models.hf import Checkpoint, CheckpointError, SafetensorsFile, load_checkpoint, load_tokenizer
 from anec.models.llama import rotate_half_matrix, rope_theta
-from anec.models.common import ModelError, bucket_list, min_bucket, pick_bucket
+from anec.models.buckets import bucket_list, min_bucket, pick_bucket
+from anec.models.common import ModelError
 from tests.models.conftest import BACKEND, hf_logits, hf_model, torch, transformers
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from anec.ir.builder import Builder
-from anec.models.common import ModelError, ProgramCache
+from anec.models.common import ModelError
+from anec.models.programs import ProgramCache
 from anec.models.generate import CausalLM, LoraSpec, decoder_frontend
 from anec.models.hf import load_checkpoint
 from anec.models.lora import AdapterError, LoraAdapter, apply_lora

@@ -106,7 +106,7 @@ def test_manager_names_the_pass_that_broke_the_ir():
 
 def test_manager_verifies_the_input_first():
     g = parse_func(TEXT)
-    g.outputs = []
+    g.set_outputs([])
     with pytest.raises(VerifyError):
         run_pipeline(g, (DeadCodeElimination(),), PassContext.default())
 

@@ -12,6 +12,7 @@ from anec.diagnostics import ConstraintError
 from anec.ir.interp import interpret, random_inputs
 from anec.ir.verifier import verify
 from anec.passes import PassContext, run_pipeline
+from anec.ir.ops import NOT_ON_ANE, OPS
 from anec.passes.legalize import legalize_graph
 from anec.passes.pipelines import CLEANUP, OPTIMIZE
 from anec.passes.annotate_sram import AnnotateSram
@@ -22,14 +23,15 @@ from ir_text.strategies import graphs  # tests/ is on sys.path (rootdir-relative
 from .ane_strategies import ane_programs
 from .passes_util import compare
 
-NOT_ON_ANE = {"gelu", "rsqrt", "concat", "neg"}
 SETTINGS = settings(max_examples=120, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def _check_legal(graph) -> None:
     assert not {n.op for n in graph.nodes} & NOT_ON_ANE
-    assert not any("bias" in n.optional for n in graph.nodes)
+    for n in graph.nodes:
+        low = OPS[n.op].lowering
+        assert not set(n.optional) & set(getattr(low, "rejected", {})), n
 
 
 @SETTINGS

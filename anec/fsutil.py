@@ -1,0 +1,143 @@
+"""Atomic file and directory writes: a reader never sees half of what anec writes.
+
+Everything anec writes for a user (artifacts, reformatted IR, arrays,
+checkpoints, verdict caches, benchmark results) goes through here:
+
+* :func:`replace_file` writes a temporary file next to the destination (same
+  file system), fsyncs it and renames it over the destination; on any error
+  the temporary file is removed and the destination is left as it was;
+* :func:`write_bytes_atomic` and :func:`write_text_atomic` are that for bytes
+  and text;
+* :func:`write_tree_atomic` does the same for a whole directory (an artifact):
+  the files go to a temporary directory that is swapped in atomically where
+  the OS allows it (Linux ``renameat2``), otherwise moved into place.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import IO, Callable, Mapping
+
+__all__ = ["fsync_dir", "replace_file", "write_bytes_atomic", "write_text_atomic", "write_tree_atomic"]
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Flush a directory's entries (after a rename into it); best effort."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def replace_file(path: str | os.PathLike, write: Callable[[IO[bytes]], object], *,
+                 keep_mode: bool = False, suffix: str = ".tmp") -> None:
+    """Replace ``path`` by what ``write(binary_file)`` writes, all or nothing.
+
+    ``keep_mode`` gives the new file the permissions of the one it replaces.
+    """
+    path = os.path.abspath(os.fspath(path))
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=suffix, dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        if keep_mode and os.path.exists(path):
+            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    fsync_dir(directory)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes, *, keep_mode: bool = False) -> None:
+    """Replace ``path`` by ``data`` atomically."""
+    replace_file(path, lambda f: f.write(data), keep_mode=keep_mode)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, *, keep_mode: bool = False) -> None:
+    """Replace ``path`` by ``text`` (UTF-8, newlines as given) atomically."""
+    write_bytes_atomic(path, text.encode("utf-8"), keep_mode=keep_mode)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two directories (Linux renameat2); False if unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_tree_atomic(dest: str | os.PathLike, files: Mapping[str, bytes]) -> None:
+    """Make ``dest`` a directory holding exactly ``files`` (relative path -> bytes), all or nothing.
+
+    The files go to a fresh temporary directory next to ``dest`` (same file
+    system), are fsynced, and the directory is renamed into place. An existing
+    ``dest`` is swapped out atomically where the OS allows it (renameat2),
+    otherwise moved aside, replaced and then deleted; on any error the
+    temporary directory is removed, ``dest`` is left as it was and the
+    ``OSError`` propagates.
+    """
+    dest = Path(dest)
+    parent = dest.parent
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=parent))
+    old: Path | None = None
+    try:
+        for rel, data in files.items():
+            _write_synced(tmp / rel, data)
+        for sub in sorted({(tmp / rel).parent for rel in files}, key=lambda p: -len(p.parts)):
+            fsync_dir(sub)
+        if dest.exists():
+            if _exchange(tmp, dest):
+                old = tmp  # tmp now holds the previous tree
+            else:
+                old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=parent))
+                os.rmdir(old)
+                os.rename(dest, old)
+                try:
+                    os.rename(tmp, dest)
+                except BaseException:
+                    os.rename(old, dest)
+                    raise
+        else:
+            os.rename(tmp, dest)
+        fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

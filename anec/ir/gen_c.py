@@ -1,0 +1,130 @@
+"""The C simulator's op table, generated from the op table (``csrc/sim_ops.h``).
+
+The simulator reads MIL, so its table is keyed by MIL op: every op row
+lowered to MIL (:class:`~anec.ir.ops.Mil`) gives its MIL op, kernel, build
+rule and runner; :data:`~anec.ir.ops.SIM_ONLY_MIL_OPS` adds the MIL ops it
+runs although no IR op lowers to them; every row the ANE does not take
+(:class:`~anec.ir.ops.NotOnAne`, ``sim_rejects``) and every optional operand
+a lowering rejects becomes a rejection carrying its constraint id::
+
+    python -m anec.ir.gen_c            # rewrite csrc/sim_ops.h
+    python -m anec.ir.gen_c --check    # exit 1 (and say so) when it is stale
+
+A test fails when the committed header differs from :func:`header_text`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from anec.ir.ops import OPS, SIM_ONLY_MIL_OPS, Mil, NotOnAne, SimKernel
+
+HEADER = Path(__file__).resolve().parents[2] / "csrc" / "sim_ops.h"
+
+
+def sim_ops() -> list[tuple[str, SimKernel]]:
+    """(MIL op, kernel) for every MIL op the simulator builds, in table order."""
+    rows = [(o.lowering.op, o.lowering.sim) for o in OPS.values()
+            if isinstance(o.lowering, Mil) and o.lowering.sim is not None]
+    rows += list(SIM_ONLY_MIL_OPS.items())
+    seen: dict[str, SimKernel] = {}
+    for op, k in rows:
+        if seen.setdefault(op, k) != k:
+            raise ValueError(f"MIL op '{op}' has two simulator kernels: {seen[op]} and {k}")
+    return rows
+
+
+def kernels() -> dict[str, str]:
+    """Kernel id -> runner, in order of first use."""
+    out: dict[str, str] = {}
+    for op, k in sim_ops():
+        if k.kernel is None:
+            continue
+        if k.run is None:
+            raise ValueError(f"MIL op '{op}': kernel {k.kernel} names no runner")
+        if out.setdefault(k.kernel, k.run) != k.run:
+            raise ValueError(f"kernel {k.kernel} has two runners: {out[k.kernel]} and {k.run}")
+    return out
+
+
+def rejections() -> tuple[list[tuple[str, NotOnAne]], list[tuple[str, str, NotOnAne]]]:
+    """(MIL op, why) the simulator refuses, and (MIL op, argument, why) it refuses."""
+    ops, args = [], []
+    for o in OPS.values():
+        low = o.lowering
+        if isinstance(low, NotOnAne) and low.sim_rejects:
+            ops.append((o.name, low))
+        elif isinstance(low, Mil):
+            args += [(low.op, low.arg(key), rej) for key, rej in low.rejected.items()]
+    return ops, args
+
+
+def _c_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _macro(name: str, doc: str, rows: list[str]) -> list[str]:
+    body = [f"    X({row})" for row in rows] or ["    /* none */"]
+    return [f"/* {doc} */", f"#define {name}(X) \\", *[b + " \\" for b in body[:-1]], body[-1], ""]
+
+
+def header_text() -> str:
+    """The text of ``csrc/sim_ops.h``."""
+    ks = kernels()
+    ops, args = rejections()
+    lines = [
+        "/*",
+        " * sim_ops.h - the sim's op table (internal): which MIL ops it builds and runs,",
+        " * and which it rejects as the ANE compiler does.",
+        " *",
+        " * GENERATED from the op table (anec/ir/ops.py) by `python -m anec.ir.gen_c`;",
+        " * do not edit by hand (a test fails when this file is stale).",
+        " */",
+        "#ifndef ANEC_SIM_OPS_H",
+        "#define ANEC_SIM_OPS_H",
+        "",
+        "/* Kernel ids: what a plan step runs (SOP_NONE: a statement that makes a value, not a step). */",
+        "enum {",
+        "    SOP_NONE = 0,",
+        *[f"    SOP_{k}," for k in ks],
+        "};",
+        "",
+        *_macro("SIM_MIL_OPS", "MIL op, kernel id, build rule (rule_<rule> in sim_rules.c).",
+                [f"{_c_string(op)}, SOP_{k.kernel or 'NONE'}, {k.rule}" for op, k in sim_ops()]),
+        *_macro("SIM_KERNELS", "Kernel id, runner (run_<runner> in sim_exec.c).",
+                [f"SOP_{k}, {run}" for k, run in ks.items()]),
+        *_macro("SIM_REJECTED_OPS", "MIL op the ANE compiler rejects, constraint id, message.",
+                [f"{_c_string(op)}, {_c_string(r.constraint)}, {_c_string(f'{r.why}; {r.fix}')}"
+                 for op, r in ops]),
+        *_macro("SIM_REJECTED_ARGS", "MIL op, argument the ANE compiler rejects, constraint id, message.",
+                [f"{_c_string(op)}, {_c_string(arg)}, {_c_string(r.constraint)}, "
+                 f"{_c_string(f'{r.why}; {r.fix}')}" for op, arg, r in args]),
+        "#endif",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m anec.ir.gen_c", description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="only check that csrc/sim_ops.h is current")
+    ap.add_argument("--output", type=Path, default=HEADER, help="where to write (default: csrc/sim_ops.h)")
+    args = ap.parse_args(argv)
+    text = header_text()
+    current = args.output.read_text("utf-8") if args.output.exists() else None
+    if args.check:
+        if current != text:
+            print(f"{args.output} is stale: run python -m anec.ir.gen_c", file=sys.stderr)
+            return 1
+        return 0
+    if current != text:
+        from anec.fsutil import write_text_atomic
+
+        write_text_atomic(args.output, text)
+        print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

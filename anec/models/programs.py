@@ -1,0 +1,143 @@
+"""Running a model's programs: compile once per bucket, load once, hand out by name.
+
+:class:`ProgramCache` builds, compiles and loads each program of a model the
+first time it is asked for; :class:`InterpProgram` runs a graph in the
+reference interpreter with the same call convention (the ``"interp"``
+backend).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from anec.ir.builder import Builder
+from anec.ir.graph import Graph
+from anec.ir.ops import is_weight_const
+
+
+def weight_keys(graph: Graph) -> list[str]:
+    """Checkpoint keys referenced by ``graph`` (in order of first use)."""
+    seen: dict[str, None] = {}
+    for n in graph.nodes:
+        if is_weight_const(n):
+            seen.setdefault(n.attrs["weight"], None)
+    return list(seen)
+
+
+class InterpProgram:
+    """A graph run by the reference interpreter in fp16 mode (the sim's numerics).
+
+    Used as the ``"interp"`` backend: the same call convention as a runtime
+    program, ``prog(**inputs) -> {output: array}``, with fp32 outputs."""
+
+    def __init__(self, graph: Graph, weights: Any) -> None:
+        self.graph = graph
+        self.weights = weights
+
+    def __call__(self, **inputs: Any) -> dict[str, np.ndarray]:
+        from anec.ir.interp import interpret
+
+        out = interpret(self.graph, inputs, self.weights, mode="fp16")
+        return {k: np.asarray(v, dtype=np.float32) for k, v in out.items()}
+
+
+class ProgramCache:
+    """Builds, compiles and loads each program once, then hands it out by name.
+
+    ``get(name, build)`` calls ``build()`` (returning a Graph) the first time a
+    name is asked for, compiles it in memory with
+    :func:`anec.compiler.compile_module` (also writing ``cache_dir/<name>/``
+    when a directory is given) and loads it into one shared runtime. Names
+    carry the bucket (``L3_attn_d16_t128``), so each bucket compiles once per
+    process. ``transform`` (e.g. adding LoRA inputs) runs on every built graph
+    and what it returns is kept in ``extras[name]``. Backend ``"interp"`` skips
+    the compiler and runs graphs in the reference interpreter instead.
+    """
+
+    def __init__(self, weight_fn: Callable[[str], np.ndarray], backend: str = "auto",
+                 target: str | None = None, cache_dir: str | os.PathLike | None = None,
+                 transform: Callable[[Graph], Any] | None = None) -> None:
+        self.weight_fn = weight_fn
+        self.backend = backend
+        self.target = target
+        self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
+        self.transform = transform
+        self.graphs: dict[str, Graph] = {}
+        self.programs: dict[str, Any] = {}
+        self.extras: dict[str, Any] = {}
+        self.compile_seconds = 0.0
+        self._runtime = None
+
+    @property
+    def runtime(self) -> Any:
+        """The shared :class:`anec.runtime.Runtime` (None for the interpreter)."""
+        if self._runtime is None and self.backend != "interp":
+            from anec.runtime import Runtime
+
+            self._runtime = Runtime(backend=self.backend)
+        return self._runtime
+
+    def weights_for(self, graph: Graph) -> dict[str, np.ndarray]:
+        return {k: self.weight_fn(k) for k in weight_keys(graph)}
+
+    def get(self, name: str, build: Callable[[], Graph]) -> Any:
+        prog = self.programs.get(name)
+        if prog is not None:
+            return prog
+        graph = build()
+        if graph.name != name:
+            raise AssertionError(f"program {name} built a func named {graph.name}")
+        if self.transform is not None:
+            self.extras[name] = self.transform(graph)
+        self.graphs[name] = graph
+        t0 = time.perf_counter()
+        if self.backend == "interp":
+            prog = InterpProgram(graph, self.weights_for(graph))
+        else:
+            prog = self._compile_and_load(graph)
+        self.compile_seconds += time.perf_counter() - t0
+        self.programs[name] = prog
+        return prog
+
+    def get_all(self, names: Iterable[str], build: Callable[[str], Graph], progress: Any) -> None:
+        """Build, compile and load every program of ``names`` not loaded yet, ticking
+        ``progress`` (a :class:`~anec.models.progress.Progress`) once per program."""
+        todo = [n for n in names if n not in self.programs]
+        if not todo:
+            return
+        progress.start("compile", len(todo))
+        for n in todo:
+            self.get(n, lambda n=n: build(n))
+            progress.step(n)
+        progress.finish()
+
+    def _compile_and_load(self, graph: Graph) -> Any:
+        from anec.compiler import compile_module
+        from anec.weights import WeightStore
+
+        store = WeightStore(self.weights_for(graph), source=f"<{graph.name} weights>")
+        # host_casts: on targets without fp32 I/O (m1, m2) the host converts fp32 <-> fp16
+        result = compile_module(Builder.module(graph), weights=store, target=self.target,
+                                out_dir=self.cache_dir, host_casts=True)
+        return self.runtime.load(result.artifacts[graph.name])
+
+    def stats(self) -> dict[str, Any]:
+        """Runtime counters (compiles, loads, reloads, evaluations...) plus
+        ``programs`` (built here) and ``compile_seconds`` (build + compile + load)."""
+        out: dict[str, Any] = {}
+        if self._runtime is not None:
+            out.update(self._runtime.stats)
+        out["programs"] = len(self.programs)
+        out["compile_seconds"] = self.compile_seconds
+        return out
+
+    def close(self) -> None:
+        """Release every program and the runtime."""
+        self.programs.clear()
+        if self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None

@@ -1,0 +1,107 @@
+/*
+ * sim_ops.h - the sim's op table (internal): which MIL ops it builds and runs,
+ * and which it rejects as the ANE compiler does.
+ *
+ * GENERATED from the op table (anec/ir/ops.py) by `python -m anec.ir.gen_c`;
+ * do not edit by hand (a test fails when this file is stale).
+ */
+#ifndef ANEC_SIM_OPS_H
+#define ANEC_SIM_OPS_H
+
+/* Kernel ids: what a plan step runs (SOP_NONE: a statement that makes a value, not a step). */
+enum {
+    SOP_NONE = 0,
+    SOP_IDENTITY,
+    SOP_EXP,
+    SOP_SQRT,
+    SOP_RELU,
+    SOP_TANH,
+    SOP_SIGMOID,
+    SOP_CAST,
+    SOP_CONV,
+    SOP_MATMUL,
+    SOP_ADD,
+    SOP_SUB,
+    SOP_MUL,
+    SOP_POW,
+    SOP_SOFTMAX,
+    SOP_REDUCE_SUM,
+    SOP_REDUCE_MEAN,
+    SOP_REDUCE_MAX,
+    SOP_RESHAPE,
+    SOP_TRANSPOSE,
+    SOP_SLICE,
+    SOP_PAD,
+    SOP_SILU,
+    SOP_DIV,
+    SOP_SPLIT,
+};
+
+/* MIL op, kernel id, build rule (rule_<rule> in sim_rules.c). */
+#define SIM_MIL_OPS(X) \
+    X("const", SOP_NONE, const) \
+    X("identity", SOP_IDENTITY, unary) \
+    X("exp", SOP_EXP, unary) \
+    X("sqrt", SOP_SQRT, unary) \
+    X("relu", SOP_RELU, unary) \
+    X("tanh", SOP_TANH, unary) \
+    X("sigmoid", SOP_SIGMOID, unary) \
+    X("cast", SOP_CAST, cast) \
+    X("conv", SOP_CONV, conv) \
+    X("matmul", SOP_MATMUL, matmul) \
+    X("add", SOP_ADD, binary) \
+    X("sub", SOP_SUB, binary) \
+    X("mul", SOP_MUL, binary) \
+    X("pow", SOP_POW, binary) \
+    X("softmax", SOP_SOFTMAX, softmax) \
+    X("reduce_sum", SOP_REDUCE_SUM, reduce) \
+    X("reduce_mean", SOP_REDUCE_MEAN, reduce) \
+    X("reduce_max", SOP_REDUCE_MAX, reduce) \
+    X("reshape", SOP_RESHAPE, reshape) \
+    X("transpose", SOP_TRANSPOSE, transpose) \
+    X("slice_by_index", SOP_SLICE, slice_by_index) \
+    X("pad", SOP_PAD, pad) \
+    X("silu", SOP_SILU, unary) \
+    X("real_div", SOP_DIV, binary) \
+    X("slice_by_size", SOP_SLICE, slice_by_size) \
+    X("split", SOP_SPLIT, split)
+
+/* Kernel id, runner (run_<runner> in sim_exec.c). */
+#define SIM_KERNELS(X) \
+    X(SOP_IDENTITY, layout) \
+    X(SOP_EXP, unary) \
+    X(SOP_SQRT, unary) \
+    X(SOP_RELU, unary) \
+    X(SOP_TANH, unary) \
+    X(SOP_SIGMOID, unary) \
+    X(SOP_CAST, cast) \
+    X(SOP_CONV, conv) \
+    X(SOP_MATMUL, matmul) \
+    X(SOP_ADD, binary) \
+    X(SOP_SUB, binary) \
+    X(SOP_MUL, binary) \
+    X(SOP_POW, binary) \
+    X(SOP_SOFTMAX, softmax) \
+    X(SOP_REDUCE_SUM, reduce) \
+    X(SOP_REDUCE_MEAN, reduce) \
+    X(SOP_REDUCE_MAX, reduce) \
+    X(SOP_RESHAPE, layout) \
+    X(SOP_TRANSPOSE, layout) \
+    X(SOP_SLICE, layout) \
+    X(SOP_PAD, layout) \
+    X(SOP_SILU, unary) \
+    X(SOP_DIV, binary) \
+    X(SOP_SPLIT, layout)
+
+/* MIL op the ANE compiler rejects, constraint id, message. */
+#define SIM_REJECTED_OPS(X) \
+    X("neg", "ANE-NEG", "the ANE has no neg op; multiply by -1 instead") \
+    X("rsqrt", "ANE-RSQRT", "rsqrt is rejected by the ANE compiler; use pow(x, -0.5)") \
+    X("gelu", "ANE-GELU", "gelu is not a MIL op the ANE accepts; use the tanh approximation 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))") \
+    X("concat", "ANE-CONCAT", "concat is rejected by the ANE compiler; return the pieces as separate outputs or assemble them on the host")
+
+/* MIL op, argument the ANE compiler rejects, constraint id, message. */
+#define SIM_REJECTED_ARGS(X) \
+    X("conv", "bias", "ANE-CONV-BIAS", "the ANE rejects conv with bias=; add the bias with a separate add op")
+
+#endif

@@ -1,0 +1,157 @@
+"""The op table is the one source: every part of anec derives what it knows about an op from its row.
+
+A throwaway op added in a fixture (one row plus its reference kernel, nothing
+else) flows through the builder, parser, verifier, interpreter, MIL emitter,
+the docs and the simulator's generated op table; one the ANE rejects also
+needs its legalize rule. The committed ``csrc/sim_ops.h`` is the generator's
+output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anec.compiler import compile_module
+from anec.constraints import CONSTRAINTS
+from anec.diagnostics import ConstraintError
+from anec.ir import ops
+from anec.ir.builder import Builder
+from anec.ir.gen_c import HEADER, header_text, main as gen_c_main
+from anec.ir.interp import interpret
+from anec.ir.parser import parse
+from anec.ir.printer import print_module
+from anec.ir.verifier import verify
+from anec.mil.emitter import emit_mil
+from anec.passes import legalize_rules
+from anec.targets import get_target
+
+
+def _square_row() -> ops.OpDef:
+    """An op the ANE runs: one row, its numpy reference kernel, its MIL lowering and sim kernel."""
+    return ops.OpDef(
+        "square", (ops.OperandDef("x"),), (), ops.FLOATS, ops._infer_same,
+        lambda operands, optional, attrs: [np.square(operands[0].astype(np.float64)).astype(operands[0].dtype)],
+        "x * x", traits=frozenset({ops.Trait.elementwise, ops.Trait.unary}),
+        lowering=ops.Mil("square", ops.SimKernel("unary", "SQUARE", "unary")),
+    )
+
+
+def _twice(node, rw):
+    """The legalize rule of the rejected throwaway op: twice(x) -> add(x, x)."""
+    x = node.operands[0]
+    y = rw.op("add", x, x, suffix="add")
+    rw.record("ANE-NEG", "twice(x) -> add(x, x)")
+    return y
+
+
+def _twice_row() -> ops.OpDef:
+    """An op the ANE does not take: its row names the rule (and a catalog constraint id)."""
+    return ops.OpDef(
+        "twice", (ops.OperandDef("x"),), (), ops.FLOATS, ops._infer_same,
+        lambda operands, optional, attrs: [operands[0] * 2],
+        "x + x", traits=frozenset({ops.Trait.elementwise, ops.Trait.unary}),
+        lowering=ops.NotOnAne("ANE-NEG", ("_twice",), "the ANE has no twice op", "add x to itself",
+                              "add(x, x)"),
+    )
+
+
+@pytest.fixture
+def square(monkeypatch):
+    monkeypatch.setitem(ops.OPS, "square", _square_row())
+    return "square"
+
+
+@pytest.fixture
+def twice(monkeypatch):
+    monkeypatch.setitem(ops.OPS, "twice", _twice_row())
+    monkeypatch.setitem(legalize_rules.RULES_BY_NAME, "_twice", _twice)
+    return "twice"
+
+
+TEXT = """
+func f(%x: fp16[1, 4, 1, 8]) {
+  %y = {op}(%x)
+  %z = relu(%y)
+  return %z
+}
+"""
+
+
+def test_a_new_op_flows_through_every_part(square):
+    x = np.linspace(-2, 2, 32, dtype=np.float16).reshape(1, 4, 1, 8)
+    # parser (type inferred from the row) and verifier
+    module = parse(TEXT.replace("{op}", square), "square.ir")
+    assert verify(module) == []
+    g = module.func()
+    assert g.nodes[0].result.type == g.inputs[0].type
+    assert "%y = square(%x) : fp16[1, 4, 1, 8]" in print_module(module)
+    # builder
+    b = Builder("f")
+    v = b.input("x", "fp16", [1, 4, 1, 8])
+    b.ret(b.relu(b.square(v, name="y"), name="z"))
+    assert b.graph == g
+    # interpreter, against the row's reference
+    out = interpret(g, {"x": x}, mode="fp16")["z"]
+    np.testing.assert_array_equal(out, np.maximum(np.square(x.astype(np.float64)), 0).astype(np.float16))
+    # emitter (through the whole pipeline)
+    art = compile_module(module, with_weights=False).artifacts["f"]
+    assert "tensor<fp16, [1, 4, 1, 8]> y = square(x = x)[name = string(\"y\")];" in art.mil_text
+    # docs and the simulator's op table
+    assert "| `square` | x | - | fp16,fp32 | elementwise, unary | `square` | x * x |" in ops.format_table(True)
+    assert '    X("square", SOP_SQUARE, unary)' in header_text()
+    assert "    X(SOP_SQUARE, unary)" in header_text()
+
+
+def test_a_new_op_the_ane_rejects_needs_its_rule(twice):
+    module = parse(TEXT.replace("{op}", twice), "twice.ir")
+    assert verify(module) == []
+    g = module.func()
+    x = np.ones((1, 4, 1, 8), np.float16)
+    np.testing.assert_array_equal(interpret(g, {"x": x})["z"], 2 * x)
+    with pytest.raises(ConstraintError) as e:  # emitting it without legalize
+        emit_mil(g, get_target())
+    assert e.value.constraint == "ANE-NEG" and "the ANE has no twice op" in e.value.message
+    result = compile_module(module, with_weights=False)
+    assert "add(x = x, y = x)" in result.artifacts["f"].mil_text
+    assert [r["rule"] for r in result.rewrites] == ["_twice"]
+    assert "not on the ANE (ANE-NEG): legalize `_twice` makes it add(x, x)" in ops.format_table(True)
+    assert '    X("twice", "ANE-NEG", "the ANE has no twice op; add x to itself")' in header_text()
+
+
+def test_a_row_naming_a_missing_rule_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(ops.OPS, "twice", _twice_row())
+    with pytest.raises(KeyError, match="names legalize rule '_twice'"):
+        legalize_rules.rules_for(get_target())
+
+
+def test_every_row_is_complete():
+    for name, op in ops.OPS.items():
+        low = op.lowering
+        assert isinstance(low, (ops.Mil, ops.NotOnAne)), name
+        rejections = [low] if isinstance(low, ops.NotOnAne) else list(low.rejected.values())
+        for rej in rejections:
+            assert rej.constraint in CONSTRAINTS, (name, rej.constraint)
+            assert all(r in legalize_rules.RULES_BY_NAME for r in rej.rules), (name, rej.rules)
+        if isinstance(low, ops.Mil):
+            assert low.sim is not None, name
+            assert set(low.args) <= {o.name for o in op.operands}, name
+            assert set(low.rejected) <= {o.name for o in op.optional_operands}, name
+    assert ops.NOT_ON_ANE == {"gelu", "rsqrt", "concat", "neg", "split"}
+    assert ops.UNARY <= ops.ELEMENTWISE and ops.BINARY <= ops.ELEMENTWISE
+    assert "cast" in ops.ELEMENTWISE - ops.UNARY - ops.BINARY
+
+
+def test_sim_op_table_is_generated_from_the_rows():
+    """csrc/sim_ops.h is `python -m anec.ir.gen_c` (regenerate after changing a row)."""
+    assert HEADER.read_text("utf-8") == header_text(), "csrc/sim_ops.h is stale: run python -m anec.ir.gen_c"
+    assert gen_c_main(["--check"]) == 0
+
+
+def test_gen_c_check_reports_a_stale_header(tmp_path, capsys):
+    stale = tmp_path / "sim_ops.h"
+    stale.write_text("/* old */\n")
+    assert gen_c_main(["--check", "--output", str(stale)]) == 1
+    assert "is stale" in capsys.readouterr().err
+    assert gen_c_main(["--output", str(stale)]) == 0
+    assert stale.read_text() == header_text()
