@@ -12,7 +12,8 @@ from anec.models.generate import CausalLM, decoder_frontend
 from anec.models.hf import Checkpoint, CheckpointError, SafetensorsFile, load_checkpoint, load_tokenizer
 from anec.models.llama import rotate_half_matrix, rope_theta
 from anec.models.common import ModelError, bucket_list, min_bucket, pick_bucket
-from tests.models.conftest import BACKEND, hf_logits, hf_model, torch, transformers
+from tests.models.conftest import BACKEND, LOGIT_ULPS, hf_logits, hf_model, torch, transformers
+from tolerances import assert_close
 
 
 def test_safetensors_reader_matches_torch_including_bf16(tmp_path):
@@ -89,4 +90,4 @@ def test_lm_head_wider_than_a_conv_is_chunked(tmp_path):
     finally:
         lm.close()
     assert lo["name"] == "logits" and lo["axis"] == 1 and len(lo["pieces"]) == 2
-    np.testing.assert_allclose(got, hf_logits(hf_model(tmp_path), ids), atol=0.03, rtol=0)
+    assert_close(got, hf_logits(hf_model(tmp_path), ids), "models/gpt2-wide-head:logits", LOGIT_ULPS)
