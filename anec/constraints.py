@@ -400,6 +400,20 @@ _ENTRIES = (
         (f"{_LEG}::test_io_must_be_float_tensors", f"{_SIM}::test_scalar_and_integer_io_rejected"),
     ),
     Constraint(
+        "ANE-FLOAT-COMPUTE", "arithmetic computes on fp16/fp32 tensors",
+        "unknown: no published on-device program computes on integer tensors",
+        "every op of every program maderix/ANE and Orion run on the device computes on fp16 "
+        "(fp32 only around casts at the I/O); the sim, modelling the pessimistic case, rejects "
+        "integer arithmetic when it loads the MIL", REPORTED,
+        "error", "legalize: check_float_compute",
+        "add/sub/mul/pow, matmul and the reductions on int32 operands are errors at compile time "
+        "naming the node, with the fix (cast to fp16 first). Casts to and from int32 and moving "
+        "integer tensors (reshape, transpose, slice) stay legal.",
+        "compile",
+        (f"{_LEG}::test_integer_arithmetic_is_a_located_error",
+         "tests/runtime/test_rt_every_op.py::test_int32_arithmetic_is_rejected_when_compiling"),
+    ),
+    Constraint(
         "ANE-IO-RANK4", "program inputs and outputs are rank-4 [1, C, 1, S] tensors",
         "unknown: no published on-device program has I/O of another rank",
         "every program maderix/ANE and Orion run on the device has rank-4 [1, C, 1, S] inputs "

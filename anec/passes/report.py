@@ -34,10 +34,17 @@ _REMOVED_BY = {
 
 
 def _size(n: int) -> str:
-    """Bytes in the largest binary unit that keeps the number >= 1 (``96.0 KiB``)."""
+    """Bytes in the largest binary unit that keeps the number >= 1 (``96.0 KiB``).
+
+    Integer arithmetic, rounding half to even like ``f"{n / scale:.1f}"``, so that
+    byte counts beyond the float range (absurd declared dims) print too.
+    """
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
-            return f"{n / scale:.1f} {unit}"
+            tenths, rest = divmod(n * 10, scale)
+            if 2 * rest > scale or (2 * rest == scale and tenths % 2):
+                tenths += 1
+            return f"{tenths // 10}.{tenths % 10} {unit}"
     return f"{n} B"
 
 

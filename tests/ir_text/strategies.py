@@ -72,6 +72,7 @@ class _Grower:
         self.draw = draw
         self.g = graph
         self.taken = taken
+        self.keys: set[str] = set()
 
     def name(self) -> str:
         name = self.draw(VALUE_NAME)
@@ -130,16 +131,26 @@ class _Grower:
     ) -> list[Value]:
         dtype = dtype or self.draw(st.sampled_from([DType.fp16, DType.fp32]))
         shape = self.draw(shapes(1, 4)) if shape is None else shape
-        attrs: dict[str, Any] = {"weight": self.draw(TEXT.filter(bool))}
+        key = self.draw(TEXT.filter(bool))
+        while key in self.keys:  # one stored tensor per key: its consts agree on its shape
+            key += "_"
+        self.keys.add(key)
+        attrs: dict[str, Any] = {"weight": key}
         if self.draw(st.booleans()):
             attrs["perm"] = self.draw(st.permutations(list(range(len(shape)))))
         if self.draw(st.integers(0, 3)) == 0:
+            axis = self.draw(st.integers(0, len(shape) - 1))
             start = self.draw(st.integers(0, 3))
-            attrs["slice"] = [
-                self.draw(st.integers(0, len(shape) - 1)),
-                start,
-                start + self.draw(st.integers(1, 3)),
-            ]
+            attrs["slice"] = [axis, start, start + shape[axis]]
+            # a whole view of the same key first, so that the stored shape is known
+            # (random weights, the interpreter): the slice's stop is the stored extent
+            stop = attrs["slice"][2]
+            view = list(shape)
+            view[axis] = stop
+            stored = list(view)
+            for i, p in enumerate(attrs.get("perm", range(len(shape)))):
+                stored[p] = view[i]
+            self.add("const", [], {"weight": attrs["weight"]}, declared=TensorType(dtype, tuple(stored)))
         return self.add("const", [], attrs, declared=TensorType(dtype, shape))
 
     def unary(self) -> list[Value]:

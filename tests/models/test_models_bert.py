@@ -2,7 +2,11 @@
 
 The IR says GELU exact (BERT's erf form); legalize replaces it with the tanh
 approximation for the ANE, so these numbers include that approximation as well
-as fp16 storage. Required: cosine >= 0.999 per sentence (measured: > 0.99999).
+as fp16 storage. Required, per sentence: cosine >= MIN_COSINE = 0.99998, i.e.
+1 - cosine <= 2e-5, 5.5x the worst measured (3.6e-6); a 10% error in the
+attention scale gives 1 - cosine >= 8e-4 (40x the bar). Element by element
+(tests/tolerances.py): embeddings within 8 fp16 ulps (measured 3.5; the 10%
+scale error: 115), last hidden states within 4 (measured 1.9; the error: 43).
 """
 
 from __future__ import annotations
@@ -15,6 +19,11 @@ from anec.models.common import ModelError
 from anec.models.layout import MASK_NEG
 from anec.models.hf import load_checkpoint
 from tests.models.conftest import BACKEND
+from tolerances import assert_close, assert_cosine
+
+MIN_COSINE = 0.99998
+EMBEDDING_ULPS = 8
+HIDDEN_ULPS = 4
 
 SENTENCES = [
     "ANE",
@@ -49,7 +58,8 @@ def test_embeddings_match_sentence_transformers(encoder, reference):
     got = encoder.encode(SENTENCES)
     want = reference.encode(SENTENCES, convert_to_numpy=True)
     for s, a, b in zip(SENTENCES, got, want):
-        assert _cos(a, b) >= 0.999, s
+        assert_cosine(a, b, "models/minilm:embedding-cosine", MIN_COSINE, s)
+    assert_close(got, want, "models/minilm:embeddings", EMBEDDING_ULPS)
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
 
 
@@ -68,8 +78,7 @@ def test_hidden_states_match_transformers(encoder, minilm_dir):
     model = transformers.BertModel.from_pretrained(minilm_dir).eval()
     with torch.no_grad():
         want = model(torch.tensor([ids])).last_hidden_state[0].numpy()
-    # post-LayerNorm hidden states of unit scale: fp16 + tanh-GELU error is a few 1e-2 at most
-    np.testing.assert_allclose(got, want, atol=0.06, rtol=0)
+    assert_close(got, want, "models/minilm:hidden-states", HIDDEN_ULPS)
     assert np.abs(got - want).mean() < 5e-3
 
 

@@ -1,8 +1,7 @@
 """GPT-2 and Llama on the sim: logits, KV-cache decode and greedy generation vs transformers.
 
-Tolerances: logits are compared with an absolute tolerance of 0.03 on logits of
-magnitude ~5 (fp16 storage with fp32 accumulation through 2 layers; measured
-error < 0.01 for GPT-2, < 0.02 for Llama).
+Tolerances (tests/tolerances.py): logits of magnitude ~5 within LOGIT_ULPS fp16
+ulps of the output's scale (fp16 storage with fp32 accumulation through 2 layers).
 """
 
 from __future__ import annotations
@@ -13,9 +12,9 @@ import pytest
 from anec.passes.legalize import blob_tensors
 from anec.models.generate import CausalLM, decoder_frontend
 from anec.models.hf import load_checkpoint
-from tests.models.conftest import BACKEND, PROMPT, hf_greedy, hf_logits, hf_model
+from tests.models.conftest import BACKEND, LOGIT_ULPS, PROMPT, hf_greedy, hf_logits, hf_model
+from tolerances import assert_close
 
-LOGIT_ATOL = 0.03
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
@@ -27,21 +26,21 @@ def case(request, gpt2_dir, llama_dir):
 
 
 def test_prefill_logits_match_transformers(case):
-    _, _, lm, ref = case
+    kind, _, lm, ref = case
     got = lm.logits(PROMPT)
     want = hf_logits(ref, PROMPT)
     assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, atol=LOGIT_ATOL, rtol=0)
+    assert_close(got, want, f"models/{kind}:prefill-logits", LOGIT_ULPS)
 
 
 def test_kv_cache_decode_logits_match_full_forward(case):
-    _, _, lm, ref = case
+    kind, _, lm, ref = case
     cont = [11, 250, 3, 77, 100]
     want = hf_logits(ref, PROMPT + cont)
     got = [lm.prefill(PROMPT, cache_len=lm.fe.buckets[0])]
     for t in cont:
         got.append(lm.decode(t))
-    np.testing.assert_allclose(np.stack(got), want[len(PROMPT) - 1:], atol=LOGIT_ATOL, rtol=0)
+    assert_close(np.stack(got), want[len(PROMPT) - 1:], f"models/{kind}:decode-logits", LOGIT_ULPS)
     assert lm.pos == len(PROMPT) + len(cont)
 
 

@@ -13,7 +13,8 @@ from anec.models.hf import Checkpoint, CheckpointError, SafetensorsFile, load_ch
 from anec.models.llama import rotate_half_matrix, rope_theta
 from anec.models.buckets import bucket_list, min_bucket, pick_bucket
 from anec.models.common import ModelError
-from tests.models.conftest import BACKEND, hf_logits, hf_model, torch, transformers
+from tests.models.conftest import BACKEND, LOGIT_ULPS, hf_logits, hf_model, torch, transformers
+from tolerances import assert_close
 
 
 def test_safetensors_reader_matches_torch_including_bf16(tmp_path):
@@ -90,4 +91,4 @@ def test_lm_head_wider_than_a_conv_is_chunked(tmp_path):
     finally:
         lm.close()
     assert lo["name"] == "logits" and lo["axis"] == 1 and len(lo["pieces"]) == 2
-    np.testing.assert_allclose(got, hf_logits(hf_model(tmp_path), ids), atol=0.03, rtol=0)
+    assert_close(got, hf_logits(hf_model(tmp_path), ids), "models/gpt2-wide-head:logits", LOGIT_ULPS)

@@ -663,3 +663,25 @@ func f(%n: int32[1, 4, 1, 2], %s: fp16[], %x: fp16[1, 4, 1, 2]) {
     assert "test.ir:8:3:" in notes  # outputs point at the return statement
     # fp16 scalars are fine: ANE-IO-RANK4 gives them the device shape [1, 1, 1, 1]
     assert "%s" not in notes and "%t" not in notes
+
+
+def test_integer_arithmetic_is_a_located_error():
+    err = reject("""func f(%x: fp16[1, 4, 1, 8]) {
+  %i = cast(%x, dtype=int32) : int32[1, 4, 1, 8]
+  %j = mul(%i, %i) : int32[1, 4, 1, 8]
+  %s = reduce_sum(%j, axes=[1], keep_dims=true) : int32[1, 1, 1, 8]
+  %y = cast(%s, dtype=fp16) : fp16[1, 1, 1, 8]
+  return %y
+}""")
+    assert err.constraint == "ANE-FLOAT-COMPUTE" and err.span.location == "test.ir:3:8"
+    assert "cast the operands to fp16" in err.hint
+    assert any("reduce_sum" in n for n in err.notes)  # every offending node is reported
+    # casting through int32 (truncation) and moving integer tensors stay legal
+    legalize("""func f(%x: fp16[1, 4, 1, 8]) {
+  %i = cast(%x, dtype=int32) : int32[1, 4, 1, 8]
+  %t = transpose(%i, perm=[0, 1, 3, 2]) : int32[1, 4, 8, 1]
+  %r = reshape(%t, shape=[1, 4, 1, 8]) : int32[1, 4, 1, 8]
+  %y = cast(%r, dtype=fp16) : fp16[1, 4, 1, 8]
+  return %y
+}""")
+

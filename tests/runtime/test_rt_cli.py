@@ -11,6 +11,10 @@ from click.testing import CliRunner
 
 pytest.importorskip("anec.compiler")
 from anec.cli import main  # noqa: E402
+from anec.ir.interp import interpret  # noqa: E402
+from anec.ir.parser import parse_file  # noqa: E402
+from anec.weights import resolve_weights  # noqa: E402
+from tolerances import assert_close  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MLP = os.path.join(ROOT, "examples", "gpt2_mlp.ir")
@@ -29,7 +33,15 @@ def test_run_ir_compare_and_save(tmp_path):
     assert "backend: sim" in r.output and "y  [1, 768, 1, 64] float32" in r.output
     rels = [float(line.split("max_rel=")[1]) for line in r.output.splitlines() if "max_rel=" in line]
     assert len(rels) == 2 and max(rels) < 5e-3
-    assert np.load(out)["y"].shape == (1, 768, 1, 64)
+    saved = np.load(out)["y"]
+    assert saved.shape == (1, 768, 1, 64)
+    # the saved output against the interpreter, with the CLI's random weights and inputs
+    module = parse_file(MLP)
+    graph = module.func()
+    rng = np.random.default_rng(0)
+    feeds = {v.name: rng.standard_normal(v.type.shape).astype(np.float32) for v in graph.inputs}
+    want = interpret(graph, feeds, resolve_weights(module, None, 0), "fp16")["y"]
+    assert_close(saved, want, "cli/run:gpt2_mlp.ir:y", 4)
 
 
 def test_run_artifact_dir_with_inputs(tmp_path):

@@ -12,6 +12,7 @@ import pytest
 from anec.diagnostics import RuntimeFailure
 from anec.runtime import native
 from tests.runtime import milkit as mk
+from tolerances import assert_close
 
 X = [("x", "fp16", (1, 4, 1, 8))]
 SHAPE = (1, 4, 1, 8)
@@ -164,7 +165,7 @@ def test_accepts_dialects_and_syntax_forms(rt):
     y = prog(x=x)["y"]
     prog.close()
     ref = (x.astype(np.float32) * np.float16(0.75).astype(np.float32)).astype(np.float16).astype(np.float32) - 1
-    np.testing.assert_allclose(y, ref.astype(np.float16).astype(np.float32), atol=1e-3)
+    assert_close(y, ref.astype(np.float16).astype(np.float32), "sim-mil/dialects-and-syntax", 1)
 
 
 def test_multiple_funcs_pick_main(rt):
