@@ -605,9 +605,10 @@ def import_cmd(file, out_dir, name, target, list_ops, markdown) -> None:
 def export_coreml_cmd(artifact_dir, output, func_name) -> None:
     """Wrap a compiled artifact DIR as a Core ML ML Program package, op for op.
 
-    The package holds exactly the ops and weights of DIR's model.mil; it is
+    The package holds exactly the ops and weights of DIR's model.mil (of a
+    pipeline: every stage's, in one function, values named sNN_<name>); it is
     read back with coremltools and checked against the artifact (ops, weights,
-    I/O names and shapes) before it replaces OUTPUT.
+    I/O names and shapes, a pipeline's wiring) before it replaces OUTPUT.
     Needs coremltools: pip install 'anec[coreml]'.
     """
     from anec.frontends.coreml import export_coreml

@@ -23,6 +23,28 @@ back with coremltools (spec + weights) and checks, on Linux:
   type, result names, argument names, and every constant's value (BLOBFILE
   constants compared with the artifact's ``weights/*.bin`` payloads);
 * the inputs and outputs (names, shapes, dtypes) equal the manifest's.
+
+A pipeline artifact (a func legalize cut into stages, ``anec-pipeline/1``)
+becomes ONE package whose ``main`` computes the whole func: Core ML does its
+own partitioning for the ANE, so a Core ML user wants one function, not one
+package per stage. The stages' ops follow each other in stage order, each
+stage input bound to the value the top manifest wires it to. Names:
+
+* a value ``v12`` (or weight ``w0``, parameter ``v12_pad``) of stage 3's
+  model.mil is ``s03_v12`` (``s03_w0``, ``s03_v12_pad``);
+* a stage input is not an op: its uses read the source, a func input by its
+  name or an earlier stage's output by that output's package name;
+* a stage output that is a func output is named as the func output
+  (``logits``), so the package's I/O are the top manifest's.
+
+A func input or output named like a stage value (``s00_x``) is refused. Before
+building, the wiring is checked against the stages' manifests (names, dtypes,
+device shapes) and proved against the whole func's ``program.ir``: the stages'
+``program.ir`` composed by the wiring must compute, value for value, what the
+func computes (:class:`_Terms`). Verification then compares the package with
+every stage's ``model.mil`` statement by statement under the renaming, every
+BLOBFILE weight with ``stages/sNN/weights/*.bin``, and its I/O with the top
+manifest.
 """
 
 from __future__ import annotations
@@ -33,7 +55,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -54,6 +76,8 @@ class ExportReport:
     consts: int
     weights: int
     checks: list[str] = field(default_factory=list)
+    stages: int = 1
+    """Programs exported into the package's one function (a pipeline's stages)."""
 
 
 # ---------------------------------------------------------------------------
@@ -61,9 +85,11 @@ class ExportReport:
 
 
 def find_artifact(directory: str | os.PathLike, func: str | None = None) -> Any:
-    """The :class:`~anec.mil.artifact.Artifact` in ``directory`` (a func directory,
-    or a compile output directory holding one func, or ``func``)."""
-    from anec.mil.artifact import MANIFEST_FILE, Artifact
+    """The artifact in ``directory`` (a func directory, or a compile output directory
+    holding one func, or ``func``): an :class:`~anec.mil.artifact.Artifact` or a
+    :class:`~anec.mil.pipeline.PipelineArtifact`."""
+    from anec.mil.artifact import MANIFEST_FILE
+    from anec.mil.pipeline import load_any
 
     d = Path(directory)
     if not d.is_dir():
@@ -71,11 +97,11 @@ def find_artifact(directory: str | os.PathLike, func: str | None = None) -> Any:
                                 hint="give a compiled artifact: anec compile model.ir -o build/")
     if (d / MANIFEST_FILE).is_file():
         if func is not None and d.name != func:
-            art = Artifact.load(d)
+            art = load_any(d)
             if art.func != func:
                 raise CoreMLExportError(f"'{d}' holds func '{art.func}', not '{func}'")
             return art
-        return Artifact.load(d)
+        return load_any(d)
     funcs = sorted(p.name for p in d.iterdir() if (p / MANIFEST_FILE).is_file())
     if not funcs:
         raise CoreMLExportError(f"'{d}' holds no compiled program ({MANIFEST_FILE} is missing)",
@@ -87,7 +113,16 @@ def find_artifact(directory: str | os.PathLike, func: str | None = None) -> Any:
         func = funcs[0]
     if func not in funcs:
         raise CoreMLExportError(f"no program '{func}' in '{d}'", hint=f"programs: {', '.join(funcs)}")
-    return Artifact.load(d / func)
+    return load_any(d / func)
+
+
+def _opset(dialect: str) -> Any:
+    import coremltools as ct
+
+    opset = {"ios18": ct.target.iOS18, "ios16": ct.target.iOS16}.get(dialect)
+    if opset is None:
+        raise CoreMLExportError(f"MIL dialect '{dialect}' has no Core ML opset mapping")
+    return opset
 
 
 # ---------------------------------------------------------------------------
@@ -95,9 +130,15 @@ def find_artifact(directory: str | os.PathLike, func: str | None = None) -> Any:
 
 
 class _Builder:
-    """Rebuilds one compiled func with coremltools' ``mb`` ops, named as model.mil names them."""
+    """Rebuilds one compiled func with coremltools' ``mb`` ops, named as model.mil names them.
 
-    def __init__(self, art: Any) -> None:
+    ``rename`` maps each model.mil name to the package's name for it (a
+    pipeline stage's ``v12`` becomes ``s03_v12``); names are claimed in
+    model.mil's name space, so the package's names are exactly the renamed
+    statement names.
+    """
+
+    def __init__(self, art: Any, rename: Callable[[str], str] | None = None) -> None:
         from anec.mil.artifact import artifact_weights
         from anec.mil.emitter import emit_mil
         from anec.targets import get_target
@@ -117,6 +158,7 @@ class _Builder:
         self.names = program.names
         self.taken = set(self.names.values())
         self.env: dict[int, Any] = {}
+        self.pkg = rename or (lambda name: name)
 
     def claim(self, base: str) -> str:
         name, i = base, 1
@@ -129,29 +171,32 @@ class _Builder:
     def param(self, node_name: str, param: str, value: Any) -> Any:
         from coremltools.converters.mil import Builder as mb
 
-        return mb.const(val=value, name=self.claim(f"{node_name}_{param}"))
+        return mb.const(val=value, name=self.pkg(self.claim(f"{node_name}_{param}")))
 
     def build(self) -> Any:
-        import coremltools as ct
+        """The whole program as the ``main`` function of a coremltools Program."""
         from coremltools.converters.mil import Builder as mb
         from coremltools.converters.mil.mil import Function, Program
         from coremltools.converters.mil.mil.types.type_mapping import string_to_builtin
 
-        g = self.graph
-        opset = {"ios18": ct.target.iOS18, "ios16": ct.target.iOS16}.get(self.dialect)
-        if opset is None:
-            raise CoreMLExportError(f"MIL dialect '{self.dialect}' has no Core ML opset mapping")
         specs = {v.name: mb.TensorSpec(v.type.shape, string_to_builtin(str(v.type.dtype)))
-                 for v in g.inputs}
-        with Function(specs, opset_version=opset) as func:
-            for v in g.inputs:
-                self.env[id(v)] = func.inputs[v.name]
-            for n in g.nodes:
-                self.node(n, mb)
-            func.set_outputs([self.env[id(v)] for v in g.outputs])
+                 for v in self.graph.inputs}
+        with Function(specs, opset_version=_opset(self.dialect)) as func:
+            func.set_outputs(self.emit({v.name: func.inputs[v.name] for v in self.graph.inputs}))
         prog = Program()
         prog.add_function("main", func)
         return prog
+
+    def emit(self, bound: dict[str, Any]) -> list[Any]:
+        """Add the program's ops to the open function, its inputs bound to ``bound[name]``;
+        returns the output vars."""
+        from coremltools.converters.mil import Builder as mb
+
+        for v in self.graph.inputs:
+            self.env[id(v)] = bound[v.name]
+        for n in self.graph.nodes:
+            self.node(n, mb)
+        return [self.env[id(v)] for v in self.graph.outputs]
 
     def name(self, v: Any) -> str:
         return self.names[v.name]
@@ -174,13 +219,13 @@ class _Builder:
                 from anec.mil.artifact import blob_key
 
                 val = np.asarray(self.weights[blob_key(slot["file"], slot["offset"])]).reshape(t.shape)
-            out = mb.const(val=val, name=nn)
+            out = mb.const(val=val, name=self.pkg(nn))
         elif op in ("identity", "exp", "sqrt", "relu", "tanh", "sigmoid"):
-            out = getattr(mb, op)(x=x[0], name=nn)
+            out = getattr(mb, op)(x=x[0], name=self.pkg(nn))
         elif op in ("add", "sub", "mul", "pow", "real_div"):
-            out = getattr(mb, op)(x=x[0], y=x[1], name=nn)
+            out = getattr(mb, op)(x=x[0], y=x[1], name=self.pkg(nn))
         elif op == "cast":
-            out = mb.cast(x=x[0], dtype=self.param(nn, "dtype", str(DType(a["dtype"]))), name=nn)
+            out = mb.cast(x=x[0], dtype=self.param(nn, "dtype", str(DType(a["dtype"]))), name=self.pkg(nn))
         elif op == "conv1x1":
             if n.optional:
                 raise CoreMLExportError(f"%{r.name}: conv bias= reached the compiled program")
@@ -191,24 +236,24 @@ class _Builder:
                 "pad_type": self.param(nn, "pad_type", "valid"),
                 "strides": self.param(nn, "strides", np.array([1, 1], np.int32)),
             }
-            out = mb.conv(x=x[0], weight=x[1], name=nn, **kw)
+            out = mb.conv(x=x[0], weight=x[1], name=self.pkg(nn), **kw)
         elif op == "matmul":
             tx = self.param(nn, "transpose_x", bool(a["transpose_x"]))
             ty = self.param(nn, "transpose_y", bool(a["transpose_y"]))
-            out = mb.matmul(x=x[0], y=x[1], transpose_x=tx, transpose_y=ty, name=nn)
+            out = mb.matmul(x=x[0], y=x[1], transpose_x=tx, transpose_y=ty, name=self.pkg(nn))
         elif op == "softmax":
             axis = self.param(nn, "axis", np.int32(a["axis"] % n.operands[0].type.rank))
-            out = mb.softmax(x=x[0], axis=axis, name=nn)
+            out = mb.softmax(x=x[0], axis=axis, name=self.pkg(nn))
         elif op in ("reduce_sum", "reduce_mean", "reduce_max"):
             rank = n.operands[0].type.rank
             axes = self.param(nn, "axes", np.array([ax % rank for ax in a["axes"]], np.int32))
             keep = self.param(nn, "keep_dims", bool(a["keep_dims"]))
-            out = getattr(mb, op)(x=x[0], axes=axes, keep_dims=keep, name=nn)
+            out = getattr(mb, op)(x=x[0], axes=axes, keep_dims=keep, name=self.pkg(nn))
         elif op == "reshape":
             shape = self.param(nn, "shape", np.array(r.type.shape, np.int32))
-            out = mb.reshape(x=x[0], shape=shape, name=nn)
+            out = mb.reshape(x=x[0], shape=shape, name=self.pkg(nn))
         elif op == "transpose":
-            out = mb.transpose(x=x[0], perm=self.param(nn, "perm", np.array(a["perm"], np.int32)), name=nn)
+            out = mb.transpose(x=x[0], perm=self.param(nn, "perm", np.array(a["perm"], np.int32)), name=self.pkg(nn))
         elif op == "slice":
             xt = n.operands[0].type
             stride = a.get("stride") or [1] * xt.rank
@@ -216,14 +261,14 @@ class _Builder:
             kw = {"begin": self.param(nn, "begin", np.array([b for b, _, _ in bounds], np.int32)),
                   "end": self.param(nn, "end", np.array([e for _, e, _ in bounds], np.int32)),
                   "stride": self.param(nn, "stride", np.array([s for _, _, s in bounds], np.int32))}
-            out = mb.slice_by_index(x=x[0], name=nn, **kw)
+            out = mb.slice_by_index(x=x[0], name=self.pkg(nn), **kw)
         elif op == "split":
             op_name = self.claim(f"{nn}_split")
             axis = self.param(op_name, "axis", np.int32(a["axis"] % n.operands[0].type.rank))
             sizes = self.param(op_name, "split_sizes", np.array(a["sizes"], np.int32))
-            outs = mb.split(x=x[0], axis=axis, split_sizes=sizes, name=op_name)
+            outs = mb.split(x=x[0], axis=axis, split_sizes=sizes, name=self.pkg(op_name))
             for res, var in zip(n.results, outs):
-                var.name = self.name(res)
+                var.name = self.pkg(self.name(res))
                 self.env[id(res)] = var
             return
         elif op == "pad":
@@ -234,11 +279,286 @@ class _Builder:
             kw = {"constant_val": self.param(nn, "constant_val", np.asarray(a["value"], xt.dtype.np)[()]),
                   "mode": self.param(nn, "mode", "constant"),
                   "pad": self.param(nn, "pad", np.array(pad, np.int32))}
-            out = mb.pad(x=x[0], name=nn, **kw)
+            out = mb.pad(x=x[0], name=self.pkg(nn), **kw)
         else:
             raise CoreMLExportError(f"%{r.name}: op '{op}' has no Core ML translation",
                                     hint="it should not appear in a compiled program; recompile")
         self.env[id(r)] = out
+
+
+# ---------------------------------------------------------------------------
+# pipelines: every stage in one function
+
+
+def stage_name(k: int, name: str) -> str:
+    """The package's name for ``name`` of stage ``k``'s model.mil: ``s03_v12``, ``s03_w0``."""
+    return f"s{k:02d}_{name}"
+
+
+_STAGE_NAME = re.compile(r"s\d{2,}_")
+
+
+@dataclass
+class _Wiring:
+    """A pipeline manifest's wiring, checked against the stages' manifests.
+
+    ``sources[k][inI]`` is what stage ``k``'s input ``inI`` is bound to:
+    ``("input", NAME)`` or ``("stage", j, "outM")``. ``names[k]`` maps the
+    stage's model.mil names that the package names otherwise: its inputs (the
+    package name of their source) and its outputs that are func outputs (the
+    func output's name). ``outputs`` lists, in the manifest's order, each func
+    output with the stage output holding it.
+    """
+
+    sources: list[dict[str, tuple]]
+    names: list[dict[str, str]]
+    outputs: list[tuple[str, int, str]]
+
+    def rename(self, k: int) -> Callable[[str], str]:
+        fixed = self.names[k]
+        return lambda name: fixed.get(name) or stage_name(k, name)
+
+
+def _wiring(pipe: Any) -> _Wiring:
+    """Read and check the wiring of ``pipe`` (:class:`CoreMLExportError` on any inconsistency)."""
+    man = pipe.manifest
+    try:
+        return _read_wiring(man, pipe.stages)
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise CoreMLExportError(f"pipeline '{pipe.func}': malformed manifest wiring ({type(e).__name__}: {e})",
+                                hint="the artifact was modified after compiling; recompile it") from None
+
+
+def _read_wiring(man: dict, stages: list[Any]) -> _Wiring:
+    def bad(msg: str) -> CoreMLExportError:
+        return CoreMLExportError(f"pipeline '{man['func']}': {msg}",
+                                 hint="the artifact was modified after compiling; recompile it")
+
+    def sig(e: dict) -> tuple[str, list[int]]:
+        return str(e["dtype"]), [int(d) for d in e["shape"]]
+
+    func_in = {str(e["name"]): sig(e) for e in man["inputs"]}
+    func_out = [str(e["name"]) for e in man["outputs"]]
+    for name in [*func_in, *func_out]:
+        if _STAGE_NAME.match(name):
+            raise CoreMLExportError(
+                f"func '{man['func']}': I/O name '{name}' has the form the package gives stage values (sNN_...)",
+                hint="rename it in the source and recompile")
+    if len(stages) != len(man["stages"]):
+        raise bad(f"{len(man['stages'])} stages in the manifest, {len(stages)} loaded")
+    stage_out: list[dict[str, tuple[str, list[int]]]] = []
+    holder: dict[tuple[int, str], str] = {}  # (stage, outM) -> func output it is
+    out_of: dict[str, dict] = man["outputs_from"]
+    if sorted(out_of) != sorted(func_out):
+        raise bad(f"outputs_from names {sorted(out_of)}, the func's outputs are {sorted(func_out)}")
+    for name in func_out:
+        src = out_of[name]
+        key = (int(src["stage"]), str(src["output"]))
+        if key in holder:
+            raise bad(f"func outputs '{holder[key]}' and '{name}' both come from stage {key[0]} {key[1]}")
+        holder[key] = name
+    sources: list[dict[str, tuple]] = []
+    names: list[dict[str, str]] = []
+    for k, (entry, art) in enumerate(zip(man["stages"], stages)):
+        where = f"stage {k} ({entry['dir']})"
+        if not all(isinstance(x.get("value"), str) for x in [*entry["inputs"], *entry["outputs"]]):
+            raise KeyError(f"{where}: a stage input or output without its func 'value'")
+        ins = [str(i["name"]) for i in entry["inputs"]]
+        if ins != [str(e["name"]) for e in art.manifest["inputs"]]:
+            raise bad(f"{where}: the manifest wires inputs {ins}; the stage has "
+                      f"{[e['name'] for e in art.manifest['inputs']]}")
+        outs = [str(o["name"]) for o in entry["outputs"]]
+        if outs != [str(e["name"]) for e in art.manifest["outputs"]]:
+            raise bad(f"{where}: the manifest lists outputs {outs}; the stage has "
+                      f"{[e['name'] for e in art.manifest['outputs']]}")
+        src_of: dict[str, tuple] = {}
+        fixed: dict[str, str] = {}
+        for i, e in zip(entry["inputs"], art.manifest["inputs"]):
+            f = i["from"]
+            if "input" in f:
+                src: tuple = ("input", str(f["input"]))
+                if src[1] not in func_in:
+                    raise bad(f"{where} input {i['name']}: no func input '{src[1]}'")
+                have, fixed[i["name"]] = func_in[src[1]], src[1]
+                what = f"func input '{src[1]}'"
+            else:
+                src = ("stage", int(f["stage"]), str(f["output"]))
+                j, out = src[1], src[2]
+                if not 0 <= j < k or out not in stage_out[j]:
+                    raise bad(f"{where} input {i['name']}: stage {j} has no output '{out}' before stage {k}")
+                have, fixed[i["name"]] = stage_out[j][out], holder.get((j, out)) or stage_name(j, out)
+                what = f"stage {j} {out}"
+            if have != sig(e):
+                raise bad(f"{where} input {i['name']} is {sig(e)[0]}{sig(e)[1]} but is wired to {what}, "
+                          f"{have[0]}{have[1]}")
+            src_of[i["name"]] = src
+        stage_out.append({str(e["name"]): sig(e) for e in art.manifest["outputs"]})
+        for o in outs:
+            if (k, o) in holder:
+                fixed[o] = holder[(k, o)]
+        sources.append(src_of)
+        names.append(fixed)
+    outputs = []
+    for e in man["outputs"]:
+        name = str(e["name"])
+        k, out = int(out_of[name]["stage"]), str(out_of[name]["output"])
+        if not 0 <= k < len(stages) or out not in stage_out[k]:
+            raise bad(f"outputs_from.{name}: stage {k} has no output '{out}'")
+        if stage_out[k][out] != sig(e):
+            raise bad(f"func output '{name}' is {sig(e)[0]}{sig(e)[1]} but stage {k} {out} is "
+                      f"{stage_out[k][out][0]}{stage_out[k][out][1]}")
+        outputs.append((name, k, out))
+    return _Wiring(sources, names, outputs)
+
+
+class _Terms:
+    """Value numbering across graphs: two values get the same number only when they
+    compute the same thing. Consts are numbered by type and content (a weight by its
+    bytes, wherever it is stored); a reshape of a reshape is one reshape, and a
+    reshape to the value's own type is the value (stage I/O travels in its rank-4
+    device shape, with a reshape on each side of the cut)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[tuple, int] = {}
+        self.types: list[Any] = []
+        self.base: dict[int, int] = {}
+
+    def intern(self, key: tuple, type_: Any) -> int:
+        key = (key, str(type_))
+        if key not in self.ids:
+            self.ids[key] = len(self.types)
+            self.types.append(type_)
+        return self.ids[key]
+
+    def input(self, name: str, type_: Any) -> int:
+        return self.intern(("input", name), type_)
+
+    def reshape(self, x: int, type_: Any) -> int:
+        src = self.base.get(x, x)
+        if self.types[src] == type_:
+            return src
+        r = self.intern(("reshape", src), type_)
+        self.base[r] = src
+        return r
+
+    def graph(self, g: Any, weights: dict[str, np.ndarray], bound: dict[str, int], where: str) -> dict[str, int]:
+        """Number every value of ``g`` (inputs from ``bound``); value name -> number."""
+        import hashlib
+
+        env = dict(bound)
+        for n in g.nodes:
+            r = n.results[0]
+            if n.op == "const":
+                t = r.type
+                if "weight" in n.attrs:
+                    arr = weights.get(n.attrs["weight"])
+                    if arr is None:
+                        raise CoreMLExportError(f"{where}: program.ir reads weight '{n.attrs['weight']}', "
+                                                "which no manifest lists",
+                                                hint="the artifact was modified after compiling; recompile it")
+                    data = np.ascontiguousarray(np.asarray(arr, t.dtype.np)).tobytes()
+                else:
+                    data = np.ascontiguousarray(const_literal(n.attrs["value"], t).astype(t.dtype.np)).tobytes()
+                env[r.name] = self.intern(("const", hashlib.sha256(data).hexdigest()), t)
+            elif n.op == "reshape" and not n.optional:
+                env[r.name] = self.reshape(env[n.operands[0].name], r.type)
+            else:
+                args = tuple(env[v.name] for v in n.operands)
+                opt = tuple(sorted((key, env[v.name]) for key, v in n.optional.items()))
+                attrs = repr(sorted(n.attrs.items()))
+                for i, res in enumerate(n.results):
+                    env[res.name] = self.intern((n.op, attrs, args, opt, i), res.type)
+        return env
+
+
+def _check_composition(pipe: Any, wiring: _Wiring) -> str:
+    """The stages composed by the wiring compute what the whole func's ``program.ir`` computes.
+
+    Every stage input must carry the func value the manifest says it carries,
+    every stage output compute the value it names, and every func output be the
+    func's, all as :class:`_Terms` numbers: an exact, input-independent proof
+    that the wiring is the func's dataflow.
+    """
+    from anec.mil.artifact import artifact_weights
+    from anec.mil.pipeline import stage_dir
+
+    def bad(msg: str) -> CoreMLExportError:
+        return CoreMLExportError(f"pipeline '{pipe.func}': {msg}",
+                                 hint="the artifact was modified after compiling; recompile it")
+
+    man = pipe.manifest
+    whole = pipe.program_module().funcs.get(pipe.func)
+    if whole is None:
+        raise bad(f"program.ir has no func '{pipe.func}'")
+    ios = [(v.name, str(v.type.dtype), list(v.type.shape)) for v in whole.inputs]
+    if ios != [(e["name"], e["dtype"], list(e["shape"])) for e in man["inputs"]]:
+        raise bad(f"the manifest's inputs differ from program.ir's {ios}")
+    terms = _Terms()
+    values = {v.name: v for v in whole.inputs}
+    values.update({r.name: r for n in whole.nodes for r in n.results})
+    func = terms.graph(whole, pipe.interp_weights(), {v.name: terms.input(v.name, v.type) for v in whole.inputs},
+                       f"{pipe.func}/program.ir")
+
+    def same(t: int, value: str) -> bool:
+        v = values.get(value)
+        return v is not None and terms.reshape(t, v.type) == func[value]
+
+    produced: dict[tuple[int, str], int] = {}
+    n_edges = 0
+    for k, (entry, art) in enumerate(zip(man["stages"], pipe.stages)):
+        where = f"stage {k} ({stage_dir(k)})"
+        sg = art.program_module().funcs.get(art.func)
+        if sg is None:
+            raise bad(f"{where}: program.ir has no func '{art.func}'")
+        io = ([v.name for v in sg.inputs], [v.name for v in sg.outputs])
+        if io != (list(wiring.sources[k]), [str(o["name"]) for o in entry["outputs"]]):
+            raise bad(f"{where}: program.ir's inputs and outputs {io} differ from the manifest's")
+        bound = {}
+        for i, v in zip(entry["inputs"], sg.inputs):
+            src = wiring.sources[k][v.name]
+            t = terms.input(src[1], values[src[1]].type) if src[0] == "input" else produced[src[1:]]
+            what = f"func input '{src[1]}'" if src[0] == "input" else f"stage {src[1]} {src[2]}"
+            if not same(t, str(i["value"])):
+                raise bad(f"{where} input {v.name} is wired to {what}, which is not %{i['value']} of the func")
+            bound[v.name] = terms.reshape(t, v.type)
+            n_edges += src[0] == "stage"
+        env = terms.graph(sg, artifact_weights(art), bound, f"{where}/program.ir")
+        for o, v in zip(entry["outputs"], sg.outputs):
+            if not same(env[v.name], str(o["value"])):
+                raise bad(f"{where} output {v.name} does not compute %{o['value']} of the func (program.ir)")
+            produced[(k, v.name)] = env[v.name]
+    for name, k, out in wiring.outputs:
+        if not same(produced[(k, out)], name):
+            raise bad(f"func output '{name}' is wired to stage {k} {out}, which does not compute it")
+    return (f"the {len(pipe.stages)} stages wired as the manifest says compute the func of program.ir "
+            f"({n_edges} stage-to-stage edge{'s' if n_edges != 1 else ''}; every stage input and output and "
+            "every func output proved equal to the func's value structurally)")
+
+
+def _build_pipeline(pipe: Any, wiring: _Wiring) -> Any:
+    """Every stage's ops in order in one ``main`` function, stage inputs bound to their sources."""
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import Function, Program
+    from coremltools.converters.mil.mil.types.type_mapping import string_to_builtin
+
+    builders = [_Builder(art, wiring.rename(k)) for k, art in enumerate(pipe.stages)]
+    dialects = sorted({b.dialect for b in builders})
+    if len(dialects) != 1:
+        raise CoreMLExportError(f"pipeline '{pipe.func}': stages in several MIL dialects {dialects}",
+                                hint="the artifact was modified after compiling; recompile it")
+    specs = {e["name"]: mb.TensorSpec(tuple(e["shape"]), string_to_builtin(e["dtype"]))
+             for e in pipe.manifest["inputs"]}
+    with Function(specs, opset_version=_opset(dialects[0])) as func:
+        produced: dict[tuple[int, str], Any] = {}
+        for k, b in enumerate(builders):
+            bound = {name: func.inputs[src[1]] if src[0] == "input" else produced[src[1:]]
+                     for name, src in wiring.sources[k].items()}
+            for v, var in zip(b.graph.outputs, b.emit(bound)):
+                produced[(k, v.name)] = var
+        func.set_outputs([produced[(k, out)] for _, k, out in wiring.outputs])
+    prog = Program()
+    prog.add_function("main", func)
+    return prog
 
 
 # ---------------------------------------------------------------------------
@@ -247,7 +567,13 @@ class _Builder:
 
 def export_coreml(directory: str | os.PathLike, output: str | os.PathLike, *,
                   func: str | None = None) -> ExportReport:
-    """Write the artifact in ``directory`` as the Core ML package ``output`` (verified)."""
+    """Write the artifact in ``directory`` as the Core ML package ``output`` (verified).
+
+    A pipeline artifact becomes one package whose ``main`` function runs every
+    stage in order (see the module docstring)."""
+    from anec.diagnostics import AnecError
+    from anec.mil.pipeline import PipelineArtifact
+
     ct = require("coremltools", "coreml", "anec export-coreml")
     art = find_artifact(directory, func)
     out = Path(output)
@@ -256,7 +582,20 @@ def export_coreml(directory: str | os.PathLike, output: str | os.PathLike, *,
     if out.exists() and not (out.is_dir() and (out / "Manifest.json").is_file()):
         raise CoreMLExportError(f"refusing to replace '{out}': it is not a Core ML package",
                                 hint="choose a new path ending in .mlpackage")
-    prog = _Builder(art).build()
+    if isinstance(art, PipelineArtifact):
+        wiring = _wiring(art)
+        proved = _check_composition(art, wiring)
+        build = lambda: _build_pipeline(art, wiring)  # noqa: E731
+        verify = lambda path: _verify_pipeline(path, art, wiring, proved)  # noqa: E731
+    else:
+        build = _Builder(art).build
+        verify = lambda path: _verify_program(path, art)  # noqa: E731
+    try:
+        prog = build()
+    except AnecError:
+        raise
+    except Exception as e:
+        raise CoreMLExportError(f"coremltools could not build the program: {type(e).__name__}: {e}") from None
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
@@ -266,7 +605,7 @@ def export_coreml(directory: str | os.PathLike, output: str | os.PathLike, *,
             skip_model_load=True))
         staged = tmp / out.name
         model.save(str(staged))
-        report = verify_package(staged, art)
+        report = verify(staged)
         _replace_dir(staged, out)
     except CoreMLExportError:
         raise
@@ -400,45 +739,102 @@ def read_package(path: str | os.PathLike) -> tuple[Any, Any]:
 
 
 def verify_package(path: str | os.PathLike, art: Any) -> ExportReport:
-    """Check the package at ``path`` against the artifact (see the module docstring)."""
-    from anec.mil.blobfile import BlobReader
+    """Check the package at ``path`` against the artifact, one program or a pipeline
+    (see the module docstring)."""
+    from anec.mil.pipeline import PipelineArtifact
 
+    if isinstance(art, PipelineArtifact):
+        wiring = _wiring(art)
+        return _verify_pipeline(path, art, wiring, _check_composition(art, wiring))
+    return _verify_program(path, art)
+
+
+def _verify_program(path: str | os.PathLike, art: Any) -> ExportReport:
     spec, prog = read_package(path)
-    checks: list[str] = []
-    func = prog.functions["main"]
-    ops = list(func.operations)
+    ops = list(prog.functions["main"].operations)
     inputs, stmts, outputs = mil_statements(art.mil_text)
     if len(ops) != len(stmts):
         raise CoreMLExportError(f"the package has {len(ops)} operations, model.mil has {len(stmts)} statements")
+    n_const, n_weights = _compare_ops(ops, stmts, art, lambda name: name, "")
+    man = art.manifest
+    if [name for _, name in inputs] != [e["name"] for e in man["inputs"]] or outputs != [e["name"] for e in man["outputs"]]:
+        raise CoreMLExportError("model.mil's I/O differ from the manifest")  # pragma: no cover
+    checks = [f"{len(ops)} operations equal model.mil statement by statement "
+              f"({n_const} consts, {n_weights} of them BLOBFILE weights equal weights/*.bin)",
+              _check_io(spec, man)]
+    return ExportReport(Path(path), len(ops) - n_const, n_const, n_weights, checks)
+
+
+def _verify_pipeline(path: str | os.PathLike, pipe: Any, wiring: _Wiring, proved: str) -> ExportReport:
+    from anec.mil.pipeline import stage_dir
+
+    spec, prog = read_package(path)
+    func = prog.functions["main"]
+    ops = list(func.operations)
+    stmts = [mil_statements(a.mil_text)[1] for a in pipe.stages]
+    total = sum(len(st) for st in stmts)
+    if len(ops) != total:
+        raise CoreMLExportError(f"the package has {len(ops)} operations, the {len(stmts)} stages' model.mil "
+                                f"have {total} statements")
+    n_const = n_weights = pos = 0
+    for k, (art, st) in enumerate(zip(pipe.stages, stmts)):
+        c, w = _compare_ops(ops[pos:pos + len(st)], st, art, wiring.rename(k),
+                            f"stage {k} ({stage_dir(k)}/model.mil): ")
+        n_const, n_weights, pos = n_const + c, n_weights + w, pos + len(st)
+    names = [*func.inputs, *(o.name for op in ops for o in op.outputs)]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise CoreMLExportError(f"the package names several values {dup}")
+    checks = [f"{len(ops)} operations equal the {len(stmts)} stages' model.mil statement by statement, in stage "
+              f"order, stage k's values named sNN_<name> ({n_const} consts, {n_weights} of them BLOBFILE weights "
+              "equal stages/sNN/weights/*.bin)",
+              proved, _check_io(spec, pipe.manifest)]
+    return ExportReport(Path(path), len(ops) - n_const, n_const, n_weights, checks, stages=len(stmts))
+
+
+def _compare_ops(ops: list[Any], stmts: list[MilStatement], art: Any, rename: Callable[[str], str],
+                 where: str) -> tuple[int, int]:
+    """Each package op equals its model.mil statement (names through ``rename``): op type,
+    result and argument names, constant values (BLOBFILE ones read from ``art``'s weights).
+    Returns ``(consts, BLOBFILE weights)``."""
+    from anec.mil.blobfile import BlobReader
+
     readers: dict[str, BlobReader] = {}
     n_const = n_weights = 0
     for op, st in zip(ops, stmts):
         names = [o.name for o in op.outputs]
-        want = [name for _, name in st.results]
+        want = [rename(name) for _, name in st.results]
         if op.op_type != st.op or names != want:
-            raise CoreMLExportError(f"operation {names} is {op.op_type}; model.mil has {want} = {st.op}")
+            raise CoreMLExportError(f"{where}operation {names} is {op.op_type}; model.mil has {want} = {st.op}")
         if st.op == "const":
             n_const += 1
             got = op.val.val
             if isinstance(st.value, tuple) and st.value[0] == "BLOBFILE":
                 _, bpath, offset = st.value
                 rel = bpath.removeprefix("@model_path/")
+                w = next((w for w in art.manifest["weights"] if w["file"] == rel and w["offset"] == offset), None)
+                if w is None or rel not in art.blobs:
+                    raise CoreMLExportError(f"{where}const '{names[0]}' reads {rel}@{offset}, which the manifest "
+                                            "does not list")
                 if rel not in readers:
                     readers[rel] = BlobReader(art.blobs[rel], name=rel)
-                w = next(w for w in art.manifest["weights"] if w["file"] == rel and w["offset"] == offset)
                 want_val = readers[rel].read(offset, DType(w["dtype"]).np).reshape(w["shape"])
                 n_weights += 1
             else:
                 want_val = st.value
             if not _same_value(got, want_val):
-                raise CoreMLExportError(f"const '{names[0]}' differs from model.mil")
+                raise CoreMLExportError(f"{where}const '{names[0]}' differs from model.mil")
             continue
         got_args = {k: v.name for k, v in op.inputs.items() if hasattr(v, "name")}
-        if got_args != st.args:
-            raise CoreMLExportError(f"operation '{names[0]}' ({st.op}) takes {got_args}; model.mil says {st.args}")
-    checks.append(f"{len(ops)} operations equal model.mil statement by statement "
-                  f"({n_const} consts, {n_weights} of them BLOBFILE weights equal weights/*.bin)")
-    man = art.manifest
+        want_args = {k: rename(v) for k, v in st.args.items()}
+        if got_args != want_args:
+            raise CoreMLExportError(f"{where}operation '{names[0]}' ({st.op}) takes {got_args}; "
+                                    f"model.mil says {want_args}")
+    return n_const, n_weights
+
+
+def _check_io(spec: Any, man: dict) -> str:
+    """The package's inputs and outputs (names, shapes, dtypes) equal the manifest's."""
     desc_in = [(i.name, [int(d) for d in i.type.multiArrayType.shape], _array_dtype(i)) for i in spec.description.input]
     want_in = [(e["name"], list(e["shape"]), e["dtype"]) for e in man["inputs"]]
     if desc_in != want_in:
@@ -448,11 +844,8 @@ def verify_package(path: str | os.PathLike, art: Any) -> ExportReport:
     want_out = [(e["name"], list(e["shape"]), e["dtype"]) for e in man["outputs"]]
     if desc_out != want_out:
         raise CoreMLExportError(f"package outputs {desc_out} differ from the manifest's {want_out}")
-    if [name for _, name in inputs] != [e["name"] for e in man["inputs"]] or outputs != [e["name"] for e in man["outputs"]]:
-        raise CoreMLExportError("model.mil's I/O differ from the manifest")  # pragma: no cover
-    checks.append(f"inputs {[n for n, _, _ in desc_in]} and outputs {[n for n, _, _ in desc_out]} "
-                  "(names, shapes, dtypes) equal the manifest's")
-    return ExportReport(Path(path), len(ops) - n_const, n_const, n_weights, checks)
+    return (f"inputs {[n for n, _, _ in desc_in]} and outputs {[n for n, _, _ in desc_out]} "
+            "(names, shapes, dtypes) equal the manifest's")
 
 
 def _array_dtype(feature: Any) -> str:
