@@ -92,7 +92,10 @@ struct anec_program {
     int refs;                    /* the caller's handle + pins (under rt->lock) */
     int closed;
     void *dprog;
-    rt_dir *dir;
+    rt_dir *dir;                 /* changed under rt->lock (and p->lock once published) */
+    const char *dir_path;        /* dir->path as anec_program_dir returns it: one of dir_paths */
+    char **dir_paths;            /* every directory path it had, kept until the program is freed */
+    size_t n_dir_paths;
     int loaded;
     int patchable;               /* one BLOBFILE, and the compiled data equals it */
     uint8_t key[32];
@@ -137,6 +140,8 @@ int rt_observe_patchable(anec_runtime *rt, void *dprog, const anec_blob *blobs, 
 int rt_enter(anec_program *p);
 int rt_load_locked(anec_program *p);
 int rt_unload_locked(anec_program *p);
+/* Point p at directory d (rt->lock held); ANEC_ENOMEM with nothing changed. */
+int rt_set_dir(anec_program *p, rt_dir *d);
 
 /* ---- rt_dir.c (rt->lock held for every call) ---- */
 
