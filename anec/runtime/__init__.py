@@ -212,6 +212,8 @@ class Runtime(_Closing):
             progs = list(self._programs)
         st["reload_strategy"] = {}
         for p in progs:
+            if p.closed:
+                continue
             try:
                 st["reload_strategy"][p.name] = p.reload_info["strategy"]
             except RuntimeFailure:
