@@ -393,7 +393,7 @@ def _open_model(root: str) -> Holder:
     return Holder(rt, [load(rt, form, k) for form in FORMS for k in (0, 1)])
 
 
-@pytest.mark.parametrize("cycle", ["self_ref", "dict", "traceback", "program_to_holder"])
+@pytest.mark.parametrize("cycle", ["self_ref", "dict", "traceback", "program_to_holder", "runtime_to_programs"])
 def test_runtime_and_programs_collected_in_one_garbage_cycle(root, expected, cycle):
     fd0 = fds()
     m = _open_model(root)
@@ -406,6 +406,8 @@ def test_runtime_and_programs_collected_in_one_garbage_cycle(root, expected, cyc
         d["self"] = d
         m.d = d
         del d
+    elif cycle == "runtime_to_programs":
+        m.rt.programs = m.progs  # runtime -> programs -> runtime
     elif cycle == "program_to_holder":
         for p in m.progs:
             p.owner = m

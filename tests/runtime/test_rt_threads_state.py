@@ -307,8 +307,9 @@ class ThreadedRuntimeMachine(RuleBasedStateMachine):
         rtm = self._pick(self._droppable_rts(), r)
         held = [pm.prog for pm in rtm.progs if pm.prog is not None]
         holder = {"rt": rtm.rt, "progs": held}
-        if how == "cycle":
+        if how == "cycle":  # runtime <-> programs, and each program -> holder -> runtime
             rtm.rt.self_ref = rtm.rt
+            rtm.rt.programs = held
             for i in range(len(held)):  # (a loop variable would keep the last program alive)
                 held[i].owner = holder
         elif how == "holder_cycle":
