@@ -1146,6 +1146,7 @@ const char *anec_program_dir(const anec_program *p)
     pthread_mutex_unlock(&p->rt->lock);
     return path;
 }
+
 size_t anec_program_input_surface_bytes(const anec_program *p) { return p ? p->in_bytes : 0; }
 size_t anec_program_output_surface_bytes(const anec_program *p) { return p ? p->out_bytes : 0; }
 
