@@ -18,6 +18,7 @@ help:
 	@echo "make demo      set up .venv, compile and run examples/gpt2_mlp.ir on the simulator"
 	@echo "make test      set up .venv with the test references and run the whole test suite"
 	@echo "make check-c   sanitizer (ASan/UBSan) C tests, fuzz smoke run, macOS-target syntax check"
+	@echo "make test-asan the Python runtime tests on the extension built with ASan/UBSan"
 	@echo "make fuzz      longer libFuzzer runs of the MIL parser and BLOBFILE reader"
 	@echo "make bench     run the benchmarks (results in benchmarks/results/)"
 
@@ -56,5 +57,6 @@ distclean: clean
 # C sanitizer/fuzz targets and the macOS driver build checks.
 -include mk/c.mk
 -include mk/ane.mk
+-include mk/asan.mk
 
 check-c: c-asan fuzz-smoke ane-protocol-test ane-macos-syntax

@@ -244,7 +244,9 @@ size_t anec_program_num_outputs(const anec_program *p);
 int anec_program_input(const anec_program *p, size_t i, anec_tensor_info *out);
 int anec_program_output(const anec_program *p, size_t i, anec_tensor_info *out);
 /* The program directory (<root>/<hexid>) holding model.mil, weights/ and,
-   on the sim, the compiled net.plist + data; "" once closed. */
+   on the sim, the compiled net.plist + data; "" once closed (and in a forked
+   child). A reload may move the program to another directory; the string
+   stays valid until anec_program_free, whatever other threads do. */
 const char *anec_program_dir(const anec_program *p);
 
 /* Evaluate with host tensors in binding order: copy the inputs into the

@@ -231,6 +231,8 @@ int anec_stats(const anec_runtime *rt, struct anec_stats *out)
 {
     if (!rt || !out)
         return ANEC_EINVAL;
+    if (forked(rt))
+        return forked_error(rt);
     pthread_mutex_lock((pthread_mutex_t *)&rt->st_lock);
     *out = rt->st;
     pthread_mutex_unlock((pthread_mutex_t *)&rt->st_lock);
@@ -409,6 +411,9 @@ static void program_free_tables(anec_program *p)
     }
     for (size_t i = 0; p->files && i < p->n_files; i++)
         free(p->files[i]);
+    for (size_t i = 0; i < p->n_dir_paths; i++)
+        free(p->dir_paths[i]);
+    free(p->dir_paths);
     free(p->in);
     free(p->out);
     free(p->refs_tab);
@@ -873,7 +878,14 @@ int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len, const anec_b
         free(p);
         return ANEC_EIO;
     }
-    p->dir = dir;
+    if (rt_set_dir(p, dir) != ANEC_OK) {
+        rt_dir_release(rt, dir);
+        pthread_mutex_unlock(&rt->lock);
+        program_free_tables(p);
+        pthread_mutex_destroy(&p->lock);
+        free(p);
+        return ANEC_ENOMEM;
+    }
     cache_entry *e = rt_cache_find(rt, p->key);
     void *src = NULL;
     if (e && e->donor && !e->donor->closed)
@@ -1119,7 +1131,39 @@ void anec_program_free(anec_program *p)
 
 size_t anec_program_num_inputs(const anec_program *p) { return p ? p->n_in : 0; }
 size_t anec_program_num_outputs(const anec_program *p) { return p ? p->n_out : 0; }
-const char *anec_program_dir(const anec_program *p) { return p && p->dir ? p->dir->path : ""; }
+
+/* A reload may move p to another directory while another thread reads the
+   path, so anec_program_dir returns strings that p keeps until it is freed
+   (one per distinct path, reused when a path comes back). */
+int rt_set_dir(anec_program *p, rt_dir *d)
+{
+    for (size_t i = 0; i < p->n_dir_paths; i++)
+        if (strcmp(p->dir_paths[i], d->path) == 0) {
+            p->dir = d;
+            p->dir_path = p->dir_paths[i];
+            return ANEC_OK;
+        }
+    char **np = realloc(p->dir_paths, (p->n_dir_paths + 1) * sizeof *np);
+    if (!np)
+        return rt_fail(ANEC_ENOMEM, "out of memory");
+    p->dir_paths = np;
+    if (!(np[p->n_dir_paths] = rt_strdup(d->path)))
+        return rt_fail(ANEC_ENOMEM, "out of memory");
+    p->dir = d;
+    p->dir_path = np[p->n_dir_paths++];
+    return ANEC_OK;
+}
+
+const char *anec_program_dir(const anec_program *p)
+{
+    if (!p || forked(p->rt))
+        return "";
+    pthread_mutex_lock(&p->rt->lock);
+    const char *path = p->dir ? p->dir_path : "";
+    pthread_mutex_unlock(&p->rt->lock);
+    return path;
+}
+
 size_t anec_program_input_surface_bytes(const anec_program *p) { return p ? p->in_bytes : 0; }
 size_t anec_program_output_surface_bytes(const anec_program *p) { return p ? p->out_bytes : 0; }
 
@@ -1163,6 +1207,8 @@ int anec_program_stats(const anec_program *p, struct anec_stats *out)
 {
     if (!p || !out)
         return rt_fail(ANEC_EINVAL, "NULL argument");
+    if (forked(p->rt))
+        return forked_error(p->rt);
     pthread_mutex_lock((pthread_mutex_t *)&p->lock);
     *out = p->st;
     pthread_mutex_unlock((pthread_mutex_t *)&p->lock);

@@ -92,7 +92,10 @@ struct anec_program {
     int refs;                    /* the caller's handle + pins (under rt->lock) */
     int closed;
     void *dprog;
-    rt_dir *dir;
+    rt_dir *dir;                 /* changed under rt->lock (and p->lock once published) */
+    const char *dir_path;        /* dir->path as anec_program_dir returns it: one of dir_paths */
+    char **dir_paths;            /* every directory path it had, kept until the program is freed */
+    size_t n_dir_paths;
     int loaded;
     int patchable;               /* one BLOBFILE, and the compiled data equals it */
     uint8_t key[32];
@@ -145,6 +148,8 @@ int rt_eval_locked(anec_program *p, anec_surface *const *in, size_t n_in, anec_s
    fp32 <-> fp16 where the program is fp16; side is "input" or "output" for messages. */
 int rt_transfer(const io_desc *d, const anec_io *io, uint8_t *surface, int to_host, const char *side);
 int rt_unload_locked(anec_program *p);
+/* Point p at directory d (rt->lock held); ANEC_ENOMEM with nothing changed. */
+int rt_set_dir(anec_program *p, rt_dir *d);
 
 /* ---- rt_dir.c (rt->lock held for every call) ---- */
 

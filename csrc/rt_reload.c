@@ -164,11 +164,16 @@ static int privatize(anec_program *p)
             rt_fail(rc, "reload: %s", err);
             rt_dir_release(rt, nd);
         } else {
-            rt_unload_locked(p);
-            rt->drv->release(rt->ctx, p->dprog);
-            rt_dir_release(rt, p->dir);
-            p->dprog = np;
-            p->dir = nd;
+            rt_dir *old = p->dir;
+            if ((rc = rt_set_dir(p, nd)) != ANEC_OK) {
+                rt->drv->release(rt->ctx, np);
+                rt_dir_release(rt, nd);
+            } else {
+                rt_unload_locked(p);
+                rt->drv->release(rt->ctx, p->dprog);
+                rt_dir_release(rt, old);
+                p->dprog = np;
+            }
         }
     }
     if (rc == ANEC_OK)
@@ -282,16 +287,19 @@ static int recompile(anec_program *p, const anec_blob *blobs, size_t n, int was_
                 if (rc != ANEC_OK)
                     rt_fail(rc, "reload (recompile): %s; the old weights stay in use", err);
             }
+            rt_dir *old = p->dir;
             if (rc != ANEC_OK) {
                 rt_budget_release(rt);
+                rt_dir_release(rt, nd);
+            } else if ((rc = rt_set_dir(p, nd)) != ANEC_OK) {
+                rt->drv->release(rt->ctx, np); /* the compile is spent */
                 rt_dir_release(rt, nd);
             } else {
                 compiled = 1;
                 rt_unload_locked(p);
                 rt->drv->release(rt->ctx, p->dprog);
-                rt_dir_release(rt, p->dir);
+                rt_dir_release(rt, old);
                 p->dprog = np;
-                p->dir = nd;
                 p->patchable = rt_observe_patchable(rt, np, full, p->n_files, p->n_files);
                 memcpy(p->content, content, 32);
             }

@@ -245,7 +245,15 @@ class Runtime(_Closing):
         st: dict[str, Any] = self._native.stats()
         with self._lock:
             progs = list(self._programs)
-        st["reload_strategy"] = {p.name: p.reload_info["strategy"] for p in progs if not p.closed}
+        st["reload_strategy"] = {}
+        for p in progs:
+            if p.closed:
+                continue
+            try:
+                st["reload_strategy"][p.name] = p.reload_info["strategy"]
+            except RuntimeFailure:
+                if not p.closed:
+                    raise  # a program closed by another thread meanwhile is left out
         return st
 
     @property
@@ -346,6 +354,7 @@ class Program(_Closing):
         self.inputs = [dict(i) for i in nprog.inputs]    # binding (alphabetical) order
         self.outputs = [dict(o) for o in nprog.outputs]
         self.name = (manifest or {}).get("func", "main")
+        self._reload_lock = threading.Lock()  # reload_weights reads, patches and reloads as one step
         self._weight_inputs = {w["input"]: w for w in (manifest or {}).get("weight_inputs", [])}
         # the shape the caller passes: the manifest's logical shape (a rank-4 device input may
         # hold a tensor of another rank, byte for byte), else the device shape (older manifests)
@@ -368,7 +377,10 @@ class Program(_Closing):
     def dir(self) -> str:
         """The program directory (model.mil + weights/ + the compiled form on the sim)."""
         self._check()
-        return self._native.dir
+        d = self._native.dir
+        if not d:  # closed by another thread meanwhile
+            raise RuntimeFailure(f"program '{self.name}' is closed")
+        return d
 
     @property
     def stats(self) -> dict[str, int]:
@@ -495,7 +507,9 @@ class Program(_Closing):
         program's reload strategy (:attr:`reload_info`): weights compiled as
         inputs are written into their surfaces; BLOBFILE weights are patched
         into the compiled data or compiled again. Only changed files are
-        rewritten; on any error the old weights stay in use.
+        rewritten; on any error the old weights stay in use. Reloads of one
+        program from several threads apply one after another, each to the
+        weights the previous one left.
         """
         self._check()
         if not self.manifest:
@@ -509,23 +523,28 @@ class Program(_Closing):
                                   hint=did_you_mean(k, sorted(blob_keys | set(as_inputs))))
         inputs = weight_input_values(self._weight_inputs.values(), weights)
         blob_weights = {k: v for k, v in weights.items() if k in blob_keys}
-        blobs = {}
-        if blob_weights:
-            files = {w.get("path") or "@model_path/" + w["file"]: w["file"] for w in self.manifest.get("weights", [])}
-            touched = {w.get("path") or "@model_path/" + w["file"] for w in self.manifest.get("weights", [])
-                       if w["key"] in blob_weights}
-            current = {}
-            base = Path(self.dir)
-            for path in touched:
-                try:
-                    current[path] = (base / files[path]).read_bytes()
-                except OSError as e:
-                    raise RuntimeFailure(f"cannot read the program's weight file {files[path]}: {e.strerror}") from None
-            blobs = patched_blobs(self.manifest, current, blob_weights)
-        if blobs:
-            self.reload_blobs(blobs)
-        if inputs:
-            self._set_weight_inputs(inputs, reload=True)
+        # one step per program: another thread's reload between reading the current
+        # files and reloading the patched ones would be lost (or its directory gone)
+        with self._reload_lock:
+            blobs = {}
+            if blob_weights:
+                files = {w.get("path") or "@model_path/" + w["file"]: w["file"]
+                         for w in self.manifest.get("weights", [])}
+                touched = {w.get("path") or "@model_path/" + w["file"] for w in self.manifest.get("weights", [])
+                           if w["key"] in blob_weights}
+                current = {}
+                base = Path(self.dir)
+                for path in touched:
+                    try:
+                        current[path] = (base / files[path]).read_bytes()
+                    except OSError as e:
+                        raise RuntimeFailure(f"cannot read the program's weight file {files[path]}: "
+                                             f"{e.strerror}") from None
+                blobs = patched_blobs(self.manifest, current, blob_weights)
+            if blobs:
+                self._native.reload({k: bytes(v) for k, v in blobs.items()}, None)
+            if inputs:
+                self._set_weight_inputs(inputs, reload=True)
 
     def _set_weight_inputs(self, arrays: Mapping[str, np.ndarray], reload: bool) -> None:
         items: list[tuple[int, np.ndarray] | None] = []
@@ -538,7 +557,8 @@ class Program(_Closing):
         """Delta reload of whole BLOBFILEs keyed by MIL path. ``strategy`` forces
         "data-patch" or "recompile" (for probes); None uses :attr:`reload_info`."""
         self._check()
-        self._native.reload({k: bytes(v) for k, v in blobs.items()}, strategy)
+        with self._reload_lock:
+            self._native.reload({k: bytes(v) for k, v in blobs.items()}, strategy)
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{i['name']}: {i['dtype']}{i['shape']}" for i in self.inputs)

@@ -69,10 +69,15 @@ def hf_model(path: Path):
 
 
 def hf_greedy(model, ids: list[int], n: int) -> list[int]:
+    """n greedy tokens after ``ids``. The attention mask is explicit: without
+    one, generate() infers it from ``pad_token_id`` (0 here) and would treat
+    every prompt token 0 as padding."""
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
+    prompt = torch.tensor([ids])
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n,
+                             do_sample=False)
     return out[0, len(ids):].tolist()
 
 
