@@ -19,10 +19,13 @@ to a bucket. The smallest bucket makes the residual-stream surface
 (``C * S * 4`` bytes, fp32) reach the target's minimum surface size (49152
 bytes): 16 positions for GPT-2 small (768 channels), 32 for MiniLM (384).
 
-BLOBFILE budget. A program may hold at most ``target.max_blob_tensors`` (16)
+Funcs. The frontends emit one func per bucket for a whole layer stack (a
+decoder's prefill and decode, BERT's encoder); :meth:`ModelBuilder.scope`
+prefixes every value of layer i with ``L{i}_`` so one layer builder serves
+every layer. A program may hold at most ``target.max_blob_tensors`` (16)
 weight tensors, one fewer when an elementwise op takes an inline scalar (all
-ours do: norms and scales). Each frontend keeps attention and MLP in separate
-programs so every program stays far below 15 (counted in tests).
+ours do: norms and scales); the compiler cuts each func into a pipeline of
+programs within that budget (:mod:`anec.passes.partition`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -127,14 +131,33 @@ class ModelBuilder(Builder):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self._scalars: dict[float, Value] = {}
+        self.prefix = ""
+        """Prepended to every value name given to an op (see :meth:`scope`)."""
+
+    @contextmanager
+    def scope(self, prefix: str) -> Iterator[None]:
+        """Name every value built inside with ``prefix`` (``L3_`` for layer 3 of a
+        whole-model func), so the same layer code builds every layer."""
+        outer, self.prefix = self.prefix, prefix
+        try:
+            yield
+        finally:
+            self.prefix = outer
+
+    def _emit(self, opname: str, operands: list[Value], optional: dict[str, Value], attrs: dict,
+              names: list[str] | None, **kw: Any) -> Any:
+        if names is not None and self.prefix:
+            names = [self.prefix + n for n in names]
+        return super()._emit(opname, operands, optional, attrs, names, **kw)
 
     # -- leaves
     def scalar(self, value: float) -> Value:
-        """An fp16 scalar const (shared by every use of the same value)."""
+        """An fp16 scalar const (shared by every use of the same value, in any scope)."""
         v = float(np.float16(value))
         if v not in self._scalars:
             label = f"{value:g}".replace("-", "m").replace(".", "p").replace("+", "")
-            self._scalars[v] = self.const_value(value, "fp16[]", name=self._fresh(f"c_{label}"))
+            with self.scope(""):
+                self._scalars[v] = self.const_value(value, "fp16[]", name=self._fresh(f"c_{label}"))
         return self._scalars[v]
 
     def weight(self, key: str, shape: Sequence[int], name: str) -> Value:
@@ -142,7 +165,8 @@ class ModelBuilder(Builder):
         return self.const_weight(key, f"fp16[{', '.join(str(int(d)) for d in shape)}]", name=self._fresh(name))
 
     def _fresh(self, name: str) -> str:
-        return self.graph.fresh_name(name)
+        """``name`` (or a variant) that is still free once the scope prefix is added."""
+        return self.graph.fresh_name(self.prefix + name)[len(self.prefix):]
 
     # -- layers
     def linear(self, x: Value, wkey: str, cout: int, bkey: str | None, name: str) -> Value:
@@ -366,9 +390,9 @@ class ProgramCache:
     ``get(name, build)`` calls ``build()`` (returning a Graph) the first time a
     name is asked for, compiles it in memory with
     :func:`anec.compiler.compile_module` (also writing ``cache_dir/<name>/``
-    when a directory is given) and loads it into one shared runtime. Names
-    carry the bucket (``L3_attn_d16_t128``), so each bucket compiles once per
-    process. ``transform`` (e.g. adding LoRA inputs) runs on every built graph
+    when a directory is given) and loads it into one shared runtime (a func
+    the compiler cut loads as one pipeline program). Names carry the bucket
+    (``decode_w16_t128``), so each bucket compiles once per process. ``transform`` (e.g. adding LoRA inputs) runs on every built graph
     and what it returns is kept in ``extras[name]``. Backend ``"interp"`` skips
     the compiler and runs graphs in the reference interpreter instead.
     """
