@@ -717,7 +717,7 @@ def generate_cmd(checkpoint, prompt, prompt_ids, max_new_tokens, temperature, to
             click.echo(",".join(str(t) for t in out))
         if not quiet:
             st = lm.stats()
-            click.echo(f"{len(out)} tokens in {dt:.2f} s ({st['programs']} programs, "
+            click.echo(f"{len(out)} tokens in {dt:.2f} s ({st['funcs']} funcs, {st['programs']} programs, "
                        f"compile {st['compile_seconds']:.2f} s)", err=True)
     finally:
         lm.close()

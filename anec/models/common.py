@@ -131,6 +131,7 @@ class ModelBuilder(Builder):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self._scalars: dict[float, Value] = {}
+        self._weights: dict[str, Value] = {}
         self.prefix = ""
         """Prepended to every value name given to an op (see :meth:`scope`)."""
 
@@ -161,8 +162,16 @@ class ModelBuilder(Builder):
         return self._scalars[v]
 
     def weight(self, key: str, shape: Sequence[int], name: str) -> Value:
-        """An fp16 weight const for checkpoint ``key`` with declared ``shape``."""
-        return self.const_weight(key, f"fp16[{', '.join(str(int(d)) for d in shape)}]", name=self._fresh(name))
+        """An fp16 weight const for checkpoint ``key`` with declared ``shape``; one const
+        per key in a func (a tensor every layer reads, such as a mask, is one BLOBFILE
+        tensor of each program that reads it)."""
+        ty = f"fp16[{', '.join(str(int(d)) for d in shape)}]"
+        w = self._weights.get(key)
+        if w is None:
+            w = self._weights[key] = self.const_weight(key, ty, name=self._fresh(name))
+        elif str(w.type) != ty:
+            raise ModelError(f"weight '{key}' is declared {ty} here and {w.type} before")
+        return w
 
     def _fresh(self, name: str) -> str:
         """``name`` (or a variant) that is still free once the scope prefix is added."""
@@ -392,9 +401,10 @@ class ProgramCache:
     :func:`anec.compiler.compile_module` (also writing ``cache_dir/<name>/``
     when a directory is given) and loads it into one shared runtime (a func
     the compiler cut loads as one pipeline program). Names carry the bucket
-    (``decode_w16_t128``), so each bucket compiles once per process. ``transform`` (e.g. adding LoRA inputs) runs on every built graph
-    and what it returns is kept in ``extras[name]``. Backend ``"interp"`` skips
-    the compiler and runs graphs in the reference interpreter instead.
+    (``decode_w16_t128``), so each bucket compiles once per process.
+    ``transform`` (e.g. adding LoRA inputs) runs on every built graph and what
+    it returns is kept in ``extras[name]``. Backend ``"interp"`` skips the
+    compiler and runs graphs in the reference interpreter instead.
     """
 
     def __init__(self, weight_fn: Callable[[str], np.ndarray], backend: str = "auto",
@@ -453,12 +463,14 @@ class ProgramCache:
         return self.runtime.load(result.artifacts[graph.name])
 
     def stats(self) -> dict[str, Any]:
-        """Runtime counters (compiles, loads, reloads, evaluations...) plus
-        ``programs`` (built here) and ``compile_seconds`` (build + compile + load)."""
+        """Runtime counters (compiles, loads, reloads, evaluations...) plus ``funcs``
+        (built here), ``programs`` (the ANE programs they became: a func the compiler
+        cut counts its stages) and ``compile_seconds`` (build + compile + load)."""
         out: dict[str, Any] = {}
         if self._runtime is not None:
             out.update(self._runtime.stats)
-        out["programs"] = len(self.programs)
+        out["funcs"] = len(self.programs)
+        out["programs"] = sum(len(getattr(p, "stages", None) or [p]) for p in self.programs.values())
         out["compile_seconds"] = self.compile_seconds
         return out
 

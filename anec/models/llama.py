@@ -139,26 +139,31 @@ class Llama(DecoderFrontend):
         d = self.cfg.head_dim
         return {"cos": b.input("cos", "fp16", [1, d, 1, s]), "sin": b.input("sin", "fp16", [1, d, 1, s])}
 
+    def _rotation(self, b: ModelBuilder) -> Value:
+        d = self.cfg.head_dim
+        return b.weight(f"anec.rope.rotate_half.{d}", [d, d, 1, 1], "rot")  # one const per func
+
     def _shared(self, b: ModelBuilder, s: int) -> dict[str, Value]:
         shared = super()._shared(b, s)
-        d = self.cfg.head_dim
-        shared["rot"] = b.weight(f"anec.rope.rotate_half.{d}", [d, d, 1, 1], "rot")
+        shared["rot"] = self._rotation(b)
         return shared
 
-    def _positions(self, b: ModelBuilder, q: Value, k: Value, shared: dict[str, Value]) -> tuple[Value, Value]:
-        return (self._rope(b, q, self.cfg.n_head, shared, "q", "qh"),
-                self._rope(b, k, self.cfg.n_kv_head, shared, "k", "k"))
+    def _positions(self, b: ModelBuilder, q: Value, k: Value, pos_in: dict[str, Value]) -> tuple[Value, Value]:
+        p = self._rotation(b)
+        return (self._rope(b, q, self.cfg.n_head, p, pos_in, "q", "qh"),
+                self._rope(b, k, self.cfg.n_kv_head, p, pos_in, "k", "k"))
 
-    def _rope(self, b: ModelBuilder, x: Value, heads: int, shared: dict[str, Value], name: str, out: str) -> Value:
+    def _rope(self, b: ModelBuilder, x: Value, heads: int, p: Value, pos_in: dict[str, Value],
+              name: str, out: str) -> Value:
         d = self.cfg.head_dim
         s = x.type.shape[3]
         x4 = b.reshape(x, shape=[1, heads, d, s], name=f"{name}4")
         xd = b.transpose(x4, perm=[0, 2, 1, 3], name=f"{name}d")          # [1, D, H, S]
         xf = b.reshape(xd, shape=[1, d, 1, heads * s], name=f"{name}f")   # conv layout
-        rf = b.conv1x1(xf, shared["rot"], name=f"{name}rf")                # rotate_half
+        rf = b.conv1x1(xf, p, name=f"{name}rf")                            # rotate_half
         rd = b.reshape(rf, shape=[1, d, heads, s], name=f"{name}rd")
-        xc = b.mul(xd, shared["cos"], name=f"{name}cos")
-        rs = b.mul(rd, shared["sin"], name=f"{name}sin")
+        xc = b.mul(xd, pos_in["cos"], name=f"{name}cos")
+        rs = b.mul(rd, pos_in["sin"], name=f"{name}sin")
         xe = b.add(xc, rs, name=f"{name}e")
         return b.transpose(xe, perm=[0, 2, 3, 1], name=out)               # [1, H, S, D]
 

@@ -118,6 +118,8 @@ def test_a_generation_runs_one_call_per_step(gpt2_dir):
         assert sorted(progs) == sorted(lm.program_names(3, lm.fe.buckets[0]))
         calls = {name: (p.stats["calls"] if hasattr(p, "stages") else p.stats["evaluations"])
                  for name, p in progs.items()}
+        st = lm.stats()
+        assert st["funcs"] == 3 and st["programs"] == 2 + 2 + 1  # two layers cut apart in each bucket func
     finally:
         lm.close()
     w = lm.fe.width
