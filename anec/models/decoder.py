@@ -28,18 +28,20 @@ the bucket funcs. By cost (GPT-2 small; ``benchmarks/bench_partition.py``
 measures the decode case, results in ``benchmarks/results/partition.md``):
 
 * only the last position's logits are needed, and the host already holds the
-  final hidden state: the head runs once on a W-wide block (W = 16) instead of
-  over the S prefill columns (S = 64: 4x the head's 77 MFLOP per column,
-  about a third more work than the whole layer stack's prefill);
+  final hidden state: the head runs on a W-wide block (W = 16: 1.2 GFLOP)
+  instead of over the S prefill columns (S = 64: 4.9 GFLOP, 45% of the layer
+  stack's 10.9 GFLOP);
 * the head's weight (the 77 MB tied embedding, split into 4 chunks) would be
   held, and compiled, once per bucket func instead of once;
 * a pipeline gives every surface of every stage one allocation size (so stage
-  outputs feed stage inputs with no copy): a logits output of
-  ``[1, 50257, 1, S]`` fp32 (12.9 MB at S = 64, 3.2 MB at W = 16) would set that
-  size for every KV cache and residual surface of the body (0.2-0.4 MB today).
+  outputs feed stage inputs with no copy): the logits pieces (``[1, 50257, 1, S]``
+  fp32 in 4 chunks) would set that size for every KV cache and residual surface
+  of the body: the decode pipeline's surfaces grow from 11.7 MiB (body and
+  head) to 72.9 MiB, the prefill pipeline's from 20 MiB to 187 MiB.
 
-A joined head saves one host round trip per step (a [1, C, 1, W] copy out and
-in) and nothing else.
+A joined head adds no program (it fits the last stage's BLOBFILE budget) and
+saves one host round trip per step: measured on the sim, the same CPU time per
+token (0.159 s) and 10% less wall time, for 6x the surface memory.
 
 The per-layer funcs (``L{i}_attn_p{S}``, ``L{i}_attn_d{W}_t{T}``,
 ``L{i}_mlp_s{S}``) are the same layer code as funcs of their own: building
@@ -71,7 +73,7 @@ from anec.models.common import (
 from anec.models.hf import Checkpoint
 
 _NAME = re.compile(r"(?:prefill_s(\d+)|decode_w(\d+)_t(\d+)|lm_head_s(\d+))\Z")
-_LAYER = re.compile(r"L(\d+)_(?:attn_(?:p(\d+)|d(\d+)_t(\d+))|(mlp)_s(\d+))\Z")
+_LAYER = re.compile(r"L(\d+)_(?:attn_(?:p(\d+)|d(\d+)_t(\d+))|mlp_s(\d+))\Z")
 
 
 @dataclass(frozen=True)
@@ -145,31 +147,24 @@ class DecoderFrontend(ABC):
     # ---- programs ------------------------------------------------------------------
     def program(self, name: str) -> Graph:
         """Build the func called ``name`` (see the module docstring)."""
-        m = _NAME.match(name)
-        if m:
-            s, w, t, h = m.groups()
-            if s is not None:
-                return self.prefill(self._bucket(name, int(s)))
-            if w is not None:
-                return self.decode(self._bucket(name, int(w)), self._bucket(name, int(t)))
-            return self.lm_head(int(h))
-        m = _LAYER.match(name)
+        m = _NAME.match(name) or _LAYER.match(name)
         if not m:
             raise ModelError(f"'{name}' is not a program of this model",
                              hint="programs: prefill_sS, decode_wW_tT, lm_head_sS (and the per-layer "
                                   "building blocks L{i}_attn_pS, L{i}_attn_dW_tT, L{i}_mlp_sS)")
-        layer, p, dw, dt, what, ms = m.groups()
-        i = int(layer)
-        if not 0 <= i < self.cfg.n_layer:
-            raise ModelError(f"'{name}': no such layer (the model has {self.cfg.n_layer})")
-        if what == "mlp":
-            return self.mlp(i, int(ms))
-        return self.attn(i, int(p)) if p is not None else self.attn(i, int(dw), int(dt))
-
-    def _bucket(self, name: str, n: int) -> int:
-        if n < 1:
+        nums = [None if g is None else int(g) for g in m.groups()]
+        layer, *sizes = nums if m.re is _LAYER else [None, *nums]
+        if 0 in sizes:
             raise ModelError(f"'{name}': a bucket must hold at least one position")
-        return n
+        if layer is None:
+            s, w, t, h = sizes
+            return self.prefill(s) if s is not None else self.decode(w, t) if w is not None else self.lm_head(h)
+        if not 0 <= layer < self.cfg.n_layer:
+            raise ModelError(f"'{name}': no such layer (the model has {self.cfg.n_layer})")
+        p, dw, dt, ms = sizes
+        if ms is not None:
+            return self.mlp(layer, ms)
+        return self.attn(layer, p) if p is not None else self.attn(layer, dw, dt)
 
     @staticmethod
     def prefill_name(s: int) -> str:
@@ -294,8 +289,9 @@ class DecoderFrontend(ABC):
     def _position_input_values(self, b: ModelBuilder, s: int) -> dict[str, Value]:
         return {}
 
-    def _positions(self, b: ModelBuilder, q: Value, k: Value, shared: dict[str, Value]) -> tuple[Value, Value]:
-        """Queries and keys to heads (applying positions if the model rotates them)."""
+    def _positions(self, b: ModelBuilder, q: Value, k: Value, pos_in: dict[str, Value]) -> tuple[Value, Value]:
+        """Queries and keys to heads (applying positions if the model rotates them); ``pos_in``
+        holds at least the values of :meth:`_position_input_values`."""
         return b.to_heads(q, self.cfg.n_head, "q"), b.to_heads(k, self.cfg.n_kv_head, "k", out="k")
 
     @abstractmethod
