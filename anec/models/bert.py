@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -195,10 +194,9 @@ class Bert:
                 + self._table("embeddings.LayerNorm.bias")).astype(np.float32)
 
     # ---- export
-    def export(self, out_dir: str | Path, buckets: list[int] | None = None) -> dict[str, Any]:
-        """Write one ``.ir`` per bucket (the encoder func), ``weights.safetensors`` and ``model.json``."""
-        from anec.models.export import write_export
-
+    def export_funcs(self, buckets: list[int] | None = None) -> tuple[dict[str, list[Graph]], dict[str, Any]]:
+        """What ``anec models export`` writes: one ``.ir`` per bucket (the encoder func)
+        and the ``model.json`` fields that describe them."""
         buckets = buckets or [self.buckets[min(1, len(self.buckets) - 1)]]
         for s in buckets:
             if s not in self.buckets:
@@ -211,7 +209,7 @@ class Bert:
             "buckets": {"encoder": buckets, "all": self.buckets},
             "host": ["embeddings + LayerNorm", "mean pooling", "L2 normalisation"],
         }
-        return write_export(out_dir, self.kind, groups, self.weight, info)
+        return groups, info
 
 
 def pack(lengths: Sequence[int], capacity: int) -> list[list[int]]:

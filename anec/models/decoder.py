@@ -56,7 +56,6 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -339,11 +338,10 @@ class DecoderFrontend(ABC):
         groups["lm_head"] = [self.lm_head_name(s) for s in sorted(set(head if head is not None else [w]))]
         return groups
 
-    def export(self, out_dir: str | Path, prefill: list[int] | None = None,
-               decode: list[int] | None = None) -> dict[str, Any]:
-        """Write ``*.ir`` (one file per bucket, and the LM head), ``weights.safetensors`` and ``model.json``."""
-        from anec.models.export import write_export
-
+    def export_funcs(self, prefill: list[int] | None = None, decode: list[int] | None = None
+                     ) -> tuple[dict[str, list[Graph]], dict[str, Any]]:
+        """What ``anec models export`` writes: the funcs per ``.ir`` file (one per bucket,
+        and the LM head) and the ``model.json`` fields that describe them."""
         prefill = prefill or [self.buckets[min(2, len(self.buckets) - 1)]]
         decode = decode or [self.buckets[min(3, len(self.buckets) - 1)]]
         for s in prefill + decode:
@@ -358,4 +356,4 @@ class DecoderFrontend(ABC):
             "decode_width": self.width,
             "buckets": {"prefill": prefill, "decode_cache": decode, "all": self.buckets},
         }
-        return write_export(out_dir, self.kind, groups, self.weight, info)
+        return groups, info

@@ -59,12 +59,14 @@ def export_checkpoint(kind: str, checkpoint: str | Path, out_dir: str | Path,
 
         if cache:
             raise ModelError("BERT is an encoder: it has no decode programs (drop --cache)")
-        info = Bert(ckpt, min_surface).export(out_dir, list(prefill) if prefill else None)
+        fe = Bert(ckpt, min_surface)
+        groups, info = fe.export_funcs(list(prefill) if prefill else None)
     else:
         from anec.models.generate import decoder_frontend
 
         fe = decoder_frontend(ckpt, min_surface)
-        info = fe.export(out_dir, list(prefill) if prefill else None, list(cache) if cache else None)
+        groups, info = fe.export_funcs(list(prefill) if prefill else None, list(cache) if cache else None)
+    info = write_export(out_dir, kind, groups, fe.weight, info)
     if lora_targets:
         info["lora"] = _lora_files(Path(out_dir), info, list(lora_targets), lora_rank)
         write_text_atomic(Path(out_dir) / "model.json", json.dumps(info, indent=2) + "\n")
