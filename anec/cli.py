@@ -643,9 +643,28 @@ def models_export_cmd(kind, checkpoint, output, prefill, cache, lora_targets, lo
     targets = [t for t in (lora_targets or "").split(",") if t]
     info = export_checkpoint(kind, checkpoint, output, prefill, cache, target, targets, lora_rank)
     n = sum(len(v) for v in info["files"].values())
-    click.echo(f"wrote {n} programs in {len(info['files'])} files to {output}")
+    click.echo(f"wrote {n} funcs in {len(info['files'])} files to {output}")
     for name, funcs in info["files"].items():
-        click.echo(f"  {name}: {len(funcs)} funcs")
+        click.echo(f"  {name}: {', '.join(funcs)}")
+    click.echo(f"compile them with: anec models compile {output} -o build/")
+
+
+@models_group.command("compile")
+@click.argument("export_dir", type=click.Path(file_okay=False), metavar="DIR")
+@click.option("-o", "--output", type=click.Path(file_okay=False), metavar="OUT",
+              help="Write OUT/<func>/ for every func (default: check and plan only).")
+@click.option("--target", metavar="NAME", help="Chip profile (default m4).")
+def models_compile_cmd(export_dir, output, target) -> None:
+    """Compile every func of an exported model DIR (written by `anec models export`).
+
+    Each func (one per bucket) becomes one artifact; the compiler cuts a func
+    that breaks a per-program budget into a pipeline of ANE programs. Prints
+    one line per func: programs, weights, peak SRAM."""
+    from anec.compiler import summarize
+    from anec.models.export import compile_export
+
+    for name, art, path in compile_export(export_dir, output, target):
+        click.echo(summarize(name, art, path))
 
 
 @main.command("generate")
@@ -699,7 +718,7 @@ def generate_cmd(checkpoint, prompt, prompt_ids, max_new_tokens, temperature, to
             click.echo(",".join(str(t) for t in out))
         if not quiet:
             st = lm.stats()
-            click.echo(f"{len(out)} tokens in {dt:.2f} s ({st['programs']} programs, "
+            click.echo(f"{len(out)} tokens in {dt:.2f} s ({st['funcs']} funcs, {st['programs']} programs, "
                        f"compile {st['compile_seconds']:.2f} s)", err=True)
     finally:
         lm.close()

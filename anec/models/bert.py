@@ -1,9 +1,13 @@
 """BERT encoder frontend and sentence embeddings (MiniLM / all-MiniLM-L6-v2 shapes).
 
-Per layer (post-LayerNorm, as in BERT)::
+The encoder of one bucket is one func, ``encoder_s{S}`` (``x``, ``mask`` ->
+``h``), which the compiler partitions into ANE programs (all-MiniLM-L6-v2: 96
+weight tensors, 7 programs). Per layer (post-LayerNorm, as in BERT)::
 
-    h = LayerNorm(x + dense(attention(q(x), k(x), v(x), mask)))      program L{i}_attn_s{S}
-    y = LayerNorm(h + output(gelu(intermediate(h))))                  program L{i}_ffn_s{S}
+    h = LayerNorm(x + dense(attention(q(x), k(x), v(x), mask)))      block L{i}_attn_s{S}
+    y = LayerNorm(h + output(gelu(intermediate(h))))                  block L{i}_ffn_s{S}
+
+(each block is also a func of its own, for comparisons).
 
 GELU is BERT's exact (erf) form in the IR; the ANE has no erf, so legalize
 replaces it with the tanh approximation (a recorded rewrite; its effect on
@@ -12,33 +16,31 @@ MiniLM embeddings is measured by ``benchmarks/bench_models.py``).
 Batches. Sentences are packed side by side along the sequence axis of one
 bucket (each with its own positions from 0), and the additive ``mask``
 input ``[1, 1, S, S]`` is block-diagonal: a token sees only tokens of its own
-sentence, never padding. One program per bucket therefore serves any batch
+sentence, never padding. One func per bucket therefore serves any batch
 composition without recompiling, and the padding columns hold the [PAD]
 token's embedding (finite values, like a padded batch in PyTorch).
 
 Host side: embeddings (word + position + token type, then LayerNorm) before
-the first program; mean pooling over each sentence's tokens and L2
+the encoder; mean pooling over each sentence's tokens and L2
 normalisation after the last (sentence-transformers' Pooling + Normalize).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import re
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from anec.ir.graph import Graph
-from anec.ir.ops import is_weight_const
+from anec.ir.graph import Graph, Value
 from anec.models.blocks import ModelBuilder
 from anec.models.buckets import bucket_list, min_bucket, pick_bucket
 from anec.models.common import ModelError
 from anec.models.layout import MASK_NEG, from_bc1s, to_bc1s
 from anec.models.programs import ProgramCache
 from anec.models.progress import Progress
-from anec.fsutil import write_text_atomic
-from anec.models.hf import Checkpoint, Tokenizer, cfg_get, save_safetensors
+from anec.models.hf import Checkpoint, Tokenizer, cfg_get
 
 _GELU = {"gelu": "exact", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
 
@@ -90,6 +92,10 @@ class Bert:
 
     # ---- programs
     @staticmethod
+    def encoder_name(s: int) -> str:
+        return f"encoder_s{s}"
+
+    @staticmethod
     def attn_name(layer: int, s: int) -> str:
         return f"L{layer}_attn_s{s}"
 
@@ -98,20 +104,48 @@ class Bert:
         return f"L{layer}_ffn_s{s}"
 
     def program(self, name: str) -> Graph:
-        import re
-
+        m = re.fullmatch(r"encoder_s(\d+)", name)
+        if m:
+            return self.encoder(int(m.group(1)))
         m = re.fullmatch(r"L(\d+)_(attn|ffn)_s(\d+)", name)
         if not m or not 0 <= int(m.group(1)) < self.n_layer:
-            raise ModelError(f"'{name}' is not a program of this model")
+            raise ModelError(f"'{name}' is not a program of this model",
+                             hint="programs: encoder_sS (and the per-layer building blocks L{i}_attn_sS, L{i}_ffn_sS)")
         layer, s = int(m.group(1)), int(m.group(3))
         return self.attn(layer, s) if m.group(2) == "attn" else self.ffn(layer, s)
 
+    def encoder(self, s: int) -> Graph:
+        """The whole encoder over a bucket of ``s`` positions: ``x, mask -> h``."""
+        b = ModelBuilder(self.encoder_name(s))
+        x = b.input("x", "fp32", [1, self.d, 1, s])
+        mask = b.input("mask", "fp16", [1, 1, s, s])
+        h = b.cast(x, dtype="fp16", name="xh")
+        for i in range(self.n_layer):
+            with b.scope(f"L{i}_"):
+                h = self._ffn_block(b, self._attn_block(b, h, mask, i), i)
+        b.ret(b.cast(h, dtype="fp32", name="h"))
+        return b.graph
+
     def attn(self, layer: int, s: int) -> Graph:
-        p = self._k(f"encoder.layer.{layer}.attention")
+        """Attention of ``layer`` as a func of its own (a building block: the model runs :meth:`encoder`)."""
         b = ModelBuilder(self.attn_name(layer, s))
         x = b.input("x", "fp32", [1, self.d, 1, s])
         mask = b.input("mask", "fp16", [1, 1, s, s])
         xh = b.cast(x, dtype="fp16", name="xh")
+        b.ret(b.cast(self._attn_block(b, xh, mask, layer), dtype="fp32", name="h"))
+        return b.graph
+
+    def ffn(self, layer: int, s: int) -> Graph:
+        """Feed-forward of ``layer`` as a func of its own (a building block, as :meth:`attn`)."""
+        b = ModelBuilder(self.ffn_name(layer, s))
+        x = b.input("x", "fp32", [1, self.d, 1, s])
+        xh = b.cast(x, dtype="fp16", name="xh")
+        b.ret(b.cast(self._ffn_block(b, xh, layer), dtype="fp32", name="h"))
+        return b.graph
+
+    def _attn_block(self, b: ModelBuilder, xh: Value, mask: Value, layer: int) -> Value:
+        """``LayerNorm(x + dense(attention(q(x), k(x), v(x), mask)))`` in fp16."""
+        p = self._k(f"encoder.layer.{layer}.attention")
         q = b.linear(xh, f"{p}.self.query.weight", self.d, f"{p}.self.query.bias", "q")
         k = b.linear(xh, f"{p}.self.key.weight", self.d, f"{p}.self.key.bias", "k")
         v = b.linear(xh, f"{p}.self.value.weight", self.d, f"{p}.self.value.bias", "v")
@@ -119,23 +153,17 @@ class Bert:
         ctx = b.attention(b.to_heads(qs, self.n_head, "q"), b.to_heads(k, self.n_head, "k"),
                           b.to_heads(v, self.n_head, "v"), mask)
         o = b.linear(ctx, f"{p}.output.dense.weight", self.d, f"{p}.output.dense.bias", "o")
-        r = b.add(xh, o, name="r")
-        n = b.layer_norm(r, f"{p}.output.LayerNorm.weight", f"{p}.output.LayerNorm.bias", self.eps, "ln")
-        b.ret(b.cast(n, dtype="fp32", name="h"))
-        return b.graph
+        r = b.add(xh, o, name="ra")
+        return b.layer_norm(r, f"{p}.output.LayerNorm.weight", f"{p}.output.LayerNorm.bias", self.eps, "ln1")
 
-    def ffn(self, layer: int, s: int) -> Graph:
+    def _ffn_block(self, b: ModelBuilder, xh: Value, layer: int) -> Value:
+        """``LayerNorm(x + output(gelu(intermediate(x))))`` in fp16."""
         p = self._k(f"encoder.layer.{layer}")
-        b = ModelBuilder(self.ffn_name(layer, s))
-        x = b.input("x", "fp32", [1, self.d, 1, s])
-        xh = b.cast(x, dtype="fp16", name="xh")
         h = b.linear(xh, f"{p}.intermediate.dense.weight", self.d_ffn, f"{p}.intermediate.dense.bias", "fc")
         a = b.gelu(h, mode=self.gelu_mode, name="act")
         o = b.linear(a, f"{p}.output.dense.weight", self.d, f"{p}.output.dense.bias", "proj")
-        r = b.add(xh, o, name="r")
-        n = b.layer_norm(r, f"{p}.output.LayerNorm.weight", f"{p}.output.LayerNorm.bias", self.eps, "ln")
-        b.ret(b.cast(n, dtype="fp32", name="h"))
-        return b.graph
+        r = b.add(xh, o, name="rf")
+        return b.layer_norm(r, f"{p}.output.LayerNorm.weight", f"{p}.output.LayerNorm.bias", self.eps, "ln2")
 
     # ---- host side
     def _table(self, name: str) -> np.ndarray:
@@ -159,45 +187,22 @@ class Bert:
                 + self._table("embeddings.LayerNorm.bias")).astype(np.float32)
 
     # ---- export
-    def export(self, out_dir: str | Path, buckets: list[int] | None = None) -> dict[str, Any]:
-        """Write one ``.ir`` per bucket, ``weights.safetensors`` and ``model.json``."""
-        from anec.ir.graph import Module, WeightSource
-        from anec.ir.printer import print_module
-        from anec.ir.verifier import verify
-
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+    def export_funcs(self, buckets: list[int] | None = None) -> tuple[dict[str, list[Graph]], dict[str, Any]]:
+        """What ``anec models export`` writes: one ``.ir`` per bucket (the encoder func)
+        and the ``model.json`` fields that describe them."""
         buckets = buckets or [self.buckets[min(1, len(self.buckets) - 1)]]
-        files: dict[str, list[str]] = {}
-        keys: dict[str, None] = {}
         for s in buckets:
             if s not in self.buckets:
                 raise ModelError(f"bucket {s} is not one of {self.buckets}")
-            module = Module()
-            module.weight_sources.append(WeightSource("weights.safetensors"))
-            for i in range(self.n_layer):
-                for g in (self.attn(i, s), self.ffn(i, s)):
-                    module.add_func(g)
-                    for n in g.nodes:
-                        if is_weight_const(n):
-                            keys.setdefault(n.attrs["weight"], None)
-            verify(module)
-            name = f"encoder_s{s}.ir"
-            write_text_atomic(out / name, "// bert encoder programs, generated by `anec models export`.\n"
-                              + print_module(module))
-            files[name] = list(module.funcs)
-        save_safetensors(out / "weights.safetensors", {k: self.weight(k).astype(np.float16) for k in keys},
-                         {"format": "anec-weights", "model": self.kind})
+        groups = {self.encoder_name(s): [self.encoder(s)] for s in buckets}
         info = {
-            "format": "anec-model/1", "model": self.kind, "checkpoint": str(self.ckpt.path),
+            "model": self.kind, "checkpoint": str(self.ckpt.path),
             "config": {"n_layer": self.n_layer, "d_model": self.d, "n_head": self.n_head,
                        "d_ffn": self.d_ffn, "vocab": self.vocab, "max_len": self.max_len, "eps": self.eps},
             "buckets": {"encoder": buckets, "all": self.buckets},
-            "files": files, "weights": "weights.safetensors",
             "host": ["embeddings + LayerNorm", "mean pooling", "L2 normalisation"],
         }
-        write_text_atomic(out / "model.json", json.dumps(info, indent=2) + "\n")
-        return info
+        return groups, info
 
 
 def pack(lengths: Sequence[int], capacity: int) -> list[list[int]]:
@@ -282,9 +287,7 @@ class SentenceEncoder:
         x = to_bc1s(self.bert.embed(ids, positions), s)
         mask = block_mask(lengths, s)
         self.compile(s)
-        for i in range(self.bert.n_layer):
-            x = self._run(self.bert.attn_name(i, s), x=x, mask=mask)["h"]
-            x = self._run(self.bert.ffn_name(i, s), x=x)["h"]
+        x = self._run(self.bert.encoder_name(s), x=x, mask=mask)["h"]
         rows = from_bc1s(x, total)
         out, pos = [], 0
         for n in lengths:
@@ -293,9 +296,8 @@ class SentenceEncoder:
         return out
 
     def compile(self, s: int) -> None:
-        """Build, compile and load the programs of bucket ``s`` now (with a progress bar)."""
-        names = [f(i, s) for i in range(self.bert.n_layer) for f in (self.bert.attn_name, self.bert.ffn_name)]
-        self.programs.get_all(names, self.bert.program, self.progress)
+        """Build, compile and load the encoder of bucket ``s`` now (with a progress bar)."""
+        self.programs.get_all([self.bert.encoder_name(s)], self.bert.program, self.progress)
 
     def encode_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
         """Embeddings of token-id sequences: packed into buckets, mean-pooled, normalised."""

@@ -7,21 +7,25 @@ ones the ANE lacks (``rsqrt`` -> ``pow``, ``gelu`` -> tanh formula, conv
 ``bias=`` -> ``add``). Weight consts reference checkpoint keys; their stored
 layout is the frontend's business (see each frontend's ``weight``).
 
-BLOBFILE budget. A program may hold at most ``target.max_blob_tensors`` (16)
+Funcs. The frontends emit one func per bucket for a whole layer stack (a
+decoder's prefill and decode, BERT's encoder); :meth:`ModelBuilder.scope`
+prefixes every value of layer i with ``L{i}_`` so one layer builder serves
+every layer. A program may hold at most ``target.max_blob_tensors`` (16)
 weight tensors, one fewer when an elementwise op takes an inline scalar (all
-ours do: norms and scales). Each frontend keeps attention and MLP in separate
-programs so every program stays far below 15 (counted in tests with
-:func:`anec.passes.legalize.blob_tensors`).
+ours do: norms and scales); the compiler cuts each func into a pipeline of
+programs within that budget (:mod:`anec.passes.partition`).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from anec.ir.builder import Builder
 from anec.ir.graph import Value
+from anec.models.common import ModelError
 
 
 class ModelBuilder(Builder):
@@ -35,22 +39,51 @@ class ModelBuilder(Builder):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self._scalars: dict[float, Value] = {}
+        self._weights: dict[str, Value] = {}
+        self.prefix = ""
+        """Prepended to every value name given to an op (see :meth:`scope`)."""
+
+    @contextmanager
+    def scope(self, prefix: str) -> Iterator[None]:
+        """Name every value built inside with ``prefix`` (``L3_`` for layer 3 of a
+        whole-model func), so the same layer code builds every layer."""
+        outer, self.prefix = self.prefix, prefix
+        try:
+            yield
+        finally:
+            self.prefix = outer
+
+    def _emit(self, opname: str, operands: list[Value], optional: dict[str, Value], attrs: dict,
+              names: list[str] | None, **kw: Any) -> Any:
+        if names is not None and self.prefix:
+            names = [self.prefix + n for n in names]
+        return super()._emit(opname, operands, optional, attrs, names, **kw)
 
     # -- leaves
     def scalar(self, value: float) -> Value:
-        """An fp16 scalar const (shared by every use of the same value)."""
+        """An fp16 scalar const (shared by every use of the same value, in any scope)."""
         v = float(np.float16(value))
         if v not in self._scalars:
             label = f"{value:g}".replace("-", "m").replace(".", "p").replace("+", "")
-            self._scalars[v] = self.const_value(value, "fp16[]", name=self._fresh(f"c_{label}"))
+            with self.scope(""):
+                self._scalars[v] = self.const_value(value, "fp16[]", name=self._fresh(f"c_{label}"))
         return self._scalars[v]
 
     def weight(self, key: str, shape: Sequence[int], name: str) -> Value:
-        """An fp16 weight const for checkpoint ``key`` with declared ``shape``."""
-        return self.const_weight(key, f"fp16[{', '.join(str(int(d)) for d in shape)}]", name=self._fresh(name))
+        """An fp16 weight const for checkpoint ``key`` with declared ``shape``; one const
+        per key in a func (a tensor every layer reads, such as a mask, is one BLOBFILE
+        tensor of each program that reads it)."""
+        ty = f"fp16[{', '.join(str(int(d)) for d in shape)}]"
+        w = self._weights.get(key)
+        if w is None:
+            w = self._weights[key] = self.const_weight(key, ty, name=self._fresh(name))
+        elif str(w.type) != ty:
+            raise ModelError(f"weight '{key}' is declared {ty} here and {w.type} before")
+        return w
 
     def _fresh(self, name: str) -> str:
-        return self.graph.fresh_name(name)
+        """``name`` (or a variant) that is still free once the scope prefix is added."""
+        return self.graph.fresh_name(self.prefix + name)[len(self.prefix):]
 
     # -- layers
     def linear(self, x: Value, wkey: str, cout: int, bkey: str | None, name: str) -> Value:

@@ -1,16 +1,17 @@
 """The decoder-only transformer frontend shared by GPT-2 and Llama.
 
-A model is a set of ANE programs, one func each, named by what they compute
-and their bucket:
+A model is one func per bucket for the whole layer stack, plus the LM head;
+the compiler cuts each func into a pipeline of ANE programs within the
+target's budgets (:mod:`anec.passes.partition`), and the runtime runs a
+pipeline as one program:
 
-``L{i}_attn_p{S}``      prefill attention of layer i over S positions
-                        in:  x fp32[1, C, 1, S] (+ RoPE tables)
-                        out: h fp32[1, C, 1, S], k, v fp16[1, KV, S, D]
-``L{i}_attn_d{W}_t{T}`` decode attention: W new positions (the token in
-                        column 0), a KV cache of T past positions
-                        in:  x, kc/vc fp16[1, KV, T, D], mask fp16[1, 1, W, T]
-                        out: h, k, v (the new block's keys and values)
-``L{i}_mlp_s{S}``       the feed-forward half of layer i
+``prefill_s{S}``        the prompt through every layer, S positions
+                        in:  x fp32[1, C, 1, S] (+ cos, sin for RoPE)
+                        out: h fp32[1, C, 1, S], L{i}_k, L{i}_v fp16[1, KV, S, D]
+``decode_w{W}_t{T}``    W new positions (the token in column 0) against a KV
+                        cache of T past positions
+                        in:  x, mask fp16[1, 1, W, T], L{i}_kc, L{i}_vc fp16[1, KV, T, D]
+                        out: h, L{i}_k, L{i}_v (the new block's keys and values)
 ``lm_head_s{S}``        final norm + LM head (a 1x1 conv with vocab output
                         channels; legalize chunks it past the target's
                         maximum conv output channels)
@@ -18,34 +19,56 @@ and their bucket:
 K and V leave the programs already in the cache layout ``[1, KV, S, D]``, so
 the host only copies rows into its cache. The embedding lookup, the KV cache
 and sampling stay on the host. The causal mask of a block is a generated
-weight (``anec.mask.causal.S``): the masks and other generated tensors are
-added to the exported weights next to the checkpoint tensors.
+weight (``anec.mask.causal.S``), one const per func (each program of the
+pipeline holds a copy); generated tensors are added to the exported weights
+next to the checkpoint tensors.
 
-Subclasses say what differs: the norm, the q/k/v projections and positions
-(GPT-2 learned positions; Llama RoPE), the MLP, and the weight layout.
+The LM head stays its own func, shared by every bucket, rather than joining
+the bucket funcs. By cost (GPT-2 small; ``benchmarks/bench_partition.py``
+measures the decode case, results in ``benchmarks/results/partition.md``):
+
+* only the last position's logits are needed, and the host already holds the
+  final hidden state: the head runs on a W-wide block (W = 16: 1.2 GFLOP)
+  instead of over the S prefill columns (S = 64: 4.9 GFLOP, 45% of the layer
+  stack's 10.9 GFLOP);
+* the head's weight (the 77 MB tied embedding, split into 4 chunks) would be
+  held, and compiled, once per bucket func instead of once;
+* a pipeline gives every surface of every stage one allocation size (so stage
+  outputs feed stage inputs with no copy): the logits pieces (``[1, 50257, 1, S]``
+  fp32 in 4 chunks) would set that size for every KV cache and residual surface
+  of the body: the decode pipeline's surfaces grow from 11.7 MiB (body and
+  head) to 72.9 MiB, the prefill pipeline's from 20 MiB to 187 MiB.
+
+A joined head adds no program (it fits the last stage's BLOBFILE budget) and
+saves one host round trip per step: measured on the sim, the same CPU time per
+token (0.159 s) and 10% less wall time, for 6x the surface memory.
+
+The per-layer funcs (``L{i}_attn_p{S}``, ``L{i}_attn_d{W}_t{T}``,
+``L{i}_mlp_s{S}``) are the same layer code as funcs of their own: building
+blocks to compare the partitioned stack with (the hand split of earlier
+versions). Subclasses say what differs: the norm, the q/k/v projections and
+positions (GPT-2 learned positions; Llama RoPE), the MLP, and the weight
+layout.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from anec.ir.graph import Graph, Value
-from anec.ir.ops import is_weight_const
 from anec.models.blocks import ModelBuilder
 from anec.models.buckets import bucket_list, min_bucket
 from anec.models.common import ModelError
 from anec.models.layout import causal_mask
-from anec.fsutil import write_text_atomic
-from anec.models.hf import Checkpoint, save_safetensors
+from anec.models.hf import Checkpoint
 
-_NAME = re.compile(r"(?:L(\d+)_)?(attn|mlp|lm_head)_(?:p(\d+)|d(\d+)_t(\d+)|s(\d+))\Z")
+_NAME = re.compile(r"(?:prefill_s(\d+)|decode_w(\d+)_t(\d+)|lm_head_s(\d+))\Z")
+_LAYER = re.compile(r"L(\d+)_(?:attn_(?:p(\d+)|d(\d+)_t(\d+))|mlp_s(\d+))\Z")
 
 
 @dataclass(frozen=True)
@@ -119,26 +142,36 @@ class DecoderFrontend(ABC):
     # ---- programs ------------------------------------------------------------------
     def program(self, name: str) -> Graph:
         """Build the func called ``name`` (see the module docstring)."""
-        m = _NAME.match(name)
+        m = _NAME.match(name) or _LAYER.match(name)
         if not m:
-            raise ModelError(f"'{name}' is not a program of this model")
-        layer, what, p, dw, dt, s = m.groups()
-        if what == "lm_head":
-            if layer is not None or s is None:
-                raise ModelError(f"'{name}' is not a program of this model")
-            return self.lm_head(int(s))
-        if layer is None or not 0 <= int(layer) < self.cfg.n_layer:
+            raise ModelError(f"'{name}' is not a program of this model",
+                             hint="programs: prefill_sS, decode_wW_tT, lm_head_sS (and the per-layer "
+                                  "building blocks L{i}_attn_pS, L{i}_attn_dW_tT, L{i}_mlp_sS)")
+        nums = [None if g is None else int(g) for g in m.groups()]
+        layer, *sizes = nums if m.re is _LAYER else [None, *nums]
+        if 0 in sizes:
+            raise ModelError(f"'{name}': a bucket must hold at least one position")
+        if layer is None:
+            s, w, t, h = sizes
+            return self.prefill(s) if s is not None else self.decode(w, t) if w is not None else self.lm_head(h)
+        if not 0 <= layer < self.cfg.n_layer:
             raise ModelError(f"'{name}': no such layer (the model has {self.cfg.n_layer})")
-        i = int(layer)
-        if what == "mlp":
-            if s is None:
-                raise ModelError(f"'{name}' is not a program of this model")
-            return self.mlp(i, int(s))
-        if p is not None:
-            return self.attn(i, int(p))
-        if dw is not None:
-            return self.attn(i, int(dw), int(dt))
-        raise ModelError(f"'{name}' is not a program of this model")
+        p, dw, dt, ms = sizes
+        if ms is not None:
+            return self.mlp(layer, ms)
+        return self.attn(layer, p) if p is not None else self.attn(layer, dw, dt)
+
+    @staticmethod
+    def prefill_name(s: int) -> str:
+        return f"prefill_s{s}"
+
+    @staticmethod
+    def decode_name(w: int, t: int) -> str:
+        return f"decode_w{w}_t{t}"
+
+    @staticmethod
+    def lm_head_name(s: int) -> str:
+        return f"lm_head_s{s}"
 
     @staticmethod
     def attn_name(layer: int, s: int, t: int | None = None) -> str:
@@ -148,45 +181,58 @@ class DecoderFrontend(ABC):
     def mlp_name(layer: int, s: int) -> str:
         return f"L{layer}_mlp_s{s}"
 
-    @staticmethod
-    def lm_head_name(s: int) -> str:
-        return f"lm_head_s{s}"
+    def prefill(self, s: int) -> Graph:
+        """The whole layer stack over ``s`` positions: ``x -> h`` and every layer's K, V."""
+        return self._stack(self.prefill_name(s), s, None)
+
+    def decode(self, w: int, t: int) -> Graph:
+        """The whole layer stack for a block of ``w`` new positions against a KV cache of ``t``."""
+        return self._stack(self.decode_name(w, t), w, t)
+
+    def _stack(self, name: str, s: int, t: int | None) -> Graph:
+        c = self.cfg
+        b = ModelBuilder(name)
+        x = b.input("x", "fp32", [1, c.d_model, 1, s])
+        shared = self._shared(b, s)
+        caches: list[tuple[Value, Value] | None] = [None] * c.n_layer
+        if t is not None:
+            mask = b.input("mask", "fp16", [1, 1, s, t])
+            caches = [(b.input(f"L{i}_kc", "fp16", [1, c.n_kv_head, t, c.head_dim]),
+                       b.input(f"L{i}_vc", "fp16", [1, c.n_kv_head, t, c.head_dim])) for i in range(c.n_layer)]
+        h = b.cast(x, dtype="fp16", name="xh")
+        kv: list[Value] = []
+        for i in range(c.n_layer):
+            with b.scope(f"L{i}_"):
+                cache = None if t is None else (*caches[i], mask)
+                h, k, v = self._attn_block(b, h, i, shared, cache)
+                h = self._mlp_block(b, h, i)
+            kv += [k, v]
+        b.ret(b.cast(h, dtype="fp32", name="h"), *kv)
+        return b.graph
 
     def attn(self, layer: int, s: int, t: int | None = None) -> Graph:
-        """Attention half of ``layer``: prefill (``t`` None) or decode against a cache of ``t``."""
+        """Attention half of ``layer`` as a func of its own: prefill (``t`` None) or decode
+        against a cache of ``t``. A building block: the models run :meth:`prefill` / :meth:`decode`."""
         c = self.cfg
         b = ModelBuilder(self.attn_name(layer, s, t))
         x = b.input("x", "fp32", [1, c.d_model, 1, s])
-        pos_in = self._position_input_values(b, s)
+        shared = self._shared(b, s)
+        cache = None
         if t is not None:
-            kc = b.input("kc", "fp16", [1, c.n_kv_head, t, c.head_dim])
-            vc = b.input("vc", "fp16", [1, c.n_kv_head, t, c.head_dim])
-            mask = b.input("mask", "fp16", [1, 1, s, t])
+            cache = (b.input("kc", "fp16", [1, c.n_kv_head, t, c.head_dim]),
+                     b.input("vc", "fp16", [1, c.n_kv_head, t, c.head_dim]),
+                     b.input("mask", "fp16", [1, 1, s, t]))
         xh = b.cast(x, dtype="fp16", name="xh")
-        n = self._norm(b, xh, self._attn_norm_keys(layer), "ln1")
-        q, k, v = self._qkv(b, n, layer)
-        q = b.mul(q, b.scalar(c.head_dim ** -0.5), name="qs")
-        qh, kh = self._positions(b, q, k, pos_in)
-        vh = b.to_heads(v, c.n_kv_head, "v", out="v")
-        causal = b.weight(f"anec.mask.causal.{s}", [1, 1, s, s], "causal")
-        if t is None:
-            ctx = b.attention(qh, kh, vh, causal)
-        else:
-            ctx = b.attention_cached(qh, kc, vc, mask, kh, vh, causal)
-        o = self._out_proj(b, ctx, layer)
-        r = b.add(xh, o, name="r")
-        h = b.cast(r, dtype="fp32", name="h")
-        b.ret(h, kh, vh)
+        r, k, v = self._attn_block(b, xh, layer, shared, cache)
+        b.ret(b.cast(r, dtype="fp32", name="h"), k, v)
         return b.graph
 
     def mlp(self, layer: int, s: int) -> Graph:
-        """Feed-forward half of ``layer`` with its residual connection."""
+        """Feed-forward half of ``layer`` as a func of its own (a building block, as :meth:`attn`)."""
         b = ModelBuilder(self.mlp_name(layer, s))
         x = b.input("x", "fp32", [1, self.cfg.d_model, 1, s])
         xh = b.cast(x, dtype="fp16", name="xh")
-        n = self._norm(b, xh, self._mlp_norm_keys(layer), "ln2")
-        o = self._mlp_body(b, n, layer)
-        r = b.add(xh, o, name="r")
+        r = self._mlp_block(b, xh, layer)
         b.ret(b.cast(r, dtype="fp32", name="h"))
         return b.graph
 
@@ -201,12 +247,46 @@ class DecoderFrontend(ABC):
         b.ret(b.cast(logits, dtype="fp32", name="logits"))
         return b.graph
 
+    # ---- layers (fp16 residual stream in, out) ---------------------------------------
+    def _shared(self, b: ModelBuilder, s: int) -> dict[str, Value]:
+        """What every layer of a func reads: the block's causal mask (a generated
+        weight) and the position inputs. Built once per func, so a stage of the
+        partitioned func holds one copy whatever layers it covers."""
+        shared = self._position_input_values(b, s)
+        shared["causal"] = b.weight(f"anec.mask.causal.{s}", [1, 1, s, s], "causal")
+        return shared
+
+    def _attn_block(self, b: ModelBuilder, xh: Value, layer: int, shared: dict[str, Value],
+                    cache: tuple[Value, Value, Value] | None) -> tuple[Value, Value, Value]:
+        """Attention of ``layer`` with its residual: ``(xh + attn(norm(xh)), k, v)``;
+        ``cache`` is ``(kc, vc, mask)`` for decode, None for prefill."""
+        c = self.cfg
+        n = self._norm(b, xh, self._attn_norm_keys(layer), "ln1")
+        q, k, v = self._qkv(b, n, layer)
+        q = b.mul(q, b.scalar(c.head_dim ** -0.5), name="qs")
+        qh, kh = self._positions(b, q, k, shared)
+        vh = b.to_heads(v, c.n_kv_head, "v", out="v")
+        if cache is None:
+            ctx = b.attention(qh, kh, vh, shared["causal"])
+        else:
+            kc, vc, mask = cache
+            ctx = b.attention_cached(qh, kc, vc, mask, kh, vh, shared["causal"])
+        o = self._out_proj(b, ctx, layer)
+        return b.add(xh, o, name="ra"), kh, vh
+
+    def _mlp_block(self, b: ModelBuilder, xh: Value, layer: int) -> Value:
+        """Feed-forward of ``layer`` with its residual: ``xh + mlp(norm(xh))``."""
+        n = self._norm(b, xh, self._mlp_norm_keys(layer), "ln2")
+        o = self._mlp_body(b, n, layer)
+        return b.add(xh, o, name="rm")
+
     # ---- per-architecture hooks ------------------------------------------------------
     def _position_input_values(self, b: ModelBuilder, s: int) -> dict[str, Value]:
         return {}
 
     def _positions(self, b: ModelBuilder, q: Value, k: Value, pos_in: dict[str, Value]) -> tuple[Value, Value]:
-        """Queries and keys to heads (applying positions if the model rotates them)."""
+        """Queries and keys to heads (applying positions if the model rotates them); ``pos_in``
+        holds at least the values of :meth:`_position_input_values`."""
         return b.to_heads(q, self.cfg.n_head, "q"), b.to_heads(k, self.cfg.n_kv_head, "k", out="k")
 
     @abstractmethod
@@ -242,62 +322,34 @@ class DecoderFrontend(ABC):
         """Key of the ``[vocab, C]`` LM head matrix (the embedding when tied)."""
 
     # ---- export ----------------------------------------------------------------------------
-    def program_names(self, prefill: list[int], decode: list[int], head: list[int] | None = None) -> dict[str, list[str]]:
+    def program_names(self, prefill: list[int], decode: list[int],
+                      head: list[int] | None = None) -> dict[str, list[str]]:
         """Program names grouped by .ir file for the given prefill and cache buckets."""
-        c, w = self.cfg, self.width
+        w = self.width
         groups: dict[str, list[str]] = {}
-        mlp_widths = sorted(set(prefill) | ({w} if decode else set()))
         for s in prefill:
-            groups[f"prefill_s{s}"] = [self.attn_name(i, s) for i in range(c.n_layer)]
+            groups[self.prefill_name(s)] = [self.prefill_name(s)]
         for t in decode:
-            groups[f"decode_w{w}_t{t}"] = [self.attn_name(i, w, t) for i in range(c.n_layer)]
-        for s in mlp_widths:
-            groups[f"mlp_s{s}"] = [self.mlp_name(i, s) for i in range(c.n_layer)]
-        heads = sorted(set(head if head is not None else [w]))
-        groups["lm_head"] = [self.lm_head_name(s) for s in heads]
+            groups[self.decode_name(w, t)] = [self.decode_name(w, t)]
+        groups["lm_head"] = [self.lm_head_name(s) for s in sorted(set(head if head is not None else [w]))]
         return groups
 
-    def export(self, out_dir: str | Path, prefill: list[int] | None = None,
-               decode: list[int] | None = None) -> dict[str, Any]:
-        """Write ``*.ir`` (one file per program group), ``weights.safetensors`` and ``model.json``."""
-        from anec.ir.graph import Module, WeightSource
-        from anec.ir.printer import print_module
-        from anec.ir.verifier import verify
-
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+    def export_funcs(self, prefill: list[int] | None = None, decode: list[int] | None = None
+                     ) -> tuple[dict[str, list[Graph]], dict[str, Any]]:
+        """What ``anec models export`` writes: the funcs per ``.ir`` file (one per bucket,
+        and the LM head) and the ``model.json`` fields that describe them."""
         prefill = prefill or [self.buckets[min(2, len(self.buckets) - 1)]]
         decode = decode or [self.buckets[min(3, len(self.buckets) - 1)]]
         for s in prefill + decode:
             if s not in self.buckets:
                 raise ModelError(f"bucket {s} is not one of {self.buckets}")
-        groups = self.program_names(prefill, decode)
-        files: dict[str, list[str]] = {}
-        keys: dict[str, None] = {}
-        for group, names in groups.items():
-            module = Module()
-            module.weight_sources.append(WeightSource("weights.safetensors"))
-            for n in names:
-                g = self.program(n)
-                module.add_func(g)
-                for node in g.nodes:
-                    if is_weight_const(node):
-                        keys.setdefault(node.attrs["weight"], None)
-            verify(module)
-            text = f"// {self.kind} programs '{group}', generated by `anec models export`.\n" + print_module(module)
-            write_text_atomic(out / f"{group}.ir", text)
-            files[f"{group}.ir"] = names
-        tensors = {k: self.weight(k).astype(np.float16) for k in keys}
-        save_safetensors(out / "weights.safetensors", tensors, {"format": "anec-weights", "model": self.kind})
+        groups = {name: [self.program(n) for n in names]
+                  for name, names in self.program_names(prefill, decode).items()}
         info = {
-            "format": "anec-model/1",
             "model": self.kind,
             "checkpoint": str(self.ckpt.path),
             "config": asdict(self.cfg),
             "decode_width": self.width,
             "buckets": {"prefill": prefill, "decode_cache": decode, "all": self.buckets},
-            "files": files,
-            "weights": "weights.safetensors",
         }
-        write_text_atomic(out / "model.json", json.dumps(info, indent=2) + "\n")
-        return info
+        return groups, info

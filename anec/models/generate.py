@@ -1,22 +1,25 @@
 """Text generation on ANE programs: prefill, KV-cache decode, sampling.
 
-Flow for a prompt of n tokens and N new tokens:
+Flow for a prompt of n tokens and N new tokens, one program call per step:
 
-1. *Prefill* runs the prompt through ``L{i}_attn_p{S}`` / ``L{i}_mlp_s{S}``
+1. *Prefill* runs the prompt through ``prefill_s{S}`` (the whole layer stack)
    with S the smallest bucket >= n (the prompt zero-padded on the right; the
-   causal mask keeps padding out of real positions). Each layer returns its
-   keys and values, which go into the host KV cache.
+   causal mask keeps padding out of real positions). It returns every layer's
+   keys and values (``L{i}_k``, ``L{i}_v``), which go into the host KV cache.
 2. *Decode* feeds one token at a time in column 0 of a W-wide block (W = the
    smallest width whose surface reaches the ANE minimum, 16 for GPT-2 small)
-   through ``L{i}_attn_d{W}_t{T}``: the cache of T past positions is an input
-   (a mask hides the unused tail), the new key/value come back as outputs and
-   the host writes them into the cache. T is one bucket chosen per generation
-   (>= n + N - 1), so a generation compiles each program once.
+   through ``decode_w{W}_t{T}``: every layer's cache of T past positions is
+   an input (``L{i}_kc``, ``L{i}_vc``; a mask hides the unused tail), the new
+   keys/values come back as outputs and the host writes them into the cache.
+   T is one bucket chosen per generation (>= n + N - 1), so a generation
+   compiles each program once.
 3. The LM head (``lm_head_s{W}``) turns the last hidden column into logits;
    :func:`sample` picks the token (greedy, or temperature + top-k with a
    seeded numpy generator).
 
-Programs are built, compiled and loaded on first use and cached by name
+The compiler cuts ``prefill_s{S}`` and ``decode_w{W}_t{T}`` into pipelines of
+ANE programs; the runtime runs each pipeline as one call. Programs are built,
+compiled and loaded on first use and cached by name
 (:class:`~anec.models.programs.ProgramCache`), so later generations with the
 same buckets compile nothing.
 """
@@ -139,16 +142,12 @@ class CausalLM:
 
     def program_names(self, prompt_len: int, cache_len: int | None) -> list[str]:
         """Programs a prefill of ``prompt_len`` (and decode with a ``cache_len`` cache) uses."""
-        c, w = self.cfg, self.fe.width
-        s = pick_bucket(prompt_len, self.fe.buckets, "prompt")
-        names = []
-        for i in range(c.n_layer):
-            names += [self.fe.attn_name(i, s), self.fe.mlp_name(i, s)]
+        w = self.fe.width
+        names = [self.fe.prefill_name(pick_bucket(prompt_len, self.fe.buckets, "prompt"))]
         if cache_len is not None:
-            for i in range(c.n_layer):
-                names += [self.fe.attn_name(i, w, cache_len), self.fe.mlp_name(i, w)]
+            names.append(self.fe.decode_name(w, cache_len))
         names.append(self.fe.lm_head_name(w))
-        return list(dict.fromkeys(names))
+        return names
 
     def compile(self, names: Iterable[str]) -> None:
         """Build, compile and load ``names`` now (with a progress bar)."""
@@ -169,12 +168,11 @@ class CausalLM:
         self.cache = KVCache(self.cfg.n_layer, self.cfg.n_kv_head, cache_len, self.cfg.head_dim)
         x = to_bc1s(self.fe.embed(ids, np.arange(n)), s)
         extra = self.fe.position_inputs(np.arange(s), s)
+        o = self._run(self.fe.prefill_name(s), x=x, **extra)
         for i in range(self.cfg.n_layer):
-            o = self._run(self.fe.attn_name(i, s), x=x, **extra)
-            self.cache.write(i, o["k"], o["v"], 0, n)
-            x = self._run(self.fe.mlp_name(i, s), x=o["h"])["h"]
+            self.cache.write(i, o[f"L{i}_k"], o[f"L{i}_v"], 0, n)
         self.pos = n
-        return x, s
+        return o["h"], s
 
     def prefill(self, ids: Iterable[int], cache_len: int | None = None) -> np.ndarray:
         """Run the prompt, fill the KV cache; returns the last position's logits ``[vocab]``."""
@@ -211,12 +209,12 @@ class CausalLM:
         mask[..., :pos] = 0
         extra = self.fe.position_inputs(np.arange(pos, pos + w), w)
         for i in range(self.cfg.n_layer):
-            o = self._run(self.fe.attn_name(i, w, t), x=x, kc=self.cache.k[i], vc=self.cache.v[i],
-                          mask=mask, **extra)
-            self.cache.write(i, o["k"], o["v"], pos, 1)
-            x = self._run(self.fe.mlp_name(i, w), x=o["h"])["h"]
+            extra[f"L{i}_kc"], extra[f"L{i}_vc"] = self.cache.k[i], self.cache.v[i]
+        o = self._run(self.fe.decode_name(w, t), x=x, mask=mask, **extra)
+        for i in range(self.cfg.n_layer):
+            self.cache.write(i, o[f"L{i}_k"], o[f"L{i}_v"], pos, 1)
         self.pos = pos + 1
-        return self._head_column(x[:, :, :, 0])
+        return self._head_column(o["h"][:, :, :, 0])
 
     def generate(self, ids: Iterable[int], max_new_tokens: int = 32, temperature: float = 0.0,
                  top_k: int = 0, seed: int | None = 0, eos_id: int | None = None,

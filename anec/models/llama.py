@@ -23,7 +23,7 @@ moved into a spatial axis first::
     q' = x * cos + r * sin                                 # cos/sin inputs [1, D, 1, S], broadcast over heads
     [1, D, H, S] -transpose(0, 2, 3, 1)-> [1, H, S, D]     # the attention layout
 
-``P`` is one generated weight (``anec.rope.rotate_half.D``) shared by q and k;
+``P`` is one generated weight (``anec.rope.rotate_half.D``) shared by q and k of every layer;
 the ``cos``/``sin`` tables are program inputs computed by the host for the
 block's positions, so one decode program serves every position.
 
@@ -140,9 +140,17 @@ class Llama(DecoderFrontend):
         d = self.cfg.head_dim
         return {"cos": b.input("cos", "fp16", [1, d, 1, s]), "sin": b.input("sin", "fp16", [1, d, 1, s])}
 
-    def _positions(self, b: ModelBuilder, q: Value, k: Value, pos_in: dict[str, Value]) -> tuple[Value, Value]:
+    def _rotation(self, b: ModelBuilder) -> Value:
         d = self.cfg.head_dim
-        p = b.weight(f"anec.rope.rotate_half.{d}", [d, d, 1, 1], "rot")
+        return b.weight(f"anec.rope.rotate_half.{d}", [d, d, 1, 1], "rot")  # one const per func
+
+    def _shared(self, b: ModelBuilder, s: int) -> dict[str, Value]:
+        shared = super()._shared(b, s)
+        shared["rot"] = self._rotation(b)
+        return shared
+
+    def _positions(self, b: ModelBuilder, q: Value, k: Value, pos_in: dict[str, Value]) -> tuple[Value, Value]:
+        p = self._rotation(b)
         return (self._rope(b, q, self.cfg.n_head, p, pos_in, "q", "qh"),
                 self._rope(b, k, self.cfg.n_kv_head, p, pos_in, "k", "k"))
 

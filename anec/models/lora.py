@@ -76,14 +76,31 @@ def _module_of(node: Node) -> str | None:
     return key[: -len(".weight")] if key.endswith(".weight") else None
 
 
-def _input_name(graph: Graph, module: str) -> str:
-    parts = module.split(".")
+def _input_names(graph: Graph, modules: list[str]) -> dict[str, str]:
+    """Input name stem per module: ``lora_`` + the shortest suffix of its path that no
+    other adapted module shares (``lora_q_proj`` in a one-layer func,
+    ``lora_layers_3_self_attn_q_proj`` when every layer is in the func; a suffix
+    never starts at a bare layer number) and that names no existing value."""
     taken = graph.value_names()
-    for n in range(1, len(parts) + 1):
-        base = "lora_" + re.sub(r"[^A-Za-z0-9_]", "_", "_".join(parts[-n:]))
-        if base + "_A" not in taken and base + "_B" not in taken:
-            return base
-    raise ModelError(f"cannot name LoRA inputs for {module}")
+    used: set[str] = set()
+    out: dict[str, str] = {}
+    split = {m: m.split(".") for m in modules}
+    for m, parts in split.items():
+        for n in range(1, len(parts) + 1):
+            tail = parts[-n:]
+            if n < len(parts) and tail[0].isdigit():
+                continue
+            if any(o != m and op[-n:] == tail for o, op in split.items()):
+                continue
+            base = "lora_" + re.sub(r"[^A-Za-z0-9_]", "_", "_".join(tail))
+            if base in used or base + "_A" in taken or base + "_B" in taken:
+                continue
+            out[m] = base
+            used.add(base)
+            break
+        else:
+            raise ModelError(f"cannot name LoRA inputs for {m}")
+    return out
 
 
 def apply_lora(graph: Graph, targets: Iterable[str], rank: int) -> list[LoraSlot]:
@@ -95,26 +112,28 @@ def apply_lora(graph: Graph, targets: Iterable[str], rank: int) -> list[LoraSlot
     targets = set(targets)
     if rank < 1:
         raise ModelError(f"LoRA rank must be >= 1, got {rank}")
-    slots: list[LoraSlot] = []
-    for node in list(graph.nodes):
+    found: list[tuple[Node, str]] = []
+    for node in graph.nodes:
         if node.op != "conv1x1":
             continue
         module = _module_of(node)
-        if module is None or module.split(".")[-1] not in targets:
-            continue
-        slots.append(_add_path(graph, node, module, rank))
-    return slots
+        if module is not None and module.split(".")[-1] in targets:
+            found.append((node, module))
+    names = _input_names(graph, list(dict.fromkeys(m for _, m in found)))
+    return [_add_path(graph, node, module, names[module], rank) for node, module in found]
 
 
-def _add_path(graph: Graph, conv: Node, module: str, rank: int) -> LoraSlot:
+def _add_path(graph: Graph, conv: Node, module: str, base: str, rank: int) -> LoraSlot:
     x = conv.operands[0]
     y = conv.result
     _, cin, _, s = x.type.shape
     cout = y.type.shape[1]
     dt = x.type.dtype
-    base = _input_name(graph, module)
-    a = graph.add_input(base + "_A", TensorType(dt, (1, 1, rank, cin)))
-    b = graph.add_input(base + "_B", TensorType(dt, (1, 1, cout, rank)))
+    if graph.has_value_name(base + "_A"):  # a module applied twice shares its adapter
+        a, b = graph.value(base + "_A"), graph.value(base + "_B")
+    else:
+        a = graph.add_input(base + "_A", TensorType(dt, (1, 1, rank, cin)))
+        b = graph.add_input(base + "_B", TensorType(dt, (1, 1, cout, rank)))
     idx = graph.nodes.index(conv)
     nxt = graph.nodes[idx + 1] if idx + 1 < len(graph.nodes) else None
     users = list(y.uses)

@@ -51,11 +51,12 @@ class ProgramCache:
     ``get(name, build)`` calls ``build()`` (returning a Graph) the first time a
     name is asked for, compiles it in memory with
     :func:`anec.compiler.compile_module` (also writing ``cache_dir/<name>/``
-    when a directory is given) and loads it into one shared runtime. Names
-    carry the bucket (``L3_attn_d16_t128``), so each bucket compiles once per
-    process. ``transform`` (e.g. adding LoRA inputs) runs on every built graph
-    and what it returns is kept in ``extras[name]``. Backend ``"interp"`` skips
-    the compiler and runs graphs in the reference interpreter instead.
+    when a directory is given) and loads it into one shared runtime (a func
+    the compiler cut loads as one pipeline program). Names carry the bucket
+    (``decode_w16_t128``), so each bucket compiles once per process.
+    ``transform`` (e.g. adding LoRA inputs) runs on every built graph and what
+    it returns is kept in ``extras[name]``. Backend ``"interp"`` skips the
+    compiler and runs graphs in the reference interpreter instead.
     """
 
     def __init__(self, weight_fn: Callable[[str], np.ndarray], backend: str = "auto",
@@ -126,12 +127,14 @@ class ProgramCache:
         return self.runtime.load(result.artifacts[graph.name])
 
     def stats(self) -> dict[str, Any]:
-        """Runtime counters (compiles, loads, reloads, evaluations...) plus
-        ``programs`` (built here) and ``compile_seconds`` (build + compile + load)."""
+        """Runtime counters (compiles, loads, reloads, evaluations...) plus ``funcs``
+        (built here), ``programs`` (the ANE programs they became: a func the compiler
+        cut counts its stages) and ``compile_seconds`` (build + compile + load)."""
         out: dict[str, Any] = {}
         if self._runtime is not None:
             out.update(self._runtime.stats)
-        out["programs"] = len(self.programs)
+        out["funcs"] = len(self.programs)
+        out["programs"] = sum(len(getattr(p, "stages", None) or [p]) for p in self.programs.values())
         out["compile_seconds"] = self.compile_seconds
         return out
 

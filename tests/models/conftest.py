@@ -84,3 +84,4 @@ def hf_greedy(model, ids: list[int], n: int) -> list[int]:
 def hf_logits(model, ids: list[int]):
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0].numpy()
+

@@ -40,24 +40,56 @@ def tiny_gpt2(tmp_path_factory):
 def test_export_gpt2_files_compile_and_match_the_frontend(gpt2_dir, tmp_path):
     out = tmp_path / "gpt2"
     res = run("models", "export", "gpt2", gpt2_dir, "-o", out, "--prefill", "128", "--cache", "256")
-    assert "wrote 7 programs in 4 files" in res.output  # the MLP of width 128 serves both
+    assert "wrote 3 funcs in 3 files" in res.output  # one func per bucket, and the LM head
     info = json.loads((out / "model.json").read_text())
+    assert info["format"] == "anec-model/2"
     assert info["buckets"]["prefill"] == [128] and info["buckets"]["decode_cache"] == [256]
+    assert info["files"] == {"prefill_s128.ir": ["prefill_s128"], "decode_w128_t256.ir": ["decode_w128_t256"],
+                             "lm_head.ir": ["lm_head_s128"]}
     assert sorted(p.name for p in out.glob("*.ir")) == sorted(info["files"])
     text = (out / "prefill_s128.ir").read_text()
     assert 'weights "weights.safetensors"' in text
-    assert 'const(weight="transformer.h.0.attn.c_attn.weight") : fp16[384, 128, 1, 1]' in text
+    assert 'const(weight="transformer.h.1.attn.c_attn.weight") : fp16[384, 128, 1, 1]' in text
     # the exported file compiles on its own (weights directive) and computes what the engine does
     module = parse_file(out / "prefill_s128.ir")
-    art = compile_module(module).artifacts["L0_attn_p128"]
+    art = compile_module(module).artifacts["prefill_s128"]
+    assert len(art.manifest["stages"]) == 2  # 25 weights: the compiler cuts the two layers apart
     fe = decoder_frontend(load_checkpoint(gpt2_dir), 49152)
-    mem = compile_module(fe_module(fe.attn(0, 128)), weights={k: fe.weight(k) for k in _keys(fe.attn(0, 128))})
+    g = fe.prefill(128)
+    mem = compile_module(fe_module(g), weights={k: fe.weight(k) for k in _keys(g)})
     x = np.random.default_rng(0).standard_normal((1, 128, 1, 128)).astype(np.float32)
     with Runtime(backend="sim") as rt:
         a = rt.load(art)(x=x)
-        b = rt.load(mem.artifacts["L0_attn_p128"])(x=x)
-    for k in ("h", "k", "v"):
+        b = rt.load(mem.artifacts["prefill_s128"])(x=x)
+    assert sorted(a) == ["L0_k", "L0_v", "L1_k", "L1_v", "h"]
+    for k in a:
         np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_models_compile_plans_every_func_and_refuses_old_exports(gpt2_dir, tmp_path):
+    out = tmp_path / "gpt2"
+    run("models", "export", "gpt2", gpt2_dir, "-o", out, "--prefill", "128", "--cache", "128")
+    res = run("models", "compile", out, "-o", tmp_path / "build")
+    lines = res.output.strip().splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["prefill_s128", "decode_w128_t128", "lm_head_s128"]
+    assert "2 programs" in lines[0] and "2 programs" in lines[1] and "programs" not in lines[2]
+    assert (tmp_path / "build" / "prefill_s128" / "stages" / "s01" / "model.mil").is_file()
+    # a directory from an older anec: one func per layer half, refused with the command to re-export
+    info = json.loads((out / "model.json").read_text())
+    old = {**info, "format": "anec-model/1",
+           "files": {"prefill_s128.ir": ["L0_attn_p128", "L1_attn_p128"], "mlp_s128.ir": ["L0_mlp_s128"]}}
+    (out / "mlp_s128.ir").write_text("// stale\n")
+    (out / "notes.ir").write_text("// the user's\n")
+    (out / "model.json").write_text(json.dumps(old))
+    res = run("models", "compile", out, ok=False)
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "anec-model/1" in res.output and "older anec" in res.output
+    assert f"anec models export gpt2 {gpt2_dir} -o {out}" in res.output
+    # re-exporting replaces it: files the old model.json listed are gone, others stay
+    run("models", "export", "gpt2", gpt2_dir, "-o", out, "--prefill", "128", "--cache", "128")
+    assert not (out / "mlp_s128.ir").exists() and (out / "notes.ir").exists()
+    res = run("models", "compile", tmp_path / "nothing", ok=False)
+    assert res.exit_code == 1 and "no model.json" in res.output and "anec models export" in res.output
 
 
 def fe_module(graph):
@@ -76,13 +108,14 @@ def test_export_llama_with_lora_inputs_and_bert(llama_dir, minilm_dir, tmp_path)
     run("models", "export", "llama", llama_dir, "-o", tmp_path / "l", "--lora", "q_proj,v_proj", "--lora-rank", "4")
     info = json.loads((tmp_path / "l" / "model.json").read_text())
     assert info["lora"]["rank"] == 4
-    slots = info["lora"]["inputs"]["L0_attn_p256"]
-    assert [s["a_input"] for s in slots] == ["lora_q_proj_A", "lora_v_proj_A"]
-    g = parse_file(tmp_path / "l" / "prefill_s256.ir").funcs["L0_attn_p256"]
-    assert str(g.value("lora_v_proj_B").type) == "fp16[1, 1, 64, 4]"
+    slots = info["lora"]["inputs"]["prefill_s256"]
+    assert [s["a_input"] for s in slots] == [f"lora_layers_{i}_self_attn_{p}_A"
+                                             for i in (0, 1) for p in ("q_proj", "v_proj")]
+    g = parse_file(tmp_path / "l" / "prefill_s256.ir").funcs["prefill_s256"]
+    assert str(g.value("lora_layers_1_self_attn_v_proj_B").type) == "fp16[1, 1, 64, 4]"
     res = run("models", "export", "bert", minilm_dir, "-o", tmp_path / "b", "--prefill", "32,64")
-    assert "wrote 24 programs in 2 files" in res.output
-    assert len(parse_file(tmp_path / "b" / "encoder_s32.ir").funcs) == 12
+    assert "wrote 2 funcs in 2 files" in res.output
+    assert list(parse_file(tmp_path / "b" / "encoder_s32.ir").funcs) == ["encoder_s32"]
 
 
 def test_generate_with_the_tiny_gpt2_script(tiny_gpt2):

@@ -80,15 +80,23 @@ def test_every_program_stays_under_the_blob_budget(case):
     kind, _, lm, _ = case
     fe, w = lm.fe, lm.fe.width
     graphs = [fe.attn(0, w), fe.attn(0, w, 2 * w), fe.mlp(0, w), fe.lm_head(w)]
-    # attention: norm (2|1) + projections (4|4) + causal mask (+ RoPE rotation for Llama)
+    # per-layer blocks: norm (2|1) + projections (4|4) + causal mask (+ RoPE rotation for Llama)
     assert [len(blob_tensors(g)) for g in graphs] == ([7, 7, 6, 3] if kind == "gpt2" else [7, 7, 4, 2])
+    # the whole stack: both layers, one shared mask (and rotation)
+    assert len(blob_tensors(fe.prefill(w))) == (25 if kind == "gpt2" else 20)
     lm.generate(PROMPT, max_new_tokens=2)
-    manifests = [p.manifest for p in lm.programs.programs.values()]
-    names = {m["func"] for m in manifests}
-    assert {fe.attn_name(1, w), fe.attn_name(1, w, w), fe.mlp_name(1, w), fe.lm_head_name(w)} <= names
-    for m in manifests:
-        # 16 BLOBFILE tensors, minus the scalar penalty: every program has a norm eps
-        assert len(m["weights"]) <= 15, m["func"]
+    progs = lm.programs.programs
+    assert set(progs) == {fe.prefill_name(w), fe.decode_name(w, w), fe.lm_head_name(w)}
+    n_programs = 0
+    for name, p in progs.items():
+        # over the budget: cut by the compiler into a pipeline of stages, each within it
+        stages = [s.manifest for s in p.stages] if hasattr(p, "stages") else [p.manifest]
+        assert (len(stages) > 1) == (name != fe.lm_head_name(w)), name
+        for m in stages:
+            # 16 BLOBFILE tensors, minus the scalar penalty: every program has a norm eps
+            assert len(m["weights"]) <= 15, name
+        n_programs += len(stages)
+    assert n_programs <= 4 * lm.cfg.n_layer + 1  # the per-layer program set: attn + mlp, prefill + decode
 
 
 def test_sampling_is_seeded_and_respects_top_k(case):

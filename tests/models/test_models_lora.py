@@ -121,3 +121,22 @@ def test_adapter_errors(llama_dir, adapters, tmp_path):
     plain = CausalLM(lm.fe, backend=BACKEND)
     with pytest.raises(ModelError, match="without LoRA"):
         plain.set_adapter(LoraAdapter.load(adapters[1]))
+
+
+def test_lora_inputs_of_a_whole_stack_are_named_by_their_layer(llama_dir):
+    fe = decoder_frontend(load_checkpoint(llama_dir), 49152)
+    one, whole = fe.attn(1, fe.width), fe.prefill(fe.width)
+    assert [s.a_input for s in apply_lora(one, ["q_proj"], 2)] == ["lora_q_proj_A"]
+    slots = apply_lora(whole, ["q_proj", "v_proj"], 2)
+    assert [s.a_input for s in slots] == [f"lora_layers_{i}_self_attn_{p}_A"
+                                          for i in (0, 1) for p in ("q_proj", "v_proj")]
+    assert [s.module for s in slots][1] == "model.layers.0.self_attn.v_proj"
+    # a module applied twice in one func takes one adapter, read by both paths
+    b = Builder("twice")
+    x = b.input("x", "fp16", [1, 8, 1, 64])
+    w = b.const_weight("enc.query.weight", "fp16[8, 8, 1, 1]", name="w")
+    b.ret(b.conv1x1(b.conv1x1(x, w, name="y1"), w, name="y2"))
+    g = b.graph
+    twice = apply_lora(g, ["query"], 2)
+    assert [s.a_input for s in twice] == ["lora_query_A", "lora_query_A"]
+    assert [v.name for v in g.inputs] == ["x", "lora_query_A", "lora_query_B"]
