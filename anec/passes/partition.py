@@ -44,7 +44,9 @@ Cost, minimized in this order:
    is a :class:`~anec.diagnostics.ConstraintError` naming the node);
 2. the number of stages;
 3. the bytes that cross stage boundaries (the sum over cuts of the crossing
-   values' sizes: each is written by one stage and read by another).
+   values' sizes: each is written by one stage and read by another; a func
+   input counts at the cuts between its first and last use, where the host
+   writes it into one more stage).
 
 For the BLOBFILE budget this is exact and linear: with ``f(i)`` the best
 (stages, bytes) covering items ``[0, i)``, ``f(i) = min over allowed j in
@@ -181,17 +183,18 @@ class _Sweep:
     def __init__(self, graph: "Graph", items: list["Node"], target: "Target") -> None:
         n = len(items)
         self.pos = {id(x): i for i, x in enumerate(items)}
-        self.values: list[tuple["Value", int, int]] = []  # (value, defined before, last use)
         cross = [0] * (n + 2)
         bad = [0] * (n + 2)
         for v in [*graph.inputs, *(r for x in items for r in x.results)]:
             d = self.pos[id(v.producer)] if v.producer is not None else -1
             uses = [self.pos[id(u)] for u in v.uses if id(u) in self.pos]
             last = max(uses, default=d)
-            self.values.append((v, d, last))
-            if last > d and last >= 1:
-                # crosses every cut j with d < j <= last (cuts are 1..n-1)
-                lo, hi = max(d + 1, 1), last
+            # a value crosses every cut j with d < j <= last (cuts are 1..n-1); a func input
+            # crosses only the cuts between its first and last use (the host writes it into
+            # every stage that reads it: before its first use, a cut moves nothing)
+            start = min(uses) if v.producer is None and uses else d
+            if last > start and last >= 1:
+                lo, hi = max(start + 1, 1), last
                 cross[lo] += v.type.nbytes
                 cross[hi + 1] -= v.type.nbytes
                 if not _io_ok(v, target):

@@ -254,3 +254,19 @@ def test_random_dags_partition_into_legal_stages_that_compose_to_the_func(text, 
     count, _ = blob_cap_of(plan.items, tgt)
     if sram is None:
         assert len(plan.stages) <= max(1, count)
+
+
+def test_a_func_input_counts_only_between_its_first_and_last_use():
+    """A large input read only by the last layers (a KV cache) moves nothing at earlier cuts."""
+    lines = [f"func f(%x: {T}, %cache: fp16[1, {C}, 64, {S}]) {{"]
+    prev = "%x"
+    for i in range(40):
+        lines += [f'  %w{i} = const(weight="l{i}.w") : fp16[{C}, {C}, 1, 1]', f"  %c{i} = conv1x1({prev}, %w{i})"]
+        prev = f"%c{i}"
+    lines += [f"  %m = reduce_sum(%cache, axes=[2], keep_dims=true)", f"  %y = add({prev}, %m)", "  return %y\n}\n"]
+    m = parse("\n".join(lines), "c.ir")
+    plan = plan_partition(m.funcs["f"], target(16))
+    assert len(plan.stages) == 3
+    assert plan.crossing_bytes == 2 * C * S * 2  # two cuts, one [1, C, 1, S] fp16 activation each
+    check_plan(m.funcs["f"], plan, target(16), random_weights(m, 0))
+
