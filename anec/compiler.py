@@ -11,7 +11,11 @@ One call compiles every func of a module into its own ANE program::
 Steps: resolve the weights (``--weights`` file, the module's ``weights``
 directives, or random tensors), check every weight const against them before
 any pass runs, run the pipeline on a copy of the module (the caller's module
-is not changed), and write ``out_dir/<func>/`` atomically per func.
+is not changed), and write ``out_dir/<func>/`` for every func, all or nothing:
+``out_dir`` is replaced as a whole (it then holds exactly these funcs and the
+output index ``.anec-output.json``), readers see the complete previous output
+or the complete new one, and compiles to one ``out_dir`` take turns (see
+:func:`anec.mil.artifact.write_output`).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any, Iterable, Sequence
 
 from anec.diagnostics import AnecError, did_you_mean
 from anec.ir.graph import Module
-from anec.mil.artifact import Artifact
+from anec.mil.artifact import Artifact, write_output
 from anec.passes.base import Pass, PassContext
 from anec.targets import Target, get_target
 
@@ -145,13 +149,11 @@ def compile_module(
                                      "'all' takes every weight")
 
     result = CompileResult(dict(ctx.artifacts), work, tgt, timings, list(ctx.printed), list(ctx.rewrites))
-    if out_dir is not None:
-        root = Path(out_dir)
-        for name, art in result.artifacts.items():
-            start = time.perf_counter()
-            result.paths[name] = art.write(root / name)
-            if timing:
-                result.timings.append((name, "write", time.perf_counter() - start))
+    if out_dir is not None and result.artifacts:
+        start = time.perf_counter()
+        result.paths = write_output(Path(out_dir), result.artifacts)
+        if timing:
+            result.timings.append(("*", "write", time.perf_counter() - start))
     return result
 
 

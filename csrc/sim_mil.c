@@ -177,7 +177,7 @@ static void lex(parser *P)
     } else if (c == '-' && c1 == '>') {
         P->pos += 2;
         t.kind = T_ARROW;
-    } else if (strchr("()[]{}<>,=;?", c)) {
+    } else if (c && strchr("()[]{}<>,=;?", c)) { /* strchr finds the terminating NUL too */
         P->pos++;
         t.kind = T_PUNCT;
         t.punct = c;

@@ -180,6 +180,15 @@ int main(void)
         CHECK(!p && st == ANEC_ECOMPILE);
         CHECK_HAS(err, "at most 0 are allowed");
     }
+    /* a NUL byte is an unexpected byte, not punctuation */
+    {
+        static const char text[] = "program(1.3)\0{ func main(tensor<fp16, [4]> x) { } -> (x); }";
+        char err[512];
+        mil_program *p = mil_parse(text, sizeof text - 1, err, sizeof err);
+        CHECK(p == NULL);
+        CHECK_HAS(err, "model.mil:1:13: unexpected byte 0x00");
+        mil_free(p);
+    }
     /* sizes the sim plans are bounded: a conv whose im2col buffer would overflow is refused */
     reject("program(1.3) { func main(tensor<fp16, [1, 1, 65536, 65536]> x) {"
            " tensor<fp16, [1, 1, 3, 3]> w = const()[name = string(\"w\"), val = tensor<fp16, [1, 1, 3, 3]>([1,1,1,1,1,1,1,1,1])];"
