@@ -607,7 +607,7 @@ def load_artifact(path: str | os.PathLike, func: str | None = None) -> "Artifact
             try:
                 return _load_from(d, func)
             except ArtifactError:
-                if d.removed and attempt < 2:  # a newer compile replaced the output meanwhile
+                if d.replaced and attempt < 2:  # a newer compile replaced the output meanwhile
                     continue
                 raise
     raise AssertionError("unreachable")  # pragma: no cover

@@ -115,12 +115,14 @@ class Beneath:
             pass
 
     @property
-    def removed(self) -> bool:
-        """True once the directory has been deleted (an output replaced by a newer compile)."""
+    def replaced(self) -> bool:
+        """True once the path no longer names the directory that was opened (an output
+        replaced by a newer compile: this view is being deleted, read the path again)."""
         try:
-            return os.fstat(self._fd).st_nlink == 0
+            mine, now = os.fstat(self._fd), os.stat(self.path)
         except OSError:
             return True
+        return (mine.st_dev, mine.st_ino) != (now.st_dev, now.st_ino) or mine.st_nlink == 0
 
     # ---- entries ---------------------------------------------------------------
     def names(self) -> list[str]:
