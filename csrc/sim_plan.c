@@ -1001,6 +1001,10 @@ static int op_reshape(builder *B, const mil_stmt *st)
             berr(B, p.line, NULL, "reshape: invalid dimension %lld", (long long)shape[i]);
             return -1;
         }
+        if (known > MIL_MAX_NUMEL / (uint64_t)shape[i]) {
+            berr(B, p.line, NULL, "reshape: the shape has more than 2^34 elements");
+            return -1;
+        }
         known *= (uint64_t)shape[i];
     }
     if (neg >= 0) {

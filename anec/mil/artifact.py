@@ -47,7 +47,7 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -516,13 +516,16 @@ def _func_dir_name(name: Any) -> str:
     return name
 
 
-def write_output(out: str | os.PathLike, artifacts: Mapping[str, "Artifact"]) -> dict[str, Path]:
+def write_output(out: str | os.PathLike, artifacts: Mapping[str, "Artifact"],
+                 keep_funcs: bool = False) -> dict[str, Path]:
     """Write every func's artifact to ``out/<func>/`` and the output index, all or nothing.
 
-    ``out`` is replaced as a whole: afterwards it holds exactly these funcs,
-    and a reader sees the complete previous output or the complete new one.
-    An existing ``out`` must be empty, an anec output or an artifact, so a
-    mistyped ``-o`` never deletes user files. Returns func -> directory.
+    ``out`` is replaced as a whole, and a reader sees the complete previous
+    output or the complete new one. Afterwards it holds exactly these funcs;
+    with ``keep_funcs`` also the funcs of the previous output that these do
+    not replace (hard-linked into the new tree, so adding one func costs no
+    copy). An existing ``out`` must be empty, an anec output or an artifact,
+    so a mistyped ``-o`` never deletes user files. Returns func -> directory.
     """
     dest = Path(out)
     files: dict[str, bytes] = {}
@@ -532,12 +535,51 @@ def write_output(out: str | os.PathLike, artifacts: Mapping[str, "Artifact"]) ->
         for rel, data in art.files().items():
             files[f"{d}/{rel}"] = data
         index[d] = sha256(files[f"{d}/{MANIFEST_FILE}"])
-    marker = {"format": OUTPUT_FORMAT, "anec_version": __version__, "funcs": index}
-    files[OUTPUT_INDEX] = (format_json(marker) + "\n").encode("utf-8")  # last: the output is complete
+
+    def last(tmp: Path) -> dict[str, bytes]:
+        """The output index (written last: the output is complete), with the kept funcs
+        linked in first; runs under the write lock, so the previous output is stable."""
+        kept = _link_funcs(dest, tmp, exclude=index) if keep_funcs and _exists(dest) else {}
+        marker = {"format": OUTPUT_FORMAT, "anec_version": __version__, "funcs": {**kept, **index}}
+        return {OUTPUT_INDEX: (format_json(marker) + "\n").encode("utf-8")}
+
     if _exists(dest):
         _check_replaceable_output(dest)
-    write_tree_atomic(dest, files)
+    write_tree_atomic(dest, files, last)
     return {name: dest / name for name in artifacts}
+
+
+def _link_funcs(dest: Path, tmp: Path, exclude: Mapping[str, str]) -> dict[str, str]:
+    """Hard-link the func directories of the output ``dest`` (all but ``exclude``) into
+    ``tmp``; func -> manifest sha256. Only plain directories and regular files are taken."""
+    kept: dict[str, str] = {}
+    with Beneath.open(_real_dir(dest)) as d:
+        if d.kind(MANIFEST_FILE) is not None:
+            return kept  # a single artifact, not an output: nothing to keep
+        for name, digest in output_funcs(d).items():
+            if name in exclude:
+                continue
+            with d.subdir(name, "func directory") as sub:
+                _link_tree(sub, tmp / name)
+                kept[name] = digest or sha256(sub.read(MANIFEST_FILE, MANIFEST_MAX_BYTES, "manifest"))
+    return kept
+
+
+def _link_tree(src: Beneath, to: Path) -> None:
+    to.mkdir()
+    for name in src.names():
+        kind = src.kind(name)
+        if kind == "directory":
+            with src.subdir(name) as sub:
+                _link_tree(sub, to / name)
+        elif kind == "file":
+            try:
+                os.link(name, to / name, src_dir_fd=src.fileno, follow_symlinks=False)
+            except OSError:  # no hard links here: copy
+                _write_file(to / name, src.read(name, BLOB_MAX_BYTES, "file"))
+        else:
+            raise ArtifactError(f"cannot keep '{src.path / name}' in the output: it is a {kind}",
+                                hint="recompile that func, or write the output without keeping funcs")
 
 
 def _check_replaceable_output(dest: Path) -> None:
@@ -768,13 +810,15 @@ def _remove_stale(dest: Path) -> None:
                     pass
 
 
-def write_tree_atomic(dest: Path, files: Mapping[str, bytes]) -> None:
+def write_tree_atomic(dest: Path, files: Mapping[str, bytes],
+                      last: Callable[[Path], Mapping[str, bytes]] | None = None) -> None:
     """Make ``dest`` a directory holding exactly ``files``, all or nothing.
 
     Under the write lock of ``dest``, the temporary directories of killed
-    writes are removed, then the files go (in order: put the one that marks
-    completion last) to a fresh temporary directory next to ``dest`` (same
-    file system), are fsynced, and the directory is renamed into place. An
+    writes are removed, then the files go to a fresh temporary directory next
+    to ``dest`` (same file system), followed by the files ``last(tmp)``
+    returns (the one that marks completion; ``last`` may also add to ``tmp``),
+    are fsynced, and the directory is renamed into place. An
     existing ``dest`` is swapped out atomically where the OS allows it
     (renameat2), otherwise moved aside and replaced (a reader may then find
     no ``dest`` for a moment, never a partial one) and then deleted. On any
@@ -787,10 +831,10 @@ def write_tree_atomic(dest: Path, files: Mapping[str, bytes]) -> None:
         raise ArtifactError(f"cannot create '{parent}': {e.strerror}") from None
     with _WriteLock(dest):
         _remove_stale(dest)
-        _swap_in(dest, files)
+        _swap_in(dest, files, last)
 
 
-def _swap_in(dest: Path, files: Mapping[str, bytes]) -> None:
+def _swap_in(dest: Path, files: Mapping[str, bytes], last: Callable[[Path], Mapping[str, bytes]] | None) -> None:
     parent = dest.parent
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.anec-tmp-", dir=parent))
@@ -800,7 +844,11 @@ def _swap_in(dest: Path, files: Mapping[str, bytes]) -> None:
     try:
         for rel, data in files.items():
             _write_file(tmp / rel, data)
-        for sub in sorted({(tmp / rel).parent for rel in files} | {tmp}, key=lambda p: -len(p.parts)):
+        final = last(tmp) if last is not None else {}
+        for rel, data in final.items():
+            _write_file(tmp / rel, data)
+        dirs = {tmp} | {Path(root) for root, _, _ in os.walk(tmp)}
+        for sub in sorted(dirs, key=lambda p: -len(p.parts)):
             _fsync_dir(sub)
         if _exists(dest):
             if _exchange(tmp, dest):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from anec.diagnostics import ArtifactError
 
@@ -115,6 +115,11 @@ class Beneath:
             pass
 
     @property
+    def fileno(self) -> int:
+        """The directory's descriptor (valid until :meth:`close`)."""
+        return self._fd
+
+    @property
     def replaced(self) -> bool:
         """True once the path no longer names the directory that was opened (an output
         replaced by a newer compile: this view is being deleted, read the path again)."""
@@ -133,8 +138,10 @@ class Beneath:
             raise ArtifactError(f"cannot list '{self.path}': {e.strerror}") from None
 
     def kind(self, name: str) -> str | None:
-        """What entry ``name`` is (see :func:`kind_of`), without following it; None if absent."""
-        check_rel(name)
+        """What entry ``name`` (one component) is (see :func:`kind_of`), without following it;
+        None if absent."""
+        if len(check_rel(name)) != 1:
+            raise ArtifactError(f"'{name}' is not a name of an entry of '{self.path}'")
         try:
             st = os.stat(name, dir_fd=self._fd, follow_symlinks=False)
         except (FileNotFoundError, NotADirectoryError):

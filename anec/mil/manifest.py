@@ -245,7 +245,7 @@ def _join(path: str, key: str) -> str:
 
 # ---- the schema ------------------------------------------------------------------------
 
-_name = string(MAX_NAME)
+_name = string(1024)
 _mil_name = string(MAX_NAME, _MIL_NAME, "a MIL identifier ([A-Za-z_][A-Za-z0-9_]*)")
 _func = string(MAX_NAME, re.compile(r"[^./\\\0][^/\\\0]*\Z"),
                "a func name (no '/', not starting with '.')")

@@ -28,6 +28,7 @@ from click.testing import CliRunner
 from anec.cli import main
 from anec.compiler import compile_module
 from anec.diagnostics import ArtifactError
+from anec.ir.graph import Module
 from anec.ir.parser import parse
 from anec.mil.artifact import OUTPUT_INDEX, Artifact, is_temp_name, load_artifact, sha256
 from anec.mil.beneath import Beneath
@@ -88,6 +89,30 @@ def test_an_output_is_replaced_as_a_whole(tmp_path):
     assert _leftovers(tmp_path, "out") == []  # no temporary directory, no lock file
     with pytest.raises(ArtifactError, match=r"has no func 'f01' \(funcs: f00\)"):
         load_artifact(out, "f01")
+
+
+def test_keep_funcs_grows_an_output_one_func_at_a_time(tmp_path):
+    """``keep_funcs`` (what a model's program cache uses): the new output holds the previous
+    funcs (hard links, no copy) plus the new one, still replaced all or nothing."""
+    out = tmp_path / "out"
+    funcs = parse(many_funcs(3), "a.ir").funcs
+    for i, name in enumerate(funcs):
+        one = Module()
+        one.add_func(funcs[name])
+        compile_module(one, random_seed=i, out_dir=out, keep_funcs=True)
+    assert sorted(os.listdir(out)) == [OUTPUT_INDEX, "f00", "f01", "f02"]
+    assert sorted(json.loads((out / OUTPUT_INDEX).read_text())["funcs"]) == ["f00", "f01", "f02"]
+    first = (out / "f00" / "weights" / "w.bin").stat()
+    assert first.st_nlink == 1  # the previous trees are gone, the kept files live on
+    assert all(load_artifact(out, f).func == f for f in ("f00", "f01", "f02"))
+    before = load_artifact(out, "f00").blobs
+    one = Module()
+    one.add_func(funcs["f00"])
+    compile_module(one, random_seed=9, out_dir=out, keep_funcs=True)  # a kept func is replaced by a new one
+    assert load_artifact(out, "f00").blobs != before and load_artifact(out, "f02").func == "f02"
+    compile_module(one, random_seed=9, out_dir=out)  # without keep_funcs: exactly this compile's funcs
+    assert sorted(os.listdir(out)) == [OUTPUT_INDEX, "f00"]
+    assert _leftovers(tmp_path, "out") == []
 
 
 def test_foreign_directories_and_links_are_never_replaced(tmp_path):
