@@ -42,9 +42,9 @@ import json
 import math
 import os
 import re
+import secrets
 import shutil
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
@@ -834,10 +834,23 @@ def write_tree_atomic(dest: Path, files: Mapping[str, bytes],
         _swap_in(dest, files, last)
 
 
+def _temp_dir(dest: Path) -> Path:
+    """A new directory ``.<name>.anec-tmp-XXXXXXXX`` next to ``dest``, with the mode a plain
+    ``mkdir`` gives (the umask applies, as for the directory it becomes)."""
+    for _ in range(100):
+        p = dest.parent / f".{dest.name}.anec-tmp-{secrets.token_hex(4)}"
+        try:
+            os.mkdir(p, 0o777)
+            return p
+        except FileExistsError:
+            continue
+    raise OSError(errno.EEXIST, "no free temporary name", str(dest.parent))
+
+
 def _swap_in(dest: Path, files: Mapping[str, bytes], last: Callable[[Path], Mapping[str, bytes]] | None) -> None:
     parent = dest.parent
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.anec-tmp-", dir=parent))
+        tmp = _temp_dir(dest)
     except OSError as e:
         raise ArtifactError(f"cannot write to '{parent}': {e.strerror}") from None
     old: Path | None = None
@@ -854,7 +867,7 @@ def _swap_in(dest: Path, files: Mapping[str, bytes], last: Callable[[Path], Mapp
             if _exchange(tmp, dest):
                 old = tmp  # tmp now holds the previous tree
             else:
-                old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.anec-tmp-", dir=parent))
+                old = _temp_dir(dest)
                 os.rmdir(old)
                 os.rename(dest, old)
                 try:
