@@ -458,6 +458,11 @@ def build_corpus(root: Path) -> list[Case]:
     shutil.copytree(b.base / "plain" / FUNC, d / ".ffn.abcd1234.tmp")
     b.add("legacy_temp_dir", d / ".ffn.abcd1234.tmp", r"is a temporary directory")
     b.add("legacy_temp_func", d, r"is not an artifact directory", ".ffn.abcd1234.tmp")
+    d = b.artifact("manifest_path")  # the user names the manifest: its directory is the artifact
+    b.add("manifest_path", d / "manifest.json", None)
+    d = b.artifact("manifest_path_link")
+    b.replace(d / "manifest.json", "symlink", out / "manifest.json")
+    b.add("manifest_path_link", d / "manifest.json", r"manifest\.json' \(it " + link)
     fifo = b.root / "cases" / "not_a_dir"
     os.mkfifo(fifo)
     b.add("path_is_fifo", fifo, r"is not a directory")

@@ -58,7 +58,7 @@ def corpus(tmp_path_factory) -> list[Case]:
 def _audit_violations(case: Case, events: list[tuple]) -> list[str]:
     """Opens that could reach outside the artifact: a path other than the one the user
     named, or a component opened without O_NOFOLLOW."""
-    named = {os.fspath(case.path), os.fspath(case.path.parent)}
+    named = {os.fspath(case.path.parent if case.path.name == "manifest.json" else case.path)}
     bad = []
     for path, mode, flags in events:
         if isinstance(path, int):
