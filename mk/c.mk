@@ -35,6 +35,8 @@ C_TESTS     := test_mil test_blob test_kernels test_rt
 C_FUZZERS   := fuzz_mil fuzz_blob fuzz_manifest
 
 .PHONY: c-test c-asan fuzz-smoke fuzz c-clean
+# the runtime objects are kept between runs (make would delete them as intermediates)
+.SECONDARY:
 
 # Runtime objects are built once per flavour (opt, asan, fuzz) and linked into every test.
 C_RT_OBJ     = $(patsubst csrc/%.c,$(C_BUILD)/$(1)/obj/%.o,$(C_RT_SRC))
