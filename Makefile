@@ -19,7 +19,7 @@ help:
 	@echo "make test      set up .venv with the test references and run the whole test suite"
 	@echo "make check-c   sanitizer (ASan/UBSan) C tests, fuzz smoke run, macOS-target syntax check"
 	@echo "make test-asan the Python runtime tests on the extension built with ASan/UBSan"
-	@echo "make fuzz      longer libFuzzer runs of the MIL parser and BLOBFILE reader"
+	@echo "make fuzz      longer libFuzzer runs (MIL parser, BLOBFILE reader, manifest path; FUZZ_RUNS=N)"
 	@echo "make bench     run the benchmarks (results in benchmarks/results/)"
 
 $(VENV)/.core: pyproject.toml setup.py

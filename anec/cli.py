@@ -1,11 +1,18 @@
 """The ``anec`` command line.
 
-Exit codes: 0 success, 1 user error (an :class:`~anec.diagnostics.AnecError`,
-rendered as ``file:line:col: error: ...`` on stderr), 2 usage error.
+Exit codes: 0 success; 1 user error (an :class:`~anec.diagnostics.AnecError`,
+rendered as ``file:line:col: error: ...`` on stderr, or an operating system
+error such as a full disk); 2 usage error; 3 internal error: a bug in anec,
+reported as a short message with the anec version (the Python traceback only
+with ``anec --traceback`` or ``ANEC_TRACEBACK=1``); 128 + N after signal N
+(SIGTERM, SIGHUP), once temporary files and runtimes are cleaned up. No input
+makes anec print a Python traceback.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 import click
@@ -13,21 +20,71 @@ import click
 from anec import __version__
 from anec.diagnostics import AnecError
 
+EXIT_INTERNAL = 3
+TRACEBACK_ENV = "ANEC_TRACEBACK"
+
 
 class _Group(click.Group):
-    """A click group that renders AnecError instead of a traceback."""
+    """A click group that renders AnecError, and any other exception as a bug report,
+    instead of a traceback."""
 
     def invoke(self, ctx: click.Context):  # noqa: D102
+        _exit_on_signals()
         try:
             return super().invoke(ctx)
         except AnecError as e:
             click.echo(e.render(), err=True)
             ctx.exit(1)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except MemoryError:
+            click.echo("error: out of memory", err=True)
+            ctx.exit(1)
+        except OSError as e:  # the environment (a full disk, a permission), not the input
+            where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+            click.echo(f"error: {e.strerror or e}{where}", err=True)
+            ctx.exit(1)
+        except Exception as e:  # noqa: BLE001 - the last guard: a bug, reported as one
+            _internal_error(ctx, e)
+            ctx.exit(EXIT_INTERNAL)
+
+
+def _internal_error(ctx: click.Context, e: BaseException) -> None:
+    import platform
+    import traceback
+
+    show = (ctx.find_root().params or {}).get("traceback") or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+    if show:
+        click.echo("".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip("\n"), err=True)
+    message = str(e).splitlines()[0][:200] if str(e) else ""
+    click.echo(f"anec: internal error: {type(e).__name__}{': ' + message if message else ''}\n"
+               f"This is a bug in anec {__version__} (Python {platform.python_version()}, {platform.system()}); "
+               "please report it with the command line and its input files."
+               + ("" if show else f"\nRun again with 'anec --traceback ...' or {TRACEBACK_ENV}=1 for the details."),
+               err=True)
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _exit_on_signals() -> None:
+    """SIGTERM/SIGHUP exit through the normal unwinding (temporary directories removed,
+    runtimes closed) unless the process installed handlers of its own."""
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+            try:
+                signal.signal(sig, _on_signal)
+            except ValueError:  # not the main thread (click invoked from a thread)
+                return
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="anec")
-def main() -> None:
+@click.option("--traceback", is_flag=True, help=f"Print the Python traceback of an internal error "
+                                                 f"(also {TRACEBACK_ENV}=1).")
+def main(traceback: bool) -> None:
     """anec: compile, check and run models on the Apple Neural Engine."""
 
 
@@ -444,8 +501,9 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
             from anec.ir.interp import select_func
 
             func_name = select_func(module, func_name).name
-            compile_module(module, weights=store, target=target, out_dir=tmp)
-            prog = rt.load(tmp, func=func_name)
+            out = os.path.join(tmp, "out")  # the output and its lock live in the temp dir
+            compile_module(module, weights=store, target=target, out_dir=out)
+            prog = rt.load(out, func=func_name)
         else:
             prog = rt.load(target_path, func=func_name)
         names = prog.input_names
@@ -485,10 +543,7 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
                 from anec.mil.artifact import artifact_weight_inputs, artifact_weights
                 from anec.mil.pipeline import PipelineArtifact, load_any
 
-                art_dir = target_path
-                if not os.path.isfile(os.path.join(art_dir, "manifest.json")):
-                    art_dir = os.path.join(target_path, prog.name)
-                art = load_any(art_dir)
+                art = load_any(target_path, prog.name)
                 module = art.program_module()
                 if isinstance(art, PipelineArtifact):  # program.ir is the func before it was cut
                     store, extra = art.interp_weights(), art.weight_inputs()

@@ -11,7 +11,11 @@ One call compiles every func of a module into its own ANE program::
 Steps: resolve the weights (``--weights`` file, the module's ``weights``
 directives, or random tensors), check every weight const against them before
 any pass runs, run the pipeline on a copy of the module (the caller's module
-is not changed), and write ``out_dir/<func>/`` atomically per func.
+is not changed), and write ``out_dir/<func>/`` for every func, all or nothing:
+``out_dir`` is replaced as a whole (it then holds these funcs and the output
+index ``.anec-output.json``), readers see the complete previous output or the
+complete new one, and compiles to one ``out_dir`` take turns (see
+:func:`anec.mil.artifact.write_output`).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any, Iterable, Sequence
 
 from anec.diagnostics import AnecError, did_you_mean
 from anec.ir.graph import Module
-from anec.mil.artifact import Artifact
+from anec.mil.artifact import Artifact, write_output
 from anec.passes.base import Pass, PassContext
 from anec.targets import Target, get_target
 
@@ -87,6 +91,7 @@ def compile_module(
     with_weights: bool = True,
     dialect: str | None = None,
     weights_as_inputs: Iterable[str] | str | None = None,
+    keep_funcs: bool = False,
 ) -> CompileResult:
     """Compile every func of ``module``; see the module docstring.
 
@@ -102,6 +107,10 @@ def compile_module(
     makes the matching weights program inputs (the weights-as-inputs pass):
     the runtime fills them from the artifact and reloads them by writing
     their surfaces, without a compile or a load.
+    ``out_dir`` is replaced all or nothing and then holds exactly the funcs
+    of this compile; with ``keep_funcs`` it also keeps the funcs of the
+    previous output this compile does not replace (one output grown a func
+    at a time).
     """
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline
@@ -145,13 +154,11 @@ def compile_module(
                                      "'all' takes every weight")
 
     result = CompileResult(dict(ctx.artifacts), work, tgt, timings, list(ctx.printed), list(ctx.rewrites))
-    if out_dir is not None:
-        root = Path(out_dir)
-        for name, art in result.artifacts.items():
-            start = time.perf_counter()
-            result.paths[name] = art.write(root / name)
-            if timing:
-                result.timings.append((name, "write", time.perf_counter() - start))
+    if out_dir is not None and result.artifacts:
+        start = time.perf_counter()
+        result.paths = write_output(Path(out_dir), result.artifacts, keep_funcs=keep_funcs)
+        if timing:
+            result.timings.append(("*", "write", time.perf_counter() - start))
     return result
 
 

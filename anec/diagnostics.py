@@ -8,8 +8,8 @@ Every error a user can cause is an :class:`AnecError`. When it carries a
            ^^^^
     hint: did you mean 'gelu'?
 
-The CLI catches ``AnecError`` only, prints :meth:`AnecError.render` to stderr
-and exits with status 1.
+The CLI prints :meth:`AnecError.render` to stderr and exits with status 1;
+any other exception is reported as a bug in anec (exit 3, see anec/cli.py).
 """
 
 from __future__ import annotations

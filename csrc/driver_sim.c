@@ -521,7 +521,8 @@ static int sim_load(void *ctx, void *prog, char *err, size_t errlen)
     }
     if (rc == ANEC_OK)
         rc = sim_state_load(p->st, files, n, err, errlen);
-    for (size_t k = 0; k < p->n_paths; k++)
+    /* owned[0] holds the compiled data even when the program reads no weight file */
+    for (size_t k = 0; k <= p->n_paths; k++)
         free(owned[k]);
     free(owned);
     free(files);

@@ -9,8 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt_files.h"
+
 #define MIL_MAX_DEPTH 64
-#define MIL_MAX_NUMEL (1ull << 34)
+/* Longer texts are refused before parsing: line and column numbers stay ints. */
+#define MIL_MAX_TEXT (1ull << 30)
 
 /* ---- arena ------------------------------------------------------------- */
 
@@ -22,10 +25,13 @@ struct mil_arena {
 
 static void *arena_alloc(mil_arena **a, size_t n)
 {
-    n = (n + 15u) & ~(size_t)15u;
+    if (rt_round_up(n, 16, &n))
+        return NULL;
     if (!*a || (*a)->cap - (*a)->used < n) {
-        size_t cap = n > 65536 ? n : 65536;
-        mil_arena *c = malloc(sizeof *c + cap);
+        size_t cap = n > 65536 ? n : 65536, total;
+        if (rt_add_size(sizeof(mil_arena), cap, &total))
+            return NULL;
+        mil_arena *c = malloc(total);
         if (!c)
             return NULL;
         c->next = *a;
@@ -171,7 +177,7 @@ static void lex(parser *P)
     } else if (c == '-' && c1 == '>') {
         P->pos += 2;
         t.kind = T_ARROW;
-    } else if (strchr("()[]{}<>,=;?", c)) {
+    } else if (c && strchr("()[]{}<>,=;?", c)) { /* strchr finds the terminating NUL too */
         P->pos++;
         t.kind = T_PUNCT;
         t.punct = c;
@@ -289,8 +295,10 @@ static void *grow(parser *P, void *old, size_t n, size_t *cap, size_t elsize)
 {
     if (n < *cap)
         return old;
-    size_t nc = *cap ? *cap * 2 : 4;
-    void *p = arena_alloc(&P->arena, nc * elsize);
+    size_t nc = 4, bytes = 0;
+    void *p = NULL;
+    if ((!*cap || rt_mul_size(*cap, 2, &nc) == 0) && rt_mul_size(nc, elsize, &bytes) == 0)
+        p = arena_alloc(&P->arena, bytes);
     if (!p) {
         fail(P, P->cur.line, P->cur.col, "out of memory");
         return NULL;
@@ -356,8 +364,12 @@ int mil_dtype_to_anec(mil_dtype dt)
 uint64_t mil_type_numel(const mil_type *t)
 {
     uint64_t n = 1;
-    for (int i = 0; i < t->rank; i++)
-        n *= (uint64_t)t->shape[i];
+    for (int i = 0; i < t->rank; i++) {
+        uint64_t d = t->shape[i] > 0 ? (uint64_t)t->shape[i] : 0;
+        if (d && n > UINT64_MAX / d)
+            return UINT64_MAX; /* saturates; parsed types hold at most MIL_MAX_NUMEL */
+        n *= d;
+    }
     return n;
 }
 
@@ -587,9 +599,10 @@ static int parse_blobfile(parser *P, mil_value *v)
             v->blob_path = a.str;
             have_path = 1;
         } else if (strcmp(key, "offset") == 0) {
-            if (a.kind != MIL_V_LIT || a.n != 1 || a.type.dt == MIL_DT_STRING || a.num[0] < 0 ||
-                a.num[0] != floor(a.num[0])) {
-                fail(P, kt.line, kt.col, "BLOBFILE offset must be a non-negative integer literal");
+            /* 2^64 and above (and inf, nan) have no uint64: converting them is undefined */
+            if (a.kind != MIL_V_LIT || a.n != 1 || a.type.dt == MIL_DT_STRING || !(a.num[0] >= 0) ||
+                a.num[0] != floor(a.num[0]) || a.num[0] >= 18446744073709551616.0) {
+                fail(P, kt.line, kt.col, "BLOBFILE offset must be an integer literal in [0, 2^64)");
                 return -1;
             }
             v->blob_offset = (uint64_t)a.num[0];
@@ -881,6 +894,11 @@ mil_program *mil_parse(const char *text, size_t len, char *err, size_t errlen)
     P.errlen = errlen;
     if (errlen)
         err[0] = 0;
+    if (P.n > MIL_MAX_TEXT) {
+        snprintf(err, errlen, "model.mil: %zu bytes of MIL text, above the limit of %llu", P.n,
+                 (unsigned long long)MIL_MAX_TEXT);
+        return NULL;
+    }
     /* skip a UTF-8 byte order mark */
     if (P.n >= 3 && (unsigned char)P.s[0] == 0xEF && (unsigned char)P.s[1] == 0xBB && (unsigned char)P.s[2] == 0xBF)
         P.pos = P.line_start = 3;

@@ -24,6 +24,9 @@
 
 #include "anec_rt.h"
 
+/* The most elements a tensor may have (parsed types and every value the sim plans). */
+#define MIL_MAX_NUMEL (1ull << 34)
+
 typedef enum mil_dtype {
     MIL_DT_INVALID = 0,
     MIL_DT_FP16, MIL_DT_FP32, MIL_DT_FP64, MIL_DT_BF16,

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fp16.h"
+#include "rt_files.h"
 #include "rt_util.h"
 
 void sb_err(builder *B, int line, const char *constraint, const char *fmt, ...)
@@ -118,13 +119,18 @@ static int sb_add_value(builder *B, const char *name, int kind, mil_dtype dt, in
     v->dt = dt;
     v->rank = rank;
     v->numel = 1;
-    for (int i = 0; i < rank; i++) {
-        v->shape[i] = shape[i];
-        v->numel *= (size_t)shape[i];
-    }
-    v->bytes = v->numel * mil_dtype_size(dt);
     v->line = line;
     int idx = (int)B->p->n_vals++;
+    int big = rank < 0 || rank > ANEC_MAX_RANK;
+    for (int i = 0; i < rank && !big; i++) {
+        v->shape[i] = shape[i];
+        big = shape[i] < 0 || rt_mul_size(v->numel, (size_t)shape[i], &v->numel);
+    }
+    /* every value the sim plans is bounded like a parsed type: sizes never overflow later */
+    if (big || v->numel > MIL_MAX_NUMEL || rt_mul_size(v->numel, mil_dtype_size(dt), &v->bytes)) {
+        sb_err(B, line, NULL, "'%s' would have more than 2^34 elements, which the sim does not support", name);
+        return -1;
+    }
     if (named && hinsert(B, idx)) {
         sb_oom(B);
         return -1;
@@ -658,19 +664,22 @@ sim_plan *sim_plan_build(const char *mil, size_t len, const anec_limits *limits,
     for (size_t i = 0; i < f->n_stmts && !B.failed; i++)
         sb_statement(&B, &f->stmts[i]);
     if (!B.failed) {
-        int cap = B.lim.max_blob_tensors - (B.scalar_operand_line ? B.lim.scalar_penalty : 0);
+        /* in 64 bits: the limits come from the caller (a manifest) and may be any int */
+        long long cap = (long long)B.lim.max_blob_tensors - (B.scalar_operand_line ? B.lim.scalar_penalty : 0);
+        if (cap < 0)
+            cap = 0;
         if (p->n_blobs > cap) {
             int line = f->line;
-            int count = 0;
+            long long count = 0;
             for (size_t i = 0; i < p->n_vals; i++)
                 if (p->vals[i].kind == SV_BLOB && ++count == cap + 1)
                     line = p->vals[i].line;
             if (B.scalar_operand_line)
-                sb_err(&B, line, "ANE-BLOB-BUDGET", "%d BLOBFILE weight tensors, but at most %d are allowed: the limit is %d, "
+                sb_err(&B, line, "ANE-BLOB-BUDGET", "%d BLOBFILE weight tensors, but at most %lld are allowed: the limit is %d, "
                      "minus %d because an elementwise op takes a scalar const (line %d); split the program",
                      p->n_blobs, cap, B.lim.max_blob_tensors, B.lim.scalar_penalty, B.scalar_operand_line);
             else
-                sb_err(&B, line, "ANE-BLOB-BUDGET", "%d BLOBFILE weight tensors, but at most %d are allowed per program; split the program",
+                sb_err(&B, line, "ANE-BLOB-BUDGET", "%d BLOBFILE weight tensors, but at most %lld are allowed per program; split the program",
                      p->n_blobs, cap);
         }
     }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt_files.h"
 #include "sim_build.h"
 
 static const char *const A_X[] = {"x", NULL};
@@ -171,6 +172,13 @@ static int rule_conv(builder *B, const mil_stmt *st, int kind)
         pads[2 * d + 1] = after;
     }
     int64_t shape[4] = {N, Cout, out_sz[0], out_sz[1]};
+    /* the sim computes a non-pointwise conv through a (Cin/groups * kh * kw) x (Ho * Wo) buffer */
+    size_t col = 0;
+    if (rt_mul_size((size_t)(Cin / groups), (size_t)kh, &col) || rt_mul_size(col, (size_t)kw, &col) ||
+        rt_mul_size(col, (size_t)out_sz[0], &col) || rt_mul_size(col, (size_t)out_sz[1], &col) || col > MIL_MAX_NUMEL) {
+        sb_err(B, st->line, NULL, "conv: the sim's im2col buffer would have more than 2^34 elements");
+        return -1;
+    }
     sim_op *o = sb_op_out(B, st, kind, x, xv->dt, 4, shape);
     if (!o)
         return -1;
@@ -381,6 +389,10 @@ static int rule_reshape(builder *B, const mil_stmt *st, int kind)
         }
         if (shape[i] < 1) {
             sb_err(B, p.line, NULL, "reshape: invalid dimension %lld", (long long)shape[i]);
+            return -1;
+        }
+        if (known > MIL_MAX_NUMEL / (uint64_t)shape[i]) {
+            sb_err(B, p.line, NULL, "reshape: the shape has more than 2^34 elements");
             return -1;
         }
         known *= (uint64_t)shape[i];

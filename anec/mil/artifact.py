@@ -8,50 +8,70 @@ compiler expects in its model directory::
     out/mlp/manifest.json      the I/O contract between the compiler and the runtime
     out/mlp/program.ir         the same program in anec IR (weights keyed by BLOBFILE)
 
-The manifest (format ``anec-artifact/1``, fields in docs/mil.md) says how to
-call the program: inputs and outputs with dtype, shape, byte size and binding
-index (the device binds surfaces in alphabetical order of MIL names), one
-uniform allocation size per direction (never below the target's minimum
-surface), chunked outputs and how to reassemble them, each weight's key,
-file, offset and sha256, the SRAM report, the rewrites legalize applied and
-the sha256 of the MIL text.
+The manifest (format ``anec-artifact/1``, fields in docs/mil.md, schema in
+:mod:`anec.mil.manifest`) says how to call the program: inputs and outputs
+with dtype, shape, byte size and binding index (the device binds surfaces in
+alphabetical order of MIL names), one uniform allocation size per direction
+(never below the target's minimum surface), chunked outputs and how to
+reassemble them, each weight's key, file, offset and sha256, the SRAM report,
+the rewrites legalize applied and the sha256 of the MIL text.
 
-:meth:`Artifact.write` is atomic: everything is written and fsynced into a
-temporary directory next to the destination, which then replaces the
-destination in one rename; a failure leaves the destination as it was.
-:meth:`Artifact.load` checks every file against the manifest.
+A compile output (``anec compile -o out``) is one directory per func plus an
+index, ``out/.anec-output.json``, naming every func and the sha256 of its
+manifest; it is written last, so an output is complete exactly when it has
+one. Writing is all or nothing for the whole output (:func:`write_output`;
+:meth:`Artifact.write` for one func): every file is written and fsynced into a
+temporary directory ``.out.anec-tmp-*`` next to the destination, which then
+replaces the destination in one rename; writers of one destination take turns
+(a lock file ``.out.anec-lock``) and each removes the temporary directories
+killed writers left. Readers (:func:`load_artifact`, the runtime, ``anec run``)
+never take a temporary directory.
+
+:meth:`Artifact.load` reads through :class:`~anec.mil.beneath.Beneath` (no
+symbolic link followed, regular files of bounded size only), validates the
+manifest before anything else reads it, and checks every file against it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import hashlib
 import json
 import math
 import os
+import re
+import secrets
 import shutil
-import tempfile
+import stat
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import numpy as np
 
 from anec import __version__
-from anec.diagnostics import ArtifactError, PassError, Span
+from anec.diagnostics import ArtifactError, PassError, Span, did_you_mean
 from anec.ir.graph import Graph, Module
 from anec.ir.types import DType, TensorType
+from anec.mil.beneath import Beneath, check_rel
 from anec.mil.blobfile import BlobReader, BlobWriter
 from anec.mil.emitter import MilProgram
+from anec.mil.manifest import FORMAT, MANIFEST_MAX_BYTES, parse_json, parse_manifest, validate_manifest
 
 if TYPE_CHECKING:
     from anec.targets import Target
 
-FORMAT = "anec-artifact/1"
 MIL_FILE = "model.mil"
 PROGRAM_IR_FILE = "program.ir"
 MANIFEST_FILE = "manifest.json"
+OUTPUT_INDEX = ".anec-output.json"
+OUTPUT_FORMAT = "anec-output/1"
+MIL_MAX_BYTES = 256 << 20
+PROGRAM_IR_MAX_BYTES = 256 << 20
+BLOB_MAX_BYTES = 1 << 36
+"""Bounds of the files an artifact may hold (weight files: the C runtime's bound)."""
 
 
 def sha256(data: bytes | str) -> str:
@@ -392,9 +412,11 @@ class Artifact:
                 f"artifact '{self.func}' has no weight data ({missing} is missing)",
                 hint="compile with weights: --weights FILE or --random-weights SEED",
             )
+        validate_manifest(self.manifest, f"the manifest of '{self.func}'")  # never write what load refuses
         out = {MIL_FILE: self.mil_text.encode("utf-8"), PROGRAM_IR_FILE: self.program_ir.encode("utf-8")}
         for rel, data in sorted(self.blobs.items()):
-            out[_safe_rel(rel)] = data
+            check_rel(rel, "weight file")
+            out[rel] = data
         out[MANIFEST_FILE] = (format_json(self.manifest) + "\n").encode("utf-8")
         return out
 
@@ -405,55 +427,38 @@ class Artifact:
         directory that is not an artifact is refused (ArtifactError), so a
         mistyped ``-o`` never deletes user files.
         """
-        dest = Path(directory)
-        files = self.files()
-        if dest.exists():
-            if not dest.is_dir():
-                raise ArtifactError(f"cannot write artifact to '{dest}': it is a file")
-            if any(dest.iterdir()) and not (dest / MANIFEST_FILE).is_file():
-                raise ArtifactError(
-                    f"refusing to replace '{dest}': it is a non-empty directory without {MANIFEST_FILE}",
-                    hint="choose an empty or new output directory",
-                )
-        try:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ArtifactError(f"cannot create '{dest.parent}': {e.strerror}") from None
-        write_tree_atomic(dest, files)
-        return dest
+        return write_artifact_dir(directory, self.files())
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "Artifact":
         """Read an artifact directory and check it against its manifest."""
-        d = Path(directory)
-        mpath = d / MANIFEST_FILE
-        try:
-            manifest = json.loads(mpath.read_text("utf-8"))
-        except FileNotFoundError:
-            raise ArtifactError(f"'{d}' is not an artifact: {MANIFEST_FILE} is missing",
-                                hint="compile first: anec compile model.ir -o DIR") from None
-        except (OSError, ValueError) as e:
-            raise ArtifactError(f"{mpath}: unreadable manifest ({e})") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            got = manifest.get("format") if isinstance(manifest, dict) else None
-            raise ArtifactError(f"{mpath}: format {got!r}, expected {FORMAT!r}")
-        for key in ("func", "mil", "inputs", "outputs", "weights", "input_alloc_bytes", "output_alloc_bytes"):
-            if key not in manifest:
-                raise ArtifactError(f"{mpath}: missing field '{key}'")
-        mil_file = d / _safe_rel(manifest["mil"].get("file", MIL_FILE))
-        try:
-            mil_bytes = mil_file.read_bytes()
-        except OSError as e:
-            raise ArtifactError(f"cannot read {mil_file}: {e.strerror}") from None
-        if sha256(mil_bytes) != manifest["mil"].get("sha256"):
-            raise ArtifactError(f"{mil_file} does not match the sha256 in {MANIFEST_FILE}",
+        with Beneath.open(directory) as d:
+            return cls._load(d)
+
+    @classmethod
+    def _load(cls, d: Beneath, manifest_sha: str | None = None) -> "Artifact":
+        """The artifact in ``d``; with ``manifest_sha``, its manifest must have that sha256."""
+        where = d.path / MANIFEST_FILE
+        if d.kind(MANIFEST_FILE) is None:
+            raise ArtifactError(f"'{d.path}' is not an artifact: {MANIFEST_FILE} is missing",
+                                hint="compile first: anec compile model.ir -o DIR")
+        data = d.read(MANIFEST_FILE, MANIFEST_MAX_BYTES, "manifest")
+        if manifest_sha is not None and sha256(data) != manifest_sha:
+            raise ArtifactError(f"{where} is not the manifest the output index {OUTPUT_INDEX} names",
+                                hint="the output was modified after compiling; recompile it")
+        manifest = parse_manifest(data, str(where))  # the one validation, before anything reads it
+        mil_rel = manifest["mil"]["file"]
+        mil_bytes = d.read(mil_rel, MIL_MAX_BYTES, "MIL text")
+        if sha256(mil_bytes) != manifest["mil"]["sha256"]:
+            raise ArtifactError(f"{d.path / mil_rel} does not match the sha256 in {MANIFEST_FILE}",
                                 hint="the artifact was modified after compiling; recompile it")
+        mil_text = _utf8(mil_bytes, d.path / mil_rel, "MIL text")
         blobs: dict[str, bytes] = {}
         readers: dict[str, BlobReader] = {}
         for w in _all_weight_entries(manifest):
-            rel = _safe_rel(w["file"])
+            rel = w["file"]
             if rel not in readers:
-                readers[rel] = BlobReader(d / rel, name=str(d / rel))
+                readers[rel] = BlobReader(d.read(rel, BLOB_MAX_BYTES, "weight file"), name=str(d.path / rel))
                 blobs[rel] = readers[rel].data
             r = readers[rel]
             dt = DType(w["dtype"])
@@ -463,21 +468,18 @@ class Artifact:
                     f"{r.name} offset {w['offset']}: holds {entry.size} bytes of {entry.dtype}, the manifest "
                     f"says {w['dtype']}{w['shape']} for weight '{w['key']}'"
                 )
-            if sha256(r.payload(w["offset"])) != w.get("sha256"):
+            if sha256(r.payload(w["offset"])) != w["sha256"]:
                 raise ArtifactError(
                     f"{r.name} offset {w['offset']}: weight '{w['key']}' does not match its sha256",
                     hint="the weight file was modified after compiling; recompile it",
                 )
-        ir_entry = manifest.get("program_ir") or {}
-        ir_file = d / _safe_rel(ir_entry.get("file", PROGRAM_IR_FILE))
-        try:
-            ir_bytes = ir_file.read_bytes()
-        except OSError as e:
-            raise ArtifactError(f"cannot read {ir_file}: {e.strerror}") from None
-        if sha256(ir_bytes) != ir_entry.get("sha256"):
-            raise ArtifactError(f"{ir_file} does not match the sha256 in {MANIFEST_FILE}",
+        ir_rel = manifest["program_ir"]["file"]
+        ir_bytes = d.read(ir_rel, PROGRAM_IR_MAX_BYTES, "program IR")
+        if sha256(ir_bytes) != manifest["program_ir"]["sha256"]:
+            raise ArtifactError(f"{d.path / ir_rel} does not match the sha256 in {MANIFEST_FILE}",
                                 hint="the artifact was modified after compiling; recompile it")
-        return cls(manifest["func"], mil_bytes.decode("utf-8"), blobs, manifest, None, ir_bytes.decode("utf-8"))
+        ir_text = _utf8(ir_bytes, d.path / ir_rel, "program IR")
+        return cls(manifest["func"], mil_text, blobs, manifest, None, ir_text)
 
     def program_module(self) -> "Module":
         """``program.ir`` parsed (for the reference interpreter)."""
@@ -486,12 +488,229 @@ class Artifact:
         return parse(self.program_ir, filename=f"{self.func}/{PROGRAM_IR_FILE}")
 
 
-def _safe_rel(rel: str) -> str:
-    """A relative path inside the artifact (no absolute paths, no '..')."""
-    p = PurePosixPath(rel)
-    if p.is_absolute() or ".." in p.parts or not p.parts:
-        raise ArtifactError(f"artifact path '{rel}' points outside the artifact directory")
-    return str(p)
+def write_artifact_dir(directory: str | os.PathLike, files: Mapping[str, bytes]) -> Path:
+    """Make ``directory`` hold exactly ``files`` (an artifact), atomically. An existing artifact
+    is replaced; a non-empty directory that is not one is refused (ArtifactError)."""
+    dest = Path(directory)
+    if _exists(dest):
+        with Beneath.open(_real_dir(dest)) as d:
+            if d.names() and d.kind(MANIFEST_FILE) != "file":
+                raise ArtifactError(
+                    f"refusing to replace '{dest}': it is a non-empty directory without {MANIFEST_FILE}",
+                    hint="choose an empty or new output directory",
+                )
+    write_tree_atomic(dest, files)
+    return dest
+
+
+def _utf8(data: bytes, path: Path, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ArtifactError(f"{path}: the {what} is not valid UTF-8 (byte {e.start})",
+                            hint="the artifact is damaged or was not written by anec; recompile it") from None
+
+
+# ---------------------------------------------------------------------------
+# compile outputs: one directory per func and the output index
+
+
+def _func_dir_name(name: Any) -> str:
+    if not isinstance(name, str) or not name or name.startswith(".") or any(c in name for c in "/\\\0"):
+        raise ArtifactError(f"func name {name!r:.60} cannot name a directory of the output")
+    return name
+
+
+def write_output(out: str | os.PathLike, artifacts: Mapping[str, "Artifact"],
+                 keep_funcs: bool = False) -> dict[str, Path]:
+    """Write every func's artifact to ``out/<func>/`` and the output index, all or nothing.
+
+    ``out`` is replaced as a whole, and a reader sees the complete previous
+    output or the complete new one. Afterwards it holds exactly these funcs;
+    with ``keep_funcs`` also the funcs of the previous output that these do
+    not replace (hard-linked into the new tree, so adding one func costs no
+    copy). An existing ``out`` must be empty, an anec output or an artifact,
+    so a mistyped ``-o`` never deletes user files. Returns func -> directory.
+    """
+    dest = Path(out)
+    files: dict[str, bytes] = {}
+    index: dict[str, str] = {}
+    for name, art in artifacts.items():
+        d = _func_dir_name(name)
+        for rel, data in art.files().items():
+            files[f"{d}/{rel}"] = data
+        index[d] = sha256(files[f"{d}/{MANIFEST_FILE}"])
+
+    def last(tmp: Path) -> dict[str, bytes]:
+        """The output index (written last: the output is complete), with the kept funcs
+        linked in first; runs under the write lock, so the previous output is stable."""
+        kept = _link_funcs(dest, tmp, exclude=index) if keep_funcs and _exists(dest) else {}
+        marker = {"format": OUTPUT_FORMAT, "anec_version": __version__, "funcs": {**kept, **index}}
+        return {OUTPUT_INDEX: (format_json(marker) + "\n").encode("utf-8")}
+
+    if _exists(dest):
+        _check_replaceable_output(dest)
+    write_tree_atomic(dest, files, last)
+    return {name: dest / name for name in artifacts}
+
+
+def _link_funcs(dest: Path, tmp: Path, exclude: Mapping[str, str]) -> dict[str, str]:
+    """Hard-link the func directories of the output ``dest`` (all but ``exclude``) into
+    ``tmp``; func -> manifest sha256. Only plain directories and regular files are taken."""
+    kept: dict[str, str] = {}
+    with Beneath.open(_real_dir(dest)) as d:
+        if d.kind(MANIFEST_FILE) is not None:
+            return kept  # a single artifact, not an output: nothing to keep
+        for name, digest in output_funcs(d).items():
+            if name in exclude:
+                continue
+            with d.subdir(name, "func directory") as sub:
+                _link_tree(sub, tmp / name)
+                kept[name] = digest or sha256(sub.read(MANIFEST_FILE, MANIFEST_MAX_BYTES, "manifest"))
+    return kept
+
+
+def _link_tree(src: Beneath, to: Path) -> None:
+    to.mkdir()
+    for name in src.names():
+        kind = src.kind(name)
+        if kind == "directory":
+            with src.subdir(name) as sub:
+                _link_tree(sub, to / name)
+        elif kind == "file":
+            try:
+                os.link(name, to / name, src_dir_fd=src.fileno, follow_symlinks=False)
+            except OSError:  # no hard links here: copy
+                _write_file(to / name, src.read(name, BLOB_MAX_BYTES, "file"))
+        else:
+            raise ArtifactError(f"cannot keep '{src.path / name}' in the output: it is a {kind}",
+                                hint="recompile that func, or write the output without keeping funcs")
+
+
+def _check_replaceable_output(dest: Path) -> None:
+    """ArtifactError unless ``dest`` is empty, an anec output or an artifact (outputs of
+    older versions: func directories with a manifest, and their writers' temporary
+    directories)."""
+    with Beneath.open(_real_dir(dest)) as d:
+        names = d.names()
+        if not names or d.kind(OUTPUT_INDEX) == "file" or d.kind(MANIFEST_FILE) == "file":
+            return
+        for n in names:
+            if is_temp_name(n):
+                continue
+            if d.kind(n) == "directory":
+                with d.subdir(n) as sub:
+                    if sub.kind(MANIFEST_FILE) == "file":
+                        continue
+            raise ArtifactError(f"refusing to replace '{dest}': it holds '{n}', which is not part of an anec output",
+                                hint="choose an empty or new output directory")
+
+
+def _exists(path: Path) -> bool:
+    return os.path.lexists(path)
+
+
+def _real_dir(dest: Path) -> Path:
+    """``dest`` if it is a real directory (not a link to one); ArtifactError otherwise."""
+    st = os.lstat(dest)
+    if stat.S_ISLNK(st.st_mode):
+        raise ArtifactError(f"cannot write to '{dest}': it is a symbolic link",
+                            hint="give the real directory: a write replaces the path it is given")
+    if not stat.S_ISDIR(st.st_mode):
+        raise ArtifactError(f"cannot write artifact to '{dest}': it is a file")
+    return dest
+
+
+_TEMP = re.compile(r"\..+\.(anec-tmp-[A-Za-z0-9_]+|[A-Za-z0-9_]{8}\.(tmp|old))\Z")
+
+
+def is_temp_name(name: str) -> bool:
+    """True for the temporary directories of a write (``.out.anec-tmp-*``; older versions
+    wrote ``.out.XXXXXXXX.tmp``/``.old``): never an output or an artifact."""
+    return bool(_TEMP.match(name))
+
+
+def _temp_of(dest_name: str, name: str) -> bool:
+    """True if ``name`` is a temporary directory of a write of ``dest_name``."""
+    if not name.startswith(f".{dest_name}."):
+        return False
+    rest = name[len(dest_name) + 2:]
+    return rest.startswith("anec-tmp-") or bool(re.fullmatch(r"[A-Za-z0-9_]{8}\.(tmp|old)", rest))
+
+
+def load_artifact(path: str | os.PathLike, func: str | None = None,
+                  loader: "Callable[[Beneath, str | None], Any] | None" = None) -> "Artifact":
+    """The artifact at ``path``: an artifact directory, its ``manifest.json``, or a compile
+    output (``func`` picks one when it holds several). A temporary directory of a write is
+    never taken; an output replaced by a newer compile while it is read is read again.
+    ``loader(directory, manifest sha256 or None)`` reads one func's directory (default:
+    :meth:`Artifact._load`; :func:`anec.mil.pipeline.load_any` also reads pipelines)."""
+    p = Path(os.fspath(path))
+    if p.name == MANIFEST_FILE and not os.path.isdir(p):
+        p = p.parent
+    for part in (p.name, p.parent.name):
+        if part and is_temp_name(part):
+            raise ArtifactError(f"'{p}' is a temporary directory of an unfinished or replaced compile; "
+                                "it is never loaded", hint="load the output directory the compile was given (-o)")
+    for attempt in range(3):
+        with Beneath.open(p) as d:
+            try:
+                return _load_from(d, func, loader or Artifact._load)
+            except ArtifactError:
+                if d.replaced and attempt < 2:  # a newer compile replaced the output meanwhile
+                    continue
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _load_from(d: Beneath, func: str | None, loader: Callable[[Beneath, str | None], Any]) -> "Artifact":
+    if d.kind(MANIFEST_FILE) is not None:
+        art = loader(d, None)
+        if func is not None and art.func != func:
+            raise ArtifactError(f"'{d.path}' holds func '{art.func}', not '{func}'")
+        return art
+    funcs = output_funcs(d)
+    if not funcs:
+        raise ArtifactError(f"'{d.path}' is not an artifact directory (no manifest.json in it or its subdirectories)",
+                            hint="compile first: anec compile model.ir -o DIR")
+    names = sorted(funcs)
+    if func is None:
+        if len(names) > 1:
+            raise ArtifactError(f"'{d.path}' holds several funcs ({', '.join(names)}); choose one",
+                                hint="pass func=NAME (CLI: --func NAME)")
+        func = names[0]
+    if func not in funcs:
+        raise ArtifactError(f"'{d.path}' has no func '{func}' (funcs: {', '.join(names)})",
+                            hint=did_you_mean(func, names))
+    with d.subdir(_func_dir_name(func), "func directory") as sub:
+        art = loader(sub, funcs[func])
+    if art.func != func:
+        raise ArtifactError(f"'{d.path / func}' holds func '{art.func}', not '{func}'")
+    return art
+
+
+def output_funcs(d: Beneath) -> dict[str, str | None]:
+    """Func -> manifest sha256 of the compile output in ``d``, from its index (outputs of
+    older versions have none: every plain subdirectory holding a manifest, sha256 None)."""
+    if d.kind(OUTPUT_INDEX) is not None:
+        where = d.path / OUTPUT_INDEX
+        index = parse_json(d.read(OUTPUT_INDEX, MANIFEST_MAX_BYTES, "output index"), str(where), "output index")
+        funcs = index.get("funcs") if isinstance(index, dict) else None
+        if not isinstance(index, dict) or index.get("format") != OUTPUT_FORMAT or not isinstance(funcs, dict) or \
+                not all(isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) for v in funcs.values()):
+            raise ArtifactError(f'{where}: expected {{"format": "{OUTPUT_FORMAT}", "funcs": {{name: sha256}}}}',
+                                hint="the output is damaged or was not written by anec; recompile it")
+        for name in funcs:
+            _func_dir_name(name)
+        return dict(funcs)
+    found: dict[str, str | None] = {}
+    for n in d.names():
+        if n.startswith(".") or d.kind(n) != "directory":
+            continue
+        with d.subdir(n) as sub:
+            if sub.kind(MANIFEST_FILE) is not None:
+                found[n] = None
+    return found
 
 
 # ---------------------------------------------------------------------------
@@ -533,37 +752,130 @@ def _exchange(a: Path, b: Path) -> bool:
 
 def _write_file(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
 
 
-def write_tree_atomic(dest: Path, files: Mapping[str, bytes]) -> None:
+class _WriteLock:
+    """The exclusive right to write ``dest``: ``flock`` on ``.<name>.anec-lock`` next to it.
+
+    Writers wait for each other. The holder deletes the lock file when done;
+    a writer that locked a file deleted meanwhile locks the new one. A killed
+    writer's lock is released by the kernel (the next writer removes its file).
+    """
+
+    def __init__(self, dest: Path) -> None:
+        self.path = dest.parent / f".{dest.name}.anec-lock"
+        self.fd = -1
+
+    def __enter__(self) -> "_WriteLock":
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+        while True:
+            try:
+                fd = os.open(self.path, flags, 0o600)
+            except OSError as e:
+                raise ArtifactError(f"cannot lock '{self.path}': {e.strerror}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    same = os.stat(self.path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    same = False
+            except BaseException:
+                os.close(fd)
+                raise
+            if same:
+                self.fd = fd
+                return self
+            os.close(fd)
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+        os.close(self.fd)
+
+
+def _remove_stale(dest: Path) -> None:
+    """Remove the temporary directories that earlier, killed writes of ``dest`` left."""
+    try:
+        names = os.listdir(dest.parent)
+    except OSError:
+        return
+    for n in names:
+        if _temp_of(dest.name, n):
+            p = dest.parent / n
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+
+
+def write_tree_atomic(dest: Path, files: Mapping[str, bytes],
+                      last: Callable[[Path], Mapping[str, bytes]] | None = None) -> None:
     """Make ``dest`` a directory holding exactly ``files``, all or nothing.
 
-    The files go to a fresh temporary directory next to ``dest`` (same file
-    system), are fsynced, and the directory is renamed into place. An existing
-    ``dest`` is swapped out atomically where the OS allows it (renameat2),
-    otherwise moved aside, replaced and then deleted; on any error the
-    temporary directory is removed and ``dest`` is left as it was.
+    Under the write lock of ``dest``, the temporary directories of killed
+    writes are removed, then the files go to a fresh temporary directory next
+    to ``dest`` (same file system), followed by the files ``last(tmp)``
+    returns (the one that marks completion; ``last`` may also add to ``tmp``),
+    are fsynced, and the directory is renamed into place. An
+    existing ``dest`` is swapped out atomically where the OS allows it
+    (renameat2), otherwise moved aside and replaced (a reader may then find
+    no ``dest`` for a moment, never a partial one) and then deleted. On any
+    error the temporary directory is removed and ``dest`` is left as it was.
     """
     parent = dest.parent
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=parent))
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ArtifactError(f"cannot create '{parent}': {e.strerror}") from None
+    with _WriteLock(dest):
+        _remove_stale(dest)
+        _swap_in(dest, files, last)
+
+
+def _temp_dir(dest: Path) -> Path:
+    """A new directory ``.<name>.anec-tmp-XXXXXXXX`` next to ``dest``, with the mode a plain
+    ``mkdir`` gives (the umask applies, as for the directory it becomes)."""
+    for _ in range(100):
+        p = dest.parent / f".{dest.name}.anec-tmp-{secrets.token_hex(4)}"
+        try:
+            os.mkdir(p, 0o777)
+            return p
+        except FileExistsError:
+            continue
+    raise OSError(errno.EEXIST, "no free temporary name", str(dest.parent))
+
+
+def _swap_in(dest: Path, files: Mapping[str, bytes], last: Callable[[Path], Mapping[str, bytes]] | None) -> None:
+    parent = dest.parent
+    try:
+        tmp = _temp_dir(dest)
     except OSError as e:
         raise ArtifactError(f"cannot write to '{parent}': {e.strerror}") from None
     old: Path | None = None
     try:
         for rel, data in files.items():
             _write_file(tmp / rel, data)
-        for sub in sorted({(tmp / rel).parent for rel in files}, key=lambda p: -len(p.parts)):
+        final = last(tmp) if last is not None else {}
+        for rel, data in final.items():
+            _write_file(tmp / rel, data)
+        dirs = {tmp} | {Path(root) for root, _, _ in os.walk(tmp)}
+        for sub in sorted(dirs, key=lambda p: -len(p.parts)):
             _fsync_dir(sub)
-        if dest.exists():
+        if _exists(dest):
             if _exchange(tmp, dest):
-                old = tmp  # tmp now holds the previous artifact
+                old = tmp  # tmp now holds the previous tree
             else:
-                old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=parent))
+                old = _temp_dir(dest)
                 os.rmdir(old)
                 os.rename(dest, old)
                 try:

@@ -23,7 +23,6 @@ input with no copy.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,13 +33,16 @@ import numpy as np
 from anec import __version__
 from anec.diagnostics import ArtifactError
 from anec.ir.types import DType
-from anec.mil.artifact import (MANIFEST_FILE, PROGRAM_IR_FILE, Artifact, _io_entries, _jsonable,
-                               _logical_outputs, alloc_bytes, blob_key, build_weight_inputs, format_json,
-                               sha256, write_tree_atomic)
+from anec.mil.artifact import (BLOB_MAX_BYTES, MANIFEST_FILE, OUTPUT_INDEX, PROGRAM_IR_FILE, PROGRAM_IR_MAX_BYTES, Artifact,
+                               _io_entries, _jsonable, _logical_outputs, _utf8, alloc_bytes, blob_key,
+                               build_weight_inputs, format_json, load_artifact, sha256, write_artifact_dir)
+from anec.mil.beneath import check_rel
+from anec.mil.manifest import MANIFEST_MAX_BYTES, parse_json
 from anec.mil.blobfile import BlobReader
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph, Module
+    from anec.mil.beneath import Beneath
     from anec.passes.partition import Plan
     from anec.targets import Target
 
@@ -166,55 +168,42 @@ class PipelineArtifact:
 
     def write(self, directory: str | os.PathLike) -> Path:
         """Write the whole pipeline atomically (as :meth:`Artifact.write`)."""
-        dest = Path(directory)
-        files = self.files()
-        if dest.exists():
-            if not dest.is_dir():
-                raise ArtifactError(f"cannot write artifact to '{dest}': it is a file")
-            if any(dest.iterdir()) and not (dest / MANIFEST_FILE).is_file():
-                raise ArtifactError(
-                    f"refusing to replace '{dest}': it is a non-empty directory without {MANIFEST_FILE}",
-                    hint="choose an empty or new output directory")
-        try:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ArtifactError(f"cannot create '{dest.parent}': {e.strerror}") from None
-        write_tree_atomic(dest, files)
-        return dest
+        return write_artifact_dir(directory, self.files())
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, manifest: dict | None = None) -> "PipelineArtifact":
-        """Read a pipeline directory: the manifest, every stage (checked like any artifact)."""
-        d = Path(directory)
-        if manifest is None:
-            try:
-                manifest = json.loads((d / MANIFEST_FILE).read_text("utf-8"))
-            except (OSError, ValueError, UnicodeDecodeError) as e:
-                raise ArtifactError(f"{d / MANIFEST_FILE}: unreadable manifest ({e})") from None
-        check_manifest(manifest, d / MANIFEST_FILE)
-        stages = [Artifact.load(d / e["dir"]) for e in manifest["stages"]]
-        for k, (e, art) in enumerate(zip(manifest["stages"], stages)):
+    def load(cls, directory: str | os.PathLike) -> "PipelineArtifact":
+        """Read the pipeline in ``directory`` (as :func:`load_any`, which reads either layout)."""
+        art = load_any(directory)
+        if not isinstance(art, cls):
+            raise ArtifactError(f"'{directory}' holds one program, not a pipeline")
+        return art
+
+    @classmethod
+    def _load(cls, d: "Beneath", manifest: dict, raw: bytes) -> "PipelineArtifact":
+        """The pipeline in ``d`` (read beneath it, nothing followed through links): the wiring,
+        every stage as an artifact, each stage's MIL against the wiring's sha256, program.ir."""
+        where = d.path / MANIFEST_FILE
+        check_manifest(manifest, where)
+        stages = []
+        for k, e in enumerate(manifest["stages"]):
+            with d.subdir(e["dir"], "stage directory") as sub:
+                art = Artifact._load(sub)
             if art.manifest["mil"]["sha256"] != e["mil_sha256"]:
-                raise ArtifactError(f"{d / e['dir']}: stage {k} is not the program the pipeline manifest names",
+                raise ArtifactError(f"{d.path / e['dir']}: stage {k} is not the program the pipeline manifest names",
                                     hint="the artifact was modified after compiling; recompile it")
+            stages.append(art)
         blobs = {}
         for w in manifest.get("weight_inputs", []):
             rel = _rel(w["file"])
-            try:
-                blobs[rel] = (d / rel).read_bytes()
-            except OSError as e:
-                raise ArtifactError(f"cannot read {d / rel}: {e.strerror}") from None
+            blobs[rel] = d.read(rel, BLOB_MAX_BYTES, "weight input file")
             if sha256(BlobReader(blobs[rel], name=rel).payload(int(w["offset"]))) != w.get("sha256"):
-                raise ArtifactError(f"{d / rel}: weight '{w['key']}' does not match its sha256",
+                raise ArtifactError(f"{d.path / rel}: weight '{w['key']}' does not match its sha256",
                                     hint="the weight file was modified after compiling; recompile it")
-        try:
-            ir = (d / PROGRAM_IR_FILE).read_bytes()
-        except OSError as e:
-            raise ArtifactError(f"cannot read {d / PROGRAM_IR_FILE}: {e.strerror}") from None
+        ir = d.read(PROGRAM_IR_FILE, PROGRAM_IR_MAX_BYTES, "program IR")
         if sha256(ir) != (manifest.get("program_ir") or {}).get("sha256"):
-            raise ArtifactError(f"{d / PROGRAM_IR_FILE} does not match the sha256 in {MANIFEST_FILE}",
+            raise ArtifactError(f"{d.path / PROGRAM_IR_FILE} does not match the sha256 in {MANIFEST_FILE}",
                                 hint="the artifact was modified after compiling; recompile it")
-        return cls(manifest["func"], stages, manifest, ir.decode("utf-8", errors="replace"), blobs)
+        return cls(manifest["func"], stages, manifest, _utf8(ir, d.path / PROGRAM_IR_FILE, "program IR"), blobs)
 
     def program_module(self) -> "Module":
         from anec.ir.parser import parse
@@ -241,9 +230,8 @@ class PipelineArtifact:
 
 
 def _rel(rel: str) -> str:
-    from anec.mil.artifact import _safe_rel
-
-    return _safe_rel(rel)
+    check_rel(rel)
+    return rel
 
 
 def _program_ir(graph: "Graph", blob_of: dict[int, str]) -> str:
@@ -305,16 +293,22 @@ def check_manifest(m: Any, where: Path | str) -> None:
             raise bad(f"outputs_from.{name}", "a stage output")
 
 
-def load_any(directory: str | os.PathLike) -> "Artifact | PipelineArtifact":
-    """The artifact in ``directory``, a single program or a pipeline."""
-    d = Path(directory)
-    try:
-        manifest = json.loads((d / MANIFEST_FILE).read_text("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return Artifact.load(d)  # its own error messages
+def _load_dir(d: "Beneath", manifest_sha: str | None) -> "Artifact | PipelineArtifact":
+    """One func's directory: a pipeline or a single program, by its manifest's format."""
+    raw = d.read(MANIFEST_FILE, MANIFEST_MAX_BYTES, "manifest")
+    if manifest_sha is not None and sha256(raw) != manifest_sha:
+        raise ArtifactError(f"{d.path / MANIFEST_FILE} is not the manifest the output index {OUTPUT_INDEX} names",
+                            hint="the output was modified after compiling; recompile it")
+    manifest = parse_json(raw, str(d.path / MANIFEST_FILE))
     if is_pipeline_manifest(manifest):
-        return PipelineArtifact.load(d, manifest)
-    return Artifact.load(d)
+        return PipelineArtifact._load(d, manifest, raw)
+    return Artifact._load(d, manifest_sha)
+
+
+def load_any(path: str | os.PathLike, func: str | None = None) -> "Artifact | PipelineArtifact":
+    """The artifact at ``path``, a single program or a pipeline: an artifact directory, or a
+    compile output (``func`` picks one); read as :func:`anec.mil.artifact.load_artifact` reads."""
+    return load_artifact(path, func, loader=_load_dir)
 
 
 __all__ = ["FORMAT", "PipelineArtifact", "check_manifest", "is_pipeline_manifest", "load_any", "stage_dir"]

@@ -123,7 +123,7 @@ class ProgramCache:
         store = WeightStore(self.weights_for(graph), source=f"<{graph.name} weights>")
         # host_casts: on targets without fp32 I/O (m1, m2) the host converts fp32 <-> fp16
         result = compile_module(Builder.module(graph), weights=store, target=self.target,
-                                out_dir=self.cache_dir, host_casts=True)
+                                out_dir=self.cache_dir, host_casts=True, keep_funcs=True)
         return self.runtime.load(result.artifacts[graph.name])
 
     def stats(self) -> dict[str, Any]:

@@ -19,9 +19,10 @@ chunked outputs from the manifest and turns C errors into
 
 from __future__ import annotations
 
-import json
+import atexit
 import math
 import os
+import signal
 import threading
 import weakref
 from pathlib import Path
@@ -43,95 +44,48 @@ def backend_available(name: str) -> tuple[bool, str]:
     return native.driver_available(name)
 
 
-def _read_artifact_dir(d: Path) -> tuple[str, dict[str, bytes], dict]:
-    """(MIL text, rel path -> bytes, manifest) of one artifact directory."""
-    try:
-        from anec.mil.artifact import Artifact
-    except ImportError:  # pragma: no cover - the MIL package is part of anec
-        Artifact = None  # type: ignore[assignment]
-    if Artifact is not None:
-        art = Artifact.load(d)
-        return art.mil_text, dict(art.blobs), art.manifest
-    try:  # pragma: no cover
-        manifest = json.loads((d / "manifest.json").read_text("utf-8"))
-        mil = (d / manifest["mil"]["file"]).read_text("utf-8")
-        blobs = {w["file"]: (d / w["file"]).read_bytes() for w in manifest["weights"]}
-    except (OSError, ValueError, KeyError) as e:
-        raise ArtifactError(f"cannot read artifact '{d}': {e}") from None
-    return mil, blobs, manifest
+def _resolve(artifact: Any, func: str | None) -> Any:
+    """The artifact (one program, or a pipeline) :meth:`Runtime.load` was given, its manifest
+    validated: an object, a list of them, or a directory (read by :func:`anec.mil.pipeline.load_any`)."""
+    from anec.mil.manifest import validate_manifest
+    from anec.mil.pipeline import PipelineArtifact, check_manifest, load_any
 
-
-def _resolve(artifact: Any, func: str | None) -> tuple[str, dict[str, bytes], dict]:
+    if isinstance(artifact, PipelineArtifact):
+        check_manifest(artifact.manifest, f"the manifest of artifact {artifact.func!r:.60}")
+        if func is not None and artifact.func != func:
+            raise ArtifactError(f"the artifact is for func '{artifact.func}', not '{func}'")
+        return artifact
     if all(hasattr(artifact, a) for a in ("mil_text", "blobs", "manifest")):
-        if func is not None and artifact.manifest.get("func") not in (func, None):
-            raise ArtifactError(f"the artifact is for func '{artifact.manifest.get('func')}', not '{func}'")
-        return artifact.mil_text, dict(artifact.blobs), artifact.manifest
+        manifest = validate_manifest(artifact.manifest, f"the manifest of artifact {getattr(artifact, 'func', '?')!r:.60}")
+        if func is not None and manifest["func"] != func:
+            raise ArtifactError(f"the artifact is for func '{manifest['func']}', not '{func}'")
+        return artifact
     if isinstance(artifact, (list, tuple)):
-        arts = {a.manifest.get("func"): a for a in artifact}
+        arts = {getattr(a, "func", None): a for a in artifact}
         if func is None and len(arts) == 1:
             return _resolve(next(iter(arts.values())), None)
         if func not in arts:
             raise ArtifactError(f"no func '{func}' among the artifacts ({', '.join(map(str, arts))})",
                                 hint=did_you_mean(str(func), map(str, arts)) or "pass func=NAME")
         return _resolve(arts[func], None)
-    path = Path(os.fspath(artifact))
-    if path.is_file() and path.name == "manifest.json":
-        path = path.parent
-    if not path.exists():
-        raise ArtifactError(f"artifact '{path}' does not exist", hint="compile first: anec compile model.ir -o DIR")
-    if (path / "manifest.json").is_file():
-        mil, blobs, manifest = _read_artifact_dir(path)
-        if func is not None and manifest.get("func") != func:
-            raise ArtifactError(f"'{path}' holds func '{manifest.get('func')}', not '{func}'")
-        return mil, blobs, manifest
-    funcs = sorted(p.name for p in path.iterdir() if (p / "manifest.json").is_file()) if path.is_dir() else []
-    if not funcs:
-        raise ArtifactError(f"'{path}' is not an artifact directory (no manifest.json in it or its subdirectories)",
-                            hint="compile first: anec compile model.ir -o DIR")
-    if func is None:
-        if len(funcs) > 1:
-            raise ArtifactError(f"'{path}' holds several funcs ({', '.join(funcs)}); choose one",
-                                hint="pass func=NAME (CLI: --func NAME)")
-        func = funcs[0]
-    if func not in funcs:
-        raise ArtifactError(f"'{path}' has no func '{func}' (funcs: {', '.join(funcs)})",
-                            hint=did_you_mean(func, funcs))
-    return _read_artifact_dir(path / func)
+    return load_any(Path(os.fspath(artifact)), func)
 
 
-def _pipeline_artifact(artifact: Any, func: str | None) -> Any:
-    """The PipelineArtifact ``artifact`` names (object, directory or parent directory), else None."""
-    from anec.mil.pipeline import PipelineArtifact, is_pipeline_manifest
+def _check_io(manifest: Mapping[str, Any], prog: "Program") -> None:
+    """The manifest's inputs and outputs are the MIL program's (names, dtypes, shapes)."""
+    for direction, actual in (("inputs", prog.inputs), ("outputs", prog.outputs)):
+        declared = sorted(manifest[direction], key=lambda e: e["binding"])
+        got = [(t["name"], t["dtype"], list(t["shape"])) for t in actual]
+        want = [(e["name"], e["dtype"], list(e["shape"])) for e in declared]
+        if got != want:
+            bad = next((w, g) for w, g in zip(want + [None] * len(got), got + [None] * len(want)) if w != g)
+            raise ArtifactError(f"the manifest's {direction} do not match the MIL program's: the manifest has "
+                                f"{_io_text(bad[0])}, the program {_io_text(bad[1])}",
+                                hint="the artifact is damaged or was not written by anec; recompile it")
 
-    if isinstance(artifact, PipelineArtifact):
-        if func is not None and artifact.func != func:
-            raise ArtifactError(f"the artifact is for func '{artifact.func}', not '{func}'")
-        return artifact
-    if isinstance(artifact, (list, tuple)):
-        arts = {getattr(a, "func", None): a for a in artifact}
-        if func is None and len(arts) == 1:
-            return _pipeline_artifact(next(iter(arts.values())), None)
-        return _pipeline_artifact(arts[func], None) if func in arts else None
-    if hasattr(artifact, "mil_text"):
-        return None
-    path = Path(os.fspath(artifact))
-    if path.is_file() and path.name == "manifest.json":
-        path = path.parent
-    for d in ([path / func] if func is not None else []) + [path]:
-        try:
-            manifest = json.loads((d / "manifest.json").read_text("utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError):
-            continue
-        if is_pipeline_manifest(manifest):
-            if func is not None and manifest.get("func") != func:
-                raise ArtifactError(f"'{d}' holds func '{manifest.get('func')}', not '{func}'")
-            return PipelineArtifact.load(d, manifest)
-        return None
-    if func is None and path.is_dir():
-        funcs = [p for p in sorted(path.iterdir()) if (p / "manifest.json").is_file()]
-        if len(funcs) == 1:
-            return _pipeline_artifact(funcs[0], None)
-    return None
+
+def _io_text(entry: tuple[str, str, list[int]] | None) -> str:
+    return "nothing there" if entry is None else f"'{entry[0]}' {entry[1]}{entry[2]}"
 
 
 def _limits(manifest: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -145,6 +99,44 @@ def _limits(manifest: Mapping[str, Any] | None) -> dict[str, Any] | None:
     except Exception:  # noqa: BLE001 - an unknown target only loses the alignment hint
         lim.setdefault("surface_alignment", 0)
     return lim
+
+
+# ---- cleanup at exit and on signals ----------------------------------------------
+#
+# A runtime's program directories (its temp root) go away when it closes. So that
+# they never outlive the process: every runtime still open closes at interpreter
+# exit, and SIGTERM/SIGHUP (when the process has no handler of its own) close
+# them all and exit with status 128 + signal through the normal unwinding.
+# SIGINT is Python's KeyboardInterrupt, which unwinds too.
+
+_OPEN: "weakref.WeakSet[Runtime]" = weakref.WeakSet()
+_cleanup = {"atexit": False, "signals": False}
+
+
+def _close_all() -> None:
+    for rt in list(_OPEN):
+        try:
+            rt.close()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    _close_all()
+    raise SystemExit(128 + signum)
+
+
+def _install_cleanup() -> None:
+    if not _cleanup["atexit"]:
+        atexit.register(_close_all)
+        _cleanup["atexit"] = True
+    if _cleanup["signals"] or threading.current_thread() is not threading.main_thread():
+        return
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, _exit_on_signal)
+    _cleanup["signals"] = True
 
 
 _C = TypeVar("_C", bound="_Closing")
@@ -195,6 +187,9 @@ class Runtime(_Closing):
     Safe to use from several threads: calls on one program are serialized,
     calls on different programs run in parallel (docs/runtime.md). Bound to
     the process that opened it: after ``fork()`` open a new one in the child.
+    Runtimes still open close at interpreter exit, and on SIGTERM/SIGHUP when
+    the process has no handler of its own (it then exits with 128 + signal):
+    their program directories never outlive the process.
     """
 
     def __init__(self, backend: str = "auto", compile_budget: int | None = None, *,
@@ -220,6 +215,8 @@ class Runtime(_Closing):
                                             os.fspath(temp_root) if temp_root is not None else None, sim_threads,
                                             list(reload_verified) if reload_verified is not None else None,
                                             sim_device)
+        _OPEN.add(self)
+        _install_cleanup()
 
     # ---- properties ------------------------------------------------------
     @property
@@ -269,12 +266,12 @@ class Runtime(_Closing):
         ``Artifact`` object, or a list of them.
         """
         self._check_open()
-        pipe = _pipeline_artifact(artifact, func)
-        if pipe is not None:  # a func cut into several programs: run them as one
+        art = _resolve(artifact, func)
+        if hasattr(art, "stages"):  # a func cut into several programs: run them as one
             from anec.runtime.pipeline import load_pipeline
 
-            return load_pipeline(self, pipe)
-        mil, blobs, manifest = _resolve(artifact, func)
+            return load_pipeline(self, art)
+        mil, blobs, manifest = art.mil_text, dict(art.blobs), art.manifest
         paths = {}
         for w in manifest.get("weights", []):
             paths[w["file"]] = w.get("path") or "@model_path/" + w["file"]
@@ -283,6 +280,7 @@ class Runtime(_Closing):
                      if rel not in input_files}
         prog = self.compile(mil, mil_blobs, limits=_limits(manifest), manifest=manifest, load=False)
         try:
+            _check_io(manifest, prog)
             if manifest.get("weight_inputs"):
                 prog._set_weight_inputs({w["input"]: _blob_array(blobs[w["file"]], w)
                                          for w in manifest["weight_inputs"]}, reload=False)

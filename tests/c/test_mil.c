@@ -170,6 +170,44 @@ int main(void)
         sim_plan_release(p);
     }
 
+    /* numbers from the text that have no value in their C type are refused, never cast */
+    {
+        static const char *const offsets[] = {"1e300", "18446744073709551616", "inf", "nan", "-64", "64.5"};
+        for (size_t i = 0; i < sizeof offsets / sizeof offsets[0]; i++) {
+            char mil[1024];
+            snprintf(mil, sizeof mil,
+                     HDR "        tensor<fp16, [4]> w = const()[name = string(\"w\"), val = tensor<fp16, [4]>(BLOBFILE("
+                         "path = string(\"@model_path/weights/w.bin\"), offset = uint64(%s)))];\n"
+                         "        tensor<fp16, [1, 4, 1, 8]> y = relu(x = x)[name = string(\"y\")];\n" END,
+                     offsets[i]);
+            reject(mil, ANEC_EPARSE, "BLOBFILE offset must be an integer literal in [0, 2^64)");
+        }
+        anec_limits lim = {-2147483647 - 1, 2147483647, 16384, 49152, 1, 0};
+        char err[512];
+        int st;
+        const char *mil = HDR "        tensor<fp16, [4]> w = const()[name = string(\"w\"), val = tensor<fp16, [4]>(BLOBFILE("
+                              "path = string(\"@model_path/weights/w.bin\"), offset = uint64(64)))];\n"
+                              "        tensor<fp16, [1, 4, 1, 8]> y = mul(x = x, y = fp16(2))[name = string(\"y\")];\n" END;
+        sim_plan *p = build(mil, &lim, &st, err, sizeof err);
+        CHECK(!p && st == ANEC_ECOMPILE);
+        CHECK_HAS(err, "at most 0 are allowed");
+    }
+    /* a NUL byte is an unexpected byte, not punctuation */
+    {
+        static const char text[] = "program(1.3)\0{ func main(tensor<fp16, [4]> x) { } -> (x); }";
+        char err[512];
+        mil_program *p = mil_parse(text, sizeof text - 1, err, sizeof err);
+        CHECK(p == NULL);
+        CHECK_HAS(err, "model.mil:1:13: unexpected byte 0x00");
+        mil_free(p);
+    }
+    /* sizes the sim plans are bounded: a conv whose im2col buffer would overflow is refused */
+    reject("program(1.3) { func main(tensor<fp16, [1, 1, 65536, 65536]> x) {"
+           " tensor<fp16, [1, 1, 3, 3]> w = const()[name = string(\"w\"), val = tensor<fp16, [1, 1, 3, 3]>([1,1,1,1,1,1,1,1,1])];"
+           " string pt = const()[name = string(\"pt\"), val = string(\"same\")];"
+           " tensor<fp16, [1, 1, 65536, 65536]> y = conv(pad_type = pt, weight = w, x = x)[name = string(\"y\")]; } -> (y); }",
+           ANEC_ECOMPILE, "im2col buffer would have more than 2^34 elements");
+
     /* parser never reads past the given length: parse every prefix of a valid program */
     {
         const char *mil = HDR "        tensor<fp16, [1, 4, 1, 8]> y = relu(x = x)[name = string(\"y\")];\n" END;

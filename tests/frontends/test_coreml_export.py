@@ -31,7 +31,7 @@ pytest.importorskip("coremltools")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("build")
     compile_module(parse_file(ROOT / "examples" / "gpt2_attention.ir"), random_seed=0, out_dir=out)
-    (func,) = [p for p in out.iterdir()]
+    (func,) = [p for p in out.iterdir() if p.is_dir()]
     return func
 
 
@@ -111,7 +111,7 @@ def test_reexport_replaces_the_package_and_refuses_other_paths(built, tmp_path):
 def test_choosing_the_func(tmp_path):
     out = tmp_path / "b"
     compile_module(parse_file(ROOT / "examples" / "multi_func.ir"), random_seed=0, out_dir=out)
-    funcs = sorted(p.name for p in out.iterdir())
+    funcs = sorted(p.name for p in out.iterdir() if p.is_dir())
     with pytest.raises(CoreMLExportError, match="--func"):
         export_coreml(out, tmp_path / "x.mlpackage")
     rep = export_coreml(out, tmp_path / "x.mlpackage", func=funcs[0])

@@ -256,20 +256,21 @@ def test_load_rejects_bad_manifests(tmp_path):
     d = build(small_mlp()).write(tmp_path / "mlp")
     man = json.loads((d / "manifest.json").read_text())
     for change, msg in [
-        ({"format": "other/9"}, "format 'other/9'"),
+        ({"format": "other/9"}, "field 'format': expected \"anec-artifact/1\", got \"other/9\""),
         ({"weights": [dict(man["weights"][0], dtype="fp32")]}, "holds 256 bytes of float16"),
-        ({"weights": [dict(man["weights"][0], file="../../etc/passwd")]}, "outside the artifact"),
+        ({"weights": [dict(man["weights"][0], file="../../etc/passwd")]},
+         r"field 'weights\[0\].file': expected a relative path inside the artifact"),
         ({"weights": [dict(man["weights"][0], offset=128)]}, "no blob metadata"),
     ]:
         (d / "manifest.json").write_text(json.dumps({**man, **change}))
         with pytest.raises(ArtifactError, match=msg):
             Artifact.load(d)
     (d / "manifest.json").write_text("{not json")
-    with pytest.raises(ArtifactError, match="unreadable manifest"):
+    with pytest.raises(ArtifactError, match="the manifest is not valid JSON"):
         Artifact.load(d)
     man.pop("inputs")
     (d / "manifest.json").write_text(json.dumps(man))
-    with pytest.raises(ArtifactError, match="missing field 'inputs'"):
+    with pytest.raises(ArtifactError, match=r"field 'inputs': expected a value \(the field is missing\)"):
         Artifact.load(d)
 
 

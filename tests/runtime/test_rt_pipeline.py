@@ -242,6 +242,18 @@ def test_written_pipelines_load_and_tampering_is_refused(tmp_path):
     def huge_surface(man, _):
         man["surface_bytes"] = 1 << 62
 
+    def linked_stage(man, bad):  # a stage directory that is a link to another place
+        shutil.move(str(bad / "stages" / "s01"), str(bad.parent / f"{bad.name}_s01"))
+        os.symlink(bad.parent / f"{bad.name}_s01", bad / "stages" / "s01")
+
+    def linked_weights(man, bad):  # a weight file of a stage that is a link
+        wdir = bad / "stages" / "s02" / "weights"
+        f = sorted(wdir.iterdir())[0]
+        shutil.move(str(f), str(bad.parent / f"{bad.name}_w.bin"))
+        os.symlink(bad.parent / f"{bad.name}_w.bin", f)
+
+    assert "symbolic link" in tampered(linked_stage)
+    assert "symbolic link" in tampered(linked_weights)
     assert "an output of an earlier stage" in tampered(later_stage)
     assert "outside the artifact directory" in tampered(escape)
     assert "not the program the pipeline manifest names" in tampered(other_mil)

@@ -1,0 +1,121 @@
+"""The CLI never prints a traceback (an unexpected exception is a bug report with the version,
+exit 3), and SIGINT/SIGTERM/SIGHUP leave no runtime or ``anec run`` temporary directory behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import anec
+from anec.cli import EXIT_INTERNAL, main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _boom(*a, **k):
+    raise KeyError("a bug")
+
+
+def test_an_unexpected_exception_is_a_bug_report(monkeypatch):
+    monkeypatch.setattr("anec.ir.ops.format_table", _boom)
+    monkeypatch.delenv("ANEC_TRACEBACK", raising=False)
+    result = CliRunner().invoke(main, ["ops"])
+    assert result.exit_code == EXIT_INTERNAL == 3
+    assert "Traceback" not in result.output
+    assert "anec: internal error: KeyError: 'a bug'" in result.output
+    assert f"This is a bug in anec {anec.__version__}" in result.output
+    assert "anec --traceback" in result.output and "ANEC_TRACEBACK=1" in result.output
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_the_traceback_on_request(monkeypatch, how):
+    monkeypatch.setattr("anec.ir.ops.format_table", _boom)
+    args = ["--traceback", "ops"] if how == "flag" else ["ops"]
+    if how == "env":
+        monkeypatch.setenv("ANEC_TRACEBACK", "1")
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 3
+    assert "Traceback (most recent call last)" in result.output and "KeyError: 'a bug'" in result.output
+
+
+def test_operating_system_errors_are_user_errors(monkeypatch):
+    def denied(*a, **k):
+        raise PermissionError(13, "Permission denied", "/some/file")
+
+    monkeypatch.setattr("anec.ir.ops.format_table", denied)
+    result = CliRunner().invoke(main, ["ops"])
+    assert result.exit_code == 1
+    assert result.output == "error: Permission denied (/some/file)\n"
+
+
+def test_anec_errors_keep_exit_1_and_usage_errors_2(tmp_path):
+    result = CliRunner().invoke(main, ["run", str(tmp_path)])
+    assert result.exit_code == 1 and result.output.startswith("error: ") and "Traceback" not in result.output
+    assert CliRunner().invoke(main, ["run"]).exit_code == 2
+
+
+# ---- signals -------------------------------------------------------------------------------
+
+SCRIPT = """
+import sys, time
+from anec.compiler import compile_module
+from anec.ir.parser import parse
+from anec.runtime import Runtime
+m = parse("func f(%x: fp16[1, 4, 1, 8]) {\\n  %e = relu(%x) : fp16[1, 4, 1, 8]\\n  return %e\\n}\\n", "f.ir")
+rt = Runtime("sim")
+p = rt.load(compile_module(m, random_seed=0).artifacts["f"])
+print(p.dir, flush=True)
+time.sleep(60)
+"""
+
+
+def _env(tmp: Path) -> dict:
+    return dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_removes_the_runtime_directories(tmp_path, sig):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(tmp))
+    prog_dir = Path(proc.stdout.readline().strip())
+    assert prog_dir.is_dir() and prog_dir.parent.parent == tmp
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    if sig == signal.SIGINT:  # KeyboardInterrupt: Python ends by the signal after the cleanup
+        assert proc.returncode in (-signal.SIGINT, 130, 1), err
+    else:
+        assert proc.returncode == 128 + sig, err
+    assert os.listdir(tmp) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_anec_run_leaves_no_temporary_directory(tmp_path, sig):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "anec.cli", "run", str(ROOT / "examples" / "gpt2_mlp.ir"),
+                             "--random-weights", "0", "--random-inputs", "0", "--backend", "sim"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        names = os.listdir(tmp)
+        if any(n.startswith("anec-run-") for n in names) and any(n.startswith("anec-rt-") for n in names):
+            break  # compiling or running: both the run's and the runtime's directories exist
+        time.sleep(0.005)
+    assert proc.poll() is None, "anec run ended before it could be interrupted"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 128 + sig, err
+    else:  # click prints "Aborted!"; the process ends by SIGINT (or with status 1)
+        assert proc.returncode in (-signal.SIGINT, 130, 1) and "Aborted!" in err, (proc.returncode, err)
+    assert os.listdir(tmp) == []

@@ -1,0 +1,329 @@
+"""A compile output is all or nothing: readers see the complete previous output or the complete
+new one, temporary directories are never taken and are cleaned up, concurrent compiles to one
+``-o`` take turns, and a compile killed (SIGKILL) at any moment leaves nothing ``anec run``
+accepts that differs from a complete compile.
+
+The kill test runs ANEC_KILL_TRIALS compiles (default 12); the documented long run takes 100
+(about 6 minutes on 2 cores)::
+
+    ANEC_KILL_TRIALS=100 .venv/bin/python -m pytest tests/security/test_output_atomic.py -q -k kill -s
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from anec.cli import main
+from anec.compiler import compile_module
+from anec.diagnostics import ArtifactError
+from anec.ir.graph import Module
+from anec.ir.parser import parse
+from anec.mil.artifact import OUTPUT_INDEX, Artifact, is_temp_name, load_artifact, sha256
+from anec.mil.beneath import Beneath
+
+ROOT = Path(__file__).resolve().parents[2]
+TRIALS = int(os.environ.get("ANEC_KILL_TRIALS", "12"))
+N_FUNCS = 40
+
+
+def many_funcs(n: int = N_FUNCS) -> str:
+    """``n`` small funcs, one weight each."""
+    return "".join(f"""func f{i:02d}(%x: fp32[1, 8, 1, 4]) {{
+  %xh = cast(%x, dtype=fp16)
+  %w = const(weight="f{i:02d}.w") : fp16[8, 8, 1, 1]
+  %h = conv1x1(%xh, %w)
+  %a = relu(%h)
+  %y = cast(%a, dtype=fp32)
+  return %y
+}}
+""" for i in range(n))
+
+
+def _art_key(art: Artifact) -> tuple:
+    return art.mil_text, tuple(sorted(art.blobs.items())), json.dumps(art.manifest, sort_keys=True)
+
+
+def _reference(out: Path) -> dict[str, tuple]:
+    return {f: _art_key(load_artifact(out, f)) for f in sorted(p.name for p in out.iterdir() if p.is_dir())}
+
+
+def _accepted(out: Path, funcs) -> dict[str, tuple]:
+    """Func -> what ``anec run OUT --func F`` (load_artifact) takes; funcs it refuses are left out."""
+    got = {}
+    for f in funcs:
+        try:
+            got[f] = _art_key(load_artifact(out, f))
+        except ArtifactError:
+            pass
+    return got
+
+
+def _leftovers(parent: Path, name: str) -> list[str]:
+    return sorted(n for n in os.listdir(parent) if n.startswith(f".{name}."))
+
+
+# ---- replacing a whole output ----------------------------------------------------------------
+
+
+def test_an_output_is_replaced_as_a_whole(tmp_path):
+    out = tmp_path / "out"
+    compile_module(parse(many_funcs(3), "a.ir"), random_seed=0, out_dir=out)
+    assert sorted(os.listdir(out)) == [OUTPUT_INDEX, "f00", "f01", "f02"]
+    index = json.loads((out / OUTPUT_INDEX).read_text())
+    assert index["format"] == "anec-output/1"
+    assert index["funcs"] == {f: sha256((out / f / "manifest.json").read_bytes()) for f in ("f00", "f01", "f02")}
+    compile_module(parse(many_funcs(1), "b.ir"), random_seed=1, out_dir=out)
+    assert sorted(os.listdir(out)) == [OUTPUT_INDEX, "f00"]  # exactly the funcs of the last compile
+    assert _leftovers(tmp_path, "out") == []  # no temporary directory, no lock file
+    with pytest.raises(ArtifactError, match=r"has no func 'f01' \(funcs: f00\)"):
+        load_artifact(out, "f01")
+
+
+def test_keep_funcs_grows_an_output_one_func_at_a_time(tmp_path):
+    """``keep_funcs`` (what a model's program cache uses): the new output holds the previous
+    funcs (hard links, no copy) plus the new one, still replaced all or nothing."""
+    out = tmp_path / "out"
+    funcs = parse(many_funcs(3), "a.ir").funcs
+    for i, name in enumerate(funcs):
+        one = Module()
+        one.add_func(funcs[name])
+        compile_module(one, random_seed=i, out_dir=out, keep_funcs=True)
+    assert sorted(os.listdir(out)) == [OUTPUT_INDEX, "f00", "f01", "f02"]
+    assert sorted(json.loads((out / OUTPUT_INDEX).read_text())["funcs"]) == ["f00", "f01", "f02"]
+    first = (out / "f00" / "weights" / "w.bin").stat()
+    assert first.st_nlink == 1  # the previous trees are gone, the kept files live on
+    assert all(load_artifact(out, f).func == f for f in ("f00", "f01", "f02"))
+    before = load_artifact(out, "f00").blobs
+    one = Module()
+    one.add_func(funcs["f00"])
+    compile_module(one, random_seed=9, out_dir=out, keep_funcs=True)  # a kept func is replaced by a new one
+    assert load_artifact(out, "f00").blobs != before and load_artifact(out, "f02").func == "f02"
+    compile_module(one, random_seed=9, out_dir=out)  # without keep_funcs: exactly this compile's funcs
+    assert sorted(os.listdir(out)) == [OUTPUT_INDEX, "f00"]
+    assert _leftovers(tmp_path, "out") == []
+
+
+def test_foreign_directories_and_links_are_never_replaced(tmp_path):
+    module = parse(many_funcs(1), "a.ir")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(ArtifactError, match=r"refusing to replace '.*mine': it holds 'notes\.txt'"):
+        compile_module(module, random_seed=0, out_dir=mine)
+    assert os.listdir(mine) == ["notes.txt"]
+    real = tmp_path / "real"
+    compile_module(module, random_seed=0, out_dir=real)
+    os.symlink(real, tmp_path / "link")
+    with pytest.raises(ArtifactError, match=r"'.*link': it is a symbolic link"):
+        compile_module(module, random_seed=1, out_dir=tmp_path / "link")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ArtifactError, match=r"'.*file': it is a file"):
+        compile_module(module, random_seed=1, out_dir=tmp_path / "file")
+
+
+def test_outputs_of_older_versions_load_and_are_replaced(tmp_path):
+    """An output without an index (one directory per func, and the temporary directories the
+    older per-func writer left behind) still loads, and a new compile replaces it cleanly."""
+    out = tmp_path / "out"
+    compile_module(parse(many_funcs(2), "a.ir"), random_seed=0, out_dir=out)
+    (out / OUTPUT_INDEX).unlink()
+    shutil.copytree(out / "f00", out / ".f01.k3j5h2a8.tmp")  # an interrupted write of f01
+    assert load_artifact(out, "f01").func == "f01"
+    with pytest.raises(ArtifactError, match="has no func"):
+        load_artifact(out, ".f01.k3j5h2a8.tmp")
+    with pytest.raises(ArtifactError, match="temporary directory"):
+        load_artifact(out / ".f01.k3j5h2a8.tmp")
+    compile_module(parse(many_funcs(2), "a.ir"), random_seed=1, out_dir=out)
+    assert sorted(os.listdir(out)) == [OUTPUT_INDEX, "f00", "f01"]
+
+
+def test_stale_temporary_directories_are_removed(tmp_path):
+    out = tmp_path / "out"
+    module = parse(many_funcs(1), "a.ir")
+    compile_module(module, random_seed=0, out_dir=out)
+    for stale in (".out.anec-tmp-x1y2z3", ".out.ab12cd34.tmp", ".out.ab12cd34.old"):
+        shutil.copytree(out, tmp_path / stale)
+    (tmp_path / ".out.anec-lock").write_text("")  # a killed writer's lock file
+    shutil.copytree(out, tmp_path / ".other.anec-tmp-aaaa")  # another output's: not ours to remove
+    for stale in (".out.anec-tmp-x1y2z3", ".out.ab12cd34.tmp"):
+        with pytest.raises(ArtifactError, match="temporary directory"):
+            load_artifact(tmp_path / stale, "f00")
+        with pytest.raises(ArtifactError, match="temporary directory"):
+            load_artifact(tmp_path / stale / "f00")
+    compile_module(module, random_seed=1, out_dir=out)
+    assert sorted(os.listdir(tmp_path)) == [".other.anec-tmp-aaaa", "out"]
+
+
+def test_a_failed_write_leaves_the_previous_output(tmp_path, monkeypatch):
+    import anec.mil.artifact as artifact_mod
+
+    out = tmp_path / "out"
+    module = parse(many_funcs(4), "a.ir")
+    compile_module(module, random_seed=0, out_dir=out)
+    before = _reference(out)
+    calls = []
+    real = artifact_mod._write_file
+
+    def failing(path, data):
+        calls.append(path)
+        if len(calls) == 7:  # in the middle of the second func
+            raise OSError(28, "No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(artifact_mod, "_write_file", failing)
+    with pytest.raises(ArtifactError, match="No space left on device"):
+        compile_module(module, random_seed=1, out_dir=out)
+    assert _reference(out) == before
+    assert _leftovers(tmp_path, "out") == []
+
+
+# ---- concurrent writers and readers -------------------------------------------------------
+
+
+def _child(ir: Path, out: Path, seed: int) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.Popen([sys.executable, str(Path(__file__).with_name("compile_child.py")), str(ir), str(out),
+                          str(seed)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    assert p.stdout.readline().strip() == "ready", p.stderr.read()
+    return p
+
+
+def _snapshot(out: Path) -> set[int] | None:
+    """Which reference each func of ``out`` matches, read through one open directory (a
+    consistent view even while writers replace ``out``); None if there is no output."""
+    try:
+        d = Beneath.open(out)
+    except ArtifactError:
+        return None
+    try:
+        from anec.mil.artifact import output_funcs
+
+        funcs = output_funcs(d)
+        seeds = set()
+        for f, manifest_sha in funcs.items():
+            with d.subdir(f) as sub:
+                art = Artifact._load(sub, manifest_sha)
+            seeds.add(_art_key(art))
+        return seeds
+    except ArtifactError:
+        if d.replaced:
+            return None  # replaced while read: this view is being deleted, not partial
+        raise
+    finally:
+        d.close()
+
+
+def test_concurrent_compiles_take_turns_and_readers_see_whole_outputs(tmp_path):
+    ir = tmp_path / "m.ir"
+    ir.write_text(many_funcs(8))
+    refs = {}
+    for seed in (1, 2):
+        compile_module(parse(ir.read_text(), str(ir)), random_seed=seed, out_dir=tmp_path / f"ref{seed}")
+        refs[seed] = set(_reference(tmp_path / f"ref{seed}").values())
+    out = tmp_path / "out"
+    stop, seen, bad = threading.Event(), [], []
+
+    def reader():
+        while not stop.is_set():
+            snap = _snapshot(out)
+            if snap is None:
+                continue
+            match = [s for s, r in refs.items() if snap == r]
+            (seen if match else bad).append(match or snap)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for _ in range(3):
+            kids = [_child(ir, out, seed) for seed in (1, 2)]
+            for k in kids:
+                k.stdin.write("go\n")
+                k.stdin.flush()
+            for k in kids:
+                out_text, err = k.communicate(timeout=300)
+                assert k.returncode == 0 and "done" in out_text, err
+    finally:
+        stop.set()
+        t.join()
+    assert not bad, f"a reader saw a mixed or partial output: {len(bad)} times"
+    assert seen  # the readers did look while the writers ran
+    assert _snapshot(out) in refs.values()
+    assert _leftovers(tmp_path, "out") == []
+
+
+# ---- SIGKILL at random points ---------------------------------------------------------------
+
+
+def test_kill_at_random_points_never_leaves_a_partial_output(tmp_path):
+    """SIGKILL a 40-func compile at random moments (over no output, and over a complete
+    previous one): whatever ``anec run`` then accepts is exactly a complete compile (all funcs
+    from the previous output or all from the new one), temporary directories are refused,
+    and the next compile cleans everything up."""
+    ir = tmp_path / "m.ir"
+    ir.write_text(many_funcs())
+    module = parse(ir.read_text(), str(ir))
+    compile_module(module, random_seed=1, out_dir=tmp_path / "old")
+    child = _child(ir, tmp_path / "new", 2)  # how long a compile takes in a fresh process
+    start = time.perf_counter()
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    assert child.stdout.readline().strip() == "done"
+    duration = time.perf_counter() - start
+    child.communicate(timeout=60)
+    old, new = _reference(tmp_path / "old"), _reference(tmp_path / "new")
+    funcs = sorted(new)
+    assert len(funcs) == N_FUNCS and all(old[f] != new[f] for f in funcs)
+    rng = random.Random(11)
+    outcomes = {"none": 0, "old": 0, "new": 0, "temp dirs left": 0}
+    nxt = None
+    for trial in range(TRIALS):
+        work = tmp_path / f"t{trial}"
+        work.mkdir()
+        out = work / "out"
+        if trial % 2:
+            shutil.copytree(tmp_path / "old", out)
+        child = nxt or _child(ir, out, 2)
+        nxt = _child(ir, tmp_path / f"t{trial + 1}" / "out", 2) if trial + 1 < TRIALS else None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        time.sleep(rng.uniform(0, 1.2 * duration))
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=60)
+        got = _accepted(out, funcs)
+        if not got:
+            outcomes["none"] += 1
+        else:
+            assert sorted(got) == funcs, f"trial {trial}: anec run accepts only {len(got)} of {N_FUNCS} funcs"
+            which = [name for name, ref in (("old", old), ("new", new)) if got == ref]
+            assert which, f"trial {trial}: the output mixes funcs of two compiles or differs from both"
+            assert which[0] == "new" or trial % 2, f"trial {trial}: an output appeared that nobody completed"
+            outcomes[which[0]] += 1
+        temps = [n for n in os.listdir(work) if is_temp_name(n)]
+        outcomes["temp dirs left"] += bool(temps)
+        for n in temps:
+            with pytest.raises(ArtifactError, match="temporary directory"):
+                load_artifact(work / n, funcs[0])
+        if trial % 4 == 0:  # the CLI accepts or refuses the same way
+            result = CliRunner().invoke(main, ["run", str(out), "--func", funcs[0], "--backend", "sim",
+                                               "--random-inputs", "0"])
+            assert (result.exit_code == 0) == bool(got), result.output
+        compile_module(module, random_seed=2, out_dir=out)  # a later compile repairs and cleans up
+        assert _accepted(out, funcs) == new
+        assert sorted(os.listdir(work)) == ["out"]
+        shutil.rmtree(work)
+    print(f"\n{TRIALS} kills of a {N_FUNCS}-func compile ({duration:.2f} s): {outcomes}")
+    if TRIALS >= 10:
+        assert outcomes["new"] + outcomes["old"] > 0 and outcomes["none"] + outcomes["old"] > 0
