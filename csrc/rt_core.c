@@ -612,9 +612,9 @@ static int describe(anec_program *p, const char *mil, size_t mil_len)
             rc = rt_fail(ANEC_ENOMEM, "out of memory");
             break;
         }
-        if (!rt_rel_path(b->path)) {
+        if (!rt_weight_path(b->path)) {
             rc = rt_fail(ANEC_ECOMPILE, "model.mil:%d: BLOBFILE path \"%s\" of const '%s' must be "
-                         "@model_path/<relative path> without '..'", b->line, b->path, b->const_name);
+                         "@model_path/weights/<relative path> without '..'", b->line, b->path, b->const_name);
             break;
         }
         int seen = 0;
@@ -811,8 +811,8 @@ int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len, const anec_b
     for (size_t i = 0; i < n_blobs; i++) {
         if (!blobs[i].path || (!blobs[i].data && blobs[i].len))
             return rt_fail(ANEC_EINVAL, "anec_compile: blob %zu has no path or data", i);
-        if (!rt_rel_path(blobs[i].path))
-            return rt_fail(ANEC_EINVAL, "weight path \"%s\" must be @model_path/<relative path> without '..'",
+        if (!rt_weight_path(blobs[i].path))
+            return rt_fail(ANEC_EINVAL, "weight path \"%s\" must be @model_path/weights/<relative path> without '..'",
                            blobs[i].path);
         for (size_t j = 0; j < i; j++)
             if (strcmp(blobs[i].path, blobs[j].path) == 0)

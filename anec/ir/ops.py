@@ -532,7 +532,12 @@ def _int_pow(x: np.ndarray, e: np.ndarray) -> np.ndarray:
 def _ref_pow(operands, optional, attrs):
     x, y = operands
     if x.dtype.kind == "f":
-        out = np.power(x.astype(np.float64), y.astype(np.float64))
+        x64, y64 = np.broadcast_arrays(x.astype(np.float64), y.astype(np.float64))
+        out = np.power(x64, y64)
+        ninf = np.isneginf(x64)
+        if ninf.any():  # C's pow (and the sim): (-inf) ** 0.5 is +inf where numpy says nan
+            out = np.array(out, copy=True)
+            out[ninf] = [math.pow(a, b) for a, b in zip(x64[ninf], y64[ninf])]
     else:
         out = _int_pow(x, y)
     return [np.asarray(out).astype(x.dtype)]

@@ -255,6 +255,17 @@ static void test_pipeline(void)
     anec_pipe_stage st3[1] = {{s0, only_x}};
     anec_pipe_src o3[1] = {{0, 1}};
     CHECK(anec_pipeline_create(rt, st3, 1, 2, o3, 1, &pl) == ANEC_EINVAL);
+    /* a weight file may not take a name of the compiled form */
+    {
+        static const char *const reserved[] = {"@model_path/data", "@model_path/net.plist", "@model_path/model.mil",
+                                               "@model_path/w.bin", "@model_path/weights/"};
+        for (size_t k = 0; k < sizeof reserved / sizeof *reserved; k++) {
+            anec_blob r = {reserved[k], b2, sizeof b2};
+            anec_program *q = NULL;
+            CHECK(anec_compile(rt, MIL, strlen(MIL), &r, 1, NULL, &q) == ANEC_EINVAL && q == NULL);
+            CHECK_HAS(anec_last_error(NULL), "@model_path/weights/");
+        }
+    }
     /* stages stay the caller's: closing the runtime first, then freeing, is fine */
     anec_pipe_stage st4[1] = {{s0, in0}};
     CHECK(anec_pipeline_create(rt, st4, 1, 2, o3, 1, &pl) == ANEC_OK);
