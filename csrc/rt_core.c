@@ -806,6 +806,11 @@ int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len, const anec_b
         return forked_error(rt);
     if (!out || (!mil && mil_len) || (!blobs && n_blobs))
         return rt_fail(ANEC_EINVAL, "anec_compile: NULL argument");
+    if (!limits) {
+        *out = NULL;
+        return rt_fail(ANEC_EINVAL, "anec_compile: limits are required (the manifest's \"limits\"; "
+                       "the runtime has no defaults of its own)");
+    }
     *out = NULL;
     uint64_t t0 = rt_now_ns();
     for (size_t i = 0; i < n_blobs; i++) {
@@ -824,15 +829,7 @@ int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len, const anec_b
     pthread_mutex_init(&p->lock, NULL);
     p->rt = rt;
     p->refs = 1;
-    if (limits) {
-        p->limits = *limits;
-    } else {
-        p->limits.max_blob_tensors = 16;
-        p->limits.scalar_penalty = 1;
-        p->limits.max_conv_out_channels = 16384;
-        p->limits.min_surface_bytes = 49152;
-        p->limits.allow_fp32_io = 1;
-    }
+    p->limits = *limits;
     int rc = describe(p, mil, mil_len);
     /* every referenced weight file must be given, and must match its consts */
     for (size_t k = 0; rc == ANEC_OK && k < p->n_refs; k++)
