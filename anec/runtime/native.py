@@ -173,7 +173,7 @@ class NativeRuntime:
 
     def __init__(self, driver: str, compile_budget: int | None = None, temp_root: str | None = None,
                  sim_threads: int | None = None, reload_verified: Any = None,
-                 sim_device: str | None = None) -> None:
+                 sim_device: str | None = None, process_budget: int | None = None) -> None:
         require()
         opts = ffi.new("anec_options *")
         opts.compile_budget = int(compile_budget or 0)
@@ -184,6 +184,11 @@ class NativeRuntime:
             opts.reload_verified = lib.ANEC_RELOAD_VERIFIED | _mask(reload_verified)
         self._dev = ffi.new("char[]", sim_device.encode()) if sim_device else ffi.NULL
         opts.sim_device = self._dev
+        if process_budget is None:  # a device fact: the target's
+            from anec.targets import get_target
+
+            process_budget = get_target().process_compile_budget
+        opts.process_budget = int(process_budget)
         out = ffi.new("anec_runtime **")
         rc = lib.anec_runtime_open(driver.encode(), opts, out)
         if rc != 0:

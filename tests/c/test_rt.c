@@ -64,7 +64,7 @@ static int write_file(const char *dir, const char *rel, const void *data, size_t
 
 static anec_runtime *open_sim(const char *device, unsigned verified)
 {
-    anec_options o = {0, NULL, 1, verified, device};
+    anec_options o = {.sim_threads = 1, .reload_verified = verified, .sim_device = device};
     anec_runtime *rt = NULL;
     CHECK(anec_runtime_open("sim", &o, &rt) == ANEC_OK);
     return rt;
@@ -285,7 +285,7 @@ int main(void)
     char root[64];
     snprintf(root, sizeof root, "%s/anec-ctest-XXXXXX", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
     CHECK(mkdtemp(root) != NULL);
-    anec_options opts = {3, root, 2, 0, NULL};
+    anec_options opts = {.compile_budget = 3, .temp_root = root, .sim_threads = 2};
     anec_runtime *rt = NULL;
     CHECK(anec_runtime_open("sim", &opts, &rt) == ANEC_OK);
     CHECK(strcmp(anec_driver_name(rt), "sim") == 0);
