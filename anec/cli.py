@@ -19,6 +19,7 @@ import click
 
 from anec import __version__
 from anec.diagnostics import AnecError
+from anec.targets import DEFAULT_TARGET
 
 EXIT_INTERNAL = 3
 TRACEBACK_ENV = "ANEC_TRACEBACK"
@@ -209,7 +210,7 @@ def check_cmd(ctx: click.Context, file: str, target: str | None) -> None:
     click.echo(f"{file}: ok ({_plural(len(module.funcs), 'func')}, {_plural(nodes, 'node')})")
     legality = _legality_report("legality")
     if legality is not None:  # the report and its verdict: exit 1 when a node is rejected
-        result = legality(module, target_name or "m4")
+        result = legality(module, target_name or DEFAULT_TARGET)
         if result.text:
             click.echo(result.text.rstrip("\n"))
         if not result.legal:
@@ -219,7 +220,7 @@ def check_cmd(ctx: click.Context, file: str, target: str | None) -> None:
         return
     legality_report = _legality_report()
     if legality_report is not None:
-        click.echo(legality_report(module, target_name or "m4").rstrip("\n"))
+        click.echo(legality_report(module, target_name or DEFAULT_TARGET).rstrip("\n"))
 
 # IR tools: ops, interp (reference interpreter)
 
@@ -324,7 +325,7 @@ def _pipeline_from(passes: str | None, pipeline: str | None):
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Output directory (default: ./out/<file stem>); one subdirectory per func.")
 @_weight_options
-@click.option("--target", default="m4", show_default=True, metavar="NAME", help="Chip profile (m1..m5).")
+@click.option("--target", default=DEFAULT_TARGET, show_default=True, metavar="NAME", help="Chip profile (m1..m5).")
 @click.option("--passes", metavar="a,b,c", help="Run these passes instead of the default pipeline.")
 @click.option("--pipeline", metavar="NAME", help="Run a named pipeline (see `anec passes`).")
 @click.option("--print-ir-after", "print_after", multiple=True, metavar="PASS|all",
@@ -370,7 +371,7 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--func", "func_name", metavar="NAME", help="Func to print (default: the only one).")
 @_weight_options
-@click.option("--target", default="m4", show_default=True, metavar="NAME", help="Chip profile (m1..m5).")
+@click.option("--target", default=DEFAULT_TARGET, show_default=True, metavar="NAME", help="Chip profile (m1..m5).")
 @click.option("--pack-weights", is_flag=True, help="Refer to one packed weights/weight.bin.")
 @click.option("--host-casts", is_flag=True, help="As for compile, on fp16-only targets.")
 @click.option("--dialect", type=click.Choice(["ios18", "ios16"]), metavar="ios18|ios16",
@@ -460,7 +461,7 @@ def _rt_summary(arr) -> str:
 @click.option("--weights", "weights_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Weight file for a FILE.ir (.safetensors/.npz).")
 @click.option("--random-weights", type=int, metavar="SEED", help="Random tensors for weights no file provides (FILE.ir).")
-@click.option("--target", default="m4", show_default=True, metavar="NAME", help="Chip profile when compiling FILE.ir.")
+@click.option("--target", default=DEFAULT_TARGET, show_default=True, metavar="NAME", help="Chip profile when compiling FILE.ir.")
 @click.option("--backend", type=click.Choice(["auto", "sim", "ane"]), default="auto", show_default=True,
               help="sim: the strict ANE simulator; ane: the Neural Engine (macOS); auto: ane if available.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="OUT.npz", help="Save the outputs.")
@@ -622,7 +623,7 @@ def _progress(quiet: bool):
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Write DIR/model.ir, DIR/weights.safetensors and DIR/import.json.")
 @click.option("--name", default="main", show_default=True, help="Name of the func.")
-@click.option("--target", default="m4", show_default=True, metavar="NAME",
+@click.option("--target", default=DEFAULT_TARGET, show_default=True, metavar="NAME",
               help="Chip profile (its conv channel limit picks conv1x1 or matmul for wide layers).")
 @click.option("--ops", "list_ops", is_flag=True, help="List the supported ATen ops and the IR each becomes.")
 @click.option("--markdown", is_flag=True, help="With --ops: as a markdown table (docs/torch.md).")

@@ -141,13 +141,13 @@ class _Builder:
     def __init__(self, art: Any, rename: Callable[[str], str] | None = None) -> None:
         from anec.mil.artifact import artifact_weights
         from anec.mil.emitter import emit_mil
-        from anec.targets import get_target
+        from anec.targets import DEFAULT_TARGET, get_target
 
         self.art = art
         module = art.program_module()
         self.graph = module.func(art.func)
         self.weights = artifact_weights(art)
-        target = get_target(art.manifest.get("target", "m4"))
+        target = get_target(art.manifest.get("target", DEFAULT_TARGET))
         packed = len({w["file"] for w in art.manifest["weights"]}) == 1 and len(art.manifest["weights"]) > 1
         program = emit_mil(self.graph, target, pack_weights=packed)
         if program.text != art.mil_text:
