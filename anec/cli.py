@@ -107,32 +107,6 @@ def _read_ir(file: str) -> str:
         raise AnecError(f"<stdin>: not valid UTF-8 (byte {e.start})") from None
 
 
-def _replace_atomically(path: str, suffix: str, write, keep_mode: bool = False) -> None:
-    """Replace ``path`` with what ``write(binary_file)`` writes, via a temp file in the
-    same directory and a rename: a reader never sees half a file. ``keep_mode`` keeps
-    the permissions of the file being replaced."""
-    import os
-    import tempfile
-
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".anec-", suffix=suffix, dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        if keep_mode and os.path.exists(path):
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _write_text_atomic(path: str, text: str) -> None:
-    """Replace ``path`` by ``text`` (UTF-8, newlines as given) atomically, keeping its mode."""
-    _replace_atomically(path, ".ir", lambda f: f.write(text.encode("utf-8")), keep_mode=True)
-
-
 @main.command("fmt")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--check", "check_only", is_flag=True,
@@ -156,7 +130,9 @@ def fmt_cmd(ctx: click.Context, file: str, check_only: bool, in_place: bool) -> 
         return
     if in_place:
         if out != text:
-            _write_text_atomic(file, out)
+            from anec.fsutil import write_text_atomic
+
+            write_text_atomic(file, out, keep_mode=True)
         return
     click.echo(out, nl=False)
 
@@ -249,7 +225,9 @@ def _parse_input_spec(ctx: click.Context, param: click.Parameter, values: tuple[
 def _save_npz_atomic(path: str, arrays: dict) -> None:
     import numpy as np
 
-    _replace_atomically(path, ".npz", lambda f: np.savez(f, **arrays))
+    from anec.fsutil import replace_file
+
+    replace_file(path, lambda f: np.savez(f, **arrays), suffix=".npz")
 
 
 @main.command("interp")

@@ -94,6 +94,31 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
+def move_into_place(src: str | os.PathLike, dest: str | os.PathLike) -> Path | None:
+    """Rename the finished directory ``src`` to ``dest`` (same file system) and fsync the
+    parent. An existing ``dest`` is swapped out atomically where the OS allows it
+    (renameat2), otherwise moved aside first and put back if the rename fails. Returns
+    the directory that now holds the previous tree, for the caller to delete, or None."""
+    src, dest = Path(src), Path(dest)
+    old: Path | None = None
+    if dest.exists():
+        if _exchange(src, dest):
+            old = src  # src now holds the previous tree
+        else:
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
+            os.rmdir(old)
+            os.rename(dest, old)
+            try:
+                os.rename(src, dest)
+            except BaseException:
+                os.rename(old, dest)
+                raise
+    else:
+        os.rename(src, dest)
+    fsync_dir(dest.parent)
+    return old
+
+
 def _write_synced(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
@@ -121,21 +146,7 @@ def write_tree_atomic(dest: str | os.PathLike, files: Mapping[str, bytes]) -> No
             _write_synced(tmp / rel, data)
         for sub in sorted({(tmp / rel).parent for rel in files}, key=lambda p: -len(p.parts)):
             fsync_dir(sub)
-        if dest.exists():
-            if _exchange(tmp, dest):
-                old = tmp  # tmp now holds the previous tree
-            else:
-                old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=parent))
-                os.rmdir(old)
-                os.rename(dest, old)
-                try:
-                    os.rename(tmp, dest)
-                except BaseException:
-                    os.rename(old, dest)
-                    raise
-        else:
-            os.rename(tmp, dest)
-        fsync_dir(parent)
+        old = move_into_place(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -60,6 +60,7 @@ from typing import Any, Callable
 import numpy as np
 
 from anec.frontends import CoreMLExportError, require
+from anec.fsutil import move_into_place
 from anec.ir.ops import const_literal, with_defaults
 from anec.ir.types import DType
 
@@ -606,7 +607,9 @@ def export_coreml(directory: str | os.PathLike, output: str | os.PathLike, *,
         staged = tmp / out.name
         model.save(str(staged))
         report = verify(staged)
-        _replace_dir(staged, out)
+        old = move_into_place(staged, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     except CoreMLExportError:
         raise
     except Exception as e:
@@ -624,22 +627,6 @@ def _quiet(fn: Any) -> Any:
 
     with contextlib.redirect_stderr(io.StringIO()):
         return fn()
-
-
-def _replace_dir(src: Path, dest: Path) -> None:
-    """Move the finished package into place: rename, swapping out an old package."""
-    if not dest.exists():
-        os.rename(src, dest)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
-    os.rmdir(old)
-    os.rename(dest, old)
-    try:
-        os.rename(src, dest)
-    except BaseException:
-        os.rename(old, dest)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------

@@ -234,8 +234,8 @@ class NativeRuntime:
     def shutdown(self) -> None:
         """Close every program and the driver (idempotent, thread-safe)."""
         if not self.closed:
-            self.closed = True
-            lib.anec_runtime_shutdown(self.ptr)
+            lib.anec_runtime_shutdown(self.ptr)  # idempotent: a signal between the two lines
+            self.closed = True  # leaves it to be called again, never skipped
 
     def release(self) -> None:
         if self.ptr is not None:
