@@ -6,6 +6,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
 #include <immintrin.h>
+#include <stdatomic.h>
 #define RT_SHA_NI 1
 #endif
 
@@ -84,14 +85,15 @@ __attribute__((target("sha,sse4.1,ssse3"))) static void blocks_shani(uint32_t h[
 
 static int have_shani(void)
 {
-    static int cached = -1; /* benign race: every thread computes the same answer */
-    if (cached < 0) {
+    static atomic_int cached = -1; /* every thread computes the same answer */
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
         unsigned a, b, c, d;
-        int ok = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_SSE4_1) && (c & bit_SSSE3);
-        ok = ok && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_SHA);
-        cached = ok;
+        v = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_SSE4_1) && (c & bit_SSSE3);
+        v = v && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_SHA);
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
-    return cached;
+    return v;
 }
 #endif
 
