@@ -33,7 +33,7 @@ import numpy as np
 
 from anec.diagnostics import AnecError, ArtifactError, RuntimeFailure, WeightError, did_you_mean
 from anec.runtime import native
-from anec.runtime.weights import patched_blobs, weight_input_values
+from anec.runtime.weights import changed_blobs, weight_input_values
 
 __all__ = ["Runtime", "Program", "RuntimeFailure", "backend_available"]
 
@@ -542,23 +542,8 @@ class Program(_Closing):
         # one step per program: another thread's reload between reading the current
         # files and reloading the patched ones would be lost (or its directory gone)
         with self._reload_lock:
-            blobs = {}
-            if blob_weights:
-                files = {w.get("path") or "@model_path/" + w["file"]: w["file"]
-                         for w in self.manifest.get("weights", [])}
-                touched = {w.get("path") or "@model_path/" + w["file"] for w in self.manifest.get("weights", [])
-                           if w["key"] in blob_weights}
-                current = {}
-                base = Path(self.dir)
-                for path in touched:
-                    try:
-                        current[path] = (base / files[path]).read_bytes()
-                    except OSError as e:
-                        raise RuntimeFailure(f"cannot read the program's weight file {files[path]}: "
-                                             f"{e.strerror}") from None
-                blobs = patched_blobs(self.manifest, current, blob_weights)
-            if blobs:
-                self._native.reload({k: bytes(v) for k, v in blobs.items()}, None)
+            if blob_weights:  # counted as a reload even when no file changes (then nothing is written)
+                self._native.reload(changed_blobs(self.manifest, self.dir, blob_weights), None)
             if inputs:
                 self._set_weight_inputs(inputs, reload=True)
 

@@ -80,6 +80,16 @@ def f32_to_f16(src: np.ndarray) -> np.ndarray:
     return out
 
 
+def f32_to_f16_into(src: np.ndarray, out: np.ndarray) -> None:
+    """fp32 ``src`` into the contiguous fp16 array ``out`` of the same size (no allocation)."""
+    require()
+    a = np.ascontiguousarray(src, dtype=np.float32)
+    if out.dtype != np.float16 or not out.flags.c_contiguous or out.size != a.size:
+        raise ValueError("f32_to_f16_into: out must be a contiguous fp16 array of the source's size")
+    lib.anec_f32_to_f16(ffi.from_buffer("float[]", a), ffi.from_buffer("uint16_t[]", out.view(np.uint16),
+                                                                       require_writable=True), a.size)
+
+
 def f16_to_f32(src: np.ndarray) -> np.ndarray:
     require()
     a = np.ascontiguousarray(src, dtype=np.float16)

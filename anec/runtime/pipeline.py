@@ -13,14 +13,13 @@ it and reloads them together (no call sees a mix of old and new weights);
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from anec.diagnostics import RuntimeFailure, WeightError, did_you_mean
 from anec.runtime import native
-from anec.runtime.weights import patched_blobs, weight_input_values
+from anec.runtime.weights import changed_blobs, weight_input_values
 
 if TYPE_CHECKING:
     from anec.mil.pipeline import PipelineArtifact
@@ -186,18 +185,8 @@ class PipelineProgram(_pipeline_base()):  # type: ignore[misc]
             if not ws:
                 blobs.append({})
                 continue
-            m = prog.manifest
-            files = {w.get("path") or "@model_path/" + w["file"]: w["file"] for w in m["weights"]}
-            touched = {w.get("path") or "@model_path/" + w["file"] for w in m["weights"] if w["key"] in ws}
-            base = Path(prog.dir)
-            current = {}
-            for path in touched:
-                try:
-                    current[path] = (base / files[path]).read_bytes()
-                except OSError as e:
-                    raise RuntimeFailure(f"cannot read the program's weight file {files[path]}: {e.strerror}") from None
-            blobs.append(patched_blobs(m, current, ws))
-        if any(blobs):
+            blobs.append(changed_blobs(prog.manifest, prog.dir, ws))
+        if any(per_stage):  # counted as a reload even when no file changes
             self._native.pipe.reload(blobs)
         if inputs:
             self._set_weight_inputs(inputs, reload=True)
