@@ -230,8 +230,10 @@ class _GraphChecker:
             self.define(r)
             ok = ok and len(self.report.errors) == before
         attrs_key = _literal_key(node.attrs)
+        notes = node.annotations
         for what, mapping in (("attribute", {} if attrs_key is not None else node.attrs),
-                              ("annotation", node.annotations)):
+                              ("annotation", {} if not notes or _literal_key(notes) is not None
+                               else notes)):
             for key, val in mapping.items():
                 problem = _literal_problem(val)
                 if not isinstance(key, str) or not _is_ident(key):
