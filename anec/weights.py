@@ -432,8 +432,14 @@ def _lookup(key: str, store: Mapping[str, np.ndarray] | None, span: Span | None)
 
 
 def materialize_attrs(attrs: Mapping[str, Any], declared: TensorType, store: Mapping[str, np.ndarray] | None,
-                      name: str | None = None, span: Span | None = None) -> np.ndarray:
-    """The value of a const with these attributes and declared type."""
+                      name: str | None = None, span: Span | None = None, copy: bool = True) -> np.ndarray:
+    """The value of a const with these attributes and declared type.
+
+    With ``copy=False`` a stored tensor already in the declared dtype and
+    layout is returned as a (read-only) view of the store, not copied: the
+    BLOBFILE writer copies it once, from the memory-mapped checkpoint into
+    the blob.
+    """
     if "value" in attrs:
         try:
             return const_literal(attrs["value"], declared)
@@ -444,14 +450,19 @@ def materialize_attrs(attrs: Mapping[str, Any], declared: TensorType, store: Map
     _check_view(key, attrs, declared, arr.shape, arr.dtype, name, span)
     arr = view_stored(key, arr, attrs.get("perm"), attrs.get("slice"), declared, _where(name), span)
     with np.errstate(over="ignore"):
-        return np.ascontiguousarray(arr.astype(declared.dtype.np))
+        out = np.ascontiguousarray(arr.astype(declared.dtype.np, copy=copy))
+    if not copy:
+        out = out.view()
+        out.flags.writeable = False
+    return out
 
 
-def materialize(node: Node, store: Mapping[str, np.ndarray] | None) -> np.ndarray:
-    """The value of a const node: perm -> slice -> reshape -> cast (WeightError on mismatch)."""
+def materialize(node: Node, store: Mapping[str, np.ndarray] | None, copy: bool = True) -> np.ndarray:
+    """The value of a const node: perm -> slice -> reshape -> cast (WeightError on mismatch);
+    ``copy`` as for :func:`materialize_attrs`."""
     if node.op != "const":
         raise ValueError(f"materialize expects a const node, got {node.op}")
-    return materialize_attrs(node.attrs, node.result.type, store, node.result.name, node.span)
+    return materialize_attrs(node.attrs, node.result.type, store, node.result.name, node.span, copy)
 
 
 def check_weights(module: Module | Graph | Iterable[Graph], store: Mapping[str, np.ndarray] | None) -> None:
