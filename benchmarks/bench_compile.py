@@ -471,7 +471,8 @@ def gpt2_body(repeat: int) -> dict:
 
 def gpt2_markdown(g: dict) -> list[str]:
     ct = g.get("coremltools") or {}
-    lines = ["## GPT-2-small body: IR + safetensors -> artifact on disk", "",
+    when = f" (measured {g['date']})" if g.get("date") else ""
+    lines = [f"## GPT-2-small body: IR + safetensors -> artifact on disk{when}", "",
              f"12 layers, d=768, S=64, {g['weight_mib']} MiB of fp16 weights in one .safetensors file; "
              f"best of {g['repeat']} in-process runs (parse + compile_module with the output written and "
              "fsynced). coremltools: the same program built op for op with its MIL builder, its "
@@ -559,6 +560,11 @@ def markdown(res: dict) -> str:
                      f"x{c['blobwriter_over_raw_time']} | {c['blobwriter_to_bytes_mib_s']} | "
                      f"{c.get('coremltools_mib_s', '-')} | "
                      f"{c.get('identical_to_coremltools', '-')} |")
+    plots = res.get("plots") or {}
+    if plots.get("files"):
+        lines += ["", "## Plots", ""] + [f"![{f}]({f})" for f in plots["files"]]
+    elif plots.get("skipped"):
+        lines += ["", "## Plots", "", plots["skipped"] + "."]
     lines += ["", "## Notes", ""] + [f"* {n}" for n in res["notes"]]
     return "\n".join(lines) + "\n"
 
@@ -613,9 +619,79 @@ def main(argv: list[str] | None = None) -> int:
 def _write_results(res: dict) -> None:
     from anec.fsutil import write_text_atomic
 
+    res["plots"] = write_plots(res)
     write_text_atomic(RESULTS / "compile.json", json.dumps(res, indent=2) + "\n")
     write_text_atomic(RESULTS / "compile.md", markdown(res))
     print(f"wrote {RESULTS / 'compile.json'} and {RESULTS / 'compile.md'}")
+
+
+PLOTS = ("compile_scaling.png", "compile_gpt2.png")
+
+
+def write_plots(res: dict) -> dict:
+    """compile_scaling.png (seconds vs graph size, anec and coremltools, log-log) and
+    compile_gpt2.png (the GPT-2-small body: anec, coremltools, raw writes). Needs matplotlib
+    (``pip install anec[plots]``); without it the tables are still written."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        note = "plots need matplotlib: pip install 'anec[plots]'"
+        print(f"  {note}", flush=True)
+        return {"skipped": note}
+    import io
+
+    from anec.fsutil import write_bytes_atomic
+
+    def save(fig, name: str) -> None:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
+        plt.close(fig)
+        write_bytes_atomic(RESULTS / name, buf.getvalue())
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for name, series in res["compile"].items():
+        runs = series["runs"]
+        ax.plot([r["nodes"] for r in runs], [r["seconds"] for r in runs], "o-",
+                label=f"anec compile ({name} workload)")
+    cm = res.get("coremltools", {})
+    if cm.get("runs"):
+        ax.plot([r["nodes"] for r in cm["runs"]], [r["seconds"] for r in cm["runs"]], "s--",
+                label="coremltools build + default passes (legal)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("IR nodes")
+    ax.set_ylabel("seconds")
+    ax.set_title("Compile time vs graph size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save(fig, PLOTS[0])
+    written = [PLOTS[0]]
+
+    g = res.get("gpt2")
+    if g:
+        labels, values = [], []
+        for form, r in g["anec"].items():
+            labels.append({"one": "anec\none func", "per_layer": "anec\n24 funcs"}[form])
+            values.append(r["seconds"])
+        if (g.get("coremltools") or {}).get("seconds"):
+            labels.append("coremltools\nbuild+passes+save")
+            values.append(g["coremltools"]["seconds"])
+        labels += ["raw write", "raw write\n+ fsync"]
+        values += [g["raw_write_s"], g["raw_write_fsync_s"]]
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        bars = ax.bar(labels, values, color=["#1f77b4", "#1f77b4", "#ff7f0e", "#7f7f7f", "#7f7f7f"][:len(values)])
+        ax.bar_label(bars, fmt="%.2f s", fontsize=8)
+        ax.set_ylabel("seconds")
+        ax.set_title(f"GPT-2-small body ({g['weight_mib']} MiB fp16): IR + safetensors -> disk")
+        ax.tick_params(axis="x", labelsize=8)
+        fig.tight_layout()
+        save(fig, PLOTS[1])
+        written.append(PLOTS[1])
+    return {"files": written}
 
 
 if __name__ == "__main__":
