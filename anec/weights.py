@@ -174,7 +174,13 @@ def map_safetensors(path: str) -> dict[str, np.ndarray]:
                 raise bad(f"tensors '{k1}' and '{k2}' overlap")
         if not spans or data_bytes == 0:
             return {key: np.zeros(shape, dt) for _, _, key, dt, shape in spans}
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        try:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        except (OSError, ValueError):  # a file system without mmap, or no address space left
+            f.seek(0)
+            mapped = bytearray(f.read())
+            if len(mapped) != size:
+                raise bad("the file changed while it was read") from None
     tensors = {}
     for start, stop, key, dt, shape in spans:
         arr = np.frombuffer(mapped, dtype=dt, count=(stop - start) // dt.itemsize, offset=base + start)

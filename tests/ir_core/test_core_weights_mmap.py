@@ -87,3 +87,19 @@ def test_a_file_of_empty_tensors_needs_no_map(tmp_path):
                             "w": {"dtype": "F16", "shape": [0, 3], "data_offsets": [0, 0]}}, b"")
     got = map_safetensors(path)
     assert list(got) == ["w"] and got["w"].shape == (0, 3) and got["w"].dtype == np.float16
+
+
+def test_without_mmap_the_file_is_read(tmp_path, monkeypatch):
+    import mmap
+
+    path = tmp_path / "w.safetensors"
+    save_file(_tensors(), str(path))
+
+    def no_mmap(*args, **kwargs):
+        raise OSError(19, "No such device")
+
+    monkeypatch.setattr(mmap, "mmap", no_mmap)
+    got = map_safetensors(str(path))
+    for k, v in load_file(str(path)).items():
+        np.testing.assert_array_equal(got[k], v)
+    got["b.f32"][0] = 7  # writable, like the mapped arrays
