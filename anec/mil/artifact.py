@@ -288,6 +288,32 @@ def artifact_weights(artifact: "Artifact") -> dict[str, np.ndarray]:
     return out
 
 
+_PARALLEL_BYTES = 1 << 20
+"""Payloads at least this large are hashed (and files this large written) on worker threads:
+hashlib and file writes release the GIL."""
+
+
+def _workers(sizes: list[int]) -> int:
+    big = sum(1 for n in sizes if n >= _PARALLEL_BYTES)
+    return min(big, os.cpu_count() or 1, 8)
+
+
+def payload_digests(arrays: list[np.ndarray]) -> list[str]:
+    """sha256 of each array's bytes (row-major), hashed in place, large ones in parallel."""
+
+    def digest(a: np.ndarray) -> str:
+        a = np.ascontiguousarray(a)
+        return hashlib.sha256(memoryview(a.reshape(-1)).cast("B")).hexdigest()
+
+    workers = _workers([a.nbytes for a in arrays])
+    if workers < 2:
+        return [digest(a) for a in arrays]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(digest, arrays))
+
+
 def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
                 ) -> tuple[dict[str, bytes] | None, list[dict]]:
     """The BLOBFILE bytes of ``program``'s weight plan and the manifest weight entries.
@@ -299,15 +325,19 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
 
     entries = []
     writers: dict[str, BlobWriter] = {}
+    payloads = []
     for slot in program.weights:
-        digest = None
         if store is not None:
-            arr = materialize(slot.node, store)
+            # a view of the (memory-mapped) store when no conversion is needed: the blob
+            # is the one copy
+            arr = materialize(slot.node, store, copy=False)
             writer = writers.setdefault(slot.file, BlobWriter())
             offset = writer.add(arr)
             if offset != slot.offset:  # the emitter's plan and the writer must agree
                 raise PassError(f"emit-mil: blob offset {offset} != planned {slot.offset} in {slot.file}")
-            digest = sha256(np.ascontiguousarray(arr).tobytes())
+            payloads.append(arr)
+    digests = payload_digests(payloads) if store is not None else [None] * len(program.weights)
+    for slot, digest in zip(program.weights, digests):
         entries.append({
             "key": slot.key, "const": slot.const, "file": slot.file, "path": slot.path,
             "offset": slot.offset, "dtype": slot.type.dtype.value, "shape": list(slot.type.shape),
@@ -340,7 +370,7 @@ def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None
             writer = BlobWriter()
             writer.add(arr)
             blobs[file] = writer.to_bytes()
-            digest = sha256(np.ascontiguousarray(arr).tobytes())
+            digest = payload_digests([arr])[0]
         entries.append({"key": w["key"], "input": w["input"], "file": file, "offset": 64, "dtype": w["dtype"],
                         "shape": list(w["shape"]), "perm": w.get("perm"), "slice": w.get("slice"),
                         "sha256": digest})
@@ -750,6 +780,47 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
+def _write_files(root: Path, files: Mapping[str, bytes]) -> None:
+    """Write and fsync every file under ``root``, on worker threads when there are several:
+    a write or an fsync releases the GIL, so the disk's latencies overlap. The first error
+    is raised (after every started write has finished)."""
+    if len(files) < 4:
+        for rel, data in files.items():
+            _write_file(root / rel, data)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    for parent in sorted({(root / rel).parent for rel in files}):
+        parent.mkdir(parents=True, exist_ok=True)
+    largest_first = sorted(files, key=lambda rel: -len(files[rel]))
+    with ThreadPoolExecutor(min(len(files), _WRITERS)) as pool:
+        jobs = [pool.submit(_write_file, root / rel, files[rel]) for rel in largest_first]
+        errors = [job.exception() for job in jobs]
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+
+
+def _fsync_dirs(dirs: list[Path]) -> None:
+    """fsync every directory of ``dirs`` (their entries are durable when this returns),
+    on worker threads when there are several."""
+    if len(dirs) < 4:
+        for d in dirs:
+            _fsync_dir(d)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(len(dirs), _WRITERS)) as pool:
+        errors = [job.exception() for job in [pool.submit(_fsync_dir, d) for d in dirs]]
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+
+
+_WRITERS = 16
+"""Threads writing an output: mostly waiting on fsync, so more than the cores."""
+
+
 def _write_file(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
@@ -863,14 +934,12 @@ def _swap_in(dest: Path, files: Mapping[str, bytes], last: Callable[[Path], Mapp
         raise ArtifactError(f"cannot write to '{parent}': {e.strerror}") from None
     old: Path | None = None
     try:
-        for rel, data in files.items():
-            _write_file(tmp / rel, data)
+        _write_files(tmp, files)
         final = last(tmp) if last is not None else {}
         for rel, data in final.items():
             _write_file(tmp / rel, data)
         dirs = {tmp} | {Path(root) for root, _, _ in os.walk(tmp)}
-        for sub in sorted(dirs, key=lambda p: -len(p.parts)):
-            _fsync_dir(sub)
+        _fsync_dirs(sorted(dirs, key=lambda p: -len(p.parts)))
         if _exists(dest):
             if _exchange(tmp, dest):
                 old = tmp  # tmp now holds the previous tree
