@@ -81,7 +81,7 @@ def compile_module(
     module: Module,
     weights: Any = None,
     random_seed: int | None = None,
-    target: str | Target = "m4",
+    target: str | Target | None = None,
     passes: str | Sequence[Pass | str] | None = None,
     out_dir: str | os.PathLike | None = None,
     pack_weights: bool = False,

@@ -60,7 +60,7 @@ from typing import Any, Callable
 import numpy as np
 
 from anec.frontends import CoreMLExportError, require
-from anec.fsutil import move_into_place
+from anec.fsutil import discard, move_into_place
 from anec.ir.ops import const_literal, with_defaults
 from anec.ir.types import DType
 
@@ -607,9 +607,7 @@ def export_coreml(directory: str | os.PathLike, output: str | os.PathLike, *,
         staged = tmp / out.name
         model.save(str(staged))
         report = verify(staged)
-        old = move_into_place(staged, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        discard(move_into_place(staged, out))
     except CoreMLExportError:
         raise
     except Exception as e:

@@ -34,7 +34,6 @@ manifest before anything else reads it, and checks every file against it.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import fcntl
 import hashlib
@@ -55,8 +54,9 @@ from anec import __version__
 from anec.diagnostics import ArtifactError, PassError, Span, did_you_mean
 from anec.ir.graph import Graph, Module
 from anec.ir.types import DType, TensorType
+from anec.fsutil import discard, fsync_dir, move_into_place
 from anec.mil.beneath import Beneath, check_rel
-from anec.mil.blobfile import BlobReader, BlobWriter
+from anec.mil.blobfile import HEADER_BYTES, BlobReader, BlobWriter
 from anec.mil.emitter import MilProgram
 from anec.mil.manifest import FORMAT, MANIFEST_MAX_BYTES, parse_json, parse_manifest, validate_manifest
 
@@ -371,7 +371,7 @@ def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None
             writer.add(arr)
             blobs[file] = writer.to_bytes()
             digest = payload_digests([arr])[0]
-        entries.append({"key": w["key"], "input": w["input"], "file": file, "offset": 64, "dtype": w["dtype"],
+        entries.append({"key": w["key"], "input": w["input"], "file": file, "offset": HEADER_BYTES, "dtype": w["dtype"],
                         "shape": list(w["shape"]), "perm": w.get("perm"), "slice": w.get("slice"),
                         "sha256": digest})
     return blobs, entries
@@ -747,39 +747,6 @@ def output_funcs(d: Beneath) -> dict[str, str | None]:
 # atomic directory replacement
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two directories (Linux renameat2); False if unsupported."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
-
-
 def _write_files(root: Path, files: Mapping[str, bytes]) -> None:
     """Write and fsync every file under ``root``, on worker threads when there are several:
     a write or an fsync releases the GIL, so the disk's latencies overlap. The first error
@@ -806,12 +773,12 @@ def _fsync_dirs(dirs: list[Path]) -> None:
     on worker threads when there are several."""
     if len(dirs) < 4:
         for d in dirs:
-            _fsync_dir(d)
+            fsync_dir(d)
         return
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(min(len(dirs), _WRITERS)) as pool:
-        errors = [job.exception() for job in [pool.submit(_fsync_dir, d) for d in dirs]]
+        errors = [job.exception() for job in [pool.submit(fsync_dir, d) for d in dirs]]
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         raise first
@@ -940,26 +907,11 @@ def _swap_in(dest: Path, files: Mapping[str, bytes], last: Callable[[Path], Mapp
             _write_file(tmp / rel, data)
         dirs = {tmp} | {Path(root) for root, _, _ in os.walk(tmp)}
         _fsync_dirs(sorted(dirs, key=lambda p: -len(p.parts)))
-        if _exists(dest):
-            if _exchange(tmp, dest):
-                old = tmp  # tmp now holds the previous tree
-            else:
-                old = _temp_dir(dest)
-                os.rmdir(old)
-                os.rename(dest, old)
-                try:
-                    os.rename(tmp, dest)
-                except BaseException:
-                    os.rename(old, dest)
-                    raise
-        else:
-            os.rename(tmp, dest)
-        _fsync_dir(parent)
+        old = move_into_place(tmp, dest, aside=_temp_dir)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ArtifactError(f"cannot write artifact '{dest}': {e.strerror or e}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    discard(old)

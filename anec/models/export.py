@@ -265,6 +265,6 @@ def compile_export(path: str | Path, out_dir: str | Path | None,
         if list(module.funcs) != funcs:
             raise ModelError(f"{d / f} holds funcs {list(module.funcs)}, but {MODEL_JSON} lists {funcs}",
                              hint=_reexport(info, d))
-        arts.update(compile_module(module, target=target or "m4").artifacts)
+        arts.update(compile_module(module, target=target).artifacts)
     # written once every func compiled: a failure leaves out_dir as it was
     return [(name, art, None if out_dir is None else art.write(Path(out_dir) / name)) for name, art in arts.items()]

@@ -19,11 +19,12 @@ import numpy as np
 
 from anec.diagnostics import RuntimeFailure, WeightError, did_you_mean
 from anec.runtime import native
+from anec.runtime.program import Program, _limits
 from anec.runtime.weights import changed_blobs, weight_input_values
 
 if TYPE_CHECKING:
     from anec.mil.pipeline import PipelineArtifact
-    from anec.runtime import Program, Runtime
+    from anec.runtime import Runtime
 
 
 class _Stages:
@@ -80,8 +81,6 @@ def _specs(entries: list[dict], logical: list[dict] | None) -> list[dict[str, An
 
 def load_pipeline(rt: "Runtime", art: "PipelineArtifact") -> "PipelineProgram":
     """Compile and load every stage, wire them in C, fill weights compiled as inputs."""
-    from anec.runtime import _limits
-
     m = art.manifest
     progs: list["Program"] = []
     try:
@@ -119,13 +118,7 @@ def load_pipeline(rt: "Runtime", art: "PipelineArtifact") -> "PipelineProgram":
     return prog
 
 
-def _pipeline_base() -> type:
-    from anec.runtime import Program
-
-    return Program
-
-
-class PipelineProgram(_pipeline_base()):  # type: ignore[misc]
+class PipelineProgram(Program):
     """A pipeline of stage programs with the interface of one :class:`Program`."""
 
     def __init__(self, runtime: "Runtime", stages: _Stages, manifest: dict, art: "PipelineArtifact") -> None:

@@ -46,7 +46,7 @@ def gpt2_inputs(tmp: Path):
 
 def record() -> dict[str, dict[str, str]]:
     from anec.compiler import compile_module
-    from anec.ir.parser import parse_file
+    from anec.ir.parser import parse
 
     out: dict[str, dict[str, str]] = {}
     with tempfile.TemporaryDirectory() as d:
@@ -54,7 +54,9 @@ def record() -> dict[str, dict[str, str]]:
         for path in sorted((ROOT / "examples").glob("*.ir")):
             for pack in (False, True):
                 dest = tmp / f"{path.stem}-{pack}"
-                compile_module(parse_file(path), random_seed=0, out_dir=dest, pack_weights=pack)
+                # named relative to the checkout: the manifest records source locations
+                module = parse(path.read_text("utf-8"), f"examples/{path.name}")
+                compile_module(module, random_seed=0, out_dir=dest, pack_weights=pack)
                 out[f"{path.name} pack={pack}"] = _tree(dest)
         one, many, weights = gpt2_inputs(tmp)
         for name, module in (("gpt2-2l one func", one), ("gpt2-2l per layer", many)):
