@@ -20,13 +20,12 @@ by key. C errors become :class:`~anec.diagnostics.RuntimeFailure`.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import signal
 import threading
 import weakref
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
 from anec.diagnostics import AnecError, ArtifactError, RuntimeFailure, did_you_mean
 from anec.runtime import native
@@ -111,21 +110,6 @@ def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM/SIGHUP until the block ends (main thread, POSIX): a native
-    handle created in the block is registered for cleanup before any handler unwinds."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = {getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
 def _install_cleanup() -> None:
     if not _cleanup["atexit"]:
         atexit.register(_close_all)
@@ -181,14 +165,16 @@ class Runtime(_Closing):
             ok_ane, _ = native.driver_available("ane") if backend == "auto" else (True, "")
             if ok_ane:
                 reload_verified = _verdict_for("ane")
-        with _signals_held():  # the C side makes the temp root: registered before a signal can unwind
-            self._native = native.NativeRuntime(backend, compile_budget,
-                                                os.fspath(temp_root) if temp_root is not None else None,
-                                                sim_threads,
-                                                list(reload_verified) if reload_verified is not None else None,
-                                                sim_device)
+        _install_cleanup()  # before the temp root exists: an exit always finds the hook
+        nat = native.NativeRuntime(backend, compile_budget,
+                                   os.fspath(temp_root) if temp_root is not None else None, sim_threads,
+                                   list(reload_verified) if reload_verified is not None else None, sim_device)
+        try:
+            self._native = nat
             _OPEN.add(self)
-        _install_cleanup()
+        except BaseException:  # a signal between the open and the registration: close it now
+            nat.shutdown()
+            raise
 
     # ---- properties ------------------------------------------------------
     @property

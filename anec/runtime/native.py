@@ -179,7 +179,7 @@ def _io_array(items: list[tuple[int, Any] | None]) -> tuple[Any, list[Any]]:
 class NativeRuntime:
     """Owns an ``anec_runtime*``: :meth:`shutdown` closes it (the handle stays
     valid, calls fail cleanly), :meth:`release` gives the handle back (from the
-    owner's finalizer only)."""
+    owner's finalizer, or this object's own when no owner ever held it)."""
 
     def __init__(self, driver: str, compile_budget: int | None = None, temp_root: str | None = None,
                  sim_threads: int | None = None, reload_verified: Any = None,
@@ -200,19 +200,29 @@ class NativeRuntime:
             process_budget = get_target().process_compile_budget
         opts.process_budget = int(process_budget)
         out = ffi.new("anec_runtime **")
-        rc = lib.anec_runtime_open(driver.encode(), opts, out)
-        if rc != 0:
-            detail = last_error()
-            msg = f"cannot open the '{driver}' driver"
-            if rc == lib.ANEC_EIO:
-                msg = f"cannot create the program directory root '{temp_root or '$TMPDIR'}'"
-            elif driver not in ("sim", "ane", "auto"):
-                msg += " (choose sim, ane or auto)"
-            elif detail:
-                msg += f": {detail}"
-            raise failure(rc, msg, hint="use backend='sim' (runs everywhere) or 'auto'" if driver == "ane" else None)
-        self.ptr = out[0]
-        self.closed = False
+        self.ptr = None
+        self.closed = True
+        try:
+            rc = lib.anec_runtime_open(driver.encode(), opts, out)
+            if rc != 0:
+                detail = last_error()
+                msg = f"cannot open the '{driver}' driver"
+                if rc == lib.ANEC_EIO:
+                    msg = f"cannot create the program directory root '{temp_root or '$TMPDIR'}'"
+                elif driver not in ("sim", "ane", "auto"):
+                    msg += " (choose sim, ane or auto)"
+                elif detail:
+                    msg += f": {detail}"
+                raise failure(rc, msg, hint="use backend='sim' (runs everywhere) or 'auto'" if driver == "ane" else None)
+            self.ptr = out[0]
+            self.closed = False
+        except BaseException:
+            # a signal's exception (KeyboardInterrupt, SystemExit) may land on any line after the
+            # C call returned: close what it opened, or its temp root outlives the process
+            if out[0] != ffi.NULL:
+                lib.anec_runtime_close(out[0])
+                self.ptr, self.closed = None, True
+            raise
 
     def check(self, rc: int, hint: str | None = None) -> None:
         if rc != 0:
@@ -252,6 +262,14 @@ class NativeRuntime:
             self.closed = True
             lib.anec_runtime_close(self.ptr)
             self.ptr = None
+
+    def __del__(self) -> None:  # pragma: no cover - depends on GC timing
+        # normally the owner's finalizer released it already; this covers a runtime dropped
+        # before any owner held it (an exception between the open and the assignment)
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 class NativeProgram:
