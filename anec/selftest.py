@@ -214,10 +214,7 @@ class _Env:
 
     def limits(self) -> dict[str, Any]:
         """The target's limits as the runtime takes them (for raw MIL)."""
-        t = self.tgt
-        return {"max_blob_tensors": t.max_blob_tensors, "scalar_penalty": t.scalar_penalty,
-                "max_conv_out_channels": t.max_conv_out_channels, "min_surface_bytes": t.min_surface_bytes,
-                "allow_fp32_io": t.fp32_io, "surface_alignment": t.surface_alignment}
+        return self.tgt.runtime_limits()
 
     def runtime(self, reload_verified: list[str] | None = None):
         """A runtime on the backend; ``reload_verified`` overrides the verdict

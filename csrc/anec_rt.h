@@ -88,9 +88,9 @@ const char *anec_strerror(int code);
 
 #define ANEC_MAX_RANK 8
 
-/* Device-side limits the compiler enforces (from the manifest's target profile).
-   Passing NULL to anec_compile uses the M4 defaults
-   {16, 1, 16384, 49152, 1, 0}. */
+/* Device-side limits the compiler enforces: the manifest's "limits" (its
+   target profile; anec/targets.py is the one place their values live). The
+   runtime has no defaults of its own: anec_compile requires them. */
 typedef struct anec_limits {
     int max_blob_tensors;         /* BLOBFILE-backed consts per program (16 on M4) */
     int scalar_penalty;           /* subtracted once if any elementwise op takes a scalar const (1) */
@@ -224,7 +224,7 @@ const char *anec_reload_strategy_name(int strategy);
    A program with the same MIL and weight paths as one compiled before in this
    runtime is a cache hit (no compile, no budget spent) when the compiled form
    can be shared: identical weight bytes, or other weights that a verified data
-   patch can install; otherwise it is compiled. limits may be NULL. */
+   patch can install; otherwise it is compiled. limits is required (ANEC_EINVAL if NULL). */
 int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len,
                  const anec_blob *blobs, size_t n_blobs,
                  const anec_limits *limits, anec_program **out);

@@ -612,9 +612,9 @@ static int describe(anec_program *p, const char *mil, size_t mil_len)
             rc = rt_fail(ANEC_ENOMEM, "out of memory");
             break;
         }
-        if (!rt_rel_path(b->path)) {
+        if (!rt_weight_path(b->path)) {
             rc = rt_fail(ANEC_ECOMPILE, "model.mil:%d: BLOBFILE path \"%s\" of const '%s' must be "
-                         "@model_path/<relative path> without '..'", b->line, b->path, b->const_name);
+                         "@model_path/weights/<relative path> without '..'", b->line, b->path, b->const_name);
             break;
         }
         int seen = 0;
@@ -806,13 +806,18 @@ int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len, const anec_b
         return forked_error(rt);
     if (!out || (!mil && mil_len) || (!blobs && n_blobs))
         return rt_fail(ANEC_EINVAL, "anec_compile: NULL argument");
+    if (!limits) {
+        *out = NULL;
+        return rt_fail(ANEC_EINVAL, "anec_compile: limits are required (the manifest's \"limits\"; "
+                       "the runtime has no defaults of its own)");
+    }
     *out = NULL;
     uint64_t t0 = rt_now_ns();
     for (size_t i = 0; i < n_blobs; i++) {
         if (!blobs[i].path || (!blobs[i].data && blobs[i].len))
             return rt_fail(ANEC_EINVAL, "anec_compile: blob %zu has no path or data", i);
-        if (!rt_rel_path(blobs[i].path))
-            return rt_fail(ANEC_EINVAL, "weight path \"%s\" must be @model_path/<relative path> without '..'",
+        if (!rt_weight_path(blobs[i].path))
+            return rt_fail(ANEC_EINVAL, "weight path \"%s\" must be @model_path/weights/<relative path> without '..'",
                            blobs[i].path);
         for (size_t j = 0; j < i; j++)
             if (strcmp(blobs[i].path, blobs[j].path) == 0)
@@ -824,15 +829,7 @@ int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len, const anec_b
     pthread_mutex_init(&p->lock, NULL);
     p->rt = rt;
     p->refs = 1;
-    if (limits) {
-        p->limits = *limits;
-    } else {
-        p->limits.max_blob_tensors = 16;
-        p->limits.scalar_penalty = 1;
-        p->limits.max_conv_out_channels = 16384;
-        p->limits.min_surface_bytes = 49152;
-        p->limits.allow_fp32_io = 1;
-    }
+    p->limits = *limits;
     int rc = describe(p, mil, mil_len);
     /* every referenced weight file must be given, and must match its consts */
     for (size_t k = 0; rc == ANEC_OK && k < p->n_refs; k++)

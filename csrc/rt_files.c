@@ -38,6 +38,13 @@ const char *rt_rel_path(const char *mil_path)
     }
 }
 
+const char *rt_weight_path(const char *mil_path)
+{
+    static const char dir[] = "weights/";
+    const char *r = rt_rel_path(mil_path);
+    return r && strncmp(r, dir, sizeof dir - 1) == 0 && r[sizeof dir - 1] ? r : NULL;
+}
+
 char *rt_join(const char *a, const char *b)
 {
     size_t n = strlen(a) + strlen(b) + 2;

@@ -19,6 +19,9 @@
    component non-empty and not "." or "..", no backslash, no leading or
    trailing '/'. Returns <rel> (inside mil_path) or NULL. */
 const char *rt_rel_path(const char *mil_path);
+/* rt_rel_path of a weight file: it must lie under weights/ (the program directory's other
+   names, model.mil, net.plist, data, belong to the compiled form), else NULL. */
+const char *rt_weight_path(const char *mil_path);
 
 /* A malloc'd "a/b"; NULL when out of memory. */
 char *rt_join(const char *a, const char *b);

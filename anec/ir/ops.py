@@ -72,6 +72,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from anec.diagnostics import Span, VerifyError, did_you_mean
+from anec.ir import vjp
 from anec.ir.types import ALL_DTYPES, FLOATS, NUMERIC, DType, TensorType, parse_dtype
 
 
@@ -262,6 +263,9 @@ class OpDef:
     """What kind of computation it is (groups like :data:`ELEMENTWISE` derive from these)."""
     lowering: Mil | NotOnAne | None = None
     """How it reaches the ANE (MIL op and simulator kernel), or which rule removes it."""
+    vjp: Callable[..., list] | None = None
+    """Its vector-Jacobian product as IR (:mod:`anec.ir.vjp`, run by :func:`anec.autodiff.grad`);
+    None for const (its cotangent is a weight gradient)."""
     attr_index: dict[str, AttrDef] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -528,7 +532,12 @@ def _int_pow(x: np.ndarray, e: np.ndarray) -> np.ndarray:
 def _ref_pow(operands, optional, attrs):
     x, y = operands
     if x.dtype.kind == "f":
-        out = np.power(x.astype(np.float64), y.astype(np.float64))
+        x64, y64 = np.broadcast_arrays(x.astype(np.float64), y.astype(np.float64))
+        out = np.power(x64, y64)
+        ninf = np.isneginf(x64)
+        if ninf.any():  # C's pow (and the sim): (-inf) ** 0.5 is +inf where numpy says nan
+            out = np.array(out, copy=True)
+            out[ninf] = [math.pow(a, b) for a, b in zip(x64[ninf], y64[ninf])]
     else:
         out = _int_pow(x, y)
     return [np.asarray(out).astype(x.dtype)]
@@ -1071,19 +1080,19 @@ def _on_ane(op: str, kernel: str, rule: str, run: str | None = None, **kw: Any) 
 def _unary(name: str, fn: Callable, doc: str, attrs: tuple[AttrDef, ...] = (),
            lowering: Mil | NotOnAne | None = None) -> OpDef:
     return OpDef(name, _X, attrs, FLOATS, _infer_same, _f64(fn), doc, traits=_T_UNARY,
-                 lowering=lowering or _on_ane(name, name.upper(), "unary"))
+                 lowering=lowering or _on_ane(name, name.upper(), "unary"), vjp=getattr(vjp, f"vjp_{name}"))
 
 
 def _binary(name: str, ref: RefFn, doc: str) -> OpDef:
     return OpDef(name, _XY, (), NUMERIC, _infer_binary(name), ref, doc, traits=_T_BINARY,
-                 lowering=_on_ane(name, name.upper(), "binary"))
+                 lowering=_on_ane(name, name.upper(), "binary"), vjp=getattr(vjp, f"vjp_{name}"))
 
 
 def _reduce(kind: str) -> OpDef:
     name = f"reduce_{kind}"
     return OpDef(name, _X, (AttrDef("axes", "ints"), AttrDef("keep_dims", "bool", False)), NUMERIC,
                  _infer_reduce(name), _ref_reduce(kind), f"{kind} over axes", traits=_T_REDUCTION,
-                 lowering=_on_ane(name, name.upper(), "reduce", params=_mil_reduce))
+                 lowering=_on_ane(name, name.upper(), "reduce", params=_mil_reduce), vjp=getattr(vjp, f"vjp_{name}"))
 
 
 _TABLE: list[OpDef] = [
@@ -1099,7 +1108,7 @@ _TABLE: list[OpDef] = [
         declared_type=True, lowering=Mil("const", SimKernel("const")),
     ),
     OpDef("identity", _X, (), ALL_DTYPES, _infer_same, _ref_identity, "x unchanged", traits=_T_UNARY,
-          lowering=_on_ane("identity", "IDENTITY", "unary", "layout")),
+          lowering=_on_ane("identity", "IDENTITY", "unary", "layout"), vjp=vjp.vjp_identity),
     _unary("neg", lambda x, **_: -x, "-x", lowering=NotOnAne(
         "ANE-NEG", ("neg_to_mul",), "the ANE has no neg op", "multiply by -1 instead", "mul(x, -1)")),
     _unary("exp", lambda x, **_: np.exp(x), "e ** x"),
@@ -1108,7 +1117,7 @@ _TABLE: list[OpDef] = [
         "ANE-RSQRT", ("rsqrt_to_pow",), "rsqrt is rejected by the ANE compiler", "use pow(x, -0.5)",
         "pow(x, -0.5)")),
     OpDef("relu", _X, (), FLOATS, _infer_same, _ref_relu, "max(x, 0)", traits=_T_UNARY,
-          lowering=_on_ane("relu", "RELU", "unary")),
+          lowering=_on_ane("relu", "RELU", "unary"), vjp=vjp.vjp_relu),
     _unary("tanh", lambda x, **_: np.tanh(x), "hyperbolic tangent"),
     _unary("sigmoid", _sigmoid, "1 / (1 + e ** -x)"),
     _unary(
@@ -1123,7 +1132,7 @@ _TABLE: list[OpDef] = [
     OpDef(
         "cast", _X, (AttrDef("dtype", "dtype"),), ALL_DTYPES, _infer_cast, _ref_cast,
         "convert to dtype (float to int truncates and saturates)",
-        traits=frozenset({Trait.elementwise}), lowering=_on_ane("cast", "CAST", "cast"),
+        traits=frozenset({Trait.elementwise}), lowering=_on_ane("cast", "CAST", "cast"), vjp=vjp.vjp_cast,
     ),
     OpDef(
         "conv1x1", (OperandDef("x"), OperandDef("w"), OperandDef("bias", optional=True)), (),
@@ -1133,14 +1142,14 @@ _TABLE: list[OpDef] = [
         lowering=_on_ane("conv", "CONV", "conv", args={"w": "weight"}, params=_mil_conv, rejected={
             "bias": NotOnAne("ANE-CONV-BIAS", ("split_conv_bias",), "the ANE rejects conv with bias=",
                              "add the bias with a separate add op", "conv + add"),
-        }),
+        }), vjp=vjp.vjp_conv1x1,
     ),
     OpDef(
         "matmul", _XY,
         (AttrDef("transpose_x", "bool", False), AttrDef("transpose_y", "bool", False)),
         NUMERIC, _infer_matmul, _ref_matmul,
         "batched matrix product over the last two dims; batch dims broadcast",
-        traits=_T_LINEAR, lowering=_on_ane("matmul", "MATMUL", "matmul"),
+        traits=_T_LINEAR, lowering=_on_ane("matmul", "MATMUL", "matmul"), vjp=vjp.vjp_matmul,
     ),
     _binary("add", _arith(np.add), "x + y (broadcast)"),
     _binary("sub", _arith(np.subtract), "x - y (broadcast)"),
@@ -1149,18 +1158,20 @@ _TABLE: list[OpDef] = [
     OpDef(
         "softmax", _X, (AttrDef("axis", "int", -1),), FLOATS, _infer_softmax, _f64(_softmax),
         "exp(x - max) / sum over axis",
-        lowering=_on_ane("softmax", "SOFTMAX", "softmax", params=_mil_softmax),
+        lowering=_on_ane("softmax", "SOFTMAX", "softmax", params=_mil_softmax), vjp=vjp.vjp_softmax,
     ),
     *[_reduce(k) for k in ("sum", "mean", "max")],
     OpDef(
         "reshape", _X, (AttrDef("shape", "ints"),), ALL_DTYPES, _infer_reshape, _ref_reshape,
         "same elements, new shape (one dim may be -1)",
         traits=_T_SHAPE, lowering=_on_ane("reshape", "RESHAPE", "reshape", "layout", params=_mil_reshape),
+        vjp=vjp.vjp_reshape,
     ),
     OpDef(
         "transpose", _X, (AttrDef("perm", "ints"),), ALL_DTYPES, _infer_transpose, _ref_transpose,
         "permute dims: result dim i is x dim perm[i]",
         traits=_T_SHAPE, lowering=_on_ane("transpose", "TRANSPOSE", "transpose", "layout"),
+        vjp=vjp.vjp_transpose,
     ),
     OpDef(
         "slice", _X,
@@ -1169,6 +1180,7 @@ _TABLE: list[OpDef] = [
         "python slicing per dim (negative indices, clamping; positive strides)",
         traits=_T_SHAPE,
         lowering=_on_ane("slice_by_index", "SLICE", "slice_by_index", "layout", params=_mil_slice),
+        vjp=vjp.vjp_slice,
     ),
     OpDef(
         "split", _X, (AttrDef("axis", "int"), AttrDef("sizes", "ints")), SPLIT_DTYPES,
@@ -1178,12 +1190,13 @@ _TABLE: list[OpDef] = [
             "ANE-SPLIT", ("split_to_slices",),
             "multi-result split is not in the MIL the on-device references use (they slice)",
             "write one slice_by_index per result", "one slice per used result", sim_rejects=False),
+        vjp=vjp.vjp_split,
     ),
     OpDef(
         "pad", _X,
         (AttrDef("before", "ints"), AttrDef("after", "ints"), AttrDef("value", "float", 0.0)),
         FLOATS, _infer_pad, _ref_pad, "constant padding before/after each dim",
-        traits=_T_SHAPE, lowering=_on_ane("pad", "PAD", "pad", "layout", params=_mil_pad),
+        traits=_T_SHAPE, lowering=_on_ane("pad", "PAD", "pad", "layout", params=_mil_pad), vjp=vjp.vjp_pad,
     ),
     OpDef(
         "concat", (OperandDef("x", variadic=True),), (AttrDef("axis", "int"),), ALL_DTYPES,
@@ -1194,6 +1207,7 @@ _TABLE: list[OpDef] = [
             "concat is rejected by the ANE compiler",
             "return the pieces as separate outputs or assemble them on the host",
             "sums of partial convs when it feeds conv1x1s (anything else is an error)"),
+        vjp=vjp.vjp_concat,
     ),
 ]
 
@@ -1413,6 +1427,8 @@ def format_table(markdown: bool = False) -> str:
             "numpy reference in `anec/ir/ops.py`. The MIL column is the op the emitter",
             "writes (and the C simulator runs), or the legalize rule that removes an op",
             "the ANE does not take and its constraint id (`anec constraints ID`).",
+            "Every op but `const` has a VJP rule (`anec/ir/vjp.py`) that `anec.autodiff`",
+            "uses to derive backward funcs.",
             "",
             "| " + " | ".join(header[:4]) + " | traits | MIL | meaning |",
             "|" + "---|" * (len(header) + 2),

@@ -218,7 +218,7 @@ class NativeRuntime:
 
     def compile(self, mil: bytes, blobs: dict[str, bytes], limits: dict[str, Any] | None) -> "NativeProgram":
         arr, keep = _blob_array(blobs)
-        lim = ffi.NULL if limits is None else _c_limits(limits)
+        lim = _c_limits(limits or {})  # None: the default target's (the C runtime has no defaults)
         out = ffi.new("anec_program **")
         milbuf = ffi.from_buffer("char[]", mil)
         rc = lib.anec_compile(self.ptr, milbuf, len(mil), arr, len(blobs), lim, out)

@@ -27,51 +27,69 @@ class AdamW:
     def __post_init__(self) -> None:
         self.m: dict[str, np.ndarray] = {}
         self.v: dict[str, np.ndarray] = {}
+        self._spare: dict[str, tuple] = {}
 
     def step(self, params: dict[str, np.ndarray], grads: Mapping[str, np.ndarray],
              decay: Mapping[str, bool] | None = None, lr: float | None = None,
              check: Callable[[str, np.ndarray], bool] | None = None) -> bool:
         """Update ``params`` (fp32) from ``grads``; ``decay[key]`` False skips weight decay.
 
-        New parameters and moments are computed into new arrays and committed only when every
-        new parameter passes ``check``: otherwise nothing changes (parameters, moments, step
-        count) and the result is False."""
+        New parameters and moments are computed into a second set of buffers and committed
+        (the two sets swap) only when every new parameter passes ``check``: otherwise nothing
+        changes (parameters, moments, step count) and the result is False. The buffers are
+        reused from step to step, so a step allocates nothing."""
         t = self.step_count + 1
         lr = self.lr if lr is None else lr
         step_size = np.float32(lr / (1.0 - self.beta1 ** t))
         inv_bc2 = np.float32(1.0 / (1.0 - self.beta2 ** t))
         b1, b2 = np.float32(self.beta1), np.float32(self.beta2)
+        c1, c2 = np.float32(1.0 - self.beta1), np.float32(1.0 - self.beta2)
         new: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         for k, g in grads.items():
             p = params[k]
             g = np.asarray(g, np.float32)
-            m = self.m.get(k)
-            v = self.v.get(k)
-            m = (1 - b1) * g if m is None else b1 * m + (1 - b1) * g
-            g2 = g * g
-            v = (1 - b2) * g2 if v is None else b2 * v + (1 - b2) * g2
-            denom = np.sqrt(v * inv_bc2)
-            denom += np.float32(self.eps)
-            upd = m / denom
-            upd *= step_size
+            pn, mn, vn, tmp = self._buffers(k, p)
+            m, v = self.m.get(k), self.v.get(k)
+            np.multiply(g, c1, out=mn)
+            if m is not None:
+                np.multiply(m, b1, out=tmp)
+                mn += tmp
+            np.multiply(g, g, out=vn)
+            vn *= c2
+            if v is not None:
+                np.multiply(v, b2, out=tmp)
+                vn += tmp
+            np.multiply(vn, inv_bc2, out=tmp)
+            np.sqrt(tmp, out=tmp)
+            tmp += np.float32(self.eps)
+            np.divide(mn, tmp, out=tmp)
+            tmp *= step_size
             if self.weight_decay and (decay is None or decay.get(k, True)):
-                pn = p * np.float32(1.0 - lr * self.weight_decay)
-                pn -= upd
+                np.multiply(p, np.float32(1.0 - lr * self.weight_decay), out=pn)
             else:
-                pn = p - upd
+                np.copyto(pn, p)
+            pn -= tmp
             if check is not None and not check(k, pn):
                 return False
-            new[k] = (pn, m, v)
+            new[k] = (pn, mn, vn)
         self.step_count = t
-        for k, (pn, m, v) in new.items():
-            params[k] = pn
-            self.m[k], self.v[k] = m, v
+        for k, (pn, mn, vn) in new.items():
+            old = (params[k], self.m.get(k), self.v.get(k))
+            params[k], self.m[k], self.v[k] = pn, mn, vn
+            self._spare[k] = (*old, self._spare[k][3])
         return True
+
+    def _buffers(self, k: str, p: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The spare (parameter, first moment, second moment, scratch) buffers of ``k``."""
+        sp = self._spare.get(k)
+        if sp is None or sp[0] is None or sp[0].shape != p.shape or any(b is None for b in sp):
+            sp = tuple(np.empty_like(p, dtype=np.float32) for _ in range(4))
+            self._spare[k] = sp
+        return sp
 
 
 def global_norm(grads: Mapping[str, np.ndarray]) -> float:
-    return math.sqrt(sum(float(np.dot(g.reshape(-1).astype(np.float64), g.reshape(-1).astype(np.float64)))
-                         for g in grads.values()))
+    return math.sqrt(sum(float(np.square(g, dtype=np.float64).sum()) for g in grads.values()))
 
 
 def clip_(grads: dict[str, np.ndarray], max_norm: float) -> float:

@@ -24,6 +24,9 @@
 #include "anec_rt.h"
 #include "fake_apple.h"
 
+/* the M4 limits (anec/targets.py), as a manifest records them */
+static const anec_limits LIM = {16, 1, 16384, 49152, 1, 0};
+
 static int g_failed_now;
 static char g_base[1024];
 static char g_root[1100];
@@ -200,7 +203,7 @@ static void test_compile_runs_the_compiled_model(void)
     CHECK(strcmp(anec_driver_name(rt), "ane") == 0);
     CHECK((anec_reload_verified(rt) & ANEC_RELOAD_DATA_PATCH) == 0); /* nothing verified on the ane */
     size_t mark = fk_ncalls();
-    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, NULL, &p));
+    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &p));
     CHECK(count_calls(mark, "compileWithQoS") == 1);
     CHECK(count_calls(mark, "modelWithMILText") == 1); /* no uncompiled clone */
     fk_obj *m = fk_last(FK_MODEL);
@@ -231,7 +234,7 @@ static void reload_case(int two, unsigned verified, int want_strategy, int want_
     make_prog(&a, two, 0x3C00, 0x3800);
     make_prog(&b, two, 0x4000, 0x3400);
     anec_program *p = NULL;
-    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, NULL, &p));
+    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &p));
     CHECK_RC(anec_load(p));
     CHECK(computes(p, &a));
     anec_reload_info ri;
@@ -271,10 +274,10 @@ static void cache_case(int two, unsigned verified, int same_weights, int want_co
     make_prog(&a, two, 0x3C00, 0x3800);
     make_prog(&b, two, same_weights ? 0x3C00 : 0x4200, same_weights ? 0x3800 : 0x3000);
     anec_program *p = NULL, *q = NULL;
-    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, NULL, &p));
+    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &p));
     CHECK_RC(anec_load(p));
     size_t mark = fk_ncalls();
-    CHECK_RC(anec_compile(rt, b.mil, strlen(b.mil), b.blobs, b.n, NULL, &q));
+    CHECK_RC(anec_compile(rt, b.mil, strlen(b.mil), b.blobs, b.n, &LIM, &q));
     CHECK(count_calls(mark, "compileWithQoS") == want_compiles);
     CHECK_RC(anec_load(q));
     /* both loaded at once, each with its own weights */
@@ -311,10 +314,10 @@ static void test_cache_keeps_a_closed_program(void)
     make_prog(&a, 0, 0x3C00, 0);
     make_prog(&b, 0, 0x4400, 0);
     anec_program *p = NULL, *q = NULL;
-    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, NULL, &p));
+    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &p));
     anec_program_free(p);
     size_t mark = fk_ncalls();
-    CHECK_RC(anec_compile(rt, b.mil, strlen(b.mil), b.blobs, b.n, NULL, &q));
+    CHECK_RC(anec_compile(rt, b.mil, strlen(b.mil), b.blobs, b.n, &LIM, &q));
     CHECK(count_calls(mark, "compileWithQoS") == 0);
     CHECK_RC(anec_load(q));
     CHECK(computes(q, &b));
@@ -331,7 +334,7 @@ static void test_caller_buffers(void)
     prog_t a;
     make_prog(&a, 0, 0x4200, 0);
     anec_program *p = NULL;
-    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, NULL, &p));
+    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &p));
     CHECK_RC(anec_load(p));
     static unsigned char in0[49152], in1[49152], out0[49152];
     memset(in0, 1, sizeof in0);
@@ -358,7 +361,7 @@ static void test_core_compile_error_on_ane(void)
     make_prog(&a, 0, 0x3C00, 0);
     anec_program *p = NULL;
     fk_fail("compileWithQoS:options:error:", "InvalidMILProgram: unsupported op 'concat'");
-    int rc = anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, NULL, &p);
+    int rc = anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &p);
     CHECK(rc == ANEC_ECOMPILE && p == NULL);
     CHECK(strstr(anec_last_error(NULL), "InvalidMILProgram: unsupported op 'concat'") != NULL);
     struct anec_stats st;

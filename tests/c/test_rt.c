@@ -7,6 +7,9 @@
 #include "fp16.h"
 #include "tharness.h"
 
+/* the M4 limits (anec/targets.py), as a manifest records them */
+static const anec_limits LIM = {16, 1, 16384, 49152, 1, 0};
+
 static const char *MIL =
     "program(1.3)\n{\n"
     "    func main<ios18>(tensor<fp16, [1, 8, 1, 4]> x, tensor<fp16, [1, 8, 1, 4]> a) {\n"
@@ -79,7 +82,7 @@ static void test_baking(void)
     for (int mode = 0; mode < 2; mode++) {
         anec_runtime *rt = open_sim(mode ? "load=weights" : "load=data", 0);
         anec_program *p = NULL;
-        CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, NULL, &p) == ANEC_OK);
+        CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, &LIM, &p) == ANEC_OK);
         CHECK(anec_load(p) == ANEC_OK);
         CHECK(write_file(anec_program_dir(p), "weights/w.bin", b3, sizeof b3) == 0);
         CHECK(anec_unload(p) == ANEC_OK && anec_load(p) == ANEC_OK);
@@ -141,7 +144,7 @@ static void test_strategies(void)
     for (int mode = 0; mode < 2; mode++) {
         anec_runtime *rt = open_sim(mode ? "data=file" : "data=tensor", 0);
         anec_program *p = NULL;
-        CHECK(anec_compile(rt, MIL2, strlen(MIL2), &b1, 1, NULL, &p) == ANEC_OK);
+        CHECK(anec_compile(rt, MIL2, strlen(MIL2), &b1, 1, &LIM, &p) == ANEC_OK);
         CHECK(anec_load(p) == ANEC_OK);
         CHECK(anec_program_reload_info(p, &ri) == ANEC_OK);
         CHECK(ri.data_patchable == mode);
@@ -176,7 +179,7 @@ static void test_strategies(void)
         anec_runtime *rt = open_sim(NULL, ANEC_RELOAD_VERIFIED);
         CHECK((anec_reload_verified(rt) & ANEC_RELOAD_DATA_PATCH) == 0);
         anec_program *p = NULL, *q = NULL;
-        CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, NULL, &p) == ANEC_OK);
+        CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, &LIM, &p) == ANEC_OK);
         CHECK(anec_program_reload_info(p, &ri) == ANEC_OK && ri.data_patchable == 1);
         CHECK(ri.strategy == ANEC_RELOAD_RECOMPILE);
         CHECK_HAS(ri.why, "not verified");
@@ -184,7 +187,7 @@ static void test_strategies(void)
         fill(p, 1.0f, 0.0f);
         CHECK(anec_run(p) == ANEC_OK && out0(p, 0, 0) == 4.0f);
         /* a cache hit with other weights cannot be patched either: compiled */
-        CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, NULL, &q) == ANEC_OK);
+        CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, &LIM, &q) == ANEC_OK);
         anec_stats(rt, &st);
         CHECK(st.compiles == 3 && st.cache_hits == 0);
         CHECK(anec_load(q) == ANEC_OK);
@@ -209,8 +212,8 @@ static void test_pipeline(void)
     anec_blob w5 = {"@model_path/weights/w.bin", b5, sizeof b5}, bad = {"@model_path/weights/w.bin", b5, 100};
     anec_runtime *rt = open_sim(NULL, 0);
     anec_program *s0 = NULL, *s1 = NULL;
-    CHECK(anec_compile(rt, MIL, strlen(MIL), &w2, 1, NULL, &s0) == ANEC_OK && anec_load(s0) == ANEC_OK);
-    CHECK(anec_compile(rt, MIL, strlen(MIL), &w3, 1, NULL, &s1) == ANEC_OK && anec_load(s1) == ANEC_OK);
+    CHECK(anec_compile(rt, MIL, strlen(MIL), &w2, 1, &LIM, &s0) == ANEC_OK && anec_load(s0) == ANEC_OK);
+    CHECK(anec_compile(rt, MIL, strlen(MIL), &w3, 1, &LIM, &s1) == ANEC_OK && anec_load(s1) == ANEC_OK);
     /* binding order: inputs a, x; outputs c, y */
     anec_pipe_src in0[2] = {{-1, 1}, {-1, 0}};   /* a <- pipeline input 1, x <- pipeline input 0 */
     anec_pipe_src in1[2] = {{0, 1}, {0, 0}};     /* a <- stage 0's y, x <- stage 0's c */
@@ -255,6 +258,17 @@ static void test_pipeline(void)
     anec_pipe_stage st3[1] = {{s0, only_x}};
     anec_pipe_src o3[1] = {{0, 1}};
     CHECK(anec_pipeline_create(rt, st3, 1, 2, o3, 1, &pl) == ANEC_EINVAL);
+    /* a weight file may not take a name of the compiled form */
+    {
+        static const char *const reserved[] = {"@model_path/data", "@model_path/net.plist", "@model_path/model.mil",
+                                               "@model_path/w.bin", "@model_path/weights/"};
+        for (size_t k = 0; k < sizeof reserved / sizeof *reserved; k++) {
+            anec_blob r = {reserved[k], b2, sizeof b2};
+            anec_program *q = NULL;
+            CHECK(anec_compile(rt, MIL, strlen(MIL), &r, 1, &LIM, &q) == ANEC_EINVAL && q == NULL);
+            CHECK_HAS(anec_last_error(NULL), "@model_path/weights/");
+        }
+    }
     /* stages stay the caller's: closing the runtime first, then freeing, is fine */
     anec_pipe_stage st4[1] = {{s0, in0}};
     CHECK(anec_pipeline_create(rt, st4, 1, 2, o3, 1, &pl) == ANEC_OK);
@@ -283,7 +297,10 @@ int main(void)
     make_blob(blob2, 3.0f);
     anec_blob b = {"@model_path/weights/w.bin", blob, sizeof blob};
     anec_program *p = NULL;
-    CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, NULL, &p) == ANEC_OK);
+    /* the runtime has no limits of its own: the manifest's are required */
+    CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, NULL, &p) == ANEC_EINVAL && p == NULL);
+    CHECK_HAS(anec_last_error(NULL), "limits are required");
+    CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, &LIM, &p) == ANEC_OK);
     CHECK(anec_program_num_inputs(p) == 2 && anec_program_num_outputs(p) == 2);
     anec_tensor_info info;
     CHECK(anec_program_input(p, 0, &info) == ANEC_OK && strcmp(info.name, "a") == 0 && info.decl_index == 1);
@@ -317,7 +334,7 @@ int main(void)
 
     /* cache: same MIL and weights -> no compile, shared directory */
     anec_program *q = NULL;
-    CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, NULL, &q) == ANEC_OK);
+    CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, &LIM, &q) == ANEC_OK);
     struct anec_stats st;
     anec_stats(rt, &st);
     CHECK(st.compiles == 1 && st.cache_hits == 1 && st.dirs_live == 1);
@@ -365,7 +382,7 @@ int main(void)
     char qdir[512];
     snprintf(qdir, sizeof qdir, "%s", anec_program_dir(q));
     anec_program *r = NULL;
-    CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, NULL, &r) == ANEC_OK);
+    CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, &LIM, &r) == ANEC_OK);
     CHECK(strcmp(anec_program_dir(r), qdir) == 0);
     anec_program_free(q);
     struct stat sb;
@@ -379,17 +396,17 @@ int main(void)
     const char *M3 = "program(1.3) { func main(tensor<fp16, [1, 4]> x) { tensor<fp16, [1, 4]> y = exp(x = x)[name = string(\"y\")]; } -> (y); }";
     const char *M4 = "program(1.3) { func main(tensor<fp16, [1, 4]> x) { tensor<fp16, [1, 4]> y = tanh(x = x)[name = string(\"y\")]; } -> (y); }";
     anec_program *m2 = NULL, *m3 = NULL, *m4 = NULL;
-    CHECK(anec_compile(rt, M2, strlen(M2), NULL, 0, NULL, &m2) == ANEC_OK);
-    CHECK(anec_compile(rt, M3, strlen(M3), NULL, 0, NULL, &m3) == ANEC_OK);
-    CHECK(anec_compile(rt, M4, strlen(M4), NULL, 0, NULL, &m4) == ANEC_EBUDGET);
+    CHECK(anec_compile(rt, M2, strlen(M2), NULL, 0, &LIM, &m2) == ANEC_OK);
+    CHECK(anec_compile(rt, M3, strlen(M3), NULL, 0, &LIM, &m3) == ANEC_OK);
+    CHECK(anec_compile(rt, M4, strlen(M4), NULL, 0, &LIM, &m4) == ANEC_EBUDGET);
     CHECK_HAS(anec_last_error(rt), "[ANE-COMPILE-BUDGET]");
     anec_program_free(m2);
-    CHECK(anec_compile(rt, M2, strlen(M2), NULL, 0, NULL, &m2) == ANEC_OK); /* cache */
+    CHECK(anec_compile(rt, M2, strlen(M2), NULL, 0, &LIM, &m2) == ANEC_OK); /* cache */
     anec_stats(rt, &st);
     CHECK(st.compiles == 3 && st.compile_budget_left == 0);
 
     /* parse errors are reported with the line */
-    CHECK(anec_compile(rt, "program(1.3) {\n func", 20, NULL, 0, NULL, &m4) == ANEC_EPARSE);
+    CHECK(anec_compile(rt, "program(1.3) {\n func", 20, NULL, 0, &LIM, &m4) == ANEC_EPARSE);
     CHECK_HAS(anec_last_error(rt), "model.mil:2");
 
     /* closing the runtime closes its programs; their handles stay valid */

@@ -157,3 +157,19 @@ def test_fp16_mode_overflow_is_inf_and_propagates():
     assert np.isnan(out["z"][:2]).all() and out["z"][2] == 0.0
     # fp32 mode keeps 90000 (an fp32 value) where the program says fp16: no rounding, no inf
     assert run(text, {"x": np.float16([300.0, -256.0, 255.0])}, "fp32")["y"][0] == 90000.0
+
+
+def test_pow_of_negative_infinity_follows_c():
+    """(-inf) ** y as C's pow (and the sim's powf): +inf for y = 0.5, -inf for 3, +0 for -0.5."""
+    import math
+
+    from anec.ir.interp import interpret
+    from anec.ir.parser import parse
+
+    g = parse("func f(%x: fp32[3], %y: fp32[3]) {\n  %z = pow(%x, %y)\n  return %z\n}\n", "p.ir").funcs["f"]
+    x = np.full(3, -np.inf, np.float32)
+    y = np.array([0.5, 3.0, -0.5], np.float32)
+    got = interpret(g, {"x": x, "y": y}, mode="fp32")["z"]
+    want = [math.pow(-math.inf, float(e)) for e in y]
+    np.testing.assert_array_equal(got, np.array(want, np.float32))
+    assert math.copysign(1.0, float(got[2])) == 1.0

@@ -34,6 +34,7 @@ def _square_row() -> ops.OpDef:
         lambda operands, optional, attrs: [np.square(operands[0].astype(np.float64)).astype(operands[0].dtype)],
         "x * x", traits=frozenset({ops.Trait.elementwise, ops.Trait.unary}),
         lowering=ops.Mil("square", ops.SimKernel("unary", "SQUARE", "unary")),
+        vjp=lambda c, xs, ys, gs, attrs: [c.op("mul", c.op("mul", gs[0], xs[0]), c.scalar(2.0, xs[0]))],
     )
 
 
@@ -155,3 +156,16 @@ def test_gen_c_check_reports_a_stale_header(tmp_path, capsys):
     assert "is stale" in capsys.readouterr().err
     assert gen_c_main(["--output", str(stale)]) == 0
     assert stale.read_text() == header_text()
+
+
+def test_a_new_row_with_a_vjp_is_differentiable(square):
+    """The row's vjp column is all autodiff needs: d(x^2) = 2 x g."""
+    from anec.autodiff import grad
+
+    g = parse("func f(%x: fp32[3]) {\n  %y = square(%x)\n  return %y\n}\n", "sq.ir").funcs["f"]
+    bw = grad(g, weights=None, inputs=["x"])
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    dy = np.array([1.0, 3.0, -2.0], np.float32)
+    out = interpret(bw.backward, {"x": x, bw.cotangents["y"]: dy}, mode="fp32")
+    np.testing.assert_array_equal(out[bw.input_grads["x"]], 2 * x * dy)
+

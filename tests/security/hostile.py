@@ -403,7 +403,7 @@ def build_corpus(root: Path) -> list[Case]:
     b.mil_case("mil_offset_inf", lambda t: t.replace("offset = uint64(64)", "offset = uint64(inf)", 1),
                r"BLOBFILE offset must be an integer literal in \[0, 2\^64\)")
     b.mil_case("mil_blob_path_escape", lambda t: t.replace("@model_path/weights/w1.bin", "@model_path/../../etc/passwd"),
-               r"must be @model_path/<relative path> without '\.\.'")
+               r"must be @model_path/weights/<relative path> without '\.\.'")
     b.mil_case("mil_blob_path_absolute", lambda t: t.replace("@model_path/weights/w1.bin", "/etc/passwd"),
                r"BLOBFILE path")
     b.mil_case("mil_garbage", lambda t: "\x00\x01garbage" + t, r"model\.mil:1:1: unexpected byte 0x00")
