@@ -9,8 +9,9 @@ import pytest
 
 from anec.diagnostics import AnecError
 from anec.ir.builder import Builder
-from anec.ir.interp import interpret, interpret_module, random_inputs
-from anec.ir.parser import parse_file
+import anec.ir.interp as interp_module
+from anec.ir.interp import interpret, interpret_module, load_input, random_inputs, select_func
+from anec.ir.parser import parse, parse_file
 from anec.weights import resolve_weights
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,3 +196,78 @@ def test_cast_semantics_truncate_saturate_and_bool():
     np.testing.assert_array_equal(out["bl"], [True, True, True, True, True, False])  # NaN != 0
     np.testing.assert_array_equal(out["u8h"], np.array([2, 0, 255, 0, 0, 0], np.float32))
     assert out["i8"].dtype == np.int8 and out["bl"].dtype == bool
+
+
+def test_interpret_module_passes_the_mode_on():
+    m = parse("func f(%x: fp16[4]) {\n  %y = exp(%x) : fp16[4]\n  return %y\n}\n", "f.ir")
+    x = np.array([0.0, 1.0, -1.0, 2.0], np.float32)
+    assert interpret_module(m, None, {"x": x})["y"].dtype == np.float32
+    out16 = interpret_module(m, None, {"x": x}, mode="fp16")["y"]
+    assert out16.dtype == np.float16
+    np.testing.assert_array_equal(out16, np.exp(x).astype(np.float16))
+
+
+def test_select_func_hints():
+    m = parse_file(ROOT / "examples" / "multi_func.ir")
+    with pytest.raises(AnecError, match="no func 'zzz' in the module") as ei:
+        select_func(m, "zzz")
+    assert ei.value.hint == "funcs: encode, classify"
+    with pytest.raises(AnecError, match="the module has 2 funcs; choose one") as ei:
+        select_func(m, None)
+    assert ei.value.hint == "pass --func with one of: encode, classify"
+    with pytest.raises(AnecError, match="the module has 0 funcs; choose one") as ei:
+        select_func(parse("", "empty.ir"), None)
+    assert ei.value.hint is None
+    assert select_func(m, "classify") is m.funcs["classify"]
+
+
+def test_random_inputs_shapes_kinds_and_default_seed():
+    b = Builder("f")
+    b.input("x", "fp32", [40, 50])
+    b.input("ids", "int32", [2000])
+    b.input("u", "uint8", [2000])
+    b.input("flags", "bool", [2000])
+    r = random_inputs(b.graph)
+    for k, v in random_inputs(b.graph, 0).items():
+        np.testing.assert_array_equal(r[k], v)  # the default seed is 0
+        assert r[k].shape == b.graph.inputs[list(r).index(k)].type.shape
+    assert set(np.unique(r["ids"])) == set(range(-8, 9))
+    assert set(np.unique(r["u"])) == set(range(0, 9))
+    assert r["flags"].dtype == bool and 0.4 < r["flags"].mean() < 0.6  # a fair coin
+    assert abs(r["x"].mean()) < 0.1 and 0.9 < r["x"].std() < 1.1
+
+
+def test_load_input_reads_npy_and_refuses_everything_else(tmp_path, monkeypatch):
+    good = tmp_path / "a.npy"
+    np.save(good, np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(load_input("x", str(good)), np.arange(6).reshape(2, 3))
+
+    with pytest.raises(AnecError, match="input 'x': no such file"):
+        load_input("x", str(tmp_path / "nope.npy"))
+    with pytest.raises(AnecError) as ei:
+        load_input("x", str(tmp_path))
+    assert str(ei.value).splitlines()[0].endswith(f"input 'x': cannot read '{tmp_path}': Is a directory")
+    text = tmp_path / "t.npy"
+    text.write_text("1 2 3")
+    with pytest.raises(AnecError, match="is not a .npy file of numbers") as ei:
+        load_input("x", str(text))
+    assert "numpy.save" in ei.value.hint
+    pickled = tmp_path / "p.npy"
+    np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(AnecError, match="is not a .npy file of numbers"):
+        load_input("x", str(pickled))
+
+    # an .npz holds several arrays: refused, and the archive is closed, not left open
+    npz = tmp_path / "two.npz"
+    np.savez(npz, a=np.zeros(2), b=np.ones(2))
+    opened = []
+    real_load = np.load
+
+    def spy(*a, **kw):
+        opened.append(real_load(*a, **kw))
+        return opened[-1]
+
+    monkeypatch.setattr(interp_module.np, "load", spy)
+    with pytest.raises(AnecError, match="holds several arrays"):
+        load_input("x", str(npz))
+    assert opened and opened[0].fid is None and opened[0].zip is None

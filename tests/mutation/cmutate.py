@@ -181,9 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"baseline {file}: {base_time[file]:.1f} s ({detail})", flush=True)
 
     results = {}
+    full_seconds = None
     out_path = Path(args.out)
     if out_path.exists() and args.only:  # a partial run updates the previous results
-        results = json.loads(out_path.read_text())["mutants"]
+        prev = json.loads(out_path.read_text())
+        results, full_seconds = prev["mutants"], prev.get("seconds")
     for i, m in enumerate(chosen, 1):
         t = time.monotonic()
         mdir = work / "m" / m.id
@@ -206,14 +208,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{i}/{len(chosen)}] {m.id}: {status} ({secs:.1f} s) {detail if status != 'killed' else ''}", flush=True)
         shutil.rmtree(mdir, ignore_errors=True)
 
-    doc = {"seconds": round(time.monotonic() - t0, 1), "mutants": results}
+    secs = round(time.monotonic() - t0, 1)
+    # "seconds": the last run over every mutant; a partial run records its own time beside it
+    doc = {"seconds": full_seconds if args.only else secs, "mutants": results}
+    if args.only:
+        doc["partial_seconds"] = secs
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     tmp.replace(out_path)
     survived = [k for k, v in results.items() if v["status"] == "survived"]
-    print(f"{len(results)} C mutants: {len(survived)} survived ({', '.join(survived) or 'none'}); "
-          f"{doc['seconds']:.0f} s")
+    print(f"{len(results)} C mutants: {len(survived)} survived ({', '.join(survived) or 'none'}); {secs:.0f} s")
     return 0
 
 

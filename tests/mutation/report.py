@@ -1,8 +1,8 @@
 """Write the mutation report (tests/mutation/REPORT.md) from the last runs.
 
-    python tests/mutation/report.py --py build/mutate/py --c build/mutate/c-results.json -o tests/mutation/REPORT.md
+    python tests/mutation/report.py --py build/mutate --c build/mutate/c-results.json -o tests/mutation/REPORT.md
 
-Python mutants come from mutmut's results in its working copy (``mutants/**.meta``),
+Python mutants come from mutmut's results in its working copies (``py-<scope>/mutants/**.meta``),
 C mutants from ``cmutate.py``'s JSON. A mutant is *killed* (a test failed, crashed or
 timed out), *survived*, *equivalent* (survived, and ``equivalent.py`` says why no test
 can tell it from the original) or *no tests* (no selected test calls the function:
@@ -33,8 +33,8 @@ NO_TESTS = {5, 33}
 GOAL = 0.10
 
 
-def _py_diffs(py_dir: Path, names: list[str]) -> dict[str, str]:
-    """mutmut's diff of each named mutant (read from its working copy)."""
+def _py_diffs(py_dir: Path, names: list[tuple[str, str]]) -> dict[str, str]:
+    """mutmut's diff of each (name, module) mutant (read from its working copy)."""
     if not names:
         return {}
     cwd = os.getcwd()
@@ -43,9 +43,9 @@ def _py_diffs(py_dir: Path, names: list[str]) -> dict[str, str]:
         from mutmut.mutation.diff_apply import get_diff_for_mutant
 
         out = {}
-        for n in names:
+        for n, module in names:
             try:
-                out[n] = get_diff_for_mutant(n)
+                out[n] = get_diff_for_mutant(n, path=module)
             except Exception as e:  # a mutant of a function that no longer exists
                 out[n] = f"(no diff: {type(e).__name__}: {e})"
         return out
@@ -59,10 +59,11 @@ def changed_lines(diff: str) -> list[str]:
             if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
 
 
-def load_py(py_dir: Path) -> list[dict]:
+def load_py(scope_dir: Path) -> list[dict]:
+    """The mutants of one scope's working copy (build/mutate/py-<scope>), with their exit codes."""
     rows = []
-    mutants = py_dir / "mutants"
-    for meta in sorted(mutants.rglob("*.py.meta")):
+    mutants = scope_dir / "mutants"
+    for meta in sorted(mutants.glob("anec/**/*.py.meta")):
         module = str(meta.relative_to(mutants))[: -len(".meta")]
         data = json.loads(meta.read_text())
         for name, code in sorted(data["exit_code_by_key"].items()):
@@ -70,9 +71,9 @@ def load_py(py_dir: Path) -> list[dict]:
     return rows
 
 
-def classify_py(rows: list[dict], py_dir: Path) -> list[dict]:
-    survivors = [r["name"] for r in rows if r["code"] in SURVIVED | NO_TESTS]
-    diffs = _py_diffs(py_dir, survivors)
+def classify_py(rows: list[dict], scope_dir: Path) -> list[dict]:
+    survivors = [(r["name"], r["module"]) for r in rows if r["code"] in SURVIVED | NO_TESTS]
+    diffs = _py_diffs(scope_dir, survivors)
     for r in rows:
         code = r["code"]
         if code is None:
@@ -117,8 +118,8 @@ def table(rows: list[dict], group) -> list[str]:
     agg: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in rows:
         agg[group(r["module"])][r["status"]] += 1
-    out = ["| module | mutants | killed | survived | no tests | equivalent | survivor rate |",
-           "|---|---:|---:|---:|---:|---:|---:|"]
+    out = ["| module | mutants | run | killed | survived | no tests | equivalent | survivor rate |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
     tot: dict[str, int] = defaultdict(int)
     for mod in sorted(agg):
         a = agg[mod]
@@ -133,9 +134,12 @@ def _row(name: str, a: dict[str, int]) -> str:
     n = sum(a.values())
     counted = n - a.get("equivalent", 0) - a.get("not run", 0) - a.get("invalid", 0)
     surv = a.get("survived", 0) + a.get("no tests", 0)
+    run = n - a.get("not run", 0)
     rate = f"{100.0 * surv / counted:.1f}%" if counted else "-"
     flag = " ✗" if counted and surv / counted > GOAL else ""
-    return (f"| {name} | {n} | {a.get('killed', 0)} | {a.get('survived', 0)} | {a.get('no tests', 0)} | "
+    if run < n:  # a partial run: the rate covers only the mutants that ran
+        rate += " (partial)" if run else ""
+    return (f"| {name} | {n} | {run} | {a.get('killed', 0)} | {a.get('survived', 0)} | {a.get('no tests', 0)} | "
             f"{a.get('equivalent', 0)} | {rate}{flag} |")
 
 
@@ -147,7 +151,7 @@ def group_of(module: str) -> str:
     return module
 
 
-def render(py_rows: list[dict], c_rows: list[dict], py_seconds: float | None, c_seconds: float | None) -> str:
+def render(py_rows: list[dict], c_rows: list[dict], py_runs: list[tuple[str, float, str]], c_seconds: float | None) -> str:
     lines = [
         "# Mutation testing report",
         "",
@@ -158,13 +162,15 @@ def render(py_rows: list[dict], c_rows: list[dict], py_seconds: float | None, c_
         "not equivalent). A ✗ marks a module over the goal.",
         "",
     ]
-    if py_seconds is not None or c_seconds is not None:
-        parts = []
-        if py_seconds is not None:
-            parts.append(f"mutmut {py_seconds / 60:.0f} min")
+    lines += ["Columns: *mutants* generated, *run* (tested in the runs behind this report: a module with",
+              "run < mutants was not fully run, and its rate covers only the mutants that ran).", ""]
+    if py_runs or c_seconds is not None:
+        lines += ["Measured run times (wall clock, on the shared 2-core machine):", ""]
+        for scope, secs, jobs in py_runs:
+            lines.append(f"- mutmut `{scope}`, {jobs} worker(s): {secs / 60:.1f} min")
         if c_seconds is not None:
-            parts.append(f"C mutants {c_seconds / 60:.0f} min")
-        lines += [f"Last full run on the 2-core machine, 2 workers: {', '.join(parts)}.", ""]
+            lines.append(f"- C mutants ({len(c_rows)}), one at a time: {c_seconds / 60:.1f} min")
+        lines.append("")
     if py_rows:
         lines += ["## Python (mutmut)", "", "By area:", ""] + table(py_rows, group_of)
         lines += ["", "By file:", ""] + table(py_rows, lambda m: m) + [""]
@@ -197,18 +203,26 @@ def render(py_rows: list[dict], c_rows: list[dict], py_seconds: float | None, c_
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--py", default="build/mutate/py", help="mutmut's working copy")
+    ap.add_argument("--py", default="build/mutate", help="the directory of mutmut's working copies (py-<scope>)")
     ap.add_argument("--c", default="build/mutate/c-results.json", help="cmutate.py's results")
     ap.add_argument("-o", "--out", default=str(HERE / "REPORT.md"))
     args = ap.parse_args(argv)
     py_dir = Path(args.py).resolve()
-    py_rows = classify_py(load_py(py_dir), py_dir) if (py_dir / "mutants").exists() else []
+    py_rows = []
+    for scope_dir in sorted(py_dir.glob("py-*/")):
+        if (scope_dir / "mutants").is_dir():
+            py_rows += classify_py(load_py(scope_dir), scope_dir)
     c_rows, c_seconds = load_c(Path(args.c))
     if not py_rows and not c_rows:
         raise SystemExit("no mutation results: run `make mutate-py` and/or `make mutate-c` first")
-    secs_file = py_dir.parent / "py-seconds"
-    py_seconds = float(secs_file.read_text()) if secs_file.exists() else None
-    text = render(py_rows, c_rows, py_seconds, c_seconds)
+    runs_file = py_dir / "py-runs"  # one line per `make mutate-py`: scope, seconds, workers
+    py_runs = []
+    if runs_file.exists():
+        for ln in runs_file.read_text().splitlines():
+            parts = ln.split()
+            if len(parts) == 3:
+                py_runs.append((parts[0], float(parts[1]), parts[2]))
+    text = render(py_rows, c_rows, py_runs, c_seconds)
     out = Path(args.out)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(text + "\n", encoding="utf-8")
