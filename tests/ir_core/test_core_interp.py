@@ -271,3 +271,60 @@ def test_load_input_reads_npy_and_refuses_everything_else(tmp_path, monkeypatch)
     with pytest.raises(AnecError, match="holds several arrays"):
         load_input("x", str(npz))
     assert opened and opened[0].fid is None and opened[0].zip is None
+
+
+def test_an_op_reference_of_the_wrong_shape_is_an_internal_error(monkeypatch):
+    """The op table's shape inference and its numpy reference must agree; a reference
+    that breaks this is reported with both shapes, not stored."""
+    b = Builder("f")
+    x = b.input("x", "fp32", [3])
+    b.ret(b.exp(x, name="y"))
+    real = interp_module.get_op
+
+    class Short:
+        def __init__(self, op):
+            self.op = op
+
+        def ref(self, args, opt, attrs):
+            return [r[:2] for r in self.op.ref(args, opt, attrs)]
+
+    monkeypatch.setattr(interp_module, "get_op", lambda name: Short(real(name)))
+    with pytest.raises(AssertionError, match=r"^op produced shape \[2\] for fp32\[3\]$"):
+        interpret(b.graph, {"x": np.zeros(3)})
+
+
+def test_integer_values_are_computed_exactly():
+    """Integers are not computed in float32 (which holds 24 bits): 2**24 + 1 stays odd."""
+    b = Builder("f")
+    x = b.input("x", "int32", [3])
+    y = b.input("y", "int32", [3])
+    b.ret(b.add(x, y, name="s"))
+    out = interpret(b.graph, {"x": np.array([2**24 + 1, 2**30 + 1, -5], np.int32), "y": np.array([2, 2, 1], np.int32)})
+    assert out["s"].dtype == np.int32
+    np.testing.assert_array_equal(out["s"], [2**24 + 3, 2**30 + 3, -4])
+
+
+def test_an_input_that_is_not_an_array_is_located():
+    m = parse("func f(%x: fp32[2, 2]) {\n  %y = exp(%x) : fp32[2, 2]\n  return %y\n}\n", "f.ir")
+    with pytest.raises(AnecError, match=r"^f\.ir:1:8: error: input 'x' is not an array: .*inhomogeneous"):
+        interpret(m.func(), {"x": [[1.0, 2.0], [3.0]]})
+
+
+def test_input_kinds_each_dtype_accepts():
+    b = Builder("f")
+    x = b.input("x", "fp32", [2])
+    m = b.input("m", "bool", [2])
+    n = b.input("n", "int32", [2])
+    b.ret(b.identity(x, name="xo"), b.identity(m, name="mo"), b.identity(n, name="no"))
+    ok = {"x": np.array([1, 2], np.int16), "m": np.array([True, False]), "n": np.array([True, False])}
+    out = interpret(b.graph, ok)  # ints convert to floats, bools to ints
+    np.testing.assert_array_equal(out["mo"], [True, False])
+    np.testing.assert_array_equal(out["no"], [1, 0])
+    for name, bad in (("x", np.array([True, False])), ("x", np.array([1j, 2j])), ("m", np.array([1, 0])),
+                      ("m", np.array([1.0, 0.0])), ("n", np.array(["a", "b"]))):
+        with pytest.raises(AnecError, match=f"input '{name}' has dtype {bad.dtype} which does not convert") as ei:
+            interpret(b.graph, {**ok, name: bad})
+        assert ei.value.hint.startswith("pass an array convertible to")
+    with pytest.raises(AnecError, match="has shape") as ei:
+        interpret(b.graph, {**ok, "x": np.zeros(3)})
+    assert ei.value.hint == "reshape the array to the declared shape"

@@ -24,7 +24,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from c_mutants import MUTANTS  # noqa: E402
-from equivalent import C_EQUIVALENT, PY_EQUIVALENT  # noqa: E402
+from equivalent import C_EQUIVALENT, OPEN_NOTES, PY_EQUIVALENT  # noqa: E402
+from stage import SCOPES  # noqa: E402
 
 # mutmut's exit-code meanings (mutmut/stats.py)
 KILLED = {1, 3, 36, 24, -24, 152, 255, -11, -9, 37}
@@ -151,7 +152,8 @@ def group_of(module: str) -> str:
     return module
 
 
-def render(py_rows: list[dict], c_rows: list[dict], py_runs: list[tuple[str, float, str]], c_seconds: float | None) -> str:
+def render(py_rows: list[dict], c_rows: list[dict], py_runs: list[tuple[str, float, str]], c_seconds: float | None,
+           scopes_run: list[str] | None = None) -> str:
     lines = [
         "# Mutation testing report",
         "",
@@ -164,6 +166,10 @@ def render(py_rows: list[dict], c_rows: list[dict], py_runs: list[tuple[str, flo
     ]
     lines += ["Columns: *mutants* generated, *run* (tested in the runs behind this report: a module with",
               "run < mutants was not fully run, and its rate covers only the mutants that ran).", ""]
+    if scopes_run is not None:
+        missing = [f"`{sc}` ({', '.join(SCOPES[sc][0])})" for sc in SCOPES if sc not in scopes_run]
+        if missing:
+            lines += [f"mutmut scopes with no run behind this report (no mutants generated): {', '.join(missing)}.", ""]
     if py_runs or c_seconds is not None:
         lines += ["Measured run times (wall clock, on the shared 2-core machine):", ""]
         for scope, secs, jobs in py_runs:
@@ -182,6 +188,8 @@ def render(py_rows: list[dict], c_rows: list[dict], py_runs: list[tuple[str, flo
             lines += [f"## Open {title} survivors ({len(surv)})", ""]
             for r in surv:
                 note = f" ({r['stale']})" if r.get("stale") else ""
+                if r["name"] in OPEN_NOTES:
+                    note += f". Open: {OPEN_NOTES[r['name']]}"
                 what = f": {r['what']}" if r.get("what") else ""
                 lines += [f"- `{r['name']}` [{r['status']}]{what}{note}", "", "  ```diff"]
                 lines += ["  " + ln for ln in changed_lines(r.get("diff", ""))] + ["  ```", ""]
@@ -209,9 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     py_dir = Path(args.py).resolve()
     py_rows = []
+    scopes_run = []
     for scope_dir in sorted(py_dir.glob("py-*/")):
         if (scope_dir / "mutants").is_dir():
             py_rows += classify_py(load_py(scope_dir), scope_dir)
+            scopes_run.append(scope_dir.name[len("py-"):])
     c_rows, c_seconds = load_c(Path(args.c))
     if not py_rows and not c_rows:
         raise SystemExit("no mutation results: run `make mutate-py` and/or `make mutate-c` first")
@@ -222,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             parts = ln.split()
             if len(parts) == 3:
                 py_runs.append((parts[0], float(parts[1]), parts[2]))
-    text = render(py_rows, c_rows, py_runs, c_seconds)
+    text = render(py_rows, c_rows, py_runs, c_seconds, scopes_run)
     out = Path(args.out)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(text + "\n", encoding="utf-8")
