@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -328,3 +329,62 @@ def test_input_kinds_each_dtype_accepts():
     with pytest.raises(AnecError, match="has shape") as ei:
         interpret(b.graph, {**ok, "x": np.zeros(3)})
     assert ei.value.hint == "reshape the array to the declared shape"
+
+
+def test_integer_inputs_accept_their_whole_range_and_nothing_past_it():
+    b = Builder("f")
+    n = b.input("n", "int32", [2])
+    u = b.input("u", "uint8", [2])
+    b.ret(b.identity(n, name="no"), b.identity(u, name="uo"))
+    lo, hi = -(2**31), 2**31 - 1
+    out = interpret(b.graph, {"n": np.array([lo, hi], np.int64), "u": np.array([0, 255], np.int64)})
+    np.testing.assert_array_equal(out["no"], [lo, hi])
+    np.testing.assert_array_equal(out["uo"], [0, 255])
+    for name, bad in (("n", [lo - 1, 0]), ("n", [0, hi + 1]), ("u", [-1, 0]), ("u", [0, 256])):
+        ins = {"n": np.array([0, 0], np.int64), "u": np.array([0, 0], np.int64), name: np.array(bad, np.int64)}
+        with pytest.raises(AnecError, match=f"input '{name}' has dtype int64 which does not convert"):
+            interpret(b.graph, ins)
+
+
+def test_fp32_mode_computes_in_float32_not_float64():
+    """(x * x) - 1 with x = 1 + 2**-12: float32 rounds x * x to 1 + 2**-11 (losing 2**-24),
+    float64 keeps it; the fp32 mode is float32 arithmetic, op by op."""
+    b = Builder("f")
+    x = b.input("x", "fp32", [1])
+    one = b.const_value(1.0, "fp32[]", name="one")
+    b.ret(b.sub(b.mul(x, x), one, name="y"))
+    out = interpret(b.graph, {"x": np.array([1 + 2**-12], np.float32)})
+    assert out["y"].dtype == np.float32
+    assert out["y"][0] == np.float32(2**-11)
+
+
+def test_input_conversion_errors_are_located_with_a_hint():
+    m = parse("func f(%n: int32[2]) {\n  %y = identity(%n) : int32[2]\n  return %y\n}\n", "f.ir")
+    with pytest.raises(AnecError, match=r"^f\.ir:1:8: error: input 'n' has dtype float32") as ei:
+        interpret(m.func(), {"n": np.zeros(2, np.float32)})
+    assert ei.value.hint == "pass an array convertible to int32 without loss of kind or range"
+
+
+def test_an_fp16_input_past_the_range_is_inf_without_a_warning():
+    b = Builder("f")
+    h = b.input("h", "fp16", [2])
+    b.ret(b.identity(h, name="y"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = interpret(b.graph, {"h": np.array([70000.0, -1.0], np.float32)})
+    np.testing.assert_array_equal(out["y"], [np.inf, -1.0])
+
+
+def test_interpret_error_hints():
+    m = parse("func f(%x: fp32[2], %n: int32[2]) {\n  %y = exp(%x) : fp32[2]\n  return %y\n}\n", "f.ir")
+    g = m.func()
+    ok = {"x": np.zeros(2, np.float32), "n": np.zeros(2, np.int32)}
+    with pytest.raises(AnecError, match="unknown interpreter mode 'bf16'") as ei:
+        interpret(g, ok, mode="bf16")
+    assert ei.value.hint == "use fp32 or fp16"
+    with pytest.raises(AnecError, match=r"^f\.ir:1:21: error: missing input 'n' \(int32\[2\]\)") as ei:
+        interpret(g, {"x": ok["x"]})
+    assert ei.value.hint == "give it with --input n=PATH.npy, or use --random-inputs SEED"
+    with pytest.raises(AnecError, match=r"^f\.ir:1:6: error: func 'f' has no input 'zzz'") as ei:
+        interpret(g, {**ok, "zzz": ok["x"]})
+    assert ei.value.hint == "inputs: x, n"

@@ -35,6 +35,13 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "a dtype kind is one character and numpy has no kind 'X': the same kinds are accepted",
     ),
     **{
+        f"anec.ir.interp.x__convert_input__mutmut_{n}": (
+            f"+return exact.astype(_storage_dtype(t, mode), {arg})",
+            "`exact` is a fresh array (astype copies by default): copying it again or not changes nothing",
+        )
+        for n, arg in ((59, "copy=None"), (61, ""))
+    },
+    **{
         f"anec.ir.interp.x__store__mutmut_{n}": (
             f"+return arr.astype(_storage_dtype(t, mode), {arg})",
             "copy= only decides whether a result already of the storage dtype is copied: the values are the "
