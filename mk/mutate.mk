@@ -45,7 +45,7 @@ mutate-py: $(VENV)/.mutmut
 	$(PY) tests/mutation/stage.py $(SCOPE) $(MUTATE_DIR)/py-$(SCOPE)
 	@date +%s > $(MUTATE_DIR)/py-$(SCOPE)-start
 	cd $(MUTATE_DIR)/py-$(SCOPE) && OMP_NUM_THREADS=1 $(abspath $(VENV))/bin/mutmut run --max-children $(MUTATE_JOBS) $(MUTANTS)
-	@echo "$(SCOPE):$$(echo '$(or $(MUTANTS),all)' | tr ' ' ',') $$(( $$(date +%s) - $$(cat $(MUTATE_DIR)/py-$(SCOPE)-start) )) $(MUTATE_JOBS)" >> $(MUTATE_DIR)/py-runs
+	@echo "$(SCOPE):$$(echo '$(or $(if $(word 5,$(MUTANTS)),$(words $(MUTANTS))-named-mutants,$(MUTANTS)),all)' | tr ' ' ',') $$(( $$(date +%s) - $$(cat $(MUTATE_DIR)/py-$(SCOPE)-start) )) $(MUTATE_JOBS)" >> $(MUTATE_DIR)/py-runs
 
 mutate-c: $(VENV)/.test
 	$(PY) tests/mutation/cmutate.py --out $(MUTATE_DIR)/c-results.json $(if $(C_MUTANTS),--only $(C_MUTANTS))

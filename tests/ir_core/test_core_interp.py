@@ -388,3 +388,26 @@ def test_interpret_error_hints():
     with pytest.raises(AnecError, match=r"^f\.ir:1:6: error: func 'f' has no input 'zzz'") as ei:
         interpret(g, {**ok, "zzz": ok["x"]})
     assert ei.value.hint == "inputs: x, n"
+
+
+def test_inputs_and_consts_returned_as_they_are_follow_the_mode():
+    """fp32 mode returns every float output as float32, fp16 mode in its IR dtype, also
+    when the output is an input or a const itself (no op in between)."""
+    m = parse("func f(%x: fp16[2]) {\n  %c = const(value=0.5) : fp16[2]\n  return %x, %c\n}\n", "f.ir")
+    x = np.array([1.0, 70000.0])
+    for mode, dt in (("fp32", np.float32), ("fp16", np.float16)):
+        out = interpret(m.func(), {"x": x}, mode=mode)
+        assert out["x"].dtype == dt and out["c"].dtype == dt
+        np.testing.assert_array_equal(out["x"], [1.0, np.inf])
+        np.testing.assert_array_equal(out["c"], [0.5, 0.5])
+
+
+def test_overflow_and_nan_inside_ops_are_results_not_warnings():
+    b = Builder("f")
+    x = b.input("x", "fp32", [3])
+    b.ret(b.exp(x, name="e"), b.sqrt(x, name="s"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for mode in ("fp32", "fp16"):
+            out = interpret(b.graph, {"x": np.array([100.0, -1.0, 4.0], np.float32)}, mode=mode)
+            assert out["e"][0] == np.inf and np.isnan(out["s"][1]) and out["s"][2] == 2.0
