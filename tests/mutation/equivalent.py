@@ -45,6 +45,28 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
                         (7, '+return "float" if d.is_float else "XXboolXX" if d == DType.bool else "int"'),
                         (8, '+return "float" if d.is_float else "BOOL" if d == DType.bool else "int"'))
     },
+    "anec.passes.fuse_casts.x_fold_cast_into_value__mutmut_22": (
+        '+converted = OPS["cast"].ref([held], None, {"dtype": _target(node)})[0]',
+        "cast has no optional operands: its reference never reads the second argument",
+    ),
+    **{
+        f"anec.passes.fuse_casts.x_fold_cast_into_value__mutmut_{n}": (
+            line,
+            "the new const's own name is transient: Rewriter.replace erases the dead cast and renames the "
+            "const to the cast's name, so the suffix never shows",
+        )
+        for n, line in ((47, "+return rw.const_value(value, node.result.type, suffix=None, at=node)"),
+                        (51, "+return rw.const_value(value, node.result.type, at=node)"))
+    },
+    **{
+        f"anec.passes.fuse_casts.x_fold_cast_into_value__mutmut_{n}": (
+            line,
+            "at=None means the rewriter's anchor, which rewrite_greedily sets to the node the rule runs on: "
+            "the same node",
+        )
+        for n, line in ((48, "+return rw.const_value(value, node.result.type, suffix=str(_target(node)), at=None)"),
+                        (52, "+return rw.const_value(value, node.result.type, suffix=str(_target(node)), )"))
+    },
     **{
         f"anec.ir.interp.x_interpret__mutmut_{n}": (
             line,

@@ -220,3 +220,19 @@ func f(%x: fp16[1, 1, 1, 2]) {{
     assert ops_of(g) == ["const", "mul"]
     assert g.nodes[0].attrs["value"] == want and g.nodes[0].result.type.dtype == DType.fp16
     compare(before, g, WeightStore({}), rtol=0, atol=0)
+
+
+def test_cast_of_value_const_to_an_integer_writes_an_integer_literal():
+    g = parse_func("""
+func f(%x: int32[2]) {
+  %c = const(value=2.7) : fp32[2]
+  %ci = cast(%c, dtype=int32) : int32[2]
+  %y = add(%x, %ci) : int32[2]
+  return %y
+}""")
+    before = g.clone()
+    run(CLEAN, g)
+    assert ops_of(g) == ["const", "add"]
+    value = g.nodes[0].attrs["value"]
+    assert value == 2 and type(value) is int
+    compare(before, g, WeightStore({}), rtol=0, atol=0)
