@@ -68,6 +68,24 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
                         (52, "+return rw.const_value(value, node.result.type, suffix=str(_target(node)), )"))
     },
     **{
+        f"anec.passes.fuse_casts.x_fold_cast_into_weight__mutmut_{n}": (
+            line,
+            "the new const's own name is transient: Rewriter.replace erases the dead cast and renames the "
+            "const to the cast's name, so the suffix never shows",
+        )
+        for n, line in ((28, "+return rw.const_weight(dict(const.attrs), const.result.type.with_dtype(b), suffix=None,"),
+                        (32, "+return rw.const_weight(dict(const.attrs), const.result.type.with_dtype(b), at=node)"),
+                        (36, "+return rw.const_weight(dict(const.attrs), const.result.type.with_dtype(b), suffix=str(None),"))
+    },
+    **{
+        f"anec.passes.fuse_casts.x_fold_cast_into_weight__mutmut_{n}": (
+            line,
+            "at=None means the rewriter's anchor, which rewrite_greedily sets to the node the rule runs on: "
+            "the same node",
+        )
+        for n, line in ((29, "+at=None)"), (33, "+)"))
+    },
+    **{
         f"anec.ir.interp.x_interpret__mutmut_{n}": (
             line,
             "the cast's reference (_ref_cast in anec/ir/ops.py) already returns its target dtype, which the "

@@ -236,3 +236,21 @@ func f(%x: int32[2]) {
     value = g.nodes[0].attrs["value"]
     assert value == 2 and type(value) is int
     compare(before, g, WeightStore({}), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("a,b", [("fp16", "int32"), ("fp32", "int8"), ("fp16", "bool")])
+def test_cast_of_weight_const_to_a_non_float_stays_a_cast(a, b):
+    """Only float -> float casts fold into a weight declaration: a weight read as an integer
+    would not be truncated the way the cast truncates."""
+    g = parse_func(f"""
+func f(%x: {b}[4]) {{
+  %w = const(weight="w") : {a}[4]
+  %wi = cast(%w, dtype={b}) : {b}[4]
+  %y = identity(%wi) : {b}[4]
+  return %y
+}}""")
+    store = WeightStore({"w": np.array([0.7, -1.5, 2.0, 0.0], np.float16)})
+    before = g.clone()
+    run(CLEAN, g, PassContext.default(weights=store))
+    assert "cast" in ops_of(g)
+    compare(before, g, store, rtol=0, atol=0)
