@@ -85,6 +85,24 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         )
         for n, line in ((29, "+at=None)"), (33, "+)"))
     },
+    "anec.passes.fuse_casts.xǁFuseCastsǁrun__mutmut_9": (
+        "+rewrite_greedily(graph, CAST_RULES, Rewriter(graph, ctx, None))",
+        "the rewriter's pass name appears only in the no-fixpoint error, which the cast rules cannot reach: "
+        "each rule removes a cast or replaces two by one",
+    ),
+    **{
+        f"anec.passes.dce.x_remove_dead_nodes__mutmut_{n}": (
+            line,
+            "live_uses is only tested for being nonzero (a value with a live user): a None default, a count "
+            "that starts at 1, steps by -1 or always reads 1 is nonzero exactly when the original is",
+        )
+        for n, line in ((9, "+if any(live_uses.get(id(r), None) or id(r) in outputs for r in node.results):"),
+                        (11, "+if any(live_uses.get(id(r), ) or id(r) in outputs for r in node.results):"),
+                        (18, "+live_uses[id(v)] = live_uses.get(id(v), 0) - 1"),
+                        (19, "+live_uses[id(v)] = live_uses.get(None, 0) + 1"),
+                        (23, "+live_uses[id(v)] = live_uses.get(id(None), 0) + 1"),
+                        (24, "+live_uses[id(v)] = live_uses.get(id(v), 1) + 1"))
+    },
     **{
         f"anec.ir.interp.x_interpret__mutmut_{n}": (
             line,
