@@ -19,6 +19,7 @@ import click
 
 from anec import __version__
 from anec.diagnostics import AnecError
+from anec.targets import DEFAULT_TARGET
 
 EXIT_INTERNAL = 3
 TRACEBACK_ENV = "ANEC_TRACEBACK"
@@ -106,32 +107,6 @@ def _read_ir(file: str) -> str:
         raise AnecError(f"<stdin>: not valid UTF-8 (byte {e.start})") from None
 
 
-def _replace_atomically(path: str, suffix: str, write, keep_mode: bool = False) -> None:
-    """Replace ``path`` with what ``write(binary_file)`` writes, via a temp file in the
-    same directory and a rename: a reader never sees half a file. ``keep_mode`` keeps
-    the permissions of the file being replaced."""
-    import os
-    import tempfile
-
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".anec-", suffix=suffix, dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        if keep_mode and os.path.exists(path):
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _write_text_atomic(path: str, text: str) -> None:
-    """Replace ``path`` by ``text`` (UTF-8, newlines as given) atomically, keeping its mode."""
-    _replace_atomically(path, ".ir", lambda f: f.write(text.encode("utf-8")), keep_mode=True)
-
-
 @main.command("fmt")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--check", "check_only", is_flag=True,
@@ -155,7 +130,9 @@ def fmt_cmd(ctx: click.Context, file: str, check_only: bool, in_place: bool) -> 
         return
     if in_place:
         if out != text:
-            _write_text_atomic(file, out)
+            from anec.fsutil import write_text_atomic
+
+            write_text_atomic(file, out, keep_mode=True)
         return
     click.echo(out, nl=False)
 
@@ -209,7 +186,7 @@ def check_cmd(ctx: click.Context, file: str, target: str | None) -> None:
     click.echo(f"{file}: ok ({_plural(len(module.funcs), 'func')}, {_plural(nodes, 'node')})")
     legality = _legality_report("legality")
     if legality is not None:  # the report and its verdict: exit 1 when a node is rejected
-        result = legality(module, target_name or "m4")
+        result = legality(module, target_name or DEFAULT_TARGET)
         if result.text:
             click.echo(result.text.rstrip("\n"))
         if not result.legal:
@@ -219,7 +196,7 @@ def check_cmd(ctx: click.Context, file: str, target: str | None) -> None:
         return
     legality_report = _legality_report()
     if legality_report is not None:
-        click.echo(legality_report(module, target_name or "m4").rstrip("\n"))
+        click.echo(legality_report(module, target_name or DEFAULT_TARGET).rstrip("\n"))
 
 # IR tools: ops, interp (reference interpreter)
 
@@ -248,7 +225,9 @@ def _parse_input_spec(ctx: click.Context, param: click.Parameter, values: tuple[
 def _save_npz_atomic(path: str, arrays: dict) -> None:
     import numpy as np
 
-    _replace_atomically(path, ".npz", lambda f: np.savez(f, **arrays))
+    from anec.fsutil import replace_file
+
+    replace_file(path, lambda f: np.savez(f, **arrays), suffix=".npz")
 
 
 @main.command("interp")
@@ -324,7 +303,7 @@ def _pipeline_from(passes: str | None, pipeline: str | None):
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Output directory (default: ./out/<file stem>); one subdirectory per func.")
 @_weight_options
-@click.option("--target", default="m4", show_default=True, metavar="NAME", help="Chip profile (m1..m5).")
+@click.option("--target", default=DEFAULT_TARGET, show_default=True, metavar="NAME", help="Chip profile (m1..m5).")
 @click.option("--passes", metavar="a,b,c", help="Run these passes instead of the default pipeline.")
 @click.option("--pipeline", metavar="NAME", help="Run a named pipeline (see `anec passes`).")
 @click.option("--print-ir-after", "print_after", multiple=True, metavar="PASS|all",
@@ -370,7 +349,7 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--func", "func_name", metavar="NAME", help="Func to print (default: the only one).")
 @_weight_options
-@click.option("--target", default="m4", show_default=True, metavar="NAME", help="Chip profile (m1..m5).")
+@click.option("--target", default=DEFAULT_TARGET, show_default=True, metavar="NAME", help="Chip profile (m1..m5).")
 @click.option("--pack-weights", is_flag=True, help="Refer to one packed weights/weight.bin.")
 @click.option("--host-casts", is_flag=True, help="As for compile, on fp16-only targets.")
 @click.option("--dialect", type=click.Choice(["ios18", "ios16"]), metavar="ios18|ios16",
@@ -460,7 +439,7 @@ def _rt_summary(arr) -> str:
 @click.option("--weights", "weights_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Weight file for a FILE.ir (.safetensors/.npz).")
 @click.option("--random-weights", type=int, metavar="SEED", help="Random tensors for weights no file provides (FILE.ir).")
-@click.option("--target", default="m4", show_default=True, metavar="NAME", help="Chip profile when compiling FILE.ir.")
+@click.option("--target", default=DEFAULT_TARGET, show_default=True, metavar="NAME", help="Chip profile when compiling FILE.ir.")
 @click.option("--backend", type=click.Choice(["auto", "sim", "ane"]), default="auto", show_default=True,
               help="sim: the strict ANE simulator; ane: the Neural Engine (macOS); auto: ane if available.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="OUT.npz", help="Save the outputs.")
@@ -622,7 +601,7 @@ def _progress(quiet: bool):
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Write DIR/model.ir, DIR/weights.safetensors and DIR/import.json.")
 @click.option("--name", default="main", show_default=True, help="Name of the func.")
-@click.option("--target", default="m4", show_default=True, metavar="NAME",
+@click.option("--target", default=DEFAULT_TARGET, show_default=True, metavar="NAME",
               help="Chip profile (its conv channel limit picks conv1x1 or matmul for wide layers).")
 @click.option("--ops", "list_ops", is_flag=True, help="List the supported ATen ops and the IR each becomes.")
 @click.option("--markdown", is_flag=True, help="With --ops: as a markdown table (docs/torch.md).")

@@ -81,7 +81,7 @@ def compile_module(
     module: Module,
     weights: Any = None,
     random_seed: int | None = None,
-    target: str | Target = "m4",
+    target: str | Target | None = None,
     passes: str | Sequence[Pass | str] | None = None,
     out_dir: str | os.PathLike | None = None,
     pack_weights: bool = False,
@@ -92,6 +92,7 @@ def compile_module(
     dialect: str | None = None,
     weights_as_inputs: Iterable[str] | str | None = None,
     keep_funcs: bool = False,
+    verify_each: bool = True,
 ) -> CompileResult:
     """Compile every func of ``module``; see the module docstring.
 
@@ -111,6 +112,8 @@ def compile_module(
     of this compile; with ``keep_funcs`` it also keeps the funcs of the
     previous output this compile does not replace (one output grown a func
     at a time).
+    ``verify_each=False`` verifies each func once after the last pass instead
+    of after every pass (MLIR's ``verify-each``; see anec/passes/manager.py).
     """
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline
@@ -129,7 +132,9 @@ def compile_module(
     if out_dir is not None and with_weights is False:
         raise AnecError("an artifact without weights cannot be written", hint="drop with_weights=False")
 
+    start = time.perf_counter()
     verify(module)
+    verified = time.perf_counter() - start
     timings: list[tuple[str, str, float]] = []
     store = None
     if with_weights:
@@ -142,9 +147,11 @@ def compile_module(
     work = module.clone()
     ctx = PassContext(target=tgt, weights=store, module=work,
                       options={"pack_weights": pack_weights, "host_casts": host_casts},
-                      print_ir_after=dump_after)
-    run_pipeline(work, pipeline, ctx)
+                      print_ir_after=dump_after, verify_each=verify_each)
+    run_pipeline(work, pipeline, ctx, verify_input=False)  # a clone of the verified module
     timings.extend(ctx.timings)
+    if timing:
+        timings.append(("*", "verify", verified + ctx.verify_seconds))
     if patterns:
         used = [w["key"] for g in work.funcs.values() for w in g.meta.get("weight_inputs", [])]
         for p in patterns:

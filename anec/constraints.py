@@ -316,10 +316,11 @@ _ENTRIES = (
         VERIFIED,
         "runtime", "C runtime core (process-wide compile budget, program cache)",
         "The runtime counts compiles per process and driver (every Runtime shares the count, as on "
-        "the device), caches programs by MIL hash + weight keys, refuses compiles past the budget with "
+        "the device) against the target's process_compile_budget, caches programs by MIL hash + weight keys, refuses compiles past the budget with "
         "a clear error, and reloads weights without compiling wherever a verified strategy allows.",
         "runtime", (f"{_CORE}::test_compile_budget_exhaustion_and_cache",
                     f"{_CORE}::test_the_compile_budget_belongs_to_the_process",
+                    f"{_CORE}::test_the_process_budget_is_the_targets_field",
                     "tests/runtime/test_rt_reload.py::test_recompile_reloads_stop_at_the_process_budget_with_a_"
                     "clear_error"),
     ),

@@ -15,6 +15,7 @@ checkpoints, verdict caches, benchmark results) goes through here:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -23,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Callable, Mapping
 
-__all__ = ["fsync_dir", "replace_file", "write_bytes_atomic", "write_text_atomic", "write_tree_atomic"]
+__all__ = ["discard", "fsync_dir", "move_into_place", "replace_file", "write_bytes_atomic", "write_text_atomic", "write_tree_atomic"]
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
@@ -94,6 +95,47 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
+def move_into_place(src: str | os.PathLike, dest: str | os.PathLike, *,
+                    aside: Callable[[Path], Path] | None = None) -> Path | None:
+    """Rename the finished directory ``src`` to ``dest`` (same file system) and fsync the
+    parent. An existing ``dest`` (a link counts as itself) is swapped out atomically where
+    the OS allows it (renameat2), otherwise moved aside first (to ``aside(dest)``, a new
+    empty directory next to it; a ``.<name>.XXXX.old`` one by default) and put back if the
+    rename fails. Returns what now holds the previous entry, for :func:`discard`, or None."""
+    src, dest = Path(src), Path(dest)
+    old: Path | None = None
+    if os.path.lexists(dest):
+        if _exchange(src, dest):
+            old = src  # src now holds the previous tree
+        else:
+            if aside is None:
+                old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
+            else:
+                old = aside(dest)
+            os.rmdir(old)
+            os.rename(dest, old)
+            try:
+                os.rename(src, dest)
+            except BaseException:
+                os.rename(old, dest)
+                raise
+    else:
+        os.rename(src, dest)
+    fsync_dir(dest.parent)
+    return old
+
+
+def discard(path: str | os.PathLike | None) -> None:
+    """Remove what :func:`move_into_place` moved aside (a tree, or a link itself); best effort."""
+    if path is None:
+        return
+    if os.path.islink(path):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _write_synced(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
@@ -121,23 +163,8 @@ def write_tree_atomic(dest: str | os.PathLike, files: Mapping[str, bytes]) -> No
             _write_synced(tmp / rel, data)
         for sub in sorted({(tmp / rel).parent for rel in files}, key=lambda p: -len(p.parts)):
             fsync_dir(sub)
-        if dest.exists():
-            if _exchange(tmp, dest):
-                old = tmp  # tmp now holds the previous tree
-            else:
-                old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=parent))
-                os.rmdir(old)
-                os.rename(dest, old)
-                try:
-                    os.rename(tmp, dest)
-                except BaseException:
-                    os.rename(old, dest)
-                    raise
-        else:
-            os.rename(tmp, dest)
-        fsync_dir(parent)
+        old = move_into_place(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    discard(old)

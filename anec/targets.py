@@ -52,6 +52,9 @@ class Target:
     """Reject softmax over an axis whose size is not a power of two (reported claim)."""
     reduce_mean_as_sum: bool = True
     """Lower ``reduce_mean`` to ``reduce_sum`` times 1/N (reported claim)."""
+    process_compile_budget: int = 119
+    """Compiles the device accepts per process (ANE-COMPILE-BUDGET); the runtime refuses the
+    next one, and the sim's device model fails it."""
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
     """Field name -> where the value comes from."""
 
@@ -153,6 +156,10 @@ _SOFTMAX = (
     "reported: hollance/neural-engine#44 says softmax over a non-power-of-2 axis gives "
     "InvalidMILProgram; off by default (Orion runs softmax over 64-wide axes)"
 )
+_BUDGET = (
+    "verified on M4: compiles fail after 119-132 per process (maderix PR #23; maderix README, Orion "
+    "paper constraint 5); the lowest measured count, taken over unmeasured by the other chips"
+)
 _REDUCE_MEAN = (
     "reported: hollance/neural-engine#44 says reduce_mean is absent in raw MIL text; Orion's "
     "RMSNorm uses reduce_sum x 1/N (its LayerNorm emits reduce_mean, so the claim is "
@@ -181,7 +188,7 @@ _M4 = Target(
         "min_surface_bytes": _SURFACE, "fp32_io": _FP32_IO_OK,
         "one_file_per_weight": _ONE_FILE_OK, "surface_alignment": _ALIGN,
         "mil_dialect": _DIALECT_NEW, "softmax_pow2_only": _SOFTMAX,
-        "reduce_mean_as_sum": _REDUCE_MEAN,
+        "reduce_mean_as_sum": _REDUCE_MEAN, "process_compile_budget": _BUDGET,
     },
 )
 # The M4 measurements, taken over unmeasured by the other chips.

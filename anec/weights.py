@@ -113,8 +113,84 @@ def _safetensors_dtypes(path: str) -> dict[str, str]:
     return {k: v.get("dtype", "?") for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
 
 
+_ST_DTYPES = {
+    "F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
+    "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "?",
+}
+
+
+def map_safetensors(path: str) -> dict[str, np.ndarray]:
+    """Every tensor of a .safetensors file as an array over a private memory map of it.
+
+    Nothing is read or copied up front: a tensor's pages are read from the
+    file (or the page cache) when first touched, and a write to an array
+    copies only the pages written, never the file (copy-on-write). The header
+    is checked as the safetensors format requires -- every tensor's bytes lie
+    inside the data section, match its dtype and shape, and no two overlap --
+    so a hostile file is a WeightError, never an out-of-bounds view.
+    """
+    import mmap
+
+    def bad(why: str) -> WeightError:
+        return WeightError(f"{path}: cannot read safetensors file: {why}")
+
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) != 8:
+            raise bad("shorter than the 8-byte header length")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise bad(f"header length {n} runs past the end of the file ({size} bytes)")
+        try:
+            header = json.loads(f.read(n))
+        except (ValueError, UnicodeDecodeError):
+            raise bad("unreadable header") from None
+        if not isinstance(header, dict):
+            raise bad("the header is not a table")
+        base, data_bytes = 8 + n, size - 8 - n
+        spans = []
+        for key, info in header.items():
+            if key == "__metadata__":
+                continue
+            if not isinstance(info, dict) or set(info) - {"dtype", "shape", "data_offsets"}:
+                raise bad(f"tensor '{key}' has a malformed entry")
+            dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+            if dtype not in _ST_DTYPES:
+                raise bad(f"tensor '{key}' has unsupported dtype {dtype!r}")
+            if (not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape)
+                    or not isinstance(offsets, list) or len(offsets) != 2
+                    or not all(type(o) is int for o in offsets)):
+                raise bad(f"tensor '{key}' has a malformed shape or data_offsets")
+            start, stop = offsets
+            nbytes = math.prod(shape) * np.dtype(_ST_DTYPES[dtype]).itemsize
+            if not 0 <= start <= stop <= data_bytes or stop - start != nbytes:
+                raise bad(f"tensor '{key}': data_offsets {offsets} do not hold {dtype}{shape} "
+                          f"inside the {data_bytes}-byte data section")
+            spans.append((start, stop, key, np.dtype(_ST_DTYPES[dtype]), tuple(shape)))
+        spans.sort()
+        for (_, end, k1, *_), (start, _, k2, *_) in zip(spans, spans[1:]):
+            if start < end:
+                raise bad(f"tensors '{k1}' and '{k2}' overlap")
+        if not spans or data_bytes == 0:
+            return {key: np.zeros(shape, dt) for _, _, key, dt, shape in spans}
+        try:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        except (OSError, ValueError):  # a file system without mmap, or no address space left
+            f.seek(0)
+            mapped = bytearray(f.read())
+            if len(mapped) != size:
+                raise bad("the file changed while it was read") from None
+    tensors = {}
+    for start, stop, key, dt, shape in spans:
+        arr = np.frombuffer(mapped, dtype=dt, count=(stop - start) // dt.itemsize, offset=base + start)
+        tensors[key] = arr.reshape(shape)
+    return {key: tensors[key] for key in header if key in tensors}
+
+
 def load_weights(path: str | os.PathLike) -> WeightStore:
-    """Read a .safetensors or .npz file into a WeightStore."""
+    """Read a .safetensors or .npz file into a WeightStore (safetensors memory-mapped:
+    see :func:`map_safetensors`)."""
     path = str(path)
     if not os.path.exists(path):
         raise WeightError(f"weight file '{path}' does not exist", hint=RANDOM_HINT)
@@ -128,12 +204,7 @@ def load_weights(path: str | os.PathLike) -> WeightStore:
                 + (f" ({len(unsupported) - 1} more)" if len(unsupported) > 1 else ""),
                 hint="convert the checkpoint to fp16 or fp32 first (e.g. tensor.half() in PyTorch)",
             )
-        from safetensors.numpy import load_file
-
-        try:
-            tensors = load_file(path)
-        except Exception as e:  # safetensors raises its own SafetensorError
-            raise WeightError(f"{path}: cannot read safetensors file: {e}") from None
+        tensors = map_safetensors(path)
     elif ext == ".npz":
         try:
             with np.load(path, allow_pickle=False) as z:
@@ -367,8 +438,14 @@ def _lookup(key: str, store: Mapping[str, np.ndarray] | None, span: Span | None)
 
 
 def materialize_attrs(attrs: Mapping[str, Any], declared: TensorType, store: Mapping[str, np.ndarray] | None,
-                      name: str | None = None, span: Span | None = None) -> np.ndarray:
-    """The value of a const with these attributes and declared type."""
+                      name: str | None = None, span: Span | None = None, copy: bool = True) -> np.ndarray:
+    """The value of a const with these attributes and declared type.
+
+    With ``copy=False`` a stored tensor already in the declared dtype and
+    layout is returned as a (read-only) view of the store, not copied: the
+    BLOBFILE writer copies it once, from the memory-mapped checkpoint into
+    the blob.
+    """
     if "value" in attrs:
         try:
             return const_literal(attrs["value"], declared)
@@ -379,14 +456,19 @@ def materialize_attrs(attrs: Mapping[str, Any], declared: TensorType, store: Map
     _check_view(key, attrs, declared, arr.shape, arr.dtype, name, span)
     arr = view_stored(key, arr, attrs.get("perm"), attrs.get("slice"), declared, _where(name), span)
     with np.errstate(over="ignore"):
-        return np.ascontiguousarray(arr.astype(declared.dtype.np))
+        out = np.ascontiguousarray(arr.astype(declared.dtype.np, copy=copy))
+    if not copy:
+        out = out.view()
+        out.flags.writeable = False
+    return out
 
 
-def materialize(node: Node, store: Mapping[str, np.ndarray] | None) -> np.ndarray:
-    """The value of a const node: perm -> slice -> reshape -> cast (WeightError on mismatch)."""
+def materialize(node: Node, store: Mapping[str, np.ndarray] | None, copy: bool = True) -> np.ndarray:
+    """The value of a const node: perm -> slice -> reshape -> cast (WeightError on mismatch);
+    ``copy`` as for :func:`materialize_attrs`."""
     if node.op != "const":
         raise ValueError(f"materialize expects a const node, got {node.op}")
-    return materialize_attrs(node.attrs, node.result.type, store, node.result.name, node.span)
+    return materialize_attrs(node.attrs, node.result.type, store, node.result.name, node.span, copy)
 
 
 def check_weights(module: Module | Graph | Iterable[Graph], store: Mapping[str, np.ndarray] | None) -> None:

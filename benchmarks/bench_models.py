@@ -19,6 +19,9 @@ Measured in one run on the same machine:
    We report the cosine between exact and tanh GELU in fp32 PyTorch (the
    approximation alone) and between anec on the sim and sentence-transformers
    (approximation + fp16).
+4. *Start-up*: ``anec models export`` of the GPT-2-small checkpoint (every
+   bucket) and ``anec generate`` from the checkpoint to the first token, each
+   in a fresh process.
 
 Writes ``benchmarks/results/models.json`` and ``models.md``.
 """
@@ -129,6 +132,38 @@ def bench_gpt2(path: Path, tokens: int) -> dict:
     }
 
 
+def _cli(*args: str) -> float:
+    """Wall seconds of one ``anec`` command in a fresh process (start-up and imports included)."""
+    import subprocess
+
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "anec.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    dt = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"anec {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
+    return dt
+
+
+def bench_startup(path: Path, runs: int = 3) -> dict:
+    """``anec models export`` of every bucket and ``anec generate`` from checkpoint to first token,
+    each a fresh process (best of ``runs``; the first export also reads the checkpoint cold)."""
+    out: dict = {"runs": runs}
+    with tempfile.TemporaryDirectory(prefix="anec-bench-export-") as d:
+        times = [_cli("models", "export", "gpt2", str(path), "-o", d) for _ in range(runs)]
+        info = json.loads((Path(d) / "model.json").read_text())
+        out["export_funcs"] = sum(len(v) for v in info["files"].values())
+        out["export_weights_mib"] = round((Path(d) / "weights.safetensors").stat().st_size / 2**20, 1)
+    out["export_seconds_first"] = round(times[0], 2)
+    out["export_seconds"] = round(min(times), 2)
+    prompt = ",".join(str(t) for t in range(1000, 1020))
+    times = [_cli("generate", str(path), "--prompt-ids", prompt, "--max-new-tokens", "1", "--backend", "sim", "-q")
+             for _ in range(runs)]
+    out["generate_first_token_seconds"] = round(min(times), 2)
+    out["generate_first_token_seconds_all"] = [round(t, 2) for t in times]
+    return out
+
+
 def bench_gelu() -> dict:
     import torch
     from sentence_transformers import SentenceTransformer
@@ -176,7 +211,7 @@ def write(results: dict) -> None:
 
 
 def to_md(r: dict) -> str:
-    g, e = r.get("gpt2"), r.get("gelu")
+    g, e, st = r.get("gpt2"), r.get("gelu"), r.get("startup")
     lines = ["# Model benchmarks", "", f"Machine: {r['machine']}", ""]
     if g:
         lines += [
@@ -194,6 +229,18 @@ def to_md(r: dict) -> str:
             "The sim is a strict fp16 software model of the ANE, not the device: it computes the whole "
             "16-column decode block that the device's minimum surface size requires, so this ratio is "
             "not a statement about ANE speed.", "",
+        ]
+    if st:
+        lines += [
+            "## GPT-2 small: export and start-up (fresh processes, best of "
+            f"{st['runs']})", "",
+            "| command | seconds |", "|---|---|",
+            f"| `anec models export gpt2 CKPT -o DIR` ({st['export_funcs']} funcs: every bucket; "
+            f"{st['export_weights_mib']} MiB of fp16 weights) | {st['export_seconds']} "
+            f"(first run, checkpoint not yet in the page cache: {st['export_seconds_first']}) |",
+            f"| `anec generate CKPT --prompt-ids <20 ids> --max-new-tokens 1 --backend sim` (checkpoint to "
+            f"first token: imports, frontend, compile of the prefill and LM head programs, prefill) | "
+            f"{st['generate_first_token_seconds']} |", "",
         ]
     if e:
         lines += [
@@ -218,6 +265,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="anec-bench-") as d:
             make_gpt2_small(Path(d))
             results["gpt2"] = bench_gpt2(Path(d), a.tokens)
+            results["startup"] = bench_startup(Path(d))
     results["gelu"] = bench_gelu()
     write(results)
     print(to_md(results))

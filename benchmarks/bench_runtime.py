@@ -13,8 +13,10 @@ Measures, in one run on this machine:
      its data: sim ``data=file``) and weights as inputs (a surface write);
      through ``Program.reload_weights`` (keys -> arrays) and, for the
      BLOBFILE strategies, ``reload_blobs`` (the C path alone);
-   * raw write: the same blob bytes written to fresh files with fsync (and
-     without), the floor any weight swap through files has to pay.
+   * each reload from fp16 arrays and from fp32 arrays (every key changes),
+     and again with the same arrays (nothing changes: costs a compare);
+   * raw write: the changed payload bytes written to fresh files with fsync
+     (and without), the floor any weight swap through files has to pay.
    Reported: each strategy vs the full compile and vs the raw write.
 2. Kernels: sim conv1x1 and matmul (fp16 storage, fp32 accumulation) vs
    numpy float32 matmul (BLAS) on the same shapes, with 1 and 2 threads
@@ -94,33 +96,71 @@ def tmp_root() -> str:
     return tempfile.mkdtemp(prefix="anec-bench-", dir=base)
 
 
-def _reload_round(rt: Runtime, arts: dict, new: dict, blobs: dict | None) -> dict:
-    """Load every program, then reload all of them (Python API, then the C path when blobs)."""
+def _raw_write(root: str, payloads: dict[str, list[np.ndarray]], sync: bool, reps: int) -> float:
+    """Best time to write the given payloads, one fresh file per program (fsync'd when ``sync``)."""
+    best = float("inf")
+    for r in range(reps):
+        d = os.path.join(root, f"raw{int(sync)}-{r}")
+        os.makedirs(d)
+        t0 = time.perf_counter()
+        for n, arrs in payloads.items():
+            with open(os.path.join(d, n), "wb") as fh:
+                for a in arrs:
+                    fh.write(memoryview(a).cast("B"))
+                if sync:
+                    fh.flush()
+                    os.fsync(fh.fileno())
+        best = min(best, time.perf_counter() - t0)
+        shutil.rmtree(d)
+    return best
+
+
+def _reload_rounds(rt: Runtime, arts: dict, news: list[dict], blobs: dict | None, reps: int) -> dict:
+    """Load every program, then time reloads of every program (best of ``reps``): new
+    fp16 arrays, new fp32 arrays (each round changes every key), the same arrays again
+    (nothing changes), and the C path alone (``reload_blobs``) when ``blobs``."""
     out: dict = {}
     progs = {n: rt.load(a) for n, a in arts.items()}
     out["strategy"] = sorted({p.reload_info["strategy"] for p in progs.values()})
-    before = rt.stats
-    t0 = time.perf_counter()
-    for n, p in progs.items():
-        p.reload_weights(new[n])
-    out["reload_weights_s"] = time.perf_counter() - t0
-    after = rt.stats
-    out["compiles_during_reload"] = after["compiles"] - before["compiles"]
-    if blobs is not None:
+    compiles = rt.stats["compiles"]
+    state = 0  # the weights the programs hold: news[state]
+    for dt in ("fp16", "fp32"):
+        best = float("inf")
+        for _ in range(reps):
+            state = 1 - state
+            new = {n: {k: np.asarray(v).astype(np.dtype("float16" if dt == "fp16" else "float32"))
+                       for k, v in news[state][n].items()} for n in progs}
+            native.reset_process_budget("sim")  # recompile reloads: the sim's budget is the bench's concern
+            t0 = time.perf_counter()
+            for n, p in progs.items():
+                p.reload_weights(new[n])
+            best = min(best, time.perf_counter() - t0)
+        out[f"reload_weights_{dt}_s"] = best
         t0 = time.perf_counter()
         for n, p in progs.items():
-            p.reload_blobs(blobs[n])
-        out["reload_blobs_s"] = time.perf_counter() - t0
-        out["compiles_during_reload_blobs"] = rt.stats["compiles"] - after["compiles"]
+            p.reload_weights(new[n])
+        out[f"unchanged_{dt}_s"] = time.perf_counter() - t0
+    out["reload_weights_s"] = out["reload_weights_fp32_s"]
+    out["compiles_during_reload"] = (rt.stats["compiles"] - compiles) // (2 * reps)
+    if blobs is not None:
+        best = float("inf")
+        for r in range(reps):
+            native.reset_process_budget("sim")
+            t0 = time.perf_counter()
+            for n, p in progs.items():
+                p.reload_blobs(blobs[r % 2][n])
+            best = min(best, time.perf_counter() - t0)
+        out["reload_blobs_s"] = best
     for p in progs.values():
         p.close()
     return out
 
 
-def bench_reload(layers: int) -> dict:
+def bench_reload(layers: int, reps: int = 3) -> dict:
     """Every reload strategy on the same stack: recompile (several BLOBFILEs, the
     evidenced device), data patch (packed programs on a device whose compiled data
-    is the packed file: sim data=file), weights as inputs (a surface write)."""
+    is the packed file: sim data=file), weights as inputs (a surface write); each
+    from fp16 and from fp32 arrays, vs a raw write of the changed bytes."""
     module = parse(stack_ir(layers), "stack.ir")
     w0 = resolve_weights(module, None, 0)
     w1 = resolve_weights(module, None, 1)
@@ -130,9 +170,13 @@ def bench_reload(layers: int) -> dict:
         "inputs": ({"weights_as_inputs": "all"}, ""),
     }
     arts0 = compile_module(module, w0).artifacts
-    arts1 = compile_module(module, w1).artifacts
-    weight_bytes = sum(len(b) for a in arts1.values() for b in a.blobs.values())
-    res: dict = {"layers": layers, "programs": len(arts0), "weight_bytes": weight_bytes, "strategies": {}}
+    weight_bytes = sum(len(b) for a in arts0.values() for b in a.blobs.values())
+    keys = {n: sorted({w["key"] for w in a.manifest["weights"]}) for n, a in arts0.items()}
+    # the changed bytes: every key's fp16 payload, as a reload must write it
+    payloads = {n: [np.ascontiguousarray(w1[k], dtype=np.float16) for k in ks] for n, ks in keys.items()}
+    res: dict = {"layers": layers, "programs": len(arts0), "weight_bytes": weight_bytes,
+                 "changed_bytes": sum(a.nbytes for arrs in payloads.values() for a in arrs),
+                 "reps": reps, "strategies": {}}
     disk = os.environ.get("ANEC_BENCH_DISK") == "1"
     root = tempfile.mkdtemp(prefix="anec-bench-") if disk else tmp_root()
     res["program_dirs_on"] = "disk" if disk else ("tmpfs" if root.startswith("/dev/shm") else "disk")
@@ -149,35 +193,28 @@ def bench_reload(layers: int) -> dict:
         for name, (opts, device) in variants.items():
             native.reset_process_budget("sim")
             a0 = compile_module(module, w0, **opts).artifacts
-            new = {n: {k: w1[k] for k in {w["key"] for w in a.manifest["weights"]}
-                       | {w["key"] for w in a.manifest.get("weight_inputs", [])}} for n, a in a0.items()}
+            news = [{n: {k: w[k] for k in {w_["key"] for w_ in a.manifest["weights"]}
+                         | {w_["key"] for w_ in a.manifest.get("weight_inputs", [])}} for n, a in a0.items()}
+                    for w in (w0, w1)]
             blobs = None
-            if name != "inputs":  # the C path alone, back to the first weights
-                blobs = {n: {"@model_path/" + w["file"]: a.blobs[w["file"]] for w in a.manifest["weights"]}
-                         for n, a in a0.items()}
+            if name != "inputs":  # the C path alone: whole files, alternating between the two weight sets
+                a1 = compile_module(module, w1, **opts).artifacts
+                blobs = [{n: {"@model_path/" + w["file"]: a.blobs[w["file"]] for w in a.manifest["weights"]}
+                          for n, a in arts.items()} for arts in (a1, a0)]
             with Runtime("sim", temp_root=os.path.join(root, name), sim_device=device) as rt:
-                r = _reload_round(rt, a0, new, blobs)
+                r = _reload_rounds(rt, a0, news, blobs, reps)
             r["sim_device"] = device or "default (data=tensor, load=data)"
             r["ratio_reload_weights_vs_compile"] = r["reload_weights_s"] / res["full_compile_s"]
             res["strategies"][name] = r
-        # raw write of the same bytes (fresh files, fsync / no fsync)
-        for sync in (True, False):
-            d = os.path.join(root, f"raw{int(sync)}")
-            os.makedirs(d)
-            t0 = time.perf_counter()
-            for n, a in arts1.items():
-                for f, b in a.blobs.items():
-                    path = os.path.join(d, n + "_" + f.replace("/", "_"))
-                    with open(path, "wb") as fh:
-                        fh.write(b)
-                        if sync:
-                            fh.flush()
-                            os.fsync(fh.fileno())
-            res["raw_write_fsync_s" if sync else "raw_write_s"] = time.perf_counter() - t0
+        res["raw_write_fsync_s"] = _raw_write(root, payloads, True, reps)
+        res["raw_write_s"] = _raw_write(root, payloads, False, reps)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     for r in res["strategies"].values():
-        r["ratio_reload_weights_vs_raw_write_fsync"] = r["reload_weights_s"] / res["raw_write_fsync_s"]
+        for dt in ("fp16", "fp32"):
+            r[f"ratio_{dt}_vs_raw_write_fsync"] = r[f"reload_weights_{dt}_s"] / res["raw_write_fsync_s"]
+            r[f"ratio_unchanged_{dt}_vs_raw_write_fsync"] = r[f"unchanged_{dt}_s"] / res["raw_write_fsync_s"]
+        r["ratio_reload_weights_vs_raw_write_fsync"] = r["ratio_fp32_vs_raw_write_fsync"]
         if "reload_blobs_s" in r:
             r["ratio_reload_blobs_vs_raw_write_fsync"] = r["reload_blobs_s"] / res["raw_write_fsync_s"]
     return res
@@ -299,28 +336,41 @@ def write_md(res: dict) -> str:
     lines = [
         "# Runtime benchmarks (sim)",
         "",
-        f"Machine: {res['machine']}; AVX2 micro-kernel: {res['avx2']}. Generated by `benchmarks/bench_runtime.py`.",
+        f"Machine: {res['machine']}; AVX2 micro-kernel: {res['avx2']}. Generated by `benchmarks/bench_runtime.py`. "
+        f"Load average (1/5/15 min) before: {'/'.join(f'{v:.2f}' for v in res['load_average_before'])}, after: "
+        f"{'/'.join(f'{v:.2f}' for v in res['load_average_after'])} (a shared machine: times are best of several).",
         "",
-        f"## Reload strategies vs full compile ({r['layers']} layers, {r['programs']} programs, "
-        f"{r['weight_bytes'] / 2**20:.1f} MiB of fp16 weights, program dirs on {r['program_dirs_on']})",
+        f"## Reload strategies vs full compile and vs a raw write ({r['layers']} layers, {r['programs']} programs, "
+        f"{r['weight_bytes'] / 2**20:.1f} MiB of fp16 weights, program dirs on {r['program_dirs_on']}, "
+        f"best of {r['reps']})",
         "",
         "Weights are baked at compile (docs/runtime.md): each program reloads with the strategy its form and "
-        "the device allow. Every program gets new weights for every key.",
+        "the device allow. Every reload gives every program new values for every key, as fp16 or as fp32 "
+        f"arrays: the changed bytes are {r['changed_bytes'] / 2**20:.1f} MiB of fp16 payload. The raw write "
+        "writes those bytes to one fresh file per program with fsync. \"unchanged\": the same arrays again.",
         "",
-        "| strategy | sim device | `reload_weights` s | vs full compile | vs raw write (fsync) | "
-        "C path (`reload_blobs`) s | compiles during the reloads |",
-        "|---|---|---|---|---|---|---|",
+        "| strategy | sim device | fp16 arrays s | vs raw write | fp32 arrays s | vs raw write | unchanged (fp16 / fp32) s "
+        "| vs raw write | fp32 vs full compile | C path (`reload_blobs`) s | compiles per reload round |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, s in r["strategies"].items():
         c = f"{s['reload_blobs_s']:.3f}" if "reload_blobs_s" in s else "n/a"
-        lines.append(f"| {name} | {s['sim_device']} | {s['reload_weights_s']:.3f} | "
-                     f"{s['ratio_reload_weights_vs_compile']:.3f} | {s['ratio_reload_weights_vs_raw_write_fsync']:.2f} | "
-                     f"{c} | {s['compiles_during_reload']} |")
+        lines.append(f"| {name} | {s['sim_device']} | {s['reload_weights_fp16_s']:.4f} | "
+                     f"{s['ratio_fp16_vs_raw_write_fsync']:.2f} | {s['reload_weights_fp32_s']:.4f} | "
+                     f"{s['ratio_fp32_vs_raw_write_fsync']:.2f} | {s['unchanged_fp16_s']:.4f} / "
+                     f"{s['unchanged_fp32_s']:.4f} | {s['ratio_unchanged_fp16_vs_raw_write_fsync']:.2f} / "
+                     f"{s['ratio_unchanged_fp32_vs_raw_write_fsync']:.2f} | "
+                     f"{s['ratio_reload_weights_vs_compile']:.3f} | {c} | {s['compiles_during_reload']} |")
     lines += [
-        f"| (full compile + load, each program in a cold runtime, {r['compiles']} compiles) | | "
-        f"{r['full_compile_s']:.3f} | 1 | | | |",
-        f"| (raw write of the same bytes, fsync / no fsync) | | {r['raw_write_fsync_s']:.3f} / {r['raw_write_s']:.3f} | "
-        "| 1 | | |",
+        f"| (full compile + load, each program in a cold runtime, {r['compiles']} compiles) | | | | "
+        f"{r['full_compile_s']:.3f} | | | | 1 | | |",
+        f"| (raw write of the changed bytes, fsync / no fsync) | | {r['raw_write_fsync_s']:.4f} / "
+        f"{r['raw_write_s']:.4f} | 1 | | 1 | | 1 | | | |",
+        "",
+        "What a BLOBFILE reload costs beyond the raw write: the C runtime validates every tensor of each "
+        "changed file (layout, NaN/Inf), compares it with the file it replaces, writes it with fsync and "
+        "renames it, hashes it (SHA-256: the cache's content identity) and loads the program again; "
+        "recompile adds the compile. Weights as inputs are a surface write.",
         "",
         "On the device a compile costs the ANE compiler's time (tens of ms per program, Orion), far more than the "
         "sim's parse + plan, so a recompile reload is much dearer there than this table shows, and the data patch "
@@ -345,9 +395,11 @@ def main(argv: list[str] | None = None) -> int:
     res = {
         "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cpus".strip(),
         "avx2": bool(native.lib is not None and _avx2()),
-        "reload": bench_reload(2 if args.quick else 12),
+        "load_average_before": list(os.getloadavg()),
+        "reload": bench_reload(2 if args.quick else 12, 2 if args.quick else 3),
         "kernels": bench_kernels(3 if args.quick else 7),
     }
+    res["load_average_after"] = list(os.getloadavg())
     RESULTS.mkdir(parents=True, exist_ok=True)
     write_text_atomic(RESULTS / "runtime.json", json.dumps(res, indent=2) + "\n")
     md = write_md(res)

@@ -76,6 +76,7 @@ typedef struct anec_options {
     int sim_threads;
     unsigned reload_verified;
     const char *sim_device;
+    int process_budget;
 } anec_options;
 
 struct anec_stats {

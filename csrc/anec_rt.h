@@ -154,7 +154,7 @@ typedef struct anec_tensor_info {
 /* Runtime options; a zeroed struct (or NULL) means all defaults. */
 typedef struct anec_options {
     int compile_budget;           /* cap on this runtime's compiles; 0: none besides the
-                                     process budget (119 compiles per process, like the device) */
+                                     process budget (process_budget) */
     const char *temp_root;        /* parent of program directories; NULL: a fresh
                                      directory under $TMPDIR (removed at close) */
     int sim_threads;              /* sim kernel threads; 0: $ANEC_SIM_THREADS or 2 */
@@ -165,6 +165,11 @@ typedef struct anec_options {
     const char *sim_device;       /* the sim's device model, e.g. "data=tensor,load=data"
                                      (NULL: $ANEC_SIM_DEVICE, else the defaults; see
                                      docs/runtime.md) */
+    int process_budget;           /* compiles the device accepts per process: the target's
+                                     (anec/targets.py; 119 on every known chip). The first
+                                     runtime of a driver that gives it sets it for the
+                                     process (a smaller value later lowers it); 0: unknown,
+                                     so only the compile_budget cap applies */
 } anec_options;
 
 /* Counters and cumulative wall time per phase (nanoseconds). The struct tag

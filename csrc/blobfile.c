@@ -104,22 +104,45 @@ int blob_read_tensor(const uint8_t *file, size_t len, uint64_t meta_offset,
     return 0;
 }
 
+/* Whole blocks are tested as 64-bit words of four halves / two floats, with no
+   early exit; only a block holding a NaN/Inf (exponent all ones) is scanned for
+   the first one. The lanes are read as little-endian, like rd32. */
+#define NONFINITE_WORDS 64
+
+static uint64_t rd64le(const uint8_t *p) { return rd64(p); }
+
+static int block_has_nonfinite(const uint8_t *d, size_t width)
+{
+    /* lanes of (x & E) ^ E are zero exactly where the exponent is all ones; a lane
+       holds at most E, so "lane - 1" borrows into its top bit only from zero */
+    const uint64_t E = width == 2 ? 0x7c007c007c007c00ull : 0x7f8000007f800000ull;
+    const uint64_t ONE = width == 2 ? 0x0001000100010001ull : 0x0000000100000001ull;
+    const uint64_t TOP = width == 2 ? 0x8000800080008000ull : 0x8000000080000000ull;
+    uint64_t hit = 0;
+    for (size_t i = 0; i < NONFINITE_WORDS; i++) {
+        uint64_t y = (rd64le(d + 8 * i) & E) ^ E;
+        hit |= (y - ONE) & ~y & TOP;
+    }
+    return hit != 0;
+}
+
+static int elem_nonfinite(const uint8_t *d, size_t width, size_t i)
+{
+    return width == 2 ? ((d[2 * i] | (d[2 * i + 1] << 8)) & 0x7c00u) == 0x7c00u
+                      : (rd32(d + 4 * i) & 0x7f800000u) == 0x7f800000u;
+}
+
 long long blob_first_nonfinite(const blob_tensor *t)
 {
-    if (t->dtype == BLOB_DT_FP16) {
-        size_t n = (size_t)(t->size / 2);
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h = (uint16_t)(t->data[2 * i] | (t->data[2 * i + 1] << 8));
-            if ((h & 0x7c00u) == 0x7c00u)
-                return (long long)i;
-        }
-    } else if (t->dtype == BLOB_DT_FP32) {
-        size_t n = (size_t)(t->size / 4);
-        for (size_t i = 0; i < n; i++) {
-            uint32_t u = rd32(t->data + 4 * i);
-            if ((u & 0x7f800000u) == 0x7f800000u)
-                return (long long)i;
-        }
-    }
+    size_t width = t->dtype == BLOB_DT_FP16 ? 2 : t->dtype == BLOB_DT_FP32 ? 4 : 0;
+    if (!width)
+        return -1;
+    size_t n = (size_t)(t->size / width), per = NONFINITE_WORDS * 8 / width, i = 0;
+    for (; i + per <= n; i += per)
+        if (block_has_nonfinite(t->data + i * width, width))
+            break; /* scanned element by element below */
+    for (; i < n; i++)
+        if (elem_nonfinite(t->data, width, i))
+            return (long long)i;
     return -1;
 }

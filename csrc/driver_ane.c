@@ -1205,6 +1205,8 @@ static int ane_set_option(void *vctx, const char *key, const char *value, char *
     (void)vctx;
     if (strcmp(key, "threads") == 0)
         return ANEC_OK; /* the device has no CPU kernel threads */
+    if (strcmp(key, "compile_budget") == 0)
+        return ANEC_OK; /* the device enforces its own; the core refuses before it */
     set_err(err, errlen, "ANE driver: no option %s (= %s)", key, value);
     return ANEC_EINVAL;
 }

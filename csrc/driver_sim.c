@@ -43,7 +43,6 @@
 #include "rt_util.h"
 #include "sim_plan.h"
 
-#define SIM_PROCESS_BUDGET 119
 #define NET_MAX_BYTES 65536u
 #define DATA_MAX_BYTES (1ull << 36)
 static const char CONTAINER_MAGIC[8] = {'A', 'N', 'E', 'S', 'I', 'M', 'C', 'T'};
@@ -53,6 +52,8 @@ enum { LOAD_DATA = 0, LOAD_WEIGHTS = 1, LOAD_MEMORY = 2 };
 
 /* Compiles in this process: the device's count, shared by every context. */
 static atomic_llong g_compiles;
+/* The device's compiles per process, as the runtime gives it (the target's); 0: no limit known. */
+static atomic_int g_budget;
 
 void anec_sim_reset_process(void);
 void anec_sim_reset_process(void) { atomic_store(&g_compiles, 0); }
@@ -139,6 +140,12 @@ static int sim_set_option(void *ctx, const char *key, const char *value, char *e
         }
     } else if (strcmp(key, "device") == 0) {
         return parse_device(c, value, err, errlen);
+    } else if (strcmp(key, "compile_budget") == 0) {
+        int b = atoi(value);
+        if (b >= 1) {
+            atomic_store(&g_budget, b); /* a property of the (one) device of this process */
+            return ANEC_OK;
+        }
     }
     snprintf(err, errlen, "sim: invalid option %s = %s", key, value);
     return ANEC_EINVAL;
@@ -331,9 +338,10 @@ static int read_net(const sim_prog *p, char *err, size_t errlen)
 static int sim_compile(void *ctx, const anec_compile_args *args, void **prog, char *err, size_t errlen)
 {
     sim_ctx *c = ctx;
-    if (atomic_load(&g_compiles) >= SIM_PROCESS_BUDGET) {
+    int budget = atomic_load(&g_budget);
+    if (budget > 0 && atomic_load(&g_compiles) >= budget) {
         snprintf(err, errlen, "[ANE-COMPILE-BUDGET] compile refused: this process already compiled %lld programs, "
-                 "the device's limit is %d per process", (long long)atomic_load(&g_compiles), SIM_PROCESS_BUDGET);
+                 "the device's limit is %d per process", (long long)atomic_load(&g_compiles), budget);
         return ANEC_EBUDGET;
     }
     int status;

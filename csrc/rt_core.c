@@ -40,8 +40,8 @@
 #include "rt_util.h"
 #include "sim_mil.h"
 
-/* ~119 compiles per process, then the device fails (maderix, Orion). */
-#define PROCESS_BUDGET 119
+/* The device's compiles per process (the target's; 0: not known yet), per driver. */
+static int g_budget[2];
 
 /* ---- errors ------------------------------------------------------------------------ */
 
@@ -162,12 +162,13 @@ int rt_budget_reserve(anec_runtime *rt)
     uint64_t mine = rt->st.compiles;
     pthread_mutex_unlock(&rt->st_lock);
     int rc = ANEC_OK;
-    if (proc >= PROCESS_BUDGET)
+    int budget = g_budget[di];
+    if (budget > 0 && proc >= (uint64_t)budget)
         rc = rt_fail(ANEC_EBUDGET, "[ANE-COMPILE-BUDGET] this process already made %llu "
                      "compiles on the %s driver (the ANE fails after about %d compiles per process). Programs with "
                      "the same MIL, weight paths and weights are served from the cache without a compile; change "
                      "weights with a delta reload (data patch, or weights compiled as program inputs) instead of "
-                     "compiling again", (unsigned long long)proc, rt->drv->name, PROCESS_BUDGET);
+                     "compiling again", (unsigned long long)proc, rt->drv->name, budget);
     else if (rt->cap > 0 && mine >= (uint64_t)rt->cap)
         rc = rt_fail(ANEC_EBUDGET, "[ANE-COMPILE-BUDGET] %llu of %d compiles allowed for "
                      "this runtime are used. Programs with the same MIL, weight paths and weights are served from the cache "
@@ -215,8 +216,12 @@ void rt_count(anec_runtime *rt, const struct anec_stats *d)
 static void budget_view(const anec_runtime *rt, struct anec_stats *out, uint64_t mine)
 {
     uint64_t proc = anec_process_compiles(rt->drv->name);
-    int64_t left = (int64_t)PROCESS_BUDGET - (int64_t)proc;
-    int64_t budget = PROCESS_BUDGET;
+    pthread_mutex_lock(&g_proc);
+    int64_t budget = g_budget[driver_index(rt->drv->name)];
+    pthread_mutex_unlock(&g_proc);
+    if (budget <= 0)
+        budget = INT64_MAX; /* unknown: only the runtime cap (if any) */
+    int64_t left = budget - (int64_t)proc;
     if (rt->cap > 0) {
         int64_t cl = (int64_t)rt->cap - (int64_t)mine;
         left = cl < left ? cl : left;
@@ -366,6 +371,19 @@ int anec_runtime_open(const char *driver, const anec_options *opts, anec_runtime
         const char *dev = opts && opts->sim_device ? opts->sim_device : getenv("ANEC_SIM_DEVICE");
         if (rc == ANEC_OK && dev && *dev && (d == &anec_driver_sim || (opts && opts->sim_device)))
             rc = set_opt(rt, "device", dev);
+        /* the device's compiles per process: one value for the process, the smallest given */
+        if (rc == ANEC_OK && opts && opts->process_budget < 0)
+            rc = rt_fail(ANEC_EINVAL, "process_budget must be >= 0, got %d", opts->process_budget);
+        if (rc == ANEC_OK && opts && opts->process_budget > 0) {
+            int di = driver_index(d->name);
+            pthread_mutex_lock(&g_proc);
+            if (g_budget[di] == 0 || opts->process_budget < g_budget[di])
+                g_budget[di] = opts->process_budget;
+            int budget = g_budget[di];
+            pthread_mutex_unlock(&g_proc);
+            snprintf(buf, sizeof buf, "%d", budget);
+            rc = set_opt(rt, "compile_budget", buf);
+        }
     }
     if (rc == ANEC_OK) {
         unsigned self = rt->drv->self_verified(rt->ctx) | ANEC_RELOAD_RECOMPILE;

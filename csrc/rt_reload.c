@@ -182,12 +182,47 @@ static int privatize(anec_program *p)
     return rc;
 }
 
+/* The content hash of a large blob runs on a helper thread while the file is
+   written, renamed, patched into the device and loaded: the reload then costs
+   about the larger of the two, not their sum. */
+#define HASH_THREAD_MIN_BYTES (1u << 20)
+
+typedef struct hash_job {
+    const anec_blob *b;
+    uint8_t content[32];
+    pthread_t thread;
+    int threaded;
+} hash_job;
+
+static void *hash_main(void *arg)
+{
+    hash_job *j = arg;
+    rt_content_hash(j->b, 1, j->content);
+    return NULL;
+}
+
+static void hash_start(hash_job *j, const anec_blob *b)
+{
+    j->b = b;
+    j->threaded = b->len >= HASH_THREAD_MIN_BYTES && pthread_create(&j->thread, NULL, hash_main, j) == 0;
+}
+
+static void hash_finish(hash_job *j)
+{
+    if (j->threaded)
+        pthread_join(j->thread, NULL);
+    else
+        hash_main(j);
+}
+
 static int data_patch(anec_program *p, const anec_blob *b, int was_loaded)
 {
     anec_runtime *rt = p->rt;
     int rc = privatize(p);
     if (rc != ANEC_OK)
         return rc;
+    hash_job hash;
+    hash_start(&hash, b);
     const char *rel = rt_rel_path(b->path);
     char *path = rt_join(p->dir->path, rel);
     char *tmp = path ? rt_temp_name(path) : NULL;
@@ -224,12 +259,14 @@ static int data_patch(anec_program *p, const anec_blob *b, int was_loaded)
     if (have_backup)
         unlink(backup);
     rt_fsync_dir(p->dir->path);
-    uint8_t content[32];
-    rt_content_hash(b, 1, content);
-    set_content(p, content);
     if (was_loaded)
         rc = rt_load_locked(p);
+    hash_finish(&hash);
+    hash.threaded = 0;
+    set_content(p, hash.content); /* the device holds these weights even if the load failed */
 out:
+    if (hash.threaded) /* failed before the hash was needed */
+        pthread_join(hash.thread, NULL);
     free(path);
     free(tmp);
     free(backup);

@@ -3,6 +3,13 @@
 
 #include <string.h>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+#include <stdatomic.h>
+#define RT_SHA_NI 1
+#endif
+
 static const uint32_t K[64] = {
     0x428a2f98u, 0x71374491u, 0xb5c0fbcfu, 0xe9b5dba5u, 0x3956c25bu, 0x59f111f1u, 0x923f82a4u, 0xab1c5ed5u,
     0xd807aa98u, 0x12835b01u, 0x243185beu, 0x550c7dc3u, 0x72be5d74u, 0x80deb1feu, 0x9bdc06a7u, 0xc19bf174u,
@@ -40,6 +47,69 @@ static void block(uint32_t h[8], const uint8_t *p)
     h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
 }
 
+#ifdef RT_SHA_NI
+/* The same compression with the x86 SHA extensions: the state lives as ABEF/CDGH
+   (the layout sha256rnds2 wants), four message words per step. */
+__attribute__((target("sha,sse4.1,ssse3"))) static void blocks_shani(uint32_t h[8], const uint8_t *p, size_t n)
+{
+    const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
+    __m128i t = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&h[0]), 0xB1);  /* CDAB */
+    __m128i s1 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&h[4]), 0x1B); /* EFGH */
+    __m128i s0 = _mm_alignr_epi8(t, s1, 8);                                        /* ABEF */
+    s1 = _mm_blend_epi16(s1, t, 0xF0);                                             /* CDGH */
+    for (; n; n--, p += 64) {
+        __m128i abef = s0, cdgh = s1, w[4];
+#pragma GCC unroll 16 /* w[] in registers */
+        for (int i = 0; i < 16; i++) {
+            __m128i m;
+            if (i < 4) {
+                m = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * i)), bswap);
+            } else { /* W[t] = s1(W[t-2]) + W[t-7] + s0(W[t-15]) + W[t-16], four at a time */
+                m = _mm_sha256msg1_epu32(w[i & 3], w[(i + 1) & 3]);
+                m = _mm_add_epi32(m, _mm_alignr_epi8(w[(i + 3) & 3], w[(i + 2) & 3], 4));
+                m = _mm_sha256msg2_epu32(m, w[(i + 3) & 3]);
+            }
+            w[i & 3] = m;
+            m = _mm_add_epi32(m, _mm_loadu_si128((const __m128i *)&K[4 * i]));
+            s1 = _mm_sha256rnds2_epu32(s1, s0, m);
+            s0 = _mm_sha256rnds2_epu32(s0, s1, _mm_shuffle_epi32(m, 0x0E));
+        }
+        s0 = _mm_add_epi32(s0, abef);
+        s1 = _mm_add_epi32(s1, cdgh);
+    }
+    t = _mm_shuffle_epi32(s0, 0x1B);  /* FEBA */
+    s1 = _mm_shuffle_epi32(s1, 0xB1); /* DCHG */
+    _mm_storeu_si128((__m128i *)&h[0], _mm_blend_epi16(t, s1, 0xF0)); /* DCBA */
+    _mm_storeu_si128((__m128i *)&h[4], _mm_alignr_epi8(s1, t, 8));    /* HGFE */
+}
+
+static int have_shani(void)
+{
+    static atomic_int cached = -1; /* every thread computes the same answer */
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        unsigned a, b, c, d;
+        v = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_SSE4_1) && (c & bit_SSSE3);
+        v = v && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_SHA);
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+#endif
+
+/* n whole 64-byte blocks. */
+static void blocks(uint32_t h[8], const uint8_t *p, size_t n)
+{
+#ifdef RT_SHA_NI
+    if (have_shani()) {
+        blocks_shani(h, p, n);
+        return;
+    }
+#endif
+    for (; n; n--, p += 64)
+        block(h, p);
+}
+
 void rt_sha256_init(rt_sha256_ctx *s)
 {
     static const uint32_t iv[8] = {0x6a09e667u, 0xbb67ae85u, 0x3c6ef372u, 0xa54ff53au,
@@ -57,10 +127,11 @@ void rt_sha256_update(rt_sha256_ctx *s, const void *data, size_t n)
         size_t take = 64 - s->nbuf < n ? 64 - s->nbuf : n;
         memcpy(s->buf + s->nbuf, p, take);
         s->nbuf += take; p += take; n -= take;
-        if (s->nbuf == 64) { block(s->h, s->buf); s->nbuf = 0; }
+        if (s->nbuf == 64) { blocks(s->h, s->buf, 1); s->nbuf = 0; }
     }
-    for (; n >= 64; p += 64, n -= 64)
-        block(s->h, p);
+    blocks(s->h, p, n / 64);
+    p += n / 64 * 64;
+    n %= 64;
     if (n) { memcpy(s->buf, p, n); s->nbuf = n; }
 }
 

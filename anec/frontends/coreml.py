@@ -60,6 +60,7 @@ from typing import Any, Callable
 import numpy as np
 
 from anec.frontends import CoreMLExportError, require
+from anec.fsutil import discard, move_into_place
 from anec.ir.ops import const_literal, with_defaults
 from anec.ir.types import DType
 
@@ -141,13 +142,13 @@ class _Builder:
     def __init__(self, art: Any, rename: Callable[[str], str] | None = None) -> None:
         from anec.mil.artifact import artifact_weights
         from anec.mil.emitter import emit_mil
-        from anec.targets import get_target
+        from anec.targets import DEFAULT_TARGET, get_target
 
         self.art = art
         module = art.program_module()
         self.graph = module.func(art.func)
         self.weights = artifact_weights(art)
-        target = get_target(art.manifest.get("target", "m4"))
+        target = get_target(art.manifest.get("target", DEFAULT_TARGET))
         packed = len({w["file"] for w in art.manifest["weights"]}) == 1 and len(art.manifest["weights"]) > 1
         program = emit_mil(self.graph, target, pack_weights=packed)
         if program.text != art.mil_text:
@@ -606,7 +607,7 @@ def export_coreml(directory: str | os.PathLike, output: str | os.PathLike, *,
         staged = tmp / out.name
         model.save(str(staged))
         report = verify(staged)
-        _replace_dir(staged, out)
+        discard(move_into_place(staged, out))
     except CoreMLExportError:
         raise
     except Exception as e:
@@ -624,22 +625,6 @@ def _quiet(fn: Any) -> Any:
 
     with contextlib.redirect_stderr(io.StringIO()):
         return fn()
-
-
-def _replace_dir(src: Path, dest: Path) -> None:
-    """Move the finished package into place: rename, swapping out an old package."""
-    if not dest.exists():
-        os.rename(src, dest)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
-    os.rmdir(old)
-    os.rename(dest, old)
-    try:
-        os.rename(src, dest)
-    except BaseException:
-        os.rename(old, dest)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------

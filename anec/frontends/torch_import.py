@@ -122,7 +122,7 @@ def _unsupported(node: Any) -> UnsupportedOpError:
 
 def import_torch(model: Any, example_inputs: Any = (), *, name: str = "main",
                  example_kwargs: Mapping[str, Any] | None = None,
-                 target: str = "m4") -> "ImportedModel":
+                 target: str | None = None) -> "ImportedModel":
     """Import a PyTorch module (or a ``torch.export.ExportedProgram``) as one anec func.
 
     ``example_inputs`` (a tuple of tensors, like ``torch.export.export``'s
@@ -331,7 +331,7 @@ class _HostPre:
 
 
 class _Importer:
-    def __init__(self, ep: Any, name: str, target: str) -> None:
+    def __init__(self, ep: Any, name: str, target: str | None) -> None:
         import torch
         from anec.targets import get_target
 
@@ -890,7 +890,7 @@ def _layout_stats(g: Any) -> dict:
             "weights": len({n.attrs["weight"] for n in g.nodes if n.op == "const" and "weight" in n.attrs})}
 
 
-def import_exported(ep: Any, *, name: str = "main", target: str = "m4") -> "ImportedModel":
+def import_exported(ep: Any, *, name: str = "main", target: str | None = None) -> "ImportedModel":
     """Import a ``torch.export.ExportedProgram`` (decomposed here)."""
     require("torch", "torch", "anec.import_torch")
     if not re.match(r"[A-Za-z_][A-Za-z0-9_]*\Z", name or ""):
@@ -1049,7 +1049,7 @@ class ImportedModel:
         except (KeyError, TypeError) as e:
             raise TorchImportError(f"{d / META_FILE}: missing or malformed field ({e})") from None
 
-    def runner(self, backend: str = "auto", *, target: str = "m4", mode: str = "fp16",
+    def runner(self, backend: str = "auto", *, target: str | None = None, mode: str = "fp16",
                seed: int = 0) -> "TorchRunner":
         """A callable running the whole model: host steps, then the program, then host steps.
 
@@ -1093,7 +1093,7 @@ class TorchRunner:
     shapes and dtypes. Host steps (embedding lookups, argmax, sampling) run in
     numpy around the program."""
 
-    def __init__(self, imported: ImportedModel, backend: str = "auto", target: str = "m4",
+    def __init__(self, imported: ImportedModel, backend: str = "auto", target: str | None = None,
                  mode: str = "fp16", seed: int = 0) -> None:
         from anec.weights import WeightStore
 

@@ -130,9 +130,16 @@ class _GraphChecker:
         self.defined: dict[int, Value] = {}
         """Values defined so far, by identity."""
         self.names: dict[str, Value] = {}
-        self.later: dict[int, int] = {
-            id(r): i for i, n in enumerate(graph.nodes) for r in n.results
-        }
+        self._later: dict[int, int] | None = None
+        self.readers: dict[int, list[Node]] = {}
+        """Nodes reading each value, once per operand slot, in node order."""
+
+    @property
+    def later(self) -> dict[int, int]:
+        """Index of the node defining each result (built only to word an error)."""
+        if self._later is None:
+            self._later = {id(r): i for i, n in enumerate(self.g.nodes) for r in n.results}
+        return self._later
 
     def error(
         self, message: str, span: Span | None, hint: str | None = None, notes: tuple[str, ...] = ()
@@ -175,7 +182,8 @@ class _GraphChecker:
             )
         else:
             self.names[v.name] = v
-        bad = _bad_type(v.type)
+        t = v.type
+        bad = None if type(t) is TensorType and t in _GOOD_TYPES else _bad_type(t)
         if bad:
             self.error(f"%{v.name} has an invalid type: {bad}", v.span)
         self.defined[id(v)] = v
@@ -201,8 +209,16 @@ class _GraphChecker:
     # -- nodes
     def node(self, node: Node, index: int) -> None:
         ok = True
-        for v in node.inputs():
-            ok = self.use(v, node, index) and ok
+        defined, readers = self.defined, self.readers
+        for v in node.operands if not node.optional else node.inputs():
+            vid = id(v)
+            r = readers.get(vid)
+            if r is None:
+                readers[vid] = [node]
+            else:
+                r.append(node)
+            if vid not in defined:
+                ok = self.use(v, node, index) and ok
         for i, r in enumerate(node.results):
             if r.producer is not node or r.index != i:
                 self.error(
@@ -213,7 +229,11 @@ class _GraphChecker:
             before = len(self.report.errors)
             self.define(r)
             ok = ok and len(self.report.errors) == before
-        for what, mapping in (("attribute", node.attrs), ("annotation", node.annotations)):
+        attrs_key = _literal_key(node.attrs)
+        notes = node.annotations
+        for what, mapping in (("attribute", {} if attrs_key is not None else node.attrs),
+                              ("annotation", {} if not notes or _literal_key(notes) is not None
+                               else notes)):
             for key, val in mapping.items():
                 problem = _literal_problem(val)
                 if not isinstance(key, str) or not _is_ident(key):
@@ -234,18 +254,36 @@ class _GraphChecker:
                 self.error(f"{node.op} has exactly one result, got {len(node.results)}", node.span)
                 return
             declared = node.results[0].type
-        try:
-            inferred = infer_node_types(
-                node.op,
-                [v.type for v in node.operands],
-                {k: v.type for k, v in node.optional.items()},
-                node.attrs,
-                node.span,
-                declared=declared,
-            )
-        except VerifyError as e:
-            self.report.errors.append(e)
-            return
+        memo_key = None
+        if attrs_key is not None:
+            memo_key = (node.op, tuple([v.type for v in node.operands]),
+                        tuple([(k, v.type) for k, v in node.optional.items()]), attrs_key,
+                        declared)
+            try:
+                inferred = _INFERRED.get(memo_key)
+            except TypeError:  # an unhashable (invalid) type: the general path reports it
+                memo_key = inferred = None
+        else:
+            inferred = None
+        if inferred is None:
+            if not all(isinstance(v.type, TensorType) for v in node.inputs()):
+                return  # reported where the operand is defined
+            try:
+                inferred = infer_node_types(
+                    node.op,
+                    [v.type for v in node.operands],
+                    {k: v.type for k, v in node.optional.items()},
+                    node.attrs,
+                    node.span,
+                    declared=declared,
+                )
+            except VerifyError as e:
+                self.report.errors.append(e)
+                return
+            if memo_key is not None:
+                if len(_INFERRED) >= _INFERRED_MAX:
+                    _INFERRED.clear()
+                _INFERRED[memo_key] = inferred = tuple(inferred)
         if len(inferred) != len(node.results):
             self.error(
                 f"'{node.op}' produces {len(inferred)} result{_s(len(inferred))} "
@@ -254,7 +292,10 @@ class _GraphChecker:
                 hint=f"name {len(inferred)} result{_s(len(inferred))} before '='",
             )
             return
-        for r, t in zip(node.results, inferred, strict=True):
+        results = node.results
+        if len(results) == 1 and results[0].type == inferred[0]:
+            return
+        for r, t in zip(results, inferred, strict=True):
             if r.type != t:
                 self.error(
                     f"declared type {r.type} of %{r.name} does not match the inferred type {t}",
@@ -297,25 +338,17 @@ class _GraphChecker:
 
     # -- use lists
     def uses(self) -> None:
-        # one multiset of (value, user) pairs each way, compared once: linear in the graph
-        values = list({id(v): v for v in self.g.values()}.values())
-        known = {id(v) for v in values}
-        expected: Counter = Counter()
-        for n in self.g.nodes:
-            nid = id(n)
-            for v in n.inputs():
-                if id(v) in known:
-                    expected[id(v), nid] += 1
-        actual: Counter = Counter()
-        for v in values:
-            vid = id(v)
-            for u in v.uses:
-                actual[vid, id(u)] += 1
-        if actual == expected:
-            return
-        stale = {vid for vid, _ in (actual - expected) + (expected - actual)}
-        for v in values:
-            if id(v) in stale:
+        # each value's use list against the nodes reading it (collected in node order by
+        # node()), as multisets: linear in the graph
+        readers = self.readers
+        none: list[Node] = []
+        for v in {id(v): v for v in self.g.values()}.values():
+            expected = readers.get(id(v), none)
+            if v.uses == expected:  # Node compares by identity: the common case, in order
+                continue
+            if len(v.uses) != len(expected) or (
+                Counter(map(id, v.uses)) != Counter(map(id, expected))
+            ):
                 self.error(
                     f"use list of %{v.name} is out of date",
                     v.span,
@@ -323,10 +356,10 @@ class _GraphChecker:
                 )
 
     def unused(self) -> None:
-        used = {id(v) for n in self.g.nodes for v in n.inputs()}
-        used |= {id(v) for v in self.g.outputs}
+        readers = self.readers
+        returned = {id(v) for v in self.g.outputs}
         for n in self.g.nodes:
-            if n.results and not any(id(r) in used for r in n.results):
+            if n.results and not any(id(r) in readers or id(r) in returned for r in n.results):
                 names = ", ".join(f"%{r.name}" for r in n.results)
                 self.report.warnings.append(
                     VerifyWarning(
@@ -352,6 +385,63 @@ def _is_ident(key: str) -> bool:
     return bool(IDENT.match(key))
 
 
+_GOOD_TYPES: set[TensorType] = set()
+"""Types already found valid (a graph has few distinct types)."""
+
+_INFERRED: dict[tuple, tuple[TensorType, ...]] = {}
+"""Result types inferred for (op, operand types, optional operand types, attributes,
+declared type): every node is still checked, but nodes alike share one inference."""
+_INFERRED_MAX = 1 << 16
+
+_GOOD_NAMES: set[str] = set()
+"""Attribute names already found to be identifiers."""
+
+_SCALARS = (bool, np.bool_, DType, int, np.integer, str)
+_SHORT_LIST = 64
+
+
+def _literal_key(attrs: dict[str, Any]) -> tuple | None:
+    """A hashable key for ``attrs`` when every name and value is plainly valid, else None.
+
+    None sends the node down the general path (which reports the problem, or
+    checks a long list such as an inline ``value=``). Values are keyed with
+    their type (``1``, ``1.0`` and ``True`` are different attributes) and
+    floats by ``repr`` (``-0.0`` and ``nan`` stay distinct).
+    """
+    key = []
+    for name, v in attrs.items():
+        if name not in _GOOD_NAMES:
+            if not isinstance(name, str) or not IDENT.match(name):
+                return None
+            _GOOD_NAMES.add(name)
+        k = _scalar_key(v)
+        if k is None:
+            if not isinstance(v, (list, tuple)) or len(v) > _SHORT_LIST:
+                return None
+            items = []
+            for x in v:
+                kx = _scalar_key(x)
+                if kx is None:
+                    return None
+                items.append(kx)
+            k = (type(v), tuple(items))
+        key.append((name, k))
+    return tuple(key)
+
+
+def _scalar_key(v: Any) -> tuple | None:
+    t = type(v)
+    if t is float or isinstance(v, np.floating):
+        return (t, repr(v))
+    if isinstance(v, _SCALARS):
+        if t is str:
+            return (t, v) if _printable_str(v) else None
+        if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+            return (t, v) if -(10**18) < v < 10**18 else None
+        return (t, v)
+    return None
+
+
 def _bad_type(t: Any) -> str | None:
     if not isinstance(t, TensorType) or not isinstance(t.dtype, DType):
         return f"{t!r} is not a TensorType"
@@ -359,6 +449,8 @@ def _bad_type(t: Any) -> str | None:
         return f"{t} has a dimension < 1"
     if any(d > MAX_DIM for d in t.shape):
         return f"a dimension is larger than {MAX_DIM} (MIL shapes are int32)"
+    if len(_GOOD_TYPES) < _INFERRED_MAX:
+        _GOOD_TYPES.add(t)
     return None
 
 

@@ -34,7 +34,6 @@ manifest before anything else reads it, and checks every file against it.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import fcntl
 import hashlib
@@ -55,8 +54,9 @@ from anec import __version__
 from anec.diagnostics import ArtifactError, PassError, Span, did_you_mean
 from anec.ir.graph import Graph, Module
 from anec.ir.types import DType, TensorType
+from anec.fsutil import discard, fsync_dir, move_into_place
 from anec.mil.beneath import Beneath, check_rel
-from anec.mil.blobfile import BlobReader, BlobWriter
+from anec.mil.blobfile import HEADER_BYTES, BlobReader, BlobWriter
 from anec.mil.emitter import MilProgram
 from anec.mil.manifest import FORMAT, MANIFEST_MAX_BYTES, parse_json, parse_manifest, validate_manifest
 
@@ -288,6 +288,32 @@ def artifact_weights(artifact: "Artifact") -> dict[str, np.ndarray]:
     return out
 
 
+_PARALLEL_BYTES = 1 << 20
+"""Payloads at least this large are hashed (and files this large written) on worker threads:
+hashlib and file writes release the GIL."""
+
+
+def _workers(sizes: list[int]) -> int:
+    big = sum(1 for n in sizes if n >= _PARALLEL_BYTES)
+    return min(big, os.cpu_count() or 1, 8)
+
+
+def payload_digests(arrays: list[np.ndarray]) -> list[str]:
+    """sha256 of each array's bytes (row-major), hashed in place, large ones in parallel."""
+
+    def digest(a: np.ndarray) -> str:
+        a = np.ascontiguousarray(a)
+        return hashlib.sha256(memoryview(a.reshape(-1)).cast("B")).hexdigest()
+
+    workers = _workers([a.nbytes for a in arrays])
+    if workers < 2:
+        return [digest(a) for a in arrays]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(digest, arrays))
+
+
 def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
                 ) -> tuple[dict[str, bytes] | None, list[dict]]:
     """The BLOBFILE bytes of ``program``'s weight plan and the manifest weight entries.
@@ -299,15 +325,19 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
 
     entries = []
     writers: dict[str, BlobWriter] = {}
+    payloads = []
     for slot in program.weights:
-        digest = None
         if store is not None:
-            arr = materialize(slot.node, store)
+            # a view of the (memory-mapped) store when no conversion is needed: the blob
+            # is the one copy
+            arr = materialize(slot.node, store, copy=False)
             writer = writers.setdefault(slot.file, BlobWriter())
             offset = writer.add(arr)
             if offset != slot.offset:  # the emitter's plan and the writer must agree
                 raise PassError(f"emit-mil: blob offset {offset} != planned {slot.offset} in {slot.file}")
-            digest = sha256(np.ascontiguousarray(arr).tobytes())
+            payloads.append(arr)
+    digests = payload_digests(payloads) if store is not None else [None] * len(program.weights)
+    for slot, digest in zip(program.weights, digests):
         entries.append({
             "key": slot.key, "const": slot.const, "file": slot.file, "path": slot.path,
             "offset": slot.offset, "dtype": slot.type.dtype.value, "shape": list(slot.type.shape),
@@ -340,8 +370,8 @@ def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None
             writer = BlobWriter()
             writer.add(arr)
             blobs[file] = writer.to_bytes()
-            digest = sha256(np.ascontiguousarray(arr).tobytes())
-        entries.append({"key": w["key"], "input": w["input"], "file": file, "offset": 64, "dtype": w["dtype"],
+            digest = payload_digests([arr])[0]
+        entries.append({"key": w["key"], "input": w["input"], "file": file, "offset": HEADER_BYTES, "dtype": w["dtype"],
                         "shape": list(w["shape"]), "perm": w.get("perm"), "slice": w.get("slice"),
                         "sha256": digest})
     return blobs, entries
@@ -717,37 +747,45 @@ def output_funcs(d: Beneath) -> dict[str, str | None]:
 # atomic directory replacement
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
+def _write_files(root: Path, files: Mapping[str, bytes]) -> None:
+    """Write and fsync every file under ``root``, on worker threads when there are several:
+    a write or an fsync releases the GIL, so the disk's latencies overlap. The first error
+    is raised (after every started write has finished)."""
+    if len(files) < 4:
+        for rel, data in files.items():
+            _write_file(root / rel, data)
         return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    from concurrent.futures import ThreadPoolExecutor
+
+    for parent in sorted({(root / rel).parent for rel in files}):
+        parent.mkdir(parents=True, exist_ok=True)
+    largest_first = sorted(files, key=lambda rel: -len(files[rel]))
+    with ThreadPoolExecutor(min(len(files), _WRITERS)) as pool:
+        jobs = [pool.submit(_write_file, root / rel, files[rel]) for rel in largest_first]
+        errors = [job.exception() for job in jobs]
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
 
 
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
+def _fsync_dirs(dirs: list[Path]) -> None:
+    """fsync every directory of ``dirs`` (their entries are durable when this returns),
+    on worker threads when there are several."""
+    if len(dirs) < 4:
+        for d in dirs:
+            fsync_dir(d)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(len(dirs), _WRITERS)) as pool:
+        errors = [job.exception() for job in [pool.submit(fsync_dir, d) for d in dirs]]
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two directories (Linux renameat2); False if unsupported."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
+_WRITERS = 16
+"""Threads writing an output: mostly waiting on fsync, so more than the cores."""
 
 
 def _write_file(path: Path, data: bytes) -> None:
@@ -863,34 +901,17 @@ def _swap_in(dest: Path, files: Mapping[str, bytes], last: Callable[[Path], Mapp
         raise ArtifactError(f"cannot write to '{parent}': {e.strerror}") from None
     old: Path | None = None
     try:
-        for rel, data in files.items():
-            _write_file(tmp / rel, data)
+        _write_files(tmp, files)
         final = last(tmp) if last is not None else {}
         for rel, data in final.items():
             _write_file(tmp / rel, data)
         dirs = {tmp} | {Path(root) for root, _, _ in os.walk(tmp)}
-        for sub in sorted(dirs, key=lambda p: -len(p.parts)):
-            _fsync_dir(sub)
-        if _exists(dest):
-            if _exchange(tmp, dest):
-                old = tmp  # tmp now holds the previous tree
-            else:
-                old = _temp_dir(dest)
-                os.rmdir(old)
-                os.rename(dest, old)
-                try:
-                    os.rename(tmp, dest)
-                except BaseException:
-                    os.rename(old, dest)
-                    raise
-        else:
-            os.rename(tmp, dest)
-        _fsync_dir(parent)
+        _fsync_dirs(sorted(dirs, key=lambda p: -len(p.parts)))
+        old = move_into_place(tmp, dest, aside=_temp_dir)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ArtifactError(f"cannot write artifact '{dest}': {e.strerror or e}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    discard(old)

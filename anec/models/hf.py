@@ -124,7 +124,7 @@ class Checkpoint:
         return f.get(key)
 
     def get_f32(self, key: str) -> np.ndarray:
-        return self.get(key).astype(np.float32)
+        return self.get(key).astype(np.float32, copy=False)  # get() returns a fresh array
 
     def find(self, *candidates: str) -> str:
         """The first of ``candidates`` present in the checkpoint."""

@@ -49,6 +49,11 @@ class PassContext:
     """Pass names (or ``{"all"}``) after which the IR is printed into ``printed``."""
     printed: list[str] = field(default_factory=list)
     """IR dumps produced by ``print_ir_after``."""
+    verify_seconds: float = 0.0
+    """Time the manager spent verifying (kept out of ``timings``, which lists passes)."""
+    verify_each: bool = True
+    """Verify each func after every pass (MLIR's ``verify-each``), so a broken result names
+    the pass; False verifies it once, after the last pass (the output is still checked)."""
 
     @classmethod
     def default(cls, target: str | Target | None = None, weights: "WeightStore | None" = None,

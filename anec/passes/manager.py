@@ -7,6 +7,12 @@ pass: a :class:`~anec.diagnostics.PassError` naming it), records
 ``(func, pass, seconds)`` in ``ctx.timings``, and appends the printed IR to
 ``ctx.printed`` after the passes named in ``ctx.print_ir_after``
 (``{"all"}`` for every pass).
+
+``ctx.verify_each`` is MLIR's ``verify-each`` switch: on (the default) the
+func is verified after every pass; off, once after the last pass, so the
+result is still checked but a failure names the whole pipeline (turn it back
+on to find the pass). The time spent verifying adds up in
+``ctx.verify_seconds``.
 """
 
 from __future__ import annotations
@@ -40,31 +46,47 @@ def _check_dump_names(ctx: PassContext, passes: Sequence[Pass]) -> None:
 
 
 def run_passes(graph: Graph, passes: Sequence[Pass], ctx: PassContext) -> None:
-    """Run ``passes`` on one func (already verified), checking it after each pass."""
+    """Run ``passes`` on one func (already verified), checking it after each pass
+    (or after the last one when ``ctx.verify_each`` is off)."""
     from anec.ir.printer import print_graph  # the text tools load only when IR is printed
 
-    for p in passes:
+    for i, p in enumerate(passes):
         start = time.perf_counter()
         p.run(graph, ctx)
         ctx.timings.append((graph.name, p.name, time.perf_counter() - start))
-        try:
-            verify(graph)
-        except VerifyError as e:
-            raise PassError(
-                f"pass '{p.name}' left func '{graph.name}' invalid: {e.message}",
-                span=e.span, hint=e.hint,
-                notes=[*e.notes, "this is a bug in anec; please report it with the input .ir"],
-            ) from e
+        if ctx.verify_each:
+            _verify_after(graph, ctx, f"pass '{p.name}'")
+        elif i == len(passes) - 1:
+            names = ", ".join(q.name for q in passes)
+            _verify_after(graph, ctx, f"the pipeline ({names})",
+                          "verify_each=True verifies after every pass and names the one at fault")
         if _wants_dump(ctx, p.name):
             ctx.printed.append(f"// ----- IR after {p.name} (func {graph.name}) -----\n"
                                + print_graph(graph))
 
 
-def run_pipeline(target: Graph | Module, passes: Sequence[Pass], ctx: PassContext) -> None:
+def _verify_after(graph: Graph, ctx: PassContext, culprit: str, note: str | None = None) -> None:
+    start = time.perf_counter()
+    try:
+        verify(graph)
+    except VerifyError as e:
+        raise PassError(
+            f"{culprit} left func '{graph.name}' invalid: {e.message}",
+            span=e.span, hint=e.hint,
+            notes=[*e.notes, *([note] if note else []),
+                   "this is a bug in anec; please report it with the input .ir"],
+        ) from e
+    finally:
+        ctx.verify_seconds += time.perf_counter() - start
+
+
+def run_pipeline(target: Graph | Module, passes: Sequence[Pass], ctx: PassContext,
+                 verify_input: bool = True) -> None:
     """Run ``passes`` over a func or every func of a module, in place.
 
-    The whole input is verified first, so a bad func is reported before any
-    work is done; then each func goes through the pipeline in module order.
+    The whole input is verified first (unless the caller just did:
+    ``verify_input=False``), so a bad func is reported before any work is
+    done; then each func goes through the pipeline in module order.
     """
     _check_dump_names(ctx, passes)
     if isinstance(target, Module):
@@ -73,6 +95,9 @@ def run_pipeline(target: Graph | Module, passes: Sequence[Pass], ctx: PassContex
     else:
         graphs = [target]
     with no_cyclic_gc():  # linear time on large graphs (see no_cyclic_gc)
-        verify(target)
+        if verify_input:
+            start = time.perf_counter()
+            verify(target)
+            ctx.verify_seconds += time.perf_counter() - start
         for graph in graphs:
             run_passes(graph, passes, ctx)

@@ -80,6 +80,16 @@ def f32_to_f16(src: np.ndarray) -> np.ndarray:
     return out
 
 
+def f32_to_f16_into(src: np.ndarray, out: np.ndarray) -> None:
+    """fp32 ``src`` into the contiguous fp16 array ``out`` of the same size (no allocation)."""
+    require()
+    a = np.ascontiguousarray(src, dtype=np.float32)
+    if out.dtype != np.float16 or not out.flags.c_contiguous or out.size != a.size:
+        raise ValueError("f32_to_f16_into: out must be a contiguous fp16 array of the source's size")
+    lib.anec_f32_to_f16(ffi.from_buffer("float[]", a), ffi.from_buffer("uint16_t[]", out.view(np.uint16),
+                                                                       require_writable=True), a.size)
+
+
 def f16_to_f32(src: np.ndarray) -> np.ndarray:
     require()
     a = np.ascontiguousarray(src, dtype=np.float16)
@@ -173,7 +183,7 @@ class NativeRuntime:
 
     def __init__(self, driver: str, compile_budget: int | None = None, temp_root: str | None = None,
                  sim_threads: int | None = None, reload_verified: Any = None,
-                 sim_device: str | None = None) -> None:
+                 sim_device: str | None = None, process_budget: int | None = None) -> None:
         require()
         opts = ffi.new("anec_options *")
         opts.compile_budget = int(compile_budget or 0)
@@ -184,6 +194,11 @@ class NativeRuntime:
             opts.reload_verified = lib.ANEC_RELOAD_VERIFIED | _mask(reload_verified)
         self._dev = ffi.new("char[]", sim_device.encode()) if sim_device else ffi.NULL
         opts.sim_device = self._dev
+        if process_budget is None:  # a device fact: the target's
+            from anec.targets import get_target
+
+            process_budget = get_target().process_compile_budget
+        opts.process_budget = int(process_budget)
         out = ffi.new("anec_runtime **")
         rc = lib.anec_runtime_open(driver.encode(), opts, out)
         if rc != 0:
@@ -229,8 +244,8 @@ class NativeRuntime:
     def shutdown(self) -> None:
         """Close every program and the driver (idempotent, thread-safe)."""
         if not self.closed:
-            self.closed = True
-            lib.anec_runtime_shutdown(self.ptr)
+            lib.anec_runtime_shutdown(self.ptr)  # idempotent: a signal between the two lines
+            self.closed = True  # leaves it to be called again, never skipped
 
     def release(self) -> None:
         if self.ptr is not None:

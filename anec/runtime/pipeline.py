@@ -13,18 +13,18 @@ it and reloads them together (no call sees a mix of old and new weights);
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from anec.diagnostics import RuntimeFailure, WeightError, did_you_mean
 from anec.runtime import native
-from anec.runtime.weights import patched_blobs, weight_input_values
+from anec.runtime.program import Program, _limits
+from anec.runtime.weights import changed_blobs, weight_input_values
 
 if TYPE_CHECKING:
     from anec.mil.pipeline import PipelineArtifact
-    from anec.runtime import Program, Runtime
+    from anec.runtime import Runtime
 
 
 class _Stages:
@@ -81,8 +81,6 @@ def _specs(entries: list[dict], logical: list[dict] | None) -> list[dict[str, An
 
 def load_pipeline(rt: "Runtime", art: "PipelineArtifact") -> "PipelineProgram":
     """Compile and load every stage, wire them in C, fill weights compiled as inputs."""
-    from anec.runtime import _limits
-
     m = art.manifest
     progs: list["Program"] = []
     try:
@@ -120,13 +118,7 @@ def load_pipeline(rt: "Runtime", art: "PipelineArtifact") -> "PipelineProgram":
     return prog
 
 
-def _pipeline_base() -> type:
-    from anec.runtime import Program
-
-    return Program
-
-
-class PipelineProgram(_pipeline_base()):  # type: ignore[misc]
+class PipelineProgram(Program):
     """A pipeline of stage programs with the interface of one :class:`Program`."""
 
     def __init__(self, runtime: "Runtime", stages: _Stages, manifest: dict, art: "PipelineArtifact") -> None:
@@ -186,18 +178,8 @@ class PipelineProgram(_pipeline_base()):  # type: ignore[misc]
             if not ws:
                 blobs.append({})
                 continue
-            m = prog.manifest
-            files = {w.get("path") or "@model_path/" + w["file"]: w["file"] for w in m["weights"]}
-            touched = {w.get("path") or "@model_path/" + w["file"] for w in m["weights"] if w["key"] in ws}
-            base = Path(prog.dir)
-            current = {}
-            for path in touched:
-                try:
-                    current[path] = (base / files[path]).read_bytes()
-                except OSError as e:
-                    raise RuntimeFailure(f"cannot read the program's weight file {files[path]}: {e.strerror}") from None
-            blobs.append(patched_blobs(m, current, ws))
-        if any(blobs):
+            blobs.append(changed_blobs(prog.manifest, prog.dir, ws))
+        if any(per_stage):  # counted as a reload even when no file changes
             self._native.pipe.reload(blobs)
         if inputs:
             self._set_weight_inputs(inputs, reload=True)

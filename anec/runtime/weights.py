@@ -13,15 +13,50 @@ the new weights.
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from anec.diagnostics import WeightError, did_you_mean
+from anec.diagnostics import RuntimeFailure, WeightError, did_you_mean
 from anec.ir.types import FP16_MAX, DType, TensorType
 from anec.mil.blobfile import CODE_NAMES, METADATA_BYTES, SENTINEL, dtype_code
 from anec.weights import view_stored
+
+
+# |x| as an unsigned bit pattern: for IEEE floats the order of magnitudes is the
+# order of their sign-less bits, and NaN/Inf sort above every finite value
+_MAGNITUDE = {np.dtype(np.float16): (np.uint16, 0x7FFF, 0x7C00), np.dtype(np.float32): (np.uint32, 0x7FFFFFFF, 0x7F800000)}
+_FP16_MAX_BITS = {np.dtype(np.float16): 0x7BFF, np.dtype(np.float32): 0x477FE000}  # 65504 in each format
+_CHUNK = 1 << 16
+
+
+def _max_magnitude_bits(arr: np.ndarray) -> int:
+    """The largest |x| of a contiguous fp16/fp32 array, as bits (one pass, cache-sized chunks)."""
+    udt, mask, _ = _MAGNITUDE[arr.dtype]
+    flat = arr.reshape(-1).view(udt)
+    tmp = np.empty(min(_CHUNK, flat.size), udt)
+    top = 0
+    for i in range(0, flat.size, _CHUNK):
+        t = tmp[:min(_CHUNK, flat.size - i)]
+        np.bitwise_and(flat[i:i + _CHUNK], mask, out=t)
+        top = max(top, int(t.max()))
+    return top
+
+
+def _fast_valid(arr: np.ndarray, dtype: DType) -> bool:
+    """True when a float array certainly passes :func:`materialize`'s value checks
+    (finite; within the fp16 range for fp16 weights). False means "check the slow
+    way", which also names the offending element."""
+    if arr.dtype not in _MAGNITUDE or not arr.size or not arr.flags.c_contiguous or not dtype.is_float:
+        return False
+    top = _max_magnitude_bits(arr)
+    if dtype == DType.fp16:
+        return top <= _FP16_MAX_BITS[arr.dtype]
+    return top < _MAGNITUDE[arr.dtype][2]
 
 
 def materialize(key: str, value: Any, entry: Mapping[str, Any]) -> np.ndarray:
@@ -33,6 +68,12 @@ def materialize(key: str, value: Any, entry: Mapping[str, Any]) -> np.ndarray:
     if arr.dtype.kind not in "fiub":
         raise WeightError(f"weight '{key}' has dtype {arr.dtype}; expected a numeric array")
     dtype = DType(entry["dtype"])
+    if _fast_valid(arr, dtype):
+        # fp16/fp32 arrays: one bit-pattern pass replaces the finite and range checks
+        stored = TensorType(dtype, tuple(int(d) for d in entry["shape"]))
+        a = view_stored(key, arr, entry.get("perm") or None, entry.get("slice") or None, stored, "the program",
+                        hint="pass an array of the shape the model was compiled with", wants="expects")
+        return _cast(a, dtype)
     if dtype.is_float and arr.dtype.kind == "f":
         finite = np.isfinite(arr)
         if not finite.all():
@@ -50,6 +91,13 @@ def materialize(key: str, value: Any, entry: Mapping[str, Any]) -> np.ndarray:
         info = np.iinfo(dtype.np)
         if arr.dtype.kind == "f" or a.min() < info.min or a.max() > info.max:
             raise WeightError(f"weight '{key}' must hold {dtype} integers")
+    return _cast(a, dtype)
+
+
+def _cast(a: np.ndarray, dtype: DType) -> np.ndarray:
+    """The stored-dtype payload of a checked view (a contiguous array of it is used as it is)."""
+    if a.dtype == dtype.np:
+        return np.ascontiguousarray(a)
     if dtype == DType.fp16 and a.dtype == np.float32:
         from anec.runtime import native
 
@@ -58,16 +106,43 @@ def materialize(key: str, value: Any, entry: Mapping[str, Any]) -> np.ndarray:
     return np.ascontiguousarray(a.astype(dtype.np))
 
 
-def _patch(buf: bytearray, file: str, offset: int, payload: bytes, dtype: str, key: str) -> None:
+def _path(e: Mapping[str, Any]) -> str:
+    return e.get("path") or "@model_path/" + e["file"]
+
+
+def _payloads(manifest: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], np.ndarray]]:
+    """(manifest entry, payload) for every place a key of ``new`` is stored; raises
+    WeightError (naming the key) for unknown keys and bad arrays."""
+    by_key: dict[str, list[Mapping[str, Any]]] = {}
+    for e in manifest.get("weights", []):
+        by_key.setdefault(e["key"], []).append(e)
+    for key in new:
+        if key not in by_key:
+            known = sorted(by_key)
+            hint = did_you_mean(key, known) or (f"weights of this program: {', '.join(known[:8])}"
+                                                + (" ..." if len(known) > 8 else "") if known else
+                                                "this program has no weights")
+            raise WeightError(f"unknown weight '{key}' for program '{manifest.get('func', '?')}'", hint=hint)
+    return [(e, materialize(key, value, e)) for key, value in new.items() for e in by_key[key]]
+
+
+def _patch(buf: bytearray, file: str, offset: int, payload: np.ndarray, dtype: str, key: str) -> bool:
+    """Write ``payload`` over the blob at ``offset``; False when the bytes there are the same."""
     if offset + METADATA_BYTES > len(buf):
         raise WeightError(f"{file}: metadata offset {offset} of weight '{key}' is outside the file")
     sentinel, code, size, data_off = struct.unpack_from("<IIQQ", buf, offset)
-    if sentinel != SENTINEL or code != dtype_code(DType(dtype).np) or size != len(payload) \
+    if sentinel != SENTINEL or code != dtype_code(DType(dtype).np) or size != payload.nbytes \
             or data_off + size > len(buf):
         found = CODE_NAMES.get(code, code)
         raise WeightError(f"{file}: the blob of weight '{key}' at offset {offset} does not match the manifest "
-                          f"({found}, {size} bytes vs {dtype}, {len(payload)} bytes)")
-    buf[data_off:data_off + size] = payload
+                          f"({found}, {size} bytes vs {dtype}, {payload.nbytes} bytes)")
+    new = payload.reshape(-1).view(np.uint8)
+    # compare in the widest word the size allows (an unchanged key costs a compare, no write)
+    word = next(w for w in (np.uint64, np.uint32, np.uint16, np.uint8) if size % np.dtype(w).itemsize == 0)
+    if np.array_equal(np.frombuffer(buf, word, size // np.dtype(word).itemsize, data_off), new.view(word)):
+        return False
+    buf[data_off:data_off + size] = new.data
+    return True
 
 
 def patched_blobs(manifest: Mapping[str, Any], current: Mapping[str, bytes],
@@ -78,27 +153,54 @@ def patched_blobs(manifest: Mapping[str, Any], current: Mapping[str, bytes],
     Raises WeightError (naming the key) for unknown keys and bad arrays before
     anything is returned.
     """
-    entries = manifest.get("weights", [])
-    by_key: dict[str, list[Mapping[str, Any]]] = {}
-    for e in entries:
-        by_key.setdefault(e["key"], []).append(e)
-    for key in new:
-        if key not in by_key:
-            known = sorted(by_key)
-            hint = did_you_mean(key, known) or (f"weights of this program: {', '.join(known[:8])}"
-                                                + (" ..." if len(known) > 8 else "") if known else
-                                                "this program has no weights")
-            raise WeightError(f"unknown weight '{key}' for program '{manifest.get('func', '?')}'", hint=hint)
-    payloads = [(e, materialize(key, value, e)) for key, value in new.items() for e in by_key[key]]
     out: dict[str, bytearray] = {}
-    for e, arr in payloads:
-        path = e.get("path") or "@model_path/" + e["file"]
+    for e, arr in _payloads(manifest, new):
+        path = _path(e)
         if path not in out:
             if path not in current:
                 raise WeightError(f"weight '{e['key']}': file {path} is not part of the program")
             out[path] = bytearray(current[path])
-        _patch(out[path], path, int(e["offset"]), arr.tobytes(), e["dtype"], e["key"])
+        _patch(out[path], path, int(e["offset"]), arr, e["dtype"], e["key"])
     return {p: bytes(b) for p, b in out.items()}
+
+
+def _read_into(path: Path) -> bytearray:
+    """A file's bytes, read once into a buffer the caller may patch."""
+    with open(path, "rb") as f:
+        buf = bytearray(os.fstat(f.fileno()).st_size)
+        view, got = memoryview(buf), 0
+        while got < len(buf):
+            k = f.readinto(view[got:])
+            if not k:
+                raise OSError(errno.EIO, "the file is shorter than its size")
+            got += k
+    return buf
+
+
+def changed_blobs(manifest: Mapping[str, Any], directory: str | Path,
+                  new: Mapping[str, Any]) -> dict[str, bytearray]:
+    """MIL path -> new file bytes for each weight file in the program ``directory``
+    whose bytes ``new`` (key -> array) changes: each touched file is read once,
+    patched in place, and left out when every payload equals the present bytes
+    (a reload of unchanged keys then reaches neither C nor the device).
+
+    Arrays are checked before any file is read; raises WeightError or
+    RuntimeFailure (an unreadable program file).
+    """
+    files = {_path(e): e["file"] for e in manifest.get("weights", [])}
+    out: dict[str, bytearray] = {}
+    changed: set[str] = set()
+    for e, arr in _payloads(manifest, new):
+        path = _path(e)
+        if path not in out:
+            try:
+                out[path] = _read_into(Path(directory) / files[path])
+            except OSError as err:
+                raise RuntimeFailure(f"cannot read the program's weight file {files[path]}: "
+                                     f"{err.strerror}") from None
+        if _patch(out[path], path, int(e["offset"]), arr, e["dtype"], e["key"]):
+            changed.add(path)
+    return {p: b for p, b in out.items() if p in changed}
 
 
 def weight_input_values(entries: Iterable[Mapping[str, Any]], weights: Mapping[str, Any]) -> dict[str, np.ndarray]:

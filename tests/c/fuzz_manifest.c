@@ -88,7 +88,7 @@ static anec_runtime *runtime(void)
     struct stat sb;
     if (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode) && access("/dev/shm", W_OK) == 0)
         setenv("TMPDIR", "/dev/shm", 1);
-    anec_options o = {0, NULL, 1, 0, NULL};
+    anec_options o = {.sim_threads = 1};
     if (anec_runtime_open("sim", &o, &RT) != ANEC_OK)
         abort();
     static int registered;

@@ -22,6 +22,45 @@ static size_t make(uint8_t *buf, size_t n)
     return 128 + 2 * n;
 }
 
+/* The first NaN/Inf is found at every position: inside and across the word blocks
+   the scan tests at once, in the tail after the last whole block, in either sign. */
+static void test_nonfinite_positions(void)
+{
+    enum { N = 1100 }; /* fp16: 4 blocks of 256 and a tail of 76; fp32: 8 blocks of 128 and 76 */
+    static uint8_t d[4 * N];
+    static const uint32_t bad16[] = {0x7c00u, 0xfc00u, 0x7e00u, 0x7c01u};
+    static const uint32_t bad32[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u};
+    blob_tensor t = {BLOB_DT_FP16, 2 * N, 0, d};
+    for (size_t i = 0; i < 2 * N; i += 2) { d[i] = 0xff; d[i + 1] = 0x7b; } /* 65504: finite */
+    CHECK(blob_first_nonfinite(&t) == -1);
+    int ok = 1;
+    for (size_t k = 0; k < N; k++) {
+        uint32_t v = bad16[k % 4];
+        d[2 * k] = (uint8_t)v; d[2 * k + 1] = (uint8_t)(v >> 8);
+        ok &= blob_first_nonfinite(&t) == (long long)k;
+        if (k + 7 < N) { /* a later one does not hide the first */
+            d[2 * (k + 7)] = 0x00; d[2 * (k + 7) + 1] = 0x7c;
+            ok &= blob_first_nonfinite(&t) == (long long)k;
+            d[2 * (k + 7)] = 0xff; d[2 * (k + 7) + 1] = 0x7b;
+        }
+        d[2 * k] = 0xff; d[2 * k + 1] = 0x7b;
+    }
+    CHECK(ok);
+    t.dtype = BLOB_DT_FP32;
+    t.size = 4 * N;
+    for (size_t i = 0; i < 4 * N; i += 4) { d[i] = 0xff; d[i + 1] = 0xff; d[i + 2] = 0x7f; d[i + 3] = 0x7f; } /* FLT_MAX */
+    CHECK(blob_first_nonfinite(&t) == -1);
+    ok = 1;
+    for (size_t k = 0; k < N; k++) {
+        uint32_t v = bad32[k % 4];
+        for (int b = 0; b < 4; b++)
+            d[4 * k + b] = (uint8_t)(v >> (8 * b));
+        ok &= blob_first_nonfinite(&t) == (long long)k;
+        d[4 * k] = 0xff; d[4 * k + 1] = 0xff; d[4 * k + 2] = 0x7f; d[4 * k + 3] = 0x7f;
+    }
+    CHECK(ok);
+}
+
 int main(void)
 {
     uint8_t buf[4096];
@@ -85,5 +124,6 @@ int main(void)
     buf[128 + 2 * 5] = 0x00;
     CHECK(blob_read_tensor(buf, len, 64, BLOB_DT_FP16, 32, &t, err, sizeof err) == 0);
     CHECK(blob_first_nonfinite(&t) == 5);
+    test_nonfinite_positions();
     T_DONE("test_blob");
 }

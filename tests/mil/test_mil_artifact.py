@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from anec import fsutil
 from anec.diagnostics import ArtifactError, WeightError
 from anec.ir import Builder
 from anec.mil import artifact as artifact_mod
@@ -168,7 +169,7 @@ def test_write_and_load_roundtrip(tmp_path):
 @pytest.mark.parametrize("exchange", [True, False])
 def test_rewrite_replaces_previous_artifact(tmp_path, monkeypatch, exchange):
     if not exchange:
-        monkeypatch.setattr(artifact_mod, "_exchange", lambda a, b: False)
+        monkeypatch.setattr(fsutil, "_exchange", lambda a, b: False)
     d = tmp_path / "mlp"
     build(small_mlp(), pack=True).write(d)
     new = build(small_mlp(), seed=3)
@@ -211,7 +212,7 @@ def test_interrupted_write_leaves_destination_unchanged(tmp_path, monkeypatch):
     def interrupted(a, b):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(artifact_mod, "_exchange", interrupted)
+    monkeypatch.setattr(fsutil, "_exchange", interrupted)
     with pytest.raises(KeyboardInterrupt):
         build(small_mlp(), seed=2).write(d)
     assert _tree(d) == before and [p.name for p in tmp_path.iterdir()] == ["mlp"]

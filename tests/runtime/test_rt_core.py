@@ -248,6 +248,45 @@ def test_dropped_programs_are_freed(fresh_rt):
     assert fresh_rt.stats["programs_live"] == 0
 
 
+BUDGET_SCRIPT = """
+import sys
+from anec.diagnostics import RuntimeFailure
+from anec.runtime import native
+from tests.runtime import milkit as mk
+S = (1, 8, 1, 16)
+def distinct(i):
+    body = [mk.const_scalar("k", "fp16", 1.0 + i / 256), mk.op("y", "fp16", S, "mul", x="x", y="k")]
+    return mk.program([("x", "fp16", S)], body, ["y"])
+budget = int(sys.argv[1])
+rt = native.NativeRuntime("sim", temp_root=sys.argv[2], process_budget=budget)
+made = 0
+try:
+    for i in range(budget + 5 if budget else 130):
+        rt.compile(distinct(i).encode(), {}, None).close()
+        made += 1
+except RuntimeFailure as e:
+    print(made, e.constraint, rt.stats()["compile_budget_left"])
+else:
+    print(made, "none", rt.stats()["compile_budget_left"])
+rt.shutdown()
+rt.release()
+"""
+
+
+@pytest.mark.parametrize("budget,expect", [(5, "5 ANE-COMPILE-BUDGET 0"), (0, "130 none")])
+def test_the_process_budget_is_the_targets_field(tmp_path, budget, expect):
+    """The budget is a target's field given to the runtime, not a number in the C core: a
+    device that allows 5 compiles refuses the sixth; an unknown budget (0) refuses none."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-c", BUDGET_SCRIPT, str(budget), str(tmp_path)], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().startswith(expect)
+
+
 def test_the_compile_budget_belongs_to_the_process(tmp_path):
     """~119 compiles per process, as on the device: three runtimes share one budget."""
     def distinct(i):  # a different MIL text each time: no cache hit

@@ -1,0 +1,130 @@
+"""Reload from fp16 and fp32 arrays: the one-pass value check accepts and rejects
+exactly what the element-wise checks do, the payload is the same bytes, and a
+reload from either dtype equals a fresh compile."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from anec.diagnostics import WeightError
+from anec.ir.types import FP16_MAX
+from anec.runtime import Runtime
+from anec.runtime.weights import materialize
+from tests.runtime.test_rt_reload import CASES, X, blobs_for, keys_of, load, weights
+
+
+def entry(shape, dtype="fp16", perm=None, slice_=None):
+    return {"key": "k", "dtype": dtype, "shape": list(shape), "perm": perm, "slice": slice_}
+
+
+def reference(arr, e):
+    """The payload by plain numpy: transpose, slice, reshape, cast."""
+    a = np.asarray(arr)
+    if e["perm"]:
+        a = np.transpose(a, e["perm"])
+    if e["slice"]:
+        axis, start, stop = e["slice"]
+        idx = [slice(None)] * a.ndim
+        idx[axis] = slice(start, stop)
+        a = a[tuple(idx)]
+    return np.ascontiguousarray(a.reshape(e["shape"]).astype({"fp16": np.float16, "fp32": np.float32}[e["dtype"]]))
+
+
+ENTRIES = [
+    ((6, 4), entry((6, 4, 1, 1))),
+    ((6, 4), entry((4, 6), perm=[1, 0])),
+    ((6, 4), entry((3, 4), slice_=[0, 2, 5])),
+    ((6, 4), entry((4, 2), perm=[1, 0], slice_=[1, 1, 3])),
+    ((6, 4), entry((6, 4), "fp32")),
+]
+
+
+@pytest.mark.parametrize("src", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("shape,e", ENTRIES)
+def test_payload_is_the_reference_cast_of_the_view(src, shape, e):
+    r = np.random.default_rng(3)
+    arr = (r.standard_normal(shape) * 100).astype(src)
+    arr.flat[0] = -FP16_MAX  # the extremes are in range
+    arr.flat[1] = FP16_MAX
+    got = materialize("k", arr, e)
+    want = reference(arr, e)
+    assert got.dtype == want.dtype and got.flags.c_contiguous
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    # a non-contiguous array of the same values gives the same payload
+    wide = np.zeros((shape[0], shape[1] * 2), src)
+    wide[:, ::2] = arr
+    np.testing.assert_array_equal(materialize("k", wide[:, ::2], e).view(np.uint8), want.view(np.uint8))
+
+
+BAD_VALUES = [
+    (np.nan, "fp16", "non-finite value \\(NaN or Inf\\) at flat index 5"),
+    (-np.inf, "fp16", "non-finite value \\(NaN or Inf\\) at flat index 5"),
+    (np.inf, "fp32", "non-finite value \\(NaN or Inf\\) at flat index 5"),
+    (np.nan, "fp32", "non-finite value \\(NaN or Inf\\) at flat index 5"),
+    (65505.0, "fp16", "beyond the fp16 range"),   # rounds to 65504 in fp16, still rejected
+    (-70000.0, "fp16", "beyond the fp16 range"),
+]
+
+
+# every source dtype that can hold the value (an fp16 array cannot hold 65505 or -70000)
+@pytest.mark.parametrize("src,value,dtype,err", [
+    (src, *case) for src in (np.float16, np.float32, np.float64) for case in BAD_VALUES
+    if not np.isfinite(case[0]) or abs(case[0]) <= float(np.finfo(src).max)])
+def test_bad_values_are_rejected_with_the_same_message(src, value, dtype, err):
+    arr = np.ones((6, 4), np.float64)
+    arr.flat[5] = value
+    arr = arr.astype(src)
+    with pytest.raises(WeightError, match=err):
+        materialize("k", arr, entry((6, 4), dtype))
+
+
+def test_a_large_value_outside_the_slice_is_not_part_of_the_payload():
+    arr = np.ones((6, 4), np.float32)
+    arr[0, 0] = 1e6  # beyond fp16, but the slice keeps rows 2..4 only
+    got = materialize("k", arr, entry((3, 4), slice_=[0, 2, 5]))
+    np.testing.assert_array_equal(got, np.ones((3, 4), np.float16))
+    arr[0, 0] = np.inf  # non-finite anywhere is rejected, as before
+    with pytest.raises(WeightError, match="non-finite"):
+        materialize("k", arr, entry((3, 4), slice_=[0, 2, 5]))
+
+
+def test_a_large_array_is_checked_across_chunks():
+    arr = np.zeros(200_003, np.float32)
+    arr[-1] = 1e5
+    with pytest.raises(WeightError, match="fp16 range"):
+        materialize("k", arr, entry((200_003,)))
+    arr[-1] = np.nan
+    with pytest.raises(WeightError, match="flat index 200002"):
+        materialize("k", arr.astype(np.float16), entry((200_003,)))
+
+
+@pytest.mark.parametrize("src", [np.float16, np.float32])
+@pytest.mark.parametrize("form,device,strategy", CASES)
+def test_reload_from_each_array_dtype_equals_a_fresh_compile(tmp_path, src, form, device, strategy):
+    w0 = weights(0)
+    w1 = {k: v.astype(src) for k, v in weights(1).items() if k in keys_of(form)}
+    with Runtime("sim", temp_root=tmp_path / "a", sim_device=device) as rt:
+        p = load(rt, w0, form)
+        assert p.reload_info["strategy"] == strategy
+        p.reload_weights(w1)
+        y1 = p(x=X)["y"]
+    with Runtime("sim", temp_root=tmp_path / "b", sim_device=device) as fresh:
+        want = load(fresh, {**w0, **{k: v.astype(np.float32) for k, v in w1.items()}}, form)(x=X)["y"]
+    np.testing.assert_array_equal(y1, want)
+
+
+@pytest.mark.parametrize("src", [np.float16, np.float32])
+@pytest.mark.parametrize("form,device", [("files", ""), ("packed", "data=file"), ("single", "")])
+def test_unchanged_keys_write_no_file(tmp_path, src, form, device):
+    w0 = weights(0)
+    with Runtime("sim", temp_root=tmp_path, sim_device=device) as rt:
+        p = load(rt, w0, form)
+        files = [os.path.join(p.dir, f[len("@model_path/"):]) for f in blobs_for(w0, form)]
+        before = [(os.stat(f).st_ino, os.stat(f).st_mtime_ns) for f in files]
+        p.reload_weights({k: w0[k].astype(src) for k in keys_of(form)})
+        assert [(os.stat(f).st_ino, os.stat(f).st_mtime_ns) for f in files] == before
+        st = rt.stats
+        assert st["reloads"] == 1 and st["blobs_patched"] == 0 and st["compiles"] == 1
