@@ -104,6 +104,34 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
                         (24, "+live_uses[id(v)] = live_uses.get(id(v), 1) + 1"))
     },
     **{
+        f"anec.passes.fuse_casts.x__python_literal__mutmut_{n}": (
+            line,
+            "numpy's reshape takes any negative size as the one inferred dimension: reshape(-2) is reshape(-1)",
+        )
+        for n, line in ((7, "+if scalar and arr.size and np.all(arr == arr.reshape(-2)[0]):"),
+                        (11, "+return arr.reshape(-2)[0].item()"))
+    },
+    "anec.passes.fuse_casts.x_fold_cast_into_value__mutmut_53": (
+        "+return rw.const_value(value, node.result.type, suffix=str(None), at=node)",
+        "the new const's own name is transient: Rewriter.replace erases the dead cast and renames the "
+        "const to the cast's name, so the suffix never shows",
+    ),
+    "anec.passes.dce.x_remove_dead_nodes__mutmut_25": (
+        "+live_uses[id(v)] = live_uses.get(id(v), 0) + 2",
+        "live_uses is only tested for being nonzero: counting by 2 is nonzero exactly when counting by 1 is",
+    ),
+    **{
+        f"anec.passes.emit_mil.xǁEmitMilǁrun__mutmut_{n}": (
+            line,
+            "bool(None) is False: an absent pack_weights option still means no packing",
+        )
+        for n, line in (
+            (29, '+graph, plan, ctx.target, ctx.weights, rewrites, bool(ctx.option("pack_weights", None)))'),
+            (31, '+graph, plan, ctx.target, ctx.weights, rewrites, bool(ctx.option("pack_weights", )))'),
+            (44, '+program = emit_mil(graph, ctx.target, pack_weights=bool(ctx.option("pack_weights", None)))'),
+            (46, '+program = emit_mil(graph, ctx.target, pack_weights=bool(ctx.option("pack_weights", )))'))
+    },
+    **{
         f"anec.ir.interp.x_interpret__mutmut_{n}": (
             line,
             "the cast's reference (_ref_cast in anec/ir/ops.py) already returns its target dtype, which the "

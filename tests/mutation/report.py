@@ -108,7 +108,8 @@ def load_c(path: Path) -> tuple[list[dict], float | None]:
             continue  # removed from the list since the run
         r = {"module": res["file"], "name": mid, "what": res["what"], "detail": res.get("detail", ""),
              "status": {"timeout": "killed"}.get(res["status"], res["status"]),
-             "diff": f"- {m.old.strip()}\n+ {m.new.strip()}"}
+             "diff": "\n".join([*(f"-{ln}" for ln in m.old.strip("\n").splitlines()),
+                                *(f"+{ln}" for ln in m.new.strip("\n").splitlines())])}
         if r["status"] == "survived" and mid in C_EQUIVALENT:
             r["status"], r["reason"] = "equivalent", C_EQUIVALENT[mid]
         rows.append(r)
@@ -153,7 +154,7 @@ def group_of(module: str) -> str:
 
 
 def render(py_rows: list[dict], c_rows: list[dict], py_runs: list[tuple[str, float, str]], c_seconds: float | None,
-           scopes_run: list[str] | None = None) -> str:
+           scopes_run: list[str] | None = None, notes: str = "") -> str:
     lines = [
         "# Mutation testing report",
         "",
@@ -177,6 +178,9 @@ def render(py_rows: list[dict], c_rows: list[dict], py_runs: list[tuple[str, flo
         if c_seconds is not None:
             lines.append(f"- C mutants ({len(c_rows)}), one at a time: {c_seconds / 60:.1f} min")
         lines.append("")
+    if notes.strip():
+        lines += ["Notes on the runs (from `build/mutate/notes.md`, written by whoever ran them):", "",
+                  notes.strip(), ""]
     if py_rows:
         lines += ["## Python (mutmut)", "", "By area:", ""] + table(py_rows, group_of)
         lines += ["", "By file:", ""] + table(py_rows, lambda m: m) + [""]
@@ -232,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
             parts = ln.split()
             if len(parts) == 3:
                 py_runs.append((parts[0], float(parts[1]), parts[2]))
-    text = render(py_rows, c_rows, py_runs, c_seconds, scopes_run)
+    notes_file = py_dir / "notes.md"
+    notes = notes_file.read_text(encoding="utf-8") if notes_file.exists() else ""
+    text = render(py_rows, c_rows, py_runs, c_seconds, scopes_run, notes)
     out = Path(args.out)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(text + "\n", encoding="utf-8")

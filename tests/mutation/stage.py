@@ -86,6 +86,12 @@ def main(argv: list[str]) -> int:
         return 2
     scope, dest = argv[0], Path(argv[1])
     copied = sum(sync(ROOT / item, dest / item) for item in ITEMS if (ROOT / item).exists())
+    # mutmut copies the package into DEST/mutants once and refreshes only Python sources:
+    # the compiled extension there must follow the one just built
+    runtime = dest / "mutants" / "anec" / "runtime"
+    if runtime.is_dir():
+        for so in (ROOT / "anec" / "runtime").glob("_native*.so"):
+            copied += sync(so, runtime / so.name)
     cfg = dest / "setup.cfg"
     tmp = cfg.with_suffix(".tmp")
     tmp.write_text(config(scope), encoding="utf-8")

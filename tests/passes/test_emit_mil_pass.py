@@ -9,10 +9,12 @@ from .passes_util import parse_module, run
 from .test_partition import chain, target
 
 
-def emit(pack_weights: bool, with_weights: bool = True, rewrites: list[dict] | None = None):
+def emit(pack_weights: bool | None, with_weights: bool = True, rewrites: list[dict] | None = None):
+    """pack_weights None: the option is not given at all."""
     m = parse_module(chain(5), "c.ir")
     g = m.func()
-    ctx = PassContext.default(target(2), random_weights(m, 0) if with_weights else None, pack_weights=pack_weights)
+    options = {} if pack_weights is None else {"pack_weights": pack_weights}
+    ctx = PassContext.default(target(2), random_weights(m, 0) if with_weights else None, **options)
     run((DeadCodeElimination(), FuseCasts(), AnnotateSram(), Legalize()), g, ctx)
     assert g.meta.get("partition") is not None  # cut into stages: the pipeline path
     ctx.rewrites += rewrites or []
@@ -31,6 +33,8 @@ def test_a_partitioned_func_gets_its_weights_per_stage():
 def test_a_partitioned_func_packs_its_weights_when_asked():
     art = emit(pack_weights=True)
     assert all(sorted(st.blobs) == ["weights/weight.bin"] for st in art.stages)
+    # not asked: one file per weight
+    assert sorted(emit(pack_weights=None).stages[0].blobs) == ["weights/w0.bin", "weights/w1.bin"]
 
 
 def test_a_partitioned_func_records_its_own_rewrites_and_the_unattributed_ones():
