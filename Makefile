@@ -21,6 +21,7 @@ help:
 	@echo "make test-asan the Python runtime tests on the extension built with ASan/UBSan"
 	@echo "make fuzz      longer libFuzzer runs (MIL parser, BLOBFILE reader, manifest path; FUZZ_RUNS=N)"
 	@echo "make bench     run the benchmarks (results in benchmarks/results/)"
+	@echo "make mutate    mutation testing by hand: mutmut + scripted C mutants (tests/mutation/REPORT.md)"
 
 $(VENV)/.core: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -58,5 +59,6 @@ distclean: clean
 -include mk/c.mk
 -include mk/ane.mk
 -include mk/asan.mk
+-include mk/mutate.mk
 
 check-c: c-asan fuzz-smoke ane-protocol-test ane-macos-syntax

@@ -47,6 +47,40 @@ int main(void)
     one(300, 200, 300, SK_F16, SK_F16, 0, 0, 2);
     one(40, 900, 128, SK_F16, SK_F32, 0, 1, 2);
 
+    /* general strided views (both strides > 1: every other row and column of a larger
+       buffer), with a leading dimension of C wider than N; K > KC so B is packed twice */
+    {
+        int M = 9, N = 19, K = 300, lda = 2 * K + 3, ldb = 2 * N + 5, ldc = N + 7;
+        float *a = malloc((size_t)2 * M * lda * 4), *b = malloc((size_t)2 * K * ldb * 4);
+        float *c = malloc((size_t)M * ldc * 4), *r = malloc((size_t)M * ldc * 4);
+        for (int i = 0; i < 2 * M * lda; i++) a[i] = frand();
+        for (int i = 0; i < 2 * K * ldb; i++) b[i] = frand();
+        for (int tb = 0; tb < 2; tb++) {
+            /* tb = 0: B[k][j] at b[2k*ldb + 2j]; tb = 1: B[k][j] at b[2j*ldb + 2k] (a transposed view) */
+            sk_mat A = {a, SK_F32, 2 * lda, 2}, B = {b, SK_F32, tb ? 2 : 2 * ldb, tb ? 2 * ldb : 2};
+            for (int i = 0; i < M * ldc; i++) c[i] = r[i] = -7.0f;
+            CHECK(sk_gemm(M, N, K, A, B, c, ldc, 1) == 0);
+            sk_gemm_naive(M, N, K, A, B, r, ldc);
+            int bad = 0;
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < ldc; j++) {
+                    float d = fabsf(c[i * ldc + j] - r[i * ldc + j]);
+                    bad += j < N ? d > 1e-4f * (1.0f + fabsf(r[i * ldc + j])) : c[i * ldc + j] != -7.0f;
+                }
+            CHECK(bad == 0);
+        }
+        /* K = 0: an empty sum is 0 (C is written, not left as it was) */
+        for (int i = 0; i < M * ldc; i++) c[i] = -7.0f;
+        sk_mat A0 = {a, SK_F32, 1, 1}, B0 = {b, SK_F32, N, 1};
+        CHECK(sk_gemm(M, N, 0, A0, B0, c, ldc, 1) == 0);
+        int bad = 0;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < ldc; j++)
+                bad += c[i * ldc + j] != (j < N ? 0.0f : -7.0f);
+        CHECK(bad == 0);
+        free(a); free(b); free(c); free(r);
+    }
+
     /* threads do not change a single bit */
     {
         int M = 240, N = 96, K = 700;
@@ -105,6 +139,12 @@ int main(void)
         int64_t shape[2] = {4, 3}, ds[2] = {3, 1}, ss[2] = {1, 4};
         sk_nd_copy(4, 2, shape, dst, ds, src, ss);
         CHECK(dst[1] == 4 && dst[3] == 1 && dst[11] == 11);
+    }
+    /* rank 0: one element */
+    {
+        uint16_t src = 0xbeef, dst = 0;
+        sk_nd_copy(2, 0, NULL, &dst, NULL, &src, NULL);
+        CHECK(dst == 0xbeef);
     }
     printf("avx2 micro-kernel: %s\n", sk_have_avx2() ? "yes" : "no");
     T_DONE("test_kernels");

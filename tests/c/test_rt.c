@@ -164,6 +164,13 @@ static void test_strategies(void)
         }
         /* a forced recompile always works; the same weights again cost nothing */
         CHECK(anec_reload_weights_using(p, &b1, 1, ANEC_RELOAD_RECOMPILE) == ANEC_OK);
+        /* ... and leaves the program as patchable as a first compile would */
+        CHECK(anec_program_reload_info(p, &ri) == ANEC_OK && ri.data_patchable == mode);
+        /* "auto" is not a strategy one can force */
+        CHECK(anec_reload_weights_using(p, &b2, 1, ANEC_RELOAD_AUTO) == ANEC_EINVAL);
+        CHECK_HAS(anec_last_error(NULL), "name a strategy");
+        CHECK(anec_reload_weights_using(p, &b2, 1, ANEC_RELOAD_RECOMPILE + ANEC_RELOAD_DATA_PATCH + 7) == ANEC_EINVAL);
+        CHECK_HAS(anec_last_error(NULL), "is not data-patch");
         CHECK(anec_reload_weights(p, &b1, 1) == ANEC_OK);
         CHECK(anec_run(p) == ANEC_OK && out0(p, 0, 0) == 2.0f && out0(p, 1, 0) == 5.0f);
         anec_stats(rt, &st);
@@ -203,6 +210,73 @@ static void test_strategies(void)
 /* Two stages of MIL wired c -> x, y -> a: stage 1 computes 3*(2x) + (2x + a) = 8x + a.
    Same surface sizes: both edges are zero-copy. A reload with a bad blob for
    stage 1 changes neither stage; bad wiring is refused. */
+/* The bytes of the file rel in dir equal buf[0 .. len). */
+static int file_is(const char *dir, const char *rel, const uint8_t *buf, size_t len)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    static uint8_t got[4096];
+    size_t n = fread(got, 1, sizeof got, f);
+    fclose(f);
+    return n == len && memcmp(got, buf, len) == 0;
+}
+
+/* Bad blob lists are refused before anything changes; a data-patched program
+   serves later cache hits under its new weights only; a data patch the driver
+   refuses puts the old weight file back. */
+static void test_reload_edges(void)
+{
+    static uint8_t blob[256], blob2[256];
+    make_blob(blob, 2.0f);
+    make_blob(blob2, 3.0f);
+    anec_blob b = {"@model_path/weights/w.bin", blob, sizeof blob}, b2 = {"@model_path/weights/w.bin", blob2, sizeof blob2};
+    anec_runtime *rt = open_sim(NULL, 0);
+    anec_program *p = NULL, *q = NULL, *r = NULL;
+    CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, &LIM, &p) == ANEC_OK);
+    CHECK(anec_load(p) == ANEC_OK);
+
+    anec_blob twice[2] = {b2, b2};
+    CHECK(anec_reload_weights(p, twice, 2) == ANEC_EINVAL);
+    CHECK_HAS(anec_last_error(NULL), "given twice");
+    anec_blob nodata = {"@model_path/weights/w.bin", NULL, sizeof blob2};
+    CHECK(anec_reload_weights(p, &nodata, 1) == ANEC_EINVAL);
+    CHECK_HAS(anec_last_error(NULL), "no path or data");
+    fill(p, 1.0f, 0.0f);
+    CHECK(anec_run(p) == ANEC_OK && out0(p, 0, 0) == 2.0f);
+
+    CHECK(anec_reload_weights(p, &b2, 1) == ANEC_OK);
+    struct anec_stats st;
+    anec_stats(rt, &st);
+    CHECK(st.reloads_data_patch == 1);
+    /* the old weights again: not p's compiled form, which now holds the new ones */
+    CHECK(anec_compile(rt, MIL, strlen(MIL), &b, 1, &LIM, &q) == ANEC_OK);
+    CHECK(anec_load(q) == ANEC_OK);
+    fill(q, 1.0f, 0.0f);
+    CHECK(anec_run(q) == ANEC_OK && out0(q, 0, 0) == 2.0f);
+    /* the new weights: p's */
+    CHECK(anec_compile(rt, MIL, strlen(MIL), &b2, 1, &LIM, &r) == ANEC_OK);
+    CHECK(anec_load(r) == ANEC_OK);
+    fill(r, 1.0f, 0.0f);
+    CHECK(anec_run(r) == ANEC_OK && out0(r, 0, 0) == 3.0f);
+    fill(p, 1.0f, 0.0f);
+    CHECK(anec_run(p) == ANEC_OK && out0(p, 0, 0) == 3.0f);
+
+    /* the driver refuses the patch (its compiled network is gone): the weight file is put back */
+    anec_program_free(r);
+    char net[1024];
+    snprintf(net, sizeof net, "%s/net.plist", anec_program_dir(p));
+    CHECK(file_is(anec_program_dir(p), "weights/w.bin", blob2, sizeof blob2));
+    CHECK(unlink(net) == 0);
+    CHECK(anec_reload_weights_using(p, &b, 1, ANEC_RELOAD_DATA_PATCH) != ANEC_OK);
+    CHECK(file_is(anec_program_dir(p), "weights/w.bin", blob2, sizeof blob2));
+    anec_program_free(q);
+    anec_program_free(p);
+    anec_runtime_close(rt);
+}
+
 static void test_pipeline(void)
 {
     static uint8_t b2[256], b3[256], b5[256];
@@ -472,6 +546,7 @@ int main(void)
     test_baking();
     test_strategies();
     test_pipeline();
+    test_reload_edges();
 
     /* helpers */
     float f[3] = {1.0f, 65504.0f, 1e-8f};

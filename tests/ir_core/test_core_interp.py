@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -9,8 +10,9 @@ import pytest
 
 from anec.diagnostics import AnecError
 from anec.ir.builder import Builder
-from anec.ir.interp import interpret, interpret_module, random_inputs
-from anec.ir.parser import parse_file
+import anec.ir.interp as interp_module
+from anec.ir.interp import interpret, interpret_module, load_input, random_inputs, select_func
+from anec.ir.parser import parse, parse_file
 from anec.weights import resolve_weights
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,3 +197,217 @@ def test_cast_semantics_truncate_saturate_and_bool():
     np.testing.assert_array_equal(out["bl"], [True, True, True, True, True, False])  # NaN != 0
     np.testing.assert_array_equal(out["u8h"], np.array([2, 0, 255, 0, 0, 0], np.float32))
     assert out["i8"].dtype == np.int8 and out["bl"].dtype == bool
+
+
+def test_interpret_module_passes_the_mode_on():
+    m = parse("func f(%x: fp16[4]) {\n  %y = exp(%x) : fp16[4]\n  return %y\n}\n", "f.ir")
+    x = np.array([0.0, 1.0, -1.0, 2.0], np.float32)
+    assert interpret_module(m, None, {"x": x})["y"].dtype == np.float32
+    out16 = interpret_module(m, None, {"x": x}, mode="fp16")["y"]
+    assert out16.dtype == np.float16
+    np.testing.assert_array_equal(out16, np.exp(x).astype(np.float16))
+
+
+def test_select_func_hints():
+    m = parse_file(ROOT / "examples" / "multi_func.ir")
+    with pytest.raises(AnecError, match="no func 'zzz' in the module") as ei:
+        select_func(m, "zzz")
+    assert ei.value.hint == "funcs: encode, classify"
+    with pytest.raises(AnecError, match="the module has 2 funcs; choose one") as ei:
+        select_func(m, None)
+    assert ei.value.hint == "pass --func with one of: encode, classify"
+    with pytest.raises(AnecError, match="the module has 0 funcs; choose one") as ei:
+        select_func(parse("", "empty.ir"), None)
+    assert ei.value.hint is None
+    assert select_func(m, "classify") is m.funcs["classify"]
+
+
+def test_random_inputs_shapes_kinds_and_default_seed():
+    b = Builder("f")
+    b.input("x", "fp32", [40, 50])
+    b.input("ids", "int32", [2000])
+    b.input("u", "uint8", [2000])
+    b.input("flags", "bool", [2000])
+    r = random_inputs(b.graph)
+    for k, v in random_inputs(b.graph, 0).items():
+        np.testing.assert_array_equal(r[k], v)  # the default seed is 0
+        assert r[k].shape == b.graph.inputs[list(r).index(k)].type.shape
+    assert set(np.unique(r["ids"])) == set(range(-8, 9))
+    assert set(np.unique(r["u"])) == set(range(0, 9))
+    assert r["flags"].dtype == bool and 0.4 < r["flags"].mean() < 0.6  # a fair coin
+    assert abs(r["x"].mean()) < 0.1 and 0.9 < r["x"].std() < 1.1
+
+
+def test_load_input_reads_npy_and_refuses_everything_else(tmp_path, monkeypatch):
+    good = tmp_path / "a.npy"
+    np.save(good, np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(load_input("x", str(good)), np.arange(6).reshape(2, 3))
+
+    with pytest.raises(AnecError, match="input 'x': no such file"):
+        load_input("x", str(tmp_path / "nope.npy"))
+    with pytest.raises(AnecError) as ei:
+        load_input("x", str(tmp_path))
+    assert str(ei.value).splitlines()[0].endswith(f"input 'x': cannot read '{tmp_path}': Is a directory")
+    text = tmp_path / "t.npy"
+    text.write_text("1 2 3")
+    with pytest.raises(AnecError, match="is not a .npy file of numbers") as ei:
+        load_input("x", str(text))
+    assert "numpy.save" in ei.value.hint
+    pickled = tmp_path / "p.npy"
+    np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(AnecError, match="is not a .npy file of numbers"):
+        load_input("x", str(pickled))
+
+    # an .npz holds several arrays: refused, and the archive is closed, not left open
+    npz = tmp_path / "two.npz"
+    np.savez(npz, a=np.zeros(2), b=np.ones(2))
+    opened = []
+    real_load = np.load
+
+    def spy(*a, **kw):
+        opened.append(real_load(*a, **kw))
+        return opened[-1]
+
+    monkeypatch.setattr(interp_module.np, "load", spy)
+    with pytest.raises(AnecError, match="holds several arrays"):
+        load_input("x", str(npz))
+    assert opened and opened[0].fid is None and opened[0].zip is None
+
+
+def test_an_op_reference_of_the_wrong_shape_is_an_internal_error(monkeypatch):
+    """The op table's shape inference and its numpy reference must agree; a reference
+    that breaks this is reported with both shapes, not stored."""
+    b = Builder("f")
+    x = b.input("x", "fp32", [3])
+    b.ret(b.exp(x, name="y"))
+    real = interp_module.get_op
+
+    class Short:
+        def __init__(self, op):
+            self.op = op
+
+        def ref(self, args, opt, attrs):
+            return [r[:2] for r in self.op.ref(args, opt, attrs)]
+
+    monkeypatch.setattr(interp_module, "get_op", lambda name: Short(real(name)))
+    with pytest.raises(AssertionError, match=r"^op produced shape \[2\] for fp32\[3\]$"):
+        interpret(b.graph, {"x": np.zeros(3)})
+
+
+def test_integer_values_are_computed_exactly():
+    """Integers are not computed in float32 (which holds 24 bits): 2**24 + 1 stays odd."""
+    b = Builder("f")
+    x = b.input("x", "int32", [3])
+    y = b.input("y", "int32", [3])
+    b.ret(b.add(x, y, name="s"))
+    out = interpret(b.graph, {"x": np.array([2**24 + 1, 2**30 + 1, -5], np.int32), "y": np.array([2, 2, 1], np.int32)})
+    assert out["s"].dtype == np.int32
+    np.testing.assert_array_equal(out["s"], [2**24 + 3, 2**30 + 3, -4])
+
+
+def test_an_input_that_is_not_an_array_is_located():
+    m = parse("func f(%x: fp32[2, 2]) {\n  %y = exp(%x) : fp32[2, 2]\n  return %y\n}\n", "f.ir")
+    with pytest.raises(AnecError, match=r"^f\.ir:1:8: error: input 'x' is not an array: .*inhomogeneous"):
+        interpret(m.func(), {"x": [[1.0, 2.0], [3.0]]})
+
+
+def test_input_kinds_each_dtype_accepts():
+    b = Builder("f")
+    x = b.input("x", "fp32", [2])
+    m = b.input("m", "bool", [2])
+    n = b.input("n", "int32", [2])
+    b.ret(b.identity(x, name="xo"), b.identity(m, name="mo"), b.identity(n, name="no"))
+    ok = {"x": np.array([1, 2], np.int16), "m": np.array([True, False]), "n": np.array([True, False])}
+    out = interpret(b.graph, ok)  # ints convert to floats, bools to ints
+    np.testing.assert_array_equal(out["mo"], [True, False])
+    np.testing.assert_array_equal(out["no"], [1, 0])
+    for name, bad in (("x", np.array([True, False])), ("x", np.array([1j, 2j])), ("m", np.array([1, 0])),
+                      ("m", np.array([1.0, 0.0])), ("n", np.array(["a", "b"]))):
+        with pytest.raises(AnecError, match=f"input '{name}' has dtype {bad.dtype} which does not convert") as ei:
+            interpret(b.graph, {**ok, name: bad})
+        assert ei.value.hint.startswith("pass an array convertible to")
+    with pytest.raises(AnecError, match="has shape") as ei:
+        interpret(b.graph, {**ok, "x": np.zeros(3)})
+    assert ei.value.hint == "reshape the array to the declared shape"
+
+
+def test_integer_inputs_accept_their_whole_range_and_nothing_past_it():
+    b = Builder("f")
+    n = b.input("n", "int32", [2])
+    u = b.input("u", "uint8", [2])
+    b.ret(b.identity(n, name="no"), b.identity(u, name="uo"))
+    lo, hi = -(2**31), 2**31 - 1
+    out = interpret(b.graph, {"n": np.array([lo, hi], np.int64), "u": np.array([0, 255], np.int64)})
+    np.testing.assert_array_equal(out["no"], [lo, hi])
+    np.testing.assert_array_equal(out["uo"], [0, 255])
+    for name, bad in (("n", [lo - 1, 0]), ("n", [0, hi + 1]), ("u", [-1, 0]), ("u", [0, 256])):
+        ins = {"n": np.array([0, 0], np.int64), "u": np.array([0, 0], np.int64), name: np.array(bad, np.int64)}
+        with pytest.raises(AnecError, match=f"input '{name}' has dtype int64 which does not convert"):
+            interpret(b.graph, ins)
+
+
+def test_fp32_mode_computes_in_float32_not_float64():
+    """(x * x) - 1 with x = 1 + 2**-12: float32 rounds x * x to 1 + 2**-11 (losing 2**-24),
+    float64 keeps it; the fp32 mode is float32 arithmetic, op by op."""
+    b = Builder("f")
+    x = b.input("x", "fp32", [1])
+    one = b.const_value(1.0, "fp32[]", name="one")
+    b.ret(b.sub(b.mul(x, x), one, name="y"))
+    out = interpret(b.graph, {"x": np.array([1 + 2**-12], np.float32)})
+    assert out["y"].dtype == np.float32
+    assert out["y"][0] == np.float32(2**-11)
+
+
+def test_input_conversion_errors_are_located_with_a_hint():
+    m = parse("func f(%n: int32[2]) {\n  %y = identity(%n) : int32[2]\n  return %y\n}\n", "f.ir")
+    with pytest.raises(AnecError, match=r"^f\.ir:1:8: error: input 'n' has dtype float32") as ei:
+        interpret(m.func(), {"n": np.zeros(2, np.float32)})
+    assert ei.value.hint == "pass an array convertible to int32 without loss of kind or range"
+
+
+def test_an_fp16_input_past_the_range_is_inf_without_a_warning():
+    b = Builder("f")
+    h = b.input("h", "fp16", [2])
+    b.ret(b.identity(h, name="y"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = interpret(b.graph, {"h": np.array([70000.0, -1.0], np.float32)})
+    np.testing.assert_array_equal(out["y"], [np.inf, -1.0])
+
+
+def test_interpret_error_hints():
+    m = parse("func f(%x: fp32[2], %n: int32[2]) {\n  %y = exp(%x) : fp32[2]\n  return %y\n}\n", "f.ir")
+    g = m.func()
+    ok = {"x": np.zeros(2, np.float32), "n": np.zeros(2, np.int32)}
+    with pytest.raises(AnecError, match="unknown interpreter mode 'bf16'") as ei:
+        interpret(g, ok, mode="bf16")
+    assert ei.value.hint == "use fp32 or fp16"
+    with pytest.raises(AnecError, match=r"^f\.ir:1:21: error: missing input 'n' \(int32\[2\]\)") as ei:
+        interpret(g, {"x": ok["x"]})
+    assert ei.value.hint == "give it with --input n=PATH.npy, or use --random-inputs SEED"
+    with pytest.raises(AnecError, match=r"^f\.ir:1:6: error: func 'f' has no input 'zzz'") as ei:
+        interpret(g, {**ok, "zzz": ok["x"]})
+    assert ei.value.hint == "inputs: x, n"
+
+
+def test_inputs_and_consts_returned_as_they_are_follow_the_mode():
+    """fp32 mode returns every float output as float32, fp16 mode in its IR dtype, also
+    when the output is an input or a const itself (no op in between)."""
+    m = parse("func f(%x: fp16[2]) {\n  %c = const(value=0.5) : fp16[2]\n  return %x, %c\n}\n", "f.ir")
+    x = np.array([1.0, 70000.0])
+    for mode, dt in (("fp32", np.float32), ("fp16", np.float16)):
+        out = interpret(m.func(), {"x": x}, mode=mode)
+        assert out["x"].dtype == dt and out["c"].dtype == dt
+        np.testing.assert_array_equal(out["x"], [1.0, np.inf])
+        np.testing.assert_array_equal(out["c"], [0.5, 0.5])
+
+
+def test_overflow_and_nan_inside_ops_are_results_not_warnings():
+    b = Builder("f")
+    x = b.input("x", "fp32", [3])
+    b.ret(b.exp(x, name="e"), b.sqrt(x, name="s"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for mode in ("fp32", "fp16"):
+            out = interpret(b.graph, {"x": np.array([100.0, -1.0, 4.0], np.float32)}, mode=mode)
+            assert out["e"][0] == np.inf and np.isnan(out["s"][1]) and out["s"][2] == 2.0

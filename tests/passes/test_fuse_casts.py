@@ -180,3 +180,77 @@ func f(%x: fp16[1, 4, 1, 4]) {
 }""")
     run(CLEAN, g)
     assert ops_of(g) == ["identity"] and g.output_names() == ["y"]
+
+
+def test_folds_takes_every_chain_the_rule_allows():
+    """The other direction of the cast law: whenever the inner cast is exact, the chain
+    folds unless b is an int that cannot hold src and the inner cast changes kind
+    (int <-> float <-> bool), where int wraps but float saturates."""
+    kind = {DType.fp32: "float", DType.fp16: "float", DType.int32: "int", DType.int8: "int",
+            DType.uint8: "int", DType.bool: "bool"}
+    for src in DType:
+        for a in DType:
+            for b in DType:
+                exact = holds_all(a, src)
+                if not exact:
+                    assert not folds(src, a, b), (src, a, b)
+                elif kind[b] != "int" or holds_all(b, src) or kind[a] == kind[src]:
+                    assert folds(src, a, b), (src, a, b)
+                else:
+                    assert not folds(src, a, b), (src, a, b)
+    # the corners named above, spelled out
+    assert folds(DType.int8, DType.fp16, DType.bool)  # bool: x != 0 whatever the middle kind
+    assert folds(DType.bool, DType.fp16, DType.int8)  # int8 holds bool: no wrap possible
+    assert not folds(DType.uint8, DType.fp16, DType.int8)  # 200 via fp16 saturates to 127; directly it wraps to -56
+
+
+@pytest.mark.parametrize("literal,shape,want", [("2.5", "[2]", 2.5), ("[2.5, 2.5]", "[2]", [2.5, 2.5]),
+                                                ("[1.5, -3.0]", "[2]", [1.5, -3.0]), ("7.0", "[]", 7.0)])
+def test_cast_of_value_const_keeps_the_literal_form(literal, shape, want):
+    """A scalar literal (broadcast to the const's shape) stays a scalar, a list stays a list."""
+    g = parse_func(f"""
+func f(%x: fp16[1, 1, 1, 2]) {{
+  %c = const(value={literal}) : fp32{shape}
+  %ch = cast(%c, dtype=fp16) : fp16{shape}
+  %y = mul(%x, %ch) : fp16[1, 1, 1, 2]
+  return %y
+}}""")
+    before = g.clone()
+    run(CLEAN, g)
+    assert ops_of(g) == ["const", "mul"]
+    assert g.nodes[0].attrs["value"] == want and g.nodes[0].result.type.dtype == DType.fp16
+    compare(before, g, WeightStore({}), rtol=0, atol=0)
+
+
+def test_cast_of_value_const_to_an_integer_writes_an_integer_literal():
+    g = parse_func("""
+func f(%x: int32[2]) {
+  %c = const(value=2.7) : fp32[2]
+  %ci = cast(%c, dtype=int32) : int32[2]
+  %y = add(%x, %ci) : int32[2]
+  return %y
+}""")
+    before = g.clone()
+    run(CLEAN, g)
+    assert ops_of(g) == ["const", "add"]
+    value = g.nodes[0].attrs["value"]
+    assert value == 2 and type(value) is int
+    compare(before, g, WeightStore({}), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("a,b", [("fp16", "int32"), ("fp32", "int8"), ("fp16", "bool")])
+def test_cast_of_weight_const_to_a_non_float_stays_a_cast(a, b):
+    """Only float -> float casts fold into a weight declaration: a weight read as an integer
+    would not be truncated the way the cast truncates."""
+    g = parse_func(f"""
+func f(%x: {b}[4]) {{
+  %w = const(weight="w") : {a}[4]
+  %wi = cast(%w, dtype={b}) : {b}[4]
+  %y = identity(%wi) : {b}[4]
+  return %y
+}}""")
+    store = WeightStore({"w": np.array([0.7, -1.5, 2.0, 0.0], np.float16)})
+    before = g.clone()
+    run(CLEAN, g, PassContext.default(weights=store))
+    assert "cast" in ops_of(g)
+    compare(before, g, store, rtol=0, atol=0)

@@ -146,3 +146,23 @@ def test_the_example_reader():
     (b, a), (u, none) = examples(P)
     assert b.startswith("func f(") and a.endswith("}\n") and none is None
     assert _setup(u) == ({}, {"target": "m1"}, {})
+
+
+def test_a_pass_with_an_empty_docstring_has_empty_documentation():
+    from anec.passes.base import Pass
+
+    class Quiet(Pass):
+        ""
+
+        name = "quiet"
+
+        def run(self, graph, ctx):
+            return None
+
+    class Loud(Quiet):
+        """First line.
+
+        More."""
+
+    assert Quiet.documentation() == "" and Quiet.summary() == ""
+    assert Loud.summary() == "First line." and Loud.documentation() == "First line.\n\nMore."

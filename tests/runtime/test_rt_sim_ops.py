@@ -19,8 +19,13 @@ RNG = np.random.default_rng(1234)
 F16 = "fp16"
 
 
-def rand(shape, dtype=np.float16, lo=-2.0, hi=2.0):
-    return RNG.uniform(lo, hi, size=shape).astype(dtype)
+def rand(shape, dtype=np.float16, lo=-2.0, hi=2.0, rng=None):
+    return (rng or RNG).uniform(lo, hi, size=shape).astype(dtype)
+
+
+def own_rng(seed: int) -> np.random.Generator:
+    """A test's own generator: its draws do not shift the inputs of the tests after it."""
+    return np.random.default_rng(seed)
 
 
 def run(rt, inputs, body, outputs, blobs=None, arrays=None):
@@ -63,6 +68,24 @@ def test_unary_fp16(rt, name):
     x = rand((1, 8, 3, 5), lo=lo, hi=3.0)
     out = run(rt, {"x": x}, [mk.op("y", F16, x.shape, name, x="x")], ["y"])
     close16(out["y"], UNARY[name](x.astype(np.float32)), f"unary:{name}")
+
+
+SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, -1.0, 60000.0, -60000.0], np.float16)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_fp16_nan_inf_and_signed_zero(rt, name):
+    """NaN stays NaN (relu included: max(NaN, 0) is NaN, as in numpy), infinities go to
+    their limits, a negative sqrt is NaN."""
+    x = SPECIALS[None, :]
+    if name == "silu":  # -inf * sigmoid(-inf) = -inf * 0: NaN in both, not a limit worth pinning
+        x = x[:, x[0] != -np.inf]
+    out = run(rt, {"x": x}, [mk.op("y", F16, x.shape, name, x="x")], ["y"])["y"]
+    with np.errstate(all="ignore"):
+        ref = f16(UNARY[name](x.astype(np.float32)))
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    finite = ~np.isnan(ref)
+    np.testing.assert_allclose(out[finite].astype(np.float32), ref[finite].astype(np.float32), rtol=1e-3, atol=0)
 
 
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "real_div": np.divide, "pow": np.power}
@@ -123,6 +146,17 @@ def test_softmax(rt, axis):
     xs = x.astype(np.float32)
     e = np.exp(xs - xs.max(axis=axis, keepdims=True))
     close16(run(rt, {"x": x}, body, ["y"])["y"], e / e.sum(axis=axis, keepdims=True), "softmax")
+
+
+def test_reduce_max_propagates_nan_and_all_negative_rows(rt):
+    """A NaN anywhere in a row makes its max NaN (numpy's rule), wherever it sits; a row of
+    negative values has a negative max."""
+    x = np.array([[np.nan, 1.0, 2.0, -1.0], [1.0, 2.0, np.nan, -1.0], [-3.0, -2.0, -5.0, -4.0],
+                  [1.0, 5.0, 2.0, np.inf]], np.float16)
+    body = [mk.const_ints("ax", [1]), mk.const_scalar("kd", "bool", False),
+            mk.op("y", F16, (4,), "reduce_max", axes="ax", keep_dims="kd", x="x")]
+    got = run(rt, {"x": x}, body, ["y"])["y"]
+    np.testing.assert_array_equal(got, np.max(x, axis=1))
 
 
 @pytest.mark.parametrize("op,fn", [("reduce_sum", np.sum), ("reduce_mean", np.mean), ("reduce_max", np.max)])
@@ -200,6 +234,25 @@ def test_pad_constant(rt):
     np.testing.assert_array_equal(out["y"], np.pad(x, ((0, 0), (0, 0), (1, 0), (2, 3)), constant_values=0.5))
 
 
+def test_split_three_unequal_parts(rt):
+    x = rand((1, 2, 12, 3), rng=own_rng(13))
+    body = [mk.const_scalar("ax", "int32", 2), mk.const_ints("sz", [2, 7, 3]),
+            "tensor<fp16, [1, 2, 2, 3]> a, tensor<fp16, [1, 2, 7, 3]> b, tensor<fp16, [1, 2, 3, 3]> c = "
+            'split(axis = ax, split_sizes = sz, x = x)[name = string("s")];']
+    out = run(rt, {"x": x}, body, ["a", "b", "c"])
+    for name, part in zip("abc", np.split(x, [2, 9], axis=2)):
+        np.testing.assert_array_equal(out[name], part)
+
+
+def test_pad_constant_fp32(rt):
+    x = rand((1, 2, 3, 4), dtype=np.float32, rng=own_rng(14))
+    body = [mk.const_ints("p", [0, 2, 1, 1]), mk.const_scalar("m", "string", "constant"),
+            mk.const_scalar("v", "fp32", -1.25),
+            mk.op("y", "fp32", (1, 2, 5, 6), "pad", constant_val="v", mode="m", pad="p", x="x")]
+    out = run(rt, {"x": x}, body, ["y"])
+    np.testing.assert_array_equal(out["y"], np.pad(x, ((0, 0), (0, 0), (0, 2), (1, 1)), constant_values=-1.25))
+
+
 def test_cast_rounds_to_fp16_and_back(rt):
     x = np.array([[1.0, 1.0 + 2 ** -11, 65519.0, 65520.0, -1e-8, 3.14159]], np.float32)
     body = [mk.const_scalar("d", "string", "fp16"), mk.op("h", F16, x.shape, "cast", dtype="d", x="x"),
@@ -260,6 +313,19 @@ def test_conv_general_strides_pads_groups_dilations(rt):
     close16(out["y"], ref, "conv-general")
 
 
+@pytest.mark.parametrize("stride", [(1, 2), (2, 1), (2, 3)])
+def test_conv1x1_with_strides(rt, stride):
+    """A 1x1 kernel with a stride is not the pointwise case (it skips rows or columns)."""
+    rng = own_rng(11)
+    x = rand((1, 5, 6, 7), rng=rng)
+    w = rand((3, 5, 1, 1), lo=-0.5, hi=0.5, rng=rng)
+    ref = conv_ref(x, w, stride=stride)
+    body = [mk.const_blob("w", F16, w.shape, "w.bin"), mk.const_ints("st", list(stride)),
+            mk.op("y", F16, ref.shape, "conv", strides="st", weight="w", x="x")]
+    out = run(rt, {"x": x}, body, ["y"], {"@model_path/weights/w.bin": mk.blobfile(w)})
+    close16(out["y"], ref, "conv1x1-strided")
+
+
 def test_conv_same_padding_fp32_weight(rt):
     x = rand((1, 3, 15, 15))
     w = rand((4, 3, 3, 3), np.float32, lo=-0.5, hi=0.5)
@@ -280,6 +346,18 @@ def test_matmul_transposes_and_batch_broadcast(rt, tx, ty):
     yr = np.swapaxes(y, -1, -2) if ty else y
     ref = np.matmul(xr.astype(np.float64), yr.astype(np.float64))
     body.append(mk.op("z", F16, ref.shape, "matmul", transpose_x="tx", transpose_y="ty", x="x", y="y"))
+    close16(run(rt, {"x": x, "y": y}, body, ["z"])["z"], ref, "matmul")
+
+
+@pytest.mark.parametrize("ty", [False, True])
+def test_matmul_vector_y_ignores_transpose_y(rt, ty):
+    """A rank-1 y is a column vector whatever transpose_y says (numpy's matmul rule)."""
+    rng = own_rng(12)
+    x = rand((2, 3, 7), lo=-1, hi=1, rng=rng)
+    y = rand((7,), lo=-1, hi=1, rng=rng)
+    ref = np.matmul(x.astype(np.float64), y.astype(np.float64))
+    body = [mk.const_scalar("tx", "bool", False), mk.const_scalar("ty", "bool", ty),
+            mk.op("z", F16, ref.shape, "matmul", transpose_x="tx", transpose_y="ty", x="x", y="y")]
     close16(run(rt, {"x": x, "y": y}, body, ["z"])["z"], ref, "matmul")
 
 
@@ -323,3 +401,23 @@ def test_batched_matmul_split_across_threads_bit_identical_to_one(tmp_path):
     np.testing.assert_array_equal(outs[0], outs[1])
     ref = q.astype(np.float64) @ np.swapaxes(k.astype(np.float64), -1, -2)
     close16(outs[0], ref, "batched-matmul")
+
+
+INT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2 ** 31), 2 ** 31 - 1)}
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "bool"])
+def test_cast_to_integer_truncates_saturates_and_maps_nan_to_zero(rt, dtype):
+    """fp32 -> integer -> fp32: truncation toward zero, saturation at both ends of the
+    range, NaN -> 0; bool is `x != 0` (negative values and NaN are true, as in numpy)."""
+    x = np.array([[-3e9, -200.0, -128.7, -127.5, -1.5, -0.5, 0.0, np.nan, 0.7, 126.9, 127.9, 254.9, 300.0, 3e9]],
+                 np.float32)
+    body = [mk.const_scalar("d", "string", dtype), mk.op("i", dtype, x.shape, "cast", dtype="d", x="x"),
+            mk.const_scalar("d2", "string", "fp32"), mk.op("y", "fp32", x.shape, "cast", dtype="d2", x="i")]
+    got = run(rt, {"x": x}, body, ["y"])["y"]
+    if dtype == "bool":
+        ref = (x != 0).astype(np.float32)
+    else:
+        lo, hi = INT_RANGES[dtype]
+        ref = np.clip(np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0)), lo, hi).astype(np.float32)
+    np.testing.assert_array_equal(got, ref)

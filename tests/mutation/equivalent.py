@@ -1,0 +1,173 @@
+"""Mutants that survive because no test can tell them from the original, and why.
+
+A mutant belongs here only when its behaviour is the original's on every input the
+code can receive (or differs only in a way nothing can observe: a message that is
+never shown, a cache that is rebuilt). Anything a test could tell apart gets a test.
+
+PY_EQUIVALENT: mutmut mutant name -> (the mutant's changed line, as mutmut's diff shows
+it with a leading "+", stripped; the reason). The line is checked on every report: when
+the code moves and the name now names another mutation, the entry shows as stale.
+C_EQUIVALENT: c_mutants.py id -> the reason.
+"""
+
+from __future__ import annotations
+
+_NO_PICKLE = "numpy's np.load defaults to allow_pickle=False, and None is false: object arrays are refused either way"
+
+PY_EQUIVALENT: dict[str, tuple[str, str]] = {
+    "anec.ir.interp.x_load_input__mutmut_3": ("+arr = np.load(path, allow_pickle=None)", _NO_PICKLE),
+    "anec.ir.interp.x_load_input__mutmut_5": ("+arr = np.load(path, )", _NO_PICKLE),
+    "anec.ir.interp.x_random_inputs__mutmut_10": (
+        "+arr = rng.integers(0, 2, size=t.shape).astype(None)",
+        "the draws become float 0.0/1.0 instead of False/True, and the last line converts every input "
+        "to its declared dtype (bool): the same array",
+    ),
+    "anec.ir.interp.x_random_inputs__mutmut_14": (
+        "+arr = rng.integers(2, size=t.shape).astype(bool)",
+        "Generator.integers(2) is integers(0, 2): the same range and the same draws",
+    ),
+    "anec.ir.interp.x__convert_input__mutmut_22": (
+        '+ok = kind in "XXfiuXX"',
+        "a dtype kind is one character and numpy has no kind 'X': the same kinds are accepted",
+    ),
+    "anec.ir.interp.x__convert_input__mutmut_32": (
+        '+ok = kind in "XXiuXX" or kind == "b"',
+        "a dtype kind is one character and numpy has no kind 'X': the same kinds are accepted",
+    ),
+    **{
+        f"anec.passes.fuse_casts.x__kind__mutmut_{n}": (
+            line,
+            "_kind's names are only compared with each other and with \"int\" (in folds): renaming the float "
+            "or the bool kind consistently changes no comparison",
+        )
+        for n, line in ((3, '+return "XXfloatXX" if d.is_float else "bool" if d == DType.bool else "int"'),
+                        (4, '+return "FLOAT" if d.is_float else "bool" if d == DType.bool else "int"'),
+                        (7, '+return "float" if d.is_float else "XXboolXX" if d == DType.bool else "int"'),
+                        (8, '+return "float" if d.is_float else "BOOL" if d == DType.bool else "int"'))
+    },
+    "anec.passes.fuse_casts.x_fold_cast_into_value__mutmut_22": (
+        '+converted = OPS["cast"].ref([held], None, {"dtype": _target(node)})[0]',
+        "cast has no optional operands: its reference never reads the second argument",
+    ),
+    **{
+        f"anec.passes.fuse_casts.x_fold_cast_into_value__mutmut_{n}": (
+            line,
+            "the new const's own name is transient: Rewriter.replace erases the dead cast and renames the "
+            "const to the cast's name, so the suffix never shows",
+        )
+        for n, line in ((47, "+return rw.const_value(value, node.result.type, suffix=None, at=node)"),
+                        (51, "+return rw.const_value(value, node.result.type, at=node)"))
+    },
+    **{
+        f"anec.passes.fuse_casts.x_fold_cast_into_value__mutmut_{n}": (
+            line,
+            "at=None means the rewriter's anchor, which rewrite_greedily sets to the node the rule runs on: "
+            "the same node",
+        )
+        for n, line in ((48, "+return rw.const_value(value, node.result.type, suffix=str(_target(node)), at=None)"),
+                        (52, "+return rw.const_value(value, node.result.type, suffix=str(_target(node)), )"))
+    },
+    **{
+        f"anec.passes.fuse_casts.x_fold_cast_into_weight__mutmut_{n}": (
+            line,
+            "the new const's own name is transient: Rewriter.replace erases the dead cast and renames the "
+            "const to the cast's name, so the suffix never shows",
+        )
+        for n, line in ((28, "+return rw.const_weight(dict(const.attrs), const.result.type.with_dtype(b), suffix=None,"),
+                        (32, "+return rw.const_weight(dict(const.attrs), const.result.type.with_dtype(b), at=node)"),
+                        (36, "+return rw.const_weight(dict(const.attrs), const.result.type.with_dtype(b), suffix=str(None),"))
+    },
+    **{
+        f"anec.passes.fuse_casts.x_fold_cast_into_weight__mutmut_{n}": (
+            line,
+            "at=None means the rewriter's anchor, which rewrite_greedily sets to the node the rule runs on: "
+            "the same node",
+        )
+        for n, line in ((29, "+at=None)"), (33, "+)"))
+    },
+    "anec.passes.fuse_casts.xǁFuseCastsǁrun__mutmut_9": (
+        "+rewrite_greedily(graph, CAST_RULES, Rewriter(graph, ctx, None))",
+        "the rewriter's pass name appears only in the no-fixpoint error, which the cast rules cannot reach: "
+        "each rule removes a cast or replaces two by one",
+    ),
+    **{
+        f"anec.passes.dce.x_remove_dead_nodes__mutmut_{n}": (
+            line,
+            "live_uses is only tested for being nonzero (a value with a live user): a None default, a count "
+            "that starts at 1, steps by -1 or always reads 1 is nonzero exactly when the original is",
+        )
+        for n, line in ((9, "+if any(live_uses.get(id(r), None) or id(r) in outputs for r in node.results):"),
+                        (11, "+if any(live_uses.get(id(r), ) or id(r) in outputs for r in node.results):"),
+                        (18, "+live_uses[id(v)] = live_uses.get(id(v), 0) - 1"),
+                        (19, "+live_uses[id(v)] = live_uses.get(None, 0) + 1"),
+                        (23, "+live_uses[id(v)] = live_uses.get(id(None), 0) + 1"),
+                        (24, "+live_uses[id(v)] = live_uses.get(id(v), 1) + 1"))
+    },
+    **{
+        f"anec.passes.fuse_casts.x__python_literal__mutmut_{n}": (
+            line,
+            "numpy's reshape takes any negative size as the one inferred dimension: reshape(-2) is reshape(-1)",
+        )
+        for n, line in ((7, "+if scalar and arr.size and np.all(arr == arr.reshape(-2)[0]):"),
+                        (11, "+return arr.reshape(-2)[0].item()"))
+    },
+    "anec.passes.fuse_casts.x_fold_cast_into_value__mutmut_53": (
+        "+return rw.const_value(value, node.result.type, suffix=str(None), at=node)",
+        "the new const's own name is transient: Rewriter.replace erases the dead cast and renames the "
+        "const to the cast's name, so the suffix never shows",
+    ),
+    "anec.passes.dce.x_remove_dead_nodes__mutmut_25": (
+        "+live_uses[id(v)] = live_uses.get(id(v), 0) + 2",
+        "live_uses is only tested for being nonzero: counting by 2 is nonzero exactly when counting by 1 is",
+    ),
+    **{
+        f"anec.passes.emit_mil.xǁEmitMilǁrun__mutmut_{n}": (
+            line,
+            "bool(None) is False: an absent pack_weights option still means no packing",
+        )
+        for n, line in (
+            (29, '+graph, plan, ctx.target, ctx.weights, rewrites, bool(ctx.option("pack_weights", None)))'),
+            (31, '+graph, plan, ctx.target, ctx.weights, rewrites, bool(ctx.option("pack_weights", )))'),
+            (44, '+program = emit_mil(graph, ctx.target, pack_weights=bool(ctx.option("pack_weights", None)))'),
+            (46, '+program = emit_mil(graph, ctx.target, pack_weights=bool(ctx.option("pack_weights", )))'))
+    },
+    **{
+        f"anec.ir.interp.x_interpret__mutmut_{n}": (
+            line,
+            "the cast's reference (_ref_cast in anec/ir/ops.py) already returns its target dtype, which the "
+            "verifier makes the result's dtype: the interpreter's own astype after a cast changes no value",
+        )
+        for n, line in ((81, '+if node.op == "XXcastXX":'), (82, '+if node.op == "CAST":'),
+                        (84, "+outs = [np.asarray(outs[0]).astype(None)]"))
+    },
+    **{
+        f"anec.ir.interp.x__convert_input__mutmut_{n}": (
+            f"+return exact.astype(_storage_dtype(t, mode), {arg})",
+            "`exact` is a fresh array (astype copies by default): copying it again or not changes nothing",
+        )
+        for n, arg in ((59, "copy=None"), (61, ""), (66, "copy=True"))
+    },
+    **{
+        f"anec.ir.interp.x__store__mutmut_{n}": (
+            f"+return arr.astype(_storage_dtype(t, mode), {arg})",
+            "copy= only decides whether a result already of the storage dtype is copied: the values are the "
+            "same, inputs are copied on entry (_convert_input's astype), and no op reference writes into an "
+            "array in place, so no later value can see the difference",
+        )
+        for n, arg in ((8, "copy=None"), (10, ""), (15, "copy=True"))
+    },
+}
+
+C_EQUIVALENT: dict[str, str] = {
+    "x-mm-vec-y": "the plan builder (csrc/sim_rules.c, rule_matmul) already clears transpose_y of a rank-1 y, "
+                  "so the executor never sees a vector y with transpose_y set",
+}
+
+# Survivors that are not equivalent but that no test kills yet: why, and what a test would need.
+# They count as survivors in the report.
+OPEN_NOTES: dict[str, str] = {
+    "r-recompile-budget": "only a recompile that fails after its budget reservation shows the leak (the "
+                          "process compile count stays one too high); on the sim that needs the compile "
+                          "directory to fail to populate or the driver to refuse a MIL it accepted before, "
+                          "which no test can arrange without a fault-injection hook in the runtime",
+}
