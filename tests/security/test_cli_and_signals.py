@@ -76,6 +76,13 @@ time.sleep(60)
 """
 
 
+def _default_signals() -> None:
+    """In the child: the signals under test at their defaults, even when the suite itself runs
+    with them ignored (``nohup``, a background job), which the child would inherit."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _env(tmp: Path) -> dict:
     return dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
@@ -85,6 +92,7 @@ def test_a_signal_removes_the_runtime_directories(tmp_path, sig):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=_default_signals,
                             text=True, env=_env(tmp))
     prog_dir = Path(proc.stdout.readline().strip())
     assert prog_dir.is_dir() and prog_dir.parent.parent == tmp
@@ -104,7 +112,8 @@ def test_a_signal_during_anec_run_leaves_no_temporary_directory(tmp_path, sig):
     for _attempt in range(5):  # the run is short: if it ends before the signal lands, try again
         proc = subprocess.Popen([sys.executable, "-m", "anec.cli", "run", str(ROOT / "examples" / "gpt2_mlp.ir"),
                                  "--random-weights", "0", "--random-inputs", "0", "--backend", "sim"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp))
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp),
+                                preexec_fn=_default_signals)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
             names = os.listdir(tmp)
