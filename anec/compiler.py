@@ -166,7 +166,18 @@ def compile_module(
         result.paths = write_output(Path(out_dir), result.artifacts, keep_funcs=keep_funcs)
         if timing:
             result.timings.append(("*", "write", time.perf_counter() - start))
+    else:  # the weight files hold views of the store until written: copy them out of it now
+        _pin_blobs(result.artifacts.values())
     return result
+
+
+def _pin_blobs(artifacts: Iterable[Any]) -> None:
+    from anec.mil.blobfile import BlobFiles
+
+    for art in artifacts:
+        for a in [art, *getattr(art, "stages", [])]:
+            if isinstance(a.blobs, BlobFiles):
+                a.blobs.pin()
 
 
 def _patterns(spec: Iterable[str] | str) -> list[str]:

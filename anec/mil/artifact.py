@@ -56,7 +56,7 @@ from anec.ir.graph import Graph, Module
 from anec.ir.types import DType, TensorType
 from anec.fsutil import discard, fsync_dir, move_into_place
 from anec.mil.beneath import Beneath, check_rel
-from anec.mil.blobfile import HEADER_BYTES, BlobReader, BlobWriter
+from anec.mil.blobfile import HEADER_BYTES, BlobFiles, BlobReader, BlobWriter
 from anec.mil.emitter import MilProgram
 from anec.mil.manifest import FORMAT, MANIFEST_MAX_BYTES, parse_json, parse_manifest, validate_manifest
 
@@ -315,8 +315,9 @@ def payload_digests(arrays: list[np.ndarray]) -> list[str]:
 
 
 def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
-                ) -> tuple[dict[str, bytes] | None, list[dict]]:
-    """The BLOBFILE bytes of ``program``'s weight plan and the manifest weight entries.
+                ) -> tuple[dict[str, BlobWriter] | None, list[dict]]:
+    """The BLOBFILEs of ``program``'s weight plan (a writer per file, its payloads views of
+    the store where no conversion is needed) and the manifest weight entries.
 
     Without a store (``anec mil``) there are no blobs and each entry's
     ``sha256`` is None.
@@ -345,21 +346,20 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
             "slice": list(slot.slice) if slot.slice is not None else None,
             "sha256": digest,
         })
-    blobs = {f: w.to_bytes() for f, w in writers.items()} if store is not None else None
-    return blobs, entries
+    return (writers if store is not None else None), entries
 
 
 WEIGHT_INPUTS_DIR = "inputs"
 
 
 def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None
-                        ) -> tuple[dict[str, bytes], list[dict]]:
+                        ) -> tuple[BlobFiles, list[dict]]:
     """The initial values of the weights compiled as inputs (``graph.meta["weight_inputs"]``):
     one BLOBFILE each under ``inputs/`` (never referenced by the MIL; the runtime writes them
     into the input surfaces), and their manifest entries."""
     from anec.weights import materialize_attrs
 
-    blobs: dict[str, bytes] = {}
+    blobs: dict[str, BlobWriter] = {}
     entries = []
     for w in graph.meta.get("weight_inputs", []) or []:
         file = f"{WEIGHT_INPUTS_DIR}/{w['input']}.bin"
@@ -369,12 +369,17 @@ def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None
             arr = materialize_attrs(attrs, TensorType(DType(w["dtype"]), tuple(w["shape"])), store, w["input"])
             writer = BlobWriter()
             writer.add(arr)
-            blobs[file] = writer.to_bytes()
+            blobs[file] = writer
             digest = payload_digests([arr])[0]
         entries.append({"key": w["key"], "input": w["input"], "file": file, "offset": HEADER_BYTES, "dtype": w["dtype"],
                         "shape": list(w["shape"]), "perm": w.get("perm"), "slice": w.get("slice"),
                         "sha256": digest})
-    return blobs, entries
+    return BlobFiles(blobs), entries
+
+
+def file_source(blobs: Mapping[str, bytes], rel: str) -> "bytes | BlobWriter":
+    """What writes weight file ``rel`` of ``blobs``: its bytes, or the writer streaming them."""
+    return blobs.source(rel) if isinstance(blobs, BlobFiles) else blobs[rel]
 
 
 def artifact_weight_inputs(artifact: "Artifact") -> dict[str, np.ndarray]:
@@ -396,8 +401,10 @@ class Artifact:
 
     func: str
     mil_text: str
-    blobs: dict[str, bytes]
-    """Weight file path relative to the artifact dir (``weights/w1.bin``) -> bytes."""
+    blobs: Mapping[str, bytes]
+    """Weight file path relative to the artifact dir (``weights/w1.bin``) -> bytes. A
+    compiled artifact holds a :class:`~anec.mil.blobfile.BlobFiles`: each file's bytes are
+    built when first read, and writing the artifact streams the weights to disk instead."""
     manifest: dict
     program: MilProgram | None = field(default=None, repr=False, compare=False)
     """The emitter's result (names, weight plan) when built in this process."""
@@ -418,7 +425,8 @@ class Artifact:
         manifest = build_manifest(graph, program, target, entries, rewrites, ir_text)
         if input_entries:
             manifest["weight_inputs"] = input_entries
-        return cls(graph.name, program.text, {**(blobs or {}), **input_blobs}, manifest, program, ir_text)
+        files = BlobFiles({**(blobs or {}), **{rel: input_blobs.source(rel) for rel in input_blobs}})
+        return cls(graph.name, program.text, files, manifest, program, ir_text)
 
     @property
     def complete(self) -> bool:
@@ -434,8 +442,9 @@ class Artifact:
         return sum(1 for line in self.mil_text.splitlines() if line.startswith(" " * 8))
 
     # ---- files ---------------------------------------------------------------
-    def files(self) -> dict[str, bytes]:
-        """Every file of the artifact directory, relative path -> bytes."""
+    def files(self) -> dict[str, "bytes | BlobWriter"]:
+        """Every file of the artifact directory, relative path -> bytes (a weight file not
+        read yet: the :class:`~anec.mil.blobfile.BlobWriter` that writes it)."""
         if not self.complete:
             missing = next(w["file"] for w in _all_weight_entries(self.manifest) if w["file"] not in self.blobs)
             raise ArtifactError(
@@ -444,9 +453,9 @@ class Artifact:
             )
         validate_manifest(self.manifest, f"the manifest of '{self.func}'")  # never write what load refuses
         out = {MIL_FILE: self.mil_text.encode("utf-8"), PROGRAM_IR_FILE: self.program_ir.encode("utf-8")}
-        for rel, data in sorted(self.blobs.items()):
+        for rel in sorted(self.blobs):
             check_rel(rel, "weight file")
-            out[rel] = data
+            out[rel] = file_source(self.blobs, rel)
         out[MANIFEST_FILE] = (format_json(self.manifest) + "\n").encode("utf-8")
         return out
 
@@ -518,7 +527,7 @@ class Artifact:
         return parse(self.program_ir, filename=f"{self.func}/{PROGRAM_IR_FILE}")
 
 
-def write_artifact_dir(directory: str | os.PathLike, files: Mapping[str, bytes]) -> Path:
+def write_artifact_dir(directory: str | os.PathLike, files: Mapping[str, "bytes | BlobWriter"]) -> Path:
     """Make ``directory`` hold exactly ``files`` (an artifact), atomically. An existing artifact
     is replaced; a non-empty directory that is not one is refused (ArtifactError)."""
     dest = Path(directory)
@@ -563,7 +572,7 @@ def write_output(out: str | os.PathLike, artifacts: Mapping[str, "Artifact"],
     so a mistyped ``-o`` never deletes user files. Returns func -> directory.
     """
     dest = Path(out)
-    files: dict[str, bytes] = {}
+    files: dict[str, "bytes | BlobWriter"] = {}
     index: dict[str, str] = {}
     for name, art in artifacts.items():
         d = _func_dir_name(name)
@@ -747,10 +756,11 @@ def output_funcs(d: Beneath) -> dict[str, str | None]:
 # atomic directory replacement
 
 
-def _write_files(root: Path, files: Mapping[str, bytes]) -> None:
-    """Write and fsync every file under ``root``, on worker threads when there are several:
-    a write or an fsync releases the GIL, so the disk's latencies overlap. The first error
-    is raised (after every started write has finished)."""
+def _write_files(root: Path, files: Mapping[str, "bytes | BlobWriter"]) -> None:
+    """Write and fsync every file under ``root`` (bytes, or a BLOBFILE streamed by its
+    writer), on worker threads when there are several: a write or an fsync releases the
+    GIL, so the disk's latencies overlap. The first error is raised (after every started
+    write has finished)."""
     if len(files) < 4:
         for rel, data in files.items():
             _write_file(root / rel, data)
@@ -759,7 +769,7 @@ def _write_files(root: Path, files: Mapping[str, bytes]) -> None:
 
     for parent in sorted({(root / rel).parent for rel in files}):
         parent.mkdir(parents=True, exist_ok=True)
-    largest_first = sorted(files, key=lambda rel: -len(files[rel]))
+    largest_first = sorted(files, key=lambda rel: -_size(files[rel]))
     with ThreadPoolExecutor(min(len(files), _WRITERS)) as pool:
         jobs = [pool.submit(_write_file, root / rel, files[rel]) for rel in largest_first]
         errors = [job.exception() for job in jobs]
@@ -788,13 +798,23 @@ _WRITERS = 16
 """Threads writing an output: mostly waiting on fsync, so more than the cores."""
 
 
-def _write_file(path: Path, data: bytes) -> None:
+def _size(data: "bytes | BlobWriter") -> int:
+    return data.size if isinstance(data, BlobWriter) else len(data)
+
+
+def _write_file(path: Path, data: "bytes | BlobWriter") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    mode = os.O_RDWR if isinstance(data, BlobWriter) else os.O_WRONLY  # readable: mapped once written
+    fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     with os.fdopen(fd, "wb") as f:
-        f.write(data)
+        if isinstance(data, BlobWriter):
+            data.write_to(f)
+        else:
+            f.write(data)
         f.flush()
         os.fsync(f.fileno())
+        if isinstance(data, BlobWriter):
+            data.written(f.fileno())  # its bytes are now this file's, not the weights'
 
 
 class _WriteLock:
@@ -856,7 +876,7 @@ def _remove_stale(dest: Path) -> None:
                     pass
 
 
-def write_tree_atomic(dest: Path, files: Mapping[str, bytes],
+def write_tree_atomic(dest: Path, files: Mapping[str, "bytes | BlobWriter"],
                       last: Callable[[Path], Mapping[str, bytes]] | None = None) -> None:
     """Make ``dest`` a directory holding exactly ``files``, all or nothing.
 
@@ -893,7 +913,7 @@ def _temp_dir(dest: Path) -> Path:
     raise OSError(errno.EEXIST, "no free temporary name", str(dest.parent))
 
 
-def _swap_in(dest: Path, files: Mapping[str, bytes], last: Callable[[Path], Mapping[str, bytes]] | None) -> None:
+def _swap_in(dest: Path, files: Mapping[str, "bytes | BlobWriter"], last: Callable[[Path], Mapping[str, bytes]] | None) -> None:
     parent = dest.parent
     try:
         tmp = _temp_dir(dest)
