@@ -44,9 +44,11 @@ import re
 import secrets
 import shutil
 import stat
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -298,20 +300,48 @@ def _workers(sizes: list[int]) -> int:
     return min(big, os.cpu_count() or 1, 8)
 
 
+def _digest(a: np.ndarray) -> str:
+    a = np.ascontiguousarray(a)
+    return hashlib.sha256(memoryview(a.reshape(-1)).cast("B")).hexdigest()
+
+
 def payload_digests(arrays: list[np.ndarray]) -> list[str]:
     """sha256 of each array's bytes (row-major), hashed in place, large ones in parallel."""
-
-    def digest(a: np.ndarray) -> str:
-        a = np.ascontiguousarray(a)
-        return hashlib.sha256(memoryview(a.reshape(-1)).cast("B")).hexdigest()
-
     workers = _workers([a.nbytes for a in arrays])
     if workers < 2:
-        return [digest(a) for a in arrays]
+        return [_digest(a) for a in arrays]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(digest, arrays))
+        return list(pool.map(_digest, arrays))
+
+
+_deferring: ContextVar[bool] = ContextVar("anec_defer_weight_hashes", default=False)
+_hashers: "tuple[int, Any] | None" = None  # (pid, ThreadPoolExecutor)
+
+
+@contextmanager
+def deferred_hashes() -> Iterator[None]:
+    """Within this block :meth:`Artifact.build` hashes the weights on worker threads and
+    returns at once: each manifest's weight ``sha256`` is filled in by
+    :meth:`Artifact.finish` (which :meth:`Artifact.files`, and so every write, calls first).
+    :func:`anec.compiler.compile_module` builds its artifacts so, and
+    :func:`write_output` streams the weights to disk while they are hashed."""
+    token = _deferring.set(True)
+    try:
+        yield
+    finally:
+        _deferring.reset(token)
+
+
+def _hash_pool() -> Any:
+    """The worker threads hashing deferred weights (one per core; made again in a forked child)."""
+    global _hashers
+    if _hashers is None or _hashers[0] != os.getpid():
+        from concurrent.futures import ThreadPoolExecutor
+
+        _hashers = (os.getpid(), ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="anec-hash"))
+    return _hashers[1]
 
 
 def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
@@ -337,7 +367,12 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
             if offset != slot.offset:  # the emitter's plan and the writer must agree
                 raise PassError(f"emit-mil: blob offset {offset} != planned {slot.offset} in {slot.file}")
             payloads.append(arr)
-    digests = payload_digests(payloads) if store is not None else [None] * len(program.weights)
+    if store is None:
+        digests: list[Any] = [None] * len(program.weights)
+    elif _deferring.get():  # Futures: Artifact.build leaves them to Artifact.finish
+        digests = [_hash_pool().submit(_digest, a) for a in payloads]
+    else:
+        digests = payload_digests(payloads)
     for slot, digest in zip(program.weights, digests):
         entries.append({
             "key": slot.key, "const": slot.const, "file": slot.file, "path": slot.path,
@@ -410,6 +445,8 @@ class Artifact:
     """The emitter's result (names, weight plan) when built in this process."""
     program_ir: str = ""
     """The compiled program in anec IR (``program.ir``), weights keyed by BLOBFILE."""
+    pending: list = field(default_factory=list, repr=False, compare=False)
+    """Manifest weight entries whose sha256 is still being computed (see :func:`deferred_hashes`)."""
 
     @classmethod
     def build(cls, graph: Graph, program: MilProgram, target: "Target",
@@ -426,7 +463,14 @@ class Artifact:
         if input_entries:
             manifest["weight_inputs"] = input_entries
         files = BlobFiles({**(blobs or {}), **{rel: input_blobs.source(rel) for rel in input_blobs}})
-        return cls(graph.name, program.text, files, manifest, program, ir_text)
+        pending = [e for e in entries if not (e["sha256"] is None or isinstance(e["sha256"], str))]
+        return cls(graph.name, program.text, files, manifest, program, ir_text, pending)
+
+    def finish(self) -> None:
+        """Wait for the weight hashes still being computed and put them in the manifest."""
+        for entry in self.pending:
+            entry["sha256"] = entry["sha256"].result()
+        self.pending = []
 
     @property
     def complete(self) -> bool:
@@ -445,6 +489,7 @@ class Artifact:
     def files(self) -> dict[str, "bytes | BlobWriter"]:
         """Every file of the artifact directory, relative path -> bytes (a weight file not
         read yet: the :class:`~anec.mil.blobfile.BlobWriter` that writes it)."""
+        self.finish()
         if not self.complete:
             missing = next(w["file"] for w in _all_weight_entries(self.manifest) if w["file"] not in self.blobs)
             raise ArtifactError(
@@ -572,25 +617,52 @@ def write_output(out: str | os.PathLike, artifacts: Mapping[str, "Artifact"],
     so a mistyped ``-o`` never deletes user files. Returns func -> directory.
     """
     dest = Path(out)
-    files: dict[str, "bytes | BlobWriter"] = {}
-    index: dict[str, str] = {}
+    weights: dict[str, "bytes | BlobWriter"] = {}
     for name, art in artifacts.items():
         d = _func_dir_name(name)
-        for rel, data in art.files().items():
-            files[f"{d}/{rel}"] = data
-        index[d] = sha256(files[f"{d}/{MANIFEST_FILE}"])
+        if not art.complete:
+            art.files()  # the error naming the missing weight file
+        for rel, data in _weight_files(art):
+            weights[f"{d}/{rel}"] = data
+    index: dict[str, str] = {}
 
     def last(tmp: Path) -> dict[str, bytes]:
-        """The output index (written last: the output is complete), with the kept funcs
-        linked in first; runs under the write lock, so the previous output is stable."""
+        """After the weight files: every other file (the manifests wait for the weight hashes
+        computed meanwhile) and the output index (written last: the output is complete), with
+        the kept funcs linked in first; runs under the write lock, so the previous output is
+        stable."""
+        rest: dict[str, "bytes | BlobWriter"] = {}
+        for name, art in artifacts.items():
+            d = _func_dir_name(name)
+            for rel, data in art.files().items():
+                if f"{d}/{rel}" not in weights:
+                    rest[f"{d}/{rel}"] = data
+            index[d] = sha256(rest[f"{d}/{MANIFEST_FILE}"])
+        _write_files(tmp, rest)
         kept = _link_funcs(dest, tmp, exclude=index) if keep_funcs and _exists(dest) else {}
         marker = {"format": OUTPUT_FORMAT, "anec_version": __version__, "funcs": {**kept, **index}}
         return {OUTPUT_INDEX: (format_json(marker) + "\n").encode("utf-8")}
 
     if _exists(dest):
         _check_replaceable_output(dest)
-    write_tree_atomic(dest, files, last)
+    write_tree_atomic(dest, weights, last)
     return {name: dest / name for name in artifacts}
+
+
+def _weight_files(art: Any) -> list[tuple[str, "bytes | BlobWriter"]]:
+    """The weight files of an artifact (and of a pipeline's stages), relative path -> bytes or
+    the writer streaming them: what :func:`write_output` writes first."""
+    out = []
+    stages = getattr(art, "stages", None)
+    if stages is not None:
+        from anec.mil.pipeline import stage_dir
+
+        for k, stage in enumerate(stages):
+            out += [(f"{stage_dir(k)}/{rel}", data) for rel, data in _weight_files(stage)]
+    for rel in art.blobs:
+        check_rel(rel, "weight file")
+        out.append((rel, file_source(art.blobs, rel)))
+    return out
 
 
 def _link_funcs(dest: Path, tmp: Path, exclude: Mapping[str, str]) -> dict[str, str]:

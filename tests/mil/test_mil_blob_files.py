@@ -91,3 +91,33 @@ def test_artifact_build_and_write_match_bytes_written_from_the_mapping(tmp_path)
     eager.write(tmp_path / "eager")
     for rel in eager.blobs:
         assert (tmp_path / "lazy" / rel).read_bytes() == (tmp_path / "eager" / rel).read_bytes() == lazy.blobs[rel]
+
+
+def test_deferred_hashes_are_in_every_manifest_before_it_is_read_or_written(tmp_path):
+    from concurrent.futures import Future
+
+    from anec.mil.artifact import deferred_hashes, sha256
+    from anec.weights import random_weights
+
+    g = small_mlp()
+    t = get_target("m4")
+    store = random_weights(g, 5)
+    want = Artifact.build(g, emit_mil(g, t), t, store).manifest["weights"]
+    assert all(isinstance(w["sha256"], str) for w in want)  # outside the block: hashed at once
+    with deferred_hashes():
+        art = Artifact.build(g, emit_mil(g, t), t, store)
+    assert art.pending and all(isinstance(w["sha256"], Future) for w in art.manifest["weights"])
+    art.write(tmp_path / "a")  # writing finishes the manifest first
+    assert not art.pending and art.manifest["weights"] == want
+    loaded = Artifact.load(tmp_path / "a")
+    assert loaded.manifest["weights"] == want
+    for w in want:
+        payload = BlobReader(loaded.blobs[w["file"]]).payload(w["offset"])
+        assert sha256(payload) == w["sha256"]
+
+
+def test_compile_to_disk_returns_finished_manifests(tmp_path):
+    res = compile_module(fp16_module(), weights=store16(), out_dir=tmp_path / "out")
+    art = res.artifacts["f"]
+    assert not art.pending and all(isinstance(w["sha256"], str) for w in art.manifest["weights"])
+    assert load_artifact(tmp_path / "out").manifest == art.manifest
