@@ -654,11 +654,10 @@ def _weight_files(art: Any) -> list[tuple[str, "bytes | BlobWriter"]]:
     the writer streaming them: what :func:`write_output` writes first."""
     out = []
     stages = getattr(art, "stages", None)
-    if stages is not None:
-        from anec.mil.pipeline import stage_dir
-
-        for k, stage in enumerate(stages):
-            out += [(f"{stage_dir(k)}/{rel}", data) for rel, data in _weight_files(stage)]
+    if stages is not None:  # a pipeline: its manifest names each stage's directory
+        for entry, stage in zip(art.manifest["stages"], stages):
+            check_rel(entry["dir"], "stage directory")
+            out += [(f"{entry['dir']}/{rel}", data) for rel, data in _weight_files(stage)]
     for rel in art.blobs:
         check_rel(rel, "weight file")
         out.append((rel, file_source(art.blobs, rel)))
