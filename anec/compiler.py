@@ -20,6 +20,7 @@ complete new one, and compiles to one ``out_dir`` take turns (see
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import time
@@ -29,7 +30,7 @@ from typing import Any, Iterable, Sequence
 
 from anec.diagnostics import AnecError, did_you_mean
 from anec.ir.graph import Module
-from anec.mil.artifact import Artifact, write_output
+from anec.mil.artifact import Artifact, deferred_hashes, write_output
 from anec.passes.base import Pass, PassContext
 from anec.targets import Target, get_target
 
@@ -148,7 +149,9 @@ def compile_module(
     ctx = PassContext(target=tgt, weights=store, module=work,
                       options={"pack_weights": pack_weights, "host_casts": host_casts},
                       print_ir_after=dump_after, verify_each=verify_each)
-    run_pipeline(work, pipeline, ctx, verify_input=False)  # a clone of the verified module
+    with deferred_hashes() if out_dir is not None else contextlib.nullcontext():
+        # writing: the weights are hashed on worker threads while write_output streams them to disk
+        run_pipeline(work, pipeline, ctx, verify_input=False)  # a clone of the verified module
     timings.extend(ctx.timings)
     if timing:
         timings.append(("*", "verify", verified + ctx.verify_seconds))
@@ -166,7 +169,23 @@ def compile_module(
         result.paths = write_output(Path(out_dir), result.artifacts, keep_funcs=keep_funcs)
         if timing:
             result.timings.append(("*", "write", time.perf_counter() - start))
+        _settle(result.artifacts.values(), pin=False)
+    else:  # the weight files hold views of the store until written: copy them out of it now
+        _settle(result.artifacts.values(), pin=True)
     return result
+
+
+def _settle(artifacts: Iterable[Any], pin: bool) -> None:
+    """Every manifest complete (deferred weight hashes in), and with ``pin`` every weight
+    file's bytes built (no view of the weights left)."""
+    from anec.mil.blobfile import BlobFiles
+
+    for art in artifacts:
+        for a in [art, *getattr(art, "stages", [])]:
+            if hasattr(a, "finish"):
+                a.finish()
+            if pin and isinstance(a.blobs, BlobFiles):
+                a.blobs.pin()
 
 
 def _patterns(spec: Iterable[str] | str) -> list[str]:

@@ -31,6 +31,7 @@ Usage (writes benchmarks/results/compile.json and compile.md)::
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -495,13 +496,19 @@ def gpt2_body(repeat: int, baseline: str | None = None) -> dict:
         tmp = Path(d)
         print("  writing the GPT-2-small IR and safetensors ...", flush=True)
         inputs = _gpt2_inputs(tmp)
-        out: dict = {"weight_mib": round(inputs["weight_mib"], 1), "repeat": repeat, "anec": {}}
+        out: dict = {"weight_mib": round(inputs["weight_mib"], 1), "repeat": repeat, "anec": {},
+                     "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
         if baseline:
             out["baseline"] = _baseline_compiles(baseline, inputs, tmp, repeat)
         last = None
         for form in ("one", "per_layer"):
             runs = []
+            result = None
             for _ in range(repeat):
+                # the previous compile's artifacts map the files it wrote: let go of them before the
+                # clock starts, so that removing its output is not timed (as in a fresh process)
+                result = None
+                gc.collect()
                 total, stages, result = _anec_compile(inputs[form], inputs["weights"], tmp / f"out_{form}")
                 runs.append((total, stages))
             best, stages = min(runs, key=lambda r: r[0])
@@ -523,12 +530,22 @@ def gpt2_body(repeat: int, baseline: str | None = None) -> dict:
         print(f"  raw write {out['raw_write_s']} s, with fsync {out['raw_write_fsync_s']} s", flush=True)
         print("  coremltools build + passes + save ...", flush=True)
         out["coremltools"] = _coreml_build_passes_save(last.artifacts[next(iter(last.artifacts))], tmp)
+        out["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     ct_s = (out["coremltools"] or {}).get("seconds")
     for form, r in out["anec"].items():
         r["coremltools_over_anec"] = round(ct_s / r["seconds"], 2) if ct_s else None
         r["over_raw_write"] = round(r["seconds"] / out["raw_write_s"], 1)
         r["over_raw_write_fsync"] = round(r["seconds"] / out["raw_write_fsync_s"], 1)
     return out
+
+
+def _load_note(g: dict) -> str:
+    """The machine's load average (1, 5, 15 min) when the GPT-2 section started and ended."""
+    if not g.get("loadavg_start"):
+        return ""
+    fmt = lambda la: "/".join(str(x) for x in la)  # noqa: E731
+    return (f" Load average (1/5/15 min, {os.cpu_count()} cpus): {fmt(g['loadavg_start'])} at the start, "
+            f"{fmt(g.get('loadavg_end') or [])} at the end: other work shared the machine.")
 
 
 def gpt2_markdown(g: dict) -> list[str]:
@@ -539,7 +556,7 @@ def gpt2_markdown(g: dict) -> list[str]:
              f"best of {g['repeat']} in-process runs (parse + compile_module with the output written and "
              "fsynced). coremltools: the same program built op for op with its MIL builder, its "
              "default pass pipeline, then ct.convert + save of an .mlpackage. Raw write: the blob "
-             "bytes written to one file.", "",
+             "bytes written to one file." + _load_note(g), "",
              "| form | programs | seconds | coremltools / anec | anec / raw write | anec / raw write+fsync |",
              "|---|---:|---:|---:|---:|---:|"]
     for form, r in g["anec"].items():
@@ -573,7 +590,8 @@ def gpt2_markdown(g: dict) -> list[str]:
                   f"{ct['serialize_s']} s = {ct['seconds']} s.", ""]
     elif ct:
         lines += [ct.get("skipped", ""), ""]
-    lines += ["Where anec's time goes (seconds, best run):", "",
+    lines += ["Where anec's time goes (seconds, best run; since the weights are hashed while they are "
+              "written, `write` includes hashing them, which code before that did in `emit-mil`):", "",
               "| form | " + " | ".join(STAGES) + " |", "|---|" + "---:|" * len(STAGES)]
     for form, r in g["anec"].items():
         lines.append(f"| {form} | " + " | ".join(str(r["stages_s"].get(k, 0.0)) for k in STAGES) + " |")

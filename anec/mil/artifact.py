@@ -44,9 +44,11 @@ import re
 import secrets
 import shutil
 import stat
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -56,7 +58,7 @@ from anec.ir.graph import Graph, Module
 from anec.ir.types import DType, TensorType
 from anec.fsutil import discard, fsync_dir, move_into_place
 from anec.mil.beneath import Beneath, check_rel
-from anec.mil.blobfile import HEADER_BYTES, BlobReader, BlobWriter
+from anec.mil.blobfile import HEADER_BYTES, BlobFiles, BlobReader, BlobWriter
 from anec.mil.emitter import MilProgram
 from anec.mil.manifest import FORMAT, MANIFEST_MAX_BYTES, parse_json, parse_manifest, validate_manifest
 
@@ -298,25 +300,54 @@ def _workers(sizes: list[int]) -> int:
     return min(big, os.cpu_count() or 1, 8)
 
 
+def _digest(a: np.ndarray) -> str:
+    a = np.ascontiguousarray(a)
+    return hashlib.sha256(memoryview(a.reshape(-1)).cast("B")).hexdigest()
+
+
 def payload_digests(arrays: list[np.ndarray]) -> list[str]:
     """sha256 of each array's bytes (row-major), hashed in place, large ones in parallel."""
-
-    def digest(a: np.ndarray) -> str:
-        a = np.ascontiguousarray(a)
-        return hashlib.sha256(memoryview(a.reshape(-1)).cast("B")).hexdigest()
-
     workers = _workers([a.nbytes for a in arrays])
     if workers < 2:
-        return [digest(a) for a in arrays]
+        return [_digest(a) for a in arrays]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(digest, arrays))
+        return list(pool.map(_digest, arrays))
+
+
+_deferring: ContextVar[bool] = ContextVar("anec_defer_weight_hashes", default=False)
+_hashers: "tuple[int, Any] | None" = None  # (pid, ThreadPoolExecutor)
+
+
+@contextmanager
+def deferred_hashes() -> Iterator[None]:
+    """Within this block :meth:`Artifact.build` hashes the weights on worker threads and
+    returns at once: each manifest's weight ``sha256`` is filled in by
+    :meth:`Artifact.finish` (which :meth:`Artifact.files`, and so every write, calls first).
+    :func:`anec.compiler.compile_module` builds its artifacts so, and
+    :func:`write_output` streams the weights to disk while they are hashed."""
+    token = _deferring.set(True)
+    try:
+        yield
+    finally:
+        _deferring.reset(token)
+
+
+def _hash_pool() -> Any:
+    """The worker threads hashing deferred weights (one per core; made again in a forked child)."""
+    global _hashers
+    if _hashers is None or _hashers[0] != os.getpid():
+        from concurrent.futures import ThreadPoolExecutor
+
+        _hashers = (os.getpid(), ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="anec-hash"))
+    return _hashers[1]
 
 
 def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
-                ) -> tuple[dict[str, bytes] | None, list[dict]]:
-    """The BLOBFILE bytes of ``program``'s weight plan and the manifest weight entries.
+                ) -> tuple[dict[str, BlobWriter] | None, list[dict]]:
+    """The BLOBFILEs of ``program``'s weight plan (a writer per file, its payloads views of
+    the store where no conversion is needed) and the manifest weight entries.
 
     Without a store (``anec mil``) there are no blobs and each entry's
     ``sha256`` is None.
@@ -336,7 +367,12 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
             if offset != slot.offset:  # the emitter's plan and the writer must agree
                 raise PassError(f"emit-mil: blob offset {offset} != planned {slot.offset} in {slot.file}")
             payloads.append(arr)
-    digests = payload_digests(payloads) if store is not None else [None] * len(program.weights)
+    if store is None:
+        digests: list[Any] = [None] * len(program.weights)
+    elif _deferring.get():  # Futures: Artifact.build leaves them to Artifact.finish
+        digests = [_hash_pool().submit(_digest, a) for a in payloads]
+    else:
+        digests = payload_digests(payloads)
     for slot, digest in zip(program.weights, digests):
         entries.append({
             "key": slot.key, "const": slot.const, "file": slot.file, "path": slot.path,
@@ -345,21 +381,20 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
             "slice": list(slot.slice) if slot.slice is not None else None,
             "sha256": digest,
         })
-    blobs = {f: w.to_bytes() for f, w in writers.items()} if store is not None else None
-    return blobs, entries
+    return (writers if store is not None else None), entries
 
 
 WEIGHT_INPUTS_DIR = "inputs"
 
 
 def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None
-                        ) -> tuple[dict[str, bytes], list[dict]]:
+                        ) -> tuple[BlobFiles, list[dict]]:
     """The initial values of the weights compiled as inputs (``graph.meta["weight_inputs"]``):
     one BLOBFILE each under ``inputs/`` (never referenced by the MIL; the runtime writes them
     into the input surfaces), and their manifest entries."""
     from anec.weights import materialize_attrs
 
-    blobs: dict[str, bytes] = {}
+    blobs: dict[str, BlobWriter] = {}
     entries = []
     for w in graph.meta.get("weight_inputs", []) or []:
         file = f"{WEIGHT_INPUTS_DIR}/{w['input']}.bin"
@@ -369,12 +404,17 @@ def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None
             arr = materialize_attrs(attrs, TensorType(DType(w["dtype"]), tuple(w["shape"])), store, w["input"])
             writer = BlobWriter()
             writer.add(arr)
-            blobs[file] = writer.to_bytes()
+            blobs[file] = writer
             digest = payload_digests([arr])[0]
         entries.append({"key": w["key"], "input": w["input"], "file": file, "offset": HEADER_BYTES, "dtype": w["dtype"],
                         "shape": list(w["shape"]), "perm": w.get("perm"), "slice": w.get("slice"),
                         "sha256": digest})
-    return blobs, entries
+    return BlobFiles(blobs), entries
+
+
+def file_source(blobs: Mapping[str, bytes], rel: str) -> "bytes | BlobWriter":
+    """What writes weight file ``rel`` of ``blobs``: its bytes, or the writer streaming them."""
+    return blobs.source(rel) if isinstance(blobs, BlobFiles) else blobs[rel]
 
 
 def artifact_weight_inputs(artifact: "Artifact") -> dict[str, np.ndarray]:
@@ -396,13 +436,17 @@ class Artifact:
 
     func: str
     mil_text: str
-    blobs: dict[str, bytes]
-    """Weight file path relative to the artifact dir (``weights/w1.bin``) -> bytes."""
+    blobs: Mapping[str, bytes]
+    """Weight file path relative to the artifact dir (``weights/w1.bin``) -> bytes. A
+    compiled artifact holds a :class:`~anec.mil.blobfile.BlobFiles`: each file's bytes are
+    built when first read, and writing the artifact streams the weights to disk instead."""
     manifest: dict
     program: MilProgram | None = field(default=None, repr=False, compare=False)
     """The emitter's result (names, weight plan) when built in this process."""
     program_ir: str = ""
     """The compiled program in anec IR (``program.ir``), weights keyed by BLOBFILE."""
+    pending: list = field(default_factory=list, repr=False, compare=False)
+    """Manifest weight entries whose sha256 is still being computed (see :func:`deferred_hashes`)."""
 
     @classmethod
     def build(cls, graph: Graph, program: MilProgram, target: "Target",
@@ -418,7 +462,15 @@ class Artifact:
         manifest = build_manifest(graph, program, target, entries, rewrites, ir_text)
         if input_entries:
             manifest["weight_inputs"] = input_entries
-        return cls(graph.name, program.text, {**(blobs or {}), **input_blobs}, manifest, program, ir_text)
+        files = BlobFiles({**(blobs or {}), **{rel: input_blobs.source(rel) for rel in input_blobs}})
+        pending = [e for e in entries if not (e["sha256"] is None or isinstance(e["sha256"], str))]
+        return cls(graph.name, program.text, files, manifest, program, ir_text, pending)
+
+    def finish(self) -> None:
+        """Wait for the weight hashes still being computed and put them in the manifest."""
+        for entry in self.pending:
+            entry["sha256"] = entry["sha256"].result()
+        self.pending = []
 
     @property
     def complete(self) -> bool:
@@ -434,8 +486,10 @@ class Artifact:
         return sum(1 for line in self.mil_text.splitlines() if line.startswith(" " * 8))
 
     # ---- files ---------------------------------------------------------------
-    def files(self) -> dict[str, bytes]:
-        """Every file of the artifact directory, relative path -> bytes."""
+    def files(self) -> dict[str, "bytes | BlobWriter"]:
+        """Every file of the artifact directory, relative path -> bytes (a weight file not
+        read yet: the :class:`~anec.mil.blobfile.BlobWriter` that writes it)."""
+        self.finish()
         if not self.complete:
             missing = next(w["file"] for w in _all_weight_entries(self.manifest) if w["file"] not in self.blobs)
             raise ArtifactError(
@@ -444,9 +498,9 @@ class Artifact:
             )
         validate_manifest(self.manifest, f"the manifest of '{self.func}'")  # never write what load refuses
         out = {MIL_FILE: self.mil_text.encode("utf-8"), PROGRAM_IR_FILE: self.program_ir.encode("utf-8")}
-        for rel, data in sorted(self.blobs.items()):
+        for rel in sorted(self.blobs):
             check_rel(rel, "weight file")
-            out[rel] = data
+            out[rel] = file_source(self.blobs, rel)
         out[MANIFEST_FILE] = (format_json(self.manifest) + "\n").encode("utf-8")
         return out
 
@@ -518,7 +572,7 @@ class Artifact:
         return parse(self.program_ir, filename=f"{self.func}/{PROGRAM_IR_FILE}")
 
 
-def write_artifact_dir(directory: str | os.PathLike, files: Mapping[str, bytes]) -> Path:
+def write_artifact_dir(directory: str | os.PathLike, files: Mapping[str, "bytes | BlobWriter"]) -> Path:
     """Make ``directory`` hold exactly ``files`` (an artifact), atomically. An existing artifact
     is replaced; a non-empty directory that is not one is refused (ArtifactError)."""
     dest = Path(directory)
@@ -563,25 +617,51 @@ def write_output(out: str | os.PathLike, artifacts: Mapping[str, "Artifact"],
     so a mistyped ``-o`` never deletes user files. Returns func -> directory.
     """
     dest = Path(out)
-    files: dict[str, bytes] = {}
-    index: dict[str, str] = {}
+    weights: dict[str, "bytes | BlobWriter"] = {}
     for name, art in artifacts.items():
         d = _func_dir_name(name)
-        for rel, data in art.files().items():
-            files[f"{d}/{rel}"] = data
-        index[d] = sha256(files[f"{d}/{MANIFEST_FILE}"])
+        if not art.complete:
+            art.files()  # the error naming the missing weight file
+        for rel, data in _weight_files(art):
+            weights[f"{d}/{rel}"] = data
+    index: dict[str, str] = {}
 
     def last(tmp: Path) -> dict[str, bytes]:
-        """The output index (written last: the output is complete), with the kept funcs
-        linked in first; runs under the write lock, so the previous output is stable."""
+        """After the weight files: every other file (the manifests wait for the weight hashes
+        computed meanwhile) and the output index (written last: the output is complete), with
+        the kept funcs linked in first; runs under the write lock, so the previous output is
+        stable."""
+        rest: dict[str, "bytes | BlobWriter"] = {}
+        for name, art in artifacts.items():
+            d = _func_dir_name(name)
+            for rel, data in art.files().items():
+                if f"{d}/{rel}" not in weights:
+                    rest[f"{d}/{rel}"] = data
+            index[d] = sha256(rest[f"{d}/{MANIFEST_FILE}"])
+        _write_files(tmp, rest)
         kept = _link_funcs(dest, tmp, exclude=index) if keep_funcs and _exists(dest) else {}
         marker = {"format": OUTPUT_FORMAT, "anec_version": __version__, "funcs": {**kept, **index}}
         return {OUTPUT_INDEX: (format_json(marker) + "\n").encode("utf-8")}
 
     if _exists(dest):
         _check_replaceable_output(dest)
-    write_tree_atomic(dest, files, last)
+    write_tree_atomic(dest, weights, last)
     return {name: dest / name for name in artifacts}
+
+
+def _weight_files(art: Any) -> list[tuple[str, "bytes | BlobWriter"]]:
+    """The weight files of an artifact (and of a pipeline's stages), relative path -> bytes or
+    the writer streaming them: what :func:`write_output` writes first."""
+    out = []
+    stages = getattr(art, "stages", None)
+    if stages is not None:  # a pipeline: its manifest names each stage's directory
+        for entry, stage in zip(art.manifest["stages"], stages):
+            check_rel(entry["dir"], "stage directory")
+            out += [(f"{entry['dir']}/{rel}", data) for rel, data in _weight_files(stage)]
+    for rel in art.blobs:
+        check_rel(rel, "weight file")
+        out.append((rel, file_source(art.blobs, rel)))
+    return out
 
 
 def _link_funcs(dest: Path, tmp: Path, exclude: Mapping[str, str]) -> dict[str, str]:
@@ -747,10 +827,11 @@ def output_funcs(d: Beneath) -> dict[str, str | None]:
 # atomic directory replacement
 
 
-def _write_files(root: Path, files: Mapping[str, bytes]) -> None:
-    """Write and fsync every file under ``root``, on worker threads when there are several:
-    a write or an fsync releases the GIL, so the disk's latencies overlap. The first error
-    is raised (after every started write has finished)."""
+def _write_files(root: Path, files: Mapping[str, "bytes | BlobWriter"]) -> None:
+    """Write and fsync every file under ``root`` (bytes, or a BLOBFILE streamed by its
+    writer), on worker threads when there are several: a write or an fsync releases the
+    GIL, so the disk's latencies overlap. The first error is raised (after every started
+    write has finished)."""
     if len(files) < 4:
         for rel, data in files.items():
             _write_file(root / rel, data)
@@ -759,7 +840,7 @@ def _write_files(root: Path, files: Mapping[str, bytes]) -> None:
 
     for parent in sorted({(root / rel).parent for rel in files}):
         parent.mkdir(parents=True, exist_ok=True)
-    largest_first = sorted(files, key=lambda rel: -len(files[rel]))
+    largest_first = sorted(files, key=lambda rel: -_size(files[rel]))
     with ThreadPoolExecutor(min(len(files), _WRITERS)) as pool:
         jobs = [pool.submit(_write_file, root / rel, files[rel]) for rel in largest_first]
         errors = [job.exception() for job in jobs]
@@ -788,13 +869,23 @@ _WRITERS = 16
 """Threads writing an output: mostly waiting on fsync, so more than the cores."""
 
 
-def _write_file(path: Path, data: bytes) -> None:
+def _size(data: "bytes | BlobWriter") -> int:
+    return data.size if isinstance(data, BlobWriter) else len(data)
+
+
+def _write_file(path: Path, data: "bytes | BlobWriter") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    mode = os.O_RDWR if isinstance(data, BlobWriter) else os.O_WRONLY  # readable: mapped once written
+    fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     with os.fdopen(fd, "wb") as f:
-        f.write(data)
+        if isinstance(data, BlobWriter):
+            data.write_to(f)
+        else:
+            f.write(data)
         f.flush()
         os.fsync(f.fileno())
+        if isinstance(data, BlobWriter):
+            data.written(f.fileno())  # its bytes are now this file's, not the weights'
 
 
 class _WriteLock:
@@ -856,7 +947,7 @@ def _remove_stale(dest: Path) -> None:
                     pass
 
 
-def write_tree_atomic(dest: Path, files: Mapping[str, bytes],
+def write_tree_atomic(dest: Path, files: Mapping[str, "bytes | BlobWriter"],
                       last: Callable[[Path], Mapping[str, bytes]] | None = None) -> None:
     """Make ``dest`` a directory holding exactly ``files``, all or nothing.
 
@@ -893,7 +984,7 @@ def _temp_dir(dest: Path) -> Path:
     raise OSError(errno.EEXIST, "no free temporary name", str(dest.parent))
 
 
-def _swap_in(dest: Path, files: Mapping[str, bytes], last: Callable[[Path], Mapping[str, bytes]] | None) -> None:
+def _swap_in(dest: Path, files: Mapping[str, "bytes | BlobWriter"], last: Callable[[Path], Mapping[str, bytes]] | None) -> None:
     parent = dest.parent
     try:
         tmp = _temp_dir(dest)

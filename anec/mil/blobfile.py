@@ -25,10 +25,12 @@ Run ``python -m anec.mil.blobfile FILE`` to list the blobs of a file.
 from __future__ import annotations
 
 import hashlib
+import mmap
 import struct
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, Mapping
 
 import numpy as np
 
@@ -98,15 +100,20 @@ class BlobWriter:
     Payloads are not copied when added: the writer keeps the (contiguous,
     little-endian) array and copies it once, into :meth:`to_bytes` or straight
     into a file with :meth:`write_to`. Do not modify an array after adding it.
+    Once :meth:`write_to` has written a whole file, the writer maps that file
+    and lets go of the arrays: the bytes are then the file's.
     """
 
     def __init__(self) -> None:
         self._parts: list[bytes | memoryview] = []
         self._count = 0
         self._end = HEADER_BYTES
+        self._file: mmap.mmap | None = None
 
     def add(self, arr: np.ndarray) -> int:
         """Append ``arr`` (row-major, little-endian) and return its metadata offset."""
+        if self._file is not None:
+            raise ValueError("this BLOBFILE has been written; it takes no more tensors")
         a = np.asarray(arr)
         code = dtype_code(a.dtype)
         a = np.ascontiguousarray(a.astype(a.dtype.newbyteorder("<"), copy=False))
@@ -134,14 +141,72 @@ class BlobWriter:
 
     def to_bytes(self) -> bytes:
         """The file contents."""
+        if self._file is not None:
+            return self._file[:]
         return b"".join([self._header(), *self._parts])
 
     def write_to(self, f) -> int:
-        """Write the file contents to the binary file object ``f``; returns the bytes written."""
+        """Write the file contents to the binary file object ``f`` (nothing copied on the
+        way: each payload goes from its array to the file); returns the bytes written."""
+        if self._file is not None:
+            f.write(self._file)
+            return self._end
         f.write(self._header())
         for part in self._parts:
             f.write(part)
         return self._end
+
+    def written(self, fd: int) -> None:
+        """Take the bytes from now on from the file open for reading as ``fd``, which holds
+        exactly what :meth:`write_to` wrote (a read-only mapping), and drop the arrays."""
+        if self._file is not None:
+            return
+        try:
+            self._file = mmap.mmap(fd, self._end, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # a file system without mmap: keep the arrays
+            return
+        self._parts = []
+
+
+class BlobFiles(Mapping[str, bytes]):
+    """Weight file -> BLOBFILE bytes, each file's bytes built when first read.
+
+    A compile holds each weight file as its :class:`BlobWriter` (payloads
+    still views of the weights): writing the artifact streams it to disk from
+    :meth:`source` without building its bytes (the one copy of each weight),
+    after which the writer reads the file it wrote. Reading a file through
+    the mapping builds its bytes once (:meth:`pin` builds them all).
+    """
+
+    def __init__(self, files: Mapping[str, "bytes | BlobWriter"] | None = None) -> None:
+        self._files: dict[str, bytes | BlobWriter] = dict(files or {})
+
+    def __getitem__(self, rel: str) -> bytes:
+        data = self._files[rel]
+        if isinstance(data, BlobWriter):
+            data = self._files[rel] = data.to_bytes()
+        return data
+
+    def __contains__(self, rel: object) -> bool:
+        return rel in self._files
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def __repr__(self) -> str:
+        return f"<BlobFiles {sorted(self._files)}>"
+
+    def source(self, rel: str) -> "bytes | BlobWriter":
+        """What writes file ``rel``: its bytes, or the writer that streams them."""
+        return self._files[rel]
+
+    def pin(self) -> None:
+        """Build every file's bytes now (the weights they came from may then change)."""
+        for rel in self._files:
+            self[rel]
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ def graphs(draw):
                 out = b.matmul(v, w, transpose_y=ty)
             elif kind == "matmul_act" and rank >= 2:
                 out = b.matmul(v, v, transpose_y=True)
-            elif kind == "softmax":
+            elif kind == "softmax" and rank >= 1:
                 out = b.softmax(v, axis=draw(st.integers(-rank, rank - 1)))
             elif kind == "reduce" and rank >= 1:
                 op = draw(st.sampled_from(["reduce_sum", "reduce_mean", "reduce_max"]))
