@@ -55,10 +55,12 @@ void sim_state_unload(sim_state *s)
 {
     sim_plan *p = s->plan;
     for (size_t i = 0; i < p->n_vals; i++) {
-        if (p->vals[i].kind != SV_CONST)
+        if (p->vals[i].kind != SV_CONST && !(p->vals[i].kind == SV_BLOB && s->held))
             free(s->store[i]);
         s->store[i] = NULL;
     }
+    free(s->held);
+    s->held = NULL;
     for (int i = 0; i < 3; i++) {
         free(s->scratch[i]);
         s->scratch[i] = NULL;
@@ -77,13 +79,17 @@ void sim_state_free(sim_state *s)
     free(s);
 }
 
-int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, char *err, size_t errlen)
+int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, void *adopt, char *err, size_t errlen)
 {
     sim_plan *p = s->plan;
-    if (s->loaded)
+    if (s->loaded) {
+        free(adopt);
         return ANEC_OK;
+    }
+    s->held = adopt;
     char *done = calloc(p->n_vals ? p->n_vals : 1, 1);
     if (!done) {
+        sim_state_unload(s);
         snprintf(err, errlen, "out of memory");
         return ANEC_ENOMEM;
     }
@@ -117,13 +123,14 @@ int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, char *er
                 rc = ANEC_ELOAD;
                 break;
             }
-            void *copy = malloc(w->bytes ? w->bytes : 1);
+            void *copy = s->held ? (void *)t.data : malloc(w->bytes ? w->bytes : 1);
             if (!copy) {
                 rc = ANEC_ENOMEM;
                 snprintf(err, errlen, "out of memory");
                 break;
             }
-            memcpy(copy, t.data, w->bytes);
+            if (!s->held)
+                memcpy(copy, t.data, w->bytes);
             s->store[j] = copy;
             done[j] = 1;
         }
