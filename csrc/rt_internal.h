@@ -160,6 +160,8 @@ int rt_set_dir(anec_program *p, rt_dir *d);
 
 /* ---- rt_dir.c (rt->lock held for every call) ---- */
 
+/* A new directory holding mil and blobs; shareable when their content is
+   given, private when it is NULL (not computed). */
 rt_dir *rt_dir_populate(anec_runtime *rt, const uint8_t key[32], const uint8_t content[32], const char *mil,
                         size_t mil_len, const anec_blob *blobs, size_t n_blobs);
 /* A shareable directory with this key and content, with a new reference, or NULL. */

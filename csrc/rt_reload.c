@@ -142,9 +142,10 @@ static void rejoin_cache(anec_program *p)
     pthread_mutex_unlock(&rt->lock);
 }
 
-/* p's weights change in place: their identity (the cache's SHA-256 of the
-   weight bytes) is computed from its files only if a cache lookup needs it
-   (rt_cache_content), not on every reload. `coherent` 0: its files may not be
+/* p's weights change (a data patch, or a recompile into a private
+   directory): their identity (the cache's SHA-256 of the weight bytes) is
+   computed from its files only if a cache lookup needs it (rt_cache_content),
+   not on every reload. `coherent` 0: its files may not be
    what the device holds, so it never serves the cache again. p->lock held;
    rt->lock guards readers. */
 static void forget_content(anec_program *p, int coherent)
@@ -263,9 +264,6 @@ static int recompile(anec_program *p, const anec_blob *blobs, size_t n, int was_
             full[k].data = owned[k];
         }
     }
-    uint8_t content[32];
-    if (rc == ANEC_OK)
-        rt_content_hash(full, p->n_files, content);
     uint64_t t0 = rt_now_ns();
     int compiled = 0;
     if (rc == ANEC_OK) {
@@ -279,9 +277,8 @@ static int recompile(anec_program *p, const anec_blob *blobs, size_t n, int was_
             snprintf(msg, sizeof msg, "%s", anec_last_error(NULL));
             rt_fail(rc, "%s. This program reloads by compiling again (%s)", msg, why);
         } else {
-            rt_dir *nd = rt_dir_find_shared(rt, p->key, content);
-            if (!nd)
-                nd = rt_dir_populate(rt, p->key, content, p->mil, p->mil_len, full, p->n_files);
+            /* a private directory: the new weights are not hashed (see forget_content) */
+            rt_dir *nd = rt_dir_populate(rt, p->key, NULL, p->mil, p->mil_len, full, p->n_files);
             void *np = NULL;
             char err[RT_ERR_LEN] = "";
             if (!nd) {
@@ -306,8 +303,7 @@ static int recompile(anec_program *p, const anec_blob *blobs, size_t n, int was_
                 rt_dir_release(rt, old);
                 p->dprog = np;
                 p->patchable = rt_observe_patchable(rt, np, full, p->n_files, p->n_files);
-                memcpy(p->content, content, 32);
-                p->content_known = 1;
+                p->content_known = 0;
             }
         }
         pthread_mutex_unlock(&rt->lock);
