@@ -37,6 +37,10 @@
 #include "rt_files.h"
 #include "rt_internal.h"
 #include "rt_sha256.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include "rt_util.h"
 #include "sim_mil.h"
 
@@ -101,6 +105,54 @@ const char *anec_reload_strategy_name(int strategy)
 
 void anec_f32_to_f16(const float *src, uint16_t *dst, size_t n) { anec_cvt_f32_to_f16(src, dst, n); }
 void anec_f16_to_f32(const uint16_t *src, float *dst, size_t n) { anec_cvt_f16_to_f32(src, dst, n); }
+
+uint32_t anec_max_magnitude_bits(const void *src, size_t width, size_t n)
+{
+    const uint8_t *s = src;
+    size_t i = 0;
+    uint32_t top = 0;
+    if (width != 2 && width != 4)
+        return 0;
+#if defined(__SSE2__)
+    /* with the sign cleared every lane is non-negative: signed compares order them */
+    size_t per = 16 / width;
+    if (width == 2) {
+        const __m128i mask = _mm_set1_epi16(0x7fff);
+        __m128i m = _mm_setzero_si128();
+        for (; i + per <= n; i += per)
+            m = _mm_max_epi16(m, _mm_and_si128(_mm_loadu_si128((const __m128i *)(s + 2 * i)), mask));
+        uint16_t lanes[8];
+        _mm_storeu_si128((__m128i *)lanes, m);
+        for (int k = 0; k < 8; k++)
+            top = lanes[k] > top ? lanes[k] : top;
+    } else {
+        const __m128i mask = _mm_set1_epi32(0x7fffffff);
+        __m128i m = _mm_setzero_si128();
+        for (; i + per <= n; i += per) {
+            __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(s + 4 * i)), mask);
+            __m128i gt = _mm_cmpgt_epi32(v, m);
+            m = _mm_or_si128(_mm_and_si128(gt, v), _mm_andnot_si128(gt, m));
+        }
+        uint32_t lanes[4];
+        _mm_storeu_si128((__m128i *)lanes, m);
+        for (int k = 0; k < 4; k++)
+            top = lanes[k] > top ? lanes[k] : top;
+    }
+#endif
+    for (; i < n; i++) {
+        uint32_t v;
+        if (width == 2) {
+            uint16_t h;
+            memcpy(&h, s + 2 * i, 2);
+            v = h & 0x7fffu;
+        } else {
+            memcpy(&v, s + 4 * i, 4);
+            v &= 0x7fffffffu;
+        }
+        top = v > top ? v : top;
+    }
+    return top;
+}
 
 /* A runtime used in a process other than the one that opened it (fork). */
 static int forked(const anec_runtime *rt) { return rt->pid != getpid(); }

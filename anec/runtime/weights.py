@@ -35,7 +35,16 @@ _CHUNK = 1 << 16
 
 
 def _max_magnitude_bits(arr: np.ndarray) -> int:
-    """The largest |x| of a contiguous fp16/fp32 array, as bits (one pass, cache-sized chunks)."""
+    """The largest |x| of a contiguous fp16/fp32 array, as bits (one pass: in C
+    when the runtime is built, else numpy over cache-sized chunks)."""
+    from anec.runtime import native
+
+    if native.available():
+        return native.max_magnitude_bits(arr)
+    return _max_magnitude_bits_numpy(arr)
+
+
+def _max_magnitude_bits_numpy(arr: np.ndarray) -> int:
     udt, mask, _ = _MAGNITUDE[arr.dtype]
     flat = arr.reshape(-1).view(udt)
     tmp = np.empty(min(_CHUNK, flat.size), udt)
