@@ -499,7 +499,7 @@ static int sim_load(void *ctx, void *prog, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return ANEC_ENOMEM;
     }
-    size_t n = 0;
+    size_t n = 0, data_len = 0;
     int rc = ANEC_OK;
     char why[512];
     if (p->load_mode == LOAD_WEIGHTS) {
@@ -523,6 +523,7 @@ static int sim_load(void *ctx, void *prog, char *err, size_t errlen)
                 rc = ANEC_ELOAD;
             }
             data = owned[0];
+            data_len = len;
         }
         if (rc == ANEC_OK && decode(p, layout, data, len, files, &n, err, errlen))
             rc = ANEC_ELOAD;
@@ -532,7 +533,7 @@ static int sim_load(void *ctx, void *prog, char *err, size_t errlen)
         void *adopt = p->load_mode == LOAD_DATA ? owned[0] : NULL;
         if (adopt)
             owned[0] = NULL;
-        rc = sim_state_load(p->st, files, n, adopt, err, errlen);
+        rc = sim_state_load(p->st, files, n, adopt, data_len, err, errlen);
     }
     /* owned[0] holds the compiled data even when the program reads no weight file */
     for (size_t k = 0; k <= p->n_paths; k++)
