@@ -99,9 +99,12 @@ typedef struct anec_driver {
                        char *err, size_t errlen);
     /* Replace the compiled `data` of an unloaded program (atomically), and
        the weight file `rel` ("weights/w.bin") of its compiled directory with
-       the same bytes. The next load computes with them. */
+       the same bytes. The next load computes with them. `written` nonzero:
+       that weight file already holds exactly these bytes (the core wrote it
+       with fsync), so a driver may take it as the new data without reading
+       it back. */
     int (*patch_data)(void *ctx, void *prog, const char *rel, const uint8_t *bytes,
-                      size_t len, char *err, size_t errlen);
+                      size_t len, int written, char *err, size_t errlen);
 
     /* Surfaces. */
     int (*surface_create)(void *ctx, size_t bytes, anec_surface *out, char *err, size_t errlen);

@@ -178,3 +178,4 @@ int anec_process_reset_budget(const char *driver);
 
 void anec_f32_to_f16(const float *src, uint16_t *dst, size_t n);
 void anec_f16_to_f32(const uint16_t *src, float *dst, size_t n);
+uint32_t anec_max_magnitude_bits(const void *src, size_t width, size_t n);

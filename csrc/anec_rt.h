@@ -375,6 +375,10 @@ int anec_process_reset_budget(const char *driver);
 /* IEEE fp32 <-> fp16 (round to nearest even; F16C when the CPU has it). */
 void anec_f32_to_f16(const float *src, uint16_t *dst, size_t n);
 void anec_f16_to_f32(const uint16_t *src, float *dst, size_t n);
+/* The largest |x| of n fp16 (width 2) or fp32 (width 4) values, as their bits
+   with the sign cleared (so NaN and Inf sort above every finite value; any
+   other width: 0). One pass, 16 bytes at a time. */
+uint32_t anec_max_magnitude_bits(const void *src, size_t width, size_t n);
 
 #ifdef __cplusplus
 }

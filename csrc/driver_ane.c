@@ -1159,8 +1159,9 @@ static int ane_data_equals(void *vctx, void *vprog, const uint8_t *bytes, size_t
    (for a one-tensor program the compiler's data is that BLOBFILE), then only
    load. The weight file is rewritten too, so the directory stays coherent. */
 static int ane_patch_data(void *vctx, void *vprog, const char *rel, const uint8_t *bytes,
-                          size_t len, char *err, size_t errlen)
+                          size_t len, int written, char *err, size_t errlen)
 {
+    (void)written; /* the framework writes the data through NSData either way */
     ane_ctx *c = vctx;
     ane_prog *p = vprog;
     const ane_syms *S = c->S;

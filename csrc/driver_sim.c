@@ -452,8 +452,8 @@ static int sim_data_equals(void *ctx, void *prog, const uint8_t *bytes, size_t l
     return rt_file_equals(p->dir, "data", bytes, len);
 }
 
-static int sim_patch_data(void *ctx, void *prog, const char *rel, const uint8_t *bytes, size_t len, char *err,
-                          size_t errlen)
+static int sim_patch_data(void *ctx, void *prog, const char *rel, const uint8_t *bytes, size_t len, int written,
+                          char *err, size_t errlen)
 {
     (void)ctx;
     sim_prog *p = prog;
@@ -468,14 +468,14 @@ static int sim_patch_data(void *ctx, void *prog, const char *rel, const uint8_t 
         snprintf(err, errlen, "patch_data: the compiled data of this program is opaque (several tensors)");
         return ANEC_EINVAL;
     }
-    /* the compiled directory is the program directory: its weight file holds the
-       new bytes already when the core calls this; link it, else write */
+    /* the compiled directory is the program directory: when its weight file
+       holds the new bytes already (the core wrote them) link it, else write */
     char why[512] = "out of memory";
     char *dp = rt_join(p->dir, "data"), *fp = rt_join(p->dir, rel);
     int rc = ANEC_OK;
     if (!dp || !fp)
         rc = ANEC_ENOMEM;
-    else if (rt_file_equals(p->dir, rel, bytes, len) ? rt_link_or_copy(fp, dp, why, sizeof why)
+    else if (written || rt_file_equals(p->dir, rel, bytes, len) ? rt_link_or_copy(fp, dp, why, sizeof why)
                                                      : rt_write_atomic(dp, bytes, len, why, sizeof why))
         rc = ANEC_EIO;
     if (rc != ANEC_OK)
@@ -499,7 +499,7 @@ static int sim_load(void *ctx, void *prog, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return ANEC_ENOMEM;
     }
-    size_t n = 0;
+    size_t n = 0, data_len = 0;
     int rc = ANEC_OK;
     char why[512];
     if (p->load_mode == LOAD_WEIGHTS) {
@@ -523,12 +523,18 @@ static int sim_load(void *ctx, void *prog, char *err, size_t errlen)
                 rc = ANEC_ELOAD;
             }
             data = owned[0];
+            data_len = len;
         }
         if (rc == ANEC_OK && decode(p, layout, data, len, files, &n, err, errlen))
             rc = ANEC_ELOAD;
     }
-    if (rc == ANEC_OK)
-        rc = sim_state_load(p->st, files, n, err, errlen);
+    if (rc == ANEC_OK) {
+        /* the compiled data read from the file is the device's copy: the state keeps it */
+        void *adopt = p->load_mode == LOAD_DATA ? owned[0] : NULL;
+        if (adopt)
+            owned[0] = NULL;
+        rc = sim_state_load(p->st, files, n, adopt, data_len, err, errlen);
+    }
     /* owned[0] holds the compiled data even when the program reads no weight file */
     for (size_t k = 0; k <= p->n_paths; k++)
         free(owned[k]);

@@ -37,6 +37,10 @@
 #include "rt_files.h"
 #include "rt_internal.h"
 #include "rt_sha256.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include "rt_util.h"
 #include "sim_mil.h"
 
@@ -101,6 +105,54 @@ const char *anec_reload_strategy_name(int strategy)
 
 void anec_f32_to_f16(const float *src, uint16_t *dst, size_t n) { anec_cvt_f32_to_f16(src, dst, n); }
 void anec_f16_to_f32(const uint16_t *src, float *dst, size_t n) { anec_cvt_f16_to_f32(src, dst, n); }
+
+uint32_t anec_max_magnitude_bits(const void *src, size_t width, size_t n)
+{
+    const uint8_t *s = src;
+    size_t i = 0;
+    uint32_t top = 0;
+    if (width != 2 && width != 4)
+        return 0;
+#if defined(__SSE2__)
+    /* with the sign cleared every lane is non-negative: signed compares order them */
+    size_t per = 16 / width;
+    if (width == 2) {
+        const __m128i mask = _mm_set1_epi16(0x7fff);
+        __m128i m = _mm_setzero_si128();
+        for (; i + per <= n; i += per)
+            m = _mm_max_epi16(m, _mm_and_si128(_mm_loadu_si128((const __m128i *)(s + 2 * i)), mask));
+        uint16_t lanes[8];
+        _mm_storeu_si128((__m128i *)lanes, m);
+        for (int k = 0; k < 8; k++)
+            top = lanes[k] > top ? lanes[k] : top;
+    } else {
+        const __m128i mask = _mm_set1_epi32(0x7fffffff);
+        __m128i m = _mm_setzero_si128();
+        for (; i + per <= n; i += per) {
+            __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(s + 4 * i)), mask);
+            __m128i gt = _mm_cmpgt_epi32(v, m);
+            m = _mm_or_si128(_mm_and_si128(gt, v), _mm_andnot_si128(gt, m));
+        }
+        uint32_t lanes[4];
+        _mm_storeu_si128((__m128i *)lanes, m);
+        for (int k = 0; k < 4; k++)
+            top = lanes[k] > top ? lanes[k] : top;
+    }
+#endif
+    for (; i < n; i++) {
+        uint32_t v;
+        if (width == 2) {
+            uint16_t h;
+            memcpy(&h, s + 2 * i, 2);
+            v = h & 0x7fffu;
+        } else {
+            memcpy(&v, s + 4 * i, 4);
+            v &= 0x7fffffffu;
+        }
+        top = v > top ? v : top;
+    }
+    return top;
+}
 
 /* A runtime used in a process other than the one that opened it (fork). */
 static int forked(const anec_runtime *rt) { return rt->pid != getpid(); }
@@ -793,6 +845,43 @@ cache_entry *rt_cache_find(anec_runtime *rt, const uint8_t key[32])
     return NULL;
 }
 
+int rt_cache_content(anec_runtime *rt, cache_entry *e)
+{
+    (void)rt;
+    if (!e->stale)
+        return 0;
+    anec_program *d = e->donor;
+    int rc = d ? 0 : -1;
+    if (d && d->content_known < 0) {
+        rc = -1;
+    } else if (d && d->content_known == 0) {
+        anec_blob *blobs = calloc(d->n_files + 1, sizeof *blobs);
+        rc = blobs ? 0 : -1;
+        for (size_t k = 0; rc == 0 && k < d->n_files; k++) {
+            char why[512];
+            uint8_t *buf = NULL;
+            blobs[k].path = d->files[k];
+            rc = rt_read_beneath(d->dir->path, rt_rel_path(d->files[k]), RT_MAX_FILE_BYTES, &buf, &blobs[k].len, why,
+                                 sizeof why);
+            blobs[k].data = buf;
+        }
+        if (rc == 0) {
+            rt_content_hash(blobs, d->n_files, d->content);
+            d->content_known = 1;
+        }
+        for (size_t k = 0; blobs && k < d->n_files; k++)
+            free((void *)blobs[k].data);
+        free(blobs);
+    }
+    if (rc == 0) {
+        memcpy(e->content, d->content, 32);
+        e->stale = 0;
+    } else {
+        e->donor = NULL; /* its identity is unknown: it serves no cache hit */
+    }
+    return rc;
+}
+
 int rt_observe_patchable(anec_runtime *rt, void *dprog, const anec_blob *blobs, size_t n_blobs, size_t n_files)
 {
     if (n_files != 1 || n_blobs == 0 || !rt->drv->data_equals)
@@ -872,6 +961,7 @@ int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len, const anec_b
     }
     cache_key(mil, mil_len, blobs, n_blobs, p->key);
     rt_content_hash(blobs, n_blobs, p->content);
+    p->content_known = 1;
 
     pthread_mutex_lock(&rt->lock);
     if (rt->closed) {
@@ -903,9 +993,9 @@ int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len, const anec_b
     }
     cache_entry *e = rt_cache_find(rt, p->key);
     void *src = NULL;
-    if (e && e->donor && !e->donor->closed)
+    if (e && e->donor && !e->donor->closed && rt_cache_content(rt, e) == 0)
         src = e->donor->dprog;
-    else if (e && e->tmpl)
+    else if (e && e->tmpl && !e->stale)
         src = e->tmpl;
     int same = e && src && memcmp(e->content, p->content, 32) == 0;
     int patch = e && src && !same && e->patchable && (rt->verified & ANEC_RELOAD_DATA_PATCH) && p->n_files == 1;
@@ -925,7 +1015,7 @@ int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len, const anec_b
             const anec_blob *b = find_blob(blobs, n_blobs, p->files[0]);
             int eq = rt->drv->data_equals(rt->ctx, p->dprog, b->data, b->len, err, sizeof err);
             if (eq != 1)
-                rc = rt->drv->patch_data(rt->ctx, p->dprog, rt_rel_path(b->path), b->data, b->len, err, sizeof err);
+                rc = rt->drv->patch_data(rt->ctx, p->dprog, rt_rel_path(b->path), b->data, b->len, 1, err, sizeof err);
         }
         if (rc != ANEC_OK) {
             /* a clone the driver cannot make (or patch) is compiled instead */
@@ -960,6 +1050,7 @@ int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len, const anec_b
         if (e && !(e->donor && !e->donor->closed) && !e->tmpl) {
             e->donor = p;
             memcpy(e->content, p->content, 32);
+            e->stale = 0;
             e->patchable = p->patchable;
         }
     }
@@ -1097,8 +1188,9 @@ void anec_program_close(anec_program *p)
     cache_entry *e = rt_cache_find(rt, p->key);
     int handed = 0;
     if (e && e->donor == p) {
+        int known = rt_cache_content(rt, e) == 0; /* before it loses its donor */
         e->donor = NULL;
-        if (!e->tmpl && memcmp(e->content, p->content, 32) == 0) {
+        if (!e->tmpl && known && memcmp(e->content, p->content, 32) == 0) {
             /* keep the compiled form for later cache hits */
             e->tmpl = p->dprog;
             e->tmpl_dir = p->dir;

@@ -153,8 +153,9 @@ rt_dir *rt_dir_populate(anec_runtime *rt, const uint8_t key[32], const uint8_t c
         rt_dir_release(rt, d);
         return NULL;
     }
-    memcpy(d->content, content, 32);
-    d->shareable = 1;
+    if (content)
+        memcpy(d->content, content, 32);
+    d->shareable = content != NULL;
     return d;
 }
 

@@ -45,6 +45,7 @@ typedef struct cache_entry {
     void *tmpl;                  /* a closed donor's driver program, kept (unloaded) for clones */
     rt_dir *tmpl_dir;            /* its directory (a reference) */
     uint8_t content[32];         /* the weight content of that compiled form */
+    int stale;                   /* content not computed yet: the donor's (rt_cache_content) */
     int patchable;               /* its compiled data equals its one BLOBFILE */
 } cache_entry;
 
@@ -99,7 +100,8 @@ struct anec_program {
     int loaded;
     int patchable;               /* one BLOBFILE, and the compiled data equals it */
     uint8_t key[32];
-    uint8_t content[32];         /* the weight content it computes with */
+    uint8_t content[32];         /* the weight content it computes with, when content_known */
+    int content_known;           /* 0 after a data patch, until the cache needs it (under rt->lock) */
     char *mil;                   /* kept for RECOMPILE */
     size_t mil_len;
     io_desc *in, *out;           /* binding (alphabetical) order */
@@ -132,6 +134,11 @@ int rt_check_blob(const anec_program *p, const anec_blob *b, int check_finite, c
 void rt_content_hash(const anec_blob *blobs, size_t n, uint8_t out[32]);
 /* The cache entry of key (rt->lock held), or NULL. */
 cache_entry *rt_cache_find(anec_runtime *rt, const uint8_t key[32]);
+/* rt->lock held. 0 when e->content is the content of its compiled form,
+   computing a stale donor's content from its weight files first (a donor is
+   never mid-reload: a reload leaves the cache before it writes); -1 when they
+   cannot be read (the entry then has no donor). */
+int rt_cache_content(anec_runtime *rt, cache_entry *e);
 /* Does the compiled data of dprog equal the one blob? (the observation that
    makes DATA_PATCH applicable). */
 int rt_observe_patchable(anec_runtime *rt, void *dprog, const anec_blob *blobs, size_t n_blobs, size_t n_files);
@@ -153,6 +160,8 @@ int rt_set_dir(anec_program *p, rt_dir *d);
 
 /* ---- rt_dir.c (rt->lock held for every call) ---- */
 
+/* A new directory holding mil and blobs; shareable when their content is
+   given, private when it is NULL (not computed). */
 rt_dir *rt_dir_populate(anec_runtime *rt, const uint8_t key[32], const uint8_t content[32], const char *mil,
                         size_t mil_len, const anec_blob *blobs, size_t n_blobs);
 /* A shareable directory with this key and content, with a new reference, or NULL. */

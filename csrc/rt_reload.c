@@ -118,8 +118,10 @@ static void leave_cache(anec_program *p)
     cache_entry *e = rt_cache_find(rt, p->key);
     if (e && e->donor == p) {
         e->donor = NULL;
-        for (anec_program *q = rt->progs; q && !e->donor; q = q->next)
-            if (q != p && !q->closed && memcmp(q->key, e->key, 32) == 0 && memcmp(q->content, e->content, 32) == 0)
+        /* (an identity not computed yet is not computed now: the entry just loses its donor) */
+        for (anec_program *q = rt->progs; q && !e->donor && !e->stale; q = q->next)
+            if (q != p && !q->closed && q->content_known == 1 && memcmp(q->key, e->key, 32) == 0 &&
+                memcmp(q->content, e->content, 32) == 0)
                 e->donor = q;
     }
     pthread_mutex_unlock(&rt->lock);
@@ -131,19 +133,25 @@ static void rejoin_cache(anec_program *p)
     anec_runtime *rt = p->rt;
     pthread_mutex_lock(&rt->lock);
     cache_entry *e = rt_cache_find(rt, p->key);
-    if (e && !e->donor && !e->tmpl) {
+    if (e && !e->donor && !e->tmpl && p->content_known >= 0) {
         e->donor = p;
         memcpy(e->content, p->content, 32);
+        e->stale = p->content_known == 0;
         e->patchable = p->patchable;
     }
     pthread_mutex_unlock(&rt->lock);
 }
 
-/* p's weights are now `content` (p->lock held; rt->lock guards readers). */
-static void set_content(anec_program *p, const uint8_t content[32])
+/* p's weights change (a data patch, or a recompile into a private
+   directory): their identity (the cache's SHA-256 of the weight bytes) is
+   computed from its files only if a cache lookup needs it (rt_cache_content),
+   not on every reload. `coherent` 0: its files may not be
+   what the device holds, so it never serves the cache again. p->lock held;
+   rt->lock guards readers. */
+static void forget_content(anec_program *p, int coherent)
 {
     pthread_mutex_lock(&p->rt->lock);
-    memcpy(p->content, content, 32);
+    p->content_known = coherent ? 0 : -1;
     pthread_mutex_unlock(&p->rt->lock);
 }
 
@@ -182,47 +190,12 @@ static int privatize(anec_program *p)
     return rc;
 }
 
-/* The content hash of a large blob runs on a helper thread while the file is
-   written, renamed, patched into the device and loaded: the reload then costs
-   about the larger of the two, not their sum. */
-#define HASH_THREAD_MIN_BYTES (1u << 20)
-
-typedef struct hash_job {
-    const anec_blob *b;
-    uint8_t content[32];
-    pthread_t thread;
-    int threaded;
-} hash_job;
-
-static void *hash_main(void *arg)
-{
-    hash_job *j = arg;
-    rt_content_hash(j->b, 1, j->content);
-    return NULL;
-}
-
-static void hash_start(hash_job *j, const anec_blob *b)
-{
-    j->b = b;
-    j->threaded = b->len >= HASH_THREAD_MIN_BYTES && pthread_create(&j->thread, NULL, hash_main, j) == 0;
-}
-
-static void hash_finish(hash_job *j)
-{
-    if (j->threaded)
-        pthread_join(j->thread, NULL);
-    else
-        hash_main(j);
-}
-
 static int data_patch(anec_program *p, const anec_blob *b, int was_loaded)
 {
     anec_runtime *rt = p->rt;
     int rc = privatize(p);
     if (rc != ANEC_OK)
         return rc;
-    hash_job hash;
-    hash_start(&hash, b);
     const char *rel = rt_rel_path(b->path);
     char *path = rt_join(p->dir->path, rel);
     char *tmp = path ? rt_temp_name(path) : NULL;
@@ -247,26 +220,22 @@ static int data_patch(anec_program *p, const anec_blob *b, int was_loaded)
     }
     rt_unload_locked(p);
     char err[RT_ERR_LEN] = "";
-    rc = rt->drv->patch_data(rt->ctx, p->dprog, rel, b->data, b->len, err, sizeof err);
+    /* the file holds the new bytes: the driver links them as the compiled data */
+    rc = rt->drv->patch_data(rt->ctx, p->dprog, rel, b->data, b->len, 1, err, sizeof err);
     if (rc != ANEC_OK) {
-        if (have_backup)
-            rename(backup, path);
+        forget_content(p, have_backup && rename(backup, path) == 0);
         rt_fail(rc, "reload: %s; the old weights stay in use", err);
         if (was_loaded)
             rt_load_locked(p); /* the driver left the old compiled data in place */
         goto out;
     }
+    forget_content(p, 1); /* the device holds these weights even if the load fails */
     if (have_backup)
         unlink(backup);
     rt_fsync_dir(p->dir->path);
     if (was_loaded)
         rc = rt_load_locked(p);
-    hash_finish(&hash);
-    hash.threaded = 0;
-    set_content(p, hash.content); /* the device holds these weights even if the load failed */
 out:
-    if (hash.threaded) /* failed before the hash was needed */
-        pthread_join(hash.thread, NULL);
     free(path);
     free(tmp);
     free(backup);
@@ -295,9 +264,6 @@ static int recompile(anec_program *p, const anec_blob *blobs, size_t n, int was_
             full[k].data = owned[k];
         }
     }
-    uint8_t content[32];
-    if (rc == ANEC_OK)
-        rt_content_hash(full, p->n_files, content);
     uint64_t t0 = rt_now_ns();
     int compiled = 0;
     if (rc == ANEC_OK) {
@@ -311,9 +277,8 @@ static int recompile(anec_program *p, const anec_blob *blobs, size_t n, int was_
             snprintf(msg, sizeof msg, "%s", anec_last_error(NULL));
             rt_fail(rc, "%s. This program reloads by compiling again (%s)", msg, why);
         } else {
-            rt_dir *nd = rt_dir_find_shared(rt, p->key, content);
-            if (!nd)
-                nd = rt_dir_populate(rt, p->key, content, p->mil, p->mil_len, full, p->n_files);
+            /* a private directory: the new weights are not hashed (see forget_content) */
+            rt_dir *nd = rt_dir_populate(rt, p->key, NULL, p->mil, p->mil_len, full, p->n_files);
             void *np = NULL;
             char err[RT_ERR_LEN] = "";
             if (!nd) {
@@ -338,7 +303,7 @@ static int recompile(anec_program *p, const anec_blob *blobs, size_t n, int was_
                 rt_dir_release(rt, old);
                 p->dprog = np;
                 p->patchable = rt_observe_patchable(rt, np, full, p->n_files, p->n_files);
-                memcpy(p->content, content, 32);
+                p->content_known = 0;
             }
         }
         pthread_mutex_unlock(&rt->lock);

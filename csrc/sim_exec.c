@@ -51,14 +51,24 @@ sim_state *sim_state_new(sim_plan *plan, int threads)
     return s;
 }
 
+/* Storage inside the adopted compiled data (not separately allocated). */
+static int held(const sim_state *s, const void *ptr)
+{
+    uintptr_t a = (uintptr_t)s->held, q = (uintptr_t)ptr;
+    return s->held && q >= a && q < a + s->held_len;
+}
+
 void sim_state_unload(sim_state *s)
 {
     sim_plan *p = s->plan;
     for (size_t i = 0; i < p->n_vals; i++) {
-        if (p->vals[i].kind != SV_CONST)
+        if (p->vals[i].kind != SV_CONST && !held(s, s->store[i]))
             free(s->store[i]);
         s->store[i] = NULL;
     }
+    free(s->held);
+    s->held = NULL;
+    s->held_len = 0;
     for (int i = 0; i < 3; i++) {
         free(s->scratch[i]);
         s->scratch[i] = NULL;
@@ -77,13 +87,19 @@ void sim_state_free(sim_state *s)
     free(s);
 }
 
-int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, char *err, size_t errlen)
+int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, void *adopt, size_t adopt_len, char *err,
+                   size_t errlen)
 {
     sim_plan *p = s->plan;
-    if (s->loaded)
+    if (s->loaded) {
+        free(adopt);
         return ANEC_OK;
+    }
+    s->held = adopt;
+    s->held_len = adopt ? adopt_len : 0;
     char *done = calloc(p->n_vals ? p->n_vals : 1, 1);
     if (!done) {
+        sim_state_unload(s);
         snprintf(err, errlen, "out of memory");
         return ANEC_ENOMEM;
     }
@@ -117,13 +133,16 @@ int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, char *er
                 rc = ANEC_ELOAD;
                 break;
             }
-            void *copy = malloc(w->bytes ? w->bytes : 1);
+            /* kernels read elements in place: an unaligned payload (a packed container) is copied */
+            int in_place = w->bytes && held(s, t.data) && (uintptr_t)t.data % 16 == 0;
+            void *copy = in_place ? (void *)t.data : malloc(w->bytes ? w->bytes : 1);
             if (!copy) {
                 rc = ANEC_ENOMEM;
                 snprintf(err, errlen, "out of memory");
                 break;
             }
-            memcpy(copy, t.data, w->bytes);
+            if (!in_place)
+                memcpy(copy, t.data, w->bytes);
             s->store[j] = copy;
             done[j] = 1;
         }

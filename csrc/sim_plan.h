@@ -88,6 +88,8 @@ void sim_plan_release(sim_plan *p);
 typedef struct sim_state {
     sim_plan *plan;
     void **store;                /* per value: storage (NULL for params) */
+    uint8_t *held;               /* compiled data aligned BLOBFILE consts point into (adopted at load), or NULL */
+    size_t held_len;
     int loaded;
     float *scratch[3];
     size_t scratch_cap[3];
@@ -103,9 +105,14 @@ typedef struct sim_file {
     size_t len;
 } sim_file;
 
-/* Copy every BLOBFILE const out of files[] (validated: header, record,
-   dtype, size) and allocate activation storage. */
-int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, char *err, size_t errlen);
+/* Take every BLOBFILE const out of files[] (validated: header, record,
+   dtype, size) and allocate activation storage. adopt: NULL (each const is
+   copied), or a malloc'd buffer of adopt_len bytes holding every
+   files[].data that the state takes over: a const whose payload in it is
+   16-byte aligned points into it, others are copied (freed at unload, or
+   here on failure). */
+int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, void *adopt, size_t adopt_len, char *err,
+                   size_t errlen);
 void sim_state_unload(sim_state *s);
 /* Run the function. in[i]/out[j] are surfaces in binding order, checked by the caller. */
 int sim_state_run(sim_state *s, uint8_t *const *in, uint8_t *const *out, char *err, size_t errlen);

@@ -90,6 +90,17 @@ def f32_to_f16_into(src: np.ndarray, out: np.ndarray) -> None:
                                                                        require_writable=True), a.size)
 
 
+def max_magnitude_bits(src: np.ndarray) -> int:
+    """The largest |x| of a contiguous fp16 or fp32 array, as bits with the sign cleared."""
+    require()
+    if src.dtype not in (np.float16, np.float32) or not src.flags.c_contiguous:
+        raise ValueError("max_magnitude_bits: a contiguous fp16 or fp32 array")
+    if not src.size:
+        return 0
+    return int(lib.anec_max_magnitude_bits(ffi.from_buffer("uint8_t[]", src.reshape(-1).view(np.uint8)),
+                                           src.itemsize, src.size))
+
+
 def f16_to_f32(src: np.ndarray) -> np.ndarray:
     require()
     a = np.ascontiguousarray(src, dtype=np.float16)

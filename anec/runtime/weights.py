@@ -35,7 +35,16 @@ _CHUNK = 1 << 16
 
 
 def _max_magnitude_bits(arr: np.ndarray) -> int:
-    """The largest |x| of a contiguous fp16/fp32 array, as bits (one pass, cache-sized chunks)."""
+    """The largest |x| of a contiguous fp16/fp32 array, as bits (one pass: in C
+    when the runtime is built, else numpy over cache-sized chunks)."""
+    from anec.runtime import native
+
+    if native.available():
+        return native.max_magnitude_bits(arr)
+    return _max_magnitude_bits_numpy(arr)
+
+
+def _max_magnitude_bits_numpy(arr: np.ndarray) -> int:
     udt, mask, _ = _MAGNITUDE[arr.dtype]
     flat = arr.reshape(-1).view(udt)
     tmp = np.empty(min(_CHUNK, flat.size), udt)
@@ -126,8 +135,10 @@ def _payloads(manifest: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple
     return [(e, materialize(key, value, e)) for key, value in new.items() for e in by_key[key]]
 
 
-def _patch(buf: bytearray, file: str, offset: int, payload: np.ndarray, dtype: str, key: str) -> bool:
-    """Write ``payload`` over the blob at ``offset``; False when the bytes there are the same."""
+def _record(buf: bytearray | memoryview, file: str, offset: int, payload: np.ndarray, dtype: str,
+            key: str) -> int:
+    """The payload offset of the blob whose metadata record is at ``offset``, checked
+    against the manifest entry (the record must already be in ``buf``)."""
     if offset + METADATA_BYTES > len(buf):
         raise WeightError(f"{file}: metadata offset {offset} of weight '{key}' is outside the file")
     sentinel, code, size, data_off = struct.unpack_from("<IIQQ", buf, offset)
@@ -136,12 +147,23 @@ def _patch(buf: bytearray, file: str, offset: int, payload: np.ndarray, dtype: s
         found = CODE_NAMES.get(code, code)
         raise WeightError(f"{file}: the blob of weight '{key}' at offset {offset} does not match the manifest "
                           f"({found}, {size} bytes vs {dtype}, {payload.nbytes} bytes)")
-    new = payload.reshape(-1).view(np.uint8)
-    # compare in the widest word the size allows (an unchanged key costs a compare, no write)
+    return data_off
+
+
+def _words(b: bytearray | memoryview | np.ndarray, offset: int, size: int) -> np.ndarray:
+    """``size`` bytes at ``offset`` as the widest unsigned words the size allows (fast compares)."""
     word = next(w for w in (np.uint64, np.uint32, np.uint16, np.uint8) if size % np.dtype(w).itemsize == 0)
-    if np.array_equal(np.frombuffer(buf, word, size // np.dtype(word).itemsize, data_off), new.view(word)):
+    return np.frombuffer(b, word, size // np.dtype(word).itemsize, offset)
+
+
+def _patch(buf: bytearray, file: str, offset: int, payload: np.ndarray, dtype: str, key: str) -> bool:
+    """Write ``payload`` over the blob at ``offset``; False when the bytes there are the same."""
+    data_off = _record(buf, file, offset, payload, dtype, key)
+    new = payload.reshape(-1).view(np.uint8)
+    # an unchanged key costs a compare, no write
+    if np.array_equal(_words(buf, data_off, new.size), _words(new, 0, new.size)):
         return False
-    buf[data_off:data_off + size] = new.data
+    buf[data_off:data_off + new.size] = new.data
     return True
 
 
@@ -166,41 +188,97 @@ def patched_blobs(manifest: Mapping[str, Any], current: Mapping[str, bytes],
 
 def _read_into(path: Path) -> bytearray:
     """A file's bytes, read once into a buffer the caller may patch."""
-    with open(path, "rb") as f:
+    with open(path, "rb", buffering=0) as f:
         buf = bytearray(os.fstat(f.fileno()).st_size)
-        view, got = memoryview(buf), 0
-        while got < len(buf):
-            k = f.readinto(view[got:])
-            if not k:
-                raise OSError(errno.EIO, "the file is shorter than its size")
-            got += k
+        _pread(f.fileno(), memoryview(buf), 0)
     return buf
+
+
+def _pread(fd: int, view: memoryview, offset: int) -> None:
+    """Fill ``view`` with the file's bytes at ``offset``."""
+    got = 0
+    while got < len(view):
+        k = os.preadv(fd, [view[got:]], offset + got)
+        if not k:
+            raise OSError(errno.EIO, "the file is shorter than its size")
+        got += k
+
+
+# bytes of a payload compared before the rest is read: a changed tensor almost
+# always differs here, and then its old bytes are never read
+_PROBE = 1 << 12
+
+
+def _patched_file(path: Path, file: str, items: list[tuple[Mapping[str, Any], np.ndarray]]) -> tuple[bytearray, bool]:
+    """The bytes of the weight file at ``path`` with the payloads of ``items`` written
+    over their blobs, and whether any byte changed. The old payload of a blob is
+    read only as far as it equals the new one: a file whose every tensor changes
+    costs about one write of its new bytes into the buffer, not a read of the old."""
+    with open(path, "rb", buffering=0) as fh:
+        fd = fh.fileno()
+        buf = bytearray(os.fstat(fd).st_size)
+        view = memoryview(buf)
+        regions = []
+        for e, arr in items:
+            off = int(e["offset"])
+            if off + METADATA_BYTES <= len(buf):
+                _pread(fd, view[off:off + METADATA_BYTES], off)
+            regions.append((_record(buf, file, off, arr, e["dtype"], e["key"]), arr.nbytes, off, arr))
+        regions.sort(key=lambda r: r[0])
+        records = [(r[2], r[2] + METADATA_BYTES) for r in regions]
+        spans = [(r[0], r[0] + r[1]) for r in regions]
+        if any(a1 > b0 for (_, a1), (b0, _) in zip(spans, spans[1:])) or \
+                any(r0 < s1 and s0 < r1 for r0, r1 in records for s0, s1 in spans):
+            # payloads that overlap each other or a metadata record: the plain way
+            _pread(fd, view, 0)
+            changed = False
+            for e, arr in items:
+                changed |= _patch(buf, file, int(e["offset"]), arr, e["dtype"], e["key"])
+            return buf, changed
+        pos = 0
+        for start, end in spans:  # every byte outside the new payloads, as it is
+            _pread(fd, view[pos:start], pos)
+            pos = end
+        _pread(fd, view[pos:], pos)
+        changed = False
+        for data_off, size, _, arr in regions:
+            new = arr.reshape(-1).view(np.uint8)
+            head = min(size, _PROBE)
+            _pread(fd, view[data_off:data_off + head], data_off)
+            if np.array_equal(view[data_off:data_off + head], new[:head]):
+                _pread(fd, view[data_off + head:data_off + size], data_off + head)
+                if np.array_equal(_words(buf, data_off, size), _words(new, 0, size)):
+                    continue
+            view[data_off:data_off + size] = new.data
+            changed = True
+    return buf, changed
 
 
 def changed_blobs(manifest: Mapping[str, Any], directory: str | Path,
                   new: Mapping[str, Any]) -> dict[str, bytearray]:
     """MIL path -> new file bytes for each weight file in the program ``directory``
-    whose bytes ``new`` (key -> array) changes: each touched file is read once,
-    patched in place, and left out when every payload equals the present bytes
-    (a reload of unchanged keys then reaches neither C nor the device).
+    whose bytes ``new`` (key -> array) changes: each touched file is read (the old
+    payloads of changed tensors only as far as needed to see that they changed) into
+    a buffer with the new payloads, and left out when every payload equals the
+    present bytes (a reload of unchanged keys then reaches neither C nor the device).
 
     Arrays are checked before any file is read; raises WeightError or
     RuntimeFailure (an unreadable program file).
     """
     files = {_path(e): e["file"] for e in manifest.get("weights", [])}
-    out: dict[str, bytearray] = {}
-    changed: set[str] = set()
+    by_file: dict[str, list[tuple[Mapping[str, Any], np.ndarray]]] = {}
     for e, arr in _payloads(manifest, new):
-        path = _path(e)
-        if path not in out:
-            try:
-                out[path] = _read_into(Path(directory) / files[path])
-            except OSError as err:
-                raise RuntimeFailure(f"cannot read the program's weight file {files[path]}: "
-                                     f"{err.strerror}") from None
-        if _patch(out[path], path, int(e["offset"]), arr, e["dtype"], e["key"]):
-            changed.add(path)
-    return {p: b for p, b in out.items() if p in changed}
+        by_file.setdefault(_path(e), []).append((e, arr))
+    out: dict[str, bytearray] = {}
+    for path, items in by_file.items():
+        try:
+            buf, changed = _patched_file(Path(directory) / files[path], path, items)
+        except OSError as err:
+            raise RuntimeFailure(f"cannot read the program's weight file {files[path]}: "
+                                 f"{err.strerror}") from None
+        if changed:
+            out[path] = buf
+    return out
 
 
 def weight_input_values(entries: Iterable[Mapping[str, Any]], weights: Mapping[str, Any]) -> dict[str, np.ndarray]:

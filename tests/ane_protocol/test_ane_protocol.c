@@ -644,12 +644,12 @@ static void test_patch_data_then_load_equals_fresh_compile(void)
     uint8_t before = eval_byte(ctx, prog, 3, &w_old);
     CHECK(w_old == compiled_hash(&p));
     /* patching a loaded program is refused */
-    CHECK(D->patch_data(ctx, prog, "weights/w.bin", p.blobs[0].data, p.blobs[0].len, err, sizeof err) ==
+    CHECK(D->patch_data(ctx, prog, "weights/w.bin", p.blobs[0].data, p.blobs[0].len, 0, err, sizeof err) ==
           ANEC_ESTATE);
     CHECK_OK(D->unload(ctx, prog, err, sizeof err), err);
     patch_blob(&p, 0, 99); /* the core writes its copy first */
     size_t mark = fk_ncalls();
-    CHECK_OK(D->patch_data(ctx, prog, "weights/w.bin", p.blobs[0].data, p.blobs[0].len, err, sizeof err), err);
+    CHECK_OK(D->patch_data(ctx, prog, "weights/w.bin", p.blobs[0].data, p.blobs[0].len, 0, err, sizeof err), err);
     const char *seq[] = {
         "-NSData writeToFile:atomically: NSString\"$TMP/{HEX}/data\" YES",
         "-NSData writeToFile:atomically: NSString\"$TMP/{HEX}/weights/w.bin\" YES",
@@ -685,7 +685,7 @@ static void test_patch_before_first_load(void)
     CHECK_OK(D->open(&ctx, err, sizeof err), err);
     CHECK_OK(D->compile(ctx, &p.args, &prog, err, sizeof err), err);
     patch_blob(&p, 0, 77);
-    CHECK_OK(D->patch_data(ctx, prog, "weights/w.bin", p.blobs[0].data, p.blobs[0].len, err, sizeof err), err);
+    CHECK_OK(D->patch_data(ctx, prog, "weights/w.bin", p.blobs[0].data, p.blobs[0].len, 0, err, sizeof err), err);
     CHECK_OK(D->load(ctx, prog, err, sizeof err), err);
     CHECK(fk_last(FK_MODEL)->wsum == compiled_hash(&p));
     D->release(ctx, prog);
@@ -780,7 +780,7 @@ static void test_clone_copies_the_compiled_form(void)
     if (!g_optimistic)
         CHECK(mc->wsum == compiled_hash(&A));
     CHECK_OK(D->unload(ctx, copy, err, sizeof err), err);
-    CHECK_OK(D->patch_data(ctx, copy, "weights/w.bin", B.blobs[0].data, B.blobs[0].len, err, sizeof err), err);
+    CHECK_OK(D->patch_data(ctx, copy, "weights/w.bin", B.blobs[0].data, B.blobs[0].len, 0, err, sizeof err), err);
     CHECK_OK(D->load(ctx, copy, err, sizeof err), err);
     CHECK(mc->wsum == compiled_hash(&B));
     /* the donor keeps its own weights (a shared directory is handed back) */

@@ -128,3 +128,93 @@ def test_unchanged_keys_write_no_file(tmp_path, src, form, device):
         assert [(os.stat(f).st_ino, os.stat(f).st_mtime_ns) for f in files] == before
         st = rt.stats
         assert st["reloads"] == 1 and st["blobs_patched"] == 0 and st["compiles"] == 1
+
+
+def _packed_file(tmp_path, tensors, offsets=None):
+    """A packed BLOBFILE of fp16 tensors in a program directory, and its manifest."""
+    from tests.runtime import milkit as mk
+
+    data = mk.blobfile(*tensors)
+    (tmp_path / "weights").mkdir(exist_ok=True)
+    (tmp_path / "weights" / "w.bin").write_bytes(data)
+    offs, o = [], 64
+    for t in tensors:
+        offs.append(o)
+        o += 64 + t.nbytes
+        o += (-o) % 64
+    entries = [{"key": f"t{i}", "file": "weights/w.bin", "path": "@model_path/weights/w.bin", "offset": off,
+                "dtype": "fp16", "shape": list(t.shape), "perm": None, "slice": None}
+               for i, (t, off) in enumerate(zip(tensors, offsets or offs))]
+    return data, {"func": "f", "weights": entries}
+
+
+def test_changed_blobs_reads_only_what_it_needs_and_equals_the_plain_patch(tmp_path):
+    """The new file bytes equal a patch of the whole old file, whichever tensors
+    change: all, some, none, or one that equals the old one in its first KiBs."""
+    from anec.runtime.weights import changed_blobs, patched_blobs
+
+    r = np.random.default_rng(3)
+    tensors = [r.standard_normal(s).astype(np.float16) for s in ((64, 48, 1, 1), (5, 3, 1, 1), (4096, 2, 1, 1))]
+    data, manifest = _packed_file(tmp_path, tensors)
+    path = "@model_path/weights/w.bin"
+    late = tensors[2].copy()
+    late.reshape(-1)[-1] += 1  # equal over the first 4 KiB, changed at the end
+    cases = [
+        {"t0": -tensors[0], "t1": -tensors[1], "t2": -tensors[2]},
+        {"t1": -tensors[1]},
+        {"t0": tensors[0], "t2": tensors[2]},
+        {"t2": late},
+        {"t0": tensors[0], "t2": late},
+    ]
+    for new in cases:
+        want = patched_blobs(manifest, {path: data}, new)[path]
+        got = changed_blobs(manifest, tmp_path, new)
+        if want == data:
+            assert got == {}
+        else:
+            assert bytes(got[path]) == want
+
+
+def test_changed_blobs_of_a_hostile_manifest_is_refused_or_plain(tmp_path):
+    """Payloads that overlap a metadata record take the plain path (same bytes or
+    the same error); a record outside the file is refused."""
+    from anec.runtime.weights import changed_blobs, patched_blobs
+
+    t = [np.arange(64, dtype=np.float16).reshape(64, 1, 1, 1), np.ones((32, 1, 1, 1), np.float16)]
+    data, manifest = _packed_file(tmp_path, t)
+    path = "@model_path/weights/w.bin"
+    new = {"t0": t[0] + 1, "t1": t[1] * 2}
+    assert bytes(changed_blobs(manifest, tmp_path, new)[path]) == patched_blobs(manifest, {path: data}, new)[path]
+    bad = {"func": "f", "weights": [dict(manifest["weights"][0], offset=len(data))]}
+    with pytest.raises(WeightError, match="outside the file"):
+        changed_blobs(bad, tmp_path, {"t0": t[0] + 1})
+    # the record of t1 claims t0's payload region: refused the same way by both paths
+    b = bytearray(data)
+    b[manifest["weights"][1]["offset"] + 16:manifest["weights"][1]["offset"] + 24] = \
+        (manifest["weights"][0]["offset"] + 64).to_bytes(8, "little")
+    b[manifest["weights"][1]["offset"] + 8:manifest["weights"][1]["offset"] + 16] = (128).to_bytes(8, "little")
+    (tmp_path / "weights" / "w.bin").write_bytes(bytes(b))
+    one = {"func": "f", "weights": [dict(manifest["weights"][1], shape=[64, 1, 1, 1]), manifest["weights"][0]]}
+    new = {"t1": np.full((64, 1, 1, 1), 3, np.float16), "t0": t[0]}
+    want = patched_blobs(one, {path: bytes(b)}, new)
+    assert bytes(changed_blobs(one, tmp_path, new)[path]) == want[path]
+
+
+def test_the_native_magnitude_pass_equals_numpy():
+    """The C pass (16 bytes at a time, then a scalar tail) finds the same largest
+    magnitude as the numpy one: any length, signs, NaN and Inf anywhere."""
+    from anec.runtime import native
+    from anec.runtime.weights import _max_magnitude_bits_numpy
+
+    r = np.random.default_rng(5)
+    for dt in (np.float16, np.float32):
+        for n in (0, 1, 7, 8, 9, 33, 1000, 70001):
+            a = (r.standard_normal(n) * 100).astype(dt)
+            cases = [a, -np.abs(a)]
+            for i in {0, n // 2, n - 1} if n else ():
+                for v in (np.inf, -np.inf, np.nan, -np.nan, -65504.0):
+                    b = a.copy()
+                    b[i] = v
+                    cases.append(b)
+            for x in cases:
+                assert native.max_magnitude_bits(x) == _max_magnitude_bits_numpy(x), (dt, n)
