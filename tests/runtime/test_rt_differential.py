@@ -10,9 +10,9 @@ observed errors are recorded in tests/tolerances.json.
   fp16 mode, seeds 1-3). multi_func's ``classify`` is a softmax over 1000
   classes whose largest value is ~0.004: its floor is 4 x 3.8e-6, so an
   all-zero output fails by a factor of ~300.
-* generated graphs chain up to 8 ops; rounding differences are amplified by
-  the later ops, and the reference keeps exact gelu where the sim runs the
-  tanh approximation: GENERATED_ULPS, see its comment.
+* generated graphs chain up to 8 ops, checked against the interpreter running the
+  compiled program (program.ir), so both sides do the same arithmetic:
+  GENERATED_ULPS, see its comment.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 compiler = pytest.importorskip("anec.compiler")
 from anec.ir.interp import interpret, random_inputs  # noqa: E402
 from anec.ir.parser import parse, parse_file  # noqa: E402
+from anec.mil.artifact import artifact_weights  # noqa: E402
 from anec.runtime import Runtime  # noqa: E402
 from anec.weights import resolve_weights  # noqa: E402
 from tolerances import assert_close, check_close  # noqa: E402
@@ -35,10 +36,12 @@ from tolerances import assert_close, check_close  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.ir")))
 EXAMPLE_ULPS = 4
-GENERATED_ULPS = 16
-"""Worst measured over 1500 generated graphs: 6.9 ulps (chained exact gelus, which legalize
-replaces by the tanh approximation: the reference keeps erf). 16 leaves a 2.3x margin; the
-former bound, 3e-2 * max(1, max|ref|), allowed ~30 ulps at unit scale and anything below."""
+GENERATED_ULPS = 2
+"""Against the compiled program (program.ir: the arithmetic the MIL encodes), the worst over
+600 random generated graphs was 0.95 ulps (the sim and the interpreter round every op to fp16
+and differ only in summation order and libm): 2 leaves a 2x margin. Against the source graph
+(exact gelu, which legalize replaces by the tanh formula) no fixed bound holds: a norm over a
+few values from gelu's tail amplifies the approximation without limit (20.8 ulps seen)."""
 
 
 def compile_run(rt, module, store, func, inputs):
@@ -196,10 +199,17 @@ def test_generated_graphs_match_the_interpreter(rt, c, s, steps, widths, seed):
     store = resolve_weights(module, None, seed)
     graph = module.funcs["g"]
     x = random_inputs(graph, seed)
-    got, _ = compile_run(rt, module, store, "g", x)
-    ref = interpret(graph, x, store, "fp16")
+    got, art = compile_run(rt, module, store, "g", x)
+    # the program the MIL encodes (program.ir: after legalize's rewrites, e.g. gelu as its tanh
+    # formula), interpreted with the artifact's own weights: the sim against the interpreter on
+    # the same arithmetic. What the rewrites change is checked against the source by the pass
+    # property tests; here a norm over a few tiny values would amplify that change unboundedly.
+    program = art.program_module().funcs["g"]
+    feeds = {v.name: np.reshape(x[v.name], v.type.shape) for v in program.inputs}
+    ref = interpret(program, feeds, artifact_weights(art), "fp16")
     for k in ref:
-        assert_close(got[k], ref[k], "differential/generated-graphs", GENERATED_ULPS, f"generated graph\n{text}")
+        assert_close(got[k], np.reshape(ref[k], got[k].shape), "differential/generated-graphs", GENERATED_ULPS,
+                     f"generated graph\n{text}")
 
 
 @pytest.mark.parametrize("target", ["m1", "m5"])
