@@ -419,10 +419,56 @@ def write_md(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+PLOT = "runtime_reload.png"
+
+
+def write_plot(res: dict) -> str:
+    """runtime_reload.png: seconds per reload round of each strategy from fp16 and fp32 arrays
+    and with unchanged keys, next to a raw write of the changed bytes (with and without fsync).
+    Needs matplotlib (``pip install 'anec[plots]'``); without it the tables are still written."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "the plot needs matplotlib: pip install 'anec[plots]'"
+    import io
+
+    from anec.fsutil import write_bytes_atomic
+
+    r = res["reload"]
+    names = list(r["strategies"])
+    series = [("fp16 arrays", "reload_weights_fp16_s"), ("fp32 arrays", "reload_weights_fp32_s"),
+              ("unchanged (fp16)", "unchanged_fp16_s")]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    width = 0.8 / len(series)
+    for j, (label, key) in enumerate(series):
+        xs = [i + (j - (len(series) - 1) / 2) * width for i in range(len(names))]
+        ax.bar(xs, [r["strategies"][n][key] for n in names], width, label=label)
+    ax.axhline(r["raw_write_fsync_s"], color="black", linestyle="--", linewidth=1, label="raw write + fsync")
+    ax.axhline(r["raw_write_s"], color="gray", linestyle=":", linewidth=1, label="raw write")
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("seconds per reload of every program")
+    ax.set_title(f"Delta reload, {r['layers']} layers, {r['weight_bytes'] / 2**20:.0f} MiB of weights (sim)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    write_bytes_atomic(RESULTS / PLOT, buf.getvalue())
+    return f"plot: [{PLOT}]({PLOT})"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="2 layers, fewer repetitions")
+    ap.add_argument("--plot-only", action="store_true", help="redraw the plot from runtime.json, measure nothing")
     args = ap.parse_args(argv)
+    if args.plot_only:
+        print(write_plot(json.loads((RESULTS / "runtime.json").read_text())))
+        return 0
     native.require()
     res = {
         "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cpus".strip(),
@@ -434,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     res["load_average_after"] = list(os.getloadavg())
     RESULTS.mkdir(parents=True, exist_ok=True)
     write_text_atomic(RESULTS / "runtime.json", json.dumps(res, indent=2) + "\n")
-    md = write_md(res)
+    md = write_md(res) + "\n" + write_plot(res) + "\n"
     write_text_atomic(RESULTS / "runtime.md", md)
     print(md)
     return 0
