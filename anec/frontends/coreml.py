@@ -162,12 +162,9 @@ class _Builder:
         self.pkg = rename or (lambda name: name)
 
     def claim(self, base: str) -> str:
-        name, i = base, 1
-        while name in self.taken:
-            name = f"{base}_{i}"
-            i += 1
-        self.taken.add(name)
-        return name
+        from anec.mil.emitter import claim_name
+
+        return claim_name(base, self.taken)
 
     def param(self, node_name: str, param: str, value: Any) -> Any:
         from coremltools.converters.mil import Builder as mb

@@ -81,6 +81,16 @@ MODEL_PATH = "@model_path"
 PACKED_FILE = "weight.bin"
 
 
+def claim_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_1``, ``base_2``, ...: the first not in ``taken`` (added to it)."""
+    name, i = base, 1
+    while name in taken:
+        name = f"{base}_{i}"
+        i += 1
+    taken.add(name)
+    return name
+
+
 @dataclass(frozen=True)
 class Dialect:
     """Spelling differences between MIL text versions."""
@@ -357,12 +367,7 @@ class _Emitter:
 
     # ---- names ----------------------------------------------------------
     def _claim(self, base: str) -> str:
-        name, i = base, 1
-        while name in self.taken:
-            name = f"{base}_{i}"
-            i += 1
-        self.taken.add(name)
-        return name
+        return claim_name(base, self.taken)
 
     def _assign_names(self) -> None:
         g = self.graph
