@@ -381,12 +381,9 @@ def _coreml_build_passes_save(art, tmp: Path) -> dict | None:
     """coremltools on the compiled whole-body program: build (mb ops) + default passes + save."""
     try:
         import coremltools as ct
-        from coremltools.converters.mil import Builder as mb
-        from coremltools.converters.mil.mil import Function, Program
         from coremltools.converters.mil.mil.passes.pass_pipeline import PassPipeline, PassPipelineManager
-        from coremltools.converters.mil.mil.types.type_mapping import string_to_builtin
 
-        from anec.frontends.coreml import _Builder, _opset, _quiet, _wiring
+        from anec.frontends.coreml import _assemble, _Builder, _quiet, _wiring
     except Exception as e:  # noqa: BLE001 - any import problem means "not measured"
         return {"skipped": f"coremltools unavailable: {e}"}
     import logging
@@ -396,18 +393,7 @@ def _coreml_build_passes_save(art, tmp: Path) -> dict | None:
     # reading the artifact back and re-emitting its MIL is anec's work: not timed
     builders = [_Builder(stage, wiring.rename(k)) for k, stage in enumerate(art.stages)]
     t0 = time.perf_counter()
-    specs = {e["name"]: mb.TensorSpec(tuple(e["shape"]), string_to_builtin(e["dtype"]))
-             for e in art.manifest["inputs"]}
-    with Function(specs, opset_version=_opset(builders[0].dialect)) as func:
-        produced = {}
-        for k, b in enumerate(builders):
-            bound = {name: func.inputs[src[1]] if src[0] == "input" else produced[src[1:]]
-                     for name, src in wiring.sources[k].items()}
-            for v, var in zip(b.graph.outputs, b.emit(bound)):
-                produced[(k, v.name)] = var
-        func.set_outputs([produced[(k, out)] for _, k, out in wiring.outputs])
-    prog = Program()
-    prog.add_function("main", func)
+    prog = _assemble(art.manifest, wiring, builders)
     t1 = time.perf_counter()
     pipeline = PassPipeline.DEFAULT
     # its elementwise -> batch_norm fusion fails on this fp16 program (fp16 gamma, fp32 mean)

@@ -535,18 +535,23 @@ def _check_composition(pipe: Any, wiring: _Wiring) -> str:
 
 def _build_pipeline(pipe: Any, wiring: _Wiring) -> Any:
     """Every stage's ops in order in one ``main`` function, stage inputs bound to their sources."""
-    from coremltools.converters.mil import Builder as mb
-    from coremltools.converters.mil.mil import Function, Program
-    from coremltools.converters.mil.mil.types.type_mapping import string_to_builtin
-
     builders = [_Builder(art, wiring.rename(k)) for k, art in enumerate(pipe.stages)]
     dialects = sorted({b.dialect for b in builders})
     if len(dialects) != 1:
         raise CoreMLExportError(f"pipeline '{pipe.func}': stages in several MIL dialects {dialects}",
                                 hint="the artifact was modified after compiling; recompile it")
+    return _assemble(pipe.manifest, wiring, builders)
+
+
+def _assemble(manifest: dict, wiring: _Wiring, builders: list[Any]) -> Any:
+    """The coremltools program: one ``main`` running each stage's builder on its bound inputs."""
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import Function, Program
+    from coremltools.converters.mil.mil.types.type_mapping import string_to_builtin
+
     specs = {e["name"]: mb.TensorSpec(tuple(e["shape"]), string_to_builtin(e["dtype"]))
-             for e in pipe.manifest["inputs"]}
-    with Function(specs, opset_version=_opset(dialects[0])) as func:
+             for e in manifest["inputs"]}
+    with Function(specs, opset_version=_opset(builders[0].dialect)) as func:
         produced: dict[tuple[int, str], Any] = {}
         for k, b in enumerate(builders):
             bound = {name: func.inputs[src[1]] if src[0] == "input" else produced[src[1:]]
