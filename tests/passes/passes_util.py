@@ -15,6 +15,16 @@ from anec.passes import Pass, PassContext, run_pipeline
 from anec.weights import WeightStore, random_weights
 
 
+CAST_CHAIN = """
+func f(%x: fp16[1, 8, 1, 8]) {
+  %a = cast(%x, dtype=fp32) : fp32[1, 8, 1, 8]
+  %b = cast(%a, dtype=fp16) : fp16[1, 8, 1, 8]
+  %y = relu(%b) : fp16[1, 8, 1, 8]
+  return %y
+}"""
+"""A cast round trip before a relu: what the cleanup passes remove (manager tests)."""
+
+
 def parse_module(text: str, name: str = "test.ir") -> Module:
     module = parse(text, name)
     verify(module)

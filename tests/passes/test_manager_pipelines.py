@@ -13,15 +13,8 @@ from anec.passes import (ALL_PASSES, PASSES, DeadCodeElimination, EmitMil, FuseC
 from anec.passes.pipelines import (CLEANUP, DEFAULT, OPTIMIZE, PIPELINES, check_pass_names,
                                    get_pipeline, parse_pass_list)
 
+from .passes_util import CAST_CHAIN as TEXT
 from .passes_util import parse_func, parse_module
-
-TEXT = """
-func f(%x: fp16[1, 8, 1, 8]) {
-  %a = cast(%x, dtype=fp32) : fp32[1, 8, 1, 8]
-  %b = cast(%a, dtype=fp16) : fp16[1, 8, 1, 8]
-  %y = relu(%b) : fp16[1, 8, 1, 8]
-  return %y
-}"""
 
 
 def test_registry_names_are_unique_and_documented():

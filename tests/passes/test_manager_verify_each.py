@@ -13,15 +13,8 @@ from anec.ir.printer import print_module
 from anec.passes import DeadCodeElimination, FuseCasts, Pass, PassContext, run_pipeline
 from anec.passes.pipelines import OPTIMIZE
 
+from .passes_util import CAST_CHAIN as TEXT
 from .passes_util import parse_func, parse_module
-
-TEXT = """
-func f(%x: fp16[1, 8, 1, 8]) {
-  %a = cast(%x, dtype=fp32) : fp32[1, 8, 1, 8]
-  %b = cast(%a, dtype=fp16) : fp16[1, 8, 1, 8]
-  %y = relu(%b) : fp16[1, 8, 1, 8]
-  return %y
-}"""
 
 
 @dataclass(frozen=True)
