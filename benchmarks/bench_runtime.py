@@ -265,14 +265,12 @@ def matmul_mil(b: int, m: int, k: int, n: int) -> str:
 
 
 def blob(arr: np.ndarray) -> bytes:
-    import struct
+    """A one-tensor fp16 BLOBFILE (the compiler's own writer)."""
+    from anec.mil.blobfile import BlobWriter
 
-    data = np.ascontiguousarray(arr, dtype=np.float16).tobytes()
-    head = bytearray(64)
-    struct.pack_into("<II", head, 0, 1, 2)
-    meta = bytearray(64)
-    struct.pack_into("<IIQQ", meta, 0, 0xDEADBEEF, 1, len(data), 128)
-    return bytes(head + meta) + data
+    w = BlobWriter()
+    w.add(np.ascontiguousarray(arr, dtype=np.float16))
+    return w.to_bytes()
 
 
 def time_runs(fn, reps: int) -> float:

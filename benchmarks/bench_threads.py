@@ -31,7 +31,6 @@ import os
 import platform
 import shutil
 import statistics
-import struct
 import sys
 import tempfile
 import threading
@@ -62,12 +61,12 @@ def conv_mil(c: int, s: int) -> str:
 
 
 def blob(arr: np.ndarray) -> bytes:
-    data = np.ascontiguousarray(arr, dtype=np.float16).tobytes()
-    head = bytearray(64)
-    struct.pack_into("<II", head, 0, 1, 2)
-    meta = bytearray(64)
-    struct.pack_into("<IIQQ", meta, 0, 0xDEADBEEF, 1, len(data), 128)
-    return bytes(head + meta) + data
+    """A one-tensor fp16 BLOBFILE (the compiler's own writer)."""
+    from anec.mil.blobfile import BlobWriter
+
+    w = BlobWriter()
+    w.add(np.ascontiguousarray(arr, dtype=np.float16))
+    return w.to_bytes()
 
 
 def tmp_root() -> str:
