@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import IO, Callable, Mapping
 
-__all__ = ["discard", "fsync_dir", "move_into_place", "replace_file", "write_bytes_atomic", "write_text_atomic", "write_tree_atomic"]
+__all__ = ["discard", "fsync_dir", "move_into_place", "replace_file", "write_bytes_atomic", "write_text_atomic",
+           "write_tree_atomic"]
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
