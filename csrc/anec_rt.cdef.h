@@ -143,6 +143,13 @@ int anec_evaluate(anec_program *p, const anec_buffer *inputs, size_t n_in,
 
 int anec_reload_weights(anec_program *p, const anec_blob *blobs, size_t n_blobs);
 int anec_reload_weights_using(anec_program *p, const anec_blob *blobs, size_t n_blobs, int strategy);
+typedef struct anec_weight_array {
+    uint64_t record;
+    const void *data;
+    uint64_t count;
+    int dtype;
+} anec_weight_array;
+int anec_reload_arrays(anec_program *p, const char *path, const anec_weight_array *arrays, size_t n, long long *bad);
 int anec_program_reload_info(const anec_program *p, anec_reload_info *out);
 int anec_program_stats(const anec_program *p, struct anec_stats *out);
 

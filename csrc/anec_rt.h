@@ -298,6 +298,25 @@ int anec_reload_weights(anec_program *p, const anec_blob *blobs, size_t n_blobs)
    ANEC_RELOAD_RECOMPILE), verified or not: for probes that verify strategies
    (python -m anec.selftest). DATA_PATCH still needs a data-patchable program. */
 int anec_reload_weights_using(anec_program *p, const anec_blob *blobs, size_t n_blobs, int strategy);
+/* One array of anec_reload_arrays: `count` packed elements of `dtype`
+   (ANEC_DTYPE_FP16 or ANEC_DTYPE_FP32) for the blob whose metadata record is
+   at offset `record` of the program's weight file. */
+typedef struct anec_weight_array {
+    uint64_t record;
+    const void *data;
+    uint64_t count;
+    int dtype;
+} anec_weight_array;
+/* Delta reload of a DATA_PATCH program (anec_program_reload_info) from arrays
+   instead of a whole file: the new weight file `path` (its MIL path) is the
+   current one with these payloads, each checked (finite; |x| <= 65504 for an
+   fp16 blob, compared on the array's own bits), converted to the blob's dtype
+   (an fp32 blob takes fp32 arrays only) and written in one pass, never held
+   in memory whole. Nothing is written when every payload equals the present
+   one. A refused value gives ANEC_EWEIGHTS with *bad = its array's index
+   (else *bad = -1); a program that reloads another way, ANEC_EINVAL. On any
+   error the old weights stay in use. */
+int anec_reload_arrays(anec_program *p, const char *path, const anec_weight_array *arrays, size_t n, long long *bad);
 /* Which strategy anec_reload_weights uses for this program, and why. */
 int anec_program_reload_info(const anec_program *p, anec_reload_info *out);
 

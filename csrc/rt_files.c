@@ -142,6 +142,8 @@ int rt_read_beneath(const char *dir, const char *rel, uint64_t max_bytes, uint8_
     return 0;
 }
 
+int rt_open_beneath(const char *dir, const char *rel) { return open_beneath(dir, rel); }
+
 int rt_file_equals(const char *dir, const char *rel, const uint8_t *data, size_t len)
 {
     int fd = open_beneath(dir, rel);

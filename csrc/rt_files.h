@@ -32,6 +32,10 @@ char *rt_join(const char *a, const char *b);
 int rt_read_beneath(const char *dir, const char *rel, uint64_t max_bytes, uint8_t **out, size_t *len,
                     char *why, size_t whylen);
 
+/* Open dir/rel read-only without following any symlink (as rt_read_beneath
+   walks it); the fd, or -1 with errno. The caller checks the file type. */
+int rt_open_beneath(const char *dir, const char *rel);
+
 /* 1 if dir/rel is a regular file (not a symlink) holding exactly
    data[0..len), else 0. */
 int rt_file_equals(const char *dir, const char *rel, const uint8_t *data, size_t len);

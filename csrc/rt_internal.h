@@ -180,4 +180,33 @@ int rt_reload_validate(const anec_program *p, const anec_blob *blobs, size_t n);
 /* How many of blobs differ from p's current files. */
 size_t rt_reload_changes(const anec_program *p, const anec_blob *blobs, size_t n);
 
+/* ---- rt_patch.c: a weight file with new payloads streamed from arrays ---- */
+
+/* One array of anec_reload_arrays; rt_patch_open fills stored..size. */
+typedef struct rt_patch_region {
+    uint64_t record;              /* offset of the blob's metadata record */
+    const void *data;             /* count elements of src_dtype (ANEC_DTYPE_FP16/FP32) */
+    uint64_t count;
+    int src_dtype;
+    size_t index;                 /* its index in the caller's list */
+    uint32_t stored;              /* BLOB_DT_* of the blob */
+    uint64_t data_offset, size;   /* the payload in the file */
+} rt_patch_region;
+
+/* Open dir/rel (beneath dir, no symlink) and match each region to its
+   metadata record: sentinel, a dtype the array converts to, the size of the
+   array, payload within the file, no overlap; sorts r by payload offset.
+   ANEC_OK with *fd (close it) and the file length, else an error and why. */
+int rt_patch_open(const char *dir, const char *rel, rt_patch_region *r, size_t n, int *fd, uint64_t *len,
+                  char *why, size_t whylen);
+/* *changed: does any region's stored form differ from the file's payload?
+   Values met on the way are checked (ANEC_EWEIGHTS with *bad = its index). */
+int rt_patch_changes(int fd, const rt_patch_region *r, size_t n, int *changed, size_t *bad, char *why,
+                     size_t whylen);
+/* Write the new file to tmp (created exclusively, fsynced): the old bytes
+   around the payloads, each payload checked and converted on the way. On
+   any error tmp is removed (ANEC_EWEIGHTS with *bad = the refused array). */
+int rt_patch_write(int fd, uint64_t len, const rt_patch_region *r, size_t n, const char *tmp, size_t *bad,
+                   char *why, size_t whylen);
+
 #endif

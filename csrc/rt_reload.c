@@ -23,9 +23,12 @@
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "rt_files.h"
@@ -190,26 +193,19 @@ static int privatize(anec_program *p)
     return rc;
 }
 
-static int data_patch(anec_program *p, const anec_blob *b, int was_loaded)
+/* The new weight file is written (and fsynced) at tmp: put it in place of
+   path with a backup link, make its bytes the compiled data, load again. On
+   failure the old file and compiled data stay. */
+static int put_in_place(anec_program *p, const char *path, const char *tmp, const char *rel, const uint8_t *bytes,
+                        size_t len, int was_loaded)
 {
     anec_runtime *rt = p->rt;
-    int rc = privatize(p);
-    if (rc != ANEC_OK)
-        return rc;
-    const char *rel = rt_rel_path(b->path);
-    char *path = rt_join(p->dir->path, rel);
-    char *tmp = path ? rt_temp_name(path) : NULL;
-    char *backup = path ? rt_temp_name(path) : NULL;
-    char why[1024];
-    if (!path || !tmp || !backup) {
-        rc = rt_fail(ANEC_ENOMEM, "out of memory");
-        goto out;
+    char *backup = rt_temp_name(path);
+    if (!backup) {
+        unlink(tmp);
+        return rt_fail(ANEC_ENOMEM, "out of memory");
     }
-    /* the core's copy of the file first (a backup restores it on failure) */
-    if (rt_write_temp(tmp, b->data, b->len, why, sizeof why)) {
-        rc = rt_fail(ANEC_EIO, "reload: %s; the old weights stay in use", why);
-        goto out;
-    }
+    int rc = ANEC_OK;
     int have_backup = link(path, backup) == 0;
     if (rename(tmp, path)) {
         rc = rt_fail(ANEC_EIO, "reload: rename to %s failed: %s; the old weights stay in use", path, strerror(errno));
@@ -221,7 +217,7 @@ static int data_patch(anec_program *p, const anec_blob *b, int was_loaded)
     rt_unload_locked(p);
     char err[RT_ERR_LEN] = "";
     /* the file holds the new bytes: the driver links them as the compiled data */
-    rc = rt->drv->patch_data(rt->ctx, p->dprog, rel, b->data, b->len, 1, err, sizeof err);
+    rc = rt->drv->patch_data(rt->ctx, p->dprog, rel, bytes, len, 1, err, sizeof err);
     if (rc != ANEC_OK) {
         forget_content(p, have_backup && rename(backup, path) == 0);
         rt_fail(rc, "reload: %s; the old weights stay in use", err);
@@ -236,9 +232,51 @@ static int data_patch(anec_program *p, const anec_blob *b, int was_loaded)
     if (was_loaded)
         rc = rt_load_locked(p);
 out:
+    free(backup);
+    return rc;
+}
+
+/* put_in_place with the bytes of the written file mapped (a driver that
+   copies the new compiled data reads them from there). */
+static int put_in_place_mapped(anec_program *p, const char *path, const char *tmp, const char *rel, int was_loaded)
+{
+    int fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    void *m = MAP_FAILED;
+    size_t len = 0;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0) {
+        len = (size_t)st.st_size;
+        m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    }
+    int saved = errno;
+    if (fd >= 0)
+        close(fd);
+    if (m == MAP_FAILED) {
+        unlink(tmp);
+        return rt_fail(ANEC_EIO, "reload: cannot map %s: %s; the old weights stay in use", tmp, strerror(saved));
+    }
+    int rc = put_in_place(p, path, tmp, rel, m, len, was_loaded);
+    munmap(m, len);
+    return rc;
+}
+
+static int data_patch(anec_program *p, const anec_blob *b, int was_loaded)
+{
+    int rc = privatize(p);
+    if (rc != ANEC_OK)
+        return rc;
+    const char *rel = rt_rel_path(b->path);
+    char *path = rt_join(p->dir->path, rel);
+    char *tmp = path ? rt_temp_name(path) : NULL;
+    char why[1024];
+    if (!path || !tmp)
+        rc = rt_fail(ANEC_ENOMEM, "out of memory");
+    else if (rt_write_temp(tmp, b->data, b->len, why, sizeof why)) /* the core's copy of the file first */
+        rc = rt_fail(ANEC_EIO, "reload: %s; the old weights stay in use", why);
+    else
+        rc = put_in_place(p, path, tmp, rel, b->data, b->len, was_loaded);
     free(path);
     free(tmp);
-    free(backup);
     return rc;
 }
 
@@ -325,6 +363,25 @@ static int recompile(anec_program *p, const anec_blob *blobs, size_t n, int was_
     return rc;
 }
 
+/* A reload that succeeded, in the runtime's and p's counters (p->lock held). */
+static void count_reload(anec_program *p, uint64_t t0, size_t n_changed, int strategy)
+{
+    struct anec_stats d = {0};
+    d.reloads = 1;
+    d.blobs_patched = n_changed;
+    d.ns_reload = rt_now_ns() - t0;
+    if (n_changed) {
+        d.reloads_data_patch = strategy == ANEC_RELOAD_DATA_PATCH;
+        d.reloads_recompile = strategy == ANEC_RELOAD_RECOMPILE;
+    }
+    rt_count(p->rt, &d);
+    p->st.reloads++;
+    p->st.blobs_patched += n_changed;
+    p->st.ns_reload += d.ns_reload;
+    p->st.reloads_data_patch += d.reloads_data_patch;
+    p->st.reloads_recompile += d.reloads_recompile;
+}
+
 static int reload(anec_program *p, const anec_blob *blobs, size_t n, int forced)
 {
     if (!p)
@@ -360,22 +417,8 @@ static int reload(anec_program *p, const anec_blob *blobs, size_t n, int forced)
         if (p->dprog)
             rejoin_cache(p);
     }
-    if (rc == ANEC_OK) {
-        struct anec_stats d = {0};
-        d.reloads = 1;
-        d.blobs_patched = n_changed;
-        d.ns_reload = rt_now_ns() - t0;
-        if (n_changed) {
-            d.reloads_data_patch = strategy == ANEC_RELOAD_DATA_PATCH;
-            d.reloads_recompile = strategy == ANEC_RELOAD_RECOMPILE;
-        }
-        rt_count(p->rt, &d);
-        p->st.reloads++;
-        p->st.blobs_patched += n_changed;
-        p->st.ns_reload += d.ns_reload;
-        p->st.reloads_data_patch += d.reloads_data_patch;
-        p->st.reloads_recompile += d.reloads_recompile;
-    }
+    if (rc == ANEC_OK)
+        count_reload(p, t0, n_changed, strategy);
     pthread_mutex_unlock(&p->lock);
     return rc;
 }
@@ -390,4 +433,83 @@ int anec_reload_weights_using(anec_program *p, const anec_blob *blobs, size_t n_
     if (strategy == ANEC_RELOAD_AUTO)
         return rt_fail(ANEC_EINVAL, "anec_reload_weights_using: name a strategy (data-patch or recompile)");
     return reload(p, blobs, n_blobs, strategy);
+}
+
+/* The data patch from arrays: the new file is built by rt_patch.c straight
+   from them, compared first (nothing changes when every payload is the same),
+   then written beside the old one and put in place like any data patch. */
+int anec_reload_arrays(anec_program *p, const char *path, const anec_weight_array *arrays, size_t n, long long *bad)
+{
+    if (bad)
+        *bad = -1;
+    if (!p || !path || (!arrays && n))
+        return rt_fail(ANEC_EINVAL, "anec_reload_arrays: NULL argument");
+    rt_patch_region stack[16], *r = n <= 16 ? stack : calloc(n, sizeof *r);
+    if (!r)
+        return rt_fail(ANEC_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        r[i] = (rt_patch_region){.record = arrays[i].record, .data = arrays[i].data, .count = arrays[i].count,
+                                 .src_dtype = arrays[i].dtype, .index = i};
+        if ((!r[i].data && r[i].count) || (r[i].src_dtype != ANEC_DTYPE_FP16 && r[i].src_dtype != ANEC_DTYPE_FP32)) {
+            if (r != stack)
+                free(r);
+            return rt_fail(ANEC_EINVAL, "anec_reload_arrays: array %zu has no data or is not fp16/fp32", i);
+        }
+    }
+    int rc = rt_enter(p);
+    if (rc != ANEC_OK) {
+        if (r != stack)
+            free(r);
+        return rc;
+    }
+    uint64_t t0 = rt_now_ns();
+    char why[1024];
+    const char *rel = rt_weight_path(path);
+    int fd = -1, changed = 0;
+    uint64_t len = 0;
+    size_t refused = (size_t)-1;
+    if (rt_reload_strategy(p, why, sizeof why) != ANEC_RELOAD_DATA_PATCH)
+        rc = rt_fail(ANEC_EINVAL, "anec_reload_arrays: this program does not reload by data patch (%s); use "
+                     "anec_reload_weights", why);
+    else if (!rel || p->n_files != 1 || strcmp(p->files[0], path) != 0)
+        rc = rt_fail(ANEC_EWEIGHTS, "reload: %s is not the weight file of this program (%s)", path, p->files[0]);
+    for (size_t i = 0; i < n && rc == ANEC_OK; i++) { /* only the blobs the program declares */
+        int known = 0;
+        for (size_t k = 0; k < p->n_refs && !known; k++)
+            known = strcmp(p->refs_tab[k].path, path) == 0 && p->refs_tab[k].offset == r[i].record;
+        if (!known)
+            rc = rt_fail(ANEC_EWEIGHTS, "reload: no const of this program reads %s at offset %llu", path,
+                         (unsigned long long)r[i].record);
+    }
+    if (rc == ANEC_OK && (rc = rt_patch_open(p->dir->path, rel, r, n, &fd, &len, why, sizeof why)) != ANEC_OK)
+        rt_fail(rc, "reload: %s; the old weights stay in use", why);
+    if (rc == ANEC_OK && (rc = rt_patch_changes(fd, r, n, &changed, &refused, why, sizeof why)) != ANEC_OK)
+        rt_fail(rc, "reload: %s; the old weights stay in use", why);
+    int was_loaded = p->loaded;
+    if (rc == ANEC_OK && changed) {
+        leave_cache(p);
+        rc = privatize(p); /* (the old file is open: a private copy holds the same bytes) */
+        char *dest = rc == ANEC_OK ? rt_join(p->dir->path, rel) : NULL;
+        char *tmp = dest ? rt_temp_name(dest) : NULL;
+        if (rc == ANEC_OK && !tmp)
+            rc = rt_fail(ANEC_ENOMEM, "out of memory");
+        if (rc == ANEC_OK && (rc = rt_patch_write(fd, len, r, n, tmp, &refused, why, sizeof why)) != ANEC_OK)
+            rt_fail(rc, "reload: %s; the old weights stay in use", why);
+        if (rc == ANEC_OK)
+            rc = put_in_place_mapped(p, dest, tmp, rel, was_loaded);
+        free(dest);
+        free(tmp);
+        if (p->dprog)
+            rejoin_cache(p);
+    }
+    if (fd >= 0)
+        close(fd);
+    if (rc == ANEC_OK)
+        count_reload(p, t0, changed, ANEC_RELOAD_DATA_PATCH);
+    else if (bad && refused != (size_t)-1)
+        *bad = (long long)refused;
+    pthread_mutex_unlock(&p->lock);
+    if (r != stack)
+        free(r);
+    return rc;
 }

@@ -368,6 +368,29 @@ class NativeProgram:
         del keep
         self.rt.check(rc)
 
+    def reload_arrays(self, path: str, arrays: list[tuple[int, np.ndarray]]) -> int | None:
+        """Data-patch reload from (metadata record offset, contiguous fp16/fp32 array)
+        pairs of the weight file ``path``; the index of an array whose values the C
+        checks refused (nothing changed then), else None."""
+        arr = ffi.new("anec_weight_array[]", max(1, len(arrays)))
+        keep: list[Any] = []
+        for i, (record, a) in enumerate(arrays):
+            if a.dtype not in (np.float16, np.float32) or not a.flags.c_contiguous:
+                raise ValueError("reload_arrays: arrays must be contiguous fp16 or fp32")
+            buf = ffi.from_buffer("char[]", a.reshape(-1).view(np.uint8))
+            keep.append(buf)
+            arr[i].record = record
+            arr[i].data = buf
+            arr[i].count = a.size
+            arr[i].dtype = DTYPE_CODES["fp16" if a.dtype == np.float16 else "fp32"]
+        bad = ffi.new("long long *")
+        rc = lib.anec_reload_arrays(self.ptr, path.encode(), arr, len(arrays), bad)
+        del keep
+        if rc == lib.ANEC_EWEIGHTS and bad[0] >= 0:
+            return int(bad[0])
+        self.rt.check(rc)
+        return None
+
     def reload_info(self) -> dict[str, Any]:
         inf = ffi.new("anec_reload_info *")
         self.rt.check(lib.anec_program_reload_info(self.ptr, inf))

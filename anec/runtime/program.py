@@ -16,7 +16,7 @@ import numpy as np
 
 from anec.diagnostics import ArtifactError, RuntimeFailure, WeightError, did_you_mean
 from anec.runtime import native
-from anec.runtime.weights import changed_blobs, weight_input_values
+from anec.runtime.weights import changed_blobs, payloads, stream_plan, weight_input_values
 
 if TYPE_CHECKING:
     from anec.runtime import Runtime
@@ -258,9 +258,23 @@ class Program(_Closing):
         # files and reloading the patched ones would be lost (or its directory gone)
         with self._reload_lock:
             if blob_weights:  # counted as a reload even when no file changes (then nothing is written)
-                self._native.reload(changed_blobs(self.manifest, self.dir, blob_weights), None)
+                self._reload_blob_weights(blob_weights)
             if inputs:
                 self._set_weight_inputs(inputs, reload=True)
+
+    def _reload_blob_weights(self, weights: Mapping[str, Any]) -> None:
+        """A data-patch program: C builds the new file straight from the arrays
+        (checked, converted and written in one pass). Otherwise, or for arrays C
+        does not take as they are, the new files are built here."""
+        plan = stream_plan(self.manifest, weights) if self._native.reload_info()["strategy"] == "data-patch" else None
+        if plan is None:
+            self._native.reload(changed_blobs(self.manifest, self.dir, weights), None)
+            return
+        if self._native.reload_arrays(*plan) is not None:
+            # a refused value: the element-wise checks name the key and the element
+            message = native.last_error()
+            payloads(self.manifest, weights)
+            raise WeightError(message, hint="the program keeps its old weights")
 
     def _set_weight_inputs(self, arrays: Mapping[str, np.ndarray], reload: bool) -> None:
         items: list[tuple[int, np.ndarray] | None] = []

@@ -115,11 +115,46 @@ def _cast(a: np.ndarray, dtype: DType) -> np.ndarray:
     return np.ascontiguousarray(a.astype(dtype.np))
 
 
+def stream_plan(manifest: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, list[tuple[int, np.ndarray]]] | None:
+    """For the C data patch from arrays (``anec_reload_arrays``): the MIL path of the
+    program's one weight file and a (metadata record offset, payload source) pair per
+    place a key of ``new`` is stored, each source the checked view of the array,
+    contiguous, still in its own fp16/fp32 dtype (C checks, converts and writes it).
+
+    None when that path does not apply as it is, and :func:`changed_blobs` must
+    be used: several files, a dtype C does not convert, a shape or key error
+    (that path raises it with the message and precedence it always has).
+    """
+    by_key: dict[str, list[Mapping[str, Any]]] = {}
+    paths = set()
+    for e in manifest.get("weights", []):
+        by_key.setdefault(e["key"], []).append(e)
+        paths.add(_path(e))
+    if len(paths) != 1:
+        return None
+    out = []
+    for key, value in new.items():
+        if key not in by_key or not isinstance(value, np.ndarray) or value.dtype not in _MAGNITUDE:
+            return None
+        for e in by_key[key]:
+            dtype = DType(e["dtype"])
+            if dtype not in (DType.fp16, DType.fp32) or (dtype == DType.fp32 and value.dtype != np.float32):
+                return None
+            stored = TensorType(dtype, tuple(int(d) for d in e["shape"]))
+            try:
+                a = view_stored(key, value, e.get("perm") or None, e.get("slice") or None, stored, "the program",
+                                hint="pass an array of the shape the model was compiled with", wants="expects")
+            except WeightError:
+                return None
+            out.append((int(e["offset"]), np.ascontiguousarray(a)))
+    return paths.pop(), out
+
+
 def _path(e: Mapping[str, Any]) -> str:
     return e.get("path") or "@model_path/" + e["file"]
 
 
-def _payloads(manifest: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], np.ndarray]]:
+def payloads(manifest: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], np.ndarray]]:
     """(manifest entry, payload) for every place a key of ``new`` is stored; raises
     WeightError (naming the key) for unknown keys and bad arrays."""
     by_key: dict[str, list[Mapping[str, Any]]] = {}
@@ -176,7 +211,7 @@ def patched_blobs(manifest: Mapping[str, Any], current: Mapping[str, bytes],
     anything is returned.
     """
     out: dict[str, bytearray] = {}
-    for e, arr in _payloads(manifest, new):
+    for e, arr in payloads(manifest, new):
         path = _path(e)
         if path not in out:
             if path not in current:
@@ -267,7 +302,7 @@ def changed_blobs(manifest: Mapping[str, Any], directory: str | Path,
     """
     files = {_path(e): e["file"] for e in manifest.get("weights", [])}
     by_file: dict[str, list[tuple[Mapping[str, Any], np.ndarray]]] = {}
-    for e, arr in _payloads(manifest, new):
+    for e, arr in payloads(manifest, new):
         by_file.setdefault(_path(e), []).append((e, arr))
     out: dict[str, bytearray] = {}
     for path, items in by_file.items():

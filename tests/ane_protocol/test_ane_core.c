@@ -265,6 +265,46 @@ static void test_reload_data_patch_verified(void) { reload_case(0, VERIFIED_PATC
 static void test_reload_falls_back_to_recompile_unverified(void) { reload_case(0, 0, ANEC_RELOAD_RECOMPILE, 1); }
 static void test_reload_two_tensors_recompiles(void) { reload_case(1, VERIFIED_PATCH, ANEC_RELOAD_RECOMPILE, 1); }
 
+/* the data patch from arrays: the driver is handed the new file's bytes (mapped) */
+static void test_reload_arrays_data_patch(void)
+{
+    anec_runtime *rt = open_rt(VERIFIED_PATCH);
+    CHECK(rt);
+    prog_t a, b;
+    make_prog(&a, 0, 0x3C00, 0);
+    make_prog(&b, 0, 0x4000, 0);
+    anec_program *p = NULL;
+    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &p));
+    CHECK_RC(anec_load(p));
+    float w32[N_W];
+    for (size_t i = 0; i < N_W; i++)
+        w32[i] = 2.0f; /* 0x4000 in fp16: b's weights, converted by the core */
+    anec_weight_array arr = {64, w32, N_W, ANEC_DTYPE_FP32};
+    long long bad = 7;
+    size_t mark = fk_ncalls();
+    CHECK_RC(anec_reload_arrays(p, k_paths[0], &arr, 1, &bad));
+    CHECK(bad == -1 && count_calls(mark, "compileWithQoS") == 0);
+    CHECK(computes(p, &b));
+    w32[9] = 70000.0f; /* beyond fp16: refused, nothing changes */
+    CHECK(anec_reload_arrays(p, k_paths[0], &arr, 1, &bad) == ANEC_EWEIGHTS && bad == 0);
+    CHECK(computes(p, &b));
+    uint16_t w16[N_W];
+    for (size_t i = 0; i < N_W; i++)
+        w16[i] = 0x3C00;
+    arr = (anec_weight_array){64, w16, N_W, ANEC_DTYPE_FP16};
+    CHECK_RC(anec_reload_arrays(p, k_paths[0], &arr, 1, &bad));
+    CHECK(computes(p, &a));
+    mark = fk_ncalls();
+    CHECK_RC(anec_reload_arrays(p, k_paths[0], &arr, 1, &bad)); /* unchanged: nothing happens */
+    CHECK(count_calls(mark, "WithQoS") == 0);
+    struct anec_stats st;
+    CHECK_RC(anec_stats(rt, &st));
+    CHECK(st.reloads == 3 && st.reloads_data_patch == 2 && st.compiles == 1);
+    anec_program_free(p);
+    anec_runtime_close(rt);
+    CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
+}
+
 /* cache hits: same MIL and weight paths */
 static void cache_case(int two, unsigned verified, int same_weights, int want_compiles)
 {
@@ -381,6 +421,7 @@ typedef struct {
 static const test_t k_tests[] = {
     {"compile: the program runs the model that was compiled", test_compile_runs_the_compiled_model},
     {"reload, data patch verified: no compile, equals a fresh compile", test_reload_data_patch_verified},
+    {"reload from arrays, data patch verified: converted, checked, equals a fresh compile", test_reload_arrays_data_patch},
     {"reload, nothing verified: recompile, equals a fresh compile", test_reload_falls_back_to_recompile_unverified},
     {"reload, two tensors (opaque data): recompile, equals a fresh compile", test_reload_two_tensors_recompiles},
     {"cache hit, same weights: clone, no compile", test_cache_hit_same_weights},

@@ -40,11 +40,17 @@ TESTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "csrc/rt_reload.c": (
         ("test_rt",),
         ("tests/runtime/test_rt_reload.py", "tests/runtime/test_rt_weight_inputs.py",
-         "tests/runtime/test_rt_core.py", "tests/runtime/test_rt_pipeline.py"),
+         "tests/runtime/test_rt_core.py", "tests/runtime/test_rt_pipeline.py",
+         "tests/runtime/test_rt_reload_stream.py"),
+    ),
+    "csrc/rt_patch.c": (
+        (),
+        ("tests/runtime/test_rt_reload_stream.py", "tests/runtime/test_rt_reload.py",
+         "tests/runtime/test_rt_reload_arrays.py"),
     ),
 }
 
-K, X, R = "csrc/sim_kernels.c", "csrc/sim_exec.c", "csrc/rt_reload.c"
+K, X, R, P = "csrc/sim_kernels.c", "csrc/sim_exec.c", "csrc/rt_reload.c", "csrc/rt_patch.c"
 
 MUTANTS: list[CMutant] = [
     # ---- sim_kernels.c: the blocked GEMM and the strided copies
@@ -184,10 +190,10 @@ MUTANTS: list[CMutant] = [
             "a shared compiled directory is patched in place"),
     CMutant("r-patch-reload", R, "    rt_fsync_dir(p->dir->path);\n    if (was_loaded)\n        rc = rt_load_locked(p);",
             "    rt_fsync_dir(p->dir->path);", "a loaded program is left unloaded after a data patch"),
-    CMutant("r-patch-content", R, "    set_content(p, hash.content);", "",
-            "the program's content hash is not updated by a data patch"),
-    CMutant("r-patch-restore", R, "        if (have_backup)\n            rename(backup, path);",
-            "        if (have_backup)\n            unlink(backup);",
+    CMutant("r-patch-content", R, "    forget_content(p, 1); /* the device holds", "    (void)0; /* the device holds",
+            "the program's content identity is not invalidated by a data patch"),
+    CMutant("r-patch-restore", R, "forget_content(p, have_backup && rename(backup, path) == 0);",
+            "forget_content(p, have_backup && unlink(backup) == 0);",
             "a failed data patch does not restore the old weight file"),
     CMutant("r-recompile-pick", R, "if (strcmp(blobs[i].path, p->files[k]) == 0) {", "if (i == 0) {",
             "a recompile gives every file the first blob's bytes"),
@@ -196,8 +202,8 @@ MUTANTS: list[CMutant] = [
             "a failed recompile keeps its compile budget reservation"),
     CMutant("r-recompile-patchable", R, "p->patchable = rt_observe_patchable(rt, np, full, p->n_files, p->n_files);",
             "p->patchable = 0;", "after a recompile the program is never data-patchable"),
-    CMutant("r-recompile-content", R, "                memcpy(p->content, content, 32);\n            }\n        }",
-            "            }\n        }", "a recompile does not record the new content"),
+    CMutant("r-recompile-content", R, "                p->content_known = 0;\n", "",
+            "a recompile keeps the old weights' content identity"),
     CMutant("r-recompile-reload", R, "        if (was_loaded)\n            rc = rt_load_locked(p);\n    }\n    return rc;",
             "    }\n    return rc;", "a loaded program is left unloaded after a recompile"),
     CMutant("r-changed-all", R, "        if (!rt_file_equals(p->dir->path, rt_rel_path(blobs[i].path), blobs[i].data, blobs[i].len)) {",
@@ -212,11 +218,28 @@ MUTANTS: list[CMutant] = [
             "unchanged blobs are counted as patched"),
     CMutant("r-leave-cache", R, "    if (e && e->donor == p) {\n        e->donor = NULL;", "    if (0) {\n        e->donor = NULL;",
             "a reloaded program stays the donor of its old weights in the cache"),
-    CMutant("r-rejoin-content", R, "        memcpy(e->content, p->content, 32);\n        e->patchable", "        e->patchable",
+    CMutant("r-rejoin-content", R, "        memcpy(e->content, p->content, 32);\n", "",
             "the cache records the donor's new weights under the old content"),
     CMutant("r-using-auto", R, "    if (strategy == ANEC_RELOAD_AUTO)\n        return rt_fail(", "    if (0)\n        return rt_fail(",
             "anec_reload_weights_using accepts 'auto'"),
     CMutant("r-bad-strategy", R, "if (forced != ANEC_RELOAD_AUTO && forced != ANEC_RELOAD_DATA_PATCH && forced != ANEC_RELOAD_RECOMPILE)",
             "if (forced != ANEC_RELOAD_AUTO && forced != ANEC_RELOAD_DATA_PATCH && forced < 0)",
             "an unknown strategy number is accepted"),
+    # ---- rt_patch.c: the data patch from arrays
+    CMutant("p-no-check", P, "    uint32_t top = anec_max_magnitude_bits(s, (size_t)w, n);",
+            "    uint32_t top = 0;\n    (void)s;", "array values are never checked"),
+    CMutant("p-fp16-range", P, "return top <= FP16_MAX_BITS_OF[w == 4];", "return top < 0x7C00u;",
+            "an fp16 payload takes values beyond 65504 that round to it or to Inf"),
+    CMutant("p-no-convert", P, "    if (r->stored == BLOB_DT_FP16 && r->src_dtype == ANEC_DTYPE_FP32) {",
+            "    if (0) {", "fp32 arrays are written unconverted"),
+    CMutant("p-probe-only", P, "for (int pass = 0; pass < 2 && rc == ANEC_OK && !*changed; pass++)",
+            "for (int pass = 0; pass < 1 && rc == ANEC_OK && !*changed; pass++)",
+            "a tensor whose head is unchanged is taken as unchanged"),
+    CMutant("p-overlap", P, "int overlap = i && r[i - 1].data_offset + r[i - 1].size > r[i].data_offset;",
+            "int overlap = 0;", "two arrays for one blob are both written"),
+    CMutant("p-copy-around", P, "        if (copy_range(fd, out, pos, r[i].data_offset, buf, cap)) {",
+            "        if (copy_range(fd, out, r[i].data_offset, r[i].data_offset, buf, cap)) {",
+            "the bytes before a payload are not copied"),
+    CMutant("p-size", P, "size != want ||", "",
+            "an array of another size than its blob is accepted"),
 ]
