@@ -159,13 +159,18 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
 }
 
 C_EQUIVALENT: dict[str, str] = {
-    "x-mm-vec-y": "the plan builder (csrc/sim_rules.c, rule_matmul) already clears transpose_y of a rank-1 y, "
+"x-mm-vec-y": "the plan builder (csrc/sim_rules.c, rule_matmul) already clears transpose_y of a rank-1 y, "
                   "so the executor never sees a vector y with transpose_y set",
 }
 
 # Survivors that are not equivalent but that no test kills yet: why, and what a test would need.
 # They count as survivors in the report.
 OPEN_NOTES: dict[str, str] = {
+    "r-rejoin-content": "a reload that changed weights leaves the program's content unknown (forget_content), "
+                        "so the entry it rejoins is marked stale and recomputed before a lookup reads the copied "
+                        "content; only a reload that fails before it writes (the private copy of a shared "
+                        "directory failing) while the entry has no donor would read it, which needs a "
+                        "fault-injection hook in the runtime",
     "r-recompile-budget": "only a recompile that fails after its budget reservation shows the leak (the "
                           "process compile count stays one too high); on the sim that needs the compile "
                           "directory to fail to populate or the driver to refuse a MIL it accepted before, "

@@ -148,3 +148,27 @@ def test_the_c_entry_point_reports_the_refused_array(tmp_path):
                                              (offs["l.b"], b)])
         assert got == 1
         assert rt.stats["reloads"] == 0
+
+
+def test_a_change_past_the_compared_head_of_a_tensor_is_written(tmp_path):
+    """The compare looks at each payload's head first; a tensor that changes only at
+    its last element must still be seen as changed (the rest is compared too)."""
+    from tests.runtime import milkit as mk
+
+    shape = (1, 64, 1, 64)  # 4096 elements: more than the head C compares first
+    mil = mk.program([("x", "fp16", shape)], [mk.const_blob("w", "fp16", shape, "w.bin"),
+                                                 mk.op("y", "fp16", shape, "mul", x="x", y="w")], ["y"])
+    manifest = {"func": "f", "weights": [{"key": "w", "file": "weights/w.bin", "path": "@model_path/weights/w.bin",
+                                          "offset": 64, "dtype": "fp16", "shape": list(shape), "perm": None,
+                                          "slice": None}]}
+    w = np.full(shape, 0.5, np.float16)
+    x = np.ones(shape, np.float16)
+    with Runtime("sim", temp_root=tmp_path) as rt:
+        p = rt.compile(mil, {"@model_path/weights/w.bin": mk.blobfile(w)}, manifest=manifest)
+        assert p.reload_info["strategy"] == "data-patch"
+        w2 = w.copy()
+        w2.flat[-1] = 3.0
+        p.reload_weights({"w": w2.astype(np.float32)})
+        y = p(x=x)["y"]
+        assert y.flat[-1] == 3.0 and y.flat[0] == 0.5
+        assert rt.stats["blobs_patched"] == 1
