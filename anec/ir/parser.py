@@ -259,6 +259,16 @@ class _Stmt:
     annotations: dict[str, Any]
 
 
+def _frozen(value: Any) -> Any:
+    """A hashable stand-in for a literal that tells apart what compares equal
+    across types (``true`` and ``1``, ``1`` and ``1.0``, ``0.0`` and ``-0.0``)."""
+    if type(value) is list:
+        return (list, *map(_frozen, value))
+    if type(value) is float:
+        return (float, value.hex())
+    return (type(value), value)
+
+
 _INT = re.compile(r"[+-]?\d+")
 _DIM = re.compile(r"\+?\d+")
 
@@ -277,6 +287,8 @@ class _Builder:
         """(start, end, item key) of every layout item, in text order."""
         self.types: dict[tuple, TensorType] = {}
         """Types already read, by their (dtype, dims) text."""
+        self.inferred: dict[tuple, tuple[TensorType, ...]] = {}
+        """Inferred result types, by op, operand types and attributes (see :meth:`infer`)."""
 
     def span(self, tok: tuple) -> Span:
         return Span(self.source, tok[1], tok[2])
@@ -399,13 +411,7 @@ class _Builder:
                     st.op_span,
                     hint="write the type after the call, e.g. `: fp16[1, 768, 1, 1]`",
                 )
-            types = infer_node_types(
-                st.op,
-                [v.type for v in operands],
-                {k: v.type for k, v in optional.items()},
-                st.attrs,
-                st.op_span,
-            )
+            types = self.infer(st, operands, optional)
             if len(types) != len(st.results):
                 raise VerifyError(
                     f"'{st.op}' produces {len(types)} result{'s' * (len(types) != 1)} "
@@ -433,6 +439,24 @@ class _Builder:
             env[name] = value
         node = Node(st.op, operands, st.attrs, results, optional, st.op_span, st.annotations)
         return graph.add_node(node)
+
+    def infer(self, st: _Stmt, operands: list[Value], optional: dict[str, Value]) -> list:
+        """The op table's result types; a statement like one inferred before (same op,
+        operand types and attributes) reuses that answer (errors are never reused)."""
+        operand_types = [v.type for v in operands]
+        optional_types = {k: v.type for k, v in optional.items()}
+        try:
+            key = (st.op, *operand_types, None, *optional_types.items(), None,
+                   *[(k, _frozen(v)) for k, v in st.attrs.items()])
+            known = self.inferred.get(key)
+        except TypeError:  # an unhashable literal
+            key = known = None
+        if known is not None:
+            return list(known)
+        types = infer_node_types(st.op, operand_types, optional_types, st.attrs, st.op_span)
+        if key is not None:
+            self.inferred[key] = tuple(types)
+        return types
 
     # -- names
     def define(self, env: dict[str, Value], name: str, span: Span) -> None:
