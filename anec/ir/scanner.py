@@ -31,26 +31,42 @@ them with the span of the list at that depth, which Lark's tree gives too).
 from __future__ import annotations
 
 import re
+import string
+from itertools import accumulate, chain
+from operator import itemgetter
 from typing import Any
 
 from anec.ir.lexical import MAX_LIST_DEPTH
 
 __all__ = ["scan"]
 
-# The terminals of grammar.lark, each after optional whitespace (WS there).
-# Group names are token kinds; punctuation is its own kind.
+# The terminals of grammar.lark, each after optional whitespace (WS there): findall
+# gives (whitespace, token) pairs, and the lengths give every position.
 _TOKEN = re.compile(
-    r"[ \t\f\r\n]*(?:"
-    r"(?P<v>%[A-Za-z0-9_]+)"  # VALUE
-    r"|(?P<n>[A-Za-z_][A-Za-z0-9_]*)"  # NAME (and the words func, weights, return)
-    r"|(?P<d>[+-]?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)"  # NUMBER
-    r"|(?P<i>-inf)"  # NEG_INF
-    r'|(?P<s>"(?:[^"\\\n\r]|\\.)*")'  # STRING
-    r"|(?P<p>[(),=:\[\]{}@])"
-    r"|(?P<c>//[^\n]*)"  # COMMENT
+    r"([ \t\f\r\n]*)("
+    r"%[A-Za-z0-9_]+"  # VALUE
+    r"|[A-Za-z_][A-Za-z0-9_]*"  # NAME (and the words func, weights, return)
+    r"|[+-]?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?"  # NUMBER
+    r"|-inf"  # NEG_INF
+    r'|"(?:[^"\\\n\r]|\\.)*"'  # STRING
+    r"|[(),=:\[\]{}@]"
+    r"|//[^\n]*"  # COMMENT
     r")"
 )
 _TRAILING_WS = re.compile(r"[ \t\f\r\n]*\Z")
+
+# A token's kind by its first character: "v" VALUE, "n" NAME, "d" NUMBER, "-" NUMBER
+# or NEG_INF, "s" STRING, "/" COMMENT, punctuation itself. Other characters (a
+# NUMBER may start with any Unicode digit) have no kind, and the text is declined.
+_KIND = {
+    "%": "v",
+    **dict.fromkeys(string.ascii_letters + "_", "n"),
+    **dict.fromkeys(string.digits + "+", "d"),
+    "-": "-",
+    '"': "s",
+    "/": "/",
+    **{c: c for c in "(),=:[]{}@"},
+}
 
 
 class _Decline(Exception):
@@ -59,26 +75,20 @@ class _Decline(Exception):
 
 def scan(text: str) -> tuple[list, list[tuple[str, int]]] | None:
     """The syntax form of ``text`` and its comments ``(text, start)``, or None."""
-    kinds: list[str] = []
-    texts: list[str] = []
-    starts: list[int] = []
+    pairs = _TOKEN.findall(text)
+    texts = list(map(itemgetter(1), pairs))
+    ends = list(accumulate(map(len, chain.from_iterable(pairs))))
+    starts = ends[::2]  # a token starts where the whitespace before it ends
+    if _TRAILING_WS.match(text, ends[-1] if ends else 0) is None:
+        return None  # findall skipped a character no terminal starts with
+    kinds = list(map(_KIND.get, map(itemgetter(0), texts)))
     comments: list[tuple[str, int]] = []
-    pos = 0
-    for m in _TOKEN.finditer(text):
-        if m.start() != pos:
-            return None  # a character no terminal starts with
-        kind = m.lastgroup
-        pos = m.end()
-        start = m.start(kind)
-        tok = m.group(kind)
-        if kind == "c":
-            comments.append((tok, start))
-            continue
-        kinds.append(tok if kind == "p" else kind)
-        texts.append(tok)
-        starts.append(start)
-    if _TRAILING_WS.match(text, pos) is None:
-        return None
+    if "/" in kinds:
+        keep = [i for i, k in enumerate(kinds) if k != "/"]
+        comments = [(texts[i], starts[i]) for i, k in enumerate(kinds) if k == "/"]
+        kinds = [kinds[i] for i in keep]
+        texts = [texts[i] for i in keep]
+        starts = [starts[i] for i in keep]
     kinds.append("$")  # sentinel: no rule accepts it
     texts.append("")
     starts.append(len(text))
@@ -179,15 +189,15 @@ class _Recognizer:
         dims = []
         if k[self.i] == "[":
             i = self.i + 1
-            if k[i] == "d":
+            if k[i] != "]":
                 while True:
+                    if not (k[i] == "d" or k[i] == "-" and self.x[i] != "-inf"):
+                        raise _Decline
                     dims.append(self.tok(i))
                     i += 1
                     if k[i] != ",":
                         break
                     i += 1
-                    if k[i] != "d":
-                        raise _Decline
             if k[i] != "]":
                 raise _Decline
             self.i = i + 1
@@ -296,6 +306,6 @@ class _Recognizer:
             return ("word", self.tok(i))
         if kind == "s":
             return ("string", self.tok(i))
-        if kind == "i":
-            return ("neg_inf", self.tok(i))
+        if kind == "-":
+            return ("neg_inf" if self.x[i] == "-inf" else "number", self.tok(i))
         raise _Decline
