@@ -1,9 +1,13 @@
 """Text → :class:`~anec.ir.graph.Module`.
 
-Lark (LALR, ``grammar.lark``) turns the text into a tree with positions; a
-separate walker turns the tree into a Module, giving every node the span of its
-op name, every value the span of its ``%name``, every func the span of its name
-and ``graph.return_span`` the span of its ``return`` statement.
+``grammar.lark`` specifies the text. A fast path (:mod:`anec.ir.scanner`: one
+regex scanner and a recursive-descent recognizer) reads the texts the grammar
+accepts into a plain syntax form with positions; on anything it declines, Lark
+(LALR) parses the text instead, so syntax errors are Lark's and read the same,
+and its tree becomes the same syntax form. A builder turns the syntax form
+into a Module, giving every node the span of its op name, every value the span
+of its ``%name``, every func the span of its name and ``graph.return_span``
+the span of its ``return`` statement.
 
 The grammar only knows the generic statement shape. This module adds what
 needs no op table (literal words, dtype names, value-name syntax, duplicate
@@ -276,9 +280,11 @@ _DIM = re.compile(r"\+?\d+")
 class _Builder:
     """Builds the Module from the syntax form; one instance per parse.
 
-    Semantic errors come in text order, func by func: a func's params, then
+    Semantic errors come in this order, func by func: a func's params, then
     every statement's arguments, types and annotations, then the statements'
-    names and inferred types in order, then its returned values.
+    names and inferred types in order, then its returned values. Statements
+    are built in one pass: when one fails on names or types, the later ones'
+    arguments, types and annotations are checked before that error is raised.
     """
 
     def __init__(self, source: Source) -> None:
@@ -335,19 +341,21 @@ class _Builder:
             self.define(env, name, span)
             env[name] = graph.add_input(name, self.type(type_), span)
 
-        parsed = [self.stmt(s) for s in stmts]
-        later: dict[str, int] = {}
-        for i, st in enumerate(parsed):
-            for name, _ in st.results:
-                later.setdefault(name, i)
-        node = self.node
-        for i, (s, st) in enumerate(zip(stmts, parsed, strict=True)):
-            items.append((s[0], s[1], ("node", id(node(graph, env, st, later, i)))))
+        stmt, node = self.stmt, self.node
+        for i, s in enumerate(stmts):
+            st = stmt(s)
+            try:
+                n = node(graph, env, st, stmts, i)
+            except AnecError as e:
+                for later in stmts[i + 1:]:
+                    stmt(later)  # a later statement's own mistake is reported first
+                raise e from None
+            items.append((s[0], s[1], ("node", id(n))))
 
         graph.return_span = Span(self.source, ret_start, ret_end)
         items.append((ret_start, ret_end, item_key("return", graph)))
         graph.set_outputs(
-            [self.lookup(env, vtok[0][1:], vtok, later, len(parsed)) for vtok in returned]
+            [self.lookup(env, vtok[0][1:], vtok, stmts, len(stmts)) for vtok in returned]
         )
         items.append((end - 1, end, item_key("close", graph)))
         return graph
@@ -394,16 +402,16 @@ class _Builder:
         return st
 
     def node(
-        self, graph: Graph, env: dict[str, Value], st: _Stmt, later: dict[str, int], index: int
+        self, graph: Graph, env: dict[str, Value], st: _Stmt, stmts: list, index: int
     ) -> Node:
         lookup = self.lookup
         operands = [
-            env[n] if n in env else lookup(env, n, t, later, index) for n, t in st.operands
+            env[n] if n in env else lookup(env, n, t, stmts, index) for n, t in st.operands
         ]
         optional = {
-            k: env[n] if n in env else lookup(env, n, t, later, index)
+            k: env[n] if n in env else lookup(env, n, t, stmts, index)
             for k, (n, t) in st.keyword_operands.items()
-        }
+        } if st.keyword_operands else {}
         if st.types is None:
             if st.op == "const":
                 raise ParseError(
@@ -470,11 +478,12 @@ class _Builder:
             )
 
     def lookup(
-        self, env: dict[str, Value], name: str, tok: tuple, later: dict[str, int], index: int
+        self, env: dict[str, Value], name: str, tok: tuple, stmts: list, index: int
     ) -> Value:
+        """The value ``%name`` used by statement ``index`` of ``stmts`` (or by the return)."""
         if name in env:
             return env[name]
-        if name in later and later[name] >= index:
+        if any(r[0] == "%" + name for s in stmts[index:] for r in s[2]):
             raise VerifyError(
                 f"value %{name} is used before it is defined",
                 self.span(tok),

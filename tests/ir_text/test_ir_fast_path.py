@@ -110,6 +110,13 @@ def test_the_fast_path_accepts_the_valid_files() -> None:
         "func f(%x: fp16[2]) { %y = relu(%x, a=%x, %x) return %y }",
         "func f(%x: fp16[2]) { %y = relu(%x, a=1, a=2) return %y }",
         "func f(%x: fp16[2]) { %y = relu(%x) return %y }\nfunc f() { return }",
+        # a statement's names fail; a later statement's arguments fail first
+        "func f(%x: fp16) { %y = relu(%z) %w = relu(%x, a=1, a=2) return %y }",
+        "func f(%x: fp16) { %y = relu(%z) %w = relu(%x) : fp61 return %y }",
+        "func f(%x: fp16) { %y = relu(%z) %z = relu(%x) return %y }",
+        "func f(%x: fp16) { %y = relu(%y) return %y }",
+        "func f(%x: fp16) { %y = relu(%x) return %z }",
+        "func f(%x: fp16) { %y = relu(%x) %y = relu(%x) %w = relu(%x, %x, k=\"\\q\") return %y }",
         "func f(%x: fp16[+2, 01]) { return %x }",
         "func f(%x: fp16[2.5]) { return %x }",
         "func f(%x: fp16[0]) { return %x }",
