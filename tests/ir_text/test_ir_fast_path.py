@@ -35,7 +35,7 @@ FILES = sorted(
     [*(ROOT / "examples").glob("*.ir"), *(ROOT / "tests/acceptance/ir").glob("*.ir"),
      *(ROOT / "tests/ir_text/errors").glob("*.ir")]
 )
-SETTINGS = settings(max_examples=300, deadline=None, database=None,
+SETTINGS = settings(max_examples=150, deadline=None, database=None,
                     suppress_health_check=list(HealthCheck))
 
 
