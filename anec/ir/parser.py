@@ -158,7 +158,7 @@ def _parse(text: str, filename: str, layout: bool) -> Module | tuple[Module, Lay
     source = Source(filename, text)
     scanned = scan(text)
     items, comments = scanned if scanned is not None else _lark_syntax(source)
-    builder = _Builder(source)
+    builder = _Builder(source, layout)
     module = builder.module(items)
     if not layout:
         return module
@@ -287,10 +287,12 @@ class _Builder:
     arguments, types and annotations are checked before that error is raised.
     """
 
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Source, layout: bool = True) -> None:
         self.source = source
+        self.layout = layout
         self.items: list[tuple[int, int, tuple]] = []
-        """(start, end, item key) of every layout item, in text order."""
+        """(start, end, item key) of every layout item, in text order (statements
+        only when ``layout``)."""
         self.types: dict[tuple, TensorType] = {}
         """Types already read, by their (dtype, dims) text."""
         self.inferred: dict[tuple, tuple[TensorType, ...]] = {}
@@ -341,7 +343,7 @@ class _Builder:
             self.define(env, name, span)
             env[name] = graph.add_input(name, self.type(type_), span)
 
-        stmt, node = self.stmt, self.node
+        stmt, node, layout = self.stmt, self.node, self.layout
         for i, s in enumerate(stmts):
             st = stmt(s)
             try:
@@ -350,7 +352,8 @@ class _Builder:
                 for later in stmts[i + 1:]:
                     stmt(later)  # a later statement's own mistake is reported first
                 raise e from None
-            items.append((s[0], s[1], ("node", id(n))))
+            if layout:
+                items.append((s[0], s[1], ("node", id(n))))
 
         graph.return_span = Span(self.source, ret_start, ret_end)
         items.append((ret_start, ret_end, item_key("return", graph)))
