@@ -261,16 +261,8 @@ class _Stmt:
     types: list[TensorType] | None
     types_span: Span | None
     annotations: dict[str, Any]
-
-
-def _frozen(value: Any) -> Any:
-    """A hashable stand-in for a literal that tells apart what compares equal
-    across types (``true`` and ``1``, ``1`` and ``1.0``, ``0.0`` and ``-0.0``)."""
-    if type(value) is list:
-        return (list, *map(_frozen, value))
-    if type(value) is float:
-        return (float, value.hex())
-    return (type(value), value)
+    keywords_text: str
+    """The text from the first keyword argument to the statement's end ("" if none)."""
 
 
 _INT = re.compile(r"[+-]?\d+")
@@ -295,7 +287,9 @@ class _Builder:
         only when ``layout``)."""
         self.types: dict[tuple, TensorType] = {}
         """Types already read, by their (dtype, dims) text."""
-        self.inferred: dict[tuple, tuple[TensorType, ...]] = {}
+        self.canonical: dict[TensorType, TensorType] = {}
+        """One object per distinct type read or inferred (equal types have one id)."""
+        self.inferred: dict[tuple, tuple] = {}
         """Inferred result types, by op, operand types and attributes (see :meth:`infer`)."""
 
     def span(self, tok: tuple) -> Span:
@@ -365,9 +359,9 @@ class _Builder:
 
     # -- statements
     def stmt(self, s: tuple) -> _Stmt:
-        _, _, results, op_tok, args, types, entries = s
+        _, end, results, op_tok, args, types, entries = s
         st = _Stmt([(t[0][1:], t) for t in results], op_tok[0], self.span(op_tok), [], {}, {},
-                   None, None, {})
+                   None, None, {}, "")
         seen_keyword = False
         for a in args:
             kind = a[0]
@@ -380,8 +374,10 @@ class _Builder:
                     )
                 st.operands.append((a[1][0][1:], a[1]))
                 continue
-            seen_keyword = True
             key_tok = a[1]
+            if not seen_keyword:
+                st.keywords_text = self.source.text[key_tok[1]:end]
+                seen_keyword = True
             key = key_tok[0]
             if key in st.keyword_operands or key in st.attrs:
                 raise ParseError(
@@ -452,21 +448,19 @@ class _Builder:
         return graph.add_node(node)
 
     def infer(self, st: _Stmt, operands: list[Value], optional: dict[str, Value]) -> list:
-        """The op table's result types; a statement like one inferred before (same op,
-        operand types and attributes) reuses that answer (errors are never reused)."""
+        """The op table's result types. A statement like one inferred before reuses
+        that answer (errors are never reused): the same op, the same text from its
+        first keyword argument on (which fixes every attribute), and the same type
+        objects as operands (kept alive by the entry, so their ids stay theirs)."""
         operand_types = [v.type for v in operands]
-        optional_types = {k: v.type for k, v in optional.items()}
-        try:
-            key = (st.op, *operand_types, None, *optional_types.items(), None,
-                   *[(k, _frozen(v)) for k, v in st.attrs.items()])
-            known = self.inferred.get(key)
-        except TypeError:  # an unhashable literal
-            key = known = None
+        optional_types = {k: v.type for k, v in optional.items()} if optional else {}
+        key = (st.op, st.keywords_text, *map(id, operand_types), *map(id, optional_types.values()))
+        known = self.inferred.get(key)
         if known is not None:
-            return list(known)
+            return list(known[0])
         types = infer_node_types(st.op, operand_types, optional_types, st.attrs, st.op_span)
-        if key is not None:
-            self.inferred[key] = tuple(types)
+        types = [self.canonical.setdefault(t, t) for t in types]
+        self.inferred[key] = (tuple(types), operand_types, optional_types)
         return types
 
     # -- names
@@ -521,7 +515,8 @@ class _Builder:
                     hint="dimensions are positive integers; a scalar type is written fp16 or fp16[]",
                 )
             shape.append(self._int(d))
-        known = self.types[key] = TensorType(dtype, tuple(shape))
+        known = TensorType(dtype, tuple(shape))
+        known = self.types[key] = self.canonical.setdefault(known, known)
         return known
 
     def literal(self, x: tuple, depth: int = 0) -> Any:

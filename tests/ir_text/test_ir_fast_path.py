@@ -175,3 +175,30 @@ def test_broken_programs(text: str) -> None:
 @given(st.lists(st.sampled_from(VOCAB), max_size=60).map("".join))
 def test_token_soup(text: str) -> None:
     assert_same(text)
+
+
+REDUCTIONS = """func f(%x: fp16[1, 4, 1, 2], %y: fp32[1, 8, 1, 2]) {
+  %a = reduce_mean(%x, axes=[1], keep_dims=true)
+  %b = reduce_mean(%y, axes=[1], keep_dims=true)
+  %c = reduce_mean(%x, axes=[1], keep_dims=true)
+  %d = reduce_mean(%x, axes=[1], keep_dims=false)
+  return %a, %b, %c, %d
+}
+"""
+
+
+def test_statements_alike_infer_alike() -> None:
+    """Inferred types are reused only for the same op, operand types and attributes."""
+    g = parse(REDUCTIONS).func()
+    assert [str(n.result.type) for n in g.nodes] == [
+        "fp16[1, 1, 1, 2]", "fp32[1, 1, 1, 2]", "fp16[1, 1, 1, 2]", "fp16[1, 1, 2]"
+    ]
+
+
+@pytest.mark.parametrize("literal", ["1", "1.0", '"true"', "[true]"])
+def test_an_attribute_equal_to_an_accepted_one_is_still_checked(literal: str) -> None:
+    text = REDUCTIONS.replace("%c = reduce_mean(%x, axes=[1], keep_dims=true)",
+                              f"%c = reduce_mean(%x, axes=[1], keep_dims={literal})")
+    with pytest.raises(AnecError) as e:
+        parse(text)
+    assert "keep_dims" in e.value.message and e.value.span.line == 4
