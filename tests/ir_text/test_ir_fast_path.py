@@ -4,12 +4,14 @@ For every text, the two must agree exactly: the same syntax form (every
 token and every position), the same Module (printed text and every span),
 the same layout for ``anec fmt``, and for a rejected text the same error
 (kind, message, span, hint, notes). Inputs: the examples, the acceptance and
-error-case files, hypothesis-drawn valid modules and ANE programs, and the
-mutated, broken and token-soup texts of the fuzzers.
+error-case files, the GPT-2 and Llama frontends' programs (as printed, and with
+the types left to inference), hypothesis-drawn valid modules and ANE programs,
+and the mutated, broken and token-soup texts of the fuzzers.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -202,3 +204,34 @@ def test_an_attribute_equal_to_an_accepted_one_is_still_checked(literal: str) ->
     with pytest.raises(AnecError) as e:
         parse(text)
     assert "keep_dims" in e.value.message and e.value.span.line == 4
+
+
+LLAMA_2L = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8,
+            "num_key_value_heads": 4, "num_hidden_layers": 2, "intermediate_size": 688,
+            "vocab_size": 1000, "max_position_embeddings": 256}
+
+
+@pytest.mark.parametrize("config", ["gpt2", "llama"])
+def test_model_frontend_programs(tmp_path: Path, config: str) -> None:
+    """The decoder frontends' programs (prefill, decode, per-layer, lm_head), printed."""
+    from anec.ir.builder import Builder
+    from anec.models.generate import decoder_frontend
+    from tests.mil.emitted_bytes import GPT2_2L
+    from tests.models.synthetic import shape_checkpoint
+
+    keys = ["transformer.wte.weight"] if config == "gpt2" else ["model.embed_tokens.weight"]
+    fe = decoder_frontend(shape_checkpoint(tmp_path, GPT2_2L if config == "gpt2" else LLAMA_2L,
+                                           keys))
+    w = fe.width
+    graphs = [fe.prefill(w), fe.decode(w, 2 * w), fe.attn(0, w), fe.mlp(1, w), fe.lm_head(w)]
+    text = print_module(Builder.module(*graphs))
+    assert scan(text) is not None
+    assert_same(text)
+    # without the written types every statement's types are inferred (and reused)
+    untyped = "\n".join(
+        line if "= const(" in line else re.sub(r"\) : [^@\n]*", ") ", line)
+        for line in text.splitlines()
+    )
+    assert untyped.count(" : ") < text.count(" : ") / 4
+    assert_same(untyped)
+    assert parse(untyped) == parse(text)
