@@ -1,9 +1,13 @@
 """Text → :class:`~anec.ir.graph.Module`.
 
-Lark (LALR, ``grammar.lark``) turns the text into a tree with positions; a
-separate walker turns the tree into a Module, giving every node the span of its
-op name, every value the span of its ``%name``, every func the span of its name
-and ``graph.return_span`` the span of its ``return`` statement.
+``grammar.lark`` specifies the text. A fast path (:mod:`anec.ir.scanner`: one
+regex scanner and a recursive-descent recognizer) reads the texts the grammar
+accepts into a plain syntax form with positions; on anything it declines, Lark
+(LALR) parses the text instead, so syntax errors are Lark's and read the same,
+and its tree becomes the same syntax form. A builder turns the syntax form
+into a Module, giving every node the span of its op name, every value the span
+of its ``%name``, every func the span of its name and ``graph.return_span``
+the span of its ``return`` statement.
 
 The grammar only knows the generic statement shape. This module adds what
 needs no op table (literal words, dtype names, value-name syntax, duplicate
@@ -36,6 +40,7 @@ from anec.diagnostics import AnecError, ParseError, Source, Span, VerifyError, d
 from anec.ir.graph import Graph, Module, Node, Value, WeightSource, no_cyclic_gc
 from anec.ir.lexical import MAX_LIST_DEPTH
 from anec.ir.ops import infer_node_types
+from anec.ir.scanner import scan
 from anec.ir.types import DTYPE_NAMES, TensorType, dtype_hint, parse_dtype
 
 __all__ = ["Comment", "Layout", "parse", "parse_file", "parse_with_layout"]
@@ -114,7 +119,8 @@ def item_key(kind: str, obj: Any = None) -> tuple:
 
 def parse(text: str, filename: str = "<string>") -> Module:
     """Parse IR text into a Module (not yet verified: call ``verify``)."""
-    return parse_with_layout(text, filename)[0]
+    with no_cyclic_gc():
+        return _parse(text, filename, layout=False)  # type: ignore[return-value]
 
 
 def parse_file(path: str | Path) -> Module:
@@ -145,182 +151,266 @@ def read_text(path: str | Path) -> str:
 def parse_with_layout(text: str, filename: str = "<string>") -> tuple[Module, Layout]:
     """Parse and also return the comment/blank-line layout for the formatter."""
     with no_cyclic_gc():
-        return _parse_with_layout(text, filename)
+        return _parse(text, filename, layout=True)  # type: ignore[return-value]
 
 
-def _parse_with_layout(text: str, filename: str) -> tuple[Module, Layout]:
+def _parse(text: str, filename: str, layout: bool) -> Module | tuple[Module, Layout]:
     source = Source(filename, text)
+    scanned = scan(text)
+    items, comments = scanned if scanned is not None else _lark_syntax(source)
+    builder = _Builder(source, layout)
+    module = builder.module(items)
+    if not layout:
+        return module
+    return module, _layout(source, builder.items, comments)
+
+
+# ---- Lark: syntax errors, and the texts the fast path declines ------------------------
+
+
+def _lark_syntax(source: Source) -> tuple[list, list[tuple[str, int]]]:
+    """The syntax form (see :mod:`anec.ir.scanner`) of Lark's tree, or the ParseError."""
     comments: list[Token] = []
     _comments.sink = comments
     try:
-        tree = _get_lark().parse(text)
+        tree = _get_lark().parse(source.text)
     except UnexpectedInput as e:
         raise _syntax_error(e, source) from None
     except LarkError as e:  # anything else lark may raise on odd input
         raise ParseError(f"cannot parse: {e}", Span(source, 0, 0)) from None
     finally:
         _comments.sink = None
-    walker = _Walker(source)
-    module = walker.module(tree)
-    layout = _layout(source, walker.items, comments)
-    return module, layout
+    return [_lark_item(t) for t in tree.children], [(str(t), t.start_pos) for t in comments]
 
 
-# ---- tree → Module ---------------------------------------------------------------
+def _tok(tok: Token) -> tuple[str, int, int]:
+    return (str(tok), tok.start_pos, tok.end_pos)
 
 
-@dataclass
+def _lark_item(tree: Tree) -> tuple:
+    meta = tree.meta
+    if tree.data == "weights":
+        return ("weights", _tok(tree.children[0]), meta.start_pos, meta.end_pos)
+    name, *rest = tree.children
+    params, stmts, ret = [], [], None
+    for c in rest:
+        if not isinstance(c, Tree):
+            continue
+        if c.data == "param":
+            params.append((_tok(c.children[0]), _lark_type(c.children[1])))
+        elif c.data == "stmt":
+            stmts.append(_lark_stmt(c))
+        elif c.data == "ret":
+            values = [_tok(v) for v in c.children if v is not None]
+            ret = (c.meta.start_pos, c.meta.end_pos, values)
+    return ("func", _tok(name), meta.start_pos, meta.end_pos, params, stmts, ret)
+
+
+def _lark_type(tree: Tree) -> tuple:
+    dtype, *dims = tree.children
+    return (_tok(dtype), [_tok(d) for d in dims if d is not None])
+
+
+def _lark_stmt(tree: Tree) -> tuple:
+    results, op, *rest = tree.children
+    args: list = []
+    types = entries = None
+    for c in rest:
+        if c is None:
+            continue
+        if c.data == "types":
+            types = (c.meta.start_pos, c.meta.end_pos, [_lark_type(t) for t in c.children])
+        elif c.data == "annotations":
+            entries = [
+                (_tok(e.children[0]), _lark_literal(e.children[1], 0))
+                for e in c.children
+                if e is not None
+            ]
+        elif c.data == "operand":
+            args.append(("operand", _tok(c.children[0])))
+        elif c.data == "keyword_operand":
+            args.append(("keyword_operand", _tok(c.children[0]), _tok(c.children[1])))
+        else:
+            args.append(("attr", _tok(c.children[0]), _lark_literal(c.children[1], 0)))
+    meta = tree.meta
+    return (meta.start_pos, meta.end_pos, [_tok(t) for t in results.children], _tok(op), args,
+            types, entries)
+
+
+def _lark_literal(x: Tree, depth: int) -> tuple:
+    if x.data == "list":
+        # below the depth limit only the span matters (the list is rejected there)
+        children = [] if depth > MAX_LIST_DEPTH else x.children
+        items = [_lark_literal(c, depth + 1) for c in children if c is not None]
+        return ("list", x.meta.start_pos, x.meta.end_pos, items)
+    return (x.data, _tok(x.children[0]))
+
+
+# ---- syntax form → Module ------------------------------------------------------------
+
+
+@dataclass(slots=True)
 class _Stmt:
-    results: list[tuple[str, Span]]
+    results: list[tuple[str, tuple]]
+    """(name, token) of each result."""
     op: str
     op_span: Span
-    operands: list[tuple[str, Span]]
-    keyword_operands: dict[str, tuple[str, Span]]
+    operands: list[tuple[str, tuple]]
+    keyword_operands: dict[str, tuple[str, tuple]]
     attrs: dict[str, Any]
     types: list[TensorType] | None
     types_span: Span | None
     annotations: dict[str, Any]
+    keywords_text: str
+    """The text from the first keyword argument to the statement's end ("" if none)."""
 
 
-class _Walker:
-    """Walks the Lark tree; one instance per parse."""
+_INT = re.compile(r"[+-]?\d+")
+_DIM = re.compile(r"\+?\d+")
 
-    def __init__(self, source: Source) -> None:
+
+class _Builder:
+    """Builds the Module from the syntax form; one instance per parse.
+
+    Semantic errors come in this order, func by func: a func's params, then
+    every statement's arguments, types and annotations, then the statements'
+    names and inferred types in order, then its returned values. Statements
+    are built in one pass: when one fails on names or types, the later ones'
+    arguments, types and annotations are checked before that error is raised.
+    """
+
+    def __init__(self, source: Source, layout: bool = True) -> None:
         self.source = source
+        self.layout = layout
         self.items: list[tuple[int, int, tuple]] = []
-        """(start, end, item key) of every layout item, in text order."""
+        """(start, end, item key) of every layout item, in text order (statements
+        only when ``layout``)."""
+        self.types: dict[tuple, TensorType] = {}
+        """Types already read, by their (dtype, dims) text."""
+        self.canonical: dict[TensorType, TensorType] = {}
+        """One object per distinct type read or inferred (equal types have one id)."""
+        self.inferred: dict[tuple, tuple] = {}
+        """Inferred result types, by op, operand types and attributes (see :meth:`infer`)."""
 
-    def span(self, x: Token | Tree) -> Span:
-        if isinstance(x, Token):
-            return Span(self.source, x.start_pos, x.end_pos)
-        return Span(self.source, x.meta.start_pos, x.meta.end_pos)
+    def span(self, tok: tuple) -> Span:
+        return Span(self.source, tok[1], tok[2])
 
     # -- top level
-    def module(self, tree: Tree) -> Module:
+    def module(self, items: list) -> Module:
         module = Module(self.source)
         first_def: dict[str, Span] = {}
-        for item in tree.children:
-            if item.data == "weights":
-                tok = item.children[0]
+        for item in items:
+            if item[0] == "weights":
+                _, tok, start, end = item
                 ws = WeightSource(self.string(tok), self.span(tok))
                 module.weight_sources.append(ws)
-                self.items.append((item.meta.start_pos, item.meta.end_pos, item_key("weights", ws)))
+                self.items.append((start, end, item_key("weights", ws)))
                 continue
-            name_tok = item.children[0]
-            if str(name_tok) in first_def:
+            name_tok = item[1]
+            name = name_tok[0]
+            if name in first_def:
                 raise VerifyError(
-                    f"func '{name_tok}' is defined twice",
+                    f"func '{name}' is defined twice",
                     self.span(name_tok),
-                    notes=[f"first defined at {first_def[str(name_tok)].location}"],
+                    notes=[f"first defined at {first_def[name].location}"],
                     hint="give each func its own name",
                 )
-            first_def[str(name_tok)] = self.span(name_tok)
+            first_def[name] = self.span(name_tok)
             module.add_func(self.func(item))
-        self.items.append((len(self.source.text), len(self.source.text), item_key("eof")))
+        end = len(self.source.text)
+        self.items.append((end, end, item_key("eof")))
         return module
 
-    def func(self, tree: Tree) -> Graph:
-        name_tok, *rest = tree.children
-        graph = Graph(str(name_tok), self.span(name_tok))
-        params = [c for c in rest if isinstance(c, Tree) and c.data == "param"]
-        stmts = [c for c in rest if isinstance(c, Tree) and c.data == "stmt"]
-        ret = next(c for c in rest if isinstance(c, Tree) and c.data == "ret")
-        body_start = stmts[0].meta.start_pos if stmts else ret.meta.start_pos
-        header_end = self.source.text.rfind("{", tree.meta.start_pos, body_start) + 1
-        self.items.append((tree.meta.start_pos, header_end, item_key("func", graph)))
+    def func(self, item: tuple) -> Graph:
+        _, name_tok, start, end, params, stmts, ret = item
+        graph = Graph(name_tok[0], self.span(name_tok))
+        ret_start, ret_end, returned = ret
+        body_start = stmts[0][0] if stmts else ret_start
+        header_end = self.source.text.rfind("{", start, body_start) + 1
+        items = self.items
+        items.append((start, header_end, item_key("func", graph)))
 
         env: dict[str, Value] = {}
-        for p in params:
-            if p is None:
-                continue
-            vtok, ttree = p.children
-            name = self.value_name(vtok)
-            self.define(env, name, self.span(vtok))
-            env[name] = graph.add_input(name, self.type(ttree), self.span(vtok))
+        for vtok, type_ in params:
+            name = vtok[0][1:]  # a VALUE token is exactly '%' and the name
+            span = self.span(vtok)
+            self.define(env, name, span)
+            env[name] = graph.add_input(name, self.type(type_), span)
 
-        parsed = [self.stmt(s) for s in stmts]
-        later: dict[str, int] = {}
-        for i, st in enumerate(parsed):
-            for name, _ in st.results:
-                later.setdefault(name, i)
-        for i, (tree_st, st) in enumerate(zip(stmts, parsed, strict=True)):
-            node = self.node(graph, env, st, later, i)
-            self.items.append(
-                (tree_st.meta.start_pos, tree_st.meta.end_pos, item_key("node", node))
-            )
+        stmt, node, layout = self.stmt, self.node, self.layout
+        for i, s in enumerate(stmts):
+            st = stmt(s)
+            try:
+                n = node(graph, env, st, stmts, i)
+            except AnecError as e:
+                for later in stmts[i + 1:]:
+                    stmt(later)  # a later statement's own mistake is reported first
+                raise e from None
+            if layout:
+                items.append((s[0], s[1], ("node", id(n))))
 
-        graph.return_span = self.span(ret)
-        self.items.append((ret.meta.start_pos, ret.meta.end_pos, item_key("return", graph)))
-        returned = []
-        for vtok in ret.children:
-            if vtok is None:
-                continue
-            name = self.value_name(vtok)
-            returned.append(self.lookup(env, name, self.span(vtok), later, len(parsed)))
-        graph.set_outputs(returned)
-        self.items.append((tree.meta.end_pos - 1, tree.meta.end_pos, item_key("close", graph)))
+        graph.return_span = Span(self.source, ret_start, ret_end)
+        items.append((ret_start, ret_end, item_key("return", graph)))
+        graph.set_outputs(
+            [self.lookup(env, vtok[0][1:], vtok, stmts, len(stmts)) for vtok in returned]
+        )
+        items.append((end - 1, end, item_key("close", graph)))
         return graph
 
     # -- statements
-    def stmt(self, tree: Tree) -> _Stmt:
-        results_tree, op_tok, *rest = tree.children
-        args: list = []
-        types_tree = ann_tree = None
-        for c in rest:
-            if isinstance(c, Tree) and c.data == "types":
-                types_tree = c
-            elif isinstance(c, Tree) and c.data == "annotations":
-                ann_tree = c
-            elif c is not None:
-                args.append(c)
-        results = [(self.value_name(t), self.span(t)) for t in results_tree.children]
-        st = _Stmt(results, str(op_tok), self.span(op_tok), [], {}, {}, None, None, {})
-        seen_keyword: Tree | None = None
-        keys: set[str] = set()
+    def stmt(self, s: tuple) -> _Stmt:
+        _, end, results, op_tok, args, types, entries = s
+        st = _Stmt([(t[0][1:], t) for t in results], op_tok[0], self.span(op_tok), [], {}, {},
+                   None, None, {}, "")
+        seen_keyword = False
         for a in args:
-            if a.data == "operand":
-                if seen_keyword is not None:
+            kind = a[0]
+            if kind == "operand":
+                if seen_keyword:
                     raise ParseError(
                         "positional operand after a keyword argument",
-                        self.span(a),
+                        self.span(a[1]),
                         hint="write positional operands first: op(%a, %b, key=value)",
                     )
-                tok = a.children[0]
-                st.operands.append((self.value_name(tok), self.span(tok)))
+                st.operands.append((a[1][0][1:], a[1]))
                 continue
-            seen_keyword = a
-            key_tok, val = a.children
-            if str(key_tok) in keys:
+            key_tok = a[1]
+            if not seen_keyword:
+                st.keywords_text = self.source.text[key_tok[1]:end]
+                seen_keyword = True
+            key = key_tok[0]
+            if key in st.keyword_operands or key in st.attrs:
                 raise ParseError(
-                    f"'{key_tok}' is given twice",
+                    f"'{key}' is given twice",
                     self.span(key_tok),
                     hint="give each keyword argument once",
                 )
-            keys.add(str(key_tok))
-            if a.data == "keyword_operand":
-                st.keyword_operands[str(key_tok)] = (self.value_name(val), self.span(val))
+            if kind == "keyword_operand":
+                st.keyword_operands[key] = (a[2][0][1:], a[2])
             else:
-                st.attrs[str(key_tok)] = self.literal(val)
-        if types_tree is not None:
-            st.types = [self.type(t) for t in types_tree.children]
-            st.types_span = self.span(types_tree)
-        if ann_tree is not None:
-            for entry in ann_tree.children:
-                if entry is None:
-                    continue
-                key_tok, val = entry.children
-                if str(key_tok) in st.annotations:
-                    raise ParseError(f"annotation '{key_tok}' is given twice", self.span(key_tok))
-                st.annotations[str(key_tok)] = self.literal(val)
+                st.attrs[key] = self.literal(a[2])
+        if types is not None:
+            st.types = [self.type(t) for t in types[2]]
+            st.types_span = Span(self.source, types[0], types[1])
+        if entries is not None:
+            for key_tok, val in entries:
+                key = key_tok[0]
+                if key in st.annotations:
+                    raise ParseError(f"annotation '{key}' is given twice", self.span(key_tok))
+                st.annotations[key] = self.literal(val)
         return st
 
     def node(
-        self, graph: Graph, env: dict[str, Value], st: _Stmt, later: dict[str, int], index: int
+        self, graph: Graph, env: dict[str, Value], st: _Stmt, stmts: list, index: int
     ) -> Node:
-        operands = [self.lookup(env, n, s, later, index) for n, s in st.operands]
+        lookup = self.lookup
+        operands = [
+            env[n] if n in env else lookup(env, n, t, stmts, index) for n, t in st.operands
+        ]
         optional = {
-            k: self.lookup(env, n, s, later, index) for k, (n, s) in st.keyword_operands.items()
-        }
+            k: env[n] if n in env else lookup(env, n, t, stmts, index)
+            for k, (n, t) in st.keyword_operands.items()
+        } if st.keyword_operands else {}
         if st.types is None:
             if st.op == "const":
                 raise ParseError(
@@ -328,13 +418,7 @@ class _Walker:
                     st.op_span,
                     hint="write the type after the call, e.g. `: fp16[1, 768, 1, 1]`",
                 )
-            types = infer_node_types(
-                st.op,
-                [v.type for v in operands],
-                {k: v.type for k, v in optional.items()},
-                st.attrs,
-                st.op_span,
-            )
+            types = self.infer(st, operands, optional)
             if len(types) != len(st.results):
                 raise VerifyError(
                     f"'{st.op}' produces {len(types)} result{'s' * (len(types) != 1)} "
@@ -353,17 +437,33 @@ class _Walker:
                     hint="write one type per result, separated by ','",
                 )
         results = []
-        for (name, span), t in zip(st.results, types, strict=True):
-            self.define(env, name, span)
-            results.append(Value(name, t, None, 0, [], span))
-            env[name] = results[-1]
+        for (name, tok), t in zip(st.results, types, strict=True):
+            span = self.span(tok)
+            if name in env:
+                self.define(env, name, span)
+            value = Value(name, t, None, 0, [], span)
+            results.append(value)
+            env[name] = value
         node = Node(st.op, operands, st.attrs, results, optional, st.op_span, st.annotations)
         return graph.add_node(node)
 
-    # -- names
-    def value_name(self, tok: Token) -> str:
-        return str(tok)[1:]  # the VALUE terminal is exactly '%' VALUE_NAME
+    def infer(self, st: _Stmt, operands: list[Value], optional: dict[str, Value]) -> list:
+        """The op table's result types. A statement like one inferred before reuses
+        that answer (errors are never reused): the same op, the same text from its
+        first keyword argument on (which fixes every attribute), and the same type
+        objects as operands (kept alive by the entry, so their ids stay theirs)."""
+        operand_types = [v.type for v in operands]
+        optional_types = {k: v.type for k, v in optional.items()} if optional else {}
+        key = (st.op, st.keywords_text, *map(id, operand_types), *map(id, optional_types.values()))
+        known = self.inferred.get(key)
+        if known is not None:
+            return list(known[0])
+        types = infer_node_types(st.op, operand_types, optional_types, st.attrs, st.op_span)
+        types = [self.canonical.setdefault(t, t) for t in types]
+        self.inferred[key] = (tuple(types), operand_types, optional_types)
+        return types
 
+    # -- names
     def define(self, env: dict[str, Value], name: str, span: Span) -> None:
         if name in env:
             first = env[name].span
@@ -375,64 +475,70 @@ class _Walker:
             )
 
     def lookup(
-        self, env: dict[str, Value], name: str, span: Span, later: dict[str, int], index: int
+        self, env: dict[str, Value], name: str, tok: tuple, stmts: list, index: int
     ) -> Value:
+        """The value ``%name`` used by statement ``index`` of ``stmts`` (or by the return)."""
         if name in env:
             return env[name]
-        if name in later and later[name] >= index:
+        if any(r[0] == "%" + name for s in stmts[index:] for r in s[2]):
             raise VerifyError(
                 f"value %{name} is used before it is defined",
-                span,
+                self.span(tok),
                 hint="statements run in order; move the definition above this use",
             )
         raise VerifyError(
             f"use of undefined value %{name}",
-            span,
+            self.span(tok),
             hint=did_you_mean(f"%{name}", [f"%{n}" for n in env]) or _defined_hint(env),
         )
 
     # -- types and literals
-    def type(self, tree: Tree) -> TensorType:
-        dtype_tok, *dims = tree.children
-        dtype = parse_dtype(str(dtype_tok))
+    def type(self, type_: tuple) -> TensorType:
+        dtype_tok, dims = type_
+        key = (dtype_tok[0], *[d[0] for d in dims])
+        known = self.types.get(key)
+        if known is not None:
+            return known
+        dtype = parse_dtype(dtype_tok[0])
         if dtype is None:
             raise ParseError(
-                f"unknown dtype '{dtype_tok}'",
+                f"unknown dtype '{dtype_tok[0]}'",
                 self.span(dtype_tok),
-                hint=dtype_hint(str(dtype_tok)) or "dtypes are " + ", ".join(DTYPE_NAMES),
+                hint=dtype_hint(dtype_tok[0]) or "dtypes are " + ", ".join(DTYPE_NAMES),
             )
         shape = []
         for d in dims:
-            if d is None:
-                continue
-            if not re.fullmatch(r"\+?\d+", str(d)) or self._int(d) < 1:
+            if not _DIM.fullmatch(d[0]) or self._int(d) < 1:
                 raise ParseError(
-                    f"invalid dimension '{d}'",
+                    f"invalid dimension '{d[0]}'",
                     self.span(d),
                     hint="dimensions are positive integers; a scalar type is written fp16 or fp16[]",
                 )
             shape.append(self._int(d))
-        return TensorType(dtype, tuple(shape))
+        known = TensorType(dtype, tuple(shape))
+        known = self.types[key] = self.canonical.setdefault(known, known)
+        return known
 
-    def literal(self, x: Tree | Token, depth: int = 0) -> Any:
-        kind = x.data
+    def literal(self, x: tuple, depth: int = 0) -> Any:
+        kind = x[0]
         if kind == "list":
             if depth >= MAX_LIST_DEPTH:
                 raise ParseError(
-                    f"list literal nested deeper than {MAX_LIST_DEPTH} levels", self.span(x)
+                    f"list literal nested deeper than {MAX_LIST_DEPTH} levels",
+                    Span(self.source, x[1], x[2]),
                 )
-            return [self.literal(c, depth + 1) for c in x.children if c is not None]
-        tok = x.children[0]
+            return [self.literal(c, depth + 1) for c in x[3]]
+        tok = x[1]
         if kind == "number":
-            text = str(tok)
-            if re.fullmatch(r"[+-]?\d+", text):
+            text = tok[0]
+            if _INT.fullmatch(text):
                 return self._int(tok)
             return float(text)
         if kind == "neg_inf":
             return -math.inf
         if kind == "string":
             return self.string(tok)
-        word = str(tok)
+        word = tok[0]
         if word in _WORDS:
             return _WORDS[word]
         dtype = parse_dtype(word)
@@ -448,9 +554,9 @@ class _Walker:
             ),
         )
 
-    def string(self, tok: Token) -> str:
+    def string(self, tok: tuple) -> str:
         try:
-            value = json.loads(str(tok), strict=False)
+            value = json.loads(tok[0], strict=False)
         except ValueError:
             raise ParseError(
                 "invalid escape in string",
@@ -465,11 +571,12 @@ class _Walker:
             )
         return value
 
-    def _int(self, tok: Token) -> int:
+    def _int(self, tok: tuple) -> int:
         try:
-            return int(str(tok))
+            return int(tok[0])
         except ValueError:  # more digits than Python converts
             raise ParseError("integer literal too large", self.span(tok)) from None
+
 
 
 def _defined_hint(env: dict[str, Value]) -> str | None:
@@ -492,7 +599,9 @@ def _blank_before(text: str, pos: int) -> bool:
     return text[prev_start : line_start - 1].strip() == ""
 
 
-def _layout(source: Source, items: list[tuple[int, int, tuple]], tokens: list[Token]) -> Layout:
+def _layout(
+    source: Source, items: list[tuple[int, int, tuple]], comments: list[tuple[str, int]]
+) -> Layout:
     text = source.text
     layout = Layout()
     items = sorted(items, key=lambda it: (it[0], it[1]))
@@ -500,12 +609,11 @@ def _layout(source: Source, items: list[tuple[int, int, tuple]], tokens: list[To
         if key[0] not in ("eof", "close") and _blank_before(text, start):
             layout.blank_before.add(key)
     j = 0
-    for tok in tokens:
-        pos = tok.start_pos
+    for comment_text, pos in comments:
         line_start = text.rfind("\n", 0, pos) + 1
         trailing = text[line_start:pos].strip() != ""
         comment = Comment(
-            str(tok).rstrip(), pos, source.line_col(pos)[0], trailing, _blank_before(text, pos)
+            comment_text.rstrip(), pos, source.line_col(pos)[0], trailing, _blank_before(text, pos)
         )
         while j < len(items) and items[j][0] <= pos:
             j += 1
