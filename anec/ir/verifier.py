@@ -21,6 +21,11 @@ at the span of the node (its op name) or value concerned:
 A node none of whose results is used or returned is not an error but a
 warning (``dce`` removes it). :func:`verify` raises the first error and
 returns the warnings; :func:`verify_all` returns every error.
+
+:func:`verify_changes` verifies a func after edits recorded by the graph
+(:meth:`~anec.ir.graph.Graph.track_changes`): it re-checks the nodes those
+edits touched and the func-level facts they can break, and falls back to
+:func:`verify` (the same error, word for word) when anything looks wrong.
 """
 
 from __future__ import annotations
@@ -33,12 +38,12 @@ import numpy as np
 
 from anec.diagnostics import AnecError, Span, VerifyError, did_you_mean
 from anec.ir import ops
-from anec.ir.graph import Graph, Module, Node, Value, no_cyclic_gc
+from anec.ir.graph import Changes, Graph, Module, Node, Value, no_cyclic_gc
 from anec.ir.lexical import IDENT, MAX_LIST_DEPTH, VALUE_NAME
 from anec.ir.ops import infer_node_types
 from anec.ir.types import DType, TensorType
 
-__all__ = ["Report", "VerifyWarning", "check", "verify", "verify_all"]
+__all__ = ["Report", "VerifyWarning", "check", "verify", "verify_all", "verify_changes"]
 
 MAX_DIM = 2**31 - 1
 """The largest dimension of a tensor type: MIL writes shapes and shape parameters as int32."""
@@ -64,6 +69,129 @@ def verify(target: Module | Graph) -> list[str]:
     if report.errors:
         raise report.errors[0]
     return [w.render() for w in report.warnings]
+
+
+def verify_changes(graph: Graph, changes: Changes) -> list[str]:
+    """Raise what :func:`verify` raises for ``graph``, re-checking only what ``changes`` touched.
+
+    ``changes`` (from :meth:`Graph.track_changes`) lists what the graph
+    methods changed since the func was last found valid. Re-checked: every
+    node added or rewired and the producer and users of every value renamed
+    or retyped, in full (op table, types, names, attributes, that each
+    operand is defined earlier in this func and each user comes later, use
+    lists); that nothing still reads or returns a result of an erased node;
+    the annotations set through :meth:`Graph.annotate`; the func name, the
+    inputs and the outputs. An edit made behind the graph's back is not in
+    ``changes``: callers use this only after code that edits through the
+    graph methods. When a check fails (or ``changes.everything``), the whole
+    func is verified, so the error is the one :func:`verify` gives. Returns
+    no warnings (unused results are only warned about by a full verify).
+    """
+    with no_cyclic_gc():
+        if not changes.everything and _changes_ok(graph, changes):
+            return []
+    return verify(graph)
+
+
+def _changes_ok(g: Graph, changes: Changes) -> bool:
+    """True when the edits in ``changes`` left ``g`` valid (False: verify it all to say why)."""
+    if not isinstance(g.name, str) or not IDENT.match(g.name):
+        return False
+    nodes = g.nodes  # applies deferred insertions
+    alive = g._node_ids
+    names = g._names
+    inputs = g.inputs
+    input_ids = {id(v) for v in inputs}
+    for v in inputs:
+        if v.producer is not None or names.get(v.name, 0) != 1 or not _value_ok(v):
+            return False
+    outputs = g.outputs
+    if not outputs:
+        return False
+    returned: set[str] = set()
+    for v in outputs:
+        p = v.producer
+        if (p is None or id(p) not in alive or len(p.results) <= v.index
+                or p.results[v.index] is not v or v.name in returned):
+            return False
+        returned.add(v.name)
+    out_ids = {id(v) for v in outputs}
+    for key, node in changes.removed.items():
+        if key in alive:
+            continue  # erased, then added again: checked below
+        for r in node.results:
+            if id(r) in out_ids or any(id(u) in alive for u in r.uses):
+                return False
+    todo = {k: n for k, n in changes.nodes.items() if k in alive}
+    for v in changes.values.values():
+        p = v.producer
+        if p is not None:
+            if id(p) not in alive:
+                continue
+            todo[id(p)] = p
+        elif id(v) not in input_ids:
+            continue
+        for u in v.uses:
+            if id(u) not in alive:
+                return False
+            todo[id(u)] = u
+    for key, node in changes.annotated.items():
+        if key in alive and node.annotations and not _plain_annotations(node.annotations):
+            return False
+    if not todo:
+        return True
+    pos = {id(n): i for i, n in enumerate(nodes)}
+    checker = _GraphChecker(g, Report())
+    defined, errors = checker.defined, checker.report.errors
+    use_counts: dict[int, Counter] = {}
+    for node in todo.values():
+        i = pos[id(node)]
+        seen: dict[int, int] = {}
+        for v in node.inputs():
+            p = v.producer
+            if p is None:
+                if id(v) not in input_ids:
+                    return False
+            elif pos.get(id(p), i) >= i or len(p.results) <= v.index or p.results[v.index] is not v:
+                return False  # undefined here, defined later (a cycle), or a stale producer link
+            defined[id(v)] = v
+            seen[id(v)] = seen.get(id(v), 0) + 1
+        for vid, n in seen.items():  # the use lists agree with the operands
+            counts = use_counts.get(vid)
+            if counts is None:
+                uses = defined[vid].uses
+                if not all(id(u) in alive for u in uses):
+                    return False
+                counts = use_counts[vid] = Counter(map(id, uses))
+            if counts[id(node)] != n:
+                return False
+        for r in node.results:
+            if names.get(r.name, 0) != 1:
+                return False
+            checker.names.pop(r.name, None)
+        checker.node(node, i)
+        if errors:
+            return False
+        for r in node.results:  # every user comes later (a node added again keeps its users)
+            for u in r.uses:
+                if pos.get(id(u), -1) <= i:
+                    return False
+    return True
+
+
+def _value_ok(v: Value) -> bool:
+    t = v.type
+    return (isinstance(v.name, str) and VALUE_NAME.match(v.name) is not None
+            and (type(t) is TensorType and t in _GOOD_TYPES or _bad_type(t) is None))
+
+
+def _plain_annotations(notes: dict[str, Any]) -> bool:
+    """Whether ``notes`` can be written in the IR (ints and bools under known names: fast)."""
+    for k, v in notes.items():
+        t = type(v)
+        if k not in _GOOD_NAMES or not (t is bool or (t is int and -(10**18) < v < 10**18)):
+            return _literal_key(notes) is not None
+    return True
 
 
 def verify_all(target: Module | Graph) -> list[VerifyError]:
@@ -400,7 +528,7 @@ _SCALARS = (bool, np.bool_, DType, int, np.integer, str)
 _SHORT_LIST = 64
 
 
-def _literal_key(attrs: dict[str, Any]) -> tuple | None:
+def literal_key(attrs: dict[str, Any]) -> tuple | None:
     """A hashable key for ``attrs`` when every name and value is plainly valid, else None.
 
     None sends the node down the general path (which reports the problem, or
@@ -427,6 +555,9 @@ def _literal_key(attrs: dict[str, Any]) -> tuple | None:
             k = (type(v), tuple(items))
         key.append((name, k))
     return tuple(key)
+
+
+_literal_key = literal_key
 
 
 def _scalar_key(v: Any) -> tuple | None:

@@ -72,8 +72,7 @@ def sram_report(graph: "Graph", target: "Target") -> dict[str, Any]:
         live.append(running)
 
     for n in graph.nodes:
-        for k in SRAM_KEYS:
-            n.annotations.pop(k, None)
+        graph.annotate(n, drop=SRAM_KEYS)
     spills: list[str] = []
     peak, peak_node = 0, None
     for i, n in enumerate(steps):
@@ -87,15 +86,12 @@ def sram_report(graph: "Graph", target: "Target") -> dict[str, Any]:
                 weight_bytes += v.type.nbytes
             else:
                 in_bytes += v.type.nbytes
-        n.annotations.update(
-            in_bytes=in_bytes,
-            out_bytes=sum(r.type.nbytes for r in n.results),
-            weight_bytes=weight_bytes,
-            live_bytes=live[i],
-        )
+        notes = {"in_bytes": in_bytes, "out_bytes": sum(r.type.nbytes for r in n.results),
+                 "weight_bytes": weight_bytes, "live_bytes": live[i]}
         if live[i] > target.sram_bytes:
-            n.annotations["spill"] = True
+            notes["spill"] = True
             spills.append(n.results[0].name)
+        graph.annotate(n, notes)
         if live[i] > peak:
             peak, peak_node = live[i], n.results[0].name
     weights = sum(n.result.type.nbytes for n in graph.nodes if is_weight_const(n))
@@ -185,6 +181,7 @@ class AnnotateSram(Pass):
     """
 
     name: ClassVar[str] = "annotate-sram"
+    tracked: ClassVar[bool] = True
 
     def run(self, graph: "Graph", ctx: PassContext) -> None:
         graph.meta["sram"] = sram_report(graph, ctx.target)

@@ -66,6 +66,7 @@ class DeadCodeElimination(Pass):
     """
 
     name: ClassVar[str] = "dce"
+    tracked: ClassVar[bool] = True
 
     def run(self, graph: "Graph", ctx: PassContext) -> None:
         remove_dead_nodes(graph)

@@ -575,6 +575,7 @@ class Legalize(Pass):
     """
 
     name: ClassVar[str] = "legalize"
+    tracked: ClassVar[bool] = True
 
     def run(self, graph: "Graph", ctx: PassContext) -> None:
         legalize_graph(graph, ctx)
