@@ -113,7 +113,10 @@ class Node:
 
     def inputs(self) -> list[Value]:
         """All operand values: positional, then optional in key order."""
-        return self.operands + [self.optional[k] for k in sorted(self.optional)]
+        optional = self.optional
+        if not optional:
+            return self.operands[:]
+        return self.operands + [optional[k] for k in sorted(optional)]
 
     def __repr__(self) -> str:
         res = ", ".join(f"%{r.name}" for r in self.results)

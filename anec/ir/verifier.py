@@ -141,42 +141,83 @@ def _changes_ok(g: Graph, changes: Changes) -> bool:
     if not todo:
         return True
     pos = {id(n): i for i, n in enumerate(nodes)}
-    checker = _GraphChecker(g, Report())
-    defined, errors = checker.defined, checker.report.errors
     use_counts: dict[int, Counter] = {}
     for node in todo.values():
-        i = pos[id(node)]
-        seen: dict[int, int] = {}
-        for v in node.inputs():
-            p = v.producer
-            if p is None:
-                if id(v) not in input_ids:
-                    return False
-            elif pos.get(id(p), i) >= i or len(p.results) <= v.index or p.results[v.index] is not v:
-                return False  # undefined here, defined later (a cycle), or a stale producer link
-            defined[id(v)] = v
-            seen[id(v)] = seen.get(id(v), 0) + 1
-        for vid, n in seen.items():  # the use lists agree with the operands
-            counts = use_counts.get(vid)
-            if counts is None:
-                uses = defined[vid].uses
-                if not all(id(u) in alive for u in uses):
-                    return False
-                counts = use_counts[vid] = Counter(map(id, uses))
-            if counts[id(node)] != n:
-                return False
-        for r in node.results:
-            if names.get(r.name, 0) != 1:
-                return False
-            checker.names.pop(r.name, None)
-        checker.node(node, i)
-        if errors:
+        if not _node_ok(node, pos, input_ids, alive, names, use_counts):
             return False
-        for r in node.results:  # every user comes later (a node added again keeps its users)
-            for u in r.uses:
-                if pos.get(id(u), -1) <= i:
-                    return False
     return True
+
+
+def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[int],
+             names: Counter, use_counts: dict[int, Counter]) -> bool:
+    """What :meth:`_GraphChecker.node` checks, for one node at position ``pos[id(node)]``, and
+    that its operands are defined before it, its users after it and the use lists agree."""
+    opdef = ops.OPS.get(node.op)
+    if opdef is None:
+        return False
+    i = pos[id(node)]
+    optional = node.optional
+    operands = node.operands if not optional else node.inputs()
+    for v in operands:
+        p = v.producer
+        if p is None:
+            if id(v) not in input_ids:
+                return False
+        elif pos.get(id(p), i) >= i or len(p.results) <= v.index or p.results[v.index] is not v:
+            return False  # undefined here, defined later (a cycle), or a stale producer link
+        uses = v.uses
+        if len(uses) == 1:
+            if uses[0] is not node or len(operands) > 1 and operands.count(v) != 1:
+                return False
+            continue
+        counts = use_counts.get(id(v))
+        if counts is None:
+            if not all(id(u) in alive for u in uses):
+                return False
+            counts = use_counts[id(v)] = Counter(map(id, uses))
+        if counts[id(node)] != (1 if len(operands) == 1 else operands.count(v)):
+            return False
+    results = node.results
+    for k, r in enumerate(results):
+        t = r.type
+        if (r.producer is not node or r.index != k or names.get(r._name, 0) != 1
+                or not (type(t) is TensorType and t in _GOOD_TYPES or _bad_type(t) is None)
+                or not isinstance(r._name, str) or VALUE_NAME.match(r._name) is None):
+            return False
+        for u in r.uses:  # every user comes later (a node added again keeps its users)
+            if pos.get(id(u), -1) <= i:
+                return False
+    attrs_key = literal_key(node.attrs)
+    if attrs_key is None:
+        return False  # the general path says whether it is valid
+    notes = node.annotations
+    if notes and not _plain_annotations(notes):
+        return False
+    declared = None
+    if opdef.declared_type:
+        if len(results) != 1:
+            return False
+        declared = results[0].type
+    try:
+        key = (node.op, tuple([v.type for v in node.operands]),
+               tuple([(k, v.type) for k, v in optional.items()]), attrs_key, declared)
+        inferred = _INFERRED.get(key)
+    except TypeError:  # an unhashable (invalid) type
+        return False
+    if inferred is None:
+        try:
+            inferred = tuple(infer_node_types(node.op, list(key[1]), dict(key[2]), node.attrs,
+                                              node.span, declared=declared))
+        except (VerifyError, TypeError, AttributeError):
+            return False
+        if len(_INFERRED) >= _INFERRED_MAX:
+            _INFERRED.clear()
+        _INFERRED[key] = inferred
+    if len(inferred) != len(results):
+        return False
+    if len(results) == 1:
+        return results[0].type == inferred[0]
+    return all(r.type == t for r, t in zip(results, inferred))
 
 
 def _value_ok(v: Value) -> bool:

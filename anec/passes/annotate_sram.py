@@ -71,17 +71,17 @@ def sram_report(graph: "Graph", target: "Target") -> dict[str, Any]:
         running += delta[i]
         live.append(running)
 
-    for n in graph.nodes:
-        graph.annotate(n, drop=SRAM_KEYS)
     spills: list[str] = []
     peak, peak_node = 0, None
-    for i, n in enumerate(steps):
-        seen: set[int] = set()
+    i = -1
+    for n in graph.nodes:
+        if n.op == "const":
+            graph.annotate(n, drop=SRAM_KEYS)
+            continue
+        i += 1
         in_bytes = weight_bytes = 0
-        for v in n.inputs():
-            if id(v) in seen:
-                continue
-            seen.add(id(v))
+        operands = n.operands if not n.optional else n.inputs()
+        for v in (operands if len(operands) < 2 else {id(v): v for v in operands}.values()):
             if _is_weight(v):
                 weight_bytes += v.type.nbytes
             else:
@@ -91,7 +91,7 @@ def sram_report(graph: "Graph", target: "Target") -> dict[str, Any]:
         if live[i] > target.sram_bytes:
             notes["spill"] = True
             spills.append(n.results[0].name)
-        graph.annotate(n, notes)
+        graph.annotate(n, notes, drop=SRAM_KEYS)
         if live[i] > peak:
             peak, peak_node = live[i], n.results[0].name
     weights = sum(n.result.type.nbytes for n in graph.nodes if is_weight_const(n))

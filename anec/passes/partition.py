@@ -65,6 +65,7 @@ search does not reorder independent branches.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -178,11 +179,29 @@ def _io_ok(v: "Value", target: "Target") -> bool:
 
 
 class _Sweep:
-    """Positions of every value and the per-cut crossing bytes / forbidden flags."""
+    """Positions of every value and the per-cut crossing bytes / forbidden flags.
+
+    ``cross`` and ``bad`` are computed on first use: a func that fits one
+    program needs only the positions.
+    """
 
     def __init__(self, graph: "Graph", items: list["Node"], target: "Target") -> None:
-        n = len(items)
+        self.graph, self.items, self.target = graph, items, target
         self.pos = {id(x): i for i, x in enumerate(items)}
+
+    @functools.cached_property
+    def cross(self) -> list[int]:
+        self._cuts()
+        return self.cross
+
+    @functools.cached_property
+    def bad(self) -> list[bool]:
+        self._cuts()
+        return self.bad
+
+    def _cuts(self) -> None:
+        graph, items, target = self.graph, self.items, self.target
+        n = len(items)
         cross = [0] * (n + 2)
         bad = [0] * (n + 2)
         for v in [*graph.inputs, *(r for x in items for r in x.results)]:
@@ -200,14 +219,15 @@ class _Sweep:
                 if not _io_ok(v, target):
                     bad[lo] += 1
                     bad[hi + 1] -= 1
-        self.cross = [0] * (n + 1)
-        self.bad = [False] * (n + 1)
+        out_cross = [0] * (n + 1)
+        out_bad = [False] * (n + 1)
         c = b = 0
         for j in range(n + 1):
             c += cross[j]
             b += bad[j]
-            self.cross[j] = c if 0 < j < n else 0
-            self.bad[j] = b > 0 if 0 < j < n else False
+            out_cross[j] = c if 0 < j < n else 0
+            out_bad[j] = b > 0 if 0 < j < n else False
+        self.__dict__["cross"], self.__dict__["bad"] = out_cross, out_bad
 
 
 def _weights_of(x: "Node") -> list["Node"]:
