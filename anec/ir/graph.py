@@ -251,20 +251,31 @@ class Graph:
             return
         before, after, dead = self._before, self._after, self._dead
         out: list[Node] = []
-        # an explicit stack: a node inserted before a node that was itself inserted, and so on
-        stack: list[tuple[Node, bool]] = [(n, False) for n in reversed(self._nodes)]
-        stack += [(n, False) for n in self._front]  # each went to index 0: the last one first
-        while stack:
-            node, expanded = stack.pop()
+        append = out.append
+
+        def place(node: Node) -> None:
+            # an explicit stack: a node inserted before a node that was itself inserted, ...
+            stack: list[tuple[Node, bool]] = [(node, False)]
+            while stack:
+                node, expanded = stack.pop()
+                key = id(node)
+                if not expanded:
+                    stack.append((node, True))
+                    stack += [(n, False) for n in reversed(before.pop(key, ()))]
+                    continue
+                if key not in dead:
+                    append(node)
+                # each went right after ``node``: the last one first
+                stack += [(n, False) for n in after.pop(key, ())]
+
+        for node in reversed(self._front):  # each went to index 0: the last one first
+            place(node)
+        for node in self._nodes:
             key = id(node)
-            if not expanded:
-                stack.append((node, True))
-                stack += [(n, False) for n in reversed(before.pop(key, ()))]
-                continue
-            if key not in dead:
-                out.append(node)
-            # each went right after ``node``: the last one first
-            stack += [(n, False) for n in after.pop(key, ())]
+            if key in before or key in after or key in dead:
+                place(node)
+            else:
+                append(node)
         self._nodes[:] = out  # in place: NodeList views hold this list
         self._front = []
         self._dead = {}

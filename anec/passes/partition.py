@@ -243,14 +243,12 @@ def blob_cap_of(nodes: list["Node"], target: "Target") -> tuple[int, int]:
     ws: set[int] = set()
     scalar = False
     for x in nodes:
-        ws.update(id(w) for w in _weights_of(x))
+        for v in x.operands if not x.optional else x.inputs():
+            p = v.producer
+            if p is not None and p.op == "const" and "weight" in p.attrs:
+                ws.add(id(p))
         scalar = scalar or _takes_scalar(x)
     return len(ws), target.blob_cap(scalar)
-
-
-def _fits_one_program(graph: "Graph", items: list["Node"], target: "Target") -> bool:
-    count, cap = blob_cap_of(items, target)
-    return count <= cap
 
 
 def plan_partition(graph: "Graph", target: "Target", force: bool = False) -> Plan | None:
@@ -261,11 +259,12 @@ def plan_partition(graph: "Graph", target: "Target", force: bool = False) -> Pla
     items = [x for x in graph.nodes if x.op != "const"]
     if not items:
         return None
-    over_blobs = not _fits_one_program(graph, items, target)
+    count, cap = blob_cap_of(items, target)
+    over_blobs = count > cap
     sweep = _Sweep(graph, items, target)
     if not over_blobs:
         one = Stage(0, len(items))
-        _fill(graph, items, sweep, one, target)
+        _fill(graph, items, sweep, one, target, cap)
         if one.peak_sram <= target.sram_bytes and not force:
             return None
     n = len(items)
@@ -362,8 +361,9 @@ def _blob_reason(items: list["Node"], s: Stage, lo: list[int], sweep: _Sweep, ta
             f"passes {_mb(sweep.cross[s.end])} to the next stage, the least among plans with as few stages")
 
 
-def _fill(graph: "Graph", items: list["Node"], sweep: _Sweep, s: Stage, target: "Target") -> None:
-    """Inputs, outputs, weights, cap and peak SRAM of stage ``s``."""
+def _fill(graph: "Graph", items: list["Node"], sweep: _Sweep, s: Stage, target: "Target",
+          cap: int | None = None) -> None:
+    """Inputs, outputs, weights, cap (``cap`` when known) and peak SRAM of stage ``s``."""
     run = items[s.start:s.end]
     inside = {id(x) for x in run}
     returned = {id(v) for v in graph.outputs}
@@ -383,7 +383,7 @@ def _fill(graph: "Graph", items: list["Node"], sweep: _Sweep, s: Stage, target: 
             if id(r) in returned or any(id(u) in sweep.pos and sweep.pos[id(u)] >= s.end for u in r.uses):
                 outs.append(r)
     s.inputs, s.outputs, s.weights = list(ins.values()), outs, list(weights.values())
-    s.blob_cap = blob_cap_of(run, target)[1]
+    s.blob_cap = blob_cap_of(run, target)[1] if cap is None else cap
     s.peak_sram = _peak(run, s, inside)
 
 
