@@ -330,11 +330,12 @@ class Graph:
         return node
 
     def _link(self, node: Node) -> None:
-        for v in node.inputs():
+        for v in node.operands if not node.optional else node.inputs():
             v.uses.append(node)
+        names = self._names
         for i, r in enumerate(node.results):
             r.producer, r.index = node, i
-            self._names[r.name] += 1
+            names[r._name] += 1
         self._node_ids.add(id(node))
         if self._changes is not None:
             self._changes.nodes[id(node)] = node

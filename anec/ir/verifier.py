@@ -158,6 +158,7 @@ def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[in
     i = pos[id(node)]
     optional = node.optional
     operands = node.operands if not optional else node.inputs()
+    several = len(operands) > 1
     for v in operands:
         p = v.producer
         if p is None:
@@ -167,7 +168,7 @@ def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[in
             return False  # undefined here, defined later (a cycle), or a stale producer link
         uses = v.uses
         if len(uses) == 1:
-            if uses[0] is not node or len(operands) > 1 and operands.count(v) != 1:
+            if uses[0] is not node or several and operands.count(v) != 1:
                 return False
             continue
         counts = use_counts.get(id(v))
@@ -175,14 +176,15 @@ def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[in
             if not all(id(u) in alive for u in uses):
                 return False
             counts = use_counts[id(v)] = Counter(map(id, uses))
-        if counts[id(node)] != (1 if len(operands) == 1 else operands.count(v)):
+        if counts[id(node)] != (operands.count(v) if several else 1):
             return False
     results = node.results
+    match = VALUE_NAME.match
     for k, r in enumerate(results):
-        t = r.type
-        if (r.producer is not node or r.index != k or names.get(r._name, 0) != 1
+        t, name = r.type, r._name
+        if (r.producer is not node or r.index != k or names.get(name, 0) != 1
                 or not (type(t) is TensorType and t in _GOOD_TYPES or _bad_type(t) is None)
-                or not isinstance(r._name, str) or VALUE_NAME.match(r._name) is None):
+                or type(name) is not str or match(name) is None):
             return False
         for u in r.uses:  # every user comes later (a node added again keeps its users)
             if pos.get(id(u), -1) <= i:

@@ -37,35 +37,42 @@ def sram_report(graph: "Graph", target: "Target") -> dict[str, Any]:
     live at its step, its own operands and results included; a node is a
     spill risk when that exceeds ``target.sram_bytes``.
     """
-    steps = [n for n in graph.nodes if n.op != "const"]
+    nodes = graph.nodes
+    steps = [n for n in nodes if n.op != "const"]
     last = len(steps) - 1
     index = {id(n): i for i, n in enumerate(steps)}
     outputs = {id(v) for v in graph.outputs}
 
-    # [start, end] step interval per live value
-    intervals: dict[int, tuple[int, int, int]] = {}
+    # live bytes per step: a sweep over the [start, end] step interval of each live value
+    delta = [0] * (len(steps) + 1)
+    get = index.get
 
-    def use_steps(v: "Value") -> list[int]:
-        return [index[id(u)] for u in v.uses if id(u) in index]
-
-    for v in graph.values():
-        uses = use_steps(v)
-        if _is_const(v):
-            if not uses:
-                continue
-            start, end = min(uses), max(uses)
-        else:
-            start = index[id(v.producer)] if v.producer is not None else 0
-            end = max(uses, default=start)
+    def add(v: "Value", start: int) -> None:
+        uses = [i for i in map(get, map(id, v.uses)) if i is not None]
         if id(v) in outputs:
             end = last
-        intervals[id(v)] = (start, end, v.type.nbytes)
-
-    # live bytes per step: a sweep over interval starts and ends
-    delta = [0] * (len(steps) + 1)
-    for start, end, nbytes in intervals.values() if steps else ():
+        else:
+            end = max(uses) if uses else start
+        nbytes = v.type.nbytes
         delta[start] += nbytes
         delta[end + 1] -= nbytes
+
+    if steps:
+        for v in graph.inputs:
+            add(v, 0)
+        for n in nodes:
+            if n.op == "const":
+                for r in n.results:  # resident from its first to its last use
+                    uses = [i for i in map(get, map(id, r.uses)) if i is not None]
+                    if not uses:
+                        continue
+                    end = last if id(r) in outputs else max(uses)
+                    delta[min(uses)] += r.type.nbytes
+                    delta[end + 1] -= r.type.nbytes
+            else:
+                start = index[id(n)]
+                for r in n.results:
+                    add(r, start)
     live, running = [], 0
     for i in range(len(steps)):
         running += delta[i]
