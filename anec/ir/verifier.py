@@ -63,9 +63,10 @@ class Report:
     warnings: list[VerifyWarning] = field(default_factory=list)
 
 
-def verify(target: Module | Graph) -> list[str]:
-    """Raise the first VerifyError; return the rendered warnings."""
-    report = check(target)
+def verify(target: Module | Graph, *, warnings: bool = True) -> list[str]:
+    """Raise the first VerifyError; return the rendered warnings (none looked for without
+    ``warnings``)."""
+    report = check(target, warnings=warnings)
     if report.errors:
         raise report.errors[0]
     return [w.render() for w in report.warnings]
@@ -85,12 +86,12 @@ def verify_changes(graph: Graph, changes: Changes) -> list[str]:
     ``changes``: callers use this only after code that edits through the
     graph methods. When a check fails (or ``changes.everything``), the whole
     func is verified, so the error is the one :func:`verify` gives. Returns
-    no warnings (unused results are only warned about by a full verify).
+    no warnings.
     """
     with no_cyclic_gc():
         if not changes.everything and _changes_ok(graph, changes):
             return []
-    return verify(graph)
+    return verify(graph, warnings=False)
 
 
 def _changes_ok(g: Graph, changes: Changes) -> bool:
@@ -242,21 +243,21 @@ def verify_all(target: Module | Graph) -> list[VerifyError]:
     return check(target).errors
 
 
-def check(target: Module | Graph) -> Report:
-    """Errors and warnings of a Module or a single Graph."""
+def check(target: Module | Graph, *, warnings: bool = True) -> Report:
+    """Errors and warnings (unless not ``warnings``) of a Module or a single Graph."""
     report = Report()
     with no_cyclic_gc():  # linear time on large graphs
         if isinstance(target, Module):
-            _check_module(target, report)
+            _check_module(target, report, warnings)
         else:
-            _GraphChecker(target, report).run()
+            _GraphChecker(target, report).run(warnings)
     return report
 
 
 # ---- module ---------------------------------------------------------------------
 
 
-def _check_module(module: Module, report: Report) -> None:
+def _check_module(module: Module, report: Report, warnings: bool = True) -> None:
     if not module.funcs:
         source = module.source
         report.errors.append(
@@ -288,7 +289,7 @@ def _check_module(module: Module, report: Report) -> None:
                     hint="a func name is an identifier: letters, digits and '_'",
                 )
             )
-        _GraphChecker(graph, report).run()
+        _GraphChecker(graph, report).run(warnings)
 
 
 # ---- graph ----------------------------------------------------------------------
@@ -317,7 +318,7 @@ class _GraphChecker:
     ) -> None:
         self.report.errors.append(VerifyError(message, span or self.g.span, hint=hint, notes=notes))
 
-    def run(self) -> None:
+    def run(self, warnings: bool = True) -> None:
         g = self.g
         if not isinstance(g.name, str) or not IDENT.match(g.name):
             self.error(
@@ -333,7 +334,8 @@ class _GraphChecker:
             self.node(node, i)
         self.outputs()
         self.uses()
-        self.unused()
+        if warnings:
+            self.unused()
 
     # -- values
     def define(self, v: Value) -> None:
@@ -390,7 +392,14 @@ class _GraphChecker:
                 r.append(node)
             if vid not in defined:
                 ok = self.use(v, node, index) and ok
+        names, match = self.names, VALUE_NAME.match
         for i, r in enumerate(node.results):
+            name, t = r._name, r.type
+            if (r.producer is node and r.index == i and type(name) is str and name not in names
+                    and type(t) is TensorType and t in _GOOD_TYPES and match(name)):
+                names[name] = r  # valid: what define() does without an error
+                defined[id(r)] = r
+                continue
             if r.producer is not node or r.index != i:
                 self.error(
                     f"result %{r.name} of '{node.op}' has a stale producer link",
@@ -402,9 +411,10 @@ class _GraphChecker:
             ok = ok and len(self.report.errors) == before
         attrs_key = _literal_key(node.attrs)
         notes = node.annotations
-        for what, mapping in (("attribute", {} if attrs_key is not None else node.attrs),
-                              ("annotation", {} if not notes or _literal_key(notes) is not None
-                               else notes)):
+        plain = attrs_key is not None and (not notes or _literal_key(notes) is not None)
+        for what, mapping in () if plain else (
+                ("attribute", {} if attrs_key is not None else node.attrs),
+                ("annotation", {} if not notes or _literal_key(notes) is not None else notes)):
             for key, val in mapping.items():
                 problem = _literal_problem(val)
                 if not isinstance(key, str) or not _is_ident(key):

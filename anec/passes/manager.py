@@ -83,7 +83,7 @@ def _verify_after(graph: Graph, ctx: PassContext, culprit: str, note: str | None
         if changes is not None:
             verify_changes(graph, changes)
         else:
-            verify(graph)
+            verify(graph, warnings=False)
     except VerifyError as e:
         raise PassError(
             f"{culprit} left func '{graph.name}' invalid: {e.message}",
@@ -112,7 +112,7 @@ def run_pipeline(target: Graph | Module, passes: Sequence[Pass], ctx: PassContex
     with no_cyclic_gc():  # linear time on large graphs (see no_cyclic_gc)
         if verify_input:
             start = time.perf_counter()
-            verify(target)
+            verify(target, warnings=False)
             ctx.verify_seconds += time.perf_counter() - start
         for graph in graphs:
             run_passes(graph, passes, ctx)

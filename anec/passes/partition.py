@@ -370,17 +370,19 @@ def _fill(graph: "Graph", items: list["Node"], sweep: _Sweep, s: Stage, target: 
     ins: dict[int, "Value"] = {}
     weights: dict[int, "Node"] = {}
     for x in run:
-        for v in x.inputs():
-            if _is_const(v):
-                if _is_weight(v):
-                    weights.setdefault(id(v.producer), v.producer)
+        for v in x.operands if not x.optional else x.inputs():
+            p = v.producer
+            if p is not None and p.op == "const":
+                if "weight" in p.attrs:
+                    weights.setdefault(id(p), p)
                 continue
-            if v.producer is None or id(v.producer) not in inside:
+            if p is None or id(p) not in inside:
                 ins.setdefault(id(v), v)
     outs = []
+    pos, end = sweep.pos, s.end
     for x in run:
         for r in x.results:
-            if id(r) in returned or any(id(u) in sweep.pos and sweep.pos[id(u)] >= s.end for u in r.uses):
+            if id(r) in returned or any(id(u) in pos and pos[id(u)] >= end for u in r.uses):
                 outs.append(r)
     s.inputs, s.outputs, s.weights = list(ins.values()), outs, list(weights.values())
     s.blob_cap = blob_cap_of(run, target)[1] if cap is None else cap
@@ -398,18 +400,23 @@ def _peak(run: list["Node"], s: Stage, inside: set[int]) -> int:
         delta[a] += nbytes
         delta[b + 1] -= nbytes
 
+    get = step.get
     for v in s.inputs:
-        uses = [step[id(u)] for u in v.uses if id(u) in step]
+        uses = [i for i in map(get, map(id, v.uses)) if i is not None]
         add(0, max(uses), v.type.nbytes)
     consts: dict[int, tuple["Value", list[int]]] = {}
-    for x in run:
-        for v in x.inputs():
-            if _is_const(v):
-                consts.setdefault(id(v), (v, []))[1].append(step[id(x)])
+    for k, x in enumerate(run):
+        for v in x.operands if not x.optional else x.inputs():
+            p = v.producer
+            if p is not None and p.op == "const":
+                consts.setdefault(id(v), (v, []))[1].append(k)
         for r in x.results:
-            uses = [step[id(u)] for u in r.uses if id(u) in step]
-            end = m - 1 if id(r) in outs else max(uses, default=step[id(x)])
-            add(step[id(x)], end, r.type.nbytes)
+            if id(r) in outs:
+                end = m - 1
+            else:
+                uses = [i for i in map(get, map(id, r.uses)) if i is not None]
+                end = max(uses) if uses else k
+            add(k, end, r.type.nbytes)
     for v, steps in consts.values():
         add(min(steps), max(steps), v.type.nbytes)
     peak = running = 0
