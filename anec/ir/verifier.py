@@ -137,7 +137,8 @@ def _changes_ok(g: Graph, changes: Changes) -> bool:
                 return False
             todo[id(u)] = u
     for key, node in changes.annotated.items():
-        if key in alive and node.annotations and not _plain_annotations(node.annotations):
+        if key in alive and key not in todo and node.annotations and not _plain_annotations(
+                node.annotations):  # (the nodes to re-check have theirs checked there)
             return False
     if not todo:
         return True
@@ -190,7 +191,8 @@ def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[in
         for u in r.uses:  # every user comes later (a node added again keeps its users)
             if pos.get(id(u), -1) <= i:
                 return False
-    attrs_key = literal_key(node.attrs)
+    attrs = node.attrs
+    attrs_key = literal_key(attrs) if attrs else ()
     if attrs_key is None:
         return False  # the general path says whether it is valid
     notes = node.annotations
@@ -409,7 +411,7 @@ class _GraphChecker:
             before = len(self.report.errors)
             self.define(r)
             ok = ok and len(self.report.errors) == before
-        attrs_key = _literal_key(node.attrs)
+        attrs_key = _literal_key(node.attrs) if node.attrs else ()
         notes = node.annotations
         plain = attrs_key is not None and (not notes or _literal_key(notes) is not None)
         for what, mapping in () if plain else (

@@ -39,7 +39,7 @@ def _infer(op: str, operands: "list[Value]", optional: "dict[str, Value]", attrs
            declared: TensorType | None = None) -> list[TensorType]:
     """``infer_types`` for new nodes, remembered: a rewrite creates the same few nodes many times
     (validating one scalar const value costs more than building its node)."""
-    akey = literal_key(attrs)
+    akey = literal_key(attrs) if attrs else ()
     if akey is None:  # not plainly hashable: infer (and report) the general way
         return infer_types(op, [v.type for v in operands], {k: v.type for k, v in optional.items()},
                            attrs, declared=declared)
