@@ -251,16 +251,23 @@ def blob_cap_of(nodes: list["Node"], target: "Target") -> tuple[int, int]:
     return len(ws), target.blob_cap(scalar)
 
 
-def plan_partition(graph: "Graph", target: "Target", force: bool = False) -> Plan | None:
+def plan_partition(graph: "Graph", target: "Target", force: bool = False,
+                   peak_bound: int | None = None) -> Plan | None:
     """The stages of ``graph`` (legalized), or None when it fits one program.
 
-    ``force`` plans even a func that fits (one stage). Raises ConstraintError
-    when no legal plan exists (see the module docstring)."""
+    ``force`` plans even a func that fits (one stage). ``peak_bound`` is an
+    upper bound of the func's peak SRAM as one program, e.g. the SRAM report's
+    ``peak_bytes`` of this very graph (its model counts every value a stage
+    does, over at least the same steps): at or under the SRAM, a func within
+    the BLOBFILE budget fits without computing its stage. Raises
+    ConstraintError when no legal plan exists (see the module docstring)."""
     items = [x for x in graph.nodes if x.op != "const"]
     if not items:
         return None
     count, cap = blob_cap_of(items, target)
     over_blobs = count > cap
+    if not over_blobs and not force and peak_bound is not None and peak_bound <= target.sram_bytes:
+        return None
     sweep = _Sweep(graph, items, target)
     if not over_blobs:
         one = Stage(0, len(items))
