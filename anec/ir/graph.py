@@ -293,6 +293,11 @@ class Graph:
         self._changes = None
 
     @property
+    def changes(self) -> Changes | None:
+        """The log being kept (None when no one tracks this graph)."""
+        return self._changes
+
+    @property
     def outputs(self) -> tuple[Value, ...]:
         """The returned values, in return order (the program interface)."""
         return self._outputs

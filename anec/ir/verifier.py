@@ -117,12 +117,19 @@ def _changes_ok(g: Graph, changes: Changes) -> bool:
             return False
         returned.add(v.name)
     out_ids = {id(v) for v in outputs}
+    readers: dict[int, set[int]] = {}
     for key, node in changes.removed.items():
         if key in alive:
             continue  # erased, then added again: checked below
         for r in node.results:
             if id(r) in out_ids or any(id(u) in alive for u in r.uses):
                 return False
+        for v in node.operands if not node.optional else node.inputs():
+            ids = readers.get(id(v))
+            if ids is None:
+                ids = readers[id(v)] = {id(u) for u in v.uses}
+            if key in ids:
+                return False  # still listed as a use
     todo = {k: n for k, n in changes.nodes.items() if k in alive}
     for v in changes.values.values():
         p = v.producer

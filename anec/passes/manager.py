@@ -58,7 +58,10 @@ def run_passes(graph: Graph, passes: Sequence[Pass], ctx: PassContext) -> None:
 
     for i, p in enumerate(passes):
         start = time.perf_counter()
-        changes = graph.track_changes() if ctx.verify_each and p.tracked else None
+        # a pipeline run inside a pass on the same graph leaves the outer log alone (and its
+        # passes are verified whole)
+        tracking = ctx.verify_each and p.tracked and graph.changes is None
+        changes = graph.track_changes() if tracking else None
         try:
             p.run(graph, ctx)
         finally:

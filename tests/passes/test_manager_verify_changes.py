@@ -156,6 +156,35 @@ def test_an_untracked_pass_is_verified_whole(monkeypatch):
     assert "pass 'behind' left func 'f' invalid: use list of %" in info.value.message
 
 
+def test_a_pass_running_a_pipeline_on_its_own_graph_keeps_the_outer_log():
+    """The inner pipeline neither replaces nor ends the log of the pass that runs it, so a
+    break after it is still caught."""
+    from anec.passes import DeadCodeElimination
+
+    def edit(g: Graph) -> None:
+        log = g.changes
+        run_pipeline(g, (DeadCodeElimination(),), PassContext.default(), verify_input=False)
+        assert g.changes is log is not None
+        _cycle(g)
+
+    with pytest.raises(PassError) as info:
+        run_pipeline(parse_func(TEXT), (_tracked_pass("outer", edit),), PassContext.default())
+    assert "pass 'outer' left func 'f' invalid: value %c is used before it is defined" in (
+        info.value.message)
+
+
+def test_an_erased_node_left_in_a_use_list_is_caught():
+    g = parse_func(TEXT)
+    changes = g.track_changes()
+    d = g.create_node("exp", [g.inputs[0]], {}, [g.inputs[0].type], ["d"])
+    g.erase_node(d)
+    g.inputs[0].uses.append(d)  # behind the graph's back
+    g.stop_tracking()
+    assert not verifier._changes_ok(g, changes)
+    with pytest.raises(VerifyError, match="use list of %x is out of date"):
+        verify_changes(g, changes)
+
+
 def test_builtin_passes_that_edit_the_graph_are_tracked():
     tracked = {p.name for p in DEFAULT if p.tracked}
     assert tracked == {"dce", "fuse-casts", "annotate-sram", "legalize"}
