@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from anec.ir.ops import is_weight_const
 from anec.passes.base import Pass, PassContext
 
 if TYPE_CHECKING:
@@ -14,15 +13,6 @@ if TYPE_CHECKING:
 
 SRAM_KEYS = ("in_bytes", "out_bytes", "weight_bytes", "live_bytes", "spill")
 """Annotation keys this analysis owns (cleared before it writes them again)."""
-
-
-def _is_weight(v: "Value") -> bool:
-    p = v.producer
-    return p is not None and is_weight_const(p)
-
-
-def _is_const(v: "Value") -> bool:
-    return v.producer is not None and v.producer.op == "const"
 
 
 def sram_report(graph: "Graph", target: "Target") -> dict[str, Any]:
@@ -80,28 +70,37 @@ def sram_report(graph: "Graph", target: "Target") -> dict[str, Any]:
 
     spills: list[str] = []
     peak, peak_node = 0, None
+    sram_bytes = target.sram_bytes
+    weights = 0
     i = -1
     for n in graph.nodes:
         if n.op == "const":
-            graph.annotate(n, drop=SRAM_KEYS)
+            if n.annotations:
+                graph.annotate(n, drop=SRAM_KEYS)
+            if "weight" in n.attrs:
+                weights += n.result.type.nbytes
             continue
         i += 1
         in_bytes = weight_bytes = 0
         operands = n.operands if not n.optional else n.inputs()
         for v in (operands if len(operands) < 2 else {id(v): v for v in operands}.values()):
-            if _is_weight(v):
+            p = v.producer
+            if p is not None and p.op == "const" and "weight" in p.attrs:
                 weight_bytes += v.type.nbytes
             else:
                 in_bytes += v.type.nbytes
-        notes = {"in_bytes": in_bytes, "out_bytes": sum(r.type.nbytes for r in n.results),
-                 "weight_bytes": weight_bytes, "live_bytes": live[i]}
-        if live[i] > target.sram_bytes:
+        results = n.results
+        out_bytes = results[0].type.nbytes if len(results) == 1 else sum(
+            r.type.nbytes for r in results)
+        here = live[i]
+        notes = {"in_bytes": in_bytes, "out_bytes": out_bytes, "weight_bytes": weight_bytes,
+                 "live_bytes": here}
+        if here > sram_bytes:
             notes["spill"] = True
-            spills.append(n.results[0].name)
-        graph.annotate(n, notes, drop=SRAM_KEYS)
-        if live[i] > peak:
-            peak, peak_node = live[i], n.results[0].name
-    weights = sum(n.result.type.nbytes for n in graph.nodes if is_weight_const(n))
+            spills.append(results[0].name)
+        graph.annotate(n, notes, drop=SRAM_KEYS if n.annotations else ())
+        if here > peak:
+            peak, peak_node = here, results[0].name
     return {
         "target": target.name,
         "sram_bytes": target.sram_bytes,
