@@ -113,7 +113,10 @@ class Node:
 
     def inputs(self) -> list[Value]:
         """All operand values: positional, then optional in key order."""
-        return self.operands + [self.optional[k] for k in sorted(self.optional)]
+        optional = self.optional
+        if not optional:
+            return self.operands[:]
+        return self.operands + [optional[k] for k in sorted(optional)]
 
     def __repr__(self) -> str:
         res = ", ".join(f"%{r.name}" for r in self.results)
@@ -124,10 +127,18 @@ class Node:
 class NodeList(Sequence[Node]):
     """A read-only view of a graph's node list (no copy; edits go through the Graph)."""
 
-    __slots__ = ("_nodes",)
+    __slots__ = ("_list", "_graph")
 
-    def __init__(self, nodes: list[Node]) -> None:
-        self._nodes = nodes
+    def __init__(self, nodes: list[Node], graph: "Graph | None" = None) -> None:
+        self._list = nodes
+        self._graph = graph
+
+    @property
+    def _nodes(self) -> list[Node]:
+        g = self._graph
+        if g is not None and g._pending:
+            g._settle()
+        return self._list
 
     def __getitem__(self, i):  # type: ignore[override]
         return self._nodes[i]
@@ -145,10 +156,35 @@ class NodeList(Sequence[Node]):
         return any(n is node for n in self._nodes)
 
     def index(self, node: Node, start: int = 0, stop: int | None = None) -> int:  # type: ignore[override]
-        return self._nodes.index(node, start, len(self._nodes) if stop is None else stop)
+        nodes = self._nodes
+        return nodes.index(node, start, len(nodes) if stop is None else stop)
 
     def __repr__(self) -> str:
         return repr(self._nodes)
+
+
+class Changes:
+    """What the :class:`Graph` methods changed since :meth:`Graph.track_changes`.
+
+    The verifier re-checks only this (:func:`anec.ir.verifier.verify_changes`);
+    an edit made behind the graph's back (assigning ``node.operands``,
+    ``value.type``, ...) is not recorded, which is why only passes declared
+    ``tracked`` are verified this way.
+    """
+
+    __slots__ = ("nodes", "removed", "values", "annotated", "everything")
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, Node] = {}
+        """Nodes added, or whose operands changed."""
+        self.removed: dict[int, Node] = {}
+        """Nodes erased (a later ``add_node`` of the same node lists it in ``nodes`` too)."""
+        self.values: dict[int, Value] = {}
+        """Values renamed or retyped (their producer and users are re-checked)."""
+        self.annotated: dict[int, Node] = {}
+        """Nodes whose annotations were set through :meth:`Graph.annotate`."""
+        self.everything = False
+        """A change the log cannot describe (``rebuild_uses``): verify the whole func."""
 
 
 class Graph:
@@ -172,16 +208,29 @@ class Graph:
         self._counter = itertools.count()
         self._names: Counter[str] = Counter()
         self._node_ids: set[int] = set()
-        self._pos_hint = 0
+        # Inserting into or deleting from the middle of a Python list moves its tail: a rewrite
+        # of every node of a 100k-node graph would be quadratic. Insertions before or after a
+        # node and erasures are therefore recorded here and applied in one linear pass
+        # (_settle) the next time the order is read.
+        self._pending = False
+        self._before: dict[int, list[Node]] = {}
+        self._after: dict[int, list[Node]] = {}
+        self._front: list[Node] = []
+        self._dead: dict[int, Node] = {}  # erased, still in _nodes (kept alive: ids stay unique)
+        self._changes: Changes | None = None
 
     def __getstate__(self) -> dict[str, Any]:
+        self._settle()
         state = self.__dict__.copy()
         state["_node_ids"] = None  # ids do not survive a copy or a pickle
+        state["_changes"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._node_ids = {id(n) for n in self._nodes}
+        self._pending, self._front, self._dead = False, [], {}
+        self._before, self._after, self._changes = {}, {}, None
 
     # ---- views ----------------------------------------------------------
     @property
@@ -192,7 +241,61 @@ class Graph:
     @property
     def nodes(self) -> NodeList:
         """The nodes, in topological order (a read-only view)."""
-        return NodeList(self._nodes)
+        if self._pending:
+            self._settle()
+        return NodeList(self._nodes, self)
+
+    def _settle(self) -> None:
+        """Apply the recorded insertions and erasures to the node list, in one pass."""
+        if not self._pending:
+            return
+        before, after, dead = self._before, self._after, self._dead
+        out: list[Node] = []
+        append = out.append
+
+        def place(node: Node) -> None:
+            # an explicit stack: a node inserted before a node that was itself inserted, ...
+            stack: list[tuple[Node, bool]] = [(node, False)]
+            while stack:
+                node, expanded = stack.pop()
+                key = id(node)
+                if not expanded:
+                    stack.append((node, True))
+                    stack += [(n, False) for n in reversed(before.pop(key, ()))]
+                    continue
+                if key not in dead:
+                    append(node)
+                # each went right after ``node``: the last one first
+                stack += [(n, False) for n in after.pop(key, ())]
+
+        for node in reversed(self._front):  # each went to index 0: the last one first
+            place(node)
+        for node in self._nodes:
+            key = id(node)
+            if key in before or key in after or key in dead:
+                place(node)
+            else:
+                append(node)
+        self._nodes[:] = out  # in place: NodeList views hold this list
+        self._front = []
+        self._dead = {}
+        self._before.clear()
+        self._after.clear()
+        self._pending = False
+
+    # ---- change tracking ------------------------------------------------
+    def track_changes(self) -> Changes:
+        """Start a new log of what the graph methods change (replacing any previous one)."""
+        self._changes = Changes()
+        return self._changes
+
+    def stop_tracking(self) -> None:
+        self._changes = None
+
+    @property
+    def changes(self) -> Changes | None:
+        """The log being kept (None when no one tracks this graph)."""
+        return self._changes
 
     @property
     def outputs(self) -> tuple[Value, ...]:
@@ -217,21 +320,43 @@ class Graph:
         if value.producer is not None:
             raise ValueError(f"%{value.name} is not a func input")
         value.type = type
+        if self._changes is not None:
+            self._changes.values[id(value)] = value
 
     def add_node(self, node: Node, index: int | None = None) -> Node:
         """Insert ``node`` (at ``index``, default: the end) and record its uses."""
-        for v in node.inputs():
-            v.uses.append(node)
-        for i, r in enumerate(node.results):
-            r.producer, r.index = node, i
-            self._names[r.name] += 1
+        if index is not None or id(node) in self._dead:
+            self._settle()
+        self._link(node)
         if index is None:
             self._nodes.append(node)
         else:
             self._nodes.insert(index, node)
-            self._pos_hint = index + 1  # where the node we inserted before now is
-        self._node_ids.add(id(node))
         return node
+
+    def _link(self, node: Node) -> None:
+        for v in node.operands if not node.optional else node.inputs():
+            v.uses.append(node)
+        names = self._names
+        for i, r in enumerate(node.results):
+            r.producer, r.index = node, i
+            names[r._name] += 1
+        self._node_ids.add(id(node))
+        if self._changes is not None:
+            self._changes.nodes[id(node)] = node
+
+    def _insert_next_to(self, node: Node, anchor: Node | None, after: bool) -> None:
+        """Put ``node`` right before (or after) ``anchor`` (None: at the front), deferred."""
+        if id(node) in self._dead:
+            self._settle()
+        if anchor is not None and id(anchor) not in self._node_ids:
+            raise ValueError(f"{anchor!r} is not in graph '{self.name}'")
+        self._link(node)
+        if anchor is None:
+            self._front.append(node)
+        else:
+            (self._after if after else self._before).setdefault(id(anchor), []).append(node)
+        self._pending = True
 
     def create_node(
         self,
@@ -251,22 +376,10 @@ class Graph:
                 names.append(self.fresh_name(op, exclude=names))
         results = [Value(n, t, None, 0, [], span) for n, t in zip(names, result_types)]
         node = Node(op, list(operands), dict(attrs), results, dict(optional or {}), span)
-        index = self._position(before) if before is not None else None
-        return self.add_node(node, index)
-
-    def _position(self, node: Node) -> int:
-        """``self.nodes.index(node)``, searching first from the last insertion point.
-
-        Rewrites insert before the node being rewritten and walk the list
-        forward, so the next anchor is usually at or just after that point.
-        """
-        nodes, hint = self._nodes, self._pos_hint
-        if hint < len(nodes) and nodes[hint] is node:
-            return hint
-        try:
-            return nodes.index(node, min(hint, len(nodes)))
-        except ValueError:
-            return nodes.index(node)
+        if before is None:
+            return self.add_node(node)
+        self._insert_next_to(node, before, after=False)
+        return node
 
     def fresh_name(self, hint: str = "v", exclude: "Iterable[str]" = ()) -> str:
         """A value name not used in this graph (nor in ``exclude``), derived from ``hint``."""
@@ -283,6 +396,7 @@ class Graph:
     # ---- queries --------------------------------------------------------
     def values(self) -> Iterator[Value]:
         yield from self._inputs
+        self._settle()
         for n in self._nodes:
             yield from n.results
 
@@ -325,6 +439,19 @@ class Graph:
             del names[old]
         value._name = name
         names[name] += 1
+        if self._changes is not None:
+            self._changes.values[id(value)] = value
+
+    def annotate(self, node: Node, values: dict[str, Any] | None = None,
+                 drop: Iterable[str] = ()) -> None:
+        """Remove the annotations ``drop`` of ``node``, then set ``values``."""
+        notes = node.annotations
+        for k in drop:
+            notes.pop(k, None)
+        if values:
+            notes.update(values)
+            if self._changes is not None:
+                self._changes.annotated[id(node)] = node
 
     def set_operand(self, node: Node, index: int, new: Value) -> None:
         """Make positional operand ``index`` of ``node`` read ``new``."""
@@ -332,6 +459,8 @@ class Graph:
         old.uses.remove(node)
         node.operands[index] = new
         new.uses.append(node)
+        if self._changes is not None:
+            self._changes.nodes[id(node)] = node
 
     def replace_uses(self, old: Value, new: Value, users: Iterable[Node]) -> None:
         """Make the nodes ``users`` read ``new`` wherever they read ``old`` (returned values stay)."""
@@ -345,6 +474,8 @@ class Graph:
             user.optional = {k: (new if v is old else v) for k, v in user.optional.items()}
             old.uses = [u for u in old.uses if u is not user]
             new.uses.extend([user] * n)
+            if self._changes is not None:
+                self._changes.nodes[id(user)] = user
 
     def replace_all_uses(self, old: Value, new: Value) -> None:
         """Make every use of ``old`` use ``new``; returned names never change.
@@ -355,21 +486,22 @@ class Graph:
         """
         if old is new:
             return
+        changes = self._changes
         for user in list(old.uses):
             user.operands = [new if v is old else v for v in user.operands]
             user.optional = {k: (new if v is old else v) for k, v in user.optional.items()}
+            if changes is not None:
+                changes.nodes[id(user)] = user
         new.uses.extend(old.uses)
         old.uses = []
         if old in self._outputs:
             keep = old.name
             self.rename_value(old, self.fresh_name(keep + "_old"))
             if new.producer is None or new in self._outputs:
-                after = new.producer
-                idx = self._position(after) + 1 if after is not None else 0
                 # keep the identity after every node defining its operand
                 node = Node("identity", [new], {}, [Value(keep, new.type, None, 0, [], old.span)],
                             {}, old.span)
-                self.add_node(node, idx)
+                self._insert_next_to(node, new.producer, after=True)
                 new = node.results[0]
             else:
                 self.rename_value(new, keep)
@@ -379,12 +511,13 @@ class Graph:
         """Remove ``node``; with ``safe`` it must have no used or returned results."""
         if safe:
             self._check_erasable(node)
+        if id(node) not in self._node_ids:
+            raise ValueError(f"{node!r} is not in graph '{self.name}'")
         for v in node.inputs():
             if node in v.uses:
                 v.uses.remove(node)
-        index = self._position(node)
-        del self._nodes[index]
-        self._pos_hint = index  # the node that followed the erased one is there now
+        self._dead[id(node)] = node  # taken out of the list by _settle
+        self._pending = True
         self._forget(node)
 
     def erase_nodes(self, nodes: "Iterable[Node]", safe: bool = True) -> None:
@@ -407,8 +540,8 @@ class Graph:
                 touched[id(v)] = v
         for v in touched.values():
             v.uses = [u for u in v.uses if id(u) not in doomed]
+        self._settle()
         self._nodes[:] = [n for n in self._nodes if id(n) not in doomed]
-        self._pos_hint = 0
         for n in doomed.values():
             self._forget(n)
 
@@ -420,6 +553,9 @@ class Graph:
     def _forget(self, node: Node) -> None:
         names = self._names
         self._node_ids.discard(id(node))
+        if self._changes is not None:
+            self._changes.removed[id(node)] = node
+            self._changes.nodes.pop(id(node), None)
         for r in node.results:
             names[r.name] -= 1
             if names[r.name] <= 0:
@@ -432,6 +568,8 @@ class Graph:
         for n in self._nodes:
             for v in n.inputs():
                 v.uses.append(n)
+        if self._changes is not None:
+            self._changes.everything = True
 
     def clone(self) -> "Graph":
         """A structural copy whose nodes and values can be rewritten freely.
@@ -444,6 +582,7 @@ class Graph:
         vmap: dict[int, Value] = {}
         for v in self._inputs:
             vmap[id(v)] = g.add_input(v.name, v.type, v.span)
+        self._settle()
         for n in self._nodes:
             results = [Value(r.name, r.type, None, 0, [], r.span) for r in n.results]
             g.add_node(Node(n.op, [vmap[id(v)] for v in n.operands], copy.deepcopy(n.attrs),

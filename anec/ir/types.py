@@ -37,7 +37,7 @@ class DType(enum.Enum):
 
     @property
     def itemsize(self) -> int:
-        return self.np.itemsize
+        return _ITEMSIZE[self.value]
 
     @property
     def is_float(self) -> bool:
@@ -64,6 +64,9 @@ _NP = {
     DType.int8: "int8",
     DType.uint8: "uint8",
 }
+
+_ITEMSIZE = {d.value: np.dtype(n).itemsize for d, n in _NP.items()}
+"""Bytes per element, by dtype name (a str key hashes in C; a DType's hash is Python code)."""
 
 DTYPE_NAMES = tuple(d.value for d in DType)
 FLOATS = frozenset({DType.fp16, DType.fp32})
@@ -104,13 +107,39 @@ def parse_dtype(name: str) -> DType | None:
 
 @dataclass(frozen=True)
 class TensorType:
-    """A tensor type: element dtype and static shape."""
+    """A tensor type: element dtype and static shape.
+
+    Immutable, so the hash and the byte size are computed once per instance
+    (a 100k-node pipeline asks for them hundreds of thousands of times);
+    they live in the instance ``__dict__`` and take no part in equality.
+    """
 
     dtype: DType
     shape: tuple[int, ...]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.dtype, self.shape))  # the dataclass hash, computed once
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __eq__(self, other: object) -> bool:
+        if other is self:
+            return True
+        if other.__class__ is not TensorType:
+            return NotImplemented
+        return self.dtype is other.dtype and self.shape == other.shape  # type: ignore[attr-defined]
+
+    def __getstate__(self) -> dict:
+        return {"dtype": self.dtype, "shape": self.shape}  # not the cached hash (str hashes vary by process)
+
+    def __setstate__(self, state: dict) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
 
     @property
     def rank(self) -> int:
@@ -122,7 +151,11 @@ class TensorType:
 
     @property
     def nbytes(self) -> int:
-        return self.numel * self.dtype.itemsize
+        n = self.__dict__.get("_nbytes")
+        if n is None:
+            n = math.prod(self.shape) * _ITEMSIZE[self.dtype.value]
+            object.__setattr__(self, "_nbytes", n)
+        return n
 
     def with_dtype(self, dtype: DType) -> "TensorType":
         return TensorType(dtype, self.shape)

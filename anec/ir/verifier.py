@@ -21,6 +21,11 @@ at the span of the node (its op name) or value concerned:
 A node none of whose results is used or returned is not an error but a
 warning (``dce`` removes it). :func:`verify` raises the first error and
 returns the warnings; :func:`verify_all` returns every error.
+
+:func:`verify_changes` verifies a func after edits recorded by the graph
+(:meth:`~anec.ir.graph.Graph.track_changes`): it re-checks the nodes those
+edits touched and the func-level facts they can break, and falls back to
+:func:`verify` (the same error, word for word) when anything looks wrong.
 """
 
 from __future__ import annotations
@@ -33,12 +38,12 @@ import numpy as np
 
 from anec.diagnostics import AnecError, Span, VerifyError, did_you_mean
 from anec.ir import ops
-from anec.ir.graph import Graph, Module, Node, Value, no_cyclic_gc
+from anec.ir.graph import Changes, Graph, Module, Node, Value, no_cyclic_gc
 from anec.ir.lexical import IDENT, MAX_LIST_DEPTH, VALUE_NAME
 from anec.ir.ops import infer_node_types
 from anec.ir.types import DType, TensorType
 
-__all__ = ["Report", "VerifyWarning", "check", "verify", "verify_all"]
+__all__ = ["Report", "VerifyWarning", "check", "verify", "verify_all", "verify_changes"]
 
 MAX_DIM = 2**31 - 1
 """The largest dimension of a tensor type: MIL writes shapes and shape parameters as int32."""
@@ -58,12 +63,188 @@ class Report:
     warnings: list[VerifyWarning] = field(default_factory=list)
 
 
-def verify(target: Module | Graph) -> list[str]:
-    """Raise the first VerifyError; return the rendered warnings."""
-    report = check(target)
+def verify(target: Module | Graph, *, warnings: bool = True) -> list[str]:
+    """Raise the first VerifyError; return the rendered warnings (none looked for without
+    ``warnings``)."""
+    report = check(target, warnings=warnings)
     if report.errors:
         raise report.errors[0]
     return [w.render() for w in report.warnings]
+
+
+def verify_changes(graph: Graph, changes: Changes) -> list[str]:
+    """Raise what :func:`verify` raises for ``graph``, re-checking only what ``changes`` touched.
+
+    ``changes`` (from :meth:`Graph.track_changes`) lists what the graph
+    methods changed since the func was last found valid. Re-checked: every
+    node added or rewired and the producer and users of every value renamed
+    or retyped, in full (op table, types, names, attributes, that each
+    operand is defined earlier in this func and each user comes later, use
+    lists); that nothing still reads or returns a result of an erased node;
+    the annotations set through :meth:`Graph.annotate`; the func name, the
+    inputs and the outputs. An edit made behind the graph's back is not in
+    ``changes``: callers use this only after code that edits through the
+    graph methods. When a check fails (or ``changes.everything``), the whole
+    func is verified, so the error is the one :func:`verify` gives. Returns
+    no warnings.
+    """
+    with no_cyclic_gc():
+        if not changes.everything and _changes_ok(graph, changes):
+            return []
+    return verify(graph, warnings=False)
+
+
+def _changes_ok(g: Graph, changes: Changes) -> bool:
+    """True when the edits in ``changes`` left ``g`` valid (False: verify it all to say why)."""
+    if not isinstance(g.name, str) or not IDENT.match(g.name):
+        return False
+    nodes = g.nodes  # applies deferred insertions
+    alive = g._node_ids
+    names = g._names
+    inputs = g.inputs
+    input_ids = {id(v) for v in inputs}
+    for v in inputs:
+        if v.producer is not None or names.get(v.name, 0) != 1 or not _value_ok(v):
+            return False
+    outputs = g.outputs
+    if not outputs:
+        return False
+    returned: set[str] = set()
+    for v in outputs:
+        p = v.producer
+        if (p is None or id(p) not in alive or len(p.results) <= v.index
+                or p.results[v.index] is not v or v.name in returned):
+            return False
+        returned.add(v.name)
+    out_ids = {id(v) for v in outputs}
+    readers: dict[int, set[int]] = {}
+    for key, node in changes.removed.items():
+        if key in alive:
+            continue  # erased, then added again: checked below
+        for r in node.results:
+            if id(r) in out_ids or any(id(u) in alive for u in r.uses):
+                return False
+        for v in node.operands if not node.optional else node.inputs():
+            ids = readers.get(id(v))
+            if ids is None:
+                ids = readers[id(v)] = {id(u) for u in v.uses}
+            if key in ids:
+                return False  # still listed as a use
+    todo = {k: n for k, n in changes.nodes.items() if k in alive}
+    for v in changes.values.values():
+        p = v.producer
+        if p is not None:
+            if id(p) not in alive:
+                continue
+            todo[id(p)] = p
+        elif id(v) not in input_ids:
+            continue
+        for u in v.uses:
+            if id(u) not in alive:
+                return False
+            todo[id(u)] = u
+    for key, node in changes.annotated.items():
+        if key in alive and key not in todo and node.annotations and not _plain_annotations(
+                node.annotations):  # (the nodes to re-check have theirs checked there)
+            return False
+    if not todo:
+        return True
+    pos = {id(n): i for i, n in enumerate(nodes)}
+    use_counts: dict[int, Counter] = {}
+    for node in todo.values():
+        if not _node_ok(node, pos, input_ids, alive, names, use_counts):
+            return False
+    return True
+
+
+def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[int],
+             names: Counter, use_counts: dict[int, Counter]) -> bool:
+    """What :meth:`_GraphChecker.node` checks, for one node at position ``pos[id(node)]``, and
+    that its operands are defined before it, its users after it and the use lists agree."""
+    opdef = ops.OPS.get(node.op)
+    if opdef is None:
+        return False
+    i = pos[id(node)]
+    optional = node.optional
+    operands = node.operands if not optional else node.inputs()
+    several = len(operands) > 1
+    for v in operands:
+        p = v.producer
+        if p is None:
+            if id(v) not in input_ids:
+                return False
+        elif pos.get(id(p), i) >= i or len(p.results) <= v.index or p.results[v.index] is not v:
+            return False  # undefined here, defined later (a cycle), or a stale producer link
+        uses = v.uses
+        if len(uses) == 1:
+            if uses[0] is not node or several and operands.count(v) != 1:
+                return False
+            continue
+        counts = use_counts.get(id(v))
+        if counts is None:
+            if not all(id(u) in alive for u in uses):
+                return False
+            counts = use_counts[id(v)] = Counter(map(id, uses))
+        if counts[id(node)] != (operands.count(v) if several else 1):
+            return False
+    results = node.results
+    match = VALUE_NAME.match
+    for k, r in enumerate(results):
+        t, name = r.type, r._name
+        if (r.producer is not node or r.index != k or names.get(name, 0) != 1
+                or not (type(t) is TensorType and t in _GOOD_TYPES or _bad_type(t) is None)
+                or type(name) is not str or match(name) is None):
+            return False
+        for u in r.uses:  # every user comes later (a node added again keeps its users)
+            if pos.get(id(u), -1) <= i:
+                return False
+    attrs = node.attrs
+    attrs_key = literal_key(attrs) if attrs else ()
+    if attrs_key is None:
+        return False  # the general path says whether it is valid
+    notes = node.annotations
+    if notes and not _plain_annotations(notes):
+        return False
+    declared = None
+    if opdef.declared_type:
+        if len(results) != 1:
+            return False
+        declared = results[0].type
+    try:
+        key = (node.op, tuple([v.type for v in node.operands]),
+               tuple([(k, v.type) for k, v in optional.items()]), attrs_key, declared)
+        inferred = _INFERRED.get(key)
+    except TypeError:  # an unhashable (invalid) type
+        return False
+    if inferred is None:
+        try:
+            inferred = tuple(infer_node_types(node.op, list(key[1]), dict(key[2]), node.attrs,
+                                              node.span, declared=declared))
+        except (VerifyError, TypeError, AttributeError):
+            return False
+        if len(_INFERRED) >= _INFERRED_MAX:
+            _INFERRED.clear()
+        _INFERRED[key] = inferred
+    if len(inferred) != len(results):
+        return False
+    if len(results) == 1:
+        return results[0].type == inferred[0]
+    return all(r.type == t for r, t in zip(results, inferred))
+
+
+def _value_ok(v: Value) -> bool:
+    t = v.type
+    return (isinstance(v.name, str) and VALUE_NAME.match(v.name) is not None
+            and (type(t) is TensorType and t in _GOOD_TYPES or _bad_type(t) is None))
+
+
+def _plain_annotations(notes: dict[str, Any]) -> bool:
+    """Whether ``notes`` can be written in the IR (ints and bools under known names: fast)."""
+    for k, v in notes.items():
+        t = type(v)
+        if k not in _GOOD_NAMES or not (t is bool or (t is int and -(10**18) < v < 10**18)):
+            return _literal_key(notes) is not None
+    return True
 
 
 def verify_all(target: Module | Graph) -> list[VerifyError]:
@@ -71,21 +252,21 @@ def verify_all(target: Module | Graph) -> list[VerifyError]:
     return check(target).errors
 
 
-def check(target: Module | Graph) -> Report:
-    """Errors and warnings of a Module or a single Graph."""
+def check(target: Module | Graph, *, warnings: bool = True) -> Report:
+    """Errors and warnings (unless not ``warnings``) of a Module or a single Graph."""
     report = Report()
     with no_cyclic_gc():  # linear time on large graphs
         if isinstance(target, Module):
-            _check_module(target, report)
+            _check_module(target, report, warnings)
         else:
-            _GraphChecker(target, report).run()
+            _GraphChecker(target, report).run(warnings)
     return report
 
 
 # ---- module ---------------------------------------------------------------------
 
 
-def _check_module(module: Module, report: Report) -> None:
+def _check_module(module: Module, report: Report, warnings: bool = True) -> None:
     if not module.funcs:
         source = module.source
         report.errors.append(
@@ -117,7 +298,7 @@ def _check_module(module: Module, report: Report) -> None:
                     hint="a func name is an identifier: letters, digits and '_'",
                 )
             )
-        _GraphChecker(graph, report).run()
+        _GraphChecker(graph, report).run(warnings)
 
 
 # ---- graph ----------------------------------------------------------------------
@@ -146,7 +327,7 @@ class _GraphChecker:
     ) -> None:
         self.report.errors.append(VerifyError(message, span or self.g.span, hint=hint, notes=notes))
 
-    def run(self) -> None:
+    def run(self, warnings: bool = True) -> None:
         g = self.g
         if not isinstance(g.name, str) or not IDENT.match(g.name):
             self.error(
@@ -162,7 +343,8 @@ class _GraphChecker:
             self.node(node, i)
         self.outputs()
         self.uses()
-        self.unused()
+        if warnings:
+            self.unused()
 
     # -- values
     def define(self, v: Value) -> None:
@@ -219,7 +401,14 @@ class _GraphChecker:
                 r.append(node)
             if vid not in defined:
                 ok = self.use(v, node, index) and ok
+        names, match = self.names, VALUE_NAME.match
         for i, r in enumerate(node.results):
+            name, t = r._name, r.type
+            if (r.producer is node and r.index == i and type(name) is str and name not in names
+                    and type(t) is TensorType and t in _GOOD_TYPES and match(name)):
+                names[name] = r  # valid: what define() does without an error
+                defined[id(r)] = r
+                continue
             if r.producer is not node or r.index != i:
                 self.error(
                     f"result %{r.name} of '{node.op}' has a stale producer link",
@@ -229,11 +418,12 @@ class _GraphChecker:
             before = len(self.report.errors)
             self.define(r)
             ok = ok and len(self.report.errors) == before
-        attrs_key = _literal_key(node.attrs)
+        attrs_key = _literal_key(node.attrs) if node.attrs else ()
         notes = node.annotations
-        for what, mapping in (("attribute", {} if attrs_key is not None else node.attrs),
-                              ("annotation", {} if not notes or _literal_key(notes) is not None
-                               else notes)):
+        plain = attrs_key is not None and (not notes or _literal_key(notes) is not None)
+        for what, mapping in () if plain else (
+                ("attribute", {} if attrs_key is not None else node.attrs),
+                ("annotation", {} if not notes or _literal_key(notes) is not None else notes)):
             for key, val in mapping.items():
                 problem = _literal_problem(val)
                 if not isinstance(key, str) or not _is_ident(key):
@@ -400,7 +590,7 @@ _SCALARS = (bool, np.bool_, DType, int, np.integer, str)
 _SHORT_LIST = 64
 
 
-def _literal_key(attrs: dict[str, Any]) -> tuple | None:
+def literal_key(attrs: dict[str, Any]) -> tuple | None:
     """A hashable key for ``attrs`` when every name and value is plainly valid, else None.
 
     None sends the node down the general path (which reports the problem, or
@@ -427,6 +617,9 @@ def _literal_key(attrs: dict[str, Any]) -> tuple | None:
             k = (type(v), tuple(items))
         key.append((name, k))
     return tuple(key)
+
+
+_literal_key = literal_key
 
 
 def _scalar_key(v: Any) -> tuple | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from anec.ir.ops import is_weight_const
 from anec.passes.base import Pass, PassContext
 
 if TYPE_CHECKING:
@@ -14,15 +13,6 @@ if TYPE_CHECKING:
 
 SRAM_KEYS = ("in_bytes", "out_bytes", "weight_bytes", "live_bytes", "spill")
 """Annotation keys this analysis owns (cleared before it writes them again)."""
-
-
-def _is_weight(v: "Value") -> bool:
-    p = v.producer
-    return p is not None and is_weight_const(p)
-
-
-def _is_const(v: "Value") -> bool:
-    return v.producer is not None and v.producer.op == "const"
 
 
 def sram_report(graph: "Graph", target: "Target") -> dict[str, Any]:
@@ -37,68 +27,80 @@ def sram_report(graph: "Graph", target: "Target") -> dict[str, Any]:
     live at its step, its own operands and results included; a node is a
     spill risk when that exceeds ``target.sram_bytes``.
     """
-    steps = [n for n in graph.nodes if n.op != "const"]
+    nodes = graph.nodes
+    steps = [n for n in nodes if n.op != "const"]
     last = len(steps) - 1
     index = {id(n): i for i, n in enumerate(steps)}
     outputs = {id(v) for v in graph.outputs}
 
-    # [start, end] step interval per live value
-    intervals: dict[int, tuple[int, int, int]] = {}
+    # live bytes per step: a sweep over the [start, end] step interval of each live value
+    delta = [0] * (len(steps) + 1)
+    get = index.get
 
-    def use_steps(v: "Value") -> list[int]:
-        return [index[id(u)] for u in v.uses if id(u) in index]
-
-    for v in graph.values():
-        uses = use_steps(v)
-        if _is_const(v):
-            if not uses:
-                continue
-            start, end = min(uses), max(uses)
-        else:
-            start = index[id(v.producer)] if v.producer is not None else 0
-            end = max(uses, default=start)
+    def add(v: "Value", start: int) -> None:
+        uses = [i for i in map(get, map(id, v.uses)) if i is not None]
         if id(v) in outputs:
             end = last
-        intervals[id(v)] = (start, end, v.type.nbytes)
-
-    # live bytes per step: a sweep over interval starts and ends
-    delta = [0] * (len(steps) + 1)
-    for start, end, nbytes in intervals.values() if steps else ():
+        else:
+            end = max(uses) if uses else start
+        nbytes = v.type.nbytes
         delta[start] += nbytes
         delta[end + 1] -= nbytes
+
+    if steps:
+        for v in graph.inputs:
+            add(v, 0)
+        for n in nodes:
+            if n.op == "const":
+                for r in n.results:  # resident from its first to its last use
+                    uses = [i for i in map(get, map(id, r.uses)) if i is not None]
+                    if not uses:
+                        continue
+                    end = last if id(r) in outputs else max(uses)
+                    delta[min(uses)] += r.type.nbytes
+                    delta[end + 1] -= r.type.nbytes
+            else:
+                start = index[id(n)]
+                for r in n.results:
+                    add(r, start)
     live, running = [], 0
     for i in range(len(steps)):
         running += delta[i]
         live.append(running)
 
-    for n in graph.nodes:
-        for k in SRAM_KEYS:
-            n.annotations.pop(k, None)
     spills: list[str] = []
     peak, peak_node = 0, None
-    for i, n in enumerate(steps):
-        seen: set[int] = set()
+    sram_bytes = target.sram_bytes
+    weights = 0
+    i = -1
+    for n in graph.nodes:
+        if n.op == "const":
+            if n.annotations:
+                graph.annotate(n, drop=SRAM_KEYS)
+            if "weight" in n.attrs:
+                weights += n.result.type.nbytes
+            continue
+        i += 1
         in_bytes = weight_bytes = 0
-        for v in n.inputs():
-            if id(v) in seen:
-                continue
-            seen.add(id(v))
-            if _is_weight(v):
+        operands = n.operands if not n.optional else n.inputs()
+        for v in (operands if len(operands) < 2 else {id(v): v for v in operands}.values()):
+            p = v.producer
+            if p is not None and p.op == "const" and "weight" in p.attrs:
                 weight_bytes += v.type.nbytes
             else:
                 in_bytes += v.type.nbytes
-        n.annotations.update(
-            in_bytes=in_bytes,
-            out_bytes=sum(r.type.nbytes for r in n.results),
-            weight_bytes=weight_bytes,
-            live_bytes=live[i],
-        )
-        if live[i] > target.sram_bytes:
-            n.annotations["spill"] = True
-            spills.append(n.results[0].name)
-        if live[i] > peak:
-            peak, peak_node = live[i], n.results[0].name
-    weights = sum(n.result.type.nbytes for n in graph.nodes if is_weight_const(n))
+        results = n.results
+        out_bytes = results[0].type.nbytes if len(results) == 1 else sum(
+            r.type.nbytes for r in results)
+        here = live[i]
+        notes = {"in_bytes": in_bytes, "out_bytes": out_bytes, "weight_bytes": weight_bytes,
+                 "live_bytes": here}
+        if here > sram_bytes:
+            notes["spill"] = True
+            spills.append(results[0].name)
+        graph.annotate(n, notes, drop=SRAM_KEYS if n.annotations else ())
+        if here > peak:
+            peak, peak_node = here, results[0].name
     return {
         "target": target.name,
         "sram_bytes": target.sram_bytes,
@@ -185,6 +187,7 @@ class AnnotateSram(Pass):
     """
 
     name: ClassVar[str] = "annotate-sram"
+    tracked: ClassVar[bool] = True
 
     def run(self, graph: "Graph", ctx: PassContext) -> None:
         graph.meta["sram"] = sram_report(graph, ctx.target)

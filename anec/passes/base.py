@@ -74,6 +74,11 @@ class Pass(abc.ABC):
     name: ClassVar[str]
     """Kebab-case id: ``anec compile --passes dce,fuse-casts``."""
 
+    tracked: ClassVar[bool] = False
+    """True for a pass that changes the graph only through the :class:`~anec.ir.graph.Graph`
+    methods (annotations through ``Graph.annotate``): the manager then re-verifies only what
+    they recorded (:func:`~anec.ir.verifier.verify_changes`). Other passes are verified whole."""
+
     @abc.abstractmethod
     def run(self, graph: "Graph", ctx: PassContext) -> None:
         """Transform ``graph`` in place; leave it valid."""

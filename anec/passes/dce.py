@@ -21,10 +21,17 @@ def remove_dead_nodes(graph: "Graph") -> int:
     outputs = {id(v) for v in graph.outputs}
     live_uses: dict[int, int] = {}  # uses by nodes that stay, per value id
     dead: list["Node"] = []
+    get = live_uses.get
     for node in reversed(graph.nodes):
-        if any(live_uses.get(id(r), 0) or id(r) in outputs for r in node.results):
-            for v in node.inputs():
-                live_uses[id(v)] = live_uses.get(id(v), 0) + 1
+        results = node.results
+        if len(results) == 1:
+            r = id(results[0])
+            live = get(r, 0) or r in outputs
+        else:
+            live = any(get(id(r), 0) or id(r) in outputs for r in results)
+        if live:
+            for v in node.operands if not node.optional else node.inputs():
+                live_uses[id(v)] = get(id(v), 0) + 1
         else:
             dead.append(node)
     graph.erase_nodes(dead)
@@ -66,6 +73,7 @@ class DeadCodeElimination(Pass):
     """
 
     name: ClassVar[str] = "dce"
+    tracked: ClassVar[bool] = True
 
     def run(self, graph: "Graph", ctx: PassContext) -> None:
         remove_dead_nodes(graph)

@@ -203,6 +203,7 @@ class FuseCasts(Pass):
     """
 
     name: ClassVar[str] = "fuse-casts"
+    tracked: ClassVar[bool] = True
 
     def run(self, graph, ctx: PassContext) -> None:
         rewrite_greedily(graph, CAST_RULES, Rewriter(graph, ctx, self.name))

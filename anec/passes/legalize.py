@@ -303,7 +303,7 @@ def blob_count(graph: "Graph") -> tuple[int, list["Node"], "Node | None"]:
     return len(weights), weights, scalar_user
 
 
-def plan_stages(rw: LegalizeRewriter) -> None:
+def plan_stages(rw: LegalizeRewriter, peak_bound: int | None = None) -> None:
     """A func over a per-program budget is cut into a pipeline of programs (ANE-BLOB-BUDGET, ANE-SRAM).
 
     :func:`anec.passes.partition.plan_partition` finds the cut (fewest
@@ -316,7 +316,7 @@ def plan_stages(rw: LegalizeRewriter) -> None:
     graph = rw.graph
     graph.meta.pop("partition", None)
     try:
-        plan = plan_partition(graph, rw.target)
+        plan = plan_partition(graph, rw.target, peak_bound=peak_bound)
     except ConstraintError as e:
         rw.rejections.append((None, e))
         return
@@ -359,12 +359,13 @@ def legalize_graph(graph: "Graph", ctx: PassContext, *, collect: bool = False,
     merge_duplicate_weights(graph)
     remove_dead_nodes(graph)
     check_weight_packing(rw)
+    report = None
+    if "sram" in graph.meta:  # refreshed for the result (planning changes no node)
+        report = graph.meta["sram"] = sram_report(graph, ctx.target)
     if not rw.rejections:
-        plan_stages(rw)
+        plan_stages(rw, report["peak_bytes"] if report is not None else None)
     else:
         graph.meta.pop("partition", None)
-    if "sram" in graph.meta:
-        graph.meta["sram"] = sram_report(graph, ctx.target)
     if rw.rejections and not collect:
         first = rw.rejections[0][1]
         for _, other in rw.rejections[1:]:
@@ -575,6 +576,7 @@ class Legalize(Pass):
     """
 
     name: ClassVar[str] = "legalize"
+    tracked: ClassVar[bool] = True
 
     def run(self, graph: "Graph", ctx: PassContext) -> None:
         legalize_graph(graph, ctx)

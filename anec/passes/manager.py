@@ -13,6 +13,12 @@ func is verified after every pass; off, once after the last pass, so the
 result is still checked but a failure names the whole pipeline (turn it back
 on to find the pass). The time spent verifying adds up in
 ``ctx.verify_seconds``.
+
+After a pass declared ``tracked`` (it edits only through the graph methods,
+which log what they change), the verify after it re-checks only what the
+log lists (:func:`~anec.ir.verifier.verify_changes`): the same errors as a
+full verify, in time proportional to the change. Any other pass is
+followed by a full verify.
 """
 
 from __future__ import annotations
@@ -21,8 +27,8 @@ import time
 from typing import Sequence
 
 from anec.diagnostics import AnecError, PassError, VerifyError
-from anec.ir.graph import Graph, Module, no_cyclic_gc
-from anec.ir.verifier import verify
+from anec.ir.graph import Changes, Graph, Module, no_cyclic_gc
+from anec.ir.verifier import verify, verify_changes
 from anec.passes.base import Pass, PassContext
 from anec.passes.pipelines import pass_name_hint
 from anec.passes.registry import PASSES
@@ -52,10 +58,18 @@ def run_passes(graph: Graph, passes: Sequence[Pass], ctx: PassContext) -> None:
 
     for i, p in enumerate(passes):
         start = time.perf_counter()
-        p.run(graph, ctx)
+        # a pipeline run inside a pass on the same graph leaves the outer log alone (and its
+        # passes are verified whole)
+        tracking = ctx.verify_each and p.tracked and graph.changes is None
+        changes = graph.track_changes() if tracking else None
+        try:
+            p.run(graph, ctx)
+        finally:
+            if changes is not None:
+                graph.stop_tracking()
         ctx.timings.append((graph.name, p.name, time.perf_counter() - start))
         if ctx.verify_each:
-            _verify_after(graph, ctx, f"pass '{p.name}'")
+            _verify_after(graph, ctx, f"pass '{p.name}'", changes=changes)
         elif i == len(passes) - 1:
             names = ", ".join(q.name for q in passes)
             _verify_after(graph, ctx, f"the pipeline ({names})",
@@ -65,10 +79,14 @@ def run_passes(graph: Graph, passes: Sequence[Pass], ctx: PassContext) -> None:
                                + print_graph(graph))
 
 
-def _verify_after(graph: Graph, ctx: PassContext, culprit: str, note: str | None = None) -> None:
+def _verify_after(graph: Graph, ctx: PassContext, culprit: str, note: str | None = None,
+                  changes: Changes | None = None) -> None:
     start = time.perf_counter()
     try:
-        verify(graph)
+        if changes is not None:
+            verify_changes(graph, changes)
+        else:
+            verify(graph, warnings=False)
     except VerifyError as e:
         raise PassError(
             f"{culprit} left func '{graph.name}' invalid: {e.message}",
@@ -97,7 +115,7 @@ def run_pipeline(target: Graph | Module, passes: Sequence[Pass], ctx: PassContex
     with no_cyclic_gc():  # linear time on large graphs (see no_cyclic_gc)
         if verify_input:
             start = time.perf_counter()
-            verify(target)
+            verify(target, warnings=False)
             ctx.verify_seconds += time.perf_counter() - start
         for graph in graphs:
             run_passes(graph, passes, ctx)

@@ -65,6 +65,7 @@ search does not reorder independent branches.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -178,11 +179,29 @@ def _io_ok(v: "Value", target: "Target") -> bool:
 
 
 class _Sweep:
-    """Positions of every value and the per-cut crossing bytes / forbidden flags."""
+    """Positions of every value and the per-cut crossing bytes / forbidden flags.
+
+    ``cross`` and ``bad`` are computed on first use: a func that fits one
+    program needs only the positions.
+    """
 
     def __init__(self, graph: "Graph", items: list["Node"], target: "Target") -> None:
-        n = len(items)
+        self.graph, self.items, self.target = graph, items, target
         self.pos = {id(x): i for i, x in enumerate(items)}
+
+    @functools.cached_property
+    def cross(self) -> list[int]:
+        self._cuts()
+        return self.cross
+
+    @functools.cached_property
+    def bad(self) -> list[bool]:
+        self._cuts()
+        return self.bad
+
+    def _cuts(self) -> None:
+        graph, items, target = self.graph, self.items, self.target
+        n = len(items)
         cross = [0] * (n + 2)
         bad = [0] * (n + 2)
         for v in [*graph.inputs, *(r for x in items for r in x.results)]:
@@ -200,14 +219,15 @@ class _Sweep:
                 if not _io_ok(v, target):
                     bad[lo] += 1
                     bad[hi + 1] -= 1
-        self.cross = [0] * (n + 1)
-        self.bad = [False] * (n + 1)
+        out_cross = [0] * (n + 1)
+        out_bad = [False] * (n + 1)
         c = b = 0
         for j in range(n + 1):
             c += cross[j]
             b += bad[j]
-            self.cross[j] = c if 0 < j < n else 0
-            self.bad[j] = b > 0 if 0 < j < n else False
+            out_cross[j] = c if 0 < j < n else 0
+            out_bad[j] = b > 0 if 0 < j < n else False
+        self.__dict__["cross"], self.__dict__["bad"] = out_cross, out_bad
 
 
 def _weights_of(x: "Node") -> list["Node"]:
@@ -223,29 +243,35 @@ def blob_cap_of(nodes: list["Node"], target: "Target") -> tuple[int, int]:
     ws: set[int] = set()
     scalar = False
     for x in nodes:
-        ws.update(id(w) for w in _weights_of(x))
+        for v in x.operands if not x.optional else x.inputs():
+            p = v.producer
+            if p is not None and p.op == "const" and "weight" in p.attrs:
+                ws.add(id(p))
         scalar = scalar or _takes_scalar(x)
     return len(ws), target.blob_cap(scalar)
 
 
-def _fits_one_program(graph: "Graph", items: list["Node"], target: "Target") -> bool:
-    count, cap = blob_cap_of(items, target)
-    return count <= cap
-
-
-def plan_partition(graph: "Graph", target: "Target", force: bool = False) -> Plan | None:
+def plan_partition(graph: "Graph", target: "Target", force: bool = False,
+                   peak_bound: int | None = None) -> Plan | None:
     """The stages of ``graph`` (legalized), or None when it fits one program.
 
-    ``force`` plans even a func that fits (one stage). Raises ConstraintError
-    when no legal plan exists (see the module docstring)."""
+    ``force`` plans even a func that fits (one stage). ``peak_bound`` is an
+    upper bound of the func's peak SRAM as one program, e.g. the SRAM report's
+    ``peak_bytes`` of this very graph (its model counts every value a stage
+    does, over at least the same steps): at or under the SRAM, a func within
+    the BLOBFILE budget fits without computing its stage. Raises
+    ConstraintError when no legal plan exists (see the module docstring)."""
     items = [x for x in graph.nodes if x.op != "const"]
     if not items:
         return None
-    over_blobs = not _fits_one_program(graph, items, target)
+    count, cap = blob_cap_of(items, target)
+    over_blobs = count > cap
+    if not over_blobs and not force and peak_bound is not None and peak_bound <= target.sram_bytes:
+        return None
     sweep = _Sweep(graph, items, target)
     if not over_blobs:
         one = Stage(0, len(items))
-        _fill(graph, items, sweep, one, target)
+        _fill(graph, items, sweep, one, target, cap)
         if one.peak_sram <= target.sram_bytes and not force:
             return None
     n = len(items)
@@ -342,28 +368,31 @@ def _blob_reason(items: list["Node"], s: Stage, lo: list[int], sweep: _Sweep, ta
             f"passes {_mb(sweep.cross[s.end])} to the next stage, the least among plans with as few stages")
 
 
-def _fill(graph: "Graph", items: list["Node"], sweep: _Sweep, s: Stage, target: "Target") -> None:
-    """Inputs, outputs, weights, cap and peak SRAM of stage ``s``."""
+def _fill(graph: "Graph", items: list["Node"], sweep: _Sweep, s: Stage, target: "Target",
+          cap: int | None = None) -> None:
+    """Inputs, outputs, weights, cap (``cap`` when known) and peak SRAM of stage ``s``."""
     run = items[s.start:s.end]
     inside = {id(x) for x in run}
     returned = {id(v) for v in graph.outputs}
     ins: dict[int, "Value"] = {}
     weights: dict[int, "Node"] = {}
     for x in run:
-        for v in x.inputs():
-            if _is_const(v):
-                if _is_weight(v):
-                    weights.setdefault(id(v.producer), v.producer)
+        for v in x.operands if not x.optional else x.inputs():
+            p = v.producer
+            if p is not None and p.op == "const":
+                if "weight" in p.attrs:
+                    weights.setdefault(id(p), p)
                 continue
-            if v.producer is None or id(v.producer) not in inside:
+            if p is None or id(p) not in inside:
                 ins.setdefault(id(v), v)
     outs = []
+    pos, end = sweep.pos, s.end
     for x in run:
         for r in x.results:
-            if id(r) in returned or any(id(u) in sweep.pos and sweep.pos[id(u)] >= s.end for u in r.uses):
+            if id(r) in returned or any(id(u) in pos and pos[id(u)] >= end for u in r.uses):
                 outs.append(r)
     s.inputs, s.outputs, s.weights = list(ins.values()), outs, list(weights.values())
-    s.blob_cap = blob_cap_of(run, target)[1]
+    s.blob_cap = blob_cap_of(run, target)[1] if cap is None else cap
     s.peak_sram = _peak(run, s, inside)
 
 
@@ -378,18 +407,23 @@ def _peak(run: list["Node"], s: Stage, inside: set[int]) -> int:
         delta[a] += nbytes
         delta[b + 1] -= nbytes
 
+    get = step.get
     for v in s.inputs:
-        uses = [step[id(u)] for u in v.uses if id(u) in step]
+        uses = [i for i in map(get, map(id, v.uses)) if i is not None]
         add(0, max(uses), v.type.nbytes)
     consts: dict[int, tuple["Value", list[int]]] = {}
-    for x in run:
-        for v in x.inputs():
-            if _is_const(v):
-                consts.setdefault(id(v), (v, []))[1].append(step[id(x)])
+    for k, x in enumerate(run):
+        for v in x.operands if not x.optional else x.inputs():
+            p = v.producer
+            if p is not None and p.op == "const":
+                consts.setdefault(id(v), (v, []))[1].append(k)
         for r in x.results:
-            uses = [step[id(u)] for u in r.uses if id(u) in step]
-            end = m - 1 if id(r) in outs else max(uses, default=step[id(x)])
-            add(step[id(x)], end, r.type.nbytes)
+            if id(r) in outs:
+                end = m - 1
+            else:
+                uses = [i for i in map(get, map(id, r.uses)) if i is not None]
+                end = max(uses) if uses else k
+            add(k, end, r.type.nbytes)
     for v, steps in consts.values():
         add(min(steps), max(steps), v.type.nbytes)
     peak = running = 0

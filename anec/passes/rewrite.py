@@ -23,10 +23,35 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from anec.diagnostics import PassError
 from anec.ir.ops import infer_types
 from anec.ir.types import DType, TensorType
+from anec.ir.verifier import literal_key
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph, Node, Value
     from anec.passes.base import PassContext
+
+
+_INFERRED: dict[tuple, tuple[TensorType, ...]] = {}
+"""Result types by (op, operand types, optional operand types, attributes, declared type)."""
+_INFERRED_MAX = 1 << 16
+
+
+def _infer(op: str, operands: "list[Value]", optional: "dict[str, Value]", attrs: dict[str, Any],
+           declared: TensorType | None = None) -> list[TensorType]:
+    """``infer_types`` for new nodes, remembered: a rewrite creates the same few nodes many times
+    (validating one scalar const value costs more than building its node)."""
+    akey = literal_key(attrs) if attrs else ()
+    if akey is None:  # not plainly hashable: infer (and report) the general way
+        return infer_types(op, [v.type for v in operands], {k: v.type for k, v in optional.items()},
+                           attrs, declared=declared)
+    key = (op, tuple([v.type for v in operands]), tuple([(k, v.type) for k, v in optional.items()]),
+           akey, declared)
+    types = _INFERRED.get(key)
+    if types is None:
+        types = tuple(infer_types(op, list(key[1]), dict(key[2]), attrs, declared=declared))
+        if len(_INFERRED) >= _INFERRED_MAX:
+            _INFERRED.clear()
+        _INFERRED[key] = types
+    return list(types)
 
 
 class _Handled:
@@ -71,15 +96,14 @@ class Rewriter:
            **attrs: Any) -> "Value":
         """Insert ``opname(operands, attrs)`` before ``at`` (default: the anchor)."""
         optional = dict(optional or {})
-        types = infer_types(opname, [v.type for v in operands],
-                            {k: v.type for k, v in optional.items()}, attrs)
+        types = _infer(opname, list(operands), optional, attrs)
         return self._insert(opname, list(operands), attrs, types, optional, name, suffix, at)
 
     def const_value(self, value: Any, type: TensorType, suffix: str = "c",
                     at: "Node | None" = None) -> "Value":
         """Insert ``const(value=...) : type``."""
         attrs = {"value": value}
-        types = infer_types("const", [], {}, attrs, declared=type)
+        types = _infer("const", [], {}, attrs, declared=type)
         return self._insert("const", [], attrs, types, {}, None, suffix, at)
 
     def scalar(self, value: float, dtype: DType, suffix: str = "c",
@@ -90,7 +114,7 @@ class Rewriter:
     def const_weight(self, attrs: dict[str, Any], type: TensorType, suffix: str = "w",
                      at: "Node | None" = None) -> "Value":
         """Insert ``const(weight=..., perm=..., slice=...) : type``."""
-        types = infer_types("const", [], {}, attrs, declared=type)
+        types = _infer("const", [], {}, attrs, declared=type)
         return self._insert("const", [], dict(attrs), types, {}, None, suffix, at)
 
     def _insert(self, opname, operands, attrs, types, optional, name, suffix, at):

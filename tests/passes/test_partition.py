@@ -270,3 +270,22 @@ def test_a_func_input_counts_only_between_its_first_and_last_use():
     assert plan.crossing_bytes == 2 * C * S * 2  # two cuts, one [1, C, 1, S] fp16 activation each
     check_plan(m.funcs["f"], plan, target(16), random_weights(m, 0))
 
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=dags(), budget=st.integers(2, 16), sram=st.sampled_from([None, 2048, 4096, 8192]))
+def test_the_sram_report_peak_bounds_the_one_program_peak(text, budget, sram):
+    """legalize passes the SRAM report's peak to the planner, which then skips its own
+    one-program estimate: the bound holds, and the plan is the one computed without it."""
+    from anec.passes.annotate_sram import sram_report
+
+    m = parse(text, "g.ir")
+    g = m.funcs["g"]
+    tgt = target(budget, sram)
+    peak = sram_report(g, tgt)["peak_bytes"]
+    one = plan_partition(g, target(64, 1 << 40), force=True)
+    assert len(one.stages) == 1 and one.stages[0].peak_sram <= peak
+    plain, bounded = plan_partition(g, tgt), plan_partition(g, tgt, peak_bound=peak)
+    assert (plain is None) == (bounded is None)
+    if plain is not None:
+        assert plain.describe() == bounded.describe()
