@@ -81,6 +81,8 @@ def test_integer_bounds_read_as_powers_in_messages():
     ([[1]], "[[1]]"),                                      # depth 2: dumped
     (list(range(30)), "a JSON array of 30 items"),         # dump longer than 60
     (list(range(17)), json.dumps(list(range(17)))),        # 59 characters: dumped
+    (["a" * 56], json.dumps(["a" * 56])),                  # 60 characters: dumped
+    (["a" * 57], "a JSON array of 1 items"),               # 61 characters: described
 ])
 def test_manifest_values_are_shown_short(value, shown):
     assert m._show(value) == shown

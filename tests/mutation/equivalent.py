@@ -15,6 +15,15 @@ from __future__ import annotations
 _NO_PICKLE = "numpy's np.load defaults to allow_pickle=False, and None is false: object arrays are refused either way"
 
 PY_EQUIVALENT: dict[str, tuple[str, str]] = {
+    "anec.mil.manifest.x__bound__mutmut_12": (
+        '+return f"2^{n.bit_length() - 1}" if n > 1 << 20 and n & (n - 2) == 0 else str(n)',
+        "for n > 2: an odd n keeps bit 0 in n & (n - 2), and an even n = 2b gives 2 * (b & (b - 1)), zero only "
+        "when b is a power of two; so n & (n - 2) == 0 exactly when n & (n - 1) == 0",
+    ),
+    "anec.mil.beneath.xǁBeneathǁ_error__mutmut_14": (
+        "+k = kind_of(os.stat(name, dir_fd=dfd, follow_symlinks=None).st_mode)",
+        "os.stat tests follow_symlinks for truth: None is false like False, so the link itself is stat'ed",
+    ),
     "anec.ir.interp.x_load_input__mutmut_3": ("+arr = np.load(path, allow_pickle=None)", _NO_PICKLE),
     "anec.ir.interp.x_load_input__mutmut_5": ("+arr = np.load(path, )", _NO_PICKLE),
     "anec.ir.interp.x_random_inputs__mutmut_10": (
