@@ -119,6 +119,9 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
+_ONE_LINE = (", ", ": ")
+
+
 def format_json(obj: Any, indent: int = 0) -> str:
     """JSON with 2-space indents, but lists of numbers and small flat dicts on one line.
 
@@ -129,17 +132,17 @@ def format_json(obj: Any, indent: int = 0) -> str:
     if isinstance(obj, dict):
         if not obj:
             return "{}"
-        flat = all(not isinstance(v, (dict, list)) or _scalar_list(v) for v in obj.values())
-        one = "{" + ", ".join(f"{json.dumps(k)}: {format_json(v)}" for k, v in obj.items()) + "}"
-        if flat and len(one) <= 120:
-            return one
+        if all(not isinstance(v, (dict, list)) or _scalar_list(v) for v in obj.values()):
+            one = json.dumps(obj, separators=_ONE_LINE)  # what the pieces below join to, in C
+            if len(one) <= 120:
+                return one
         items = [f"{inner}{json.dumps(k)}: {format_json(v, indent + 1)}" for k, v in obj.items()]
         return "{\n" + ",\n".join(items) + "\n" + pad + "}"
     if isinstance(obj, list):
         if not obj:
             return "[]"
         if _scalar_list(obj):
-            return "[" + ", ".join(json.dumps(v) for v in obj) + "]"
+            return json.dumps(obj, separators=_ONE_LINE)
         return "[\n" + ",\n".join(inner + format_json(v, indent + 1) for v in obj) + "\n" + pad + "]"
     return json.dumps(obj)
 
@@ -617,17 +620,17 @@ def write_output(out: str | os.PathLike, artifacts: Mapping[str, "Artifact"],
     so a mistyped ``-o`` never deletes user files. Returns func -> directory.
     """
     dest = Path(out)
-    weights: dict[str, "bytes | BlobWriter"] = {}
+    early: dict[str, "bytes | BlobWriter"] = {}
     for name, art in artifacts.items():
         d = _func_dir_name(name)
         if not art.complete:
             art.files()  # the error naming the missing weight file
-        for rel, data in _weight_files(art):
-            weights[f"{d}/{rel}"] = data
+        for rel, data in _early_files(art):
+            early[f"{d}/{rel}"] = data
     index: dict[str, str] = {}
 
     def last(tmp: Path) -> dict[str, bytes]:
-        """After the weight files: every other file (the manifests wait for the weight hashes
+        """After the weight files, MIL and program.ir: every other file (the manifests wait for the weight hashes
         computed meanwhile) and the output index (written last: the output is complete), with
         the kept funcs linked in first; runs under the write lock, so the previous output is
         stable."""
@@ -635,7 +638,7 @@ def write_output(out: str | os.PathLike, artifacts: Mapping[str, "Artifact"],
         for name, art in artifacts.items():
             d = _func_dir_name(name)
             for rel, data in art.files().items():
-                if f"{d}/{rel}" not in weights:
+                if f"{d}/{rel}" not in early:
                     rest[f"{d}/{rel}"] = data
             index[d] = sha256(rest[f"{d}/{MANIFEST_FILE}"])
         _write_files(tmp, rest)
@@ -645,19 +648,24 @@ def write_output(out: str | os.PathLike, artifacts: Mapping[str, "Artifact"],
 
     if _exists(dest):
         _check_replaceable_output(dest)
-    write_tree_atomic(dest, weights, last)
+    write_tree_atomic(dest, early, last)
     return {name: dest / name for name in artifacts}
 
 
-def _weight_files(art: Any) -> list[tuple[str, "bytes | BlobWriter"]]:
-    """The weight files of an artifact (and of a pipeline's stages), relative path -> bytes or
-    the writer streaming them: what :func:`write_output` writes first."""
+def _early_files(art: Any) -> list[tuple[str, "bytes | BlobWriter"]]:
+    """The files of an artifact (and of a pipeline's stages) that do not wait for the weight
+    hashes, relative path -> bytes or the writer streaming them: the weight files, the MIL and
+    program.ir. :func:`write_output` writes them first, so their fsyncs overlap; the manifests
+    follow once the hashes are known."""
     out = []
     stages = getattr(art, "stages", None)
     if stages is not None:  # a pipeline: its manifest names each stage's directory
         for entry, stage in zip(art.manifest["stages"], stages):
             check_rel(entry["dir"], "stage directory")
-            out += [(f"{entry['dir']}/{rel}", data) for rel, data in _weight_files(stage)]
+            out += [(f"{entry['dir']}/{rel}", data) for rel, data in _early_files(stage)]
+    else:
+        out.append((MIL_FILE, art.mil_text.encode("utf-8")))
+    out.append((PROGRAM_IR_FILE, art.program_ir.encode("utf-8")))
     for rel in art.blobs:
         check_rel(rel, "weight file")
         out.append((rel, file_source(art.blobs, rel)))
