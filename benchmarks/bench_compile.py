@@ -414,6 +414,8 @@ def _coreml_build_passes_save(art, tmp: Path) -> dict | None:
 
 
 UNFUSABLE = "common::fuse_elementwise_to_batchnorm"
+CT_REPEAT = 3
+"""coremltools runs of the GPT-2 body (each takes seconds): the best is compared."""
 
 
 _ONE_COMPILE = """
@@ -515,7 +517,13 @@ def gpt2_body(repeat: int, baseline: str | None = None) -> dict:
         out["raw_write_fsync_s"] = round(min(_raw_write(view, tmp / "raw.bin", True) for _ in range(repeat)), 3)
         print(f"  raw write {out['raw_write_s']} s, with fsync {out['raw_write_fsync_s']} s", flush=True)
         print("  coremltools build + passes + save ...", flush=True)
-        out["coremltools"] = _coreml_build_passes_save(last.artifacts[next(iter(last.artifacts))], tmp)
+        # the best of several runs, as for anec (the first one also pays coremltools' imports)
+        ct_runs = [_coreml_build_passes_save(last.artifacts[next(iter(last.artifacts))], tmp)
+                   for _ in range(min(repeat, CT_REPEAT))]
+        done = [r for r in ct_runs if r and "seconds" in r]
+        out["coremltools"] = min(done, key=lambda r: r["seconds"]) if done else ct_runs[0]
+        if done:
+            out["coremltools"]["runs_s"] = [r["seconds"] for r in done]
         out["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     ct_s = (out["coremltools"] or {}).get("seconds")
     for form, r in out["anec"].items():
@@ -541,7 +549,8 @@ def gpt2_markdown(g: dict) -> list[str]:
              f"12 layers, d=768, S=64, {g['weight_mib']} MiB of fp16 weights in one .safetensors file; "
              f"best of {g['repeat']} in-process runs (parse + compile_module with the output written and "
              "fsynced). coremltools: the same program built op for op with its MIL builder, its "
-             "default pass pipeline, then ct.convert + save of an .mlpackage. Raw write: the blob "
+             "default pass pipeline, then ct.convert + save of an .mlpackage (the best of its runs, "
+             "below; coremltools writes without fsync). Raw write: the blob "
              "bytes written to one file." + _load_note(g), "",
              "| form | programs | seconds | coremltools / anec | anec / raw write | anec / raw write+fsync |",
              "|---|---:|---:|---:|---:|---:|"]
@@ -573,7 +582,9 @@ def gpt2_markdown(g: dict) -> list[str]:
         lines += [f"coremltools {ct['version']}: build {ct['build_s']} s + passes {ct['passes_s']} s "
                   f"({ct['default_pipeline_passes']} passes of its default pipeline; "
                   f"`{ct['removed_pass']}` is left out: it fails on this fp16 program) + serialize "
-                  f"{ct['serialize_s']} s = {ct['seconds']} s.", ""]
+                  f"{ct['serialize_s']} s = {ct['seconds']} s"
+                  + (f" (the best of {len(ct['runs_s'])} runs: {', '.join(f'{x} s' for x in ct['runs_s'])})"
+                     if ct.get("runs_s") else "") + ".", ""]
     elif ct:
         lines += [ct.get("skipped", ""), ""]
     lines += ["Where anec's time goes (seconds, best run; since the weights are hashed while they are "
