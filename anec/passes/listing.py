@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import re
 
 from anec.passes import ALL_PASSES
 from anec.passes import pipelines as _pipelines
@@ -65,7 +64,7 @@ def format_passes(markdown: bool = False) -> str:
         out.append(f"- `{name}`: {', '.join(f'`{p.name}`' for p in passes)}")
     out.append("")
     why = inspect.getdoc(_pipelines) or ""
-    out += [re.sub(r"^``default`` is", "`default` is", why).replace("``", "`"), ""]
+    out += [why.replace("``", "`"), ""]
     for p in ALL_PASSES:
         out += [f"## {p.name}", "", f"`{p.__module__}.{p.__name__}`", ""]
         out += _markdown_body(p.documentation())

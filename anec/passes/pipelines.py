@@ -100,13 +100,3 @@ def check_pass_names(names) -> set[str]:
             raise AnecError(f"unknown pass '{n}'", hint=pass_name_hint(n, ("all",)))
         out.add(n)
     return out
-
-
-def with_pass_after_cleanup(pipeline: tuple[Pass, ...] | list[Pass], extra: Pass) -> tuple[Pass, ...]:
-    """``pipeline`` with ``extra`` inserted after its cleanup passes (the ones in
-    :data:`CLEANUP`), before annotate-sram / legalize / emit-mil."""
-    cleanup = {p.name for p in CLEANUP}
-    passes = list(pipeline)
-    at = next((i for i, p in enumerate(passes) if p.name not in cleanup), len(passes))
-    passes.insert(at, extra)
-    return tuple(passes)
