@@ -16,22 +16,16 @@ def remove_dead_nodes(graph: "Graph") -> int:
 
     One backward sweep suffices: nodes are topologically ordered, so when a
     node is visited all its users have been visited, and the live ones
-    counted. The dead nodes are then erased in one batch (linear time).
+    marked. The dead nodes are then erased in one batch (linear time).
     """
-    outputs = {id(v) for v in graph.outputs}
-    live_uses: dict[int, int] = {}  # uses by nodes that stay, per value id
+    live = {id(v) for v in graph.outputs}  # ids of values returned or read by a node that stays
+    add = live.add
     dead: list["Node"] = []
-    get = live_uses.get
     for node in reversed(graph.nodes):
         results = node.results
-        if len(results) == 1:
-            r = id(results[0])
-            live = get(r, 0) or r in outputs
-        else:
-            live = any(get(id(r), 0) or id(r) in outputs for r in results)
-        if live:
+        if id(results[0]) in live if len(results) == 1 else any(id(r) in live for r in results):
             for v in node.operands if not node.optional else node.inputs():
-                live_uses[id(v)] = get(id(v), 0) + 1
+                add(id(v))
         else:
             dead.append(node)
     graph.erase_nodes(dead)

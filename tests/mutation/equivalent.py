@@ -15,6 +15,50 @@ from __future__ import annotations
 _NO_PICKLE = "numpy's np.load defaults to allow_pickle=False, and None is false: object arrays are refused either way"
 
 PY_EQUIVALENT: dict[str, tuple[str, str]] = {
+    **{
+        f"anec.passes.weights_as_inputs.xǁWeightsAsInputsǁrun__mutmut_{n}": (
+            line,
+            "the weight const is renamed only to free its name for the input and is erased a few lines "
+            "later: the name it is given in between is never read",
+        )
+        for n, line in ((46, "+graph.rename_value(r, None)  # the input takes its name"),
+                        (51, '+graph.rename_value(r, graph.fresh_name(base + "XX_constXX"))  # the input takes its name'),
+                        (52, '+graph.rename_value(r, graph.fresh_name(base + "_CONST"))  # the input takes its name'))
+    },
+    **{
+        f"anec.passes.weights_as_inputs.xǁWeightsAsInputsǁrun__mutmut_{n}": (
+            line, "a missing key gives None instead of [], and `or []` turns either into []",
+        )
+        for n, line in ((5, '+entries = list(graph.meta.get("weight_inputs", None) or [])'),
+                        (7, '+entries = list(graph.meta.get("weight_inputs", ) or [])'))
+    },
+    **{
+        f"anec.passes.manager.{fn}__mutmut_{n}": (
+            line,
+            "the manager drops the verifier's warnings (unused values) and raises only its errors: "
+            "computing the warnings as well changes the cost, not the result",
+        )
+        for fn, n, line in (("x__verify_after", 8, "+verify(graph, warnings=None)"),
+                            ("x__verify_after", 10, "+verify(graph, )"),
+                            ("x__verify_after", 11, "+verify(graph, warnings=True)"),
+                            ("x_run_pipeline", 12, "+verify(target, warnings=None)"),
+                            ("x_run_pipeline", 14, "+verify(target, )"),
+                            ("x_run_pipeline", 15, "+verify(target, warnings=True)"))
+    },
+    **{
+        f"anec.passes.manager.x_run_passes__mutmut_{n}": (
+            line,
+            "without the change log the manager verifies the whole func, which accepts and refuses exactly "
+            "what the incremental check does, with the same error (tests/passes/test_manager_verify_changes.py): "
+            "only the cost differs",
+        )
+        for n, line in ((20, "+_verify_after(graph, ctx, f\"pass '{p.name}'\", changes=None)"),
+                        (24, "+_verify_after(graph, ctx, f\"pass '{p.name}'\", )"))
+    },
+    "anec.passes.listing.x_format_passes__mutmut_68": (
+        '+why = inspect.getdoc(_pipelines) or "XXXX"',
+        "anec/passes/pipelines.py has a module docstring, so the fallback is never used",
+    ),
     "anec.mil.manifest.x__bound__mutmut_12": (
         '+return f"2^{n.bit_length() - 1}" if n > 1 << 20 and n & (n - 2) == 0 else str(n)',
         "for n > 2: an odd n keeps bit 0 in n & (n - 2), and an even n = 2b gives 2 * (b & (b - 1)), zero only "

@@ -46,6 +46,18 @@ func f(%x: fp16[1, 8, 1, 4]) {
     assert ops_of(g) == ["split", "relu"]
 
 
+def test_dce_removes_a_multi_result_node_whose_results_are_all_dead():
+    g = parse_func("""
+func f(%x: fp16[1, 8, 1, 4]) {
+  %l, %r = split(%x, axis=1, sizes=[4, 4]) : fp16[1, 4, 1, 4], fp16[1, 4, 1, 4]
+  %d = add(%l, %r) : fp16[1, 4, 1, 4]
+  %y = relu(%x) : fp16[1, 8, 1, 4]
+  return %y
+}""")
+    run(DeadCodeElimination(), g)
+    assert ops_of(g) == ["relu"]
+
+
 def test_dce_usable_alone_without_manager():
     g = parse_func("""
 func f(%x: fp16[1, 8, 1, 4]) {

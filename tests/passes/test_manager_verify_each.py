@@ -46,6 +46,8 @@ def test_verify_each_names_the_pass(order):
     assert "does not match the inferred type" in info.value.message
     # the pass after the broken one never ran
     assert [p for _, p, _ in ctx.timings][-1] == "wrong-type"
+    assert info.value.notes[-1] == "this is a bug in anec; please report it with the input .ir"
+    assert all(isinstance(n, str) and n for n in info.value.notes)  # no empty note for the absent one
 
 
 def test_without_verify_each_the_result_is_still_checked():
@@ -55,7 +57,8 @@ def test_without_verify_each_the_result_is_still_checked():
         run_pipeline(parse_func(TEXT), (_WrongType(), DeadCodeElimination(), FuseCasts()), ctx)
     msg = info.value.message
     assert "the pipeline (wrong-type, dce, fuse-casts) left func 'f' invalid" in msg
-    assert any("verify_each=True" in n for n in info.value.notes)
+    assert info.value.notes[-2:] == ["verify_each=True verifies after every pass and names the one at fault",
+                                     "this is a bug in anec; please report it with the input .ir"]
     assert [p for _, p, _ in ctx.timings] == ["wrong-type", "dce", "fuse-casts"]
 
 

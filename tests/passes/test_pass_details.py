@@ -41,6 +41,15 @@ def test_an_input_records_the_view_its_const_read_and_keeps_earlier_entries():
     assert [v.name for v in g.inputs] == ["x", "w_3", "w"]  # "3" is no MIL identifier: prefixed
 
 
+def test_a_prefixed_input_name_that_is_taken_gets_a_fresh_one():
+    text = VIEWS.replace("func f(%x: fp16[1, 4, 1, 8])", "func f(%x: fp16[1, 4, 1, 8], %w_3: fp16[1, 4, 1, 8])")
+    g = parse(text, "v.ir").funcs["f"]
+    WeightsAsInputs(keys=("b.*",)).run(g, PassContext.default())
+    names = [v.name for v in g.inputs]
+    assert names[:2] == ["x", "w_3"] and len(names) == 3 and names[2].startswith("w_3") and names[2] != "w_3"
+    assert g.meta["weight_inputs"][0]["input"] == names[2]
+
+
 def test_an_input_takes_the_const_name_or_a_fresh_one_and_its_span():
     text = VIEWS.replace("%3 = const", "%w_3 = const").replace("add(%y, %3)", "add(%y, %w_3)")
     text = text.replace("func f(%x: fp16[1, 4, 1, 8])", "func f(%x: fp16[1, 4, 1, 8], %w_9: fp16[1, 4, 1, 8])")
@@ -135,3 +144,17 @@ def test_the_pass_listing():
     md = format_passes(markdown=True)
     section = md[md.index("## Pipelines"):]
     assert "`default` is what `anec compile` runs." in section and "``default``" not in section
+
+
+def test_a_misspelt_print_ir_after_name_is_refused_with_the_passes_and_all():
+    m = parse(VIEWS, "v.ir")
+    ctx = PassContext.default()
+    ctx.print_ir_after = {"dce", "fuse_casts"}
+    with pytest.raises(AnecError) as e:
+        run_pipeline(m, get_pipeline("cleanup"), ctx)
+    assert e.value.args[0] == "unknown pass 'fuse_casts' in print_ir_after"
+    assert e.value.hint == "did you mean 'fuse-casts'? (pass names are lowercase, with '-')"
+    ctx.print_ir_after = {"al"}
+    with pytest.raises(AnecError) as e:
+        run_pipeline(m, get_pipeline("cleanup"), ctx)
+    assert e.value.hint == "did you mean 'all'?"
