@@ -19,8 +19,7 @@ def _input_name(graph: "Graph", base: str) -> str:
     """A free func-input name from a const's name, valid as a MIL identifier."""
     from anec.mil.emitter import is_mil_identifier
 
-    name = base if is_mil_identifier(base) else "w_" + base
-    return name if name not in graph.value_names() else graph.fresh_name(name)
+    return graph.fresh_name(base if is_mil_identifier(base) else "w_" + base)  # the name itself when free
 
 
 @dataclass(frozen=True)

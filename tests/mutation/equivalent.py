@@ -15,6 +15,15 @@ from __future__ import annotations
 _NO_PICKLE = "numpy's np.load defaults to allow_pickle=False, and None is false: object arrays are refused either way"
 
 PY_EQUIVALENT: dict[str, tuple[str, str]] = {
+    "anec.passes.dce.x_remove_dead_nodes__mutmut_7": (
+        "+if id(results[0]) in live if (len(results) == 1) and False else any(id(r) in live for r in results):",
+        "for one result, any() over the results is the same test as the direct lookup (the lookup is the fast path)",
+    ),
+    "anec.passes.dce.x_remove_dead_nodes__mutmut_17": (
+        "+for v in node.operands if (not node.optional) and False else node.inputs():",
+        "Node.inputs() is the operands followed by the optional (keyword) operands: for a node without "
+        "optional operands, the branch this mutant changes, it is a copy of the operands",
+    ),
     **{
         f"anec.passes.weights_as_inputs.xǁWeightsAsInputsǁrun__mutmut_{n}": (
             line,

@@ -74,3 +74,15 @@ def test_names_are_sorted(art):
     assert b.names() == sorted(os.listdir(root))
     with b.subdir("weights") as sub:
         assert sub.names() == ["link.bin", "pipe.bin", "w.bin"]
+
+
+def test_a_socket_is_refused_as_what_it_is(tmp_path):
+    import socket
+
+    (tmp_path / "weights").mkdir()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(tmp_path / "weights" / "sock.bin"))
+        with Beneath.open(tmp_path) as b:
+            e = refusal(b.read, "weights/sock.bin", 100, what="weight file")
+    assert e.args[0] == (f"cannot read weight file '{tmp_path / 'weights/sock.bin'}' (it is a socket); "
+                         "expected a regular file")
