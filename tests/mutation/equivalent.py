@@ -15,6 +15,15 @@ from __future__ import annotations
 _NO_PICKLE = "numpy's np.load defaults to allow_pickle=False, and None is false: object arrays are refused either way"
 
 PY_EQUIVALENT: dict[str, tuple[str, str]] = {
+    **{
+        f"anec.passes.layout.x_can_slice__mutmut_{n}": (
+            line,
+            "_slice_attrs returns None only for the axis (no view axis, or a view cut along another one); "
+            "the start and stop it is given never decide that",
+        )
+        for n, line in ((13, "+return const is not None and _slice_attrs(const, axis, 1, 1, rw) is not None"),
+                        (14, "+return const is not None and _slice_attrs(const, axis, 0, 2, rw) is not None"))
+    },
     "anec.passes.dce.x_remove_dead_nodes__mutmut_7": (
         "+if id(results[0]) in live if (len(results) == 1) and False else any(id(r) in live for r in results):",
         "for one result, any() over the results is the same test as the direct lookup (the lookup is the fast path)",
