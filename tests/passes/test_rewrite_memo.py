@@ -1,0 +1,76 @@
+"""The rewriter remembers the types it infers for new nodes; on a cold cache, on a warm one
+and for attributes it cannot key (unhashable), every answer must be the op table's own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from anec.ir.ops import InferError, infer_types
+from anec.ir.parser import parse_file
+from anec.ir.printer import print_module
+from anec.ir.types import DType, TensorType
+from anec.passes import PassContext, run_pipeline
+from anec.passes import rewrite
+from anec.passes.pipelines import OPTIMIZE
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.ir"))
+assert EXAMPLES
+
+
+def _legalized(path):
+    m = parse_file(path)
+    run_pipeline(m, OPTIMIZE, PassContext.default())
+    return print_module(m)
+
+
+@pytest.mark.parametrize("path", EXAMPLES[:6], ids=lambda p: p.name)
+def test_legalize_gives_the_same_program_on_a_cold_and_a_warm_cache(path, monkeypatch):
+    monkeypatch.setattr(rewrite, "_INFERRED", {})
+    cold = _legalized(path)
+    assert rewrite._INFERRED  # the cold run filled it
+    warm = _legalized(path)
+    assert cold == warm
+
+
+class _V:
+    def __init__(self, t):
+        self.type = t
+
+
+F16 = TensorType(DType.fp16, (1, 4, 1, 8))
+
+
+def test_each_answer_is_the_op_tables_cold_and_warm(monkeypatch):
+    monkeypatch.setattr(rewrite, "_INFERRED", {})
+    cases = [("add", [F16, F16], {}, {}, None),
+             ("mul", [F16, TensorType(DType.fp16, ())], {}, {}, None),
+             ("cast", [F16], {}, {"dtype": DType.fp32}, None),
+             ("reduce_sum", [F16], {}, {"axes": [1], "keep_dims": True}, None),
+             ("const", [], {}, {"value": 2.0}, TensorType(DType.fp16, ())),
+             ("const", [], {}, {"value": 3.0}, TensorType(DType.fp16, ())),
+             ("const", [], {}, {"value": 2.0}, TensorType(DType.fp32, ()))]
+    for _ in range(2):  # cold, then every answer again from the cache
+        for op, ops, opt, attrs, declared in cases:
+            got = rewrite._infer(op, [_V(t) for t in ops], {k: _V(t) for k, t in opt.items()}, attrs, declared)
+            assert got == infer_types(op, ops, opt, attrs, declared=declared), (op, attrs)
+    assert len(rewrite._INFERRED) == len(cases)
+
+
+def test_unhashable_attributes_are_inferred_every_time(monkeypatch):
+    monkeypatch.setattr(rewrite, "_INFERRED", {})
+    attrs = {"axes": [[1]], "keep_dims": True}  # a nested list: no plain key
+    with pytest.raises(InferError, match="must be a list of ints"):
+        rewrite._infer("reduce_sum", [_V(F16)], {}, attrs)
+    assert rewrite._INFERRED == {}
+
+
+def test_the_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(rewrite, "_INFERRED", {})
+    monkeypatch.setattr(rewrite, "_INFERRED_MAX", 3)
+    for v in (1.0, 2.0, 3.0):
+        rewrite._infer("const", [], {}, {"value": v}, TensorType(DType.fp16, ()))
+    assert len(rewrite._INFERRED) == 3
+    rewrite._infer("const", [], {}, {"value": 4.0}, TensorType(DType.fp16, ()))
+    assert len(rewrite._INFERRED) == 1  # full: emptied, then the new answer
