@@ -49,19 +49,10 @@ int blob_check_header(const uint8_t *file, size_t len, char *err, size_t errlen)
     return 0;
 }
 
-int blob_read_tensor(const uint8_t *file, size_t len, uint64_t meta_offset,
-                     uint32_t want_dtype, uint64_t want_bytes,
-                     blob_tensor *out, char *err, size_t errlen)
+int blob_read_record(const uint8_t *m, uint64_t meta_offset, uint64_t len, uint32_t want_dtype,
+                     uint64_t want_bytes, blob_tensor *out, char *err, size_t errlen)
 {
     char b1[32], b2[32];
-    if (blob_check_header(file, len, err, errlen))
-        return -1;
-    if (meta_offset < BLOB_HEADER_BYTES || meta_offset > len || len - meta_offset < BLOB_META_BYTES) {
-        snprintf(err, errlen, "metadata offset %llu is outside the file (%zu bytes; the first record is at 64)",
-                 (unsigned long long)meta_offset, len);
-        return -1;
-    }
-    const uint8_t *m = file + meta_offset;
     uint32_t sentinel = rd32(m);
     if (sentinel != BLOB_SENTINEL) {
         snprintf(err, errlen, "bad metadata sentinel 0x%08X at offset %llu (expected 0xDEADBEEF; "
@@ -78,8 +69,9 @@ int blob_read_tensor(const uint8_t *file, size_t len, uint64_t meta_offset,
         return -1;
     }
     if (doff < meta_offset + BLOB_META_BYTES || doff > len || size > len - doff) {
-        snprintf(err, errlen, "blob payload [%llu, +%llu) at metadata offset %llu is outside the file (%zu bytes)",
-                 (unsigned long long)doff, (unsigned long long)size, (unsigned long long)meta_offset, len);
+        snprintf(err, errlen, "blob payload [%llu, +%llu) at metadata offset %llu is outside the file (%llu bytes)",
+                 (unsigned long long)doff, (unsigned long long)size, (unsigned long long)meta_offset,
+                 (unsigned long long)len);
         return -1;
     }
     if (size % blob_dtype_size(dtype)) {
@@ -100,7 +92,24 @@ int blob_read_tensor(const uint8_t *file, size_t len, uint64_t meta_offset,
     out->dtype = dtype;
     out->size = size;
     out->data_offset = doff;
-    out->data = file + doff;
+    out->data = NULL;
+    return 0;
+}
+
+int blob_read_tensor(const uint8_t *file, size_t len, uint64_t meta_offset,
+                     uint32_t want_dtype, uint64_t want_bytes,
+                     blob_tensor *out, char *err, size_t errlen)
+{
+    if (blob_check_header(file, len, err, errlen))
+        return -1;
+    if (meta_offset < BLOB_HEADER_BYTES || meta_offset > len || len - meta_offset < BLOB_META_BYTES) {
+        snprintf(err, errlen, "metadata offset %llu is outside the file (%zu bytes; the first record is at 64)",
+                 (unsigned long long)meta_offset, len);
+        return -1;
+    }
+    if (blob_read_record(file + meta_offset, meta_offset, len, want_dtype, want_bytes, out, err, errlen))
+        return -1;
+    out->data = file + out->data_offset;
     return 0;
 }
 

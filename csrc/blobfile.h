@@ -51,6 +51,12 @@ int blob_read_tensor(const uint8_t *file, size_t len, uint64_t meta_offset,
                      uint32_t want_dtype, uint64_t want_bytes,
                      blob_tensor *out, char *err, size_t errlen);
 
+/* The checks of blob_read_tensor on one 64-byte metadata record `m` read from
+   offset meta_offset of a file of len bytes (for a caller that does not hold
+   the file in memory): out->data is NULL. Returns 0 or -1 with err. */
+int blob_read_record(const uint8_t *m, uint64_t meta_offset, uint64_t len, uint32_t want_dtype,
+                     uint64_t want_bytes, blob_tensor *out, char *err, size_t errlen);
+
 /* Index of the first non-finite element of an fp16/fp32 payload, or -1. */
 long long blob_first_nonfinite(const blob_tensor *t);
 

@@ -210,6 +210,37 @@ char *rt_temp_name(const char *target)
     return t;
 }
 
+int rt_write_all(int fd, const void *data, size_t n)
+{
+    const uint8_t *b = data;
+    while (n) {
+        ssize_t k = write(fd, b, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        b += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+int rt_pread_all(int fd, void *buf, size_t n, uint64_t off)
+{
+    uint8_t *b = buf;
+    while (n) {
+        ssize_t k = pread(fd, b, n, (off_t)off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        b += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+    }
+    return 0;
+}
+
 int rt_write_temp(const char *tmp, const void *data, size_t len, char *why, size_t whylen)
 {
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -217,20 +248,11 @@ int rt_write_temp(const char *tmp, const void *data, size_t len, char *why, size
         snprintf(why, whylen, "cannot create %s: %s", tmp, strerror(errno));
         return -1;
     }
-    const uint8_t *p = data;
-    size_t left = len;
-    while (left) {
-        ssize_t k = write(fd, p, left);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            snprintf(why, whylen, "write to %s failed: %s", tmp, strerror(errno));
-            close(fd);
-            unlink(tmp);
-            return -1;
-        }
-        p += k;
-        left -= (size_t)k;
+    if (rt_write_all(fd, data, len)) {
+        snprintf(why, whylen, "write to %s failed: %s", tmp, strerror(errno));
+        close(fd);
+        unlink(tmp);
+        return -1;
     }
     if (fsync(fd) || close(fd)) {
         snprintf(why, whylen, "fsync/close of %s failed: %s", tmp, strerror(errno));

@@ -43,6 +43,11 @@ int rt_file_equals(const char *dir, const char *rel, const uint8_t *data, size_t
 /* mkdir -p of the parent directories of dir/rel (dir itself must exist). */
 int rt_make_parents(const char *dir, const char *rel);
 
+/* All n bytes written to fd / read from fd at offset off (EINTR retried);
+   0, or -1 with errno (a short read past the end: -1). */
+int rt_write_all(int fd, const void *data, size_t n);
+int rt_pread_all(int fd, void *buf, size_t n, uint64_t off);
+
 /* A fresh temp name next to target ("<target>.tmp.<pid>.<n>"); malloc'd. */
 char *rt_temp_name(const char *target);
 /* Create `tmp` exclusively, write data, fsync, close; removed again on failure. */

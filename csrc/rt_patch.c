@@ -63,37 +63,6 @@ static const uint8_t *stored_bytes(const rt_patch_region *r, size_t i, size_t n,
     return s;
 }
 
-static int pread_all(int fd, void *buf, size_t n, uint64_t off)
-{
-    uint8_t *b = buf;
-    while (n) {
-        ssize_t k = pread(fd, b, n, (off_t)off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        b += k;
-        n -= (size_t)k;
-        off += (uint64_t)k;
-    }
-    return 0;
-}
-
-static int write_all(int fd, const void *buf, size_t n)
-{
-    const uint8_t *b = buf;
-    while (n) {
-        ssize_t k = write(fd, b, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        b += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 static int by_offset(const void *a, const void *b)
 {
     uint64_t x = ((const rt_patch_region *)a)->data_offset, y = ((const rt_patch_region *)b)->data_offset;
@@ -115,33 +84,32 @@ int rt_patch_open(const char *dir, const char *rel, rt_patch_region *r, size_t n
     uint64_t len = (uint64_t)st.st_size;
     for (size_t i = 0; i < n; i++) {
         uint8_t meta[BLOB_META_BYTES];
-        uint64_t end;
         if (r[i].record > len || len - r[i].record < BLOB_META_BYTES ||
-            pread_all(fd, meta, sizeof meta, r[i].record)) {
+            rt_pread_all(fd, meta, sizeof meta, r[i].record)) {
             snprintf(why, whylen, "%s: the metadata record at offset %llu is outside the file", rel,
                      (unsigned long long)r[i].record);
             close(fd);
             return ANEC_EWEIGHTS;
         }
-        uint32_t sentinel, code;
-        uint64_t size, data_off;
-        memcpy(&sentinel, meta, 4);
-        memcpy(&code, meta + 4, 4);
-        memcpy(&size, meta + 8, 8);
-        memcpy(&data_off, meta + 16, 8);
-        size_t width = blob_dtype_size(code), want;
-        int pair_ok = (code == BLOB_DT_FP16 && src_width(r[i].src_dtype)) ||
-                      (code == BLOB_DT_FP32 && r[i].src_dtype == ANEC_DTYPE_FP32);
-        if (sentinel != BLOB_SENTINEL || !pair_ok || rt_mul_size((size_t)r[i].count, width, &want) ||
-            size != want || data_off < BLOB_HEADER_BYTES || rt_add_size(data_off, size, &end) || end > len) {
+        blob_tensor t;
+        char bad[512];
+        if (blob_read_record(meta, r[i].record, len, 0, 0, &t, bad, sizeof bad)) {
+            snprintf(why, whylen, "%s: %s", rel, bad);
+            close(fd);
+            return ANEC_EWEIGHTS;
+        }
+        size_t want;
+        int pair_ok = (t.dtype == BLOB_DT_FP16 && src_width(r[i].src_dtype)) ||
+                      (t.dtype == BLOB_DT_FP32 && r[i].src_dtype == ANEC_DTYPE_FP32);
+        if (!pair_ok || rt_mul_size((size_t)r[i].count, blob_dtype_size(t.dtype), &want) || t.size != want) {
             snprintf(why, whylen, "%s: the blob at offset %llu does not match the array given for it", rel,
                      (unsigned long long)r[i].record);
             close(fd);
             return ANEC_EWEIGHTS;
         }
-        r[i].stored = code;
-        r[i].data_offset = data_off;
-        r[i].size = size;
+        r[i].stored = t.dtype;
+        r[i].data_offset = t.data_offset;
+        r[i].size = t.size;
     }
     qsort(r, n, sizeof *r, by_offset);
     for (size_t i = 0; i < n; i++) {
@@ -169,7 +137,7 @@ static int range_equals(int fd, const rt_patch_region *r, size_t from, size_t to
         size_t k = to - i < CHUNK ? to - i : CHUNK;
         if (!values_ok(r, (const uint8_t *)r->data + i * (size_t)src_width(r->src_dtype), k))
             return -2;
-        if (pread_all(fd, old, k * w, r->data_offset + i * w))
+        if (rt_pread_all(fd, old, k * w, r->data_offset + i * w))
             return -1;
         if (memcmp(stored_bytes(r, i, k, cvt), old, k * w))
             return 0;
@@ -216,7 +184,7 @@ static int copy_range(int in, int out, uint64_t from, uint64_t to, uint8_t *buf,
 {
     while (from < to) {
         size_t k = to - from < cap ? (size_t)(to - from) : cap;
-        if (pread_all(in, buf, k, from) || write_all(out, buf, k))
+        if (rt_pread_all(in, buf, k, from) || rt_write_all(out, buf, k))
             return -1;
         from += k;
     }
@@ -247,7 +215,7 @@ int rt_patch_write(int fd, uint64_t len, const rt_patch_region *r, size_t n, con
             if (!values_ok(&r[i], (const uint8_t *)r[i].data + e * (size_t)src_width(r[i].src_dtype), k)) {
                 *bad = r[i].index;
                 rc = ANEC_EWEIGHTS;
-            } else if (write_all(out, stored_bytes(&r[i], e, k, cvt), k * w)) {
+            } else if (rt_write_all(out, stored_bytes(&r[i], e, k, cvt), k * w)) {
                 rc = ANEC_EIO;
             }
         }

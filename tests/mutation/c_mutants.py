@@ -240,6 +240,6 @@ MUTANTS: list[CMutant] = [
     CMutant("p-copy-around", P, "        if (copy_range(fd, out, pos, r[i].data_offset, buf, cap)) {",
             "        if (copy_range(fd, out, r[i].data_offset, r[i].data_offset, buf, cap)) {",
             "the bytes before a payload are not copied"),
-    CMutant("p-size", P, "size != want ||", "",
+    CMutant("p-size", P, "|| t.size != want) {", ") {",
             "an array of another size than its blob is accepted"),
 ]
