@@ -79,19 +79,14 @@ def materialize(key: str, value: Any, entry: Mapping[str, Any]) -> np.ndarray:
     dtype = DType(entry["dtype"])
     if _fast_valid(arr, dtype):
         # fp16/fp32 arrays: one bit-pattern pass replaces the finite and range checks
-        stored = TensorType(dtype, tuple(int(d) for d in entry["shape"]))
-        a = view_stored(key, arr, entry.get("perm") or None, entry.get("slice") or None, stored, "the program",
-                        hint="pass an array of the shape the model was compiled with", wants="expects")
-        return _cast(a, dtype)
+        return _cast(_view(key, arr, entry), dtype)
     if dtype.is_float and arr.dtype.kind == "f":
         finite = np.isfinite(arr)
         if not finite.all():
             bad = int(np.argmin(finite.reshape(-1)))
             raise WeightError(f"weight '{key}' has a non-finite value (NaN or Inf) at flat index {bad}",
                               hint="the program keeps its old weights")
-    stored = TensorType(dtype, tuple(int(d) for d in entry["shape"]))
-    a = view_stored(key, arr, entry.get("perm") or None, entry.get("slice") or None, stored, "the program",
-                    hint="pass an array of the shape the model was compiled with", wants="expects")
+    a = _view(key, arr, entry)
     if dtype == DType.fp16:
         if a.size and max(float(np.max(a)), -float(np.min(a))) > FP16_MAX:
             raise WeightError(f"weight '{key}' has values beyond the fp16 range (+-{FP16_MAX:g})",
@@ -101,6 +96,22 @@ def materialize(key: str, value: Any, entry: Mapping[str, Any]) -> np.ndarray:
         if arr.dtype.kind == "f" or a.min() < info.min or a.max() > info.max:
             raise WeightError(f"weight '{key}' must hold {dtype} integers")
     return _cast(a, dtype)
+
+
+def _view(key: str, arr: np.ndarray, entry: Mapping[str, Any]) -> np.ndarray:
+    """``arr`` seen as the stored tensor of ``entry`` (its perm, slice and shape; no copy
+    where numpy can view); WeightError when the array does not fit."""
+    stored = TensorType(DType(entry["dtype"]), tuple(int(d) for d in entry["shape"]))
+    return view_stored(key, arr, entry.get("perm") or None, entry.get("slice") or None, stored, "the program",
+                       hint="pass an array of the shape the model was compiled with", wants="expects")
+
+
+def _by_key(manifest: Mapping[str, Any]) -> dict[str, list[Mapping[str, Any]]]:
+    """Checkpoint key -> the manifest weight entries storing it (a key may be stored in several views)."""
+    by_key: dict[str, list[Mapping[str, Any]]] = {}
+    for e in manifest.get("weights", []):
+        by_key.setdefault(e["key"], []).append(e)
+    return by_key
 
 
 def _cast(a: np.ndarray, dtype: DType) -> np.ndarray:
@@ -125,13 +136,10 @@ def stream_plan(manifest: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[st
     be used: several files, a dtype C does not convert, a shape or key error
     (that path raises it with the message and precedence it always has).
     """
-    by_key: dict[str, list[Mapping[str, Any]]] = {}
-    paths = set()
-    for e in manifest.get("weights", []):
-        by_key.setdefault(e["key"], []).append(e)
-        paths.add(_path(e))
+    paths = {_path(e) for e in manifest.get("weights", [])}
     if len(paths) != 1:
         return None
+    by_key = _by_key(manifest)
     out = []
     for key, value in new.items():
         if key not in by_key or not isinstance(value, np.ndarray) or value.dtype not in _MAGNITUDE:
@@ -140,10 +148,8 @@ def stream_plan(manifest: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[st
             dtype = DType(e["dtype"])
             if dtype not in (DType.fp16, DType.fp32) or (dtype == DType.fp32 and value.dtype != np.float32):
                 return None
-            stored = TensorType(dtype, tuple(int(d) for d in e["shape"]))
             try:
-                a = view_stored(key, value, e.get("perm") or None, e.get("slice") or None, stored, "the program",
-                                hint="pass an array of the shape the model was compiled with", wants="expects")
+                a = _view(key, value, e)
             except WeightError:
                 return None
             out.append((int(e["offset"]), np.ascontiguousarray(a)))
@@ -157,9 +163,7 @@ def _path(e: Mapping[str, Any]) -> str:
 def payloads(manifest: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], np.ndarray]]:
     """(manifest entry, payload) for every place a key of ``new`` is stored; raises
     WeightError (naming the key) for unknown keys and bad arrays."""
-    by_key: dict[str, list[Mapping[str, Any]]] = {}
-    for e in manifest.get("weights", []):
-        by_key.setdefault(e["key"], []).append(e)
+    by_key = _by_key(manifest)
     for key in new:
         if key not in by_key:
             known = sorted(by_key)
