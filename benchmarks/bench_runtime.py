@@ -97,6 +97,16 @@ def tmp_root() -> str:
     return tempfile.mkdtemp(prefix="anec-bench-", dir=base)
 
 
+def _write(path: str, arrs: list[np.ndarray], sync: bool) -> None:
+    """The arrays' bytes, one after another, as the file ``path`` (fsynced when ``sync``)."""
+    with open(path, "wb") as fh:
+        for a in arrs:
+            fh.write(memoryview(a).cast("B"))
+        if sync:
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
 def _raw_write(root: str, payloads: dict[str, list[np.ndarray]], sync: bool, reps: int) -> float:
     """Best time to write the given payloads, one fresh file per program (fsync'd when ``sync``)."""
     best = float("inf")
@@ -105,12 +115,7 @@ def _raw_write(root: str, payloads: dict[str, list[np.ndarray]], sync: bool, rep
         os.makedirs(d)
         t0 = time.perf_counter()
         for n, arrs in payloads.items():
-            with open(os.path.join(d, n), "wb") as fh:
-                for a in arrs:
-                    fh.write(memoryview(a).cast("B"))
-                if sync:
-                    fh.flush()
-                    os.fsync(fh.fileno())
+            _write(os.path.join(d, n), arrs, sync)
         best = min(best, time.perf_counter() - t0)
         shutil.rmtree(d)
     return best
@@ -124,18 +129,12 @@ def _raw_replace(root: str, payloads: dict[str, list[np.ndarray]], reps: int) ->
     d = os.path.join(root, "replace")
     os.makedirs(d)
     for n, arrs in payloads.items():
-        with open(os.path.join(d, n), "wb") as fh:
-            for a in arrs:
-                fh.write(memoryview(a).cast("B"))
+        _write(os.path.join(d, n), arrs, False)
     for _ in range(reps):
         t0 = time.perf_counter()
         for n, arrs in payloads.items():
             path = os.path.join(d, n)
-            with open(path + ".tmp", "wb") as fh:
-                for a in arrs:
-                    fh.write(memoryview(a).cast("B"))
-                fh.flush()
-                os.fsync(fh.fileno())
+            _write(path + ".tmp", arrs, True)
             os.replace(path + ".tmp", path)
         best = min(best, time.perf_counter() - t0)
     shutil.rmtree(d)
