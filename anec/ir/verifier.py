@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -211,20 +211,12 @@ def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[in
             return False
         declared = results[0].type
     try:
-        key = (node.op, tuple([v.type for v in node.operands]),
-               tuple([(k, v.type) for k, v in optional.items()]), attrs_key, declared)
-        inferred = _INFERRED.get(key)
-    except TypeError:  # an unhashable (invalid) type
+        inferred = remembered_types(
+            node.op, node.operands, optional, attrs_key, declared,
+            lambda ts, opt: infer_node_types(node.op, ts, opt, node.attrs, node.span,
+                                             declared=declared))
+    except (VerifyError, TypeError, AttributeError):  # TypeError: an unhashable (invalid) type
         return False
-    if inferred is None:
-        try:
-            inferred = tuple(infer_node_types(node.op, list(key[1]), dict(key[2]), node.attrs,
-                                              node.span, declared=declared))
-        except (VerifyError, TypeError, AttributeError):
-            return False
-        if len(_INFERRED) >= _INFERRED_MAX:
-            _INFERRED.clear()
-        _INFERRED[key] = inferred
     if len(inferred) != len(results):
         return False
     if len(results) == 1:
@@ -444,36 +436,18 @@ class _GraphChecker:
                 self.error(f"{node.op} has exactly one result, got {len(node.results)}", node.span)
                 return
             declared = node.results[0].type
-        memo_key = None
-        if attrs_key is not None:
-            memo_key = (node.op, tuple([v.type for v in node.operands]),
-                        tuple([(k, v.type) for k, v in node.optional.items()]), attrs_key,
-                        declared)
-            try:
-                inferred = _INFERRED.get(memo_key)
-            except TypeError:  # an unhashable (invalid) type: the general path reports it
-                memo_key = inferred = None
-        else:
-            inferred = None
-        if inferred is None:
-            if not all(isinstance(v.type, TensorType) for v in node.inputs()):
-                return  # reported where the operand is defined
-            try:
-                inferred = infer_node_types(
-                    node.op,
-                    [v.type for v in node.operands],
-                    {k: v.type for k, v in node.optional.items()},
-                    node.attrs,
-                    node.span,
-                    declared=declared,
-                )
-            except VerifyError as e:
-                self.report.errors.append(e)
-                return
-            if memo_key is not None:
-                if len(_INFERRED) >= _INFERRED_MAX:
-                    _INFERRED.clear()
-                _INFERRED[memo_key] = inferred = tuple(inferred)
+        if not all(isinstance(v.type, TensorType) for v in node.inputs()):
+            return  # reported where the operand is defined
+
+        def infer(ts: list[TensorType], opt: dict[str, TensorType]) -> list[TensorType]:
+            return infer_node_types(node.op, ts, opt, node.attrs, node.span, declared=declared)
+
+        try:
+            inferred = remembered_types(node.op, node.operands, node.optional, attrs_key,
+                                        declared, infer)
+        except VerifyError as e:
+            self.report.errors.append(e)
+            return
         if len(inferred) != len(node.results):
             self.error(
                 f"'{node.op}' produces {len(inferred)} result{_s(len(inferred))} "
@@ -580,8 +554,40 @@ _GOOD_TYPES: set[TensorType] = set()
 
 _INFERRED: dict[tuple, tuple[TensorType, ...]] = {}
 """Result types inferred for (op, operand types, optional operand types, attributes,
-declared type): every node is still checked, but nodes alike share one inference."""
+declared type): every node is still checked, but nodes alike share one inference. Only
+successes are kept. The verifier and the rewriter's new nodes share it."""
 _INFERRED_MAX = 1 << 16
+
+
+def remembered_types(
+    op: str,
+    operands: Sequence[Value],
+    optional: Mapping[str, Value],
+    attrs_key: tuple | None,
+    declared: TensorType | None,
+    infer: Callable[[list[TensorType], dict[str, TensorType]], Sequence[TensorType]],
+) -> tuple[TensorType, ...]:
+    """The result types of ``op`` on these values: from the memo when a node alike was
+    inferred before, else ``infer(operand types, optional operand types)``, remembered.
+
+    ``attrs_key`` is :func:`literal_key` of the attributes; None (not plainly hashable)
+    always infers. ``infer`` raises for an invalid node and nothing is remembered then.
+    """
+    operand_types = [v.type for v in operands]
+    optional_types = {k: v.type for k, v in optional.items()}
+    if attrs_key is None:
+        return tuple(infer(operand_types, optional_types))
+    key = (op, tuple(operand_types), tuple(optional_types.items()), attrs_key, declared)
+    try:
+        types = _INFERRED.get(key)
+    except TypeError:  # an unhashable (invalid) type: infer reports it
+        return tuple(infer(operand_types, optional_types))
+    if types is None:
+        types = tuple(infer(operand_types, optional_types))
+        if len(_INFERRED) >= _INFERRED_MAX:
+            _INFERRED.clear()
+        _INFERRED[key] = types
+    return types
 
 _GOOD_NAMES: set[str] = set()
 """Attribute names already found to be identifiers."""

@@ -23,35 +23,23 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from anec.diagnostics import PassError
 from anec.ir.ops import infer_types
 from anec.ir.types import DType, TensorType
-from anec.ir.verifier import literal_key
+from anec.ir.verifier import literal_key, remembered_types
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph, Node, Value
     from anec.passes.base import PassContext
 
 
-_INFERRED: dict[tuple, tuple[TensorType, ...]] = {}
-"""Result types by (op, operand types, optional operand types, attributes, declared type)."""
-_INFERRED_MAX = 1 << 16
-
-
 def _infer(op: str, operands: "list[Value]", optional: "dict[str, Value]", attrs: dict[str, Any],
            declared: TensorType | None = None) -> list[TensorType]:
-    """``infer_types`` for new nodes, remembered: a rewrite creates the same few nodes many times
-    (validating one scalar const value costs more than building its node)."""
-    akey = literal_key(attrs) if attrs else ()
-    if akey is None:  # not plainly hashable: infer (and report) the general way
-        return infer_types(op, [v.type for v in operands], {k: v.type for k, v in optional.items()},
-                           attrs, declared=declared)
-    key = (op, tuple([v.type for v in operands]), tuple([(k, v.type) for k, v in optional.items()]),
-           akey, declared)
-    types = _INFERRED.get(key)
-    if types is None:
-        types = tuple(infer_types(op, list(key[1]), dict(key[2]), attrs, declared=declared))
-        if len(_INFERRED) >= _INFERRED_MAX:
-            _INFERRED.clear()
-        _INFERRED[key] = types
-    return list(types)
+    """``infer_types`` for new nodes, remembered in the verifier's memo: a rewrite creates the
+    same few nodes many times (validating one scalar const value costs more than building its
+    node)."""
+    def infer(ts: list[TensorType], opt: dict[str, TensorType]) -> list[TensorType]:
+        return infer_types(op, ts, opt, attrs, declared=declared)
+
+    return list(remembered_types(op, operands, optional, literal_key(attrs) if attrs else (),
+                                 declared, infer))
 
 
 class _Handled:
