@@ -73,6 +73,49 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         for n, line in ((20, "+_verify_after(graph, ctx, f\"pass '{p.name}'\", changes=None)"),
                         (24, "+_verify_after(graph, ctx, f\"pass '{p.name}'\", )"))
     },
+    "anec.passes.rewrite.x_rewrite_greedily__mutmut_4": (
+        "+changed = None",
+        "changed is read only by `if not changed` and is otherwise only set to True: None is false as False is",
+    ),
+    **{
+        f"anec.passes.rewrite.xǁRewriterǁ{fn}__mutmut_{n}": (
+            line,
+            "_insert hands the optional operands to Graph.create_node, which stores dict(optional or {}): "
+            "None and {} give the same empty dict",
+        )
+        for fn, n, line in (("const_value", 23, '+return self._insert("const", [], attrs, types, None, None, suffix, at)'),
+                            ("const_weight", 20,
+                             '+return self._insert("const", [], dict(attrs), types, None, None, suffix, at)'))
+    },
+    "anec.passes.annotate_sram.x_sram_report__mutmut_117": (
+        "+operands = n.operands if (not n.optional) and False else n.inputs()",
+        "Node.inputs() is the operands followed by the optional (keyword) operands: for a node without "
+        "optional operands, the branch this mutant changes, it is a copy of the operands",
+    ),
+    "anec.passes.annotate_sram.x_sram_report__mutmut_120": (
+        "+for v in (operands if (len(operands) < 2) and False else {id(v): v for v in operands}.values()):",
+        "with fewer than two operands there is nothing to deduplicate: the id-keyed dict holds the same "
+        "values in the same order (the list is the fast path)",
+    ),
+    "anec.passes.annotate_sram.x_sram_report__mutmut_141": (
+        "+out_bytes = results[0].type.nbytes if (len(results) == 1) and False else sum(",
+        "for one result, the sum over the results is that result's bytes (the direct read is the fast path)",
+    ),
+    "anec.passes.annotate_sram.x_sram_report__mutmut_171": (
+        "+graph.annotate(n, notes, drop=SRAM_KEYS if (n.annotations) or True else ())",
+        "the keys are dropped from the node's annotations before the new ones are set: dropping them from "
+        "empty annotations, the branch this mutant changes, removes nothing",
+    ),
+    "anec.passes.annotate_sram.x_sram_report__mutmut_18": (
+        "+delta = [0] * (len(steps) + 2)",
+        "delta is written at indexes up to end + 1 <= len(steps) and read at indexes below len(steps): "
+        "a longer list's extra slot is never written nor read",
+    ),
+    "anec.passes.annotate_sram.x_sram_report__mutmut_63": (
+        "+break",
+        "the loop is over a const's results and a const has exactly one result (the verifier refuses "
+        "others: 'const has exactly one result'): break and continue both end it",
+    ),
     "anec.passes.listing.x_format_passes__mutmut_68": (
         '+why = inspect.getdoc(_pipelines) or "XXXX"',
         "anec/passes/pipelines.py has a module docstring, so the fallback is never used",
