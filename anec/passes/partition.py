@@ -362,8 +362,10 @@ def _blob_reason(items: list["Node"], s: Stage, lo: list[int], sweep: _Sweep, ta
         reach += 1
     if reach == s.end:
         nxt = items[s.end]
+        count, cap = blob_cap_of(items[s.start:s.end + 1], target)
+        scalar = "" if cap == s.blob_cap else f" once %{nxt.results[0].name} takes an inline scalar"
         return (f"BLOBFILE budget: with %{nxt.results[0].name} ({nxt.op}) the stage would need "
-                f"{blob_cap_of(items[s.start:s.end + 1], target)[0]} weight tensors (at most {s.blob_cap})")
+                f"{count} weight tensors (at most {cap}{scalar})")
     return (f"a cheaper cut: the stage could reach %{items[reach - 1].results[0].name}, but cutting here "
             f"passes {_mb(sweep.cross[s.end])} to the next stage, the least among plans with as few stages")
 
@@ -492,7 +494,7 @@ def extract_stage(graph: "Graph", plan: Plan, k: int) -> "Graph":
         return name
 
     def node(op: str, operands: list[Value], attrs: dict, rtype, span, name: str) -> Value:
-        r = Value(name, rtype, None, 0, [], span)
+        r = Value(name, rtype, span=span)  # add_node sets its producer
         g.add_node(Node(op, operands, attrs, [r], {}, span))
         return r
 
@@ -507,11 +509,11 @@ def extract_stage(graph: "Graph", plan: Plan, k: int) -> "Graph":
         for v in x.inputs():
             if _is_const(v) and id(v) not in vmap:
                 c = v.producer
-                r = Value(fresh("w" if _is_weight(v) else "v"), v.type, None, 0, [], v.span)
+                r = Value(fresh("w" if _is_weight(v) else "v"), v.type, span=v.span)
                 g.add_node(Node("const", [], dict(c.attrs), [r], {}, c.span))
                 vmap[id(v)] = r
                 const_origin[r.name] = c
-        results = [Value(fresh("v"), r.type, None, i, [], r.span) for i, r in enumerate(x.results)]
+        results = [Value(fresh("v"), r.type, span=r.span) for r in x.results]
         g.add_node(Node(x.op, [vmap[id(v)] for v in x.operands], dict(x.attrs), results,
                         {key: vmap[id(v)] for key, v in x.optional.items()}, x.span))
         for r, nr in zip(x.results, results):

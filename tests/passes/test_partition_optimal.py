@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -253,3 +255,102 @@ def test_cuts_forced_by_the_sram_alone_say_so():
                         "this cut passes the fewest bytes (64 B)")
     assert lines[5].startswith("  stage 2: 4 nodes, %c2 (f.ir:9:9) .. %r3 (?); ")
     assert lines[6] == "    cut after: the end of the func"
+
+
+_RANK2 = """func f(%x: fp16[4, 16], %b: fp16[4, 16]) {
+  %w0 = const(weight="w0") : fp16[16, 16]
+  %m0 = matmul(%x, %w0)
+  %r0 = relu(%m0)
+  %w1 = const(weight="w1") : fp16[16, 16]
+  %m1 = matmul(%r0, %w1)
+  %s = const(value=0.5) : fp16[]
+  %h = mul(%m1, %s)
+  %y = add(%h, %b)
+  return %y, %r0
+}
+"""
+
+# Each stage as a func of its own: inputs in0.. and outputs out0.. travel in their rank-4
+# device shape ([4, 16] -> [1, 4, 1, 16], ANE-IO-RANK4) with a reshape on each side, every
+# other value is v0.., weights w0.. (so equal layers give equal programs).
+_STAGES = [
+    """func f_s00(%in0: fp16[1, 4, 1, 16]) {
+  %v0 = reshape(%in0, shape=[4, 16]) : fp16[4, 16]
+  %w0 = const(weight="w0") : fp16[16, 16]
+  %v1 = matmul(%v0, %w0) : fp16[4, 16]
+  %v2 = relu(%v1) : fp16[4, 16]
+  %out0 = reshape(%v2, shape=[1, 4, 1, 16]) : fp16[1, 4, 1, 16]
+  return %out0
+}
+""",
+    """func f_s01(%in0: fp16[1, 4, 1, 16]) {
+  %v0 = reshape(%in0, shape=[4, 16]) : fp16[4, 16]
+  %w0 = const(weight="w1") : fp16[16, 16]
+  %v1 = matmul(%v0, %w0) : fp16[4, 16]
+  %out0 = reshape(%v1, shape=[1, 4, 1, 16]) : fp16[1, 4, 1, 16]
+  return %out0
+}
+""",
+    """func f_s02(%in0: fp16[1, 4, 1, 16], %in1: fp16[1, 4, 1, 16]) {
+  %v0 = reshape(%in0, shape=[4, 16]) : fp16[4, 16]
+  %v1 = reshape(%in1, shape=[4, 16]) : fp16[4, 16]
+  %v2 = const(value=0.5) : fp16[]
+  %v3 = mul(%v0, %v2) : fp16[4, 16]
+  %v4 = add(%v3, %v1) : fp16[4, 16]
+  %out0 = reshape(%v4, shape=[1, 4, 1, 16]) : fp16[1, 4, 1, 16]
+  return %out0
+}
+""",
+]
+
+
+def test_stages_of_rank2_values_are_funcs_with_rank4_io_that_compose_to_the_func():
+    from anec.ir.graph import Module
+    from anec.ir.interp import interpret
+    from anec.ir.printer import print_module
+    from anec.ir.verifier import verify
+    from anec.passes.partition import extract_stage
+    from anec.weights import random_weights
+
+    m = parse(_RANK2, "f.ir")
+    graph = m.funcs["f"]
+    plan = plan_partition(graph, get_target("m4").replace(max_blob_tensors=1))
+    # the mul takes an inline scalar: with it a program holds no weight at all (1 minus 1)
+    assert plan.describe()[4] == ("    cut after: BLOBFILE budget: with %h (mul) the stage would need 1 weight "
+                                  "tensors (at most 0 once %h takes an inline scalar)")
+    stages = [extract_stage(graph, plan, k) for k in range(len(plan.stages))]
+    for sg, text in zip(stages, _STAGES):
+        one = Module()
+        one.funcs[sg.name] = sg
+        verify(one)
+        assert print_module(one) == text
+    assert [sg.meta["origin"] for sg in stages] == [
+        {"in0": "x", "out0": "r0"}, {"in0": "r0", "out0": "m1"}, {"in0": "m1", "in1": "b", "out0": "y"}]
+    assert [{k: c.results[0].name for k, c in sg.meta["const_origin"].items()} for sg in stages] == [
+        {"w0": "w0"}, {"w0": "w1"}, {"v2": "s"}]
+    # spans point at the source: the func's, each input's definition, each node's statement;
+    # a reshape added for an input or output sits where the value is defined
+    assert all(sg.span == graph.span and sg.return_span == graph.return_span for sg in stages)
+    assert [[v.span.location for v in sg.inputs] for sg in stages] == [
+        ["f.ir:1:8"], ["f.ir:4:3"], ["f.ir:6:3", "f.ir:1:25"]]
+    assert [[n.span.location for n in sg.nodes] for sg in stages] == [
+        ["f.ir:1:8", "f.ir:2:9", "f.ir:3:9", "f.ir:4:9", "f.ir:4:3"],
+        ["f.ir:4:3", "f.ir:5:9", "f.ir:6:9", "f.ir:6:3"],
+        ["f.ir:6:3", "f.ir:1:25", "f.ir:7:8", "f.ir:8:8", "f.ir:9:8", "f.ir:9:3"]]
+    assert [[r.span.location for n in sg.nodes for r in n.results] for sg in stages] == [  # where defined
+        ["f.ir:1:8", "f.ir:2:3", "f.ir:3:3", "f.ir:4:3", "f.ir:4:3"],
+        ["f.ir:4:3", "f.ir:5:3", "f.ir:6:3", "f.ir:6:3"],
+        ["f.ir:6:3", "f.ir:1:25", "f.ir:7:3", "f.ir:8:3", "f.ir:9:3", "f.ir:9:3"]]
+    # run the stages in order, each output fed on as the next stages' input: the func's values
+    store = random_weights(m, 0)
+    rng = np.random.default_rng(3)
+    x = {v.name: rng.standard_normal(v.type.shape).astype(np.float16) for v in graph.inputs}
+    env = dict(x)
+    for s, sg in zip(plan.stages, stages):
+        ins = {f"in{i}": env[v.name].reshape(sg.inputs[i].type.shape) for i, v in enumerate(s.inputs)}
+        out = interpret(sg, ins, store, mode="fp16")
+        for i, v in enumerate(s.outputs):
+            env[v.name] = np.asarray(out[f"out{i}"]).reshape(v.type.shape)
+    ref = interpret(graph, x, store, mode="fp16")
+    for name, want in ref.items():
+        np.testing.assert_array_equal(env[name], np.asarray(want))
