@@ -155,7 +155,8 @@ def _func_report(graph: "Graph", target, weights,
     if sram is not None:
         spill = (f"spill risk at {', '.join('%' + s for s in sram['spill_nodes'])}"
                  if sram["spill_nodes"] else "no spill risk")
-        lines.append(f"  SRAM: peak {_size(sram['peak_bytes'])} at %{sram['peak_node']} of "
+        at = f" at %{sram['peak_node']}" if sram["peak_node"] is not None else ""  # no nodes: no peak node
+        lines.append(f"  SRAM: peak {_size(sram['peak_bytes'])}{at} of "
                      f"{_size(sram['sram_bytes'])}; {spill} (ANE-SRAM)")
     if weights is None:
         lines.append("  weight values: not checked (give weights to check the fp16 range)")

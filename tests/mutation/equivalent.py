@@ -270,6 +270,42 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         )
         for n, arg in ((8, "copy=None"), (10, ""), (15, "copy=True"))
     },
+    **{
+        f"anec.passes.report.x__func_report__mutmut_{n}": (
+            line,
+            "the column widths are the max over the func's nodes; the default is only taken for a func "
+            "without nodes, which prints no node line, so no width is ever read",
+        )
+        for n, line in ((124, "+default=None)"), (127, "+default=5)"),
+                        (130, "+opw = max((len(n.op) for n in graph.nodes), default=None)"),
+                        (133, "+opw = max((len(n.op) for n in graph.nodes), default=5)"),
+                        (136, "+locw = max((len(_where(n)) for n in graph.nodes), default=None)"),
+                        (139, "+locw = max((len(_where(n)) for n in graph.nodes), default=2)"))
+    },
+    **{
+        f"anec.passes.report.x__func_report__mutmut_{n}": (
+            line,
+            "PREPARE is dce, fuse-casts, dce, annotate-sram: the fallback label is only made for "
+            "annotate-sram, which writes graph.meta['sram'] and removes no node, so note_removed never "
+            "stores it",
+        )
+        for n, line in ((32, "+label = _REMOVED_BY.get(p.name, None)"),
+                        (34, "+label = _REMOVED_BY.get(p.name, )"))
+    },
+    "anec.passes.report.x__func_report__mutmut_40": (
+        '+if p.name == "dce" and i > 1:',
+        "PREPARE is dce, fuse-casts, dce, annotate-sram: dce runs at i = 0 and i = 2, where i > 0 and "
+        "i > 1 agree",
+    ),
+    "anec.passes.report.x__func_report__mutmut_106": (
+        '+if onode.op == "const" or onode.attrs.get("weight") in kept_keys:',
+        "the two differ only for a const legalize erases whose weight key no remaining const holds (or a "
+        "value const it erases); legalize erases a const only when a rule re-expresses a weight const as "
+        "slice/perm views of the same key (chunk_wide_conv_output, split_wide_conv_input, "
+        "split_concat_into_partial_convs, matmul_const_to_conv) or merge_duplicate_weights merges it into "
+        "an equal view of the same key; no rule drops a value const or a weight operand, and dce has run "
+        "before, so the key of an erased const is always kept",
+    ),
 }
 
 C_EQUIVALENT: dict[str, str] = {
