@@ -40,6 +40,10 @@ class LegalizeRewriter(Rewriter):
         self.target: "Target" = ctx.target
         self.rejections: list[tuple["Node | None", ConstraintError]] = []
         self._rejected: set[tuple[int, str]] = set()
+        self._rejected_nodes: set[int] = set()
+
+    def settled(self, node: "Node") -> bool:
+        return id(node) in self._rejected_nodes
 
     def reject(self, constraint: str, message: str, hint: str, node: "Node | None" = None,
                span=None, notes: Sequence[str] = ()) -> None:
@@ -48,6 +52,8 @@ class LegalizeRewriter(Rewriter):
         if node is not None and key in self._rejected:
             return None
         self._rejected.add(key)
+        if node is not None:
+            self._rejected_nodes.add(id(node))
         err = ConstraintError(message, span=span or (node.span if node is not None else None)
                               or self.graph.span, hint=hint, constraint=constraint, notes=notes)
         self.rejections.append((node, err))

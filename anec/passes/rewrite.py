@@ -74,6 +74,11 @@ class Rewriter:
         """ids of the nodes created by the rule being applied."""
 
     # ---- building ------------------------------------------------------------
+    def settled(self, node: "Node") -> bool:
+        """True when no further rule may rewrite ``node`` (a legalize rejection: rewriting the
+        node would only report its problem again on the nodes it becomes)."""
+        return False
+
     def name_for(self, suffix: str, base: "Node | None" = None) -> str:
         node = base or self.anchor
         stem = node.results[0].name if node is not None and node.results else "v"
@@ -177,6 +182,8 @@ def rewrite_greedily(graph: "Graph", rules: Rules, rw: Rewriter) -> int:
             if node.op not in rules or not graph.has_node(node):
                 continue
             for rule in rules[node.op]:
+                if rw.settled(node):
+                    break
                 rw.anchor, rw.rule_name = node, rule.__name__
                 rw.created = set()
                 new = rule(node, rw)

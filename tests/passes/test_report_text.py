@@ -92,7 +92,14 @@ func bad(%x: fp16[1, 64, 1, 8]) {
   %b = const(value=0.5) : fp16[1, 40000, 1, 1]
   %h = conv1x1(%x, %w, bias=%b) : fp16[1, 40000, 1, 8]
   %y = relu(%h) : fp16[1, 40000, 1, 8]
-  return %y
+  %g = conv1x1(%x, %w) : fp16[1, 40000, 1, 8]
+  %z = add(%g, %g) : fp16[1, 40000, 1, 8]
+  return %y, %z
+}
+
+func ints(%k: int32[1, 8, 1, 8]) {
+  %s = add(%k, %k) : int32[1, 8, 1, 8]
+  return %s
 }
 
 func good(%x: fp16[1, 8, 1, 8]) {
@@ -102,43 +109,53 @@ func good(%x: fp16[1, 8, 1, 8]) {
 """
 
 
-def test_report_lists_every_status_of_a_node_and_counts_the_errors_of_all_funcs():
-    """A value-const bias cannot be sliced: the conv is first rewritten (bias split off),
-    then rejected; the conv legalize built from it is rejected too, at the user's line.
-
-    The second status of a node goes under the first; the rejections of the first func
-    count although the last func is legal.
+def test_report_lists_each_rejection_once_and_counts_the_errors_of_all_funcs():
+    """A value-const bias cannot be sliced: the conv is rejected, once, at the user's line
+    (legalize rewrites no node it rejected, so the bias is not split off into a new conv that
+    would be rejected again under a name the user never wrote); a second wide conv is used
+    inside the program. An int32 output is rejected at its node, an int32 input at the func
+    level with its location. Every func's rejections count, although the last func is legal.
     """
     report = legality(parse_module(REJECTED, "rej.ir"), "m4")
     fix = ("      fix: return the conv result as its own output (anec then splits it into outputs "
            "{}__c0, ...), or split the weight into convs of at most 16384 output channels\n")
+    int32 = "is int32 (int32[1, 8, 1, 8]); program inputs and outputs must be fp16 or fp32 tensors\n"
     assert report.text == (
         "func bad  (target m4)\n"
         "  rej.ir:3:8  %w  const    ok\n"
         "  rej.ir:4:8  %b  const    ok\n"
-        "  rej.ir:5:8  %h  conv1x1  rewritten [ANE-CONV-BIAS] split_conv_bias: conv1x1 bias=%b -> "
-        "conv1x1 + add\n"
-        "                           REJECTED [ANE-CONV-CHANNELS] conv1x1 %h has 40000 output channels; "
+        "  rej.ir:5:8  %h  conv1x1  REJECTED [ANE-CONV-CHANNELS] conv1x1 %h has 40000 output channels; "
         "m4 allows 16384, and anec cannot chunk it because its weight or bias cannot be sliced along "
         "the output channels\n"
         + fix.format("h") +
         "  rej.ir:6:8  %y  relu     ok\n"
-        "  rej.ir:5:8: REJECTED [ANE-CONV-CHANNELS] conv1x1 %h_conv has 40000 output channels; "
+        "  rej.ir:7:8  %g  conv1x1  REJECTED [ANE-CONV-CHANNELS] conv1x1 %g has 40000 output channels; "
         "m4 allows 16384, and anec cannot chunk it because its result is used inside the program\n"
-        + fix.format("h_conv") +
+        + fix.format("g") +
+        "  rej.ir:8:8  %z  add      ok\n"
         "  BLOBFILE tensors: 1 of 16\n"
-        "  SRAM: peak 5.5 MiB at %h_conv of 32.0 MiB; no spill risk (ANE-SRAM)\n"
+        "  SRAM: peak 6.1 MiB at %y of 32.0 MiB; no spill risk (ANE-SRAM)\n"
+        f"{NOT_CHECKED}\n"
+        "  verdict: NOT ANE-legal on m4: 2 errors\n"
+        "\n"
+        "func ints  (target m4)\n"
+        f"  rej.ir:13:8  %s  add  REJECTED [ANE-IO-TENSORS] output %s {int32}"
+        "      fix: cast it before returning: cast(%s, dtype=fp16)\n"
+        f"  rej.ir:12:11: REJECTED [ANE-IO-TENSORS] input %k {int32}"
+        "      fix: declare %k as fp16 (or fp32) and cast it inside the program: cast(%k, dtype=int32)\n"
+        "  BLOBFILE tensors: 0 of 16\n"
+        "  SRAM: peak 512 B at %s of 32.0 MiB; no spill risk (ANE-SRAM)\n"
         f"{NOT_CHECKED}\n"
         "  verdict: NOT ANE-legal on m4: 2 errors\n"
         "\n"
         "func good  (target m4)\n"
-        "  rej.ir:11:8  %y  relu  ok\n"
+        "  rej.ir:18:8  %y  relu  ok\n"
         "  BLOBFILE tensors: 0 of 16\n"
         "  SRAM: peak 256 B at %y of 32.0 MiB; no spill risk (ANE-SRAM)\n"
         f"{NOT_CHECKED}\n"
         "  verdict: ANE-legal on m4 after 0 rewrites\n"
     )
-    assert report.errors == 2 and not report.legal
+    assert report.errors == 4 and not report.legal
 
 
 def test_report_of_a_built_graph_without_source_locations():
