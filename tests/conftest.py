@@ -96,6 +96,27 @@ def _import_skip(report) -> bool:
     return "could not import" in str(report.longrepr[2]).lower()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """Under a mutmut mutant run (``make mutate-py``), run the fastest tests first.
+
+    mutmut runs each mutant against the tests that cover the mutated function and
+    stops at the first failure, in collection order; by the durations its
+    instrumented run recorded (``mutmut-stats.json`` in the directory it runs
+    from), a killed mutant is found in seconds instead of after the slow suites
+    that come first alphabetically. Outside mutmut the order is unchanged."""
+    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+        return
+    import json
+
+    try:
+        with open("mutmut-stats.json", encoding="utf-8") as f:
+            durations = json.load(f)["duration_by_test"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    unknown = max(durations.values(), default=0.0) + 1.0  # not measured yet: last
+    items.sort(key=lambda item: durations.get(item.nodeid, unknown))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
