@@ -251,7 +251,7 @@ def check_weight_range(rw: LegalizeRewriter) -> None:
         elif big:
             rw.reject(
                 "ANE-FP16-RANGE",
-                f"weight '{key}' has {big} values beyond the fp16 range +-{FP16_MAX:g} (largest "
+                f"weight '{key}' has {big} value{'s' if big != 1 else ''} beyond the fp16 range +-{FP16_MAX:g} (largest "
                 f"|v| = {np.abs(finite).max():.6g}); on the ANE they become inf",
                 "rescale the weight (and undo the scale after the op), or use -1e4 instead of "
                 "huge magnitudes for masks", n)
