@@ -354,3 +354,11 @@ def test_stages_of_rank2_values_are_funcs_with_rank4_io_that_compose_to_the_func
     ref = interpret(graph, x, store, mode="fp16")
     for name, want in ref.items():
         np.testing.assert_array_equal(env[name], np.asarray(want))
+
+
+def test_plan_sizes_print_in_the_largest_unit_that_keeps_them_at_least_one():
+    from anec.passes.partition import _mb
+
+    cases = {0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB", (1 << 20) - 1: "1024.0 KiB",
+             1 << 20: "1.0 MiB", 5 * (1 << 20) + 384: "5.0 MiB", 3 << 30: "3072.0 MiB"}
+    assert {n: _mb(n) for n in cases} == cases
