@@ -86,3 +86,47 @@ def test_a_socket_is_refused_as_what_it_is(tmp_path):
             e = refusal(b.read, "weights/sock.bin", 100, what="weight file")
     assert e.args[0] == (f"cannot read weight file '{tmp_path / 'weights/sock.bin'}' (it is a socket); "
                          "expected a regular file")
+
+
+def _failing(real, errno_, names):
+    """``real`` (an os function), raising OSError(errno_) for the entry names in ``names``."""
+    def call(name, *args, **kw):
+        if name in names:
+            raise OSError(errno_, os.strerror(errno_))
+        return real(name, *args, **kw)
+    return call
+
+
+def test_a_read_error_names_the_file_and_the_system_message(art, monkeypatch):
+    import errno
+
+    b, root = art
+    monkeypatch.setattr(os, "open", _failing(os.open, errno.EIO, {"w.bin"}))
+    e = refusal(b.read, "weights/w.bin", 100, what="weight file")
+    assert e.args[0] == f"cannot read weight file '{root / 'weights/w.bin'}': Input/output error"
+
+
+def test_an_entry_that_vanishes_while_it_is_refused_is_a_special_file(art, monkeypatch):
+    """The open is refused as a link or a non-file would be, then the entry cannot be looked
+    at either (it was replaced or removed in between): it is named a special file."""
+    import errno
+
+    b, root = art
+    monkeypatch.setattr(os, "open", _failing(os.open, errno.ELOOP, {"w.bin"}))
+    monkeypatch.setattr(os, "stat", _failing(os.stat, errno.ENOENT, {"w.bin"}))
+    e = refusal(b.read, "weights/w.bin", 100, what="weight file")
+    assert e.args[0] == (f"cannot read weight file '{root / 'weights/w.bin'}' (it is a special file); "
+                         "expected a regular file")
+
+
+def test_a_directory_that_cannot_be_listed_says_why(art, monkeypatch):
+    import errno
+
+    b, root = art
+
+    def listdir(fd):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    e = refusal(b.names)
+    assert e.args[0] == f"cannot list '{root}': Input/output error"
