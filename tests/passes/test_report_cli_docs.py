@@ -112,3 +112,13 @@ def test_docs_passes_md_is_current():
 def test_docs_constraints_md_is_current():
     """docs/constraints.md is `anec constraints --markdown` (regenerate the same way)."""
     assert (ROOT / "docs" / "constraints.md").read_text() == format_markdown()
+
+
+def test_a_docstring_code_block_keeps_no_trailing_whitespace():
+    """docs/passes.md is generated from the pass docstrings: a whitespace-only line inside an
+    indented block is an empty line of the fenced block, and trailing ones are dropped."""
+    from anec.passes.listing import _markdown_body
+
+    doc = "Before::\n\n    %y = relu(%x)\n        \n    return %y\n          \nAfter ``x``.\n"
+    assert _markdown_body(doc) == ["Before:", "", "```", "%y = relu(%x)", "", "return %y", "```", "",
+                                   "After `x`."]
