@@ -16,7 +16,7 @@ Each rewrite is recorded with ``rw.record(constraint, detail)``.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from anec.diagnostics import ConstraintError
 from anec.ir.ops import BINARY, ELEMENTWISE, GELU_TANH_C, OPS, Mil, NotOnAne
@@ -42,14 +42,14 @@ class LegalizeRewriter(Rewriter):
         self._rejected: set[tuple[int, str]] = set()
 
     def reject(self, constraint: str, message: str, hint: str, node: "Node | None" = None,
-               span=None, notes: Sequence[str] = ()) -> None:
+               span=None) -> None:
         """Record that ``node`` cannot be made ANE-legal (once per node and constraint)."""
         key = (id(node), constraint)
         if node is not None and key in self._rejected:
             return None
         self._rejected.add(key)
         err = ConstraintError(message, span=span or (node.span if node is not None else None)
-                              or self.graph.span, hint=hint, constraint=constraint, notes=notes)
+                              or self.graph.span, hint=hint, constraint=constraint)
         self.rejections.append((node, err))
         return None
 
