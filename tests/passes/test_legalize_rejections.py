@@ -1,0 +1,169 @@
+"""legalize's rejections word for word: the constraint id, the message naming the value and the
+reason, the hint with the fix, and the span of the node at fault (what ``anec check`` prints).
+Each case picks the input that decides between the reasons a rule can give."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anec.weights import WeightStore
+
+from .passes_util import compare
+from .test_legalize import M4, TIGHT, legalize, reject, rules
+
+
+def stored(**shapes) -> WeightStore:
+    """Weights of the given stored shapes (views of them are what the consts declare)."""
+    rng = np.random.default_rng(0)
+    return WeightStore({k: rng.standard_normal(s).astype(np.float16) for k, s in shapes.items()})
+
+
+# ---- softmax over a non-power-of-two axis (ANE-SOFTMAX-POW2, on a target that claims it) ------
+
+POW2 = M4.replace(softmax_pow2_only=True)
+PAD = "with pad(value=-1e4) so the extra entries get ~0 weight, then slice the result back"
+
+
+def softmax(shape: str, axis: str) -> str:
+    return f"""
+func f(%x: fp16[{shape}]) {{
+  %p = softmax(%x{axis}) : fp16[{shape}]
+  return %p
+}}"""
+
+
+@pytest.mark.parametrize("shape,axis,where,pad", [
+    ("1, 4, 1, 48", "", "axis 3 of size 48", "pad axis 3 to 64"),        # no axis: the last one
+    ("1, 3, 1, 64", ", axis=1", "axis 1 of size 3", "pad axis 1 to 4"),   # 3 pads to 4, not 8
+    ("1, 5, 1, 64", ", axis=-3", "axis 1 of size 5", "pad axis 1 to 8"),  # 5 pads to 8, not 4
+])
+def test_softmax_over_a_non_power_of_two_axis(shape, axis, where, pad):
+    err = reject(softmax(shape, axis), target=POW2)
+    assert err.constraint == "ANE-SOFTMAX-POW2"
+    assert err.message == f"softmax over {where} (not a power of two) is rejected on m4"
+    assert err.hint == f"{pad} {PAD}"
+    assert err.span.location == "test.ir:3:8"  # the softmax, not the func
+
+
+@pytest.mark.parametrize("shape,axis", [
+    ("1, 3, 5, 64", ""),          # the default axis is the last one (64), not 1 (3) or 2 (5)
+    ("1, 1, 3, 64", ", axis=1"),  # 1 = 2**0
+    ("1, 3, 2, 64", ", axis=2"),
+])
+def test_softmax_over_a_power_of_two_axis_is_kept(shape, axis):
+    _, g, ctx = legalize(softmax(shape, axis), target=POW2)
+    assert [n.op for n in g.nodes] == ["softmax"] and ctx.rewrites == []
+
+
+# ---- concat (ANE-CONCAT): only a channel concat feeding conv1x1 weights can be removed ----------
+
+def concat_error(body: str, returns: str, weights=None):
+    err = reject(f"""
+func f(%a: fp16[1, 8, 1, 16]) {{
+{body}
+  return {returns}
+}}""", weights=weights)
+    assert err.constraint == "ANE-CONCAT"
+    assert err.span.location == "test.ir:3:8"
+    return err.message, err.hint
+
+
+def test_returned_concat():
+    assert concat_error("  %y = concat(%a, %a, axis=1) : fp16[1, 16, 1, 16]", "%y") == (
+        "concat %y cannot be removed: it is returned",
+        "return the pieces as separate outputs (a multi-output program) and join them on the host")
+
+
+def test_concat_along_another_axis():
+    assert concat_error("""  %c = concat(%a, %a, axis=3) : fp16[1, 8, 1, 32]
+  %w = const(weight="w") : fp16[4, 8, 1, 1]
+  %y = conv1x1(%c, %w) : fp16[1, 4, 1, 32]""", "%y") == (
+        "concat %c cannot be removed: it joins along axis 3",
+        "keep the pieces separate and apply the consumer to each piece, or return them as "
+        "separate outputs and join on the host")
+
+
+def test_channel_concat_feeding_other_ops_names_them_once_each_in_order():
+    assert concat_error("""  %c = concat(%a, %a, axis=1) : fp16[1, 16, 1, 16]
+  %w = const(weight="w") : fp16[4, 16, 1, 1]
+  %h = conv1x1(%c, %w) : fp16[1, 4, 1, 16]
+  %s = sigmoid(%c) : fp16[1, 16, 1, 16]
+  %r = relu(%c) : fp16[1, 16, 1, 16]
+  %t = sigmoid(%c) : fp16[1, 16, 1, 16]""", "%h, %s, %r, %t") == (
+        "concat %c cannot be removed: it feeds conv1x1, relu, sigmoid (only conv1x1 weights can "
+        "absorb a channel concat)",
+        "feed the concat only into conv1x1 ops (anec turns those into sums of partial convs), or "
+        "return the pieces separately")
+
+
+def test_channel_concat_feeding_a_conv_whose_weight_cannot_be_sliced():
+    # the const already views rows 0..4 of the stored [8, 16] weight: one slice per const
+    assert concat_error("""  %c = concat(%a, %a, axis=1) : fp16[1, 16, 1, 16]
+  %w = const(weight="w", slice=[0, 0, 4]) : fp16[4, 16, 1, 1]
+  %y = conv1x1(%c, %w) : fp16[1, 4, 1, 16]""", "%y", weights=stored(w=(8, 16, 1, 1))) == (
+        "concat %c cannot be removed: the weight of a conv1x1 it feeds cannot be sliced along "
+        "the input channels",
+        "give that conv a weight const (const(weight=...), optionally with perm) so anec can "
+        "split it into partial convs")
+
+
+# ---- a conv wider than the target's channel limit (ANE-CONV-CHANNELS) ---------------------------
+
+WIDE_HINT = ("return the conv result as its own output (anec then splits it into outputs h__c0, "
+             "...), or split the weight into convs of at most 8 output channels")
+
+
+@pytest.mark.parametrize("body,returns,weights,line", [
+    # returned, but read inside the program as well: a chunked output would not feed the sum
+    ("""  %w = const(weight="w") : fp16[20, 4, 1, 1]
+  %h = conv1x1(%x, %w) : fp16[1, 20, 1, 8]
+  %s = reduce_sum(%h, axes=[1], keep_dims=true) : fp16[1, 1, 1, 8]""", "%h, %s", None,
+     "its result is used inside the program"),
+    # returned, and read by a unary op whose result is returned too: still read inside
+    ("""  %w = const(weight="w") : fp16[20, 4, 1, 1]
+  %h = conv1x1(%x, %w) : fp16[1, 20, 1, 8]
+  %r = relu(%h) : fp16[1, 20, 1, 8]""", "%h, %r", None, "its result is used inside the program"),
+    # the weight already views input channels 0..4: it cannot be cut along the output channels
+    ("""  %w = const(weight="w", slice=[1, 0, 4]) : fp16[20, 4, 1, 1]
+  %h = conv1x1(%x, %w) : fp16[1, 20, 1, 8]""", "%h", {"w": (20, 8, 1, 1)},
+     "its weight or bias cannot be sliced along the output channels"),
+    # the bias is row 0 of a stored [2, 20] tensor: its channels cannot be cut
+    ("""  %w = const(weight="w") : fp16[20, 4, 1, 1]
+  %b = const(weight="b", slice=[0, 0, 1]) : fp16[1, 20, 1, 1]
+  %h = conv1x1(%x, %w, bias=%b) : fp16[1, 20, 1, 8]""", "%h", {"w": (20, 4, 1, 1), "b": (2, 20, 1, 1)},
+     "its weight or bias cannot be sliced along the output channels"),
+])
+def test_wide_conv_that_cannot_be_chunked(body, returns, weights, line):
+    text = f"""
+func f(%x: fp16[1, 4, 1, 8]) {{
+{body}
+  return {returns}
+}}"""
+    err = reject(text, target=TIGHT, weights=stored(**weights) if weights else None)
+    assert err.constraint == "ANE-CONV-CHANNELS"
+    assert err.message == ("conv1x1 %h has 20 output channels; m4 allows 8, and anec cannot chunk "
+                           f"it because {line}")
+    assert err.hint == WIDE_HINT
+    conv_line = next(i for i, ln in enumerate(text.split("\n"), 1) if "%h = conv1x1" in ln)
+    assert err.span.location == f"test.ir:{conv_line}:8"  # the conv
+
+
+def test_wide_conv_with_a_bias_view_is_chunked_into_views_of_the_view():
+    """A bias const that is already a slice of a larger stored tensor is cut again: each chunk
+    views its channels at the offset of the first view."""
+    w = stored(w=(20, 4, 1, 1), b=(1, 40, 1, 1))
+    before, g, ctx = legalize("""
+func f(%x: fp16[1, 4, 1, 8]) {
+  %w = const(weight="w") : fp16[20, 4, 1, 1]
+  %b = const(weight="b", slice=[1, 20, 40]) : fp16[1, 20, 1, 1]
+  %h = conv1x1(%x, %w, bias=%b) : fp16[1, 20, 1, 8]
+  return %h
+}""", target=TIGHT, weights=w)
+    assert g.output_names() == ["h__c0", "h__c1", "h__c2"]
+    views = [(n.attrs["weight"], n.attrs["slice"]) for n in g.nodes if n.op == "const"]
+    assert views == [("w", [0, 0, 7]), ("b", [1, 20, 27]), ("w", [0, 7, 14]), ("b", [1, 27, 34]),
+                     ("w", [0, 14, 20]), ("b", [1, 34, 40])]
+    assert rules(ctx)[0] == ("chunk_wide_conv_output", "ANE-CONV-CHANNELS")
+    compare(before, g, w, rtol=1e-3, atol=1e-3)
+
