@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from anec.targets import get_target
 from anec.weights import WeightStore
 
 from .passes_util import compare
-from .test_legalize import M4, TIGHT, legalize, reject, rules
+from .test_legalize import IO, M4, TIGHT, WEIGHTED, legalize, reject, rules
 
 
 def stored(**shapes) -> WeightStore:
@@ -167,3 +168,90 @@ func f(%x: fp16[1, 4, 1, 8]) {
     assert rules(ctx)[0] == ("chunk_wide_conv_output", "ANE-CONV-CHANNELS")
     compare(before, g, w, rtol=1e-3, atol=1e-3)
 
+
+
+def test_wide_conv_input_whose_weight_cannot_be_sliced():
+    err = reject("""
+func f(%x: fp16[1, 20, 1, 8]) {
+  %w = const(weight="w", slice=[0, 0, 4]) : fp16[4, 20, 1, 1]
+  %h = conv1x1(%x, %w) : fp16[1, 4, 1, 8]
+  return %h
+}""", target=TIGHT, weights=stored(w=(8, 20, 1, 1)))
+    assert (err.constraint, err.span.location) == ("ANE-CONV-CHANNELS", "test.ir:4:8")
+    assert err.message == ("conv1x1 %h has 20 input channels; m4 allows 8 and its weight cannot be "
+                           "sliced")
+    assert err.hint == "use a weight const (optionally with perm) so anec can split the input channels"
+
+
+# ---- program I/O, integer compute, weights -----------------------------------------------------
+
+def test_fp32_io_without_host_casts_lists_every_input_and_output():
+    err = reject(IO, target=get_target("m1"))
+    assert (err.constraint, err.span.location) == ("ANE-FP32-IO", "test.ir:2:8")
+    assert err.message == "input %x is fp32; m1 rejects fp32 program I/O"
+    assert err.hint == ("declare %x as fp16 and convert on the host, or compile with --host-casts "
+                        "to let anec do that")
+    assert err.notes == ["test.ir:6:3: [ANE-FP32-IO] output %y is fp32; m1 rejects fp32 program I/O"]
+
+
+def test_integer_arithmetic():
+    err = reject("""func f(%x: fp16[1, 4, 1, 8]) {
+  %i = cast(%x, dtype=int32) : int32[1, 4, 1, 8]
+  %j = mul(%i, %i) : int32[1, 4, 1, 8]
+  %y = cast(%j, dtype=fp16) : fp16[1, 4, 1, 8]
+  return %y
+}""")
+    assert (err.constraint, err.span.location) == ("ANE-FLOAT-COMPUTE", "test.ir:3:8")
+    assert err.message == ("%j = mul computes on int32 (int32[1, 4, 1, 8]); the ANE computes on "
+                           "fp16/fp32 tensors")
+    assert err.hint == ("cast the operands to fp16 first, e.g. cast(%i, dtype=fp16), and back to "
+                        "int32 after if the program needs integers")
+
+
+def test_integer_reduce_mean():
+    err = reject("""
+func f(%x: fp16[1, 6, 1, 4]) {
+  %n = cast(%x, dtype=int32) : int32[1, 6, 1, 4]
+  %m = reduce_mean(%n, axes=[1]) : int32[1, 1, 4]
+  %y = cast(%m, dtype=fp16) : fp16[1, 1, 4]
+  return %y
+}""")
+    assert (err.constraint, err.span.location) == ("ANE-REDUCE-MEAN", "test.ir:4:8")
+    assert err.message == "reduce_mean of int32 %n cannot be lowered to reduce_sum exactly on this target"
+    assert err.hint == "cast the operand to fp16 first"
+
+
+NAN_HINT = "fix the checkpoint (a NaN/Inf weight poisons every output it reaches)"
+
+
+@pytest.mark.parametrize("values,message,hint", [
+    ([np.nan, np.nan, 1.0], "weight 'layer.w' contains 2 NaN values", NAN_HINT),
+    ([np.inf, -np.inf, 1.0], "weight 'layer.w' contains 2 Inf values", NAN_HINT),
+    ([np.nan, -np.inf, 7e4], "weight 'layer.w' contains 1 NaN, 1 Inf values", NAN_HINT),
+    ([7e4, -1e5, 65504.0], "weight 'layer.w' has 2 values beyond the fp16 range +-65504 (largest "
+     "|v| = 100000); on the ANE they become inf",
+     "rescale the weight (and undo the scale after the op), or use -1e4 instead of huge "
+     "magnitudes for masks"),
+])
+def test_weights_out_of_fp16_range(values, message, hint):
+    w = np.ones((4, 4, 1, 1), np.float32)
+    w.flat[:3] = values
+    err = reject(WEIGHTED, weights=WeightStore({"layer.w": w}))
+    assert (err.constraint, err.span.location) == ("ANE-FP16-RANGE", "test.ir:3:8")
+    assert (err.message, err.hint) == (message, hint)
+
+
+def test_packed_weights_on_a_one_file_per_weight_target():
+    err = reject("""
+func f(%x: fp16[1, 4, 1, 8]) {
+  %w1 = const(weight="w1") : fp16[4, 4, 1, 1]
+  %w2 = const(weight="w2") : fp16[4, 4, 1, 1]
+  %w3 = const(weight="w1") : fp16[4, 4, 1, 1]
+  %a = conv1x1(%x, %w1) : fp16[1, 4, 1, 8]
+  %b = conv1x1(%a, %w2) : fp16[1, 4, 1, 8]
+  %c = conv1x1(%b, %w3) : fp16[1, 4, 1, 8]
+  return %c
+}""", target=get_target("m1"), pack_weights=True)
+    assert (err.constraint, err.span.location) == ("ANE-ONE-FILE-PER-WEIGHT", "test.ir:2:6")  # the func
+    assert err.message == "packed weights (one BLOBFILE holding 2 tensors) are rejected on m1"  # w1 twice: one
+    assert err.hint == "compile without --pack-weights: anec then writes one file per weight"
