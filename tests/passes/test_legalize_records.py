@@ -5,6 +5,10 @@ are checked against the program."""
 
 from __future__ import annotations
 
+import pytest
+
+from anec.diagnostics import ConstraintError
+from anec.passes import Legalize, PassContext
 from anec.targets import get_target
 
 from .test_legalize import IO, TIGHT, legalize, many_weights
@@ -134,3 +138,17 @@ def test_a_cut_into_programs_names_the_func_and_the_bytes_between_them():
         ("partition", "ANE-BLOB-BUDGET", "f", "test.ir:1:6",
          "func 'f' is cut into 2 programs (64 bytes cross stage boundaries)"),
     ]
+
+
+def test_the_plan_in_meta_is_the_last_run_s():
+    """Legalizing the result again (another target) replaces the plan: none when the func now
+    fits one program, none when the run is rejected."""
+    _, g, ctx = legalize(many_weights(17, scalar=False))
+    assert len(g.meta["partition"].stages) == 2
+    Legalize().run(g, PassContext(target=ctx.target.replace(max_blob_tensors=32), weights=ctx.weights))
+    assert "partition" not in g.meta
+    _, g, ctx = legalize(many_weights(17, scalar=False))
+    with pytest.raises(ConstraintError, match="packed weights"):
+        Legalize().run(g, PassContext(target=get_target("m1"), weights=ctx.weights,
+                                      options={"pack_weights": True}))
+    assert "partition" not in g.meta

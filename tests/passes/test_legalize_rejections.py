@@ -7,6 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from anec.diagnostics import ConstraintError
+from anec.ir.builder import Builder
+from anec.ir.ops import NotOnAne
+from anec.passes import Legalize, PassContext
+from anec.passes.legalize_rules import not_on_ane_rules
 from anec.targets import get_target
 from anec.weights import WeightStore
 
@@ -255,3 +260,40 @@ func f(%x: fp16[1, 4, 1, 8]) {
     assert (err.constraint, err.span.location) == ("ANE-ONE-FILE-PER-WEIGHT", "test.ir:2:6")  # the func
     assert err.message == "packed weights (one BLOBFILE holding 2 tensors) are rejected on m1"  # w1 twice: one
     assert err.hint == "compile without --pack-weights: anec then writes one file per weight"
+
+
+def test_an_integer_output_computed_on_integers_is_one_error():
+    """The output's error names the node that computes it; that node gets no second one."""
+    err = reject("""
+func f(%x: fp16[1, 4, 1, 8]) {
+  %i = cast(%x, dtype=int32) : int32[1, 4, 1, 8]
+  %j = mul(%i, %i) : int32[1, 4, 1, 8]
+  return %j
+}""")
+    assert (err.constraint, err.span.location) == ("ANE-IO-TENSORS", "test.ir:5:3")
+    assert err.message == ("output %j is int32 (int32[1, 4, 1, 8]); program inputs and outputs "
+                           "must be fp16 or fp32 tensors")
+    assert err.hint == "cast it before returning: cast(%j, dtype=fp16)"
+    assert err.notes == []
+
+
+def test_a_built_graph_without_spans_lists_the_other_errors_without_a_location():
+    b = Builder("f")
+    x = b.input("x", "fp16", [1, 8, 1, 16])
+    c = b.concat(x, x, axis=3, name="c")
+    d = b.concat(x, x, axis=2, name="d")
+    b.ret(b.reduce_sum(c, axes=[3], name="e"), b.reduce_sum(d, axes=[2], name="g"))
+    with pytest.raises(ConstraintError) as info:
+        Legalize().run(b.graph, PassContext(target=M4, weights=WeightStore({})))
+    err = info.value
+    assert err.span is None and err.message == "concat %c cannot be removed: it joins along axis 3"
+    assert err.notes == ["[ANE-CONCAT] concat %d cannot be removed: it joins along axis 2"]
+
+
+def test_an_op_table_row_naming_a_missing_rule_is_a_clear_error():
+    row = NotOnAne("ANE-NEG", ("neg_to_mul", "neg_to_sub"), "the ANE has no neg op",
+                   "multiply by -1 instead", "mul(x, -1)")
+    with pytest.raises(KeyError) as info:
+        not_on_ane_rules(row)
+    assert info.value.args[0] == ("the op table names legalize rule 'neg_to_sub' (ANE-NEG), which "
+                                  "anec/passes/legalize_rules.py does not define")
