@@ -312,6 +312,19 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
              '+out = rw.op("add", out, node.optional["bias"], suffix="BIAS")'),
         )
     },
+    "anec.passes.legalize.x_check_io_tensors__mutmut_10": (
+        "+ok = None",
+        "the flag is only read as a truth value (legalize_graph: `if check_io_tensors(rw):`), and None "
+        "is false like False",
+    ),
+    "anec.passes.legalize.x_check_io_tensors__mutmut_39": (
+        '+node=v.producer if (kind == "output") or True else None, span=span)',
+        "an input is a func input, whose producer is None: the node passed is None either way",
+    ),
+    "anec.passes.legalize.x_check_weight_range__mutmut_30": (
+        "+a = arr.astype(None)",
+        "numpy reads dtype None as the default float64: the same conversion as astype(np.float64)",
+    ),
 }
 
 C_EQUIVALENT: dict[str, str] = {

@@ -297,3 +297,46 @@ def test_an_op_table_row_naming_a_missing_rule_is_a_clear_error():
         not_on_ane_rules(row)
     assert info.value.args[0] == ("the op table names legalize rule 'neg_to_sub' (ANE-NEG), which "
                                   "anec/passes/legalize_rules.py does not define")
+
+
+def test_every_weight_key_is_checked_once_in_node_order():
+    """An in-range, an integer, a one-element, a missing and a repeated key do not stop the check: each
+    bad key is one error, at its first const, in node order."""
+    text = """
+func f(%x: fp16[1, 4, 1, 8]) {
+  %ok = const(weight="ok") : fp16[4, 4, 1, 1]
+  %a = conv1x1(%x, %ok) : fp16[1, 4, 1, 8]
+  %gone = const(weight="gone") : fp16[1, 4, 1, 1]
+  %b = add(%a, %gone) : fp16[1, 4, 1, 8]
+  %idx = const(weight="idx") : fp16[1, 4, 1, 1]
+  %one = const(weight="one") : fp16[1, 1, 1, 1]
+  %bi = add(%b, %idx) : fp16[1, 4, 1, 8]
+  %c = mul(%bi, %one) : fp16[1, 4, 1, 8]
+  %big = const(weight="big") : fp16[4, 4, 1, 1]
+  %d = conv1x1(%c, %big) : fp16[1, 4, 1, 8]
+  %big2 = const(weight="big", perm=[1, 0, 2, 3]) : fp16[4, 4, 1, 1]
+  %e = conv1x1(%d, %big2) : fp16[1, 4, 1, 8]
+  return %e
+}"""
+    big = np.ones((4, 4, 1, 1), np.float32)
+    big[2, 3] = -7e4
+    store = WeightStore({"ok": np.full((4, 4, 1, 1), 65504.0, np.float32), "big": big,
+                         "idx": np.arange(4, dtype=np.int32).reshape(1, 4, 1, 1),
+                         "one": np.full((1, 1, 1, 1), np.nan, np.float32)})
+    err = reject(text, weights=store)
+    assert (err.constraint, err.span.location, err.message) == (
+        "ANE-FP16-RANGE", "test.ir:8:10", "weight 'one' contains 1 NaN values")
+    assert err.notes == ["test.ir:11:10: [ANE-FP16-RANGE] weight 'big' has 1 values beyond the fp16 "
+                         "range +-65504 (largest |v| = 70000); on the ANE they become inf"]
+
+
+def test_integer_io_is_reported_before_fp32_io_is_considered():
+    """Once an input or output is not a float tensor, the fp32 I/O check does not add errors
+    about a program that must change anyway."""
+    err = reject("""
+func f(%n: int32[1, 4, 1, 2], %x: fp32[1, 4, 1, 2]) {
+  %y = relu(%x) : fp32[1, 4, 1, 2]
+  return %y
+}""", target=get_target("m1"))
+    assert (err.constraint, err.span.location) == ("ANE-IO-TENSORS", "test.ir:2:8")
+    assert err.notes == []
