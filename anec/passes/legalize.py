@@ -214,11 +214,11 @@ def beyond_fp16(arr: np.ndarray) -> bool:
     ints = _BITS.get(arr.dtype.itemsize)
     if ints is None or arr.dtype.kind != "f" or not arr.dtype.isnative:
         return not float(np.max(np.abs(arr))) <= FP16_MAX  # NaN compares False
-    flat = np.ascontiguousarray(arr).reshape(-1)
+    data = np.ascontiguousarray(arr)  # any shape: a same-width view and max() read every element
     signed, unsigned = ints
     limit = int(np.array(FP16_MAX, arr.dtype).view(unsigned))
     sign = 1 << (8 * arr.dtype.itemsize - 1)
-    return int(flat.view(signed).max()) > limit or int(flat.view(unsigned).max()) > (sign | limit)
+    return int(data.view(signed).max()) > limit or int(data.view(unsigned).max()) > (sign | limit)
 
 
 def check_weight_range(rw: LegalizeRewriter) -> None:

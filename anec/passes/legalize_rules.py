@@ -16,7 +16,7 @@ Each rewrite is recorded with ``rw.record(constraint, detail)``.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from anec.diagnostics import ConstraintError
 from anec.ir.ops import BINARY, ELEMENTWISE, GELU_TANH_C, OPS, Mil, NotOnAne
@@ -46,7 +46,7 @@ class LegalizeRewriter(Rewriter):
         return id(node) in self._rejected_nodes
 
     def reject(self, constraint: str, message: str, hint: str, node: "Node | None" = None,
-               span=None, notes: Sequence[str] = ()) -> None:
+               span=None) -> None:
         """Record that ``node`` cannot be made ANE-legal (once per node and constraint)."""
         key = (id(node), constraint)
         if node is not None and key in self._rejected:
@@ -55,7 +55,7 @@ class LegalizeRewriter(Rewriter):
         if node is not None:
             self._rejected_nodes.add(id(node))
         err = ConstraintError(message, span=span or (node.span if node is not None else None)
-                              or self.graph.span, hint=hint, constraint=constraint, notes=notes)
+                              or self.graph.span, hint=hint, constraint=constraint)
         self.rejections.append((node, err))
         return None
 

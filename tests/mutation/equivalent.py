@@ -306,6 +306,61 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "an equal view of the same key; no rule drops a value const or a weight operand, and dce has run "
         "before, so the key of an erased const is always kept",
     ),
+    **{
+        f"anec.passes.legalize.x_check_float_compute__mutmut_{n}": (
+            f'+if node.op == "{op}" or not node.results or id(node) in rejected:',
+            "a const is skipped by the dtype test that follows as well: its op row admits every dtype "
+            "(ALL_DTYPES, bool included), which is not the NUMERIC domain the check looks for",
+        )
+        for n, op in ((6, "XXconstXX"), (7, "CONST"))
+    },
+    **{
+        f"anec.passes.legalize_rules.x_expand_gelu_tanh__mutmut_{n}": (
+            f'+mode = node.attrs.get("mode", "{default}")',
+            'the mode is only compared with "tanh": a gelu without one gets the exact-GELU record '
+            "whatever the default string is",
+        )
+        for n, default in ((162, "XXexactXX"), (163, "EXACT"))
+    },
+    **{
+        f"anec.passes.legalize_rules.{fn}__mutmut_{n}": (
+            line,
+            "the suffix names the rule's last value, which replaces the node and then takes the node's "
+            "name (Rewriter.replace renames a value the rule created once the old node is erased, and "
+            "the old name is then free): the suffixed name exists only until then and nothing reads it",
+        )
+        for fn, n, line in (
+            ("x_expand_gelu_tanh", 153, '+y = rw.op("mul", hx, u, suffix="XXgeluXX")'),
+            ("x_expand_gelu_tanh", 154, '+y = rw.op("mul", hx, u, suffix="GELU")'),
+            ("x_lower_reduce_mean", 64, '+y = rw.op("reduce_sum", scaled, suffix="XXsumXX", **attrs)'),
+            ("x_lower_reduce_mean", 65, '+y = rw.op("reduce_sum", scaled, suffix="SUM", **attrs)'),
+            ("x_neg_to_mul", 24, '+y = rw.op("mul", x, rw.scalar(-1.0, x.type.dtype, "m1"), suffix="XXmulXX")'),
+            ("x_neg_to_mul", 25, '+y = rw.op("mul", x, rw.scalar(-1.0, x.type.dtype, "m1"), suffix="MUL")'),
+            ("x_rsqrt_to_pow", 24, '+y = rw.op("pow", x, rw.scalar(-0.5, x.type.dtype, "e"), suffix="XXpowXX")'),
+            ("x_rsqrt_to_pow", 25, '+y = rw.op("pow", x, rw.scalar(-0.5, x.type.dtype, "e"), suffix="POW")'),
+            ("x_partial_convs", 51, '+total = rw.op("add", total, conv.optional["bias"], suffix="XXbiasXX")'),
+            ("x_partial_convs", 52, '+total = rw.op("add", total, conv.optional["bias"], suffix="BIAS")'),
+            ("x_split_conv_bias", 31, '+y = rw.op("add", conv, node.optional["bias"], suffix="XXbiasXX")'),
+            ("x_split_conv_bias", 32, '+y = rw.op("add", conv, node.optional["bias"], suffix="BIAS")'),
+            ("x_conv_dynamic_weight_to_matmul", 79,
+             '+out = rw.op("add", out, node.optional["bias"], suffix="XXbiasXX")'),
+            ("x_conv_dynamic_weight_to_matmul", 80,
+             '+out = rw.op("add", out, node.optional["bias"], suffix="BIAS")'),
+        )
+    },
+    "anec.passes.legalize.x_check_io_tensors__mutmut_10": (
+        "+ok = None",
+        "the flag is only read as a truth value (legalize_graph: `if check_io_tensors(rw):`), and None "
+        "is false like False",
+    ),
+    "anec.passes.legalize.x_check_io_tensors__mutmut_39": (
+        '+node=v.producer if (kind == "output") or True else None, span=span)',
+        "an input is a func input, whose producer is None: the node passed is None either way",
+    ),
+    "anec.passes.legalize.x_check_weight_range__mutmut_30": (
+        "+a = arr.astype(None)",
+        "numpy reads dtype None as the default float64: the same conversion as astype(np.float64)",
+    ),
 }
 
 C_EQUIVALENT: dict[str, str] = {

@@ -55,3 +55,41 @@ def test_views_and_byte_order():
     assert beyond_fp16(a[:, ::2]) is False and beyond_fp16(a[:3]) is False
     big = np.array([1.0, 7e4], dtype=">f4")
     assert beyond_fp16(big) is True and beyond_fp16(big[:1]) is False
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_native_floats_are_read_without_a_temporary_array(dtype):
+    """The bit test allocates nothing the size of the weight (max(|w|) would copy it)."""
+    import tracemalloc
+
+    a = np.full(1 << 20, 0.5, dtype)
+    a[12345] = -np.inf
+    tracemalloc.start()
+    try:
+        assert beyond_fp16(a) is True
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < a.nbytes // 16, (peak, a.nbytes)
+
+
+@pytest.mark.parametrize("dtype", [">f2", ">f4", ">f8", np.longdouble])
+def test_other_floats_take_the_float64_comparison(dtype):
+    """Byte-swapped storage and long doubles (no integer view of their width) compare
+    ``|v| <= FP16_MAX`` in floats: FP16_MAX itself is in range, anything above it is not."""
+    edge = np.array([0.25, -FP16_MAX, FP16_MAX], dtype)
+    assert beyond_fp16(edge) is False
+    above = np.array([FP16_MAX + 0.5 if np.dtype(dtype).itemsize >= 4 else np.inf], dtype)
+    assert beyond_fp16(np.concatenate([edge, above])) is True
+    assert beyond_fp16(np.concatenate([edge, -above])) is True
+    assert beyond_fp16(np.array([1.0, np.nan], dtype)) is True
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_any_shape(dtype):
+    assert beyond_fp16(np.array(np.inf if dtype is np.float16 else 7e4, dtype)) is True  # rank 0
+    assert beyond_fp16(np.array(-3.5, dtype)) is False
+    a = np.zeros((2, 3, 4, 5), dtype)
+    assert beyond_fp16(a) is False
+    a[1, 2, 3, 4] = np.nan
+    assert beyond_fp16(a) is True and beyond_fp16(a[:, :, :, :4]) is False
