@@ -246,13 +246,14 @@ def check_weight_range(rw: LegalizeRewriter) -> None:
         if nan or inf:
             what = ", ".join(p for p in (f"{nan} NaN" if nan else "", f"{inf} Inf" if inf else "")
                              if p)
-            rw.reject("ANE-FP16-RANGE", f"weight '{key}' contains {what} values",
+            plural = "s" if nan + inf != 1 else ""
+            rw.reject("ANE-FP16-RANGE", f"weight '{key}' contains {what} value{plural}",
                       "fix the checkpoint (a NaN/Inf weight poisons every output it reaches)", n)
         elif big:
             rw.reject(
                 "ANE-FP16-RANGE",
                 f"weight '{key}' has {big} value{'s' if big != 1 else ''} beyond the fp16 range +-{FP16_MAX:g} (largest "
-                f"|v| = {np.abs(finite).max():.6g}); on the ANE they become inf",
+                f"|v| = {np.abs(finite).max():.6g}); on the ANE {'they become' if big != 1 else 'it becomes'} inf",
                 "rescale the weight (and undo the scale after the op), or use -1e4 instead of "
                 "huge magnitudes for masks", n)
 

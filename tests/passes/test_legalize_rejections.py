@@ -325,9 +325,9 @@ func f(%x: fp16[1, 4, 1, 8]) {
                          "one": np.full((1, 1, 1, 1), np.nan, np.float32)})
     err = reject(text, weights=store)
     assert (err.constraint, err.span.location, err.message) == (
-        "ANE-FP16-RANGE", "test.ir:8:10", "weight 'one' contains 1 NaN values")
-    assert err.notes == ["test.ir:11:10: [ANE-FP16-RANGE] weight 'big' has 1 values beyond the fp16 "
-                         "range +-65504 (largest |v| = 70000); on the ANE they become inf"]
+        "ANE-FP16-RANGE", "test.ir:8:10", "weight 'one' contains 1 NaN value")
+    assert err.notes == ["test.ir:11:10: [ANE-FP16-RANGE] weight 'big' has 1 value beyond the fp16 "
+                         "range +-65504 (largest |v| = 70000); on the ANE it becomes inf"]
 
 
 def test_integer_io_is_reported_before_fp32_io_is_considered():
