@@ -361,6 +361,125 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "+a = arr.astype(None)",
         "numpy reads dtype None as the default float64: the same conversion as astype(np.float64)",
     ),
+    "anec.passes.partition.x_blob_cap_of__mutmut_2": (
+        "+scalar = None",
+        "the flag is only or-ed with booleans and read by target.blob_cap as a truth value, where None is"
+        " false like False",
+    ),
+    "anec.passes.partition.x_blob_cap_of__mutmut_4": (
+        "+for v in x.operands if (not x.optional) and False else x.inputs():",
+        "Node.inputs() is the operands followed by the optional operands: without optional operands it is"
+        " the operands",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_20": (
+        "+if not over_blobs and not force and peak_bound is not None and peak_bound < target.sram_bytes:",
+        "a shortcut only: at a bound equal to the SRAM the planner computes the one-program peak instead,"
+        " which is at most the bound, and returns None all the same",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_30": (
+        "+one = Stage(None, len(items))",
+        "the stage's start only slices the items (items[None:end] is items[0:end])",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_39": (
+        "+_fill(graph, items, sweep, one, None, cap)",
+        "with the cap given, _fill never reads the target",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_40": (
+        "+_fill(graph, items, sweep, one, target, None)",
+        "without the cap, _fill computes it as blob_cap_of(items, target)[1], the very value passed",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_46": (
+        "+_fill(graph, items, sweep, one, target, )",
+        "without the cap, _fill computes it as blob_cap_of(items, target)[1], the very value passed",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_57": (
+        "+lo = [1] * (n + 1)",
+        "lo[0] is never read (the search reads lo[i] for i >= 1, each assigned before)",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_59": (
+        "+lo = [0] * (n + 2)",
+        "the extra element is never read",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_128": (
+        "+INF = None",
+        "INF is a sentinel compared by equality only with entries never assigned a cost (a reachable cost"
+        " is never None)",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_129": (
+        "+INF = (1 >> 62, 1 << 62)",
+        "INF is a sentinel compared by equality only; a real cost (stages >= 1 past f[0] = (0, 0), bytes "
+        "< 2**62) never equals it",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_130": (
+        "+INF = (2 << 62, 1 << 62)",
+        "INF is a sentinel compared by equality only; a real cost never equals it",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_131": (
+        "+INF = (1 << 63, 1 << 62)",
+        "INF is a sentinel compared by equality only; a real cost never equals it",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_132": (
+        "+INF = (1 << 62, 1 >> 62)",
+        "INF is a sentinel compared by equality only; a real cost (stages < 2**62) never equals it",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_133": (
+        "+INF = (1 << 62, 2 << 62)",
+        "INF is a sentinel compared by equality only; a real cost never equals it",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_134": (
+        "+INF = (1 << 62, 1 << 63)",
+        "INF is a sentinel compared by equality only; a real cost never equals it",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_138": (
+        "+f: list[tuple[int, int]] = [INF] * (n + 2)",
+        "the extra element is never read",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_141": (
+        "+parent = [+1] * (n + 1)",
+        "parent[0] is never read (the walk back stops at 0) and every other entry read is assigned first",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_142": (
+        "+parent = [-2] * (n + 1)",
+        "parent[0] is never read (the walk back stops at 0) and every other entry read is assigned first",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_144": (
+        "+parent = [-1] * (n + 2)",
+        "the extra element is never read",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_147": (
+        "+f[0] = (1, 0)",
+        "the same offset on every cost: the minima and the cuts chosen are the same, and costs are never "
+        "shown",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_148": (
+        "+f[0] = (0, 1)",
+        "the same offset on every cost: the minima and the cuts chosen are the same, and costs are never "
+        "shown",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_152": (
+        "+return (f[j][0] + 2, f[j][1] + sweep.cross[j])",
+        "costs compare lexicographically: 2 per stage orders plans as 1 per stage does (fewest stages, "
+        "then bytes)",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_165": (
+        "+if f[j] != INF or (j == 0 or not sweep.bad[j]):",
+        "f[j] != INF only for j = 0 and allowed cuts (a forbidden cut is skipped before f is set), and an"
+        " allowed j with f[j] == INF means the search already raised",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_168": (
+        "+if f[j] != INF and (j != 0 or not sweep.bad[j]):",
+        "bad[0] is False, and f[j] != INF already implies an allowed cut for j > 0 (a forbidden cut is "
+        "skipped before f is set)",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_169": (
+        "+if f[j] != INF and (j == 1 or not sweep.bad[j]):",
+        "bad[0] is False, and f[1] != INF already implies that cut 1 is allowed (a forbidden cut is "
+        "skipped before f is set)",
+    ),
+    "anec.passes.partition.x_plan_partition__mutmut_183": (
+        "+if i <= n and sweep.bad[i]:",
+        "bad[n] is always False (the sweep marks only the cuts 1..n-1)",
+    ),
 }
 
 C_EQUIVALENT: dict[str, str] = {

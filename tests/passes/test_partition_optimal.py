@@ -25,30 +25,35 @@ WIDTHS = (8, 24)  # two activation sizes, so that where a cut falls changes the 
 
 @st.composite
 def funcs(draw):
-    """A func of 2..11 items: convs changing the width (weights sometimes shared), adds of
-    two values of one width (skips), relus, inline-scalar muls, fp32 round trips whose fp32
-    value lives across later items, a second input read late, several outputs."""
+    """A func of 2..11 items: convs changing the width (a weight const sometimes read again), adds of
+    two values of one width (skips), relus, inline-scalar muls, fp32 round trips and int32 values
+    that live across later items, a second input read late, several outputs."""
     n = draw(st.integers(2, 11))
     lines = [f"func g(%x: fp16[1, {WIDTHS[0]}, 1, {S}], %y: fp16[1, {WIDTHS[1]}, 1, {S}]) {{"]
     vals = [("%x", WIDTHS[0])]
     late = [("%y", WIDTHS[1])]  # the second input becomes usable after the first items
-    keys: dict[tuple[int, int], int] = {}
+    keys: dict[tuple[int, int], str] = {}
     n_keys = 0
+    pending: list[tuple[str, int]] = []  # fp32 values not cast back yet: they cross later items
     for i in range(n):
         if i == n // 2:
             vals += late
+        if pending and draw(st.booleans()):
+            f, wf = pending.pop(0)
+            lines.append(f"  %b{i} = cast({f}, dtype=fp16)")
+            vals.append((f"%b{i}", wf))
         a, wa = draw(st.sampled_from(vals[-5:]))
-        kind = draw(st.sampled_from(["conv", "conv", "add", "relu", "scale", "fp32"]))
+        kind = draw(st.sampled_from(["conv", "conv", "add", "relu", "scale", "fp32", "int32"]))
         out = f"%v{i}"
         if kind == "conv":
             wo = draw(st.sampled_from(WIDTHS))
             if (wo, wa) in keys and draw(st.booleans()):
-                k = keys[(wo, wa)]  # the same weight read again
+                w = keys[(wo, wa)]  # the same weight const read again
             else:
-                k = keys[(wo, wa)] = n_keys
+                w = keys[(wo, wa)] = f"%w{i}"
+                lines.append(f'  %w{i} = const(weight="k{n_keys}") : fp16[{wo}, {wa}, 1, 1]')
                 n_keys += 1
-            lines.append(f'  %w{i} = const(weight="k{k}") : fp16[{wo}, {wa}, 1, 1]')
-            lines.append(f"  {out} = conv1x1({a}, %w{i})")
+            lines.append(f"  {out} = conv1x1({a}, {w})")
             vals.append((out, wo))
         elif kind == "add":
             same = [v for v in vals if v[1] == wa]
@@ -58,16 +63,27 @@ def funcs(draw):
         elif kind == "scale":
             lines.append(f"  %s{i} = const(value=0.5) : fp16[]\n  {out} = mul({a}, %s{i})")
             vals.append((out, wa))
-        elif kind == "fp32":  # an fp32 value live across 1..3 cuts, then fp16 again
+        elif kind == "fp32":  # an fp32 value live across 1..3 cuts, then fp16 again (now or later)
             lines.append(f"  %f{i}_0 = cast({a}, dtype=fp32)")
             hops = draw(st.integers(0, 2))
             for h in range(hops):
                 lines.append(f"  %f{i}_{h + 1} = relu(%f{i}_{h})")
-            lines.append(f"  {out} = cast(%f{i}_{hops}, dtype=fp16)")
+            if draw(st.booleans()):
+                pending.append((f"%f{i}_{hops}", wa))
+                lines.append(f"  {out} = relu({a})")
+            else:
+                lines.append(f"  {out} = cast(%f{i}_{hops}, dtype=fp16)")
+            vals.append((out, wa))
+        elif kind == "int32":  # an integer value: never program I/O, on any target
+            lines.append(f"  %n{i} = cast({a}, dtype=int32)\n  {out} = relu({a})")
+            pending.append((f"%n{i}", wa))
             vals.append((out, wa))
         else:
             lines.append(f"  {out} = relu({a})")
             vals.append((out, wa))
+    for j, (f, wf) in enumerate(pending):
+        lines.append(f"  %e{j} = cast({f}, dtype=fp16)")
+        vals.append((f"%e{j}", wf))
     last = vals[-1][0]
     extra = draw(st.lists(st.sampled_from([v for v, _ in vals[1:]]), max_size=2))
     outs = list(dict.fromkeys([last, *extra]))
@@ -123,6 +139,34 @@ class _Slow:
     def legal(self, run):
         return len(self.weights(run)) <= self.cap(run)
 
+    def error(self):
+        """(constraint, message, span, hint) of the planner's refusal: first an item that alone
+        breaks the budget, else the first place where a stage must end (the end, or an allowed
+        cut) but no legal stage ending there starts where the items before it can end."""
+        items, t = self.items, self.target
+        for x in items:
+            if not self.legal([x]):
+                return ("ANE-BLOB-BUDGET",
+                        f"%{x.results[0].name} ({x.op}) alone reads {len(self.weights([x]))} BLOBFILE weight "
+                        f"tensors; one {t.name} program holds at most {self.cap([x])}, so no program can "
+                        "contain it", x.span,
+                        "split the op's weights (for a conv: chunk its output channels into several convs), "
+                        "or compile it with its weights as program inputs (--weights-as-inputs)")
+        n = len(items)
+        reach = [True] + [False] * n
+        for i in range(1, n + 1):
+            if i < n and not self.allowed(i):
+                continue
+            reach[i] = any(reach[j] and (j == 0 or self.allowed(j)) and self.legal(items[j:i]) for j in range(i))
+            if not reach[i]:
+                x = items[i - 1]
+                return ("ANE-BLOB-BUDGET",
+                        f"func '{self.graph.name}' cannot be cut into legal programs around %{x.results[0].name}: "
+                        "every cut near it would pass an integer, bool or (on this target) fp32 tensor between "
+                        "programs, and the BLOBFILE budget forbids keeping the run in one", x.span,
+                        "cast the value to fp16 before its later uses, or make its weights program inputs")
+        raise AssertionError("a plan exists")
+
     def best(self):
         """(stages, crossing bytes) of the best legal set of cuts, or None."""
         n = len(self.items)
@@ -157,7 +201,7 @@ def test_the_plan_is_the_exhaustive_searchs_best(text, budget, chip):
     if best is None:
         with pytest.raises(ConstraintError) as ei:
             plan_partition(graph, target, force=True)
-        assert ei.value.constraint == "ANE-BLOB-BUDGET" and ei.value.span is not None
+        assert (ei.value.constraint, ei.value.message, ei.value.span, ei.value.hint) == slow.error(), text
         return
     plan = plan_partition(graph, target, force=True)
     assert (len(plan.stages), plan.crossing_bytes) == best, text
@@ -182,6 +226,12 @@ def test_the_plan_is_the_exhaustive_searchs_best(text, budget, chip):
         assert s.out_bytes == sum(v.type.nbytes for v in s.outputs)
     if len(plan.stages) == 1 and not plan.over_blobs:
         assert plan_partition(graph, target) is None  # fits one program: not cut unless forced
+        # an SRAM of exactly the one program's peak still holds it (with or without the bound)
+        peak = plan.stages[0].peak_sram
+        assert plan_partition(graph, target.replace(sram_bytes=peak)) is None
+        assert plan_partition(graph, target.replace(sram_bytes=peak), peak_bound=peak) is None
+        assert len(plan_partition(graph, target, force=True, peak_bound=peak).stages) == 1  # forced: planned
+        assert plan_partition(graph, target.replace(sram_bytes=peak - 1)) is not None  # over the SRAM
 
 
 def _four_convs(s: int) -> str:
