@@ -314,6 +314,23 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         )
         for n, op in ((6, "XXconstXX"), (7, "CONST"))
     },
+    "anec.passes.legalize.x_check_float_compute__mutmut_4": (
+        '+if node.op == "const" and not node.results or id(node) in rejected:',
+        "a const is skipped by the dtype test that follows as well (its op row admits every dtype, bool "
+        "included, which is not the NUMERIC domain the check looks for), and every node has a result "
+        "(a const always has its one)",
+    ),
+    "anec.passes.legalize.x_check_io_dtypes__mutmut_57": (
+        "+first = g.nodes[0] if (g.nodes) or True else None",
+        "a func with no node cannot reach legalize: the verifier rejects a func that returns no value "
+        "and one that returns its input directly, so a func always has the node of an output",
+    ),
+    "anec.passes.legalize.x_merge_duplicate_weights__mutmut_17": (
+        "+if not n.result.uses or n.result not in graph.outputs:",
+        "both halves are always true after Graph.replace_all_uses: it moves every use to the first "
+        "const and, for a returned value, puts the first const (or an identity of it) in its place in "
+        "the outputs, so `and` and `or` agree",
+    ),
     **{
         f"anec.passes.legalize_rules.x_expand_gelu_tanh__mutmut_{n}": (
             f'+mode = node.attrs.get("mode", "{default}")',
