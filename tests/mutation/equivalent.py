@@ -325,6 +325,28 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "a func with no node cannot reach legalize: the verifier rejects a func that returns no value "
         "and one that returns its input directly, so a func always has the node of an output",
     ),
+    "anec.passes.legalize.x_check_weight_packing__mutmut_16": (
+        "+)",
+        "LegalizeRewriter.reject falls back to the graph's span when it is given neither a node nor a "
+        "span: the error points at the func either way",
+    ),
+    **{
+        name: (
+            line,
+            "peak_bound only spares plan_partition the one-program stage it bounds from above (the SRAM "
+            "report's peak counts every value a stage does, over at least the same steps): at or under "
+            "the SRAM the computed stage fits too and the result is None either way, above it the stage "
+            "is computed either way",
+        )
+        for name, line in (
+            ("anec.passes.legalize.x_plan_stages__mutmut_10", "+plan = plan_partition(graph, rw.target, peak_bound=None)"),
+            ("anec.passes.legalize.x_plan_stages__mutmut_13", "+plan = plan_partition(graph, rw.target, )"),
+            ("anec.passes.legalize.x_legalize_graph__mutmut_38", "+plan_stages(rw, None)"),
+            ("anec.passes.legalize.x_legalize_graph__mutmut_40", "+plan_stages(rw, )"),
+            ("anec.passes.legalize.x_legalize_graph__mutmut_41",
+             '+plan_stages(rw, report["peak_bytes"] if (report is not None) and False else None)'),
+        )
+    },
     "anec.passes.legalize.x_merge_duplicate_weights__mutmut_17": (
         "+if not n.result.uses or n.result not in graph.outputs:",
         "both halves are always true after Graph.replace_all_uses: it moves every use to the first "
