@@ -362,6 +362,14 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         for n, default in ((162, "XXexactXX"), (163, "EXACT"))
     },
     **{
+        f"anec.passes.legalize_rules.x_expand_gelu_tanh__mutmut_{n}": (
+            line,
+            'the mode is only compared with "tanh": a gelu without one gets the exact-GELU record '
+            "whatever the default is, None included",
+        )
+        for n, line in ((157, '+mode = node.attrs.get("mode", None)'), (159, '+mode = node.attrs.get("mode", )'))
+    },
+    **{
         f"anec.passes.legalize_rules.{fn}__mutmut_{n}": (
             line,
             "the suffix names the rule's last value, which replaces the node and then takes the node's "
@@ -385,6 +393,22 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
              '+out = rw.op("add", out, node.optional["bias"], suffix="XXbiasXX")'),
             ("x_conv_dynamic_weight_to_matmul", 80,
              '+out = rw.op("add", out, node.optional["bias"], suffix="BIAS")'),
+            ("x_expand_gelu_tanh", 146, '+y = rw.op("mul", hx, u, suffix=None)'),
+            ("x_expand_gelu_tanh", 150, '+y = rw.op("mul", hx, u, )'),
+            ("x_partial_convs", 42, '+total = rw.op("add", total, conv.optional["bias"], suffix=None)'),
+            ("x_partial_convs", 46, '+total = rw.op("add", total, conv.optional["bias"], )'),
+        )
+    },
+    **{
+        f"anec.passes.legalize_rules.{fn}__mutmut_{n}": (
+            line,
+            "without a suffix Rewriter.op names the value after its op (name_for(suffix or opname)), and "
+            "the suffix here is the op's name: the same name",
+        )
+        for fn, n, line in (
+            ("x_expand_gelu_tanh", 99, '+t = rw.op("tanh", s, suffix=None)'),
+            ("x_expand_gelu_tanh", 102, '+t = rw.op("tanh", s, )'),
+            ("x_rsqrt_to_pow", 7, '+y = rw.op("pow", x, rw.scalar(-0.5, x.type.dtype, "e"), suffix=None)'),
         )
     },
     "anec.passes.legalize.x_check_io_tensors__mutmut_10": (
