@@ -409,6 +409,9 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
             ("x_expand_gelu_tanh", 99, '+t = rw.op("tanh", s, suffix=None)'),
             ("x_expand_gelu_tanh", 102, '+t = rw.op("tanh", s, )'),
             ("x_rsqrt_to_pow", 7, '+y = rw.op("pow", x, rw.scalar(-0.5, x.type.dtype, "e"), suffix=None)'),
+            ("x_rsqrt_to_pow", 11, '+y = rw.op("pow", x, rw.scalar(-0.5, x.type.dtype, "e"), )'),
+            ("x_neg_to_mul", 7, '+y = rw.op("mul", x, rw.scalar(-1.0, x.type.dtype, "m1"), suffix=None)'),
+            ("x_neg_to_mul", 11, '+y = rw.op("mul", x, rw.scalar(-1.0, x.type.dtype, "m1"), )'),
         )
     },
     "anec.passes.legalize.x_check_io_tensors__mutmut_10": (

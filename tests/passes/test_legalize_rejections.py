@@ -11,11 +11,12 @@ from anec.diagnostics import ConstraintError
 from anec.ir.builder import Builder
 from anec.ir.ops import NotOnAne
 from anec.passes import Legalize, PassContext
+from anec.passes.legalize import legalize_graph
 from anec.passes.legalize_rules import not_on_ane_rules
 from anec.targets import get_target
 from anec.weights import WeightStore
 
-from .passes_util import compare
+from .passes_util import compare, parse_func
 from .test_legalize import IO, M4, TIGHT, WEIGHTED, legalize, reject, rules
 
 
@@ -340,3 +341,20 @@ func f(%n: int32[1, 4, 1, 2], %x: fp32[1, 4, 1, 2]) {
 }""", target=get_target("m1"))
     assert (err.constraint, err.span.location) == ("ANE-IO-TENSORS", "test.ir:2:8")
     assert err.notes == []
+
+
+def test_a_returned_concat_is_not_split_for_the_convs_it_feeds():
+    """The concat must stay to be returned: its convs keep reading it, and nothing is recorded as removed."""
+    g = parse_func("""
+func f(%a: fp16[1, 8, 1, 16]) {
+  %y = concat(%a, %a, axis=1) : fp16[1, 16, 1, 16]
+  %w = const(weight="w") : fp16[4, 16, 1, 1]
+  %c = conv1x1(%y, %w) : fp16[1, 4, 1, 16]
+  return %y, %c
+}""")
+    ctx = PassContext(target=M4, weights=stored(w=(4, 16, 1, 1)), options={})
+    [(node, err)] = legalize_graph(g, ctx, collect=True)
+    assert (err.constraint, err.span.location) == ("ANE-CONCAT", "test.ir:3:8")
+    assert err.message == "concat %y cannot be removed: it is returned"
+    assert ctx.rewrites == []
+    assert [n.op for n in g.nodes] == ["concat", "const", "conv1x1"]
