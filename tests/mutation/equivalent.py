@@ -397,6 +397,8 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
             ("x_expand_gelu_tanh", 150, '+y = rw.op("mul", hx, u, )'),
             ("x_partial_convs", 42, '+total = rw.op("add", total, conv.optional["bias"], suffix=None)'),
             ("x_partial_convs", 46, '+total = rw.op("add", total, conv.optional["bias"], )'),
+            ("x_lower_reduce_mean", 57, '+y = rw.op("reduce_sum", scaled, suffix=None, **attrs)'),
+            ("x_lower_reduce_mean", 60, '+y = rw.op("reduce_sum", scaled, **attrs)'),
         )
     },
     **{
@@ -412,6 +414,41 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
             ("x_rsqrt_to_pow", 11, '+y = rw.op("pow", x, rw.scalar(-0.5, x.type.dtype, "e"), )'),
             ("x_neg_to_mul", 7, '+y = rw.op("mul", x, rw.scalar(-1.0, x.type.dtype, "m1"), suffix=None)'),
             ("x_neg_to_mul", 11, '+y = rw.op("mul", x, rw.scalar(-1.0, x.type.dtype, "m1"), )'),
+        )
+    },
+    "anec.passes.legalize_rules.x_split_concat_into_partial_convs__mutmut_20": (
+        '+if u.op != "conv1x1" or u.operands[0] is not out and u.operands[1] is out \\',
+        "every conv the mutant lets through is refused two lines later: one that reads the concat only "
+        "as its bias by the bias test, one that reads it as input and weight by can_slice, as the "
+        "concat is no weight const (weight_const gives None, and can_slice(None, ...) is False)",
+    ),
+    **{
+        f"anec.passes.legalize_rules.x_matmul_const_to_conv__mutmut_{n}": (
+            line,
+            "the default is only read through bool(): bool(None) is False, as bool(False) is",
+        )
+        for n, line in (
+            (13, '+tx, ty = bool(node.attrs.get("transpose_x", False)), bool(node.attrs.get("transpose_y", None))'),
+            (15, '+tx, ty = bool(node.attrs.get("transpose_x", False)), bool(node.attrs.get("transpose_y", ))'),
+        )
+    },
+    "anec.passes.legalize_rules.x_rules_for__mutmut_17": (
+        "+rules[op] = rules.get(None, ()) + fns",
+        "no op a target switch adds rules for (reduce_mean, softmax) has device rules or op-table rules, "
+        "so rules.get(op, ()) is (), as rules.get(None, ()) is",
+    ),
+    **{
+        f"anec.passes.legalize_rules.x_split_to_slices__mutmut_{n}": (
+            line,
+            "each slice ends up under its result's name: the split node is erased before the renaming "
+            "loop, so the result's name is free unless the slice already took it (a returned result's "
+            "name moves to its slice in replace_all_uses); the name a slice is created with is never read",
+        )
+        for n, line in (
+            (33, '+s = rw.op("slice", x, begin=begin, end=end, name=None)'),
+            (38, '+s = rw.op("slice", x, begin=begin, end=end, )'),
+            (50, "+if s.name != name or not g.has_value_name(name):"),
+            (53, "+if s.name != name and not g.has_value_name(None):"),
         )
     },
     "anec.passes.legalize.x_check_io_tensors__mutmut_10": (
