@@ -214,6 +214,21 @@ def test_integer_arithmetic():
                         "int32 after if the program needs integers")
 
 
+def test_integer_arithmetic_after_a_const():
+    """The check goes past the consts (which compute nothing) to the integer arithmetic after them."""
+    err = reject("""func f(%x: fp16[1, 4, 1, 8]) {
+  %k = const(value=2.0) : fp16[]
+  %h = mul(%x, %k) : fp16[1, 4, 1, 8]
+  %i = cast(%h, dtype=int32) : int32[1, 4, 1, 8]
+  %j = add(%i, %i) : int32[1, 4, 1, 8]
+  %y = cast(%j, dtype=fp16) : fp16[1, 4, 1, 8]
+  return %y
+}""")
+    assert (err.constraint, err.span.location) == ("ANE-FLOAT-COMPUTE", "test.ir:5:8")
+    assert err.message == "%j = add computes on int32 (int32[1, 4, 1, 8]); the ANE computes on fp16/fp32 tensors"
+    assert err.notes == []
+
+
 def test_integer_reduce_mean():
     err = reject("""
 func f(%x: fp16[1, 6, 1, 4]) {
