@@ -325,11 +325,14 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "a func with no node cannot reach legalize: the verifier rejects a func that returns no value "
         "and one that returns its input directly, so a func always has the node of an output",
     ),
-    "anec.passes.legalize.x_check_weight_packing__mutmut_16": (
-        "+)",
-        "LegalizeRewriter.reject falls back to the graph's span when it is given neither a node nor a "
-        "span: the error points at the func either way",
-    ),
+    **{
+        f"anec.passes.legalize.x_check_weight_packing__mutmut_{n}": (
+            line,
+            "LegalizeRewriter.reject falls back to the graph's span when it is given neither a node nor a "
+            "span: the error points at the func either way",
+        )
+        for n, line in ((12, "+span=None)"), (16, "+)"))
+    },
     **{
         name: (
             line,
@@ -399,6 +402,10 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
             ("x_partial_convs", 46, '+total = rw.op("add", total, conv.optional["bias"], )'),
             ("x_lower_reduce_mean", 57, '+y = rw.op("reduce_sum", scaled, suffix=None, **attrs)'),
             ("x_lower_reduce_mean", 60, '+y = rw.op("reduce_sum", scaled, **attrs)'),
+            ("x_split_conv_bias", 22, '+y = rw.op("add", conv, node.optional["bias"], suffix=None)'),
+            ("x_split_conv_bias", 26, '+y = rw.op("add", conv, node.optional["bias"], )'),
+            ("x_conv_dynamic_weight_to_matmul", 70, '+out = rw.op("add", out, node.optional["bias"], suffix=None)'),
+            ("x_conv_dynamic_weight_to_matmul", 74, '+out = rw.op("add", out, node.optional["bias"], )'),
         )
     },
     **{
@@ -430,6 +437,8 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         for n, line in (
             (13, '+tx, ty = bool(node.attrs.get("transpose_x", False)), bool(node.attrs.get("transpose_y", None))'),
             (15, '+tx, ty = bool(node.attrs.get("transpose_x", False)), bool(node.attrs.get("transpose_y", ))'),
+            (5, '+tx, ty = bool(node.attrs.get("transpose_x", None)), bool(node.attrs.get("transpose_y", False))'),
+            (7, '+tx, ty = bool(node.attrs.get("transpose_x", )), bool(node.attrs.get("transpose_y", False))'),
         )
     },
     "anec.passes.legalize_rules.x_rules_for__mutmut_17": (

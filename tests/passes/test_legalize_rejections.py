@@ -278,6 +278,19 @@ func f(%x: fp16[1, 4, 1, 8]) {
     assert err.hint == "compile without --pack-weights: anec then writes one file per weight"
 
 
+def test_one_weight_tensor_packed_is_one_file_per_weight():
+    """A pack of one tensor is a file per weight: m1 takes it (%w2 is %w1's view again)."""
+    _, g, ctx = legalize("""
+func f(%x: fp16[1, 4, 1, 8]) {
+  %w1 = const(weight="w") : fp16[4, 4, 1, 1]
+  %a = conv1x1(%x, %w1) : fp16[1, 4, 1, 8]
+  %w2 = const(weight="w") : fp16[4, 4, 1, 1]
+  %b = conv1x1(%a, %w2) : fp16[1, 4, 1, 8]
+  return %b
+}""", target=get_target("m1"), pack_weights=True, weights=stored(w=(4, 4, 1, 1)))
+    assert [n.op for n in g.nodes] == ["const", "conv1x1", "conv1x1"]
+
+
 def test_an_integer_output_computed_on_integers_is_one_error():
     """The output's error names the node that computes it; that node gets no second one."""
     err = reject("""
