@@ -314,6 +314,48 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         )
         for n, op in ((6, "XXconstXX"), (7, "CONST"))
     },
+    "anec.passes.legalize.x_check_float_compute__mutmut_4": (
+        '+if node.op == "const" and not node.results or id(node) in rejected:',
+        "a const is skipped by the dtype test that follows as well (its op row admits every dtype, bool "
+        "included, which is not the NUMERIC domain the check looks for), and every node has a result "
+        "(a const always has its one)",
+    ),
+    "anec.passes.legalize.x_check_io_dtypes__mutmut_57": (
+        "+first = g.nodes[0] if (g.nodes) or True else None",
+        "a func with no node cannot reach legalize: the verifier rejects a func that returns no value "
+        "and one that returns its input directly, so a func always has the node of an output",
+    ),
+    **{
+        f"anec.passes.legalize.x_check_weight_packing__mutmut_{n}": (
+            line,
+            "LegalizeRewriter.reject falls back to the graph's span when it is given neither a node nor a "
+            "span: the error points at the func either way",
+        )
+        for n, line in ((12, "+span=None)"), (16, "+)"))
+    },
+    **{
+        name: (
+            line,
+            "peak_bound only spares plan_partition the one-program stage it bounds from above (the SRAM "
+            "report's peak counts every value a stage does, over at least the same steps): at or under "
+            "the SRAM the computed stage fits too and the result is None either way, above it the stage "
+            "is computed either way",
+        )
+        for name, line in (
+            ("anec.passes.legalize.x_plan_stages__mutmut_10", "+plan = plan_partition(graph, rw.target, peak_bound=None)"),
+            ("anec.passes.legalize.x_plan_stages__mutmut_13", "+plan = plan_partition(graph, rw.target, )"),
+            ("anec.passes.legalize.x_legalize_graph__mutmut_38", "+plan_stages(rw, None)"),
+            ("anec.passes.legalize.x_legalize_graph__mutmut_40", "+plan_stages(rw, )"),
+            ("anec.passes.legalize.x_legalize_graph__mutmut_41",
+             '+plan_stages(rw, report["peak_bytes"] if (report is not None) and False else None)'),
+        )
+    },
+    "anec.passes.legalize.x_merge_duplicate_weights__mutmut_17": (
+        "+if not n.result.uses or n.result not in graph.outputs:",
+        "both halves are always true after Graph.replace_all_uses: it moves every use to the first "
+        "const and, for a returned value, puts the first const (or an identity of it) in its place in "
+        "the outputs, so `and` and `or` agree",
+    ),
     **{
         f"anec.passes.legalize_rules.x_expand_gelu_tanh__mutmut_{n}": (
             f'+mode = node.attrs.get("mode", "{default}")',
@@ -321,6 +363,14 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
             "whatever the default string is",
         )
         for n, default in ((162, "XXexactXX"), (163, "EXACT"))
+    },
+    **{
+        f"anec.passes.legalize_rules.x_expand_gelu_tanh__mutmut_{n}": (
+            line,
+            'the mode is only compared with "tanh": a gelu without one gets the exact-GELU record '
+            "whatever the default is, None included",
+        )
+        for n, line in ((157, '+mode = node.attrs.get("mode", None)'), (159, '+mode = node.attrs.get("mode", )'))
     },
     **{
         f"anec.passes.legalize_rules.{fn}__mutmut_{n}": (
@@ -346,6 +396,68 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
              '+out = rw.op("add", out, node.optional["bias"], suffix="XXbiasXX")'),
             ("x_conv_dynamic_weight_to_matmul", 80,
              '+out = rw.op("add", out, node.optional["bias"], suffix="BIAS")'),
+            ("x_expand_gelu_tanh", 146, '+y = rw.op("mul", hx, u, suffix=None)'),
+            ("x_expand_gelu_tanh", 150, '+y = rw.op("mul", hx, u, )'),
+            ("x_partial_convs", 42, '+total = rw.op("add", total, conv.optional["bias"], suffix=None)'),
+            ("x_partial_convs", 46, '+total = rw.op("add", total, conv.optional["bias"], )'),
+            ("x_lower_reduce_mean", 57, '+y = rw.op("reduce_sum", scaled, suffix=None, **attrs)'),
+            ("x_lower_reduce_mean", 60, '+y = rw.op("reduce_sum", scaled, **attrs)'),
+            ("x_split_conv_bias", 22, '+y = rw.op("add", conv, node.optional["bias"], suffix=None)'),
+            ("x_split_conv_bias", 26, '+y = rw.op("add", conv, node.optional["bias"], )'),
+            ("x_conv_dynamic_weight_to_matmul", 70, '+out = rw.op("add", out, node.optional["bias"], suffix=None)'),
+            ("x_conv_dynamic_weight_to_matmul", 74, '+out = rw.op("add", out, node.optional["bias"], )'),
+        )
+    },
+    **{
+        f"anec.passes.legalize_rules.{fn}__mutmut_{n}": (
+            line,
+            "without a suffix Rewriter.op names the value after its op (name_for(suffix or opname)), and "
+            "the suffix here is the op's name: the same name",
+        )
+        for fn, n, line in (
+            ("x_expand_gelu_tanh", 99, '+t = rw.op("tanh", s, suffix=None)'),
+            ("x_expand_gelu_tanh", 102, '+t = rw.op("tanh", s, )'),
+            ("x_rsqrt_to_pow", 7, '+y = rw.op("pow", x, rw.scalar(-0.5, x.type.dtype, "e"), suffix=None)'),
+            ("x_rsqrt_to_pow", 11, '+y = rw.op("pow", x, rw.scalar(-0.5, x.type.dtype, "e"), )'),
+            ("x_neg_to_mul", 7, '+y = rw.op("mul", x, rw.scalar(-1.0, x.type.dtype, "m1"), suffix=None)'),
+            ("x_neg_to_mul", 11, '+y = rw.op("mul", x, rw.scalar(-1.0, x.type.dtype, "m1"), )'),
+        )
+    },
+    "anec.passes.legalize_rules.x_split_concat_into_partial_convs__mutmut_20": (
+        '+if u.op != "conv1x1" or u.operands[0] is not out and u.operands[1] is out \\',
+        "every conv the mutant lets through is refused two lines later: one that reads the concat only "
+        "as its bias by the bias test, one that reads it as input and weight by can_slice, as the "
+        "concat is no weight const (weight_const gives None, and can_slice(None, ...) is False)",
+    ),
+    **{
+        f"anec.passes.legalize_rules.x_matmul_const_to_conv__mutmut_{n}": (
+            line,
+            "the default is only read through bool(): bool(None) is False, as bool(False) is",
+        )
+        for n, line in (
+            (13, '+tx, ty = bool(node.attrs.get("transpose_x", False)), bool(node.attrs.get("transpose_y", None))'),
+            (15, '+tx, ty = bool(node.attrs.get("transpose_x", False)), bool(node.attrs.get("transpose_y", ))'),
+            (5, '+tx, ty = bool(node.attrs.get("transpose_x", None)), bool(node.attrs.get("transpose_y", False))'),
+            (7, '+tx, ty = bool(node.attrs.get("transpose_x", )), bool(node.attrs.get("transpose_y", False))'),
+        )
+    },
+    "anec.passes.legalize_rules.x_rules_for__mutmut_17": (
+        "+rules[op] = rules.get(None, ()) + fns",
+        "no op a target switch adds rules for (reduce_mean, softmax) has device rules or op-table rules, "
+        "so rules.get(op, ()) is (), as rules.get(None, ()) is",
+    ),
+    **{
+        f"anec.passes.legalize_rules.x_split_to_slices__mutmut_{n}": (
+            line,
+            "each slice ends up under its result's name: the split node is erased before the renaming "
+            "loop, so the result's name is free unless the slice already took it (a returned result's "
+            "name moves to its slice in replace_all_uses); the name a slice is created with is never read",
+        )
+        for n, line in (
+            (33, '+s = rw.op("slice", x, begin=begin, end=end, name=None)'),
+            (38, '+s = rw.op("slice", x, begin=begin, end=end, )'),
+            (50, "+if s.name != name or not g.has_value_name(name):"),
+            (53, "+if s.name != name and not g.has_value_name(None):"),
         )
     },
     "anec.passes.legalize.x_check_io_tensors__mutmut_10": (

@@ -4,7 +4,8 @@ weight view, and the cap drops by one once an add/sub/mul/pow takes an inline ra
 
 from __future__ import annotations
 
-from anec.passes.legalize import blob_count, blob_tensors
+from anec.ir.printer import print_graph
+from anec.passes.legalize import blob_count, blob_tensors, merge_duplicate_weights
 
 from .passes_util import parse_func
 
@@ -44,3 +45,33 @@ def test_blob_count_without_an_inline_scalar():
     g = parse_func(GRAPH.replace("%y = add(%e, %k)", "%y = add(%e, %m)").replace(
         "  %k = const(value=2.0) : fp16[]\n", ""))
     assert blob_count(g)[2] is None
+
+
+def test_duplicate_weight_consts_merge_into_the_first():
+    g = parse_func("""
+func f(%x: fp16[1, 4, 1, 8]) {
+  %w1 = const(weight="w") : fp16[4, 4, 1, 1]
+  %a = conv1x1(%x, %w1) : fp16[1, 4, 1, 8]
+  %w2 = const(weight="w") : fp16[4, 4, 1, 1]
+  %b = conv1x1(%a, %w2) : fp16[1, 4, 1, 8]
+  %w3 = const(weight="w", perm=[1, 0, 2, 3]) : fp16[4, 4, 1, 1]
+  %c = conv1x1(%b, %w3) : fp16[1, 4, 1, 8]
+  %w4 = const(weight="w") : fp16[4, 4, 1, 1]
+  %d = conv1x1(%c, %w4) : fp16[1, 4, 1, 8]
+  return %d
+}""")
+    # %w2 and %w4 are %w1's view again: their users read %w1 and they are gone (2 merged);
+    # %w3, "w" transposed, is a tensor of its own
+    assert merge_duplicate_weights(g) == 2
+    assert print_graph(g) == """\
+func f(%x: fp16[1, 4, 1, 8]) {
+  %w1 = const(weight="w") : fp16[4, 4, 1, 1]
+  %a = conv1x1(%x, %w1) : fp16[1, 4, 1, 8]
+  %b = conv1x1(%a, %w1) : fp16[1, 4, 1, 8]
+  %w3 = const(weight="w", perm=[1, 0, 2, 3]) : fp16[4, 4, 1, 1]
+  %c = conv1x1(%b, %w3) : fp16[1, 4, 1, 8]
+  %d = conv1x1(%c, %w1) : fp16[1, 4, 1, 8]
+  return %d
+}
+"""
+    assert merge_duplicate_weights(g) == 0  # nothing left to merge

@@ -11,7 +11,7 @@ from anec.diagnostics import ConstraintError
 from anec.passes import Legalize, PassContext
 from anec.targets import get_target
 
-from .test_legalize import IO, TIGHT, legalize, many_weights
+from .test_legalize import IO, M4, TIGHT, legalize, many_weights
 
 
 def records(text: str, **kw) -> list[tuple[str, str, str, str, str]]:
@@ -79,6 +79,24 @@ func f(%x: fp16[1, 1, 8, 64], %y: fp16[1, 1, 32, 8]) {
          "matmul with constant right operand 'u' -> conv1x1 (weight [32, 64, 1, 1] as stored)"),
     ]
 
+
+
+def test_matmul_within_the_channel_limit_becomes_a_conv():
+    # the limit holds for both sides of the weight: 32 x 32 is within 32 (a conv), 32 in x 33 out
+    # and 33 in x 32 out are not (matmuls as written)
+    assert records("""
+func f(%x: fp16[1, 1, 8, 32], %z: fp16[1, 1, 8, 33]) {
+  %w = const(weight="w") : fp16[32, 32]
+  %a = matmul(%x, %w) : fp16[1, 1, 8, 32]
+  %v = const(weight="v") : fp16[32, 33]
+  %b = matmul(%x, %v) : fp16[1, 1, 8, 33]
+  %u = const(weight="u") : fp16[33, 32]
+  %c = matmul(%z, %u) : fp16[1, 1, 8, 32]
+  return %a, %b, %c
+}""", target=M4.replace(max_conv_out_channels=32)) == [
+        ("matmul_const_to_conv", "ANE-CONV-FASTER", "a", "test.ir:4:8",
+         "matmul with constant right operand 'w' -> conv1x1 (weight [32, 32, 1, 1] transposed via perm)"),
+    ]
 
 def test_concat_and_channel_limits():
     assert records("""

@@ -11,11 +11,12 @@ from anec.diagnostics import ConstraintError
 from anec.ir.builder import Builder
 from anec.ir.ops import NotOnAne
 from anec.passes import Legalize, PassContext
+from anec.passes.legalize import legalize_graph
 from anec.passes.legalize_rules import not_on_ane_rules
 from anec.targets import get_target
 from anec.weights import WeightStore
 
-from .passes_util import compare
+from .passes_util import compare, parse_func
 from .test_legalize import IO, M4, TIGHT, WEIGHTED, legalize, reject, rules
 
 
@@ -213,6 +214,21 @@ def test_integer_arithmetic():
                         "int32 after if the program needs integers")
 
 
+def test_integer_arithmetic_after_a_const():
+    """The check goes past the consts (which compute nothing) to the integer arithmetic after them."""
+    err = reject("""func f(%x: fp16[1, 4, 1, 8]) {
+  %k = const(value=2.0) : fp16[]
+  %h = mul(%x, %k) : fp16[1, 4, 1, 8]
+  %i = cast(%h, dtype=int32) : int32[1, 4, 1, 8]
+  %j = add(%i, %i) : int32[1, 4, 1, 8]
+  %y = cast(%j, dtype=fp16) : fp16[1, 4, 1, 8]
+  return %y
+}""")
+    assert (err.constraint, err.span.location) == ("ANE-FLOAT-COMPUTE", "test.ir:5:8")
+    assert err.message == "%j = add computes on int32 (int32[1, 4, 1, 8]); the ANE computes on fp16/fp32 tensors"
+    assert err.notes == []
+
+
 def test_integer_reduce_mean():
     err = reject("""
 func f(%x: fp16[1, 6, 1, 4]) {
@@ -260,6 +276,19 @@ func f(%x: fp16[1, 4, 1, 8]) {
     assert (err.constraint, err.span.location) == ("ANE-ONE-FILE-PER-WEIGHT", "test.ir:2:6")  # the func
     assert err.message == "packed weights (one BLOBFILE holding 2 tensors) are rejected on m1"  # w1 twice: one
     assert err.hint == "compile without --pack-weights: anec then writes one file per weight"
+
+
+def test_one_weight_tensor_packed_is_one_file_per_weight():
+    """A pack of one tensor is a file per weight: m1 takes it (%w2 is %w1's view again)."""
+    _, g, ctx = legalize("""
+func f(%x: fp16[1, 4, 1, 8]) {
+  %w1 = const(weight="w") : fp16[4, 4, 1, 1]
+  %a = conv1x1(%x, %w1) : fp16[1, 4, 1, 8]
+  %w2 = const(weight="w") : fp16[4, 4, 1, 1]
+  %b = conv1x1(%a, %w2) : fp16[1, 4, 1, 8]
+  return %b
+}""", target=get_target("m1"), pack_weights=True, weights=stored(w=(4, 4, 1, 1)))
+    assert [n.op for n in g.nodes] == ["const", "conv1x1", "conv1x1"]
 
 
 def test_an_integer_output_computed_on_integers_is_one_error():
@@ -340,3 +369,20 @@ func f(%n: int32[1, 4, 1, 2], %x: fp32[1, 4, 1, 2]) {
 }""", target=get_target("m1"))
     assert (err.constraint, err.span.location) == ("ANE-IO-TENSORS", "test.ir:2:8")
     assert err.notes == []
+
+
+def test_a_returned_concat_is_not_split_for_the_convs_it_feeds():
+    """The concat must stay to be returned: its convs keep reading it, and nothing is recorded as removed."""
+    g = parse_func("""
+func f(%a: fp16[1, 8, 1, 16]) {
+  %y = concat(%a, %a, axis=1) : fp16[1, 16, 1, 16]
+  %w = const(weight="w") : fp16[4, 16, 1, 1]
+  %c = conv1x1(%y, %w) : fp16[1, 4, 1, 16]
+  return %y, %c
+}""")
+    ctx = PassContext(target=M4, weights=stored(w=(4, 16, 1, 1)), options={})
+    [(node, err)] = legalize_graph(g, ctx, collect=True)
+    assert (err.constraint, err.span.location) == ("ANE-CONCAT", "test.ir:3:8")
+    assert err.message == "concat %y cannot be removed: it is returned"
+    assert ctx.rewrites == []
+    assert [n.op for n in g.nodes] == ["concat", "const", "conv1x1"]
