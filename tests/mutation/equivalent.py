@@ -592,6 +592,79 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "+if i <= n and sweep.bad[i]:",
         "bad[n] is always False (the sweep marks only the cuts 1..n-1)",
     ),
+    "anec.passes.partition.xǁ_Sweepǁ_cuts__mutmut_12": (
+        "+bad = [0] * (n + 3)",
+        "the extra slot is never read (cuts are 1..n-1; the sweep reads up to n)",
+    ),
+    "anec.passes.partition.xǁ_Sweepǁ_cuts__mutmut_18": (
+        "+d = self.pos[id(v.producer)] if v.producer is not None else +1",
+        "d of a func input is read only when it has no uses, where last = start = d and nothing is added",
+    ),
+    "anec.passes.partition.xǁ_Sweepǁ_cuts__mutmut_19": (
+        "+d = self.pos[id(v.producer)] if v.producer is not None else -2",
+        "d of a func input is read only when it has no uses, where last = start = d and nothing is added",
+    ),
+    "anec.passes.partition.xǁ_Sweepǁ_cuts__mutmut_35": (
+        "+if last > start or last >= 1:",
+        "last < start never happens (a value's last use is at or after its definition, an input's at or "
+        "after its first use), and at last == start the range is empty: added and taken back at the same "
+        "slot",
+    ),
+    "anec.passes.partition.xǁ_Sweepǁ_cuts__mutmut_36": (
+        "+if last >= start and last >= 1:",
+        "at last == start the range is empty: lo = start + 1 = hi + 1, so the bytes are added and taken "
+        "back at the same slot",
+    ),
+    "anec.passes.partition.xǁ_Sweepǁ_cuts__mutmut_68": (
+        "+out_cross = [1] * (n + 1)",
+        "every slot 0..n is assigned in the loop below before it is read",
+    ),
+    "anec.passes.partition.xǁ_Sweepǁ_cuts__mutmut_7": (
+        "+cross = [0] * (n + 3)",
+        "the extra slot is never read (cuts are 1..n-1; the sweep reads up to n)",
+    ),
+    "anec.passes.partition.xǁ_Sweepǁ_cuts__mutmut_70": (
+        "+out_cross = [0] * (n + 2)",
+        "the extra slot is never read (cuts are 1..n-1; the sweep reads up to n)",
+    ),
+    "anec.passes.partition.xǁ_Sweepǁ_cuts__mutmut_73": (
+        "+out_bad = [True] * (n + 1)",
+        "every slot 0..n is assigned in the loop below before it is read",
+    ),
+    "anec.passes.partition.xǁ_Sweepǁ_cuts__mutmut_75": (
+        "+out_bad = [False] * (n + 2)",
+        "the extra slot is never read (cuts are 1..n-1; the sweep reads up to n)",
+    ),
+    "anec.passes.partition.xǁ_Sweepǁ_cuts__mutmut_87": (
+        "+out_cross[j] = c if (0 < j < n) or True else 0",
+        "at j = 0 and j = n nothing is open (ranges start at 1 and end by n), so the sum is 0 and the "
+        "count 0 there anyway",
+    ),
+    "anec.passes.partition.xǁ_Sweepǁ_cuts__mutmut_89": (
+        "+out_cross[j] = c if 0 <= j < n else 0",
+        "at j = 0 and j = n nothing is open (ranges start at 1 and end by n), so the sum is 0 and the "
+        "count 0 there anyway",
+    ),
+    "anec.passes.partition.xǁ_Sweepǁ_cuts__mutmut_90": (
+        "+out_cross[j] = c if 0 < j <= n else 0",
+        "at j = 0 and j = n nothing is open (ranges start at 1 and end by n), so the sum is 0 and the "
+        "count 0 there anyway",
+    ),
+    "anec.passes.partition.xǁ_Sweepǁ_cuts__mutmut_94": (
+        "+out_bad[j] = b > 0 if (0 < j < n) or True else False",
+        "at j = 0 and j = n nothing is open (ranges start at 1 and end by n), so the sum is 0 and the "
+        "count 0 there anyway",
+    ),
+    "anec.passes.partition.xǁ_Sweepǁ_cuts__mutmut_98": (
+        "+out_bad[j] = b > 0 if 0 <= j < n else False",
+        "at j = 0 and j = n nothing is open (ranges start at 1 and end by n), so the sum is 0 and the "
+        "count 0 there anyway",
+    ),
+    "anec.passes.partition.xǁ_Sweepǁ_cuts__mutmut_99": (
+        "+out_bad[j] = b > 0 if 0 < j <= n else False",
+        "at j = 0 and j = n nothing is open (ranges start at 1 and end by n), so the sum is 0 and the "
+        "count 0 there anyway",
+    ),
 }
 
 C_EQUIVALENT: dict[str, str] = {
