@@ -436,15 +436,17 @@ class _GraphChecker:
                 self.error(f"{node.op} has exactly one result, got {len(node.results)}", node.span)
                 return
             declared = node.results[0].type
-        if not all(isinstance(v.type, TensorType) for v in node.inputs()):
-            return  # reported where the operand is defined
-
         def infer(ts: list[TensorType], opt: dict[str, TensorType]) -> list[TensorType]:
+            # only on a memo miss: a hit means operand types equal to ones inferred before
+            if not all(isinstance(t, TensorType) for t in [*ts, *opt.values()]):
+                raise _ReportedElsewhere
             return infer_node_types(node.op, ts, opt, node.attrs, node.span, declared=declared)
 
         try:
             inferred = remembered_types(node.op, node.operands, node.optional, attrs_key,
                                         declared, infer)
+        except _ReportedElsewhere:
+            return  # a bad operand type is reported where the operand is defined
         except VerifyError as e:
             self.report.errors.append(e)
             return
@@ -551,6 +553,10 @@ def _is_ident(key: str) -> bool:
 
 _GOOD_TYPES: set[TensorType] = set()
 """Types already found valid (a graph has few distinct types)."""
+
+class _ReportedElsewhere(Exception):
+    """A node is not checked further: its problem is reported at another node."""
+
 
 _INFERRED: dict[tuple, tuple[TensorType, ...]] = {}
 """Result types inferred for (op, operand types, optional operand types, attributes,
