@@ -159,8 +159,11 @@ def _plural(n: int, word: str) -> str:
 @click.option(
     "--target", metavar="NAME", help="Chip profile for the ANE legality report (default m4)."
 )
+@click.option("--weights", "weights_path", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Weight file (.safetensors/.npz) to check too: each const's key, shape and dtype, "
+                   "and the fp16 range of its values.")
 @click.pass_context
-def check_cmd(ctx: click.Context, file: str, target: str | None) -> None:
+def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: str | None) -> None:
     """Parse and verify FILE; print warnings and, when available, ANE legality per node."""
     from anec.ir.parser import parse_file
     from anec.ir.verifier import check
@@ -184,9 +187,14 @@ def check_cmd(ctx: click.Context, file: str, target: str | None) -> None:
         ctx.exit(1)
     nodes = sum(len(g.nodes) for g in module.funcs.values())
     click.echo(f"{file}: ok ({_plural(len(module.funcs), 'func')}, {_plural(nodes, 'node')})")
+    given = {}  # the weights to check, when given
+    if weights_path is not None:
+        from anec.weights import resolve_weights
+
+        given["weights"] = resolve_weights(module, weights=weights_path)
     legality = _legality_report("legality")
     if legality is not None:  # the report and its verdict: exit 1 when a node is rejected
-        result = legality(module, target_name or DEFAULT_TARGET)
+        result = legality(module, target_name or DEFAULT_TARGET, **given)
         if result.text:
             click.echo(result.text.rstrip("\n"))
         if not result.legal:
@@ -196,7 +204,7 @@ def check_cmd(ctx: click.Context, file: str, target: str | None) -> None:
         return
     legality_report = _legality_report()
     if legality_report is not None:
-        click.echo(legality_report(module, target_name or DEFAULT_TARGET).rstrip("\n"))
+        click.echo(legality_report(module, target_name or DEFAULT_TARGET, **given).rstrip("\n"))
 
 # IR tools: ops, interp (reference interpreter)
 

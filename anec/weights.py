@@ -471,19 +471,26 @@ def materialize(node: Node, store: Mapping[str, np.ndarray] | None, copy: bool =
     return materialize_attrs(node.attrs, node.result.type, store, node.result.name, node.span, copy)
 
 
-def check_weights(module: Module | Graph | Iterable[Graph], store: Mapping[str, np.ndarray] | None) -> None:
-    """Validate every weight const against ``store`` up front, without copying tensors.
-
-    Raises one WeightError for the first problem; the others are listed as notes.
-    """
-    errors: list[WeightError] = []
+def weight_errors(module: Module | Graph | Iterable[Graph],
+                  store: Mapping[str, np.ndarray] | None) -> list[tuple[Node, WeightError]]:
+    """Every weight const ``store`` cannot fill as declared (missing key, shape, dtype), with why."""
+    errors: list[tuple[Node, WeightError]] = []
     for _, n in weight_consts(module):
         key = n.attrs["weight"]
         try:
             arr = _lookup(key, store, n.span)
             _check_view(key, n.attrs, n.result.type, arr.shape, arr.dtype, n.result.name, n.span)
         except WeightError as e:
-            errors.append(e)
+            errors.append((n, e))
+    return errors
+
+
+def check_weights(module: Module | Graph | Iterable[Graph], store: Mapping[str, np.ndarray] | None) -> None:
+    """Validate every weight const against ``store`` up front, without copying tensors.
+
+    Raises one WeightError for the first problem; the others are listed as notes.
+    """
+    errors = [e for _, e in weight_errors(module, store)]
     if errors:
         first = errors[0]
         first.notes.extend(

@@ -67,9 +67,8 @@ def check_float_compute(rw: LegalizeRewriter) -> None:
     """
     from anec.ir.types import NUMERIC
 
-    rejected = {id(n) for n, _ in rw.rejections}
     for node in rw.graph.nodes:
-        if node.op == "const" or not node.results or id(node) in rejected:
+        if node.op == "const" or not node.results or rw.settled(node):
             continue
         opdef = get_op(node.op)
         t = node.results[0].type
@@ -250,10 +249,11 @@ def check_weight_range(rw: LegalizeRewriter) -> None:
             rw.reject("ANE-FP16-RANGE", f"weight '{key}' contains {what} value{plural}",
                       "fix the checkpoint (a NaN/Inf weight poisons every output it reaches)", n)
         elif big:
+            one = big == 1
             rw.reject(
                 "ANE-FP16-RANGE",
-                f"weight '{key}' has {big} value{'s' if big != 1 else ''} beyond the fp16 range +-{FP16_MAX:g} (largest "
-                f"|v| = {np.abs(finite).max():.6g}); on the ANE {'they become' if big != 1 else 'it becomes'} inf",
+                f"weight '{key}' has {big} value{'' if one else 's'} beyond the fp16 range +-{FP16_MAX:g} "
+                f"(largest |v| = {np.abs(finite).max():.6g}); on the ANE {'it becomes' if one else 'they become'} inf",
                 "rescale the weight (and undo the scale after the op), or use -1e4 instead of "
                 "huge magnitudes for masks", n)
 

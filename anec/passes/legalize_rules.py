@@ -39,21 +39,19 @@ class LegalizeRewriter(Rewriter):
         super().__init__(graph, ctx, pass_name)
         self.target: "Target" = ctx.target
         self.rejections: list[tuple["Node | None", ConstraintError]] = []
-        self._rejected: set[tuple[int, str]] = set()
-        self._rejected_nodes: set[int] = set()
+        self._rejected: dict[int, set[str]] = {}  # id(node) -> the constraints it was rejected under
 
     def settled(self, node: "Node") -> bool:
-        return id(node) in self._rejected_nodes
+        return id(node) in self._rejected
 
     def reject(self, constraint: str, message: str, hint: str, node: "Node | None" = None,
                span=None) -> None:
         """Record that ``node`` cannot be made ANE-legal (once per node and constraint)."""
-        key = (id(node), constraint)
-        if node is not None and key in self._rejected:
-            return None
-        self._rejected.add(key)
         if node is not None:
-            self._rejected_nodes.add(id(node))
+            seen = self._rejected.setdefault(id(node), set())
+            if constraint in seen:
+                return None
+            seen.add(constraint)
         err = ConstraintError(message, span=span or (node.span if node is not None else None)
                               or self.graph.span, hint=hint, constraint=constraint)
         self.rejections.append((node, err))

@@ -22,6 +22,7 @@ from anec.passes.base import PassContext
 from anec.passes.legalize import blob_count, legalize_graph
 from anec.passes.pipelines import PREPARE
 from anec.targets import get_target
+from anec.weights import weight_errors
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph, Module, Node
@@ -76,7 +77,11 @@ def _func_report(graph: "Graph", target, weights,
     work = graph.clone()
     original = {id(c): o for c, o in zip(work.nodes, graph.nodes)}
     status: dict[int, list[str]] = {}
-    ctx = PassContext(target=target, weights=weights, options=dict(options))
+    unfit = weight_errors(graph, weights) if weights is not None else []
+    for node, err in unfit:  # as compile refuses them: missing key, shape or dtype
+        status[id(node)] = [f"REJECTED (weights) {err.message}" + (f"\n      fix: {err.hint}" if err.hint else "")]
+    # legalize reads weight values (the fp16 range, folds): only from a store that fits the func
+    ctx = PassContext(target=target, weights=None if unfit else weights, options=dict(options))
 
     def note_removed(label: str) -> None:
         present = {id(n) for n in work.nodes}
@@ -160,14 +165,17 @@ def _func_report(graph: "Graph", target, weights,
                      f"{_size(sram['sram_bytes'])}; {spill} (ANE-SRAM)")
     if weights is None:
         lines.append("  weight values: not checked (give weights to check the fp16 range)")
+    elif unfit:
+        lines.append("  weight values: not checked (the weights do not fit the consts above)")
     rewrites = sum(1 for r in ctx.rewrites if r.get("func") == graph.name)
-    if rejections:
-        lines.append(f"  verdict: NOT ANE-legal on {target.name}: {len(rejections)} "
-                     f"error{'s' if len(rejections) != 1 else ''}")
+    failed = len(rejections) + len(unfit)
+    if failed:
+        lines.append(f"  verdict: NOT ANE-legal on {target.name}: {failed} "
+                     f"error{'s' if failed != 1 else ''}")
     else:
         lines.append(f"  verdict: ANE-legal on {target.name} after {rewrites} "
                      f"rewrite{'s' if rewrites != 1 else ''}")
-    return lines, len(rejections)
+    return lines, failed
 
 
 def legality(module: "Module", target_name: str | None = None,
