@@ -428,6 +428,10 @@ def reject_concat(node: "Node", rw: LegalizeRewriter) -> None:
         why = f"it joins along axis {axis}"
         hint = ("keep the pieces separate and apply the consumer to each piece, or return them "
                 "as separate outputs and join on the host")
+    elif any(u.operands[1] is out or u.optional.get("bias") is out for u in out.uses if u.op == "conv1x1"):
+        why = "a conv1x1 reads it as its weight or bias (only a conv's input can absorb a channel concat)"
+        hint = ("give the conv its weight and bias as consts, or add the pieces to the conv's output "
+                "with separate adds")
     elif all(u.op == "conv1x1" and u.operands[0] is out for u in out.uses):
         why = "the weight of a conv1x1 it feeds cannot be sliced along the input channels"
         hint = ("give that conv a weight const (const(weight=...), optionally with perm) so "

@@ -115,6 +115,25 @@ def test_channel_concat_feeding_a_conv_whose_weight_cannot_be_sliced():
         "split it into partial convs")
 
 
+
+@pytest.mark.parametrize("reads", ["bias", "input and bias"])
+def test_channel_concat_a_conv_reads_as_its_bias(reads):
+    # the bias is not the conv's input: no partial convs can absorb it, whatever the weight
+    x, cin = ("%c", 16) if reads == "input and bias" else ("%p", 8)
+    err = reject(f"""
+func f(%p: fp16[1, 8, 1, 1], %q: fp16[1, 8, 1, 1]) {{
+  %c = concat(%p, %q, axis=1) : fp16[1, 16, 1, 1]
+  %w = const(weight="w") : fp16[16, {cin}, 1, 1]
+  %y = conv1x1({x}, %w, bias=%c) : fp16[1, 16, 1, 1]
+  return %y
+}}""")
+    assert (err.constraint, err.span.location) == ("ANE-CONCAT", "test.ir:3:8")
+    assert (err.message, err.hint) == (
+        "concat %c cannot be removed: a conv1x1 reads it as its weight or bias (only a conv's input "
+        "can absorb a channel concat)",
+        "give the conv its weight and bias as consts, or add the pieces to the conv's output with "
+        "separate adds")
+
 # ---- a conv wider than the target's channel limit (ANE-CONV-CHANNELS) ---------------------------
 
 WIDE_HINT = ("return the conv result as its own output (anec then splits it into outputs h__c0, "
