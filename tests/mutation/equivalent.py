@@ -665,6 +665,10 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "at j = 0 and j = n nothing is open (ranges start at 1 and end by n), so the sum is 0 and the "
         "count 0 there anyway",
     ),
+    "anec.mil.blobfile.x_dump__mutmut_23": (
+        "+a = arr.astype(None)",
+        "astype(None) converts to numpy's default dtype, float64: the same array",
+    ),
 }
 
 C_EQUIVALENT: dict[str, str] = {
