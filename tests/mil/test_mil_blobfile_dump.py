@@ -96,3 +96,98 @@ def test_the_payload_hint_at_the_last_bytes_of_a_file():
             BlobReader(data[:64] + tail).entry(128)
         assert e.value.hint is None
         assert e.value.message == f"<bytes> offset 128: past the end of the file ({64 + len(tail)} bytes)"
+
+
+# ---- the writer: no copy of a payload, none once written, nothing after --------------------------
+
+def test_adding_a_tensor_does_not_copy_it():
+    import tracemalloc
+
+    a = np.arange(2 << 20, dtype=np.float32)  # 8 MiB, little-endian and contiguous already
+    w = BlobWriter()
+    tracemalloc.start()
+    try:
+        w.add(a)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < a.nbytes // 8  # the record and a view; a copy would be the whole 8 MiB
+    assert w.to_bytes()[128:] == a.tobytes()
+
+
+def test_a_written_writer_reads_its_file_and_takes_no_more_tensors(tmp_path):
+    a = np.arange(16, dtype=np.float16)
+    w = BlobWriter()
+    w.add(a)
+    path = tmp_path / "w.bin"
+    with open(path, "wb") as f:
+        assert w.write_to(f) == w.size == 160
+    expected = path.read_bytes()
+    with open(path, "rb") as f:
+        w.written(f.fileno())
+    a[:] = 0  # the arrays are let go: the bytes are the file's now
+    assert w.to_bytes() == expected
+    with pytest.raises(ValueError) as e:
+        w.add(a)
+    assert str(e.value) == "this BLOBFILE has been written; it takes no more tensors"
+
+
+# ---- the reader: every refusal names the file, the offset and (where it is one) the constraint ----
+
+def _record(code: int, size: int, data_offset: int, padding: int = 0) -> bytes:
+    return struct.pack("<IIQQQ", SENTINEL, code, size, data_offset, padding) + bytes(32)
+
+
+def _header(count: int = 1) -> bytes:
+    return struct.pack("<II", count, 2) + bytes(56)
+
+
+def _refusal(data: bytes, offset: int) -> ArtifactError:
+    with pytest.raises(ArtifactError) as e:
+        BlobReader(data, name="w.bin").entry(offset)
+    return e.value
+
+
+@pytest.mark.parametrize("offset", [0, 63, 65, 100])
+def test_a_misaligned_offset_is_the_offset_constraint(offset):
+    err = _refusal(_header() + _record(1, 2, 128) + b"\0\0", offset)
+    assert err.message == f"w.bin offset {offset}: a blob offset must be a multiple of 64 and at least 64"
+    assert err.constraint == "ANE-BLOBFILE-OFFSET" and err.hint is None
+
+
+def test_the_first_record_never_gets_the_payload_hint():
+    # a header whose count reads as the sentinel: offset 64 still has no record before it
+    err = _refusal(struct.pack("<II", SENTINEL, 2) + bytes(56) + bytes(64), 64)
+    assert err.message == "w.bin offset 64: no blob metadata here (sentinel 0x00000000, expected 0xDEADBEEF)"
+    assert err.hint is None and err.constraint == "ANE-BLOBFILE-OFFSET"
+
+
+def test_an_unknown_dtype_code():
+    err = _refusal(_header() + _record(5, 2, 128) + b"\0\0", 64)
+    assert err.message == "w.bin offset 64: unsupported blob dtype code 5" and err.constraint is None
+
+
+@pytest.mark.parametrize("data_offset,size", [(64, 2), (127, 2), (128, 4)])
+def test_a_payload_outside_the_file_or_inside_its_own_record(data_offset, size):
+    err = _refusal(_header() + _record(1, size, data_offset) + b"\0\0", 64)
+    assert err.message == (f"w.bin offset 64: payload [{data_offset}, {data_offset + size}) is outside "
+                           "the file (130 bytes)")
+
+
+def test_a_payload_that_is_not_whole_elements():
+    err = _refusal(_header() + _record(2, 6, 128) + bytes(6), 64)
+    assert err.message == "w.bin offset 64: payload size 6 is not a multiple of 4"
+
+
+def test_an_entry_reads_back_every_field_of_its_record():
+    e = BlobReader(_header() + _record(14, 8, 128, padding=3) + bytes(8)).entry(64)
+    assert (e.offset, e.dtype, e.size, e.data_offset, e.padding_bits, e.count) == (64, "int32", 8, 128, 3, 2)
+
+
+def test_a_dtype_no_blob_can_hold_names_the_storable_ones():
+    from anec.mil.blobfile import dtype_code
+
+    with pytest.raises(ValueError) as e:
+        dtype_code(np.float64)
+    assert str(e.value) == ("dtype float64 cannot be stored in a BLOBFILE (storable: float16, float32, "
+                            "uint8, int8, int16, uint16, int32, uint32)")
