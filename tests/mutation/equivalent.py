@@ -693,6 +693,19 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "+self.header_count, version = _HEADER.unpack_from(self.data, )",
         "struct.unpack_from's offset defaults to 0",
     ),
+    "anec.mil.pipeline.xǁPipelineArtifactǁbuild__mutmut_35": (
+        "+art = Artifact.build(sg, program, target, weights, )",
+        "Artifact.build's rewrites defaults to (), which it only turns into the stage manifest's "
+        "list of rewrites: [] from () as from []",
+    ),
+    **{
+        f"anec.mil.pipeline.xǁPipelineArtifactǁfiles__mutmut_{n}": (
+            line,
+            "Python looks codecs up by their normalized (lower-cased) name: 'UTF-8' is the utf-8 codec",
+        )
+        for n, line in ((9, '+out[PROGRAM_IR_FILE] = self.program_ir.encode("UTF-8")'),
+                        (16, '+out[MANIFEST_FILE] = (format_json(self.manifest) + "\\n").encode("UTF-8")'))
+    },
 }
 
 C_EQUIVALENT: dict[str, str] = {
