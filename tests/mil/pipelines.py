@@ -37,3 +37,33 @@ def compile_pipeline(out_dir=None):
     module = parse(SOURCE, "c.ir")
     store = random_weights(module, 0)
     return compile_module(module, weights=store, target=TARGET, weights_as_inputs=["l1.w"], out_dir=out_dir), store
+
+
+# An fp32 input the host converts and a rank-2 input the program reshapes, cut into two stages
+# on a target without fp32 I/O; and a one-layer func "g" that fits one program.
+IO_SOURCE = """func h(%x: fp32[1, 8, 1, 16], %b: fp16[8, 16]) {
+  %xc = cast(%x, dtype="fp16") : fp16[1, 8, 1, 16]
+  %w0 = const(weight="l0.w") : fp16[8, 8, 1, 1]
+  %c0 = conv1x1(%xc, %w0)
+  %w1 = const(weight="l1.w") : fp16[8, 8, 1, 1]
+  %c1 = conv1x1(%c0, %w1)
+  %w2 = const(weight="l2.w") : fp16[8, 8, 1, 1]
+  %c2 = conv1x1(%c1, %w2)
+  %br = reshape(%b, shape=[1, 8, 1, 16]) : fp16[1, 8, 1, 16]
+  %y = add(%c2, %br)
+  return %y
+}
+
+func g(%x: fp16[1, 8, 1, 16]) {
+  %w = const(weight="l0.w") : fp16[8, 8, 1, 1]
+  %y = conv1x1(%x, %w)
+  return %y
+}
+"""
+
+
+def compile_io(target=TARGET.replace(fp32_io=False), out_dir=None):
+    """The compile result of IO_SOURCE with host casts (func h cut in two on TARGET, g whole)."""
+    module = parse(IO_SOURCE, "h.ir")
+    return compile_module(module, weights=random_weights(module, 0), target=target, host_casts=True,
+                          out_dir=out_dir)

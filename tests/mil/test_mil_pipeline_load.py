@@ -155,3 +155,57 @@ def test_a_program_ir_that_is_not_utf8_is_refused_even_with_a_matching_sha256(co
     e = refused(d)
     assert e.message == f"{d}/program.ir: the program IR is not valid UTF-8 (byte 3)"
     assert e.hint == "the artifact is damaged or was not written by anec; recompile it"
+
+
+def test_a_manifest_that_is_not_json_is_refused_naming_it(copy_of):
+    d = copy_of()
+    (d / "manifest.json").write_bytes(b"{\"format\": \"anec-pipeline/1\",")
+    assert refused(d).message.startswith(f"{d}/manifest.json: the manifest is not valid JSON (")
+
+
+@pytest.fixture(scope="module")
+def output(tmp_path_factory):
+    """A compile output (the index names every func's manifest): pipeline h, one program g."""
+    from tests.mil.pipelines import compile_io
+
+    out = tmp_path_factory.mktemp("io") / "out"
+    compile_io(out_dir=out)
+    return out
+
+
+@pytest.mark.parametrize("func", ["h", "g"])
+def test_a_func_manifest_changed_after_the_compile_output_was_written_is_refused(output, tmp_path, func):
+    from anec.mil.artifact import OUTPUT_INDEX
+
+    assert type(load_any(output, func)).__name__ == ("PipelineArtifact" if func == "h" else "Artifact")
+    out = tmp_path / "out"
+    shutil.copytree(output, out)
+    (out / func / "manifest.json").write_text((out / func / "manifest.json").read_text() + " ")
+    with pytest.raises(ArtifactError) as e:
+        load_any(out, func)
+    assert e.value.message == f"{out}/{func}/manifest.json is not the manifest the output index {OUTPUT_INDEX} names"
+    assert e.value.hint == "the output was modified after compiling; recompile it"
+
+
+def test_a_one_program_manifest_replaced_while_it_is_read_is_refused(output, monkeypatch):
+    """The manifest a one-program func is parsed from must be the one the index names, even when
+    the file changes between the first read (which picks the layout) and the one parsed."""
+    from anec.mil.artifact import OUTPUT_INDEX
+    from anec.mil.beneath import Beneath
+
+    real = Beneath.read
+    reads = []
+
+    def read(self, rel, limit, what="file"):
+        data = real(self, rel, limit, what)
+        if rel == "manifest.json":
+            reads.append(rel)
+            if len(reads) == 2:
+                return data + b" "
+        return data
+
+    monkeypatch.setattr(Beneath, "read", read)
+    with pytest.raises(ArtifactError) as e:
+        load_any(output, "g")
+    assert len(reads) == 2
+    assert e.value.message == f"{output}/g/manifest.json is not the manifest the output index {OUTPUT_INDEX} names"

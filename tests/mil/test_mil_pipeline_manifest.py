@@ -154,3 +154,17 @@ def test_every_earlier_stage_and_every_func_input_may_feed_a_stage(manifest):
                                 {"name": "in2", "value": "w1", "from": {"input": "w1"}}]
     m["outputs_from"] = {"h3": {"stage": 2, "output": "out0"}, "h2": {"stage": 0, "output": "out0"}}
     check_manifest(m, WHERE)
+
+
+def test_host_casts_and_logical_inputs_are_the_funcs_as_in_one_program():
+    from tests.mil.pipelines import compile_io
+
+    piped = compile_io().artifacts["h"]
+    whole = compile_io(TARGET.replace(fp32_io=False, max_blob_tensors=64)).artifacts["h"]
+    assert isinstance(piped, PipelineArtifact) and len(piped.stages) == 2
+    m, one = piped.manifest, whole.manifest
+    assert m["host_casts"] == one["host_casts"] == [
+        {"name": "x", "kind": "input", "host_dtype": "fp32", "program_dtype": "fp16"}]
+    # the caller passes b as [8, 16]; the program reads it as [1, 8, 1, 16]
+    assert {"name": "b", "dtype": "fp16", "shape": [8, 16]} in m["logical_inputs"]
+    assert all(e in one["logical_inputs"] for e in m["logical_inputs"])
