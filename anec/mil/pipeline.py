@@ -23,6 +23,7 @@ input with no copy.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ from anec.mil.artifact import (BLOB_MAX_BYTES, MANIFEST_FILE, OUTPUT_INDEX, PROG
                                _io_entries, _jsonable, _logical_outputs, _utf8, alloc_bytes, blob_key,
                                build_weight_inputs, format_json, load_artifact, sha256, write_artifact_dir)
 from anec.mil.beneath import check_rel
-from anec.mil.manifest import MANIFEST_MAX_BYTES, parse_json
+from anec.mil.manifest import MANIFEST_MAX_BYTES, _Bad, _weight_input, array, parse_json
 from anec.mil.blobfile import BlobReader
 
 if TYPE_CHECKING:
@@ -225,6 +226,10 @@ class PipelineArtifact:
         out = {}
         for w in self.manifest.get("weight_inputs", []):
             arr = BlobReader(self.blobs[w["file"]], name=w["file"]).read(w["offset"], DType(w["dtype"]).np)
+            if arr.size != math.prod(w["shape"]):
+                raise ArtifactError(f"{w['file']} offset {w['offset']}: blob holds {arr.size} values, the shape "
+                                    f"{w['shape']} of weight '{w['key']}' needs {math.prod(w['shape'])}",
+                                    hint="the artifact was modified after compiling; recompile it")
             out[w["input"]] = arr.reshape(w["shape"])
         return out
 
@@ -291,6 +296,13 @@ def check_manifest(m: Any, where: Path | str) -> None:
         if not (isinstance(src, dict) and isinstance(src.get("stage"), int)
                 and 0 <= src["stage"] < len(m["stages"]) and isinstance(src.get("output"), str)):
             raise bad(f"outputs_from.{name}", "a stage output")
+    try:  # read at load (file, offset, sha256) and by weight_inputs (dtype, shape, input)
+        wi = array(_weight_input)(m.get("weight_inputs", []), "weight_inputs")
+    except _Bad as e:
+        raise bad(e.path, e.expected) from None
+    for i, w in enumerate(wi):
+        if w["input"] not in names:
+            raise bad(f"weight_inputs[{i}].input", "the name of a func input")
 
 
 def _load_dir(d: "Beneath", manifest_sha: str | None) -> "Artifact | PipelineArtifact":

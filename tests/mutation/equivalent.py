@@ -693,6 +693,30 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "+self.header_count, version = _HEADER.unpack_from(self.data, )",
         "struct.unpack_from's offset defaults to 0",
     ),
+    "anec.mil.pipeline.xǁPipelineArtifactǁbuild__mutmut_35": (
+        "+art = Artifact.build(sg, program, target, weights, )",
+        "Artifact.build's rewrites defaults to (), which it only turns into the stage manifest's "
+        "list of rewrites: [] from () as from []",
+    ),
+    **{
+        f"anec.mil.pipeline.xǁPipelineArtifactǁfiles__mutmut_{n}": (
+            line,
+            "Python looks codecs up by their normalized (lower-cased) name: 'UTF-8' is the utf-8 codec",
+        )
+        for n, line in ((9, '+out[PROGRAM_IR_FILE] = self.program_ir.encode("UTF-8")'),
+                        (16, '+out[MANIFEST_FILE] = (format_json(self.manifest) + "\\n").encode("UTF-8")'))
+    },
+    "anec.mil.pipeline.x__program_ir__mutmut_7": (
+        '+if copy.op == "const" and "weight" in copy.attrs or id(orig) in blob_of:',
+        "blob_of holds only ids of the func's weight consts (the emitter makes a weight slot only for a const "
+        "with weight=, and a stage const copies its attrs from the func const it maps to), and the clone keeps "
+        "op and attrs: a node whose id is in blob_of passes the first two tests anyway",
+    ),
+    "anec.mil.pipeline.x__load_dir__mutmut_31": (
+        "+return PipelineArtifact._load(d, manifest, None)",
+        "PipelineArtifact._load never reads its raw argument (the manifest was checked against the index "
+        "and parsed from those bytes by _load_dir)",
+    ),
 }
 
 C_EQUIVALENT: dict[str, str] = {
