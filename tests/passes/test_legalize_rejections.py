@@ -268,6 +268,7 @@ NAN_HINT = "fix the checkpoint (a NaN/Inf weight poisons every output it reaches
     ([np.nan, np.nan, 1.0], "weight 'layer.w' contains 2 NaN values", NAN_HINT),
     ([np.inf, -np.inf, 1.0], "weight 'layer.w' contains 2 Inf values", NAN_HINT),
     ([np.nan, -np.inf, 7e4], "weight 'layer.w' contains 1 NaN, 1 Inf values", NAN_HINT),
+    ([1.0, -np.inf, 7e4], "weight 'layer.w' contains 1 Inf value", NAN_HINT),
     ([7e4, -1e5, 65504.0], "weight 'layer.w' has 2 values beyond the fp16 range +-65504 (largest "
      "|v| = 100000); on the ANE they become inf",
      "rescale the weight (and undo the scale after the op), or use -1e4 instead of huge "

@@ -60,10 +60,12 @@ def test_the_report_rejects_the_consts_compile_refuses(tmp_path, case):
     assert not report.legal and report.errors == 1
     line = _line(report.text, bad)
     assert line.startswith(f"  m.ir:{2 if bad == '%w' else 3}:8") and says in line
+    after = report.text.splitlines()[report.text.splitlines().index(line) + 1]
+    assert after.startswith("      fix: ") and len(after) > len("      fix: ")  # the WeightError's hint
     other = "%b" if bad == "%w" else "%w"
     assert _line(report.text, other).endswith("ok")
     assert "split_conv_bias" in _line(report.text, "%y")  # legalize still runs, without values
-    assert "  weight values: not checked (the weights do not fit the consts above)" in report.text
+    assert "  weight values: not checked (the weights do not fit the consts above)" in report.text.splitlines()
     assert report.text.rstrip().endswith("verdict: NOT ANE-legal on m4: 1 error")
 
 
@@ -97,3 +99,14 @@ def test_anec_check_takes_weights(tmp_path):
     gone = runner.invoke(main, ["check", str(ir), "--weights", str(tmp_path / "nope.safetensors")])
     assert gone.exit_code != 0 and "Traceback" not in gone.output
     assert "does not exist" in gone.output
+
+
+def test_a_store_that_does_not_fit_is_not_range_checked(tmp_path):
+    # 'w' fits but is beyond fp16; 'b' does not fit: the report names b and checks no values
+    path = tmp_path / "mixed.safetensors"
+    save_file({"w": np.full((4, 4, 1, 1), 1e6, np.float32), "b": np.zeros((1, 5, 1, 1), np.float16)},
+              str(path))
+    module = parse_module(SRC, "m.ir")
+    report = legality(module, "m4", weights=resolve_weights(module, weights=str(path)))
+    assert report.errors == 1 and _line(report.text, "%w").endswith("ok")
+    assert "REJECTED (weights) weight 'b'" in _line(report.text, "%b")
