@@ -693,6 +693,37 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "+self.header_count, version = _HEADER.unpack_from(self.data, )",
         "struct.unpack_from's offset defaults to 0",
     ),
+    "anec.mil.emitter.x__ints__mutmut_2": (
+        "+arr = np.asarray(list(values), dtype=np.int32).reshape(None)",
+        "the values are a flat list (an 'ints' attribute is a list of ints, and every lowering's params "
+        "build flat lists), so the array is 1-D, which reshape(None) leaves as reshape(-1) does",
+    ),
+    **{
+        f"anec.mil.emitter.x__ints__mutmut_{n}": (
+            line,
+            "every int list the emitter writes is within int32 (axes and perms below the rank; reshape "
+            "shapes, slice bounds and strides, pad widths at most a dim, which the verifier keeps below "
+            "2**31), and each element is written as str(int(v)): an int64 (or, for an empty list, "
+            "float64) array gives the same text and the same int32 tensor type",
+        )
+        for n, line in ((4, "+arr = np.asarray(list(values), dtype=None).reshape(-1)"),
+                        (6, "+arr = np.asarray(list(values), ).reshape(-1)"))
+    },
+    **{
+        f"anec.mil.emitter.x__sanitize__mutmut_{n}": (
+            line,
+            "IR value names are [A-Za-z0-9_]+ (anec/ir/lexical.py VALUE_NAME, enforced by the grammar, the "
+            "Builder and the verifier, which the pass manager runs on its input): a name has no character "
+            "to replace and is never empty, and one starting with '_' is a MIL identifier (every MIL word "
+            "starts with a letter), so _sanitize only sees names starting with a digit or MIL words",
+        )
+        for n, line in ((9, '+s = re.sub(r"XX[^A-Za-z0-9_]XX", "_", name) or "v"'),
+                        (10, '+s = re.sub(r"[^a-za-z0-9_]", "_", name) or "v"'),
+                        (12, '+s = re.sub(r"[^A-Za-z0-9_]", "XX_XX", name) or "v"'),
+                        (13, '+s = re.sub(r"[^A-Za-z0-9_]", "_", name) or "XXvXX"'),
+                        (14, '+s = re.sub(r"[^A-Za-z0-9_]", "_", name) or "V"'),
+                        (20, '+if not (s[0].isalpha() or s[0] == "XX_XX"):'))
+    },
 }
 
 C_EQUIVALENT: dict[str, str] = {
