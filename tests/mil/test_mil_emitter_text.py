@@ -1,6 +1,7 @@
 """The exact MIL text of small programs the golden examples never write: rank-0 weights,
-weight files whose names collide ignoring case more than once, parameters rounded to
-the operand's dtype, and the refusal of a weight dtype the dialect's BLOBFILE cannot hold."""
+names (weight files, helper consts, renamed values) that collide more than once,
+parameters rounded to the operand's dtype, escaped strings, and the refusal of a weight
+dtype the dialect's BLOBFILE cannot hold."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import numpy as np
 import pytest
 
 from anec.diagnostics import ConstraintError
+from anec.ir import Builder, ops
 from anec.ir.parser import parse
 from anec.mil.emitter import emit_mil
 from anec.targets import get_target
+
+from .milcheck import parse_mil
 
 M4 = get_target("m4")
 IOS16 = get_target("m2").replace(mil_dialect="ios16")  # what --dialect ios16 selects
@@ -120,3 +124,66 @@ def test_a_weight_dtype_the_blobfile_cannot_hold_is_refused_word_for_word(target
         "         ^^^^^\n"
         f"hint: declare it as one of {allowed} and cast after loading")
     assert e.value.constraint == "ANE-MIL-DIALECT"
+
+
+def test_helper_consts_and_renamed_values_take_the_next_free_suffix():
+    """No two statements define one name: a helper const whose name two user values already
+    hold (``h_strides``, ``h_strides_1``) is ``h_strides_2``; ``%0`` is renamed ``v0`` and
+    ``%0_axis`` ``v0_axis``, so the softmax's axis const, named after ``v0``, is ``v0_axis_1``."""
+    g = _func("""
+        func main(%x: fp16[1, 4, 1, 4]) {
+          %h_strides = relu(%x) : fp16[1, 4, 1, 4]
+          %h_strides_1 = tanh(%h_strides) : fp16[1, 4, 1, 4]
+          %w = const(weight="w") : fp16[4, 4, 1, 1]
+          %h = conv1x1(%h_strides_1, %w) : fp16[1, 4, 1, 4]
+          %0 = softmax(%h, axis=-1) : fp16[1, 4, 1, 4]
+          %0_axis = relu(%0) : fp16[1, 4, 1, 4]
+          %y = add(%0_axis, %h_strides) : fp16[1, 4, 1, 4]
+          return %y
+        }
+    """)
+    prog = emit_mil(g, M4)
+    t = "tensor<fp16, [1, 4, 1, 4]>"
+    assert prog.text == HEAD + (
+        f"    func main<ios18>({t} x) {{\n"
+        f'        {t} h_strides = relu(x = x)[name = string("h_strides")];\n'
+        f'        {t} h_strides_1 = tanh(x = h_strides)[name = string("h_strides_1")];\n'
+        '        tensor<fp16, [4, 4, 1, 1]> w = const()[name = string("w"), val = tensor<fp16, [4, 4, 1, 1]>'
+        '(BLOBFILE(path = string("@model_path/weights/w.bin"), offset = uint64(64)))];\n'
+        '        tensor<int32, [2]> h_dilations = const()[name = string("h_dilations"), '
+        'val = tensor<int32, [2]>([1, 1])];\n'
+        '        int32 h_groups = const()[name = string("h_groups"), val = int32(1)];\n'
+        '        tensor<int32, [4]> h_pad = const()[name = string("h_pad"), val = tensor<int32, [4]>([0, 0, 0, 0])];\n'
+        '        string h_pad_type = const()[name = string("h_pad_type"), val = string("valid")];\n'
+        '        tensor<int32, [2]> h_strides_2 = const()[name = string("h_strides_2"), '
+        'val = tensor<int32, [2]>([1, 1])];\n'
+        f"        {t} h = conv(dilations = h_dilations, groups = h_groups, pad = h_pad, pad_type = h_pad_type, "
+        'strides = h_strides_2, weight = w, x = h_strides_1)[name = string("h")];\n'
+        '        int32 v0_axis_1 = const()[name = string("v0_axis_1"), val = int32(3)];\n'
+        f'        {t} v0 = softmax(axis = v0_axis_1, x = h)[name = string("v0")];\n'
+        f'        {t} v0_axis = relu(x = v0)[name = string("v0_axis")];\n'
+        f'        {t} y = add(x = v0_axis, y = h_strides)[name = string("y")];\n'
+        "    } -> (y);\n"
+        "}\n")
+    assert prog.names == {"x": "x", "h_strides": "h_strides", "h_strides_1": "h_strides_1", "w": "w", "h": "h",
+                          "0": "v0", "0_axis": "v0_axis", "y": "y"}
+
+
+@pytest.mark.parametrize("target", [M4, IOS16], ids=["ios18", "ios16"])
+def test_a_string_parameter_is_escaped_and_reads_back(monkeypatch, target):
+    """A string const is a C-style literal: a quote or backslash in it is escaped, so a reader
+    gets the attribute back exactly (here from a row with a ``str`` attribute)."""
+    row = ops.OpDef("tagged", (ops.OperandDef("x"),), (ops.AttrDef("tag", "str"),), ops.FLOATS,
+                    lambda operands, optional, attrs: [operands[0]], lambda operands, optional, attrs: [operands[0]],
+                    "x", traits=frozenset({ops.Trait.elementwise, ops.Trait.unary}),
+                    lowering=ops.Mil("tagged", ops.SimKernel("unary", "TAGGED", "unary")))
+    monkeypatch.setitem(ops.OPS, "tagged", row)
+    tag = 'say "hi" \\ bye'
+    b = Builder("f")
+    x = b.input("x", "fp16", [1, 4, 1, 4])
+    b.ret(b.op("tagged", x, tag=tag, name="y"))
+    text = emit_mil(b.graph, target).text
+    s = "tensor<string, []>" if target is IOS16 else "string"
+    assert f'        {s} y_tag = const()[name = {s}("y_tag"), val = {s}("say \\"hi\\" \\\\ bye")];\n' in text
+    consts = {st.results[0][1]: st.val.value for st in parse_mil(text).stmts if st.op == "const"}
+    assert consts == {"y_tag": tag}

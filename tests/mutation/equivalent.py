@@ -701,9 +701,9 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
     **{
         f"anec.mil.emitter.x__ints__mutmut_{n}": (
             line,
-            "every int list the emitter writes is within int32 (axes and perms below the rank; reshape "
-            "shapes, slice bounds and strides, pad widths at most a dim, which the verifier keeps below "
-            "2**31), and each element is written as str(int(v)): an int64 (or, for an empty list, "
+            "every int list the op table's lowerings give is within int32 (axes and perms below the rank; "
+            "reshape shapes, slice bounds and strides, pad widths at most a dim, which the verifier keeps "
+            "below 2**31), and each element is written as str(int(v)): an int64 (or, for an empty list, "
             "float64) array gives the same text and the same int32 tensor type",
         )
         for n, line in ((4, "+arr = np.asarray(list(values), dtype=None).reshape(-1)"),
@@ -723,6 +723,24 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
                         (13, '+s = re.sub(r"[^A-Za-z0-9_]", "_", name) or "XXvXX"'),
                         (14, '+s = re.sub(r"[^A-Za-z0-9_]", "_", name) or "V"'),
                         (20, '+if not (s[0].isalpha() or s[0] == "XX_XX"):'))
+    },
+    "anec.mil.emitter.xǁ_Spellǁvalue__mutmut_12": (
+        "+return self.scalar(str(t.dtype), self.element(t.dtype, arr.reshape(None).item()))",
+        "for a rank-0 type the array is 0-d (const_literal gives the declared shape (), _scalar a 0-d "
+        "array): reshape(None) keeps it 0-d, and item() of a one-element array is that element whatever "
+        "its shape",
+    ),
+    **{
+        name: (
+            line,
+            "numpy takes any negative size in reshape as the one unknown dimension: reshape(-2) "
+            "flattens exactly as reshape(-1) does (no warning under numpy 2)",
+        )
+        for name, line in (
+            ("anec.mil.emitter.xǁ_Spellǁvalue__mutmut_22",
+             '+flat = ", ".join(self.element(t.dtype, v) for v in arr.reshape(-2).tolist())'),
+            ("anec.mil.emitter.x__ints__mutmut_9",
+             "+arr = np.asarray(list(values), dtype=np.int32).reshape(-2)"))
     },
 }
 
