@@ -199,3 +199,34 @@ def test_a_row_giving_a_parameter_no_mil_const_type_is_a_pass_error(monkeypatch)
         "(give it as a MilScalar)\n"
         "    %y = leaky(%x) : fp16[1, 4, 1, 4]\n"
         "         ^^^^^")
+
+
+def _layout_row(name, operand, n_results):
+    return ops.OpDef(name, (operand,), (), ops.FLOATS, lambda operands, optional, attrs: [operands[0]] * n_results,
+                     lambda operands, optional, attrs: [operands[0]] * n_results, "x",
+                     traits=frozenset({ops.Trait.elementwise}),
+                     lowering=ops.Mil(name, ops.SimKernel("unary", name.upper(), "unary")))
+
+
+@pytest.mark.parametrize(
+    "row, src, caret",
+    [(_layout_row("pair", ops.OperandDef("x"), 2),
+      "%a, %b = pair(%x) : fp16[1, 4, 1, 4], fp16[1, 4, 1, 4]\n  %y = add(%a, %b) : fp16[1, 4, 1, 4]",
+      "             ^^^^"),
+     (_layout_row("gather", ops.OperandDef("x", variadic=True), 1),
+      "%y = gather(%x, %x) : fp16[1, 4, 1, 4]",
+      "         ^^^^^^")],
+    ids=["two-results", "variadic"],
+)
+def test_a_row_no_mil_op_can_write_is_a_pass_error(monkeypatch, row, src, caret):
+    """Every MIL op the ANE runs has one result and a fixed operand list."""
+    monkeypatch.setitem(ops.OPS, row.name, row)
+    text = f"func main(%x: fp16[1, 4, 1, 4]) {{\n  {src}\n  return %y\n}}\n"
+    with pytest.raises(PassError) as e:
+        emit_mil(parse(text, "t.ir").func("main"), M4)
+    col = caret.index("^") - 1
+    assert str(e.value) == (
+        f"t.ir:2:{col}: error: emit-mil: '{row.name}' has several results or a variable number of operands, "
+        "which no MIL op the ANE runs has\n"
+        f"    {src.splitlines()[0]}\n"
+        f"{caret}")
