@@ -33,6 +33,16 @@ CASES = {
         "    return %x\n"
         "    ^^^^^^^^^\n"
         "hint: return an identity copy: %x_out = identity(%x)"),
+    "returned-twice": (  # parsed, not verified: the verifier refuses it as well
+        M4, {}, """
+        func main(%x: fp16[1, 4, 1, 4]) {
+          %y = relu(%x) : fp16[1, 4, 1, 4]
+          return %y, %y
+        }""",
+        "t.ir:3:3: error: [ANE-IO-ORDER] value %y is returned twice from func 'main'\n"
+        "    return %y, %y\n"
+        "    ^^^^^^^^^^^^^\n"
+        "hint: return it once, or return an identity copy under another name"),
     "input-name-0": (
         M4, {}, """
         func main(%0: fp16[1, 4, 1, 4]) {
