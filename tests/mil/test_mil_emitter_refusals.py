@@ -240,3 +240,26 @@ def test_a_row_no_mil_op_can_write_is_a_pass_error(monkeypatch, row, src, caret)
         "which no MIL op the ANE runs has\n"
         f"    {src.splitlines()[0]}\n"
         f"{caret}")
+
+
+@pytest.mark.parametrize(
+    "line, where",
+    [("%0 = gelu(%x) : fp16[1, 4, 1, 8]", ("2:8", "    %0 = gelu(%x) : fp16[1, 4, 1, 8]\n         ^^^^")),
+     ("%0 = relu(%x) : fp16[1, 4, 1, 8]", ("2:3", "    %0 = relu(%x) : fp16[1, 4, 1, 8]\n    ^^")),
+     ("%0 = reshape(%x, shape=[4, 8]) : fp16[4, 8]", ("3:3", "    return %0\n    ^^^^^^^^^"))],
+    ids=["rewritten-op", "as-written", "reshaped-by-legalize"],
+)
+def test_an_invalid_output_name_points_at_its_source_after_legalize(line, where):
+    """Legalize rewrites the op behind an output (gelu) or the output itself (rank 2 -> rank 4)
+    under the same name; the emitter's refusal of the name still points at the source: the value,
+    else the op that made it, else the return."""
+    from anec.compiler import compile_module
+
+    text = f"func main(%x: fp16[1, 4, 1, 8]) {{\n  {line}\n  return %0\n}}\n"
+    with pytest.raises(ConstraintError) as e:
+        compile_module(parse(text, "t.ir"), {}, target="m4", with_weights=False)
+    loc, caret = where
+    assert str(e.value) == (
+        f"t.ir:{loc}: error: [ANE-IO-ORDER] output name '0' of func 'main' is not a valid MIL identifier\n"
+        f"{caret}\n"
+        f"{RENAME}v0")

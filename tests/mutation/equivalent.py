@@ -742,6 +742,18 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
             ("anec.mil.emitter.x__ints__mutmut_9",
              "+arr = np.asarray(list(values), dtype=np.int32).reshape(-2)"))
     },
+    "anec.mil.emitter.xǁ_Emitterǁ_assign_names__mutmut_60": (
+        "+span=v.span or (v.producer.span if (v.producer is not None) and False else None) or g.return_span or g.span,",
+        "a value without a span comes from a node without one: Graph.add_op gives the results the node's "
+        "span, the parser each result its own token, replace_all_uses' identity and frontends/layout.py "
+        "set both, partition copies both from the source; so the producer's span is never the one used",
+    ),
+    "anec.mil.emitter.xǁ_Emitterǁ_assign_names__mutmut_76": (
+        "+internal = [r for n in g.nodes for r in n.results if id(None) not in self.names]",
+        "the list then also holds the func outputs, which are MIL identifiers (others were refused just "
+        "before) already in names and taken: the first loop sets the same name again and the second "
+        "skips them",
+    ),
 }
 
 C_EQUIVALENT: dict[str, str] = {
