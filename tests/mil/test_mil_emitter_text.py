@@ -182,7 +182,9 @@ def test_a_string_parameter_is_escaped_and_reads_back(monkeypatch, target):
     b = Builder("f")
     x = b.input("x", "fp16", [1, 4, 1, 4])
     b.ret(b.op("tagged", x, tag=tag, name="y"))
-    text = emit_mil(b.graph, target).text
+    prog = emit_mil(b.graph, target)
+    text = prog.text
+    assert prog.dialect == target.mil_dialect  # what the artifact records and Core ML export reads
     s = "tensor<string, []>" if target is IOS16 else "string"
     assert f'        {s} y_tag = const()[name = {s}("y_tag"), val = {s}("say \\"hi\\" \\\\ bye")];\n' in text
     consts = {st.results[0][1]: st.val.value for st in parse_mil(text).stmts if st.op == "const"}
