@@ -754,6 +754,27 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "before) already in names and taken: the first loop sets the same name again and the second "
         "skips them",
     ),
+    **{
+        f"anec.mil.emitter.xǁ_Binaryǁround_exact__mutmut_{n}": (
+            line,
+            "the test only picks the fast path (the fp64 rounding) or the exact one, and the exact path "
+            "rounds the decimal itself correctly for every input (tests/mil/test_mil_literal_rounding.py); "
+            "this mutant sends more decimals to the exact path (a representable value, one with more "
+            "significant bits, a finite overflow), where the fast path was right: the same value",
+        )
+        for n, line in (
+            (5, "+if r == d or math.isinf(d) and not (math.frexp(d)[0] * (1 << (self.mant + 2))).is_integer():"),
+            (6, "+if r == d and math.isinf(d) or not (math.frexp(d)[0] * (1 << (self.mant + 2))).is_integer():"),
+            (13, "+if r == d or math.isinf(d) or not (math.frexp(d)[0] * (1 >> (self.mant + 2))).is_integer():"),
+            (14, "+if r == d or math.isinf(d) or not (math.frexp(d)[0] * (2 << (self.mant + 2))).is_integer():"),
+            (16, "+if r == d or math.isinf(d) or not (math.frexp(d)[0] * (1 << (self.mant + 3))).is_integer():"))
+    },
+    "anec.mil.emitter.xǁ_Binaryǁround_exact__mutmut_22": (
+        "+if a <= Fraction(2) ** e:",
+        "the two differ only when a is exactly 2**e; the mutant then uses half the spacing (or the same, "
+        "below the normal range), and a power of two is a whole multiple of both: no remainder, the same "
+        "v (inf past the range either way)",
+    ),
 }
 
 C_EQUIVALENT: dict[str, str] = {
