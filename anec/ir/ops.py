@@ -1040,12 +1040,14 @@ def _mil_reshape(operands, results, attrs):
 
 
 def _mil_slice(operands, results, attrs):
-    """Python slice semantics resolved against the shape: ``0 <= begin, end <= dim``."""
+    """Python slice semantics resolved against the shape: ``0 <= begin, end <= dim`` and
+    ``1 <= stride <= dim`` (a longer stride takes the same one element, and MIL writes
+    strides as int32)."""
     x = operands[0]
     stride = attrs.get("stride") or [1] * x.rank
     bounds = [slice(b, e, s).indices(d) for b, e, s, d in zip(attrs["begin"], attrs["end"], stride, x.shape)]
     return {"begin": [b for b, _, _ in bounds], "end": [e for _, e, _ in bounds],
-            "stride": [s for _, _, s in bounds]}
+            "stride": [min(s, d) for (_, _, s), d in zip(bounds, x.shape)]}
 
 
 def _mil_pad(operands, results, attrs):

@@ -144,6 +144,18 @@ def test_slice_bounds_are_resolved(m4):
     assert consts["s_stride"] == [1, 2, 1, 3]
 
 
+def test_slice_stride_beyond_the_dim_is_written_as_the_dim(m4):
+    """Any stride >= the dim takes the element at begin alone; MIL strides are int32."""
+    b = Builder("f")
+    x = b.input("x", "fp16", [1, 8, 1, 10])
+    s = b.slice(x, begin=[0, 3, 0, 0], end=[1, 8, 1, 10], stride=[1, 2**31, 5, 1], name="s")
+    b.ret(s)
+    text = emit_mil(b.graph, m4).text
+    assert ('tensor<int32, [4]> s_stride = const()[name = string("s_stride"), '
+            'val = tensor<int32, [4]>([1, 8, 1, 1])];') in text
+    assert "tensor<fp16, [1, 1, 1, 10]> s = slice_by_index(" in text
+
+
 def test_negative_axes_are_made_non_negative(m4):
     b = Builder("f")
     x = b.input("x", "fp16", [1, 6, 1, 4])

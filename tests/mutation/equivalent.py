@@ -717,6 +717,88 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "PipelineArtifact._load never reads its raw argument (the manifest was checked against the index "
         "and parsed from those bytes by _load_dir)",
     ),
+    "anec.mil.emitter.x__ints__mutmut_2": (
+        "+arr = np.asarray(list(values), dtype=np.int32).reshape(None)",
+        "the values are a flat list (an 'ints' attribute is a list of ints, and every lowering's params "
+        "build flat lists), so the array is 1-D, which reshape(None) leaves as reshape(-1) does",
+    ),
+    **{
+        f"anec.mil.emitter.x__ints__mutmut_{n}": (
+            line,
+            "every int list the op table's lowerings give is within int32 (axes and perms below the rank; "
+            "reshape shapes, slice bounds and strides, pad widths at most a dim, which the verifier keeps "
+            "below 2**31), and each element is written as str(int(v)): an int64 (or, for an empty list, "
+            "float64) array gives the same text and the same int32 tensor type",
+        )
+        for n, line in ((4, "+arr = np.asarray(list(values), dtype=None).reshape(-1)"),
+                        (6, "+arr = np.asarray(list(values), ).reshape(-1)"))
+    },
+    **{
+        f"anec.mil.emitter.x__sanitize__mutmut_{n}": (
+            line,
+            "IR value names are [A-Za-z0-9_]+ (anec/ir/lexical.py VALUE_NAME, enforced by the grammar, the "
+            "Builder and the verifier, which the pass manager runs on its input): a name has no character "
+            "to replace and is never empty, and one starting with '_' is a MIL identifier (every MIL word "
+            "starts with a letter), so _sanitize only sees names starting with a digit or MIL words",
+        )
+        for n, line in ((9, '+s = re.sub(r"XX[^A-Za-z0-9_]XX", "_", name) or "v"'),
+                        (10, '+s = re.sub(r"[^a-za-z0-9_]", "_", name) or "v"'),
+                        (12, '+s = re.sub(r"[^A-Za-z0-9_]", "XX_XX", name) or "v"'),
+                        (13, '+s = re.sub(r"[^A-Za-z0-9_]", "_", name) or "XXvXX"'),
+                        (14, '+s = re.sub(r"[^A-Za-z0-9_]", "_", name) or "V"'),
+                        (20, '+if not (s[0].isalpha() or s[0] == "XX_XX"):'))
+    },
+    "anec.mil.emitter.xǁ_Spellǁvalue__mutmut_12": (
+        "+return self.scalar(str(t.dtype), self.element(t.dtype, arr.reshape(None).item()))",
+        "for a rank-0 type the array is 0-d (const_literal gives the declared shape (), _scalar a 0-d "
+        "array): reshape(None) keeps it 0-d, and item() of a one-element array is that element whatever "
+        "its shape",
+    ),
+    **{
+        name: (
+            line,
+            "numpy takes any negative size in reshape as the one unknown dimension: reshape(-2) "
+            "flattens exactly as reshape(-1) does (no warning under numpy 2)",
+        )
+        for name, line in (
+            ("anec.mil.emitter.xǁ_Spellǁvalue__mutmut_22",
+             '+flat = ", ".join(self.element(t.dtype, v) for v in arr.reshape(-2).tolist())'),
+            ("anec.mil.emitter.x__ints__mutmut_9",
+             "+arr = np.asarray(list(values), dtype=np.int32).reshape(-2)"))
+    },
+    "anec.mil.emitter.xǁ_Emitterǁ_assign_names__mutmut_60": (
+        "+span=v.span or (v.producer.span if (v.producer is not None) and False else None) or g.return_span or g.span,",
+        "a value without a span comes from a node without one: Graph.add_op gives the results the node's "
+        "span, the parser each result its own token, replace_all_uses' identity and frontends/layout.py "
+        "set both, partition copies both from the source; so the producer's span is never the one used",
+    ),
+    "anec.mil.emitter.xǁ_Emitterǁ_assign_names__mutmut_76": (
+        "+internal = [r for n in g.nodes for r in n.results if id(None) not in self.names]",
+        "the list then also holds the func outputs, which are MIL identifiers (others were refused just "
+        "before) already in names and taken: the first loop sets the same name again and the second "
+        "skips them",
+    ),
+    **{
+        f"anec.mil.emitter.xǁ_Binaryǁround_exact__mutmut_{n}": (
+            line,
+            "the test only picks the fast path (the fp64 rounding) or the exact one, and the exact path "
+            "rounds the decimal itself correctly for every input (tests/mil/test_mil_literal_rounding.py); "
+            "this mutant sends more decimals to the exact path (a representable value, one with more "
+            "significant bits, a finite overflow), where the fast path was right: the same value",
+        )
+        for n, line in (
+            (5, "+if r == d or math.isinf(d) and not (math.frexp(d)[0] * (1 << (self.mant + 2))).is_integer():"),
+            (6, "+if r == d and math.isinf(d) or not (math.frexp(d)[0] * (1 << (self.mant + 2))).is_integer():"),
+            (13, "+if r == d or math.isinf(d) or not (math.frexp(d)[0] * (1 >> (self.mant + 2))).is_integer():"),
+            (14, "+if r == d or math.isinf(d) or not (math.frexp(d)[0] * (2 << (self.mant + 2))).is_integer():"),
+            (16, "+if r == d or math.isinf(d) or not (math.frexp(d)[0] * (1 << (self.mant + 3))).is_integer():"))
+    },
+    "anec.mil.emitter.xǁ_Binaryǁround_exact__mutmut_22": (
+        "+if a <= Fraction(2) ** e:",
+        "the two differ only when a is exactly 2**e; the mutant then uses half the spacing (or the same, "
+        "below the normal range), and a power of two is a whole multiple of both: no remainder, the same "
+        "v (inf past the range either way)",
+    ),
 }
 
 C_EQUIVALENT: dict[str, str] = {

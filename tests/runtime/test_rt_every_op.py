@@ -489,6 +489,14 @@ def test_op_through_the_sim_matches_the_interpreter(rt, op):
     check()
 
 
+def test_slice_with_a_stride_beyond_int32_runs(rt):
+    """A stride longer than the dim takes one element; MIL writes it as the dim (an int32)."""
+    x = np.arange(2 * 5 * 6, dtype=np.float16).reshape(2, 5, 6)
+    case = Case({"x": ("fp16", (2, 5, 6))},
+                ["%y = slice(%x, begin=[0, 1, 0], end=[2, 5, 6], stride=[1, 2147483648, 4])"], ["y"], {"x": x})
+    run_case(rt, "slice", case)
+
+
 # ---- known gaps, pinned: each test fails (XPASS, strict) once the gap is closed -------------
 
 
