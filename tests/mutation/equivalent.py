@@ -799,6 +799,14 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "below the normal range), and a power of two is a whole multiple of both: no remainder, the same "
         "v (inf past the range either way)",
     ),
+    "anec.passes.report.x__func_report__mutmut_21": (
+        "+status[id(node)] = [f\"REJECTED (weights) {err.message}\" + (f\"\\n      fix: {err.hint}\" if (err.hint) or True else \"\")]",
+        "every WeightError weight_errors returns has a hint (a missing key: did_you_mean or the --random-weights hint; a view or dtype mismatch: its own hint), so the branch without a fix line is never taken",
+    ),
+    "anec.passes.report.x__func_report__mutmut_22": (
+        "+status[id(node)] = [f\"REJECTED (weights) {err.message}\" + (f\"\\n      fix: {err.hint}\" if err.hint else \"XXXX\")]",
+        "every WeightError weight_errors returns has a hint (a missing key: did_you_mean or the --random-weights hint; a view or dtype mismatch: its own hint), so the branch without a fix line is never taken",
+    ),
 }
 
 C_EQUIVALENT: dict[str, str] = {

@@ -282,6 +282,16 @@ def test_weights_out_of_fp16_range(values, message, hint):
     assert (err.message, err.hint) == (message, hint)
 
 
+
+def test_a_stored_integer_tensor_is_left_to_the_weight_check():
+    # check_weights refuses an int tensor behind a float const (compile, anec check --weights);
+    # legalize reads float values only and does not call 1e5 "beyond fp16" a second time
+    from .test_legalize import legalize
+
+    ints = np.full((4, 4, 1, 1), 100000, np.int32)
+    _, g, ctx = legalize(WEIGHTED, weights=WeightStore({"layer.w": ints}))
+    assert [n.op for n in g.nodes] == ["const", "conv1x1"] and ctx.rewrites == []
+
 def test_packed_weights_on_a_one_file_per_weight_target():
     err = reject("""
 func f(%x: fp16[1, 4, 1, 8]) {

@@ -278,3 +278,22 @@ def test_sizes_print_in_the_largest_unit_rounded_half_to_even():
     # the same digits as formatting the float quotient, for every byte count up to 64 KiB
     for n in range(1024, 1 << 16):
         assert _size(n) == f"{n / 1024:.1f} KiB"
+
+
+def test_a_node_whose_two_results_are_illegal_outputs_gets_both_errors_on_its_line():
+    src = """func f(%x: int32[1, 4, 1, 8]) {
+  %a, %b = split(%x, axis=1, sizes=[2, 2]) : int32[1, 2, 1, 8], int32[1, 2, 1, 8]
+  return %a, %b
+}"""
+    report = legality(parse_module(src, "io.ir"), "m4")
+    head = "  io.ir:2:12  %a, %b  split  "
+    why = "is int32 (int32[1, 2, 1, 8]); program inputs and outputs must be fp16 or fp32 tensors"
+    assert report.errors == 3
+    assert report.text.splitlines()[1:6] == [
+        f"{head}REJECTED [ANE-IO-TENSORS] output %a {why}",
+        "      fix: cast it before returning: cast(%a, dtype=fp16)",
+        " " * len(head) + f"REJECTED [ANE-IO-TENSORS] output %b {why}",
+        "      fix: cast it before returning: cast(%b, dtype=fp16)",
+        "  io.ir:1:8: REJECTED [ANE-IO-TENSORS] input %x is int32 (int32[1, 4, 1, 8]); program inputs and "
+        "outputs must be fp16 or fp32 tensors",
+    ]

@@ -189,3 +189,17 @@ func f(%x: fp16[1, 4, 1, 8]) {
     assert erase_if_dead(g, u) is True    # unused
     assert erase_if_dead(g, u) is False   # already gone
     assert list(g.nodes) == [a, b]
+
+
+def test_legalize_rules_that_never_settle_name_legalize(monkeypatch):
+    import anec.passes.legalize as legalize
+
+    def flip(node, rw):  # relu(x) -> relu(x): always matches
+        return rw.op("relu", node.operands[0])
+
+    monkeypatch.setattr(legalize, "rules_for", lambda target: {"relu": (flip,)})
+    g = parse_func(TWO)
+    with pytest.raises(PassError) as info:
+        legalize.legalize_graph(g, PassContext.default("m4"))
+    assert info.value.message == (f"legalize: rewrite rules did not reach a fixpoint after {MAX_SWEEPS} "
+                                  "sweeps over func 'f'")
