@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from anec.diagnostics import ArtifactError
-from anec.mil.pipeline import PipelineArtifact, load_any
+from anec.mil.pipeline import PipelineArtifact, load_any, stage_dir
 from tests.mil.pipelines import compile_pipeline
 
 RECOMPILE = "the artifact was modified after compiling; recompile it"
@@ -209,3 +209,24 @@ def test_a_one_program_manifest_replaced_while_it_is_read_is_refused(output, mon
         load_any(output, "g")
     assert len(reads) == 2
     assert e.value.message == f"{output}/g/manifest.json is not the manifest the output index {OUTPUT_INDEX} names"
+
+
+def test_the_pipeline_api_writes_loads_and_counts_its_programs(written, tmp_path):
+    art, _, d = written
+    out = art.write(tmp_path / "again")
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == \
+        sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file())
+    again = PipelineArtifact.load(out)
+    assert again.manifest == art.manifest and again.program_ir == art.program_ir
+    assert again.op_count() == sum(s.op_count() for s in art.stages) > art.stages[0].op_count() > 0
+    stage = out / stage_dir(0)
+    assert not isinstance(load_any(stage), PipelineArtifact)  # a stage is one program
+    with pytest.raises(ArtifactError) as e:
+        PipelineArtifact.load(stage)
+    assert e.value.message == f"'{stage}' holds one program, not a pipeline"
+
+
+def test_blob_files_name_their_files():
+    from anec.mil.blobfile import BlobFiles
+
+    assert repr(BlobFiles({"b.bin": b"", "a.bin": b""})) == "<BlobFiles ['a.bin', 'b.bin']>"

@@ -807,6 +807,26 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "+status[id(node)] = [f\"REJECTED (weights) {err.message}\" + (f\"\\n      fix: {err.hint}\" if err.hint else \"XXXX\")]",
         "every WeightError weight_errors returns has a hint (a missing key: did_you_mean or the --random-weights hint; a view or dtype mismatch: its own hint), so the branch without a fix line is never taken",
     ),
+    "anec.mil.emitter.x_float_literal__mutmut_11": (
+        "+return \"inf\" if v >= 0 else \"-inf\"",
+        "this branch is taken only for an infinite v, which is never 0: v >= 0 and v > 0 agree",
+    ),
+    "anec.mil.emitter.x_float_literal__mutmut_12": (
+        "+return \"inf\" if v > 1 else \"-inf\"",
+        "this branch is taken only for an infinite v: +inf > 1 and -inf > 1 answer as > 0 does",
+    ),
+    "anec.mil.emitter.x_float_literal__mutmut_24": (
+        "+return \"-0.0\" if math.copysign(2.0, v) < 0 else \"0\"",
+        "copysign(2.0, v) has the sign of v as copysign(1.0, v) has: both are < 0 exactly for a negative zero",
+    ),
+    "anec.mil.emitter.x_float_literal__mutmut_25": (
+        "+return \"-0.0\" if math.copysign(1.0, v) <= 0 else \"0\"",
+        "copysign(1.0, v) is +1.0 or -1.0, never 0: <= 0 and < 0 agree",
+    ),
+    "anec.mil.emitter.x_float_literal__mutmut_26": (
+        "+return \"-0.0\" if math.copysign(1.0, v) < 1 else \"0\"",
+        "copysign(1.0, v) is +1.0 or -1.0: < 1 and < 0 are both true exactly for -1.0",
+    ),
 }
 
 C_EQUIVALENT: dict[str, str] = {
