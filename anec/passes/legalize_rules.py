@@ -39,20 +39,18 @@ class LegalizeRewriter(Rewriter):
         super().__init__(graph, ctx, pass_name)
         self.target: "Target" = ctx.target
         self.rejections: list[tuple["Node | None", ConstraintError]] = []
-        self._rejected: dict[int, set[tuple[str, str]]] = {}  # id(node) -> (constraint, message) pairs
+        self._rejected: set[int] = set()  # ids of the nodes rejected: settled, no rule touches them again
 
     def settled(self, node: "Node") -> bool:
         return id(node) in self._rejected
 
     def reject(self, constraint: str, message: str, hint: str, node: "Node | None" = None,
                span=None) -> None:
-        """Record that ``node`` cannot be made ANE-legal (once per node and reason: a node
-        whose two results are both illegal outputs gets two errors)."""
+        """Record that ``node`` cannot be made ANE-legal. A rejected node is settled, so no rule
+        rejects it twice; the func-level checks may add other reasons (a node whose two
+        results are both illegal outputs gets two errors)."""
         if node is not None:
-            seen = self._rejected.setdefault(id(node), set())
-            if (constraint, message) in seen:
-                return None
-            seen.add((constraint, message))
+            self._rejected.add(id(node))
         err = ConstraintError(message, span=span or (node.span if node is not None else None)
                               or self.graph.span, hint=hint, constraint=constraint)
         self.rejections.append((node, err))
