@@ -191,3 +191,14 @@ def test_a_dtype_no_blob_can_hold_names_the_storable_ones():
         dtype_code(np.float64)
     assert str(e.value) == ("dtype float64 cannot be stored in a BLOBFILE (storable: float16, float32, "
                             "uint8, int8, int16, uint16, int32, uint32)")
+
+
+def test_a_record_after_a_payload_one_byte_past_a_boundary_starts_at_the_next_one():
+    from anec.mil.blobfile import align, plan_offsets
+
+    w = BlobWriter()
+    offsets = [w.add(np.array([7], np.int8)), w.add(np.array([1, 2], np.int8))]
+    assert offsets == plan_offsets([1, 2]) == [64, 192]  # payload [128, 129): next record at 192
+    assert [align(n) for n in (0, 1, 63, 64, 65, 127, 129)] == [0, 64, 64, 64, 128, 128, 192]
+    r = BlobReader(w.to_bytes())
+    assert [e.offset for e in r.entries()] == [64, 192]
