@@ -72,6 +72,12 @@ class LegalityReport:
         return self.errors == 0
 
 
+def _rejected(why: str, err) -> str:
+    """``REJECTED <why> <message>`` and, when the error has a hint, its ``fix:`` line."""
+    text = f"REJECTED {why} {err.message}"
+    return text + f"\n      fix: {err.hint}" if err.hint else text
+
+
 def _func_report(graph: "Graph", target, weights,
                  options: Mapping[str, Any]) -> tuple[list[str], int]:
     work = graph.clone()
@@ -79,7 +85,7 @@ def _func_report(graph: "Graph", target, weights,
     status: dict[int, list[str]] = {}
     unfit = weight_errors(graph, weights) if weights is not None else []
     for node, err in unfit:  # as compile refuses them: missing key, shape or dtype
-        status[id(node)] = [f"REJECTED (weights) {err.message}" + (f"\n      fix: {err.hint}" if err.hint else "")]
+        status[id(node)] = [_rejected("(weights)", err)]
     # legalize reads weight values (the fp16 range, folds): only from a store that fits the func
     ctx = PassContext(target=target, weights=None if unfit else weights, options=dict(options))
 
@@ -108,9 +114,7 @@ def _func_report(graph: "Graph", target, weights,
     rejections = legalize_graph(work, ctx, collect=True, on_rewrite=on_rewrite)
     errors: list[str] = []
     for node, err in rejections:
-        text = f"REJECTED [{err.constraint}] {err.message}"
-        if err.hint:
-            text += f"\n      fix: {err.hint}"
+        text = _rejected(f"[{err.constraint}]", err)
         if node is not None and id(node) in original:
             status.setdefault(id(original[id(node)]), []).append(text)
         else:

@@ -799,14 +799,6 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "below the normal range), and a power of two is a whole multiple of both: no remainder, the same "
         "v (inf past the range either way)",
     ),
-    "anec.passes.report.x__func_report__mutmut_21": (
-        "+status[id(node)] = [f\"REJECTED (weights) {err.message}\" + (f\"\\n      fix: {err.hint}\" if (err.hint) or True else \"\")]",
-        "every WeightError weight_errors returns has a hint (a missing key: did_you_mean or the --random-weights hint; a view or dtype mismatch: its own hint), so the branch without a fix line is never taken",
-    ),
-    "anec.passes.report.x__func_report__mutmut_22": (
-        "+status[id(node)] = [f\"REJECTED (weights) {err.message}\" + (f\"\\n      fix: {err.hint}\" if err.hint else \"XXXX\")]",
-        "every WeightError weight_errors returns has a hint (a missing key: did_you_mean or the --random-weights hint; a view or dtype mismatch: its own hint), so the branch without a fix line is never taken",
-    ),
     "anec.mil.emitter.x_float_literal__mutmut_11": (
         "+return \"inf\" if v >= 0 else \"-inf\"",
         "this branch is taken only for an infinite v, which is never 0: v >= 0 and v > 0 agree",

@@ -578,15 +578,19 @@ def test_blob_budget_scalar_penalty():
     assert any(s.blob_cap == 15 for s in plan.stages)
 
 
-def test_identical_weight_consts_are_merged_before_counting():
-    before, g, _ = legalize("""
+SAME_WEIGHT_TWICE = """
 func f(%x: fp16[1, 4, 1, 8]) {
   %w1 = const(weight="w") : fp16[4, 4, 1, 1]
   %a = conv1x1(%x, %w1) : fp16[1, 4, 1, 8]
   %w2 = const(weight="w") : fp16[4, 4, 1, 1]
   %b = conv1x1(%a, %w2) : fp16[1, 4, 1, 8]
   return %b
-}""")
+}"""
+"""Two convs reading weight 'w' through two equal consts."""
+
+
+def test_identical_weight_consts_are_merged_before_counting():
+    before, g, _ = legalize(SAME_WEIGHT_TWICE)
     assert ops_of(g) == ["const", "conv1x1", "conv1x1"]
     compare(before, g, weights_for(before), rtol=0, atol=0)
 

@@ -17,7 +17,7 @@ from anec.targets import get_target
 from anec.weights import WeightStore
 
 from .passes_util import compare, parse_func
-from .test_legalize import IO, M4, TIGHT, WEIGHTED, legalize, reject, rules
+from .test_legalize import IO, M4, SAME_WEIGHT_TWICE, TIGHT, WEIGHTED, legalize, reject, rules
 
 
 def stored(**shapes) -> WeightStore:
@@ -310,14 +310,8 @@ func f(%x: fp16[1, 4, 1, 8]) {
 
 def test_one_weight_tensor_packed_is_one_file_per_weight():
     """A pack of one tensor is a file per weight: m1 takes it (%w2 is %w1's view again)."""
-    _, g, ctx = legalize("""
-func f(%x: fp16[1, 4, 1, 8]) {
-  %w1 = const(weight="w") : fp16[4, 4, 1, 1]
-  %a = conv1x1(%x, %w1) : fp16[1, 4, 1, 8]
-  %w2 = const(weight="w") : fp16[4, 4, 1, 1]
-  %b = conv1x1(%a, %w2) : fp16[1, 4, 1, 8]
-  return %b
-}""", target=get_target("m1"), pack_weights=True, weights=stored(w=(4, 4, 1, 1)))
+    _, g, ctx = legalize(SAME_WEIGHT_TWICE, target=get_target("m1"), pack_weights=True,
+                         weights=stored(w=(4, 4, 1, 1)))
     assert [n.op for n in g.nodes] == ["const", "conv1x1", "conv1x1"]
 
 
