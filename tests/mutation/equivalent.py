@@ -276,11 +276,11 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
             "the column widths are the max over the func's nodes; the default is only taken for a func "
             "without nodes, which prints no node line, so no width is ever read",
         )
-        for n, line in ((140, "+default=None)"), (143, "+default=5)"),
-                        (146, "+opw = max((len(n.op) for n in graph.nodes), default=None)"),
-                        (149, "+opw = max((len(n.op) for n in graph.nodes), default=5)"),
-                        (152, "+locw = max((len(_where(n)) for n in graph.nodes), default=None)"),
-                        (155, "+locw = max((len(_where(n)) for n in graph.nodes), default=2)"))
+        for n, line in ((144, "+default=None)"), (147, "+default=5)"),
+                        (150, "+opw = max((len(n.op) for n in graph.nodes), default=None)"),
+                        (153, "+opw = max((len(n.op) for n in graph.nodes), default=5)"),
+                        (156, "+locw = max((len(_where(n)) for n in graph.nodes), default=None)"),
+                        (159, "+locw = max((len(_where(n)) for n in graph.nodes), default=2)"))
     },
     **{
         f"anec.passes.report.x__func_report__mutmut_{n}": (
@@ -289,15 +289,15 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
             "annotate-sram, which writes graph.meta['sram'] and removes no node, so note_removed never "
             "stores it",
         )
-        for n, line in ((48, "+label = _REMOVED_BY.get(p.name, None)"),
-                        (50, "+label = _REMOVED_BY.get(p.name, )"))
+        for n, line in ((50, "+label = _REMOVED_BY.get(p.name, None)"),
+                        (52, "+label = _REMOVED_BY.get(p.name, )"))
     },
-    "anec.passes.report.x__func_report__mutmut_56": (
+    "anec.passes.report.x__func_report__mutmut_58": (
         '+if p.name == "dce" and i > 1:',
         "PREPARE is dce, fuse-casts, dce, annotate-sram: dce runs at i = 0 and i = 2, where i > 0 and "
         "i > 1 agree",
     ),
-    "anec.passes.report.x__func_report__mutmut_122": (
+    "anec.passes.report.x__func_report__mutmut_126": (
         '+if onode.op == "const" or onode.attrs.get("weight") in kept_keys:',
         "the two differ only for a const legalize erases whose weight key no remaining const holds (or a "
         "value const it erases); legalize erases a const only when a rule re-expresses a weight const as "
