@@ -6,7 +6,8 @@
 #                        the scope's covering tests (SCOPES in tests/mutation/stage.py)
 #   make mutate-c        the scripted C mutations (tests/mutation/c_mutants.py) over
 #                        csrc/sim_kernels.c, csrc/sim_exec.c, csrc/rt_reload.c
-#   make mutate-report   REPORT.md from the last results (build/mutate/)
+#   make mutate-report   REPORT.md from the kept results (tests/mutation/results.json)
+#                        merged with the runs in build/mutate/ (results.json is rewritten)
 #
 # Narrower runs while iterating:
 #   make mutate-py SCOPE=interp MUTANTS='anec.ir.interp.x_random_inputs*'   mutant-name globs

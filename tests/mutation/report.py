@@ -1,19 +1,32 @@
-"""Write the mutation report (tests/mutation/REPORT.md) from the last runs.
+"""Write the mutation report (tests/mutation/REPORT.md) from the kept results and the last runs.
 
     python tests/mutation/report.py --py build/mutate --c build/mutate/c-results.json -o tests/mutation/REPORT.md
 
-Python mutants come from mutmut's results in its working copies (``py-<scope>/mutants/**.meta``),
-C mutants from ``cmutate.py``'s JSON. A mutant is *killed* (a test failed, crashed or
-timed out), *survived*, *equivalent* (survived, and ``equivalent.py`` says why no test
-can tell it from the original) or *no tests* (no selected test calls the function:
-counted as surviving). The survivor rate of a module is (survived + no tests) / mutants,
-equivalents left out of both. An ``equivalent.py`` entry whose recorded change no longer
-matches the mutant is reported as stale, and the mutant counts as a survivor.
+The results behind the report are kept in the repository (``results.json`` beside this file),
+so a report can be written again, and a run added to it, on any machine: a full mutmut run of
+the whole project takes hours. Each report merges the kept results with the runs found in
+``--py`` (mutmut's working copies, ``py-<scope>/mutants/**.meta``) and ``--c`` (``cmutate.py``'s
+JSON), then writes both the report and the merged ``results.json``.
+
+Merging, per Python module: a run that tested every mutant of a module replaces what was kept
+(so does any run of a module kept only in part, or not kept at all); a run of some mutants of a
+fully kept module updates those mutants (a survivor killed by a new test, named in
+``make mutate-py MUTANTS=...``). C mutants are kept by id; a run replaces the ids it ran.
+Kept per module: the number of mutants, how many ran, how many were killed, the survivors with
+their changed lines, and the SHA-256 of the source they were generated from; a module whose
+source has changed since is marked in the report.
+
+A mutant is *killed* (a test failed, crashed or timed out), *survived*, *equivalent* (survived,
+and ``equivalent.py`` says why no test can tell it from the original) or *no tests* (no selected
+test calls the function: counted as surviving). The survivor rate of a module is (survived + no
+tests) / mutants, equivalents left out of both. An ``equivalent.py`` entry whose recorded change
+no longer matches the mutant is reported as stale, and the mutant counts as a survivor.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -21,6 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
 from c_mutants import MUTANTS  # noqa: E402
@@ -32,6 +46,7 @@ KILLED = {1, 3, 36, 24, -24, 152, 255, -11, -9, 37}
 SURVIVED = {0}
 NO_TESTS = {5, 33}
 GOAL = 0.10
+RESULTS_FORMAT = 1
 
 
 def _py_diffs(py_dir: Path, names: list[tuple[str, str]]) -> dict[str, str]:
@@ -60,66 +75,129 @@ def changed_lines(diff: str) -> list[str]:
             if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
 
 
-def load_py(scope_dir: Path) -> list[dict]:
-    """The mutants of one scope's working copy (build/mutate/py-<scope>), with their exit codes."""
-    rows = []
+def _status(code: int | None) -> str:
+    if code is None:
+        return "not run"
+    if code in KILLED:
+        return "killed"
+    if code in SURVIVED:
+        return "survived"
+    if code in NO_TESTS:
+        return "no tests"
+    return "suspicious"
+
+
+def _sha256(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def load_py(scope_dir: Path) -> dict[str, dict]:
+    """The modules of one scope's working copy (build/mutate/py-<scope>):
+    module -> {"mutants", "run", "killed", "sha256", "results": {name: status}, "rows": [...]}
+    where rows are the mutants that were not killed, with their changed lines."""
     mutants = scope_dir / "mutants"
+    out: dict[str, dict] = {}
     for meta in sorted(mutants.glob("anec/**/*.py.meta")):
         module = str(meta.relative_to(mutants))[: -len(".meta")]
-        data = json.loads(meta.read_text())
-        for name, code in sorted(data["exit_code_by_key"].items()):
-            rows.append({"module": module, "name": name, "code": code})
-    return rows
-
-
-def classify_py(rows: list[dict], scope_dir: Path) -> list[dict]:
-    survivors = [(r["name"], r["module"]) for r in rows if r["code"] in SURVIVED | NO_TESTS]
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        results = {name: _status(code) for name, code in codes.items()}
+        ran = {n: s for n, s in results.items() if s != "not run"}
+        out[module] = {"mutants": len(results), "run": len(ran),
+                       "killed": sum(s == "killed" for s in ran.values()),
+                       "sha256": _sha256(scope_dir / module), "results": ran}
+    survivors = [(n, m) for m, mod in out.items() for n, s in mod["results"].items() if s != "killed"]
     diffs = _py_diffs(scope_dir, survivors)
-    for r in rows:
-        code = r["code"]
-        if code is None:
-            r["status"] = "not run"
-        elif code in KILLED:
-            r["status"] = "killed"
-        elif code in SURVIVED | NO_TESTS:
-            r["status"] = "survived" if code in SURVIVED else "no tests"
-            r["diff"] = diffs.get(r["name"], "")
-            eq = PY_EQUIVALENT.get(r["name"])
+    for mod in out.values():
+        mod["rows"] = [{"name": n, "status": s, "lines": changed_lines(diffs.get(n, ""))}
+                       for n, s in sorted(mod["results"].items()) if s != "killed"]
+    return out
+
+
+def merge_py(kept: dict[str, dict], fresh: dict[str, dict]) -> dict[str, dict]:
+    """The kept modules updated by a run's (see the module docstring)."""
+    out = {m: {**v, "rows": list(v["rows"])} for m, v in kept.items()}
+    for module, new in fresh.items():
+        old = out.get(module)
+        if old is not None and new["run"] == 0:
+            continue  # mutants generated, none run: keep what was kept
+        if old is None or new["run"] == new["mutants"] or old["run"] < old["mutants"]:
+            out[module] = {k: new[k] for k in ("mutants", "run", "killed", "sha256", "rows")}
+            continue
+        rows = {r["name"]: r for r in old["rows"]}
+        by_name = {r["name"]: r for r in new["rows"]}
+        killed = old["killed"]
+        for name, status in new["results"].items():
+            was = rows.pop(name, None)
+            if was is None and status != "killed":
+                killed -= 1  # killed when it was kept, surviving now
+            elif was is not None and status == "killed":
+                killed += 1
+            if status != "killed":
+                rows[name] = by_name[name]
+        out[module] = {**old, "killed": max(killed, 0), "rows": [rows[n] for n in sorted(rows)]}
+    return out
+
+
+def classify_py(modules: dict[str, dict]) -> list[dict]:
+    """Rows of the mutants that were not killed, with status "equivalent" where equivalent.py says so."""
+    rows = []
+    for module, mod in sorted(modules.items()):
+        for kept in mod["rows"]:
+            r = {**kept, "module": module}
+            eq = PY_EQUIVALENT.get(r["name"]) if r["status"] in ("survived", "no tests") else None
             if eq:
                 want, reason = eq
-                if want.strip() in changed_lines(r["diff"]):
+                if want.strip() in r["lines"]:
                     r["status"], r["reason"] = "equivalent", reason
                 else:
                     r["stale"] = f"equivalent.py records `{want.strip()}`"
-        else:
-            r["status"] = "suspicious"
+            rows.append(r)
     return rows
 
 
-def load_c(path: Path) -> tuple[list[dict], float | None]:
-    if not path.exists():
-        return [], None
-    doc = json.loads(path.read_text())
+def py_counts(modules: dict[str, dict], rows: list[dict]) -> dict[str, dict[str, int]]:
+    counts: dict[str, dict[str, int]] = {}
+    for module, mod in modules.items():
+        counts[module] = defaultdict(int, {"killed": mod["killed"], "not run": mod["mutants"] - mod["run"]})
+    for r in rows:
+        counts[r["module"]][r["status"]] += 1
+    return counts
+
+
+def merge_c(kept: dict, path: Path) -> dict:
+    """Kept C results ({"seconds", "mutants": {id: record}}) updated by cmutate.py's JSON at ``path``."""
+    out = {"seconds": kept.get("seconds"), "mutants": dict(kept.get("mutants", {}))}
+    if path.exists():
+        doc = json.loads(path.read_text())
+        for mid, res in doc["mutants"].items():
+            out["mutants"][mid] = {k: res.get(k, "") for k in ("file", "what", "status", "detail")}
+        if doc.get("seconds") is not None:
+            out["seconds"] = doc["seconds"]
+    by_id = {m.id for m in MUTANTS}
+    out["mutants"] = {k: v for k, v in sorted(out["mutants"].items()) if k in by_id}  # removed since
+    return out
+
+
+def classify_c(kept: dict) -> list[dict]:
     by_id = {m.id: m for m in MUTANTS}
     rows = []
-    for mid, res in sorted(doc["mutants"].items()):
-        m = by_id.get(mid)
-        if m is None:
-            continue  # removed from the list since the run
+    for mid, res in kept["mutants"].items():
+        m = by_id[mid]
         r = {"module": res["file"], "name": mid, "what": res["what"], "detail": res.get("detail", ""),
              "status": {"timeout": "killed"}.get(res["status"], res["status"]),
-             "diff": "\n".join([*(f"-{ln}" for ln in m.old.strip("\n").splitlines()),
-                                *(f"+{ln}" for ln in m.new.strip("\n").splitlines())])}
+             "lines": [*(f"-{ln.strip()}" for ln in m.old.strip("\n").splitlines()),
+                       *(f"+{ln.strip()}" for ln in m.new.strip("\n").splitlines())]}
         if r["status"] == "survived" and mid in C_EQUIVALENT:
             r["status"], r["reason"] = "equivalent", C_EQUIVALENT[mid]
         rows.append(r)
-    return rows, doc.get("seconds")
+    return rows
 
 
-def table(rows: list[dict], group) -> list[str]:
+def table(counts: dict[str, dict[str, int]], group, changed: set[str] = frozenset()) -> list[str]:
     agg: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for r in rows:
-        agg[group(r["module"])][r["status"]] += 1
+    for module, c in counts.items():
+        for k, v in c.items():
+            agg[group(module)][k] += v
     out = ["| module | mutants | run | killed | survived | no tests | equivalent | survivor rate |",
            "|---|---:|---:|---:|---:|---:|---:|---:|"]
     tot: dict[str, int] = defaultdict(int)
@@ -127,7 +205,8 @@ def table(rows: list[dict], group) -> list[str]:
         a = agg[mod]
         for k, v in a.items():
             tot[k] += v
-        out.append(_row(mod, a))
+        mark = " †" if any(group(m) == mod for m in changed) else ""
+        out.append(_row(mod + mark, a))
     out.append(_row("**total**", tot))
     return out
 
@@ -153,12 +232,14 @@ def group_of(module: str) -> str:
     return module
 
 
-def render(py_rows: list[dict], c_rows: list[dict], py_runs: list[tuple[str, float, str]], c_seconds: float | None,
-           scopes_run: list[str] | None = None, notes: str = "") -> str:
+def render(py_counts_: dict[str, dict[str, int]], py_rows: list[dict], c_rows: list[dict],
+           py_runs: list[tuple[str, float, str]], c_seconds: float | None,
+           scopes_run: list[str] | None = None, notes: str = "", changed: set[str] = frozenset()) -> str:
     lines = [
         "# Mutation testing report",
         "",
-        "Written by `make mutate` (`tests/mutation/report.py`); do not edit by hand. How the runs work and",
+        "Written by `make mutate` (`tests/mutation/report.py`, from the results kept in",
+        "`tests/mutation/results.json` and the last runs); do not edit by hand. How the runs work and",
         "how to read this: `tests/mutation/README.md`.",
         "",
         f"Goal: at most {GOAL:.0%} survivors per module (survived + no tests, over the mutants that are",
@@ -167,6 +248,9 @@ def render(py_rows: list[dict], c_rows: list[dict], py_runs: list[tuple[str, flo
     ]
     lines += ["Columns: *mutants* generated, *run* (tested in the runs behind this report: a module with",
               "run < mutants was not fully run, and its rate covers only the mutants that ran).", ""]
+    if changed:
+        lines += ["A † marks a module whose source has changed since the mutants behind its row were",
+                  f"generated ({', '.join(f'`{m}`' for m in sorted(changed))}): its row is for the earlier code.", ""]
     if scopes_run is not None:
         missing = [f"`{sc}` ({', '.join(SCOPES[sc][0])})" for sc in SCOPES if sc not in scopes_run]
         if missing:
@@ -179,13 +263,16 @@ def render(py_rows: list[dict], c_rows: list[dict], py_runs: list[tuple[str, flo
             lines.append(f"- C mutants ({len(c_rows)}), one at a time: {c_seconds / 60:.1f} min")
         lines.append("")
     if notes.strip():
-        lines += ["Notes on the runs (from `build/mutate/notes.md`, written by whoever ran them):", "",
+        lines += ["Notes on the runs (from `tests/mutation/notes.md`, written by whoever ran them):", "",
                   notes.strip(), ""]
-    if py_rows:
-        lines += ["## Python (mutmut)", "", "By area:", ""] + table(py_rows, group_of)
-        lines += ["", "By file:", ""] + table(py_rows, lambda m: m) + [""]
+    if py_counts_:
+        lines += ["## Python (mutmut)", "", "By area:", ""] + table(py_counts_, group_of, changed)
+        lines += ["", "By file:", ""] + table(py_counts_, lambda m: m, changed) + [""]
     if c_rows:
-        lines += ["## C (scripted mutants, `tests/mutation/c_mutants.py`)", ""] + table(c_rows, lambda m: m) + [""]
+        c_counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for r in c_rows:
+            c_counts[r["module"]][r["status"]] += 1
+        lines += ["## C (scripted mutants, `tests/mutation/c_mutants.py`)", ""] + table(c_counts, lambda m: m) + [""]
     for title, rows in (("Python", py_rows), ("C", c_rows)):
         surv = [r for r in rows if r["status"] in ("survived", "no tests")]
         if surv:
@@ -196,12 +283,12 @@ def render(py_rows: list[dict], c_rows: list[dict], py_runs: list[tuple[str, flo
                     note += f". Open: {OPEN_NOTES[r['name']]}"
                 what = f": {r['what']}" if r.get("what") else ""
                 lines += [f"- `{r['name']}` [{r['status']}]{what}{note}", "", "  ```diff"]
-                lines += ["  " + ln for ln in changed_lines(r.get("diff", ""))] + ["  ```", ""]
+                lines += ["  " + ln for ln in r["lines"]] + ["  ```", ""]
         eq = [r for r in rows if r["status"] == "equivalent"]
         if eq:
             lines += [f"## {title} equivalent mutants ({len(eq)})", ""]
             for r in eq:
-                ch = "; ".join(f"`{c}`" for c in changed_lines(r.get("diff", "")))
+                ch = "; ".join(f"`{c}`" for c in r["lines"])
                 lines.append(f"- `{r['name']}` {ch}: {r['reason']}")
             lines.append("")
     killed_c = [r for r in c_rows if r["status"] == "killed"]
@@ -213,37 +300,61 @@ def render(py_rows: list[dict], c_rows: list[dict], py_runs: list[tuple[str, flo
     return "\n".join(lines)
 
 
+def read_runs(path: Path) -> list[tuple[str, float, str]]:
+    """``py-runs``: one line per `make mutate-py`: scope, seconds, workers."""
+    runs = []
+    if path.exists():
+        for ln in path.read_text().splitlines():
+            parts = ln.split()
+            if len(parts) == 3:
+                runs.append((parts[0], float(parts[1]), parts[2]))
+    return runs
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--py", default="build/mutate", help="the directory of mutmut's working copies (py-<scope>)")
     ap.add_argument("--c", default="build/mutate/c-results.json", help="cmutate.py's results")
+    ap.add_argument("--results", default=str(HERE / "results.json"), help="the kept results (read and rewritten)")
+    ap.add_argument("--notes", default=str(HERE / "notes.md"), help="free-text notes on the runs, copied in")
     ap.add_argument("-o", "--out", default=str(HERE / "REPORT.md"))
     args = ap.parse_args(argv)
+    results_path = Path(args.results)
+    kept = json.loads(results_path.read_text()) if results_path.exists() else {}
+    if kept and kept.get("format") != RESULTS_FORMAT:
+        raise SystemExit(f"{results_path}: results format {kept.get('format')!r}, this report reads {RESULTS_FORMAT}")
+    modules = kept.get("python", {})
+    scopes_run = set(kept.get("scopes", []))
+    runs = [tuple(r) for r in kept.get("runs", [])]
     py_dir = Path(args.py).resolve()
-    py_rows = []
-    scopes_run = []
     for scope_dir in sorted(py_dir.glob("py-*/")):
         if (scope_dir / "mutants").is_dir():
-            py_rows += classify_py(load_py(scope_dir), scope_dir)
-            scopes_run.append(scope_dir.name[len("py-"):])
-    c_rows, c_seconds = load_c(Path(args.c))
-    if not py_rows and not c_rows:
+            modules = merge_py(modules, load_py(scope_dir))
+            scopes_run.add(scope_dir.name[len("py-"):])
+    runs += [r for r in read_runs(py_dir / "py-runs") if r not in runs]
+    modules = {m: v for m, v in modules.items() if (ROOT / m).is_file()}  # modules removed since
+    c_kept = merge_c(kept.get("c", {}), Path(args.c))
+    if not modules and not c_kept["mutants"]:
         raise SystemExit("no mutation results: run `make mutate-py` and/or `make mutate-c` first")
-    runs_file = py_dir / "py-runs"  # one line per `make mutate-py`: scope, seconds, workers
-    py_runs = []
-    if runs_file.exists():
-        for ln in runs_file.read_text().splitlines():
-            parts = ln.split()
-            if len(parts) == 3:
-                py_runs.append((parts[0], float(parts[1]), parts[2]))
-    notes_file = py_dir / "notes.md"
+    py_rows = classify_py(modules)
+    c_rows = classify_c(c_kept)
+    changed = {m for m, v in modules.items() if v.get("sha256") != _sha256(ROOT / m)}
+    notes_file = Path(args.notes)
     notes = notes_file.read_text(encoding="utf-8") if notes_file.exists() else ""
-    text = render(py_rows, c_rows, py_runs, c_seconds, scopes_run, notes)
-    out = Path(args.out)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    tmp.replace(out)
-    print(f"wrote {out}: {len(py_rows)} Python and {len(c_rows)} C mutants")
+    text = render(py_counts(modules, py_rows), py_rows, c_rows, runs, c_kept["seconds"],
+                  sorted(scopes_run), notes, changed)
+    doc = {"format": RESULTS_FORMAT, "scopes": sorted(scopes_run), "runs": [list(r) for r in runs],
+           "python": {m: modules[m] for m in sorted(modules)}, "c": c_kept}
+    _write(results_path, json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    _write(Path(args.out), text + "\n")
+    print(f"wrote {args.out} and {results_path}: {sum(v['mutants'] for v in modules.values())} Python "
+          f"and {len(c_rows)} C mutants")
     return 0
 
 
