@@ -5,11 +5,12 @@ that everything is refused, these tests check what the user reads."""
 from __future__ import annotations
 
 import os
+import stat
 
 import pytest
 
 from anec.diagnostics import ArtifactError
-from anec.mil.beneath import Beneath
+from anec.mil.beneath import Beneath, check_rel, kind_of
 
 
 @pytest.fixture
@@ -130,3 +131,104 @@ def test_a_directory_that_cannot_be_listed_says_why(art, monkeypatch):
     monkeypatch.setattr(os, "listdir", listdir)
     e = refusal(b.names)
     assert e.args[0] == f"cannot list '{root}': Input/output error"
+
+
+@pytest.mark.parametrize("rel", ["/etc/passwd", "a\\b", "a\0b", "", 3])
+def test_a_path_that_is_not_relative_is_named_as_such(rel):
+    """Absolute paths, backslashes, NUL bytes, the empty path and non-strings (a number
+    from a manifest) are not relative paths inside the directory."""
+    e = refusal(check_rel, rel, "weight file")
+    assert e.args[0] == f"weight file {rel!r} is not a relative path inside the artifact directory"
+
+
+@pytest.mark.parametrize("rel", ["a//b", "a/", "./a", "a/./b", "../a", "a/.."])
+def test_a_path_with_a_component_that_is_not_a_name_points_outside(rel):
+    """Empty, '.' and '..' components are refused, and the message says every component
+    must be a plain name."""
+    e = refusal(check_rel, rel)
+    assert e.args[0] == (f"artifact path {rel!r} points outside the artifact directory "
+                         "(every component must be a plain name)")
+
+
+def test_a_refused_path_is_named_as_what_the_caller_reads(art):
+    """read and subdir name a refused path with the caller's word for it."""
+    b, _ = art
+    e = refusal(b.read, "../outside.bin", 100, what="weight file")
+    assert e.args[0].startswith("weight file '../outside.bin' points outside")
+    e = refusal(b.read, "/etc/passwd", 100)
+    assert e.args[0] == "file '/etc/passwd' is not a relative path inside the artifact directory"
+    e = refusal(b.subdir, "/etc", what="stage directory")
+    assert e.args[0] == "stage directory '/etc' is not a relative path inside the artifact directory"
+    e = refusal(b.subdir, "/etc")
+    assert e.args[0] == "directory '/etc' is not a relative path inside the artifact directory"
+
+
+def test_a_linked_directory_deeper_on_the_way_is_named_by_its_path(art):
+    """A link met below the first component is named by the path up to it."""
+    b, root = art
+    os.symlink(root / "weights", root / "weights" / "again")
+    e = refusal(b.read, "weights/again/w.bin", 100, what="weight file")
+    assert e.args[0] == (f"cannot read weight file '{root / 'weights/again/w.bin'}' "
+                         "('weights/again' is a symbolic link)")
+
+
+def test_kind_names_a_link_without_following_it(art):
+    """kind() says what the entry itself is: a link to a directory is a symbolic link."""
+    b, _ = art
+    assert b.kind("linked_dir") == "symbolic link"
+    assert b.kind("weights") == "directory"
+    assert b.kind("plain") == "file"
+    assert b.kind("none") is None
+
+
+def test_kind_takes_one_name_only(art):
+    """kind() looks at entries of this directory only, not at paths below it."""
+    b, root = art
+    e = refusal(b.kind, "weights/w.bin")
+    assert e.args[0] == f"'weights/w.bin' is not a name of an entry of '{root}'"
+
+
+def test_an_entry_that_cannot_be_inspected_says_why(art, monkeypatch):
+    import errno
+
+    b, root = art
+    monkeypatch.setattr(os, "stat", _failing(os.stat, errno.EIO, {"plain"}))
+    e = refusal(b.kind, "plain")
+    assert e.args[0] == f"cannot inspect '{root / 'plain'}': Input/output error"
+
+
+def test_a_device_is_refused_as_what_it_is():
+    """/dev/null is a character device: refused (without blocking) as a device."""
+    with Beneath.open("/dev") as b:
+        e = refusal(b.read, "null", 100, what="MIL file")
+    assert e.args[0] == "cannot read MIL file '/dev/null' (it is a device); expected a regular file"
+
+
+def test_the_kinds_of_entry_no_directory_entry_made_here_can_show():
+    """Block devices are devices; a mode of no known type is a special file."""
+    assert kind_of(stat.S_IFBLK | 0o660) == "device"
+    assert kind_of(stat.S_IFCHR | 0o666) == "device"
+    assert kind_of(0o644) == "special file"
+
+
+def test_a_missing_artifact_says_to_compile_first(tmp_path):
+    e = refusal(Beneath.open, tmp_path / "none")
+    assert e.args[0] == f"artifact '{tmp_path / 'none'}' does not exist"
+    assert e.hint == "compile first: anec compile model.ir -o DIR"
+
+
+def test_an_artifact_that_cannot_be_opened_says_why(tmp_path):
+    """Any other failure to open the directory gives the system's reason."""
+    p = tmp_path / ("x" * 300)
+    e = refusal(Beneath.open, p)
+    assert e.args[0] == f"cannot open '{p}': File name too long"
+
+
+def test_a_file_is_not_a_directory_even_without_o_directory(art, monkeypatch):
+    """Where the platform has no O_DIRECTORY, the opened file is checked and refused."""
+    import anec.mil.beneath as beneath
+
+    _, root = art
+    monkeypatch.setattr(beneath, "_O_DIR", os.O_RDONLY | beneath._O_CLOEXEC)
+    e = refusal(Beneath.open, root / "plain")
+    assert e.args[0] == f"'{root / 'plain'}' is not a directory"
