@@ -129,6 +129,23 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "+k = kind_of(os.stat(name, dir_fd=dfd, follow_symlinks=None).st_mode)",
         "os.stat tests follow_symlinks for truth: None is false like False, so the link itself is stat'ed",
     ),
+    "anec.mil.beneath.xǁBeneathǁkind__mutmut_7": (
+        "+st = os.stat(name, dir_fd=self._fd, follow_symlinks=None)",
+        "os.stat tests follow_symlinks for truth: None is false like False, so the link itself is stat'ed",
+    ),
+    "anec.mil.beneath.xǁBeneathǁread__mutmut_12": (
+        "+dfd = self._walk(parts, rel, what, whole=None)",
+        "_walk reads `whole` only as the test of `parts if whole else parts[:-1]`, where None is false like False",
+    ),
+    "anec.mil.beneath.xǁBeneathǁread__mutmut_33": (
+        "+raise self._error(e, dfd, parts[-1], rel, rel, what, expect_dir=None) from None",
+        "_error reads `expect_dir` only as the test that picks the word \"directory\" or \"regular file\", "
+        "where None is false like False",
+    ),
+    "anec.mil.beneath.x__read_exactly__mutmut_40": (
+        '+extra = ""',
+        "in the loop `extra` is read only as the test of `extra if extra else os.read(...)`, where \"\" is false like None",
+    ),
     "anec.ir.interp.x_load_input__mutmut_3": ("+arr = np.load(path, allow_pickle=None)", _NO_PICKLE),
     "anec.ir.interp.x_load_input__mutmut_5": ("+arr = np.load(path, )", _NO_PICKLE),
     "anec.ir.interp.x_random_inputs__mutmut_10": (
