@@ -8,13 +8,14 @@ the whole project takes hours. Each report merges the kept results with the runs
 ``--py`` (mutmut's working copies, ``py-<scope>/mutants/**.meta``) and ``--c`` (``cmutate.py``'s
 JSON), then writes both the report and the merged ``results.json``.
 
-Merging, per Python module: a run that tested every mutant of a module replaces what was kept
-(so does any run of a module kept only in part, or not kept at all); a run of some mutants of a
-fully kept module updates those mutants (a survivor killed by a new test, named in
-``make mutate-py MUTANTS=...``). C mutants are kept by id; a run replaces the ids it ran.
-Kept per module: the number of mutants, how many ran, how many were killed, the survivors with
-their changed lines, and the SHA-256 of the source they were generated from; a module whose
-source has changed since is marked in the report.
+Merging, per Python module: a run that tested every mutant of a module replaces what was kept;
+a run of some of its mutants updates those (a survivor killed by a new test, named in
+``make mutate-py MUTANTS=...``; the rest of a module whose run was cut short) and keeps the rest.
+C mutants are kept by id; a run replaces the ids it ran.
+Kept per module: the number of mutants, the names of those killed (``{function: "1-4,7"}``;
+results kept before names were, as a number), the others with their status and changed lines,
+and the SHA-256 of the source the mutants were generated from; a module whose source has
+changed since is marked in the report.
 
 A mutant is *killed* (a test failed, crashed or timed out), *survived*, *equivalent* (survived,
 and ``equivalent.py`` says why no test can tell it from the original) or *no tests* (no selected
@@ -92,19 +93,17 @@ def _sha256(path: Path) -> str | None:
 
 
 def load_py(scope_dir: Path) -> dict[str, dict]:
-    """The modules of one scope's working copy (build/mutate/py-<scope>):
-    module -> {"mutants", "run", "killed", "sha256", "results": {name: status}, "rows": [...]}
-    where rows are the mutants that were not killed, with their changed lines."""
+    """The modules of one scope's working copy (build/mutate/py-<scope>): module ->
+    {"mutants", "sha256", "results": {name: status of the mutants that ran}, "rows": [...]}
+    where rows are the mutants that ran and were not killed, with their changed lines."""
     mutants = scope_dir / "mutants"
     out: dict[str, dict] = {}
     for meta in sorted(mutants.glob("anec/**/*.py.meta")):
         module = str(meta.relative_to(mutants))[: -len(".meta")]
         codes = json.loads(meta.read_text())["exit_code_by_key"]
         results = {name: _status(code) for name, code in codes.items()}
-        ran = {n: s for n, s in results.items() if s != "not run"}
-        out[module] = {"mutants": len(results), "run": len(ran),
-                       "killed": sum(s == "killed" for s in ran.values()),
-                       "sha256": _sha256(scope_dir / module), "results": ran}
+        out[module] = {"mutants": len(results), "sha256": _sha256(scope_dir / module),
+                       "results": {n: s for n, s in results.items() if s != "not run"}}
     survivors = [(n, m) for m, mod in out.items() for n, s in mod["results"].items() if s != "killed"]
     diffs = _py_diffs(scope_dir, survivors)
     for mod in out.values():
@@ -113,28 +112,73 @@ def load_py(scope_dir: Path) -> dict[str, dict]:
     return out
 
 
+def pack_names(names) -> dict[str, str]:
+    """Mutant names -> {function: "1-4,7"} (mutmut names a mutant ``<function>__mutmut_<n>``)."""
+    by_func: dict[str, list[int]] = defaultdict(list)
+    for name in names:
+        func, _, n = name.rpartition("__mutmut_")
+        by_func[func].append(int(n))
+    out = {}
+    for func, ns in sorted(by_func.items()):
+        ns.sort()
+        spans, start = [], ns[0]
+        for prev, cur in zip(ns, ns[1:] + [None]):
+            if cur != prev + 1:
+                spans.append(str(start) if start == prev else f"{start}-{prev}")
+                start = cur
+        out[func] = ",".join(spans)
+    return out
+
+
+def unpack_names(packed: dict[str, str]) -> set[str]:
+    out = set()
+    for func, spans in packed.items():
+        for span in spans.split(","):
+            lo, _, hi = span.partition("-")
+            out.update(f"{func}__mutmut_{n}" for n in range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def killed_count(mod: dict) -> int:
+    """Kills kept by name plus those kept only as a number (results from before names were kept)."""
+    return len(unpack_names(mod["killed"])) + mod.get("killed_unnamed", 0)
+
+
+def run_count(mod: dict) -> int:
+    return killed_count(mod) + len(mod["rows"])
+
+
 def merge_py(kept: dict[str, dict], fresh: dict[str, dict]) -> dict[str, dict]:
-    """The kept modules updated by a run's (see the module docstring)."""
+    """The kept modules updated by a run's: a run of every mutant of a module replaces it; any
+    other run updates the mutants it ran, the rest kept as they were."""
     out = {m: {**v, "rows": list(v["rows"])} for m, v in kept.items()}
     for module, new in fresh.items():
+        ran = new["results"]
         old = out.get(module)
-        if old is not None and new["run"] == 0:
+        if old is not None and not ran:
             continue  # mutants generated, none run: keep what was kept
-        if old is None or new["run"] == new["mutants"] or old["run"] < old["mutants"]:
-            out[module] = {k: new[k] for k in ("mutants", "run", "killed", "sha256", "rows")}
-            continue
-        rows = {r["name"]: r for r in old["rows"]}
         by_name = {r["name"]: r for r in new["rows"]}
-        killed = old["killed"]
-        for name, status in new["results"].items():
-            was = rows.pop(name, None)
-            if was is None and status != "killed":
-                killed -= 1  # killed when it was kept, surviving now
-            elif was is not None and status == "killed":
-                killed += 1
-            if status != "killed":
+        if old is None or len(ran) == new["mutants"]:
+            out[module] = {"mutants": new["mutants"], "sha256": new["sha256"],
+                           "killed": pack_names(n for n, s in ran.items() if s == "killed"),
+                           "rows": [by_name[n] for n in sorted(by_name)]}
+            continue
+        killed = unpack_names(old["killed"])
+        rows = {r["name"]: r for r in old["rows"]}
+        unnamed = old.get("killed_unnamed", 0)
+        full = run_count(old) == old["mutants"]
+        for name, status in ran.items():
+            known = name in killed or name in rows
+            killed.discard(name)
+            rows.pop(name, None)
+            if not known and unnamed and full:
+                unnamed -= 1  # one of the kills kept without a name
+            if status == "killed":
+                killed.add(name)
+            else:
                 rows[name] = by_name[name]
-        out[module] = {**old, "killed": max(killed, 0), "rows": [rows[n] for n in sorted(rows)]}
+        out[module] = {"mutants": old["mutants"], "sha256": old["sha256"], "killed": pack_names(killed),
+                       **({"killed_unnamed": unnamed} if unnamed else {}), "rows": [rows[n] for n in sorted(rows)]}
     return out
 
 
@@ -158,7 +202,7 @@ def classify_py(modules: dict[str, dict]) -> list[dict]:
 def py_counts(modules: dict[str, dict], rows: list[dict]) -> dict[str, dict[str, int]]:
     counts: dict[str, dict[str, int]] = {}
     for module, mod in modules.items():
-        counts[module] = defaultdict(int, {"killed": mod["killed"], "not run": mod["mutants"] - mod["run"]})
+        counts[module] = defaultdict(int, {"killed": killed_count(mod), "not run": mod["mutants"] - run_count(mod)})
     for r in rows:
         counts[r["module"]][r["status"]] += 1
     return counts

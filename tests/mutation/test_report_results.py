@@ -15,44 +15,67 @@ import report  # noqa: E402
 def _module(mutants, results, sha="a"):
     """A module as load_py returns it, from {name: status} of the mutants that ran."""
     rows = [{"name": n, "status": s, "lines": [f"+{n}"]} for n, s in sorted(results.items()) if s != "killed"]
-    return {"mutants": mutants, "run": len(results), "killed": sum(s == "killed" for s in results.values()),
-            "sha256": sha, "results": results, "rows": rows}
+    return {"mutants": mutants, "sha256": sha, "results": results, "rows": rows}
 
 
-def _kept(mod):
-    return {k: mod[k] for k in ("mutants", "run", "killed", "sha256", "rows")}
+def _status(mod):
+    """name -> status of a kept module's named mutants, and its (killed, run) counts."""
+    named = {n: "killed" for n in report.unpack_names(mod["killed"])}
+    named.update({r["name"]: r["status"] for r in mod["rows"]})
+    return named, (report.killed_count(mod), report.run_count(mod))
+
+
+def test_names_pack_into_ranges_per_function():
+    names = ["f__mutmut_1", "f__mutmut_2", "f__mutmut_3", "f__mutmut_7", "xǁCǁg__mutmut_10"]
+    assert report.pack_names(names) == {"f": "1-3,7", "xǁCǁg": "10"}
+    assert report.unpack_names(report.pack_names(names)) == set(names)
+    assert report.pack_names([]) == {}
 
 
 def test_a_full_run_replaces_the_kept_module():
-    kept = {"m.py": _kept(_module(4, {"a": "killed", "b": "survived", "c": "killed", "d": "killed"}))}
-    fresh = {"m.py": _module(5, {"a": "killed", "b": "killed", "c": "killed", "d": "killed", "e": "no tests"}, "b")}
-    out = report.merge_py(kept, fresh)
-    assert out["m.py"] == {"mutants": 5, "run": 5, "killed": 4, "sha256": "b",
-                           "rows": [{"name": "e", "status": "no tests", "lines": ["+e"]}]}
-
-
-def test_a_partial_run_updates_the_mutants_it_ran_in_a_fully_kept_module():
-    kept = {"m.py": _kept(_module(4, {"a": "killed", "b": "survived", "c": "survived", "d": "killed"}))}
-    # b is killed by a new test; d (killed when kept) survives now; c was not run again
-    fresh = {"m.py": _module(4, {"b": "killed", "d": "survived"}, "b")}
+    kept = report.merge_py({}, {"m.py": _module(4, {"f__mutmut_1": "killed", "f__mutmut_2": "survived"})})
+    kept["m.py"]["killed_unnamed"] = 5
+    fresh = {"m.py": _module(3, {"f__mutmut_1": "killed", "f__mutmut_2": "killed", "f__mutmut_3": "no tests"}, "b")}
     out = report.merge_py(kept, fresh)["m.py"]
-    assert (out["mutants"], out["run"], out["killed"], out["sha256"]) == (4, 4, 2, "a")
-    assert [(r["name"], r["status"]) for r in out["rows"]] == [("c", "survived"), ("d", "survived")]
-    assert kept["m.py"]["killed"] == 2 and len(kept["m.py"]["rows"]) == 2  # the kept dict is not changed
+    assert out == {"mutants": 3, "sha256": "b", "killed": {"f": "1-2"},
+                   "rows": [{"name": "f__mutmut_3", "status": "no tests", "lines": ["+f__mutmut_3"]}]}
 
 
-def test_a_module_run_in_part_before_is_replaced_and_a_run_of_nothing_keeps_it():
-    kept = {"m.py": _kept(_module(4, {"a": "survived"}))}
-    fresh = {"m.py": _module(4, {"a": "killed", "b": "survived"})}
-    out = report.merge_py(kept, fresh)
-    assert (out["m.py"]["run"], out["m.py"]["killed"], len(out["m.py"]["rows"])) == (2, 1, 1)
-    assert report.merge_py(out, {"m.py": _module(4, {})}) == out
-    assert report.merge_py({}, {"n.py": _module(3, {})})["n.py"]["run"] == 0  # shown as not run
+def test_runs_in_parts_add_up_by_name():
+    """A run cut short, then the rest of its mutants on another machine: the kept results
+    are the union, the later run deciding a mutant both ran."""
+    first = report.merge_py({}, {"m.py": _module(4, {"f__mutmut_1": "killed", "f__mutmut_2": "survived"})})
+    assert _status(first["m.py"])[1] == (1, 2)
+    second = report.merge_py(first, {"m.py": _module(4, {"f__mutmut_2": "killed", "f__mutmut_3": "survived",
+                                                         "f__mutmut_4": "killed"}, "b")})
+    named, counts = _status(second["m.py"])
+    assert named == {"f__mutmut_1": "killed", "f__mutmut_2": "killed", "f__mutmut_3": "survived",
+                     "f__mutmut_4": "killed"}
+    assert counts == (3, 4) and second["m.py"]["sha256"] == "a"  # only a full run vouches for new code
+    assert _status(first["m.py"])[1] == (1, 2)  # the kept dict is not changed
+    assert report.merge_py(second, {"m.py": _module(4, {})}) == second  # a run of nothing keeps it
+    assert report.run_count(report.merge_py({}, {"n.py": _module(3, {})})["n.py"]) == 0  # shown as not run
+
+
+def test_kills_kept_without_names_give_way_to_named_results():
+    """Results kept before names were (a number of kills): in a fully run module, a mutant
+    that is not among the named ones was one of those kills."""
+    kept = {"m.py": {"mutants": 4, "sha256": "a", "killed": {}, "killed_unnamed": 3,
+                     "rows": [{"name": "f__mutmut_2", "status": "survived", "lines": []}]}}
+    fresh = {"m.py": _module(4, {"f__mutmut_2": "killed", "f__mutmut_3": "survived"})}
+    out = report.merge_py(kept, fresh)["m.py"]
+    named, counts = _status(out)
+    assert named == {"f__mutmut_2": "killed", "f__mutmut_3": "survived"}
+    assert out["killed_unnamed"] == 2 and counts == (3, 4)
+    # the same run over a module not fully run adds to it
+    kept["m.py"]["killed_unnamed"] = 1
+    out = report.merge_py(kept, fresh)["m.py"]
+    assert out["killed_unnamed"] == 1 and _status(out)[1] == (2, 3)
 
 
 def test_equivalents_are_decided_when_the_report_is_written(monkeypatch):
     monkeypatch.setattr(report, "PY_EQUIVALENT", {"x": ("+same", "why"), "y": ("+moved", "why")})
-    mods = {"m.py": {"mutants": 3, "run": 3, "killed": 1, "sha256": "a",
+    mods = {"m.py": {"mutants": 3, "sha256": "a", "killed": {"z": "1"},
                      "rows": [{"name": "x", "status": "survived", "lines": ["-old", "+same"]},
                               {"name": "y", "status": "survived", "lines": ["-old", "+other"]}]}}
     rows = {r["name"]: r for r in report.classify_py(mods)}
@@ -64,7 +87,7 @@ def test_equivalents_are_decided_when_the_report_is_written(monkeypatch):
 
 def test_the_report_is_written_from_kept_results_alone(tmp_path):
     kept = {"format": report.RESULTS_FORMAT, "scopes": ["interp"], "runs": [["interp:all", 600.0, "2"]],
-            "python": {"anec/ir/interp.py": {"mutants": 2, "run": 2, "killed": 1, "sha256": "0" * 64,
+            "python": {"anec/ir/interp.py": {"mutants": 2, "sha256": "0" * 64, "killed": {"anec.ir.interp.x_f": "2"},
                                              "rows": [{"name": "anec.ir.interp.x_f__mutmut_1", "status": "survived",
                                                        "lines": ["-a = 1", "+a = 2"]}]}},
             "c": {"seconds": None, "mutants": {}}}
@@ -86,8 +109,9 @@ def test_the_kept_results_are_consistent():
     root = HERE.parent.parent
     for module, mod in doc["python"].items():
         assert (root / module).is_file(), module
-        assert 0 <= mod["killed"] <= mod["run"] <= mod["mutants"], module
-        assert mod["run"] - mod["killed"] == len(mod["rows"]), module
+        assert report.run_count(mod) <= mod["mutants"], module
+        named = report.unpack_names(mod["killed"]) | {r["name"] for r in mod["rows"]}
+        assert len(named) == len(report.unpack_names(mod["killed"])) + len(mod["rows"]), module  # no name twice
         assert all(r["status"] in ("survived", "no tests", "suspicious") for r in mod["rows"]), module
     ids = {m.id for m in report.MUTANTS}
     assert set(doc["c"]["mutants"]) <= ids
