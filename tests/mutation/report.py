@@ -94,8 +94,8 @@ def _sha256(path: Path) -> str | None:
 
 def load_py(scope_dir: Path) -> dict[str, dict]:
     """The modules of one scope's working copy (build/mutate/py-<scope>): module ->
-    {"mutants", "sha256", "results": {name: status of the mutants that ran}, "rows": [...]}
-    where rows are the mutants that ran and were not killed, with their changed lines."""
+    {"mutants", "sha256", "results": {name: status of the mutants that ran}, "not_run": {names},
+    "rows": [...]} where rows are the mutants that ran and were not killed, with their changed lines."""
     mutants = scope_dir / "mutants"
     out: dict[str, dict] = {}
     for meta in sorted(mutants.glob("anec/**/*.py.meta")):
@@ -103,7 +103,8 @@ def load_py(scope_dir: Path) -> dict[str, dict]:
         codes = json.loads(meta.read_text())["exit_code_by_key"]
         results = {name: _status(code) for name, code in codes.items()}
         out[module] = {"mutants": len(results), "sha256": _sha256(scope_dir / module),
-                       "results": {n: s for n, s in results.items() if s != "not run"}}
+                       "results": {n: s for n, s in results.items() if s != "not run"},
+                       "not_run": {n for n, s in results.items() if s == "not run"}}
     survivors = [(n, m) for m, mod in out.items() for n, s in mod["results"].items() if s != "killed"]
     diffs = _py_diffs(scope_dir, survivors)
     for mod in out.values():
@@ -158,9 +159,10 @@ def merge_py(kept: dict[str, dict], fresh: dict[str, dict]) -> dict[str, dict]:
         if old is not None and not ran:
             continue  # mutants generated, none run: keep what was kept
         by_name = {r["name"]: r for r in new["rows"]}
-        if old is None or len(ran) == new["mutants"]:
+        if old is None or len(ran) == new["mutants"] or run_count(old) == 0:
             out[module] = {"mutants": new["mutants"], "sha256": new["sha256"],
                            "killed": pack_names(n for n, s in ran.items() if s == "killed"),
+                           **({"not_run": pack_names(new["not_run"])} if new["not_run"] else {}),
                            "rows": [by_name[n] for n in sorted(by_name)]}
             continue
         killed = unpack_names(old["killed"])
@@ -177,8 +179,11 @@ def merge_py(kept: dict[str, dict], fresh: dict[str, dict]) -> dict[str, dict]:
                 killed.add(name)
             else:
                 rows[name] = by_name[name]
+        not_run = unpack_names(old.get("not_run", {})) - set(ran)
         out[module] = {"mutants": old["mutants"], "sha256": old["sha256"], "killed": pack_names(killed),
-                       **({"killed_unnamed": unnamed} if unnamed else {}), "rows": [rows[n] for n in sorted(rows)]}
+                       **({"killed_unnamed": unnamed} if unnamed else {}),
+                       **({"not_run": pack_names(not_run)} if not_run else {}),
+                       "rows": [rows[n] for n in sorted(rows)]}
     return out
 
 
@@ -368,12 +373,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", default=str(HERE / "results.json"), help="the kept results (read and rewritten)")
     ap.add_argument("--notes", default=str(HERE / "notes.md"), help="free-text notes on the runs, copied in")
     ap.add_argument("-o", "--out", default=str(HERE / "REPORT.md"))
+    ap.add_argument("--not-run", nargs="+", metavar="MODULE",
+                    help="print the kept names of the mutants of MODULE (anec/mil/artifact.py) that have not run, "
+                         "to continue a run that was cut short (make mutate-py MUTANTS=...), and write nothing")
     args = ap.parse_args(argv)
     results_path = Path(args.results)
     kept = json.loads(results_path.read_text()) if results_path.exists() else {}
     if kept and kept.get("format") != RESULTS_FORMAT:
         raise SystemExit(f"{results_path}: results format {kept.get('format')!r}, this report reads {RESULTS_FORMAT}")
     modules = kept.get("python", {})
+    if args.not_run:
+        for module in args.not_run:
+            if module not in modules:
+                raise SystemExit(f"{results_path}: no results kept for {module}")
+            print(" ".join(sorted(unpack_names(modules[module].get("not_run", {})))))
+        return 0
     scopes_run = set(kept.get("scopes", []))
     runs = [tuple(r) for r in kept.get("runs", [])]
     py_dir = Path(args.py).resolve()

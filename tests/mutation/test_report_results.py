@@ -15,7 +15,8 @@ import report  # noqa: E402
 def _module(mutants, results, sha="a"):
     """A module as load_py returns it, from {name: status} of the mutants that ran."""
     rows = [{"name": n, "status": s, "lines": [f"+{n}"]} for n, s in sorted(results.items()) if s != "killed"]
-    return {"mutants": mutants, "sha256": sha, "results": results, "rows": rows}
+    not_run = {f"f__mutmut_{i}" for i in range(1, mutants + 1)} - set(results)
+    return {"mutants": mutants, "sha256": sha, "results": results, "not_run": not_run, "rows": rows}
 
 
 def _status(mod):
@@ -53,6 +54,8 @@ def test_runs_in_parts_add_up_by_name():
                      "f__mutmut_4": "killed"}
     assert counts == (3, 4) and second["m.py"]["sha256"] == "a"  # only a full run vouches for new code
     assert _status(first["m.py"])[1] == (1, 2)  # the kept dict is not changed
+    assert report.unpack_names(first["m.py"]["not_run"]) == {"f__mutmut_3", "f__mutmut_4"}
+    assert "not_run" not in second["m.py"]  # every mutant has run
     assert report.merge_py(second, {"m.py": _module(4, {})}) == second  # a run of nothing keeps it
     assert report.run_count(report.merge_py({}, {"n.py": _module(3, {})})["n.py"]) == 0  # shown as not run
 
@@ -64,6 +67,7 @@ def test_kills_kept_without_names_give_way_to_named_results():
                      "rows": [{"name": "f__mutmut_2", "status": "survived", "lines": []}]}}
     fresh = {"m.py": _module(4, {"f__mutmut_2": "killed", "f__mutmut_3": "survived"})}
     out = report.merge_py(kept, fresh)["m.py"]
+    assert "not_run" not in out  # the kept module was fully run
     named, counts = _status(out)
     assert named == {"f__mutmut_2": "killed", "f__mutmut_3": "survived"}
     assert out["killed_unnamed"] == 2 and counts == (3, 4)
@@ -110,8 +114,20 @@ def test_the_kept_results_are_consistent():
     for module, mod in doc["python"].items():
         assert (root / module).is_file(), module
         assert report.run_count(mod) <= mod["mutants"], module
-        named = report.unpack_names(mod["killed"]) | {r["name"] for r in mod["rows"]}
-        assert len(named) == len(report.unpack_names(mod["killed"])) + len(mod["rows"]), module  # no name twice
+        killed, not_run = report.unpack_names(mod["killed"]), report.unpack_names(mod.get("not_run", {}))
+        named = killed | not_run | {r["name"] for r in mod["rows"]}
+        assert len(named) == len(killed) + len(not_run) + len(mod["rows"]), module  # no name twice
+        if "not_run" in mod:  # named results: they account for every mutant
+            assert len(named) + mod.get("killed_unnamed", 0) == mod["mutants"], module
         assert all(r["status"] in ("survived", "no tests", "suspicious") for r in mod["rows"]), module
     ids = {m.id for m in report.MUTANTS}
     assert set(doc["c"]["mutants"]) <= ids
+
+
+def test_the_mutants_not_run_are_listed_to_continue_a_run(tmp_path, capsys):
+    kept = report.merge_py({}, {"anec/m.py": _module(5, {"f__mutmut_1": "killed", "f__mutmut_4": "survived"})})
+    res = tmp_path / "results.json"
+    res.write_text(json.dumps({"format": report.RESULTS_FORMAT, "python": kept}))
+    assert report.main(["--results", str(res), "--not-run", "anec/m.py", "-o", str(tmp_path / "R.md")]) == 0
+    assert capsys.readouterr().out.split() == ["f__mutmut_2", "f__mutmut_3", "f__mutmut_5"]
+    assert not (tmp_path / "R.md").exists()
