@@ -278,3 +278,70 @@ def test_load_rejects_bad_manifests(tmp_path):
 def test_written_files_are_private_to_the_artifact(tmp_path):
     d = build(small_mlp()).write(tmp_path / "a" / "b" / "mlp")
     assert d.is_dir() and os.listdir(tmp_path / "a" / "b") == ["mlp"]
+
+
+def test_refusals_to_replace_say_what_to_do_instead(tmp_path):
+    """A non-artifact directory or a symbolic link as the destination: the hint names the way out."""
+    d = tmp_path / "mlp"
+    d.mkdir()
+    (d / "notes.txt").write_text("mine")
+    with pytest.raises(ArtifactError, match="refusing to replace") as e:
+        build(small_mlp()).write(d)
+    assert e.value.hint == "choose an empty or new output directory"
+    real = build(small_mlp()).write(tmp_path / "real")
+    os.symlink(real, tmp_path / "link")
+    with pytest.raises(ArtifactError, match=r"'.*link': it is a symbolic link") as e:
+        build(small_mlp()).write(tmp_path / "link")
+    assert e.value.hint == "give the real directory: a write replaces the path it is given"
+
+
+# ---- summaries and the reference interpreter's view -----------------------------------
+
+
+def test_op_count_counts_every_mil_statement():
+    """Each statement of the func body (consts included) counts once; the func line does not."""
+    art = build(small_mlp())
+    statements = [line for line in art.mil_text.splitlines() if " = " in line and line.endswith("];")]
+    assert len(statements) == 21
+    assert art.op_count() == 21
+
+
+def test_program_module_locates_its_values_in_the_func_program_ir():
+    """Spans of the parsed program.ir name '<func>/program.ir', so interpreter errors point at the file."""
+    g = build(small_mlp()).program_module().funcs["mlp"]
+    assert g.inputs[0].span.location == "mlp/program.ir:3:10"
+    assert all(n.results[0].span.location.startswith("mlp/program.ir:") for n in g.nodes)
+
+
+def test_artifact_weights_have_the_manifest_shape_and_dtype():
+    """Each weight is read as its manifest dtype and shape, keyed by file@offset; a blob holding
+    another dtype than the manifest says is refused, naming the weight file."""
+    g = small_mlp()
+    store = random_weights(g, 4)
+    art = build(g, seed=4)
+    got = artifact_mod.artifact_weights(art)
+    assert sorted(got) == ["weights/w1.bin@64", "weights/w2.bin@64"]
+    w1 = next(n for n in g.nodes if n.results[0].name == "w1")
+    assert got["weights/w1.bin@64"].shape == (16, 8, 1, 1) and got["weights/w2.bin@64"].shape == (8, 16, 1, 1)
+    np.testing.assert_array_equal(got["weights/w1.bin@64"], materialize(w1, store))
+    art.manifest["weights"][1]["dtype"] = "fp32"
+    with pytest.raises(ArtifactError) as e:
+        artifact_mod.artifact_weights(art)
+    assert e.value.message == "weights/w2.bin offset 64: blob holds float16, expected float32"
+
+
+def test_artifact_weight_inputs_have_the_manifest_shape_and_dtype():
+    """A weight compiled as an input comes back in its input's shape; a dtype the blob does not hold
+    is refused, naming the input's BLOBFILE."""
+    g = two_io()
+    g.meta["weight_inputs"] = [{"key": "m", "input": "mask", "dtype": "fp16", "shape": [1, 4, 1, 8]}]
+    value = np.arange(32, dtype=np.float32).reshape(1, 4, 1, 8)
+    t = get_target("m4")
+    art = Artifact.build(g, emit_mil(g, t), t, WeightStore({"m": value}))
+    got = artifact_mod.artifact_weight_inputs(art)
+    assert list(got) == ["mask"] and got["mask"].shape == (1, 4, 1, 8) and got["mask"].dtype == np.float16
+    np.testing.assert_array_equal(got["mask"], value.astype(np.float16))
+    art.manifest["weight_inputs"][0]["dtype"] = "fp32"
+    with pytest.raises(ArtifactError) as e:
+        artifact_mod.artifact_weight_inputs(art)
+    assert e.value.message == "inputs/mask.bin offset 64: blob holds float16, expected float32"
