@@ -11,6 +11,7 @@ The kill test runs ANEC_KILL_TRIALS compiles (default 12); the documented long r
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -30,8 +31,9 @@ from anec.compiler import compile_module
 from anec.diagnostics import ArtifactError
 from anec.ir.graph import Module
 from anec.ir.parser import parse
-from anec.mil.artifact import OUTPUT_INDEX, Artifact, is_temp_name, load_artifact, sha256
+from anec.mil.artifact import BLOB_MAX_BYTES, OUTPUT_INDEX, Artifact, is_temp_name, load_artifact, sha256
 from anec.mil.beneath import Beneath
+from anec.mil.manifest import MANIFEST_MAX_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
 TRIALS = int(os.environ.get("ANEC_KILL_TRIALS", "12"))
@@ -187,6 +189,181 @@ def test_a_failed_write_leaves_the_previous_output(tmp_path, monkeypatch):
         compile_module(module, random_seed=1, out_dir=out)
     assert _reference(out) == before
     assert _leftovers(tmp_path, "out") == []
+
+
+def test_an_artifact_directory_may_be_replaced_by_an_output(tmp_path):
+    """A single func's artifact (manifest.json at the top, no index) is replaced like an output."""
+    module = parse(many_funcs(1), "a.ir")
+    compile_module(module, random_seed=0, out_dir=tmp_path / "first")
+    out = tmp_path / "out"
+    shutil.copytree(tmp_path / "first" / "f00", out)
+    assert (out / "manifest.json").is_file() and not (out / OUTPUT_INDEX).exists()
+    compile_module(module, random_seed=1, out_dir=out)
+    assert sorted(os.listdir(out)) == [OUTPUT_INDEX, "f00"]
+
+
+def test_every_entry_of_an_older_output_is_checked_before_it_is_replaced(tmp_path):
+    """An output without an index is replaced only if every entry is a func directory with a
+    manifest or a temporary directory: a foreign file after them is still refused."""
+    module = parse(many_funcs(2), "a.ir")
+    out = tmp_path / "out"
+    compile_module(module, random_seed=0, out_dir=out)
+    (out / OUTPUT_INDEX).unlink()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ArtifactError, match=r"refusing to replace '.*out': it holds 'notes\.txt'") as e:
+        compile_module(module, random_seed=1, out_dir=out)
+    assert e.value.hint == "choose an empty or new output directory"
+    shutil.copytree(out / "f00", out / ".f01.k3j5h2a8.tmp")  # sorts first
+    with pytest.raises(ArtifactError, match=r"it holds 'notes\.txt'"):
+        compile_module(module, random_seed=1, out_dir=out)
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+# ---- keeping the funcs of the previous output --------------------------------------------------
+
+
+def _compile_func(out: Path, name: str, seed: int = 0) -> None:
+    """Compile func ``name`` of many_funcs(3) into ``out``, keeping the funcs already there."""
+    one = Module()
+    one.add_func(parse(many_funcs(3), "a.ir").funcs[name])
+    compile_module(one, random_seed=seed, out_dir=out, keep_funcs=True)
+
+
+def _files(d: Path) -> dict[str, Path]:
+    return {str(p.relative_to(d)): p for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def _no_hard_links(*args, **kwargs):
+    """os.link on a file system without hard links."""
+    raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+
+def test_kept_funcs_are_the_same_files_not_copies(tmp_path):
+    """Every file of a kept func is a hard link of the previous output's file."""
+    out = tmp_path / "out"
+    _compile_func(out, "f00")
+    held = tmp_path / "held"
+    held.mkdir()
+    for rel, p in _files(out / "f00").items():
+        os.link(p, held / rel.replace("/", "_"))
+    _compile_func(out, "f01")
+    kept = _files(out / "f00")
+    assert sorted(kept) == ["manifest.json", "model.mil", "program.ir", "weights/w.bin"]
+    for rel, p in kept.items():
+        assert os.path.samefile(p, held / rel.replace("/", "_")), rel
+    assert load_artifact(out, "f00").func == "f00"
+
+
+def test_kept_funcs_are_copied_where_hard_links_fail(tmp_path, monkeypatch):
+    """No hard links (another file system): a kept func's files are copied, byte for byte."""
+    out = tmp_path / "out"
+    _compile_func(out, "f00")
+    before = {rel: p.read_bytes() for rel, p in _files(out / "f00").items()}
+    monkeypatch.setattr(os, "link", _no_hard_links)
+    _compile_func(out, "f01")
+    assert {rel: p.read_bytes() for rel, p in _files(out / "f00").items()} == before
+    assert all(p.stat().st_nlink == 1 for p in _files(out / "f00").values())
+    assert load_artifact(out, "f00").func == "f00" and load_artifact(out, "f01").func == "f01"
+
+
+def test_a_kept_file_is_copied_only_within_the_weight_file_bound(tmp_path, monkeypatch):
+    """Copying a kept func reads each file with the weight-file bound (a sparse file past it is refused)."""
+    out = tmp_path / "out"
+    _compile_func(out, "f00")
+    with open(out / "f00" / "big.bin", "wb") as f:
+        f.truncate(BLOB_MAX_BYTES + 1)  # sparse: no disk space used
+    monkeypatch.setattr(os, "link", _no_hard_links)
+    with pytest.raises(ArtifactError) as e:
+        _compile_func(out, "f01")
+    assert e.value.message == (f"file '{out / 'f00' / 'big.bin'}' is {BLOB_MAX_BYTES + 1} bytes, "
+                               f"above the limit of {BLOB_MAX_BYTES} bytes")
+    assert sorted(os.listdir(out)) == [OUTPUT_INDEX, "f00"]
+
+
+def test_a_kept_func_holding_a_link_is_refused(tmp_path):
+    """Only plain directories and regular files are kept: a symbolic link is named, with the way out."""
+    out = tmp_path / "out"
+    _compile_func(out, "f00")
+    os.symlink("/etc/passwd", out / "f00" / "extra")
+    with pytest.raises(ArtifactError) as e:
+        _compile_func(out, "f01")
+    assert e.value.message == f"cannot keep '{out / 'f00' / 'extra'}' in the output: it is a symbolic link"
+    assert e.value.hint == "recompile that func, or write the output without keeping funcs"
+    assert sorted(os.listdir(out)) == [OUTPUT_INDEX, "f00"]
+
+
+def test_a_kept_func_directory_that_is_a_link_is_refused(tmp_path):
+    """The index names a func whose directory is a symbolic link: it is not followed, and the error says so."""
+    out = tmp_path / "out"
+    _compile_func(out, "f00")
+    os.rename(out / "f00", tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", out / "f00")
+    with pytest.raises(ArtifactError) as e:
+        _compile_func(out, "f01")
+    assert e.value.message == f"cannot read func directory '{out / 'f00'}' (it is a symbolic link)"
+
+
+def test_a_file_swapped_for_a_link_while_kept_is_never_followed(tmp_path, monkeypatch):
+    """A kept file replaced by a symbolic link after it was inspected: the output holds at most
+    that link, never the file outside it points to."""
+    out = tmp_path / "out"
+    _compile_func(out, "f00")
+    (out / "f00" / "extra").write_text("extra")
+    secret = tmp_path / "secret"
+    secret.write_text("outside")
+    real_kind = Beneath.kind
+
+    def swapping_kind(self, name):
+        k = real_kind(self, name)
+        if name == "extra" and k == "file":
+            os.unlink(self.path / name)
+            os.symlink(secret, self.path / name)
+        return k
+
+    monkeypatch.setattr(Beneath, "kind", swapping_kind)
+    _compile_func(out, "f01")
+    monkeypatch.undo()
+    kept = out / "f00" / "extra"
+    assert os.lstat(kept).st_ino != secret.stat().st_ino and secret.stat().st_nlink == 1
+
+
+def test_keeping_the_funcs_of_an_older_output_indexes_their_manifests(tmp_path):
+    """An output without an index: the new index names each kept func with its manifest's sha256."""
+    out = tmp_path / "out"
+    _compile_func(out, "f00")
+    (out / OUTPUT_INDEX).unlink()
+    _compile_func(out, "f01")
+    funcs = json.loads((out / OUTPUT_INDEX).read_text())["funcs"]
+    assert funcs == {f: sha256((out / f / "manifest.json").read_bytes()) for f in ("f00", "f01")}
+    assert load_artifact(out, "f00").func == "f00"
+
+
+def test_a_kept_manifest_of_an_older_output_is_read_within_its_bound(tmp_path):
+    """Without an index the kept manifests are read to be indexed, within the manifest bound."""
+    out = tmp_path / "out"
+    _compile_func(out, "f00")
+    (out / OUTPUT_INDEX).unlink()
+    with open(out / "f00" / "manifest.json", "r+b") as f:
+        f.truncate(MANIFEST_MAX_BYTES + 1)
+    with pytest.raises(ArtifactError) as e:
+        _compile_func(out, "f01")
+    assert e.value.message == (f"manifest '{out / 'f00' / 'manifest.json'}' is {MANIFEST_MAX_BYTES + 1} bytes, "
+                               f"above the limit of {MANIFEST_MAX_BYTES} bytes")
+
+
+def test_a_damaged_output_index_is_named_in_the_error(tmp_path):
+    """An index that is not JSON or not the index format: the error names the index file."""
+    out = tmp_path / "out"
+    compile_module(parse(many_funcs(1), "a.ir"), random_seed=0, out_dir=out)
+    index = out / OUTPUT_INDEX
+    index.write_text("{not json")
+    with pytest.raises(ArtifactError) as e:
+        load_artifact(out)
+    assert e.value.message.startswith(f"{index}: the output index is not valid JSON (")
+    index.write_text('{"format": "anec-output/1", "funcs": {"f00": "nope"}}')
+    with pytest.raises(ArtifactError) as e:
+        load_artifact(out)
+    assert e.value.message == f'{index}: expected {{"format": "anec-output/1", "funcs": {{name: sha256}}}}'
 
 
 # ---- concurrent writers and readers -------------------------------------------------------
