@@ -345,3 +345,8 @@ def test_artifact_weight_inputs_have_the_manifest_shape_and_dtype():
     with pytest.raises(ArtifactError) as e:
         artifact_mod.artifact_weight_inputs(art)
     assert e.value.message == "inputs/mask.bin offset 64: blob holds float16, expected float32"
+
+
+def test_weight_bytes_is_the_byte_size_of_every_weight():
+    """small_mlp: fp16[16, 8, 1, 1] and fp16[8, 16, 1, 1], two bytes an element."""
+    assert build(small_mlp()).weight_bytes() == 2 * (16 * 8 + 8 * 16)

@@ -17,6 +17,7 @@ import os
 import random
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -31,7 +32,8 @@ from anec.compiler import compile_module
 from anec.diagnostics import ArtifactError
 from anec.ir.graph import Module
 from anec.ir.parser import parse
-from anec.mil.artifact import BLOB_MAX_BYTES, OUTPUT_INDEX, Artifact, is_temp_name, load_artifact, sha256
+from anec.mil.artifact import (BLOB_MAX_BYTES, OUTPUT_INDEX, Artifact, is_temp_name, load_artifact, sha256,
+                               write_output, write_tree_atomic)
 from anec.mil.beneath import Beneath
 from anec.mil.manifest import MANIFEST_MAX_BYTES
 
@@ -360,10 +362,127 @@ def test_a_damaged_output_index_is_named_in_the_error(tmp_path):
     with pytest.raises(ArtifactError) as e:
         load_artifact(out)
     assert e.value.message.startswith(f"{index}: the output index is not valid JSON (")
-    index.write_text('{"format": "anec-output/1", "funcs": {"f00": "nope"}}')
+    good = sha256((out / "f00" / "manifest.json").read_bytes())
+    for damaged in ('{"format": "anec-output/1", "funcs": {"f00": "nope"}}',
+                    f'{{"format": "anec-output/1", "funcs": {{"f00": "{good.upper()}"}}}}',
+                    f'{{"format": "anec-output/9", "funcs": {{"f00": "{good}"}}}}',
+                    f'[{{"format": "anec-output/1", "funcs": {{"f00": "{good}"}}}}]'):
+        index.write_text(damaged)
+        with pytest.raises(ArtifactError) as e:
+            load_artifact(out)
+        assert e.value.message == f'{index}: expected {{"format": "anec-output/1", "funcs": {{name: sha256}}}}'
+        assert e.value.hint == "the output is damaged or was not written by anec; recompile it"
+    index.unlink()
+    index.mkdir()
     with pytest.raises(ArtifactError) as e:
         load_artifact(out)
-    assert e.value.message == f'{index}: expected {{"format": "anec-output/1", "funcs": {{name: sha256}}}}'
+    assert e.value.message == f"cannot read output index '{index}' (it is a directory); expected a regular file"
+
+
+def test_stale_temporary_directories_with_capital_letters_are_removed(tmp_path):
+    """Older writers named their temporary directories with letters of either case."""
+    out = tmp_path / "out"
+    module = parse(many_funcs(1), "a.ir")
+    compile_module(module, random_seed=0, out_dir=out)
+    shutil.copytree(out, tmp_path / ".out.AbCdEf12.tmp")
+    compile_module(module, random_seed=1, out_dir=out)
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_failed_directory_fsync_fails_the_write(tmp_path, monkeypatch):
+    """An output of several directories: an fsync error on any of them fails the write, and the
+    previous output stays."""
+    import anec.mil.artifact as artifact_mod
+
+    out = tmp_path / "out"
+    module = parse(many_funcs(3), "a.ir")
+    compile_module(module, random_seed=0, out_dir=out)
+    before = _reference(out)
+
+    def failing(path):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(artifact_mod, "fsync_dir", failing)
+    with pytest.raises(ArtifactError, match="Input/output error"):
+        compile_module(module, random_seed=1, out_dir=out)
+    assert _reference(out) == before
+    assert _leftovers(tmp_path, "out") == []
+
+
+def test_write_tree_atomic_makes_nested_directories_and_plain_files(tmp_path):
+    """A few files deep in the tree: their directories are made; files are not executable."""
+    dest = tmp_path / "tree"
+    write_tree_atomic(dest, {"a/b/c.txt": b"deep", "d.txt": b"top"})
+    assert (dest / "a" / "b" / "c.txt").read_bytes() == b"deep" and (dest / "d.txt").read_bytes() == b"top"
+    old = os.umask(0)
+    try:
+        write_tree_atomic(dest, {"x.bin": b"1"})
+    finally:
+        os.umask(old)
+    assert (dest / "x.bin").stat().st_mode & 0o777 == 0o666
+
+
+def test_write_tree_atomic_never_writes_a_file_twice(tmp_path):
+    """A file the completion step names again is refused, not overwritten in place."""
+    dest = tmp_path / "tree"
+    with pytest.raises(ArtifactError, match=r"cannot write artifact '.*tree': File exists"):
+        write_tree_atomic(dest, {"a.txt": b"long text"}, last=lambda tmp: {"a.txt": b"x"})
+    assert not dest.exists() and _leftovers(tmp_path, "tree") == []
+
+
+def test_write_output_replaces_the_previous_funcs_unless_asked_to_keep_them(tmp_path):
+    out = tmp_path / "out"
+    arts = compile_module(parse(many_funcs(2), "a.ir"), random_seed=0).artifacts
+    write_output(out, {"f00": arts["f00"]})
+    write_output(out, {"f01": arts["f01"]})
+    assert sorted(os.listdir(out)) == [OUTPUT_INDEX, "f01"]
+
+
+def test_an_artifact_without_weights_is_refused_before_anything_is_touched(tmp_path):
+    """The missing weight file is the error, even over a directory that could not be replaced."""
+    module = parse(many_funcs(1), "a.ir")
+    art = compile_module(module, with_weights=False).artifacts["f00"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(ArtifactError, match="has no weight data"):
+        write_output(mine, {"f00": art})
+    assert os.listdir(mine) == ["notes.txt"] and _leftovers(tmp_path, "mine") == []
+
+
+def test_a_weight_file_outside_its_func_directory_is_refused_before_writing(tmp_path):
+    """A weight file path climbing out of the func directory: refused, nothing written anywhere."""
+    art = compile_module(parse(many_funcs(1), "a.ir"), random_seed=0).artifacts["f00"]
+    art.blobs = {**{rel: art.blobs[rel] for rel in art.blobs}, "../../escaped.bin": b"x" * 64}
+    with pytest.raises(ArtifactError) as e:
+        write_output(tmp_path / "out", {"f00": art})
+    assert e.value.message == ("weight file '../../escaped.bin' points outside the artifact directory "
+                               "(every component must be a plain name)")
+    assert os.listdir(tmp_path) == []
+
+
+def test_output_files_are_written_through_close_on_exec_descriptors(tmp_path, monkeypatch):
+    """No child process started meanwhile inherits a file being written; only weight files
+    (mapped once written) are opened for reading too."""
+    import fcntl
+
+    seen = []
+    real_fsync = os.fsync
+
+    def spy(fd):
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            seen.append((os.readlink(f"/proc/self/fd/{fd}"), fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC,
+                         fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    compile_module(parse(many_funcs(1), "a.ir"), random_seed=0, out_dir=tmp_path / "out")
+    names = sorted(os.path.basename(p) for p, _, _ in seen)
+    assert names == sorted([OUTPUT_INDEX, "manifest.json", "model.mil", "program.ir", "w.bin"])
+    assert all(cloexec for _, cloexec, _ in seen)
+    assert {os.path.basename(p): mode for p, _, mode in seen} == {
+        OUTPUT_INDEX: os.O_WRONLY, "manifest.json": os.O_WRONLY, "model.mil": os.O_WRONLY,
+        "program.ir": os.O_WRONLY, "w.bin": os.O_RDWR}
 
 
 # ---- concurrent writers and readers -------------------------------------------------------
