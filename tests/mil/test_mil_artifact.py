@@ -350,3 +350,63 @@ def test_artifact_weight_inputs_have_the_manifest_shape_and_dtype():
 def test_weight_bytes_is_the_byte_size_of_every_weight():
     """small_mlp: fp16[16, 8, 1, 1] and fp16[8, 16, 1, 1], two bytes an element."""
     assert build(small_mlp()).weight_bytes() == 2 * (16 * 8 + 8 * 16)
+
+
+def test_the_hash_pool_is_one_per_process_with_a_thread_per_core(monkeypatch):
+    """Deferred weight hashes run on one pool per process (a forked child makes its own): a thread
+    per core (one when the count is unknown), named anec-hash."""
+    import threading
+
+    monkeypatch.setattr(artifact_mod, "_hashers", None)
+    pool = artifact_mod._hash_pool()
+    made = [pool]
+    try:
+        assert artifact_mod._hash_pool() is pool
+        assert pool._max_workers == os.cpu_count()
+        assert pool.submit(lambda: threading.current_thread().name).result().startswith("anec-hash_")
+        monkeypatch.setattr(artifact_mod, "_hashers", (os.getpid() + 1, pool))  # what a forked child inherits
+        made.append(artifact_mod._hash_pool())
+        assert made[-1] is not pool
+        monkeypatch.setattr(os, "cpu_count", lambda: None)
+        monkeypatch.setattr(artifact_mod, "_hashers", None)
+        made.append(artifact_mod._hash_pool())
+        assert made[-1]._max_workers == 1
+    finally:
+        for p in made:
+            p.shutdown()
+
+
+def test_every_stage_of_a_pipeline_is_written_before_the_manifests(tmp_path, monkeypatch):
+    """write_output writes each stage's MIL, program.ir and weight files first (their fsyncs overlap
+    the weight hashing), and the manifests after them."""
+    from .pipelines import compile_pipeline
+
+    res, _ = compile_pipeline()
+    batches = []
+    real = artifact_mod._write_files
+
+    def recording(root, files):
+        batches.append(sorted(files))
+        real(root, files)
+
+    monkeypatch.setattr(artifact_mod, "_write_files", recording)
+    artifact_mod.write_output(tmp_path / "out", res.artifacts)
+    first = batches[0]
+    assert {"f/stages/s00/model.mil", "f/stages/s01/model.mil", "f/stages/s00/program.ir",
+            "f/stages/s01/program.ir", "f/program.ir", "f/inputs/w1.bin"} <= set(first)
+    assert not any(rel.endswith("manifest.json") for rel in first)
+    from anec.mil.pipeline import PipelineArtifact
+
+    assert PipelineArtifact.load(tmp_path / "out" / "f").func == "f"
+
+
+def test_a_pipeline_stage_directory_outside_the_func_is_refused_before_writing(tmp_path):
+    from .pipelines import compile_pipeline
+
+    res, _ = compile_pipeline()
+    res.artifacts["f"].manifest["stages"][0]["dir"] = "../../escaped"
+    with pytest.raises(ArtifactError) as e:
+        artifact_mod.write_output(tmp_path / "out", res.artifacts)
+    assert e.value.message == ("stage directory '../../escaped' points outside the artifact directory "
+                               "(every component must be a plain name)")
+    assert os.listdir(tmp_path) == []

@@ -422,6 +422,16 @@ def test_write_tree_atomic_makes_nested_directories_and_plain_files(tmp_path):
     assert (dest / "x.bin").stat().st_mode & 0o777 == 0o666
 
 
+def test_write_tree_atomic_makes_the_directories_then_starts_the_largest_file_first(tmp_path):
+    """Several files: every directory is made first, then the files are written largest first, so
+    of two failing files the largest one's error is reported."""
+    dest = tmp_path / "tree"
+    files = {"a": b"x", "a/b": b"yy", "d": b"zzz", "z" * 300: b"w" * 64}  # 'a' is also a directory
+    with pytest.raises(ArtifactError, match=r"cannot write artifact '.*tree': File name too long"):
+        write_tree_atomic(dest, files)
+    assert not dest.exists() and _leftovers(tmp_path, "tree") == []
+
+
 def test_write_tree_atomic_never_writes_a_file_twice(tmp_path):
     """A file the completion step names again is refused, not overwritten in place."""
     dest = tmp_path / "tree"
