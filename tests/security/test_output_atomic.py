@@ -495,6 +495,56 @@ def test_output_files_are_written_through_close_on_exec_descriptors(tmp_path, mo
         "program.ir": os.O_WRONLY, "w.bin": os.O_RDWR}
 
 
+def test_the_write_lock_is_a_private_file_while_it_is_held(tmp_path):
+    """The lock file next to the destination is readable and writable by its owner only, and gone afterwards."""
+    dest = tmp_path / "tree"
+    lock = tmp_path / ".tree.anec-lock"
+    modes = []
+
+    def last(tmp):
+        modes.append(os.lstat(lock).st_mode)
+        return {}
+
+    old = os.umask(0)
+    try:
+        write_tree_atomic(dest, {"a.txt": b"a"}, last)
+    finally:
+        os.umask(old)
+    assert len(modes) == 1 and stat.S_ISREG(modes[0]) and modes[0] & 0o777 == 0o600
+    assert sorted(os.listdir(tmp_path)) == ["tree"]
+
+
+def test_a_write_lock_that_is_a_symbolic_link_is_never_followed(tmp_path):
+    """A link where the lock file goes is refused, never opened through (nothing created where it points)."""
+    dest = tmp_path / "tree"
+    lock = tmp_path / ".tree.anec-lock"
+    os.symlink(tmp_path / "missing" / "target", lock)
+    with pytest.raises(ArtifactError) as e:
+        write_tree_atomic(dest, {"a.txt": b"a"})
+    assert e.value.message == f"cannot lock '{lock}': Too many levels of symbolic links"
+    assert not dest.exists()
+
+
+def test_a_write_lock_swapped_for_a_link_while_it_is_taken_is_not_trusted(tmp_path, monkeypatch):
+    """The lock file replaced by a link to the very file locked: the lock is not taken as held."""
+    import fcntl
+
+    dest = tmp_path / "tree"
+    lock = tmp_path / ".tree.anec-lock"
+    real_flock = fcntl.flock
+
+    def swapping_flock(fd, op):
+        if not lock.is_symlink():
+            os.rename(lock, tmp_path / "moved-lock")
+            os.symlink(tmp_path / "moved-lock", lock)
+        real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", swapping_flock)
+    with pytest.raises(ArtifactError, match="Too many levels of symbolic links"):
+        write_tree_atomic(dest, {"a.txt": b"a"})
+    assert not dest.exists()
+
+
 # ---- concurrent writers and readers -------------------------------------------------------
 
 
