@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import stat
@@ -543,6 +544,124 @@ def test_a_write_lock_swapped_for_a_link_while_it_is_taken_is_not_trusted(tmp_pa
     with pytest.raises(ArtifactError, match="Too many levels of symbolic links"):
         write_tree_atomic(dest, {"a.txt": b"a"})
     assert not dest.exists()
+
+
+def test_stale_files_and_links_of_a_write_are_removed_without_following_them(tmp_path):
+    """A stale temporary name that is a file, or a link to a directory: the name is removed, the
+    directory it points to is left alone."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("keep")
+    (tmp_path / ".tree.ab12cd34.tmp").write_text("stale")
+    os.symlink(elsewhere, tmp_path / ".tree.anec-tmp-link")
+    write_tree_atomic(tmp_path / "tree", {"a.txt": b"a"})
+    assert sorted(os.listdir(tmp_path)) == ["elsewhere", "tree"]
+    assert (elsewhere / "keep.txt").read_text() == "keep"
+
+
+def test_a_stale_directory_that_cannot_be_removed_does_not_stop_the_write(tmp_path, monkeypatch):
+    """Removing the leftovers of killed writes is best effort."""
+    stuck = tmp_path / ".tree.anec-tmp-stuck"
+    stuck.mkdir()
+    real_rmdir = os.rmdir
+
+    def rmdir(path, *args, **kwargs):
+        if os.fspath(path) == str(stuck):
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(path))
+        real_rmdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    write_tree_atomic(tmp_path / "tree", {"a.txt": b"a"})
+    assert (tmp_path / "tree" / "a.txt").read_bytes() == b"a"
+    assert stuck.is_dir()
+
+
+def test_the_temporary_directory_has_a_short_random_name_and_mkdirs_mode(tmp_path):
+    """``.<name>.anec-tmp-`` and 8 hex digits, made with the mode a plain mkdir gives, which the
+    destination keeps."""
+    names = []
+
+    def last(tmp):
+        names.append(tmp.name)
+        return {}
+
+    old = os.umask(0o022)
+    try:
+        write_tree_atomic(tmp_path / "tree", {"a.txt": b"a"}, last)
+    finally:
+        os.umask(old)
+    assert len(names) == 1 and re.fullmatch(r"\.tree\.anec-tmp-[0-9a-f]{8}", names[0])
+    assert (tmp_path / "tree").stat().st_mode & 0o7777 == 0o755
+
+
+def test_a_taken_temporary_name_is_skipped_and_a_hundred_give_up(tmp_path, monkeypatch):
+    import secrets
+
+    (tmp_path / ".tree.anec-tmp-taken").mkdir()
+    draws = []
+
+    def token_hex(n):
+        draws.append(n)
+        return "taken" if len(draws) == 1 else "fresh"
+
+    monkeypatch.setattr(secrets, "token_hex", token_hex)
+    monkeypatch.setattr("anec.mil.artifact._remove_stale", lambda dest: None)  # keep the taken name
+    write_tree_atomic(tmp_path / "tree", {"a.txt": b"a"})
+    assert draws == [4, 4] and (tmp_path / "tree" / "a.txt").read_bytes() == b"a"
+    draws.clear()
+    monkeypatch.setattr(secrets, "token_hex", lambda n: draws.append(n) or "taken")
+    with pytest.raises(ArtifactError) as e:
+        write_tree_atomic(tmp_path / "tree", {"a.txt": b"b"})
+    assert e.value.message == f"cannot write to '{tmp_path}': no free temporary name"
+    assert len(draws) == 100 and (tmp_path / "tree" / "a.txt").read_bytes() == b"a"
+
+
+def test_a_destination_under_a_file_is_refused_naming_the_parent(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ArtifactError) as e:
+        write_tree_atomic(tmp_path / "file" / "tree", {"a.txt": b"a"})
+    assert e.value.message.startswith(f"cannot create '{tmp_path / 'file'}': ")
+
+
+def test_a_write_lock_deleted_while_it_is_taken_is_taken_again(tmp_path, monkeypatch):
+    """The previous holder deleting the lock file just as it is locked: the lock is taken on the
+    new file at the lock path (the one later writers lock), never on the deleted one."""
+    import fcntl
+
+    lock = tmp_path / ".tree.anec-lock"
+    real_flock = fcntl.flock
+    calls = []
+
+    def flock(fd, op):
+        calls.append(op)
+        if len(calls) == 1:
+            os.unlink(lock)
+        real_flock(fd, op)
+
+    held = []
+
+    def last(tmp):
+        held.append(lock.exists())
+        return {}
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    write_tree_atomic(tmp_path / "tree", {"a.txt": b"a"}, last)
+    assert len(calls) == 2 and held == [True]
+    assert sorted(os.listdir(tmp_path)) == ["tree"]
+
+
+def test_a_lock_that_cannot_be_taken_fails_the_write_and_closes_its_file(tmp_path, monkeypatch):
+    import fcntl
+
+    def flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError, match="No locks available"):
+        write_tree_atomic(tmp_path / "tree", {"a.txt": b"a"})
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert not (tmp_path / "tree").exists()
 
 
 # ---- concurrent writers and readers -------------------------------------------------------
