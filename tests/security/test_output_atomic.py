@@ -664,6 +664,61 @@ def test_a_lock_that_cannot_be_taken_fails_the_write_and_closes_its_file(tmp_pat
     assert not (tmp_path / "tree").exists()
 
 
+def test_every_directory_of_the_tree_is_fsynced_deepest_first(tmp_path, monkeypatch):
+    """Each directory's entries are made durable after those of the directories below it."""
+    import anec.mil.artifact as artifact_mod
+
+    synced = []
+    real = artifact_mod.fsync_dir
+    monkeypatch.setattr(artifact_mod, "fsync_dir", lambda d: (synced.append(Path(d)), real(d)))
+    write_tree_atomic(tmp_path / "tree", {"a/b/c.txt": b"c"})
+    tmp = synced[-1]
+    assert is_temp_name(tmp.name) and synced == [tmp / "a" / "b", tmp / "a", tmp]
+
+
+def test_the_previous_tree_is_moved_aside_to_a_temporary_directory(tmp_path, monkeypatch):
+    """Without an atomic exchange the previous tree goes aside under a ``.<name>.anec-tmp-`` name
+    (never loaded, removed by the next write) before it is deleted."""
+    import anec.mil.artifact as artifact_mod
+    from anec import fsutil
+
+    dest = tmp_path / "tree"
+    write_tree_atomic(dest, {"a.txt": b"a"})
+    monkeypatch.setattr(fsutil, "_exchange", lambda a, b: False)
+    aside = []
+    real = artifact_mod.discard
+    monkeypatch.setattr(artifact_mod, "discard", lambda p: (aside.append(p), real(p)))
+    write_tree_atomic(dest, {"a.txt": b"b"})
+    assert len(aside) == 1 and re.fullmatch(r"\.tree\.anec-tmp-[0-9a-f]{8}", aside[0].name)
+    assert (dest / "a.txt").read_bytes() == b"b" and sorted(os.listdir(tmp_path)) == ["tree"]
+
+
+@pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"), KeyboardInterrupt()])
+def test_a_failed_write_reports_its_error_even_if_its_temporary_directory_stays(tmp_path, monkeypatch, error):
+    """Removing the temporary directory of a failed write is best effort: the write's own error is
+    what is raised."""
+    import anec.mil.artifact as artifact_mod
+
+    def failing(path, data):
+        raise error
+
+    real_rmdir = os.rmdir
+
+    def rmdir(path, *args, **kwargs):
+        if is_temp_name(os.path.basename(os.fspath(path))):
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(path))
+        real_rmdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(artifact_mod, "_write_file", failing)
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    dest = tmp_path / "tree"
+    with pytest.raises(ArtifactError if isinstance(error, OSError) else KeyboardInterrupt) as e:
+        write_tree_atomic(dest, {"a.txt": b"a"})
+    if isinstance(error, OSError):
+        assert e.value.message == f"cannot write artifact '{dest}': No space left on device"
+    assert not dest.exists()
+
+
 # ---- concurrent writers and readers -------------------------------------------------------
 
 
