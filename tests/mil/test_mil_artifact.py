@@ -410,3 +410,64 @@ def test_a_pipeline_stage_directory_outside_the_func_is_refused_before_writing(t
     assert e.value.message == ("stage directory '../../escaped' points outside the artifact directory "
                                "(every component must be a plain name)")
     assert os.listdir(tmp_path) == []
+
+
+def test_files_name_the_missing_weight_file_and_how_to_get_weights():
+    g = small_mlp()
+    t = get_target("m4")
+    art = Artifact.build(g, emit_mil(g, t), t, None)
+    with pytest.raises(ArtifactError) as e:
+        art.files()
+    assert e.value.message == "artifact 'mlp' has no weight data (weights/w1.bin is missing)"
+    assert e.value.hint == "compile with weights: --weights FILE or --random-weights SEED"
+
+
+def test_files_refuse_a_manifest_that_load_would_refuse_naming_the_func():
+    art = build(small_mlp())
+    art.manifest["format"] = "other/9"
+    with pytest.raises(ArtifactError) as e:
+        art.files()
+    assert e.value.message.startswith("the manifest of 'mlp': field 'format': expected \"anec-artifact/1\"")
+
+
+def test_a_weight_file_outside_the_artifact_is_never_written(tmp_path):
+    """A weight file path climbing out of the artifact: refused before anything is written."""
+    art = build(small_mlp())
+    art.blobs = {**{rel: art.blobs[rel] for rel in art.blobs}, "../escaped.bin": b"x" * 64}
+    with pytest.raises(ArtifactError) as e:
+        art.write(tmp_path / "out" / "mlp")
+    assert e.value.message == ("weight file '../escaped.bin' points outside the artifact directory "
+                               "(every component must be a plain name)")
+    assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
+
+
+def test_loading_an_artifact_directory_for_another_func_is_refused(tmp_path):
+    d = build(small_mlp()).write(tmp_path / "mlp")
+    assert artifact_mod.load_artifact(d, "mlp").func == "mlp"
+    with pytest.raises(ArtifactError) as e:
+        artifact_mod.load_artifact(d, "other")
+    assert e.value.message == f"'{d}' holds func 'mlp', not 'other'"
+
+
+def test_func_names_that_cannot_name_an_output_directory_are_refused(tmp_path):
+    """Empty, hidden, with a path separator or NUL, or not a string: refused; any other name is a
+    directory of the output (capital letters included)."""
+    art = build(small_mlp())
+    for bad in ("", ".hidden", "a/b", "a\\b", "a\0b", 5, None):
+        with pytest.raises(ArtifactError) as e:
+            artifact_mod.write_output(tmp_path / "out", {bad: art})
+        assert e.value.message == f"func name {bad!r:.60} cannot name a directory of the output"
+    assert not (tmp_path / "out").exists()
+    paths = artifact_mod.write_output(tmp_path / "out", {"XmlpX": art})
+    assert paths == {"XmlpX": tmp_path / "out" / "XmlpX"} and (paths["XmlpX"] / "manifest.json").is_file()
+
+
+def test_an_output_index_naming_an_empty_func_is_refused(tmp_path):
+    out = tmp_path / "out"
+    artifact_mod.write_output(out, {"mlp": build(small_mlp())})
+    index = json.loads((out / ".anec-output.json").read_text())
+    index["funcs"] = {"": index["funcs"]["mlp"]}
+    (out / ".anec-output.json").write_text(json.dumps(index))
+    with pytest.raises(ArtifactError) as e:
+        artifact_mod.load_artifact(out)
+    assert e.value.message == "func name '' cannot name a directory of the output"
