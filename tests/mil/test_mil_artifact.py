@@ -471,3 +471,21 @@ def test_an_output_index_naming_an_empty_func_is_refused(tmp_path):
     with pytest.raises(ArtifactError) as e:
         artifact_mod.load_artifact(out)
     assert e.value.message == "func name '' cannot name a directory of the output"
+
+
+def test_loading_an_output_without_naming_the_func_needs_exactly_one(tmp_path):
+    """No func: an error saying how to compile; two or more: an error listing them and how to choose."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ArtifactError) as e:
+        artifact_mod.load_artifact(empty)
+    assert e.value.message == (f"'{empty}' is not an artifact directory (no manifest.json in it or its "
+                               "subdirectories)")
+    assert e.value.hint == "compile first: anec compile model.ir -o DIR"
+    out = tmp_path / "out"
+    artifact_mod.write_output(out, {"b": build(small_mlp("b")), "a": build(small_mlp("a"))})
+    with pytest.raises(ArtifactError) as e:
+        artifact_mod.load_artifact(out)
+    assert e.value.message == f"'{out}' holds several funcs (a, b); choose one"
+    assert e.value.hint == "pass func=NAME (CLI: --func NAME)"
+    assert artifact_mod.load_artifact(out, "b").func == "b"
