@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -489,3 +490,54 @@ def test_loading_an_output_without_naming_the_func_needs_exactly_one(tmp_path):
     assert e.value.message == f"'{out}' holds several funcs (a, b); choose one"
     assert e.value.hint == "pass func=NAME (CLI: --func NAME)"
     assert artifact_mod.load_artifact(out, "b").func == "b"
+
+
+def test_loading_a_func_an_output_does_not_hold_as_named(tmp_path):
+    """A missing func (with a suggestion), a func directory that is a link, a directory holding another func."""
+    out = tmp_path / "out"
+    artifact_mod.write_output(out, {"mlp": build(small_mlp()), "other": build(small_mlp("b"))})
+    with pytest.raises(ArtifactError) as e:
+        artifact_mod.load_artifact(out, "mlq")
+    assert e.value.message == f"'{out}' has no func 'mlq' (funcs: mlp, other)"
+    assert e.value.hint == "did you mean 'mlp'?"
+    with pytest.raises(ArtifactError) as e:
+        artifact_mod.load_artifact(out, "other")
+    assert e.value.message == f"'{out / 'other'}' holds func 'b', not 'other'"
+    os.rename(out / "mlp", tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", out / "mlp")
+    with pytest.raises(ArtifactError) as e:
+        artifact_mod.load_artifact(out, "mlp")
+    assert e.value.message == f"cannot read func directory '{out / 'mlp'}' (it is a symbolic link)"
+
+
+def test_a_temporary_directory_is_never_loaded(tmp_path):
+    tmp = build(small_mlp()).write(tmp_path / ".out.anec-tmp-1a2b3c4d")
+    with pytest.raises(ArtifactError) as e:
+        artifact_mod.load_artifact(tmp)
+    assert e.value.message == (f"'{tmp}' is a temporary directory of an unfinished or replaced compile; "
+                               "it is never loaded")
+    assert e.value.hint == "load the output directory the compile was given (-o)"
+
+
+def test_an_output_replaced_while_it_is_loaded_is_read_again_up_to_three_times(tmp_path):
+    """Each failed read of an output a newer compile replaced meanwhile is retried; the third failure is raised."""
+    src = build(small_mlp()).write(tmp_path / "src")
+    out = tmp_path / "out"
+    shutil.copytree(src, out)
+    calls = []
+
+    def replacing_loader(d, sha):
+        calls.append(d.path)
+        os.rename(out, tmp_path / f"gone-{fail_times}-{len(calls)}")
+        shutil.copytree(src, out)
+        if len(calls) < fail_times:
+            raise ArtifactError("damaged")
+        return Artifact._load(d, sha)
+
+    fail_times = 3
+    assert artifact_mod.load_artifact(out, loader=replacing_loader).func == "mlp" and len(calls) == 3
+    calls.clear()
+    fail_times = 4
+    with pytest.raises(ArtifactError, match="damaged"):
+        artifact_mod.load_artifact(out, loader=replacing_loader)
+    assert len(calls) == 3
