@@ -541,3 +541,24 @@ def test_an_output_replaced_while_it_is_loaded_is_read_again_up_to_three_times(t
     with pytest.raises(ArtifactError, match="damaged"):
         artifact_mod.load_artifact(out, loader=replacing_loader)
     assert len(calls) == 3
+
+
+def test_an_artifact_manifest_must_be_there_be_a_file_and_be_the_one_the_index_names(tmp_path):
+    """Missing, a directory, or changed after the output index was written: each refused with its words."""
+    with pytest.raises(ArtifactError) as e:
+        Artifact.load(tmp_path)
+    assert e.value.message == f"'{tmp_path}' is not an artifact: manifest.json is missing"
+    assert e.value.hint == "compile first: anec compile model.ir -o DIR"
+    d = tmp_path / "d"
+    (d / "manifest.json").mkdir(parents=True)
+    with pytest.raises(ArtifactError) as e:
+        Artifact.load(d)
+    assert e.value.message == f"cannot read manifest '{d / 'manifest.json'}' (it is a directory); expected a regular file"
+    out = tmp_path / "out"
+    artifact_mod.write_output(out, {"mlp": build(small_mlp())})
+    manifest = out / "mlp" / "manifest.json"
+    manifest.write_text(manifest.read_text() + " ")
+    with pytest.raises(ArtifactError) as e:
+        artifact_mod.load_artifact(out)
+    assert e.value.message == f"{manifest} is not the manifest the output index .anec-output.json names"
+    assert e.value.hint == "the output was modified after compiling; recompile it"
