@@ -562,3 +562,17 @@ def test_an_artifact_manifest_must_be_there_be_a_file_and_be_the_one_the_index_n
         artifact_mod.load_artifact(out)
     assert e.value.message == f"{manifest} is not the manifest the output index .anec-output.json names"
     assert e.value.hint == "the output was modified after compiling; recompile it"
+
+
+def test_a_damaged_manifest_or_mil_names_its_file_and_says_to_recompile(tmp_path):
+    d = build(small_mlp()).write(tmp_path / "mlp")
+    mil = d / "model.mil"
+    mil.write_text(mil.read_text().replace("relu", "tanh"))
+    with pytest.raises(ArtifactError) as e:
+        Artifact.load(d)
+    assert e.value.message == f"{mil} does not match the sha256 in manifest.json"
+    assert e.value.hint == "the artifact was modified after compiling; recompile it"
+    (d / "manifest.json").write_text("{not json")
+    with pytest.raises(ArtifactError) as e:
+        Artifact.load(d)
+    assert e.value.message.startswith(f"{d / 'manifest.json'}: the manifest is not valid JSON (")
