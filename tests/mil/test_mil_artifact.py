@@ -576,3 +576,30 @@ def test_a_damaged_manifest_or_mil_names_its_file_and_says_to_recompile(tmp_path
     with pytest.raises(ArtifactError) as e:
         Artifact.load(d)
     assert e.value.message.startswith(f"{d / 'manifest.json'}: the manifest is not valid JSON (")
+
+
+def test_a_weight_entry_disagreeing_with_its_blob_is_refused_naming_the_weight_file(tmp_path):
+    """Another size of the same dtype, or an offset with no blob: the error names the weight file's path."""
+    d = build(small_mlp()).write(tmp_path / "mlp")
+    man = json.loads((d / "manifest.json").read_text())
+    w1 = d / "weights" / "w1.bin"
+    for change, words in [({"shape": [8, 8, 1, 1]}, "offset 64: holds 256 bytes of float16, the manifest says "
+                                                      "fp16[8, 8, 1, 1] for weight 'l0.w1'"),
+                          ({"offset": 128}, "offset 128: ")]:
+        (d / "manifest.json").write_text(json.dumps({**man, "weights": [dict(man["weights"][0], **change),
+                                                                        man["weights"][1]]}))
+        with pytest.raises(ArtifactError) as e:
+            Artifact.load(d)
+        assert e.value.message.startswith(f"{w1} {words}")
+
+
+def test_mil_text_that_is_not_utf8_is_refused_naming_the_file(tmp_path):
+    d = build(small_mlp()).write(tmp_path / "mlp")
+    bad = b"program(1.3)\xff"
+    (d / "model.mil").write_bytes(bad)
+    man = json.loads((d / "manifest.json").read_text())
+    man["mil"]["sha256"] = sha256(bad)
+    (d / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(ArtifactError) as e:
+        Artifact.load(d)
+    assert e.value.message == f"{d / 'model.mil'}: the MIL text is not valid UTF-8 (byte 12)"
