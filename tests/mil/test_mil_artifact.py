@@ -603,3 +603,15 @@ def test_mil_text_that_is_not_utf8_is_refused_naming_the_file(tmp_path):
     with pytest.raises(ArtifactError) as e:
         Artifact.load(d)
     assert e.value.message == f"{d / 'model.mil'}: the MIL text is not valid UTF-8 (byte 12)"
+
+
+def test_a_changed_weight_names_the_weight_and_says_to_recompile(tmp_path):
+    d = build(small_mlp()).write(tmp_path / "mlp")
+    w = d / "weights" / "w2.bin"
+    data = bytearray(w.read_bytes())
+    data[-1] ^= 0xFF
+    w.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError) as e:
+        Artifact.load(d)
+    assert e.value.message == f"{w} offset 64: weight 'l0.w2' does not match its sha256"
+    assert e.value.hint == "the weight file was modified after compiling; recompile it"
