@@ -615,3 +615,12 @@ def test_a_changed_weight_names_the_weight_and_says_to_recompile(tmp_path):
         Artifact.load(d)
     assert e.value.message == f"{w} offset 64: weight 'l0.w2' does not match its sha256"
     assert e.value.hint == "the weight file was modified after compiling; recompile it"
+
+
+def test_a_program_ir_that_is_not_a_file_is_named_as_the_program_ir(tmp_path):
+    d = build(small_mlp()).write(tmp_path / "mlp")
+    (d / "program.ir").unlink()
+    (d / "program.ir").mkdir()
+    with pytest.raises(ArtifactError) as e:
+        Artifact.load(d)
+    assert e.value.message == f"cannot read program IR '{d / 'program.ir'}' (it is a directory); expected a regular file"
