@@ -624,3 +624,13 @@ def test_a_program_ir_that_is_not_a_file_is_named_as_the_program_ir(tmp_path):
     with pytest.raises(ArtifactError) as e:
         Artifact.load(d)
     assert e.value.message == f"cannot read program IR '{d / 'program.ir'}' (it is a directory); expected a regular file"
+
+
+def test_a_changed_program_ir_names_its_file_and_says_to_recompile(tmp_path):
+    d = build(small_mlp()).write(tmp_path / "mlp")
+    ir = d / "program.ir"
+    ir.write_text(ir.read_text() + "\n")
+    with pytest.raises(ArtifactError) as e:
+        Artifact.load(d)
+    assert e.value.message == f"{ir} does not match the sha256 in manifest.json"
+    assert e.value.hint == "the artifact was modified after compiling; recompile it"
