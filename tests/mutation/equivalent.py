@@ -836,6 +836,206 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "+return \"-0.0\" if math.copysign(1.0, v) < 1 else \"0\"",
         "copysign(1.0, v) is +1.0 or -1.0: < 1 and < 0 are both true exactly for -1.0",
     ),
+    "anec.mil.artifact.x__link_tree__mutmut_18": (
+        "+os.link(name, to / name, src_dir_fd=src.fileno, follow_symlinks=None)",
+        "os.link converts follow_symlinks by truth value, so None acts exactly as False.",
+    ),
+    "anec.mil.artifact.x__link_tree__mutmut_35": (
+        "+_write_file(to / name, src.read(name, BLOB_MAX_BYTES, ))",
+        "Beneath.read's default for what is \"file\", the very argument removed, so every read and message is "
+        "identical.",
+    ),
+    "anec.mil.artifact.x__early_files__mutmut_33": (
+        "+out.append((MIL_FILE, art.mil_text.encode(\"UTF-8\")))",
+        "Python's codec lookup ignores case, so \"UTF-8\" is the same codec and gives the same bytes.",
+    ),
+    "anec.mil.artifact.x__early_files__mutmut_37": (
+        "+out.append((PROGRAM_IR_FILE, art.program_ir.encode(\"UTF-8\")))",
+        "Python's codec lookup ignores case, so \"UTF-8\" is the same codec and gives the same bytes.",
+    ),
+    "anec.mil.artifact.x_write_output__mutmut_45": (
+        "+return {OUTPUT_INDEX: (format_json(marker) + \"\\n\").encode(\"UTF-8\")}",
+        "Python's codec lookup ignores case, so \"UTF-8\" is the same codec and gives the same bytes.",
+    ),
+    "anec.mil.artifact.x__fsync_dirs__mutmut_1": (
+        "+if len(dirs) <= 4:",
+        "With exactly 4 directories the serial loop fsyncs the same directories in the same order and raises "
+        "the same first error as the pool (errors are taken in list order), and the caller removes the "
+        "temporary tree either way.",
+    ),
+    "anec.mil.artifact.x__fsync_dirs__mutmut_2": (
+        "+if len(dirs) < 5:",
+        "With exactly 4 directories the serial loop fsyncs the same directories in the same order and raises "
+        "the same first error as the pool (errors are taken in list order), and the caller removes the "
+        "temporary tree either way.",
+    ),
+    "anec.mil.artifact.x__fsync_dirs__mutmut_4": (
+        "+with ThreadPoolExecutor(None) as pool:",
+        "Only the number of worker threads changes; every directory is still fsynced and errors are still "
+        "taken in list order.",
+    ),
+    "anec.mil.artifact.x__write_files__mutmut_24": (
+        "+with ThreadPoolExecutor(None) as pool:",
+        "Only the number of worker threads changes; every file is still written and errors are still taken in"
+        " submission (largest-first) order.",
+    ),
+    "anec.mil.artifact.x__write_file__mutmut_22": (
+        "+fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(os, \"O_CLOEXEC\", None), 0o666)",
+        "os has O_CLOEXEC on every POSIX platform anec runs on, so the default is never used (and os.open "
+        "adds O_CLOEXEC itself, PEP 446).",
+    ),
+    "anec.mil.artifact.x__write_file__mutmut_25": (
+        "+fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(os, \"O_CLOEXEC\", ), 0o666)",
+        "os has O_CLOEXEC on every POSIX platform anec runs on, so the missing default is never needed (and "
+        "os.open adds O_CLOEXEC itself, PEP 446).",
+    ),
+    "anec.mil.artifact.x__write_file__mutmut_20": (
+        "+fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(None, \"O_CLOEXEC\", 0), 0o666)",
+        "os.open makes every descriptor non-inheritable anyway (PEP 446: Python adds O_CLOEXEC itself), so "
+        "dropping the explicit flag changes nothing.",
+    ),
+    "anec.mil.artifact.x__write_file__mutmut_26": (
+        "+fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(os, \"XXO_CLOEXECXX\", 0), 0o666)",
+        "os.open makes every descriptor non-inheritable anyway (PEP 446: Python adds O_CLOEXEC itself), so "
+        "dropping the explicit flag changes nothing.",
+    ),
+    "anec.mil.artifact.x__write_file__mutmut_27": (
+        "+fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(os, \"o_cloexec\", 0), 0o666)",
+        "os.open makes every descriptor non-inheritable anyway (PEP 446: Python adds O_CLOEXEC itself), so "
+        "dropping the explicit flag changes nothing.",
+    ),
+    "anec.mil.artifact.x__write_file__mutmut_28": (
+        "+fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(os, \"O_CLOEXEC\", 1), 0o666)",
+        "os has O_CLOEXEC on every POSIX platform anec runs on, so the default is never used.",
+    ),
+    "anec.mil.artifact.xǁ_WriteLockǁ__enter____mutmut_5": (
+        "+flags = os.O_RDWR | os.O_CREAT | getattr(None, \"O_CLOEXEC\", 0) | getattr(os, \"O_NOFOLLOW\", 0)",
+        "os.open makes every descriptor non-inheritable anyway (PEP 446: Python adds O_CLOEXEC itself), so "
+        "dropping the explicit flag changes nothing.",
+    ),
+    "anec.mil.artifact.xǁ_WriteLockǁ__enter____mutmut_7": (
+        "+flags = os.O_RDWR | os.O_CREAT | getattr(os, \"O_CLOEXEC\", None) | getattr(os, \"O_NOFOLLOW\", 0)",
+        "os has O_CLOEXEC on every POSIX platform anec runs on, so the default is never used.",
+    ),
+    "anec.mil.artifact.xǁ_WriteLockǁ__enter____mutmut_10": (
+        "+flags = os.O_RDWR | os.O_CREAT | getattr(os, \"O_CLOEXEC\", ) | getattr(os, \"O_NOFOLLOW\", 0)",
+        "os has O_CLOEXEC on every POSIX platform anec runs on, so the missing default is never needed.",
+    ),
+    "anec.mil.artifact.xǁ_WriteLockǁ__enter____mutmut_11": (
+        "+flags = os.O_RDWR | os.O_CREAT | getattr(os, \"XXO_CLOEXECXX\", 0) | getattr(os, \"O_NOFOLLOW\", 0)",
+        "os.open makes every descriptor non-inheritable anyway (PEP 446: Python adds O_CLOEXEC itself), so "
+        "dropping the explicit flag changes nothing.",
+    ),
+    "anec.mil.artifact.xǁ_WriteLockǁ__enter____mutmut_12": (
+        "+flags = os.O_RDWR | os.O_CREAT | getattr(os, \"o_cloexec\", 0) | getattr(os, \"O_NOFOLLOW\", 0)",
+        "os.open makes every descriptor non-inheritable anyway (PEP 446: Python adds O_CLOEXEC itself), so "
+        "dropping the explicit flag changes nothing.",
+    ),
+    "anec.mil.artifact.xǁ_WriteLockǁ__enter____mutmut_13": (
+        "+flags = os.O_RDWR | os.O_CREAT | getattr(os, \"O_CLOEXEC\", 1) | getattr(os, \"O_NOFOLLOW\", 0)",
+        "os has O_CLOEXEC on every POSIX platform anec runs on, so the default is never used.",
+    ),
+    "anec.mil.artifact.xǁ_WriteLockǁ__enter____mutmut_16": (
+        "+flags = os.O_RDWR | os.O_CREAT | getattr(os, \"O_CLOEXEC\", 0) | getattr(os, \"O_NOFOLLOW\", None)",
+        "os has O_NOFOLLOW on every POSIX platform anec runs on, so the default is never used.",
+    ),
+    "anec.mil.artifact.xǁ_WriteLockǁ__enter____mutmut_19": (
+        "+flags = os.O_RDWR | os.O_CREAT | getattr(os, \"O_CLOEXEC\", 0) | getattr(os, \"O_NOFOLLOW\", )",
+        "os has O_NOFOLLOW on every POSIX platform anec runs on, so the missing default is never needed.",
+    ),
+    "anec.mil.artifact.xǁ_WriteLockǁ__enter____mutmut_22": (
+        "+flags = os.O_RDWR | os.O_CREAT | getattr(os, \"O_CLOEXEC\", 0) | getattr(os, \"O_NOFOLLOW\", 1)",
+        "os has O_NOFOLLOW on every POSIX platform anec runs on, so the default is never used.",
+    ),
+    "anec.mil.artifact.xǁ_WriteLockǁ__enter____mutmut_39": (
+        "+same = os.stat(self.path, follow_symlinks=None).st_ino == os.fstat(fd).st_ino",
+        "os.stat converts follow_symlinks by truth value, so None acts exactly as False.",
+    ),
+    "anec.mil.artifact.xǁ_WriteLockǁ__init____mutmut_3": (
+        "+self.fd = None",
+        "self.fd is read only by __exit__, which runs only after __enter__ has set it to the locked "
+        "descriptor.",
+    ),
+    "anec.mil.artifact.xǁ_WriteLockǁ__init____mutmut_4": (
+        "+self.fd = +1",
+        "self.fd is read only by __exit__, which runs only after __enter__ has set it to the locked "
+        "descriptor.",
+    ),
+    "anec.mil.artifact.xǁ_WriteLockǁ__init____mutmut_5": (
+        "+self.fd = -2",
+        "self.fd is read only by __exit__, which runs only after __enter__ has set it to the locked "
+        "descriptor.",
+    ),
+    "anec.mil.artifact.x__temp_dir__mutmut_10": (
+        "+os.mkdir(p, )",
+        "os.mkdir's default mode is 0o777, the very value removed.",
+    ),
+    "anec.mil.artifact.x__temp_dir__mutmut_13": (
+        "+raise OSError(None, \"no free temporary name\", str(dest.parent))",
+        "Its only handlers (_swap_in, and move_into_place's caller) show just e.strerror, which is unchanged;"
+        " no code reads the errno.",
+    ),
+    "anec.mil.artifact.x__temp_dir__mutmut_15": (
+        "+raise OSError(errno.EEXIST, \"no free temporary name\", None)",
+        "Its only handlers (_swap_in, and move_into_place's caller) show just e.strerror, which is unchanged;"
+        " no code reads the filename.",
+    ),
+    "anec.mil.artifact.x__temp_dir__mutmut_18": (
+        "+raise OSError(errno.EEXIST, \"no free temporary name\", )",
+        "Its only handlers (_swap_in, and move_into_place's caller) show just e.strerror, which is unchanged;"
+        " no code reads the filename.",
+    ),
+    "anec.mil.artifact.x__temp_dir__mutmut_21": (
+        "+raise OSError(errno.EEXIST, \"no free temporary name\", str(None))",
+        "Its only handlers (_swap_in, and move_into_place's caller) show just e.strerror, which is unchanged;"
+        " no code reads the filename.",
+    ),
+    "anec.mil.artifact.xǁ_WriteLockǁ__enter____mutmut_45": (
+        "+same = None",
+        "same is only tested for truth (if same:), and None is falsy like False.",
+    ),
+    "anec.mil.artifact.x__swap_in__mutmut_5": (
+        "+old: Path | None = \"\"",
+        "old is read only by discard(old) after move_into_place has assigned it; on any error the function "
+        "raises before that.",
+    ),
+    "anec.mil.artifact.xǁArtifactǁfiles__mutmut_24": (
+        "+out = {MIL_FILE: self.mil_text.encode(\"UTF-8\"), PROGRAM_IR_FILE: self.program_ir.encode(\"utf-8\")}",
+        "Python's codec lookup ignores case, so \"UTF-8\" is the same codec and gives the same bytes.",
+    ),
+    "anec.mil.artifact.xǁArtifactǁfiles__mutmut_27": (
+        "+out = {MIL_FILE: self.mil_text.encode(\"utf-8\"), PROGRAM_IR_FILE: self.program_ir.encode(\"UTF-8\")}",
+        "Python's codec lookup ignores case, so \"UTF-8\" is the same codec and gives the same bytes.",
+    ),
+    "anec.mil.artifact.xǁArtifactǁfiles__mutmut_46": (
+        "+out[MANIFEST_FILE] = (format_json(self.manifest) + \"\\n\").encode(\"UTF-8\")",
+        "Python's codec lookup ignores case, so \"UTF-8\" is the same codec and gives the same bytes.",
+    ),
+    "anec.mil.artifact.x_load_artifact__mutmut_20": (
+        "+for attempt in range(4):",
+        "The loop never reaches a fourth attempt: attempt 2 either returns or raises, since only attempts "
+        "below 2 continue.",
+    ),
+    "anec.mil.artifact.x_load_artifact__mutmut_33": (
+        "+raise AssertionError(None)  # pragma: no cover",
+        "Unreachable: every pass of the loop returns, continues (attempts 0 and 1 only) or raises, so the "
+        "last attempt never falls through.",
+    ),
+    "anec.mil.artifact.x_load_artifact__mutmut_34": (
+        "+raise AssertionError(\"XXunreachableXX\")  # pragma: no cover",
+        "Unreachable: every pass of the loop returns, continues (attempts 0 and 1 only) or raises, so the "
+        "last attempt never falls through.",
+    ),
+    "anec.mil.artifact.x_load_artifact__mutmut_35": (
+        "+raise AssertionError(\"UNREACHABLE\")  # pragma: no cover",
+        "Unreachable: every pass of the loop returns, continues (attempts 0 and 1 only) or raises, so the "
+        "last attempt never falls through.",
+    ),
+    "anec.mil.artifact.x__utf8__mutmut_3": (
+        "+return data.decode(\"UTF-8\")",
+        "Python's codec lookup ignores case, so \"UTF-8\" is the same codec and decodes (and fails) "
+        "identically.",
+    ),
 }
 
 C_EQUIVALENT: dict[str, str] = {
