@@ -605,6 +605,18 @@ def test_mil_text_that_is_not_utf8_is_refused_naming_the_file(tmp_path):
     assert e.value.message == f"{d / 'model.mil'}: the MIL text is not valid UTF-8 (byte 12)"
 
 
+def test_a_program_ir_that_is_not_utf8_is_refused_naming_the_file(tmp_path):
+    d = build(small_mlp()).write(tmp_path / "mlp")
+    bad = b"func @f\xfe"
+    (d / "program.ir").write_bytes(bad)
+    man = json.loads((d / "manifest.json").read_text())
+    man["program_ir"]["sha256"] = sha256(bad)
+    (d / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(ArtifactError) as e:
+        Artifact.load(d)
+    assert e.value.message == f"{d / 'program.ir'}: the program IR is not valid UTF-8 (byte 7)"
+
+
 def test_a_changed_weight_names_the_weight_and_says_to_recompile(tmp_path):
     d = build(small_mlp()).write(tmp_path / "mlp")
     w = d / "weights" / "w2.bin"

@@ -119,3 +119,14 @@ def test_numbers_beyond_the_float_range_are_refused_with_the_text_shortened():
 def test_hostile_paths_are_shown_quoted_and_short(value, shown):
     assert beneath._show(value) == shown
     assert beneath._show(value, limit=10) == (shown if len(repr(value)) <= 10 else repr(value)[:7] + "...")
+
+
+def test_parse_manifest_names_where_the_bytes_came_from_in_every_error():
+    """Bad JSON and a bad field alike are reported against the file the caller names."""
+    where = "out/mlp/manifest.json"
+    with pytest.raises(ArtifactError) as e:
+        m.parse_manifest(b"{", where)
+    assert e.value.message.startswith(f"{where}: the manifest is not valid JSON (")
+    with pytest.raises(ArtifactError) as e:
+        m.parse_manifest(b'{"format": "anec-artifact/0"}', where)
+    assert e.value.message == f'{where}: field \'format\': expected "anec-artifact/1", got "anec-artifact/0"'
