@@ -102,6 +102,8 @@ def load_py(scope_dir: Path) -> dict[str, dict]:
         module = str(meta.relative_to(mutants))[: -len(".meta")]
         codes = json.loads(meta.read_text())["exit_code_by_key"]
         results = {name: _status(code) for name, code in codes.items()}
+        if not results:
+            continue  # nothing to mutate (a module of imports)
         out[module] = {"mutants": len(results), "sha256": _sha256(scope_dir / module),
                        "results": {n: s for n, s in results.items() if s != "not run"},
                        "not_run": {n for n, s in results.items() if s == "not run"}}
