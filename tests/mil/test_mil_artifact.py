@@ -593,28 +593,20 @@ def test_a_weight_entry_disagreeing_with_its_blob_is_refused_naming_the_weight_f
         assert e.value.message.startswith(f"{w1} {words}")
 
 
-def test_mil_text_that_is_not_utf8_is_refused_naming_the_file(tmp_path):
+@pytest.mark.parametrize("rel, key, bad, what", [
+    ("model.mil", "mil", b"program(1.3)\xff", "the MIL text is not valid UTF-8 (byte 12)"),
+    ("program.ir", "program_ir", b"func @f\xfe", "the program IR is not valid UTF-8 (byte 7)"),
+])
+def test_text_that_is_not_utf8_is_refused_naming_the_file(tmp_path, rel, key, bad, what):
+    """MIL text and program IR whose sha256 matches the manifest but whose bytes are not UTF-8."""
     d = build(small_mlp()).write(tmp_path / "mlp")
-    bad = b"program(1.3)\xff"
-    (d / "model.mil").write_bytes(bad)
+    (d / rel).write_bytes(bad)
     man = json.loads((d / "manifest.json").read_text())
-    man["mil"]["sha256"] = sha256(bad)
+    man[key]["sha256"] = sha256(bad)
     (d / "manifest.json").write_text(json.dumps(man))
     with pytest.raises(ArtifactError) as e:
         Artifact.load(d)
-    assert e.value.message == f"{d / 'model.mil'}: the MIL text is not valid UTF-8 (byte 12)"
-
-
-def test_a_program_ir_that_is_not_utf8_is_refused_naming_the_file(tmp_path):
-    d = build(small_mlp()).write(tmp_path / "mlp")
-    bad = b"func @f\xfe"
-    (d / "program.ir").write_bytes(bad)
-    man = json.loads((d / "manifest.json").read_text())
-    man["program_ir"]["sha256"] = sha256(bad)
-    (d / "manifest.json").write_text(json.dumps(man))
-    with pytest.raises(ArtifactError) as e:
-        Artifact.load(d)
-    assert e.value.message == f"{d / 'program.ir'}: the program IR is not valid UTF-8 (byte 7)"
+    assert e.value.message == f"{d / rel}: {what}"
 
 
 def test_a_changed_weight_names_the_weight_and_says_to_recompile(tmp_path):
