@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
+from anec.fsutil import write_text_atomic  # noqa: E402
 from c_mutants import MUTANTS  # noqa: E402
 from equivalent import C_EQUIVALENT, OPEN_NOTES, PY_EQUIVALENT  # noqa: E402
 from stage import SCOPES  # noqa: E402
@@ -161,12 +162,9 @@ def merge_py(kept: dict[str, dict], fresh: dict[str, dict]) -> dict[str, dict]:
         if old is not None and not ran:
             continue  # mutants generated, none run: keep what was kept
         by_name = {r["name"]: r for r in new["rows"]}
-        if old is None or len(ran) == new["mutants"] or run_count(old) == 0:
-            out[module] = {"mutants": new["mutants"], "sha256": new["sha256"],
-                           "killed": pack_names(n for n, s in ran.items() if s == "killed"),
-                           **({"not_run": pack_names(new["not_run"])} if new["not_run"] else {}),
-                           "rows": [by_name[n] for n in sorted(by_name)]}
-            continue
+        if old is None or len(ran) == new["mutants"] or run_count(old) == 0:  # start again from this run
+            old = {"mutants": new["mutants"], "sha256": new["sha256"], "killed": {}, "rows": [],
+                   "not_run": pack_names(new["not_run"])}
         killed = unpack_names(old["killed"])
         rows = {r["name"]: r for r in old["rows"]}
         unnamed = old.get("killed_unnamed", 0)
@@ -362,12 +360,6 @@ def read_runs(path: Path) -> list[tuple[str, float, str]]:
     return runs
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--py", default="build/mutate", help="the directory of mutmut's working copies (py-<scope>)")
@@ -411,8 +403,8 @@ def main(argv: list[str] | None = None) -> int:
                   sorted(scopes_run), notes, changed)
     doc = {"format": RESULTS_FORMAT, "scopes": sorted(scopes_run), "runs": [list(r) for r in runs],
            "python": {m: modules[m] for m in sorted(modules)}, "c": c_kept}
-    _write(results_path, json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
-    _write(Path(args.out), text + "\n")
+    write_text_atomic(results_path, json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    write_text_atomic(args.out, text + "\n")
     print(f"wrote {args.out} and {results_path}: {sum(v['mutants'] for v in modules.values())} Python "
           f"and {len(c_rows)} C mutants")
     return 0
