@@ -377,10 +377,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{results_path}: results format {kept.get('format')!r}, this report reads {RESULTS_FORMAT}")
     modules = kept.get("python", {})
     if args.not_run:
+        names = []
         for module in args.not_run:
             if module not in modules:
                 raise SystemExit(f"{results_path}: no results kept for {module}")
-            print(" ".join(sorted(unpack_names(modules[module].get("not_run", {})))))
+            names += sorted(unpack_names(modules[module].get("not_run", {})))
+        print(" ".join(names))  # one line: make splits a recipe at a newline in MUTANTS
         return 0
     scopes_run = set(kept.get("scopes", []))
     runs = [tuple(r) for r in kept.get("runs", [])]

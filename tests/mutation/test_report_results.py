@@ -131,3 +131,13 @@ def test_the_mutants_not_run_are_listed_to_continue_a_run(tmp_path, capsys):
     assert report.main(["--results", str(res), "--not-run", "anec/m.py", "-o", str(tmp_path / "R.md")]) == 0
     assert capsys.readouterr().out.split() == ["f__mutmut_2", "f__mutmut_3", "f__mutmut_5"]
     assert not (tmp_path / "R.md").exists()
+
+
+def test_the_mutants_not_run_of_several_modules_are_one_line(tmp_path, capsys):
+    """make splits a recipe at a newline in MUTANTS: the names of every module go on one line."""
+    kept = report.merge_py({}, {"anec/a.py": _module(2, {"f__mutmut_1": "killed"}),
+                                "anec/b.py": _module(3, {"f__mutmut_2": "killed"})})
+    res = tmp_path / "results.json"
+    res.write_text(json.dumps({"format": report.RESULTS_FORMAT, "python": kept}))
+    assert report.main(["--results", str(res), "--not-run", "anec/a.py", "anec/b.py"]) == 0
+    assert capsys.readouterr().out == "f__mutmut_2 f__mutmut_1 f__mutmut_3\n"
