@@ -638,3 +638,106 @@ def test_a_changed_program_ir_names_its_file_and_says_to_recompile(tmp_path):
         Artifact.load(d)
     assert e.value.message == f"{ir} does not match the sha256 in manifest.json"
     assert e.value.hint == "the artifact was modified after compiling; recompile it"
+
+
+def test_alloc_bytes_with_alignment_one_or_zero_keeps_the_size():
+    """An alignment of 1 (or 0, read as 1) rounds nothing: an odd size stays odd."""
+    import dataclasses
+
+    for align in (0, 1):
+        t = dataclasses.replace(get_target("m4"), surface_alignment=align)
+        assert alloc_bytes([49153], t) == 49153
+
+
+def test_rewrite_records_become_plain_json_values():
+    """Sets become lists sorted by their text, tensor types their text, finite floats stay floats,
+    infinities and NaN become strings, and any other object its str."""
+    from anec.ir.types import DType, TensorType
+
+    record = {"pass": "p", "ids": {10, 9}, "mixed": frozenset({"a", 1}),
+              "type": TensorType(DType("fp16"), (1, 4)), "scale": 0.5,
+              "big": float("inf"), "nan": float("nan"), "path": Path("a/b")}
+    m = build(two_io(), rewrites=[record]).manifest
+    assert m["rewrites"] == [{"pass": "p", "ids": [10, 9], "mixed": [1, "a"], "type": "fp16[1, 4]",
+                              "scale": 0.5, "big": "inf", "nan": "nan", "path": "a/b"}]
+
+
+@pytest.mark.parametrize("n", [111, 112])
+def test_a_flat_dict_stays_on_one_line_up_to_120_characters(n):
+    """format_json puts a flat dict on one line when that line is at most 120 characters."""
+    obj = {"k": "x" * n}  # one line: {"k": "xxx..."} is n + 9 characters
+    got = artifact_mod.format_json(obj)
+    assert json.loads(got) == obj
+    if n + 9 <= 120:
+        assert got == '{"k": "' + "x" * n + '"}'
+    else:
+        assert got == '{\n  "k": "' + "x" * n + '"\n}'
+
+
+def test_a_logical_output_listing_a_piece_the_func_does_not_return_is_refused():
+    """A logical output must be built from outputs the func returns; the error names both."""
+    from anec.diagnostics import PassError
+
+    g = two_io()
+    g.meta["logical_outputs"] = [{"name": "both", "axis": 1, "pieces": ["a_out", "gone"]}]
+    with pytest.raises(PassError) as e:
+        build(g)
+    assert e.value.message == "func 'two': logical output 'both' lists piece 'gone', which the func does not return"
+
+
+def test_a_logical_output_shape_that_does_not_hold_its_pieces_is_refused():
+    """The shape a logical output is reshaped to must hold exactly its pieces' elements."""
+    from anec.diagnostics import PassError
+
+    g = two_io()
+    g.meta["logical_outputs"] = [{"name": "a", "axis": None, "pieces": ["a_out"], "shape": [4, 9]}]
+    with pytest.raises(PassError) as e:
+        build(g)
+    assert e.value.message == ("func 'two': logical output 'a' has shape [4, 9], "
+                               "which does not hold the [1, 4, 1, 8] it is built from")
+
+
+def test_the_hashing_threads_are_one_per_large_payload_up_to_the_cores_and_eight(monkeypatch):
+    """A thread per payload of at least 1 MiB, but no more than the cores (one when the count is
+    unknown) and never more than eight."""
+    big = artifact_mod._PARALLEL_BYTES
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert artifact_mod._workers([]) == 0
+    assert artifact_mod._workers([big - 1]) == 0
+    assert artifact_mod._workers([big, big - 1]) == 1
+    assert artifact_mod._workers([big] * 4) == 4
+    assert artifact_mod._workers([big] * 10) == 8
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    assert artifact_mod._workers([big] * 5) == 3
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert artifact_mod._workers([big] * 5) == 1
+
+
+def test_two_large_payloads_are_hashed_on_two_threads_and_one_without_a_pool(monkeypatch):
+    """payload_digests: each array's own sha256, in order; two payloads of 1 MiB are hashed on a
+    pool of two threads, a single one without a pool."""
+    import concurrent.futures
+    import hashlib
+
+    pools = []
+
+    class Recording(concurrent.futures.ThreadPoolExecutor):
+        def __init__(self, max_workers=None, *args, **kwargs):
+            pools.append(max_workers)
+            super().__init__(max_workers, *args, **kwargs)
+
+    monkeypatch.setattr(concurrent.futures, "ThreadPoolExecutor", Recording)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    n = artifact_mod._PARALLEL_BYTES // 2
+    arrays = [np.full(n, 1, np.float16), np.arange(6, dtype=np.float32).reshape(2, 3), np.full(n, 2, np.float16)]
+    assert artifact_mod.payload_digests(arrays) == [hashlib.sha256(a.tobytes()).hexdigest() for a in arrays]
+    assert pools == [2]
+    assert artifact_mod.payload_digests(arrays[:2]) == [hashlib.sha256(a.tobytes()).hexdigest() for a in arrays[:2]]
+    assert pools == [2]
+
+
+def test_an_empty_payload_of_any_rank_hashes_as_no_bytes():
+    """An array with no elements, however many dimensions, is the sha256 of empty bytes."""
+    empty = sha256(b"")
+    assert artifact_mod.payload_digests([np.zeros((0, 4), np.float16), np.zeros((2, 0, 3), np.float32),
+                                         np.zeros(0, np.float16)]) == [empty] * 3
