@@ -741,3 +741,22 @@ def test_an_empty_payload_of_any_rank_hashes_as_no_bytes():
     empty = sha256(b"")
     assert artifact_mod.payload_digests([np.zeros((0, 4), np.float16), np.zeros((2, 0, 3), np.float32),
                                          np.zeros(0, np.float16)]) == [empty] * 3
+
+
+def test_a_logical_input_shape_that_does_not_hold_the_input_is_refused():
+    """The shape a caller passes an input in must hold exactly the input's elements."""
+    from anec.diagnostics import PassError
+
+    g = two_io()
+    g.meta["logical_inputs"] = [{"name": "x", "dtype": "fp16", "shape": [4, 9]}]
+    with pytest.raises(PassError) as e:
+        build(g)
+    assert e.value.message == "func 'two': logical input 'x' has shape [4, 9], which does not hold fp16[1, 4, 1, 8]"
+
+
+def test_build_manifest_hashes_the_program_ir_it_is_given_and_empty_text_by_default():
+    """The manifest's program_ir sha256 is that of the text passed (the empty text when none is)."""
+    g, t = two_io(), get_target("m4")
+    program = emit_mil(g, t)
+    assert artifact_mod.build_manifest(g, program, t, [])["program_ir"] == {"file": "program.ir", "sha256": sha256("")}
+    assert artifact_mod.build_manifest(g, program, t, [], program_ir="x")["program_ir"]["sha256"] == sha256("x")
