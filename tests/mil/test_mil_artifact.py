@@ -760,3 +760,82 @@ def test_build_manifest_hashes_the_program_ir_it_is_given_and_empty_text_by_defa
     program = emit_mil(g, t)
     assert artifact_mod.build_manifest(g, program, t, [])["program_ir"] == {"file": "program.ir", "sha256": sha256("")}
     assert artifact_mod.build_manifest(g, program, t, [], program_ir="x")["program_ir"]["sha256"] == sha256("x")
+
+
+def test_building_copies_no_weight_already_in_its_declared_dtype():
+    """An fp16 weight stored as fp16 is not copied by Artifact.build: its blob reads it from the
+    store (the one copy is made when the file is written)."""
+    import tracemalloc
+
+    b = Builder("wide")
+    x = b.input("x", "fp16", [1, 512, 1, 8])
+    w = b.const_weight("w", "fp16[1024, 512, 1, 1]", name="w")
+    b.ret(b.conv1x1(x, w, name="y"))
+    t = get_target("m4")
+    program = emit_mil(b.graph, t)
+    value = np.full((1024, 512, 1, 1), 0.5, np.float16)  # 1 MiB
+    store = WeightStore({"w": value})
+    tracemalloc.start()
+    try:
+        art = Artifact.build(b.graph, program, t, store)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < value.nbytes // 8, (peak, value.nbytes)
+    assert art.blobs["weights/w.bin"][128:] == value.tobytes()
+
+
+def test_a_weight_plan_the_blob_writer_disagrees_with_is_refused():
+    """The emitter's planned offset of each weight must be where the writer puts it."""
+    import dataclasses
+
+    from anec.diagnostics import PassError
+
+    g, t = small_mlp(), get_target("m4")
+    program = emit_mil(g, t)
+    program.weights[1] = dataclasses.replace(program.weights[1], offset=128)
+    with pytest.raises(PassError) as e:
+        Artifact.build(g, program, t, random_weights(g, 0))
+    assert e.value.message == "emit-mil: blob offset 64 != planned 128 in weights/w2.bin"
+
+
+def test_without_weights_there_are_no_blobs_and_no_digests():
+    """build_blobs and build_weight_inputs without a store: no blob files, every sha256 None."""
+    g = two_io()
+    g.meta["weight_inputs"] = [{"key": "m", "input": "mask", "dtype": "fp16", "shape": [1, 4, 1, 8]}]
+    t = get_target("m4")
+    blobs, entries = artifact_mod.build_blobs(emit_mil(small_mlp(), t), None)
+    assert blobs is None and [e["sha256"] for e in entries] == [None, None]
+    art = Artifact.build(g, emit_mil(g, t), t, None)
+    assert art.manifest["weight_inputs"][0]["sha256"] is None and not art.complete
+
+
+def test_a_built_artifact_keeps_the_emitted_program():
+    """Artifact.build keeps the emitter's result (names and weight plan) it was built from."""
+    g, t = small_mlp(), get_target("m4")
+    program = emit_mil(g, t)
+    assert Artifact.build(g, program, t, random_weights(g, 0)).program is program
+
+
+def test_a_weight_input_is_the_slice_of_its_stored_tensor():
+    """A weight compiled as an input takes the slice its entry names, and the manifest records it."""
+    g = two_io()
+    g.meta["weight_inputs"] = [{"key": "m", "input": "mask", "dtype": "fp16", "shape": [1, 4, 1, 8],
+                                "slice": [1, 2, 6]}]
+    value = np.arange(64, dtype=np.float32).reshape(1, 8, 1, 8)
+    t = get_target("m4")
+    art = Artifact.build(g, emit_mil(g, t), t, WeightStore({"m": value}))
+    assert art.manifest["weight_inputs"][0]["slice"] == [1, 2, 6]
+    np.testing.assert_array_equal(artifact_mod.artifact_weight_inputs(art)["mask"],
+                                  value[:, 2:6].astype(np.float16))
+
+
+def test_a_stored_weight_input_of_the_wrong_shape_names_the_input():
+    """A stored tensor that cannot fill a weight input is refused, naming the weight and the input."""
+    g = two_io()
+    g.meta["weight_inputs"] = [{"key": "m", "input": "mask", "dtype": "fp16", "shape": [1, 4, 1, 8]}]
+    t = get_target("m4")
+    with pytest.raises(WeightError) as e:
+        Artifact.build(g, emit_mil(g, t), t, WeightStore({"m": np.zeros((1, 4, 1, 9), np.float32)}))
+    assert e.value.message == ("weight 'm' has shape [1, 4, 1, 9] (36 elements) but const %mask is declared "
+                               "fp16[1, 4, 1, 8] (32 elements)")
