@@ -130,3 +130,130 @@ def test_parse_manifest_names_where_the_bytes_came_from_in_every_error():
     with pytest.raises(ArtifactError) as e:
         m.parse_manifest(b'{"format": "anec-artifact/0"}', where)
     assert e.value.message == f'{where}: field \'format\': expected "anec-artifact/1", got "anec-artifact/0"'
+
+
+def test_integer_takes_both_bounds_and_refuses_what_is_not_an_int_in_range():
+    check = m.integer(2, 5)
+    assert check(2, "n") == 2 and check(5, "n") == 5
+    for v in (1, 6, True, 3.0, "3", None):
+        e = bad(check, v, "limits.n")
+        assert (e.path, e.expected, e.got, e.show_got) == ("limits.n", "an integer in [2, 5]", v, True)
+    e = bad(m.integer(0, 3), True)  # a bool in range is still not an integer
+    assert e.got is True
+    e = bad(m.integer(0, 1 << 62, "an offset"), -1, "w.offset")
+    assert (e.path, e.expected, e.got) == ("w.offset", "an offset", -1)
+
+
+def test_boolean_takes_true_and_false_only():
+    assert m.boolean(True, "b") is True and m.boolean(False, "b") is False
+    for v in (1, 0, "true", None):
+        e = bad(m.boolean, v, "limits.allow_fp32_io")
+        assert (e.path, e.expected, e.got) == ("limits.allow_fp32_io", "true or false", v)
+
+
+def test_string_is_non_empty_bounded_without_nul_and_matches_its_pattern():
+    check = m.string(4)
+    assert check("a", "s") == "a" and check("abcd", "s") == "abcd"
+    for v in ("", "abcde", "a\0b", 7, None):
+        e = bad(check, v, "target")
+        assert (e.path, e.expected, e.got) == ("target", "a non-empty string of at most 4 characters", v)
+    ident = m.string(8, m._MIL_NAME, "a MIL identifier")
+    assert ident("x_1", "n") == "x_1"
+    for v in ("1x", "x y", "", 5):
+        e = bad(ident, v, "inputs[0].name")
+        assert (e.path, e.expected, e.got) == ("inputs[0].name", "a MIL identifier", v)
+
+
+def test_one_of_takes_only_the_listed_strings():
+    check = m.one_of("fp16", "fp32")
+    assert check("fp16", "d") == "fp16" and check("fp32", "d") == "fp32"
+    for v in ("int8", "FP16", 16, None):
+        e = bad(check, v, "inputs[0].dtype")
+        assert (e.path, e.expected, e.got) == ("inputs[0].dtype", 'one of "fp16", "fp32"', v)
+
+
+def test_hex64_is_64_lowercase_hex_digits():
+    assert m.hex64("0123456789abcdef" * 4, "h") == "0123456789abcdef" * 4
+    for v in ("A" * 64, "a" * 63, "a" * 65, "g" * 64, 5, None):
+        e = bad(m.hex64, v, "mil.sha256")
+        assert (e.path, e.expected, e.got) == ("mil.sha256", "a sha256 (64 lowercase hex digits)", v)
+
+
+def test_a_relative_path_has_plain_components_and_a_bounded_length():
+    check = m.rel_path()
+    what = "a relative path inside the artifact"
+    for v in ("model.mil", "a/b.bin", "x" * 1024, "..a/b."):
+        assert check(v, "p") == v
+    for v in (7, None, "", "x" * 1025, "a\\b", "a\0b", "/etc/passwd", "/"):
+        e = bad(check, v, "mil.file")
+        assert (e.path, e.expected, e.got) == ("mil.file", what, v)
+    for v in ("a//b", "a/", "./a", "a/./b", "../a", "a/..", ".."):
+        e = bad(check, v, "mil.file")
+        assert (e.path, e.expected, e.got) == ("mil.file", what + " (plain names, no '..')", v)
+
+
+def test_a_path_below_a_directory_starts_with_it_and_names_a_file_in_it():
+    check = m.rel_path("weights")
+    what = "a relative path inside the artifact, below weights/"
+    assert check("weights/w1.bin", "p") == "weights/w1.bin"
+    assert check("weights/a/w.bin", "p") == "weights/a/w.bin"
+    for v in ("weights", "w1.bin", "inputs/w1.bin", "x/weights/w1.bin", "weights/../w1.bin"):
+        e = bad(check, v, "weights[0].file")
+        assert (e.path, e.expected, e.got) == ("weights[0].file", what + " (plain names, no '..')", v)
+    e = bad(check, "/weights/w1.bin", "weights[0].file")
+    assert e.expected == what
+
+
+def test_an_array_is_a_list_within_its_bounds_with_each_item_checked():
+    check = m.array(m.integer(0, 9), 3)
+    assert check([], "a") == [] and check([1, 2, 3], "a") == [1, 2, 3]
+    e = bad(check, [1, 2, 3, 4], "inputs")
+    assert (e.path, e.expected, e.got, e.show_got) == ("inputs", "an array of 0 to 3 items", "4 items", False)
+    e = bad(check, [1, 10], "inputs")
+    assert (e.path, e.expected, e.got) == ("inputs[1]", "an integer in [0, 9]", 10)
+    for v in ({"a": 1}, "abc", None):
+        e = bad(check, v, "inputs")
+        assert (e.path, e.expected, e.got, e.show_got) == ("inputs", "an array", v, True)
+    pieces = m.array(m.integer(0, 9), 2, 1)
+    assert pieces([5], "p") == [5] and pieces([5, 6], "p") == [5, 6]
+    e = bad(pieces, [], "lo.pieces")
+    assert (e.path, e.expected, e.got) == ("lo.pieces", "an array of 1 to 2 items", "0 items")
+
+
+def test_an_object_checks_its_required_and_present_optional_fields():
+    check = m.obj({"a": m.integer(0, 1)}, {"b": m.boolean})
+    v = {"a": 1, "other": "kept"}
+    assert check(v, "") is v and check({"a": 0, "b": False}, "x") == {"a": 0, "b": False}
+    e = bad(check, {"a": 2}, "")
+    assert (e.path, e.expected, e.got) == ("a", "an integer in [0, 1]", 2)   # top level: no leading dot
+    e = bad(check, {"a": 1, "b": 1}, "limits")
+    assert (e.path, e.expected, e.got) == ("limits.b", "true or false", 1)
+    e = bad(check, {"b": True}, "")
+    assert (e.path, e.expected, e.show_got) == ("a", "a value (the field is missing)", False)
+    for v in ([1], "a", None):
+        e = bad(check, v, "limits")
+        assert (e.path, e.expected, e.got, e.show_got) == ("limits", "an object", v, True)
+
+
+def test_json_nested_exactly_to_the_limit_is_read():
+    deepest = b"[" * m.MAX_DEPTH + b"]" * m.MAX_DEPTH
+    assert m._depth(m.parse_json(deepest, "m.json")) == m.MAX_DEPTH
+    with pytest.raises(ArtifactError) as e:
+        m.parse_json(b"[" + deepest + b"]", "m.json")
+    assert e.value.message == "m.json: the manifest is nested too deeply (at most 32 levels)"
+
+
+def test_json_errors_name_what_was_read_and_quote_the_parser():
+    with pytest.raises(ArtifactError) as e:
+        m.parse_json(b"", "m.json")
+    assert e.value.message == "m.json: the manifest is not valid JSON (Expecting value: line 1 column 1 (char 0))"
+    with pytest.raises(ArtifactError) as e:
+        m.parse_json(b'{"a": 1, "a": 2}', "s.json", "stage index")
+    assert e.value.message == 's.json: the stage index is not valid JSON (key "a" appears twice in one object)'
+    with pytest.raises(ArtifactError) as e:
+        m.parse_json(b'[NaN]', "m.json")
+    assert e.value.message == "m.json: the manifest is not valid JSON (NaN is not a JSON number)"
+    with pytest.raises(ArtifactError) as e:
+        m.parse_json(b"[" + b"1" * 21 + b"]", "m.json")
+    assert e.value.message == "m.json: the manifest is not valid JSON (integer of 21 digits is too large)"
+    assert m.parse_json(b'{"a": [1, 2.5, "\xc3\xa9"]}', "m.json") == {"a": [1, 2.5, "\u00e9"]}
