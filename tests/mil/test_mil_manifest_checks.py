@@ -257,3 +257,13 @@ def test_json_errors_name_what_was_read_and_quote_the_parser():
         m.parse_json(b"[" + b"1" * 21 + b"]", "m.json")
     assert e.value.message == "m.json: the manifest is not valid JSON (integer of 21 digits is too large)"
     assert m.parse_json(b'{"a": [1, 2.5, "\xc3\xa9"]}', "m.json") == {"a": [1, 2.5, "\u00e9"]}
+
+
+def test_depth_counts_the_nested_objects_and_arrays_of_a_value():
+    assert [m._depth(v) for v in (7, "a", None, [], {}, [1, [2]], {"a": [{"b": 1}]})] == [0, 0, 0, 1, 1, 2, 3]
+
+
+def test_bytes_that_are_not_utf8_are_refused_with_the_offset_of_the_first_bad_byte():
+    with pytest.raises(ArtifactError) as e:
+        m.parse_json(b'{"a": "\xc3"}', "ir.json", "program IR")
+    assert e.value.message == "ir.json: the program IR is not valid UTF-8 (byte 7)"
