@@ -115,6 +115,16 @@ def test_adding_a_tensor_does_not_copy_it():
     assert w.to_bytes()[128:] == a.tobytes()
 
 
+@pytest.mark.parametrize("shape", [(0,), (0, 4), (3, 0, 2)])
+def test_an_empty_tensor_of_any_rank_is_a_record_with_no_payload(shape):
+    w = BlobWriter()
+    first = w.add(np.zeros(shape, np.float16))
+    second = w.add(np.arange(3, dtype=np.float16))
+    blob = w.to_bytes()
+    r = BlobReader(blob)
+    assert r.payload(first) == b"" and r.payload(second) == np.arange(3, dtype=np.float16).tobytes()
+
+
 def test_a_written_writer_reads_its_file_and_takes_no_more_tensors(tmp_path):
     a = np.arange(16, dtype=np.float16)
     w = BlobWriter()
