@@ -133,6 +133,7 @@ def test_parse_manifest_names_where_the_bytes_came_from_in_every_error():
 
 
 def test_integer_takes_both_bounds_and_refuses_what_is_not_an_int_in_range():
+    """Both bounds are inclusive; bools, floats and strings are refused even when in range."""
     check = m.integer(2, 5)
     assert check(2, "n") == 2 and check(5, "n") == 5
     for v in (1, 6, True, 3.0, "3", None):
@@ -145,6 +146,7 @@ def test_integer_takes_both_bounds_and_refuses_what_is_not_an_int_in_range():
 
 
 def test_boolean_takes_true_and_false_only():
+    """Only JSON true and false pass, not 1 or 0."""
     assert m.boolean(True, "b") is True and m.boolean(False, "b") is False
     for v in (1, 0, "true", None):
         e = bad(m.boolean, v, "limits.allow_fp32_io")
@@ -152,6 +154,7 @@ def test_boolean_takes_true_and_false_only():
 
 
 def test_string_is_non_empty_bounded_without_nul_and_matches_its_pattern():
+    """The length bound is inclusive; the pattern, when given, must match."""
     check = m.string(4)
     assert check("a", "s") == "a" and check("abcd", "s") == "abcd"
     for v in ("", "abcde", "a\0b", 7, None):
@@ -165,6 +168,7 @@ def test_string_is_non_empty_bounded_without_nul_and_matches_its_pattern():
 
 
 def test_one_of_takes_only_the_listed_strings():
+    """Values are compared exactly, case included; the message lists them quoted."""
     check = m.one_of("fp16", "fp32")
     assert check("fp16", "d") == "fp16" and check("fp32", "d") == "fp32"
     for v in ("int8", "FP16", 16, None):
@@ -173,6 +177,7 @@ def test_one_of_takes_only_the_listed_strings():
 
 
 def test_hex64_is_64_lowercase_hex_digits():
+    """Exactly 64 digits of 0-9a-f; uppercase is refused."""
     assert m.hex64("0123456789abcdef" * 4, "h") == "0123456789abcdef" * 4
     for v in ("A" * 64, "a" * 63, "a" * 65, "g" * 64, 5, None):
         e = bad(m.hex64, v, "mil.sha256")
@@ -180,6 +185,7 @@ def test_hex64_is_64_lowercase_hex_digits():
 
 
 def test_a_relative_path_has_plain_components_and_a_bounded_length():
+    """Absolute, backslash, NUL and over-long paths are refused; empty, . and .. components too."""
     check = m.rel_path()
     what = "a relative path inside the artifact"
     for v in ("model.mil", "a/b.bin", "x" * 1024, "..a/b."):
@@ -193,6 +199,7 @@ def test_a_relative_path_has_plain_components_and_a_bounded_length():
 
 
 def test_a_path_below_a_directory_starts_with_it_and_names_a_file_in_it():
+    """The directory is the first component and is followed by at least one more."""
     check = m.rel_path("weights")
     what = "a relative path inside the artifact, below weights/"
     assert check("weights/w1.bin", "p") == "weights/w1.bin"
@@ -205,6 +212,7 @@ def test_a_path_below_a_directory_starts_with_it_and_names_a_file_in_it():
 
 
 def test_an_array_is_a_list_within_its_bounds_with_each_item_checked():
+    """Both length bounds are inclusive; an item's error names its index."""
     check = m.array(m.integer(0, 9), 3)
     assert check([], "a") == [] and check([1, 2, 3], "a") == [1, 2, 3]
     e = bad(check, [1, 2, 3, 4], "inputs")
@@ -221,6 +229,7 @@ def test_an_array_is_a_list_within_its_bounds_with_each_item_checked():
 
 
 def test_an_object_checks_its_required_and_present_optional_fields():
+    """Unknown fields are kept; a top-level field is named without a leading dot."""
     check = m.obj({"a": m.integer(0, 1)}, {"b": m.boolean})
     v = {"a": 1, "other": "kept"}
     assert check(v, "") is v and check({"a": 0, "b": False}, "x") == {"a": 0, "b": False}
@@ -236,6 +245,7 @@ def test_an_object_checks_its_required_and_present_optional_fields():
 
 
 def test_json_nested_exactly_to_the_limit_is_read():
+    """32 levels are read, 33 are refused."""
     deepest = b"[" * m.MAX_DEPTH + b"]" * m.MAX_DEPTH
     assert m._depth(m.parse_json(deepest, "m.json")) == m.MAX_DEPTH
     with pytest.raises(ArtifactError) as e:
@@ -244,6 +254,7 @@ def test_json_nested_exactly_to_the_limit_is_read():
 
 
 def test_json_errors_name_what_was_read_and_quote_the_parser():
+    """The reader's own message is quoted after the file and what it holds."""
     with pytest.raises(ArtifactError) as e:
         m.parse_json(b"", "m.json")
     assert e.value.message == "m.json: the manifest is not valid JSON (Expecting value: line 1 column 1 (char 0))"
@@ -260,10 +271,12 @@ def test_json_errors_name_what_was_read_and_quote_the_parser():
 
 
 def test_depth_counts_the_nested_objects_and_arrays_of_a_value():
+    """A scalar has depth 0, each enclosing object or array adds one."""
     assert [m._depth(v) for v in (7, "a", None, [], {}, [1, [2]], {"a": [{"b": 1}]})] == [0, 0, 0, 1, 1, 2, 3]
 
 
 def test_bytes_that_are_not_utf8_are_refused_with_the_offset_of_the_first_bad_byte():
+    """The offset is that of the first byte that does not decode."""
     with pytest.raises(ArtifactError) as e:
         m.parse_json(b'{"a": "\xc3"}', "ir.json", "program IR")
     assert e.value.message == "ir.json: the program IR is not valid UTF-8 (byte 7)"

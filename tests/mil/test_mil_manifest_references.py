@@ -61,6 +61,7 @@ def test_the_compiled_manifest_is_accepted_as_it_is(man):
 
 
 def test_a_value_that_is_not_an_object_is_refused_as_the_manifest():
+    """A JSON value that is no object is refused as a whole, against the default file name."""
     with pytest.raises(ArtifactError) as e:
         validate_manifest([1])
     assert e.value.message == "manifest.json: the manifest: expected a JSON object, got [1]"
@@ -68,6 +69,7 @@ def test_a_value_that_is_not_an_object_is_refused_as_the_manifest():
 
 
 def test_the_format_is_checked_first_and_named(man):
+    """A missing or other format is reported before any other field is looked at."""
     del man["format"]
     man["func"] = 7
     assert refused(man) == "field 'format': expected \"anec-artifact/1\" (the field is missing)"
@@ -78,6 +80,7 @@ def test_the_format_is_checked_first_and_named(man):
 
 
 def test_an_array_of_the_wrong_length_says_how_long_it_is(man):
+    """A length error gives the count it found in parentheses, not the array itself."""
     man["inputs"][0]["shape"] = [1] * 9
     assert refused(man) == "field 'inputs[0].shape': expected an array of 0 to 8 items (9 items)"
 
@@ -120,6 +123,7 @@ FIELDS = {
 
 @pytest.mark.parametrize("case", list(FIELDS))
 def test_each_malformed_field_is_refused_by_name(man, case):
+    """Every field of the schema, required or optional, is checked and named in full."""
     keys, value, message = FIELDS[case]
     obj = man
     for k in keys[:-1]:
@@ -129,6 +133,7 @@ def test_each_malformed_field_is_refused_by_name(man, case):
 
 
 def test_string_fields_and_byte_counts_take_their_largest_values(man):
+    """The bounds are inclusive, and sram is not checked beyond being JSON."""
     man["anec_version"], man["target"] = "v" * 64, "m" * 64
     man["input_alloc_bytes"] = man["output_alloc_bytes"] = MAX_BYTES
     man["sram"] = {"anything": [1, "two", None]}  # bounded only by the JSON reader
@@ -136,6 +141,7 @@ def test_string_fields_and_byte_counts_take_their_largest_values(man):
 
 
 def test_a_program_without_inputs_needs_an_input_allocation_of_one_byte(man):
+    """No inputs: nothing to hold, yet the allocation is still at least one byte."""
     man["inputs"], man["logical_inputs"], man["weight_inputs"] = [], [], []
     man["input_alloc_bytes"] = 1
     validate_manifest(man, WHERE)
@@ -144,12 +150,14 @@ def test_a_program_without_inputs_needs_an_input_allocation_of_one_byte(man):
 
 
 def test_a_program_without_outputs_is_accepted(man):
+    """No outputs: the largest output is taken as 0 bytes."""
     man["outputs"], man["logical_outputs"] = [], []
     man["output_alloc_bytes"] = 1
     validate_manifest(man, WHERE)
 
 
 def test_optional_fields_older_artifacts_lack_may_be_absent(man):
+    """Manifests written before the optional fields existed stay readable."""
     for key in ("logical_inputs", "logical_outputs", "weight_inputs", "host_casts", "limits", "target"):
         del man[key]
     del man["mil"]["dialect"]
@@ -162,21 +170,25 @@ def test_optional_fields_older_artifacts_lack_may_be_absent(man):
 # ---- inputs and outputs: names, bindings, bytes, allocations --------------------------------
 
 def test_a_name_used_twice_in_inputs_is_refused(man):
+    """Names bind buffers: two inputs with one name are refused at the first of them."""
     man["inputs"][1]["name"] = "x"
     assert refused(man) == "field 'inputs[0].name': expected a name used once in inputs, got \"x\""
 
 
 def test_bindings_follow_the_alphabetical_order_of_the_names(man):
+    """Binding i is the i-th name in sorted order (w2 before x)."""
     man["inputs"][0]["binding"] = 0
     assert refused(man) == "field 'inputs[0].binding': expected 1 (the index of \"x\" in alphabetical order), got 0"
 
 
 def test_the_bytes_of_an_input_are_its_elements_times_its_dtype_size(man):
+    """The byte count is held to shape x item size (32 fp32 elements: 128)."""
     man["inputs"][0]["bytes"] = 32
     assert refused(man) == "field 'inputs[0].bytes': expected 128 (elements x fp32 size), got 32"
 
 
 def test_an_allocation_holds_the_largest_input_or_output_exactly(man):
+    """An allocation the size of the largest buffer is enough; one byte less is not."""
     man["input_alloc_bytes"], man["output_alloc_bytes"] = 256, 128  # w2 is 256 bytes, y 128
     validate_manifest(man, WHERE)
     man["input_alloc_bytes"] = 255
@@ -188,6 +200,7 @@ def test_an_allocation_holds_the_largest_input_or_output_exactly(man):
 # ---- logical inputs and outputs --------------------------------------------------------------
 
 def test_a_logical_input_names_an_input_with_as_many_elements(man):
+    """A logical input may reshape its input but not change its element count."""
     man["logical_inputs"][0]["shape"] = [32]  # the same 32 elements, reshaped
     validate_manifest(man, WHERE)
     man["logical_inputs"][0]["shape"] = [33]
@@ -197,11 +210,13 @@ def test_a_logical_input_names_an_input_with_as_many_elements(man):
 
 
 def test_a_logical_output_name_is_used_once(man):
+    """Two logical outputs with one name are refused at the second."""
     man["logical_outputs"].append(dict(man["logical_outputs"][0]))
     assert refused(man) == "field 'logical_outputs[1].name': expected a name used once in logical_outputs, got \"y\""
 
 
 def test_an_output_belongs_to_one_logical_output(man):
+    """A piece is an existing output, used by one logical output only."""
     man["logical_outputs"].append({"name": "z", "pieces": ["y"]})
     assert refused(man) == ("field 'logical_outputs[1].pieces[0]': expected an output that belongs to one logical "
                             "output, got \"y\"")
@@ -210,6 +225,7 @@ def test_an_output_belongs_to_one_logical_output(man):
 
 
 def test_pieces_joined_along_an_axis_may_differ_on_that_axis_only(man):
+    """Concatenated pieces match except on the axis; the declared shape has their total size."""
     lo = two_piece_output(man)
     validate_manifest(man, WHERE)
     lo["shape"] = [1, 8, 1, 6]
@@ -224,12 +240,14 @@ def test_pieces_joined_along_an_axis_may_differ_on_that_axis_only(man):
 
 
 def test_pieces_of_another_rank_are_refused(man):
+    """A piece of lower rank is refused even where its dims agree with the first."""
     two_piece_output(man, shape2=(1, 8, 1))
     assert refused(man) == ("field 'logical_outputs[0].pieces[1]': expected an output whose shape matches "
                             "[1, 8, 1, 4] except on axis 3, got [1, 8, 1]")
 
 
 def test_every_piece_after_the_first_is_compared_with_it(man):
+    """The third piece is checked too, and named by its own index."""
     lo = two_piece_output(man, shape2=(1, 8, 1, 4))
     man["outputs"].append({"name": "y3", "dtype": "fp32", "shape": [2, 8, 1, 4], "binding": 2, "bytes": 256})
     lo["pieces"].append("y3")
@@ -252,12 +270,14 @@ def test_a_negative_axis_counts_from_the_last(man, axis):
 
 @pytest.mark.parametrize("axis", [-5, 4])
 def test_the_axis_is_within_the_rank_of_the_pieces(man, axis):
+    """The axis is in [-rank, rank - 1]; one past either end is refused."""
     two_piece_output(man, axis=axis)
     assert refused(man) == ("field 'logical_outputs[0].axis': expected an axis in [-4, 3] (the pieces have rank 4), "
                             f"got {axis}")
 
 
 def test_several_pieces_need_an_axis_one_does_not(man):
+    """One piece may carry an axis or none; two pieces without one are refused."""
     man["logical_outputs"][0]["axis"] = 0  # one piece along an axis: the output as it is
     validate_manifest(man, WHERE)
     two_piece_output(man, axis=None)
@@ -265,11 +285,13 @@ def test_several_pieces_need_an_axis_one_does_not(man):
 
 
 def test_the_pieces_of_a_logical_output_share_one_dtype(man):
+    """Pieces of different dtypes are refused, naming the dtypes found."""
     two_piece_output(man, dtype2="fp16")
     assert refused(man) == "field 'logical_outputs[0].pieces': expected outputs of one dtype, got [\"fp16\", \"fp32\"]"
 
 
 def test_an_output_names_a_logical_output_when_there_are_some(man):
+    """outputs[].logical names a logical output when the manifest lists any, and is a string."""
     man["outputs"][0]["logical"] = "q"
     assert refused(man) == "field 'outputs[0].logical': expected the name of a logical output, got \"q\""
     del man["logical_outputs"]
@@ -281,6 +303,7 @@ def test_an_output_names_a_logical_output_when_there_are_some(man):
 # ---- weights and weight inputs -------------------------------------------------------------
 
 def test_a_weight_path_is_model_path_and_its_file(man):
+    """A weight's MIL path is @model_path/ + its file, or null."""
     man["weights"][0]["path"] = "@model_path/weights/w2.bin"
     assert refused(man) == ("field 'weights[0].path': expected \"@model_path/weights/w1.bin\" (@model_path/ + file), "
                             "got \"@model_path/weights/w2.bin\"")
@@ -289,6 +312,7 @@ def test_a_weight_path_is_model_path_and_its_file(man):
 
 
 def test_a_weight_view_is_a_permutation_and_a_non_empty_slice(man):
+    """perm is a permutation (empty: none); slice starts at 0 or later and before its stop."""
     w = man["weights"][0]
     w["perm"], w["slice"] = [1, 0, 2, 3], [0, 0, 8]
     validate_manifest(man, WHERE)
@@ -304,6 +328,7 @@ def test_a_weight_view_is_a_permutation_and_a_non_empty_slice(man):
 
 
 def test_a_weight_input_view_is_checked_by_its_own_name(man):
+    """The view of a weight input is checked as a weight's is, under weight_inputs[i]."""
     man["weight_inputs"][0]["perm"] = [2, 1, 1, 0]
     assert refused(man) == "field 'weight_inputs[0].perm': expected a permutation of 0..3, got [2, 1, 1, 0]"
     man["weight_inputs"][0]["perm"], man["weight_inputs"][0]["slice"] = [1, 0, 2, 3], [1, 3, 1]
@@ -312,6 +337,7 @@ def test_a_weight_input_view_is_checked_by_its_own_name(man):
 
 
 def test_a_weight_input_gives_one_input_its_value_in_as_many_elements(man):
+    """A weight input names a real input, once, with as many elements as it has."""
     wi = man["weight_inputs"][0]
     wi["shape"] = [128]
     validate_manifest(man, WHERE)
@@ -328,6 +354,7 @@ def test_a_weight_input_gives_one_input_its_value_in_as_many_elements(man):
 # ---- host casts ------------------------------------------------------------------------------
 
 def test_a_host_cast_names_an_input_or_an_output_of_its_kind(man):
+    """An input cast names an input; an output cast an output or a logical output."""
     man["logical_outputs"][0]["name"] = man["outputs"][0]["logical"] = "z"
     man["host_casts"] = [{"name": "x", "kind": "input", "host_dtype": "fp16"},
                          {"name": "y", "kind": "output", "host_dtype": "fp16"},
