@@ -1090,6 +1090,50 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "+data = data.encode(\"UTF-8\")",
         "Python's codec lookup ignores case, so \"UTF-8\" is the same codec and gives the same bytes.",
     ),
+    "anec.mil.manifest.x_parse_json__mutmut_6": (
+        "+text = data.decode(\"UTF-8\")",
+        "Python's codec names ignore case, so \"UTF-8\" and \"utf-8\" are the same codec.",
+    ),
+    "anec.mil.manifest.x_parse_json__mutmut_22": (
+        "+raise ArtifactError(f\"{where}: the {what} is not valid JSON ({str(e)[:201]})\") from None",
+        "every ValueError that can reach this line is well under 200 characters (json's fixed messages with "
+        "line, column and char; a duplicate key shown in at most 60 characters; a digit count; a number cut "
+        "to 40 characters; a NaN/Infinity name), so cutting at 200 or 201 gives the same text.",
+    ),
+    "anec.mil.manifest.x__check_logical_output__mutmut_38": (
+        "+raise _Bad(f\"{path}.axis\", \"an axis (the output has several pieces)\", )",
+        "_Bad's got defaults to None, so leaving out the explicit None builds the same error.",
+    ),
+    "anec.mil.manifest.x__cross_check__mutmut_77": (
+        "+biggest = max((e[\"bytes\"] for e in entries), default=1)",
+        "the default applies only when there are no entries, and then alloc < 0 and alloc < 1 are both false "
+        "because the schema already requires *_alloc_bytes >= 1.",
+    ),
+    "anec.mil.manifest.x__schema__mutmut_71": (
+        "+\"XXsramXX\": any_json,",
+        "any_json accepts every value and unknown fields are ignored, so checking sram or skipping it accepts"
+        " and refuses the same manifests.",
+    ),
+    "anec.mil.manifest.x__schema__mutmut_72": (
+        "+\"SRAM\": any_json,",
+        "any_json accepts every value and unknown fields are ignored, so checking sram or skipping it accepts"
+        " and refuses the same manifests.",
+    ),
+    "anec.mil.manifest.x_validate_manifest__mutmut_4": (
+        "+raise _Bad(None, \"a JSON object\", manifest)",
+        "the path is only tested for truth (the message says \"the manifest\" when it is false), and None is "
+        "false like \"\".",
+    ),
+    "anec.mil.manifest.x_validate_manifest__mutmut_23": (
+        "+raise _Bad(\"format\", f\"{json.dumps(FORMAT)} (the field is missing)\", show_got=None)",
+        "show_got is only tested for truth and None is false like False.",
+    ),
+    "anec.mil.manifest.x_validate_manifest__mutmut_44": (
+        "+_schema()(manifest, None)",
+        "at the top level the path only goes to _join, which tests it for truth (None gives the bare key, as "
+        "\"\" does), and obj's \"an object\" error cannot happen: the manifest was checked to be a dict just "
+        "before.",
+    ),
 }
 
 C_EQUIVALENT: dict[str, str] = {
