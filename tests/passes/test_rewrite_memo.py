@@ -75,3 +75,12 @@ def test_the_cache_is_bounded(monkeypatch):
     assert len(verifier._INFERRED) == 3
     rewrite._infer("const", [], {}, {"value": 4.0}, TensorType(DType.fp16, ()))
     assert len(verifier._INFERRED) == 1  # full: emptied, then the new answer
+
+
+def test_two_ops_on_the_same_operands_are_remembered_apart(monkeypatch):
+    """add and matmul of [1, 4] and [4, 1]: a broadcast [4, 4], then a [1, 1] product, cold and warm."""
+    monkeypatch.setattr(verifier, "_INFERRED", {})
+    a, b = _V(TensorType(DType.fp16, (1, 4))), _V(TensorType(DType.fp16, (4, 1)))
+    for _ in range(2):
+        assert rewrite._infer("add", [a, b], {}, {}) == [TensorType(DType.fp16, (4, 4))]
+        assert rewrite._infer("matmul", [a, b], {}, {}) == [TensorType(DType.fp16, (1, 1))]
