@@ -689,3 +689,53 @@ def test_integer_arithmetic_is_a_located_error():
   return %y
 }""")
 
+
+
+# ---- weights stored with fewer dims than declared ------------------------------------------
+
+W2D = """
+func f(%a: fp16[1, 8, 1, 16], %b: fp16[1, 8, 1, 16], %x: fp16[1, 20, 1, 8]) {
+  %c = concat(%a, %b, axis=1) : fp16[1, 16, 1, 16]
+  %w = const(weight="w") : fp16[4, 16, 1, 1]
+  %y = conv1x1(%c, %w) : fp16[1, 4, 1, 16]
+  %v = const(weight="v") : fp16[4, 20, 1, 1]
+  %h = conv1x1(%x, %v) : fp16[1, 4, 1, 8]
+  return %y, %h
+}"""
+
+
+def test_conv_weights_stored_as_2d_matrices_are_sliced_along_the_input_channels():
+    """A [Cout, Cin] checkpoint matrix declared [Cout, Cin, 1, 1] is cut along its second axis:
+    both the concat and the over-wide input become partial convs."""
+    rng = np.random.default_rng(0)
+    w = WeightStore({"w": rng.standard_normal((4, 16)).astype(np.float16),
+                     "v": rng.standard_normal((4, 20)).astype(np.float16)})
+    before, g, ctx = legalize(W2D, target=TIGHT, weights=w)
+    assert rules(ctx) == [("split_concat_into_partial_convs", "ANE-CONCAT")] * 2 + [
+        ("split_wide_conv_input", "ANE-CONV-CHANNELS")]
+    views = sorted((n.attrs["weight"], tuple(n.attrs["slice"])) for n in g.nodes if n.op == "const")
+    assert views == [("v", (1, 0, 7)), ("v", (1, 7, 14)), ("v", (1, 14, 20)),
+                     ("w", (1, 0, 8)), ("w", (1, 8, 16))]
+    compare(before, g, w, rtol=1e-3, atol=1e-3)
+
+
+# ---- the rewrite driver ----------------------------------------------------------------------
+
+def test_rules_that_never_settle_are_a_legalize_error(monkeypatch):
+    """A rule set that keeps rewriting is stopped after MAX_SWEEPS, and the error names the pass."""
+    from anec.diagnostics import PassError
+    from anec.passes import legalize as legalize_module
+    from anec.passes.legalize import legalize_graph
+
+    def relu_again(node, rw):
+        return rw.op("relu", node.operands[0])
+
+    monkeypatch.setattr(legalize_module, "rules_for", lambda target: {"relu": (relu_again,)})
+    g = parse_func("""
+func f(%x: fp16[1, 8, 1, 8]) {
+  %y = relu(%x) : fp16[1, 8, 1, 8]
+  return %y
+}""")
+    with pytest.raises(PassError) as info:
+        legalize_graph(g, PassContext(target=M4, weights=None, options={}))
+    assert str(info.value.message).startswith("legalize: rewrite rules did not reach a fixpoint after")

@@ -52,3 +52,64 @@ func f(%x: fp16[1, 4, 1, 8]) {
 }"""
     before, g, ctx = legalize(text)
     assert [n.op for n in g.nodes] == ["const", "conv1x1"] and rules(ctx) == []
+
+
+def test_invented_names_skip_the_users_names_in_a_fixed_order():
+    """The user already wrote %y_f16/%y_f32 (host casts) and %z_device/%z_logical (rank-4
+    output): the invented names take the next free suffixes, one counter for the func, so
+    the legalized text is the same on every run."""
+    from anec.targets import get_target
+
+    _, g, _ = legalize("""
+func f(%x: fp16[1, 6, 1, 8]) {
+  %y_f16 = relu(%x) : fp16[1, 6, 1, 8]
+  %y_f32 = sigmoid(%x) : fp16[1, 6, 1, 8]
+  %s = add(%y_f16, %y_f32) : fp16[1, 6, 1, 8]
+  %c = cast(%s, dtype=fp32) : fp32[1, 6, 1, 8]
+  %y = exp(%c) : fp32[1, 6, 1, 8]
+  %z_device = relu(%s) : fp16[1, 6, 1, 8]
+  %z_logical = sigmoid(%s) : fp16[1, 6, 1, 8]
+  %t = add(%z_device, %z_logical) : fp16[1, 6, 1, 8]
+  %r = reshape(%t, shape=[6, 8]) : fp16[6, 8]
+  %z = exp(%r) : fp16[6, 8]
+  return %y, %z
+}""", target=get_target("m1"), host_casts=True)
+    assert text_of(g) == """\
+func f(%x: fp16[1, 6, 1, 8]) {
+  %y_f16 = relu(%x) : fp16[1, 6, 1, 8]
+  %y_f32 = sigmoid(%x) : fp16[1, 6, 1, 8]
+  %s = add(%y_f16, %y_f32) : fp16[1, 6, 1, 8]
+  %c = cast(%s, dtype=fp32) : fp32[1, 6, 1, 8]
+  %y_f32_1 = exp(%c) : fp32[1, 6, 1, 8]
+  %z_device = relu(%s) : fp16[1, 6, 1, 8]
+  %z_logical = sigmoid(%s) : fp16[1, 6, 1, 8]
+  %t = add(%z_device, %z_logical) : fp16[1, 6, 1, 8]
+  %r = reshape(%t, shape=[6, 8]) : fp16[6, 8]
+  %z_logical_3 = exp(%r) : fp16[6, 8]
+  %y = cast(%y_f32_1, dtype=fp16) : fp16[1, 6, 1, 8]
+  %z = reshape(%z_logical_3, shape=[1, 6, 1, 8]) : fp16[1, 6, 1, 8]
+  return %y, %z
+}
+"""
+
+
+def test_an_input_read_back_takes_the_name_of_the_reshape_it_replaces():
+    """%x_logical (the user's reshape of %x to its device shape) is %x itself once %x is rank 4:
+    it is gone before the read-back is made, so the read-back is %x_logical, no suffix."""
+    _, g, _ = legalize("""
+func f(%x: fp16[6, 8]) {
+  %x_logical = reshape(%x, shape=[1, 6, 1, 8]) : fp16[1, 6, 1, 8]
+  %e = exp(%x_logical) : fp16[1, 6, 1, 8]
+  %c = relu(%x) : fp16[6, 8]
+  %y = reshape(%c, shape=[1, 6, 1, 8]) : fp16[1, 6, 1, 8]
+  return %e, %y
+}""")
+    assert text_of(g) == """\
+func f(%x: fp16[1, 6, 1, 8]) {
+  %x_logical = reshape(%x, shape=[6, 8]) : fp16[6, 8]
+  %e = exp(%x) : fp16[1, 6, 1, 8]
+  %c = relu(%x_logical) : fp16[6, 8]
+  %y = reshape(%c, shape=[1, 6, 1, 8]) : fp16[1, 6, 1, 8]
+  return %e, %y
+}
+"""

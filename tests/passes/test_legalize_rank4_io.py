@@ -76,3 +76,25 @@ func f(%x: fp16[1, 6, 1, 8]) {
         (n, "test.ir:9:3", f"output %{n} fp16{s} is fp16{d} on the device (the same elements)")
         for n, s, d in (("y", [6, 8], [1, 6, 1, 8]), ("v", [48], [1, 1, 1, 48]), ("t", [6, 8], [1, 6, 1, 8]))]
     compare(before, g, WeightStore({}), rtol=0, atol=0)
+
+
+def test_a_value_returned_twice_keeps_its_shape():
+    """An output returned twice (parsed, not verified: the verifier refuses it too) is left as
+    written, whatever its rank: emit-mil refuses it, and two device outputs cannot share one
+    name."""
+    from anec.ir.parser import parse
+    from anec.passes import PassContext
+    from anec.passes.legalize import legalize_graph
+    from anec.targets import get_target
+
+    text = """
+func f(%x: fp16[1, 6, 1, 8]) {
+  %r = reshape(%x, shape=[6, 8]) : fp16[6, 8]
+  %y = exp(%r) : fp16[6, 8]
+  return %y, %y
+}"""
+    g = parse(text, "test.ir").func()
+    ctx = PassContext(target=get_target("m4"), weights=None, options={})
+    assert legalize_graph(g, ctx, collect=True) == []
+    assert print_graph(g) == print_graph(parse(text, "test.ir").func())
+    assert ctx.rewrites == [] and "logical_outputs" not in g.meta

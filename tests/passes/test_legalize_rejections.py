@@ -16,7 +16,7 @@ from anec.passes.legalize_rules import not_on_ane_rules
 from anec.targets import get_target
 from anec.weights import WeightStore
 
-from .passes_util import compare, parse_func
+from .passes_util import compare, parse_func, text_of, weights_for
 from .test_legalize import IO, M4, SAME_WEIGHT_TWICE, TIGHT, WEIGHTED, legalize, reject, rules
 
 
@@ -410,3 +410,28 @@ func f(%a: fp16[1, 8, 1, 16]) {
     assert err.message == "concat %y cannot be removed: it is returned"
     assert ctx.rewrites == []
     assert [n.op for n in g.nodes] == ["concat", "const", "conv1x1"]
+
+
+def test_a_concat_a_conv_reads_as_input_and_bias_is_not_cut_into_partial_convs():
+    """Only the conv's bias is split off (into conv + add); the concat stays whole and is the
+    one rejection: no partial convs are made for a conv that also reads the concat as bias."""
+    g = parse_func("""
+func f(%p: fp16[1, 8, 1, 1], %q: fp16[1, 8, 1, 1]) {
+  %c = concat(%p, %q, axis=1) : fp16[1, 16, 1, 1]
+  %w = const(weight="w") : fp16[16, 16, 1, 1]
+  %y = conv1x1(%c, %w, bias=%c) : fp16[1, 16, 1, 1]
+  return %y
+}""")
+    ctx = PassContext(target=get_target("m4"), weights=weights_for(g), options={})
+    errors = legalize_graph(g, ctx, collect=True)
+    assert [(n.op, e.constraint) for n, e in errors] == [("concat", "ANE-CONCAT")]
+    assert [r["rule"] for r in ctx.rewrites] == ["split_conv_bias"]
+    assert text_of(g) == """\
+func f(%p: fp16[1, 8, 1, 1], %q: fp16[1, 8, 1, 1]) {
+  %c = concat(%p, %q, axis=1) : fp16[1, 16, 1, 1]
+  %w = const(weight="w") : fp16[16, 16, 1, 1]
+  %y_conv = conv1x1(%c, %w) : fp16[1, 16, 1, 1]
+  %y = add(%y_conv, %c) : fp16[1, 16, 1, 1]
+  return %y
+}
+"""

@@ -297,3 +297,35 @@ def test_a_node_whose_two_results_are_illegal_outputs_gets_both_errors_on_its_li
         "  io.ir:1:8: REJECTED [ANE-IO-TENSORS] input %x is int32 (int32[1, 4, 1, 8]); program inputs and "
         "outputs must be fp16 or fp32 tensors",
     ]
+
+
+def test_rejections_of_nodes_legalize_made_are_func_level_errors_at_the_source_line():
+    """The concat's partial convs (nodes the user never wrote) are each too wide and read inside
+    the program: their rejections are listed after the nodes, at the conv's line, by their own
+    names; the user's nodes keep their rewrite lines."""
+    src = """func f(%a: fp16[1, 8, 1, 8], %b: fp16[1, 8, 1, 8]) {
+  %c = concat(%a, %b, axis=1) : fp16[1, 16, 1, 8]
+  %w = const(weight="w") : fp16[40000, 16, 1, 1]
+  %h = conv1x1(%c, %w) : fp16[1, 40000, 1, 8]
+  %y = relu(%h) : fp16[1, 40000, 1, 8]
+  return %h, %y
+}"""
+    report = legality(parse_module(src, "p.ir"), "m4")
+    why = ("has 40000 output channels; m4 allows 16384, and anec cannot chunk it because its "
+           "result is used inside the program")
+    fix = ("      fix: return the conv result as its own output (anec then splits it into outputs "
+           "{}__c0, ...), or split the weight into convs of at most 16384 output channels")
+    assert report.errors == 2 and not report.legal
+    assert report.text.splitlines()[1:10] == [
+        "  p.ir:2:8  %c  concat   rewritten [ANE-CONCAT] split_concat_into_partial_convs: channel concat "
+        "of 2 tensors feeding %h removed: each conv reads the pieces directly",
+        "  p.ir:3:8  %w  const    replaced by sliced/permuted views of weight 'w' (legalize)",
+        "  p.ir:4:8  %h  conv1x1  rewritten [ANE-CONCAT] split_concat_into_partial_convs: conv1x1 over "
+        "concat %c -> sum of 2 partial convs over slices of weight 'w'",
+        "  p.ir:5:8  %y  relu     ok",
+        f"  p.ir:4:8: REJECTED [ANE-CONV-CHANNELS] conv1x1 %h_part {why}",
+        fix.format("h_part"),
+        f"  p.ir:4:8: REJECTED [ANE-CONV-CHANNELS] conv1x1 %h_part_1 {why}",
+        fix.format("h_part_1"),
+        "  BLOBFILE tensors: 2 of 16",
+    ]

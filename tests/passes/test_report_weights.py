@@ -110,3 +110,17 @@ def test_a_store_that_does_not_fit_is_not_range_checked(tmp_path):
     report = legality(module, "m4", weights=resolve_weights(module, weights=str(path)))
     assert report.errors == 1 and _line(report.text, "%w").endswith("ok")
     assert "REJECTED (weights) weight 'b'" in _line(report.text, "%b")
+
+
+def test_a_weight_error_without_a_hint_gets_no_fix_line(tmp_path):
+    """A perm longer than the stored tensor's rank has no suggested fix: the rejection is the
+    const's whole line, and the next line is the next node."""
+    path = tmp_path / "perm.safetensors"
+    save_file({"w": np.ones((4, 4), np.float16), "b": BIAS}, str(path))
+    module = parse_module(SRC.replace('weight="w")', 'weight="w", perm=[1, 0, 2, 3])'), "m.ir")
+    report = legality(module, "m4", weights=resolve_weights(module, weights=str(path)))
+    assert report.errors == 1 and not report.legal
+    lines = report.text.splitlines()
+    line = _line(report.text, "%w")
+    assert line.endswith("REJECTED (weights) weight 'w' has rank 2 but const %w has perm of length 4")
+    assert lines[lines.index(line) + 1] == "  m.ir:3:8  %b  const    ok"
