@@ -253,7 +253,8 @@ def blob_cap_of(nodes: list["Node"], target: "Target") -> tuple[int, int]:
 
 def plan_partition(graph: "Graph", target: "Target", force: bool = False,
                    peak_bound: int | None = None) -> Plan | None:
-    """The stages of ``graph`` (legalized), or None when it fits one program.
+    """The stages of ``graph`` (legalized), or None when it is one program: it fits one, or
+    only its SRAM is over and no cut can lower it (a single node, say: a spill risk).
 
     ``force`` plans even a func that fits (one stage). ``peak_bound`` is an
     upper bound of the func's peak SRAM as one program, e.g. the SRAM report's
@@ -348,6 +349,8 @@ def plan_partition(graph: "Graph", target: "Target", force: bool = False,
     for s in stages:
         s.reason = _blob_reason(items, s, lo, sweep, target)
     stages = _split_for_sram(graph, items, sweep, stages, target)
+    if len(stages) == 1 and not force:
+        return None  # over the SRAM with no cut to make: one program, its spill risk reported
     total = sum(sweep.cross[s.end] for s in stages[:-1])
     return Plan(graph.name, items, stages, total, over_blobs)
 

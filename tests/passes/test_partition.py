@@ -100,6 +100,15 @@ def test_a_func_that_fits_one_program_is_not_cut():
     assert type(res.artifacts["f"]).__name__ == "Artifact"  # today's layout exactly
 
 
+def test_a_single_node_over_the_sram_is_one_program_with_its_spill_risk_not_a_one_stage_cut():
+    """No cut can lower a lone node's peak: it compiles as one program, the SRAM report names the risk."""
+    m = parse("func s(%x: fp16[1, 512, 1, 512]) {\n  %y = relu(%x) : fp16[1, 512, 1, 512]\n  return %y\n}\n", "s.ir")
+    tgt = target(16, sram=64 * 1024)
+    assert plan_partition(m.funcs["s"], tgt) is None
+    forced = plan_partition(m.funcs["s"], tgt, force=True)
+    assert len(forced.stages) == 1 and forced.stages[0].peak_sram > 64 * 1024 and forced.constraints == []
+
+
 @pytest.mark.parametrize("n,budget", [(40, 16), (17, 16), (100, 16), (100, 3), (9, 2)])
 def test_chains_use_the_fewest_stages(n, budget):
     m = parse(chain(n), "c.ir")

@@ -231,7 +231,9 @@ def test_the_plan_is_the_exhaustive_searchs_best(text, budget, chip):
         assert plan_partition(graph, target.replace(sram_bytes=peak)) is None
         assert plan_partition(graph, target.replace(sram_bytes=peak), peak_bound=peak) is None
         assert len(plan_partition(graph, target, force=True, peak_bound=peak).stages) == 1  # forced: planned
-        assert plan_partition(graph, target.replace(sram_bytes=peak - 1)) is not None  # over the SRAM
+        # over the SRAM: split where a cut can be made, else one program (its spill risk reported)
+        over = plan_partition(graph, target.replace(sram_bytes=peak - 1))
+        assert over is None or len(over.stages) > 1
 
 
 def _four_convs(s: int) -> str:
