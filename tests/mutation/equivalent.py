@@ -1134,6 +1134,72 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "\"\" does), and obj's \"an object\" error cannot happen: the manifest was checked to be a dict just "
         "before.",
     ),
+    "anec.passes.partition.x__blob_reason__mutmut_7": (
+        "+while reach <= n and lo[reach + 1] <= s.start:",
+        "it differs only when a stage that is not the last could reach the end (lo[n] <= s.start), and then "
+        "the search would have found a plan with fewer stages, against its minimal stage count.",
+    ),
+    "anec.passes.partition.x__fill__mutmut_52": (
+        "+s.blob_cap = blob_cap_of(run, target)[1] if (cap is None) or True else cap",
+        "the only caller that passes cap passes blob_cap_of(items, target)[1] for the same run (items[0:n]), "
+        "so computing it again gives the same value.",
+    ),
+    "anec.passes.partition.x__fill__mutmut_62": (
+        "+s.peak_sram = _peak(run, s, None)",
+        "_peak never reads its inside parameter.",
+    ),
+    "anec.passes.partition.x__fill__mutmut_8": (
+        "+for v in x.operands if (not x.optional) and False else x.inputs():",
+        "with no optional operands Node.inputs() returns operands[:] (the same values in the same order), so "
+        "always using inputs() changes nothing.",
+    ),
+    "anec.passes.partition.x__peak__mutmut_39": (
+        "+for v in x.operands if (not x.optional) and False else x.inputs():",
+        "with no optional operands Node.inputs() returns operands[:] (the same values in the same order), so "
+        "always using inputs() changes nothing.",
+    ),
+    "anec.passes.partition.x__peak__mutmut_6": (
+        "+delta = [0] * (m + 2)",
+        "writes reach at most delta[m] and the sum reads only delta[0..m-1], so the extra slot is never used.",
+    ),
+    "anec.passes.partition.x_extract_stage__mutmut_193": (
+        "+for key in (\"XXsramXX\",):",
+        "g is a freshly built Graph whose meta starts empty and only gets \"origin\" and \"const_origin\", so "
+        "popping any other key does nothing.",
+    ),
+    "anec.passes.partition.x_extract_stage__mutmut_194": (
+        "+for key in (\"SRAM\",):",
+        "g is a freshly built Graph whose meta starts empty and only gets \"origin\" and \"const_origin\", so "
+        "popping any other key does nothing.",
+    ),
+    "anec.passes.partition.x_extract_stage__mutmut_195": (
+        "+g.meta.pop(None, None)",
+        "g is a freshly built Graph whose meta starts empty and only gets \"origin\" and \"const_origin\", so the"
+        " pop does nothing either way.",
+    ),
+    "anec.passes.rewrite.x__infer__mutmut_25": (
+        "+return list(remembered_types(op, operands, optional, literal_key(attrs) if (attrs) or True else (),",
+        "attrs is always a dict and literal_key({}) is (), the same memo key as the else branch.",
+    ),
+    "anec.passes.legalize.x_plan_stages__mutmut_31": (
+        "+rw.record((plan.constraints or [\"XXANE-BLOB-BUDGETXX\"])[0],",
+        "plan_partition returns a plan to plan_stages (which never forces one) only with two or more stages, "
+        "cut by the BLOBFILE budget or by the SRAM, so its constraints are never empty and the default is "
+        "never read.",
+    ),
+    "anec.passes.legalize.x_plan_stages__mutmut_32": (
+        "+rw.record((plan.constraints or [\"ane-blob-budget\"])[0],",
+        "plan_partition returns a plan to plan_stages (which never forces one) only with two or more stages, "
+        "cut by the BLOBFILE budget or by the SRAM, so its constraints are never empty and the default is "
+        "never read.",
+    ),
+    "anec.mil.emitter.x__parses__mutmut_8": (
+        "+paths = [_FP16.round(_FP32.round(f64)), _FP16.round(_FP32.round_exact(text))]",
+        "for every finite non-zero fp16 value of either sign (63,486, checked exhaustively) the shortest-"
+        "spelling search picks the same text with or without the dropped path; the dropped direct rounding "
+        "could differ only for a decimal within an fp32 half-ulp of an fp16 midpoint, which no candidate is, "
+        "and fp32 literals do not take this path.",
+    ),
 }
 
 C_EQUIVALENT: dict[str, str] = {
