@@ -1200,6 +1200,11 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "could differ only for a decimal within an fp32 half-ulp of an fp16 midpoint, which no candidate is, "
         "and fp32 literals do not take this path.",
     ),
+    "anec.passes.partition.x_plan_partition__mutmut_48": (
+        "+if one.peak_sram < target.sram_bytes and not force:",
+        "at a peak exactly the SRAM the mutant goes on to plan, but the stage fits, so the SRAM split makes "
+        "no cut and the one-stage plan is returned as None, as the early return does.",
+    ),
 }
 
 C_EQUIVALENT: dict[str, str] = {
