@@ -325,7 +325,7 @@ def plan_stages(rw: LegalizeRewriter, peak_bound: int | None = None) -> None:
         return
     graph.meta["partition"] = plan
     rw.anchor, rw.rule_name = None, "partition"
-    rw.record((plan.constraints or ["ANE-BLOB-BUDGET"])[0],
+    rw.record(plan.constraints[0],  # a plan returned unforced was cut by at least one budget
               f"func '{graph.name}' is cut into {len(plan.stages)} programs "
               f"({plan.crossing_bytes} bytes cross stage boundaries)", name=graph.name, span=graph.span)
 

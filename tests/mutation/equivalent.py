@@ -1181,18 +1181,6 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "+return list(remembered_types(op, operands, optional, literal_key(attrs) if (attrs) or True else (),",
         "attrs is always a dict and literal_key({}) is (), the same memo key as the else branch.",
     ),
-    "anec.passes.legalize.x_plan_stages__mutmut_31": (
-        "+rw.record((plan.constraints or [\"XXANE-BLOB-BUDGETXX\"])[0],",
-        "plan_partition returns a plan to plan_stages (which never forces one) only with two or more stages, "
-        "cut by the BLOBFILE budget or by the SRAM, so its constraints are never empty and the default is "
-        "never read.",
-    ),
-    "anec.passes.legalize.x_plan_stages__mutmut_32": (
-        "+rw.record((plan.constraints or [\"ane-blob-budget\"])[0],",
-        "plan_partition returns a plan to plan_stages (which never forces one) only with two or more stages, "
-        "cut by the BLOBFILE budget or by the SRAM, so its constraints are never empty and the default is "
-        "never read.",
-    ),
     "anec.mil.emitter.x__parses__mutmut_8": (
         "+paths = [_FP16.round(_FP32.round(f64)), _FP16.round(_FP32.round_exact(text))]",
         "for every finite non-zero fp16 value of either sign (63,486, checked exhaustively) the shortest-"
