@@ -241,9 +241,24 @@ int rt_pread_all(int fd, void *buf, size_t n, uint64_t off)
     return 0;
 }
 
-int rt_write_temp(const char *tmp, const void *data, size_t len, char *why, size_t whylen)
+int rt_open_for_write(const char *tmp, uint64_t len, int spare)
 {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (spare) {
+        int fd = open(tmp, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+            (uint64_t)st.st_size == len)
+            return fd; /* its pages are written over: nothing allocated, nothing freed */
+        if (fd >= 0)
+            close(fd);
+        unlink(tmp);
+    }
+    return open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+}
+
+int rt_write_temp(const char *tmp, const void *data, size_t len, int spare, char *why, size_t whylen)
+{
+    int fd = rt_open_for_write(tmp, len, spare);
     if (fd < 0) {
         snprintf(why, whylen, "cannot create %s: %s", tmp, strerror(errno));
         return -1;
@@ -269,7 +284,7 @@ int rt_write_atomic(const char *path, const void *data, size_t len, char *why, s
         snprintf(why, whylen, "out of memory");
         return -1;
     }
-    if (rt_write_temp(tmp, data, len, why, whylen)) {
+    if (rt_write_temp(tmp, data, len, 0, why, whylen)) {
         free(tmp);
         return -1;
     }

@@ -50,8 +50,14 @@ int rt_pread_all(int fd, void *buf, size_t n, uint64_t off);
 
 /* A fresh temp name next to target ("<target>.tmp.<pid>.<n>"); malloc'd. */
 char *rt_temp_name(const char *target);
-/* Create `tmp` exclusively, write data, fsync, close; removed again on failure. */
-int rt_write_temp(const char *tmp, const void *data, size_t len, char *why, size_t whylen);
+/* Open `tmp` to write len bytes into: when spare is set and tmp is a regular
+   file of exactly len bytes that no other name links, that file, to be
+   written over in place (its pages are reused: nothing is allocated or
+   freed); otherwise a new file created exclusively (a spare that cannot be
+   reused is removed first). An fd, or -1 with errno. */
+int rt_open_for_write(const char *tmp, uint64_t len, int spare);
+/* Write data to tmp (rt_open_for_write), fsync, close; removed on failure. */
+int rt_write_temp(const char *tmp, const void *data, size_t len, int spare, char *why, size_t whylen);
 /* Atomic write: temp + fsync + rename over path. */
 int rt_write_atomic(const char *path, const void *data, size_t len, char *why, size_t whylen);
 

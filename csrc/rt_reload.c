@@ -193,6 +193,31 @@ static int privatize(anec_program *p)
     return rc;
 }
 
+/* The spare of a program's weight file: the file it replaced at its last data
+   patch, kept to be written over at the next one (writing over existing pages
+   allocates and frees nothing, where a new file allocates its pages and the
+   replaced one frees them). One per program directory at most (a data patch
+   needs one weight file); removed with the directory. */
+static char *spare_name(const char *path)
+{
+    size_t n = strlen(path) + sizeof ".spare";
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s.spare", path);
+    return s;
+}
+
+/* After a data patch: the replaced file (now only at backup) becomes the
+   spare, unless another name still links it (then it is only removed). */
+static void keep_spare(const char *path, const char *backup)
+{
+    struct stat st;
+    char *spare = spare_name(path);
+    if (!spare || lstat(backup, &st) || !S_ISREG(st.st_mode) || st.st_nlink != 1 || rename(backup, spare))
+        unlink(backup);
+    free(spare);
+}
+
 /* The new weight file is written (and fsynced) at tmp: put it in place of
    path with a backup link, make its bytes the compiled data, load again. On
    failure the old file and compiled data stay. */
@@ -227,7 +252,7 @@ static int put_in_place(anec_program *p, const char *path, const char *tmp, cons
     }
     forget_content(p, 1); /* the device holds these weights even if the load fails */
     if (have_backup)
-        unlink(backup);
+        keep_spare(path, backup);
     rt_fsync_dir(p->dir->path);
     if (was_loaded)
         rc = rt_load_locked(p);
@@ -267,11 +292,11 @@ static int data_patch(anec_program *p, const anec_blob *b, int was_loaded)
         return rc;
     const char *rel = rt_rel_path(b->path);
     char *path = rt_join(p->dir->path, rel);
-    char *tmp = path ? rt_temp_name(path) : NULL;
+    char *tmp = path ? spare_name(path) : NULL; /* written over when it can be */
     char why[1024];
     if (!path || !tmp)
         rc = rt_fail(ANEC_ENOMEM, "out of memory");
-    else if (rt_write_temp(tmp, b->data, b->len, why, sizeof why)) /* the core's copy of the file first */
+    else if (rt_write_temp(tmp, b->data, b->len, 1, why, sizeof why)) /* the core's copy of the file first */
         rc = rt_fail(ANEC_EIO, "reload: %s; the old weights stay in use", why);
     else
         rc = put_in_place(p, path, tmp, rel, b->data, b->len, was_loaded);
@@ -490,10 +515,10 @@ int anec_reload_arrays(anec_program *p, const char *path, const anec_weight_arra
         leave_cache(p);
         rc = privatize(p); /* (the old file is open: a private copy holds the same bytes) */
         char *dest = rc == ANEC_OK ? rt_join(p->dir->path, rel) : NULL;
-        char *tmp = dest ? rt_temp_name(dest) : NULL;
+        char *tmp = dest ? spare_name(dest) : NULL; /* written over when it can be */
         if (rc == ANEC_OK && !tmp)
             rc = rt_fail(ANEC_ENOMEM, "out of memory");
-        if (rc == ANEC_OK && (rc = rt_patch_write(fd, len, r, n, tmp, &refused, why, sizeof why)) != ANEC_OK)
+        if (rc == ANEC_OK && (rc = rt_patch_write(fd, len, r, n, tmp, 1, &refused, why, sizeof why)) != ANEC_OK)
             rt_fail(rc, "reload: %s; the old weights stay in use", why);
         if (rc == ANEC_OK)
             rc = put_in_place_mapped(p, dest, tmp, rel, was_loaded);
