@@ -41,16 +41,21 @@ TESTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("test_rt",),
         ("tests/runtime/test_rt_reload.py", "tests/runtime/test_rt_weight_inputs.py",
          "tests/runtime/test_rt_core.py", "tests/runtime/test_rt_pipeline.py",
-         "tests/runtime/test_rt_reload_stream.py"),
+         "tests/runtime/test_rt_reload_stream.py", "tests/runtime/test_rt_reload_spare.py"),
     ),
     "csrc/rt_patch.c": (
         (),
         ("tests/runtime/test_rt_reload_stream.py", "tests/runtime/test_rt_reload.py",
-         "tests/runtime/test_rt_reload_arrays.py"),
+         "tests/runtime/test_rt_reload_arrays.py", "tests/runtime/test_rt_reload_spare.py"),
+    ),
+    "csrc/rt_files.c": (
+        ("test_rt",),
+        ("tests/runtime/test_rt_reload_spare.py", "tests/runtime/test_rt_reload.py",
+         "tests/runtime/test_rt_reload_stream.py"),
     ),
 }
 
-K, X, R, P = "csrc/sim_kernels.c", "csrc/sim_exec.c", "csrc/rt_reload.c", "csrc/rt_patch.c"
+K, X, R, P, F = "csrc/sim_kernels.c", "csrc/sim_exec.c", "csrc/rt_reload.c", "csrc/rt_patch.c", "csrc/rt_files.c"
 
 MUTANTS: list[CMutant] = [
     # ---- sim_kernels.c: the blocked GEMM and the strided copies
@@ -242,4 +247,19 @@ MUTANTS: list[CMutant] = [
             "the bytes before a payload are not copied"),
     CMutant("p-size", P, "|| t.size != want) {", ") {",
             "an array of another size than its blob is accepted"),
+    CMutant("p-spare-unused", P, "    int out = rt_open_for_write(tmp, len, spare);",
+            "    int out = rt_open_for_write(tmp, len, 0);", "the data patch from arrays never writes over its spare"),
+    # ---- the spare weight file of a data patch (rt_reload.c keeps it, rt_files.c writes over it)
+    CMutant("r-spare-dropped", R, "        keep_spare(path, backup);", "        unlink(backup);",
+            "the replaced weight file is deleted instead of kept as the spare"),
+    CMutant("r-spare-linked", R, "|| st.st_nlink != 1 || rename(backup, spare))", "|| rename(backup, spare))",
+            "a replaced file another program still links becomes the spare"),
+    CMutant("f-spare-linked", F, "S_ISREG(st.st_mode) && st.st_nlink == 1 &&", "S_ISREG(st.st_mode) &&",
+            "a spare that another name links is written over"),
+    CMutant("f-spare-size", F, "            (uint64_t)st.st_size == len)", "            1)",
+            "a spare of another size is written over, its extra bytes left behind"),
+    CMutant("f-spare-follow", F, "int fd = open(tmp, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);", "int fd = open(tmp, O_WRONLY | O_CLOEXEC);",
+            "a spare that is a symbolic link is followed and the file behind it written over"),
+    CMutant("f-spare-kept-bad", F, "        if (fd >= 0)\n            close(fd);\n        unlink(tmp);",
+            "        if (fd >= 0)\n            close(fd);", "a spare that cannot be reused is not removed first"),
 ]
