@@ -126,16 +126,20 @@ uint32_t anec_max_magnitude_bits(const void *src, size_t width, size_t n)
         for (int k = 0; k < 8; k++)
             top = lanes[k] > top ? lanes[k] : top;
     } else {
+        /* SSE2 has no 32-bit max: a compare and a select, on four independent
+           accumulators so that the loop is bound by memory, not by that chain */
         const __m128i mask = _mm_set1_epi32(0x7fffffff);
-        __m128i m = _mm_setzero_si128();
-        for (; i + per <= n; i += per) {
-            __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(s + 4 * i)), mask);
-            __m128i gt = _mm_cmpgt_epi32(v, m);
-            m = _mm_or_si128(_mm_and_si128(gt, v), _mm_andnot_si128(gt, m));
-        }
-        uint32_t lanes[4];
-        _mm_storeu_si128((__m128i *)lanes, m);
+        __m128i m[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+        for (; i + 4 * per <= n; i += 4 * per)
+            for (int k = 0; k < 4; k++) {
+                __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(s + 4 * (i + (size_t)k * per))), mask);
+                __m128i gt = _mm_cmpgt_epi32(v, m[k]);
+                m[k] = _mm_or_si128(_mm_and_si128(gt, v), _mm_andnot_si128(gt, m[k]));
+            }
+        uint32_t lanes[16];
         for (int k = 0; k < 4; k++)
+            _mm_storeu_si128((__m128i *)(lanes + 4 * k), m[k]);
+        for (int k = 0; k < 16; k++)
             top = lanes[k] > top ? lanes[k] : top;
     }
 #endif
