@@ -353,6 +353,7 @@ def _anec_compile(ir: Path, weights: Path, out: Path) -> tuple[float, dict, obje
     from anec.ir.parser import parse_file
 
     shutil.rmtree(out, ignore_errors=True)
+    _quiesce()  # (the removal too)
     t0 = time.perf_counter()
     t_parse = time.perf_counter()
     module = parse_file(ir)
@@ -365,7 +366,16 @@ def _anec_compile(ir: Path, weights: Path, out: Path) -> tuple[float, dict, obje
     return total, stages, result
 
 
+def _quiesce() -> None:
+    """Before a timed run: write back what earlier steps left dirty (the generated inputs, the
+    outputs of coremltools, which saves without fsync), so that no run pays for another's
+    writeback, and let go of garbage. Never timed."""
+    gc.collect()
+    os.sync()
+
+
 def _raw_write(payload: memoryview, path: Path, fsync: bool) -> float:
+    _quiesce()
     t = time.perf_counter()
     with open(path, "wb") as f:
         f.write(payload)
@@ -392,6 +402,9 @@ def _coreml_build_passes_save(art, tmp: Path) -> dict | None:
     wiring = _wiring(art)
     # reading the artifact back and re-emitting its MIL is anec's work: not timed
     builders = [_Builder(stage, wiring.rename(k)) for k, stage in enumerate(art.stages)]
+    path = tmp / "gpt2.mlpackage"
+    shutil.rmtree(path, ignore_errors=True)  # the previous run's package: its removal is not timed
+    _quiesce()
     t0 = time.perf_counter()
     prog = _assemble(art.manifest, wiring, builders)
     t1 = time.perf_counter()
@@ -403,8 +416,6 @@ def _coreml_build_passes_save(art, tmp: Path) -> dict | None:
     model = _quiet(lambda: ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS18,
                                       pass_pipeline=ct.PassPipeline.EMPTY,
                                       compute_precision=ct.precision.FLOAT32, skip_model_load=True))
-    path = tmp / "gpt2.mlpackage"
-    shutil.rmtree(path, ignore_errors=True)
     model.save(str(path))
     t3 = time.perf_counter()
     ops = sum(1 for _ in prog.functions["main"].operations)
@@ -419,13 +430,14 @@ CT_REPEAT = 3
 
 
 _ONE_COMPILE = """
-import json, shutil, sys, time
+import json, os, shutil, sys, time
 tree, ir, weights, out = sys.argv[1:]
 import anec
 assert anec.__file__.startswith(tree), anec.__file__
 from anec.compiler import compile_module
 from anec.ir.parser import parse_file
 shutil.rmtree(out, ignore_errors=True)
+os.sync()
 t0 = time.perf_counter()
 module = parse_file(ir)
 parsed = time.perf_counter() - t0
@@ -496,7 +508,6 @@ def gpt2_body(repeat: int, baseline: str | None = None) -> dict:
                 # the previous compile's artifacts map the files it wrote: let go of them before the
                 # clock starts, so that removing its output is not timed (as in a fresh process)
                 result = None
-                gc.collect()
                 total, stages, result = _anec_compile(inputs[form], inputs["weights"], tmp / f"out_{form}")
                 runs.append((total, stages))
             best, stages = min(runs, key=lambda r: r[0])
@@ -551,7 +562,9 @@ def gpt2_markdown(g: dict) -> list[str]:
              "fsynced). coremltools: the same program built op for op with its MIL builder, its "
              "default pass pipeline, then ct.convert + save of an .mlpackage (the best of its runs, "
              "below; coremltools writes without fsync). Raw write: the blob "
-             "bytes written to one file." + _load_note(g), "",
+             "bytes written to one file. Before every timed run (anec's, coremltools', the raw writes) the "
+             "previous output is removed and the disk is synced, untimed, so that no run pays for the "
+             "writeback of what an earlier one left dirty." + _load_note(g), "",
              "| form | programs | seconds | coremltools / anec | anec / raw write | anec / raw write+fsync |",
              "|---|---:|---:|---:|---:|---:|"]
     for form, r in g["anec"].items():
