@@ -30,6 +30,12 @@
  *                only a compile changes weights (the most pessimistic case).
  *
  * The sim guarantees the data patch under load=data and load=weights.
+ *
+ * One more switch injects a fault, to test the runtime's error paths:
+ *
+ *   fail=compile@N  the Nth compile of this runtime fails as a compile the
+ *                device's compiler refuses (ANEC_ECOMPILE), the ones before
+ *                and after it succeed.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdatomic.h>
@@ -61,6 +67,8 @@ void anec_sim_reset_process(void) { atomic_store(&g_compiles, 0); }
 typedef struct sim_ctx {
     int threads;
     int data_mode, load_mode;
+    long fail_compile_at;        /* fail=compile@N: N, else 0 */
+    atomic_long compiles_tried;  /* compiles this runtime asked for */
 } sim_ctx;
 
 typedef struct sim_prog {
@@ -99,6 +107,7 @@ static void sim_close(void *ctx) { free(ctx); }
 static int parse_device(sim_ctx *c, const char *spec, char *err, size_t errlen)
 {
     int data = DATA_TENSOR, load = LOAD_DATA;
+    long fail_at = 0;
     const char *s = spec;
     while (*s) {
         const char *e = strchr(s, ',');
@@ -118,14 +127,23 @@ static int parse_device(sim_ctx *c, const char *spec, char *err, size_t errlen)
             load = LOAD_WEIGHTS;
         else if (strcmp(item, "load=memory") == 0)
             load = LOAD_MEMORY;
-        else if (n) {
-            snprintf(err, errlen, "sim: unknown device switch '%s' (data=tensor|file, load=data|weights|memory)", item);
+        else if (strncmp(item, "fail=compile@", 13) == 0) {
+            char *end;
+            fail_at = strtol(item + 13, &end, 10);
+            if (*end || fail_at < 1) {
+                snprintf(err, errlen, "sim: device switch '%s': expected fail=compile@N with N >= 1", item);
+                return ANEC_EINVAL;
+            }
+        } else if (n) {
+            snprintf(err, errlen, "sim: unknown device switch '%s' (data=tensor|file, load=data|weights|memory, "
+                     "fail=compile@N)", item);
             return ANEC_EINVAL;
         }
         s = e ? e + 1 : s + n;
     }
     c->data_mode = data;
     c->load_mode = load;
+    c->fail_compile_at = fail_at;
     return ANEC_OK;
 }
 
@@ -343,6 +361,12 @@ static int sim_compile(void *ctx, const anec_compile_args *args, void **prog, ch
         snprintf(err, errlen, "[ANE-COMPILE-BUDGET] compile refused: this process already compiled %lld programs, "
                  "the device's limit is %d per process", (long long)atomic_load(&g_compiles), budget);
         return ANEC_EBUDGET;
+    }
+    long nth = atomic_fetch_add(&c->compiles_tried, 1) + 1;
+    if (nth == c->fail_compile_at) {
+        snprintf(err, errlen, "sim compile: injected fault (device switch fail=compile@%ld): the device's compiler "
+                 "refused compile %ld of this runtime", nth, nth);
+        return ANEC_ECOMPILE;
     }
     int status;
     sim_plan *plan = sim_plan_build(args->mil, args->mil_len, &args->limits, &status, err, errlen);
