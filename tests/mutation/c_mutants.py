@@ -41,7 +41,8 @@ TESTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("test_rt",),
         ("tests/runtime/test_rt_reload.py", "tests/runtime/test_rt_weight_inputs.py",
          "tests/runtime/test_rt_core.py", "tests/runtime/test_rt_pipeline.py",
-         "tests/runtime/test_rt_reload_stream.py", "tests/runtime/test_rt_reload_spare.py"),
+         "tests/runtime/test_rt_reload_stream.py", "tests/runtime/test_rt_reload_spare.py",
+         "tests/runtime/test_rt_faults.py"),
     ),
     "csrc/rt_patch.c": (
         (),

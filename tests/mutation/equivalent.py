@@ -1207,9 +1207,6 @@ OPEN_NOTES: dict[str, str] = {
                         "so the entry it rejoins is marked stale and recomputed before a lookup reads the copied "
                         "content; only a reload that fails before it writes (the private copy of a shared "
                         "directory failing) while the entry has no donor would read it, which needs a "
-                        "fault-injection hook in the runtime",
-    "r-recompile-budget": "only a recompile that fails after its budget reservation shows the leak (the "
-                          "process compile count stays one too high); on the sim that needs the compile "
-                          "directory to fail to populate or the driver to refuse a MIL it accepted before, "
-                          "which no test can arrange without a fault-injection hook in the runtime",
+                        "fault-injection hook in the runtime (the sim's fail=compile@N fails a compile; this "
+                        "needs the private copy, a clone, to fail)",
 }
