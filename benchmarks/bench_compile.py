@@ -572,6 +572,11 @@ def gpt2_markdown(g: dict) -> list[str]:
         lines.append(f"| {name} | {r['programs']} | {r['seconds']} | "
                      f"{'x' + str(r['coremltools_over_anec']) if r['coremltools_over_anec'] else '-'} | "
                      f"x{r['over_raw_write']} | x{r['over_raw_write_fsync']} |")
+    runs = [f"{name}: {', '.join(f'{x} s' for x in r['all_runs_s'])}" for name, r in g["anec"].items()
+            if r.get("all_runs_s")]
+    if runs:
+        lines += ["", f"anec's {g['repeat']} runs of each form (the table shows the best; the spread is this "
+                  f"machine's disk and CPU from run to run): {'; '.join(runs)}."]
     base = g.get("baseline") or {}
     old, new = base.get("baseline") or {}, base.get("current") or {}
     if old.get("one") and new.get("one"):
