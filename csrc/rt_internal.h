@@ -204,11 +204,11 @@ int rt_patch_open(const char *dir, const char *rel, rt_patch_region *r, size_t n
 int rt_patch_changes(int fd, const rt_patch_region *r, size_t n, int *changed, size_t *bad, char *why,
                      size_t whylen);
 /* Write the new file to tmp (fsynced): the old bytes around the payloads,
-   each payload checked and converted on the way. tmp is created exclusively,
-   or, when spare is set, is a spare file written over in place if it has
-   len bytes and no other link (else it is replaced by a new file). On any
-   error tmp is removed (ANEC_EWEIGHTS with *bad = the refused array). */
-int rt_patch_write(int fd, uint64_t len, const rt_patch_region *r, size_t n, const char *tmp, int spare,
-                   size_t *bad, char *why, size_t whylen);
+   each payload checked and converted on the way. tmp is the spare, written
+   over in place if it has len bytes and no other link, else created anew
+   (rt_open_for_write). On any error tmp is removed (ANEC_EWEIGHTS with
+   *bad = the refused array). */
+int rt_patch_write(int fd, uint64_t len, const rt_patch_region *r, size_t n, const char *tmp, size_t *bad,
+                   char *why, size_t whylen);
 
 #endif

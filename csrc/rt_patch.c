@@ -191,10 +191,10 @@ static int copy_range(int in, int out, uint64_t from, uint64_t to, uint8_t *buf,
     return 0;
 }
 
-int rt_patch_write(int fd, uint64_t len, const rt_patch_region *r, size_t n, const char *tmp, int spare,
-                   size_t *bad, char *why, size_t whylen)
+int rt_patch_write(int fd, uint64_t len, const rt_patch_region *r, size_t n, const char *tmp, size_t *bad,
+                   char *why, size_t whylen)
 {
-    int out = rt_open_for_write(tmp, len, spare);
+    int out = rt_open_for_write(tmp, len, 1);
     if (out < 0) {
         snprintf(why, whylen, "cannot create %s: %s", tmp, strerror(errno));
         return ANEC_EIO;

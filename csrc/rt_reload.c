@@ -518,7 +518,7 @@ int anec_reload_arrays(anec_program *p, const char *path, const anec_weight_arra
         char *tmp = dest ? spare_name(dest) : NULL; /* written over when it can be */
         if (rc == ANEC_OK && !tmp)
             rc = rt_fail(ANEC_ENOMEM, "out of memory");
-        if (rc == ANEC_OK && (rc = rt_patch_write(fd, len, r, n, tmp, 1, &refused, why, sizeof why)) != ANEC_OK)
+        if (rc == ANEC_OK && (rc = rt_patch_write(fd, len, r, n, tmp, &refused, why, sizeof why)) != ANEC_OK)
             rt_fail(rc, "reload: %s; the old weights stay in use", why);
         if (rc == ANEC_OK)
             rc = put_in_place_mapped(p, dest, tmp, rel, was_loaded);

@@ -248,7 +248,7 @@ MUTANTS: list[CMutant] = [
             "the bytes before a payload are not copied"),
     CMutant("p-size", P, "|| t.size != want) {", ") {",
             "an array of another size than its blob is accepted"),
-    CMutant("p-spare-unused", P, "    int out = rt_open_for_write(tmp, len, spare);",
+    CMutant("p-spare-unused", P, "    int out = rt_open_for_write(tmp, len, 1);",
             "    int out = rt_open_for_write(tmp, len, 0);", "the data patch from arrays never writes over its spare"),
     # ---- the spare weight file of a data patch (rt_reload.c keeps it, rt_files.c writes over it)
     CMutant("r-spare-dropped", R, "        keep_spare(path, backup);", "        unlink(backup);",
