@@ -28,7 +28,7 @@ is what ``anec fmt`` does.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -48,15 +48,16 @@ def print_module(module: Module, layout: Layout | None = None) -> str:
     for ws in module.weight_sources:
         out.item(item_key("weights", ws), f"weights {_quote(ws.path)}", 0)
     for graph in module.funcs.values():
-        _graph(out, graph, blank=True)
+        _graph(out, graph, blank=True, attrs={})
     out.item(item_key("eof"), None, 0)
     return out.text()
 
 
-def print_graph(graph: Graph) -> str:
-    """The canonical text of one func."""
+def print_graph(graph: Graph, attrs: Mapping[int, dict[str, Any]] | None = None) -> str:
+    """The canonical text of one func; ``attrs`` (``id(node)`` -> attributes) prints those
+    nodes with other attributes, as if they had been set on a copy of the func."""
     out = _Out(None)
-    _graph(out, graph, blank=False)
+    _graph(out, graph, blank=False, attrs=attrs or {})
     return out.text()
 
 
@@ -90,26 +91,26 @@ def format_literal(value: Any) -> str:
 # ---- internals ------------------------------------------------------------------
 
 
-def _graph(out: _Out, g: Graph, blank: bool) -> None:
+def _graph(out: _Out, g: Graph, blank: bool, attrs: Mapping[int, dict[str, Any]]) -> None:
     params = ", ".join(f"%{v.name}: {v.type}" for v in g.inputs)
     out.item(item_key("func", g), f"func {g.name}({params}) {{", 0, blank=blank)
     out.open_block()
     for node in g.nodes:
-        out.item(item_key("node", node), _node(node), 1)
+        out.item(item_key("node", node), _node(node, attrs.get(id(node), node.attrs)), 1)
     ret = "return " + ", ".join(f"%{v.name}" for v in g.outputs) if g.outputs else "return"
     out.item(item_key("return", g), ret, 1)
     out.item(item_key("close", g), "}", 0, indent_comments=1)
 
 
-def _node(n: Node) -> str:
+def _node(n: Node, attrs: dict[str, Any]) -> str:
     opdef = ops.OPS.get(n.op)
     args = [f"%{v.name}" for v in n.operands]
     known_opt = [o.name for o in opdef.optional_operands] if opdef else []
     for key in _ordered(n.optional, known_opt):
         args.append(f"{key}=%{n.optional[key].name}")
     known_attrs = [a.name for a in opdef.attrs] if opdef else []
-    for key in _ordered(n.attrs, known_attrs):
-        args.append(f"{key}={format_literal(n.attrs[key])}")
+    for key in _ordered(attrs, known_attrs):
+        args.append(f"{key}={format_literal(attrs[key])}")
     results = ", ".join(f"%{r.name}" for r in n.results)
     text = f"{results} = {n.op}({', '.join(args)})"
     if n.results:

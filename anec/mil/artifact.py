@@ -267,17 +267,13 @@ def program_ir_text(graph: Graph, program: MilProgram) -> str:
     payload the MIL's BLOBFILE reference points at (perm/slice already
     applied there).
     """
-    from anec.ir.printer import print_module
+    from anec.ir.printer import print_graph
 
-    g = graph.clone()
-    by_name = {n.results[0].name: n for n in g.nodes if n.op == "const"}
-    for slot in program.weights:
-        node = by_name[slot.node.results[0].name]
-        node.attrs = {"weight": blob_key(slot.file, slot.offset)}
-    module = Module()
-    module.add_func(g)
+    by_name = {n.results[0].name: n for n in graph.nodes if n.op == "const"}
+    keyed = {id(by_name[slot.node.results[0].name]): {"weight": blob_key(slot.file, slot.offset)}
+             for slot in program.weights}
     return ("// The compiled program in anec IR: the same ops as model.mil; weights are\n"
-            "// keyed by the BLOBFILE and metadata offset that hold them.\n" + print_module(module))
+            "// keyed by the BLOBFILE and metadata offset that hold them.\n" + print_graph(graph, keyed))
 
 
 def artifact_weights(artifact: "Artifact") -> dict[str, np.ndarray]:
@@ -320,7 +316,7 @@ def payload_digests(arrays: list[np.ndarray]) -> list[str]:
 
 
 _deferring: ContextVar[bool] = ContextVar("anec_defer_weight_hashes", default=False)
-_hashers: "tuple[int, Any] | None" = None  # (pid, ThreadPoolExecutor)
+_pools: dict[str, tuple[int, Any]] = {}  # name -> (pid, ThreadPoolExecutor)
 
 
 @contextmanager
@@ -337,14 +333,21 @@ def deferred_hashes() -> Iterator[None]:
         _deferring.reset(token)
 
 
-def _hash_pool() -> Any:
-    """The worker threads hashing deferred weights (one per core; made again in a forked child)."""
-    global _hashers
-    if _hashers is None or _hashers[0] != os.getpid():
+def _pool(name: str, workers: int) -> Any:
+    """The process's worker threads ``anec-<name>``: made on first use and kept (a compile
+    would otherwise start dozens of threads, each a wait on a busy machine); made again in a
+    forked child."""
+    kept = _pools.get(name)
+    if kept is None or kept[0] != os.getpid():
         from concurrent.futures import ThreadPoolExecutor
 
-        _hashers = (os.getpid(), ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="anec-hash"))
-    return _hashers[1]
+        kept = _pools[name] = (os.getpid(), ThreadPoolExecutor(workers, thread_name_prefix=f"anec-{name}"))
+    return kept[1]
+
+
+def _hash_pool() -> Any:
+    """The worker threads hashing deferred weights (one per core)."""
+    return _pool("hash", os.cpu_count() or 1)
 
 
 def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
@@ -844,14 +847,11 @@ def _write_files(root: Path, files: Mapping[str, "bytes | BlobWriter"]) -> None:
         for rel, data in files.items():
             _write_file(root / rel, data)
         return
-    from concurrent.futures import ThreadPoolExecutor
-
     for parent in sorted({(root / rel).parent for rel in files}):
         parent.mkdir(parents=True, exist_ok=True)
     largest_first = sorted(files, key=lambda rel: -_size(files[rel]))
-    with ThreadPoolExecutor(min(len(files), _WRITERS)) as pool:
-        jobs = [pool.submit(_write_file, root / rel, files[rel]) for rel in largest_first]
-        errors = [job.exception() for job in jobs]
+    jobs = [_write_pool().submit(_write_file, root / rel, files[rel]) for rel in largest_first]
+    errors = [job.exception() for job in jobs]
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         raise first
@@ -864,10 +864,7 @@ def _fsync_dirs(dirs: list[Path]) -> None:
         for d in dirs:
             fsync_dir(d)
         return
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(min(len(dirs), _WRITERS)) as pool:
-        errors = [job.exception() for job in [pool.submit(fsync_dir, d) for d in dirs]]
+    errors = [job.exception() for job in [_write_pool().submit(fsync_dir, d) for d in dirs]]
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         raise first
@@ -875,6 +872,12 @@ def _fsync_dirs(dirs: list[Path]) -> None:
 
 _WRITERS = 16
 """Threads writing an output: mostly waiting on fsync, so more than the cores."""
+
+
+def _write_pool() -> Any:
+    """The worker threads writing and fsyncing outputs (shared by every write of the process:
+    none of their jobs waits for another)."""
+    return _pool("write", _WRITERS)
 
 
 def _size(data: "bytes | BlobWriter") -> int:

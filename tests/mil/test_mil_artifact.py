@@ -358,20 +358,52 @@ def test_the_hash_pool_is_one_per_process_with_a_thread_per_core(monkeypatch):
     per core (one when the count is unknown), named anec-hash."""
     import threading
 
-    monkeypatch.setattr(artifact_mod, "_hashers", None)
+    monkeypatch.setattr(artifact_mod, "_pools", {})
     pool = artifact_mod._hash_pool()
     made = [pool]
     try:
         assert artifact_mod._hash_pool() is pool
         assert pool._max_workers == os.cpu_count()
         assert pool.submit(lambda: threading.current_thread().name).result().startswith("anec-hash_")
-        monkeypatch.setattr(artifact_mod, "_hashers", (os.getpid() + 1, pool))  # what a forked child inherits
+        monkeypatch.setattr(artifact_mod, "_pools", {"hash": (os.getpid() + 1, pool)})  # what a forked child inherits
         made.append(artifact_mod._hash_pool())
         assert made[-1] is not pool
         monkeypatch.setattr(os, "cpu_count", lambda: None)
-        monkeypatch.setattr(artifact_mod, "_hashers", None)
+        monkeypatch.setattr(artifact_mod, "_pools", {})
         made.append(artifact_mod._hash_pool())
         assert made[-1]._max_workers == 1
+    finally:
+        for p in made:
+            p.shutdown()
+
+
+def test_the_write_pool_is_one_per_process_and_not_the_hash_pool(monkeypatch, tmp_path):
+    """Outputs are written by one pool of _WRITERS threads per process (made again in a forked
+    child), named anec-write: a write starts no threads of its own."""
+    import threading
+
+    monkeypatch.setattr(artifact_mod, "_pools", {})
+    pool = artifact_mod._write_pool()
+    made = [pool]
+    try:
+        assert artifact_mod._write_pool() is pool
+        assert pool is not artifact_mod._hash_pool()
+        made.append(artifact_mod._hash_pool())
+        assert pool._max_workers == artifact_mod._WRITERS == 16
+        assert pool.submit(lambda: threading.current_thread().name).result().startswith("anec-write_")
+        started = threading.Thread.start
+        starts = []
+        monkeypatch.setattr(threading.Thread, "start", lambda t: (starts.append(t.name), started(t))[1])
+        for i in range(2):  # more files than writers: the pool takes them all
+            arts = {f"f{j}": build(small_mlp(), seed=j) for j in range(6)}
+            artifact_mod.write_output(tmp_path / "out", arts)
+        assert not [n for n in starts if not n.startswith("anec-write_")]
+        assert len(starts) <= 16
+        monkeypatch.setattr(threading.Thread, "start", started)
+        assert artifact_mod._write_pool() is pool
+        monkeypatch.setattr(artifact_mod, "_pools", {"write": (os.getpid() + 1, pool)})  # a forked child's
+        made.append(artifact_mod._write_pool())
+        assert made[-1] is not pool and made[-1]._max_workers == 16
     finally:
         for p in made:
             p.shutdown()
