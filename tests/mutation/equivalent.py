@@ -865,16 +865,6 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "the same first error as the pool (errors are taken in list order), and the caller removes the "
         "temporary tree either way.",
     ),
-    "anec.mil.artifact.x__fsync_dirs__mutmut_4": (
-        "+with ThreadPoolExecutor(None) as pool:",
-        "Only the number of worker threads changes; every directory is still fsynced and errors are still "
-        "taken in list order.",
-    ),
-    "anec.mil.artifact.x__write_files__mutmut_24": (
-        "+with ThreadPoolExecutor(None) as pool:",
-        "Only the number of worker threads changes; every file is still written and errors are still taken in"
-        " submission (largest-first) order.",
-    ),
     "anec.mil.artifact.x__write_file__mutmut_22": (
         "+fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(os, \"O_CLOEXEC\", None), 0o666)",
         "os has O_CLOEXEC on every POSIX platform anec runs on, so the default is never used (and os.open "

@@ -154,7 +154,10 @@ def run_count(mod: dict) -> int:
 
 def merge_py(kept: dict[str, dict], fresh: dict[str, dict]) -> dict[str, dict]:
     """The kept modules updated by a run's: a run of every mutant of a module replaces it; any
-    other run updates the mutants it ran, the rest kept as they were."""
+    other run updates the mutants it ran, the rest kept as they were. When the run's code
+    generates another number of mutants (functions changed since), the kept results of
+    mutants it no longer generates are dropped and those it generates without a result are
+    not run (the module keeps its † until a full run)."""
     out = {m: {**v, "rows": list(v["rows"])} for m, v in kept.items()}
     for module, new in fresh.items():
         ran = new["results"]
@@ -169,6 +172,11 @@ def merge_py(kept: dict[str, dict], fresh: dict[str, dict]) -> dict[str, dict]:
         rows = {r["name"]: r for r in old["rows"]}
         unnamed = old.get("killed_unnamed", 0)
         full = run_count(old) == old["mutants"]
+        current = set(ran) | set(new["not_run"])  # every mutant of the code this run generated
+        renamed = not unnamed and old["mutants"] != new["mutants"]
+        if renamed:  # functions changed since: results kept for mutants no longer generated are gone
+            killed &= current
+            rows = {n: r for n, r in rows.items() if n in current}
         for name, status in ran.items():
             known = name in killed or name in rows
             killed.discard(name)
@@ -180,7 +188,10 @@ def merge_py(kept: dict[str, dict], fresh: dict[str, dict]) -> dict[str, dict]:
             else:
                 rows[name] = by_name[name]
         not_run = unpack_names(old.get("not_run", {})) - set(ran)
-        out[module] = {"mutants": old["mutants"], "sha256": old["sha256"], "killed": pack_names(killed),
+        if renamed:  # a mutant with no kept result (new, or of a changed function) is not run
+            not_run = current - killed - set(rows)
+        out[module] = {"mutants": new["mutants"] if renamed else old["mutants"], "sha256": old["sha256"],
+                       "killed": pack_names(killed),
                        **({"killed_unnamed": unnamed} if unnamed else {}),
                        **({"not_run": pack_names(not_run)} if not_run else {}),
                        "rows": [rows[n] for n in sorted(rows)]}

@@ -60,6 +60,31 @@ def test_runs_in_parts_add_up_by_name():
     assert report.run_count(report.merge_py({}, {"n.py": _module(3, {})})["n.py"]) == 0  # shown as not run
 
 
+def test_a_run_of_changed_functions_drops_the_mutants_they_no_longer_have():
+    """A fully kept module whose function g changed (2 mutants before, 3 now) and f lost one:
+    a run of g's mutants replaces g's results, f's vanished mutant is dropped, and nothing is
+    counted twice; the sha256 stays the old one (only a full run vouches for new code)."""
+    def module(names, results, sha):
+        rows = [{"name": n, "status": s, "lines": [f"+{n}"]} for n, s in sorted(results.items()) if s != "killed"]
+        return {"mutants": len(names), "sha256": sha, "results": results, "not_run": set(names) - set(results),
+                "rows": rows}
+
+    before = ["f__mutmut_1", "f__mutmut_2", "f__mutmut_3", "g__mutmut_1", "g__mutmut_2"]
+    kept = report.merge_py({}, {"m.py": module(before, {n: "killed" for n in before[:-1]} | {"g__mutmut_2": "survived"},
+                                               "a")})
+    now = ["f__mutmut_1", "f__mutmut_2", "g__mutmut_1", "g__mutmut_2", "g__mutmut_3", "h__mutmut_1"]
+    out = report.merge_py(kept, {"m.py": module(now, {"g__mutmut_1": "killed", "g__mutmut_2": "killed",
+                                                      "g__mutmut_3": "survived"}, "b")})["m.py"]
+    named, counts = _status(out)
+    assert named == {"f__mutmut_1": "killed", "f__mutmut_2": "killed", "g__mutmut_1": "killed",
+                     "g__mutmut_2": "killed", "g__mutmut_3": "survived"}
+    assert counts == (4, 5) and out["mutants"] == 6 and out["sha256"] == "a"
+    assert report.unpack_names(out["not_run"]) == {"h__mutmut_1"}
+    # the same number of mutants: nothing is dropped (a run of survivors after a new test)
+    again = report.merge_py({"m.py": out}, {"m.py": module(now, {"h__mutmut_1": "killed"}, "b")})["m.py"]
+    assert _status(again)[1] == (5, 6) and "not_run" not in again
+
+
 def test_kills_kept_without_names_give_way_to_named_results():
     """Results kept before names were (a number of kills): in a fully run module, a mutant
     that is not among the named ones was one of those kills."""
