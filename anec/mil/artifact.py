@@ -850,11 +850,7 @@ def _write_files(root: Path, files: Mapping[str, "bytes | BlobWriter"]) -> None:
     for parent in sorted({(root / rel).parent for rel in files}):
         parent.mkdir(parents=True, exist_ok=True)
     largest_first = sorted(files, key=lambda rel: -_size(files[rel]))
-    jobs = [_write_pool().submit(_write_file, root / rel, files[rel]) for rel in largest_first]
-    errors = [job.exception() for job in jobs]
-    first = next((e for e in errors if e is not None), None)
-    if first is not None:
-        raise first
+    _on_writers(_write_file, [(root / rel, files[rel]) for rel in largest_first])
 
 
 def _fsync_dirs(dirs: list[Path]) -> None:
@@ -864,10 +860,7 @@ def _fsync_dirs(dirs: list[Path]) -> None:
         for d in dirs:
             fsync_dir(d)
         return
-    errors = [job.exception() for job in [_write_pool().submit(fsync_dir, d) for d in dirs]]
-    first = next((e for e in errors if e is not None), None)
-    if first is not None:
-        raise first
+    _on_writers(fsync_dir, [(d,) for d in dirs])
 
 
 _WRITERS = 16
@@ -878,6 +871,16 @@ def _write_pool() -> Any:
     """The worker threads writing and fsyncing outputs (shared by every write of the process:
     none of their jobs waits for another)."""
     return _pool("write", _WRITERS)
+
+
+def _on_writers(fn: Callable[..., Any], calls: list[tuple]) -> None:
+    """``fn(*args)`` for every ``args`` of ``calls`` on the writer threads; once all have
+    finished, the first error (in the order of ``calls``) is raised."""
+    jobs = [_write_pool().submit(fn, *args) for args in calls]
+    errors = [job.exception() for job in jobs]
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
 
 
 def _size(data: "bytes | BlobWriter") -> int:
