@@ -42,13 +42,15 @@ __all__ = ["format_literal", "format_text", "print_graph", "print_module"]
 INDENT = "  "
 
 
-def print_module(module: Module, layout: Layout | None = None) -> str:
-    """The canonical text of ``module`` (with comments when ``layout`` is given)."""
+def print_module(module: Module, layout: Layout | None = None,
+                 attrs: Mapping[int, dict[str, Any]] | None = None) -> str:
+    """The canonical text of ``module`` (with comments when ``layout`` is given); ``attrs``
+    as for :func:`print_graph`."""
     out = _Out(layout)
     for ws in module.weight_sources:
         out.item(item_key("weights", ws), f"weights {_quote(ws.path)}", 0)
     for graph in module.funcs.values():
-        _graph(out, graph, blank=True, attrs={})
+        _graph(out, graph, blank=True, attrs=attrs or {})
     out.item(item_key("eof"), None, 0)
     return out.text()
 

@@ -244,16 +244,13 @@ def _program_ir(graph: "Graph", blob_of: dict[int, str]) -> str:
     from anec.ir.graph import Module
     from anec.ir.printer import print_module
 
-    g = graph.clone()
-    originals = [n for n in graph.nodes]
-    for orig, copy in zip(originals, g.nodes):
-        if copy.op == "const" and "weight" in copy.attrs and id(orig) in blob_of:
-            copy.attrs = {"weight": blob_of[id(orig)]}
+    keyed = {id(n): {"weight": blob_of[id(n)]} for n in graph.nodes
+             if n.op == "const" and "weight" in n.attrs and id(n) in blob_of}
     module = Module()
-    module.add_func(g)
+    module.add_func(graph)  # a module around the func, for the module's text: the func is not copied
     return ("// The compiled pipeline in anec IR: the func before it was cut into stages;\n"
             "// weights are keyed by the stage BLOBFILE and metadata offset that hold them.\n"
-            + print_module(module))
+            + print_module(module, attrs=keyed))
 
 
 def is_pipeline_manifest(manifest: Any) -> bool:
