@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from anec.diagnostics import AnecError, did_you_mean
-from anec.ir.graph import Module
-from anec.mil.artifact import Artifact, deferred_hashes, write_output
+from anec.ir.graph import Module, no_cyclic_gc
+from anec.mil.artifact import Artifact, deferred_hashes, hash_pool, write_output
 from anec.passes.base import Pass, PassContext
 from anec.targets import Target, get_target
 
@@ -119,7 +119,7 @@ def compile_module(
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline
     from anec.passes.pipelines import check_pass_names
-    from anec.weights import check_weights, resolve_weights
+    from anec.weights import check_weights, resolve_weights, touch_pages, weight_consts
 
     tgt = with_dialect(get_target(target), dialect)
     pipeline = resolve_passes(passes)
@@ -133,46 +133,52 @@ def compile_module(
     if out_dir is not None and with_weights is False:
         raise AnecError("an artifact without weights cannot be written", hint="drop with_weights=False")
 
-    start = time.perf_counter()
-    verify(module)
-    verified = time.perf_counter() - start
-    timings: list[tuple[str, str, float]] = []
-    store = None
-    if with_weights:
+    # the cyclic collector stays off for the whole compile (as for parsing and the passes,
+    # see no_cyclic_gc): its graphs, clones and artifacts are large and nearly acyclic, and
+    # each collection would rescan them
+    with no_cyclic_gc():
         start = time.perf_counter()
-        store = resolve_weights(module, weights, random_seed)
-        check_weights(module, store)
-        if timing:
-            timings.append(("*", "resolve-weights", time.perf_counter() - start))
+        verify(module)
+        verified = time.perf_counter() - start
+        timings: list[tuple[str, str, float]] = []
+        store = None
+        if with_weights:
+            start = time.perf_counter()
+            store = resolve_weights(module, weights, random_seed)
+            check_weights(module, store)
+            # the weights' pages are mapped on a worker thread meanwhile (see touch_pages)
+            hash_pool().submit(touch_pages, [store[k] for k in {n.attrs["weight"] for _, n in weight_consts(module)}])
+            if timing:
+                timings.append(("*", "resolve-weights", time.perf_counter() - start))
 
-    work = module.clone()
-    ctx = PassContext(target=tgt, weights=store, module=work,
-                      options={"pack_weights": pack_weights, "host_casts": host_casts},
-                      print_ir_after=dump_after, verify_each=verify_each)
-    with deferred_hashes() if out_dir is not None else contextlib.nullcontext():
-        # writing: the weights are hashed on worker threads while write_output streams them to disk
-        run_pipeline(work, pipeline, ctx, verify_input=False)  # a clone of the verified module
-    timings.extend(ctx.timings)
-    if timing:
-        timings.append(("*", "verify", verified + ctx.verify_seconds))
-    if patterns:
-        used = [w["key"] for g in work.funcs.values() for w in g.meta.get("weight_inputs", [])]
-        for p in patterns:
-            if not any(fnmatch.fnmatchcase(k, p) for k in used):
-                raise AnecError(f"--weights-as-inputs pattern '{p}' matches no weight of the module",
-                                hint="patterns are fnmatch globs over checkpoint keys, e.g. 'h.*.mlp.*.weight'; "
-                                     "'all' takes every weight")
-
-    result = CompileResult(dict(ctx.artifacts), work, tgt, timings, list(ctx.printed), list(ctx.rewrites))
-    if out_dir is not None and result.artifacts:
-        start = time.perf_counter()
-        result.paths = write_output(Path(out_dir), result.artifacts, keep_funcs=keep_funcs)
+        work = module.clone()
+        ctx = PassContext(target=tgt, weights=store, module=work,
+                          options={"pack_weights": pack_weights, "host_casts": host_casts},
+                          print_ir_after=dump_after, verify_each=verify_each)
+        with deferred_hashes() if out_dir is not None else contextlib.nullcontext():
+            # writing: the weights are hashed on worker threads while write_output streams them to disk
+            run_pipeline(work, pipeline, ctx, verify_input=False)  # a clone of the verified module
+        timings.extend(ctx.timings)
         if timing:
-            result.timings.append(("*", "write", time.perf_counter() - start))
-        _settle(result.artifacts.values(), pin=False)
-    else:  # the weight files hold views of the store until written: copy them out of it now
-        _settle(result.artifacts.values(), pin=True)
-    return result
+            timings.append(("*", "verify", verified + ctx.verify_seconds))
+        if patterns:
+            used = [w["key"] for g in work.funcs.values() for w in g.meta.get("weight_inputs", [])]
+            for p in patterns:
+                if not any(fnmatch.fnmatchcase(k, p) for k in used):
+                    raise AnecError(f"--weights-as-inputs pattern '{p}' matches no weight of the module",
+                                    hint="patterns are fnmatch globs over checkpoint keys, e.g. 'h.*.mlp.*.weight'; "
+                                         "'all' takes every weight")
+
+        result = CompileResult(dict(ctx.artifacts), work, tgt, timings, list(ctx.printed), list(ctx.rewrites))
+        if out_dir is not None and result.artifacts:
+            start = time.perf_counter()
+            result.paths = write_output(Path(out_dir), result.artifacts, keep_funcs=keep_funcs)
+            if timing:
+                result.timings.append(("*", "write", time.perf_counter() - start))
+            _settle(result.artifacts.values(), pin=False)
+        else:  # the weight files hold views of the store until written: copy them out of it now
+            _settle(result.artifacts.values(), pin=True)
+        return result
 
 
 def _settle(artifacts: Iterable[Any], pin: bool) -> None:

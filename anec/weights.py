@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import mmap
 import os
 import struct
 from pathlib import Path
@@ -129,7 +130,6 @@ def map_safetensors(path: str) -> dict[str, np.ndarray]:
     inside the data section, match its dtype and shape, and no two overlap --
     so a hostile file is a WeightError, never an out-of-bounds view.
     """
-    import mmap
 
     def bad(why: str) -> WeightError:
         return WeightError(f"{path}: cannot read safetensors file: {why}")
@@ -186,6 +186,22 @@ def map_safetensors(path: str) -> dict[str, np.ndarray]:
         arr = np.frombuffer(mapped, dtype=dt, count=(stop - start) // dt.itemsize, offset=base + start)
         tensors[key] = arr.reshape(shape)
     return {key: tensors[key] for key in header if key in tensors}
+
+
+def touch_pages(arrays: Iterable[np.ndarray]) -> None:
+    """Read one byte of every memory page of each C-contiguous array of ``arrays``.
+
+    Over a memory-mapped checkpoint this maps the pages now (from the page
+    cache, or the file), in address order. :func:`anec.compiler.compile_module`
+    runs it on a worker thread while it clones the module and runs the first passes, so
+    that the first pass to read every weight (legalize's fp16 range check)
+    takes no page faults on the compiling thread. Reading leaves a private
+    mapping's pages shared with the file: only a write copies a page.
+    """
+    step = mmap.PAGESIZE
+    held = [a for a in arrays if a.flags.c_contiguous and a.nbytes > step]
+    for a in sorted(held, key=lambda a: a.__array_interface__["data"][0]):
+        int(a.reshape(-1).view(np.uint8)[::step].max())  # a numpy reduction: the GIL is let go
 
 
 def load_weights(path: str | os.PathLike) -> WeightStore:

@@ -27,7 +27,8 @@ from anec.ir.types import TensorType
 
 @contextlib.contextmanager
 def no_cyclic_gc():
-    """Pause Python's cyclic garbage collector (parsing, verifying, the pass pipeline).
+    """Pause Python's cyclic garbage collector (parsing, verifying, the pass pipeline, a
+    whole compile).
 
     All three allocate many small objects while a large graph is alive; the
     cyclic collector would rescan every live object again and again, which

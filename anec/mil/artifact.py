@@ -345,8 +345,9 @@ def _pool(name: str, workers: int) -> Any:
     return kept[1]
 
 
-def _hash_pool() -> Any:
-    """The worker threads hashing deferred weights (one per core)."""
+def hash_pool() -> Any:
+    """The process's worker threads for work on the cores that releases the GIL: the deferred
+    weight hashes, and the page prefault of :func:`anec.weights.touch_pages` (one per core)."""
     return _pool("hash", os.cpu_count() or 1)
 
 
@@ -376,7 +377,7 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
     if store is None:
         digests: list[Any] = [None] * len(program.weights)
     elif _deferring.get():  # Futures: Artifact.build leaves them to Artifact.finish
-        digests = [_hash_pool().submit(_digest, a) for a in payloads]
+        digests = [hash_pool().submit(_digest, a) for a in payloads]
     else:
         digests = payload_digests(payloads)
     for slot, digest in zip(program.weights, digests):

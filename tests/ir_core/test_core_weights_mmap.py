@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from anec.diagnostics import WeightError
-from anec.weights import load_weights, map_safetensors
+from anec.weights import load_weights, map_safetensors, touch_pages
 
 
 def _tensors():
@@ -103,3 +104,37 @@ def test_without_mmap_the_file_is_read(tmp_path, monkeypatch):
     for k, v in load_file(str(path)).items():
         np.testing.assert_array_equal(got[k], v)
     got["b.f32"][0] = 7  # writable, like the mapped arrays
+
+
+def _mapped_kib(a: np.ndarray) -> int:
+    """Resident KiB of the memory mapping that holds ``a`` (its present pages), from /proc/self/smaps."""
+    addr = a.__array_interface__["data"][0]
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= addr < hi
+            elif inside and head == "Rss:":
+                return int(line.split()[1])
+    raise AssertionError("no mapping holds the array")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads the mapped pages from /proc/self/smaps")
+def test_touch_pages_maps_every_page_of_a_mapped_tensor(tmp_path):
+    """A mapped tensor's pages are not mapped until read; touch_pages maps every one of them
+    (and skips what it cannot read as one block). The file and the values are untouched."""
+    big = np.random.default_rng(0).standard_normal(8 << 20).astype(np.float16)  # 16 MiB
+    path = tmp_path / "w.safetensors"
+    save_file({"big": big, "small": big[:8].copy()}, str(path))
+    before = path.read_bytes()
+
+    cold = load_weights(path)["big"]
+    assert _mapped_kib(cold) < 1024
+    touch_pages([cold[::2], np.zeros(3, np.float16)])  # not contiguous, not mapped: skipped
+    assert _mapped_kib(cold) < 1024
+    touch_pages([cold, load_weights(path)["small"]])
+    assert _mapped_kib(cold) >= 16 * 1024
+    np.testing.assert_array_equal(cold, big)
+    assert path.read_bytes() == before

@@ -359,18 +359,18 @@ def test_the_hash_pool_is_one_per_process_with_a_thread_per_core(monkeypatch):
     import threading
 
     monkeypatch.setattr(artifact_mod, "_pools", {})
-    pool = artifact_mod._hash_pool()
+    pool = artifact_mod.hash_pool()
     made = [pool]
     try:
-        assert artifact_mod._hash_pool() is pool
+        assert artifact_mod.hash_pool() is pool
         assert pool._max_workers == os.cpu_count()
         assert pool.submit(lambda: threading.current_thread().name).result().startswith("anec-hash_")
         monkeypatch.setattr(artifact_mod, "_pools", {"hash": (os.getpid() + 1, pool)})  # what a forked child inherits
-        made.append(artifact_mod._hash_pool())
+        made.append(artifact_mod.hash_pool())
         assert made[-1] is not pool
         monkeypatch.setattr(os, "cpu_count", lambda: None)
         monkeypatch.setattr(artifact_mod, "_pools", {})
-        made.append(artifact_mod._hash_pool())
+        made.append(artifact_mod.hash_pool())
         assert made[-1]._max_workers == 1
     finally:
         for p in made:
@@ -387,8 +387,8 @@ def test_the_write_pool_is_one_per_process_and_not_the_hash_pool(monkeypatch, tm
     made = [pool]
     try:
         assert artifact_mod._write_pool() is pool
-        assert pool is not artifact_mod._hash_pool()
-        made.append(artifact_mod._hash_pool())
+        assert pool is not artifact_mod.hash_pool()
+        made.append(artifact_mod.hash_pool())
         assert pool._max_workers == artifact_mod._WRITERS == 16
         assert pool.submit(lambda: threading.current_thread().name).result().startswith("anec-write_")
         started = threading.Thread.start

@@ -255,3 +255,24 @@ def test_cli_mil_on_a_file_without_funcs_says_so(runner, tmp_path):
     res = runner.invoke(main, ["mil", str(empty)])
     assert res.exit_code == 1
     assert "empty.ir:1:1: error: the file defines no func" in res.stderr
+
+
+def test_compile_maps_the_pages_of_exactly_the_weights_the_module_reads(monkeypatch):
+    """compile_module hands touch_pages every array a weight const reads (and no other) on the
+    hash workers, before the passes."""
+    import anec.compiler as compiler_mod
+    import anec.weights as weights_mod
+
+    class Workers:  # the hash workers, run in place: what was submitted is known on return
+        def submit(self, fn, *args):
+            fn(*args)
+
+    seen: list[list[np.ndarray]] = []
+    monkeypatch.setattr(compiler_mod, "hash_pool", Workers)
+    monkeypatch.setattr(weights_mod, "touch_pages", lambda arrays: seen.append(list(arrays)))
+    store = resolve_weights(_module(small_mlp()), random_seed=0)
+    extra = {"not.used": np.ones((4, 4), np.float16)}
+    compile_module(_module(small_mlp()), weights={**store, **extra})
+    assert len(seen) == 1
+    assert sorted(a.shape for a in seen[0]) == sorted(store[k].shape for k in ("l0.w1", "l0.w2"))
+    assert all(any(np.shares_memory(a, store[k]) for k in ("l0.w1", "l0.w2")) for a in seen[0])
