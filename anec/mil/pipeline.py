@@ -244,8 +244,7 @@ def _program_ir(graph: "Graph", blob_of: dict[int, str]) -> str:
     from anec.ir.graph import Module
     from anec.ir.printer import print_module
 
-    keyed = {id(n): {"weight": blob_of[id(n)]} for n in graph.nodes
-             if n.op == "const" and "weight" in n.attrs and id(n) in blob_of}
+    keyed = {id(n): {"weight": blob_of[id(n)]} for n in graph.nodes if id(n) in blob_of}  # weight consts only
     module = Module()
     module.add_func(graph)  # a module around the func, for the module's text: the func is not copied
     return ("// The compiled pipeline in anec IR: the func before it was cut into stages;\n"

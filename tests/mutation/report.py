@@ -155,9 +155,10 @@ def run_count(mod: dict) -> int:
 def merge_py(kept: dict[str, dict], fresh: dict[str, dict]) -> dict[str, dict]:
     """The kept modules updated by a run's: a run of every mutant of a module replaces it; any
     other run updates the mutants it ran, the rest kept as they were. When the run's code
-    generates another number of mutants (functions changed since), the kept results of
-    mutants it no longer generates are dropped and those it generates without a result are
-    not run (the module keeps its † until a full run)."""
+    generates mutants the kept results do not name, or another number of them (functions
+    changed or renamed since), the kept results of mutants it no longer generates are dropped
+    and those it generates without a result are not run (the module keeps its † until a full
+    run)."""
     out = {m: {**v, "rows": list(v["rows"])} for m, v in kept.items()}
     for module, new in fresh.items():
         ran = new["results"]
@@ -173,7 +174,8 @@ def merge_py(kept: dict[str, dict], fresh: dict[str, dict]) -> dict[str, dict]:
         unnamed = old.get("killed_unnamed", 0)
         full = run_count(old) == old["mutants"]
         current = set(ran) | set(new["not_run"])  # every mutant of the code this run generated
-        renamed = not unnamed and old["mutants"] != new["mutants"]
+        known = killed | set(rows) | unpack_names(old.get("not_run", {}))
+        renamed = not unnamed and (old["mutants"] != new["mutants"] or not known <= current)
         if renamed:  # functions changed since: results kept for mutants no longer generated are gone
             killed &= current
             rows = {n: r for n, r in rows.items() if n in current}

@@ -85,6 +85,24 @@ def test_a_run_of_changed_functions_drops_the_mutants_they_no_longer_have():
     assert _status(again)[1] == (5, 6) and "not_run" not in again
 
 
+def test_a_run_of_a_renamed_function_drops_the_old_names_at_the_same_count():
+    """g renamed to h (as many mutants as before): a run of h's mutants replaces g's kept
+    results instead of adding to them, so the module counts its mutants once."""
+    def module(names, results):
+        rows = [{"name": n, "status": s, "lines": [f"+{n}"]} for n, s in sorted(results.items()) if s != "killed"]
+        return {"mutants": len(names), "sha256": "a", "results": results, "not_run": set(names) - set(results),
+                "rows": rows}
+
+    before = ["f__mutmut_1", "g__mutmut_1", "g__mutmut_2"]
+    kept = report.merge_py({}, {"m.py": module(before, {"f__mutmut_1": "killed", "g__mutmut_1": "killed",
+                                                         "g__mutmut_2": "survived"})})
+    now = ["f__mutmut_1", "h__mutmut_1", "h__mutmut_2"]
+    out = report.merge_py(kept, {"m.py": module(now, {"h__mutmut_1": "killed", "h__mutmut_2": "killed"})})["m.py"]
+    named, counts = _status(out)
+    assert named == {"f__mutmut_1": "killed", "h__mutmut_1": "killed", "h__mutmut_2": "killed"}
+    assert counts == (3, 3) and out["mutants"] == 3 and "not_run" not in out
+
+
 def test_kills_kept_without_names_give_way_to_named_results():
     """Results kept before names were (a number of kills): in a fully run module, a mutant
     that is not among the named ones was one of those kills."""
