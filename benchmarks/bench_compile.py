@@ -438,8 +438,60 @@ def _coreml_build_passes_save(art, tmp: Path) -> dict | None:
 
 
 UNFUSABLE = "common::fuse_elementwise_to_batchnorm"
-CT_REPEAT = 3
-"""coremltools runs of the GPT-2 body (each takes seconds): the best is compared."""
+
+_CT_WORKER = """
+import json, sys
+from pathlib import Path
+root, src, tmp = sys.argv[1:]
+sys.path.insert(0, root)
+try:
+    from benchmarks.bench_compile import _coreml_build_passes_save
+    from anec.mil.pipeline import load_any
+    art = load_any(src)
+except Exception as e:  # noqa: BLE001 - reported as "not measured"
+    print(json.dumps({"skipped": f"cannot read the artifact: {e}"}), flush=True)
+    sys.exit(0)
+for line in sys.stdin:
+    print(json.dumps(_coreml_build_passes_save(art, Path(tmp))), flush=True)
+"""
+"""coremltools' runs, one per line read, in their own process (see :class:`_Coreml`)."""
+
+
+class _Coreml:
+    """A process that measures coremltools on the compiled GPT-2 body (read from ``src``) each
+    time :meth:`run` asks, so that its runs take turns with anec's in one benchmark: both meet
+    the same machine, which here speeds up and slows down by up to 2x from minute to minute.
+    coremltools (and torch, which it imports) never load into the process that times anec: the
+    threads they leave behind cost anec's compiles about a third more CPU there."""
+
+    def __init__(self, src: Path, tmp: Path) -> None:
+        import subprocess
+
+        self.log = open(tmp / "coremltools.log", "w+")  # its warnings, kept for a failure
+        self.proc = subprocess.Popen([sys.executable, "-c", _CT_WORKER, str(ROOT), str(src), str(tmp)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     text=True, cwd=tmp, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+    def run(self) -> dict:
+        """One build + passes + save (timed in the worker), or why it was not measured."""
+        try:
+            self.proc.stdin.write("run\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
+        if not line:
+            self.log.seek(0)
+            return {"skipped": "the coremltools process failed: " + " ".join(self.log.read().strip().splitlines()[-1:])}
+        return json.loads(line)
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self.proc.wait()
+        self.log.close()
 
 
 _ONE_COMPILE = """
@@ -504,47 +556,60 @@ def _baseline_compiles(rev: str, inputs: dict, tmp: Path, repeat: int) -> dict:
 
 def gpt2_body(repeat: int, baseline: str | None = None) -> dict:
     """Best-of-``repeat`` anec compiles (one func, per-layer funcs) vs coremltools vs raw writes
-    (and vs the same compiles by the code of commit ``baseline``)."""
+    (and vs the same compiles by the code of commit ``baseline``). The runs go in rounds: each
+    form compiled once by anec, then coremltools once (in its own process), so that the ratio
+    compares runs that met the same machine."""
     with tempfile.TemporaryDirectory(dir=RESULTS) as d:
         tmp = Path(d)
         print("  writing the GPT-2-small IR and safetensors ...", flush=True)
         inputs = _gpt2_inputs(tmp)
-        out: dict = {"weight_mib": round(inputs["weight_mib"], 1), "repeat": repeat, "anec": {},
-                     "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
+        out: dict = {"weight_mib": round(inputs["weight_mib"], 1), "repeat": repeat, "rounds": True,
+                     "anec": {}, "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
         if baseline:
             out["baseline"] = _baseline_compiles(baseline, inputs, tmp, repeat)
-        last = None
-        for form in ("one", "per_layer"):
-            runs = []
-            result = None
-            for _ in range(repeat):
-                # the previous compile's artifacts map the files it wrote: let go of them before the
-                # clock starts, so that removing its output is not timed (as in a fresh process)
-                result = None
-                total, stages, result, cpu = _anec_compile(inputs[form], inputs["weights"], tmp / f"out_{form}")
-                runs.append((total, stages, cpu))
-            best, stages, cpu = min(runs, key=lambda r: r[0])
-            arts = list(result.artifacts.values())
+        forms = ("one", "per_layer")
+        runs: dict[str, list] = {form: [] for form in forms}
+        results: dict[str, object] = {}
+        ct_runs: list[dict] = []
+        coreml = None
+        print("  rounds of anec (both forms) and coremltools ...", flush=True)
+        try:
+            for k in range(repeat):
+                for form in forms:
+                    # the previous compile's artifacts map the files it wrote: let go of them before
+                    # the clock starts, so that removing its output is not timed (as in a fresh process)
+                    results[form] = None
+                    total, stages, results[form], cpu = _anec_compile(inputs[form], inputs["weights"],
+                                                                      tmp / f"out_{form}")
+                    runs[form].append((total, stages, cpu))
+                if coreml is None:  # the compiled body, copied once for coremltools to read
+                    art = results["one"].artifacts[next(iter(results["one"].artifacts))]
+                    src = tmp / "coremltools_src"
+                    art.write(src)
+                    coreml = _Coreml(src, tmp)
+                ct_runs.append(coreml.run())
+                print(f"  round {k + 1}: anec " + ", ".join(f"{form} {runs[form][-1][0]:.3f} s" for form in forms)
+                      + f"; coremltools {ct_runs[-1].get('seconds', '-')} s", flush=True)
+        finally:
+            if coreml is not None:
+                coreml.close()
+        for form in forms:
+            best, stages, cpu = min(runs[form], key=lambda r: r[0])
+            arts = list(results[form].artifacts.values())
             programs = sum(len(getattr(a, "stages", [a])) for a in arts)
             blob_bytes = sum(a.weight_bytes() for a in arts)
             out["anec"][form] = {"seconds": round(best, 3), "funcs": len(arts), "programs": programs,
                                  "blob_mib": round(blob_bytes / (1 << 20), 1),
                                  "stages_s": {k: round(v, 3) for k, v in stages.items()},
-                                 "cpu_s": round(cpu, 3), "all_runs_s": [round(r[0], 3) for r in runs],
-                                 "all_runs_cpu_s": [round(r[2], 3) for r in runs]}
-            print(f"  anec {form}: {best:.2f} s ({programs} programs)", flush=True)
-            if form == "one":
-                last = result
+                                 "cpu_s": round(cpu, 3), "all_runs_s": [round(r[0], 3) for r in runs[form]],
+                                 "all_runs_cpu_s": [round(r[2], 3) for r in runs[form]]}
+        results.clear()
         payload = np.random.default_rng(0).standard_normal(
             int(out["anec"]["one"]["blob_mib"] * (1 << 20)) // 2).astype(np.float16)
         view = memoryview(payload).cast("B")
         out["raw_write_s"] = round(min(_raw_write(view, tmp / "raw.bin", False) for _ in range(repeat)), 3)
         out["raw_write_fsync_s"] = round(min(_raw_write(view, tmp / "raw.bin", True) for _ in range(repeat)), 3)
         print(f"  raw write {out['raw_write_s']} s, with fsync {out['raw_write_fsync_s']} s", flush=True)
-        print("  coremltools build + passes + save ...", flush=True)
-        # the best of several runs, as for anec (the first one also pays coremltools' imports)
-        ct_runs = [_coreml_build_passes_save(last.artifacts[next(iter(last.artifacts))], tmp)
-                   for _ in range(min(repeat, CT_REPEAT))]
         done = [r for r in ct_runs if r and "seconds" in r]
         out["coremltools"] = min(done, key=lambda r: r["seconds"]) if done else ct_runs[0]
         if done:
@@ -553,6 +618,8 @@ def gpt2_body(repeat: int, baseline: str | None = None) -> dict:
     ct_s = (out["coremltools"] or {}).get("seconds")
     for form, r in out["anec"].items():
         r["coremltools_over_anec"] = round(ct_s / r["seconds"], 2) if ct_s else None
+        if ct_s and len(done) == len(r["all_runs_s"]):  # each round's coremltools run over its anec run
+            r["round_ratios"] = [round(c["seconds"] / a, 2) for c, a in zip(done, r["all_runs_s"])]
         r["over_raw_write"] = round(r["seconds"] / out["raw_write_s"], 1)
         r["over_raw_write_fsync"] = round(r["seconds"] / out["raw_write_fsync_s"], 1)
     return out
@@ -575,7 +642,10 @@ def gpt2_markdown(g: dict) -> list[str]:
              f"best of {g['repeat']} in-process runs (parse + compile_module with the output written and "
              "fsynced). coremltools: the same program built op for op with its MIL builder, its "
              "default pass pipeline, then ct.convert + save of an .mlpackage (the best of its runs, "
-             "below; coremltools writes without fsync). Raw write: the blob "
+             "below; coremltools writes without fsync). "
+             + ("The runs take turns, in rounds: anec compiles each form once, then coremltools runs once "
+                "(in a process of its own), so that both meet the same machine. " if g.get("rounds") else "")
+             + "Raw write: the blob "
              "bytes written to one file. Before every timed run (anec's, coremltools', the raw writes) the "
              "previous output is removed and the disk is synced, untimed, so that no run pays for the "
              "writeback of what an earlier one left dirty." + _load_note(g), "",
@@ -586,6 +656,11 @@ def gpt2_markdown(g: dict) -> list[str]:
         lines.append(f"| {name} | {r['programs']} | {r['seconds']} | "
                      f"{'x' + str(r['coremltools_over_anec']) if r['coremltools_over_anec'] else '-'} | "
                      f"x{r['over_raw_write']} | x{r['over_raw_write_fsync']} |")
+    rounds = [f"{name} {', '.join(f'x{x}' for x in r['round_ratios'])} (median x{_median(r['round_ratios'])})"
+              for name, r in g["anec"].items() if r.get("round_ratios")]
+    if rounds:
+        lines += ["", "coremltools / anec in each round (that round's coremltools run over its anec run): "
+                  + "; ".join(rounds) + "."]
     runs = [f"{name}: {', '.join(f'{x} s' for x in r['all_runs_s'])}" for name, r in g["anec"].items()
             if r.get("all_runs_s")]
     if runs:
@@ -633,6 +708,12 @@ def gpt2_markdown(g: dict) -> list[str]:
     for form, r in g["anec"].items():
         lines.append(f"| {form} | " + " | ".join(str(r["stages_s"].get(k, 0.0)) for k in STAGES) + " |")
     return lines + [""]
+
+
+def _median(xs: list[float]) -> float:
+    ys = sorted(xs)
+    mid = len(ys) // 2
+    return round(ys[mid] if len(ys) % 2 else (ys[mid - 1] + ys[mid]) / 2, 2)
 
 
 STAGES = ("parse", "resolve-weights", "dce", "fuse-casts", "annotate-sram", "legalize", "emit-mil",
