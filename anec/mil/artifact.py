@@ -377,7 +377,8 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
     if store is None:
         digests: list[Any] = [None] * len(program.weights)
     elif _deferring.get():  # Futures: Artifact.build leaves them to Artifact.finish
-        digests = [hash_pool().submit(_digest, a) for a in payloads]
+        pool = hash_pool()
+        digests = [pool.submit(_digest, a) for a in payloads]
     else:
         digests = payload_digests(payloads)
     for slot, digest in zip(program.weights, digests):
