@@ -52,7 +52,7 @@ def refused(d) -> ArtifactError:
 def test_a_written_pipeline_reads_back_file_for_file(written):
     art, store, d = written
     again = load_any(d)
-    assert isinstance(again, PipelineArtifact) and again.func == "f" and len(again.stages) == 2
+    assert isinstance(again, PipelineArtifact) and again.func == art.func == "f" and len(again.stages) == 2
     assert again.manifest == art.manifest
     assert again.program_ir == art.program_ir == (d / "program.ir").read_text()
     assert again.blobs == {"inputs/w1.bin": (d / "inputs" / "w1.bin").read_bytes()}

@@ -719,12 +719,6 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         for n, line in ((9, '+out[PROGRAM_IR_FILE] = self.program_ir.encode("UTF-8")'),
                         (16, '+out[MANIFEST_FILE] = (format_json(self.manifest) + "\\n").encode("UTF-8")'))
     },
-    "anec.mil.pipeline.x__program_ir__mutmut_7": (
-        '+if copy.op == "const" and "weight" in copy.attrs or id(orig) in blob_of:',
-        "blob_of holds only ids of the func's weight consts (the emitter makes a weight slot only for a const "
-        "with weight=, and a stage const copies its attrs from the func const it maps to), and the clone keeps "
-        "op and attrs: a node whose id is in blob_of passes the first two tests anyway",
-    ),
     "anec.mil.pipeline.x__load_dir__mutmut_31": (
         "+return PipelineArtifact._load(d, manifest, None)",
         "PipelineArtifact._load never reads its raw argument (the manifest was checked against the index "
