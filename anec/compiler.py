@@ -146,8 +146,9 @@ def compile_module(
             start = time.perf_counter()
             store = resolve_weights(module, weights, random_seed)
             check_weights(module, store)
-            # the weights' pages are mapped on a worker thread meanwhile (see touch_pages)
-            hash_pool().submit(touch_pages, [store[k] for k in {n.attrs["weight"] for _, n in weight_consts(module)}])
+            # the pages of the weights the module reads are mapped on a worker thread meanwhile
+            read = {n.attrs["weight"] for _, n in weight_consts(module)}
+            hash_pool().submit(touch_pages, [store[k] for k in read])
             if timing:
                 timings.append(("*", "resolve-weights", time.perf_counter() - start))
 

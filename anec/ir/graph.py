@@ -30,7 +30,7 @@ def no_cyclic_gc():
     """Pause Python's cyclic garbage collector (parsing, verifying, the pass pipeline, a
     whole compile).
 
-    All three allocate many small objects while a large graph is alive; the
+    Each allocates many small objects while a large graph is alive; the
     cyclic collector would rescan every live object again and again, which
     made a 100k-node parse and pipeline superlinear (measured in
     benchmarks/bench_passes.py). Refcounting still frees what is dropped;
