@@ -44,6 +44,7 @@ import re
 import secrets
 import shutil
 import stat
+from concurrent import futures
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -635,10 +636,11 @@ def write_output(out: str | os.PathLike, artifacts: Mapping[str, "Artifact"],
     index: dict[str, str] = {}
 
     def last(tmp: Path) -> dict[str, bytes]:
-        """After the weight files, MIL and program.ir: every other file (the manifests wait for the weight hashes
-        computed meanwhile) and the output index (written last: the output is complete), with
+        """While the weight files, MIL and program.ir are written: every other file (the
+        manifests wait for the weight hashes computed meanwhile) and the output index, with
         the kept funcs linked in first; runs under the write lock, so the previous output is
-        stable."""
+        stable. (The order of the writes into the temporary directory does not matter: the
+        output appears whole, by a rename, once every file is fsynced.)"""
         rest: dict[str, "bytes | BlobWriter"] = {}
         for name, art in artifacts.items():
             d = _func_dir_name(name)
@@ -646,10 +648,9 @@ def write_output(out: str | os.PathLike, artifacts: Mapping[str, "Artifact"],
                 if f"{d}/{rel}" not in early:
                     rest[f"{d}/{rel}"] = data
             index[d] = sha256(rest[f"{d}/{MANIFEST_FILE}"])
-        _write_files(tmp, rest)
         kept = _link_funcs(dest, tmp, exclude=index) if keep_funcs and _exists(dest) else {}
         marker = {"format": OUTPUT_FORMAT, "anec_version": __version__, "funcs": {**kept, **index}}
-        return {OUTPUT_INDEX: (format_json(marker) + "\n").encode("utf-8")}
+        return {**rest, OUTPUT_INDEX: (format_json(marker) + "\n").encode("utf-8")}
 
     if _exists(dest):
         _check_replaceable_output(dest)
@@ -840,19 +841,27 @@ def output_funcs(d: Beneath) -> dict[str, str | None]:
 # atomic directory replacement
 
 
-def _write_files(root: Path, files: Mapping[str, "bytes | BlobWriter"]) -> None:
-    """Write and fsync every file under ``root`` (bytes, or a BLOBFILE streamed by its
-    writer), on worker threads when there are several: a write or an fsync releases the
-    GIL, so the disk's latencies overlap. The first error is raised (after every started
-    write has finished)."""
+def _start_writes(root: Path, files: Mapping[str, "bytes | BlobWriter"], jobs: list) -> None:
+    """Start writing and fsyncing every file under ``root`` (bytes, or a BLOBFILE streamed by
+    its writer), largest first, on the writer threads, adding their jobs to ``jobs`` (for
+    :func:`_finish`); a few files are written here and now. A write or an fsync releases the
+    GIL, so the disk's latencies overlap each other and the caller's work."""
     if len(files) < 4:
         for rel, data in files.items():
             _write_file(root / rel, data)
         return
     for parent in sorted({(root / rel).parent for rel in files}):
         parent.mkdir(parents=True, exist_ok=True)
-    largest_first = sorted(files, key=lambda rel: -_size(files[rel]))
-    _on_writers(_write_file, [(root / rel, files[rel]) for rel in largest_first])
+    for rel in sorted(files, key=lambda rel: -_size(files[rel])):
+        jobs.append(_write_pool().submit(_write_file, root / rel, files[rel]))
+
+
+def _finish(jobs: list) -> None:
+    """Wait for every job of ``jobs``; then raise the first error among them (in their order)."""
+    errors = [job.exception() for job in jobs]
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
 
 
 def _fsync_dirs(dirs: list[Path]) -> None:
@@ -878,11 +887,7 @@ def _write_pool() -> Any:
 def _on_writers(fn: Callable[..., Any], calls: list[tuple]) -> None:
     """``fn(*args)`` for every ``args`` of ``calls`` on the writer threads; once all have
     finished, the first error (in the order of ``calls``) is raised."""
-    jobs = [_write_pool().submit(fn, *args) for args in calls]
-    errors = [job.exception() for job in jobs]
-    first = next((e for e in errors if e is not None), None)
-    if first is not None:
-        raise first
+    _finish([_write_pool().submit(fn, *args) for args in calls])
 
 
 def _size(data: "bytes | BlobWriter") -> int:
@@ -969,9 +974,10 @@ def write_tree_atomic(dest: Path, files: Mapping[str, "bytes | BlobWriter"],
 
     Under the write lock of ``dest``, the temporary directories of killed
     writes are removed, then the files go to a fresh temporary directory next
-    to ``dest`` (same file system), followed by the files ``last(tmp)``
-    returns (the one that marks completion; ``last`` may also add to ``tmp``),
-    are fsynced, and the directory is renamed into place. An
+    to ``dest`` (same file system); while they are written, ``last(tmp)`` makes
+    the files that complete the tree (it may also add to ``tmp``), which go
+    there too; once every file and directory is fsynced, the directory is
+    renamed into place. An
     existing ``dest`` is swapped out atomically where the OS allows it
     (renameat2), otherwise moved aside and replaced (a reader may then find
     no ``dest`` for a moment, never a partial one) and then deleted. On any
@@ -1007,11 +1013,17 @@ def _swap_in(dest: Path, files: Mapping[str, "bytes | BlobWriter"], last: Callab
     except OSError as e:
         raise ArtifactError(f"cannot write to '{parent}': {e.strerror}") from None
     old: Path | None = None
+    jobs: list = []
     try:
-        _write_files(tmp, files)
-        final = last(tmp) if last is not None else {}
-        for rel, data in final.items():
-            _write_file(tmp / rel, data)
+        try:
+            _start_writes(tmp, files, jobs)
+            # while those are written and fsynced: the files last() makes (it may wait for them
+            # to be known, as the manifests wait for the weight hashes), then theirs
+            _start_writes(tmp, last(tmp) if last is not None else {}, jobs)
+        except BaseException:
+            futures.wait(jobs)  # nothing may still write into tmp when it is removed
+            raise
+        _finish(jobs)
         dirs = {tmp} | {Path(root) for root, _, _ in os.walk(tmp)}
         _fsync_dirs(sorted(dirs, key=lambda p: -len(p.parts)))
         old = move_into_place(tmp, dest, aside=_temp_dir)

@@ -409,25 +409,46 @@ def test_the_write_pool_is_one_per_process_and_not_the_hash_pool(monkeypatch, tm
             p.shutdown()
 
 
-def test_every_stage_of_a_pipeline_is_written_before_the_manifests(tmp_path, monkeypatch):
-    """write_output writes each stage's MIL, program.ir and weight files first (their fsyncs overlap
-    the weight hashing), and the manifests after them."""
+def test_the_manifests_are_written_while_the_stages_are(tmp_path, monkeypatch):
+    """write_output starts each stage's MIL, program.ir and weight files first (their fsyncs overlap
+    the weight hashing), then, while those are still being written, the manifests and the index;
+    the tree is renamed into place only once every write has finished."""
+    import threading
+
     from .pipelines import compile_pipeline
 
     res, _ = compile_pipeline()
     batches = []
-    real = artifact_mod._write_files
+    release = threading.Event()
+    real_start, real_write, real_move = artifact_mod._start_writes, artifact_mod._write_file, artifact_mod.move_into_place
+    written = []
 
-    def recording(root, files):
-        batches.append(sorted(files))
-        real(root, files)
+    def start(root, files, jobs):
+        batches.append((sorted(files), len(written)))
+        real_start(root, files, jobs)
+        if len(batches) == 2:
+            release.set()  # the first batch's writes may end only now
 
-    monkeypatch.setattr(artifact_mod, "_write_files", recording)
+    def write(path, data):
+        if path.name == "program.ir" and path.parent.name == "f":
+            assert release.wait(10)  # held until the manifests were started
+        real_write(path, data)
+        written.append(path.name)
+
+    def move(src, dest, **kw):
+        batches.append(("moved", len(written)))
+        return real_move(src, dest, **kw)
+
+    monkeypatch.setattr(artifact_mod, "_start_writes", start)
+    monkeypatch.setattr(artifact_mod, "_write_file", write)
+    monkeypatch.setattr(artifact_mod, "move_into_place", move)
     artifact_mod.write_output(tmp_path / "out", res.artifacts)
-    first = batches[0]
+    (first, _), (second, _), moved = batches
     assert {"f/stages/s00/model.mil", "f/stages/s01/model.mil", "f/stages/s00/program.ir",
             "f/stages/s01/program.ir", "f/program.ir", "f/inputs/w1.bin"} <= set(first)
     assert not any(rel.endswith("manifest.json") for rel in first)
+    assert {"f/manifest.json", "f/stages/s00/manifest.json", artifact_mod.OUTPUT_INDEX} <= set(second)
+    assert moved == ("moved", len(first) + len(second))  # every file written before the rename
     from anec.mil.pipeline import PipelineArtifact
 
     assert PipelineArtifact.load(tmp_path / "out" / "f").func == "f"
