@@ -843,8 +843,8 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "+out.append((PROGRAM_IR_FILE, art.program_ir.encode(\"UTF-8\")))",
         "Python's codec lookup ignores case, so \"UTF-8\" is the same codec and gives the same bytes.",
     ),
-    "anec.mil.artifact.x_write_output__mutmut_45": (
-        "+return {OUTPUT_INDEX: (format_json(marker) + \"\\n\").encode(\"UTF-8\")}",
+    "anec.mil.artifact.x_write_output__mutmut_41": (
+        "+return {**rest, OUTPUT_INDEX: (format_json(marker) + \"\\n\").encode(\"UTF-8\")}",
         "Python's codec lookup ignores case, so \"UTF-8\" is the same codec and gives the same bytes.",
     ),
     "anec.mil.artifact.x__fsync_dirs__mutmut_1": (
