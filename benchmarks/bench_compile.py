@@ -789,7 +789,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     ap.add_argument("--budget", type=float, default=600.0, help="seconds allowed per measurement")
     ap.add_argument("--only", choices=["gpt2"], help="re-measure one section, keep the others' last results")
-    ap.add_argument("--repeat", type=int, default=3, help="GPT-2 runs (the best is reported)")
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="GPT-2 rounds (each: anec compiles both forms, then coremltools runs once); "
+                         "the best run of each is reported")
     ap.add_argument("--baseline", metavar="REV", help="also compile the GPT-2 body with this commit's anec/")
     args = ap.parse_args(argv)
     sizes = [300, 1000, 3000] if args.quick else [1000, 10000, 100000]
