@@ -1017,8 +1017,8 @@ def _swap_in(dest: Path, files: Mapping[str, "bytes | BlobWriter"], last: Callab
     try:
         try:
             _start_writes(tmp, files, jobs)
-            # while those are written and fsynced: the files last() makes (it may wait for them
-            # to be known, as the manifests wait for the weight hashes), then theirs
+            # while those are written and fsynced, last() makes the files that complete the
+            # tree (the manifests wait for the weight hashes), and their writes start too
             _start_writes(tmp, last(tmp) if last is not None else {}, jobs)
         except BaseException:
             futures.wait(jobs)  # nothing may still write into tmp when it is removed
