@@ -35,8 +35,8 @@ import gc
 import json
 import os
 import platform
-import resource
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -349,12 +349,6 @@ def _gpt2_inputs(tmp: Path) -> dict:
             "weight_mib": sum(a.nbytes for a in weights.values()) / (1 << 20)}
 
 
-def _cpu() -> float:
-    """CPU seconds this process has used (user + sys, every thread)."""
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def _anec_compile(ir: Path, weights: Path, out: Path) -> tuple[float, dict, object, float]:
     """(seconds, stage -> seconds, the CompileResult, CPU seconds) of one in-process compile."""
     from anec.compiler import compile_module
@@ -362,14 +356,14 @@ def _anec_compile(ir: Path, weights: Path, out: Path) -> tuple[float, dict, obje
 
     shutil.rmtree(out, ignore_errors=True)
     _quiesce()  # (the removal too)
-    c0 = _cpu()
+    c0 = time.process_time()
     t0 = time.perf_counter()
     t_parse = time.perf_counter()
     module = parse_file(ir)
     t_parse = time.perf_counter() - t_parse
     result = compile_module(module, weights=str(weights), out_dir=out, timing=True)
     total = time.perf_counter() - t0
-    cpu = _cpu() - c0
+    cpu = time.process_time() - c0
     stages = {"parse": t_parse}
     for _, stage, sec in result.timings:
         stages[stage] = stages.get(stage, 0.0) + sec
@@ -415,7 +409,7 @@ def _coreml_build_passes_save(art, tmp: Path) -> dict | None:
     path = tmp / "gpt2.mlpackage"
     shutil.rmtree(path, ignore_errors=True)  # the previous run's package: its removal is not timed
     _quiesce()
-    c0 = _cpu()
+    c0 = time.process_time()
     t0 = time.perf_counter()
     prog = _assemble(art.manifest, wiring, builders)
     t1 = time.perf_counter()
@@ -429,7 +423,7 @@ def _coreml_build_passes_save(art, tmp: Path) -> dict | None:
                                       compute_precision=ct.precision.FLOAT32, skip_model_load=True))
     model.save(str(path))
     t3 = time.perf_counter()
-    cpu = _cpu() - c0
+    cpu = time.process_time() - c0
     ops = sum(1 for _ in prog.functions["main"].operations)
     return {"version": ct.__version__, "build_s": round(t1 - t0, 3), "passes_s": round(t2 - t1, 3),
             "serialize_s": round(t3 - t2, 3), "seconds": round(t3 - t0, 3), "cpu_s": round(cpu, 3),
@@ -656,7 +650,8 @@ def gpt2_markdown(g: dict) -> list[str]:
         lines.append(f"| {name} | {r['programs']} | {r['seconds']} | "
                      f"{'x' + str(r['coremltools_over_anec']) if r['coremltools_over_anec'] else '-'} | "
                      f"x{r['over_raw_write']} | x{r['over_raw_write_fsync']} |")
-    rounds = [f"{name} {', '.join(f'x{x}' for x in r['round_ratios'])} (median x{_median(r['round_ratios'])})"
+    rounds = [f"{name} {', '.join(f'x{x}' for x in r['round_ratios'])} "
+              f"(median x{round(statistics.median(r['round_ratios']), 2)})"
               for name, r in g["anec"].items() if r.get("round_ratios")]
     if rounds:
         lines += ["", "coremltools / anec in each round (that round's coremltools run over its anec run): "
@@ -708,12 +703,6 @@ def gpt2_markdown(g: dict) -> list[str]:
     for form, r in g["anec"].items():
         lines.append(f"| {form} | " + " | ".join(str(r["stages_s"].get(k, 0.0)) for k in STAGES) + " |")
     return lines + [""]
-
-
-def _median(xs: list[float]) -> float:
-    ys = sorted(xs)
-    mid = len(ys) // 2
-    return round(ys[mid] if len(ys) % 2 else (ys[mid - 1] + ys[mid]) / 2, 2)
 
 
 STAGES = ("parse", "resolve-weights", "dce", "fuse-casts", "annotate-sram", "legalize", "emit-mil",

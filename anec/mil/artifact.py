@@ -340,9 +340,7 @@ def _pool(name: str, workers: int) -> Any:
     forked child."""
     kept = _pools.get(name)
     if kept is None or kept[0] != os.getpid():
-        from concurrent.futures import ThreadPoolExecutor
-
-        kept = _pools[name] = (os.getpid(), ThreadPoolExecutor(workers, thread_name_prefix=f"anec-{name}"))
+        kept = _pools[name] = (os.getpid(), futures.ThreadPoolExecutor(workers, thread_name_prefix=f"anec-{name}"))
     return kept[1]
 
 

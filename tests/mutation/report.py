@@ -174,8 +174,8 @@ def merge_py(kept: dict[str, dict], fresh: dict[str, dict]) -> dict[str, dict]:
         unnamed = old.get("killed_unnamed", 0)
         full = run_count(old) == old["mutants"]
         current = set(ran) | set(new["not_run"])  # every mutant of the code this run generated
-        known = killed | set(rows) | unpack_names(old.get("not_run", {}))
-        renamed = not unnamed and (old["mutants"] != new["mutants"] or not known <= current)
+        kept_names = killed | set(rows) | unpack_names(old.get("not_run", {}))
+        renamed = not unnamed and (old["mutants"] != new["mutants"] or not kept_names <= current)
         if renamed:  # functions changed since: results kept for mutants no longer generated are gone
             killed &= current
             rows = {n: r for n, r in rows.items() if n in current}
