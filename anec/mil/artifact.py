@@ -843,13 +843,16 @@ def _start_writes(root: Path, files: Mapping[str, "bytes | BlobWriter"], jobs: l
     """Start writing and fsyncing every file under ``root`` (bytes, or a BLOBFILE streamed by
     its writer), largest first, on the writer threads, adding their jobs to ``jobs`` (for
     :func:`_finish`); a few files are written here and now. A write or an fsync releases the
-    GIL, so the disk's latencies overlap each other and the caller's work."""
+    GIL, so the disk's latencies overlap each other and the caller's work. The directories are
+    made here first (a file's creation never stats or makes its parents: on the writer threads
+    that was one more call per file, each waiting for the directory that other threads were
+    creating files in)."""
+    for parent in sorted({(root / rel).parent for rel in files}):
+        parent.mkdir(parents=True, exist_ok=True)
     if len(files) < 4:
         for rel, data in files.items():
             _write_file(root / rel, data)
         return
-    for parent in sorted({(root / rel).parent for rel in files}):
-        parent.mkdir(parents=True, exist_ok=True)
     for rel in sorted(files, key=lambda rel: -_size(files[rel])):
         jobs.append(_write_pool().submit(_write_file, root / rel, files[rel]))
 
@@ -893,7 +896,7 @@ def _size(data: "bytes | BlobWriter") -> int:
 
 
 def _write_file(path: Path, data: "bytes | BlobWriter") -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Create ``path`` (its directory exists), write ``data`` and fsync it."""
     mode = os.O_RDWR if isinstance(data, BlobWriter) else os.O_WRONLY  # readable: mapped once written
     fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     with os.fdopen(fd, "wb") as f:
