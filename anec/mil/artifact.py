@@ -898,7 +898,7 @@ def _size(data: "bytes | BlobWriter") -> int:
 def _write_file(path: Path, data: "bytes | BlobWriter") -> None:
     """Create ``path`` (its directory exists), write ``data`` and fsync it."""
     mode = os.O_RDWR if isinstance(data, BlobWriter) else os.O_WRONLY  # readable: mapped once written
-    fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    fd = os.open(path, mode | os.O_CREAT | os.O_EXCL, 0o666)  # not inherited (os.open: PEP 446)
     with os.fdopen(fd, "wb") as f:
         if isinstance(data, BlobWriter):
             data.write_to(f)

@@ -859,35 +859,6 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
         "the same first error as the pool (errors are taken in list order), and the caller removes the "
         "temporary tree either way.",
     ),
-    "anec.mil.artifact.x__write_file__mutmut_22": (
-        "+fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(os, \"O_CLOEXEC\", None), 0o666)",
-        "os has O_CLOEXEC on every POSIX platform anec runs on, so the default is never used (and os.open "
-        "adds O_CLOEXEC itself, PEP 446).",
-    ),
-    "anec.mil.artifact.x__write_file__mutmut_25": (
-        "+fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(os, \"O_CLOEXEC\", ), 0o666)",
-        "os has O_CLOEXEC on every POSIX platform anec runs on, so the missing default is never needed (and "
-        "os.open adds O_CLOEXEC itself, PEP 446).",
-    ),
-    "anec.mil.artifact.x__write_file__mutmut_20": (
-        "+fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(None, \"O_CLOEXEC\", 0), 0o666)",
-        "os.open makes every descriptor non-inheritable anyway (PEP 446: Python adds O_CLOEXEC itself), so "
-        "dropping the explicit flag changes nothing.",
-    ),
-    "anec.mil.artifact.x__write_file__mutmut_26": (
-        "+fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(os, \"XXO_CLOEXECXX\", 0), 0o666)",
-        "os.open makes every descriptor non-inheritable anyway (PEP 446: Python adds O_CLOEXEC itself), so "
-        "dropping the explicit flag changes nothing.",
-    ),
-    "anec.mil.artifact.x__write_file__mutmut_27": (
-        "+fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(os, \"o_cloexec\", 0), 0o666)",
-        "os.open makes every descriptor non-inheritable anyway (PEP 446: Python adds O_CLOEXEC itself), so "
-        "dropping the explicit flag changes nothing.",
-    ),
-    "anec.mil.artifact.x__write_file__mutmut_28": (
-        "+fd = os.open(path, mode | os.O_CREAT | os.O_EXCL | getattr(os, \"O_CLOEXEC\", 1), 0o666)",
-        "os has O_CLOEXEC on every POSIX platform anec runs on, so the default is never used.",
-    ),
     "anec.mil.artifact.xǁ_WriteLockǁ__enter____mutmut_5": (
         "+flags = os.O_RDWR | os.O_CREAT | getattr(None, \"O_CLOEXEC\", 0) | getattr(os, \"O_NOFOLLOW\", 0)",
         "os.open makes every descriptor non-inheritable anyway (PEP 446: Python adds O_CLOEXEC itself), so "
