@@ -33,6 +33,11 @@ $(VENV)/.test: $(VENV)/.core
 	$(PIP) install -q -e ".[test,ref]"
 	@touch $@
 
+# make bench also draws its PNG plots (benchmarks/results/*.png): matplotlib, the plots extra
+$(VENV)/.bench: $(VENV)/.test
+	$(PIP) install -q -e ".[plots]"
+	@touch $@
+
 demo: $(VENV)/.core
 	$(ANEC) check examples/gpt2_mlp.ir
 	$(ANEC) compile examples/gpt2_mlp.ir --random-weights 0 -o build/demo
@@ -45,7 +50,7 @@ test: $(VENV)/.test
 test-fast: $(VENV)/.test
 	$(PY) -m pytest -q -x -m "not slow" tests
 
-bench: $(VENV)/.test
+bench: $(VENV)/.bench
 	$(PY) benchmarks/run_all.py
 
 clean:
