@@ -625,7 +625,7 @@ def _load_note(g: dict) -> str:
         return ""
     fmt = lambda la: "/".join(str(x) for x in la)  # noqa: E731
     return (f" Load average (1/5/15 min, {os.cpu_count()} cpus): {fmt(g['loadavg_start'])} at the start, "
-            f"{fmt(g.get('loadavg_end') or [])} at the end: other work shared the machine.")
+            f"{fmt(g.get('loadavg_end') or [])} at the end (the benchmark's own processes count in it).")
 
 
 def gpt2_markdown(g: dict) -> list[str]:
