@@ -8,6 +8,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -69,6 +70,11 @@ void sim_state_unload(sim_state *s)
     free(s->held);
     s->held = NULL;
     s->held_len = 0;
+    if (s->packed)
+        for (size_t i = 0; i < p->n_ops; i++)
+            free(s->packed[i]);
+    free(s->packed);
+    s->packed = NULL;
     for (int i = 0; i < 3; i++) {
         free(s->scratch[i]);
         s->scratch[i] = NULL;
@@ -85,6 +91,55 @@ void sim_state_free(sim_state *s)
     free(s->store);
     sim_plan_release(s->plan);
     free(s);
+}
+
+/* The products whose constant weight is packed once, at load: a pointwise, ungrouped conv
+   over a BLOBFILE weight, at most PACK_MAX_COLS output columns wide (a decode step's block),
+   where converting and reordering the weight on every call is most of the work. Up to
+   PACK_BUDGET bytes of packed fp32 per program (twice the fp16 weights): beyond it, the
+   weights are packed per call as before. Either way the result is the same, bit for bit. */
+#define PACK_MAX_COLS 64
+#define PACK_BUDGET ((size_t)1 << 30)
+
+static int sk_dt(mil_dtype dt);
+
+static int packable(const sim_plan *p, const sim_op *o)
+{
+    if (o->kind != SOP_CONV || o->groups != 1 || o->x < 0 || o->y < 0)
+        return 0;
+    const sim_value *wv = &p->vals[o->y], *ov = &p->vals[o->outs[0]];
+    return wv->kind == SV_BLOB && wv->shape[2] == 1 && wv->shape[3] == 1 && o->strides[0] == 1 &&
+           o->strides[1] == 1 && !o->pads[0] && !o->pads[1] && !o->pads[2] && !o->pads[3] &&
+           ov->shape[2] * ov->shape[3] <= PACK_MAX_COLS;
+}
+
+static int pack_weights(sim_state *s)
+{
+    const sim_plan *p = s->plan;
+    size_t used = 0;
+    for (size_t i = 0; i < p->n_ops; i++) {
+        const sim_op *o = &p->ops[i];
+        if (!packable(p, o))
+            continue;
+        const sim_value *wv = &p->vals[o->y];
+        int64_t M = wv->shape[0], K = wv->shape[1];
+        if (M > INT_MAX || K > INT_MAX)
+            continue;
+        size_t n = sk_packed_a_floats((int)M, (int)K);
+        if (n == 0 || n > (PACK_BUDGET - used) / sizeof(float))
+            continue;
+        if (!s->packed && !(s->packed = calloc(p->n_ops, sizeof *s->packed)))
+            return -1;
+        float *dst = malloc(n * sizeof(float));
+        sk_mat A = {s->store[o->y], sk_dt(wv->dt), (ptrdiff_t)K, 1};
+        if (!dst || sk_pack_a((int)M, (int)K, A, dst) != 0) {
+            free(dst);
+            return -1;
+        }
+        s->packed[i] = dst;
+        used += n * sizeof(float);
+    }
+    return 0;
 }
 
 int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, void *adopt, size_t adopt_len, char *err,
@@ -159,6 +214,10 @@ int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, void *ad
                 snprintf(err, errlen, "out of memory allocating '%s'", v->name);
             }
         }
+    }
+    if (rc == ANEC_OK && pack_weights(s) != 0) {
+        rc = ANEC_ENOMEM;
+        snprintf(err, errlen, "out of memory packing the conv weights");
     }
     if (rc != ANEC_OK) {
         sim_state_unload(s);
@@ -489,7 +548,9 @@ static int run_conv(sim_state *s, const sim_op *o)
                 Bm.cs = 1;
             }
             float *C = r + (n * Cout + gi * cout_g) * Ho * Wo;
-            if (sk_gemm((int)cout_g, (int)(Ho * Wo), (int)K, A, Bm, C, Ho * Wo, s->threads))
+            const float *Ap = s->packed ? s->packed[o - s->plan->ops] : NULL; /* groups == 1 */
+            if (Ap ? sk_gemm_packed((int)cout_g, (int)(Ho * Wo), (int)K, Ap, Bm, C, Ho * Wo, s->threads)
+                   : sk_gemm((int)cout_g, (int)(Ho * Wo), (int)K, A, Bm, C, Ho * Wo, s->threads))
                 rc = ANEC_ENOMEM;
         }
     free(col);

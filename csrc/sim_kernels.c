@@ -179,9 +179,16 @@ static void pack_B(int kc, int nc, const sk_mat *B, int k0, int j0, float *restr
 
 /* ---- blocked GEMM over a sub-range of C ------------------------------------ */
 
+/* rows of A rounded up to whole slivers of MR */
+static size_t padded_rows(int M)
+{
+    return ((size_t)M + MR - 1) / MR * MR;
+}
+
 typedef struct gemm_job {
     int M, N, K;
     sk_mat A, B;
+    const float *Apk;   /* A packed once (sk_pack_a), or NULL: packed here, per call */
     float *C;
     ptrdiff_t ldc;
     int i0, i1, j0, j1;
@@ -194,10 +201,10 @@ static void *gemm_range(void *arg)
     ukr_fn ukr = pick_ukr();
     int K = J->K;
     size_t tmpn = KC > NC ? KC : NC;
-    float *Ap = aligned_alloc(64, sizeof(float) * MC * KC);
+    float *Ap = J->Apk ? NULL : aligned_alloc(64, sizeof(float) * MC * KC);
     float *Bp = aligned_alloc(64, sizeof(float) * KC * NC);
     float *tmp = malloc(sizeof(float) * tmpn);
-    if (!Ap || !Bp || !tmp) {
+    if ((!Ap && !J->Apk) || !Bp || !tmp) {
         free(Ap);
         free(Bp);
         free(tmp);
@@ -212,13 +219,17 @@ static void *gemm_range(void *arg)
             pack_B(kc, nc, &J->B, pc, jc, Bp, tmp);
             for (int ic = J->i0; ic < J->i1; ic += MC) {
                 int mc = J->i1 - ic < MC ? J->i1 - ic : MC;
-                pack_A(mc, kc, &J->A, ic, pc, Ap, tmp);
+                const float *As = Ap;
+                if (J->Apk) /* the K block at pc holds every row's slivers; ic is a multiple of MR */
+                    As = J->Apk + (size_t)pc * padded_rows(J->M) + (size_t)ic * kc;
+                else
+                    pack_A(mc, kc, &J->A, ic, pc, Ap, tmp);
                 for (int jr = 0; jr < nc; jr += NR) {
                     int n = nc - jr < NR ? nc - jr : NR;
                     for (int ir = 0; ir < mc; ir += MR) {
                         int m = mc - ir < MR ? mc - ir : MR;
                         float *c = J->C + (ptrdiff_t)(ic + ir) * J->ldc + jc + jr;
-                        const float *a = Ap + (size_t)ir * kc;
+                        const float *a = As + (size_t)ir * kc;
                         const float *b = Bp + (size_t)jr * kc;
                         if (m == MR && n == NR) {
                             ukr(kc, a, b, c, J->ldc, pc > 0);
@@ -240,8 +251,44 @@ static void *gemm_range(void *arg)
     return NULL;
 }
 
+static int gemm_run(gemm_job base, int threads);
+
 int sk_gemm(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ldc, int threads)
 {
+    return gemm_run((gemm_job){M, N, K, A, B, NULL, C, ldc, 0, M, 0, N, 0}, threads);
+}
+
+size_t sk_packed_a_floats(int M, int K)
+{
+    return M > 0 && K > 0 ? padded_rows(M) * (size_t)K : 0;
+}
+
+int sk_pack_a(int M, int K, sk_mat A, float *dst)
+{
+    float *tmp = malloc(sizeof(float) * KC);
+    if (!tmp)
+        return -1;
+    /* the K block at pc: every sliver of MR rows (the last one zero-padded), as pack_A lays
+       out the rows [0, M) of one block, so that rows [ic, ic + mc) start at ic * kc */
+    for (int pc = 0; pc < K; pc += KC) {
+        int kc = K - pc < KC ? K - pc : KC;
+        pack_A(M, kc, &A, 0, pc, dst + (size_t)pc * padded_rows(M), tmp);
+    }
+    free(tmp);
+    return 0;
+}
+
+int sk_gemm_packed(int M, int N, int K, const float *Ap, sk_mat B, float *C, ptrdiff_t ldc, int threads)
+{
+    sk_mat none = {NULL, SK_F32, 0, 0};
+    return gemm_run((gemm_job){M, N, K, none, B, Ap, C, ldc, 0, M, 0, N, 0}, threads);
+}
+
+static int gemm_run(gemm_job base, int threads)
+{
+    int M = base.M, N = base.N, K = base.K;
+    float *C = base.C;
+    ptrdiff_t ldc = base.ldc;
     if (M <= 0 || N <= 0)
         return 0;
     if (K <= 0) {
@@ -249,7 +296,6 @@ int sk_gemm(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ldc, in
             memset(C + (ptrdiff_t)i * ldc, 0, (size_t)N * sizeof(float));
         return 0;
     }
-    gemm_job base = {M, N, K, A, B, C, ldc, 0, M, 0, N, 0};
     long long macs = (long long)M * N * K;
     if (threads > 8)
         threads = 8;

@@ -29,6 +29,15 @@ typedef struct sk_mat {
    threads for large problems. Returns 0, or -1 if memory ran out. */
 int sk_gemm(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ldc, int threads);
 
+/* A constant A packed once for many products: sk_pack_a writes the fp32 panels that
+   sk_gemm would build on every call into dst (sk_packed_a_floats(M, K) floats); 0, or -1 if
+   memory ran out. sk_gemm_packed(M, N, K, dst, ...) then equals sk_gemm(M, N, K, A, ...)
+   bit for bit, without converting and reordering A again (for a skinny product, N of a
+   few columns, that packing is most of the work). */
+size_t sk_packed_a_floats(int M, int K);
+int sk_pack_a(int M, int K, sk_mat A, float *dst);
+int sk_gemm_packed(int M, int N, int K, const float *Ap, sk_mat B, float *C, ptrdiff_t ldc, int threads);
+
 /* Reference triple loop (tests and benchmarks compare against it). */
 void sk_gemm_naive(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ldc);
 

@@ -94,6 +94,7 @@ typedef struct sim_state {
     float *scratch[3];
     size_t scratch_cap[3];
     int threads;
+    float **packed;              /* per op: its constant conv weight packed for the GEMM (sk_pack_a), or NULL */
 } sim_state;
 
 sim_state *sim_state_new(sim_plan *plan, int threads);

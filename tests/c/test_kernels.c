@@ -95,6 +95,36 @@ int main(void)
         free(a); free(b); free(c1); free(c2);
     }
 
+    /* A packed once (sk_pack_a) gives sk_gemm's result bit for bit: rows not a multiple of MR,
+       K over several KC blocks, skinny and wide N, A in fp16 and fp32, one and two threads */
+    {
+        int shapes[][3] = {{1, 1, 1}, {7, 16, 9}, {768, 16, 768}, {121, 17, 513}, {250, 70, 300}, {64, 1, 1030}};
+        for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+            for (int dta = SK_F16; dta <= SK_F32; dta++)
+                for (int threads = 1; threads <= 2; threads++) {
+                    int M = shapes[sh][0], N = shapes[sh][1], K = shapes[sh][2];
+                    uint16_t *ah = malloc((size_t)M * K * 2);
+                    float *af = malloc((size_t)M * K * 4), *b = malloc((size_t)K * N * 4);
+                    float *c1 = malloc((size_t)M * N * 4), *c2 = malloc((size_t)M * N * 4);
+                    for (int i = 0; i < M * K; i++) { ah[i] = anec_h_from_f(frand()); af[i] = frand(); }
+                    for (int i = 0; i < K * N; i++) b[i] = frand();
+                    sk_mat A = {dta == SK_F16 ? (const void *)ah : (const void *)af, dta, K, 1}, B = {b, SK_F32, N, 1};
+                    size_t n = sk_packed_a_floats(M, K);
+                    CHECK(n >= (size_t)M * K && n < (size_t)(M + 6) * K);
+                    float *ap = malloc(n * sizeof(float));
+                    for (size_t i = 0; i < n; i++) ap[i] = -7.0f; /* every float is written */
+                    CHECK(sk_pack_a(M, K, A, ap) == 0);
+                    int unwritten = 0;
+                    for (size_t i = 0; i < n; i++) unwritten += ap[i] == -7.0f;
+                    CHECK(unwritten == 0);
+                    CHECK(sk_gemm(M, N, K, A, B, c1, N, threads) == 0);
+                    CHECK(sk_gemm_packed(M, N, K, ap, B, c2, N, threads) == 0);
+                    CHECK(memcmp(c1, c2, (size_t)M * N * 4) == 0);
+                    free(ah); free(af); free(b); free(c1); free(c2); free(ap);
+                }
+        CHECK(sk_packed_a_floats(0, 5) == 0 && sk_packed_a_floats(5, 0) == 0);
+    }
+
     /* fp16: every bit pattern round-trips; the F16C buffer path equals the scalar path */
     {
         static uint16_t h[65536], h2[65536];

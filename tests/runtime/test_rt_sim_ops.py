@@ -290,14 +290,31 @@ def conv_ref(x, w, stride=(1, 1), pad=(0, 0, 0, 0), dil=(1, 1), groups=1):
     return out
 
 
-@pytest.mark.parametrize("cin,cout,s", [(16, 24, 8), (70, 13, 33), (768, 64, 16)])
-def test_conv1x1_blob_weight(rt, cin, cout, s):
-    x = rand((1, cin, 1, s))
+@pytest.mark.parametrize("cin,cout,s,n", [(16, 24, 8, 1), (70, 13, 33, 1), (768, 64, 16, 1), (40, 30, 16, 2),
+                                          (16, 24, 80, 1)])
+def test_conv1x1_blob_weight(rt, cin, cout, s, n):
+    """Up to 64 output columns the sim packs the weight once, at load (the last case, 80, packs
+    it per call); a batch of two reuses it."""
+    x = rand((n, cin, 1, s))
     w = (RNG.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float16)
     body = [mk.const_blob("w", F16, w.shape, "w.bin"),
-            mk.op("y", F16, (1, cout, 1, s), "conv", weight="w", x="x")]
+            mk.op("y", F16, (n, cout, 1, s), "conv", weight="w", x="x")]
     out = run(rt, {"x": x}, body, ["y"], {"@model_path/weights/w.bin": mk.blobfile(w)})
     close16(out["y"], conv_ref(x, w), "conv1x1")
+
+
+@pytest.mark.parametrize("groups,kernel", [(2, 1), (1, 3), (3, 3)])
+def test_narrow_grouped_and_spatial_convs_with_blob_weights(rt, groups, kernel):
+    """Narrow outputs (as a decode step's) of convs that are not one GEMM over the whole
+    weight: grouped, or with a spatial kernel (each group's rows, im2col columns)."""
+    rng = own_rng(5)
+    x = rand((1, 6, kernel + 3, 8), rng=rng)
+    w = rand((12, 6 // groups, kernel, kernel), lo=-0.5, hi=0.5, rng=rng)
+    ref = conv_ref(x, w, groups=groups)
+    body = [mk.const_blob("w", F16, w.shape, "w.bin"), mk.const_scalar("g", "int32", groups),
+            mk.op("y", F16, ref.shape, "conv", groups="g", weight="w", x="x")]
+    out = run(rt, {"x": x}, body, ["y"], {"@model_path/weights/w.bin": mk.blobfile(w)})
+    close16(out["y"], ref, "conv-narrow")
 
 
 def test_conv_general_strides_pads_groups_dilations(rt):
