@@ -321,6 +321,8 @@ KERNELS = [
     ("conv1x1 768->2048, S=256 (FFN up)", "conv", (768, 2048, 256)),
     ("conv1x1 2048->768, S=256 (FFN down)", "conv", (2048, 768, 256)),
     ("conv1x1 768->768, S=64 (projection)", "conv", (768, 768, 64)),
+    ("conv1x1 768->768, S=16 (a decode step's block)", "conv", (768, 768, 16)),
+    ("conv1x1 768->3072, S=16 (a decode step's FFN up)", "conv", (768, 3072, 16)),
     ("matmul 12x[256x64]@[64x256] (scores)", "matmul", (12, 256, 64, 256)),
     ("matmul 12x[256x256]@[256x64] (context)", "matmul", (12, 256, 256, 64)),
 ]

@@ -75,6 +75,7 @@ void sim_state_unload(sim_state *s)
             free(s->packed[i]);
     free(s->packed);
     s->packed = NULL;
+    s->runs = 0;
     for (int i = 0; i < 3; i++) {
         free(s->scratch[i]);
         s->scratch[i] = NULL;
@@ -93,11 +94,13 @@ void sim_state_free(sim_state *s)
     free(s);
 }
 
-/* The products whose constant weight is packed once, at load: a pointwise, ungrouped conv
-   over a BLOBFILE weight, at most PACK_MAX_COLS output columns wide (a decode step's block),
-   where converting and reordering the weight on every call is most of the work. Up to
-   PACK_BUDGET bytes of packed fp32 per program (twice the fp16 weights): beyond it, the
-   weights are packed per call as before. Either way the result is the same, bit for bit. */
+/* The products whose constant weight is packed once, when a program runs for the second time
+   since its load (a program loaded for a single call, as after each step's reload in a
+   training loop, never pays for it): a pointwise, ungrouped conv over a BLOBFILE weight, at
+   most PACK_MAX_COLS output columns wide (a decode step's block), where converting and
+   reordering the weight on every call is most of the work. Up to PACK_BUDGET bytes of packed
+   fp32 per program (twice the fp16 weights); beyond it, or if memory runs out, the weights are
+   packed per call as before. Either way the result is the same, bit for bit. */
 #define PACK_MAX_COLS 64
 #define PACK_BUDGET ((size_t)1 << 30)
 
@@ -113,7 +116,7 @@ static int packable(const sim_plan *p, const sim_op *o)
            ov->shape[2] * ov->shape[3] <= PACK_MAX_COLS;
 }
 
-static int pack_weights(sim_state *s)
+static void pack_weights(sim_state *s)
 {
     const sim_plan *p = s->plan;
     size_t used = 0;
@@ -129,17 +132,16 @@ static int pack_weights(sim_state *s)
         if (n == 0 || n > (PACK_BUDGET - used) / sizeof(float))
             continue;
         if (!s->packed && !(s->packed = calloc(p->n_ops, sizeof *s->packed)))
-            return -1;
+            return;
         float *dst = malloc(n * sizeof(float));
         sk_mat A = {s->store[o->y], sk_dt(wv->dt), (ptrdiff_t)K, 1};
         if (!dst || sk_pack_a((int)M, (int)K, A, dst) != 0) {
             free(dst);
-            return -1;
+            return; /* the ops packed so far keep their panels; the others pack per call */
         }
         s->packed[i] = dst;
         used += n * sizeof(float);
     }
-    return 0;
 }
 
 int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, void *adopt, size_t adopt_len, char *err,
@@ -214,10 +216,6 @@ int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, void *ad
                 snprintf(err, errlen, "out of memory allocating '%s'", v->name);
             }
         }
-    }
-    if (rc == ANEC_OK && pack_weights(s) != 0) {
-        rc = ANEC_ENOMEM;
-        snprintf(err, errlen, "out of memory packing the conv weights");
     }
     if (rc != ANEC_OK) {
         sim_state_unload(s);
@@ -763,6 +761,8 @@ int sim_state_run(sim_state *s, uint8_t *const *in, uint8_t *const *out, char *e
         snprintf(err, errlen, "program is not loaded");
         return ANEC_ESTATE;
     }
+    if (s->runs < 2 && ++s->runs == 2) /* the second run since load (runs: under the program lock) */
+        pack_weights(s);
     for (size_t i = 0; i < p->n_inputs; i++) {
         int v = p->in_bind[i];
         memcpy(s->store[v], in[i], p->vals[v].bytes);

@@ -95,6 +95,7 @@ typedef struct sim_state {
     size_t scratch_cap[3];
     int threads;
     float **packed;              /* per op: its constant conv weight packed for the GEMM (sk_pack_a), or NULL */
+    unsigned runs;               /* runs since load, counted up to 2 (the weights are packed at the second) */
 } sim_state;
 
 sim_state *sim_state_new(sim_plan *plan, int threads);

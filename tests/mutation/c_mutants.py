@@ -115,6 +115,8 @@ MUTANTS: list[CMutant] = [
     CMutant("x-pack-kernel", X, "return wv->kind == SV_BLOB && wv->shape[2] == 1 && wv->shape[3] == 1 &&",
             "return wv->kind == SV_BLOB &&",
             "a conv with a spatial kernel is run as a pointwise GEMM over its packed weight"),
+    CMutant("x-pack-kept", X, "    free(s->packed);\n    s->packed = NULL;\n", "    free(s->packed);\n",
+            "an unloaded program keeps its freed panels: after a reload it multiplies by the old weights"),
     CMutant("x-load-zero", X, "memcpy(copy, t.data, w->bytes);", "memset(copy, 0, w->bytes);",
             "weights load as zeros"),
     CMutant("x-load-any-file", X, "if (strcmp(files[k].path, v->blob_path) == 0)", "if (k == 0)",
