@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "blobfile.h"
 #include "fp16.h"
@@ -99,8 +100,10 @@ void sim_state_free(sim_state *s)
    training loop, never pays for it): a pointwise, ungrouped conv over a BLOBFILE weight, at
    most PACK_MAX_COLS output columns wide (a decode step's block), where converting and
    reordering the weight on every call is most of the work. Up to PACK_BUDGET bytes of packed
-   fp32 per program (twice the fp16 weights); beyond it, or if memory runs out, the weights are
-   packed per call as before. Either way the result is the same, bit for bit. */
+   fp32 per program (twice the fp16 weights), and never more than a quarter of the memory
+   still free when it packs (so that many programs cannot pack the machine full); beyond
+   that, or if memory runs out, the weights are packed per call as before. Either way the
+   result is the same, bit for bit. */
 #define PACK_MAX_COLS 64
 #define PACK_BUDGET ((size_t)1 << 30)
 
@@ -116,10 +119,22 @@ static int packable(const sim_plan *p, const sim_op *o)
            ov->shape[2] * ov->shape[3] <= PACK_MAX_COLS;
 }
 
+/* PACK_BUDGET, or a quarter of the free memory if that is less (where the OS tells it) */
+static size_t pack_budget(void)
+{
+    size_t budget = PACK_BUDGET;
+#ifdef _SC_AVPHYS_PAGES
+    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && size > 0 && (size_t)pages / 4 < budget / (size_t)size)
+        budget = (size_t)pages / 4 * (size_t)size;
+#endif
+    return budget;
+}
+
 static void pack_weights(sim_state *s)
 {
     const sim_plan *p = s->plan;
-    size_t used = 0;
+    size_t used = 0, budget = pack_budget();
     for (size_t i = 0; i < p->n_ops; i++) {
         const sim_op *o = &p->ops[i];
         if (!packable(p, o))
@@ -129,7 +144,7 @@ static void pack_weights(sim_state *s)
         if (M > INT_MAX || K > INT_MAX)
             continue;
         size_t n = sk_packed_a_floats((int)M, (int)K);
-        if (n == 0 || n > (PACK_BUDGET - used) / sizeof(float))
+        if (n == 0 || n > (budget - used) / sizeof(float))
             continue;
         if (!s->packed && !(s->packed = calloc(p->n_ops, sizeof *s->packed)))
             return;
