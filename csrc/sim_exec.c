@@ -109,14 +109,20 @@ void sim_state_free(sim_state *s)
 
 static int sk_dt(mil_dtype dt);
 
+/* A conv whose product is one GEMM over its input as laid out (no im2col): a 1x1 kernel,
+   stride 1, no padding. */
+static int pointwise_conv(const sim_op *o, const sim_value *wv)
+{
+    return wv->shape[2] == 1 && wv->shape[3] == 1 && o->strides[0] == 1 && o->strides[1] == 1 &&
+           o->pads[0] == 0 && o->pads[1] == 0 && o->pads[2] == 0 && o->pads[3] == 0;
+}
+
 static int packable(const sim_plan *p, const sim_op *o)
 {
     if (o->kind != SOP_CONV || o->groups != 1 || o->x < 0 || o->y < 0)
         return 0;
     const sim_value *wv = &p->vals[o->y], *ov = &p->vals[o->outs[0]];
-    return wv->kind == SV_BLOB && wv->shape[2] == 1 && wv->shape[3] == 1 && o->strides[0] == 1 &&
-           o->strides[1] == 1 && !o->pads[0] && !o->pads[1] && !o->pads[2] && !o->pads[3] &&
-           ov->shape[2] * ov->shape[3] <= PACK_MAX_COLS;
+    return wv->kind == SV_BLOB && pointwise_conv(o, wv) && ov->shape[2] * ov->shape[3] <= PACK_MAX_COLS;
 }
 
 /* PACK_BUDGET, or a quarter of the free memory if that is less (where the OS tells it) */
@@ -518,8 +524,7 @@ static int run_conv(sim_state *s, const sim_op *o)
     int64_t Ho = ov->shape[2], Wo = ov->shape[3];
     int g = o->groups;
     int64_t cin_g = Cin / g, cout_g = Cout / g, K = cin_g * kh * kw;
-    int pointwise = kh == 1 && kw == 1 && o->strides[0] == 1 && o->strides[1] == 1 &&
-                    o->pads[0] == 0 && o->pads[1] == 0 && o->pads[2] == 0 && o->pads[3] == 0;
+    int pointwise = pointwise_conv(o, wv);
     const float *xf = NULL;
     float *col = NULL;
     if (!pointwise) {

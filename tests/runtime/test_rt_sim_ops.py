@@ -28,23 +28,14 @@ def own_rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def run(rt, inputs, body, outputs, blobs=None, arrays=None):
-    """inputs: {name: array}; returns {name: array} from the sim."""
+def run(rt, inputs, body, outputs, blobs=None, arrays=None, runs=1):
+    """inputs: {name: array}; returns {name: array} from the sim. With ``runs`` > 1 the
+    program runs that many times and every run must give the same bits (the sim packs a
+    narrow conv's weight at the second run since load)."""
     sig = [(n, mk.DT[a.dtype], a.shape) for n, a in inputs.items()]
     prog = rt.compile(mk.program(sig, body, outputs), blobs or {})
     try:
-        return prog(**inputs)
-    finally:
-        prog.close()
-
-
-def run_again(rt, inputs, body, outputs, blobs):
-    """Like :func:`run`, but the program runs three times: the sim packs a narrow conv's
-    weight at the second run since load, and every run must give the same bits."""
-    sig = [(n, mk.DT[a.dtype], a.shape) for n, a in inputs.items()]
-    prog = rt.compile(mk.program(sig, body, outputs), blobs)
-    try:
-        outs = [prog(**inputs) for _ in range(3)]
+        outs = [prog(**inputs) for _ in range(runs)]
     finally:
         prog.close()
     for later in outs[1:]:
@@ -314,7 +305,7 @@ def test_conv1x1_blob_weight(rt, cin, cout, s, n):
     w = (RNG.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float16)
     body = [mk.const_blob("w", F16, w.shape, "w.bin"),
             mk.op("y", F16, (n, cout, 1, s), "conv", weight="w", x="x")]
-    out = run_again(rt, {"x": x}, body, ["y"], {"@model_path/weights/w.bin": mk.blobfile(w)})
+    out = run(rt, {"x": x}, body, ["y"], {"@model_path/weights/w.bin": mk.blobfile(w)}, runs=3)
     close16(out["y"], conv_ref(x, w), "conv1x1")
 
 
@@ -328,7 +319,7 @@ def test_narrow_grouped_and_spatial_convs_with_blob_weights(rt, groups, kernel):
     ref = conv_ref(x, w, groups=groups)
     body = [mk.const_blob("w", F16, w.shape, "w.bin"), mk.const_scalar("g", "int32", groups),
             mk.op("y", F16, ref.shape, "conv", groups="g", weight="w", x="x")]
-    out = run_again(rt, {"x": x}, body, ["y"], {"@model_path/weights/w.bin": mk.blobfile(w)})
+    out = run(rt, {"x": x}, body, ["y"], {"@model_path/weights/w.bin": mk.blobfile(w)}, runs=3)
     close16(out["y"], ref, "conv-narrow")
 
 
