@@ -18,7 +18,7 @@ import sys
 import click
 
 from anec import __version__
-from anec.diagnostics import AnecError
+from anec.diagnostics import AnecError, signal_must_wait
 from anec.targets import DEFAULT_TARGET
 
 EXIT_INTERNAL = 3
@@ -66,6 +66,8 @@ def _internal_error(ctx: click.Context, e: BaseException) -> None:
 
 
 def _on_signal(signum: int, frame: object) -> None:
+    if signal_must_wait(signum, frame):
+        return
     raise SystemExit(128 + signum)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import difflib
 import functools
+import os
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -172,3 +173,16 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
     """``"did you mean 'x'?"`` for the closest candidate, or None."""
     match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f"did you mean '{match[0]}'?" if match else None
+
+
+def signal_must_wait(signum: int, frame: object) -> bool:
+    """For a handler that ends the process on ``signum`` by raising: True (and the signal sent
+    again, to be handled a moment later) when it interrupted the import machinery. Its module
+    locks' weakref callbacks run there, and an exception raised in a callback is printed and
+    ignored, so the process would not end. The handlers of the CLI and the runtime ask this
+    first."""
+    code = getattr(frame, "f_code", None)
+    if code is not None and code.co_filename.startswith("<frozen importlib"):
+        os.kill(os.getpid(), signum)
+        return True
+    return False

@@ -27,7 +27,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from anec.diagnostics import AnecError, ArtifactError, RuntimeFailure, did_you_mean
+from anec.diagnostics import AnecError, ArtifactError, RuntimeFailure, did_you_mean, signal_must_wait
 from anec.runtime import native
 from anec.runtime.program import Program, _blob_array, _Closing, _limits
 
@@ -106,6 +106,8 @@ def _close_all() -> None:
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:
+    if signal_must_wait(signum, frame):
+        return
     _close_all()
     raise SystemExit(128 + signum)
 

@@ -135,3 +135,33 @@ def test_a_signal_during_anec_run_leaves_no_temporary_directory(tmp_path, sig):
     else:  # click prints "Aborted!"; the process ends by SIGINT (or with status 1)
         assert proc.returncode in (-signal.SIGINT, 130, 1) and "Aborted!" in err, (proc.returncode, err)
     assert os.listdir(tmp) == []
+
+
+class _Frame:
+    """A stand-in for the frame a signal handler is given."""
+
+    def __init__(self, filename: str) -> None:
+        self.f_code = type("Code", (), {"co_filename": filename})()
+
+
+@pytest.mark.parametrize("handler", ["cli", "runtime"])
+def test_a_signal_inside_the_import_machinery_is_sent_again_not_raised_there(monkeypatch, handler):
+    """An exception raised in an import lock's weakref callback is printed and ignored (the
+    process would go on): there the handler sends the signal again instead; anywhere else it
+    ends the process through SystemExit (the runtime's handler closes its runtimes first)."""
+    import anec.cli as cli
+    import anec.diagnostics as diagnostics
+    import anec.runtime as runtime
+
+    sent, closed = [], []
+    monkeypatch.setattr(diagnostics.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    monkeypatch.setattr(runtime, "_close_all", lambda: closed.append(True))
+    on_signal = cli._on_signal if handler == "cli" else runtime._exit_on_signal
+    assert on_signal(signal.SIGTERM, _Frame("<frozen importlib._bootstrap>")) is None
+    assert sent == [(os.getpid(), signal.SIGTERM)] and closed == []
+    with pytest.raises(SystemExit) as e:
+        on_signal(signal.SIGTERM, _Frame(str(ROOT / "anec" / "cli.py")))
+    assert e.value.code == 128 + signal.SIGTERM and sent == [(os.getpid(), signal.SIGTERM)]
+    assert closed == ([True] if handler == "runtime" else [])
+    with pytest.raises(SystemExit):
+        on_signal(signal.SIGHUP, None)  # no frame: raised at once
