@@ -76,7 +76,7 @@ _GELU_K1 = 0.044715
 
 def vjp_gelu(c, xs, ys, gs, attrs):
     """Derivative of ``0.5 x (1 + tanh(k0 (x + k1 x^3)))``, the formula the ANE computes for both
-    modes (max abs difference to the exact-GELU derivative: 1.9e-3 near |x| = 2)."""
+    modes (max abs difference to the exact-GELU derivative: 8.7e-4, near |x| = 2)."""
     x = xs[0]
     x2 = c.op("mul", x, x)
     inner = c.op("mul", c.op("add", c.scalar(1.0, x), c.op("mul", x2, c.scalar(_GELU_K1, x))), x)
