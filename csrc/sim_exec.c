@@ -71,11 +71,13 @@ void sim_state_unload(sim_state *s)
     free(s->held);
     s->held = NULL;
     s->held_len = 0;
-    if (s->packed)
-        for (size_t i = 0; i < p->n_ops; i++)
-            free(s->packed[i]);
-    free(s->packed);
-    s->packed = NULL;
+    if (s->panels)
+        for (size_t i = 0; i < p->n_ops; i++) {
+            free(s->panels[i].f32);
+            free(s->panels[i].f16);
+        }
+    free(s->panels);
+    s->panels = NULL;
     s->runs = 0;
     for (int i = 0; i < 3; i++) {
         free(s->scratch[i]);
@@ -99,12 +101,15 @@ void sim_state_free(sim_state *s)
    since its load (a program loaded for a single call, as after each step's reload in a
    training loop, never pays for it): a pointwise, ungrouped conv over a BLOBFILE weight, at
    most PACK_MAX_COLS output columns wide (a decode step's block), where converting and
-   reordering the weight on every call is most of the work. Up to PACK_BUDGET bytes of packed
-   fp32 per program (twice the fp16 weights), and never more than a quarter of the memory
-   still free when it packs (so that many programs cannot pack the machine full); beyond
-   that, or if memory runs out, the weights are packed per call as before. Either way the
-   result is the same, bit for bit. */
+   reordering the weight on every call is most of the work. An fp16 weight whose calls had at
+   most NARROW_COLS distinct columns is packed as fp16 slivers for sk_gemm_narrow (as many
+   bytes as the weight; such a product is bound by reading it), any other as fp32 panels for
+   sk_gemm_packed (twice the fp16 weight). Up to PACK_BUDGET bytes per program, and never
+   more than a quarter of the memory still free when it packs (so that many programs cannot
+   pack the machine full); beyond that, or if memory runs out, the weights are packed per
+   call as before. Either way the result is the same, bit for bit. */
 #define PACK_MAX_COLS 64
+#define NARROW_COLS 8
 #define PACK_BUDGET ((size_t)1 << 30)
 
 static int sk_dt(mil_dtype dt);
@@ -149,19 +154,23 @@ static void pack_weights(sim_state *s)
         int64_t M = wv->shape[0], K = wv->shape[1];
         if (M > INT_MAX || K > INT_MAX)
             continue;
-        size_t n = sk_packed_a_floats((int)M, (int)K);
-        if (n == 0 || n > (budget - used) / sizeof(float))
+        sim_panel *pn = &s->panels[i];
+        int narrow = wv->dt == MIL_DT_FP16 && pn->cols <= NARROW_COLS && sk_have_narrow();
+        size_t n = narrow ? sk_packed_narrow_halves((int)M, (int)K) : sk_packed_a_floats((int)M, (int)K);
+        size_t es = narrow ? sizeof(uint16_t) : sizeof(float);
+        if (n == 0 || n > (budget - used) / es)
             continue;
-        if (!s->packed && !(s->packed = calloc(p->n_ops, sizeof *s->packed)))
-            return;
-        float *dst = malloc(n * sizeof(float));
+        void *dst = malloc(n * es);
         sk_mat A = {s->store[o->y], sk_dt(wv->dt), (ptrdiff_t)K, 1};
-        if (!dst || sk_pack_a((int)M, (int)K, A, dst) != 0) {
+        if (!dst || (narrow ? sk_pack_narrow((int)M, (int)K, A, dst) : sk_pack_a((int)M, (int)K, A, dst)) != 0) {
             free(dst);
             return; /* the ops packed so far keep their panels; the others pack per call */
         }
-        s->packed[i] = dst;
-        used += n * sizeof(float);
+        if (narrow)
+            pn->f16 = dst;
+        else
+            pn->f32 = dst;
+        used += n * es;
     }
 }
 
@@ -226,6 +235,10 @@ int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, void *ad
         }
     }
     free(done);
+    if (rc == ANEC_OK && !(s->panels = calloc(p->n_ops ? p->n_ops : 1, sizeof *s->panels))) {
+        rc = ANEC_ENOMEM;
+        snprintf(err, errlen, "out of memory");
+    }
     for (size_t i = 0; i < p->n_vals && rc == ANEC_OK; i++) {
         sim_value *v = &p->vals[i];
         if (v->kind == SV_CONST) {
@@ -309,15 +322,9 @@ static int sk_dt(mil_dtype dt) { return dt == MIL_DT_FP32 ? SK_F32 : SK_F16; }
 
 static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-static int run_unary(sim_state *s, const sim_op *o)
+static void unary_f32(int kind, const float *a, float *r, size_t n)
 {
-    const sim_value *xv = &s->plan->vals[o->x];
-    const float *a = fview(s, 0, o->x);
-    float *r = fout(s, o->outs[0]);
-    if (!a || !r)
-        return ANEC_ENOMEM;
-    size_t n = xv->numel;
-    switch (o->kind) {
+    switch (kind) {
     case SOP_EXP: for (size_t i = 0; i < n; i++) r[i] = expf(a[i]); break;
     case SOP_SQRT: for (size_t i = 0; i < n; i++) r[i] = sqrtf(a[i]); break;
     case SOP_TANH: for (size_t i = 0; i < n; i++) r[i] = tanhf(a[i]); break;
@@ -326,6 +333,72 @@ static int run_unary(sim_state *s, const sim_op *o)
     case SOP_SILU: for (size_t i = 0; i < n; i++) r[i] = a[i] * sigmoidf_(a[i]); break;
     default: break;
     }
+}
+
+/* An fp16 -> fp16 unary op has 65536 possible inputs: its results, computed once by
+   unary_f32 and rounded as commit() rounds them, make a table that gives the same bits as
+   computing each element (tanh and exp cost a libm call each, the lookup a load). One table
+   per op kind, for the process, built on first use. */
+#define UNARY_TABLES 6
+static uint16_t unary_tab[UNARY_TABLES][65536];
+static int unary_built[UNARY_TABLES]; /* guarded by unary_lock */
+static pthread_mutex_t unary_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int unary_slot(int kind)
+{
+    switch (kind) {
+    case SOP_EXP: return 0;
+    case SOP_SQRT: return 1;
+    case SOP_TANH: return 2;
+    case SOP_SIGMOID: return 3;
+    case SOP_RELU: return 4;
+    case SOP_SILU: return 5;
+    default: return -1;
+    }
+}
+
+static const uint16_t *unary_table(int kind)
+{
+    int k = unary_slot(kind);
+    if (k < 0)
+        return NULL;
+    pthread_mutex_lock(&unary_lock);
+    if (!unary_built[k]) {
+        float *a = malloc(2 * 65536 * sizeof(float));
+        if (!a) {
+            pthread_mutex_unlock(&unary_lock);
+            return NULL;
+        }
+        uint16_t *h = unary_tab[k];
+        for (uint32_t i = 0; i < 65536; i++)
+            h[i] = (uint16_t)i;
+        anec_cvt_f16_to_f32(h, a, 65536);
+        unary_f32(kind, a, a + 65536, 65536);
+        anec_cvt_f32_to_f16(a + 65536, h, 65536);
+        free(a);
+        unary_built[k] = 1;
+    }
+    pthread_mutex_unlock(&unary_lock);
+    return unary_tab[k];
+}
+
+static int run_unary(sim_state *s, const sim_op *o)
+{
+    const sim_value *xv = &s->plan->vals[o->x];
+    size_t n = xv->numel;
+    const uint16_t *tab = NULL;
+    if (xv->dt == MIL_DT_FP16 && s->plan->vals[o->outs[0]].dt == MIL_DT_FP16 && (tab = unary_table(o->kind))) {
+        const uint16_t *a = s->store[o->x];
+        uint16_t *r = s->store[o->outs[0]];
+        for (size_t i = 0; i < n; i++)
+            r[i] = tab[a[i]];
+        return ANEC_OK;
+    }
+    const float *a = fview(s, 0, o->x);
+    float *r = fout(s, o->outs[0]);
+    if (!a || !r)
+        return ANEC_ENOMEM;
+    unary_f32(o->kind, a, r, n);
     commit(s, o->outs[0], r);
     return ANEC_OK;
 }
@@ -351,15 +424,29 @@ static int same_shape(const sim_value *a, const sim_value *b)
     return 1;
 }
 
-#define BIN_LOOP(EXPR)                                                                             \
+/* The inner run of a broadcast binary op: L elements, each operand read with stride 0
+   (broadcast), 1 or any. */
+#define BIN_RUN(EXPR)                                                                              \
     do {                                                                                           \
-        if (sa && sb)                                                                              \
-            for (size_t i = 0; i < n; i++) { float x = a[i], y = b[i]; r[i] = (EXPR); }            \
-        else if (sa)                                                                               \
-            for (size_t i = 0; i < n; i++) { float x = a[i], y = b[0]; r[i] = (EXPR); }            \
+        if (ia == 1 && ib == 1)                                                                    \
+            for (int64_t i = 0; i < L; i++) { float x = pa[i], y = pb[i]; pr[i] = (EXPR); }        \
+        else if (ib == 0)                                                                          \
+            for (int64_t i = 0; i < L; i++) { float x = pa[i * ia], y = pb[0]; pr[i] = (EXPR); }   \
+        else if (ia == 0)                                                                          \
+            for (int64_t i = 0; i < L; i++) { float x = pa[0], y = pb[i * ib]; pr[i] = (EXPR); }   \
         else                                                                                       \
-            for (size_t i = 0; i < n; i++) { float x = a[0], y = b[i]; r[i] = (EXPR); }            \
+            for (int64_t i = 0; i < L; i++) { float x = pa[i * ia], y = pb[i * ib]; pr[i] = (EXPR); } \
     } while (0)
+
+/* An operand's strides against the output: in order if it has the output's element count
+   (same shape, or a scalar output), else 0 along the dims it is broadcast over. */
+static void operand_strides(const sim_value *v, const sim_value *ov, int64_t *st)
+{
+    if (same_shape(v, ov) || v->numel == ov->numel)
+        sk_strides(ov->rank, ov->shape, st);
+    else
+        bstrides(v, ov->rank, ov->shape, st);
+}
 
 static int run_binary(sim_state *s, const sim_op *o)
 {
@@ -369,46 +456,52 @@ static int run_binary(sim_state *s, const sim_op *o)
     float *r = fout(s, o->outs[0]);
     if (!a || !b || !r)
         return ANEC_ENOMEM;
-    size_t n = ov->numel;
-    int sa = same_shape(xv, ov) || (xv->numel == n), sb = same_shape(yv, ov) || (yv->numel == n);
-    float *ea = NULL, *eb = NULL;
-    if (!sa && xv->numel != 1) {
-        ea = malloc(n * sizeof(float));
-        if (!ea)
-            return ANEC_ENOMEM;
-        int64_t ds[ANEC_MAX_RANK], ss[ANEC_MAX_RANK];
-        sk_strides(ov->rank, ov->shape, ds);
-        bstrides(xv, ov->rank, ov->shape, ss);
-        sk_nd_copy(4, ov->rank, ov->shape, ea, ds, a, ss);
-        a = ea;
-        sa = 1;
+    int64_t sa[ANEC_MAX_RANK], sb[ANEC_MAX_RANK];
+    operand_strides(xv, ov, sa);
+    operand_strides(yv, ov, sb);
+    /* merge dims from the innermost out while both operands stay regular: the output is
+       walked in order as runs of L elements over `no` outer dims */
+    int64_t L = 1, ia = 0, ib = 0, oshape[ANEC_MAX_RANK], osa[ANEC_MAX_RANK], osb[ANEC_MAX_RANK];
+    int d = ov->rank - 1, no = 0;
+    if (d >= 0) {
+        L = ov->shape[d];
+        ia = sa[d];
+        ib = sb[d];
+        for (d--; d >= 0 && sa[d] == ia * L && sb[d] == ib * L; d--)
+            L *= ov->shape[d];
     }
-    if (!sb && yv->numel != 1) {
-        eb = malloc(n * sizeof(float));
-        if (!eb) {
-            free(ea);
-            return ANEC_ENOMEM;
+    for (int k = 0; k <= d; k++) {
+        oshape[no] = ov->shape[k];
+        osa[no] = sa[k];
+        osb[no] = sb[k];
+        no++;
+    }
+    if (ov->numel == 0)
+        return ANEC_OK;
+    int64_t idx[ANEC_MAX_RANK] = {0}, offa = 0, offb = 0;
+    for (float *pr = r;; pr += L) {
+        const float *pa = a + offa, *pb = b + offb;
+        switch (o->kind) {
+        case SOP_ADD: BIN_RUN(x + y); break;
+        case SOP_SUB: BIN_RUN(x - y); break;
+        case SOP_MUL: BIN_RUN(x * y); break;
+        case SOP_DIV: BIN_RUN(x / y); break;
+        case SOP_POW: BIN_RUN(powf(x, y)); break;
+        default: break;
         }
-        int64_t ds[ANEC_MAX_RANK], ss[ANEC_MAX_RANK];
-        sk_strides(ov->rank, ov->shape, ds);
-        bstrides(yv, ov->rank, ov->shape, ss);
-        sk_nd_copy(4, ov->rank, ov->shape, eb, ds, b, ss);
-        b = eb;
-        sb = 1;
+        int k = no - 1;
+        for (; k >= 0; k--) {
+            offa += osa[k];
+            offb += osb[k];
+            if (++idx[k] < oshape[k])
+                break;
+            offa -= osa[k] * oshape[k];
+            offb -= osb[k] * oshape[k];
+            idx[k] = 0;
+        }
+        if (k < 0)
+            break;
     }
-    if (!sa && !sb) { /* both scalars broadcast to a larger shape cannot happen (n == 1) */
-        sa = sb = 1;
-    }
-    switch (o->kind) {
-    case SOP_ADD: BIN_LOOP(x + y); break;
-    case SOP_SUB: BIN_LOOP(x - y); break;
-    case SOP_MUL: BIN_LOOP(x * y); break;
-    case SOP_DIV: BIN_LOOP(x / y); break;
-    case SOP_POW: BIN_LOOP(powf(x, y)); break;
-    default: break;
-    }
-    free(ea);
-    free(eb);
     commit(s, o->outs[0], r);
     return ANEC_OK;
 }
@@ -447,6 +540,30 @@ static int run_softmax(sim_state *s, const sim_op *o)
     return ANEC_OK;
 }
 
+/* Any reduction: the input walked in order, each element added (or compared) into its
+   result (ostr: the result's stride along each input dim, 0 where reduced). */
+static void reduce_walk(const sim_value *xv, const int64_t *ostr, const float *a, float *r, int is_max)
+{
+    int rank = xv->rank;
+    int64_t idx[ANEC_MAX_RANK] = {0};
+    int64_t off = 0;
+    for (size_t i = 0; i < xv->numel; i++) {
+        if (is_max) {
+            if (a[i] > r[off] || a[i] != a[i])
+                r[off] = a[i];
+        } else {
+            r[off] += a[i];
+        }
+        for (int d = rank - 1; d >= 0; d--) {
+            off += ostr[d];
+            if (++idx[d] < xv->shape[d])
+                break;
+            off -= ostr[d] * xv->shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
 static int run_reduce(sim_state *s, const sim_op *o)
 {
     const sim_value *xv = &s->plan->vals[o->x], *ov = &s->plan->vals[o->outs[0]];
@@ -471,22 +588,38 @@ static int run_reduce(sim_state *s, const sim_op *o)
     float init = o->kind == SOP_REDUCE_MAX ? -INFINITY : 0.0f;
     for (size_t i = 0; i < ov->numel; i++)
         r[i] = init;
-    int64_t idx[ANEC_MAX_RANK] = {0};
-    int64_t off = 0;
     int is_max = o->kind == SOP_REDUCE_MAX;
-    for (size_t i = 0; i < xv->numel; i++) {
-        if (is_max) {
-            if (a[i] > r[off] || a[i] != a[i])
-                r[off] = a[i];
-        } else {
-            r[off] += a[i];
-        }
-        for (int d = rank - 1; d >= 0; d--) {
-            off += ostr[d];
-            if (++idx[d] < xv->shape[d])
-                break;
-            off -= ostr[d] * xv->shape[d];
-            idx[d] = 0;
+    /* reduced dims next to each other (a norm's channels, a softmax's last axis): the input is
+       [outer, count, inner], and each result takes its count elements in the walk's order */
+    int lo = 0, hi = rank - 1;
+    while (lo < rank && !(o->axes_mask & (1 << lo)))
+        lo++;
+    while (hi > lo && !(o->axes_mask & (1 << hi)))
+        hi--;
+    int run = lo < rank;
+    for (int d = lo; d <= hi && run; d++)
+        run = (o->axes_mask >> d) & 1;
+    if (!run) {
+        reduce_walk(xv, ostr, a, r, is_max);
+    } else {
+        size_t outer = 1, inner = 1;
+        for (int d = 0; d < lo; d++)
+            outer *= (size_t)xv->shape[d];
+        for (int d = hi + 1; d < rank; d++)
+            inner *= (size_t)xv->shape[d];
+        const float *x = a;
+        for (size_t p = 0; p < outer; p++) {
+            float *ro = r + p * inner;
+            for (size_t c = 0; c < count; c++, x += inner) {
+                if (is_max) {
+                    for (size_t i = 0; i < inner; i++)
+                        if (x[i] > ro[i] || x[i] != x[i])
+                            ro[i] = x[i];
+                } else {
+                    for (size_t i = 0; i < inner; i++)
+                        ro[i] += x[i];
+                }
+            }
         }
     }
     if (o->kind == SOP_REDUCE_MEAN) {
@@ -511,6 +644,91 @@ static int run_cast(sim_state *s, const sim_op *o)
     to_float(s->store[o->x], xv->dt, xv->numel, buf);
     from_float(buf, ov->dt, ov->numel, s->store[o->outs[0]]);
     return ANEC_OK;
+}
+
+/* Element (k, j) of B as bits, for comparing columns. */
+static uint32_t elem_bits(const sk_mat *B, int64_t k, int64_t j)
+{
+    ptrdiff_t at = (ptrdiff_t)k * B->rs + (ptrdiff_t)j * B->cs;
+    if (B->dt == SK_F32) {
+        uint32_t u;
+        memcpy(&u, (const float *)B->p + at, sizeof u);
+        return u;
+    }
+    return ((const uint16_t *)B->p)[at];
+}
+
+/* The distinct columns of B [K x N] (bit for bit, N <= PACK_MAX_COLS): first[q] is the q-th
+   distinct column, rep[j] the q of column j. Returns their count. */
+static int distinct_columns(const sk_mat *B, int K, int N, int *rep, int *first)
+{
+    uint64_t h[PACK_MAX_COLS];
+    for (int j = 0; j < N; j++)
+        h[j] = 1469598103934665603ull; /* FNV-1a over each column's elements */
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < N; j++)
+            h[j] = (h[j] ^ elem_bits(B, k, j)) * 1099511628211ull;
+    int u = 0;
+    for (int j = 0; j < N; j++) {
+        int q = 0;
+        for (; q < u; q++) {
+            if (h[first[q]] != h[j])
+                continue;
+            int k = 0;
+            while (k < K && elem_bits(B, k, first[q]) == elem_bits(B, k, j))
+                k++;
+            if (k == K)
+                break;
+        }
+        if (q == u)
+            first[u++] = j;
+        rep[j] = q;
+    }
+    return u;
+}
+
+/* C[M x N] (row stride N) = A x B for a pointwise, ungrouped conv at most PACK_MAX_COLS
+   columns wide. Each column of the product depends on its own column of B alone, so columns
+   of B that repeat (a decode block's padding columns: all of them but the token's) are
+   computed once and copied, with the same bits. The GEMM is the op's packed panel's, if it
+   has one. */
+static int narrow_product(sim_state *s, sim_panel *pn, int M, int N, int K, sk_mat A, sk_mat B, float *C)
+{
+    int rep[PACK_MAX_COLS], first[PACK_MAX_COLS];
+    int u = distinct_columns(&B, K, N, rep, first);
+    if (s->runs < 2 && u > pn->cols) /* before the weights are packed: what to pack them for */
+        pn->cols = u;
+    float *Bu = NULL, *Cu = C;
+    sk_mat Bv = B;
+    if (u < N) {
+        Bu = malloc((size_t)K * (size_t)u * sizeof(float));
+        Cu = malloc((size_t)M * (size_t)u * sizeof(float));
+        if (!Bu || !Cu) {
+            free(Bu);
+            free(Cu);
+            return ANEC_ENOMEM;
+        }
+        for (int k = 0; k < K; k++)
+            for (int q = 0; q < u; q++) {
+                uint32_t bits = elem_bits(&B, k, first[q]);
+                float f;
+                memcpy(&f, &bits, sizeof f);
+                Bu[(size_t)k * (size_t)u + (size_t)q] = B.dt == SK_F32 ? f : anec_f_from_h((uint16_t)bits);
+            }
+        Bv = (sk_mat){Bu, SK_F32, u, 1};
+    }
+    int rc = pn->f16   ? sk_gemm_narrow(M, u, K, pn->f16, Bv, Cu, u, s->threads)
+             : pn->f32 ? sk_gemm_packed(M, u, K, pn->f32, Bv, Cu, u, s->threads)
+                       : sk_gemm(M, u, K, A, Bv, Cu, u, s->threads);
+    if (u < N) {
+        if (rc == 0)
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++)
+                    C[(size_t)i * (size_t)N + (size_t)j] = Cu[(size_t)i * (size_t)u + (size_t)rep[j]];
+        free(Bu);
+        free(Cu);
+    }
+    return rc ? ANEC_ENOMEM : ANEC_OK;
 }
 
 static int run_conv(sim_state *s, const sim_op *o)
@@ -566,9 +784,9 @@ static int run_conv(sim_state *s, const sim_op *o)
                 Bm.cs = 1;
             }
             float *C = r + (n * Cout + gi * cout_g) * Ho * Wo;
-            const float *Ap = s->packed ? s->packed[o - s->plan->ops] : NULL; /* groups == 1 */
-            if (Ap ? sk_gemm_packed((int)cout_g, (int)(Ho * Wo), (int)K, Ap, Bm, C, Ho * Wo, s->threads)
-                   : sk_gemm((int)cout_g, (int)(Ho * Wo), (int)K, A, Bm, C, Ho * Wo, s->threads))
+            if (pointwise && g == 1 && Ho * Wo <= PACK_MAX_COLS)
+                rc = narrow_product(s, &s->panels[o - s->plan->ops], (int)cout_g, (int)(Ho * Wo), (int)K, A, Bm, C);
+            else if (sk_gemm((int)cout_g, (int)(Ho * Wo), (int)K, A, Bm, C, Ho * Wo, s->threads))
                 rc = ANEC_ENOMEM;
         }
     free(col);

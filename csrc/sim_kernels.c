@@ -337,6 +337,179 @@ static int gemm_run(gemm_job base, int threads)
     return rc;
 }
 
+/* ---- narrow products over fp16 slivers -------------------------------------- */
+
+#define NW 32 /* rows per narrow sliver: four vectors of 8, so eight independent sums per column pair */
+
+int sk_have_narrow(void)
+{
+#ifdef ANEC_HAVE_F16C_PATH
+    return sk_have_avx2() && anec__have_f16c();
+#else
+    return 0;
+#endif
+}
+
+static size_t narrow_slivers(int M)
+{
+    return ((size_t)M + NW - 1) / NW;
+}
+
+size_t sk_packed_narrow_halves(int M, int K)
+{
+    return M > 0 && K > 0 ? narrow_slivers(M) * NW * (size_t)K : 0;
+}
+
+int sk_pack_narrow(int M, int K, sk_mat A, uint16_t *dst)
+{
+    if (A.dt != SK_F16 || !sk_have_narrow())
+        return -1;
+    /* sliver s holds rows [s * NW, s * NW + NW) (zero past M): element (r, k) at k * NW + r */
+    for (size_t sl = 0; sl < narrow_slivers(M); sl++) {
+        uint16_t *d = dst + sl * NW * (size_t)K;
+        for (int r = 0; r < NW; r++) {
+            int i = (int)sl * NW + r;
+            const uint16_t *row = (const uint16_t *)A.p + (ptrdiff_t)i * A.rs;
+            for (int k = 0; k < K; k++)
+                d[(size_t)k * NW + r] = i < M ? row[(ptrdiff_t)k * A.cs] : 0;
+        }
+    }
+    return 0;
+}
+
+typedef struct narrow_job {
+    int M, N, K;
+    const uint16_t *Ah;
+    const float *Bp;    /* column pairs: pair q, row k at Bp + (q * K + k) * 2 */
+    float *C;
+    ptrdiff_t ldc;
+    size_t s0, s1;      /* slivers [s0, s1) */
+} narrow_job;
+
+#ifdef ANEC_HAVE_F16C_PATH
+/* one sliver x one column pair: out[j][r] = sum over k of A[r][k] * B[k][j], summed as the
+   micro-kernel sums (a fused multiply-add per k from zero within each K block of KC, the
+   blocks added in order) */
+__attribute__((target("avx2,fma,f16c")))
+static void narrow_sliver(int K, const uint16_t *as, const float *bp, float out[2][NW])
+{
+    float t[2][NW];
+    for (int pc = 0; pc < K; pc += KC) {
+        int kc = K - pc < KC ? K - pc : KC;
+        __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c02 = _mm256_setzero_ps(), c03 = _mm256_setzero_ps();
+        __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps(), c12 = _mm256_setzero_ps(), c13 = _mm256_setzero_ps();
+        const uint16_t *a = as + (size_t)pc * NW;
+        const float *b = bp + (size_t)pc * 2;
+        for (int k = 0; k < kc; k++) {
+            const __m128i *ak = (const __m128i *)(const void *)(a + (size_t)k * NW);
+            __m256 a0 = _mm256_cvtph_ps(_mm_loadu_si128(ak)), a1 = _mm256_cvtph_ps(_mm_loadu_si128(ak + 1));
+            __m256 a2 = _mm256_cvtph_ps(_mm_loadu_si128(ak + 2)), a3 = _mm256_cvtph_ps(_mm_loadu_si128(ak + 3));
+            __m256 b0 = _mm256_broadcast_ss(b + 2 * k), b1 = _mm256_broadcast_ss(b + 2 * k + 1);
+            c00 = _mm256_fmadd_ps(a0, b0, c00); c01 = _mm256_fmadd_ps(a1, b0, c01);
+            c02 = _mm256_fmadd_ps(a2, b0, c02); c03 = _mm256_fmadd_ps(a3, b0, c03);
+            c10 = _mm256_fmadd_ps(a0, b1, c10); c11 = _mm256_fmadd_ps(a1, b1, c11);
+            c12 = _mm256_fmadd_ps(a2, b1, c12); c13 = _mm256_fmadd_ps(a3, b1, c13);
+        }
+        _mm256_storeu_ps(t[0], c00); _mm256_storeu_ps(t[0] + 8, c01);
+        _mm256_storeu_ps(t[0] + 16, c02); _mm256_storeu_ps(t[0] + 24, c03);
+        _mm256_storeu_ps(t[1], c10); _mm256_storeu_ps(t[1] + 8, c11);
+        _mm256_storeu_ps(t[1] + 16, c12); _mm256_storeu_ps(t[1] + 24, c13);
+        for (int j = 0; j < 2; j++)
+            for (int r = 0; r < NW; r++)
+                out[j][r] = pc > 0 ? out[j][r] + t[j][r] : t[j][r];
+    }
+}
+#endif
+
+static void *narrow_range(void *arg)
+{
+#ifdef ANEC_HAVE_F16C_PATH
+    narrow_job *J = arg;
+    float out[2][NW];
+    for (size_t sl = J->s0; sl < J->s1; sl++) {
+        const uint16_t *as = J->Ah + sl * NW * (size_t)J->K;
+        for (int j0 = 0; j0 < J->N; j0 += 2) {
+            narrow_sliver(J->K, as, J->Bp + (size_t)j0 * (size_t)J->K, out);
+            int cols = J->N - j0 < 2 ? 1 : 2;
+            for (int r = 0; r < NW; r++) {
+                int i = (int)sl * NW + r;
+                if (i >= J->M)
+                    break;
+                for (int j = 0; j < cols; j++)
+                    J->C[(ptrdiff_t)i * J->ldc + j0 + j] = out[j][r];
+            }
+        }
+    }
+#else
+    (void)arg;
+#endif
+    return NULL;
+}
+
+int sk_gemm_narrow(int M, int N, int K, const uint16_t *Ah, sk_mat B, float *C, ptrdiff_t ldc, int threads)
+{
+    if (!sk_have_narrow())
+        return -1;
+    if (M <= 0 || N <= 0)
+        return 0;
+    if (K <= 0) {
+        for (int i = 0; i < M; i++)
+            memset(C + (ptrdiff_t)i * ldc, 0, (size_t)N * sizeof(float));
+        return 0;
+    }
+    /* B as fp32 column pairs (an odd last column is paired with itself) */
+    size_t pairs = ((size_t)N + 1) / 2;
+    float *Bp = malloc(pairs * 2 * (size_t)K * sizeof(float));
+    float *col = malloc((size_t)K * sizeof(float));
+    if (!Bp || !col) {
+        free(Bp);
+        free(col);
+        return -1;
+    }
+    for (int j = 0; j < N; j++) {
+        load_vec(mat_at(&B, 0, j), B.dt, B.rs, K, col);
+        float *d = Bp + (size_t)(j / 2) * 2 * (size_t)K;
+        for (int k = 0; k < K; k++) {
+            d[2 * k + j % 2] = col[k];
+            if (j == N - 1 && j % 2 == 0)
+                d[2 * k + 1] = col[k];
+        }
+    }
+    free(col);
+    narrow_job base = {M, N, K, Ah, Bp, C, ldc, 0, narrow_slivers(M)};
+    size_t slivers = base.s1;
+    /* one pair reads the weight faster than it multiplies (a second thread gains nothing);
+       more pairs split the slivers */
+    if (threads > 8)
+        threads = 8;
+    if ((size_t)threads > slivers)
+        threads = (int)slivers;
+    if (threads <= 1 || pairs < 2 || (long long)M * N * K < PAR_MIN_MACS) {
+        narrow_range(&base);
+        free(Bp);
+        return 0;
+    }
+    narrow_job jobs[8];
+    pthread_t tid[8];
+    int started[8] = {0};
+    for (int t = 0; t < threads; t++) {
+        jobs[t] = base;
+        jobs[t].s0 = slivers * (size_t)t / (size_t)threads;
+        jobs[t].s1 = slivers * (size_t)(t + 1) / (size_t)threads;
+    }
+    for (int t = 1; t < threads; t++)
+        started[t] = pthread_create(&tid[t], NULL, narrow_range, &jobs[t]) == 0;
+    narrow_range(&jobs[0]);
+    for (int t = 1; t < threads; t++) {
+        if (started[t])
+            pthread_join(tid[t], NULL);
+        else
+            narrow_range(&jobs[t]);
+    }
+    free(Bp);
+    return 0;
+}
+
 void sk_gemm_naive(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ldc)
 {
     for (int i = 0; i < M; i++)

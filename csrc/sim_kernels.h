@@ -38,6 +38,17 @@ size_t sk_packed_a_floats(int M, int K);
 int sk_pack_a(int M, int K, sk_mat A, float *dst);
 int sk_gemm_packed(int M, int N, int K, const float *Ap, sk_mat B, float *C, ptrdiff_t ldc, int threads);
 
+/* Narrow products (a decode step's few distinct columns) read the weight more often than
+   they compute with it, so their A is packed once as fp16 (half the bytes of sk_pack_a's fp32
+   panels): slivers of 32 rows, k-major (sk_packed_narrow_halves(M, K) halves; A must be
+   SK_F16). sk_gemm_narrow then equals sk_gemm bit for bit: the same fused multiply-adds in the
+   same k order, per K block, for each element. It needs AVX2, FMA and F16C
+   (sk_have_narrow()); both return -1 without them, or if memory runs out. */
+int sk_have_narrow(void);
+size_t sk_packed_narrow_halves(int M, int K);
+int sk_pack_narrow(int M, int K, sk_mat A, uint16_t *dst);
+int sk_gemm_narrow(int M, int N, int K, const uint16_t *Ah, sk_mat B, float *C, ptrdiff_t ldc, int threads);
+
 /* Reference triple loop (tests and benchmarks compare against it). */
 void sk_gemm_naive(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ldc);
 

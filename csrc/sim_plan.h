@@ -84,6 +84,13 @@ sim_plan *sim_plan_build(const char *mil, size_t len, const anec_limits *limits,
 void sim_plan_retain(sim_plan *p);
 void sim_plan_release(sim_plan *p);
 
+/* A conv's constant weight packed once for its GEMM (sim_exec.c, pack_weights). */
+typedef struct sim_panel {
+    float *f32;                  /* fp32 panels for sk_gemm_packed, or NULL */
+    uint16_t *f16;               /* fp16 slivers for sk_gemm_narrow, or NULL */
+    int cols;                    /* the most distinct columns a call had before it was packed */
+} sim_panel;
+
 /* Per-program executor state. */
 typedef struct sim_state {
     sim_plan *plan;
@@ -94,7 +101,7 @@ typedef struct sim_state {
     float *scratch[3];
     size_t scratch_cap[3];
     int threads;
-    float **packed;              /* per op: its constant conv weight packed for the GEMM (sk_pack_a), or NULL */
+    sim_panel *panels;           /* per op (from load to unload) */
     unsigned runs;               /* runs since load, counted up to 2 (the weights are packed at the second) */
 } sim_state;
 

@@ -125,6 +125,47 @@ int main(void)
         CHECK(sk_packed_a_floats(0, 5) == 0 && sk_packed_a_floats(5, 0) == 0);
     }
 
+    /* fp16 slivers (sk_pack_narrow) give sk_gemm's result bit for bit: rows not a multiple of
+       the sliver, K over several blocks, odd and even N (an odd last column is paired with
+       itself), B in fp16 and fp32 and transposed, C with a row stride wider than N, one and
+       two threads; an fp32 A is refused */
+    if (sk_have_narrow()) {
+        int shapes[][3] = {{1, 1, 1}, {7, 2, 9}, {33, 3, 256}, {768, 16, 768}, {121, 5, 513}, {250, 64, 300}, {64, 1, 1030}};
+        for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+            for (int dtb = SK_F16; dtb <= SK_F32; dtb++)
+                for (int tb = 0; tb <= 1; tb++)
+                    for (int threads = 1; threads <= 2; threads++) {
+                        int M = shapes[sh][0], N = shapes[sh][1], K = shapes[sh][2], ldc = N + 3;
+                        uint16_t *ah = malloc((size_t)M * K * 2), *bh = malloc((size_t)K * N * 2);
+                        float *bf = malloc((size_t)K * N * 4);
+                        float *c1 = malloc((size_t)M * ldc * 4), *c2 = malloc((size_t)M * ldc * 4);
+                        for (int i = 0; i < M * K; i++) ah[i] = anec_h_from_f(frand());
+                        for (int i = 0; i < K * N; i++) { bh[i] = anec_h_from_f(frand()); bf[i] = frand() * 3.0f; }
+                        for (int i = 0; i < M * ldc; i++) c1[i] = c2[i] = -5.0f; /* the padding stays */
+                        sk_mat A = {ah, SK_F16, K, 1};
+                        sk_mat B = {dtb == SK_F16 ? (const void *)bh : (const void *)bf, dtb, tb ? 1 : N, tb ? K : 1};
+                        size_t n = sk_packed_narrow_halves(M, K);
+                        CHECK(n >= (size_t)M * K && n < (size_t)(M + 32) * K);
+                        uint16_t *ap = malloc(n * 2);
+                        for (size_t i = 0; i < n; i++) ap[i] = 0x7e00; /* every half is written */
+                        CHECK(sk_pack_narrow(M, K, A, ap) == 0);
+                        int unwritten = 0;
+                        for (size_t i = 0; i < n; i++) unwritten += ap[i] == 0x7e00;
+                        CHECK(unwritten == 0);
+                        CHECK(sk_gemm(M, N, K, A, B, c1, ldc, threads) == 0);
+                        CHECK(sk_gemm_narrow(M, N, K, ap, B, c2, ldc, threads) == 0);
+                        CHECK(memcmp(c1, c2, (size_t)M * ldc * 4) == 0);
+                        free(ah); free(bh); free(bf); free(c1); free(c2); free(ap);
+                    }
+        float af[4] = {1, 2, 3, 4};
+        uint16_t out[64];
+        CHECK(sk_pack_narrow(2, 2, (sk_mat){af, SK_F32, 2, 1}, out) == -1);
+        CHECK(sk_packed_narrow_halves(0, 5) == 0 && sk_packed_narrow_halves(5, 0) == 0);
+        float c0[6] = {1, 1, 1, 1, 1, 1}; /* K = 0: the empty sum */
+        CHECK(sk_gemm_narrow(3, 2, 0, out, (sk_mat){af, SK_F32, 2, 1}, c0, 2, 1) == 0);
+        CHECK(c0[0] == 0 && c0[5] == 0);
+    }
+
     /* fp16: every bit pattern round-trips; the F16C buffer path equals the scalar path */
     {
         static uint16_t h[65536], h2[65536];

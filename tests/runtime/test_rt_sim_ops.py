@@ -94,6 +94,24 @@ def test_unary_fp16_nan_inf_and_signed_zero(rt, name):
     np.testing.assert_allclose(out[finite].astype(np.float32), ref[finite].astype(np.float32), rtol=1e-3, atol=0)
 
 
+@pytest.mark.parametrize("name", sorted(set(UNARY) - {"identity"}))
+def test_unary_fp16_equals_the_fp32_op_rounded_for_every_input(rt, name):
+    """An fp16 op's result is its fp32 result rounded once, bit for bit (NaN bits included),
+    for all 65536 fp16 inputs: the sim's fp16 unary ops read a table built from the fp32
+    computation, and this pins the table to it."""
+    x = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(1, 1, 256, 256)
+    body = [mk.op("y", F16, x.shape, name, x="x"),
+            mk.const_scalar("d", "string", "fp32"), mk.op("xf", "fp32", x.shape, "cast", dtype="d", x="x"),
+            mk.op("yf", "fp32", x.shape, name, x="xf"),
+            mk.const_scalar("d2", "string", "fp16"), mk.op("y2", F16, x.shape, "cast", dtype="d2", x="yf")]
+    out = run(rt, {"x": x}, body, ["y", "y2"])
+    np.testing.assert_array_equal(out["y"].view(np.uint16), out["y2"].view(np.uint16))
+    with np.errstate(all="ignore"):  # and both are the op: within the fp16 rounding of numpy's
+        ref = f16(UNARY[name](x.astype(np.float64)))
+    ok = np.isfinite(ref) & np.isfinite(x) & (np.abs(x.astype(np.float32)) < 10)
+    close16(out["y"][ok], ref[ok].astype(np.float64), f"unary:{name}")
+
+
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "real_div": np.divide, "pow": np.power}
 
 
@@ -307,6 +325,38 @@ def test_conv1x1_blob_weight(rt, cin, cout, s, n):
             mk.op("y", F16, (n, cout, 1, s), "conv", weight="w", x="x")]
     out = run(rt, {"x": x}, body, ["y"], {"@model_path/weights/w.bin": mk.blobfile(w)}, runs=3)
     close16(out["y"], conv_ref(x, w), "conv1x1")
+
+
+@pytest.mark.parametrize("wdt", [np.float16, np.float32])
+def test_conv1x1_repeated_columns_give_the_bits_of_distinct_ones(rt, wdt):
+    """A decode block repeats its padding column: the sim computes each distinct column once
+    and copies it. Every column must have the bits it has among distinct columns, whichever
+    panel the weight was packed into at the second run (fp16 slivers when the first run had
+    few distinct columns, fp32 panels when it had many) and before any packing."""
+    rng = own_rng(11)
+    cin, cout = 300, 70
+    d = rand((1, cin, 1, 16), rng=rng)
+    idx = np.array([0, 1, 1, 1, 0, 2, 2, 5, 5, 1, 1, 1, 1, 1, 1, 0])
+    rep = np.ascontiguousarray(d[..., idx])
+    w = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(wdt)
+    wd = mk.DT[np.dtype(wdt)]
+    body = [mk.const_blob("w", wd, w.shape, "w.bin"), mk.op("y", F16, (1, cout, 1, 16), "conv", weight="w", x="x")]
+    src = mk.program([("x", F16, d.shape)], body, ["y"])
+    blobs = {"@model_path/weights/w.bin": mk.blobfile(w)}
+    outs = {}
+    for first in ("rep", "distinct"):
+        prog = rt.compile(src, blobs)
+        try:
+            seq = [first] * 3 + ["distinct" if first == "rep" else "rep"]
+            outs[first] = [(which, prog(x=rep if which == "rep" else d)["y"]) for which in seq]
+        finally:
+            prog.close()
+    base = outs["distinct"][0][1]  # distinct columns, before packing: the GEMM as it always was
+    close16(base, conv_ref(d, w), "conv1x1")
+    for runs in outs.values():
+        for which, y in runs:
+            want = base[..., idx] if which == "rep" else base
+            np.testing.assert_array_equal(y.view(np.uint16), want.view(np.uint16))
 
 
 @pytest.mark.parametrize("groups,kernel", [(2, 1), (1, 3), (3, 3)])
