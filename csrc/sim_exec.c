@@ -425,18 +425,33 @@ static int same_shape(const sim_value *a, const sim_value *b)
 }
 
 /* The inner run of a broadcast binary op: L elements, each operand read with stride 0
-   (broadcast), 1 or any. */
-#define BIN_RUN(EXPR)                                                                              \
-    do {                                                                                           \
-        if (ia == 1 && ib == 1)                                                                    \
-            for (int64_t i = 0; i < L; i++) { float x = pa[i], y = pb[i]; pr[i] = (EXPR); }        \
-        else if (ib == 0)                                                                          \
-            for (int64_t i = 0; i < L; i++) { float x = pa[i * ia], y = pb[0]; pr[i] = (EXPR); }   \
-        else if (ia == 0)                                                                          \
-            for (int64_t i = 0; i < L; i++) { float x = pa[0], y = pb[i * ib]; pr[i] = (EXPR); }   \
-        else                                                                                       \
-            for (int64_t i = 0; i < L; i++) { float x = pa[i * ia], y = pb[i * ib]; pr[i] = (EXPR); } \
-    } while (0)
+   (broadcast), 1 or any. The unit-stride loops go eight elements at a time (the compiler
+   turns the fixed inner loop into vector instructions: the same IEEE operation per element). */
+#define BIN_RUN_FN(NAME, EXPR)                                                                     \
+    static void NAME(const float *restrict pa, const float *restrict pb, float *restrict pr,      \
+                     int64_t L, int64_t ia, int64_t ib)                                            \
+    {                                                                                              \
+        int64_t i = 0;                                                                             \
+        if (ia == 1 && ib == 1) {                                                                  \
+            for (; i + 8 <= L; i += 8)                                                             \
+                for (int j = 0; j < 8; j++) { float x = pa[i + j], y = pb[i + j]; pr[i + j] = (EXPR); } \
+        } else if (ia == 1 && ib == 0) {                                                           \
+            const float y = pb[0];                                                                 \
+            for (; i + 8 <= L; i += 8)                                                             \
+                for (int j = 0; j < 8; j++) { float x = pa[i + j]; pr[i + j] = (EXPR); }           \
+        } else if (ia == 0 && ib == 1) {                                                           \
+            const float x = pa[0];                                                                 \
+            for (; i + 8 <= L; i += 8)                                                             \
+                for (int j = 0; j < 8; j++) { float y = pb[i + j]; pr[i + j] = (EXPR); }          \
+        }                                                                                          \
+        for (; i < L; i++) { float x = pa[i * ia], y = pb[i * ib]; pr[i] = (EXPR); }               \
+    }
+
+BIN_RUN_FN(bin_add, x + y)
+BIN_RUN_FN(bin_sub, x - y)
+BIN_RUN_FN(bin_mul, x * y)
+BIN_RUN_FN(bin_div, x / y)
+BIN_RUN_FN(bin_pow, powf(x, y))
 
 /* An operand's strides against the output: in order if it has the output's element count
    (same shape, or a scalar output), else 0 along the dims it is broadcast over. */
@@ -478,17 +493,19 @@ static int run_binary(sim_state *s, const sim_op *o)
     }
     if (ov->numel == 0)
         return ANEC_OK;
+    void (*run)(const float *, const float *, float *, int64_t, int64_t, int64_t);
+    switch (o->kind) {
+    case SOP_ADD: run = bin_add; break;
+    case SOP_SUB: run = bin_sub; break;
+    case SOP_MUL: run = bin_mul; break;
+    case SOP_DIV: run = bin_div; break;
+    case SOP_POW: run = bin_pow; break;
+    default: return ANEC_EDRIVER;
+    }
     int64_t idx[ANEC_MAX_RANK] = {0}, offa = 0, offb = 0;
     for (float *pr = r;; pr += L) {
         const float *pa = a + offa, *pb = b + offb;
-        switch (o->kind) {
-        case SOP_ADD: BIN_RUN(x + y); break;
-        case SOP_SUB: BIN_RUN(x - y); break;
-        case SOP_MUL: BIN_RUN(x * y); break;
-        case SOP_DIV: BIN_RUN(x / y); break;
-        case SOP_POW: BIN_RUN(powf(x, y)); break;
-        default: break;
-        }
+        run(pa, pb, pr, L, ia, ib);
         int k = no - 1;
         for (; k >= 0; k--) {
             offa += osa[k];
@@ -538,6 +555,25 @@ static int run_softmax(sim_state *s, const sim_op *o)
         }
     commit(s, o->outs[0], r);
     return ANEC_OK;
+}
+
+/* ro[i] += x[i], eight at a time where it can (vector instructions, the same sums) */
+static void add_into(float *restrict ro, const float *restrict x, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            ro[i + j] += x[i + j];
+    for (; i < n; i++)
+        ro[i] += x[i];
+}
+
+/* ro[i] = max(ro[i], x[i]), a NaN in x winning */
+static void max_into(float *restrict ro, const float *restrict x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (x[i] > ro[i] || x[i] != x[i])
+            ro[i] = x[i];
 }
 
 /* Any reduction: the input walked in order, each element added (or compared) into its
@@ -611,14 +647,10 @@ static int run_reduce(sim_state *s, const sim_op *o)
         for (size_t p = 0; p < outer; p++) {
             float *ro = r + p * inner;
             for (size_t c = 0; c < count; c++, x += inner) {
-                if (is_max) {
-                    for (size_t i = 0; i < inner; i++)
-                        if (x[i] > ro[i] || x[i] != x[i])
-                            ro[i] = x[i];
-                } else {
-                    for (size_t i = 0; i < inner; i++)
-                        ro[i] += x[i];
-                }
+                if (is_max)
+                    max_into(ro, x, inner);
+                else
+                    add_into(ro, x, inner);
             }
         }
     }
@@ -660,14 +692,37 @@ static uint32_t elem_bits(const sk_mat *B, int64_t k, int64_t j)
 
 /* The distinct columns of B [K x N] (bit for bit, N <= PACK_MAX_COLS): first[q] is the q-th
    distinct column, rep[j] the q of column j. Returns their count. */
+static void hash_rows(const sk_mat *B, int k0, int k1, int N, uint64_t *h)
+{
+    for (int k = k0; k < k1; k++)
+        for (int j = 0; j < N; j++)
+            h[j] = (h[j] ^ elem_bits(B, k, j)) * 1099511628211ull;
+}
+
+static int all_differ(const uint64_t *h, int N)
+{
+    for (int j = 1; j < N; j++)
+        for (int q = 0; q < j; q++)
+            if (h[q] == h[j])
+                return 0;
+    return 1;
+}
+
 static int distinct_columns(const sk_mat *B, int K, int N, int *rep, int *first)
 {
     uint64_t h[PACK_MAX_COLS];
     for (int j = 0; j < N; j++)
         h[j] = 1469598103934665603ull; /* FNV-1a over each column's elements */
-    for (int k = 0; k < K; k++)
+    /* equal columns hash alike: columns whose first rows already hash apart are distinct (as
+       a prefill's or a decode layer's are, after a few rows) */
+    int k8 = K < 8 ? K : 8;
+    hash_rows(B, 0, k8, N, h);
+    if (all_differ(h, N)) {
         for (int j = 0; j < N; j++)
-            h[j] = (h[j] ^ elem_bits(B, k, j)) * 1099511628211ull;
+            rep[j] = first[j] = j;
+        return N;
+    }
+    hash_rows(B, k8, K, N, h);
     int u = 0;
     for (int j = 0; j < N; j++) {
         int q = 0;
@@ -815,9 +870,8 @@ typedef struct mm_job {
     int rc;
 } mm_job;
 
-static void *mm_range(void *arg)
+static void mm_range(mm_job *J)
 {
-    mm_job *J = arg;
     const mm_batches *m = J->mb;
     J->rc = ANEC_OK;
     for (size_t b = J->b0; b < J->b1; b++) {
@@ -836,7 +890,12 @@ static void *mm_range(void *arg)
             break;
         }
     }
-    return NULL;
+}
+
+static void mm_part(void *jobs, int part, int parts)
+{
+    (void)parts;
+    mm_range((mm_job *)jobs + part);
 }
 
 /* Batches split across threads once there are enough of them (each GEMM then
@@ -901,22 +960,13 @@ static int run_matmul(sim_state *s, const sim_op *o)
         return one.rc;
     }
     mm_job jobs[MM_MAX_THREADS];
-    pthread_t tid[MM_MAX_THREADS];
-    int started[MM_MAX_THREADS] = {0};
     for (int t = 0; t < threads; t++)
         jobs[t] = (mm_job){&m, nb * (size_t)t / (size_t)threads, nb * (size_t)(t + 1) / (size_t)threads, 1, ANEC_OK};
-    for (int t = 1; t < threads; t++)
-        started[t] = pthread_create(&tid[t], NULL, mm_range, &jobs[t]) == 0;
-    mm_range(&jobs[0]);
-    int rc = jobs[0].rc;
-    for (int t = 1; t < threads; t++) {
-        if (started[t])
-            pthread_join(tid[t], NULL);
-        else
-            mm_range(&jobs[t]); /* could not start a thread: do its share here */
+    sk_parallel(threads, threads, mm_part, jobs);
+    int rc = ANEC_OK;
+    for (int t = 0; t < threads; t++)
         if (jobs[t].rc)
             rc = jobs[t].rc;
-    }
     if (rc == ANEC_OK)
         commit(s, o->outs[0], r);
     return rc;

@@ -16,6 +16,126 @@
 /* below this many multiply-adds one thread is faster than starting another */
 #define PAR_MIN_MACS (1ll << 21)
 
+/* ---- worker pool ------------------------------------------------------------ */
+
+static struct {
+    pthread_mutex_t owner;      /* held by the call whose parts the workers run */
+    pthread_mutex_t lock;       /* guards the fields below */
+    pthread_cond_t wake, done;
+    int workers;                /* started */
+    unsigned long job;          /* bumped for each call */
+    void (*fn)(void *, int, int);
+    void *arg;
+    int parts, next, pending;   /* parts handed out so far, parts not yet finished */
+    int helpers;                /* workers the call may use (its threads - 1), and ... */
+    int joined;                 /* ... how many have joined it */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+          PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, 0, 0};
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+/* fork() copies only the calling thread: the child has no workers, and no call in flight
+   (the parent's pool is quiet while it forks) */
+static void pool_prepare(void)
+{
+    pthread_mutex_lock(&pool.owner);
+    pthread_mutex_lock(&pool.lock);
+}
+
+static void pool_parent(void)
+{
+    pthread_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&pool.owner);
+}
+
+static void pool_child(void)
+{
+    pool.workers = 0;
+    pool_parent();
+}
+
+static void pool_init(void)
+{
+    pthread_atfork(pool_prepare, pool_parent, pool_child);
+}
+
+/* Under pool.lock: run the parts not yet taken. */
+static void take_parts(void)
+{
+    while (pool.next < pool.parts) {
+        int part = pool.next++;
+        void (*fn)(void *, int, int) = pool.fn;
+        void *arg = pool.arg;
+        int parts = pool.parts;
+        pthread_mutex_unlock(&pool.lock);
+        fn(arg, part, parts);
+        pthread_mutex_lock(&pool.lock);
+        if (--pool.pending == 0)
+            pthread_cond_broadcast(&pool.done);
+    }
+}
+
+static void *pool_worker(void *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&pool.lock);
+    unsigned long seen = 0; /* a job already finished has no part left to take */
+    for (;;) {
+        while (pool.job == seen)
+            pthread_cond_wait(&pool.wake, &pool.lock);
+        seen = pool.job;
+        if (pool.joined < pool.helpers) {
+            pool.joined++;
+            take_parts();
+        }
+    }
+    return NULL;
+}
+
+void sk_parallel(int threads, int parts, void (*fn)(void *arg, int part, int parts), void *arg)
+{
+    if (threads > 1 && parts > 1 && pthread_once(&pool_once, pool_init) == 0 && pthread_mutex_trylock(&pool.owner) == 0) {
+        pthread_mutex_lock(&pool.lock);
+        int want = threads - 1 < parts - 1 ? threads - 1 : parts - 1;
+        if (want > SK_POOL_MAX)
+            want = SK_POOL_MAX;
+        while (pool.workers < want) {
+            pthread_t t;
+            pthread_attr_t at;
+            int ok = pthread_attr_init(&at) == 0;
+            if (ok) {
+                pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+                ok = pthread_create(&t, &at, pool_worker, NULL) == 0;
+                pthread_attr_destroy(&at);
+            }
+            if (!ok)
+                break; /* fewer workers: the caller takes their parts */
+            pool.workers++;
+        }
+        pool.fn = fn;
+        pool.arg = arg;
+        pool.parts = parts;
+        pool.next = 1;
+        pool.pending = parts - 1;
+        pool.helpers = want;
+        pool.joined = 0;
+        pool.job++;
+        pthread_cond_broadcast(&pool.wake);
+        pthread_mutex_unlock(&pool.lock);
+        fn(arg, 0, parts);
+        pthread_mutex_lock(&pool.lock);
+        take_parts();
+        while (pool.pending > 0)
+            pthread_cond_wait(&pool.done, &pool.lock);
+        pool.fn = NULL;
+        pool.arg = NULL;
+        pthread_mutex_unlock(&pool.lock);
+        pthread_mutex_unlock(&pool.owner);
+        return;
+    }
+    for (int part = 0; part < parts; part++)
+        fn(arg, part, parts);
+}
+
 /* ---- micro-kernels: c[MR x NR] (+)= a-sliver[kc x MR]^T * b-sliver[kc x NR] */
 
 static void ukr_c(int kc, const float *restrict a, const float *restrict b, float *restrict c, ptrdiff_t ldc, int acc)
@@ -195,21 +315,21 @@ typedef struct gemm_job {
     int rc;
 } gemm_job;
 
-static void *gemm_range(void *arg)
+static void gemm_range(gemm_job *J)
 {
-    gemm_job *J = arg;
     ukr_fn ukr = pick_ukr();
     int K = J->K;
     size_t tmpn = KC > NC ? KC : NC;
     float *Ap = J->Apk ? NULL : aligned_alloc(64, sizeof(float) * MC * KC);
-    float *Bp = aligned_alloc(64, sizeof(float) * KC * NC);
+    size_t ncols = (size_t)(J->j1 - J->j0 < NC ? J->j1 - J->j0 : NC);
+    float *Bp = aligned_alloc(64, sizeof(float) * KC * ((ncols + NR - 1) / NR * NR));
     float *tmp = malloc(sizeof(float) * tmpn);
     if ((!Ap && !J->Apk) || !Bp || !tmp) {
         free(Ap);
         free(Bp);
         free(tmp);
         J->rc = -1;
-        return NULL;
+        return;
     }
     float edge[MR * NR];
     for (int jc = J->j0; jc < J->j1; jc += NC) {
@@ -248,10 +368,15 @@ static void *gemm_range(void *arg)
     free(Bp);
     free(tmp);
     J->rc = 0;
-    return NULL;
 }
 
 static int gemm_run(gemm_job base, int threads);
+
+static void gemm_part(void *jobs, int part, int parts)
+{
+    (void)parts;
+    gemm_range((gemm_job *)jobs + part);
+}
 
 int sk_gemm(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ldc, int threads)
 {
@@ -306,14 +431,11 @@ static int gemm_run(gemm_job base, int threads)
     int mb = (M + MR - 1) / MR, nb = (N + NR - 1) / NR;
     int split_m = mb >= nb;
     int blocks = split_m ? mb : nb;
-    if (threads > blocks)
-        threads = blocks;
+    int parts = threads < blocks ? threads : blocks;
     gemm_job jobs[8];
-    pthread_t tid[8];
-    int started[8] = {0};
-    for (int t = 0; t < threads; t++) {
+    for (int t = 0; t < parts; t++) {
         jobs[t] = base;
-        int b0 = blocks * t / threads, b1 = blocks * (t + 1) / threads;
+        int b0 = blocks * t / parts, b1 = blocks * (t + 1) / parts;
         if (split_m) {
             jobs[t].i0 = b0 * MR;
             jobs[t].i1 = b1 * MR < M ? b1 * MR : M;
@@ -322,18 +444,11 @@ static int gemm_run(gemm_job base, int threads)
             jobs[t].j1 = b1 * NR < N ? b1 * NR : N;
         }
     }
-    for (int t = 1; t < threads; t++)
-        started[t] = pthread_create(&tid[t], NULL, gemm_range, &jobs[t]) == 0;
-    gemm_range(&jobs[0]);
-    int rc = jobs[0].rc;
-    for (int t = 1; t < threads; t++) {
-        if (started[t])
-            pthread_join(tid[t], NULL);
-        else
-            gemm_range(&jobs[t]); /* could not start a thread: do its share here */
+    sk_parallel(threads, parts, gemm_part, jobs);
+    int rc = 0;
+    for (int t = 0; t < parts; t++)
         if (jobs[t].rc)
             rc = jobs[t].rc;
-    }
     return rc;
 }
 
@@ -383,7 +498,7 @@ typedef struct narrow_job {
     const float *Bp;    /* column pairs: pair q, row k at Bp + (q * K + k) * 2 */
     float *C;
     ptrdiff_t ldc;
-    size_t s0, s1;      /* slivers [s0, s1) */
+    size_t slivers;
 } narrow_job;
 
 #ifdef ANEC_HAVE_F16C_PATH
@@ -421,12 +536,14 @@ static void narrow_sliver(int K, const uint16_t *as, const float *bp, float out[
 }
 #endif
 
-static void *narrow_range(void *arg)
+/* part of parts: its share of the slivers */
+static void narrow_part(void *arg, int part, int parts)
 {
 #ifdef ANEC_HAVE_F16C_PATH
-    narrow_job *J = arg;
+    const narrow_job *J = arg;
     float out[2][NW];
-    for (size_t sl = J->s0; sl < J->s1; sl++) {
+    size_t s0 = J->slivers * (size_t)part / (size_t)parts, s1 = J->slivers * (size_t)(part + 1) / (size_t)parts;
+    for (size_t sl = s0; sl < s1; sl++) {
         const uint16_t *as = J->Ah + sl * NW * (size_t)J->K;
         for (int j0 = 0; j0 < J->N; j0 += 2) {
             narrow_sliver(J->K, as, J->Bp + (size_t)j0 * (size_t)J->K, out);
@@ -442,8 +559,9 @@ static void *narrow_range(void *arg)
     }
 #else
     (void)arg;
+    (void)part;
+    (void)parts;
 #endif
-    return NULL;
 }
 
 int sk_gemm_narrow(int M, int N, int K, const uint16_t *Ah, sk_mat B, float *C, ptrdiff_t ldc, int threads)
@@ -476,36 +594,16 @@ int sk_gemm_narrow(int M, int N, int K, const uint16_t *Ah, sk_mat B, float *C, 
         }
     }
     free(col);
-    narrow_job base = {M, N, K, Ah, Bp, C, ldc, 0, narrow_slivers(M)};
-    size_t slivers = base.s1;
-    /* one pair reads the weight faster than it multiplies (a second thread gains nothing);
-       more pairs split the slivers */
+    narrow_job job = {M, N, K, Ah, Bp, C, ldc, narrow_slivers(M)};
+    /* the threads split the slivers (one thread's loads do not take all the memory
+       bandwidth there is, even when the product is bound by reading the weight) */
     if (threads > 8)
         threads = 8;
-    if ((size_t)threads > slivers)
-        threads = (int)slivers;
-    if (threads <= 1 || pairs < 2 || (long long)M * N * K < PAR_MIN_MACS) {
-        narrow_range(&base);
-        free(Bp);
-        return 0;
-    }
-    narrow_job jobs[8];
-    pthread_t tid[8];
-    int started[8] = {0};
-    for (int t = 0; t < threads; t++) {
-        jobs[t] = base;
-        jobs[t].s0 = slivers * (size_t)t / (size_t)threads;
-        jobs[t].s1 = slivers * (size_t)(t + 1) / (size_t)threads;
-    }
-    for (int t = 1; t < threads; t++)
-        started[t] = pthread_create(&tid[t], NULL, narrow_range, &jobs[t]) == 0;
-    narrow_range(&jobs[0]);
-    for (int t = 1; t < threads; t++) {
-        if (started[t])
-            pthread_join(tid[t], NULL);
-        else
-            narrow_range(&jobs[t]);
-    }
+    if ((size_t)threads > job.slivers)
+        threads = (int)job.slivers;
+    if ((long long)M * N * K < PAR_MIN_MACS)
+        threads = 1;
+    sk_parallel(threads, threads, narrow_part, &job);
     free(Bp);
     return 0;
 }

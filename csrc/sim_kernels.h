@@ -49,6 +49,15 @@ size_t sk_packed_narrow_halves(int M, int K);
 int sk_pack_narrow(int M, int K, sk_mat A, uint16_t *dst);
 int sk_gemm_narrow(int M, int N, int K, const uint16_t *Ah, sk_mat B, float *C, ptrdiff_t ldc, int threads);
 
+/* Run fn(arg, part, parts) for every part in [0, parts) on up to `threads` threads: the
+   calling one and threads - 1 of the process's workers (at most SK_POOL_MAX, started on first
+   use and kept for later calls, so a small product does not pay for starting threads). Parts
+   are handed out as threads come free, and the caller takes any part no worker has started,
+   so a worker that wakes late costs little; a call made while another thread's call has the
+   workers runs all its parts itself. Returns once every part is done. */
+#define SK_POOL_MAX 7
+void sk_parallel(int threads, int parts, void (*fn)(void *arg, int part, int parts), void *arg);
+
 /* Reference triple loop (tests and benchmarks compare against it). */
 void sk_gemm_naive(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ldc);
 
