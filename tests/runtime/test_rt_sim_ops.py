@@ -336,7 +336,9 @@ def test_conv1x1_repeated_columns_give_the_bits_of_distinct_ones(rt, wdt):
     rng = own_rng(11)
     cin, cout = 300, 70
     d = rand((1, cin, 1, 16), rng=rng)
-    idx = np.array([0, 1, 1, 1, 0, 2, 2, 5, 5, 1, 1, 1, 1, 1, 1, 0])
+    d[0, :, 0, 7] = d[0, :, 0, 3]  # equal to column 3 but in its last element
+    d[0, -1, 0, 7] += np.float16(0.5)
+    idx = np.array([0, 1, 1, 1, 0, 2, 2, 5, 5, 1, 3, 7, 7, 3, 1, 0])
     rep = np.ascontiguousarray(d[..., idx])
     w = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(wdt)
     wd = mk.DT[np.dtype(wdt)]
