@@ -122,12 +122,19 @@ static int pointwise_conv(const sim_op *o, const sim_value *wv)
            o->pads[0] == 0 && o->pads[1] == 0 && o->pads[2] == 0 && o->pads[3] == 0;
 }
 
+/* A conv whose product is one GEMM of at most PACK_MAX_COLS columns: pointwise and
+   ungrouped (narrow_product runs it). */
+static int narrow_conv(const sim_plan *p, const sim_op *o)
+{
+    const sim_value *wv = &p->vals[o->y], *ov = &p->vals[o->outs[0]];
+    return o->groups == 1 && pointwise_conv(o, wv) && ov->shape[2] * ov->shape[3] <= PACK_MAX_COLS;
+}
+
 static int packable(const sim_plan *p, const sim_op *o)
 {
-    if (o->kind != SOP_CONV || o->groups != 1 || o->x < 0 || o->y < 0)
+    if (o->kind != SOP_CONV || o->x < 0 || o->y < 0)
         return 0;
-    const sim_value *wv = &p->vals[o->y], *ov = &p->vals[o->outs[0]];
-    return wv->kind == SV_BLOB && pointwise_conv(o, wv) && ov->shape[2] * ov->shape[3] <= PACK_MAX_COLS;
+    return p->vals[o->y].kind == SV_BLOB && narrow_conv(p, o);
 }
 
 /* PACK_BUDGET, or a quarter of the free memory if that is less (where the OS tells it) */
@@ -632,8 +639,8 @@ static int run_reduce(sim_state *s, const sim_op *o)
         lo++;
     while (hi > lo && !(o->axes_mask & (1 << hi)))
         hi--;
-    int run = lo < rank;
-    for (int d = lo; d <= hi && run; d++)
+    int run = lo < rank; /* some axis is reduced, and so is every axis between the first and last */
+    for (int d = lo + 1; d < hi && run; d++)
         run = (o->axes_mask >> d) & 1;
     if (!run) {
         reduce_walk(xv, ostr, a, r, is_max);
@@ -839,7 +846,7 @@ static int run_conv(sim_state *s, const sim_op *o)
                 Bm.cs = 1;
             }
             float *C = r + (n * Cout + gi * cout_g) * Ho * Wo;
-            if (pointwise && g == 1 && Ho * Wo <= PACK_MAX_COLS)
+            if (narrow_conv(s->plan, o))
                 rc = narrow_product(s, &s->panels[o - s->plan->ops], (int)cout_g, (int)(Ho * Wo), (int)K, A, Bm, C);
             else if (sk_gemm((int)cout_g, (int)(Ho * Wo), (int)K, A, Bm, C, Ho * Wo, s->threads))
                 rc = ANEC_ENOMEM;

@@ -3,8 +3,10 @@
 #include "sim_kernels.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fp16.h"
 
@@ -26,11 +28,54 @@ static struct {
     unsigned long job;          /* bumped for each call */
     void (*fn)(void *, int, int);
     void *arg;
-    int parts, next, pending;   /* parts handed out so far, parts not yet finished */
+    int parts, next;            /* parts handed out so far */
+    atomic_int pending;         /* parts not yet finished (changed under lock, read spinning) */
+    atomic_ulong posted;        /* = job, for workers spinning without the lock */
     int helpers;                /* workers the call may use (its threads - 1), and ... */
     int joined;                 /* ... how many have joined it */
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, 0, 0};
+          PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, 0, 0, 0};
+
+/* A thread about to sleep on a condition first polls it for up to SPIN_NS: a futex wake-up
+   costs tens of microseconds on a virtual machine, as much as a decode step's GEMM. */
+#define SPIN_NS 100000L
+
+static long elapsed_ns(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Spin (without the lock) until *v differs from `from` or SPIN_NS pass. */
+static void spin_while_ulong(atomic_ulong *v, unsigned long from)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 1; atomic_load_explicit(v, memory_order_acquire) == from; i++) {
+        cpu_relax();
+        if (i % 64 == 0 && elapsed_ns(&t0) > SPIN_NS)
+            return;
+    }
+}
+
+static void spin_while_pending(void)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 1; atomic_load_explicit(&pool.pending, memory_order_acquire) > 0; i++) {
+        cpu_relax();
+        if (i % 64 == 0 && elapsed_ns(&t0) > SPIN_NS)
+            return;
+    }
+}
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 
 /* fork() copies only the calling thread: the child has no workers, and no call in flight
@@ -69,7 +114,7 @@ static void take_parts(void)
         pthread_mutex_unlock(&pool.lock);
         fn(arg, part, parts);
         pthread_mutex_lock(&pool.lock);
-        if (--pool.pending == 0)
+        if (atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_acq_rel) == 1)
             pthread_cond_broadcast(&pool.done);
     }
 }
@@ -80,6 +125,11 @@ static void *pool_worker(void *unused)
     pthread_mutex_lock(&pool.lock);
     unsigned long seen = 0; /* a job already finished has no part left to take */
     for (;;) {
+        if (pool.job == seen) {
+            pthread_mutex_unlock(&pool.lock);
+            spin_while_ulong(&pool.posted, seen);
+            pthread_mutex_lock(&pool.lock);
+        }
         while (pool.job == seen)
             pthread_cond_wait(&pool.wake, &pool.lock);
         seen = pool.job;
@@ -115,16 +165,22 @@ void sk_parallel(int threads, int parts, void (*fn)(void *arg, int part, int par
         pool.arg = arg;
         pool.parts = parts;
         pool.next = 1;
-        pool.pending = parts - 1;
+        atomic_store_explicit(&pool.pending, parts - 1, memory_order_relaxed);
         pool.helpers = want;
         pool.joined = 0;
         pool.job++;
+        atomic_store_explicit(&pool.posted, pool.job, memory_order_release);
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.lock);
         fn(arg, 0, parts);
         pthread_mutex_lock(&pool.lock);
         take_parts();
-        while (pool.pending > 0)
+        if (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0) {
+            pthread_mutex_unlock(&pool.lock);
+            spin_while_pending();
+            pthread_mutex_lock(&pool.lock);
+        }
+        while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0)
             pthread_cond_wait(&pool.done, &pool.lock);
         pool.fn = NULL;
         pool.arg = NULL;
@@ -568,13 +624,8 @@ int sk_gemm_narrow(int M, int N, int K, const uint16_t *Ah, sk_mat B, float *C, 
 {
     if (!sk_have_narrow())
         return -1;
-    if (M <= 0 || N <= 0)
-        return 0;
-    if (K <= 0) {
-        for (int i = 0; i < M; i++)
-            memset(C + (ptrdiff_t)i * ldc, 0, (size_t)N * sizeof(float));
-        return 0;
-    }
+    if (M <= 0 || N <= 0 || K <= 0) /* nothing to read: the empty sum, as sk_gemm gives it */
+        return sk_gemm(M, N, K, (sk_mat){NULL, SK_F16, 0, 0}, B, C, ldc, 1);
     /* B as fp32 column pairs (an odd last column is paired with itself) */
     size_t pairs = ((size_t)N + 1) / 2;
     float *Bp = malloc(pairs * 2 * (size_t)K * sizeof(float));

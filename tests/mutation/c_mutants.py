@@ -108,8 +108,12 @@ MUTANTS: list[CMutant] = [
     CMutant("k-narrow-pack", K, "d[(size_t)k * NW + r] = i < M ? row[(ptrdiff_t)k * A.cs] : 0;",
             "d[(size_t)r * K + k] = i < M ? row[(ptrdiff_t)k * A.cs] : 0;",
             "the fp16 slivers are written row-major instead of k-major"),
-    CMutant("k-pool-wait", K, "        while (pool.pending > 0)\n            pthread_cond_wait(&pool.done, &pool.lock);",
-            "        (void)0;",
+    CMutant("k-pool-wait", K, "        if (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0) {\n"
+            "            pthread_mutex_unlock(&pool.lock);\n            spin_while_pending();\n"
+            "            pthread_mutex_lock(&pool.lock);\n        }\n"
+            "        while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0)\n"
+            "            pthread_cond_wait(&pool.done, &pool.lock);\n",
+            "",
             "a parallel call returns before the workers' parts are done"),
     CMutant("k-strides", K, "        s *= shape[i];", "        s += shape[i];",
             "row-major strides computed as sums"),
@@ -127,12 +131,12 @@ MUTANTS: list[CMutant] = [
     # ---- sim_exec.c: loading, conversions and the op runners
     CMutant("x-pack-op", X, "narrow_product(s, &s->panels[o - s->plan->ops],", "narrow_product(s, &s->panels[0],",
             "every conv uses the weight packed for the first op"),
-    CMutant("x-pack-groups", X, "if (o->kind != SOP_CONV || o->groups != 1 || o->x < 0 || o->y < 0)",
-            "if (o->kind != SOP_CONV || o->x < 0 || o->y < 0)",
-            "a grouped conv is given its whole weight packed as one GEMM operand"),
-    CMutant("x-pack-kernel", X, "return wv->kind == SV_BLOB && pointwise_conv(o, wv) &&",
-            "return wv->kind == SV_BLOB &&",
-            "a conv with a spatial kernel is run as a pointwise GEMM over its packed weight"),
+    CMutant("x-pack-groups", X, "return o->groups == 1 && pointwise_conv(o, wv) &&", "return pointwise_conv(o, wv) &&",
+            "a grouped conv is run as one GEMM over its whole weight"),
+    CMutant("x-pack-kernel", X, "return o->groups == 1 && pointwise_conv(o, wv) &&", "return o->groups == 1 &&",
+            "a conv with a spatial kernel is run as a pointwise GEMM"),
+    CMutant("x-pack-blob", X, "return p->vals[o->y].kind == SV_BLOB && narrow_conv(p, o);", "return narrow_conv(p, o);",
+            "a conv whose weight is an input is packed at the second run: later calls multiply by the old weight"),
     CMutant("x-dedup-gather", X, "uint32_t bits = elem_bits(&B, k, first[q]);", "uint32_t bits = elem_bits(&B, k, q);",
             "the distinct columns are gathered from the first u columns"),
     CMutant("x-dedup-scatter", X, "Cu[(size_t)i * (size_t)u + (size_t)rep[j]];", "Cu[(size_t)i * (size_t)u + (size_t)rep[0]];",
@@ -196,7 +200,7 @@ MUTANTS: list[CMutant] = [
             "reduce_max drops NaN"),
     CMutant("x-reduce-run-nan", X, "if (x[i] > ro[i] || x[i] != x[i])", "if (x[i] > ro[i])",
             "reduce_max over adjacent axes drops NaN"),
-    CMutant("x-reduce-run-span", X, "for (int d = lo; d <= hi && run; d++)", "for (int d = lo; d < hi && run; d++)",
+    CMutant("x-reduce-run-span", X, "for (int d = lo + 1; d < hi && run; d++)", "for (int d = lo + 1; d < hi - 1 && run; d++)",
             "reduced axes with a kept one between them are taken as adjacent"),
     CMutant("x-reduce-run-inner", X, "    for (int d = hi + 1; d < rank; d++)\n            inner *=",
             "    for (int d = hi + 2; d < rank; d++)\n            inner *=",

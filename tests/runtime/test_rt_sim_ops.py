@@ -143,6 +143,15 @@ def test_scalar_const_operand_and_inline_literal(rt):
     close16(out["b"], f16(x.astype(np.float32) * -1.5).astype(np.float32) + 1.0, "scalar-const")
 
 
+@pytest.mark.parametrize("name", ["sub", "real_div", "pow"])
+def test_scalar_x_operand_over_long_runs(rt, name):
+    """A scalar as x, a tensor as y (runs of 20: the vector loop and its tail)."""
+    y = rand((1, 4, 3, 20), lo=0.5, hi=2.0)
+    body = [mk.const_scalar("c", F16, 1.5), mk.op("r", F16, y.shape, name, x="c", y="y")]
+    out = run(rt, {"y": y}, body, ["r"])
+    close16(out["r"], BINARY[name](np.float32(1.5), y.astype(np.float32)), f"binary:{name}")
+
+
 def test_fp16_rounding_after_every_op(rt):
     # 1 + 2^-11 is not an fp16 value: (x + eps) - x is 0 in fp16 storage, eps in fp32
     x = np.ones((1, 1, 1, 4), np.float16)
@@ -181,6 +190,17 @@ def test_reduce_max_propagates_nan_and_all_negative_rows(rt):
             mk.op("y", F16, (4,), "reduce_max", axes="ax", keep_dims="kd", x="x")]
     got = run(rt, {"x": x}, body, ["y"])["y"]
     np.testing.assert_array_equal(got, np.max(x, axis=1))
+
+
+def test_reduce_max_over_axes_apart_propagates_nan(rt):
+    """The same rule when the reduced axes have a kept one between them (the general walk)."""
+    x = rand((2, 3, 2, 4), rng=own_rng(21))
+    x[0, 1, 0, 2] = np.nan
+    x[1, 2, 1, 3] = np.nan
+    body = [mk.const_ints("ax", [1, 3]), mk.const_scalar("kd", "bool", False),
+            mk.op("y", F16, (2, 2), "reduce_max", axes="ax", keep_dims="kd", x="x")]
+    got = run(rt, {"x": x}, body, ["y"])["y"]
+    np.testing.assert_array_equal(got, np.max(x, axis=(1, 3)))
 
 
 @pytest.mark.parametrize("op,fn", [("reduce_sum", np.sum), ("reduce_mean", np.mean), ("reduce_max", np.max)])
@@ -359,6 +379,21 @@ def test_conv1x1_repeated_columns_give_the_bits_of_distinct_ones(rt, wdt):
         for which, y in runs:
             want = base[..., idx] if which == "rep" else base
             np.testing.assert_array_equal(y.view(np.uint16), want.view(np.uint16))
+
+
+def test_conv1x1_weight_given_as_an_input_is_read_on_every_call(rt):
+    """A narrow conv whose weight is a program input (not a BLOBFILE const) is never packed:
+    each call multiplies by the weight it is given."""
+    rng = own_rng(13)
+    x = rand((1, 32, 1, 16), rng=rng)
+    body = [mk.op("y", F16, (1, 24, 1, 16), "conv", weight="w", x="x")]
+    prog = rt.compile(mk.program([("x", F16, x.shape), ("w", F16, (24, 32, 1, 1))], body, ["y"]), {})
+    try:
+        for _ in range(3):
+            w = rand((24, 32, 1, 1), lo=-0.5, hi=0.5, rng=rng)
+            close16(prog(x=x, w=w)["y"], conv_ref(x, w), "conv1x1")
+    finally:
+        prog.close()
 
 
 @pytest.mark.parametrize("groups,kernel", [(2, 1), (1, 3), (3, 3)])
