@@ -54,28 +54,29 @@ static void cpu_relax(void)
 #endif
 }
 
-/* Spin (without the lock) until *v differs from `from` or SPIN_NS pass. */
-static void spin_while_ulong(atomic_ulong *v, unsigned long from)
+static int job_posted(const void *seen)
+{
+    return atomic_load_explicit(&pool.posted, memory_order_acquire) != *(const unsigned long *)seen;
+}
+
+static int parts_done(const void *unused)
+{
+    (void)unused;
+    return atomic_load_explicit(&pool.pending, memory_order_acquire) == 0;
+}
+
+/* Poll done(arg), without the lock, until it holds or SPIN_NS pass. */
+static void spin_until(int (*done)(const void *), const void *arg)
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 1; atomic_load_explicit(v, memory_order_acquire) == from; i++) {
+    for (int i = 1; !done(arg); i++) {
         cpu_relax();
         if (i % 64 == 0 && elapsed_ns(&t0) > SPIN_NS)
             return;
     }
 }
 
-static void spin_while_pending(void)
-{
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 1; atomic_load_explicit(&pool.pending, memory_order_acquire) > 0; i++) {
-        cpu_relax();
-        if (i % 64 == 0 && elapsed_ns(&t0) > SPIN_NS)
-            return;
-    }
-}
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 
 /* fork() copies only the calling thread: the child has no workers, and no call in flight
@@ -127,7 +128,7 @@ static void *pool_worker(void *unused)
     for (;;) {
         if (pool.job == seen) {
             pthread_mutex_unlock(&pool.lock);
-            spin_while_ulong(&pool.posted, seen);
+            spin_until(job_posted, &seen);
             pthread_mutex_lock(&pool.lock);
         }
         while (pool.job == seen)
@@ -177,7 +178,7 @@ void sk_parallel(int threads, int parts, void (*fn)(void *arg, int part, int par
         take_parts();
         if (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0) {
             pthread_mutex_unlock(&pool.lock);
-            spin_while_pending();
+            spin_until(parts_done, NULL);
             pthread_mutex_lock(&pool.lock);
         }
         while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0)

@@ -5,9 +5,9 @@
  * The GEMM (used by conv and matmul) packs cache-sized panels of both operands
  * into fp32 (converting fp16 on the fly), accumulates in fp32 with a 6x16
  * register-blocked micro-kernel (AVX2+FMA when the CPU has it, portable C
- * otherwise) and splits large problems over pthreads. The k loop order never
- * depends on the thread count, so results are bit-identical for any number of
- * threads.
+ * otherwise) and splits large problems over the threads of a process-wide
+ * pool (sk_parallel). The k loop order never depends on the thread count, so
+ * results are bit-identical for any number of threads.
  */
 #ifndef ANEC_SIM_KERNELS_H
 #define ANEC_SIM_KERNELS_H

@@ -109,7 +109,7 @@ MUTANTS: list[CMutant] = [
             "d[(size_t)r * K + k] = i < M ? row[(ptrdiff_t)k * A.cs] : 0;",
             "the fp16 slivers are written row-major instead of k-major"),
     CMutant("k-pool-wait", K, "        if (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0) {\n"
-            "            pthread_mutex_unlock(&pool.lock);\n            spin_while_pending();\n"
+            "            pthread_mutex_unlock(&pool.lock);\n            spin_until(parts_done, NULL);\n"
             "            pthread_mutex_lock(&pool.lock);\n        }\n"
             "        while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0)\n"
             "            pthread_cond_wait(&pool.done, &pool.lock);\n",
