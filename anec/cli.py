@@ -46,8 +46,25 @@ class _Group(click.Group):
             click.echo(f"error: {e.strerror or e}{where}", err=True)
             ctx.exit(1)
         except Exception as e:  # noqa: BLE001 - the last guard: a bug, reported as one
+            interrupt = _interrupt_in(e)
+            if interrupt is not None:  # a signal, not a bug: Ctrl-C's "Aborted!", or its exit status
+                raise interrupt from None
             _internal_error(ctx, e)
             ctx.exit(EXIT_INTERNAL)
+
+
+def _interrupt_in(e: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt (SIGINT) or SystemExit (the SIGTERM/SIGHUP handler) that Python
+    wrapped into ``e``, if any: one raised while a class is created, in a descriptor's
+    ``__set_name__``, comes out as a RuntimeError caused by it."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, (KeyboardInterrupt, SystemExit)):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def _internal_error(ctx: click.Context, e: BaseException) -> None:

@@ -45,6 +45,28 @@ def test_the_traceback_on_request(monkeypatch, how):
     assert "Traceback (most recent call last)" in result.output and "KeyError: 'a bug'" in result.output
 
 
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt(), SystemExit(143)])
+def test_a_signal_that_python_wrapped_is_a_signal_not_a_bug(monkeypatch, interrupt):
+    """Ctrl-C (or the SIGTERM handler's exit) while a class is being created comes out of
+    Python as a RuntimeError from ``__set_name__`` caused by it (seen in CI: a SIGINT during an
+    import, 'Error calling __set_name__ on 'Field' instance ...'): the CLI ends as the signal
+    would have it, not with a bug report."""
+    def interrupted(*a, **k):
+        class Owner:  # a descriptor whose __set_name__ the signal interrupts
+            class Field:
+                def __set_name__(self, owner, name):
+                    raise interrupt
+            options = Field()
+
+    monkeypatch.setattr("anec.ir.ops.format_table", interrupted)
+    result = CliRunner().invoke(main, ["ops"])
+    assert "internal error" not in result.output
+    if isinstance(interrupt, KeyboardInterrupt):
+        assert result.exit_code == 1 and "Aborted!" in result.output
+    else:
+        assert result.exit_code == 143
+
+
 def test_operating_system_errors_are_user_errors(monkeypatch):
     def denied(*a, **k):
         raise PermissionError(13, "Permission denied", "/some/file")
