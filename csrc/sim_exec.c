@@ -697,8 +697,7 @@ static uint32_t elem_bits(const sk_mat *B, int64_t k, int64_t j)
     return ((const uint16_t *)B->p)[at];
 }
 
-/* The distinct columns of B [K x N] (bit for bit, N <= PACK_MAX_COLS): first[q] is the q-th
-   distinct column, rep[j] the q of column j. Returns their count. */
+/* h[j] (FNV-1a) folded over rows [k0, k1) of column j of B. */
 static void hash_rows(const sk_mat *B, int k0, int k1, int N, uint64_t *h)
 {
     for (int k = k0; k < k1; k++)
@@ -715,6 +714,8 @@ static int all_differ(const uint64_t *h, int N)
     return 1;
 }
 
+/* The distinct columns of B [K x N] (bit for bit, N <= PACK_MAX_COLS): first[q] is the q-th
+   distinct column, rep[j] the q of column j. Returns their count. */
 static int distinct_columns(const sk_mat *B, int K, int N, int *rep, int *first)
 {
     uint64_t h[PACK_MAX_COLS];
