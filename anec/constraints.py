@@ -432,6 +432,22 @@ _ENTRIES = (
          "tests/mil/test_mil_contract.py::test_rank_n_funcs_run_on_the_sim_with_logical_shapes"),
     ),
     Constraint(
+        "ANE-INT32-SHAPE", "every dimension of a tensor's device layout fits int32",
+        "unknown on the device: MIL text cannot even state such a shape (its shape and "
+        "stride parameters are int32 tensors), so the program is never built",
+        "the MIL op set (Apple coremltools MIL: shape, perm, begin/end/stride parameters are "
+        "int32 tensors)", VERIFIED,
+        "error", "verifier: _bad_type",
+        "A tensor of rank other than 4 is laid out by the compiler as [1, prod(shape[:-1]), 1, "
+        "shape[-1]] (the ANE-IO-RANK4 form), so a [4, 10^9, 1] tensor needs a 4 * 10^9 channel "
+        "dimension. The verifier (anec check, anec compile, and every importer, which verifies "
+        "what it builds) reports such a tensor at its definition, before any pass merges the "
+        "dimensions; single dimensions above 2^31 - 1 were already type errors.",
+        "compile",
+        ("tests/passes/test_int32_shape.py::test_a_rank3_tensor_whose_device_layout_overflows_int32",
+         "tests/security/test_huge_shapes.py::test_huge_reshapes_are_located_errors_in_every_command"),
+    ),
+    Constraint(
         "ANE-SPLIT", "multi-result split is unproven on the device",
         "unknown: no published on-device program contains a multi-result op",
         "maderix/ANE slices with single-result slice_by_size, Orion's codegen has no split "

@@ -6,7 +6,9 @@ at the span of the node (its op name) or value concerned:
 
 * SSA: each value is defined once, before its uses, inside this func;
   value and func names are unique and printable; every dimension of its type
-  is at least 1 and fits MIL's int32 shapes;
+  is at least 1 and fits MIL's int32 shapes, and so does every dimension of
+  the rank-4 ``[1, C, 1, S]`` layout the compiler gives a tensor of another
+  rank (ANE-INT32-SHAPE: ``[4, 10**9, 1]`` is ``[1, 4 * 10**9, 1, 1]``);
 * each node: the op exists, operand count and keyword operands, the attribute
   schema, dtype domains and shape rules (all through
   :func:`anec.ir.ops.infer_node_types`, as the parser does); the declared
@@ -41,12 +43,15 @@ from anec.ir import ops
 from anec.ir.graph import Changes, Graph, Module, Node, Value, no_cyclic_gc
 from anec.ir.lexical import IDENT, MAX_LIST_DEPTH, VALUE_NAME
 from anec.ir.ops import infer_node_types
-from anec.ir.types import DType, TensorType
+from anec.ir.types import DType, TensorType, device_shape
 
 __all__ = ["Report", "VerifyWarning", "check", "verify", "verify_all", "verify_changes"]
 
 MAX_DIM = 2**31 - 1
 """The largest dimension of a tensor type: MIL writes shapes and shape parameters as int32."""
+
+INT32_SHAPE = "ANE-INT32-SHAPE"
+_WIDE = "on the device it is laid out as"
 
 
 class VerifyWarning(AnecError):
@@ -359,7 +364,13 @@ class _GraphChecker:
         t = v.type
         bad = None if type(t) is TensorType and t in _GOOD_TYPES else _bad_type(t)
         if bad:
-            self.error(f"%{v.name} has an invalid type: {bad}", v.span)
+            if bad.startswith(_WIDE):
+                self.report.errors.append(VerifyError(
+                    f"%{v.name} has an invalid type: {bad}", v.span or self.g.span, constraint=INT32_SHAPE,
+                    hint="split the tensor (fewer positions per func, e.g. a smaller sequence bucket), "
+                         "or keep it rank 4 with each axis below 2^31"))
+            else:
+                self.error(f"%{v.name} has an invalid type: {bad}", v.span)
         self.defined[id(v)] = v
 
     def use(self, v: Value, node: Node, index: int) -> bool:
@@ -654,6 +665,11 @@ def _bad_type(t: Any) -> str | None:
         return f"{t} has a dimension < 1"
     if any(d > MAX_DIM for d in t.shape):
         return f"a dimension is larger than {MAX_DIM} (MIL shapes are int32)"
+    if t.rank != 4:
+        dev = device_shape(t.shape)
+        if dev[1] > MAX_DIM:
+            return (f"{_WIDE} {list(dev)}, whose dimension {dev[1]} is larger than {MAX_DIM} "
+                    "(MIL shapes and strides are int32)")
     if len(_GOOD_TYPES) < _INFERRED_MAX:
         _GOOD_TYPES.add(t)
     return None
