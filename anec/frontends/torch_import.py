@@ -39,7 +39,6 @@ import math
 import operator
 import os
 import re
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -206,62 +205,31 @@ def decompose(ep: Any) -> Any:
 
 
 def load_pt2(path: str | os.PathLike) -> Any:
-    """A saved ``torch.export`` program (``.pt2``), refusing archives that need pickle.
+    """A saved ``torch.export`` program (``.pt2``), read so that the file cannot run code.
 
-    ``torch.export.load`` falls back to unrestricted unpickling for some
-    payloads; anec checks first that every weight and constant is a raw
-    tensor and that the sample inputs load with ``weights_only=True``.
+    :func:`anec.frontends.pt2_archive.read_pt2` reads the file once and checks
+    it (layout allow-list, sizes, raw tensors only, no pickle, no shared
+    library, no code in the program's JSON); ``torch.export.load`` then gets a
+    new in-memory zip of the checked members only, without the sample inputs.
     """
+    import logging
+
+    from anec.frontends.pt2_archive import read_pt2
+
     torch = require("torch", "torch", "anec import")
-    p = Path(path)
-    try:
-        zf = zipfile.ZipFile(p)
-    except FileNotFoundError:
-        raise TorchImportError(f"no such file '{p}'") from None
-    except (zipfile.BadZipFile, OSError) as e:
-        raise TorchImportError(f"'{p}' is not a torch.export archive ({e})",
-                               hint="save one with torch.export.save(exported_program, 'model.pt2')") from None
-    with zf:
-        names = zf.namelist()
-        configs = [n for n in names if n.endswith("_config.json") and "/data/" in f"/{n}"]
-        models = [n for n in names if re.search(r"(^|/)models/[^/]+\.json$", n)]
-        if not models:
-            raise TorchImportError(f"'{p}' holds no exported program (no models/*.json)",
-                                   hint="save one with torch.export.save(exported_program, 'model.pt2')")
-        for n in names:
-            if re.search(r"(^|/)data/(weights|constants)/[^/]+\.pt$", n):
-                raise TorchImportError(f"'{p}' uses the legacy pickled weight format ({n})",
-                                       hint="re-save it with a current torch.export.save")
-        for n in configs:
-            try:
-                cfg = json.loads(zf.read(n)).get("config", {})
-            except (ValueError, AttributeError, KeyError) as e:
-                raise TorchImportError(f"'{p}': unreadable {n} ({e})") from None
-            if not isinstance(cfg, dict):
-                raise TorchImportError(f"'{p}': {n} is malformed")
-            for key, meta in cfg.items():
-                if not isinstance(meta, dict):
-                    raise TorchImportError(f"'{p}': {n} is malformed")
-                path_name = str(meta.get("path_name", ""))
-                if meta.get("use_pickle") or not re.match(r"(weight|tensor)_", path_name):
-                    raise TorchImportError(
-                        f"'{p}': '{key}' is stored as a pickled object, which anec does not load",
-                        hint="only archives of plain tensors are imported (pickle can run code)")
-        for n in names:
-            if re.search(r"(^|/)data/sample_inputs/[^/]+\.pt$", n):
-                try:
-                    with _quiet_warnings():
-                        torch.load(io.BytesIO(zf.read(n)), weights_only=True)
-                except Exception:
-                    raise TorchImportError(
-                        f"'{p}': its sample inputs ({n}) are not plain tensors",
-                        hint="only archives of plain tensors are imported (pickle can run code)") from None
+    archive = read_pt2(path)
+    data = archive.torch_bytes()
+    archive.members.clear()
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)  # torch logs a traceback before it rethrows
     try:
         with _quiet_warnings():
-            return torch.export.load(str(p))
+            return torch.export.load(io.BytesIO(data))
     except Exception as e:
         msg = " ".join(str(e).strip().split("\n")[:2])[:400]
-        raise TorchImportError(f"cannot load '{p}': {type(e).__name__}: {msg}") from None
+        raise TorchImportError(f"cannot load '{os.fspath(path)}': {type(e).__name__}: {msg}") from None
+    finally:
+        logging.disable(previous)
 
 
 # ---------------------------------------------------------------------------
