@@ -831,7 +831,8 @@ def embed_cmd(checkpoint, sentences, vectors, backend, target, quiet) -> None:
               help="Global gradient norm limit (0 = none).")
 @click.option("--lora-rank", type=click.IntRange(min=0), default=0, show_default=True,
               help="Train LoRA adapters of this rank instead of the weights (saved in PEFT format).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Batch sampling seed.")
+@click.option("--seed", type=click.IntRange(min=0, max=2 ** 63 - 1), default=0, show_default=True,
+              help="Batch sampling seed.")
 @click.option("--save-every", type=click.IntRange(min=1), default=50, show_default=True,
               help="Steps between saved states (and loss.png redraws).")
 @click.option("--backend", type=click.Choice(_MODEL_BACKENDS), default="auto", show_default=True)
@@ -855,7 +856,8 @@ def train_cmd(checkpoint, data, steps, run_dir, resume, seq_len, batch_size, lr,
 
     if bar is not None:
         bar.start("train", steps)
-    res = train_run(cfg, run_dir, resume=resume, on_step=on_step)
+    res = train_run(cfg, run_dir, resume=resume, on_step=on_step,
+                    on_note=lambda text: click.echo(f"note: {text}", err=True))
     if bar is not None:
         bar.finish()
     click.echo(f"{res['steps']} steps, final loss {res['final_loss']:.4f} ({res['skipped']} skipped), "

@@ -10,12 +10,23 @@ A run killed at any moment resumes (``resume=True``) from its last saved
 state: the programs are compiled only after the state is loaded, the steps
 after that state are recomputed on the same batches, and the run ends with
 the same weights, bit for bit on the sim, as a run that was never interrupted.
+A run killed before its first save has no state: running it again (with or
+without ``resume``) starts it from step 0.
+
+Every file of the folder is opened beneath it (``openat`` with
+``O_NOFOLLOW`` from one descriptor of the folder, ``O_NONBLOCK`` then a
+regular-file check): a symbolic link, FIFO, socket or device where
+``.lock``, ``run.json``, ``log.jsonl`` or ``state/`` belongs is refused with
+an error naming it, and files are replaced by new temporary files renamed
+over them (a link there is replaced, never followed).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import stat
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,7 +35,9 @@ from typing import Any, Callable
 from anec.training.data import Batches, load_tokens
 from anec.training.plot import loss_png
 from anec.training.state import load_state, save_state
-from anec.diagnostics import TrainingError
+from anec.diagnostics import ArtifactError, TrainingError
+from anec.mil.artifact import is_temp_name
+from anec.mil.beneath import Beneath, kind_of
 from anec.training.trainer import Trainer
 
 
@@ -50,108 +63,236 @@ class RunConfig:
         return [k for k in mine if k not in ("steps", "backend", "save_every") and other.get(k) != mine[k]]
 
 
-def _lock(run_dir: Path):
+MAX_RUN_JSON = 1 << 20
+MAX_LOG = 1 << 30
+"""Bounds of the run folder files read back on resume (run.json, log.jsonl)."""
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_OWN_FILES = ("run.json", "log.jsonl", "loss.png")
+_OWN_TEMP = re.compile(r"\.(run\.json|log\.jsonl|loss\.png)\.tmp[0-9]+-[0-9a-f]+\Z")
+
+
+def _open_in(rd: Beneath, name: str, flags: int, what: str) -> int:
+    """``openat(run dir, name)`` without following a link and without blocking on a FIFO;
+    the descriptor of a regular file, or a TrainingError naming the file."""
+    path = rd.path / name
+    try:
+        fd = os.open(name, flags | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC, 0o666, dir_fd=rd.fileno)
+    except OSError as e:
+        kind = rd.kind(name)
+        if kind not in (None, "file"):
+            raise TrainingError(f"cannot open {what} '{path}': it is a {kind}",
+                                hint="the files of a run folder are never followed through links; "
+                                     "remove it and run again") from None
+        raise TrainingError(f"cannot open {what} '{path}': {e.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise TrainingError(f"cannot open {what} '{path}': it is a {kind_of(st.st_mode)}, not a regular file",
+                            hint="remove it and run again")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _lock(rd: Beneath) -> int:
+    """``flock`` on RUN_DIR/.lock (never followed through a link); its descriptor."""
     import fcntl
 
-    f = open(run_dir / ".lock", "a+")
+    fd = _open_in(rd, ".lock", os.O_RDWR | os.O_CREAT, "lock file")
     try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        f.close()
-        raise TrainingError(f"another anec train is using '{run_dir}'", hint="wait for it, or use another -o") from None
-    return f
+        os.close(fd)
+        raise TrainingError(f"another anec train is using '{rd.path}'", hint="wait for it, or use another -o") from None
+    return fd
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def _write_atomic(rd: Beneath, name: str, data: bytes) -> None:
+    """Replace RUN_DIR/name by ``data``: a new temporary file (never an existing one, never
+    through a link), fsynced, renamed over ``name`` (a link there is replaced, not followed)."""
+    import secrets
+
+    tmp = f".{name}.tmp{os.getpid()}-{secrets.token_hex(4)}"
+    fd_dir = rd.fileno
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o666, dir_fd=fd_dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, name, src_dir_fd=fd_dir, dst_dir_fd=fd_dir)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=fd_dir)
+            except OSError:
+                pass
+            raise
+        os.fsync(fd_dir)
+    except OSError as e:
+        raise TrainingError(f"cannot write '{rd.path / name}': {e.strerror or e}") from None
 
 
-def _read_log(path: Path, upto: int) -> list[dict[str, Any]]:
+def _remove_own_temps(rd: Beneath) -> None:
+    """The temporary files of killed runs (``.log.jsonl.tmpPID-XXXX``): removed, never followed."""
+    for n in rd.names():
+        if _OWN_TEMP.match(n):
+            try:
+                os.unlink(n, dir_fd=rd.fileno)
+            except OSError:
+                pass
+
+
+def _leftover(name: str) -> bool:
+    """Entries a run killed before its first save may leave, which a new run replaces."""
+    return (name in (".lock", "run.json", "log.jsonl") or bool(_OWN_TEMP.match(name))
+            or is_temp_name(name) or name.endswith(".anec-lock"))
+
+
+def _read_json(rd: Beneath, name: str) -> dict[str, Any]:
+    from anec.mil.manifest import parse_json
+
+    where = str(rd.path / name)
+    try:
+        obj = parse_json(rd.read(name, MAX_RUN_JSON, "run settings"), where, "run settings")
+    except ArtifactError as e:
+        raise TrainingError(e.message, hint="start the run again in a new -o") from None
+    if not isinstance(obj, dict):
+        raise TrainingError(f"{where}: the run settings are not a JSON object", hint="start the run again in a new -o")
+    return obj
+
+
+def _read_log(rd: Beneath, upto: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    if not path.is_file():
+    if rd.kind("log.jsonl") is None:
         return rows
-    for line in path.read_text("utf-8", errors="replace").splitlines():
+    try:
+        raw = rd.read("log.jsonl", MAX_LOG, "training log")
+    except ArtifactError as e:
+        raise TrainingError(e.message, hint="remove it (it is rewritten from the saved state's steps) "
+                                            "and resume again") from None
+    for line in raw.decode("utf-8", errors="replace").splitlines():
         try:
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue  # a line cut by a kill
-        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= upto:
+        if (isinstance(row, dict) and type(row.get("step")) is int and 1 <= row["step"] <= upto
+                and isinstance(row.get("loss"), (int, float))):
             rows.append(row)
     return rows
 
 
 def train_run(cfg: RunConfig, run_dir: str | os.PathLike, resume: bool = False,
-              on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Run (or resume) a training run; returns a summary (final loss, steps, timings)."""
+              on_step: Callable[[dict[str, Any]], None] | None = None,
+              on_note: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run (or resume) a training run; returns a summary (final loss, steps, timings).
+
+    ``resume`` continues from RUN_DIR/state; a run killed before its first save has no
+    state, and resuming it starts it again from step 0 (``on_note`` is told so). Without
+    ``resume`` the folder must be new, empty, or hold only what such a run leaves."""
     d = Path(run_dir)
     if cfg.steps < 1:
         raise TrainingError(f"--steps must be >= 1, got {cfg.steps}")
     if cfg.save_every < 1:
         raise TrainingError(f"--save-every must be >= 1, got {cfg.save_every}")
-    if resume:
-        if not (d / "run.json").is_file() or not (d / "state").is_dir():
-            raise TrainingError(f"'{d}' holds no run to resume", hint="start it without --resume")
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or not 0 <= cfg.seed < 2 ** 63:
+        raise TrainingError(f"--seed must be an integer in [0, 2^63), got {cfg.seed!r}")
+    if resume and not d.is_dir():
+        raise TrainingError(f"'{d}' holds no run to resume", hint="start it without --resume")
+    if os.path.lexists(d) and not d.is_dir():
+        raise TrainingError(f"cannot use '{d}' as a run folder: it is a file", hint="choose a new -o")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise TrainingError(f"cannot create the run folder '{e.filename or d}': {e.strerror}") from None
+    try:
+        rd = Beneath.open(d)
+    except ArtifactError as e:
+        raise TrainingError(e.message) from None
+    with rd:
+        lock = _lock(rd)
         try:
-            saved = json.loads((d / "run.json").read_text("utf-8"))
-        except (OSError, ValueError) as e:
-            raise TrainingError(f"cannot read {d / 'run.json'}: {e}") from None
-        diff = cfg.same_run(saved if isinstance(saved, dict) else {})
+            return _train(cfg, rd, resume, on_step, on_note)
+        finally:
+            os.close(lock)
+
+
+def _train(cfg: RunConfig, rd: Beneath, resume: bool, on_step: Callable[[dict[str, Any]], None] | None,
+           on_note: Callable[[str], None] | None) -> dict[str, Any]:
+    d = rd.path
+    _remove_own_temps(rd)
+    names = rd.names()
+    fresh = not resume
+    if resume:
+        if rd.kind("run.json") is None:
+            raise TrainingError(f"'{d}' holds no run to resume", hint="start it without --resume")
+        saved = _read_json(rd, "run.json")
+        diff = cfg.same_run(saved)
         if diff:
             raise TrainingError(f"the run in '{d}' was started with other settings: {', '.join(diff)}",
                                 hint="resume with the settings in run.json")
+        kind = rd.kind("state")
+        if kind is None:
+            fresh = True
+            if on_note is not None:
+                on_note(f"'{d}' has no saved state yet (the run stopped before its first save): "
+                        "starting it again from step 0")
+        elif kind != "directory":
+            raise TrainingError(f"cannot resume from '{d / 'state'}': it is a {kind}",
+                                hint="the state is never followed through links; start the run in a new -o")
     else:
-        if d.exists() and any(d.iterdir()):
-            raise TrainingError(f"'{d}' is not empty", hint="resume it with --resume, or choose a new -o")
-    d.mkdir(parents=True, exist_ok=True)
-    lock = _lock(d)
+        others = [n for n in names if not _leftover(n)]
+        if others:
+            raise TrainingError(f"'{d}' is not empty (it holds '{others[0]}')",
+                                hint="resume it with --resume, or choose a new -o")
+    tokens = load_tokens(cfg.data, cfg.checkpoint, _vocab(cfg.checkpoint))
+    batches = Batches(tokens, cfg.seq_len, cfg.batch_size, cfg.seed)
+    tr = Trainer(cfg.checkpoint, backend=cfg.backend, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
+                 lr=cfg.lr, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
+                 lora_rank=cfg.lora_rank, target=cfg.target)
     try:
-        tokens = load_tokens(cfg.data, cfg.checkpoint, _vocab(cfg.checkpoint))
-        batches = Batches(tokens, cfg.seq_len, cfg.batch_size, cfg.seed)
-        tr = Trainer(cfg.checkpoint, backend=cfg.backend, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
-                     lr=cfg.lr, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
-                     lora_rank=cfg.lora_rank, target=cfg.target)
+        if fresh:
+            _write_atomic(rd, "run.json", (json.dumps(asdict(cfg), indent=1) + "\n").encode())
+        else:
+            load_state(tr, d / "state")  # before any compile
+        log_rows = _read_log(rd, tr.step_index) if not fresh else []
+        _write_atomic(rd, "log.jsonl", "".join(json.dumps(r) + "\n" for r in log_rows).encode())
+        log_path = d / "log.jsonl"
+        log = os.fdopen(_open_in(rd, "log.jsonl", os.O_WRONLY | os.O_APPEND, "training log"), "a", encoding="utf-8")
+        t_start = time.perf_counter()
         try:
-            if resume:
-                load_state(tr, d / "state")  # before any compile
-            else:
-                _write_atomic(d / "run.json", (json.dumps(asdict(cfg), indent=1) + "\n").encode())
-            log_rows = _read_log(d / "log.jsonl", tr.step_index)
-            _write_atomic(d / "log.jsonl", "".join(json.dumps(r) + "\n" for r in log_rows).encode())
-            log = open(d / "log.jsonl", "a", encoding="utf-8")
-            t_start = time.perf_counter()
-            try:
-                while tr.step_index < cfg.steps:
-                    ids = batches.batch(tr.step_index)
-                    t0 = time.perf_counter()
-                    tr.step(ids)
-                    dt = time.perf_counter() - t0
-                    row = dict(tr.history[-1])
-                    row["tokens_per_s"] = ids.shape[0] * (ids.shape[1] - 1) / dt if dt > 0 else 0.0
-                    row.update({k: round(v, 6) for k, v in tr.timings.items()})
+            while tr.step_index < cfg.steps:
+                ids = batches.batch(tr.step_index)
+                t0 = time.perf_counter()
+                tr.step(ids)
+                dt = time.perf_counter() - t0
+                row = dict(tr.history[-1])
+                row["tokens_per_s"] = ids.shape[0] * (ids.shape[1] - 1) / dt if dt > 0 else 0.0
+                row.update({k: round(v, 6) for k, v in tr.timings.items()})
+                try:
                     log.write(json.dumps(row) + "\n")
                     log.flush()
-                    log_rows.append(row)
-                    if on_step is not None:
-                        on_step(row)
-                    if tr.step_index % cfg.save_every == 0 or tr.step_index == cfg.steps:
-                        save_state(tr, d / "state")
-                        _write_atomic(d / "loss.png", loss_png([r["step"] for r in log_rows],
-                                                               [r["loss"] for r in log_rows]))
-            finally:
-                log.close()
-            tr.save(d / "model")
-            return {"steps": tr.step_index, "final_loss": tr.last_loss, "skipped": tr.scaler.skipped,
-                    "loss_scale": tr.scaler.scale, "seconds": time.perf_counter() - t_start,
-                    "model": str(d / "model")}
+                except OSError as e:
+                    raise TrainingError(f"cannot write '{log_path}': {e.strerror or e}") from None
+                log_rows.append(row)
+                if on_step is not None:
+                    on_step(row)
+                if tr.step_index % cfg.save_every == 0 or tr.step_index == cfg.steps:
+                    save_state(tr, d / "state")
+                    _write_atomic(rd, "loss.png", loss_png([r["step"] for r in log_rows],
+                                                           [r["loss"] for r in log_rows]))
         finally:
-            tr.close()
+            try:
+                log.close()
+            except OSError:
+                pass
+        tr.save(d / "model")
+        return {"steps": tr.step_index, "final_loss": tr.last_loss, "skipped": tr.scaler.skipped,
+                "loss_scale": tr.scaler.scale, "seconds": time.perf_counter() - t_start,
+                "model": str(d / "model")}
     finally:
-        lock.close()
+        tr.close()
 
 
 def _vocab(checkpoint: str) -> int:
