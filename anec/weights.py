@@ -37,12 +37,13 @@ import math
 import mmap
 import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from anec.diagnostics import Span, WeightError, did_you_mean
+from anec.diagnostics import AnecError, Span, WeightError, did_you_mean
 from anec.ir.graph import Graph, Module, Node
 from anec.ir.ops import InferError, const_literal, is_weight_const
 from anec.ir.types import DType, TensorType
@@ -96,28 +97,142 @@ class WeightStore(Mapping[str, np.ndarray]):
 # loading
 
 
-def _safetensors_dtypes(path: str) -> dict[str, str]:
-    """Key -> safetensors dtype string, read from the file header."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise WeightError(f"{path}: not a safetensors file (too short)")
-        (n,) = struct.unpack("<Q", head)
-        if n > os.path.getsize(path):
-            raise WeightError(f"{path}: not a safetensors file (bad header length)")
-        try:
-            header = json.loads(f.read(n))
-        except (ValueError, UnicodeDecodeError):
-            raise WeightError(f"{path}: not a safetensors file (unreadable header)") from None
-    if not isinstance(header, dict):
-        raise WeightError(f"{path}: not a safetensors file (header is not a table)")
-    return {k: v.get("dtype", "?") for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
+ST_HEADER_MAX = 100 << 20
+"""The largest safetensors header read (the format's own limit: the ``safetensors``
+package refuses headers above 100 MB)."""
+ST_MAX_RANK = 32
 
+ST_ITEMSIZE = {
+    "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
+    "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1,
+}
+"""Every dtype a safetensors header may name, with its size in bytes."""
 
 _ST_DTYPES = {
     "F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
     "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "?",
 }
+"""The dtypes numpy holds as stored (not BF16 nor the F8 formats)."""
+
+
+@dataclass(frozen=True)
+class StEntry:
+    """One tensor of a safetensors header: dtype name, shape, byte range in the data section."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class StHeader:
+    """A checked safetensors header: the data section starts at ``base`` and is ``data_bytes`` long."""
+
+    base: int
+    data_bytes: int
+    tensors: dict[str, StEntry]
+    """In header order."""
+    metadata: dict[str, str]
+
+
+def _pread_exactly(fd: int, n: int, offset: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        chunk = os.pread(fd, min(n - got, 1 << 30), offset + got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def read_safetensors_header(fd: int, name: str, size: int | None = None) -> StHeader:
+    """The checked header of the safetensors file open as ``fd`` (``name`` for messages).
+
+    The one parser of safetensors headers in anec (:func:`map_safetensors`,
+    :func:`load_weights` and :class:`anec.models.hf.SafetensorsFile` use it). The
+    header length is bounded by the file size and :data:`ST_HEADER_MAX` before a
+    byte of it is read; the header is strict JSON (no NaN, no duplicate keys, bounded
+    nesting); every entry has exactly ``dtype`` (a known one), ``shape`` (at most 32
+    non-negative integers) and ``data_offsets`` (two integers ``begin <= end`` inside
+    the data section, ``end - begin == prod(shape) * itemsize``); no two tensors
+    overlap; ``__metadata__`` maps strings to strings. Anything else is a
+    :class:`WeightError` naming the file and the tensor, never quoting file content
+    beyond a shortened key."""
+    from anec.mil.manifest import parse_json
+
+    def bad(why: str) -> WeightError:
+        return WeightError(f"{name}: cannot read safetensors file: {why}")
+
+    def not_st(why: str) -> WeightError:
+        return WeightError(f"{name}: not a safetensors file ({why})")
+
+    try:
+        if size is None:
+            size = os.fstat(fd).st_size
+        head = _pread_exactly(fd, 8, 0)
+        if len(head) != 8:
+            raise not_st("shorter than the 8-byte header length")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise not_st(f"header length {n} runs past the end of the file ({size} bytes)")
+        if n > ST_HEADER_MAX:
+            raise not_st(f"header length {n} is above the limit of {ST_HEADER_MAX} bytes")
+        raw = _pread_exactly(fd, n, 8)
+    except OSError as e:
+        raise WeightError(f"{name}: cannot read safetensors file: {e.strerror}") from None
+    if len(raw) != n:
+        raise not_st("the file is shorter than its header length (truncated)")
+    try:
+        header = parse_json(raw, name, "safetensors header")
+    except AnecError as e:
+        raise not_st(f"unreadable header: {e.message.removeprefix(name + ': ')}") from None
+    if not isinstance(header, dict):
+        raise not_st("the header is not a table")
+    base, data_bytes = 8 + n, size - 8 - n
+    tensors: dict[str, StEntry] = {}
+    metadata: dict[str, str] = {}
+    for key, info in header.items():
+        shown = _short(key)
+        if key == "__metadata__":
+            if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
+                raise bad("__metadata__ is not a table of strings")
+            metadata = dict(info)
+            continue
+        if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+            raise bad(f"tensor {shown} has a malformed entry (it needs exactly dtype, shape and data_offsets)")
+        dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+        if not isinstance(dtype, str) or dtype not in ST_ITEMSIZE:
+            raise bad(f"tensor {shown} has unsupported dtype {_short(dtype)}")
+        if (not isinstance(shape, list) or len(shape) > ST_MAX_RANK
+                or not all(type(d) is int and d >= 0 for d in shape)):
+            raise bad(f"tensor {shown} has a malformed shape (at most {ST_MAX_RANK} non-negative integers)")
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int for o in offsets):
+            raise bad(f"tensor {shown} has malformed data_offsets (two integers)")
+        start, stop = offsets
+        nbytes = math.prod(shape) * ST_ITEMSIZE[dtype]  # Python integers: no overflow
+        if not 0 <= start <= stop <= data_bytes or stop - start != nbytes:
+            raise bad(f"tensor {shown}: data_offsets {_short(offsets)} do not hold {dtype}{_short(shape)} "
+                      f"inside the {data_bytes}-byte data section")
+        tensors[key] = StEntry(dtype, tuple(shape), start, stop)
+    spans = sorted((e.start, e.stop, k) for k, e in tensors.items() if e.stop > e.start)
+    for (_, end, k1), (start, _, k2) in zip(spans, spans[1:]):
+        if start < end:
+            raise bad(f"tensors {_short(k1)} and {_short(k2)} overlap")
+    return StHeader(base, data_bytes, tensors, metadata)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """A value from a hostile file, quoted and shortened for a message."""
+    s = repr(value)
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _safetensors_dtypes(path: str) -> dict[str, str]:
+    """Key -> safetensors dtype string, read from the file header."""
+    with open(path, "rb") as f:
+        return {k: e.dtype for k, e in read_safetensors_header(f.fileno(), path).tensors.items()}
 
 
 def map_safetensors(path: str) -> dict[str, np.ndarray]:
@@ -126,66 +241,32 @@ def map_safetensors(path: str) -> dict[str, np.ndarray]:
     Nothing is read or copied up front: a tensor's pages are read from the
     file (or the page cache) when first touched, and a write to an array
     copies only the pages written, never the file (copy-on-write). The header
-    is checked as the safetensors format requires -- every tensor's bytes lie
+    is checked by :func:`read_safetensors_header` -- every tensor's bytes lie
     inside the data section, match its dtype and shape, and no two overlap --
     so a hostile file is a WeightError, never an out-of-bounds view.
     """
-
-    def bad(why: str) -> WeightError:
-        return WeightError(f"{path}: cannot read safetensors file: {why}")
-
-    size = os.path.getsize(path)
     with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise bad("shorter than the 8-byte header length")
-        (n,) = struct.unpack("<Q", head)
-        if n > size - 8:
-            raise bad(f"header length {n} runs past the end of the file ({size} bytes)")
-        try:
-            header = json.loads(f.read(n))
-        except (ValueError, UnicodeDecodeError):
-            raise bad("unreadable header") from None
-        if not isinstance(header, dict):
-            raise bad("the header is not a table")
-        base, data_bytes = 8 + n, size - 8 - n
-        spans = []
-        for key, info in header.items():
-            if key == "__metadata__":
-                continue
-            if not isinstance(info, dict) or set(info) - {"dtype", "shape", "data_offsets"}:
-                raise bad(f"tensor '{key}' has a malformed entry")
-            dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-            if dtype not in _ST_DTYPES:
-                raise bad(f"tensor '{key}' has unsupported dtype {dtype!r}")
-            if (not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape)
-                    or not isinstance(offsets, list) or len(offsets) != 2
-                    or not all(type(o) is int for o in offsets)):
-                raise bad(f"tensor '{key}' has a malformed shape or data_offsets")
-            start, stop = offsets
-            nbytes = math.prod(shape) * np.dtype(_ST_DTYPES[dtype]).itemsize
-            if not 0 <= start <= stop <= data_bytes or stop - start != nbytes:
-                raise bad(f"tensor '{key}': data_offsets {offsets} do not hold {dtype}{shape} "
-                          f"inside the {data_bytes}-byte data section")
-            spans.append((start, stop, key, np.dtype(_ST_DTYPES[dtype]), tuple(shape)))
-        spans.sort()
-        for (_, end, k1, *_), (start, _, k2, *_) in zip(spans, spans[1:]):
-            if start < end:
-                raise bad(f"tensors '{k1}' and '{k2}' overlap")
-        if not spans or data_bytes == 0:
-            return {key: np.zeros(shape, dt) for _, _, key, dt, shape in spans}
+        size = os.fstat(f.fileno()).st_size
+        h = read_safetensors_header(f.fileno(), path, size)
+        for key, e in h.tensors.items():
+            if e.dtype not in _ST_DTYPES:
+                raise WeightError(f"{path}: cannot read safetensors file: tensor {_short(key)} has unsupported "
+                                  f"dtype {e.dtype} here", hint="convert the checkpoint to fp16 or fp32 first")
+        if not any(e.stop > e.start for e in h.tensors.values()):
+            return {key: np.zeros(e.shape, np.dtype(_ST_DTYPES[e.dtype])) for key, e in h.tensors.items()}
         try:
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         except (OSError, ValueError):  # a file system without mmap, or no address space left
             f.seek(0)
             mapped = bytearray(f.read())
-            if len(mapped) != size:
-                raise bad("the file changed while it was read") from None
+        if len(mapped) != size:
+            raise WeightError(f"{path}: cannot read safetensors file: the file changed while it was read")
     tensors = {}
-    for start, stop, key, dt, shape in spans:
-        arr = np.frombuffer(mapped, dtype=dt, count=(stop - start) // dt.itemsize, offset=base + start)
-        tensors[key] = arr.reshape(shape)
-    return {key: tensors[key] for key in header if key in tensors}
+    for key, e in h.tensors.items():
+        dt = np.dtype(_ST_DTYPES[e.dtype])
+        arr = np.frombuffer(mapped, dtype=dt, count=(e.stop - e.start) // dt.itemsize, offset=h.base + e.start)
+        tensors[key] = arr.reshape(e.shape)
+    return tensors
 
 
 def touch_pages(arrays: Iterable[np.ndarray]) -> None:

@@ -27,7 +27,6 @@ normalisation after the last (sentence-transformers' Pooling + Normalize).
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Iterable, Sequence
 
@@ -40,9 +39,15 @@ from anec.models.common import ModelError
 from anec.models.layout import MASK_NEG, from_bc1s, to_bc1s
 from anec.models.programs import ProgramCache
 from anec.models.progress import Progress
-from anec.models.hf import Checkpoint, Tokenizer, cfg_get
+from anec.models.config import MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, Fields, TensorSpec, check_tensors
+from anec.models.config import check_layer_bound
+from anec.models.hf import Checkpoint, Tokenizer
 
 _GELU = {"gelu": "exact", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
+_LAYER = re.compile(r"(?:bert\.)?encoder\.layer\.(\d+)\.")
+_IGNORED = (re.compile(r"(?:bert\.)?embeddings\.position_ids"), re.compile(r"(?:bert\.)?pooler\..+"),
+            re.compile(r"cls\..+"))
+"""Buffers and heads a BERT checkpoint may hold that the encoder does not read."""
 
 
 class Bert:
@@ -51,32 +56,56 @@ class Bert:
     kind = "bert"
 
     def __init__(self, ckpt: Checkpoint, min_surface: int | None = None) -> None:
-        cfg = ckpt.config
+        f = Fields(ckpt.config, ckpt.config_file)
         self.ckpt = ckpt
-        self.d = int(cfg_get(cfg, "hidden_size"))
-        self.n_head = int(cfg_get(cfg, "num_attention_heads"))
-        self.n_layer = int(cfg_get(cfg, "num_hidden_layers"))
-        self.d_ffn = int(cfg_get(cfg, "intermediate_size"))
-        self.eps = float(cfg_get(cfg, "layer_norm_eps", default=1e-12))
-        self.vocab = int(cfg_get(cfg, "vocab_size"))
-        self.pad_id = int(cfg.get("pad_token_id") or 0)
+        self.d = f.int("hidden_size")
+        self.n_head = f.int("num_attention_heads", hi=MAX_HEADS)
+        self.n_layer = f.int("num_hidden_layers", hi=MAX_LAYERS)
+        self.d_ffn = f.int("intermediate_size")
+        self.eps = f.float("layer_norm_eps", default=1e-12, hi=1.0)
+        self.vocab = f.int("vocab_size", hi=MAX_VOCAB)
+        self.pad_id = f.int("pad_token_id", default=0, lo=0, hi=self.vocab - 1)
+        self.type_vocab = f.int("type_vocab_size", default=2, hi=MAX_VOCAB)
         if self.d % self.n_head:
-            raise ModelError(f"hidden size {self.d} is not a multiple of {self.n_head} heads")
-        act = cfg.get("hidden_act", "gelu")
-        if act not in _GELU:
-            raise ModelError(f"BERT activation '{act}' is not supported", hint=f"supported: {', '.join(_GELU)}")
-        self.gelu_mode = _GELU[act]
-        if cfg.get("position_embedding_type", "absolute") != "absolute":
+            raise f.fail("num_attention_heads", f"{self.n_head} heads do not divide the hidden size {self.d}")
+        self.gelu_mode = _GELU[f.str("hidden_act", "gelu", _GELU, "BERT activation")]
+        if f.str("position_embedding_type", "absolute") != "absolute":
             raise ModelError("only absolute position embeddings are supported")
-        self.max_len = int(cfg_get(cfg, "max_position_embeddings", default=512))
-        sb = ckpt.path / "sentence_bert_config.json"
-        if sb.is_file():
-            self.max_len = min(self.max_len, int(json.loads(sb.read_text()).get("max_seq_length", self.max_len)))
+        self.n_pos = f.int("max_position_embeddings", default=512, hi=MAX_POSITIONS)
+        self.max_len = self.n_pos
+        sb = ckpt.read_json("sentence_bert_config.json")
+        if sb is not None:
+            where = str(ckpt.path / "sentence_bert_config.json")
+            self.max_len = min(self.max_len, Fields(sb, where).int("max_seq_length", default=self.max_len,
+                                                                      hi=MAX_POSITIONS))
         self.prefix = "bert." if "bert.embeddings.word_embeddings.weight" in ckpt else ""
         ckpt.find(self.prefix + "embeddings.word_embeddings.weight")
+        check_layer_bound(ckpt, _LAYER, self.n_layer, "num_hidden_layers")
         self.width = min_bucket(self.d, 4, min_surface)
         self.buckets = bucket_list(self.width, self.max_len)
         self._cache: dict[str, np.ndarray] = {}
+
+    def tensor_spec(self) -> TensorSpec:
+        """Every tensor the encoder reads, with its shape as stored (Linear weights ``[out, in]``)."""
+        d, f, k = self.d, self.d_ffn, self._k
+        shapes = {k("embeddings.word_embeddings.weight"): (self.vocab, d),
+                  k("embeddings.position_embeddings.weight"): (self.n_pos, d),
+                  k("embeddings.token_type_embeddings.weight"): (self.type_vocab, d),
+                  k("embeddings.LayerNorm.weight"): (d,), k("embeddings.LayerNorm.bias"): (d,)}
+        for i in range(self.n_layer):
+            p = f"encoder.layer.{i}."
+            for m, (o, cin) in (("attention.self.query", (d, d)), ("attention.self.key", (d, d)),
+                                ("attention.self.value", (d, d)), ("attention.output.dense", (d, d)),
+                                ("intermediate.dense", (f, d)), ("output.dense", (d, f))):
+                shapes |= {k(p + m + ".weight"): (o, cin), k(p + m + ".bias"): (o,)}
+            for m in ("attention.output.LayerNorm", "output.LayerNorm"):
+                shapes |= {k(p + m + ".weight"): (d,), k(p + m + ".bias"): (d,)}
+        return TensorSpec(shapes, _LAYER, self.n_layer, "num_hidden_layers", _IGNORED)
+
+    def check_tensors(self) -> None:
+        """The checkpoint holds exactly the tensors this config reads, plus BERT's unused
+        buffers and heads (position_ids, pooler, cls); CheckpointError otherwise."""
+        check_tensors(self.ckpt, self.tensor_spec, _LAYER, self.n_layer, "num_hidden_layers")
 
     def _k(self, key: str) -> str:
         return self.prefix + key
@@ -190,6 +219,7 @@ class Bert:
     def export_funcs(self, buckets: list[int] | None = None) -> tuple[dict[str, list[Graph]], dict[str, Any]]:
         """What ``anec models export`` writes: one ``.ir`` per bucket (the encoder func)
         and the ``model.json`` fields that describe them."""
+        self.check_tensors()
         buckets = buckets or [self.buckets[min(1, len(self.buckets) - 1)]]
         for s in buckets:
             if s not in self.buckets:
@@ -339,5 +369,7 @@ def load_sentence_encoder(checkpoint: str, backend: str = "auto", target: str | 
         raise ModelError(f"'{checkpoint}' is a {ckpt.model_type or 'unknown'} checkpoint, not bert",
                          hint="anec embed takes a BERT-family sentence-embedding checkpoint (e.g. all-MiniLM-L6-v2)")
     _, min_surface = target_limits(target)
-    return SentenceEncoder(Bert(ckpt, min_surface), backend=backend, target=target, progress=progress)
+    bert = Bert(ckpt, min_surface)
+    bert.check_tensors()
+    return SentenceEncoder(bert, backend=backend, target=target, progress=progress)
 

@@ -65,7 +65,7 @@ from anec.models.blocks import ModelBuilder
 from anec.models.buckets import bucket_list, min_bucket
 from anec.models.common import ModelError
 from anec.models.layout import causal_mask
-from anec.models.hf import Checkpoint
+from anec.models.hf import Checkpoint, CheckpointError
 
 _NAME = re.compile(r"(?:prefill_s(\d+)|decode_w(\d+)_t(\d+)|lm_head_s(\d+))\Z")
 _LAYER = re.compile(r"L(\d+)_(?:attn_(?:p(\d+)|d(\d+)_t(\d+))|mlp_s(\d+))\Z")
@@ -99,13 +99,20 @@ class DecoderFrontend(ABC):
         self.ckpt = ckpt
         self.cfg = cfg
         if cfg.d_model != cfg.n_head * cfg.head_dim:
-            raise ModelError(f"hidden size {cfg.d_model} is not heads ({cfg.n_head}) x head_dim ({cfg.head_dim})")
+            raise CheckpointError(f"{ckpt.config_file}: hidden size {cfg.d_model} is not heads ({cfg.n_head}) x "
+                                  f"head_dim ({cfg.head_dim})")
         if cfg.n_head % cfg.n_kv_head:
-            raise ModelError(f"{cfg.n_head} attention heads do not divide into {cfg.n_kv_head} KV heads")
+            raise CheckpointError(f"{ckpt.config_file}: {cfg.n_head} attention heads do not divide into "
+                                  f"{cfg.n_kv_head} KV heads")
         self.width = min_bucket(cfg.d_model, 4, min_surface)
         """Decode block width W (and the smallest prefill bucket)."""
         self.buckets = bucket_list(self.width, cfg.max_pos)
         self._cache: dict[str, np.ndarray] = {}
+
+    @abstractmethod
+    def check_tensors(self) -> None:
+        """Hold the checkpoint's tensors against the config: every tensor the model reads present
+        with its shape and a float dtype, no other tensor (CheckpointError otherwise)."""
 
     # ---- weights ---------------------------------------------------------------
     def weight(self, key: str) -> np.ndarray:
@@ -338,6 +345,7 @@ class DecoderFrontend(ABC):
                      ) -> tuple[dict[str, list[Graph]], dict[str, Any]]:
         """What ``anec models export`` writes: the funcs per ``.ir`` file (one per bucket,
         and the LM head) and the ``model.json`` fields that describe them."""
+        self.check_tensors()
         prefill = prefill or [self.buckets[min(2, len(self.buckets) - 1)]]
         decode = decode or [self.buckets[min(3, len(self.buckets) - 1)]]
         for s in prefill + decode:

@@ -114,6 +114,7 @@ class CausalLM:
             if self.lora is None:
                 raise ModelError("this model was built without LoRA inputs",
                                  hint="create it with lora=LoraSpec(targets, rank)")
+            adapter.check_model(self.fe)
             adapter.check_targets(self.lora.targets, self.lora.rank)
         self.adapter = adapter
         self._lora_inputs.clear()
@@ -261,6 +262,7 @@ def load_causal_lm(checkpoint: str, backend: str = "auto", target: str | None = 
     ckpt = load_checkpoint(checkpoint)
     _, min_surface = target_limits(target)
     fe = decoder_frontend(ckpt, min_surface)
+    fe.check_tensors()
     return CausalLM(fe, backend=backend, target=target, progress=progress, lora=lora)
 
 

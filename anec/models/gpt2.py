@@ -14,30 +14,43 @@ Host side: ``wte[ids] + wpe[positions]``.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from anec.ir.graph import Value
 from anec.models.blocks import ModelBuilder
 from anec.models.common import ModelError
 from anec.models.decoder import DecoderConfig, DecoderFrontend
-from anec.models.hf import Checkpoint, cfg_get
+from anec.models.config import MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, Fields, TensorSpec, check_tensors
+from anec.models.config import check_layer_bound
+from anec.models.hf import Checkpoint
 
 _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 _GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh", "gelu": "exact"}
 
 
-def gpt2_config(config: dict) -> DecoderConfig:
-    d = int(cfg_get(config, "n_embd", "hidden_size"))
-    h = int(cfg_get(config, "n_head", "num_attention_heads"))
-    if config.get("scale_attn_by_inverse_layer_idx") or config.get("add_cross_attention"):
+_LAYER = re.compile(r"(?:transformer\.)?h\.(\d+)\.")
+_IGNORED = (re.compile(r"(?:transformer\.)?h\.\d+\.attn\.(?:masked_)?bias"),)  # old checkpoints' mask buffers
+
+
+def gpt2_config(config: dict, file: str = "config.json") -> DecoderConfig:
+    """The checked shape of a GPT-2 model from its ``config.json`` object."""
+    f = Fields(config, file)
+    d = f.int("n_embd", "hidden_size")
+    h = f.int("n_head", "num_attention_heads", hi=MAX_HEADS)
+    if d % h:
+        name = f.pick(("n_head", "num_attention_heads"))[0]
+        raise f.fail(name, f"{h} heads do not divide the hidden size {d}")
+    if f.bool("scale_attn_by_inverse_layer_idx") or f.bool("add_cross_attention"):
         raise ModelError("this GPT-2 variant (inverse-layer attention scaling or cross attention) is not supported")
     return DecoderConfig(
-        n_layer=int(cfg_get(config, "n_layer", "num_hidden_layers")),
+        n_layer=f.int("n_layer", "num_hidden_layers", hi=MAX_LAYERS),
         d_model=d, n_head=h, n_kv_head=h, head_dim=d // h,
-        d_ffn=int(config.get("n_inner") or 4 * d),
-        vocab=int(cfg_get(config, "vocab_size")),
-        max_pos=int(cfg_get(config, "n_positions", "max_position_embeddings")),
-        eps=float(cfg_get(config, "layer_norm_epsilon", default=1e-5)),
+        d_ffn=f.int("n_inner", default=4 * d),
+        vocab=f.int("vocab_size", hi=MAX_VOCAB),
+        max_pos=f.int("n_positions", "max_position_embeddings", hi=MAX_POSITIONS),
+        eps=f.float("layer_norm_epsilon", default=1e-5, hi=1.0),
     )
 
 
@@ -47,13 +60,47 @@ class GPT2(DecoderFrontend):
     kind = "gpt2"
 
     def __init__(self, ckpt: Checkpoint, min_surface: int | None = None) -> None:
-        super().__init__(ckpt, gpt2_config(ckpt.config), min_surface)
-        act = ckpt.config.get("activation_function", "gelu_new")
-        if act not in _GELU:
-            raise ModelError(f"GPT-2 activation '{act}' is not supported", hint=f"supported: {', '.join(_GELU)}")
+        super().__init__(ckpt, gpt2_config(ckpt.config, ckpt.config_file), min_surface)
+        act = Fields(ckpt.config, ckpt.config_file).str("activation_function", "gelu_new", _GELU, "GPT-2 activation")
         self.gelu_mode = _GELU[act]
         self.prefix = "transformer." if "transformer.wte.weight" in ckpt else ""
         ckpt.find(self.prefix + "wte.weight")
+        check_layer_bound(ckpt, _LAYER, self.cfg.n_layer, self._layer_field())
+
+    def _layer_field(self) -> str:
+        return Fields(self.ckpt.config).pick(("n_layer", "num_hidden_layers"))[0]
+
+    def tensor_spec(self) -> TensorSpec:
+        """Every tensor the model reads, with its shape as stored (Conv1D weights ``[in, out]``)."""
+        c, k = self.cfg, self._k
+        d, f = c.d_model, c.d_ffn
+        shapes = {k("wte.weight"): (c.vocab, d), k("wpe.weight"): (c.max_pos, d),
+                  k("ln_f.weight"): (d,), k("ln_f.bias"): (d,)}
+        for i in range(c.n_layer):
+            p = f"h.{i}."
+            shapes |= {
+                k(p + "ln_1.weight"): (d,), k(p + "ln_1.bias"): (d,),
+                k(p + "ln_2.weight"): (d,), k(p + "ln_2.bias"): (d,),
+                k(p + "attn.c_attn.weight"): (d, 3 * d), k(p + "attn.c_attn.bias"): (3 * d,),
+                k(p + "attn.c_proj.weight"): (d, d), k(p + "attn.c_proj.bias"): (d,),
+                k(p + "mlp.c_fc.weight"): (d, f), k(p + "mlp.c_fc.bias"): (f,),
+                k(p + "mlp.c_proj.weight"): (f, d), k(p + "mlp.c_proj.bias"): (d,),
+            }
+        ignored = _IGNORED
+        if "lm_head.weight" in self.ckpt and self.ckpt.shape("lm_head.weight") == (c.vocab, d):
+            ignored += (re.compile(r"lm_head\.weight"),)  # the tied head, saved twice by some versions
+        return TensorSpec(shapes, _LAYER, c.n_layer, self._layer_field(), ignored)
+
+    def check_tensors(self) -> None:
+        """The checkpoint holds exactly the tensors this config reads (CheckpointError otherwise)."""
+        check_tensors(self.ckpt, self.tensor_spec, _LAYER, self.cfg.n_layer, self._layer_field())
+
+    def linear_shape(self, key: str) -> tuple[int, int] | None:
+        """``(out, in)`` of the projection whose weight is ``key`` (None if it is none)."""
+        if not key.endswith(_CONV1D) or key not in self.ckpt:
+            return None
+        cin, cout = self.ckpt.shape(key)
+        return cout, cin
 
     def _k(self, key: str) -> str:
         return self.prefix + key

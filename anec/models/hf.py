@@ -13,47 +13,132 @@ here. Writing uses the ``safetensors`` package.
 
 from __future__ import annotations
 
-import json
+import mmap
 import os
-import struct
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from anec.diagnostics import AnecError, WeightError
+from anec.diagnostics import AnecError, ArtifactError, WeightError
 from anec.fsutil import write_bytes_atomic
+from anec.mil.beneath import Beneath, check_rel
+from anec.weights import read_safetensors_header
 
 
 class CheckpointError(AnecError):
-    """A checkpoint directory is missing, incomplete or of an unsupported kind."""
+    """A checkpoint directory is missing, incomplete, malformed or of an unsupported kind."""
 
 
-_ST_DTYPES = {
-    "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": None,
-    "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
-    "BOOL": np.bool_,
-}
+JSON_MAX = 16 << 20
+"""The largest JSON file of a checkpoint read (config.json, adapter_config.json...)."""
+INDEX_MAX = 64 << 20
+"""The largest ``model.safetensors.index.json``."""
+TOKENIZER_MAX = 256 << 20
+"""The largest tokenizer file (tokenizer.json, vocab.json, merges.txt, vocab.txt)."""
+WEIGHTS_MAX = 1 << 40
+"""The largest safetensors file (one shard)."""
+MAX_SHARDS = 4096
+
+_LINK_HINT = ("checkpoint files are read only from inside the directory you name, never through "
+              "symbolic links; copy the real files into the checkpoint directory")
+
+
+def _checkpoint_error(e: ArtifactError, error: type[AnecError] | None = None) -> AnecError:
+    """An error of :class:`Beneath` reading a checkpoint file, told as a checkpoint error."""
+    hint = _LINK_HINT if "symbolic link" in e.message else None
+    return (error or CheckpointError)(e.message, hint=hint)
+
+
+def open_dir(path: str | os.PathLike, what: str = "checkpoint directory",
+             error: type[AnecError] | None = None) -> Beneath:
+    """The directory ``path`` opened for reading beneath it (CheckpointError if it is missing)."""
+    p = Path(os.fspath(path))
+    if not p.is_dir():
+        raise (error or CheckpointError)(
+            f"{what} '{path}' does not exist" if not p.exists() else f"{what} '{path}' is not a directory",
+            hint="give a local directory holding config.json and model.safetensors "
+                 "(anec never downloads models)",
+        )
+    try:
+        return Beneath.open(p)
+    except ArtifactError as e:
+        raise _checkpoint_error(e, error) from None
+
+
+def kind(d: Beneath, name: str, error: type[AnecError] | None = None) -> str | None:
+    """What the entry ``name`` of ``d`` is, without following it (None if absent)."""
+    try:
+        return d.kind(name)
+    except ArtifactError as e:
+        raise _checkpoint_error(e, error) from None
+
+
+def read_bytes(d: Beneath, rel: str, limit: int, error: type[AnecError] | None = None) -> bytes:
+    """The bytes of the regular file ``rel`` beneath ``d``: no link followed, at most ``limit`` bytes."""
+    try:
+        return d.read(rel, limit, what=Path(rel).name)
+    except ArtifactError as e:
+        raise _checkpoint_error(e, error) from None
+
+
+def parse_json_file(data: bytes, where: str, error: type[AnecError] | None = None) -> Any:
+    """Strict JSON (UTF-8, no NaN/Infinity, no duplicate keys, at most 32 levels) from the
+    bytes of the file ``where``; ``error`` (CheckpointError by default) otherwise."""
+    from anec.mil.manifest import parse_json
+
+    try:
+        return parse_json(data, where, "file")
+    except ArtifactError as e:
+        raise (error or CheckpointError)(e.message) from None
+
+
+def read_json(d: Beneath, rel: str, limit: int = JSON_MAX, error: type[AnecError] | None = None) -> dict[str, Any]:
+    """The strict JSON object file ``rel`` beneath ``d``."""
+    where = str(d.path / rel)
+    obj = parse_json_file(read_bytes(d, rel, limit, error), where, error)
+    if not isinstance(obj, dict):
+        shown = "an array" if isinstance(obj, list) else f"a {type(obj).__name__}"
+        raise (error or CheckpointError)(f"{where}: expected a JSON object, got {shown}")
+    return obj
 
 
 class SafetensorsFile:
-    """A memory-mapped ``.safetensors`` file: ``keys()``, ``shape(key)``, ``get(key)``."""
+    """A memory-mapped ``.safetensors`` file: ``keys()``, ``shape(key)``, ``dtype(key)``, ``get(key)``.
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    The header is checked by :func:`anec.weights.read_safetensors_header` (one parser
+    for every safetensors file anec reads). Give ``fd`` (an open descriptor, which
+    is closed here) to read a file reached beneath a checkpoint directory."""
+
+    def __init__(self, path: str | os.PathLike, fd: int | None = None) -> None:
         self.path = Path(path)
+        if fd is None:
+            try:
+                fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+            except OSError as e:
+                raise WeightError(f"cannot read safetensors file {self.path}: {e.strerror}") from None
         try:
-            with open(self.path, "rb") as f:
-                raw = f.read(8)
-                if len(raw) != 8:
-                    raise ValueError("file is shorter than the 8-byte header length")
-                (n,) = struct.unpack("<Q", raw)
-                header = json.loads(f.read(n))
-        except (OSError, ValueError) as e:
-            raise WeightError(f"cannot read safetensors file {self.path}: {e}") from None
-        self._base = 8 + n
-        self._meta = {k: v for k, v in header.items() if k != "__metadata__"}
-        self._mm: np.memmap | None = None
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise WeightError(f"cannot read safetensors file {self.path}: it is not a regular file")
+            header = read_safetensors_header(fd, str(self.path), st.st_size)
+            self._base = header.base
+            self._meta = header.tensors
+            self.metadata = header.metadata
+            self._mm: mmap.mmap | None = None
+            if any(e.stop > e.start for e in self._meta.values()):
+                try:
+                    self._mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+                except (OSError, ValueError) as e:
+                    raise WeightError(f"cannot map safetensors file {self.path}: {e}") from None
+                if len(self._mm) != st.st_size:
+                    raise WeightError(f"safetensors file {self.path} changed while it was read")
+        except OSError as e:
+            raise WeightError(f"cannot read safetensors file {self.path}: {e.strerror}") from None
+        finally:
+            os.close(fd)
 
     def keys(self) -> list[str]:
         return list(self._meta)
@@ -62,26 +147,47 @@ class SafetensorsFile:
         return key in self._meta
 
     def shape(self, key: str) -> tuple[int, ...]:
-        return tuple(self._meta[key]["shape"])
+        return self._meta[key].shape
+
+    def dtype(self, key: str) -> str:
+        """The safetensors dtype name (``F32``, ``BF16``...)."""
+        return self._meta[key].dtype
 
     def get(self, key: str) -> np.ndarray:
         """The tensor ``key`` as a numpy array (bf16 widened to fp32)."""
         info = self._meta.get(key)
         if info is None:
             raise WeightError(f"tensor '{key}' is not in {self.path}")
-        if self._mm is None:
-            self._mm = np.memmap(self.path, dtype=np.uint8, mode="r")
-        start, stop = info["data_offsets"]
-        buf = self._mm[self._base + start: self._base + stop]
-        dt = info["dtype"]
-        if dt not in _ST_DTYPES:
+        dt = info.dtype
+        if dt not in _ST_NUMPY:
             raise WeightError(f"tensor '{key}' in {self.path} has unsupported dtype {dt}")
+        n = info.stop - info.start
+        if n == 0:
+            return np.zeros(info.shape, np.float32 if dt == "BF16" else np.dtype(_ST_NUMPY[dt]))
         if dt == "BF16":
-            bits = np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16
-            arr = bits.view(np.float32)
+            raw = np.frombuffer(self._mm, dtype="<u2", count=n // 2, offset=self._base + info.start)
+            arr = (raw.astype(np.uint32) << 16).view(np.float32)
         else:
-            arr = np.frombuffer(buf, dtype=np.dtype(_ST_DTYPES[dt]).newbyteorder("<"))
-        return np.array(arr.reshape(info["shape"]))
+            want = np.dtype(_ST_NUMPY[dt])
+            arr = np.frombuffer(self._mm, dtype=want, count=n // want.itemsize, offset=self._base + info.start)
+        return np.array(arr.reshape(info.shape))
+
+
+_ST_NUMPY = {
+    "F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": None,
+    "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?",
+}
+FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
+"""The safetensors dtypes a model weight may have."""
+
+
+def open_safetensors(d: Beneath, rel: str, error: type[AnecError] | None = None) -> SafetensorsFile:
+    """The safetensors file ``rel`` beneath ``d`` (no link followed, a regular file)."""
+    try:
+        fd, _ = d.open_file(rel, WEIGHTS_MAX, what=Path(rel).name)
+    except ArtifactError as e:
+        raise _checkpoint_error(e, error) from None
+    return SafetensorsFile(d.path / rel, fd)
 
 
 def save_safetensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray],
@@ -102,16 +208,37 @@ class Checkpoint:
     config: dict[str, Any]
     files: list[SafetensorsFile] = field(default_factory=list)
     _index: dict[str, SafetensorsFile] = field(default_factory=dict, repr=False)
+    dir: Beneath | None = field(default=None, repr=False)
+    """The open checkpoint directory every further file is read beneath."""
 
     @property
     def model_type(self) -> str:
-        return str(self.config.get("model_type", ""))
+        t = self.config.get("model_type")
+        if t is None:
+            return ""
+        if not isinstance(t, str):
+            raise CheckpointError(f"{self.config_file}: model_type: {_show(t)} is not a string")
+        return t
+
+    @property
+    def config_file(self) -> str:
+        """``config.json`` with its directory, as messages name it."""
+        return str(self.path / "config.json")
 
     def keys(self) -> list[str]:
         return list(self._index)
 
     def __contains__(self, key: str) -> bool:
         return key in self._index
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return self._index[key].shape(key)
+
+    def dtype(self, key: str) -> str:
+        return self._index[key].dtype(key)
+
+    def file_of(self, key: str) -> Path:
+        return self._index[key].path
 
     def get(self, key: str) -> np.ndarray:
         """Tensor ``key`` as stored (fp32 for bf16), or a WeightError naming it."""
@@ -133,44 +260,89 @@ class Checkpoint:
                 return c
         raise WeightError(f"checkpoint {self.path} has none of: {', '.join(candidates)}")
 
+    def opened(self) -> Beneath:
+        """The checkpoint directory, open for reading beneath it."""
+        if self.dir is None:
+            self.dir = open_dir(self.path)
+        return self.dir
+
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        """The optional JSON object file ``name`` of the checkpoint (None if absent)."""
+        d = self.opened()
+        if kind(d, name) is None:
+            return None
+        return read_json(d, name)
+
 
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
-    """Open a local checkpoint directory (never downloads)."""
+    """Open a local checkpoint directory (never downloads).
+
+    Every file is read beneath the directory, never through a symbolic link, and
+    only if it is a regular file within its size bound; ``config.json`` and the
+    index are strict JSON; shard names are plain relative paths; every
+    safetensors header is checked. Anything else is a CheckpointError (or a
+    WeightError for a malformed safetensors file) naming the file."""
     p = Path(path)
-    if not p.is_dir():
-        raise CheckpointError(
-            f"checkpoint directory '{path}' does not exist",
-            hint="give a local directory holding config.json and model.safetensors "
-                 "(anec never downloads models)",
-        )
-    cfg_path = p / "config.json"
-    if not cfg_path.is_file():
+    d = open_dir(p)
+    if kind(d, "config.json") is None:
         raise CheckpointError(f"'{path}' has no config.json", hint="is this a Hugging Face checkpoint directory?")
-    try:
-        config = json.loads(cfg_path.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"cannot read {cfg_path}: {e}") from None
+    config = read_json(d, "config.json")
     files: list[SafetensorsFile] = []
-    single = p / "model.safetensors"
-    index = p / "model.safetensors.index.json"
-    if single.is_file():
-        files.append(SafetensorsFile(single))
-    elif index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (OSError, ValueError, KeyError) as e:
-            raise CheckpointError(f"cannot read {index}: {e}") from None
-        files.extend(SafetensorsFile(p / s) for s in shards)
+    index: dict[str, SafetensorsFile] = {}
+    if kind(d, "model.safetensors") is not None:
+        files.append(open_safetensors(d, "model.safetensors"))
+        index = {k: files[0] for k in files[0].keys()}
+    elif kind(d, "model.safetensors.index.json") is not None:
+        files, index = _load_shards(d)
     else:
         hint = "save the model with save_pretrained(..., safe_serialization=True)"
-        if (p / "pytorch_model.bin").exists():
+        if kind(d, "pytorch_model.bin") is not None:
             hint = "this checkpoint is in the pickle format; re-save it as safetensors: " + hint
         raise CheckpointError(f"'{path}' has no model.safetensors", hint=hint)
-    ck = Checkpoint(p, config, files)
-    for f in files:
-        for k in f.keys():
-            ck._index[k] = f
-    return ck
+    return Checkpoint(p, config, files, index, d)
+
+
+def _load_shards(d: Beneath) -> tuple[list[SafetensorsFile], dict[str, SafetensorsFile]]:
+    """The shards an index names, and which holds which tensor (as the index says, checked)."""
+    name = "model.safetensors.index.json"
+    where = str(d.path / name)
+    obj = read_json(d, name, INDEX_MAX)
+    wmap = obj.get("weight_map")
+    if not isinstance(wmap, dict) or not wmap:
+        raise CheckpointError(f"{where}: weight_map: expected a non-empty object of tensor name -> shard file")
+    names: list[str] = []
+    for key, shard in wmap.items():
+        if not isinstance(shard, str):
+            raise CheckpointError(f"{where}: weight_map[{_show(key)}]: expected a shard file name, "
+                                  f"got {_show(shard)}")
+        try:
+            check_rel(shard, "shard")
+        except ArtifactError:
+            raise CheckpointError(
+                f"{where}: weight_map[{_show(key)}]: shard {_show(shard)} is not a relative path inside the "
+                "checkpoint directory (absolute paths and '..' are refused)") from None
+        if shard not in names:
+            if len(names) >= MAX_SHARDS:
+                raise CheckpointError(f"{where}: weight_map names more than {MAX_SHARDS} shards")
+            names.append(shard)
+    shards = {s: open_safetensors(d, s) for s in sorted(names)}
+    index: dict[str, SafetensorsFile] = {}
+    for key, shard in wmap.items():
+        if key not in shards[shard]:
+            raise CheckpointError(f"{where}: weight_map[{_show(key)}]: the tensor is not in shard {_show(shard)}")
+        index[key] = shards[shard]
+    for shard, f in shards.items():
+        for key in f.keys():
+            if wmap.get(key) != shard:
+                raise CheckpointError(f"{d.path / shard}: tensor {_show(key)} is not listed for this shard in "
+                                      f"{name}")
+    return list(shards.values()), index
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """A value from a hostile file, quoted and shortened for a message."""
+    s = repr(value)
+    return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
 def cfg_get(config: Mapping[str, Any], *names: str, default: Any = None) -> Any:
@@ -210,6 +382,8 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
 
     Uses ``tokenizer.json`` when present, else builds one from ``vocab.json`` +
     ``merges.txt`` (byte-level BPE, GPT-2) or ``vocab.txt`` (WordPiece, BERT).
+    Every file is read beneath the directory (no link followed, bounded size) and
+    handed to ``tokenizers`` as content, never as a path.
     """
     p = Path(path)
     try:
@@ -220,26 +394,66 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
             hint="pip install tokenizers (it comes with transformers), or pass token ids "
                  "directly (anec generate --prompt-ids 1,2,3)",
         ) from None
-    if (p / "tokenizer.json").is_file():
-        try:
-            return Tokenizer(tokenizers.Tokenizer.from_file(str(p / "tokenizer.json")))
-        except Exception as e:  # the Rust side raises plain Exceptions
-            raise CheckpointError(f"cannot read {p / 'tokenizer.json'}: {e}") from None
-    if (p / "vocab.json").is_file() and (p / "merges.txt").is_file():
-        from tokenizers.implementations import ByteLevelBPETokenizer
+    d = open_dir(p)
+    try:
+        if kind(d, "tokenizer.json") is not None:
+            text = _text(d, "tokenizer.json")
+            try:
+                return Tokenizer(tokenizers.Tokenizer.from_str(text))
+            except Exception as e:  # the Rust side raises plain Exceptions
+                raise CheckpointError(f"cannot read {p / 'tokenizer.json'}: {str(e)[:200]}") from None
+        if kind(d, "vocab.json") is not None and kind(d, "merges.txt") is not None:
+            from tokenizers.implementations import ByteLevelBPETokenizer
 
-        tok = ByteLevelBPETokenizer(str(p / "vocab.json"), str(p / "merges.txt"))
-        return Tokenizer(tok._tokenizer)
-    if (p / "vocab.txt").is_file():
-        from tokenizers.implementations import BertWordPieceTokenizer
+            vocab = parse_json_file(read_bytes(d, "vocab.json", TOKENIZER_MAX), str(p / "vocab.json"))
+            if not isinstance(vocab, dict) or not all(type(v) is int and v >= 0 for v in vocab.values()):
+                raise CheckpointError(f"{p / 'vocab.json'}: expected an object of token -> non-negative id")
+            merges = []
+            for n, line in enumerate(_text(d, "merges.txt").split("\n"), 1):
+                line = line.rstrip("\r")
+                if not line or line.startswith("#version"):
+                    continue
+                pair = line.split(" ")
+                if len(pair) != 2 or not all(pair):
+                    raise CheckpointError(f"{p / 'merges.txt'}:{n}: expected two tokens separated by a space")
+                merges.append((pair[0], pair[1]))
+            try:
+                tok = ByteLevelBPETokenizer(vocab, merges)
+            except Exception as e:
+                raise CheckpointError(f"cannot read {p / 'vocab.json'} and {p / 'merges.txt'}: "
+                                      f"{str(e)[:200]}") from None
+            return Tokenizer(tok._tokenizer)
+        if kind(d, "vocab.txt") is not None:
+            from tokenizers.implementations import BertWordPieceTokenizer
 
-        lower = True
-        tc = p / "tokenizer_config.json"
-        if tc.is_file():
-            lower = bool(json.loads(tc.read_text()).get("do_lower_case", True))
-        tok = BertWordPieceTokenizer(str(p / "vocab.txt"), lowercase=lower)
-        return Tokenizer(tok._tokenizer)
+            lower = True
+            if kind(d, "tokenizer_config.json") is not None:
+                tc = read_json(d, "tokenizer_config.json")
+                lower = tc.get("do_lower_case", True)
+                if not isinstance(lower, bool):
+                    raise CheckpointError(f"{p / 'tokenizer_config.json'}: do_lower_case: {_show(lower)} is "
+                                          "not true or false")
+            lines = _text(d, "vocab.txt").split("\n")
+            if lines and lines[-1] == "":
+                lines.pop()
+            vocab = {line.rstrip(): i for i, line in enumerate(lines)}  # as tokenizers reads vocab.txt
+            try:
+                tok = BertWordPieceTokenizer(vocab, lowercase=lower)
+            except Exception as e:
+                raise CheckpointError(f"cannot read {p / 'vocab.txt'}: {str(e)[:200]}") from None
+            return Tokenizer(tok._tokenizer)
+    finally:
+        d.close()
     raise CheckpointError(
         f"'{path}' has no tokenizer (tokenizer.json, vocab.json + merges.txt, or vocab.txt)",
         hint="pass token ids directly: anec generate CHECKPOINT --prompt-ids 1,2,3",
     )
+
+
+def _text(d: Beneath, name: str) -> str:
+    """The UTF-8 text file ``name`` of a checkpoint (a tokenizer file)."""
+    data = read_bytes(d, name, TOKENIZER_MAX)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{d.path / name}: not valid UTF-8 (byte {e.start})") from None

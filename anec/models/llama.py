@@ -42,38 +42,60 @@ from anec.ir.graph import Value
 from anec.models.blocks import ModelBuilder
 from anec.models.common import ModelError
 from anec.models.decoder import DecoderConfig, DecoderFrontend
-from anec.models.hf import Checkpoint, cfg_get
+from anec.models.config import MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, Fields, TensorSpec, check_tensors
+from anec.models.config import check_layer_bound, show
+from anec.models.hf import Checkpoint
 
 
-def llama_config(config: dict) -> DecoderConfig:
-    d = int(cfg_get(config, "hidden_size", "dim"))
-    h = int(cfg_get(config, "num_attention_heads", "n_heads"))
+_LAYER = re.compile(r"model\.layers\.(\d+)\.")
+_IGNORED = (re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq"),)  # older checkpoints' buffer
+
+
+def llama_config(config: dict, file: str = "config.json") -> DecoderConfig:
+    """The checked shape of a Llama-family model from its ``config.json`` object."""
+    f = Fields(config, file)
+    d = f.int("hidden_size", "dim")
+    heads = ("num_attention_heads", "n_heads")
+    h = f.int(*heads, hi=MAX_HEADS)
+    kv = f.int("num_key_value_heads", default=h, hi=MAX_HEADS)
+    if h % kv:
+        raise f.fail("num_key_value_heads", f"{kv} KV heads do not divide the {h} attention heads")
+    if config.get("head_dim") is None and d % h:
+        raise f.fail(f.pick(heads)[0], f"{h} heads do not divide the hidden size {d}")
+    head_dim = f.int("head_dim", default=d // h)
+    if head_dim % 2:
+        raise f.fail("head_dim" if "head_dim" in config else f.pick(heads)[0],
+                     f"RoPE needs an even head dim, got {head_dim}")
+    max_pos = f.int("max_position_embeddings", default=2048, hi=MAX_POSITIONS)
+    # Mistral's sliding window equals full attention up to the window: cap the context there
+    window = f.int("sliding_window", default=max_pos, hi=MAX_POSITIONS)
     return DecoderConfig(
-        n_layer=int(cfg_get(config, "num_hidden_layers", "n_layers")),
-        d_model=d, n_head=h,
-        n_kv_head=int(config.get("num_key_value_heads") or h),
-        head_dim=int(config.get("head_dim") or d // h),
-        d_ffn=int(cfg_get(config, "intermediate_size")),
-        vocab=int(cfg_get(config, "vocab_size")),
-        # Mistral's sliding window equals full attention up to the window: cap the context there
-        max_pos=min(int(cfg_get(config, "max_position_embeddings", default=2048)),
-                    int(config.get("sliding_window") or 1 << 30)),
-        eps=float(cfg_get(config, "rms_norm_eps", default=1e-6)),
+        n_layer=f.int("num_hidden_layers", "n_layers", hi=MAX_LAYERS),
+        d_model=d, n_head=h, n_kv_head=kv, head_dim=head_dim,
+        d_ffn=f.int("intermediate_size"),
+        vocab=f.int("vocab_size", hi=MAX_VOCAB),
+        max_pos=min(max_pos, window),
+        eps=f.float("rms_norm_eps", default=1e-6, hi=1.0),
     )
 
 
-def rope_theta(config: dict) -> float:
-    """The RoPE base, rejecting scaled variants we do not implement."""
-    scaling = config.get("rope_scaling")
+def rope_theta(config: dict, file: str = "config.json") -> float:
+    """The RoPE base (a finite number > 0), rejecting scaled variants we do not implement."""
+    f = Fields(config, file)
+    for name in ("rope_scaling", "rope_parameters"):
+        spec = config.get(name)
+        if spec is None:
+            continue
+        if not isinstance(spec, dict):
+            raise f.fail(name, f"{show(spec)} is not an object")
+        kind = Fields(spec, f"{file}: {name}").str("rope_type", None) or \
+            Fields(spec, f"{file}: {name}").str("type", None) or "default"
+        if kind != "default":
+            raise ModelError(f"RoPE scaling '{kind}' is not supported", hint="only plain RoPE (rope_type default)")
     params = config.get("rope_parameters")
-    for spec in (scaling, params):
-        if isinstance(spec, dict):
-            kind = spec.get("rope_type", spec.get("type", "default"))
-            if kind not in ("default", None):
-                raise ModelError(f"RoPE scaling '{kind}' is not supported", hint="only plain RoPE (rope_type default)")
-    if isinstance(params, dict) and "rope_theta" in params:
-        return float(params["rope_theta"])
-    return float(config.get("rope_theta", 10000.0))
+    if isinstance(params, dict) and params.get("rope_theta") is not None:
+        return Fields(params, f"{file}: rope_parameters").float("rope_theta", hi=1e30)
+    return f.float("rope_theta", default=10000.0, hi=1e30)
 
 
 def rotate_half_matrix(d: int) -> np.ndarray:
@@ -91,19 +113,55 @@ class Llama(DecoderFrontend):
     kind = "llama"
 
     def __init__(self, ckpt: Checkpoint, min_surface: int | None = None) -> None:
-        super().__init__(ckpt, llama_config(ckpt.config), min_surface)
-        cfg = ckpt.config
-        act = cfg.get("hidden_act", "silu")
-        if act != "silu":
-            raise ModelError(f"Llama activation '{act}' is not supported", hint="only SwiGLU with silu")
-        if self.cfg.head_dim % 2:
-            raise ModelError(f"RoPE needs an even head dim, got {self.cfg.head_dim}")
-        self.theta = rope_theta(cfg)
-        self.attn_bias = bool(cfg.get("attention_bias", False))
-        self.mlp_bias = bool(cfg.get("mlp_bias", False))
-        tied = bool(cfg.get("tie_word_embeddings", False)) or "lm_head.weight" not in ckpt
+        super().__init__(ckpt, llama_config(ckpt.config, ckpt.config_file), min_surface)
+        f = Fields(ckpt.config, ckpt.config_file)
+        f.str("hidden_act", "silu", ("silu",), "Llama activation (only SwiGLU with silu)")
+        self.theta = rope_theta(ckpt.config, ckpt.config_file)
+        self.attn_bias = f.bool("attention_bias")
+        self.mlp_bias = f.bool("mlp_bias")
+        self.tied = f.bool("tie_word_embeddings")
+        tied = self.tied or "lm_head.weight" not in ckpt
         self.head_key = "model.embed_tokens.weight" if tied else "lm_head.weight"
         ckpt.find("model.embed_tokens.weight")
+        check_layer_bound(ckpt, _LAYER, self.cfg.n_layer, self._layer_field())
+
+    def _layer_field(self) -> str:
+        return Fields(self.ckpt.config).pick(("num_hidden_layers", "n_layers"))[0]
+
+    def tensor_spec(self) -> TensorSpec:
+        """Every tensor the model reads, with its shape as stored (Linear weights ``[out, in]``)."""
+        c = self.cfg
+        d, f, q, kv = c.d_model, c.d_ffn, c.n_head * c.head_dim, c.d_kv
+        shapes = {"model.embed_tokens.weight": (c.vocab, d), "model.norm.weight": (d,)}
+        if self.head_key == "lm_head.weight" or "lm_head.weight" in self.ckpt:
+            shapes["lm_head.weight"] = (c.vocab, d)  # read, or the tied head saved twice: checked either way
+        for i in range(c.n_layer):
+            a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+            shapes |= {
+                f"model.layers.{i}.input_layernorm.weight": (d,),
+                f"model.layers.{i}.post_attention_layernorm.weight": (d,),
+                a + "q_proj.weight": (q, d), a + "k_proj.weight": (kv, d), a + "v_proj.weight": (kv, d),
+                a + "o_proj.weight": (d, q),
+                m + "gate_proj.weight": (f, d), m + "up_proj.weight": (f, d), m + "down_proj.weight": (d, f),
+            }
+            if self.attn_bias:
+                shapes |= {a + "q_proj.bias": (q,), a + "k_proj.bias": (kv,), a + "v_proj.bias": (kv,),
+                           a + "o_proj.bias": (d,)}
+            if self.mlp_bias:
+                shapes |= {m + "gate_proj.bias": (f,), m + "up_proj.bias": (f,), m + "down_proj.bias": (d,)}
+        return TensorSpec(shapes, _LAYER, c.n_layer, self._layer_field(), _IGNORED)
+
+    def check_tensors(self) -> None:
+        """The checkpoint holds exactly the tensors this config reads (CheckpointError otherwise)."""
+        check_tensors(self.ckpt, self.tensor_spec, _LAYER, self.cfg.n_layer, self._layer_field())
+
+    def linear_shape(self, key: str) -> tuple[int, int] | None:
+        """``(out, in)`` of the projection whose weight is ``key`` (None if it is none)."""
+        if not re.fullmatch(r"model\.layers\.\d+\.(?:self_attn\.[qkvo]_proj|mlp\.(?:gate|up|down)_proj)\.weight", key) \
+                or key not in self.ckpt:
+            return None
+        out, cin = self.ckpt.shape(key)
+        return out, cin
 
     def _generated(self, key: str) -> np.ndarray:
         m = re.fullmatch(r"anec\.rope\.rotate_half\.(\d+)", key)

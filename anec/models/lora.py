@@ -35,7 +35,6 @@ Adapters load from PEFT's format: ``adapter_config.json`` plus
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +46,6 @@ from anec.ir.graph import Graph, Node, Value
 from anec.ir.ops import infer_types, is_weight_const
 from anec.ir.types import TensorType
 from anec.models.common import ModelError
-from anec.models.hf import SafetensorsFile
 
 
 class AdapterError(ModelError):
@@ -164,6 +162,8 @@ class LoraAdapter:
     modules: dict[str, tuple[np.ndarray, np.ndarray]]
     scales: dict[str, float]
     targets: set[str] = field(default_factory=set)
+    source: str = ""
+    """The adapter directory it was read from (for messages)."""
 
     @property
     def rank(self) -> int:
@@ -181,43 +181,88 @@ class LoraAdapter:
                 raise AdapterError(f"adapter '{name}': {m} has A {list(a.shape)} and B {list(bm.shape)}",
                                    hint="A is [rank, in] and B is [out, rank]")
             r = a.shape[0]
+            if r < 1:
+                raise AdapterError(f"adapter '{name}': {m} has rank 0")
             mods[m] = (a, bm)
             scales[m] = alpha / (np.sqrt(r) if rslora else r)
         return cls(name, mods, scales, {m.split(".")[-1] for m in mods})
 
     @classmethod
     def load(cls, path: str | Path) -> "LoraAdapter":
-        """Read a PEFT adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``)."""
+        """Read a PEFT adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``).
+
+        Both files are read beneath the directory (no link followed, regular files of
+        bounded size; the config strict JSON). ``r`` must be a positive integer and
+        the rank of every tensor pair, ``lora_alpha`` a finite number > 0,
+        ``target_modules`` name the adapted modules, and every tensor is a float
+        ``lora_A``/``lora_B`` matrix of finite values; AdapterError otherwise."""
+        from anec.models.config import MAX_DIM, Fields
+        from anec.models.hf import FLOAT_DTYPES, kind, open_dir, open_safetensors, read_json
+
         p = Path(path)
-        cfg_path, st_path = p / "adapter_config.json", p / "adapter_model.safetensors"
-        if not cfg_path.is_file() or not st_path.is_file():
-            raise AdapterError(f"'{path}' is not a PEFT adapter directory",
-                               hint="it needs adapter_config.json and adapter_model.safetensors")
+        d = open_dir(p, "adapter directory", error=AdapterError)
         try:
-            cfg = json.loads(cfg_path.read_text())
-        except (OSError, ValueError) as e:
-            raise AdapterError(f"cannot read {cfg_path}: {e}") from None
-        if str(cfg.get("peft_type", "LORA")).upper() != "LORA":
-            raise AdapterError(f"adapter type {cfg.get('peft_type')} is not LoRA")
-        if cfg.get("rank_pattern") or cfg.get("alpha_pattern"):
-            raise AdapterError("adapters with per-module rank_pattern/alpha_pattern are not supported")
-        if cfg.get("use_dora"):
-            raise AdapterError("DoRA adapters are not supported (only plain LoRA)")
-        st = SafetensorsFile(st_path)
+            cfg_name, st_name = "adapter_config.json", "adapter_model.safetensors"
+            if kind(d, cfg_name, AdapterError) is None or kind(d, st_name, AdapterError) is None:
+                raise AdapterError(f"'{path}' is not a PEFT adapter directory",
+                                   hint="it needs adapter_config.json and adapter_model.safetensors")
+            cfg = read_json(d, cfg_name, error=AdapterError)
+            f = Fields(cfg, str(p / cfg_name), AdapterError)
+            peft_type = f.str("peft_type", "LORA")
+            if peft_type.upper() != "LORA":
+                raise AdapterError(f"adapter type {peft_type} is not LoRA")
+            if cfg.get("rank_pattern") or cfg.get("alpha_pattern"):
+                raise AdapterError("adapters with per-module rank_pattern/alpha_pattern are not supported")
+            if f.bool("use_dora"):
+                raise AdapterError("DoRA adapters are not supported (only plain LoRA)")
+            rank = f.int("r", default=8, hi=MAX_DIM)
+            alpha = f.float("lora_alpha", default=float(rank), hi=1e30)
+            rslora = f.bool("use_rslora")
+            targets = cfg.get("target_modules")
+            if targets is not None and not isinstance(targets, str) and (
+                    not isinstance(targets, list) or not all(isinstance(t, str) and t for t in targets)):
+                raise f.fail("target_modules", "expected a list of module names (or a pattern string)")
+            st = open_safetensors(d, st_name, AdapterError)
+        finally:
+            d.close()
+        where = p / st_name
         found: dict[str, dict[str, np.ndarray]] = {}
         pat = re.compile(r"(?:base_model\.model\.)?(.+)\.lora_([AB])(?:\.[A-Za-z0-9_]+)?\.weight\Z")
         for key in st.keys():
             m = pat.match(key)
             if not m:
-                raise AdapterError(f"adapter tensor '{key}' is not a LoRA A/B matrix of a linear layer")
-            found.setdefault(m.group(1), {})[m.group(2)] = st.get(key)
+                raise AdapterError(f"{where}: tensor '{key[:80]}' is not a LoRA A/B matrix of a linear layer")
+            if st.dtype(key) not in FLOAT_DTYPES:
+                raise AdapterError(f"{where}: tensor '{key[:80]}' is {st.dtype(key)}, not a float type")
+            if m.group(2) in found.get(m.group(1), {}):
+                raise AdapterError(f"{where}: module {m.group(1)[:80]} has two lora_{m.group(2)} tensors")
+            arr = st.get(key)
+            if arr.ndim != 2 or arr.shape[0 if m.group(2) == "A" else 1] != rank:
+                raise AdapterError(f"{where}: tensor '{key[:80]}' is {list(arr.shape)}, but "
+                                   f"{cfg_name}: r is {rank}",
+                                   hint="lora_A is [r, in] and lora_B is [out, r]")
+            if not np.isfinite(arr).all():
+                raise AdapterError(f"{where}: tensor '{key[:80]}' holds NaN or infinite values")
+            found.setdefault(m.group(1), {})[m.group(2)] = arr
+        if not found:
+            raise AdapterError(f"{where}: the adapter holds no LoRA tensors")
         modules = {}
         for mod, ab in found.items():
             if set(ab) != {"A", "B"}:
-                raise AdapterError(f"adapter module {mod} lacks lora_{'B' if 'A' in ab else 'A'}")
+                raise AdapterError(f"{where}: adapter module {mod[:80]} lacks lora_{'B' if 'A' in ab else 'A'}")
+            if isinstance(targets, list) and not any(mod == t or mod.endswith("." + t) for t in targets):
+                raise AdapterError(f"{where}: module {mod[:80]} is not one of {cfg_name}: target_modules")
             modules[mod] = (ab["A"], ab["B"])
-        alpha = float(cfg.get("lora_alpha", cfg.get("r", 8)))
-        return cls.from_arrays(modules, alpha, name=p.name, rslora=bool(cfg.get("use_rslora")))
+        out = cls.from_arrays(modules, alpha, name=p.name, rslora=rslora)
+        out.source = str(p)
+        return out
+
+    def check_model(self, frontend: object) -> None:
+        """Every module this adapter adapts is a projection of ``frontend``'s model, in a layer
+        it has, of the projection's size (AdapterError naming the module otherwise)."""
+        from anec.models.config import check_adapter
+
+        check_adapter(self, frontend.tensor_spec(), frontend.linear_shape, AdapterError)  # type: ignore[attr-defined]
 
     def inputs_for(self, slot: LoraSlot) -> tuple[np.ndarray, np.ndarray]:
         """The ``A``/``B`` input arrays for ``slot``: scale folded into B, zero-padded to the slot rank."""
