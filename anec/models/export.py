@@ -14,6 +14,11 @@ and ``anec models compile`` compiles them all::
     anec compile out/prefill_s64.ir -o build/        # one file
     anec models compile out/ -o build/               # every file, checked against model.json
 
+The directory is written all or nothing, like ``anec compile -o``: into a
+temporary directory next to it, fsynced, renamed into place; concurrent
+exports to one directory take turns, and a killed export's leftovers are
+removed by the next one (see :func:`write_export`).
+
 Directories written by older versions (``anec-model/1``: one func per layer
 half) are refused by :func:`read_export` with the command that re-exports them.
 """
@@ -21,7 +26,9 @@ half) are refused by :func:`read_export` with the command that re-exports them.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import struct
 from dataclasses import asdict
 from pathlib import Path
@@ -29,7 +36,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from anec.fsutil import replace_file, write_text_atomic
+from anec.diagnostics import ArtifactError
+from anec.fsutil import replace_file
 from anec.models.buckets import target_limits
 from anec.models.common import ModelError
 from anec.models.hf import load_checkpoint
@@ -70,11 +78,8 @@ def export_checkpoint(kind: str, checkpoint: str | Path, out_dir: str | Path,
 
         fe = decoder_frontend(ckpt, min_surface)
         groups, info = fe.export_funcs(list(prefill) if prefill else None, list(cache) if cache else None)
-    info = write_export(out_dir, kind, groups, fe.weight, info)
-    if lora_targets:
-        info["lora"] = _lora_files(Path(out_dir), info, list(lora_targets), lora_rank)
-        write_text_atomic(Path(out_dir) / "model.json", json.dumps(info, indent=2) + "\n")
-    return info
+    lora = (list(lora_targets), lora_rank) if lora_targets else None
+    return write_export(out_dir, kind, groups, fe.weight, info, lora=lora)
 
 
 def _kind_of(model_type: str) -> str:
@@ -84,23 +89,23 @@ def _kind_of(model_type: str) -> str:
     return "(unsupported)"
 
 
-def _lora_files(out: Path, info: dict[str, Any], targets: list[str], rank: int) -> dict[str, Any]:
-    """Rewrite the exported ``.ir`` files with LoRA inputs on ``targets``."""
-    from anec.ir.parser import parse_file
+def _lora_texts(texts: dict[str, str], targets: list[str], rank: int) -> dict[str, Any]:
+    """Give the exported modules LoRA inputs on ``targets`` (``texts``: file -> IR, rewritten
+    in place); the ``lora`` entry of ``model.json``."""
+    from anec.ir.parser import parse
     from anec.ir.printer import print_module
     from anec.ir.verifier import verify
     from anec.models.lora import apply_lora
 
     slots: dict[str, list[dict[str, Any]]] = {}
-    for name in info["files"]:
-        module = parse_file(out / name)
+    for name, text in texts.items():
+        module = parse(text, name)
         for g in module.funcs.values():
             added = apply_lora(g, targets, rank)
             if added:
                 slots[g.name] = [asdict(s) for s in added]
         verify(module)
-        head = (out / name).read_text().split("\n", 1)[0]
-        write_text_atomic(out / name, head + "\n" + print_module(module))
+        texts[name] = text.split("\n", 1)[0] + "\n" + print_module(module)
     if not slots:
         raise ModelError(f"no projection matches the LoRA targets {', '.join(targets)}",
                          hint="targets are module-name endings such as q_proj, v_proj, c_attn, query, value")
@@ -108,20 +113,29 @@ def _lora_files(out: Path, info: dict[str, Any], targets: list[str], rank: int) 
 
 
 def write_export(out_dir: str | Path, kind: str, groups: dict[str, list["Graph"]],
-                 weight: Callable[[str], Any], info: dict[str, Any]) -> dict[str, Any]:
-    """Write one ``<group>.ir`` per group of funcs, the weights they reference and ``model.json``.
+                 weight: Callable[[str], Any], info: dict[str, Any],
+                 lora: tuple[list[str], int] | None = None) -> dict[str, Any]:
+    """Write one ``<group>.ir`` per group of funcs, the weights they reference and ``model.json``,
+    all or nothing.
 
-    Files a previous export listed in ``model.json`` and this one does not
-    write are removed (never other files). Each file is written atomically,
-    ``model.json`` last."""
+    Every func is built and verified before anything is written. The files then go to a
+    temporary directory ``.OUT.anec-tmp-*`` next to ``out_dir``, are fsynced, and the
+    directory replaces ``out_dir`` in one rename (:func:`anec.mil.artifact.write_tree_atomic`,
+    as ``anec compile -o`` writes): a reader, a kill or a full disk never leaves a mix of two
+    exports. Writers of one ``out_dir`` take turns (``.OUT.anec-lock``) and remove what killed
+    writers left. Entries of a previous ``out_dir`` that are not part of its export (the
+    ``.ir`` files its ``model.json`` listed, ``model.json``, the weights file, temporary files
+    of older versions) are kept: hard-linked into the new directory, never copied or
+    followed. ``lora`` = (targets, rank) gives the funcs LoRA inputs."""
     from anec.ir.graph import Module, WeightSource
     from anec.ir.printer import print_module
     from anec.ir.verifier import verify
+    from anec.mil.artifact import write_tree_atomic
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    previous = _listed_files(out)
+    _check_destination(out)
     files: dict[str, list[str]] = {}
+    texts: dict[str, str] = {}
     keys: dict[str, None] = {}
     for group, graphs in groups.items():
         module = Module()
@@ -130,23 +144,111 @@ def write_export(out_dir: str | Path, kind: str, groups: dict[str, list["Graph"]
             module.add_func(g)
             keys.update(dict.fromkeys(weight_keys(g)))
         verify(module)
-        text = f"// {kind} programs '{group}', generated by `anec models export`.\n" + print_module(module)
-        write_text_atomic(out / f"{group}.ir", text)
+        texts[f"{group}.ir"] = f"// {kind} programs '{group}', generated by `anec models export`.\n" + print_module(module)
         files[f"{group}.ir"] = [g.name for g in graphs]
-    save_fp16(out / WEIGHTS, {k: weight(k) for k in keys}, {"format": "anec-weights", "model": kind})
-    for name in previous - set(files):
-        (out / name).unlink(missing_ok=True)
     info = {"format": FORMAT, **info, "files": files, "weights": WEIGHTS}
-    write_text_atomic(out / MODEL_JSON, json.dumps(info, indent=2) + "\n")
+    if lora is not None:
+        info["lora"] = _lora_texts(texts, lora[0], lora[1])
+    tree: dict[str, bytes] = {name: text.encode("utf-8") for name, text in texts.items()}
+    tree[MODEL_JSON] = (json.dumps(info, indent=2) + "\n").encode("utf-8")
+    ours = set(tree) | {WEIGHTS}
+
+    def last(tmp: Path) -> dict[str, bytes]:
+        """Under the write lock: the previous directory's other entries, then the weights
+        (streamed into the temporary directory and fsynced)."""
+        _keep_foreign(out, tmp, ours)
+        path = tmp / WEIGHTS
+        try:
+            save_fp16(path, {k: weight(k) for k in keys}, {"format": "anec-weights", "model": kind}, atomic=False)
+        except OSError as e:
+            raise ModelError(f"cannot write '{out / WEIGHTS}': {e.strerror or e}",
+                             hint="nothing was changed; free space (or fix the folder) and export again") from None
+        return {}
+
+    try:
+        write_tree_atomic(out, tree, last)
+    except ArtifactError as e:  # "cannot write artifact '<out>': <reason>", nothing changed
+        raise ModelError(e.message.replace("artifact ", "export ", 1),
+                         hint=e.hint or "nothing was changed; free space (or fix the folder) and export again") from None
     return info
+
+
+def _check_destination(out: Path) -> None:
+    """``out`` is new, or a real directory (a link is refused, as ``anec compile -o`` refuses it)."""
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise ModelError(f"cannot write the export '{out}': {e.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise ModelError(f"cannot write the export to '{out}': it is a symbolic link",
+                         hint="give the real directory: an export replaces the path it is given")
+    if not stat.S_ISDIR(st.st_mode):
+        raise ModelError(f"cannot write the export to '{out}': it is a file", hint="choose a directory")
+
+
+_OLD_TEMP = re.compile(r"\.(model\.json|weights\.safetensors|[A-Za-z0-9_.-]+\.ir)\.[A-Za-z0-9_]{8}\.tmp\Z")
+"""The per-file temporary names older versions left in an export directory when killed."""
+
+
+def _keep_foreign(out: Path, tmp: Path, ours: set[str]) -> None:
+    """Hard-link every entry of the previous export directory ``out`` that is not part of an
+    export into ``tmp`` (directories recreated, links and files linked as themselves)."""
+    from anec.mil.beneath import Beneath
+
+    if not os.path.lexists(out):
+        return
+    with Beneath.open(out) as d:
+        drop = ours | {MODEL_JSON, WEIGHTS} | _listed(d)
+        for name in d.names():
+            if name in drop or _OLD_TEMP.match(name):
+                continue
+            _link_entry(d.fileno, name, tmp / name, out / name)
+
+
+def _link_entry(dir_fd: int, name: str, to: Path, shown: Path) -> None:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            try:
+                os.mkdir(to, stat.S_IMODE(st.st_mode) | 0o700)
+                for sub in sorted(os.listdir(fd)):
+                    _link_entry(fd, sub, to / sub, shown / sub)
+            finally:
+                os.close(fd)
+        else:
+            os.link(name, to, src_dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as e:
+        raise ModelError(f"cannot keep '{shown}' in the new export: {e.strerror or e}",
+                         hint="nothing was changed; move your own files out of the export directory") from None
+
+
+def _listed(d: Any) -> set[str]:
+    """The ``.ir`` files the previous export's ``model.json`` lists (any format; none if it is
+    unreadable: then its files are kept like any other)."""
+    from anec.mil.manifest import MANIFEST_MAX_BYTES, parse_json
+
+    try:
+        files = parse_json(d.read(MODEL_JSON, MANIFEST_MAX_BYTES, MODEL_JSON), str(d.path / MODEL_JSON),
+                           MODEL_JSON).get("files")
+    except (ArtifactError, AttributeError):
+        return set()
+    if not isinstance(files, dict):
+        return set()
+    return {f for f in files if isinstance(f, str) and _FILE.match(f)}
 
 
 _CHUNK = 1 << 20
 
 
-def save_fp16(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
+def save_fp16(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict[str, str], *,
+              atomic: bool = True) -> None:
     """Write ``tensors`` as fp16 safetensors, atomically: each tensor converted once,
     in cache-sized chunks, straight into the file (no copy of the whole file in memory).
+    ``atomic=False`` writes a new file ``path`` (it must not exist) and fsyncs it: for a
+    file of a temporary directory that is renamed into place as a whole.
 
     Tensors are laid out by name, as the safetensors library orders tensors of one
     dtype; the conversion rounds like numpy (the runtime's F16C converter when it is
@@ -176,7 +278,14 @@ def save_fp16(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict[s
                 convert(part, out)
                 f.write(memoryview(out).cast("B"))
 
-    replace_file(path, write)
+    if atomic:
+        replace_file(path, write)
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    with os.fdopen(fd, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _f32_to_f16() -> Callable[[np.ndarray, np.ndarray], None]:
@@ -197,17 +306,6 @@ def _f32_to_f16() -> Callable[[np.ndarray, np.ndarray], None]:
 
 
 _FILE = re.compile(r"[A-Za-z0-9_.-]+\.ir\Z")
-
-
-def _listed_files(out: Path) -> set[str]:
-    """The ``.ir`` files a previous export's ``model.json`` in ``out`` lists (any format)."""
-    try:
-        files = json.loads((out / MODEL_JSON).read_text()).get("files")
-    except (OSError, ValueError, AttributeError):
-        return set()
-    if not isinstance(files, dict):
-        return set()
-    return {f for f in files if isinstance(f, str) and _FILE.match(f)}
 
 
 def read_export(path: str | Path) -> dict[str, Any]:
