@@ -205,11 +205,11 @@ def _patterns(spec: Iterable[str] | str) -> list[str]:
 
 def with_weights_as_inputs(pipeline: Sequence[Pass], patterns: Sequence[str]) -> tuple[Pass, ...]:
     """``pipeline`` with the weights-as-inputs pass inserted after the cleanup
-    passes (dce, fuse-casts), before annotate-sram / legalize / emit-mil."""
+    passes (dce, fuse-casts), before range-safe / annotate-sram / legalize / emit-mil."""
     from anec.passes import WeightsAsInputs
 
     passes = list(pipeline)
-    at = next((i for i, p in enumerate(passes) if p.name in ("annotate-sram", "legalize", "emit-mil")), len(passes))
+    at = next((i for i, p in enumerate(passes) if p.name in ("range-safe", "annotate-sram", "legalize", "emit-mil")), len(passes))
     passes.insert(at, WeightsAsInputs(keys=tuple(patterns)))
     return tuple(passes)
 

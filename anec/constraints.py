@@ -344,10 +344,13 @@ _ENTRIES = (
         "ANE-FP16-RANGE", "the ANE computes in fp16 (+-65504)",
         "overflow gives inf, then NaN downstream",
         "Orion NaN fix (100% -> 0% NaN steps); hollance/neural-engine FAQ", VERIFIED,
-        "error", "legalize: check_weight_range; lower_reduce_mean",
+        "rewrite or error", "legalize: check_weight_range; lower_reduce_mean; range-safe: "
+        "safe_root, safe_sum_of_squares",
         "Weights that are NaN/Inf or exceed the fp16 range are an error naming the key. "
         "reduce_mean is lowered as reduce_sum(x * 1/N) (scale first) so the sum cannot "
-        "overflow where the mean does not.",
+        "overflow where the mean does not. The range-safe pass scales every row by its "
+        "largest magnitude before squaring it (RMSNorm, LayerNorm, variance, L2 norms), so "
+        "x * x cannot overflow for |x| > 256 and turn a norm's output into zeros.",
         "compile",
         (f"{_LEG}::test_weight_outside_fp16_range_is_rejected",
          f"{_LEG}::test_nan_weight_is_rejected"),

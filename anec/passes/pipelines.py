@@ -7,6 +7,9 @@
   counts the weights that survive folding;
 * a second dce, because fuse-casts leaves the inner casts of folded chains
   and the consts it re-declared unused;
+* range-safe after the cleanup (it sees the real dtypes and only live squares) and
+  before legalize, which lowers the rsqrt, neg and reduce_mean it writes; the
+  squares it replaced are left unused for the sizes not to count them;
 * annotate-sram on the cleaned-up program (legalize reads the report and
   refreshes it after rewriting, so the manifest describes what is emitted);
 * legalize last among the transformations: it needs the final op set to
@@ -23,6 +26,7 @@ from anec.passes.dce import DeadCodeElimination
 from anec.passes.emit_mil import EmitMil
 from anec.passes.fuse_casts import FuseCasts
 from anec.passes.legalize import Legalize
+from anec.passes.range_safe import RangeSafe
 from anec.passes.registry import PASSES
 
 CLEANUP: tuple[Pass, ...] = (
@@ -33,6 +37,7 @@ CLEANUP: tuple[Pass, ...] = (
 """Target-independent cleanup only."""
 
 PREPARE: tuple[Pass, ...] = CLEANUP + (
+    RangeSafe(),             # scale rows before squaring: norms never overflow fp16
     AnnotateSram(),          # sizes of the cleaned-up program; legalize refreshes them
 )
 """Everything before legalize (``anec check`` runs it, then legalize on its own)."""

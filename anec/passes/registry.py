@@ -12,12 +12,14 @@ from anec.passes.dce import DeadCodeElimination
 from anec.passes.emit_mil import EmitMil
 from anec.passes.fuse_casts import FuseCasts
 from anec.passes.legalize import Legalize
+from anec.passes.range_safe import RangeSafe
 from anec.passes.weights_as_inputs import WeightsAsInputs
 
 ALL_PASSES: tuple[type[Pass], ...] = (
     DeadCodeElimination,
     FuseCasts,
     WeightsAsInputs,
+    RangeSafe,
     AnnotateSram,
     Legalize,
     EmitMil,

@@ -4,7 +4,7 @@ For each func the report runs the compile pipeline up to legalize on a copy
 (the module is not changed) and says, per node of the program as written:
 
 * ``ok``: ANE-legal as written;
-* ``rewritten``: changed by legalize (rule, constraint id, what it became);
+* ``rewritten``: changed by range-safe or legalize (rule, constraint id, what it became);
 * ``removed``: dropped by dce (unused) or folded by fuse-casts;
 * ``REJECTED``: cannot be made legal (constraint id, why, and a fix).
 
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 _REMOVED_BY = {
     "dce": "removed: never reaches a returned value (dce)",
     "fuse-casts": "removed: folded by fuse-casts (no-op cast, lossless chain or constant)",
+    "range-safe": "rewritten [ANE-FP16-RANGE] range-safe: the row is scaled by its largest "
+                  "magnitude before it is squared (no fp16 overflow)",
 }
 
 

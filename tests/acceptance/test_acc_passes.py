@@ -191,7 +191,7 @@ def test_check_exits_0_on_a_program_legal_after_rewrites():
     path = HERE / "ir" / "legal_after_rewrites.ir"
     result = cli("check", path, "--target", "m4")
     assert result.exit_code == 0, result.output
-    assert "verdict: ANE-legal on m4 after 10 rewrites" in result.output
+    assert "verdict: ANE-legal on m4 after 12 rewrites" in result.output
     assert "REJECTED" not in result.output
 
 

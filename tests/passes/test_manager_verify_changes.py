@@ -187,7 +187,7 @@ def test_an_erased_node_left_in_a_use_list_is_caught():
 
 def test_builtin_passes_that_edit_the_graph_are_tracked():
     tracked = {p.name for p in DEFAULT if p.tracked}
-    assert tracked == {"dce", "fuse-casts", "annotate-sram", "legalize"}
+    assert tracked == {"dce", "fuse-casts", "range-safe", "annotate-sram", "legalize"}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
