@@ -221,7 +221,9 @@ def _load(tr: "Trainer", d: Any) -> None:
     try:
         meta = parse_json(raw, where, "training state")
     except ArtifactError as e:
-        raise TrainingError(f"{where} is not JSON: {e.message.split(': ', 1)[-1]}") from None
+        reason = e.message[len(where) + 2:] if e.message.startswith(where + ": ") else e.message
+        raise TrainingError(f"{where} is not JSON: {reason}",
+                            hint="the state is damaged or was not written by anec train") from None
     if not isinstance(meta, dict) or meta.get("format") not in (FORMAT, FORMAT_V1):
         raise TrainingError(f"{where} is not an anec training state ({FORMAT})")
     for key, mine in (("seq_len", tr.seq_len), ("lora_rank", tr.lora_rank)):
