@@ -248,6 +248,7 @@ _WEIGHTS_CONFIG = "data/weights/model_weights_config.json"
 _CONSTANTS_CONFIG = "data/constants/model_constants_config.json"
 _PROGRAM = "models/model.json"
 _SAMPLE_INPUTS = "data/sample_inputs/model.pt"
+_LEGACY = re.compile(r"version|data\.pkl|serialized_.*|.*\.(pt|pkl|pickle|pth|bin)", re.S)
 _SHARED_LIB = re.compile(r"\.(so(\.[0-9]+)*|dylib|dll|pyd)$", re.I)
 
 
@@ -276,7 +277,7 @@ def _kind(rel: str, full: str, bad: _Refusal) -> str:
     for folder in ("data/executorch/", "data/mtia", "xl_model_weights/"):
         if rel.startswith(folder):
             raise bad.member(full, f"a {folder.strip('/')} member, which anec does not read", hint=_HINT_SAVE)
-    if rel in ("version", "data.pkl") or rel.startswith("serialized_") or rel.endswith((".pt", ".pkl", ".pickle", ".pth", ".bin")):
+    if _LEGACY.fullmatch(rel) or rel.endswith((".pt", ".pkl", ".pickle", ".pth", ".bin")):
         raise bad.member(full, "the legacy torch.export layout (pickled, runs code when loaded)",
                          hint="re-save it with a current torch.export.save")
     if re.fullmatch(r"data/constants/(custom_obj|opaque_obj)_[0-9]+", rel):
@@ -556,11 +557,14 @@ def check_pt2_bytes(data: bytes, path: str = "<bytes>", *, max_total: int = MAX_
     plan: list[tuple[zipfile.ZipInfo, str, str]] = []
     total = 0
     for info in infos:
-        full = _check_name(info.filename, info, bad)
+        full = _check_name(info.orig_filename, info, bad)  # zipfile cuts .filename at a NUL
         if full in seen:
             raise bad.member(full, "appears twice in the archive", hint=_HINT_CODE)
         seen.add(full)
         top, _, rel = full.partition("/")
+        if not rel and _LEGACY.fullmatch(full):
+            raise bad.member(full, "the legacy torch.export layout (pickled, runs code when loaded)",
+                             hint="re-save it with a current torch.export.save")
         if root is None:
             root = top
         if top != root or not rel:

@@ -216,8 +216,8 @@ def load_pt2(path: str | os.PathLike) -> Any:
 
     from anec.frontends.pt2_archive import read_pt2
 
+    archive = read_pt2(path)  # before torch is imported: a refusal is quick
     torch = require("torch", "torch", "anec import")
-    archive = read_pt2(path)
     data = archive.torch_bytes()
     archive.members.clear()
     previous = logging.root.manager.disable
@@ -227,7 +227,9 @@ def load_pt2(path: str | os.PathLike) -> Any:
             return torch.export.load(io.BytesIO(data))
     except Exception as e:
         msg = " ".join(str(e).strip().split("\n")[:2])[:400]
-        raise TorchImportError(f"cannot load '{os.fspath(path)}': {type(e).__name__}: {msg}") from None
+        raise TorchImportError(f"cannot load '{os.fspath(path)}': {type(e).__name__}: {msg}",
+                               hint="torch could not read the program; save it again with "
+                                    "torch.export.save(exported_program, 'model.pt2')") from None
     finally:
         logging.disable(previous)
 
