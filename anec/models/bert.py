@@ -70,7 +70,7 @@ class Bert:
             raise f.fail("num_attention_heads", f"{self.n_head} heads do not divide the hidden size {self.d}")
         self.gelu_mode = _GELU[f.str("hidden_act", "gelu", _GELU, "BERT activation")]
         if f.str("position_embedding_type", "absolute") != "absolute":
-            raise ModelError("only absolute position embeddings are supported")
+            raise f.fail("position_embedding_type", "only absolute position embeddings are supported")
         self.n_pos = f.int("max_position_embeddings", default=512, hi=MAX_POSITIONS)
         self.max_len = self.n_pos
         sb = ckpt.read_json("sentence_bert_config.json")

@@ -277,5 +277,5 @@ def decoder_frontend(ckpt: Any, min_surface: int | None = None) -> DecoderFronte
         from anec.models.llama import Llama
 
         return Llama(ckpt, min_surface)
-    raise ModelError(f"model type '{kind}' is not a supported decoder",
+    raise ModelError(f"{ckpt.config_file}: model_type: model type '{kind}' is not a supported decoder",
                      hint="supported: gpt2, llama (Stories110M, TinyLlama and other Llama-family checkpoints)")

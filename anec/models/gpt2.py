@@ -43,7 +43,8 @@ def gpt2_config(config: dict, file: str = "config.json") -> DecoderConfig:
         name = f.pick(("n_head", "num_attention_heads"))[0]
         raise f.fail(name, f"{h} heads do not divide the hidden size {d}")
     if f.bool("scale_attn_by_inverse_layer_idx") or f.bool("add_cross_attention"):
-        raise ModelError("this GPT-2 variant (inverse-layer attention scaling or cross attention) is not supported")
+        raise ModelError(f"{file}: this GPT-2 variant (scale_attn_by_inverse_layer_idx or add_cross_attention) "
+                         "is not supported")
     return DecoderConfig(
         n_layer=f.int("n_layer", "num_hidden_layers", hi=MAX_LAYERS),
         d_model=d, n_head=h, n_kv_head=h, head_dim=d // h,

@@ -428,11 +428,10 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
 
             lower = True
             if kind(d, "tokenizer_config.json") is not None:
+                from anec.models.config import Fields
+
                 tc = read_json(d, "tokenizer_config.json")
-                lower = tc.get("do_lower_case", True)
-                if not isinstance(lower, bool):
-                    raise CheckpointError(f"{p / 'tokenizer_config.json'}: do_lower_case: {_show(lower)} is "
-                                          "not true or false")
+                lower = Fields(tc, str(p / "tokenizer_config.json")).bool("do_lower_case", True)
             lines = _text(d, "vocab.txt").split("\n")
             if lines and lines[-1] == "":
                 lines.pop()

@@ -91,7 +91,8 @@ def rope_theta(config: dict, file: str = "config.json") -> float:
         kind = Fields(spec, f"{file}: {name}").str("rope_type", None) or \
             Fields(spec, f"{file}: {name}").str("type", None) or "default"
         if kind != "default":
-            raise ModelError(f"RoPE scaling '{kind}' is not supported", hint="only plain RoPE (rope_type default)")
+            raise ModelError(f"{file}: {name}: RoPE scaling '{kind}' is not supported",
+                             hint="only plain RoPE (rope_type default)")
     params = config.get("rope_parameters")
     if isinstance(params, dict) and params.get("rope_theta") is not None:
         return Fields(params, f"{file}: rope_parameters").float("rope_theta", hi=1e30)
