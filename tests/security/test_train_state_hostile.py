@@ -490,7 +490,7 @@ def _state_ok(run: Path, gpt2_ckpt) -> bool:  # noqa: F811
 def test_kill_at_random_points_then_run_again(good_run, gpt2_ckpt, corpus, tmp_path):  # noqa: F811
     """SIGKILL or SIGINT a 6-step run (from nothing, or resuming the 4-step state) at random
     moments: the folder holds the last complete state or none, never a partial one; SIGINT
-    ends it as an interrupt (exit 1, 'Aborted!'; no traceback); running the command again
+    ends it as an interrupt (no traceback, never exit 3); running the command again
     (with --resume once run.json exists) finishes the run with the weights of a run that was
     never interrupted."""
     steps = STEPS + 2
@@ -517,8 +517,9 @@ def test_kill_at_random_points_then_run_again(good_run, gpt2_ckpt, corpus, tmp_p
         _, err = child.communicate(timeout=120)
         assert "Traceback" not in err and "internal error" not in err, err
         if sig == signal.SIGINT:
-            assert child.returncode in (0, 1), err
-            assert child.returncode == 0 or "Aborted!" in err, err
+            # finished, Ctrl-C's "Aborted!" (exit 1), or ended by the signal itself; never exit 3
+            assert child.returncode in (0, -signal.SIGINT, 128 + signal.SIGINT) or (
+                child.returncode == 1 and "Aborted!" in err), (child.returncode, err)
         if (run / "state").exists():
             assert _state_ok(run, gpt2_ckpt)
             seen["state"] += 1
