@@ -181,8 +181,14 @@ def _plural(n: int, word: str) -> str:
 @click.option("--weights", "weights_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Weight file (.safetensors/.npz) to check too: each const's key, shape and dtype, "
                    "and the fp16 range of its values.")
+@click.option("--random-weights", type=int, metavar="SEED",
+              help="With --inputs: run on deterministic random weights instead of a checkpoint.")
+@click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), metavar="CALIB.npz",
+              help="Calibration inputs (one array per func input, by name): run each func on them "
+                   "and report every node whose values leave the fp16 range [ANE-FP16-RANGE].")
 @click.pass_context
-def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: str | None) -> None:
+def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: str | None,
+              random_weights: int | None, inputs_path: str | None) -> None:
     """Parse and verify FILE; print warnings and, when available, ANE legality per node."""
     from anec.ir.parser import parse_file
     from anec.ir.verifier import check
@@ -216,14 +222,39 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
         result = legality(module, target_name or DEFAULT_TARGET, **given)
         if result.text:
             click.echo(result.text.rstrip("\n"))
+        overflows = _range_check(module, inputs_path, given, target_name, random_weights) \
+            if inputs_path else 0
         if not result.legal:
             click.echo(f"{file}: not ANE-legal on {target_name or 'm4'}: "
                        f"{_plural(result.errors, 'error')} (see REJECTED above)", err=True)
+            ctx.exit(1)
+        if overflows:
+            click.echo(f"{file}: {_plural(overflows, 'node')} overflow fp16 on the calibration "
+                       "inputs (see ANE-FP16-RANGE above)", err=True)
             ctx.exit(1)
         return
     legality_report = _legality_report()
     if legality_report is not None:
         click.echo(legality_report(module, target_name or DEFAULT_TARGET, **given).rstrip("\n"))
+
+def _range_check(module, inputs_path: str, given: dict, target_name: str | None,
+                 random_seed: int | None) -> int:
+    """Print the fp16 range analysis on the calibration inputs; the number of overflows."""
+    from anec.ranges import check_ranges, load_calibration
+    from anec.weights import resolve_weights
+
+    inputs = load_calibration(inputs_path)
+    weights = given.get("weights")
+    if weights is None:
+        weights = resolve_weights(module, random_seed=random_seed)
+    overflows = 0
+    for report in check_ranges(module, inputs, weights, target=target_name):
+        for finding in report.findings:
+            click.echo(finding.diagnostic().render(), err=True)
+        click.echo(report.summary())
+        overflows += len(report.errors)
+    return overflows
+
 
 # IR tools: ops, interp (reference interpreter)
 

@@ -25,7 +25,7 @@ results, not errors (legalize reports fp16 range problems).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -94,10 +94,12 @@ def interpret(
     inputs: Mapping[str, Any],
     weights: Mapping[str, np.ndarray] | None = None,
     mode: str = "fp32",
+    observe: "Callable[[Any, list[np.ndarray]], None] | None" = None,
 ) -> dict[str, np.ndarray]:
     """Run ``graph``; returns ``{output name: array}`` in output order.
 
     ``weights`` is a WeightStore (or any key -> array mapping) for weight consts.
+    ``observe(node, results)`` is called after every non-const node (range analysis).
     """
     from anec.weights import materialize
 
@@ -138,6 +140,8 @@ def interpret(
                 outs = [np.asarray(outs[0]).astype(node.result.type.dtype.np)]
             for r, arr in zip(node.results, outs):
                 env[id(r)] = _store(arr, r.type, mode)
+            if observe is not None:
+                observe(node, [env[id(r)] for r in node.results])
     return {v.name: env[id(v)] for v in graph.outputs}
 
 

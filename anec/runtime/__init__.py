@@ -150,17 +150,25 @@ class Runtime(_Closing):
 
     def __init__(self, backend: str = "auto", compile_budget: int | None = None, *,
                  temp_root: str | os.PathLike | None = None, sim_threads: int | None = None,
-                 reload_verified: Iterable[str] | None = None, sim_device: str | None = None) -> None:
+                 reload_verified: Iterable[str] | None = None, sim_device: str | None = None,
+                 check_finite: bool | None = None) -> None:
         """``reload_verified``: the reload strategies ("data-patch") verified on
         this machine; None takes the driver's own (the sim's device model) or,
         for the ane driver, the verdict `python -m anec.selftest` cached.
-        ``sim_device``: the sim's device model switches (docs/runtime.md)."""
+        ``sim_device``: the sim's device model switches (docs/runtime.md).
+        ``check_finite``: after every call, check the outputs for inf/NaN and, when the
+        inputs were finite, raise a RuntimeFailure naming the first program (for a
+        pipeline: the first stage) that produced one; None reads ``ANEC_CHECK_FINITE=1``
+        from the environment (a debug mode: it reads every output once more)."""
         if backend not in BACKENDS:
             raise RuntimeFailure(f"unknown backend '{backend}'", hint=did_you_mean(backend, BACKENDS)
                                  or "choose sim, ane or auto")
         if compile_budget is not None and compile_budget < 1:
             raise RuntimeFailure(f"compile_budget must be >= 1, got {compile_budget}")
         self._pid = os.getpid()
+        self.check_finite = (os.environ.get("ANEC_CHECK_FINITE", "") not in ("", "0")
+                             if check_finite is None else bool(check_finite))
+        """Debug mode: every call checks its outputs for inf/NaN (see ``__init__``)."""
         self._lock = threading.Lock()
         self._programs: "weakref.WeakSet[Program]" = weakref.WeakSet()
         if reload_verified is None and backend != "sim":

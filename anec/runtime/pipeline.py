@@ -19,7 +19,7 @@ import numpy as np
 
 from anec.diagnostics import RuntimeFailure, WeightError, did_you_mean
 from anec.runtime import native
-from anec.runtime.program import Program, _limits
+from anec.runtime.program import FINITE_HINT, Program, _limits, nonfinite
 from anec.runtime.weights import changed_blobs, weight_input_values
 
 if TYPE_CHECKING:
@@ -151,6 +151,39 @@ class PipelineProgram(Program):
         self._check()
         per = [p.reload_info for p in self.stages]
         return {"strategy": "+".join(sorted({r["strategy"] for r in per})), "stages": per}
+
+    def _check_finite(self, given: Mapping[str, Any], result: Mapping[str, np.ndarray]) -> None:
+        """Inf/NaN in a pipeline's outputs: replay it stage by stage to name the first stage
+        whose outputs are not finite although its inputs are."""
+        bad = nonfinite(result)
+        if not bad or nonfinite(given):
+            return
+        first = self._first_nonfinite_stage(given)
+        where = f"stage {first[0]} ('{first[1]}') of pipeline '{self.name}' is the first to " \
+                f"produce inf/NaN: {first[2]}" if first else f"pipeline '{self.name}' produced inf/NaN"
+        raise RuntimeFailure(f"{where} (from finite inputs; pipeline outputs: {bad})", hint=FINITE_HINT)
+
+    def _first_nonfinite_stage(self, given: Mapping[str, Any]) -> tuple[int, str, str] | None:
+        values: dict[tuple, np.ndarray] = {}
+        for k, (entry, prog) in enumerate(zip(self.manifest["stages"], self.stages)):
+            feed = {}
+            for e in entry["inputs"]:
+                f = e["from"]
+                if e["name"] in prog._weight_inputs:
+                    continue
+                if "input" in f:
+                    if f["input"] not in given:
+                        return None  # a weight input of the pipeline: not replayable here
+                    feed[e["name"]] = given[f["input"]]
+                else:
+                    feed[e["name"]] = values[(f["stage"], f["output"])]
+            outs = prog._call_unchecked(feed)
+            bad = nonfinite(outs)
+            if bad:
+                return k, prog.name, bad
+            for name, a in outs.items():
+                values[(k, name)] = a
+        return None
 
     def evaluate_raw(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         raise RuntimeFailure(f"program '{self.name}' is a pipeline of {len(self.stages)} programs; "

@@ -65,6 +65,22 @@ class _Closing:
                 pass
 
 
+FINITE_HINT = ("a value left the fp16 range (+-65504) inside the program: run `anec check "
+               "FILE.ir --inputs inputs.npz` to find the node [ANE-FP16-RANGE]")
+
+
+def nonfinite(arrays: Mapping[str, Any]) -> str:
+    """``"'y' (3 of 512 elements)"`` for the float arrays holding inf or NaN; ``""`` if none."""
+    found = []
+    for name, a in arrays.items():
+        a = np.asarray(a)
+        if a.dtype.kind == "f":
+            n = int(a.size - np.count_nonzero(np.isfinite(a)))
+            if n:
+                found.append(f"'{name}' ({n} of {a.size} elements)")
+    return ", ".join(found)
+
+
 def _blob_array(data: bytes, entry: Mapping[str, Any]) -> np.ndarray:
     """The payload of a weight-input BLOBFILE as an array of the input's dtype and shape."""
     from anec.ir.types import DType
@@ -161,9 +177,15 @@ class Program(_Closing):
 
         Thread-safe: concurrent calls of one program are serialized in C (each
         copies in, evaluates and copies out under the program's lock)."""
-        self._check()
         given = dict(inputs or {})
         given.update(kw)
+        result = self._call_unchecked(given)
+        if self.runtime.check_finite:
+            self._check_finite(given, result)
+        return result
+
+    def _call_unchecked(self, given: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        self._check()
         names = [i["name"] for i in self.inputs if i["name"] not in self._weight_inputs]
         for k in given:
             if k not in names:
@@ -181,6 +203,14 @@ class Program(_Closing):
         outs = [np.empty(tuple(spec["shape"]), native.NP_DTYPES[spec["dtype"]]) for spec in self.outputs]
         self._native.call(items, outs)
         return self._collect({spec["name"]: a for spec, a in zip(self.outputs, outs)})
+
+    def _check_finite(self, given: Mapping[str, Any], result: Mapping[str, np.ndarray]) -> None:
+        """The finite-output check of ``Runtime(check_finite=True)`` / ``ANEC_CHECK_FINITE=1``."""
+        bad = nonfinite(result)
+        if bad and not nonfinite(given):
+            raise RuntimeFailure(
+                f"program '{self.name}' produced inf/NaN from finite inputs: {bad}",
+                hint=FINITE_HINT)
 
     def _host_input(self, spec: Mapping[str, Any], value: Any) -> tuple[int, np.ndarray]:
         """(dtype code, contiguous array) for one input: fp32 arrays go to fp16
