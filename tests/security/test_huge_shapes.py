@@ -56,3 +56,50 @@ def test_the_same_tensor_as_rank4_is_accepted(tmp_path):
     (tmp_path / "ok.ir").write_text(text)
     res = CliRunner().invoke(main, ["check", str(tmp_path / "ok.ir")])
     assert res.exit_code == 0, res.output
+
+
+def _pt2_with_sequence(path, seq: int) -> None:
+    """A saved torch.export program (Linear, then [1, S, 16] -> [4, S, 4]) exported at S = 8,
+    whose metadata is then edited to say S = ``seq`` (sizes and strides; the weights are
+    unchanged), as a hostile or mistaken .pt2 file can."""
+    import zipfile
+
+    torch = pytest.importorskip("torch")
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            h = self.lin(x).reshape(1, -1, 4, 4).transpose(1, 2)
+            return h.reshape(4, -1, 4)
+
+    small = path.with_name("small.pt2")
+    torch.export.save(torch.export.export(M().eval(), (torch.randn(1, 8, 16),)), str(small))
+    with zipfile.ZipFile(small) as zin, zipfile.ZipFile(path, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            if info.filename.endswith("models/model.json"):
+                text = data.decode()
+                for old, new in ((8, seq), (128, 16 * seq), (32, 4 * seq)):  # S, and strides S*16, S*4
+                    text = text.replace(f'{{"as_int": {old}}}', f'{{"as_int": {new}}}')
+                data = text.encode()
+            zout.writestr(info, data)
+
+
+def test_a_pt2_whose_metadata_says_sequence_1e9_is_refused_at_import(tmp_path):
+    """The importer verifies the IR it builds: the same check refuses the program at import
+    (it used to import with exit 0, then fail to compile as 'legalize left the func invalid')."""
+    pt2 = tmp_path / "huge.pt2"
+    _pt2_with_sequence(pt2, 10**9)
+    res = CliRunner().invoke(main, ["import", str(pt2), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 1, res.output
+    assert res.output.startswith(
+        "error: [ANE-INT32-SHAPE] %x_t has an invalid type: on the device it is laid out as "
+        "[1, 16000000000, 1, 1], whose dimension 16000000000 is larger than 2147483647"), res.output
+    assert "\nhint: split the tensor" in res.output
+    assert not (tmp_path / "out").exists()
+    _pt2_with_sequence(tmp_path / "ok.pt2", 1000)  # the same program at S = 1000 imports
+    res = CliRunner().invoke(main, ["import", str(tmp_path / "ok.pt2"), "-o", str(tmp_path / "ok")])
+    assert res.exit_code == 0, res.output
