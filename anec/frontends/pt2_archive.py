@@ -372,23 +372,21 @@ def _json(name: str, data: bytes, bad: _Refusal) -> Any:
             raise ValueError(f"number {s[:30]} is out of range")
         return v
 
-    # bound the nesting before the parser recurses (brackets outside strings)
-    depth = 0
-    for m in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text):
-        c = m.group()
-        if c in "[{":
-            depth += 1
-            if depth > MAX_JSON_DEPTH:
-                raise bad.member(name, f"JSON nested more than {MAX_JSON_DEPTH} levels")
-        elif c in "]}":
-            depth -= 1
     try:
-        return json.loads(text, object_pairs_hook=pairs, parse_constant=const, parse_int=integer,
-                          parse_float=number)
-    except RecursionError:
+        obj = json.loads(text, object_pairs_hook=pairs, parse_constant=const, parse_int=integer,
+                         parse_float=number)
+    except RecursionError:  # json's scanner counts its recursion: 10^5 brackets end here, quickly
         raise bad.member(name, f"JSON nested more than {MAX_JSON_DEPTH} levels") from None
     except ValueError as e:
         raise bad.member(name, f"not valid JSON ({str(e)[:160]})") from None
+    stack = [(obj, 1)]
+    while stack:  # iterative: the depth check itself cannot exhaust the stack
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            if d > MAX_JSON_DEPTH:
+                raise bad.member(name, f"JSON nested more than {MAX_JSON_DEPTH} levels")
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return obj
 
 
 def _walk(obj: Any) -> Iterator[tuple[str, Any, str]]:
@@ -465,9 +463,9 @@ def _check_config(name: str, obj: Any, prefix: str, tensors: dict[str, int], bad
                           f"{where}.tensor_meta", bad)
         w = f"{where}.tensor_meta"
         dt = tm["dtype"]
-        if isinstance(dt, bool) or dt not in _DTYPE_SIZES:
+        if type(dt) is not int or dt not in _DTYPE_SIZES:
             raise bad.member(name, f"field '{_show(w, 100)}.dtype': not a dtype anec knows")
-        if tm["layout"] != _LAYOUT_STRIDED or isinstance(tm["layout"], bool):
+        if type(tm["layout"]) is not int or tm["layout"] != _LAYOUT_STRIDED:
             raise bad.member(name, f"field '{_show(w, 100)}.layout': only strided (dense) tensors are imported")
         if not isinstance(tm["requires_grad"], bool):
             raise bad.member(name, f"field '{_show(w, 100)}.requires_grad': expected true or false")
@@ -562,6 +560,12 @@ def check_pt2_bytes(data: bytes, path: str = "<bytes>", *, max_total: int = MAX_
             raise bad.member(full, "appears twice in the archive", hint=_HINT_CODE)
         seen.add(full)
         top, _, rel = full.partition("/")
+        if full.endswith("/") and (root is None or top == root):  # a directory entry (zip -r writes them)
+            if info.file_size != 0:
+                raise bad.member(full, "a directory entry with content")
+            root = top if root is None else root
+            plan.append((info, rel.rstrip("/"), "dir"))
+            continue
         if not rel and _LEGACY.fullmatch(full):
             raise bad.member(full, "the legacy torch.export layout (pickled, runs code when loaded)",
                              hint="re-save it with a current torch.export.save")
@@ -573,11 +577,6 @@ def check_pt2_bytes(data: bytes, path: str = "<bytes>", *, max_total: int = MAX_
             raise bad.member(full, "encrypted", hint=_HINT_SAVE)
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
             raise bad.member(full, f"compression method {info.compress_type} (only stored and deflate are read)")
-        if full.endswith("/"):
-            if info.file_size != 0:
-                raise bad.member(full, "a directory entry with content")
-            plan.append((info, rel.rstrip("/"), "dir"))
-            continue
         kind = _kind(rel, full, bad)
         if info.file_size > _LIMITS[kind]:
             raise bad.member(full, f"declares {info.file_size} bytes, more than the {_LIMITS[kind]} "

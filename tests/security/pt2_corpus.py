@@ -425,6 +425,8 @@ def build_corpus(work: Path, marker: Path) -> list[Case]:
          member=PROGRAM, cli=True)
     case("config_nested_1e5", write_zip(replace(items, WEIGHTS_CFG, b'{"config": ' + nested(100000) + b"}")),
          "nested more than 64 levels", member=WEIGHTS_CFG)
+    case("config_nested_65", write_zip(replace(items, WEIGHTS_CFG, b'{"config": ' + nested(64) + b"}")),
+         "nested more than 64 levels", member=WEIGHTS_CFG)
     case("config_huge_number", write_zip(replace(items, WEIGHTS_CFG, b'{"config": ' + b"9" * 100000 + b"}")),
          "an integer of 100000 digits", member=WEIGHTS_CFG)
     case("config_huge_float", write_zip(replace(items, WEIGHTS_CFG, b'{"config": 1e999}')), "out of range",

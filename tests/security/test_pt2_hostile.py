@@ -107,6 +107,19 @@ def test_genuine_archive_loads_under_the_guard_and_imports_as_before(genuine, na
     torch.testing.assert_close(ep.module()(*x), reference.module()(*x))
 
 
+def test_rezipped_archive_with_directory_entries_loads(genuine, tmp_path):
+    """`zip -r` style: deflated members and directory entries (dropped) still load."""
+    items = pc.members(genuine["small"].read_bytes())
+    dirs = sorted({n.rsplit("/", 1)[0] + "/" for n, _ in items})
+    p = tmp_path / "rezipped.pt2"
+    p.write_bytes(pc.write_zip([(d, b"") for d in dirs] + items, compress=8))
+    with pc.code_guard() as trips:
+        ep = load_pt2(p)
+    assert trips == []
+    ref = load_pt2(genuine["small"])
+    assert str(import_torch(ep).module) == str(import_torch(ref).module)
+
+
 def test_torch_sees_only_the_checked_members(genuine):
     arch = read_pt2(genuine["small"])
     import zipfile
