@@ -1,0 +1,138 @@
+"""The range-safe pass: meaning kept, forms matched, idempotent; the range analysis.
+
+Numerics on the sim at every magnitude: tests/runtime/test_rt_fp16_range.py.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from anec.cli import main
+from anec.diagnostics import AnecError
+from anec.ir.interp import interpret
+from anec.ir.parser import parse
+from anec.ir.printer import print_module
+from anec.passes import PassContext, RangeSafe, run_pipeline
+from anec.ranges import check_ranges, load_calibration
+from tests.runtime.test_rt_fp16_range import NORMS, reference, rows
+
+
+def safe(text: str):
+    m = parse(text, "n.ir")
+    run_pipeline(m, (RangeSafe(),), PassContext.default())
+    return m
+
+
+@pytest.mark.parametrize("func", ["rms", "rms_pow", "ln", "l2", "var"])
+def test_the_rewrite_keeps_the_meaning_and_removes_every_square_of_x(func):
+    before = parse(NORMS, "n.ir")
+    after = safe(NORMS)
+    g = after.funcs[func]
+    squares = [n for n in g.nodes if n.op in ("mul", "pow") and n.operands[0].name == "xh"
+               and (n.operands[1].name == "xh" or n.op == "pow")]
+    assert not squares and any(n.op == "reduce_max" for n in g.nodes)
+    x = rows(1.0, 3)
+    want = interpret(before.funcs[func], {"x": x})
+    got = interpret(g, {"x": x})
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=2e-5, atol=2e-5 * np.abs(want[k]).max())
+    for k, r in zip(want, reference(func, x)):
+        np.testing.assert_allclose(got[k].reshape(r.shape), r, rtol=1e-3, atol=1e-6)
+
+
+def test_running_it_twice_changes_nothing_more():
+    once = print_module(safe(NORMS))
+    m = parse(once, "once.ir")
+    run_pipeline(m, (RangeSafe(),), PassContext.default())
+    assert print_module(m) == once
+
+
+def test_a_reduction_of_other_values_is_left_alone():
+    text = """
+func f(%x: fp16[1, 8, 1, 4], %z: fp16[1, 8, 1, 4]) {
+  %p = mul(%x, %z)
+  %s = reduce_sum(%p, axes=[1], keep_dims=true)
+  %m = reduce_mean(%x, axes=[1], keep_dims=true)
+  return %s, %m
+}
+"""
+    assert print_module(safe(text)) == print_module(parse(text, "n.ir"))
+
+
+CALIB = """
+func f(%x: fp32[1, 16, 1, 4]) {
+  %xh = cast(%x, dtype=fp16)
+  %sq = mul(%xh, %xh)
+  %ms = reduce_mean(%sq, axes=[1], keep_dims=true)
+  %eps = const(value=1e-05) : fp16[]
+  %me = add(%ms, %eps)
+  %r = rsqrt(%me)
+  %n = mul(%xh, %r)
+  %k = const(value=3000.0) : fp16[]
+  %a = mul(%xh, %k)
+  %b = add(%a, %n)
+  %t = const(value=0.0001) : fp16[]
+  %c = mul(%n, %t)
+  %d = mul(%c, %t)
+  %y = cast(%b, dtype=fp32)
+  %z = cast(%d, dtype=fp32)
+  return %y, %z
+}
+"""
+
+
+def test_range_analysis_finds_the_first_overflow_and_the_lost_bits():
+    m = parse(CALIB, "calib.ir")
+    x = np.random.default_rng(0).standard_normal((1, 16, 1, 4)).astype(np.float32) * 30
+    (rep,) = check_ranges(m, {"x": x})
+    kinds = [(f.node, f.kind) for f in rep.findings]
+    # the norm is safe (range-safe ran first); %a overflows, %b only inherits it; %d underflows
+    assert kinds == [("a", "overflow"), ("d", "precision")]
+    err = rep.findings[0].diagnostic().render()
+    assert err.startswith("calib.ir:11:8: error: [ANE-FP16-RANGE] %a (mul) reaches |x| = ")
+    assert "^^^" in err and "hint: " in err
+    # small inputs: nothing overflows
+    (rep,) = check_ranges(m, {"x": x / 1000})
+    assert not rep.errors
+
+
+def test_check_inputs_on_the_command_line(tmp_path):
+    ir = tmp_path / "calib.ir"
+    ir.write_text(CALIB)
+    x = np.random.default_rng(0).standard_normal((1, 16, 1, 4)).astype(np.float32)
+    np.savez(tmp_path / "big.npz", x=x * 30)
+    np.savez(tmp_path / "small.npz", x=x * 0.01)
+    r = CliRunner().invoke(main, ["check", str(ir), "--inputs", str(tmp_path / "big.npz")])
+    assert r.exit_code == 1, r.output
+    assert "[ANE-FP16-RANGE] %a (mul) reaches" in r.output
+    assert "1 node overflow fp16 on the calibration inputs" in r.output
+    r = CliRunner().invoke(main, ["check", str(ir), "--inputs", str(tmp_path / "small.npz")])
+    assert r.exit_code == 0, r.output
+    assert "0 overflows" in r.output or "every value fits fp16" in r.output
+    np.savez(tmp_path / "wrong.npz", q=x)
+    r = CliRunner().invoke(main, ["check", str(ir), "--inputs", str(tmp_path / "wrong.npz")])
+    assert r.exit_code == 1 and "not the inputs of any func (f: x)" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_calibration_files_are_read_as_hostile(tmp_path):
+    fifo = tmp_path / "x.npz"
+    os.mkfifo(fifo)
+    with pytest.raises(AnecError, match="not a regular file"):
+        load_calibration(str(fifo))  # refused at once, never blocks
+    obj = tmp_path / "obj.npz"
+    np.savez(obj, x=np.array([object()], dtype=object))
+    with pytest.raises(AnecError, match="not a .npz/.npy of numeric arrays"):
+        load_calibration(str(obj))
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"PK\x03\x04 not a zip")
+    with pytest.raises(AnecError, match="junk.npz"):
+        load_calibration(str(junk))
+    with pytest.raises(AnecError, match="cannot open"):
+        load_calibration(str(tmp_path / "missing.npz"))
+    np.save(tmp_path / "x.npy", np.ones((2, 2), np.float32))
+    assert list(load_calibration(str(tmp_path / "x.npy"))) == ["x"]
