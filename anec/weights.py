@@ -32,7 +32,6 @@ Float tensors are stored as float32, as a checkpoint would hold them.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import mmap
 import os

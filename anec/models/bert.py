@@ -28,6 +28,7 @@ normalisation after the last (sentence-transformers' Pooling + Normalize).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -50,29 +51,57 @@ _IGNORED = (re.compile(r"(?:bert\.)?embeddings\.position_ids"), re.compile(r"(?:
 """Buffers and heads a BERT checkpoint may hold that the encoder does not read."""
 
 
+@dataclass(frozen=True)
+class BertConfig:
+    """The checked shape of a BERT encoder (from ``config.json``)."""
+
+    n_layer: int
+    d_model: int
+    n_head: int
+    d_ffn: int
+    vocab: int
+    max_pos: int
+    type_vocab: int
+    pad_id: int
+    eps: float
+    gelu_mode: str
+
+
+def bert_config(config: dict, file: str = "config.json") -> BertConfig:
+    """Read and check a BERT ``config.json`` object (CheckpointError naming the field)."""
+    f = Fields(config, file)
+    d = f.int("hidden_size")
+    n_head = f.int("num_attention_heads", hi=MAX_HEADS)
+    if d % n_head:
+        raise f.fail("num_attention_heads", f"{n_head} heads do not divide the hidden size {d}")
+    vocab = f.int("vocab_size", hi=MAX_VOCAB)
+    pad = f.int("pad_token_id", default=0, lo=0, hi=MAX_VOCAB)
+    if pad >= vocab:
+        raise f.fail("pad_token_id", f"{pad} is not a token id below vocab_size {vocab}")
+    if f.str("position_embedding_type", "absolute") != "absolute":
+        raise f.fail("position_embedding_type", "only absolute position embeddings are supported")
+    return BertConfig(
+        n_layer=f.int("num_hidden_layers", hi=MAX_LAYERS), d_model=d, n_head=n_head,
+        d_ffn=f.int("intermediate_size"), vocab=vocab,
+        max_pos=f.int("max_position_embeddings", default=512, hi=MAX_POSITIONS),
+        type_vocab=f.int("type_vocab_size", default=2, hi=MAX_VOCAB), pad_id=pad,
+        eps=f.float("layer_norm_eps", default=1e-12, hi=1.0),
+        gelu_mode=_GELU[f.str("hidden_act", "gelu", _GELU, "BERT activation")],
+    )
+
+
 class Bert:
     """BERT encoder programs and host glue for one checkpoint."""
 
     kind = "bert"
 
     def __init__(self, ckpt: Checkpoint, min_surface: int | None = None) -> None:
-        f = Fields(ckpt.config, ckpt.config_file)
         self.ckpt = ckpt
-        self.d = f.int("hidden_size")
-        self.n_head = f.int("num_attention_heads", hi=MAX_HEADS)
-        self.n_layer = f.int("num_hidden_layers", hi=MAX_LAYERS)
-        self.d_ffn = f.int("intermediate_size")
-        self.eps = f.float("layer_norm_eps", default=1e-12, hi=1.0)
-        self.vocab = f.int("vocab_size", hi=MAX_VOCAB)
-        self.pad_id = f.int("pad_token_id", default=0, lo=0, hi=self.vocab - 1)
-        self.type_vocab = f.int("type_vocab_size", default=2, hi=MAX_VOCAB)
-        if self.d % self.n_head:
-            raise f.fail("num_attention_heads", f"{self.n_head} heads do not divide the hidden size {self.d}")
-        self.gelu_mode = _GELU[f.str("hidden_act", "gelu", _GELU, "BERT activation")]
-        if f.str("position_embedding_type", "absolute") != "absolute":
-            raise f.fail("position_embedding_type", "only absolute position embeddings are supported")
-        self.n_pos = f.int("max_position_embeddings", default=512, hi=MAX_POSITIONS)
-        self.max_len = self.n_pos
+        self.cfg = c = bert_config(ckpt.config, ckpt.config_file)
+        self.d, self.n_head, self.n_layer, self.d_ffn = c.d_model, c.n_head, c.n_layer, c.d_ffn
+        self.eps, self.vocab, self.pad_id, self.type_vocab = c.eps, c.vocab, c.pad_id, c.type_vocab
+        self.gelu_mode = c.gelu_mode
+        self.n_pos = self.max_len = c.max_pos
         sb = ckpt.read_json("sentence_bert_config.json")
         if sb is not None:
             where = str(ckpt.path / "sentence_bert_config.json")

@@ -345,16 +345,6 @@ def _show(value: Any, limit: int = 60) -> str:
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
-def cfg_get(config: Mapping[str, Any], *names: str, default: Any = None) -> Any:
-    """The first of ``names`` present in ``config`` (HF configs use several spellings)."""
-    for n in names:
-        if n in config and config[n] is not None:
-            return config[n]
-    if default is None:
-        raise CheckpointError(f"config.json has none of: {', '.join(names)}")
-    return default
-
-
 # ---- tokenizers ---------------------------------------------------------------
 
 

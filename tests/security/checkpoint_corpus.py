@@ -395,6 +395,9 @@ def build_corpus(root: Path) -> list[Case]:
     b.config_text("config_nan", "gpt2", json.dumps(json.loads((b.base / "gpt2" / "config.json").read_text()))
                   .replace('"layer_norm_epsilon": 1e-05', '"layer_norm_epsilon": NaN'),
                   r"config\.json: .*NaN is not a JSON number")
+    b.config_text("gpt2_eps_underflow", "gpt2", (b.base / "gpt2" / "config.json").read_text()
+                  .replace('"layer_norm_epsilon": 1e-05', '"layer_norm_epsilon": 1e-400'),
+                  r"config\.json: layer_norm_epsilon: 0\.0 is not a finite number in \(0, 1\]")
     b.config_text("config_duplicate_key", "gpt2", '{"model_type": "gpt2", "model_type": "llama"}',
                   r"config\.json: .*appears twice")
     b.config_text("config_huge_int", "gpt2", '{"model_type": "gpt2", "n_layer": ' + "9" * 40 + "}",
@@ -567,6 +570,7 @@ def build_corpus(root: Path) -> list[Case]:
         ("bert_heads_zero", _set(num_attention_heads=0), r"num_attention_heads: 0 is not a positive integer"),
         ("bert_heads_not_dividing", _set(num_attention_heads=5), r"num_attention_heads: 5 heads do not divide"),
         ("bert_pad_negative", _set(pad_token_id=-1), r"pad_token_id: -1 is not an integer >= 0"),
+        ("bert_pad_beyond_vocab", _set(pad_token_id=32), r"pad_token_id: 32 is not a token id below vocab_size 32"),
         ("bert_eps_list", _set(layer_norm_eps=[1e-12]), r"layer_norm_eps: an array of 1 items is not a number"),
         ("bert_layers_more", _set(num_hidden_layers=3), r"num_hidden_layers: 3 layers, but the checkpoint has no "
                                                         r"tensors for layer 2"),
