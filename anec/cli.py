@@ -298,7 +298,8 @@ def _save_npz_atomic(path: str, arrays: dict) -> None:
               help="Weight file (.safetensors/.npz); overrides the file's weights directives.")
 @click.option("--random-weights", type=int, metavar="SEED", help="Random tensors for weights no file provides.")
 @click.option("--mode", type=click.Choice(["fp32", "fp16"]), default="fp32", show_default=True,
-              help="fp32: mathematical reference; fp16: round every fp16 value as the device stores it.")
+              help="fp32: mathematical reference; fp16: round every fp16 value as the device stores it "
+                   "(the func as the device computes it: after cleanup and range-safe).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="OUT.npz", help="Save the outputs.")
 def interp_cmd(file, func_name, inputs, random_inputs, weights_path, random_weights, mode, output) -> None:
     """Run a func of FILE with the numpy reference interpreter."""
@@ -320,6 +321,10 @@ def interp_cmd(file, func_name, inputs, random_inputs, weights_path, random_weig
         feeds[name] = load_input(name, path)
     store = resolve_weights(module, weights=weights_path, random_seed=random_weights)
     check_weights(graph, store)
+    if mode == "fp16":  # as the device computes it: after cleanup and range-safe
+        from anec.passes.pipelines import device_form
+
+        graph = device_form(graph)
     results = interpret(graph, feeds, store, mode=mode)
     for name, arr in results.items():
         t = graph.value(name).type
@@ -595,8 +600,10 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
                 if v.name in feeds and np.size(feeds[v.name]) == v.type.numel:
                     ir_feeds[v.name] = np.reshape(feeds[v.name], v.type.shape)
             click.echo("compare with the reference interpreter (rel = max|sim - ref| / max|ref|):")
+            from anec.passes.pipelines import device_form
+
             for mode in ("fp32", "fp16"):
-                ref = interpret(graph, ir_feeds, store, mode=mode)
+                ref = interpret(device_form(graph) if mode == "fp16" else graph, ir_feeds, store, mode=mode)
                 for lo in logical:  # chunked outputs: reassemble the pieces like the runtime does
                     pieces = [ref.pop(p) for p in lo["pieces"]]
                     ref[lo["name"]] = np.concatenate(pieces, axis=lo["axis"])

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.frontends.conftest import CASES, ONE_PROGRAM, PIPELINES, SIM_CASES, assert_close
+from tolerances import assert_close as tol_close  # noqa: E402
 
 INTERP = [(name, mode) for name in CASES for mode in ("fp32", "fp16")]
 
@@ -98,12 +99,14 @@ def test_gqa_keys_are_not_repeated(imported_cases):
                    for n in im.func.nodes)
 
 
-def test_fp16_interpreter_equals_sim_bit_for_bit(imported_cases):
-    """The sim executes the MIL the IR becomes; the fp16 interpreter is its oracle."""
+def test_fp16_interpreter_is_the_sims_oracle(imported_cases):
+    """The sim executes the MIL the IR becomes; the fp16 interpreter, running the func as the
+    device computes it (range-safe norms), is its oracle: within a few fp16 ulps (legalize's
+    reduce_mean -> reduce_sum(x * 1/N) rounds once more than the interpreter's mean)."""
     im, _, args, _ = imported_cases("encoder_1layer")
     with im.runner(backend="sim") as run:
         feed = run._prepare(run._bind(args, {}))
         sim = run.program(feed)
     interp = im.runner(backend="interp", mode="fp16").program(feed)
     for k in sim:
-        np.testing.assert_allclose(sim[k], interp[k], rtol=0, atol=2e-3)
+        tol_close(sim[k], interp[k], f"import/encoder_1layer:{k}:fp16-interp", 4)
