@@ -1665,6 +1665,8 @@ def _host(lw: Lowering, x: Any, op: str, **params: Any) -> HostValue:
 
 
 def _host_shape(s: tuple[int, ...], op: str, p: dict) -> tuple[int, ...]:
+    if not s and op in ("argmax", "argmin", "topk_values", "topk_indices"):
+        return ()  # a 0-d tensor: its only dim (0 or -1) is the tensor itself
     if op in ("argmax", "argmin"):
         if p.get("dim") is None:
             return (1,) * len(s) if p.get("keepdim") else ()
