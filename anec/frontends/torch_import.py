@@ -1028,6 +1028,16 @@ class ImportedModel:
         """
         return TorchRunner(self, backend=backend, target=target, mode=mode, seed=seed)
 
+    def check_ranges(self, *args: Any, **kwargs: Any) -> list:
+        """The fp16 range analysis (:func:`anec.ranges.check_ranges`) on sample inputs given
+        as to the torch module (host steps applied): a :class:`~anec.ranges.RangeReport`
+        whose ``findings`` name each node that overflows fp16 or is all subnormals."""
+        from anec.ranges import check_ranges
+
+        run = TorchRunner(self, backend="interp", mode="fp32")
+        feed = run._prepare(run._bind(args, kwargs))
+        return check_ranges(self.module, feed, run.store, funcs=[self.name])
+
 
 def _stored_dtype(key: str, arr: np.ndarray) -> np.ndarray:
     """Float weights are saved in fp16, the precision the program reads them in (the

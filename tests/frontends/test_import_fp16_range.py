@@ -101,3 +101,30 @@ def test_models_with_a_massive_activation_channel(name):
         clear = (top2[:, 1] - top2[:, 0]) > 1e-3 * np.abs(ref).max()
         assert clear.sum() >= 4
         assert (logits.argmax(-1)[clear] == ref.argmax(-1)[clear]).all()
+
+
+class Overflowing(torch.nn.Module):
+    """A layer whose pre-activation leaves fp16 on large inputs although its output fits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(64, 64, bias=False)
+        with torch.no_grad():
+            self.up.weight.copy_(torch.eye(64) * 100.0)
+
+    def forward(self, x):
+        return torch.tanh(self.up(x))
+
+
+def test_imported_model_range_check_names_the_node():
+    import anec
+
+    module = Overflowing().eval()
+    im = anec.import_torch(module, (torch.randn(1, 16, 64),))
+    (small,) = im.check_ranges(torch.randn(1, 16, 64))
+    assert not small.errors and small.largest < 1000
+    (big,) = im.check_ranges(torch.randn(1, 16, 64) * 1000)
+    (finding,) = big.errors
+    assert finding.op == "conv1x1" and finding.largest > 65504
+    text = finding.diagnostic().render()
+    assert "[ANE-FP16-RANGE]" in text and "test_import_fp16_range.py" in text
