@@ -444,8 +444,9 @@ _ENTRIES = (
         "A tensor of rank other than 4 is laid out by the compiler as [1, prod(shape[:-1]), 1, "
         "shape[-1]] (the ANE-IO-RANK4 form), so a [4, 10^9, 1] tensor needs a 4 * 10^9 channel "
         "dimension. The verifier (anec check, anec compile, and every importer, which verifies "
-        "what it builds) reports such a tensor at its definition, before any pass merges the "
-        "dimensions; single dimensions above 2^31 - 1 were already type errors.",
+        "what it builds) reports such a tensor at its definition (a const at the first value "
+        "computed from it: a const's size is bounded where it is made), before any pass merges "
+        "the dimensions; single dimensions above 2^31 - 1 were already type errors.",
         "compile",
         ("tests/passes/test_int32_shape.py::test_a_rank3_tensor_whose_device_layout_overflows_int32",
          "tests/security/test_huge_shapes.py::test_huge_reshapes_are_located_errors_in_every_command"),

@@ -8,7 +8,9 @@ at the span of the node (its op name) or value concerned:
   value and func names are unique and printable; every dimension of its type
   is at least 1 and fits MIL's int32 shapes, and so does every dimension of
   the rank-4 ``[1, C, 1, S]`` layout the compiler gives a tensor of another
-  rank (ANE-INT32-SHAPE: ``[4, 10**9, 1]`` is ``[1, 4 * 10**9, 1, 1]``);
+  rank (ANE-INT32-SHAPE: ``[4, 10**9, 1]`` is ``[1, 4 * 10**9, 1, 1]``; checked
+  at the first value computed from a ``const``, whose size is bounded where it
+  is made: the inline limit, the weights file);
 * each node: the op exists, operand count and keyword operands, the attribute
   schema, dtype domains and shape rules (all through
   :func:`anec.ir.ops.infer_node_types`, as the parser does); the declared
@@ -363,6 +365,8 @@ class _GraphChecker:
             self.names[v.name] = v
         t = v.type
         bad = None if type(t) is TensorType and t in _GOOD_TYPES else _bad_type(t)
+        if bad and bad.startswith(_WIDE) and v.producer is not None and v.producer.op == "const":
+            bad = None  # a const is bounded where it is made (the inline limit, the weights file)
         if bad:
             if bad.startswith(_WIDE):
                 self.report.errors.append(VerifyError(

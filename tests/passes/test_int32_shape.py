@@ -46,3 +46,13 @@ def test_the_bound_is_the_device_layout_not_the_element_count(shape, ok):
     assert (not errors) == ok, [e.message for e in errors]
     if not ok:
         assert errors[0].span.location == "f.ir:1:8"
+
+
+def test_a_const_is_checked_at_the_first_value_computed_from_it():
+    """A const's size is bounded where it is made (inline limit, weights file): the check
+    reports the first value computed from it."""
+    text = ("func f() {\n  %c = const(value=0.0) : fp16[4, 1000000000, 1]\n  %y = relu(%c)\n"
+            "  return %y\n}\n")
+    errors = check(parse(text, "c.ir")).errors
+    assert [(e.constraint, e.span.location) for e in errors] == [("ANE-INT32-SHAPE", "c.ir:3:3")]
+    assert errors[0].message.startswith("%y has an invalid type: on the device it is laid out as")
