@@ -38,6 +38,11 @@ non-negative scalar const, ``pow(v, -0.5)`` stands for ``rsqrt(v)``):
 * each with ``x = sub(z, reduce_mean(z, axes, keep_dims=true))``: scaled as
   ``d = z / s - mean(z / s)``.
 
+And, for attention scores, ``mul(matmul(a, b), c)`` with a scalar ``|c| < 1`` and no
+other use of the product becomes ``matmul(mul(a, c), b)``: the scores are scaled
+before the dot products are summed (as ``scaled_dot_product_attention`` does),
+so a product that only fits fp16 once scaled never leaves it.
+
 ``x * x`` may also be written ``pow(x, 2)``. Values this pass built are not
 matched again, so running it twice changes nothing more.
 
@@ -306,7 +311,26 @@ def _only_roots(v: "Value", outputs) -> bool:
     return True
 
 
+# mul(matmul(a, b), c) -> matmul(mul(a, c), b)   (|c| < 1 a scalar: scale the operand first)
+def scale_before_matmul(node: "Node", rw: SafeRewriter) -> "Value | None":
+    for mm, c in (node.operands, node.operands[::-1]):
+        k = scalar_const(c)
+        p = mm.producer
+        if (k is None or not 0.0 < abs(k) < 1.0 or p is None or p.op != "matmul"
+                or len(mm.uses) != 1 or any(o is mm for o in rw.graph.outputs)
+                or c.type.dtype != mm.type.dtype or node.result.type != mm.type):
+            continue
+        a, b = p.operands
+        scaled = rw.op("mul", a, c, suffix="scaled")
+        rw.record("ANE-FP16-RANGE", f"{mm.name} * {k:g} -> the matmul of {a.name} * {k:g} "
+                                    "(the scores are scaled before they are summed)")
+        rw.left.append(p)
+        return rw.op("matmul", scaled, b, suffix="mm", **dict(p.attrs))
+    return None
+
+
 RULES = {
+    "mul": (scale_before_matmul,),
     "rsqrt": (safe_root,),
     "sqrt": (safe_root,),
     "pow": (safe_root,),

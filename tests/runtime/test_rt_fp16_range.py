@@ -12,6 +12,8 @@ or the pipeline stage, that first produced inf/NaN.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -264,3 +266,56 @@ def test_norm_gradients_hold_at_every_magnitude(func, tmp_path):
             (y * torch.tensor(dy.astype(np.float64))).sum().backward()
             got = prog(x=x, **{bw.cotangents["y"]: dy})[bw.input_grads["x"]]
             assert_close(got, xt.grad.numpy(), f"range-safe/{func}-grad:dx", 16, f"|x| <= {scale:g}")
+
+
+SCORES = """
+func scores(%q: fp32[1, 2, 16, 64], %k: fp32[1, 2, 16, 64]) {
+  %qh = cast(%q, dtype=fp16)
+  %kh = cast(%k, dtype=fp16)
+  %s = matmul(%qh, %kh, transpose_y=true)
+  %c = const(value=0.125) : fp16[]
+  %t = mul(%s, %c)
+  %p = softmax(%t, axis=-1)
+  %y = cast(%p, dtype=fp32)
+  return %y
+}
+"""
+
+
+def test_attention_scores_are_scaled_before_the_dot_products(tmp_path):
+    """|q|, |k| = 40 over 64 dims: q.k reaches 102400 (inf in fp16), q.k / 8 = 12800 fits."""
+    art = compile_module(parse(SCORES, "s.ir"), out_dir=tmp_path).artifacts["scores"]
+    rng = np.random.default_rng(0)
+    q = np.sign(rng.standard_normal((1, 2, 16, 64))).astype(np.float32) * 40
+    k = q.copy()
+    k[:, :, 8:] *= -1  # half the keys point away
+    with Runtime(backend="sim") as rt:
+        got = rt.load(art)(q=q, k=k)["y"]
+    s = q.astype(np.float64) @ k.astype(np.float64).transpose(0, 1, 3, 2) / 8
+    e = np.exp(s - s.max(-1, keepdims=True))
+    assert_close(got, e / e.sum(-1, keepdims=True), "range-safe/scores:y", 8)
+
+
+ACTIVATIONS = {
+    "gelu_exact": ('%g = gelu(%xh, mode="exact")', lambda x: 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))),
+    "gelu_tanh": ('%g = gelu(%xh, mode="tanh")',
+                  lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))),
+    "silu": ("%s = sigmoid(%xh)\n  %g = mul(%xh, %s)", lambda x: x / (1 + np.exp(-x))),
+    "softmax": ("%g = softmax(%xh, axis=1)",
+                lambda x: np.exp(x - x.max(1, keepdims=True)) / np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True)),
+}
+
+
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_activations_hold_on_large_inputs(name, tmp_path):
+    """GELU (x^3 overflows past |x| = 40, tanh saturates: no NaN), SiLU and softmax up to 60000."""
+    body, ref = ACTIVATIONS[name]
+    text = (f"func a(%x: fp32[1, {C}, 1, {S}]) {{\n  %xh = cast(%x, dtype=fp16)\n  {body}\n"
+            "  %y = cast(%g, dtype=fp32)\n  return %y\n}\n")
+    art = compile_module(parse(text, "a.ir"), out_dir=tmp_path).artifacts["a"]
+    with Runtime(backend="sim") as rt, np.errstate(all="ignore"):
+        prog = rt.load(art)
+        for k, scale in enumerate(SCALES):
+            x = rows(scale, 20 + k)
+            want = ref(x.astype(np.float16).astype(np.float64))
+            assert_close(prog(x=x)["y"], want, f"range-safe/{name}:y", 8, f"|x| <= {scale:g}")
