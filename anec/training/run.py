@@ -134,14 +134,26 @@ def _write_atomic(rd: Beneath, name: str, data: bytes) -> None:
         raise TrainingError(f"cannot write '{rd.path / name}': {e.strerror or e}") from None
 
 
+_WRITE_TEMP = re.compile(r"\.(state|model)\.(anec-tmp-[A-Za-z0-9_]+|anec-lock|[A-Za-z0-9_]{8}\.(tmp|old))\Z")
+"""What a killed write of ``state/`` or ``model/`` leaves (its temporary directory, its lock file)."""
+
+
 def _remove_own_temps(rd: Beneath) -> None:
-    """The temporary files of killed runs (``.log.jsonl.tmpPID-XXXX``): removed, never followed."""
+    """The leftovers of killed runs: temporary files (``.log.jsonl.tmpPID-XXXX``) and the
+    temporary directories and lock files of ``state/`` and ``model/`` writes. Removed (the
+    run's lock is held, so no writer of this folder is alive), never followed."""
+    import shutil
+
     for n in rd.names():
-        if _OWN_TEMP.match(n):
-            try:
+        if not (_OWN_TEMP.match(n) or _WRITE_TEMP.match(n)):
+            continue
+        try:
+            if stat.S_ISDIR(os.stat(n, dir_fd=rd.fileno, follow_symlinks=False).st_mode):
+                shutil.rmtree(n, dir_fd=rd.fileno)
+            else:
                 os.unlink(n, dir_fd=rd.fileno)
-            except OSError:
-                pass
+        except OSError:
+            pass
 
 
 def _leftover(name: str) -> bool:

@@ -204,7 +204,8 @@ def load_state(tr: "Trainer", src: str | os.PathLike) -> None:
     try:
         d = Beneath.open(src)
     except ArtifactError:
-        raise TrainingError(f"no training state in '{src}'", hint="resume from RUN_DIR/state of an earlier run") from None
+        raise TrainingError(f"no training state in '{src}'",
+                            hint="resume from RUN_DIR/state of an earlier run") from None
     with d:
         _load(tr, d)
 
@@ -229,7 +230,7 @@ def _load(tr: "Trainer", d: Any) -> None:
     for key, mine in (("seq_len", tr.seq_len), ("lora_rank", tr.lora_rank)):
         saved = _int_field(meta, key, where, 0 if key == "lora_rank" else 1, 1 << 31)
         if saved != mine:
-            raise TrainingError(f"the saved run has {key} {saved}, this one {mine}",
+            raise TrainingError(f"{where}: field '{key}': the saved run has {key} {saved}, this one {mine}",
                                 hint=f"resume with --{key.replace('_', '-')} {saved}")
     _int_field(meta, "batch_size", where, 1, 1 << 31)
     if meta["format"] == FORMAT:  # the model the state belongs to (format 1 did not record it)

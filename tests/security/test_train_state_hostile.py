@@ -231,7 +231,8 @@ def _field_cases() -> list[Case]:
                ("scaler.growth_interval", 0, "[1, 1000000000], got 0"), ("batch_size", 0, "[1, 2147483648], got 0")]
     cases = [Case(f"int {f}={v!r}", setf(f, v), 1, f"{TJ}: field '{f}': {RANGE} {msg}") for f, v, msg in bad_int]
     bad_float = [("scaler.scale", 0, "(0.0, 65536.0], got 0"), ("scaler.scale", -1024.0, "(0.0, 65536.0], got -1024.0"),
-                 ("scaler.scale", 1e300, "(0.0, 65536.0], got 1e+300"), ("scaler.scale", "big", '(0.0, 65536.0], got "big"'),
+                 ("scaler.scale", 1e300, "(0.0, 65536.0], got 1e+300"),
+                 ("scaler.scale", "big", '(0.0, 65536.0], got "big"'),
                  ("adam.lr", -1.0, "[0.0, 1000000.0], got -1.0"), ("adam.beta2", 2.0, "[0.0, 1.0], got 2.0"),
                  ("adam.eps", 0.0, "(0.0, 1.0], got 0.0"), ("grad_clip", -1.0, "[0.0, 1000000000000.0], got -1.0")]
     cases += [Case(f"float {f}={v!r}", setf(f, v), 1, f"{TJ}: field '{f}': expected a finite number in {msg}")
@@ -241,8 +242,10 @@ def _field_cases() -> list[Case]:
         Case("missing scaler", delf("scaler"), 1, f"{TJ}: field 'scaler.scale' is missing"),
         Case("steps do not add up", meta(lambda m: m["scaler"].update(skipped=1)), 1,
              f"{TJ}: fields 'adam.step_count' (4) and 'scaler.skipped' (1) add up to more than 'step' (4)"),
-        Case("other seq_len", setf("seq_len", 99), 1, "the saved run has seq_len 99, this one 16"),
-        Case("other lora_rank", setf("lora_rank", 4), 1, "the saved run has lora_rank 4, this one 0"),
+        Case("other seq_len", setf("seq_len", 99), 1,
+             f"{TJ}: field 'seq_len': the saved run has seq_len 99, this one 16"),
+        Case("other lora_rank", setf("lora_rank", 4), 1,
+             f"{TJ}: field 'lora_rank': the saved run has lora_rank 4, this one 0"),
         Case("unknown format", setf("format", "anec-train-state/9"), 1,
              f"{TJ} is not an anec training state (anec-train-state/2)"),
         Case("other model", setf("model_config_sha256", "0" * 64), 1,
@@ -262,7 +265,8 @@ def _json_cases() -> list[Case]:
              f"{nj} (NaN is not a JSON number)"),
         Case("Infinity step", raw_json(b'{"step": Infinity}'), 1, f"{nj} (Infinity is not a JSON number)"),
         Case("duplicate key", raw_json(b'{"step": 1, "step": 2}'), 1, f'{nj} (key "step" appears twice in one object)'),
-        Case("not UTF-8", raw_json(b"\xff\xfe{}"), 1, f"{TJ} is not JSON: the training state is not valid UTF-8 (byte 0)"),
+        Case("not UTF-8", raw_json(b"\xff\xfe{}"), 1,
+             f"{TJ} is not JSON: the training state is not valid UTF-8 (byte 0)"),
         Case("deep nesting", raw_json(b"[" * 5000 + b"]" * 5000), 1, f"{TJ} is not JSON: the training state is nested"),
         Case("a list", raw_json(b"[]"), 1, f"{TJ} is not an anec training state"),
         Case("too large", raw_json(b" " * (1 << 20) + b"{}"), 1,
@@ -349,7 +353,8 @@ def _link_cases() -> list[Case]:
              "the run in '{run}' was started with other settings: lr"),
         Case("run.json missing", replace_with("run.json", lambda p, o: None), 1, "'{run}' holds no run to resume"),
         Case("a new run into a used folder", nothing, 1, "'{run}' is not empty (it holds 'loss.png')", resume=False),
-        Case("a negative seed", nothing, 2, "Invalid value for '--seed': -1 is not in the range", extra=("--seed", "-1")),
+        Case("a negative seed", nothing, 2, "Invalid value for '--seed': -1 is not in the range",
+             extra=("--seed", "-1")),
     ]
 
 
@@ -556,7 +561,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def test_a_full_disk_fails_naming_the_path_and_keeps_the_last_state(small_disk, gpt2_ckpt, corpus, tmp_path):  # noqa: F811
+def test_a_full_disk_fails_naming_the_path_and_keeps_the_last_state(small_disk, gpt2_ckpt, corpus):  # noqa: F811
     run = small_disk / "run"
     res = CliRunner().invoke(main, train_args(gpt2_ckpt, corpus, run, STEPS))
     assert res.exit_code == 1, res.output
@@ -571,3 +576,22 @@ def test_a_full_disk_fails_naming_the_path_and_keeps_the_last_state(small_disk, 
     res = CliRunner().invoke(main, train_args(gpt2_ckpt, corpus, run, STEPS, "--resume"))
     assert res.exit_code == 0, res.output
     assert json.loads((run / "state" / "trainer.json").read_text())["step"] == STEPS
+
+
+def test_leftovers_of_a_killed_save_are_removed_even_with_nothing_left_to_train(good_run, gpt2_ckpt, corpus,  # noqa: F811
+                                                                                  tmp_path):
+    """A kill during the last save or the model write leaves a temporary directory and a lock
+    file of that write; the next run removes them though it has no step left to take."""
+    run = tmp_path / "run"
+    shutil.copytree(good_run, run)
+    shutil.copytree(good_run / "state", run / ".state.anec-tmp-0badf00d")
+    (run / ".model.anec-tmp-12345678").mkdir()
+    (run / ".model.anec-tmp-12345678" / "model.safetensors").write_bytes(b"partial")
+    (run / ".state.anec-lock").write_text("")
+    (run / ".model.anec-tmp-linked").symlink_to(tmp_path / "outside")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "keep").write_text("keep")
+    res = CliRunner().invoke(main, train_args(gpt2_ckpt, corpus, run, STEPS, "--resume"))
+    assert res.exit_code == 0, res.output
+    assert sorted(os.listdir(run)) == [".lock", "log.jsonl", "loss.png", "model", "run.json", "state"]
+    assert (tmp_path / "outside" / "keep").read_text() == "keep"  # a link is removed, not followed
