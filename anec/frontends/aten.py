@@ -1050,7 +1050,8 @@ def _normalize(lw: Lowering, x: View, dims: list[int], eps: float) -> tuple[View
     mu = _reduce(lw, x, dims, True, "reduce_mean")
     xc = lw.binary("sub", x, mu)
     var = _reduce(lw, lw.binary("mul", xc, xc), dims, True, "reduce_mean")
-    rstd = lw.unary("rsqrt", lw.binary("add", var, max(float(eps), 2.0 ** -24)))
+    eps = float(eps)  # 0 -> the smallest fp16 subnormal (rsqrt(0) of a constant row); < 0 as given
+    rstd = lw.unary("rsqrt", lw.binary("add", var, eps if eps < 0 else max(eps, 2.0 ** -24)))
     return lw.binary("mul", xc, rstd), mu, rstd
 
 

@@ -27,8 +27,10 @@ positive and large negative values. ``max |x|`` is ``max(reduce_max(x),
 reduce_max(-x))``, taken as ``a/2 + relu(b/2 - a/2)`` so that the difference
 cannot overflow either.
 
-Matched forms (``r`` is the reduction over ``axes``, ``eps`` an optional
-non-negative scalar const, ``pow(v, -0.5)`` stands for ``rsqrt(v)``):
+Matched forms (``r`` is the reduction over ``axes``, or none for a square
+reduced over a size-1 dim; ``eps`` an optional scalar const, possibly with a
+positive scalar factor such as a variance's ``n / (n - 1)`` around it;
+``pow(v, -0.5)`` stands for ``rsqrt(v)``):
 
 * ``rsqrt(r(x * x) + eps)``: its uses ``mul(x, .)`` become ``mul(y, rsqrt(...))``
   (no value ever leaves ``[2^-14, 2^14]`` on the way); any other use reads
@@ -115,8 +117,13 @@ class SumOfSquares:
 def sum_of_squares(v: "Value") -> SumOfSquares | None:
     """The reduction of squares producing ``v``, unless its rows are already scaled."""
     red = v.producer
-    if red is None or red.op not in SQUARES or not v.type.dtype.is_float:
+    if red is None or not v.type.dtype.is_float:
         return None
+    if red.op not in SQUARES:  # a square reduced over no axis (a size-1 dim): rows of one
+        x = squared(v)
+        if x is None or scaled_row(x):
+            return None
+        return SumOfSquares(red, x, [], 1, None)
     x = squared(red.operands[0])
     if x is None or scaled_row(x):
         return None
@@ -137,15 +144,35 @@ def _centered_source(x: "Value", axes: list[int]) -> "Value | None":
     return z
 
 
-def plus_eps(v: "Value") -> tuple["Value", float]:
-    """``(m, eps)`` for ``v = add(m, eps)`` with a non-negative scalar const ``eps``; else ``(v, 0)``."""
-    p = v.producer
-    if p is not None and p.op == "add":
-        for m, c in (p.operands, p.operands[::-1]):
-            e = scalar_const(c)
-            if e is not None and e >= 0.0 and math.isfinite(e) and m.type == v.type:
-                return m, e
-    return v, 0.0
+def affine(v: "Value") -> tuple["Value", float, float, list["Node"]]:
+    """``(m, k, eps, nodes)`` with ``v = k * m + eps``, peeling up to three ``add`` of a
+    scalar const and ``mul`` by a scalar const ``> 0`` (a variance's ``n / (n - 1)``, an
+    eps), and the nodes peeled; ``(v, 1, 0, [])`` if there are none."""
+    k, eps, nodes = 1.0, 0.0, []
+    cur = v
+    for _ in range(3):
+        p = cur.producer
+        step = _scalar_step(p, cur) if p is not None and p.op in ("add", "mul") else None
+        if step is None:
+            break
+        inner, c = step
+        if p.op == "mul":
+            if not c > 0.0:
+                break
+            k *= c
+        else:
+            eps += k * c
+        nodes.append(p)
+        cur = inner
+    return cur, k, eps, nodes
+
+
+def _scalar_step(p: "Node", out: "Value") -> "tuple[Value, float] | None":
+    for m, c in (p.operands, p.operands[::-1]):
+        e = scalar_const(c)
+        if e is not None and math.isfinite(e) and m.type == out.type:
+            return m, e
+    return None
 
 
 def root_of(node: "Node") -> str | None:
@@ -195,9 +222,12 @@ def scale_rows(rw: SafeRewriter, sq: SumOfSquares, floor: float) -> Scaled:
     """``s = max|src| / 2 + floor`` over the axes, ``y = src / s`` (centered if recognized)."""
     src = sq.centered if sq.centered is not None else sq.x
     axes = sq.axes
-    top = rw.op("reduce_max", src, axes=axes, keep_dims=True, suffix="max")
     neg = rw.op("neg", src, suffix="neg")
-    bottom = rw.op("reduce_max", neg, axes=axes, keep_dims=True, suffix="min")
+    if axes:
+        top = rw.op("reduce_max", src, axes=axes, keep_dims=True, suffix="max")
+        bottom = rw.op("reduce_max", neg, axes=axes, keep_dims=True, suffix="min")
+    else:  # no axis: each element is its own row
+        top, bottom = src, neg
     half = rw.k(0.5, src, "half")
     ha = rw.op("mul", top, half, suffix="ha")
     hb = rw.op("mul", bottom, half, suffix="hb")
@@ -210,13 +240,13 @@ def scale_rows(rw: SafeRewriter, sq: SumOfSquares, floor: float) -> Scaled:
         mu = rw.op("reduce_mean", y, axes=axes, keep_dims=True, suffix="mu")
         y = rw.op("sub", y, mu, suffix="d")
     y2 = rw.op("mul", y, y, suffix="y2")
-    m2 = rw.op("reduce_mean", y2, axes=axes, keep_dims=True, suffix="m2")
+    m2 = rw.op("reduce_mean", y2, axes=axes, keep_dims=True, suffix="m2") if axes else y2
     return Scaled(y, inv, s, m2)
 
 
 def floor_for(eps: float) -> float:
-    """The scale floor ``c``: ``eps / s^2 <= 256`` and ``1 / s <= 2^14``."""
-    return max(math.sqrt(eps) / 16.0, SCALE_FLOOR)
+    """The scale floor ``c``: ``|eps| / s^2 <= 256`` and ``1 / s <= 2^14``."""
+    return max(math.sqrt(abs(eps)) / 16.0, SCALE_FLOOR)
 
 
 def fp16_floor(value: float) -> float:
@@ -228,11 +258,11 @@ def fp16_floor(value: float) -> float:
 
 
 def root_term(rw: SafeRewriter, sc: Scaled, eps: float, op: str) -> "Value":
-    """``op(mean(y^2) + eps / s^2)``."""
+    """``op(mean(y^2) + eps / s^2)`` (a negative eps is subtracted)."""
     t = sc.mean_sq
-    if eps > 0.0:
-        e = rw.op("mul", sc.inv, rw.k(math.sqrt(eps), sc.inv, "reps"), suffix="e")
-        t = rw.op("add", t, rw.op("mul", e, e, suffix="e2"), suffix="t")
+    if eps != 0.0:
+        e = rw.op("mul", sc.inv, rw.k(math.sqrt(abs(eps)), sc.inv, "reps"), suffix="e")
+        t = rw.op("add" if eps > 0 else "sub", t, rw.op("mul", e, e, suffix="e2"), suffix="t")
     return rw.op(op, t, suffix="q")
 
 
@@ -251,17 +281,16 @@ def safe_root(node: "Node", rw: SafeRewriter) -> "Value | None":
     op = root_of(node)
     if op is None:
         return None
-    m, eps = plus_eps(node.operands[0])
+    m, k, eps, peeled = affine(node.operands[0])
     sq = sum_of_squares(m)
     if sq is None:
         return None
-    if m is not node.operands[0]:
-        rw.left.append(node.operands[0].producer)
+    rw.left.extend(peeled)
     rw.leave(sq)
-    per = eps / sq.count if sq.node.op == "reduce_sum" else eps
+    n = k * (sq.count if sq.node.op == "reduce_sum" else 1)  # root(n * (mean + eps / n))
+    per = eps / n
     sc = scale_rows(rw, sq, fp16_floor(floor_for(per)))
     q = root_term(rw, sc, per, op)
-    n = sq.count if sq.node.op == "reduce_sum" else 1
     what = f"{node.op}(reduce of {sq.x.name}^2): scaled by max|{(sq.centered or sq.x).name}|"
     rw.record("ANE-FP16-RANGE", what + " (no fp16 overflow)")
     if op == "sqrt":
@@ -295,17 +324,17 @@ def safe_sum_of_squares(node: "Node", rw: SafeRewriter) -> "Value | None":
     return to_shape(rw, v, node.result)
 
 
-def _only_roots(v: "Value", outputs) -> bool:
-    """Every use of ``v`` (directly or through an ``add`` of eps) is a root that
-    :func:`safe_root` takes, or an ``add`` a rewrite already left unused."""
+def _only_roots(v: "Value", outputs, depth: int = 3) -> bool:
+    """Every use of ``v`` reaches a root that :func:`safe_root` takes, directly or through the
+    ``add``/``mul`` of scalars that :func:`affine` peels (or is such a node a rewrite left unused)."""
     if not v.uses or any(o is v for o in outputs):
         return False
     for use in v.uses:
         if root_of(use) is not None:
             continue
-        if use.op == "add" and plus_eps(use.result)[0] is v and not any(
-                o is use.result for o in outputs) and all(
-                root_of(u) is not None for u in use.result.uses):
+        step = _scalar_step(use, use.result) if use.op in ("add", "mul") and depth else None
+        if step is not None and step[0] is v and (not use.result.uses and not any(
+                o is use.result for o in outputs) or _only_roots(use.result, outputs, depth - 1)):
             continue
         return False
     return True
@@ -362,8 +391,8 @@ class RangeSafe(Pass):
     After: the squares and their reduction are gone (the unused eps const is left to dce).
         func f(%x: fp16[1, 64, 1, 8]) {
           %eps = const(value=1e-05) : fp16[]
-          %r_max = reduce_max(%x, axes=[1], keep_dims=true) : fp16[1, 1, 1, 8]
           %r_neg = neg(%x) : fp16[1, 64, 1, 8]
+          %r_max = reduce_max(%x, axes=[1], keep_dims=true) : fp16[1, 1, 1, 8]
           %r_min = reduce_max(%r_neg, axes=[1], keep_dims=true) : fp16[1, 1, 1, 8]
           %r_half = const(value=0.5) : fp16[]
           %r_ha = mul(%r_max, %r_half) : fp16[1, 1, 1, 8]
@@ -414,7 +443,8 @@ class RangeSafe(Pass):
 
 def scaled_row(v: "Value") -> bool:
     """``v`` is a row this pass scaled: ``mul(src, pow(s, -1))`` with ``s`` computed from
-    ``reduce_max`` of ``src`` (or ``-src``), or that row minus its ``reduce_mean``. Such a row
+    ``-src`` or ``reduce_max(src)`` (the largest magnitude), or that row minus its
+    ``reduce_mean``. Such a row
     is bounded by 2 (4 when centered), so squaring it is safe and it is not matched again."""
     p = v.producer
     if p is None:
@@ -434,19 +464,17 @@ def scaled_row(v: "Value") -> bool:
 
 
 def _from_max(s: "Value", src: "Value") -> bool:
-    """``s`` is computed (within a few ops) from ``reduce_max(src)`` or ``reduce_max(neg(src))``."""
+    """``s`` is computed (within a few ops) from ``neg(src)`` or ``reduce_max(src)``: the
+    largest magnitude."""
     frontier = [s]
-    for _ in range(6):
+    for _ in range(10):
         nxt: list["Value"] = []
         for v in frontier:
             p = v.producer
             if p is None:
                 continue
-            if p.op == "reduce_max":
-                x = p.operands[0]
-                n = x.producer
-                if x is src or (n is not None and n.op == "neg" and n.operands[0] is src):
-                    return True
+            if p.op in ("neg", "reduce_max") and p.operands[0] is src:  # max(src, -src), reduced or not
+                return True
             nxt.extend(p.operands)
         frontier = nxt
     return False

@@ -27,7 +27,7 @@ def safe(text: str):
     return m
 
 
-@pytest.mark.parametrize("func", ["rms", "rms_pow", "ln", "l2", "var"])
+@pytest.mark.parametrize("func", ["rms", "rms_pow", "ln", "l2", "std", "var"])
 def test_the_rewrite_keeps_the_meaning_and_removes_every_square_of_x(func):
     before = parse(NORMS, "n.ir")
     after = safe(NORMS)
@@ -136,3 +136,30 @@ def test_calibration_files_are_read_as_hostile(tmp_path):
         load_calibration(str(tmp_path / "missing.npz"))
     np.save(tmp_path / "x.npy", np.ones((2, 2), np.float32))
     assert list(load_calibration(str(tmp_path / "x.npy"))) == ["x"]
+
+
+BARE = """
+func f(%x: fp16[1, 8, 1, 4]) {
+  %sq = mul(%x, %x)
+  %e = const(value=-0.001) : fp16[]
+  %t = add(%sq, %e)
+  %k = const(value=2.0) : fp16[]
+  %u = mul(%t, %k)
+  %a = sqrt(%u)
+  return %a
+}
+"""
+
+
+def test_a_bare_square_with_a_factor_and_a_negative_eps():
+    """sqrt(2 * (x * x - 0.001)) elementwise (a norm over a size-1 dim): no x * x left, and the
+    same numbers at |x| = 30000, where x * x overflows."""
+    m = safe(BARE)
+    g = m.funcs["f"]
+    assert not any(n.op == "mul" and n.operands[0].name == "x" and n.operands[1].name == "x" for n in g.nodes)
+    x = np.array([0.5, -2.0, 30000.0, -30000.0, 100.0, 1.0, -1.0, 0.25] * 4, np.float16).reshape(1, 8, 1, 4)
+    want = np.sqrt(2.0 * (x.astype(np.float64) ** 2 - 0.001))
+    got = interpret(g, {"x": x}, mode="fp16")["a"]
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=3e-3)
+    before = interpret(parse(BARE, "n.ir").funcs["f"], {"x": x}, mode="fp16")["a"]
+    assert np.isinf(before.astype(np.float64)).any()

@@ -74,6 +74,18 @@ func l2(%x: fp32[1, {C}, 1, {S}]) {{
   %y = cast(%n, dtype=fp32)
   return %y
 }}
+func std(%x: fp32[1, {C}, 1, {S}]) {{
+  %xh = cast(%x, dtype=fp16)
+  %mu = reduce_mean(%xh, axes=[1], keep_dims=true)
+  %xc = sub(%xh, %mu)
+  %sq = mul(%xc, %xc)
+  %v = reduce_mean(%sq, axes=[1], keep_dims=true)
+  %k = const(value=1.015625) : fp16[]
+  %vu = mul(%v, %k)
+  %sd = sqrt(%vu)
+  %y = cast(%sd, dtype=fp32)
+  return %y
+}}
 func var(%x: fp32[1, {C}, 1, {S}]) {{
   %xh = cast(%x, dtype=fp16)
   %mu = reduce_mean(%xh, axes=[1], keep_dims=true)
@@ -101,6 +113,8 @@ def reference(func: str, x: np.ndarray) -> list[np.ndarray]:
         return [xc / np.sqrt(var + 1e-5)]
     if func == "l2":
         return [np.sqrt((x * x).sum(1))]
+    if func == "std":  # unbiased: n / (n - 1) = 64 / 63 ~ 1.015625 in fp16
+        return [np.sqrt(var * 1.015625)]
     return [var]
 
 
@@ -133,7 +147,7 @@ def _fits(refs) -> bool:
     return all(np.isfinite(r).all() and np.abs(r).max() <= 65504 for r in refs)
 
 
-@pytest.mark.parametrize("func", ["rms", "rms_pow", "ln", "l2", "var"])
+@pytest.mark.parametrize("func", ["rms", "rms_pow", "ln", "l2", "std", "var"])
 def test_norms_are_exact_at_every_magnitude(compiled, func):
     safe, plain = compiled
     checked = 0
@@ -151,7 +165,7 @@ def test_norms_are_exact_at_every_magnitude(compiled, func):
     assert checked >= (2 if func == "var" else 3)
 
 
-@pytest.mark.parametrize("func", ["rms", "ln", "l2", "var"])
+@pytest.mark.parametrize("func", ["rms", "ln", "l2", "std", "var"])
 def test_without_the_pass_the_same_inputs_give_wrong_numbers(compiled, func):
     """The claim can fail: the forms as written overflow x * x past |x| = 256."""
     _, plain = compiled
