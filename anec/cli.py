@@ -322,7 +322,7 @@ def interp_cmd(file, func_name, inputs, random_inputs, weights_path, random_weig
     store = resolve_weights(module, weights=weights_path, random_seed=random_weights)
     check_weights(graph, store)
     if mode == "fp16":  # as the device computes it: after cleanup and range-safe
-        from anec.passes.pipelines import device_form
+        from anec.passes.manager import device_form
 
         graph = device_form(graph)
     results = interpret(graph, feeds, store, mode=mode)
@@ -600,7 +600,7 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
                 if v.name in feeds and np.size(feeds[v.name]) == v.type.numel:
                     ir_feeds[v.name] = np.reshape(feeds[v.name], v.type.shape)
             click.echo("compare with the reference interpreter (rel = max|sim - ref| / max|ref|):")
-            from anec.passes.pipelines import device_form
+            from anec.passes.manager import device_form
 
             for mode in ("fp32", "fp16"):
                 ref = interpret(device_form(graph) if mode == "fp16" else graph, ir_feeds, store, mode=mode)

@@ -11,12 +11,15 @@ calibration inputs a user gives (``anec check model.ir --inputs calib.npz``,
    (cleanup and ``range-safe``), so norms are analyzed in the form the device
    runs, not as written;
 2. the reference interpreter runs it in ``fp32`` mode (exact magnitudes, no
-   fp16 rounding) and records, per node, the largest finite magnitude and the
-   smallest non-zero one;
+   fp16 rounding) and records, per node, the largest finite magnitude;
 3. a node whose values exceed 65504 although its operands did not is an
-   *overflow* (an error: the device computes inf there); a node whose every
-   non-zero value is below ``2^-(14 + bits)`` *loses more than* ``bits``
-   *bits* (a warning; its values are fp16 subnormals on the device).
+   *overflow* (an error: the device computes inf there);
+4. the interpreter runs it again in ``fp16`` mode (every value rounded as the
+   device stores it): a node whose fp16 values differ from the exact ones by
+   more than ``2^-(11 - bits)`` of its largest magnitude, although its
+   operands did not, *loses more than* ``bits`` *bits* (a warning: a
+   difference of large values, or values that are fp16 subnormals), unless it
+   is only added to values 2^11 times larger (an ``eps``).
 
 Only the first node of an overflowing chain is reported (its users inherit
 the inf). Each finding carries the node's source location and the constraint
@@ -41,7 +44,7 @@ from anec.passes.pipelines import PREPARE
 FP16_MAX = 65504.0
 FP16_MIN_NORMAL = 2.0 ** -14
 LOST_BITS = 4
-"""Default: warn when every non-zero value of a node is below ``2^-(14 + 4)``."""
+"""Default: warn when a node's fp16 values are off by more than ``2^-7`` of its scale."""
 
 
 @dataclass
@@ -58,6 +61,8 @@ class Finding:
     smallest: float
     """Smallest non-zero magnitude."""
     span: Span | None
+    error_ratio: float = 0.0
+    """For ``precision``: max |fp16 - exact| over the largest exact magnitude."""
 
     @property
     def error(self) -> bool:
@@ -73,12 +78,15 @@ class Finding:
                     "fold a following scale into its inputs; norms and variances written as "
                     "mean(x * x) are made safe by the range-safe pass")
         else:
-            bits = math.log2(FP16_MIN_NORMAL / self.largest) if self.largest > 0 else float("inf")
-            lost = ("below 2^-24: every value is zero on the device" if bits > 10
-                    else f"fp16 subnormals, about {bits:.0f} of 11 significand bits lost")
-            msg = (f"%{self.node} ({self.op}) holds only values up to {self.largest:.3g} on the "
-                   f"calibration inputs in func '{self.func}': {lost}")
-            hint = "scale the values up (and the consumers' other operands down) by a power of two"
+            lost = 11 + math.log2(self.error_ratio) if self.error_ratio > 0 else 11.0
+            why = ("its values are fp16 subnormals" if self.largest < FP16_MIN_NORMAL
+                   else "cancellation or rounding of large operands")
+            msg = (f"%{self.node} ({self.op}) in func '{self.func}' is off by "
+                   f"{self.error_ratio:.2g} of its largest value {self.largest:.4g} in fp16 on the "
+                   f"calibration inputs (about {min(lost, 11.0):.0f} of 11 significand bits lost: "
+                   f"{why})")
+            hint = ("subtract or scale in an order that keeps the operands small (e.g. center "
+                    "before a difference of large values), or scale the values by a power of two")
         err = AnecError(msg, self.span, hint=hint, constraint="ANE-FP16-RANGE")
         if not self.error:
             err.kind = "warning"
@@ -125,18 +133,33 @@ def _magnitudes(arr: np.ndarray) -> tuple[float, float, bool]:
 
 def analyze(graph: Graph, inputs: Mapping[str, Any], weights: Mapping[str, np.ndarray] | None = None,
             *, bits: int = LOST_BITS) -> RangeReport:
-    """Run ``graph`` as written (no passes) on ``inputs`` and report its fp16 range findings."""
-    report = RangeReport(graph.name)
-    over: set[int] = set()  # values already out of range (their users inherit it)
-    tiny: dict[int, Finding] = {}  # values already reported as subnormal
-    largest_of: dict[int, float] = {}
+    """Run ``graph`` as written (no passes) on ``inputs`` and report its fp16 range findings.
 
-    def observe(node: Any, results: list[np.ndarray]) -> None:
+    Two runs of the interpreter: ``fp32`` (exact magnitudes) and ``fp16`` (every value
+    rounded as the device stores it). A node is an *overflow* where its exact values pass
+    65504; it *loses bits* where its fp16 values differ from the exact ones by more than
+    ``2^-(11 - bits)`` of its largest magnitude (cancellation, subnormals) although its
+    operands did not. Only the first node of a chain is reported."""
+    inputs_bad = [k for k, v in inputs.items() if np.asarray(v).dtype.kind == "f"
+                  and not np.isfinite(np.asarray(v)).all()]
+    if inputs_bad:
+        raise AnecError(f"calibration input(s) {', '.join(inputs_bad)} hold inf or NaN",
+                        hint="give finite calibration inputs")
+    report = RangeReport(graph.name)
+    exact: dict[int, np.ndarray] = {}
+    largest_of: dict[int, float] = {}
+    over: set[int] = set()      # values out of range (their users inherit it)
+    lossy: set[int] = set()     # values already past the error bound
+    candidates: list[tuple[Any, Finding]] = []
+    bound = 2.0 ** -(11 - bits)
+
+    def observe_exact(node: Any, results: list[np.ndarray]) -> None:
         report.nodes += 1
         inherited = any(id(v) in over for v in node.inputs())
         for r, arr in zip(node.results, results):
             if not r.type.dtype.is_float:
                 continue
+            exact[id(r)] = np.asarray(arr, dtype=np.float64)
             largest, smallest, bad = _magnitudes(arr)
             largest_of[id(r)] = largest
             if largest > report.largest:
@@ -147,25 +170,30 @@ def analyze(graph: Graph, inputs: Mapping[str, Any], weights: Mapping[str, np.nd
                     shown = largest if largest > FP16_MAX else float("inf")
                     report.findings.append(Finding(graph.name, r.name, node.op, "overflow", shown,
                                                    smallest, node.span))
-            elif 0.0 < largest < FP16_MIN_NORMAL * 2.0 ** -bits and not inherited:
-                if any(id(v) in tiny for v in node.inputs()):
-                    tiny[id(r)] = tiny[next(id(v) for v in node.inputs() if id(v) in tiny)]
-                    continue
-                tiny[id(r)] = Finding(graph.name, r.name, node.op, "precision", largest, smallest,
-                                      node.span)
 
-    inputs_bad = [k for k, v in inputs.items() if np.asarray(v).dtype.kind == "f"
-                  and not np.isfinite(np.asarray(v)).all()]
-    if inputs_bad:
-        raise AnecError(f"calibration input(s) {', '.join(inputs_bad)} hold inf or NaN",
-                        hint="give finite calibration inputs")
-    interpret(graph, inputs, weights, mode="fp32", observe=observe)
-    values = {id(r): r for n in graph.nodes for r in n.results}
-    for vid, finding in tiny.items():
-        if finding.node == values[vid].name and not _negligible(values[vid], largest_of):
-            report.findings.append(finding)
-    report.findings.sort(key=lambda f: [n.results[0].name for n in graph.nodes].index(f.node)
-                         if f.node in {n.results[0].name for n in graph.nodes} else 0)
+    def observe_fp16(node: Any, results: list[np.ndarray]) -> None:
+        inherited = any(id(v) in over or id(v) in lossy for v in node.inputs())
+        for r, arr in zip(node.results, results):
+            ref = exact.pop(id(r), None)
+            if ref is None or id(r) in over:
+                continue
+            scale = largest_of[id(r)]
+            with np.errstate(all="ignore"):
+                err = np.abs(np.asarray(arr, dtype=np.float64) - ref)
+            worst = float(np.nan_to_num(err, nan=np.inf).max(initial=0.0))
+            if scale > 0.0 and worst > bound * scale:
+                lossy.add(id(r))
+                if not inherited:
+                    f = Finding(graph.name, r.name, node.op, "precision", scale,
+                                _magnitudes(ref)[1], node.span)
+                    f.error_ratio = worst / scale
+                    candidates.append((r, f))
+
+    interpret(graph, inputs, weights, mode="fp32", observe=observe_exact)
+    interpret(graph, inputs, weights, mode="fp16", observe=observe_fp16)
+    report.findings += [f for r, f in candidates if not _negligible(r, largest_of)]
+    order = {n.results[0].name: k for k, n in enumerate(graph.nodes) if n.results}
+    report.findings.sort(key=lambda f: order.get(f.node, 0))
     return report
 
 

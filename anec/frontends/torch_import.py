@@ -1130,7 +1130,7 @@ class TorchRunner:
 
         func = self.im.func
         if self.mode == "fp16":  # as the device computes it (range-safe norms)
-            from anec.passes.pipelines import device_form
+            from anec.passes.manager import device_form
 
             func = device_form(func)
         out = interpret(func, feed, self.store, mode=self.mode)

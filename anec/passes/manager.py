@@ -30,7 +30,7 @@ from anec.diagnostics import AnecError, PassError, VerifyError
 from anec.ir.graph import Changes, Graph, Module, no_cyclic_gc
 from anec.ir.verifier import verify, verify_changes
 from anec.passes.base import Pass, PassContext
-from anec.passes.pipelines import pass_name_hint
+from anec.passes.pipelines import NUMERICS, pass_name_hint
 from anec.passes.registry import PASSES
 
 
@@ -119,3 +119,16 @@ def run_pipeline(target: Graph | Module, passes: Sequence[Pass], ctx: PassContex
             ctx.verify_seconds += time.perf_counter() - start
         for graph in graphs:
             run_passes(graph, passes, ctx)
+
+
+def device_form(graph: Graph) -> Graph:
+    """A copy of ``graph`` as the device computes it: after cleanup and range-safe
+    (:data:`~anec.passes.pipelines.NUMERICS`).
+
+    The fp16-faithful interpreter (``anec interp --mode fp16``, ``anec run
+    --compare-interp``, an imported model's ``runner(backend="interp", mode="fp16")``)
+    runs this form, so it and the sim agree where the func as written would
+    overflow fp16 (a norm of large activations)."""
+    g = graph.clone()
+    run_pipeline(g, NUMERICS, PassContext.default())
+    return g

@@ -19,20 +19,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from anec.diagnostics import AnecError, did_you_mean
 from anec.passes.annotate_sram import AnnotateSram
-from anec.passes.base import Pass, PassContext
+from anec.passes.base import Pass
 from anec.passes.dce import DeadCodeElimination
 from anec.passes.emit_mil import EmitMil
 from anec.passes.fuse_casts import FuseCasts
 from anec.passes.legalize import Legalize
 from anec.passes.range_safe import RangeSafe
 from anec.passes.registry import PASSES
-
-if TYPE_CHECKING:
-    from anec.ir.graph import Graph
 
 CLEANUP: tuple[Pass, ...] = (
     DeadCodeElimination(),   # drop what cannot reach an output before anything is counted
@@ -61,21 +56,7 @@ NUMERICS: tuple[Pass, ...] = CLEANUP + (
     RangeSafe(),
 )
 """The passes that decide what the device computes before legalize's exact rewrites: the
-fp16 interpreter runs a func after them (:func:`device_form`)."""
-
-
-def device_form(graph: "Graph") -> "Graph":
-    """A copy of ``graph`` as the device computes it: after cleanup and range-safe.
-
-    The fp16-faithful interpreter (``anec interp --mode fp16``, ``anec run
-    --compare-interp``, an imported model's ``runner(backend="interp", mode="fp16")``)
-    runs this form, so it and the sim agree where the func as written would
-    overflow fp16 (a norm of large activations)."""
-    from anec.passes.manager import run_pipeline
-
-    g = graph.clone()
-    run_pipeline(g, NUMERICS, PassContext.default())
-    return g
+fp16 interpreter runs a func after them (:func:`anec.passes.manager.device_form`)."""
 
 
 PIPELINES: dict[str, tuple[Pass, ...]] = {

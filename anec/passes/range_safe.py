@@ -29,7 +29,7 @@ cannot overflow either.
 
 Matched forms (``r`` is the reduction over ``axes``, or none for a square
 reduced over a size-1 dim; ``eps`` an optional scalar const, possibly with a
-positive scalar factor such as a variance's ``n / (n - 1)`` around it;
+positive scalar factor such as a variance's ``n / (n - 1)`` or a reshape around it;
 ``pow(v, -0.5)`` stands for ``rsqrt(v)``):
 
 * ``rsqrt(r(x * x) + eps)``: its uses ``mul(x, .)`` become ``mul(y, rsqrt(...))``
@@ -145,13 +145,17 @@ def _centered_source(x: "Value", axes: list[int]) -> "Value | None":
 
 
 def affine(v: "Value") -> tuple["Value", float, float, list["Node"]]:
-    """``(m, k, eps, nodes)`` with ``v = k * m + eps``, peeling up to three ``add`` of a
-    scalar const and ``mul`` by a scalar const ``> 0`` (a variance's ``n / (n - 1)``, an
-    eps), and the nodes peeled; ``(v, 1, 0, [])`` if there are none."""
+    """``(m, k, eps, nodes)`` with ``v = k * m + eps`` (up to a reshape), peeling up to four
+    ``add`` of a scalar const, ``mul`` by a scalar const ``> 0`` (a variance's ``n / (n - 1)``,
+    an eps) and ``reshape``, and the nodes peeled; ``(v, 1, 0, [])`` if there are none."""
     k, eps, nodes = 1.0, 0.0, []
     cur = v
-    for _ in range(3):
+    for _ in range(4):
         p = cur.producer
+        if p is not None and p.op == "reshape":  # the root of a reshape is the reshape of the root
+            nodes.append(p)
+            cur = p.operands[0]
+            continue
         step = _scalar_step(p, cur) if p is not None and p.op in ("add", "mul") else None
         if step is None:
             break
@@ -311,8 +315,11 @@ def safe_root(node: "Node", rw: SafeRewriter) -> "Value | None":
 
 # r(x*x) -> ((mean(y*y) * s) * s) [* N]   (when not under a root that safe_root takes)
 def safe_sum_of_squares(node: "Node", rw: SafeRewriter) -> "Value | None":
-    sq = sum_of_squares(node.result)
-    if sq is None or _only_roots(node.result, rw.graph.outputs):
+    r = node.result
+    if not r.uses and not any(o is r for o in rw.graph.outputs):
+        return None  # a reduction a root's rewrite left unused (erased at the end)
+    sq = sum_of_squares(r)
+    if sq is None or _only_roots(r, rw.graph.outputs):
         return None
     rw.leave(sq)
     sc = scale_rows(rw, sq, SCALE_FLOOR)
@@ -333,6 +340,8 @@ def _only_roots(v: "Value", outputs, depth: int = 3) -> bool:
         if root_of(use) is not None:
             continue
         step = _scalar_step(use, use.result) if use.op in ("add", "mul") and depth else None
+        if use.op == "reshape" and depth:
+            step = (use.operands[0], 0.0)
         if step is not None and step[0] is v and (not use.result.uses and not any(
                 o is use.result for o in outputs) or _only_roots(use.result, outputs, depth - 1)):
             continue

@@ -37,8 +37,13 @@ Each (sample, magnitude) is one of:
   outputs exactly;
 * ``refused``: anec raised its own error (an ``AnecError``: ``UnsupportedOpError``,
   ``TorchImportError``, a constraint error) while importing, compiling or running;
-* ``silently wrong``: it ran, and an output is outside the tolerance or not finite where
-  torch's is;
+* ``flagged``: it ran and an output is outside the tolerance, but anec's fp16 range
+  analysis on the same inputs (``ImportedModel.check_ranges``, ``anec check --inputs``)
+  names the node that overflows fp16 or loses bits, with ``ANE-FP16-RANGE`` and its
+  source line: anec says so, located (the program as a torch user wrote it needs a value
+  beyond fp16, or a difference of large values fp16 cannot resolve);
+* ``silently wrong``: it ran, an output is outside the tolerance or not finite where
+  torch's is, and nothing in anec says so;
 * ``crash``: any other exception.
 
 ``python tests/frontends/opinfo_sweep.py`` prints the counts per op and magnitude
@@ -75,7 +80,7 @@ fp16 exactly on both sides, so the error is the program's own: each rounding to 
 intermediate costs up to half an ulp of it, and the composed lowerings (an elu is six IR
 ops, a layer norm nine) round several times; the transcendental units add an ulp or two."""
 FP16_MAX = 65504.0
-OUTCOMES = ("match", "refused", "out of fp16 range", "silently wrong", "crash")
+OUTCOMES = ("match", "refused", "flagged", "out of fp16 range", "silently wrong", "crash")
 
 
 def check_id(magnitude: float) -> str:
@@ -374,6 +379,10 @@ def run_sample(name: str, index: int, info: Any, sample: Any, runtime: Any,
                 continue
             want = refs[m]
             outcome, detail, a, r, w = compare(got, want)
+            if outcome == "silently wrong":
+                found = _range_findings(im, inputs[m])
+                if found:
+                    outcome, detail = "flagged", f"{found} | {detail}"
             run = Run(name, index, m, outcome, detail, a, r, w)
             if outcome == "match":
                 run.got, run.want = [np.asarray(g) for g in got], want
@@ -381,6 +390,19 @@ def run_sample(name: str, index: int, info: Any, sample: Any, runtime: Any,
     finally:
         program.close()
     return runs
+
+
+def _range_findings(im: Any, xs: list) -> str:
+    """The first finding of anec's fp16 range analysis on these inputs, in one line; ''."""
+    try:
+        with _quiet():
+            reports = im.check_ranges(*[x.numpy() for x in xs])
+    except Exception as e:  # the analysis itself failing is not a finding
+        return ""
+    for rep in reports:
+        for f in rep.findings:
+            return " ".join(f.diagnostic().render().split("\n")[0].split())
+    return ""
 
 
 @contextlib.contextmanager
@@ -460,8 +482,9 @@ def markdown(runs: list[Run]) -> str:
 
 
 def text_table(runs: list[Run]) -> str:
-    """Counts per op and magnitude (m=match r=refused o=out of range W=silently wrong C=crash)."""
-    short = dict(zip(OUTCOMES, "mroWC"))
+    """Counts per op and magnitude (m=match r=refused f=flagged o=out of range W=silently wrong
+    C=crash)."""
+    short = dict(zip(OUTCOMES, "mrfoWC"))
     mags = sorted({r.magnitude for r in runs})
     per: dict[str, dict[float, dict[str, int]]] = {}
     worst: dict[str, float] = {}
@@ -479,7 +502,8 @@ def text_table(runs: list[Run]) -> str:
             cells.append(" ".join(f"{c[o]}{short[o]}" for o in OUTCOMES if c.get(o)).ljust(18))
         lines.append(op.ljust(width) + "".join(cells) + (f"{worst[op]:.2g}" if op in worst else "-"))
     lines.append("")
-    lines.append("m match, r refused, o out of fp16 range, W silently wrong, C crash")
+    lines.append("m match, r refused, f flagged by the fp16 range analysis, o out of fp16 range, "
+                 "W silently wrong, C crash")
     lines.append("")
     lines.append(markdown(runs))
     return "\n".join(lines)
@@ -495,7 +519,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     runs = sweep(set(ns.op) if ns.op else None, ns.samples)
     print(text_table(runs))
-    bad = [r for r in runs if r.outcome in ("silently wrong", "crash") or (ns.details and r.outcome == "refused")]
+    bad = [r for r in runs if r.outcome in ("silently wrong", "crash")
+           or (ns.details and r.outcome in ("refused", "flagged"))]
     for r in bad:
         print(f"{r.outcome}: {r.where()}: max abs {r.max_abs:.3g}, max rel {r.max_rel:.3g}: {r.detail}")
     print(f"{time.monotonic() - t0:.0f} s")

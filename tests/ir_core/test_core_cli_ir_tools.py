@@ -11,7 +11,7 @@ from anec.cli import main
 from anec.ir.interp import interpret, random_inputs
 from anec.ir.ops import OPS
 from anec.ir.parser import parse_file
-from anec.passes.pipelines import device_form
+from anec.passes.manager import device_form
 from anec.weights import resolve_weights
 
 ROOT = Path(__file__).resolve().parents[2]

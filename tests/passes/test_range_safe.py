@@ -163,3 +163,35 @@ def test_a_bare_square_with_a_factor_and_a_negative_eps():
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=3e-3)
     before = interpret(parse(BARE, "n.ir").funcs["f"], {"x": x}, mode="fp16")["a"]
     assert np.isinf(before.astype(np.float64)).any()
+
+
+CANCEL = """
+func f(%a: fp32[1, 8, 1, 4], %b: fp32[1, 8, 1, 4]) {
+  %ah = cast(%a, dtype=fp16)
+  %bh = cast(%b, dtype=fp16)
+  %k = const(value=3.0) : fp16[]
+  %a3 = mul(%ah, %k)
+  %b3 = mul(%bh, %k)
+  %d = sub(%a3, %b3)
+  %y = cast(%d, dtype=fp32)
+  return %y
+}
+"""
+
+
+def test_range_analysis_finds_a_difference_of_large_values():
+    """3a - 3b with a, b fp16 numbers near 1000 (0 or 0.5 apart): fp16 rounds 3a and 3b to a
+    multiple of 2 (the spacing near 3000), so the difference, at most 1.5, is off by up to 1:
+    most of its bits are lost."""
+    m = parse(CANCEL, "cancel.ir")
+    rng = np.random.default_rng(1)
+    a = (1000 + rng.standard_normal((1, 8, 1, 4))).astype(np.float32)
+    b = a + np.float32(0.4)
+    (rep,) = check_ranges(m, {"a": a.astype(np.float16).astype(np.float32),
+                              "b": b.astype(np.float16).astype(np.float32)})
+    assert [(f.node, f.kind) for f in rep.findings] == [("d", "precision")]
+    text = rep.findings[0].diagnostic().render()
+    assert text.startswith("cancel.ir:8:8: warning: [ANE-FP16-RANGE] %d (sub)") and "bits lost" in text
+    (rep,) = check_ranges(m, {"a": np.full((1, 8, 1, 4), 1.0, np.float32),
+                              "b": np.full((1, 8, 1, 4), 0.5, np.float32)})
+    assert not rep.findings
