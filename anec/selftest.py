@@ -28,7 +28,14 @@ shared        two programs with the same MIL and weight paths but different
               weights (the second served from the cache when it can be) are
               loaded at the same time and each computes with its own weights;
 dialect       which MIL dialects the device compiler accepts (ios18, the
-              default, and ios16, the fallback `--dialect ios16` writes).
+              default, and ios16, the fallback `--dialect ios16` writes);
+fp16-range    RMSNorm and LayerNorm, written as mean(x * x), over rows whose
+              largest |x| is 1, 3000 and 60000 (x * x overflows fp16 past 256)
+              match float64 numpy: the range-safe pass's form (reduce_max,
+              pow(s, -1), rows scaled before squaring) computes on the device
+              as on the sim. Whether the device keeps fp16 subnormals (the
+              rstd a LayerNorm returns at |x| ~ 16000 and above is one) is a
+              hypothesis this check settles for the norms.
 
 On a Mac with Apple silicon it runs on the ANE (``--backend auto`` picks it);
 on Linux it runs on the sim, where it must pass. It prints a plain-text
@@ -134,6 +141,29 @@ func one(%x: fp32[1, 64, 1, {N}]) {{
   %h = conv1x1(%xh, %w)
   %y = cast(%h, dtype=fp32)
   return %y
+}}
+"""
+
+NORMS_IR = f"""\
+// selftest (fp16-range): norms written as mean(x * x), made range-safe by the compiler
+func norms(%x: fp32[1, 64, 1, {N}]) {{
+  %xh = cast(%x, dtype=fp16)
+  %sq = mul(%xh, %xh)
+  %ms = reduce_mean(%sq, axes=[1], keep_dims=true)
+  %eps = const(value=1e-05) : fp16[]
+  %me = add(%ms, %eps)
+  %r = rsqrt(%me)
+  %rn = mul(%xh, %r)
+  %mu = reduce_mean(%xh, axes=[1], keep_dims=true)
+  %xc = sub(%xh, %mu)
+  %sq2 = mul(%xc, %xc)
+  %var = reduce_mean(%sq2, axes=[1], keep_dims=true)
+  %ve = add(%var, %eps)
+  %rs = rsqrt(%ve)
+  %ln = mul(%xc, %rs)
+  %rms = cast(%rn, dtype=fp32)
+  %lnorm = cast(%ln, dtype=fp32)
+  return %lnorm, %rms
 }}
 """
 
@@ -543,6 +573,32 @@ def check_dialect(env: _Env, c: Check) -> None:
     c.data.update(accepted=accepted)
 
 
+def check_fp16_range(env: _Env, c: Check) -> None:
+    _, graph, store, art, _ = env.build(NORMS_IR, "fp16-range")
+    worst: dict[str, float] = {}
+    ok = True
+    with env.runtime() as rt:
+        prog = rt.load(art)
+        for scale in (1.0, 3000.0, 60000.0):
+            x = env.normal(graph.inputs[0].type.shape)
+            x[0, 5, 0, ::3] = 8.0  # a massive channel in a third of the positions
+            x = (x / np.abs(x).max(axis=1, keepdims=True) * scale).astype(np.float16).astype(np.float32)
+            out = prog(x=x)
+            xd = x.astype(np.float64)
+            xc = xd - xd.mean(1, keepdims=True)
+            refs = {"rms": xd / np.sqrt((xd * xd).mean(1, keepdims=True) + 1e-5),
+                    "lnorm": xc / np.sqrt((xc * xc).mean(1, keepdims=True) + 1e-5)}
+            for name, ref in refs.items():
+                good, err, tol, _ = _compare(out[name], ref)
+                ok = ok and good
+                worst[f"{name}@{scale:g}"] = err
+                if not good:
+                    c.lines.append(f"{name} at max |x| {scale:g}: max |err| {_fmt(err)} > {_fmt(tol)}")
+    c.passed = ok
+    c.lines.append("max |err| vs float64: " + ", ".join(f"{k} {_fmt(v)}" for k, v in worst.items()))
+    c.data.update(max_abs_err=worst)
+
+
 CHECKS: list[tuple[str, str, Callable[[_Env, Check], None]]] = [
     ("legalized", "legalized program matches the reference interpreter", check_legalized),
     ("unlegalized", "unlegalized MIL (concat, gelu, rsqrt) is rejected by the device compiler", check_unlegalized),
@@ -551,6 +607,7 @@ CHECKS: list[tuple[str, str, Callable[[_Env, Check], None]]] = [
     ("reload", "reload strategies that really change outputs, and the runtime's choice", check_reload),
     ("shared", "programs with the same MIL and other weights each compute with their own", check_shared),
     ("dialect", "MIL dialects the device compiler accepts", check_dialect),
+    ("fp16-range", "norms of activations up to 60000 are right (range-safe)", check_fp16_range),
 ]
 
 

@@ -31,7 +31,7 @@ def _check(report: dict, cid: str) -> dict:
 def test_selftest_passes_on_the_sim(report: dict) -> None:
     assert report["driver"] == "sim"
     assert [c["id"] for c in report["checks"]] == [
-        "legalized", "unlegalized", "binding", "min-surface", "reload", "shared", "dialect"]
+        "legalized", "unlegalized", "binding", "min-surface", "reload", "shared", "dialect", "fp16-range"]
     failed = [(c["id"], c["lines"]) for c in report["checks"] if not c["passed"]]
     assert not failed
     assert report["passed"] is True
@@ -73,7 +73,7 @@ def test_render_is_a_pasteable_report(report: dict) -> None:
     lines = text.splitlines()
     assert lines[0] == "anec selftest 0.1.0: driver sim (backend auto), target m4, seed 0"
     assert "PASS  binding       inputs and outputs bind in alphabetical order of MIL names" in lines
-    assert lines[-1] == "7/7 checks passed"
+    assert lines[-1] == "8/8 checks passed"
 
 
 def test_binding_check_fails_when_buffers_are_bound_in_declaration_order(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -217,5 +217,5 @@ def test_python_dash_m() -> None:
                        capture_output=True, text=True, timeout=120,
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.rstrip().endswith("7/7 checks passed")
+    assert r.stdout.rstrip().endswith("8/8 checks passed")
     assert np.all([line.startswith("PASS") for line in r.stdout.splitlines() if line[:4] in ("PASS", "FAIL")])
