@@ -12,6 +12,9 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+FP16_MAX = 65504.0
+"""The largest finite fp16 value: what the programs compute in."""
+
 
 @dataclass
 class AdamW:

@@ -214,8 +214,7 @@ def _load(tr: "Trainer", d: Any) -> None:
     from anec.diagnostics import ArtifactError
     from anec.mil.manifest import parse_json
 
-    from anec.training.optim import LossScaler
-    from anec.training.trainer import FP16_MAX
+    from anec.training.optim import FP16_MAX, LossScaler
 
     where = str(d.path / "trainer.json")
     raw = _read(d, "trainer.json", MAX_JSON, "training state")

@@ -42,9 +42,7 @@ from anec.diagnostics import TrainingError
 from anec.ir.graph import Graph, Module
 from anec.models.layout import from_bc1s, to_bc1s
 from anec.training.graphs import Layout, causal_lm_graph, cross_entropy, embed, embed_adjoint, embedding_keys
-from anec.training.optim import AdamW, LossScaler, all_finite, clip_
-
-FP16_MAX = 65504.0
+from anec.training.optim import FP16_MAX, AdamW, LossScaler, all_finite, clip_
 
 
 def _fe_for(checkpoint: str | os.PathLike, target: str | None) -> Any:
