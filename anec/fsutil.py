@@ -11,6 +11,11 @@ checkpoints, verdict caches, benchmark results) goes through here:
 * :func:`write_tree_atomic` does the same for a whole directory (an artifact):
   the files go to a temporary directory that is swapped in atomically where
   the OS allows it (Linux ``renameat2``), otherwise moved into place.
+
+And one read: :func:`read_regular` reads a file the user named (an IR file, an
+input array) as hostile input: a regular file only, opened without blocking (a
+FIFO or a device is refused at once, never waited on), size-bounded before a
+byte is read.
 """
 
 from __future__ import annotations
@@ -24,8 +29,49 @@ import tempfile
 from pathlib import Path
 from typing import IO, Callable, Mapping
 
-__all__ = ["discard", "fsync_dir", "move_into_place", "replace_file", "write_bytes_atomic", "write_text_atomic",
-           "write_tree_atomic"]
+__all__ = ["discard", "fsync_dir", "move_into_place", "read_regular", "replace_file", "write_bytes_atomic",
+           "write_text_atomic", "write_tree_atomic"]
+
+
+def read_regular(path: str | os.PathLike, limit: int, what: str) -> bytes:
+    """The bytes of the regular file ``path`` (a file the user named), at most ``limit``.
+
+    Opened with ``O_NONBLOCK``: a FIFO, socket, device or directory is refused
+    at once; a file larger than ``limit`` is refused before it is read. Every
+    failure is an :class:`~anec.diagnostics.AnecError` naming ``what`` and the path.
+    """
+    import stat
+
+    from anec.diagnostics import AnecError
+
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise AnecError(f"cannot read {what} '{path}': {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) \
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file"
+            raise AnecError(f"{what} '{path}' is {kind}, not a regular file",
+                            hint="give the path of a file")
+        if st.st_size > limit:
+            raise AnecError(f"{what} '{path}' is {st.st_size} bytes, more than the {limit} anec reads")
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 24, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:  # grew while being read
+                raise AnecError(f"{what} '{path}' is more than the {limit} bytes anec reads")
+        return b"".join(chunks)
+    except OSError as e:
+        raise AnecError(f"cannot read {what} '{path}': {e.strerror or e}") from None
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(path: str | os.PathLike) -> None:

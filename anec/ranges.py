@@ -246,42 +246,32 @@ CALIBRATION_MAX_BYTES = 1 << 32
 def load_calibration(path: str) -> dict[str, np.ndarray]:
     """The arrays of a ``.npz`` (or one ``.npy``, named by its file stem) of calibration inputs.
 
-    Read as hostile input: a regular file (a FIFO or device is refused without blocking),
-    bounded in size, no pickled objects; every failure is an AnecError naming the file.
+    Read as hostile input (:func:`anec.fsutil.read_regular`: a regular file, never waited
+    on, bounded in size), no pickled objects, bounded once unpacked; every failure is an
+    AnecError naming the file.
     """
+    import io
     import os
-    import stat
     import zipfile
 
+    from anec.fsutil import read_regular
+
+    data = read_regular(path, CALIBRATION_MAX_BYTES, "calibration inputs")
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        raise AnecError(f"calibration inputs: cannot open '{path}': {e.strerror or e}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise AnecError(f"calibration inputs: '{path}' is not a regular file")
-        if st.st_size > CALIBRATION_MAX_BYTES:
-            raise AnecError(f"calibration inputs: '{path}' is {st.st_size} bytes, more than "
-                            f"{CALIBRATION_MAX_BYTES}")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            try:
-                data = np.load(f, allow_pickle=False)
-                if isinstance(data, np.ndarray):
-                    arrays = {os.path.splitext(os.path.basename(path))[0]: data}
-                else:
-                    with data:
-                        total = sum(i.file_size for i in data.zip.infolist())
-                        if total > CALIBRATION_MAX_BYTES:
-                            raise AnecError(f"calibration inputs: '{path}' unpacks to {total} bytes, "
-                                            f"more than {CALIBRATION_MAX_BYTES}")
-                        arrays = {k: data[k] for k in data.files}
-            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
-                raise AnecError(f"calibration inputs: '{path}' is not a .npz/.npy of numeric arrays "
-                                f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})",
-                                hint="save them with numpy.savez(path, x=array, ...)") from None
-    finally:
-        os.close(fd)
+        loaded = np.load(io.BytesIO(data), allow_pickle=False)
+        if isinstance(loaded, np.ndarray):
+            arrays = {os.path.splitext(os.path.basename(path))[0]: loaded}
+        else:
+            with loaded:
+                total = sum(i.file_size for i in loaded.zip.infolist())
+                if total > CALIBRATION_MAX_BYTES:
+                    raise AnecError(f"calibration inputs: '{path}' unpacks to {total} bytes, more than "
+                                    f"{CALIBRATION_MAX_BYTES}")
+                arrays = {k: loaded[k] for k in loaded.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        first = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+        raise AnecError(f"calibration inputs: '{path}' is not a .npz/.npy of numeric arrays ({first})",
+                        hint="save them with numpy.savez(path, x=array, ...)") from None
     for k, a in arrays.items():
         if a.dtype.kind not in "fiub":
             raise AnecError(f"calibration inputs: '{path}': array '{k}' has dtype {a.dtype}, not numbers")

@@ -25,6 +25,7 @@ results, not errors (legalize reports fp16 range problems).
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -145,15 +146,22 @@ def interpret(
     return {v.name: env[id(v)] for v in graph.outputs}
 
 
+INPUT_MAX_BYTES = 1 << 32
+"""Largest input array file read (4 GiB)."""
+
+
 def load_input(name: str, path: str) -> np.ndarray:
     """The array in the ``.npy`` file ``path`` given for input ``name`` (AnecError otherwise)."""
+    import io
+
+    from anec.fsutil import read_regular
+
+    if not os.path.exists(path):
+        raise AnecError(f"input '{name}': no such file '{path}'")
+    data = read_regular(path, INPUT_MAX_BYTES, f"input '{name}'")
     try:
-        arr = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise AnecError(f"input '{name}': no such file '{path}'") from None
-    except OSError as e:
-        raise AnecError(f"input '{name}': cannot read '{path}': {e.strerror or e}") from None
-    except ValueError:
+        arr = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError):
         # numpy reports any non-.npy file as "pickled (object) data"
         raise AnecError(
             f"input '{name}': '{path}' is not a .npy file of numbers",

@@ -131,12 +131,15 @@ def parse_file(path: str | Path) -> Module:
     return module
 
 
+IR_MAX_BYTES = 1 << 30
+"""Largest IR file read (1 GiB; a 100,000-node graph is about 10 MB)."""
+
+
 def read_text(path: str | Path) -> str:
     """A file's text as UTF-8; unreadable or undecodable files are AnecErrors."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise AnecError(f"cannot read {path}: {e.strerror or e}") from None
+    from anec.fsutil import read_regular
+
+    data = read_regular(path, IR_MAX_BYTES, "IR file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 
@@ -247,7 +248,11 @@ def test_load_input_reads_npy_and_refuses_everything_else(tmp_path, monkeypatch)
         load_input("x", str(tmp_path / "nope.npy"))
     with pytest.raises(AnecError) as ei:
         load_input("x", str(tmp_path))
-    assert str(ei.value).splitlines()[0].endswith(f"input 'x': cannot read '{tmp_path}': Is a directory")
+    assert str(ei.value).splitlines()[0].endswith(f"input 'x' '{tmp_path}' is a directory, not a regular file")
+    fifo = tmp_path / "fifo.npy"
+    os.mkfifo(fifo)  # refused at once, never waited on
+    with pytest.raises(AnecError, match="is a FIFO, not a regular file"):
+        load_input("x", str(fifo))
     text = tmp_path / "t.npy"
     text.write_text("1 2 3")
     with pytest.raises(AnecError, match="is not a .npy file of numbers") as ei:

@@ -172,7 +172,7 @@ def test_parse_file(tmp_path) -> None:
     assert m.path == str(path) and m.func().nodes[0].span.location == f"{path}:2:8"
     with pytest.raises(AnecError, match="cannot read"):
         parse_file(tmp_path / "missing.ir")
-    with pytest.raises(AnecError, match="cannot read"):
+    with pytest.raises(AnecError, match="is a directory, not a regular file"):
         parse_file(tmp_path)
     bad = tmp_path / "bad.ir"
     bad.write_bytes(b"func f() {\n \xff\xfe }\n")
