@@ -40,6 +40,16 @@ positive scalar factor such as a variance's ``n / (n - 1)`` or a reshape around 
 * each with ``x = sub(z, reduce_mean(z, axes, keep_dims=true))``: scaled as
   ``d = z / s - mean(z / s)``.
 
+Means over long axes lose small values the same way: legalize writes
+``reduce_mean`` as ``reduce_sum(x * (1 / N))``, and ``x / N`` is an fp16
+subnormal (a few significant bits, or zero) once ``|x| < N * 2^-14``: a mean of
+values near 0.01 over 65,536 elements is 17% off. The means this pass writes
+are ``reduce_sum(v * 2^-a) * (2^a / N)`` over values it has bounded (``|v| <=
+2``, ``4`` or ``16``), with the smallest ``a`` that keeps the sum within 32768,
+and a ``reduce_mean`` over more than 2048 elements is scaled by its row's
+largest magnitude first (``mean(x) = s * mean(x / s)``): scaling by a power of
+two is exact, so no term is rounded to a subnormal.
+
 And, for attention scores, ``mul(matmul(a, b), c)`` with a scalar ``|c| < 1`` and no
 other use of the product becomes ``matmul(mul(a, c), b)``: the scores are scaled
 before the dot products are summed (as ``scaled_dot_product_attention`` does),
@@ -222,10 +232,9 @@ class Scaled:
     """``mean(y * y)`` over the axes, dims kept."""
 
 
-def scale_rows(rw: SafeRewriter, sq: SumOfSquares, floor: float) -> Scaled:
-    """``s = max|src| / 2 + floor`` over the axes, ``y = src / s`` (centered if recognized)."""
-    src = sq.centered if sq.centered is not None else sq.x
-    axes = sq.axes
+def row_scale(rw: SafeRewriter, src: "Value", axes: list[int], floor: float) -> tuple["Value", "Value"]:
+    """``(s, 1 / s)`` with ``s = max|src| / 2 + floor`` over ``axes`` (each element its own row
+    when there are none), taken as ``a/2 + relu(b/2 - a/2)`` of the largest ``src`` and ``-src``."""
     neg = rw.op("neg", src, suffix="neg")
     if axes:
         top = rw.op("reduce_max", src, axes=axes, keep_dims=True, suffix="max")
@@ -239,13 +248,41 @@ def scale_rows(rw: SafeRewriter, sq: SumOfSquares, floor: float) -> Scaled:
     amax = rw.op("add", ha, up, suffix="amax")
     s = rw.op("add", amax, rw.k(floor, src, "floor"), suffix="s")
     inv = rw.op("pow", s, rw.k(-1.0, src, "m1"), suffix="inv")
+    return s, inv
+
+
+def scale_rows(rw: SafeRewriter, sq: SumOfSquares, floor: float) -> Scaled:
+    """``s = max|src| / 2 + floor`` over the axes, ``y = src / s`` (centered if recognized)."""
+    src = sq.centered if sq.centered is not None else sq.x
+    axes = sq.axes
+    s, inv = row_scale(rw, src, axes, floor)
     y = rw.op("mul", src, inv, suffix="y")
     if sq.centered is not None:
-        mu = rw.op("reduce_mean", y, axes=axes, keep_dims=True, suffix="mu")
+        mu = bounded_mean(rw, y, axes, 2.0, "mu")
         y = rw.op("sub", y, mu, suffix="d")
     y2 = rw.op("mul", y, y, suffix="y2")
-    m2 = rw.op("reduce_mean", y2, axes=axes, keep_dims=True, suffix="m2") if axes else y2
+    m2 = bounded_mean(rw, y2, axes, 16.0 if sq.centered is not None else 4.0, "m2") if axes else y2
     return Scaled(y, inv, s, m2)
+
+
+SUM_BOUND = 32768.0
+"""What a :func:`bounded_mean` lets a partial sum reach (half the fp16 range)."""
+
+
+def bounded_mean(rw: SafeRewriter, v: "Value", axes: list[int], bound: float, suffix: str) -> "Value":
+    """The mean over ``axes`` of ``v``, whose values are known to be at most ``bound`` in
+    magnitude: ``reduce_sum(v * 2^-a) * (2^a / N)`` with the smallest ``a >= 0`` that keeps the
+    sum within :data:`SUM_BOUND`. Scaling by a power of two is exact while the values stay
+    normal, so a long axis (N = 16384) loses none of the small values that ``v * (1 / N)``,
+    legalize's form of ``reduce_mean``, would round to fp16 subnormals; the factor
+    ``2^a / N`` is at least ``bound / 32768``, a normal fp16 number."""
+    n = math.prod(v.type.shape[a] for a in axes)
+    a = max(0, math.ceil(math.log2(bound * n / SUM_BOUND)))
+    if a == 0 and n <= 2048:  # short axes: legalize's own form is as good
+        return rw.op("reduce_mean", v, axes=axes, keep_dims=True, suffix=suffix)
+    scaled = rw.op("mul", v, rw.k(2.0 ** -a, v, f"{suffix}_pre"), suffix=f"{suffix}_scaled") if a else v
+    total = rw.op("reduce_sum", scaled, axes=axes, keep_dims=True, suffix=f"{suffix}_sum")
+    return rw.op("mul", total, rw.k(2.0 ** a / n, total, f"{suffix}_per"), suffix=suffix)
 
 
 def floor_for(eps: float) -> float:
@@ -331,6 +368,27 @@ def safe_sum_of_squares(node: "Node", rw: SafeRewriter) -> "Value | None":
     return to_shape(rw, v, node.result)
 
 
+LONG_AXIS = 2048
+"""A ``reduce_mean`` over more elements than this is scaled (:func:`safe_long_mean`)."""
+
+
+# reduce_mean(x) over N > LONG_AXIS elements -> s * bounded_mean(x / s)
+def safe_long_mean(node: "Node", rw: SafeRewriter) -> "Value | None":
+    x = node.operands[0]
+    axes = axes_of(node)
+    n = math.prod(x.type.shape[a] for a in axes)
+    r = node.result
+    if (n <= LONG_AXIS or not x.type.dtype.is_float or sum_of_squares(r) is not None or scaled_row(x)
+            or any(u.op == "sub" and u.operands[0] is x and u.operands[1] is r for u in r.uses)):
+        return None  # short, a square (the rules above), or the mean a centered variance subtracts
+    s, inv = row_scale(rw, x, axes, SCALE_FLOOR)
+    y = rw.op("mul", x, inv, suffix="y")
+    m = bounded_mean(rw, y, axes, 2.0, "m")
+    rw.record("ANE-FP16-RANGE", f"reduce_mean over {n} elements of {x.name}: scaled by its largest "
+                                "magnitude, summed in exact power-of-two steps (no subnormal terms)")
+    return to_shape(rw, rw.op("mul", m, s, suffix="mean"), r)
+
+
 def _only_roots(v: "Value", outputs, depth: int = 3) -> bool:
     """Every use of ``v`` reaches a root that :func:`safe_root` takes, directly or through the
     ``add``/``mul`` of scalars that :func:`affine` peels (or is such a node a rewrite left unused)."""
@@ -372,7 +430,7 @@ RULES = {
     "rsqrt": (safe_root,),
     "sqrt": (safe_root,),
     "pow": (safe_root,),
-    "reduce_mean": (safe_sum_of_squares,),
+    "reduce_mean": (safe_sum_of_squares, safe_long_mean),
     "reduce_sum": (safe_sum_of_squares,),
 }
 

@@ -333,3 +333,49 @@ def test_activations_hold_on_large_inputs(name, tmp_path):
             x = rows(scale, 20 + k)
             want = ref(x.astype(np.float16).astype(np.float64))
             assert_close(prog(x=x)["y"], want, f"range-safe/{name}:y", 8, f"|x| <= {scale:g}")
+
+
+def _long(func: str, n: int) -> str:
+    body = {
+        "mean": "%m = reduce_mean(%xh, axes=[1], keep_dims=true)\n  %y = cast(%m, dtype=fp32)",
+        "ln": ("%mu = reduce_mean(%xh, axes=[1], keep_dims=true)\n  %xc = sub(%xh, %mu)\n"
+               "  %sq = mul(%xc, %xc)\n  %var = reduce_mean(%sq, axes=[1], keep_dims=true)\n"
+               "  %eps = const(value=1e-05) : fp16[]\n  %ve = add(%var, %eps)\n  %r = rsqrt(%ve)\n"
+               "  %yh = mul(%xc, %r)\n  %y = cast(%yh, dtype=fp32)"),
+    }[func]
+    return f"func {func}(%x: fp32[1, {n}, 1, 4]) {{\n  %xh = cast(%x, dtype=fp16)\n  {body}\n  return %y\n}}\n"
+
+
+def _long_inputs(func: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(n)
+    if func == "mean":  # values near 0.01: x / N is a subnormal (17% off at N = 65536)
+        x = np.full((1, n, 1, 4), 0.01)  # column 0: every x / N rounds the same way
+        x[0, :, 0, 1] += 0.002 * rng.standard_normal(n)
+        x[0, :, 0, 2] = 0.3
+        x[0, :, 0, 3] = rng.standard_normal(n)
+    else:  # a massive channel over small values: the small squares vanish in d * d / N
+        x = rng.standard_normal((1, n, 1, 4))
+        x[0, 5] = 600.0
+    x = x.astype(np.float16).astype(np.float64)
+    if func == "mean":
+        return x.astype(np.float32), x.mean(1, keepdims=True)
+    xc = x - x.mean(1, keepdims=True)
+    return x.astype(np.float32), xc / np.sqrt((xc * xc).mean(1, keepdims=True) + 1e-5)
+
+
+@pytest.mark.parametrize("func,n", [("mean", 16384), ("mean", 65536), ("ln", 16384)])
+def test_means_over_long_axes(compiled, func, n, tmp_path):
+    """Means the pass writes sum in exact power-of-two steps, and a long reduce_mean is scaled by
+    its row's largest magnitude first; without the pass the same inputs are off by 2% to 17%."""
+    text = _long(func, n)
+    safe = compile_module(parse(text, "long.ir"), out_dir=tmp_path / "safe").artifacts[func]
+    plain = compile_module(parse(text, "long.ir"), out_dir=tmp_path / "plain",
+                           passes=tuple(p for p in DEFAULT if p.name != "range-safe")).artifacts[func]
+    x, ref = _long_inputs(func, n)
+    with Runtime(backend="sim") as rt:
+        got = rt.load(safe)(x=x)["y"]
+        bad = rt.load(plain)(x=x)["y"]
+    assert_close(got, ref, f"range-safe/long-{func}:y", 16, f"N = {n}")
+    scale = np.abs(ref) if func == "mean" else np.abs(ref).max()  # a mean per column
+    assert (np.abs(got - ref) / scale).max() < 2e-3
+    assert (np.abs(bad - ref) / scale).max() > 0.015
