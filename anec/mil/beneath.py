@@ -195,29 +195,13 @@ class Beneath:
     # ---- files -------------------------------------------------------------------
     def read(self, rel: str, limit: int, what: str = "file") -> bytes:
         """The bytes of the regular file ``rel`` (at most ``limit`` bytes)."""
-        parts = check_rel(rel, what)
-        dfd = self._walk(parts, rel, what, whole=False)
+        fd, size = self.open_file(rel, limit, what)
         try:
-            try:
-                fd = os.open(parts[-1], _O_FILE, dir_fd=dfd)
-            except OSError as e:
-                raise self._error(e, dfd, parts[-1], rel, rel, what, expect_dir=False) from None
-        finally:
-            os.close(dfd)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise ArtifactError(f"cannot read {what} '{self.path / rel}' (it is a {kind_of(st.st_mode)}); "
-                                    "expected a regular file")
-            if st.st_size > limit:
-                raise ArtifactError(f"{what} '{self.path / rel}' is {st.st_size} bytes, above the limit of "
-                                    f"{limit} bytes")
-            return _read_exactly(fd, st.st_size, limit, f"{what} '{self.path / rel}'")
+            return _read_exactly(fd, size, limit, f"{what} '{self.path / rel}'")
         except OSError as e:
             raise ArtifactError(f"cannot read {what} '{self.path / rel}': {e.strerror}") from None
         finally:
             os.close(fd)
-
 
     def open_file(self, rel: str, limit: int, what: str = "file") -> tuple[int, int]:
         """A new read-only descriptor of the regular file ``rel`` and its size (at most
@@ -244,6 +228,7 @@ class Beneath:
             os.close(fd)
             raise
         return fd, st.st_size
+
 
 def _read_exactly(fd: int, size: int, limit: int, what: str) -> bytes:
     """The whole file (``size`` bytes by fstat); an error if it grows past ``limit`` meanwhile."""
