@@ -16,6 +16,7 @@ list it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -474,3 +475,23 @@ if __name__ == "__main__":  # pragma: no cover - a helper for looking at the cor
     target.mkdir(parents=True, exist_ok=False)
     for c in build_corpus(target):
         print(f"{c.name:32} {c.path.relative_to(target)}  {c.func or ''}")
+
+
+@contextlib.contextmanager
+def small_tmpfs(where: Path, size: str):
+    """A tmpfs of ``size`` (mount's syntax, e.g. ``600k``) mounted at ``where``/disk, to fill up
+    (ENOSPC); the test is skipped, with the reason, where mounting is not permitted."""
+    import subprocess
+
+    import pytest
+
+    mnt = where / "disk"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs to fill (needs root and mount permission): {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

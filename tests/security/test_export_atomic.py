@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from anec.cli import main
+from tests.security.hostile import small_tmpfs
 from tests.training.conftest import corpus, gpt2_ckpt  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -267,16 +268,8 @@ def test_kill_at_random_points_leaves_a_whole_export(gpt2_ckpt, refs, tmp_path):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 600 KiB tmpfs: room for one export of the tiny GPT-2 (about 400 KiB), not for two."""
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mnt)], capture_output=True,
-                       text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs to fill (needs root and mount permission): {r.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path, "600k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_a_full_disk_names_the_path_and_keeps_the_previous_export(gpt2_ckpt, refs, small_disk):  # noqa: F811

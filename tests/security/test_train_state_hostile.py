@@ -30,6 +30,7 @@ import pytest
 from click.testing import CliRunner
 
 from anec.cli import main
+from tests.security.hostile import small_tmpfs
 from tests.training.conftest import corpus, gpt2_ckpt  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -549,16 +550,8 @@ def test_kill_at_random_points_then_run_again(good_run, gpt2_ckpt, corpus, tmp_p
 @pytest.fixture
 def small_disk(tmp_path):
     """A 2.5 MiB tmpfs: room for one saved state of the tiny GPT-2 (1.3 MiB), not for two."""
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2560k", "tmpfs", str(mnt)], capture_output=True,
-                       text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs to fill (needs root and mount permission): {r.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path, "2560k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_a_full_disk_fails_naming_the_path_and_keeps_the_last_state(small_disk, gpt2_ckpt, corpus):  # noqa: F811
