@@ -52,7 +52,9 @@ def _fe_for(checkpoint: str | os.PathLike, target: str | None) -> Any:
 
     ckpt = load_checkpoint(checkpoint)
     _, min_surface = target_limits(target)
-    return decoder_frontend(ckpt, min_surface)
+    fe = decoder_frontend(ckpt, min_surface)
+    fe.check_tensors()  # every tensor the model reads present, none left over, before anything is built
+    return fe
 
 
 class Trainer:

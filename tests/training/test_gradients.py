@@ -106,3 +106,20 @@ def test_gradients_hold_with_a_massive_activation_channel(massive_llama):
         got = tr.gradients(ids)
         assert abs(tr.last_loss - loss_ref) <= 1e-3 * loss_ref
     compare(got, ref)
+
+
+def test_a_checkpoint_missing_a_layer_tensor_is_refused_before_anything_is_built(gpt2_ckpt, tmp_path):
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from anec.models.hf import CheckpointError
+
+    d = tmp_path / "ckpt"
+    shutil.copytree(gpt2_ckpt, d)
+    tensors = load_file(str(d / "model.safetensors"))
+    missing = next(k for k in tensors if ".1.mlp.c_fc.weight" in k)
+    del tensors[missing]
+    save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match="c_fc.weight"):
+        Trainer(d, backend="interp", seq_len=8)
