@@ -780,8 +780,12 @@ def models_compile_cmd(export_dir, output, target) -> None:
 @click.option("--backend", type=click.Choice(_MODEL_BACKENDS), default="auto", show_default=True)
 @click.option("--target", metavar="NAME", help="Chip profile (default m4).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or timing summary.")
-def generate_cmd(checkpoint, prompt, prompt_ids, max_new_tokens, temperature, top_k, seed, adapter,
-                 lora_rank, backend, target, quiet) -> None:
+@click.option("--check-ranges", is_flag=True,
+              help="Instead of generating, report every node of the prefill program whose values leave "
+                   "fp16 on this prompt [ANE-FP16-RANGE] (exit 1 on an overflow).")
+@click.pass_context
+def generate_cmd(ctx, checkpoint, prompt, prompt_ids, max_new_tokens, temperature, top_k, seed, adapter,
+                 lora_rank, backend, target, quiet, check_ranges) -> None:
     """Generate text with a GPT-2 or Llama checkpoint running as ANE programs."""
     import time
 
@@ -804,6 +808,16 @@ def generate_cmd(checkpoint, prompt, prompt_ids, max_new_tokens, temperature, to
             prompt_ids = tok.encode(prompt)
         if ad is not None:
             lm.set_adapter(ad)
+        if check_ranges:
+            overflows = 0
+            for report in lm.check_ranges(prompt_ids):
+                for finding in report.findings:
+                    click.echo(finding.diagnostic().render(), err=True)
+                click.echo(report.summary())
+                overflows += len(report.errors)
+            if overflows:
+                ctx.exit(1)
+            return
         eos = None
         if tok is not None:
             eos = lm.fe.ckpt.config.get("eos_token_id")

@@ -152,6 +152,7 @@ def analyze(graph: Graph, inputs: Mapping[str, Any], weights: Mapping[str, np.nd
     lossy: set[int] = set()     # values already past the error bound
     candidates: list[tuple[Any, Finding]] = []
     bound = 2.0 ** -(11 - bits)
+    operand_values = {id(v): np.asarray(inputs[v.name]) for v in graph.inputs if v.name in inputs}
 
     def observe_exact(node: Any, results: list[np.ndarray]) -> None:
         report.nodes += 1
@@ -159,7 +160,7 @@ def analyze(graph: Graph, inputs: Mapping[str, Any], weights: Mapping[str, np.nd
         for r, arr in zip(node.results, results):
             if not r.type.dtype.is_float:
                 continue
-            exact[id(r)] = np.asarray(arr, dtype=np.float64)
+            exact[id(r)] = operand_values[id(r)] = np.asarray(arr, dtype=np.float64)
             largest, smallest, bad = _magnitudes(arr)
             largest_of[id(r)] = largest
             if largest > report.largest:
@@ -168,6 +169,8 @@ def analyze(graph: Graph, inputs: Mapping[str, Any], weights: Mapping[str, np.nd
                 over.add(id(r))
                 if not inherited:
                     shown = largest if largest > FP16_MAX else float("inf")
+                    if node.op == "cast" and id(node.operands[0]) in operand_values:  # cast to fp16
+                        shown = _magnitudes(operand_values[id(node.operands[0])])[0]
                     report.findings.append(Finding(graph.name, r.name, node.op, "overflow", shown,
                                                    smallest, node.span))
 
@@ -175,6 +178,7 @@ def analyze(graph: Graph, inputs: Mapping[str, Any], weights: Mapping[str, np.nd
         inherited = any(id(v) in over or id(v) in lossy for v in node.inputs())
         for r, arr in zip(node.results, results):
             ref = exact.pop(id(r), None)
+            operand_values.pop(id(r), None)
             if ref is None or id(r) in over:
                 continue
             scale = largest_of[id(r)]

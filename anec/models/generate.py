@@ -184,6 +184,22 @@ class CausalLM:
         x, _ = self._prefill_hidden(ids, cache_len)
         return self._head_column(x[:, :, :, ids.size - 1])
 
+    def check_ranges(self, ids: Iterable[int]) -> list:
+        """The fp16 range analysis (:func:`anec.ranges.check_ranges`) of the prefill program on
+        these token ids: a report whose ``findings`` name each node that overflows fp16 or
+        loses bits on this prompt (the base model: LoRA inputs are not part of it)."""
+        from anec.ir.builder import Builder
+        from anec.ranges import check_ranges
+        from anec.weights import WeightStore
+
+        ids = self._check_ids(ids)
+        s = pick_bucket(ids.size, self.fe.buckets, "prompt")
+        feed = {"x": to_bc1s(self.fe.embed(ids, np.arange(ids.size)), s),
+                **self.fe.position_inputs(np.arange(s), s)}
+        graph = self.fe.program(self.fe.prefill_name(s))
+        store = WeightStore(self.programs.weights_for(graph), source=f"<{graph.name} weights>")
+        return check_ranges(Builder.module(graph), feed, store, funcs=[graph.name])
+
     def logits(self, ids: Iterable[int]) -> np.ndarray:
         """Logits ``[n, vocab]`` for every prompt position (prefill + the LM head at the prompt bucket)."""
         ids = self._check_ids(ids)

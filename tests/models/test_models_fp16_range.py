@@ -84,3 +84,27 @@ def test_bert_hidden_states_with_a_massive_channel(minilm_dir, tmp_path):
         want = model(torch.tensor([ids])).last_hidden_state[0].numpy()
     assert_close(got, want, "models/minilm-massive:hidden-states", 16)
     assert np.abs(got - want).mean() < 5e-3
+
+
+def test_generate_check_ranges(gpt2_dir, tmp_path):
+    """``anec generate --check-ranges``: the prefill program on the prompt, analyzed; the
+    massive model fits fp16, one whose embeddings sum past 65504 is named at the input cast."""
+    from click.testing import CliRunner
+
+    from anec.cli import main
+
+    fits = _massive(gpt2_dir, tmp_path / "fits", (_lm, _gpt2_edit))
+    r = CliRunner().invoke(main, ["generate", str(fits), "--prompt-ids", "5,17,300,42", "--check-ranges",
+                                  "--backend", BACKEND])
+    assert r.exit_code == 0, r.output
+    assert "fp16 range of func 'prefill_" in r.output and "0 overflows" in r.output or "fits fp16" in r.output
+
+    def overflow(m):
+        m.transformer.wte.weight[:, 5] = 40000.0
+        m.transformer.wpe.weight[:, 5] = 40000.0  # token + position: 80000
+
+    big = _massive(gpt2_dir, tmp_path / "big", (_lm, overflow))
+    r = CliRunner().invoke(main, ["generate", str(big), "--prompt-ids", "5,17,300,42", "--check-ranges",
+                                  "--backend", BACKEND])
+    assert r.exit_code == 1, r.output
+    assert "[ANE-FP16-RANGE]" in r.output and "reaches |x| = 8e+04" in r.output
