@@ -182,7 +182,8 @@ def _plural(n: int, word: str) -> str:
               help="Weight file (.safetensors/.npz) to check too: each const's key, shape and dtype, "
                    "and the fp16 range of its values.")
 @click.option("--random-weights", type=int, metavar="SEED",
-              help="With --inputs: run on deterministic random weights instead of a checkpoint.")
+              help="Deterministic random tensors for the weights no file provides (checked as --weights, "
+                   "and run on by --inputs).")
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), metavar="CALIB.npz",
               help="Calibration inputs (one array per func input, by name): run each func on them "
                    "and report every node whose values leave the fp16 range [ANE-FP16-RANGE].")
@@ -213,10 +214,10 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
     nodes = sum(len(g.nodes) for g in module.funcs.values())
     click.echo(f"{file}: ok ({_plural(len(module.funcs), 'func')}, {_plural(nodes, 'node')})")
     given = {}  # the weights to check, when given
-    if weights_path is not None:
+    if weights_path is not None or random_weights is not None:
         from anec.weights import resolve_weights
 
-        given["weights"] = resolve_weights(module, weights=weights_path)
+        given["weights"] = resolve_weights(module, weights=weights_path, random_seed=random_weights)
     legality = _legality_report("legality")
     if legality is not None:  # the report and its verdict: exit 1 when a node is rejected
         result = legality(module, target_name or DEFAULT_TARGET, **given)

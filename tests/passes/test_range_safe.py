@@ -113,6 +113,13 @@ def test_check_inputs_on_the_command_line(tmp_path):
     r = CliRunner().invoke(main, ["check", str(ir), "--inputs", str(tmp_path / "small.npz")])
     assert r.exit_code == 0, r.output
     assert "0 overflows" in r.output or "every value fits fp16" in r.output
+    mlp = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "gpt2_mlp.ir")
+    xm = np.random.default_rng(2).standard_normal((1, 768, 1, 64)).astype(np.float32)
+    xm[0, 3] *= 2000  # a massive channel: the LayerNorm is range-safe, nothing overflows
+    np.savez(tmp_path / "mlp.npz", x=xm)
+    r = CliRunner().invoke(main, ["check", mlp, "--inputs", str(tmp_path / "mlp.npz"), "--random-weights", "0"])
+    assert r.exit_code == 0, r.output
+    assert "every value fits fp16" in r.output and "weight values: not checked" not in r.output
     np.savez(tmp_path / "wrong.npz", q=x)
     r = CliRunner().invoke(main, ["check", str(ir), "--inputs", str(tmp_path / "wrong.npz")])
     assert r.exit_code == 1 and "not the inputs of any func (f: x)" in r.output
