@@ -88,14 +88,28 @@ def _on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _on_interrupt(signum: int, frame: object) -> None:
+    """Python's SIGINT handler (KeyboardInterrupt), except inside the import machinery, where the
+    interrupt would be printed and ignored by an import lock's weakref callback: there the
+    signal is sent again, to land a moment later."""
+    if signal_must_wait(signum, frame):
+        return
+    raise KeyboardInterrupt
+
+
 def _exit_on_signals() -> None:
     """SIGTERM/SIGHUP exit through the normal unwinding (temporary directories removed,
-    runtimes closed) unless the process installed handlers of its own."""
-    for name in ("SIGTERM", "SIGHUP"):
+    runtimes closed), and SIGINT raises KeyboardInterrupt outside the import machinery,
+    unless the process installed handlers of its own."""
+    for name in ("SIGTERM", "SIGHUP", "SIGINT"):
         sig = getattr(signal, name, None)
-        if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+        if sig is None:
+            continue
+        current = signal.getsignal(sig)
+        default = signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL
+        if current is default:
             try:
-                signal.signal(sig, _on_signal)
+                signal.signal(sig, _on_interrupt if name == "SIGINT" else _on_signal)
             except ValueError:  # not the main thread (click invoked from a thread)
                 return
 

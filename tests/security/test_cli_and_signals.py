@@ -187,3 +187,19 @@ def test_a_signal_inside_the_import_machinery_is_sent_again_not_raised_there(mon
     assert closed == ([True] if handler == "runtime" else [])
     with pytest.raises(SystemExit):
         on_signal(signal.SIGHUP, None)  # no frame: raised at once
+
+
+def test_an_interrupt_inside_the_import_machinery_is_sent_again(monkeypatch):
+    """SIGINT's KeyboardInterrupt, raised in an import lock's weakref callback, would be printed
+    ('Exception ignored ... KeyboardInterrupt') and lost: the CLI's handler sends it again
+    there, and raises KeyboardInterrupt anywhere else."""
+    import anec.cli as cli
+    import anec.diagnostics as diagnostics
+
+    sent = []
+    monkeypatch.setattr(diagnostics.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    assert cli._on_interrupt(signal.SIGINT, _Frame("<frozen importlib._bootstrap>")) is None
+    assert sent == [(os.getpid(), signal.SIGINT)]
+    with pytest.raises(KeyboardInterrupt):
+        cli._on_interrupt(signal.SIGINT, _Frame(str(ROOT / "anec" / "cli.py")))
+    assert len(sent) == 1
