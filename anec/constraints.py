@@ -345,15 +345,20 @@ _ENTRIES = (
         "overflow gives inf, then NaN downstream",
         "Orion NaN fix (100% -> 0% NaN steps); hollance/neural-engine FAQ", VERIFIED,
         "rewrite or error", "legalize: check_weight_range; lower_reduce_mean; range-safe: "
-        "safe_root, safe_sum_of_squares",
+        "safe_root, safe_sum_of_squares, safe_long_mean, scale_before_matmul; anec.ranges",
         "Weights that are NaN/Inf or exceed the fp16 range are an error naming the key. "
         "reduce_mean is lowered as reduce_sum(x * 1/N) (scale first) so the sum cannot "
         "overflow where the mean does not. The range-safe pass scales every row by its "
         "largest magnitude before squaring it (RMSNorm, LayerNorm, variance, L2 norms), so "
-        "x * x cannot overflow for |x| > 256 and turn a norm's output into zeros.",
+        "x * x cannot overflow for |x| > 256 and turn a norm's output into zeros; long means "
+        "sum in exact power-of-two steps; attention scores are scaled before the dot products. "
+        "What depends on the data is reported by anec check --inputs (the node that overflows "
+        "or loses bits on calibration inputs) and, at run time, ANEC_CHECK_FINITE=1.",
         "compile",
         (f"{_LEG}::test_weight_outside_fp16_range_is_rejected",
-         f"{_LEG}::test_nan_weight_is_rejected"),
+         f"{_LEG}::test_nan_weight_is_rejected",
+         "tests/runtime/test_rt_fp16_range.py::test_without_the_pass_the_same_inputs_give_wrong_numbers",
+         "tests/passes/test_range_safe.py::test_range_analysis_finds_the_first_overflow_and_the_lost_bits"),
     ),
     Constraint(
         "ANE-CONV-FASTER", "a 1x1 conv is ~3x faster than matmul",
