@@ -262,8 +262,13 @@ def _range_check(module, inputs_path: str, given: dict, target_name: str | None,
     weights = given.get("weights")
     if weights is None:
         weights = resolve_weights(module, random_seed=random_seed)
+    return _print_ranges(check_ranges(module, inputs, weights, target=target_name))
+
+
+def _print_ranges(reports) -> int:
+    """Print fp16 range reports (findings on stderr, a summary per func); the overflows."""
     overflows = 0
-    for report in check_ranges(module, inputs, weights, target=target_name):
+    for report in reports:
         for finding in report.findings:
             click.echo(finding.diagnostic().render(), err=True)
         click.echo(report.summary())
@@ -824,13 +829,7 @@ def generate_cmd(ctx, checkpoint, prompt, prompt_ids, max_new_tokens, temperatur
         if ad is not None:
             lm.set_adapter(ad)
         if check_ranges:
-            overflows = 0
-            for report in lm.check_ranges(prompt_ids):
-                for finding in report.findings:
-                    click.echo(finding.diagnostic().render(), err=True)
-                click.echo(report.summary())
-                overflows += len(report.errors)
-            if overflows:
+            if _print_ranges(lm.check_ranges(prompt_ids)):
                 ctx.exit(1)
             return
         eos = None

@@ -146,13 +146,13 @@ def analyze(graph: Graph, inputs: Mapping[str, Any], weights: Mapping[str, np.nd
         raise AnecError(f"calibration input(s) {', '.join(inputs_bad)} hold inf or NaN",
                         hint="give finite calibration inputs")
     report = RangeReport(graph.name)
-    exact: dict[int, np.ndarray] = {}
+    exact: dict[int, np.ndarray] = {  # values of the fp32 run (and the inputs), by value id
+        id(v): np.asarray(inputs[v.name], dtype=np.float64) for v in graph.inputs if v.name in inputs}
     largest_of: dict[int, float] = {}
     over: set[int] = set()      # values out of range (their users inherit it)
     lossy: set[int] = set()     # values already past the error bound
     candidates: list[tuple[Any, Finding]] = []
     bound = 2.0 ** -(11 - bits)
-    operand_values = {id(v): np.asarray(inputs[v.name]) for v in graph.inputs if v.name in inputs}
 
     def observe_exact(node: Any, results: list[np.ndarray]) -> None:
         report.nodes += 1
@@ -160,7 +160,7 @@ def analyze(graph: Graph, inputs: Mapping[str, Any], weights: Mapping[str, np.nd
         for r, arr in zip(node.results, results):
             if not r.type.dtype.is_float:
                 continue
-            exact[id(r)] = operand_values[id(r)] = np.asarray(arr, dtype=np.float64)
+            exact[id(r)] = np.asarray(arr, dtype=np.float64)
             largest, smallest, bad = _magnitudes(arr)
             largest_of[id(r)] = largest
             if largest > report.largest:
@@ -169,16 +169,15 @@ def analyze(graph: Graph, inputs: Mapping[str, Any], weights: Mapping[str, np.nd
                 over.add(id(r))
                 if not inherited:
                     shown = largest if largest > FP16_MAX else float("inf")
-                    if node.op == "cast" and id(node.operands[0]) in operand_values:  # cast to fp16
-                        shown = _magnitudes(operand_values[id(node.operands[0])])[0]
+                    if node.op == "cast" and id(node.operands[0]) in exact:  # what the cast was given
+                        shown = _magnitudes(exact[id(node.operands[0])])[0]
                     report.findings.append(Finding(graph.name, r.name, node.op, "overflow", shown,
                                                    smallest, node.span))
 
     def observe_fp16(node: Any, results: list[np.ndarray]) -> None:
         inherited = any(id(v) in over or id(v) in lossy for v in node.inputs())
         for r, arr in zip(node.results, results):
-            ref = exact.pop(id(r), None)
-            operand_values.pop(id(r), None)
+            ref = exact.pop(id(r), None)  # freed as the fp16 run passes the node
             if ref is None or id(r) in over:
                 continue
             scale = largest_of[id(r)]
@@ -188,10 +187,8 @@ def analyze(graph: Graph, inputs: Mapping[str, Any], weights: Mapping[str, np.nd
             if scale > 0.0 and worst > bound * scale:
                 lossy.add(id(r))
                 if not inherited:
-                    f = Finding(graph.name, r.name, node.op, "precision", scale,
-                                _magnitudes(ref)[1], node.span)
-                    f.error_ratio = worst / scale
-                    candidates.append((r, f))
+                    candidates.append((r, Finding(graph.name, r.name, node.op, "precision", scale,
+                                                  _magnitudes(ref)[1], node.span, worst / scale)))
 
     interpret(graph, inputs, weights, mode="fp32", observe=observe_exact)
     interpret(graph, inputs, weights, mode="fp16", observe=observe_fp16)

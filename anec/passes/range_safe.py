@@ -154,39 +154,45 @@ def _centered_source(x: "Value", axes: list[int]) -> "Value | None":
     return z
 
 
-def affine(v: "Value") -> tuple["Value", float, float, list["Node"]]:
-    """``(m, k, eps, nodes)`` with ``v = k * m + eps`` (up to a reshape), peeling up to four
-    ``add`` of a scalar const, ``mul`` by a scalar const ``> 0`` (a variance's ``n / (n - 1)``,
-    an eps) and ``reshape``, and the nodes peeled; ``(v, 1, 0, [])`` if there are none."""
-    k, eps, nodes = 1.0, 0.0, []
-    cur = v
-    for _ in range(4):
-        p = cur.producer
-        if p is not None and p.op == "reshape":  # the root of a reshape is the reshape of the root
-            nodes.append(p)
-            cur = p.operands[0]
-            continue
-        step = _scalar_step(p, cur) if p is not None and p.op in ("add", "mul") else None
-        if step is None:
-            break
-        inner, c = step
-        if p.op == "mul":
-            if not c > 0.0:
-                break
-            k *= c
-        else:
-            eps += k * c
-        nodes.append(p)
-        cur = inner
-    return cur, k, eps, nodes
+PEEL_DEPTH = 4
+"""How many scalar ``add``/``mul`` and ``reshape`` nodes may stand between a reduction and its root."""
 
 
-def _scalar_step(p: "Node", out: "Value") -> "tuple[Value, float] | None":
+def peel(p: "Node | None", out: "Value") -> "tuple[Value, str, float] | None":
+    """``(inner, kind, c)`` when ``out = p(inner)`` is a step :func:`affine` looks through: a
+    ``reshape`` (kind ``"reshape"``), an ``add`` of a finite scalar const ``c`` or a ``mul`` by
+    one ``c > 0``; else None. :func:`affine` walks it backwards, :func:`_only_roots` forwards."""
+    if p is None:
+        return None
+    if p.op == "reshape":
+        return p.operands[0], "reshape", 0.0
+    if p.op not in ("add", "mul"):
+        return None
     for m, c in (p.operands, p.operands[::-1]):
         e = scalar_const(c)
-        if e is not None and math.isfinite(e) and m.type == out.type:
-            return m, e
+        if e is not None and math.isfinite(e) and m.type == out.type and (p.op == "add" or e > 0.0):
+            return m, p.op, e
     return None
+
+
+def affine(v: "Value") -> tuple["Value", float, float, list["Node"]]:
+    """``(m, k, eps, nodes)`` with ``v = k * m + eps`` (up to a reshape), peeling up to
+    :data:`PEEL_DEPTH` steps (:func:`peel`: a variance's ``n / (n - 1)``, an eps, a reshape),
+    and the nodes peeled; ``(v, 1, 0, [])`` if there are none."""
+    k, eps, nodes = 1.0, 0.0, []
+    cur = v
+    for _ in range(PEEL_DEPTH):
+        step = peel(cur.producer, cur)
+        if step is None:
+            break
+        inner, kind, c = step
+        if kind == "mul":
+            k *= c
+        elif kind == "add":
+            eps += k * c
+        nodes.append(cur.producer)
+        cur = inner
+    return cur, k, eps, nodes
 
 
 def root_of(node: "Node") -> str | None:
@@ -345,7 +351,7 @@ def safe_root(node: "Node", rw: SafeRewriter) -> "Value | None":
         for use in list(dict.fromkeys(r.uses)):
             if use.op == "mul" and set(map(id, use.operands)) == {id(sq.x), id(r)}:
                 rw.replace(use.result, rw.op("mul", sc.y, q, suffix="yq"))
-    if not r.uses and r not in rw.graph.outputs:
+    if not r.uses and not _returned(r, rw.graph.outputs):
         return HANDLED
     return to_shape(rw, rw.op("mul", sc.inv, q, suffix="rstd"), r)
 
@@ -353,7 +359,7 @@ def safe_root(node: "Node", rw: SafeRewriter) -> "Value | None":
 # r(x*x) -> ((mean(y*y) * s) * s) [* N]   (when not under a root that safe_root takes)
 def safe_sum_of_squares(node: "Node", rw: SafeRewriter) -> "Value | None":
     r = node.result
-    if not r.uses and not any(o is r for o in rw.graph.outputs):
+    if not r.uses and not _returned(r, rw.graph.outputs):
         return None  # a reduction a root's rewrite left unused (erased at the end)
     sq = sum_of_squares(r)
     if sq is None or _only_roots(r, rw.graph.outputs):
@@ -389,22 +395,25 @@ def safe_long_mean(node: "Node", rw: SafeRewriter) -> "Value | None":
     return to_shape(rw, rw.op("mul", m, s, suffix="mean"), r)
 
 
-def _only_roots(v: "Value", outputs, depth: int = 3) -> bool:
-    """Every use of ``v`` reaches a root that :func:`safe_root` takes, directly or through the
-    ``add``/``mul`` of scalars that :func:`affine` peels (or is such a node a rewrite left unused)."""
-    if not v.uses or any(o is v for o in outputs):
+def _only_roots(v: "Value", outputs, depth: int = PEEL_DEPTH) -> bool:
+    """Every use of ``v`` reaches a root that :func:`safe_root` takes, directly or through steps
+    :func:`peel` looks through (or is such a step a rewrite left unused)."""
+    if not v.uses or _returned(v, outputs):
         return False
     for use in v.uses:
         if root_of(use) is not None:
             continue
-        step = _scalar_step(use, use.result) if use.op in ("add", "mul") and depth else None
-        if use.op == "reshape" and depth:
-            step = (use.operands[0], 0.0)
-        if step is not None and step[0] is v and (not use.result.uses and not any(
-                o is use.result for o in outputs) or _only_roots(use.result, outputs, depth - 1)):
+        step = peel(use, use.result) if depth else None
+        if step is not None and step[0] is v and (
+                not use.result.uses and not _returned(use.result, outputs)
+                or _only_roots(use.result, outputs, depth - 1)):
             continue
         return False
     return True
+
+
+def _returned(v: "Value", outputs) -> bool:
+    return any(o is v for o in outputs)
 
 
 # mul(matmul(a, b), c) -> matmul(mul(a, c), b)   (|c| < 1 a scalar: scale the operand first)
@@ -413,7 +422,7 @@ def scale_before_matmul(node: "Node", rw: SafeRewriter) -> "Value | None":
         k = scalar_const(c)
         p = mm.producer
         if (k is None or not 0.0 < abs(k) < 1.0 or p is None or p.op != "matmul"
-                or len(mm.uses) != 1 or any(o is mm for o in rw.graph.outputs)
+                or len(mm.uses) != 1 or _returned(mm, rw.graph.outputs)
                 or c.type.dtype != mm.type.dtype or node.result.type != mm.type):
             continue
         a, b = p.operands
