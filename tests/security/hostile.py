@@ -495,3 +495,71 @@ def small_tmpfs(where: Path, size: str):
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+# ---- shared by the hostile-input tests: a watched load, a child that waits for its cue ----------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Hang(Exception):
+    """Raised by :func:`watched` when a load takes longer than its bound."""
+
+
+_OPENS: list[tuple] | None = None
+
+
+def _record_open(event: str, args: tuple) -> None:
+    if _OPENS is not None and event == "open":
+        _OPENS.append(args)
+
+
+sys.addaudithook(_record_open)
+
+
+@contextlib.contextmanager
+def watched(seconds: int):
+    """Raise :class:`Hang` if the block runs ``seconds``; yields the list of ``open`` audit
+    events (path, mode, flags) the Python side raised meanwhile."""
+    import signal
+
+    global _OPENS
+
+    def on_alarm(signum, frame):
+        raise Hang()
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    opens: list[tuple] = []
+    _OPENS = opens
+    signal.alarm(seconds)
+    try:
+        yield opens
+    finally:
+        signal.alarm(0)
+        _OPENS = None
+        signal.signal(signal.SIGALRM, old)
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a CLI child process that imports this checkout's anec."""
+    return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def ready_child(args: list[str], preload: str):
+    """``anec ARGS`` in a child that has imported ``preload`` (modules, comma-separated) and
+    waits for :func:`go`: so a signal timed from the go lands in the command, not in start-up."""
+    import subprocess
+
+    code = (f"import sys\nimport {preload}\nprint('ready', flush=True)\nsys.stdin.readline()\n"
+            "anec.cli.main(sys.argv[1:], prog_name='anec')\n")
+    p = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT)
+    assert p.stdout.readline().strip() == "ready", p.stderr.read()
+    return p
+
+
+def go(*kids) -> None:
+    """Let children started by :func:`ready_child` run their command."""
+    for p in kids:
+        p.stdin.write("go\n")
+        p.stdin.flush()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import resource
-import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -20,32 +19,13 @@ import pytest
 from anec.diagnostics import AnecError
 
 from .checkpoint_corpus import SECRET, Case, build_corpus
+from .hostile import Hang, child_env, watched
 
-ROOT = Path(__file__).resolve().parents[2]
 HANG_SECONDS = 20
 CLI_SECONDS = 120
 CLI_MEMORY = 4 << 30
 LEAKS = (SECRET, "root:x:0:0")
 """Content of the files the corpus links to: never in a message."""
-
-_EVENTS: list[tuple] | None = None
-
-
-def _hook(event: str, args: tuple) -> None:
-    if _EVENTS is not None and event == "open":
-        _EVENTS.append(args)
-
-
-sys.addaudithook(_hook)
-
-
-class Hang(Exception):
-    pass
-
-
-def _on_alarm(signum, frame):
-    raise Hang()
-
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> list[Case]:
@@ -126,34 +106,26 @@ def test_corpus_covers_the_hostile_cases(corpus):
 
 
 def test_api_refuses_every_hostile_checkpoint(corpus):
-    global _EVENTS
     for case in corpus:  # every import is done before the hook records
         if case.expect is None:
             _load(case)
     problems = []
-    old = signal.signal(signal.SIGALRM, _on_alarm)
-    try:
-        for case in corpus:
-            _EVENTS = []
-            signal.alarm(HANG_SECONDS)
-            try:
-                _load(case)
-                msg = None
-            except AnecError as e:
-                msg = e.render()
-            except Hang:
-                problems.append(f"{case.name}: hung for {HANG_SECONDS} s")
-                continue
-            except Exception as e:  # noqa: BLE001
-                problems.append(f"{case.name}: {type(e).__name__} escaped: {e}")
-                continue
-            finally:
-                signal.alarm(0)
-                events, _EVENTS = _EVENTS, None
-            problems += _check_message(case, msg)
-            problems += [f"{case.name}: {v}" for v in _audit_violations(case, events or [])]
-    finally:
-        signal.signal(signal.SIGALRM, old)
+    for case in corpus:
+        try:
+            with watched(HANG_SECONDS) as events:
+                try:
+                    _load(case)
+                    msg = None
+                except AnecError as e:
+                    msg = e.render()
+        except Hang:
+            problems.append(f"{case.name}: hung for {HANG_SECONDS} s")
+            continue
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"{case.name}: {type(e).__name__} escaped: {e}")
+            continue
+        problems += _check_message(case, msg)
+        problems += [f"{case.name}: {v}" for v in _audit_violations(case, events)]
     assert not problems, "\n".join(problems)
 
 
@@ -188,7 +160,7 @@ def _cli(case: Case, command: str, out: Path) -> tuple[int, str]:
         args += ["--prompt", "hi"] if case.tokenizer else ["--prompt-ids", "1,2"]
         if case.adapter is not None:
             args += ["--adapter", str(case.adapter)]
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     env.pop("ANEC_TRACEBACK", None)
     try:
         proc = subprocess.run(anec + args, capture_output=True, text=True, timeout=CLI_SECONDS, env=env,

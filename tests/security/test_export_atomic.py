@@ -14,7 +14,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,10 +21,9 @@ import pytest
 from click.testing import CliRunner
 
 from anec.cli import main
-from tests.security.hostile import small_tmpfs
+from tests.security.hostile import go, ready_child, small_tmpfs
 from tests.training.conftest import corpus, gpt2_ckpt  # noqa: F401 - fixtures
 
-ROOT = Path(__file__).resolve().parents[2]
 KILL_TRIALS = int(os.environ.get("ANEC_KILL_TRIALS", "4"))
 LORA = ("--lora", "c_attn", "--lora-rank", "4")
 """The 'new' export differs from the 'old' one (plain) in every .ir file and model.json."""
@@ -177,27 +175,12 @@ def test_an_error_before_writing_touches_nothing(gpt2_ckpt, refs, tmp_path):  # 
 
 # ---- concurrent exports, kills ---------------------------------------------------------------
 
-CHILD = """
-import sys
-import anec.cli, anec.models.export, anec.models.generate, anec.models.hf, anec.ir.printer, anec.ir.verifier
-print("ready", flush=True)
-sys.stdin.readline()
-anec.cli.main(sys.argv[1:], prog_name="anec")
-"""
+_PRELOAD = "anec.cli, anec.models.export, anec.models.generate, anec.models.hf, anec.ir.printer, anec.ir.verifier"
 
 
 def _child(args: list[str]) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.Popen([sys.executable, "-c", CHILD, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    assert p.stdout.readline().strip() == "ready", p.stderr.read()
-    return p
+    return ready_child(args, _PRELOAD)
 
-
-def _go(*kids: subprocess.Popen) -> None:
-    for p in kids:
-        p.stdin.write("go\n")
-        p.stdin.flush()
 
 
 def test_concurrent_exports_take_turns(gpt2_ckpt, refs, tmp_path):  # noqa: F811
@@ -206,7 +189,7 @@ def test_concurrent_exports_take_turns(gpt2_ckpt, refs, tmp_path):  # noqa: F811
     finals = []
     for _ in range(2):
         kids = [_child(export_args(gpt2_ckpt, out)), _child(export_args(gpt2_ckpt, out, *LORA))]
-        _go(*kids)
+        go(*kids)
         for k in kids:
             _, err = k.communicate(timeout=300)
             assert k.returncode == 0, err
@@ -222,7 +205,7 @@ def test_kill_at_random_points_leaves_a_whole_export(gpt2_ckpt, refs, tmp_path):
     old, new = refs
     child = _child(export_args(gpt2_ckpt, tmp_path / "timing", *LORA))
     start = time.perf_counter()
-    _go(child)
+    go(child)
     _, err = child.communicate(timeout=300)
     duration = time.perf_counter() - start
     assert child.returncode == 0, err
@@ -236,7 +219,7 @@ def test_kill_at_random_points_leaves_a_whole_export(gpt2_ckpt, refs, tmp_path):
         if trial % 2:
             export(gpt2_ckpt, out)
         child = _child(export_args(gpt2_ckpt, out, *LORA))
-        _go(child)
+        go(child)
         time.sleep(rng.uniform(0, 1.2) * duration)
         child.send_signal(sig)
         _, err = child.communicate(timeout=120)

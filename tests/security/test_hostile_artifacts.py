@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,33 +21,11 @@ from anec.cli import main
 from anec.diagnostics import AnecError
 from anec.runtime import Runtime
 
-from .hostile import FUNC, SECRET, Case, build_corpus
+from .hostile import FUNC, SECRET, Case, Hang, build_corpus, child_env, watched
 
-ROOT = Path(__file__).resolve().parents[2]
 HANG_SECONDS = 20
 LEAKS = (SECRET, "root:x:0:0")
 """Content of the files the corpus links to: never in a message."""
-
-# ---- the audit hook: every file the Python side opens while a case loads --------------------
-
-_EVENTS: list[tuple] | None = None
-
-
-def _hook(event: str, args: tuple) -> None:
-    if _EVENTS is not None and event == "open":
-        _EVENTS.append(args)
-
-
-sys.addaudithook(_hook)
-
-
-class Hang(Exception):
-    pass
-
-
-def _on_alarm(signum, frame):
-    raise Hang()
-
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> list[Case]:
@@ -90,39 +67,31 @@ def test_corpus_covers_the_hostile_cases(corpus):
 
 
 def test_runtime_refuses_every_hostile_artifact(corpus):
-    global _EVENTS
     problems = []
     with Runtime("sim") as rt:
         good = Case("base", corpus[0].path.parents[1] / "base" / "plain", FUNC, None)
         assert _load_once(rt, good) is None  # and every import is done before the hook records
-        old = signal.signal(signal.SIGALRM, _on_alarm)
-        try:
-            for case in corpus:
-                _EVENTS = []
-                signal.alarm(HANG_SECONDS)
-                try:
-                    msg = _load_once(rt, case)
-                except AnecError as e:
-                    msg = str(e)
-                except Hang:
-                    problems.append(f"{case.name}: hung for {HANG_SECONDS} s")
-                    continue
-                except Exception as e:  # noqa: BLE001
-                    problems.append(f"{case.name}: {type(e).__name__} escaped: {e}")
-                    continue
-                finally:
-                    signal.alarm(0)
-                    events, _EVENTS = _EVENTS, None
-                if case.expect is None:
-                    if msg is not None:
-                        problems.append(f"{case.name}: should load, got: {msg}")
-                elif msg is None or not re.search(case.expect, msg):
-                    problems.append(f"{case.name}: expected /{case.expect}/, got: {msg}")
-                if msg and any(leak in msg for leak in LEAKS):
-                    problems.append(f"{case.name}: the message quotes a file outside the artifact: {msg}")
-                problems += [f"{case.name}: {v}" for v in _audit_violations(case, events or [])]
-        finally:
-            signal.signal(signal.SIGALRM, old)
+        for case in corpus:
+            try:
+                with watched(HANG_SECONDS) as events:  # every file the Python side opens
+                    try:
+                        msg = _load_once(rt, case)
+                    except AnecError as e:
+                        msg = str(e)
+            except Hang:
+                problems.append(f"{case.name}: hung for {HANG_SECONDS} s")
+                continue
+            except Exception as e:  # noqa: BLE001
+                problems.append(f"{case.name}: {type(e).__name__} escaped: {e}")
+                continue
+            if case.expect is None:
+                if msg is not None:
+                    problems.append(f"{case.name}: should load, got: {msg}")
+            elif msg is None or not re.search(case.expect, msg):
+                problems.append(f"{case.name}: expected /{case.expect}/, got: {msg}")
+            if msg and any(leak in msg for leak in LEAKS):
+                problems.append(f"{case.name}: the message quotes a file outside the artifact: {msg}")
+            problems += [f"{case.name}: {v}" for v in _audit_violations(case, events)]
     assert not problems, "\n".join(problems)
 
 
@@ -167,7 +136,7 @@ def test_no_file_outside_the_artifact_is_opened_strace(corpus, tmp_path):
     resolves outside the corpus's cases, and none reaches the files they link to."""
     cases_file, results_file, log = tmp_path / "cases.json", tmp_path / "results.json", tmp_path / "strace"
     cases_file.write_text(json.dumps([{"name": c.name, "path": str(c.path), "func": c.func} for c in corpus]))
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     proc = subprocess.run(["strace", "-f", "-ff", "-y", "-qq", "-e", "trace=open,openat,openat2,creat", "-o", str(log),
                            sys.executable, str(Path(__file__).with_name("load_corpus.py")), str(cases_file),
                            str(results_file)], capture_output=True, text=True, timeout=600, env=env)

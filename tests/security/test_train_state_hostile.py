@@ -10,7 +10,6 @@ names the exact exit code and the message (with the folder's path) the command m
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -19,7 +18,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,10 +28,9 @@ import pytest
 from click.testing import CliRunner
 
 from anec.cli import main
-from tests.security.hostile import small_tmpfs
+from tests.security.hostile import go, ready_child, small_tmpfs, watched
 from tests.training.conftest import corpus, gpt2_ckpt  # noqa: F401 - fixtures
 
-ROOT = Path(__file__).resolve().parents[2]
 HANG_SECONDS = 20
 STEPS = 4  # the good run: 4 steps, a state saved at steps 2 and 4
 KILL_TRIALS = int(os.environ.get("ANEC_KILL_TRIALS", "4"))
@@ -80,24 +77,6 @@ def good_run(gpt2_ckpt, corpus, tmp_path_factory) -> Path:  # noqa: F811
     assert res.exit_code == 0, res.output
     shutil.rmtree(run / "model")  # a run folder as a kill after the last save leaves it
     return run
-
-
-class Hang(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def no_hang():
-    def on_alarm(signum, frame):
-        raise Hang()
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(HANG_SECONDS)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 # ---- the case generator ---------------------------------------------------------------------
@@ -399,7 +378,7 @@ def test_hostile_run_folder(case: Case, good_run, gpt2_ckpt, corpus, tmp_path): 
     case.edit(run, outside)
     before, outside_before = digest_tree(run), digest_tree(outside)
     args = train_args(gpt2_ckpt, corpus, run, STEPS + 2, *(("--resume",) if case.resume else ()), *case.extra)
-    with no_hang():
+    with watched(HANG_SECONDS):
         res = CliRunner().invoke(main, args)
     out = res.output
     expected = case.message.format(run=run, out=outside)
@@ -461,26 +440,12 @@ def test_resume_of_nothing_says_so(gpt2_ckpt, corpus, tmp_path):  # noqa: F811
 
 # ---- SIGKILL and SIGINT at random moments -----------------------------------------------------
 
-CHILD = """
-import sys
-import anec.cli, anec.training.run, anec.training.trainer, anec.compiler, anec.runtime, safetensors.numpy
-print("ready", flush=True)
-sys.stdin.readline()
-anec.cli.main(sys.argv[1:], prog_name="anec")
-"""
+_PRELOAD = "anec.cli, anec.training.run, anec.training.trainer, anec.compiler, anec.runtime, safetensors.numpy"
 
 
 def _child(args: list[str]) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.Popen([sys.executable, "-c", CHILD, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    assert p.stdout.readline().strip() == "ready", p.stderr.read()
-    return p
+    return ready_child(args, _PRELOAD)
 
-
-def _go(p: subprocess.Popen) -> None:
-    p.stdin.write("go\n")
-    p.stdin.flush()
 
 
 def _state_ok(run: Path, gpt2_ckpt) -> bool:  # noqa: F811
@@ -503,7 +468,7 @@ def test_kill_at_random_points_then_run_again(good_run, gpt2_ckpt, corpus, tmp_p
     ref = tmp_path / "ref"
     child = _child(train_args(gpt2_ckpt, corpus, ref, steps)[:])
     start = time.perf_counter()
-    _go(child)
+    go(child)
     _, err = child.communicate(timeout=300)
     duration = time.perf_counter() - start
     assert child.returncode == 0, err
@@ -517,7 +482,7 @@ def test_kill_at_random_points_then_run_again(good_run, gpt2_ckpt, corpus, tmp_p
         if over_state:
             shutil.copytree(good_run, run)
         child = _child(train_args(gpt2_ckpt, corpus, run, steps, *(("--resume",) if over_state else ())))
-        _go(child)
+        go(child)
         time.sleep(rng.uniform(0.1, 1.1) * duration)
         child.send_signal(sig)
         _, err = child.communicate(timeout=120)
