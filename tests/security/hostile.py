@@ -540,6 +540,22 @@ def watched(seconds: int):
         signal.signal(signal.SIGALRM, old)
 
 
+def opens_outside(named: set[str], opens: list[tuple]) -> list[str]:
+    """The ``open`` events (from :func:`watched`) that could reach outside what the user named:
+    a path other than ``named``, or a component opened without ``O_NOFOLLOW``."""
+    bad = []
+    for path, _mode, flags in opens:
+        if isinstance(path, int):
+            continue  # a descriptor already open
+        p = os.fsdecode(path)
+        if "/" in p:
+            if p not in named:
+                bad.append(f"opened by path: {p}")
+        elif flags is None or not flags & os.O_NOFOLLOW:
+            bad.append(f"opened without O_NOFOLLOW: {p}")
+    return bad
+
+
 def child_env() -> dict[str, str]:
     """The environment of a CLI child process that imports this checkout's anec."""
     return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))

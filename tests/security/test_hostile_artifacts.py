@@ -21,7 +21,7 @@ from anec.cli import main
 from anec.diagnostics import AnecError
 from anec.runtime import Runtime
 
-from .hostile import FUNC, SECRET, Case, Hang, build_corpus, child_env, watched
+from .hostile import FUNC, SECRET, Case, Hang, build_corpus, child_env, opens_outside, watched
 
 HANG_SECONDS = 20
 LEAKS = (SECRET, "root:x:0:0")
@@ -33,20 +33,9 @@ def corpus(tmp_path_factory) -> list[Case]:
 
 
 def _audit_violations(case: Case, events: list[tuple]) -> list[str]:
-    """Opens that could reach outside the artifact: a path other than the one the user
-    named, or a component opened without O_NOFOLLOW."""
-    named = {os.fspath(case.path.parent if case.path.name == "manifest.json" else case.path)}
-    bad = []
-    for path, mode, flags in events:
-        if isinstance(path, int):
-            continue  # a descriptor already open
-        p = os.fsdecode(path)
-        if "/" in p:
-            if p not in named:
-                bad.append(f"opened by path: {p}")
-        elif flags is None or not flags & os.O_NOFOLLOW:
-            bad.append(f"opened without O_NOFOLLOW: {p}")
-    return bad
+    """Opens that could reach outside the artifact directory the user named."""
+    return opens_outside({os.fspath(case.path.parent if case.path.name == "manifest.json" else case.path)},
+                         events)
 
 
 def _load_once(rt: Runtime, case: Case) -> str | None:
