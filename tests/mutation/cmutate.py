@@ -3,11 +3,15 @@
     python tests/mutation/cmutate.py [--only ID,ID] [--out FILE]
 
 The runtime is built once, unmutated, into ``build/mutate/c`` (objects of every
-csrc/*.c, the cffi wrapper, the C unit-test mains). For each mutant only the
-mutated file is compiled again (from a copy: csrc/ is never written), then
+csrc/*.c, the cffi wrapper, the C test programs' own sources; the runtime once
+more with the fake of the Apple side, -DANEC_ANE_TESTING, for the ane driver's
+protocol programs). For each mutant only the mutated file is compiled again
+(from a copy: csrc/ is never written), in the flavours its tests need, then
 linked into
 
-  * the C unit tests that cover the file (tests/c/test_*.c), run directly, and
+  * the C test programs that cover the file (``c_mutants.program``: the unit
+    tests tests/c/test_*.c, the ane protocol programs of mk/ane.mk, built
+    without sanitizers), run directly, and
   * a copy of the ``anec`` package holding the mutated ``_native`` extension, on
     which the covering Python test files run (first failure stops them).
 
@@ -34,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
-from c_mutants import MUTANTS, TESTS, CMutant  # noqa: E402
+from c_mutants import MUTANTS, TESTS, CMutant, program  # noqa: E402
 
 CC = os.environ.get("CC", "gcc")
 # the C unit tests' and the extension's flags (mk/c.mk, anec/runtime/_ffi_build.py), without
@@ -42,6 +46,11 @@ CC = os.environ.get("CC", "gcc")
 CFLAGS = ["-std=c11", "-O2", "-fPIC", "-fno-strict-aliasing", "-Wall", "-Wextra", "-DNDEBUG",
           f"-I{ROOT / 'csrc'}", f"-I{ROOT / 'tests' / 'c'}"]
 LIBS = ["-lm", "-lpthread", "-ldl"]
+# the flavour the ane protocol programs are built in (mk/ane.mk): the driver's fake symbol table,
+# under ASan + UBSan as there (the fake counts retains; the sanitizers see what it cannot)
+ANE_SAN = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
+ANE_FLAGS = ["-DANEC_ANE_TESTING", f"-I{ROOT / 'tests' / 'ane_protocol'}", *ANE_SAN]
+ANE_ENV = {"ASAN_OPTIONS": "detect_leaks=1", "UBSAN_OPTIONS": "print_stacktrace=1"}
 C_TIMEOUT = 300
 PY_TIMEOUT = 900
 
@@ -60,18 +69,28 @@ def _compile(src: Path, obj: Path, extra: list[str] = ()) -> None:
 class Build:
     """The unmutated objects, and the link steps that swap one of them for a mutant's."""
 
-    def __init__(self, work: Path, python: str):
+    def __init__(self, work: Path, python: str, files: list[str]):
         self.work = work
         self.python = python
-        self.sources = sorted(p.name for p in (ROOT / "csrc").glob("*.c"))
+        self.sources = sorted(p.name for p in (ROOT / "csrc").glob("*.c") if not p.name.startswith("fuzz_"))
         self.defs = [] if "driver_ane.c" in self.sources else ["-DANEC_NO_ANE_DRIVER"]
         self.obj = work / "obj"
         self.pkg = work / "pkg"
         self.so_name = next((ROOT / "anec" / "runtime").glob("_native*.so"), Path("_native.abi3.so")).name
+        # the C test programs the chosen files' mutants are judged by
+        self.programs = sorted({t for f in files for t in TESTS[f][0]})
+        self.flavours = sorted({"ane" if program(t).ane else "plain" for t in self.programs} | {"plain"})
+
+    def flags(self, flavour: str) -> list[str]:
+        return self.defs + (ANE_FLAGS if flavour == "ane" else [])
+
+    def obj_dir(self, flavour: str) -> Path:
+        return self.obj if flavour == "plain" else self.work / f"obj-{flavour}"
 
     def prepare(self) -> None:
-        for name in self.sources:
-            _compile(ROOT / "csrc" / name, self.obj / (name[:-2] + ".o"), self.defs)
+        for flavour in self.flavours:
+            for name in self.sources:
+                _compile(ROOT / "csrc" / name, self.obj_dir(flavour) / (name[:-2] + ".o"), self.flags(flavour))
         # the cffi wrapper of anec/runtime/_ffi_build.py, compiled like its sources
         wrapper = self.work / "_native.c"
         code = ("import sys; sys.path.insert(0, sys.argv[1]); import _ffi_build as b; "
@@ -80,26 +99,35 @@ class Build:
         if p.returncode:
             raise RuntimeError(f"cffi wrapper: {p.stderr[-3000:]}")
         _compile(wrapper, self.obj / "_native_wrapper.o", [f"-I{sysconfig.get_paths()['include']}", "-w"])
-        for t in sorted({t for cts, _ in TESTS.values() for t in cts}):
-            _compile(ROOT / "tests" / "c" / f"{t}.c", self.obj / "tests" / f"{t}.o", self.defs)
+        for t in self.programs:
+            prog = program(t)
+            for src in prog.mains:
+                _compile(ROOT / src, self.obj / "tests" / t / (Path(src).stem + ".o"),
+                         self.flags("ane" if prog.ane else "plain"))
         # a copy of the package without the extension: each mutant's extension is put into it
         if self.pkg.exists():
             shutil.rmtree(self.pkg)
         shutil.copytree(ROOT / "anec", self.pkg / "anec",
                         ignore=shutil.ignore_patterns("__pycache__", "_native*.so", "_native.c"))
 
-    def objects(self, swap: dict[str, Path]) -> list[str]:
-        return [str(swap.get(n, self.obj / (n[:-2] + ".o"))) for n in self.sources]
+    def objects(self, flavour: str, swap: dict[tuple[str, str], Path], only=None) -> list[str]:
+        names = self.sources if only is None else [n for n in self.sources if n in only]
+        return [str(swap.get((flavour, n), self.obj_dir(flavour) / (n[:-2] + ".o"))) for n in names]
 
-    def link(self, out: Path, swap: dict[str, Path]) -> None:
-        """The extension and the covering C test programs with the objects in ``swap`` replaced."""
+    def link(self, out: Path, swap: dict[tuple[str, str], Path], programs: list[str], extension: bool) -> None:
+        """The extension and the C test programs with the objects in ``swap`` ((flavour, file) ->
+        object) replaced."""
         out.mkdir(parents=True, exist_ok=True)
-        objs = self.objects(swap)
-        p = _run([CC, "-shared", str(self.obj / "_native_wrapper.o"), *objs, "-o", str(out / self.so_name), *LIBS], 300)
-        if p.returncode:
-            raise RuntimeError(f"link of the extension failed:\n{p.stderr[-3000:]}")
-        for t in sorted({t for cts, _ in TESTS.values() for t in cts}):
-            p = _run([CC, str(self.obj / "tests" / f"{t}.o"), *objs, "-o", str(out / t), *LIBS], 300)
+        if extension:
+            p = _run([CC, "-shared", str(self.obj / "_native_wrapper.o"), *self.objects("plain", swap),
+                      "-o", str(out / self.so_name), *LIBS], 300)
+            if p.returncode:
+                raise RuntimeError(f"link of the extension failed:\n{p.stderr[-3000:]}")
+        for t in programs:
+            prog = program(t)
+            mains = [str(self.obj / "tests" / t / (Path(src).stem + ".o")) for src in prog.mains]
+            objs = self.objects("ane" if prog.ane else "plain", swap, prog.runtime)
+            p = _run([CC, *(ANE_SAN if prog.ane else []), *mains, *objs, "-o", str(out / t), *LIBS], 300)
             if p.returncode:
                 raise RuntimeError(f"link of {t} failed:\n{p.stderr[-3000:]}")
 
@@ -108,12 +136,17 @@ class Build:
         c_tests, py_tests = TESTS[file]
         for t in c_tests:
             try:
-                p = _run([str(out / t)], C_TIMEOUT, cwd=ROOT)
+                p = _run([str(out / t)], C_TIMEOUT, cwd=ROOT, env=dict(os.environ, **ANE_ENV))
             except subprocess.TimeoutExpired:
                 return "timeout", f"{t} ran over {C_TIMEOUT} s"
             if p.returncode:
                 lines = [ln for ln in (p.stderr + p.stdout).splitlines() if ln.strip()]
-                return "killed", f"{t} (exit {p.returncode}): " + " | ".join(lines[-2:])[:300]
+                # a TAP program names its first failing test (and the check after it)
+                at = next((i for i, ln in enumerate(lines) if ln.startswith("not ok")), None)
+                shown = lines[at - 1:at + 1] if at else lines[-2:]
+                return "killed", f"{t} (exit {p.returncode}): " + " | ".join(shown)[:300]
+        if not py_tests:
+            return "survived", f"{', '.join(c_tests)} passed"
         shutil.copy2(out / self.so_name, self.pkg / "anec" / "runtime" / self.so_name)
         env = dict(os.environ, PYTHONPATH=f"{self.pkg}{os.pathsep}{ROOT}", OMP_NUM_THREADS="1")
         pytest = str(Path(self.python).parent / "pytest")
@@ -163,15 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     texts = {m.id: apply(m) for m in chosen}  # every entry applies before anything runs
 
     work = Path(args.work)
-    build = Build(work, args.python)
+    files = sorted({m.file for m in chosen})
+    build = Build(work, args.python, files)
     t0 = time.monotonic()
     build.prepare()
-    build.link(work / "base", {})
+    build.link(work / "base", {}, build.programs, True)
     build.check_package(work / "base")
 
     # the unmutated build must pass everything the mutants are judged by
     base_time: dict[str, float] = {}
-    for file in sorted({m.file for m in chosen}):
+    for file in files:
         t = time.monotonic()
         out = work / "base"
         status, detail = build.run_tests(out, file, PY_TIMEOUT)
@@ -194,10 +228,15 @@ def main(argv: list[str] | None = None) -> int:
         src = mdir / "src" / Path(m.file).name
         src.parent.mkdir(parents=True)
         src.write_text(texts[m.id], encoding="utf-8")
+        c_tests, py_tests = TESTS[m.file]
+        flavours = {"ane" if program(t).ane else "plain" for t in c_tests} | ({"plain"} if py_tests else set())
         try:
-            obj = mdir / "obj" / (src.stem + ".o")
-            _compile(src, obj, build.defs)
-            build.link(mdir, {src.name: obj})
+            swap = {}
+            for flavour in sorted(flavours):
+                obj = mdir / f"obj-{flavour}" / (src.stem + ".o")
+                _compile(src, obj, build.flags(flavour))
+                swap[(flavour, src.name)] = obj
+            build.link(mdir, swap, list(c_tests), bool(py_tests))
         except RuntimeError as e:
             status, detail = "invalid", str(e).splitlines()[0][:300]
         else:
