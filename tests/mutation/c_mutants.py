@@ -36,11 +36,14 @@ class CProgram:
     ane: bool = False
 
 
-# The ane driver's protocol programs (mk/ane.mk): the driver alone, and the runtime core on it.
+# The ane driver's protocol programs (mk/ane.mk; test_ane_driver_edges is built by its own
+# Python test): the driver alone, and the runtime core on it.
 ANE_PROGRAMS: dict[str, CProgram] = {
     "test_ane_protocol": CProgram(("tests/ane_protocol/test_ane_protocol.c", "tests/ane_protocol/fake_apple.c"),
                                   ("driver_ane.c",), ane=True),
     "test_ane_core": CProgram(("tests/ane_protocol/test_ane_core.c", "tests/ane_protocol/fake_apple.c"), ane=True),
+    "test_ane_driver_edges": CProgram(("tests/ane_protocol/test_ane_driver_edges.c", "tests/ane_protocol/fake_apple.c"),
+                                      ("driver_ane.c",), ane=True),
 }
 
 
@@ -58,7 +61,7 @@ TESTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "csrc/sim_exec.c": (
         ("test_kernels", "test_rt"),
-        ("tests/runtime/test_rt_sim_ops.py", "tests/runtime/test_rt_every_op.py",
+        ("tests/runtime/test_rt_sim_dedup_collision.py", "tests/runtime/test_rt_sim_ops.py", "tests/runtime/test_rt_every_op.py",
          "tests/runtime/test_rt_differential.py", "tests/runtime/test_rt_core.py",
          "tests/runtime/test_rt_fp16_conversion.py", "tests/runtime/test_rt_reload.py"),
     ),
@@ -82,8 +85,9 @@ TESTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # the device model: the sim driver, its compiler (rules, plan), the runtime core, pipelines
     "csrc/driver_sim.c": (
         ("test_rt",),
-        ("tests/runtime/test_rt_reload.py", "tests/runtime/test_rt_faults.py", "tests/runtime/test_rt_mil_checks.py",
-         "tests/runtime/test_rt_core.py", "tests/ane_protocol/test_anec_selftest.py", "tests/runtime/test_rt_threads.py"),
+        # in the suite's order: the selftest's compiles need the process budget the later files use up
+        ("tests/ane_protocol/test_anec_selftest.py", "tests/runtime/test_rt_core.py", "tests/runtime/test_rt_faults.py",
+         "tests/runtime/test_rt_mil_checks.py", "tests/runtime/test_rt_reload.py", "tests/runtime/test_rt_threads.py"),
     ),
     "csrc/sim_plan.c": (
         ("test_mil", "test_rt"),
@@ -97,9 +101,9 @@ TESTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "csrc/rt_core.c": (
         ("test_rt", "test_ane_core"),
-        ("tests/runtime/test_rt_reload.py", "tests/runtime/test_rt_weight_inputs.py", "tests/runtime/test_rt_pipeline.py",
-         "tests/runtime/test_rt_faults.py", "tests/runtime/test_rt_core.py", "tests/ane_protocol/test_anec_selftest.py",
-         "tests/runtime/test_rt_threads.py"),
+        ("tests/ane_protocol/test_anec_selftest.py", "tests/runtime/test_rt_core.py", "tests/runtime/test_rt_faults.py",
+         "tests/runtime/test_rt_pipeline.py", "tests/runtime/test_rt_reload.py", "tests/runtime/test_rt_threads.py",
+         "tests/runtime/test_rt_weight_inputs.py"),
     ),
     "csrc/rt_pipeline.c": (
         ("test_rt",),
@@ -107,7 +111,7 @@ TESTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     # the ane driver against the fake of the Apple side (mk/ane.mk's programs); the Python
     # tests never load it on Linux
-    "csrc/driver_ane.c": (("test_ane_protocol", "test_ane_core"), ()),
+    "csrc/driver_ane.c": (("test_ane_protocol", "test_ane_core", "test_ane_driver_edges"), ()),
 }
 
 K, X, R, P, F = "csrc/sim_kernels.c", "csrc/sim_exec.c", "csrc/rt_reload.c", "csrc/rt_patch.c", "csrc/rt_files.c"
@@ -197,9 +201,14 @@ MUTANTS: list[CMutant] = [
             "the distinct columns are gathered from the first u columns"),
     CMutant("x-dedup-scatter", X, "Cu[(size_t)i * (size_t)u + (size_t)rep[j]];", "Cu[(size_t)i * (size_t)u + (size_t)rep[0]];",
             "every column gets the first distinct column's result"),
-    CMutant("x-dedup-same", X, "while (k < K && elem_bits(B, k, first[q]) == elem_bits(B, k, j))",
+    CMutant("x-dedup-same", X, "            int k = 0;\n            while (k < K && elem_bits(B, k, first[q]) == elem_bits(B, k, j))\n"
+            "                k++;\n            if (k == K)",
+            "            int k = 0, kc = K < 8 ? K : 8;\n            while (k < kc && elem_bits(B, k, first[q]) == elem_bits(B, k, j))\n"
+            "                k++;\n            if (k == kc)",
+            "columns that agree in their first 8 rows and whose hashes collide are taken as equal"),
+    CMutant("x-dedup-never", X, "while (k < K && elem_bits(B, k, first[q]) == elem_bits(B, k, j))",
             "while (k < K && elem_bits(B, k, first[q]) == elem_bits(B, k, j) && k < 8)",
-            "columns that agree in their first rows are taken as equal"),
+            "equal columns of more than 8 rows are never merged (the compare stops at row 8, short of k == K)"),
     CMutant("x-unary-slot", X, "    case SOP_SILU: return 5;", "    case SOP_SILU: return 3;",
             "silu reads sigmoid's table"),
     CMutant("x-load-zero", X, "memcpy(copy, t.data, w->bytes);", "memset(copy, 0, w->bytes);",

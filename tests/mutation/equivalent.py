@@ -1151,9 +1151,11 @@ PY_EQUIVALENT: dict[str, tuple[str, str]] = {
 }
 
 C_EQUIVALENT: dict[str, str] = {
-"x-dedup-same": "the column compare runs only for columns whose 64-bit FNV-1a hashes over all their elements "
-                    "are equal, so cutting it short changes a result only on a hash collision between "
-                    "different columns, which no test input has (the compare is the guard against one)",
+"x-dedup-never": "the loop stops at row 8 but a match needs k == K, so for K > 8 no two columns are ever "
+                 "merged and each is computed on its own: never a wrong merge, only lost speed. A column's "
+                 "product depends on its own column alone and has the same bits whether computed once and "
+                 "copied or computed again, whichever panel the weight is packed into (what "
+                 "test_conv1x1_repeated_columns_give_the_bits_of_distinct_ones pins), so no output changes",
 "x-mm-vec-y": "the plan builder (csrc/sim_rules.c, rule_matmul) already clears transpose_y of a rank-1 y, "
                   "so the executor never sees a vector y with transpose_y set",
 }
