@@ -91,13 +91,13 @@ TESTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "csrc/sim_plan.c": (
         ("test_mil", "test_rt"),
-        ("tests/runtime/test_rt_mil_checks.py", "tests/runtime/test_rt_sim_ops.py", "tests/runtime/test_rt_every_op.py",
-         "tests/runtime/test_rt_core.py"),
+        ("tests/runtime/test_rt_mil_checks.py", "tests/runtime/test_rt_sim_rejections.py", "tests/runtime/test_rt_sim_ops.py",
+         "tests/runtime/test_rt_every_op.py", "tests/runtime/test_rt_core.py"),
     ),
     "csrc/sim_rules.c": (
         ("test_mil", "test_rt"),
-        ("tests/runtime/test_rt_mil_checks.py", "tests/runtime/test_rt_sim_ops.py", "tests/runtime/test_rt_every_op.py",
-         "tests/runtime/test_rt_core.py"),
+        ("tests/runtime/test_rt_mil_checks.py", "tests/runtime/test_rt_sim_rejections.py", "tests/runtime/test_rt_sim_ops.py",
+         "tests/runtime/test_rt_every_op.py", "tests/runtime/test_rt_core.py"),
     ),
     "csrc/rt_core.c": (
         ("test_rt", "test_ane_core"),
