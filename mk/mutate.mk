@@ -4,8 +4,10 @@
 #   make mutate-py SCOPE=interp   mutmut over one scope: interp (anec/ir/interp.py),
 #                        passes (anec/passes/), mil (anec/mil/); each mutant meets
 #                        the scope's covering tests (SCOPES in tests/mutation/stage.py)
-#   make mutate-c        the scripted C mutations (tests/mutation/c_mutants.py) over
-#                        csrc/sim_kernels.c, csrc/sim_exec.c, csrc/rt_reload.c
+#   make mutate-c        the scripted C mutations (tests/mutation/c_mutants.py) over the
+#                        sim (kernels, executor, rules, plan, driver), the runtime core,
+#                        reload and pipelines, and the ane driver (csrc/driver_ane.c, run
+#                        against the fake of the Apple side as mk/ane.mk builds it)
 #   make mutate-report   REPORT.md from the kept results (tests/mutation/results.json)
 #                        merged with the runs in build/mutate/ (results.json is rewritten)
 #

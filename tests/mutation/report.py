@@ -232,7 +232,7 @@ def merge_c(kept: dict, path: Path) -> dict:
     if path.exists():
         doc = json.loads(path.read_text())
         for mid, res in doc["mutants"].items():
-            out["mutants"][mid] = {k: res.get(k, "") for k in ("file", "what", "status", "detail")}
+            out["mutants"][mid] = {k: res.get(k, "") for k in ("file", "what", "status", "detail", "seconds")}
         if doc.get("seconds") is not None:
             out["seconds"] = doc["seconds"]
     by_id = {m.id for m in MUTANTS}
@@ -246,7 +246,7 @@ def classify_c(kept: dict) -> list[dict]:
     for mid, res in kept["mutants"].items():
         m = by_id[mid]
         r = {"module": res["file"], "name": mid, "what": res["what"], "detail": res.get("detail", ""),
-             "status": {"timeout": "killed"}.get(res["status"], res["status"]),
+             "status": {"timeout": "killed"}.get(res["status"], res["status"]), "seconds": res.get("seconds"),
              "lines": [*(f"-{ln.strip()}" for ln in m.old.strip("\n").splitlines()),
                        *(f"+{ln.strip()}" for ln in m.new.strip("\n").splitlines())]}
         if r["status"] == "survived" and mid in C_EQUIVALENT:
@@ -324,6 +324,14 @@ def render(py_counts_: dict[str, dict[str, int]], py_rows: list[dict], c_rows: l
         if c_seconds is not None:
             lines.append(f"- C mutants ({len(c_rows)}), one at a time: {c_seconds / 60:.1f} min")
         lines.append("")
+    per_file: dict[str, list] = defaultdict(list)
+    for r in c_rows:
+        per_file[r["module"]].append(r.get("seconds"))
+    timed = {f: secs for f, secs in per_file.items() if all(isinstance(x, (int, float)) for x in secs)}
+    if timed:
+        lines += ["C mutants per file, the sum of each mutant's last run (build and tests; the unmutated",
+                  "baseline run before them not included):", ""]
+        lines += [f"- `{f}` ({len(secs)}): {sum(secs) / 60:.1f} min" for f, secs in sorted(timed.items())] + [""]
     if notes.strip():
         lines += ["Notes on the runs (from `tests/mutation/notes.md`, written by whoever ran them):", "",
                   notes.strip(), ""]
