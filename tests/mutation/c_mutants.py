@@ -107,7 +107,8 @@ TESTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "csrc/rt_pipeline.c": (
         ("test_rt",),
-        ("tests/runtime/test_rt_pipeline.py", "tests/runtime/test_rt_weight_inputs.py"),
+        ("tests/runtime/test_rt_pipeline_reload_stages.py", "tests/runtime/test_rt_pipeline.py",
+         "tests/runtime/test_rt_weight_inputs.py"),
     ),
     # the ane driver against the fake of the Apple side (mk/ane.mk's programs); the Python
     # tests never load it on Linux
