@@ -86,8 +86,9 @@ TESTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "csrc/driver_sim.c": (
         ("test_rt",),
         # in the suite's order: the selftest's compiles need the process budget the later files use up
-        ("tests/ane_protocol/test_anec_selftest.py", "tests/runtime/test_rt_core.py", "tests/runtime/test_rt_faults.py",
-         "tests/runtime/test_rt_mil_checks.py", "tests/runtime/test_rt_reload.py", "tests/runtime/test_rt_threads.py"),
+        ("tests/ane_protocol/test_anec_selftest.py", "tests/runtime/test_rt_device_model_edges.py",
+         "tests/runtime/test_rt_core.py", "tests/runtime/test_rt_faults.py", "tests/runtime/test_rt_mil_checks.py",
+         "tests/runtime/test_rt_reload.py", "tests/runtime/test_rt_threads.py"),
     ),
     "csrc/sim_plan.c": (
         ("test_mil", "test_rt"),
