@@ -1156,6 +1156,15 @@ C_EQUIVALENT: dict[str, str] = {
                  "product depends on its own column alone and has the same bits whether computed once and "
                  "copied or computed again, whichever panel the weight is packed into (what "
                  "test_conv1x1_repeated_columns_give_the_bits_of_distinct_ones pins), so no output changes",
+"s-budget-off": "the sim's own compile budget check never decides: every driver compile is reserved first "
+                "by the core (rt_budget_reserve, in anec_compile and the recompile reload) against the same "
+                "process budget (the compile_budget option sets both) and the same count (the core counts "
+                "a reservation and releases it when the compile fails, the sim counts a compile that "
+                "succeeded; anec_process_reset_budget resets both), so the core refuses at the count the "
+                "sim would, before the driver is called",
+"s-budget-uncounted": "as s-budget-off: the sim's count feeds only its own budget check, which the core's "
+                      "reservation at the same budget and count always preempts; nothing else reads it "
+                      "(anec_process_compiles reports the core's count)",
 "x-mm-vec-y": "the plan builder (csrc/sim_rules.c, rule_matmul) already clears transpose_y of a rank-1 y, "
                   "so the executor never sees a vector y with transpose_y set",
 }

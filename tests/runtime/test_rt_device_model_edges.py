@@ -3,10 +3,14 @@
 A request binding another number of outputs than the program returns, and a surface of the
 minimum size that is still smaller than its packed tensor, fail like the device (status
 0x1d); a cache hit on a device that keeps weights in memory (load=memory) computes with the
-weights its donor's compile baked.
+weights its donor's compile baked; compiled data holding a weight file more than the network
+reads does not load.
 """
 
 from __future__ import annotations
+
+import os
+import struct
 
 import numpy as np
 import pytest
@@ -61,3 +65,31 @@ def test_a_cache_hit_on_a_memory_device_computes_with_the_baked_weights(tmp_path
         assert rt.stats["compiles"] == 1 and rt.stats["cache_hits"] == 1
         np.testing.assert_array_equal(second(x=x)["y"], y0)
     assert np.abs(y0.astype(np.float32)).max() > 0.1  # the weights matter: zeros would differ
+
+
+def test_compiled_data_with_a_file_more_than_the_network_reads_does_not_load(fresh_rt):
+    """The sim's container of several weight files (magic, u32 version, u32 count, then per file
+    u32 path length, path, u64 length, bytes) must hold exactly the files the network reads."""
+    ws = [np.full((8, 8, 1, 1), v, np.float16) for v in (0.5, -0.25)]
+    body = [mk.const_blob("a", "fp16", (8, 8, 1, 1), "a.bin"), mk.const_blob("b", "fp16", (8, 8, 1, 1), "b.bin"),
+            mk.op("c", "fp16", S, "conv", weight="a", x="x"), mk.op("y", "fp16", S, "conv", weight="b", x="c")]
+    blobs = {f"@model_path/weights/{n}.bin": mk.blobfile(w) for n, w in zip("ab", ws)}
+    p = fresh_rt.compile(mk.program([("x", "fp16", S)], body, ["y"]), blobs)
+    try:
+        data_path = os.path.join(p.dir, "data")
+        data = open(data_path, "rb").read()
+        assert data[:8] == b"ANESIMCT" and struct.unpack_from("<I", data, 12)[0] == 2
+        pl = struct.unpack_from("<I", data, 16)[0]
+        fl = struct.unpack_from("<Q", data, 20 + pl)[0]
+        first = data[16:16 + 12 + pl + fl]  # the first file's entry, once more
+        tampered = data[:12] + struct.pack("<I", 3) + data[16:] + first
+        p.unload()
+        with open(data_path, "wb") as f:
+            f.write(tampered)
+        with pytest.raises(RuntimeFailure, match="holds 3 weight files, the network reads 2"):
+            p.load()
+        with open(data_path, "wb") as f:
+            f.write(data)
+        p.load()  # the untouched container loads
+    finally:
+        p.close()
