@@ -215,11 +215,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"baseline {file}: {base_time[file]:.1f} s ({detail})", flush=True)
 
     results = {}
-    full_seconds = None
+    full_seconds = prev_count = None
     out_path = Path(args.out)
     if out_path.exists() and args.only:  # a partial run updates the previous results
         prev = json.loads(out_path.read_text())
-        results, full_seconds = prev["mutants"], prev.get("seconds")
+        results, full_seconds, prev_count = prev["mutants"], prev.get("seconds"), prev.get("count")
     for i, m in enumerate(chosen, 1):
         t = time.monotonic()
         mdir = work / "m" / m.id
@@ -248,10 +248,14 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(mdir, ignore_errors=True)
 
     secs = round(time.monotonic() - t0, 1)
-    # "seconds": the last run over every mutant; a partial run records its own time beside it
+    # "seconds", "count": the last run over every mutant; a partial run records its own time beside it
     doc = {"seconds": full_seconds if args.only else secs, "mutants": results}
     if args.only:
         doc["partial_seconds"] = secs
+        if prev_count is not None:
+            doc["count"] = prev_count
+    else:
+        doc["count"] = len(results)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")

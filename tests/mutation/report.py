@@ -229,12 +229,17 @@ def py_counts(modules: dict[str, dict], rows: list[dict]) -> dict[str, dict[str,
 def merge_c(kept: dict, path: Path) -> dict:
     """Kept C results ({"seconds", "mutants": {id: record}}) updated by cmutate.py's JSON at ``path``."""
     out = {"seconds": kept.get("seconds"), "mutants": dict(kept.get("mutants", {}))}
+    if kept.get("count") is not None:
+        out["count"] = kept["count"]
     if path.exists():
         doc = json.loads(path.read_text())
         for mid, res in doc["mutants"].items():
             out["mutants"][mid] = {k: res.get(k, "") for k in ("file", "what", "status", "detail", "seconds")}
         if doc.get("seconds") is not None:
             out["seconds"] = doc["seconds"]
+            out.pop("count", None)
+            if doc.get("count") is not None:
+                out["count"] = doc["count"]
     by_id = {m.id for m in MUTANTS}
     out["mutants"] = {k: v for k, v in sorted(out["mutants"].items()) if k in by_id}  # removed since
     return out
@@ -296,7 +301,8 @@ def group_of(module: str) -> str:
 
 def render(py_counts_: dict[str, dict[str, int]], py_rows: list[dict], c_rows: list[dict],
            py_runs: list[tuple[str, float, str]], c_seconds: float | None,
-           scopes_run: list[str] | None = None, notes: str = "", changed: set[str] = frozenset()) -> str:
+           scopes_run: list[str] | None = None, notes: str = "", changed: set[str] = frozenset(),
+           c_count: int | None = None) -> str:
     lines = [
         "# Mutation testing report",
         "",
@@ -322,7 +328,8 @@ def render(py_counts_: dict[str, dict[str, int]], py_rows: list[dict], c_rows: l
         for scope, secs, jobs in py_runs:
             lines.append(f"- mutmut `{scope}`, {jobs} worker(s): {secs / 60:.1f} min")
         if c_seconds is not None:
-            lines.append(f"- C mutants ({len(c_rows)}), one at a time: {c_seconds / 60:.1f} min")
+            of = f"all {c_count}" if c_count is not None else "all of them (the count was not recorded)"
+            lines.append(f"- C mutants, the last run of {of}, one at a time: {c_seconds / 60:.1f} min")
         lines.append("")
     per_file: dict[str, list] = defaultdict(list)
     for r in c_rows:
@@ -423,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     notes_file = Path(args.notes)
     notes = notes_file.read_text(encoding="utf-8") if notes_file.exists() else ""
     text = render(py_counts(modules, py_rows), py_rows, c_rows, runs, c_kept["seconds"],
-                  sorted(scopes_run), notes, changed)
+                  sorted(scopes_run), notes, changed, c_kept.get("count"))
     doc = {"format": RESULTS_FORMAT, "scopes": sorted(scopes_run), "runs": [list(r) for r in runs],
            "python": {m: modules[m] for m in sorted(modules)}, "c": c_kept}
     write_text_atomic(results_path, json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
