@@ -107,6 +107,9 @@ def _cases():
     c["fp32 output without fp32 I/O"] = case(
         [mk.const_scalar("d", "string", "fp32"), mk.op("y", "fp32", SHAPE, "cast", dtype="d", x="x")],
         "output 'y' is fp32", limits=mk.limits(allow_fp32_io=False), at="} -> (")
+    c["fp32 input without fp32 I/O"] = case(
+        [mk.const_scalar("d", "string", "fp16"), mk.op("y", "fp16", SHAPE, "cast", dtype="d", x="x")],
+        "input 'x' is fp32", inputs=[("x", "fp32", SHAPE)], limits=mk.limits(allow_fp32_io=False), at="func main")
     c["integer input"] = case([mk.op("y", "fp16", SHAPE, "relu", x="x")], "ANE inputs are fp16 or fp32",
                               inputs=[("x", "int32", SHAPE)], at="func main")
     c["scalar output"] = case(
