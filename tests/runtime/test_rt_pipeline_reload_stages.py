@@ -1,14 +1,14 @@
 """A pipeline's reload reaches its stages, or changes none of them.
 
-A pipeline with weights as inputs: its reload writes the new weights into the stages.
-Two of the chain's weights are program inputs and the other four BLOBFILE consts, two per
-program, so the func is cut into stages and each weight input feeds the stage that holds its
-layer (a chain whose weights are all inputs has no BLOBFILE to split by and stays one
-program). The chain's weights are scaled to unit gain (He scaling for relu: the activations stay O(1)
-through the layers), so new weights visibly change the output; after the reload the pipeline
-must compute exactly what a fresh compile of it with the new weights computes (same program
-shape, same kernels: bit for bit), with no compile and no load. A reload that needs more compiles than the budget has left is
-refused before any stage changes.
+A pipeline with weights as inputs: two of the chain's weights are program inputs and the other
+four BLOBFILE consts, two per program, so the func is cut into stages and each weight input
+feeds the stage that holds its layer (a chain whose weights are all inputs has no BLOBFILE to
+split by and stays one program). The weights are scaled to unit gain (He scaling for relu: the
+activations stay O(1) through the layers), so new weights visibly change the output; after the
+reload the pipeline must compute exactly what a fresh compile of it with the new weights
+computes (same program shape, same kernels: bit for bit), with no compile and no load.
+
+A reload that needs more compiles than the budget has left is refused before any stage changes.
 """
 
 from __future__ import annotations
