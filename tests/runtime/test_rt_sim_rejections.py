@@ -2,7 +2,8 @@
 
 One case per check: the smallest program that breaks it, the message it must give and the
 MIL line it must name; and where the check has a boundary, the program just inside it
-compiles. (The IR layer checks the same rules before MIL is written; these cases are the
+compiles. Last, the two `same` paddings a conv rule resolves, which differ only in where
+the odd pad goes. (The IR layer checks the same rules before MIL is written; these cases are the
 sim's own checks, for MIL that did not come from anec.)
 """
 
@@ -152,3 +153,44 @@ def test_just_inside_the_checks_compiles(rt, name):
     """The programs at the checks' boundaries compile: the checks refuse only what they name."""
     body, blobs = INSIDE[name]
     rt.compile(mk.program(X, body, ["y"]), blobs).close()
+
+
+def test_conv_channel_limit_is_inclusive(rt):
+    body, blobs = conv((1, 40, 1, 8), (40, 4, 1, 1))
+    mil = mk.program(X, body, ["y"])
+    with pytest.raises(RuntimeFailure) as ei:
+        rt.compile(mil, blobs, limits=mk.limits(max_conv_out_channels=39))
+    assert ei.value.constraint == "ANE-CONV-CHANNELS" and "40 output channels, above the limit of 39" in ei.value.message
+    rt.compile(mil, blobs, limits=mk.limits(max_conv_out_channels=40)).close()
+
+
+def test_a_scalar_const_as_x_lowers_the_blob_budget(rt):
+    """The scalar penalty (ANE-BLOB-BUDGET) counts a scalar const operand on either side."""
+    body, blobs, acc = [], {}, "x"
+    for i in range(16):
+        w = np.full((1, 4, 1, 1), i, np.float16)
+        body += [mk.const_blob(f"w{i}", "fp16", w.shape, f"w{i}.bin"), mk.op(f"a{i}", "fp16", SHAPE, "add", x=acc, y=f"w{i}")]
+        blobs[f"@model_path/weights/w{i}.bin"] = mk.blobfile(w)
+        acc = f"a{i}"
+    body += [mk.const_scalar("c", "fp16", 2.0), mk.op("m", "fp16", SHAPE, "mul", x="c", y=acc)]
+    with pytest.raises(RuntimeFailure) as ei:
+        rt.compile(mk.program(X, body, ["m"]), blobs)
+    assert ei.value.constraint == "ANE-BLOB-BUDGET" and "at most 15" in ei.value.message and "scalar" in ei.value.message
+
+
+@pytest.mark.parametrize("pad_type,shift", [("same", 0), ("same_lower", 1)])
+def test_conv_same_pads_after_same_lower_before(rt, pad_type, shift):
+    """A kernel of width 2 needs one pad column: `same` puts it after the input, `same_lower`
+    before. With the weight [1, 0] each output is the input at its kernel's first tap: the
+    input itself under `same`, shifted right by one (a zero first) under `same_lower`."""
+    x = np.arange(1, 9, dtype=np.float16).reshape(1, 1, 1, 8)
+    w = np.array([1, 0], np.float16).reshape(1, 1, 1, 2)
+    body = [mk.const_blob("w", "fp16", w.shape, "w.bin"), mk.const_scalar("pt", "string", pad_type),
+            mk.op("y", "fp16", x.shape, "conv", pad_type="pt", weight="w", x="x")]
+    prog = rt.compile(mk.program([("x", "fp16", x.shape)], body, ["y"]), {W_BIN: mk.blobfile(w)})
+    try:
+        y = prog(x=x)["y"].reshape(-1)
+    finally:
+        prog.close()
+    want = np.concatenate([np.zeros(shift, np.float16), x.reshape(-1)[:8 - shift]])
+    np.testing.assert_array_equal(y, want)  # data movement: exact
