@@ -2,8 +2,8 @@
 
 One case per check: the smallest program that breaks it, the message it must give and the
 MIL line it must name; and where the check has a boundary, the program just inside it
-compiles. Last, the two `same` paddings a conv rule resolves, which differ only in where
-the odd pad goes. (The IR layer checks the same rules before MIL is written; these cases are the
+compiles. Last, two things the rules resolve that no other sim test tells apart: where the
+odd pad of `same` and `same_lower` goes, and the element type of a matmul of a const x. (The IR layer checks the same rules before MIL is written; these cases are the
 sim's own checks, for MIL that did not come from anec.)
 """
 
@@ -194,3 +194,19 @@ def test_conv_same_pads_after_same_lower_before(rt, pad_type, shift):
         prog.close()
     want = np.concatenate([np.zeros(shift, np.float16), x.reshape(-1)[:8 - shift]])
     np.testing.assert_array_equal(y, want)  # data movement: exact
+
+
+def test_matmul_of_a_const_x_has_the_variable_y_element_type(rt):
+    """A const operand may be stored in another float type (fp32 here): the product has the
+    element type of the variable operand. Small integers: every sum is exact, so bit for bit."""
+    c = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
+    y = (np.arange(32, dtype=np.float16).reshape(4, 8) % 5) - 2
+    body = [mk.const_tensor("c", c), mk.const_scalar("f", "bool", False),
+            mk.op("z", "fp16", (3, 8), "matmul", transpose_x="f", transpose_y="f", x="c", y="y")]
+    prog = rt.compile(mk.program([("y", "fp16", y.shape)], body, ["z"]))
+    try:
+        z = prog(y=y)["z"]
+    finally:
+        prog.close()
+    assert z.dtype == np.float16
+    np.testing.assert_array_equal(z, (c @ y.astype(np.float32)).astype(np.float16))
