@@ -102,7 +102,8 @@ TESTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "csrc/rt_core.c": (
         ("test_rt", "test_ane_core"),
-        ("tests/ane_protocol/test_anec_selftest.py", "tests/runtime/test_rt_core.py", "tests/runtime/test_rt_faults.py",
+        ("tests/ane_protocol/test_anec_selftest.py", "tests/runtime/test_rt_core.py",
+         "tests/runtime/test_rt_device_model_edges.py", "tests/runtime/test_rt_faults.py",
          "tests/runtime/test_rt_pipeline.py", "tests/runtime/test_rt_reload.py", "tests/runtime/test_rt_threads.py",
          "tests/runtime/test_rt_weight_inputs.py"),
     ),

@@ -4,13 +4,16 @@ A request binding another number of outputs than the program returns, and a surf
 minimum size that is still smaller than its packed tensor, fail like the device (status
 0x1d); a cache hit on a device that keeps weights in memory (load=memory) computes with the
 weights its donor's compile baked; compiled data holding a weight file more than the network
-reads does not load.
+reads does not load. The runtime core sizes output surfaces by the outputs, and counts the
+compiles left against both its own cap and the process's device budget.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -93,3 +96,34 @@ def test_compiled_data_with_a_file_more_than_the_network_reads_does_not_load(fre
         p.load()  # the untouched container loads
     finally:
         p.close()
+
+
+def test_output_surfaces_are_sized_by_the_outputs(rt):
+    """Inputs and outputs each get their own uniform size: an output larger than the minimum
+    and than every input gets surfaces of its size (rounded to the alignment)."""
+    out = (1, 8, 1, 4096)  # 65536 bytes
+    body = [mk.const_ints("p", [0, 4096 - 16]), mk.op("y", "fp16", out, "pad", pad="p", x="x")]
+    p = rt.compile(mk.program([("x", "fp16", S)], body, ["y"]))
+    try:
+        assert p._native.input_surface_bytes == MIN and p._native.output_surface_bytes == 65536
+        x = np.full(S, 3.0, np.float16)
+        y = p(x=x)["y"]
+        assert (y[..., :16] == 3).all() and (y[..., 16:] == 0).all()
+    finally:
+        p.close()
+
+
+def test_compile_budget_left_is_the_smaller_of_the_cap_and_the_process_budget():
+    """A runtime's cap and the process's device budget both bound the compiles left. Run in a
+    process of its own: the smallest process budget given stays for the process."""
+    code = (
+        "from anec.runtime.native import NativeRuntime\n"
+        "rt = NativeRuntime('sim', 50, process_budget=5)\n"
+        "st = rt.stats()\n"
+        "print(st['compile_budget_left'], st['compile_budget'])\n"
+        "rt.shutdown()\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["5", "5"]
