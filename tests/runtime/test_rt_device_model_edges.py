@@ -5,7 +5,8 @@ minimum size that is still smaller than its packed tensor, fail like the device 
 0x1d); a cache hit on a device that keeps weights in memory (load=memory) computes with the
 weights its donor's compile baked; compiled data holding a weight file more than the network
 reads does not load. The runtime core sizes output surfaces by the outputs, and counts the
-compiles left against both its own cap and the process's device budget.
+compiles left against both its own cap and the process's device budget; anec_call refuses a
+caller array of another size than its tensor.
 """
 
 from __future__ import annotations
@@ -127,3 +128,23 @@ def test_compile_budget_left_is_the_smaller_of_the_cap_and_the_process_budget():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["5", "5"]
+
+
+def test_a_caller_array_of_another_size_is_refused_at_the_c_boundary(rt):
+    """anec_call copies exactly the tensor's bytes: an input or output array of the same dtype
+    but another size (larger or smaller) is refused by name, not truncated or overrun."""
+    from anec.runtime.native import lib
+
+    p = rt.compile(mk.program([("x", "fp16", S)], [mk.op("y", "fp16", S, "relu", x="x")], ["y"]))
+    try:
+        n = int(np.prod(S))
+        ok_in, ok_out = np.ones(n, np.float16), np.zeros(n, np.float16)
+        for bad in (np.ones(2 * n, np.float16), np.ones(n - 1, np.float16)):
+            with pytest.raises(RuntimeFailure, match=rf"input 'x' is fp16 of {2 * n} bytes; got {bad.nbytes} bytes"):
+                p._native.call([(lib.ANEC_DTYPE_FP16, bad)], [ok_out])
+            with pytest.raises(RuntimeFailure, match=rf"output 'y' is fp16 of {2 * n} bytes; got {bad.nbytes} bytes"):
+                p._native.call([(lib.ANEC_DTYPE_FP16, ok_in)], [np.zeros_like(bad)])
+        p._native.call([(lib.ANEC_DTYPE_FP16, ok_in)], [ok_out])
+        assert (ok_out == 1).all()
+    finally:
+        p.close()
