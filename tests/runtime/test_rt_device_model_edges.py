@@ -15,6 +15,7 @@ import os
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -124,7 +125,11 @@ def test_compile_budget_left_is_the_smaller_of_the_cap_and_the_process_budget():
         "print(st['compile_budget_left'], st['compile_budget'])\n"
         "rt.shutdown()\n"
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    import anec
+
+    # the anec this process imported (and its extension), not whichever the path finds first
+    here = str(Path(anec.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["5", "5"]
