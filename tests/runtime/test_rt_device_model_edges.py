@@ -115,7 +115,7 @@ def test_output_surfaces_are_sized_by_the_outputs(rt):
         p.close()
 
 
-def test_compile_budget_left_is_the_smaller_of_the_cap_and_the_process_budget():
+def test_compile_budget_left_is_the_smaller_of_the_cap_and_the_process_budget(tmp_path):
     """A runtime's cap and the process's device budget both bound the compiles left. Run in a
     process of its own: the smallest process budget given stays for the process."""
     code = (
@@ -130,7 +130,9 @@ def test_compile_budget_left_is_the_smaller_of_the_cap_and_the_process_budget():
     # the anec this process imported (and its extension), not whichever the path finds first
     here = str(Path(anec.__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    # run outside the project: `python -c` looks in its working directory first
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                       cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["5", "5"]
 
