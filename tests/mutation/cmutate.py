@@ -242,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             status, detail = build.run_tests(mdir, m.file, max(60.0, 5 * base_time[m.file]))
         secs = time.monotonic() - t
+        detail = detail.replace(f"{ROOT}/", "")  # the programs print their sources' absolute paths
         results[m.id] = {"file": m.file, "what": m.what, "status": status, "detail": detail,
                          "seconds": round(secs, 1)}
         print(f"[{i}/{len(chosen)}] {m.id}: {status} ({secs:.1f} s) {detail if status != 'killed' else ''}", flush=True)

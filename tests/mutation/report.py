@@ -30,6 +30,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -228,13 +229,15 @@ def py_counts(modules: dict[str, dict], rows: list[dict]) -> dict[str, dict[str,
 
 def merge_c(kept: dict, path: Path) -> dict:
     """Kept C results ({"seconds", "mutants": {id: record}}) updated by cmutate.py's JSON at ``path``."""
-    out = {"seconds": kept.get("seconds"), "mutants": dict(kept.get("mutants", {}))}
+    out = {"seconds": kept.get("seconds"),
+           "mutants": {k: dict(v, detail=_relative(v.get("detail", ""))) for k, v in kept.get("mutants", {}).items()}}
     if kept.get("count") is not None:
         out["count"] = kept["count"]
     if path.exists():
         doc = json.loads(path.read_text())
         for mid, res in doc["mutants"].items():
             out["mutants"][mid] = {k: res.get(k, "") for k in ("file", "what", "status", "detail", "seconds")}
+            out["mutants"][mid]["detail"] = _relative(out["mutants"][mid]["detail"])
         if doc.get("seconds") is not None:
             out["seconds"] = doc["seconds"]
             out.pop("count", None)
@@ -245,12 +248,18 @@ def merge_c(kept: dict, path: Path) -> dict:
     return out
 
 
+def _relative(detail: str) -> str:
+    """A failure detail with the paths of the checkout it ran in made project-relative (C test
+    programs print their sources' absolute paths)."""
+    return re.sub(r"(?<![\w.])/[^\s:|]*?/(?=(?:tests|csrc|build)/)", "", detail)
+
+
 def classify_c(kept: dict) -> list[dict]:
     by_id = {m.id: m for m in MUTANTS}
     rows = []
     for mid, res in kept["mutants"].items():
         m = by_id[mid]
-        r = {"module": res["file"], "name": mid, "what": res["what"], "detail": res.get("detail", ""),
+        r = {"module": res["file"], "name": mid, "what": res["what"], "detail": _relative(res.get("detail", "")),
              "status": {"timeout": "killed"}.get(res["status"], res["status"]), "seconds": res.get("seconds"),
              "lines": [*(f"-{ln.strip()}" for ln in m.old.strip("\n").splitlines()),
                        *(f"+{ln.strip()}" for ln in m.new.strip("\n").splitlines())]}
