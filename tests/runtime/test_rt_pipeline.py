@@ -203,14 +203,15 @@ def test_identical_stages_share_mil_and_the_compile(tmp_path):
                  ULPS)
 
 
-PIPELINE_RELOADS = {
-    # strategy -> (compile options, sim device, keys compiled as inputs)
-    "recompile": ({}, ""),
-    "data-patch": ({"pack_weights": True}, "data=file"),  # one packed BLOBFILE per stage, kept as its data
-    "inputs": ({"weights_as_inputs": ["l3.w", "l37.w"]}, ""),  # the reloaded keys are program inputs
-}
 RELOADED = ("l3.w", "l37.w")
 """Reloaded keys: one in the first stage, one in the last."""
+PIPELINE_RELOADS = {
+    # strategy -> (compile options, sim device, the NativePipeline methods that apply the reload)
+    "recompile": ({}, "", ["reload"]),
+    "data-patch": ({"pack_weights": True}, "data=file", ["reload"]),  # one packed BLOBFILE per stage: its data
+    "inputs": ({"weights_as_inputs": list(RELOADED)}, "", ["set_inputs"]),  # the reloaded keys are inputs
+    "inputs+recompile": ({"weights_as_inputs": ["l3.w"]}, "", ["set_inputs", "reload"]),  # l37.w is a BLOBFILE's
+}
 
 
 def reload_a_pipeline(tmp_path, strategy: str) -> dict:
@@ -218,7 +219,7 @@ def reload_a_pipeline(tmp_path, strategy: str) -> dict:
     effect (:func:`milkit.assert_reloaded`: equal to a fresh compile of the new weights bit for
     bit, changed by O(1)). What the test checks besides: {"stages": (reloads per stage before,
     after), "runtime": (runtime stats before, after), "holder": key -> stage, "pipeline": p}."""
-    opts, device = PIPELINE_RELOADS[strategy]
+    opts, device, _ = PIPELINE_RELOADS[strategy]
     m = parse(residual_chain(LAYERS), "c.ir")
     s0, s1 = random_weights(m, 0), random_weights(m, 1)
     new = {k: s1[k] for k in RELOADED}
@@ -229,7 +230,7 @@ def reload_a_pipeline(tmp_path, strategy: str) -> dict:
     with Runtime("sim", temp_root=tmp_path / "rt", sim_device=device) as rt:
         p = rt.load(piped)
         assert p.input_names == ["x"]  # weights compiled as inputs are filled by the runtime
-        if strategy != "inputs":
+        if strategy in ("recompile", "data-patch"):
             assert p.reload_info["strategy"] == strategy
         y0 = p(**x)[OUT]
         stages0, rt0 = [s["reloads"] for s in p.stats["stages"]], rt.stats
@@ -261,7 +262,15 @@ def test_weights_as_inputs_in_a_pipeline_reload_by_surface_write(tmp_path):
     (before, after), (rt0, rt1) = got["stages"], got["runtime"]
     assert after == before  # no stage's BLOBFILEs changed
     assert rt1["compiles"] == rt0["compiles"] and rt1["loads"] == rt0["loads"] and rt1["unloads"] == rt0["unloads"]
-    assert rt1["reloads_inputs"] - rt0["reloads_inputs"] >= 1
+    assert rt1["reloads_inputs"] - rt0["reloads_inputs"] == 1  # one surface write for the call
+
+
+def test_a_pipeline_reload_of_an_input_and_a_blobfile_key_applies_both(tmp_path):
+    got = reload_a_pipeline(tmp_path, "inputs+recompile")
+    (before, after), (rt0, rt1) = got["stages"], got["runtime"]
+    assert [a - b for a, b in zip(after, before)] == [0, 0, 1]  # l37.w's stage; l3.w is an input
+    assert rt1["reloads_recompile"] - rt0["reloads_recompile"] == 1
+    assert rt1["reloads_inputs"] - rt0["reloads_inputs"] == 1  # one surface write for the call
 
 
 def _noop_pipeline_reload(self, per_stage):
@@ -269,17 +278,21 @@ def _noop_pipeline_reload(self, per_stage):
 
 
 def _noop_input_reload(set_inputs):
+    """NativePipeline.set_inputs with its reloads doing nothing (the fill at load stays)."""
     def patched(self, inputs, reload):
-        if not reload:  # the first fill at load stays
+        if not reload:
             set_inputs(self, inputs, reload)
     return patched
 
 
-@pytest.mark.parametrize("strategy", list(PIPELINE_RELOADS))
-def test_pipeline_reload_tests_fail_when_the_reload_does_nothing(tmp_path, monkeypatch, strategy):
-    """The reload tests above can fail: with the native reload of ``strategy`` replaced by a
-    no-op, their check raises (the output is stale, not a fresh compile's)."""
-    if strategy == "inputs":
+NOOPS = [(strategy, entry) for strategy, (_, _, entries) in PIPELINE_RELOADS.items() for entry in entries]
+
+
+@pytest.mark.parametrize("strategy,entry", NOOPS, ids=[f"{s}:{e}" for s, e in NOOPS])
+def test_pipeline_reload_tests_fail_when_the_reload_does_nothing(tmp_path, monkeypatch, strategy, entry):
+    """The reload tests above can fail: with the native call ``entry`` that applies (part of)
+    ``strategy``'s reload replaced by a no-op, their check raises (the output is stale)."""
+    if entry == "set_inputs":
         monkeypatch.setattr(native.NativePipeline, "set_inputs", _noop_input_reload(native.NativePipeline.set_inputs))
     else:
         monkeypatch.setattr(native.NativePipeline, "reload", _noop_pipeline_reload)
