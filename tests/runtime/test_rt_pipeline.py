@@ -134,7 +134,7 @@ def test_the_residual_chain_keeps_every_layer_order_one():
     m = parse(residual_chain(LAYERS), "c.ir")
     for seed in (0, 1):
         store = random_weights(m, seed)
-        for xs in (3, *range(6)):
+        for xs in range(6):  # the seeds of inputs_for the tests use
             values = values_of(m.funcs["f"], inputs_for(m.funcs["f"], xs), store)
             for i in range(LAYERS):
                 mk.assert_order_one(values[f"h{i}"], f"weights {seed}, input {xs}: h{i}")
