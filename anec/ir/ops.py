@@ -165,14 +165,14 @@ class SimKernel:
 
     ``rule`` names the build rule ``rule_<rule>`` in ``csrc/sim_rules.c``
     (checks, type inference, parameters); ``kernel`` the kernel id
-    ``SOP_<KERNEL>`` the rule records (None: the rule makes a value, not an
-    op, as for const); ``run`` the executor ``run_<run>`` in
-    ``csrc/sim_exec.c``.
+    ``SOP_<KERNEL>`` the rule records, run by ``kernel_<kernel>`` (lower
+    case) in ``csrc/sim_exec.c`` (None: the rule makes a value, not a step,
+    as for const). The executor's dispatch table is generated from these, so
+    a kernel id without its C function does not compile.
     """
 
     rule: str
     kernel: str | None = None
-    run: str | None = None
 
 
 @dataclass(frozen=True)
@@ -1074,9 +1074,9 @@ _T_LINEAR = frozenset({Trait.linear})
 _T_SHAPE = frozenset({Trait.shape})
 
 
-def _on_ane(op: str, kernel: str, rule: str, run: str | None = None, **kw: Any) -> Mil:
+def _on_ane(op: str, kernel: str, rule: str, **kw: Any) -> Mil:
     """A :class:`Mil` lowering to MIL op ``op``, run by simulator kernel ``kernel``."""
-    return Mil(op, SimKernel(rule, kernel, run or rule), **kw)
+    return Mil(op, SimKernel(rule, kernel), **kw)
 
 
 def _unary(name: str, fn: Callable, doc: str, attrs: tuple[AttrDef, ...] = (),
@@ -1110,7 +1110,7 @@ _TABLE: list[OpDef] = [
         declared_type=True, lowering=Mil("const", SimKernel("const")),
     ),
     OpDef("identity", _X, (), ALL_DTYPES, _infer_same, _ref_identity, "x unchanged", traits=_T_UNARY,
-          lowering=_on_ane("identity", "IDENTITY", "unary", "layout"), vjp=vjp.vjp_identity),
+          lowering=_on_ane("identity", "IDENTITY", "unary"), vjp=vjp.vjp_identity),
     _unary("neg", lambda x, **_: -x, "-x", lowering=NotOnAne(
         "ANE-NEG", ("neg_to_mul",), "the ANE has no neg op", "multiply by -1 instead", "mul(x, -1)")),
     _unary("exp", lambda x, **_: np.exp(x), "e ** x"),
@@ -1166,13 +1166,13 @@ _TABLE: list[OpDef] = [
     OpDef(
         "reshape", _X, (AttrDef("shape", "ints"),), ALL_DTYPES, _infer_reshape, _ref_reshape,
         "same elements, new shape (one dim may be -1)",
-        traits=_T_SHAPE, lowering=_on_ane("reshape", "RESHAPE", "reshape", "layout", params=_mil_reshape),
+        traits=_T_SHAPE, lowering=_on_ane("reshape", "RESHAPE", "reshape", params=_mil_reshape),
         vjp=vjp.vjp_reshape,
     ),
     OpDef(
         "transpose", _X, (AttrDef("perm", "ints"),), ALL_DTYPES, _infer_transpose, _ref_transpose,
         "permute dims: result dim i is x dim perm[i]",
-        traits=_T_SHAPE, lowering=_on_ane("transpose", "TRANSPOSE", "transpose", "layout"),
+        traits=_T_SHAPE, lowering=_on_ane("transpose", "TRANSPOSE", "transpose"),
         vjp=vjp.vjp_transpose,
     ),
     OpDef(
@@ -1181,7 +1181,7 @@ _TABLE: list[OpDef] = [
         ALL_DTYPES, _infer_slice, _ref_slice,
         "python slicing per dim (negative indices, clamping; positive strides)",
         traits=_T_SHAPE,
-        lowering=_on_ane("slice_by_index", "SLICE", "slice_by_index", "layout", params=_mil_slice),
+        lowering=_on_ane("slice_by_index", "SLICE", "slice_by_index", params=_mil_slice),
         vjp=vjp.vjp_slice,
     ),
     OpDef(
@@ -1198,7 +1198,7 @@ _TABLE: list[OpDef] = [
         "pad", _X,
         (AttrDef("before", "ints"), AttrDef("after", "ints"), AttrDef("value", "float", 0.0)),
         FLOATS, _infer_pad, _ref_pad, "constant padding before/after each dim",
-        traits=_T_SHAPE, lowering=_on_ane("pad", "PAD", "pad", "layout", params=_mil_pad), vjp=vjp.vjp_pad,
+        traits=_T_SHAPE, lowering=_on_ane("pad", "PAD", "pad", params=_mil_pad), vjp=vjp.vjp_pad,
     ),
     OpDef(
         "concat", (OperandDef("x", variadic=True),), (AttrDef("axis", "int"),), ALL_DTYPES,
@@ -1217,10 +1217,10 @@ OPS: dict[str, OpDef] = {o.name: o for o in _TABLE}
 """Every op of the IR, in documentation order."""
 
 SIM_ONLY_MIL_OPS: dict[str, SimKernel] = {
-    "silu": SimKernel("unary", "SILU", "unary"),
-    "real_div": SimKernel("binary", "DIV", "binary"),
-    "slice_by_size": SimKernel("slice_by_size", "SLICE", "layout"),
-    "split": SimKernel("split", "SPLIT", "layout"),
+    "silu": SimKernel("unary", "SILU"),
+    "real_div": SimKernel("binary", "DIV"),
+    "slice_by_size": SimKernel("slice_by_size", "SLICE"),
+    "split": SimKernel("split", "SPLIT"),
 }
 """MIL ops the C simulator also runs although no IR op lowers to them (hand-written
 MIL, the programs of other frontends): MIL op -> kernel."""
