@@ -566,12 +566,37 @@ def literal_shape(value: Any) -> tuple[int, ...]:
 _INT_RANGE = {DType.int32: (-(2**31), 2**31 - 1), DType.int8: (-128, 127), DType.uint8: (0, 255)}
 
 
+def _float_overflow(what: str, dt: DType) -> InferError:
+    """The error for a finite literal that rounds to inf in float dtype ``dt``."""
+    top, limit = _float_limits(dt)
+    return InferError(
+        f"{what} is out of range for {dt} ({_num(-top)}..{_num(top)})",
+        f"{dt} rounds to nearest: a magnitude below {_num(limit)} rounds to a finite value "
+        f"(at most {_num(top)}), from {_num(limit)} on to inf; write inf (or -inf) for an infinite value",
+    )
+
+
+def _num(x: float) -> str:
+    """A float limit for a message: 65504, not 65504.0."""
+    return str(int(x)) if x.is_integer() and abs(x) < 2**53 else repr(x)
+
+
+def _float_limits(dt: DType) -> tuple[float, float]:
+    """The largest finite value of float dtype ``dt`` and the magnitude from which a float64
+    rounds to inf in it (the largest value plus half its spacing: a tie there rounds to even,
+    which is inf): 65504 and 65520 for fp16."""
+    fi = np.finfo(dt.np)
+    top = float(fi.max)
+    return top, top + (top - float(np.nextafter(fi.max, fi.dtype.type(0)))) / 2
+
+
 def const_literal(value: Any, type: TensorType) -> np.ndarray:
     """The array a ``const(value=...) : type`` holds (validated).
 
     A scalar literal fills the whole declared shape; a nested list must have
-    exactly the declared shape. Float literals are rounded to the dtype
-    (values outside the fp16 range become inf: legalize reports them).
+    exactly the declared shape. Float literals are rounded to the dtype (to
+    nearest, ties to even); a finite literal that rounds to inf (70000 in fp16)
+    is an error, and ``inf`` / ``-inf`` written out stay infinite.
     """
     if not _is_literal(value):
         raise InferError(f"const value must be {_KIND_TEXT['literal']}, got {_show(value)}")
@@ -592,8 +617,12 @@ def const_literal(value: Any, type: TensorType) -> np.ndarray:
                     f"const value {_digits(v)} is beyond the float range",
                     "write inf (or -inf) for an infinite value",
                 )
+        wide = np.asarray(value, dtype=np.float64)
         with np.errstate(over="ignore"):
-            arr = np.asarray(value, dtype=np.float64).astype(dt.np)
+            arr = wide.astype(dt.np)
+        overflow = (np.isinf(arr) & np.isfinite(wide)).reshape(-1)
+        if overflow.any():
+            raise _float_overflow(f"const value {_show(flat[int(np.argmax(overflow))])}", dt)
     elif dt == DType.bool:
         for v in flat:
             if not (isinstance(v, (bool, np.bool_)) or (_is_int(v) and v in (0, 1))):
@@ -872,6 +901,11 @@ def _infer_pad(operands, optional, attrs):
             )
         if any(p < 0 for p in lst):
             raise InferError(f"pad {name} {_dims(lst)} has a negative entry", "use slice to crop")
+    value = float(attrs["value"])
+    if x.dtype.is_float and math.isfinite(value):
+        with np.errstate(over="ignore"):
+            if np.isinf(x.dtype.np.type(value)):
+                raise _float_overflow(f"pad value {_show(attrs['value'])}", x.dtype)
     return [x.with_shape(tuple(d + b + a for d, b, a in zip(x.shape, before, after)))]
 
 
