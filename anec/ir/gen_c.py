@@ -48,11 +48,6 @@ def sim_ops() -> list[tuple[str, SimKernel]]:
     return rows
 
 
-def kernel_function(kernel: str) -> str:
-    """The C function in ``csrc/sim_exec.c`` that runs kernel id ``kernel``."""
-    return f"kernel_{kernel.lower()}"
-
-
 def kernels() -> list[str]:
     """Kernel ids, in order of first use."""
     return list(dict.fromkeys(k.kernel for _, k in sim_ops() if k.kernel is not None))
