@@ -43,6 +43,7 @@ typedef struct sim_value {
 
 typedef struct sim_op {
     int kind;                    /* SOP_* (sim_ops.h) */
+    const char *op;              /* the MIL op (a string of the op table) */
     int line;
     int x, y;                    /* data operand value indices (y: second operand / conv weight), -1 if none */
     int *outs;                   /* result value indices */

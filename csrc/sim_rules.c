@@ -835,7 +835,11 @@ int sb_statement(builder *B, const mil_stmt *st)
                 return -1;
             }
         }
-        return RULES[i].rule(B, st, RULES[i].kind);
+        size_t first = B->p->n_ops;
+        int rc = RULES[i].rule(B, st, RULES[i].kind);
+        for (size_t k = first; k < B->p->n_ops; k++)
+            B->p->ops[k].op = RULES[i].op;
+        return rc;
     }
     for (const char *const *k = KNOWN_MIL_OPS; *k; k++)
         if (strcmp(*k, op) == 0) {

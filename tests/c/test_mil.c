@@ -102,9 +102,38 @@ static void test_decimal_literals_read_back_exactly(void)
     CHECK((nan & 0x7c00u) == 0x7c00u && (nan & 0x03ffu) != 0);
 }
 
+/* A plan step whose kernel id has no kernel (a table out of step with the plan) fails the run
+   naming the MIL op and its line; it never leaves the output as it was. */
+static void test_a_step_without_a_kernel_is_an_error(void)
+{
+    char err[512] = "";
+    int st;
+    sim_plan *p = build(HDR "        tensor<fp16, [1, 4, 1, 8]> y = relu(x = x)[name = string(\"y\")];\n" END, NULL, &st, err,
+                        sizeof err);
+    CHECK(p != NULL && p->n_ops == 1);
+    if (!p || p->n_ops != 1)
+        return;
+    CHECK(p->ops[0].op && strcmp(p->ops[0].op, "relu") == 0);
+    uint16_t in[32] = {0}, out[32];
+    uint8_t *ins[] = {(uint8_t *)in}, *outs[] = {(uint8_t *)out};
+    sim_state *s = sim_state_new(p, 1);
+    CHECK(s && sim_state_load(s, NULL, 0, NULL, 0, err, sizeof err) == ANEC_OK);
+    CHECK(sim_state_run(s, ins, outs, err, sizeof err) == ANEC_OK);
+    int kinds[] = {SOP_NONE, SOP_COUNT, -1};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        p->ops[0].kind = kinds[i];
+        err[0] = 0;
+        CHECK(sim_state_run(s, ins, outs, err, sizeof err) == ANEC_EDRIVER);
+        CHECK_HAS(err, "model.mil:4: the sim has no kernel for op 'relu'");
+    }
+    sim_state_free(s);
+    sim_plan_release(p);
+}
+
 int main(void)
 {
     test_decimal_literals_read_back_exactly();
+    test_a_step_without_a_kernel_is_an_error();
 
     /* accepted forms */
     accept(HDR "        tensor<fp16, [1, 4, 1, 8]> y = relu(x = x)[name = string(\"y\")];\n" END);

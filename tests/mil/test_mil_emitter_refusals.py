@@ -203,7 +203,7 @@ def test_a_row_without_a_lowering_is_a_pass_error(monkeypatch):
 
 def test_a_row_giving_a_parameter_no_mil_const_type_is_a_pass_error(monkeypatch):
     """A params function must give a float as a MilScalar (its dtype is the const's)."""
-    low = ops.Mil("leaky_relu", ops.SimKernel("unary", "LEAKY", "unary"), params=lambda o, r, a: {"alpha": 0.5})
+    low = ops.Mil("leaky_relu", ops.SimKernel("unary", "LEAKY"), params=lambda o, r, a: {"alpha": 0.5})
     assert _emit_row(monkeypatch, low) == (
         "t.ir:2:8: error: emit-mil: parameter 'alpha' of 'leaky' is 0.5, which has no MIL const type "
         "(give it as a MilScalar)\n"
@@ -215,7 +215,7 @@ def _layout_row(name, operand, n_results):
     return ops.OpDef(name, (operand,), (), ops.FLOATS, lambda operands, optional, attrs: [operands[0]] * n_results,
                      lambda operands, optional, attrs: [operands[0]] * n_results, "x",
                      traits=frozenset({ops.Trait.elementwise}),
-                     lowering=ops.Mil(name, ops.SimKernel("unary", name.upper(), "unary")))
+                     lowering=ops.Mil(name, ops.SimKernel("unary", name.upper())))
 
 
 @pytest.mark.parametrize(
