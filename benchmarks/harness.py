@@ -82,9 +82,12 @@ def round_order(names: Sequence[str], r: int) -> list[str]:
 
 
 def run_rounds(sides: Mapping[str, Sequence[str]], n_rounds: int, env: Mapping[str, str] | None = None,
-               log: bool = True, timeout: float | None = None) -> dict[str, list[dict]]:
+               log: bool = True, timeout: float | None = None,
+               envs: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, list[dict]]:
     """``n_rounds`` rounds, each running every side's worker once in its own process; the order
     alternates between rounds (forward, then reversed), so no side always runs first or last.
+    ``env`` is added to every worker's environment, ``envs[side]`` to that side's (e.g. a
+    ``PYTHONPATH`` naming another checkout of anec).
 
     With ``timeout``, a worker that runs longer is stopped: its round's result is
     ``{"skipped": why}`` and the side does not run again in later rounds (:func:`done` drops it)."""
@@ -96,7 +99,8 @@ def run_rounds(sides: Mapping[str, Sequence[str]], n_rounds: int, env: Mapping[s
             if name in stopped:
                 continue
             try:
-                results[name].append(run_worker(sides[name], env, timeout=timeout or 3600))
+                results[name].append(run_worker(sides[name], {**(env or {}), **((envs or {}).get(name) or {})},
+                                                timeout=timeout or 3600))
             except subprocess.TimeoutExpired:
                 stopped.add(name)
                 results[name].append({"skipped": f"over the {timeout:.0f} s budget"})
@@ -108,6 +112,13 @@ def run_rounds(sides: Mapping[str, Sequence[str]], n_rounds: int, env: Mapping[s
 def done(rounds: Sequence[dict]) -> list[dict]:
     """The rounds of one side that finished (not ``{"skipped": ...}``)."""
     return [r for r in rounds if "skipped" not in r]
+
+
+def paired_ratio(num: Sequence[dict], den: Sequence[dict], get) -> dict[str, float] | None:
+    """Spread of ``get(num[i]) / get(den[i])`` over the rounds ``i`` that both sides finished
+    (the two ran in the same round, so they met the same machine); None when there is none."""
+    pairs = [(get(a), get(b)) for a, b in zip(num, den) if "skipped" not in a and "skipped" not in b]
+    return spread(a / b for a, b in pairs) if pairs else None
 
 
 def spread(values: Iterable[float]) -> dict[str, float]:
