@@ -67,10 +67,10 @@ def run_worker(argv: Sequence[str], env: Mapping[str, str] | None = None, timeou
     proc = subprocess.run([sys.executable, *argv], cwd=ROOT, env=worker_env(env), capture_output=True,
                           text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise RuntimeError(f"worker {' '.join(argv)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"worker {' '.join(a if len(a) < 80 else a[:60] + '...' for a in argv)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     if not lines:
-        raise RuntimeError(f"worker {' '.join(argv)} printed no result")
+        raise RuntimeError(f"worker {' '.join(a if len(a) < 80 else a[:60] + '...' for a in argv)} printed no result")
     out = json.loads(lines[-1])
     out.setdefault("process_s", round(time.perf_counter() - t0, 3))
     return out
