@@ -687,9 +687,9 @@ def ct_speedups(anec_rounds: list[dict], ct_rounds: list[dict]) -> dict[int, dic
 
 def markdown(res: dict) -> list[str]:
     f = harness.fmt
-    lines = harness.header(
-        "Compile benchmark", res["load_start"], res["load_end"], res["rounds"],
-        f"anec {res['anec']}, numpy {res['numpy']}. Each round runs, each in its own process: anec's size "
+    lines = harness.header(  # (a results file of an older format has no load or rounds)
+        "Compile benchmark", res.get("load_start", []), res.get("load_end", []), res.get("rounds", 1),
+        f"anec {res.get('anec')}, numpy {res.get('numpy')}. Each round runs, each in its own process: anec's size "
         "series and emission alone, coremltools' MIL pipeline, the BLOBFILE writers"
         + (", and the GPT-2 section's compiles, coremltools and raw writes" if res.get("gpt2") else "")
         + "; ratios between two sides are per round.")
@@ -704,7 +704,8 @@ def markdown(res: dict) -> list[str]:
             lines.append(f"| {r['nodes']} | {r['mil_statements']} | {f(r['seconds'], 3)} | {f(r['nodes_per_s'], 0)} | "
                          f"{f(r['us_per_node'], 2)} | {f(r['emit_us_per_node'], 3)} | "
                          f"{f(r['stages_s'].get('legalize', 0), 3)} | {f(r['verify_and_other_s'], 3)} |"
-                         + (f" ({r['rounds']} of {res['rounds']} rounds)" if r["rounds"] < res["rounds"] else ""))
+                         + (f" ({r['rounds']} of {res['rounds']} rounds)" if r.get("rounds", 1) < res.get("rounds", 1)
+                            else ""))
         for s in series["skipped"]:
             lines.append(f"| {s['nodes']} | - | not measured: {s['reason']} | | | | | |")
         if "per_node_ratio" in series:
