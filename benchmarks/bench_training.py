@@ -25,6 +25,7 @@ fp16 (transposed) into a preallocated buffer. The table shows anec's phase over 
 Usage (writes benchmarks/results/training.json and training.md)::
 
     PYTHONPATH=. python benchmarks/bench_training.py [--steps 8] [--rounds 3]
+    PYTHONPATH=. python benchmarks/bench_training.py --quick   # d=64, 2 layers, 2 steps, 2 rounds: a smoke run
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ import harness  # noqa: E402
 
 CONFIG = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=8,
               num_key_value_heads=4, vocab_size=4096, max_position_embeddings=256, initializer_range=0.02)
+TINY = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=512, max_position_embeddings=128, initializer_range=0.02)
+"""The model of ``--quick``."""
 SEQ = 64
 PHASES = ["forward_s", "backward_s", "host_s", "embed_s", "loss_s", "grads_s", "weight_grads_wait_s",
           "optimizer_s", "clip_s", "reload_s"]
@@ -163,7 +167,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--ckpt", type=Path)
     ap.add_argument("--weight-grads", default="device")
     ap.add_argument("--activations", default="recompute")
+    ap.add_argument("--quick", action="store_true", help="a d=64 2-layer model, 2 steps, 2 rounds: a smoke run")
     args = ap.parse_args(argv)
+    if args.quick:
+        CONFIG.update(TINY)
+        if not args.worker:
+            args.steps, args.rounds = min(args.steps, 2), min(args.rounds, 2)
     if args.worker == "anec":
         print(json.dumps(worker_anec(args.ckpt, args.steps, args.weight_grads, args.activations)))
         return 0
@@ -176,7 +185,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = Path(tmp) / "llama"
         make_checkpoint(ckpt)
-        common = ["--ckpt", str(ckpt), "--steps", str(args.steps)]
+        common = ["--ckpt", str(ckpt), "--steps", str(args.steps), *(["--quick"] if args.quick else [])]
         sides = {f"{wg}/{act}": [me, "--worker", "anec", "--weight-grads", wg, "--activations", act, *common]
                  for wg, act in VARIANTS}
         sides["torch"] = [me, "--worker", "torch", *common]
