@@ -1025,6 +1025,22 @@ static int run_layout(sim_state *s, const sim_op *o)
         }
         return ANEC_OK;
     }
+    case SOP_CONCAT: {
+        /* the mirror of split: each input is copied into its slab of the output along axis */
+        const sim_value *ov = &s->plan->vals[o->outs[0]];
+        int64_t dst[ANEC_MAX_RANK];
+        sk_strides(ov->rank, ov->shape, dst);
+        int64_t start = 0;
+        for (int i = 0; i < o->n_ins; i++) {
+            const sim_value *iv = &s->plan->vals[o->ins[i]];
+            int64_t ist[ANEC_MAX_RANK];
+            sk_strides(iv->rank, iv->shape, ist);
+            sk_nd_copy(es, iv->rank, iv->shape, (char *)s->store[o->outs[0]] + start * dst[o->axis] * (int64_t)es, dst,
+                       s->store[o->ins[i]], ist);
+            start += o->sizes[i];
+        }
+        return ANEC_OK;
+    }
     case SOP_PAD: {
         const sim_value *ov = &s->plan->vals[o->outs[0]];
         void *out = s->store[o->outs[0]];
