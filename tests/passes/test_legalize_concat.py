@@ -163,3 +163,22 @@ def test_anec_compile_says_which_reading_it_used(no_mac: Path, tmp_path: Path) -
     bad = runner.invoke(main, ["compile", str(src), "-o", str(tmp_path / "out2"), "--random-weights", "0"])
     assert bad.exit_code == 1
     assert "concat: rewrite (cross-compiling" in bad.output and "[ANE-CONCAT]" in bad.output
+
+
+@pytest.mark.skipif(not native.available(), reason="the C runtime extension is not built")
+@pytest.mark.parametrize("axis", [1, 3])
+def test_a_native_concat_of_three_unequal_pieces_is_the_inputs_joined_bit_for_bit(no_mac: Path, tmp_path: Path,
+                                                                                  axis: int) -> None:
+    c = (16, 8, 24) if axis == 1 else (16, 16, 16)
+    s = (64, 64, 64) if axis == 1 else (64, 32, 96)
+    args = ", ".join(f"%p{i}: fp16[1, {c[i]}, 1, {s[i]}]" for i in range(3))
+    out_c, out_s = (sum(c), 64) if axis == 1 else (16, sum(s))
+    text = (f"func h({args}) {{\n  %j = concat(%p0, %p1, %p2, axis={axis}) : fp16[1, {out_c}, 1, {out_s}]\n"
+            "  %r = relu(%j)\n  return %r\n}\n")
+    art = compile_module(parse(text, "h.ir"), random_seed=0, concat="native").artifacts["h"]
+    assert "values = (p0, p1, p2)" in art.mil_text
+    rng = np.random.default_rng(axis)
+    x = {f"p{i}": rng.standard_normal((1, c[i], 1, s[i])).astype(np.float16) for i in range(3)}
+    with Runtime("sim", temp_root=tmp_path, sim_device="concat=accept") as rt:
+        got = rt.load(art)(**x)["r"]
+    assert np.array_equal(got, np.maximum(np.concatenate([x["p0"], x["p1"], x["p2"]], axis=axis), 0))
