@@ -288,7 +288,10 @@ _ENTRIES = (
          f"{_LEG}::test_other_concat_is_rejected",
          f"{_LEGC}::test_native_concat_is_kept_and_runs_on_a_sim_that_accepts_it",
          f"{_LEGC}::test_without_a_verdict_concat_is_rewritten_or_rejected_as_before",
+         f"{_LEGC}::test_a_native_concat_of_three_unequal_pieces_is_the_inputs_joined_bit_for_bit",
          f"{_SELF}::test_concat_probe_gives_each_sim_reading_its_verdict",
+         f"{_SELF}::test_concat_probe_finds_a_concat_that_is_accepted_but_wrong",
+         "tests/c/test_mil.c::test_concat_only_where_the_device_accepts_it",
          f"{_SIM}::test_rejected_ops_name_constraint_and_line"),
         switch="concat",
     ),
@@ -508,9 +511,8 @@ _ENTRIES = (
         "none (the reload Orion tested)",
         (_ORION_DELTA,),
         "runtime", "driver clone (new descriptor and model object, no compile); C runtime core",
-        "Cloning a program writes the donor's net.plist and data into the new object's hexId "
-        "directory and loads it without a compile; a reload that builds a new object with the new "
-        "data follows Orion's tested path exactly.",
+        "A cache hit clones the donor: a new descriptor and model object whose hexId directory gets "
+        "the donor's net.plist and data, loaded without a compile, as in Orion's test.",
         "runtime", (f"{_PROTO}::test_clone_copies_the_compiled_form",
                     f"{_RELOAD}::test_reload_equals_a_fresh_compile_with_the_strategy_the_device_allows"),
     ),
@@ -551,7 +553,8 @@ _ENTRIES = (
                   "what evaluate does with a surface the CPU holds locked (refused, or races); the "
                   "references never try it", HYPOTHESIS, _UNTRIED)),
         "runtime", "driver_ane (surface locking)",
-        "The references' practice: lock around each CPU read or write, evaluate unlocked.",
+        "The ane driver creates the surfaces and the C core reads and writes them; the references' "
+        "practice (lock around each CPU read or write, evaluate unlocked) is the evidenced one.",
         "runtime", (f"{_PROTO}::test_surfaces", f"{_PROTO}::test_load_evaluate_reuses_request"),
     ),
     Constraint(

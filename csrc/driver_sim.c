@@ -19,15 +19,18 @@
  *
  *   data=tensor  (default) `data` is byte-identical to the BLOBFILE only for a
  *                program with ONE BLOBFILE tensor (the only case measured:
- *                Orion's E5 spike); otherwise it is opaque.
+ *                ANE-DATA-IS-BLOBFILE); otherwise it is opaque.
  *   data=file    `data` equals the BLOBFILE for any program whose weights are
  *                one BLOBFILE file (packed), whatever its tensor count.
- *   load=data    (default) load reads `net.plist` + `data` (maderix M5:
- *                rewriting weights/ and loading again changes nothing).
- *   load=weights load re-reads the weight files (the claim of Orion's paper that
- *                no test backs): a rewrite of weights/ reaches the device.
+ *   load=data    (default) load reads `net.plist` + `data`: one reading of
+ *                ANE-BAKED-WEIGHTS, under which ANE-SAME-OBJECT-PATCH holds.
+ *   load=weights load re-reads the weight files (ANE-LOAD-REREADS-WEIGHTS,
+ *                contested): a rewrite of weights/ reaches the device.
  *   load=memory  load restores what compile baked and reads no file at all:
- *                only a compile changes weights (the most pessimistic case).
+ *                only a compile changes weights (the other reading of
+ *                ANE-BAKED-WEIGHTS, under which ANE-SAME-OBJECT-PATCH fails).
+ *
+ * (`anec constraints ID` says what each source shows.)
  *
  * The sim guarantees the data patch under load=data and load=weights.
  *
