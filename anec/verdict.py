@@ -93,13 +93,12 @@ def cached_concat(driver: str) -> str | None:
 
 
 def this_mac_target() -> str | None:
-    """The target profile of this machine's ANE when the ane driver can run here (a Mac with
-    Apple silicon), else None: compiling anywhere else is cross-compiling."""
+    """The target profile of this machine's ANE (a Mac with Apple silicon, running arm64
+    Python), else None: compiling anywhere else is cross-compiling."""
     from anec.machine import detect_chip
-    from anec.runtime import backend_available
     from anec.targets import target_for_chip
 
-    if sys.platform != "darwin" or not backend_available("ane")[0]:
+    if sys.platform != "darwin" or platform.machine() != "arm64":
         return None
     return target_for_chip(detect_chip())
 

@@ -182,3 +182,18 @@ def test_a_native_concat_of_three_unequal_pieces_is_the_inputs_joined_bit_for_bi
     with Runtime("sim", temp_root=tmp_path, sim_device="concat=accept") as rt:
         got = rt.load(art)(**x)["r"]
     assert np.array_equal(got, np.maximum(np.concatenate([x["p0"], x["p1"], x["p2"]], axis=axis), 0))
+
+
+@pytest.mark.parametrize("system,machine,chip,target", [
+    ("linux", "x86_64", None, None),
+    ("darwin", "x86_64", "Apple M2 Pro", None),     # Rosetta Python: no ANE
+    ("darwin", "arm64", "Apple M2 Pro", "m2"),
+    ("darwin", "arm64", "Apple M9", None),          # no profile: treated as cross-compiling
+])
+def test_this_macs_target_is_its_chips_profile(monkeypatch, system, machine, chip, target) -> None:
+    import anec.machine
+
+    monkeypatch.setattr(verdict.sys, "platform", system)
+    monkeypatch.setattr(verdict.platform, "machine", lambda: machine)
+    monkeypatch.setattr(anec.machine, "detect_chip", lambda: chip)
+    assert verdict.this_mac_target() == target
