@@ -269,7 +269,7 @@ _ENTRIES = (
          Evidence("maderix/ANE training/test_fused_qkv.m",
                   "3 convs and a concat in one program, adopted over 3 dispatches (no committed log)",
                   REPORTED, _MADERIX, supports=False),
-         Evidence("ANEForge (peers digest, numeric-cliffs doc)",
+         Evidence("sbryngelson/ANEForge README and docs/numeric-cliffs.md",
                   "the e5rt path emits concat; on chips before A16 a concat of several last-axis-offset "
                   "slices returns wrong elements",
                   REPORTED, Scope("e5rt", "pre-A16 (wrong elements); others accepted", "not stated"),
