@@ -187,6 +187,25 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+_concat_option = click.option(
+    "--concat", type=click.Choice(["verdict", "rewrite", "native"]), default="verdict", show_default=True,
+    help="How concat is compiled (ANE-CONCAT, contested): native keeps a MIL concat, rewrite turns it into "
+         "partial convs (or an error); verdict is native only for this Mac's own target where "
+         "python -m anec.selftest found concat accepted and correct.")
+
+
+def _concat_target(module, target: str, concat: str):
+    """The target with its concat reading resolved (ANE-CONCAT); says which reading, and why,
+    on stderr when the module has a concat (before compiling, so also when it then fails)."""
+    from anec.compiler import with_concat
+    from anec.targets import get_target
+
+    tgt = with_concat(get_target(target), concat)
+    if any(n.op == "concat" for g in module.funcs.values() for n in g.nodes):
+        click.echo(f"concat: {tgt.concat} ({tgt.sources['concat']})", err=True)
+    return tgt
+
+
 @main.command("check")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option(
@@ -201,9 +220,10 @@ def _plural(n: int, word: str) -> str:
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), metavar="CALIB.npz",
               help="Calibration inputs (one array per func input, by name): run each func on them "
                    "and report every node whose values leave the fp16 range [ANE-FP16-RANGE].")
+@_concat_option
 @click.pass_context
 def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: str | None,
-              random_weights: int | None, inputs_path: str | None) -> None:
+              random_weights: int | None, inputs_path: str | None, concat: str) -> None:
     """Parse and verify FILE; print warnings and, when available, ANE legality per node."""
     from anec.ir.parser import parse_file
     from anec.ir.verifier import check
@@ -234,7 +254,9 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
         given["weights"] = resolve_weights(module, weights=weights_path, random_seed=random_weights)
     legality = _legality_report("legality")
     if legality is not None:  # the report and its verdict: exit 1 when a node is rejected
-        result = legality(module, target_name or DEFAULT_TARGET, **given)
+        # the concat reading (ANE-CONCAT) as anec compile would use it, said when there is a concat
+        legal_target = _concat_target(module, target_name, concat) if target_name else DEFAULT_TARGET
+        result = legality(module, legal_target, **given)
         if result.text:
             click.echo(result.text.rstrip("\n"))
         overflows = _range_check(module, inputs_path, given, target_name, random_weights) \
@@ -379,25 +401,6 @@ def _pipeline_from(passes: str | None, pipeline: str | None):
     if passes and pipeline:
         raise click.UsageError("give --passes or --pipeline, not both")
     return passes or pipeline
-
-
-_concat_option = click.option(
-    "--concat", type=click.Choice(["verdict", "rewrite", "native"]), default="verdict", show_default=True,
-    help="How concat is compiled (ANE-CONCAT, contested): native keeps a MIL concat, rewrite turns it into "
-         "partial convs (or an error); verdict is native only for this Mac's own target where "
-         "python -m anec.selftest found concat accepted and correct.")
-
-
-def _concat_target(module, target: str, concat: str):
-    """The target with its concat reading resolved (ANE-CONCAT); says which reading, and why,
-    on stderr when the module has a concat (before compiling, so also when it then fails)."""
-    from anec.compiler import with_concat
-    from anec.targets import get_target
-
-    tgt = with_concat(get_target(target), concat)
-    if any(n.op == "concat" for g in module.funcs.values() for n in g.nodes):
-        click.echo(f"concat: {tgt.concat} ({tgt.sources['concat']})", err=True)
-    return tgt
 
 
 @main.command("compile")

@@ -197,3 +197,15 @@ def test_this_macs_target_is_its_chips_profile(monkeypatch, system, machine, chi
     monkeypatch.setattr(verdict.platform, "machine", lambda: machine)
     monkeypatch.setattr(anec.machine, "detect_chip", lambda: chip)
     assert verdict.this_mac_target() == target
+
+
+def test_anec_check_judges_concat_with_the_reading_compile_would_use(no_mac: Path, tmp_path: Path) -> None:
+    src = tmp_path / "both.ir"
+    src.write_text(BOTH)
+    runner = CliRunner()
+    native_ = runner.invoke(main, ["check", str(src), "--concat", "native"])
+    assert native_.exit_code == 0, native_.output
+    assert "concat: native" in native_.output and "verdict: ANE-legal on m4" in native_.output
+    default = runner.invoke(main, ["check", str(src)])
+    assert default.exit_code == 1
+    assert "concat: rewrite (cross-compiling" in default.output and "[ANE-CONCAT]" in default.output
