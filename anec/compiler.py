@@ -90,8 +90,10 @@ def with_concat(target: Target, concat: str | None) -> Target:
     cached selftest verdict decides (:func:`anec.verdict.concat_reading`; conservative without
     one). ``"rewrite"`` / ``"native"``: as asked."""
     if concat is None or concat == "verdict":
-        if target.concat == "native":
-            return target
+        if target.concat == "native":  # a profile made native by hand, or resolved before
+            if target.sources.get("concat") != get_target(target.name).sources.get("concat"):
+                return target  # already says why
+            return target.replace(sources={**target.sources, "concat": "the target's concat field is native"})
         from anec.verdict import concat_reading
 
         reading, why = concat_reading(target.name)

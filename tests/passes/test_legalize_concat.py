@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from anec import verdict
 from anec.cli import main
 from anec.compiler import compile_module
-from anec.diagnostics import ConstraintError, RuntimeFailure
+from anec.diagnostics import AnecError, ConstraintError, RuntimeFailure
 from anec.ir.interp import interpret
 from anec.ir.parser import parse
 from anec.runtime import Runtime, native
@@ -209,3 +209,15 @@ def test_anec_check_judges_concat_with_the_reading_compile_would_use(no_mac: Pat
     default = runner.invoke(main, ["check", str(src)])
     assert default.exit_code == 1
     assert "concat: rewrite (cross-compiling" in default.output and "[ANE-CONCAT]" in default.output
+
+
+def test_a_target_made_native_by_hand_says_so(no_mac: Path) -> None:
+    from anec.targets import get_target
+
+    tgt = get_target("m4").replace(concat="native")
+    art = compile_module(parse(CONV_ONLY, "g.ir"), random_seed=0, target=tgt).artifacts["g"]
+    assert "concat(" in art.mil_text
+    assert art.manifest["concat"] == {"reading": "native", "why": "the target's concat field is native"}
+    with pytest.raises(AnecError, match="unknown concat reading 'nativ'") as info:
+        compile_module(parse(CONV_ONLY, "g.ir"), random_seed=0, concat="nativ")
+    assert "did you mean 'native'?" in info.value.hint
