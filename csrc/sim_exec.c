@@ -1030,6 +1030,25 @@ static int kernel_split(sim_state *s, const sim_op *o)
     return ANEC_OK;
 }
 
+/* The mirror of split: each input is copied into its slab of the output along axis. */
+static int kernel_concat(sim_state *s, const sim_op *o)
+{
+    const sim_value *ov = &s->plan->vals[o->outs[0]];
+    size_t es = mil_dtype_size(ov->dt);
+    int64_t dst[ANEC_MAX_RANK];
+    sk_strides(ov->rank, ov->shape, dst);
+    int64_t start = 0;
+    for (int i = 0; i < o->n_ins; i++) {
+        const sim_value *iv = &s->plan->vals[o->ins[i]];
+        int64_t ist[ANEC_MAX_RANK];
+        sk_strides(iv->rank, iv->shape, ist);
+        sk_nd_copy(es, iv->rank, iv->shape, (char *)s->store[o->outs[0]] + start * dst[o->axis] * (int64_t)es, dst,
+                   s->store[o->ins[i]], ist);
+        start += o->sizes[i];
+    }
+    return ANEC_OK;
+}
+
 static int kernel_pad(sim_state *s, const sim_op *o)
 {
     const sim_value *xv = &s->plan->vals[o->x], *ov = &s->plan->vals[o->outs[0]];

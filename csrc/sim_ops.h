@@ -32,6 +32,7 @@ enum {
     SOP_TRANSPOSE,
     SOP_SLICE,
     SOP_PAD,
+    SOP_CONCAT,
     SOP_SILU,
     SOP_DIV,
     SOP_SPLIT,
@@ -62,6 +63,7 @@ enum {
     X("transpose", SOP_TRANSPOSE, transpose) \
     X("slice_by_index", SOP_SLICE, slice_by_index) \
     X("pad", SOP_PAD, pad) \
+    X("concat", SOP_CONCAT, concat) \
     X("silu", SOP_SILU, unary) \
     X("real_div", SOP_DIV, binary) \
     X("slice_by_size", SOP_SLICE, slice_by_size) \
@@ -90,16 +92,17 @@ enum {
     X(SOP_TRANSPOSE, transpose) \
     X(SOP_SLICE, slice) \
     X(SOP_PAD, pad) \
+    X(SOP_CONCAT, concat) \
     X(SOP_SILU, silu) \
     X(SOP_DIV, div) \
     X(SOP_SPLIT, split)
 
-/* MIL op the ANE compiler rejects, constraint id, message. */
+/* MIL op the ANE compiler rejects, constraint id, message, and the device switch <switch>=accept under which the sim accepts it (contested: NULL if none). */
 #define SIM_REJECTED_OPS(X) \
-    X("neg", "ANE-NEG", "the ANE has no neg op; multiply by -1 instead") \
-    X("rsqrt", "ANE-RSQRT", "rsqrt is rejected by the ANE compiler; use pow(x, -0.5)") \
-    X("gelu", "ANE-GELU", "gelu is not a MIL op the ANE accepts; use the tanh approximation 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))") \
-    X("concat", "ANE-CONCAT", "concat is rejected by the ANE compiler; return the pieces as separate outputs or assemble them on the host")
+    X("neg", "ANE-NEG", "the ANE has no neg op; multiply by -1 instead", NULL) \
+    X("rsqrt", "ANE-RSQRT", "rsqrt is rejected by the ANE compiler; use pow(x, -0.5)", NULL) \
+    X("gelu", "ANE-GELU", "gelu is not a MIL op the ANE accepts; use the tanh approximation 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))", NULL) \
+    X("concat", "ANE-CONCAT", "concat is rejected by the ANE compiler; return the pieces as separate outputs or assemble them on the host", "concat")
 
 /* MIL op, argument the ANE compiler rejects, constraint id, message. */
 #define SIM_REJECTED_ARGS(X) \

@@ -5,7 +5,9 @@ lowered to MIL (:class:`~anec.ir.ops.Mil`) gives its MIL op, kernel id and
 build rule; :data:`~anec.ir.ops.SIM_ONLY_MIL_OPS` adds the MIL ops it runs
 although no IR op lowers to them; every row the ANE does not take
 (:class:`~anec.ir.ops.NotOnAne`, ``sim_rejects``) and every optional operand
-a lowering rejects becomes a rejection carrying its constraint id.
+a lowering rejects becomes a rejection carrying its constraint id. A
+contested rejection (``native``) is also built and run, and its rejection
+names the device switch (``concat=accept``) that lifts it.
 
 The executor dispatches through ``SIM_KERNELS``: kernel id -> the C function
 ``kernel_<id>`` (lower case) in ``csrc/sim_exec.c``. A row whose kernel is
@@ -35,8 +37,8 @@ VALUE_RULES = frozenset({"const"})
 
 def sim_ops() -> list[tuple[str, SimKernel]]:
     """(MIL op, kernel) for every MIL op the simulator builds, in table order."""
-    rows = [(o.lowering.op, o.lowering.sim) for o in OPS.values()
-            if isinstance(o.lowering, Mil) and o.lowering.sim is not None]
+    lowerings = [o.lowering.native if isinstance(o.lowering, NotOnAne) else o.lowering for o in OPS.values()]
+    rows = [(low.op, low.sim) for low in lowerings if isinstance(low, Mil) and low.sim is not None]
     rows += list(SIM_ONLY_MIL_OPS.items())
     seen: dict[str, SimKernel] = {}
     for op, k in rows:
@@ -100,8 +102,10 @@ def header_text() -> str:
                 [f"{_c_string(op)}, SOP_{k.kernel or 'NONE'}, {k.rule}" for op, k in sim_ops()]),
         *_macro("SIM_KERNELS", "Kernel id, kernel (kernel_<kernel> in sim_exec.c: without it, it does not compile).",
                 [f"SOP_{k}, {k.lower()}" for k in ks]),
-        *_macro("SIM_REJECTED_OPS", "MIL op the ANE compiler rejects, constraint id, message.",
-                [f"{_c_string(op)}, {_c_string(r.constraint)}, {_c_string(f'{r.why}; {r.fix}')}"
+        *_macro("SIM_REJECTED_OPS", "MIL op the ANE compiler rejects, constraint id, message, and the device "
+                "switch <switch>=accept under which the sim accepts it (contested: NULL if none).",
+                [f"{_c_string(op)}, {_c_string(r.constraint)}, {_c_string(f'{r.why}; {r.fix}')}, "
+                 f"{_c_string(r.reading) if r.native is not None and r.reading else 'NULL'}"
                  for op, r in ops]),
         *_macro("SIM_REJECTED_ARGS", "MIL op, argument the ANE compiler rejects, constraint id, message.",
                 [f"{_c_string(op)}, {_c_string(arg)}, {_c_string(r.constraint)}, "

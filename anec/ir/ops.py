@@ -185,6 +185,13 @@ class NotOnAne:
     into. ``sim_rejects``: the C simulator refuses the MIL op of this name as
     the device compiler does (False for ``split``: unproven on the device,
     avoided, but valid MIL the simulator runs).
+
+    A contested rejection (the evidence disagrees, e.g. ANE-CONCAT) also has
+    ``native``, the MIL the op is written as where the device accepts it, and
+    ``reading``, the :class:`~anec.targets.Target` field that chooses:
+    ``"native"`` keeps the op (legalize leaves it, the emitter writes
+    ``native``), anything else removes it. The simulator rejects the op
+    unless its device switch ``<reading>=accept`` is on.
     """
 
     constraint: str
@@ -193,6 +200,13 @@ class NotOnAne:
     fix: str
     becomes: str
     sim_rejects: bool = True
+    native: "Mil | None" = None
+    reading: str | None = None
+
+    def kept_on(self, target: Any) -> bool:
+        """Whether ``target`` keeps the op as :attr:`native` MIL (its reading is ``native``)."""
+        return self.native is not None and self.reading is not None \
+            and getattr(target, self.reading, None) == "native"
 
 
 class MilScalar(NamedTuple):
@@ -1084,6 +1098,11 @@ def _mil_slice(operands, results, attrs):
             "stride": [min(s, d) for (_, _, s), d in zip(bounds, x.shape)]}
 
 
+def _mil_concat(operands, results, attrs):
+    """A channel (or any-axis) join, never interleaved: the form maderix's kernels run."""
+    return {"axis": attrs["axis"] % operands[0].rank, "interleave": False}
+
+
 def _mil_pad(operands, results, attrs):
     """MIL pads the last ``len(pad) / 2`` dims, ``[before, after]`` per dim: leading
     unpadded dims are left out."""
@@ -1242,7 +1261,9 @@ _TABLE: list[OpDef] = [
             "ANE-CONCAT", ("split_concat_into_partial_convs", "reject_concat"),
             "concat is rejected by the ANE compiler",
             "return the pieces as separate outputs or assemble them on the host",
-            "sums of partial convs when it feeds conv1x1s (anything else is an error)"),
+            "sums of partial convs when it feeds conv1x1s (anything else is an error)",
+            native=_on_ane("concat", "CONCAT", "concat", args={"x": "values"}, params=_mil_concat),
+            reading="concat"),
         vjp=vjp.vjp_concat,
     ),
 ]

@@ -130,10 +130,55 @@ static void test_a_step_without_a_kernel_is_an_error(void)
     sim_plan_release(p);
 }
 
+/* concat is contested (ANE-CONCAT): rejected by default, built for a device that accepts it. */
+static const char *const ACCEPT_CONCAT[] = {"concat", NULL};
+
+static void concat_case(const char *body, const char *needle)
+{
+    char mil[2048], err[1024] = "";
+    int st = 0;
+    snprintf(mil, sizeof mil, HDR "        int32 ax = const()[name = string(\"ax\"), val = int32(1)];\n%s" END, body);
+    sim_plan *p = sim_plan_build_accepting(mil, strlen(mil), &LIMITS, ACCEPT_CONCAT, &st, err, sizeof err);
+    if (!needle) {
+        CHECK(p != NULL && p->n_ops == 1 && p->ops[0].n_ins == 2 && p->ops[0].sizes[1] == 4);
+        if (!p)
+            fprintf(stderr, "  unexpected rejection: %s\n", err);
+    } else {
+        CHECK(p == NULL && st == ANEC_ECOMPILE);
+        CHECK_HAS(err, needle);
+    }
+    sim_plan_release(p);
+    p = sim_plan_build(mil, strlen(mil), &LIMITS, &st, err, sizeof err); /* the default device: Orion's reading */
+    CHECK(p == NULL && st == ANEC_ECOMPILE);
+    CHECK_HAS(err, "[ANE-CONCAT]");
+    sim_plan_release(p);
+}
+
+static void test_concat_only_where_the_device_accepts_it(void)
+{
+    const char *y = "        tensor<fp16, [1, 8, 1, 8]> y = ";
+    char b[512];
+    snprintf(b, sizeof b, "%sconcat(axis = ax, interleave = bool(false), values = (x, x))[name = string(\"y\")];\n", y);
+    concat_case(b, NULL);
+    snprintf(b, sizeof b, "%sconcat(axis = ax, interleave = bool(true), values = (x, x))[name = string(\"y\")];\n", y);
+    concat_case(b, "interleave = true");
+    snprintf(b, sizeof b, "%sconcat(axis = ax, values = x)[name = string(\"y\")];\n", y);
+    concat_case(b, "must be a tuple");
+    snprintf(b, sizeof b, "%sconcat(axis = ax, values = (x, q))[name = string(\"y\")];\n", y);
+    concat_case(b, "item q refers to an undefined name");
+    snprintf(b, sizeof b, "        tensor<fp16, [1, 4, 1, 4]> h = slice_by_size(x = x, begin = tensor<int32, [4]>([0, 0, 0, 0]), "
+             "size = tensor<int32, [4]>([1, 4, 1, 4]))[name = string(\"h\")];\n"
+             "%sconcat(axis = ax, values = (x, h))[name = string(\"y\")];\n", y);
+    concat_case(b, "values differ outside axis 1");
+    snprintf(b, sizeof b, "        tensor<fp16, [1, 4, 1, 16]> y = concat(axis = ax, values = (x, x))[name = string(\"y\")];\n");
+    concat_case(b, "declared");
+}
+
 int main(void)
 {
     test_decimal_literals_read_back_exactly();
     test_a_step_without_a_kernel_is_an_error();
+    test_concat_only_where_the_device_accepts_it();
 
     /* accepted forms */
     accept(HDR "        tensor<fp16, [1, 4, 1, 8]> y = relu(x = x)[name = string(\"y\")];\n" END);
