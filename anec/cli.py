@@ -187,6 +187,25 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+_concat_option = click.option(
+    "--concat", type=click.Choice(["verdict", "rewrite", "native"]), default="verdict", show_default=True,
+    help="How concat is compiled (ANE-CONCAT, contested): native keeps a MIL concat, rewrite turns it into "
+         "partial convs (or an error); verdict is native only for this Mac's own target where "
+         "python -m anec.selftest found concat accepted and correct.")
+
+
+def _concat_target(module, target: str, concat: str):
+    """The target with its concat reading resolved (ANE-CONCAT); says which reading, and why,
+    on stderr when the module has a concat (before compiling, so also when it then fails)."""
+    from anec.compiler import with_concat
+    from anec.targets import get_target
+
+    tgt = with_concat(get_target(target), concat)
+    if any(n.op == "concat" for g in module.funcs.values() for n in g.nodes):
+        click.echo(f"concat: {tgt.concat} ({tgt.sources['concat']})", err=True)
+    return tgt
+
+
 @main.command("check")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option(
@@ -201,9 +220,10 @@ def _plural(n: int, word: str) -> str:
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), metavar="CALIB.npz",
               help="Calibration inputs (one array per func input, by name): run each func on them "
                    "and report every node whose values leave the fp16 range [ANE-FP16-RANGE].")
+@_concat_option
 @click.pass_context
 def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: str | None,
-              random_weights: int | None, inputs_path: str | None) -> None:
+              random_weights: int | None, inputs_path: str | None, concat: str) -> None:
     """Parse and verify FILE; print warnings and, when available, ANE legality per node."""
     from anec.ir.parser import parse_file
     from anec.ir.verifier import check
@@ -234,7 +254,9 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
         given["weights"] = resolve_weights(module, weights=weights_path, random_seed=random_weights)
     legality = _legality_report("legality")
     if legality is not None:  # the report and its verdict: exit 1 when a node is rejected
-        result = legality(module, target_name or DEFAULT_TARGET, **given)
+        # the concat reading (ANE-CONCAT) as anec compile would use it, said when there is a concat
+        legal_target = _concat_target(module, target_name, concat) if target_name else DEFAULT_TARGET
+        result = legality(module, legal_target, **given)
         if result.text:
             click.echo(result.text.rstrip("\n"))
         overflows = _range_check(module, inputs_path, given, target_name, random_weights) \
@@ -401,8 +423,9 @@ def _pipeline_from(passes: str | None, pipeline: str | None):
 @click.option("--weights-as-inputs", "weights_as_inputs", metavar="GLOB,...",
               help="Make the weights whose checkpoint key matches a glob program inputs ('all': every "
                    "weight): they reload by a surface write, with no compile and no load.")
+@_concat_option
 def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pipeline, print_after, timing,
-                pack_weights, host_casts, dialect, weights_as_inputs) -> None:
+                pack_weights, host_casts, dialect, weights_as_inputs, concat) -> None:
     """Compile FILE into DIR/<func>/{model.mil, weights/*.bin, manifest.json}."""
     from pathlib import Path
 
@@ -413,10 +436,11 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
     module = parse_file(file)
     out = Path(out_dir) if out_dir else Path("out") / Path(file).stem
     after = [p for spec in print_after for p in spec.split(",") if p.strip()]
-    result = compile_module(module, weights=weights_path, random_seed=random_weights, target=target,
+    tgt = _concat_target(module, target, concat)
+    result = compile_module(module, weights=weights_path, random_seed=random_weights, target=tgt,
                             passes=_pipeline_from(passes, pipeline), out_dir=out, pack_weights=pack_weights,
                             host_casts=host_casts, print_ir_after=after or None, timing=timing,
-                            dialect=dialect, weights_as_inputs=weights_as_inputs)
+                            dialect=dialect, weights_as_inputs=weights_as_inputs, concat=concat)
     for dump in result.printed_ir:
         click.echo(dump.rstrip("\n"), err=True)
     if not result.artifacts:
@@ -438,7 +462,9 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
 @click.option("--dialect", type=click.Choice(["ios18", "ios16"]), metavar="ios18|ios16",
               help="MIL dialect (default: the target's, ios18 on every chip); ios16 writes "
                    "program(1.0) with verbose scalars, the fallback for M1/M2.")
-def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights, host_casts, dialect) -> None:
+@_concat_option
+def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights, host_casts, dialect,
+            concat) -> None:
     """Print the MIL text of one func of FILE after the default pipeline.
 
     MIL never depends on weight values, so no weights are needed; with
@@ -465,9 +491,10 @@ def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights,
     one.weight_sources = list(module.weight_sources)
     one.add_func(module.funcs[func_name])
     with_weights = weights_path is not None or random_weights is not None
-    result = compile_module(one, weights=weights_path, random_seed=random_weights, target=target,
+    tgt = _concat_target(one, target, concat)
+    result = compile_module(one, weights=weights_path, random_seed=random_weights, target=tgt,
                             pack_weights=pack_weights, host_casts=host_casts, with_weights=with_weights,
-                            dialect=dialect)
+                            dialect=dialect, concat=concat)
     click.echo(result.artifacts[func_name].mil_text, nl=False)
 
 

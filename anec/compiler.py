@@ -78,6 +78,33 @@ def resolve_passes(passes: str | Sequence[Pass | str] | None) -> tuple[Pass, ...
     return tuple(p if isinstance(p, Pass) else get_pass(p)() for p in passes)
 
 
+CONCAT_READINGS = ("verdict", "rewrite", "native")
+"""``--concat``: ``verdict`` (default: ``native`` only where this Mac's selftest found concat
+accepted and correct, for its own target), ``rewrite`` or ``native`` (ANE-CONCAT)."""
+
+
+def with_concat(target: Target, concat: str | None) -> Target:
+    """``target`` with its concat reading (ANE-CONCAT) resolved; ``sources["concat"]`` says why.
+
+    None or ``"verdict"``: a target that already reads ``native`` keeps it, otherwise the
+    cached selftest verdict decides (:func:`anec.verdict.concat_reading`; conservative without
+    one). ``"rewrite"`` / ``"native"``: as asked."""
+    if concat is None or concat == "verdict":
+        if target.concat == "native":  # a profile made native by hand, or resolved before
+            if target.sources.get("concat") != get_target(target.name).sources.get("concat"):
+                return target  # already says why
+            return target.replace(sources={**target.sources, "concat": "the target's concat field is native"})
+        from anec.verdict import concat_reading
+
+        reading, why = concat_reading(target.name)
+    elif concat in ("rewrite", "native"):
+        reading, why = concat, f"asked for (--concat {concat})"
+    else:
+        raise AnecError(f"unknown concat reading '{concat}'",
+                        hint=did_you_mean(concat, CONCAT_READINGS) or f"known: {', '.join(CONCAT_READINGS)}")
+    return target.replace(concat=reading, sources={**target.sources, "concat": why})
+
+
 def compile_module(
     module: Module,
     weights: Any = None,
@@ -94,6 +121,7 @@ def compile_module(
     weights_as_inputs: Iterable[str] | str | None = None,
     keep_funcs: bool = False,
     verify_each: bool = True,
+    concat: str | None = None,
 ) -> CompileResult:
     """Compile every func of ``module``; see the module docstring.
 
@@ -115,13 +143,15 @@ def compile_module(
     at a time).
     ``verify_each=False`` verifies each func once after the last pass instead
     of after every pass (MLIR's ``verify-each``; see anec/passes/manager.py).
+    ``concat`` (``"verdict"``, the default, ``"rewrite"`` or ``"native"``) is how concat is
+    compiled (ANE-CONCAT, :func:`with_concat`); the manifest records the reading and why.
     """
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline
     from anec.passes.pipelines import check_pass_names
     from anec.weights import check_weights, resolve_weights, touch_pages, weight_consts
 
-    tgt = with_dialect(get_target(target), dialect)
+    tgt = with_concat(with_dialect(get_target(target), dialect), concat)
     pipeline = resolve_passes(passes)
     patterns: tuple[str, ...] = ()
     if weights_as_inputs is not None:

@@ -1,17 +1,31 @@
-"""The constraint catalog: what the ANE rejects or gets wrong, and what anec does about it.
+"""The constraint catalog: what the ANE does, what each claim rests on, and what anec does about it.
 
 Each :class:`Constraint` has a stable id (``ANE-CONCAT`` ...) used in compiler
-errors, in the C simulator's messages, in the manifest's ``rewrites`` list and
-in tests. An entry says what happens on the device, where the claim comes
-from and how strong the evidence is:
+errors, in the C simulator's messages, in the manifest's ``rewrites`` list, in
+comments and docs (which point here instead of restating evidence) and in
+tests. An entry says what happens on the device, the evidence for it as
+:class:`Evidence` records, and how anec handles it.
 
-* ``verified``: a published on-device measurement (the Orion paper's catalog,
-  measured on M4 Max; maderix/ANE probes) or the documented MIL op set;
-* ``reported``: an issue, an unmerged pull request or a forum post. Reported
-  claims that would cost something to guard against are switchable per
-  target (``switch`` names the :class:`~anec.targets.Target` field).
+Every record names its source (repository and file or test, paper section,
+issue), what it demonstrates in one sentence, the scope it was seen on
+(:class:`Scope`: the API path, in-memory ``_ANEInMemoryModel`` or disk
+``_ANEClient``; the chip; the OS) and its kind:
 
-and how anec handles it: a legalize rewrite rule, a compile-time error, the
+* ``demonstrated``: a test or a measurement shows it;
+* ``documented``: the MIL op set or file format as published (coremltools);
+* ``reported``: a claim without a test behind it (a README, an issue, an
+  unmerged pull request, a conclusion drawn from runs that were not logged);
+* ``hypothesis``: no source demonstrates it; only ``python -m anec.selftest``
+  on a Mac settles it.
+
+A record may contradict the entry (``supports=False``). The entry's status
+derives from its records (:func:`derive_status`): ``verified`` (a supporting
+record demonstrates or documents it, none contradicts), ``reported``,
+``contested`` (records disagree) or ``hypothesis``. Claims that would cost
+something to guard against are switchable per target (``switch`` names the
+:class:`~anec.targets.Target` field).
+
+How anec handles an entry: a legalize rewrite rule, a compile-time error, the
 MIL emitter, the runtime, or the SRAM analysis. ``tested_by`` names the tests
 that trigger the constraint (``path::test``); ``anec constraints`` prints the
 catalog and ``docs/constraints.md`` is generated from it.
@@ -27,13 +41,75 @@ from anec.diagnostics import AnecError, did_you_mean
 from anec.ir.ops import BINARY, OPS, Mil, NotOnAne
 from anec.targets import DEFAULT_TARGET, TARGETS, Target
 
-VERIFIED = "verified"
+# record kinds
+DEMONSTRATED = "demonstrated"
+DOCUMENTED = "documented"
 REPORTED = "reported"
+HYPOTHESIS = "hypothesis"
+KINDS = (DEMONSTRATED, DOCUMENTED, REPORTED, HYPOTHESIS)
+
+# entry statuses (derived from the records)
+VERIFIED = "verified"
+CONTESTED = "contested"
+STATUSES = (VERIFIED, REPORTED, CONTESTED, HYPOTHESIS)
+
+#: API paths a record can be seen on: anec drives the in-memory one.
+PATHS = ("in-memory", "disk", "e5rt", "Core ML", "any")
 
 #: How a constraint is handled: by a rewrite in legalize, an error, the MIL
 #: emitter, the runtime (C core / drivers), the SRAM analysis, or not at all
 #: because anec cannot produce the offending construct.
 HANDLINGS = ("rewrite", "rewrite or error", "error", "emitter", "runtime", "analysis", "n/a")
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a record was seen."""
+
+    path: str
+    """One of :data:`PATHS`: ``in-memory`` (``_ANEInMemoryModel``, anec's path), ``disk``
+    (``_ANEClient``), ``e5rt`` (Espresso), ``Core ML``, ``any`` (a format or op set)."""
+    chip: str
+    """The chip(s), or ``not stated``."""
+    os: str
+    """The OS version(s), or ``not stated``."""
+
+    def __str__(self) -> str:
+        return f"{self.path}; {self.chip}; {self.os}"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One source's evidence about an entry."""
+
+    source: str
+    """Where: repository and file or test, paper section, issue."""
+    shows: str
+    """What it demonstrates (or claims), in one sentence."""
+    kind: str
+    """One of :data:`KINDS`."""
+    scope: Scope
+    """The path, chip and OS it was seen on."""
+    supports: bool = True
+    """False when the record contradicts the entry's claim."""
+
+
+def derive_status(records: Iterable[Evidence]) -> str:
+    """The status of an entry from its records: ``contested`` when a supporting and a
+    contradicting record (not hypotheses) meet; else ``verified`` when a supporting
+    record is demonstrated or documented; else ``reported``; else ``hypothesis``."""
+    records = list(records)
+    if not records:
+        raise ValueError("an entry needs at least one evidence record")
+    pro = [r for r in records if r.supports and r.kind != HYPOTHESIS]
+    con = [r for r in records if not r.supports and r.kind != HYPOTHESIS]
+    if con:
+        if not pro:
+            raise ValueError("every record contradicts the entry: it is not a device behaviour")
+        return CONTESTED
+    if any(r.kind in (DEMONSTRATED, DOCUMENTED) for r in pro):
+        return VERIFIED
+    return REPORTED if pro else HYPOTHESIS
 
 
 @dataclass(frozen=True)
@@ -46,10 +122,8 @@ class Constraint:
     """The constraint in a few words."""
     symptom: str
     """What happens on the device when it is violated."""
-    source: str
-    """Where the claim comes from."""
-    evidence: str
-    """``verified`` or ``reported``."""
+    evidence: tuple[Evidence, ...]
+    """The records the claim rests on (and those that contradict it)."""
     handling: str
     """One of :data:`HANDLINGS`."""
     handled_by: str
@@ -63,7 +137,12 @@ class Constraint:
     target_fields: tuple[str, ...] = ()
     """Target fields that parametrize it (limits)."""
     switch: str | None = None
-    """Target field that turns it on or off per chip (reported claims)."""
+    """Target field that turns it on or off per chip (claims that are not verified)."""
+
+    @property
+    def status(self) -> str:
+        """``verified``, ``reported``, ``contested`` or ``hypothesis`` (:func:`derive_status`)."""
+        return derive_status(self.evidence)
 
     def applies_to(self, target: Target) -> bool:
         """Whether the constraint is in force on ``target``."""
@@ -88,6 +167,7 @@ _SWITCHES = {
     "one_file_per_weight": lambda t: t.one_file_per_weight,
     "mil_dialect": lambda t: t.mil_dialect != "ios18",
     "surface_alignment": lambda t: t.surface_alignment > 64,
+    "concat": lambda t: t.concat != "native",
 }
 
 
@@ -112,32 +192,114 @@ def _fmt_field(v) -> str:
 
 
 _LEG = "tests/passes/test_legalize.py"
+_LEGC = "tests/passes/test_legalize_concat.py"
 _DCE = "tests/passes/test_dce.py"
 _SRAM = "tests/passes/test_annotate_sram.py"
 _EMIT = "tests/mil/test_mil_emitter.py"
 _ART = "tests/mil/test_mil_artifact.py"
 _PROTO = "tests/ane_protocol/test_ane_protocol.c"
+_ACORE = "tests/ane_protocol/test_ane_core.c"
+_SELF = "tests/ane_protocol/test_anec_selftest.py"
 _CORE = "tests/runtime/test_rt_core.py"
+_RELOAD = "tests/runtime/test_rt_reload.py"
 _SIM = "tests/runtime/test_rt_mil_checks.py"
+
+# ---- scopes the records share ----------------------------------------------------------
+_ORION = Scope("in-memory", "M4 Max (the machine Orion's results name)", "not stated")
+_ORION_M4 = Scope("in-memory", "M4", "not stated")
+_MADERIX = Scope("in-memory", "not stated", "not stated")
+_MADERIX_M5 = Scope("in-memory", "M5", "macOS 26.3")
+_MADERIX_CHIPS = Scope("in-memory", "M1 Pro, M1 Max, M3 Ultra, M4 Pro, M4 Max, M5",
+                       "macOS 15.0 (M1 Pro), 15.6.1 (M1 Max), 26.3 (M5); others not stated")
+_SPEC = Scope("any", "any", "any")
+_UNTRIED = Scope("in-memory", "none tried", "none tried")
+
+# ---- records used by several entries -------------------------------------------------------
+_ORION_CATALOG = "Orion paper constraint {n} and docs/ane_constraints.md"
+_MADERIX_RELOAD = Evidence(
+    "maderix/ANE training/test_weight_reload.m (result in training/m5result.md)",
+    "compile a 64x64 conv, overwrite weights/weight.bin in its directory with 3x identity, unload and "
+    "load the same model object: the output is unchanged (max diff 0.0); this fits 'load reads the "
+    "compiled data' and 'the framework keeps the weights in memory' equally",
+    DEMONSTRATED, _MADERIX_M5)
+_ORION_E5 = Evidence(
+    "Orion experiments/spike_e5_binary.m and spike_e5_patch.m (the E5 spike)",
+    "for a program with one BLOBFILE tensor, the `data` file the compiler leaves in the hexId "
+    "directory is byte-identical to that BLOBFILE",
+    DEMONSTRATED, _ORION)
+_ORION_DELTA = Evidence(
+    "Orion tests/test_delta_compile.m (orion_program_patch_weights)",
+    "a NEW descriptor and model object from the same MIL, never compiled, whose hexId directory holds "
+    "the donor's net.plist and the new weights' BLOBFILE as `data`, loads and computes like a fresh "
+    "compile (768x768 linear, max diff 0.0; 10 patches in a row, no compiles)",
+    DEMONSTRATED, _ORION)
+_ORION_RELOAD = Evidence(
+    "Orion paper (delta compilation) and core/ane_runtime.m orion_program_reload_weights (v2 training)",
+    "unload, rewrite the weight files in the hexId directory and load the same object is said to pick "
+    "up the new weights (4,200 -> 494 ms per step); no test in the repository checks that the outputs "
+    "change, and the repository's own constraint 7 says the opposite",
+    REPORTED, _ORION)
+_SAME_OBJECT = Evidence(
+    "no public test",
+    "unload the SAME model object, write the new BLOBFILE as its `data`, load again: whether the "
+    "outputs then use the new weights; python -m anec.selftest (reload) settles it per machine",
+    HYPOTHESIS, _UNTRIED)
+_PRACTICE = "every program maderix/ANE and Orion run on the device"
 
 _ENTRIES = (
     Constraint(
-        "ANE-CONCAT", "concat is rejected",
-        "compile fails: ANECCompile() FAILED: err=()",
-        "Orion paper constraint 1 (T064-T071)", VERIFIED,
+        "ANE-CONCAT", "concat may be rejected",
+        "compile fails: ANECCompile() FAILED: err=() (Orion); maderix's kernels compile and run it",
+        (Evidence(_ORION_CATALOG.format(n=1) + " (tasks T064-T071)",
+                  "a program with concat fails to compile with ANECCompile() FAILED: err=(); Orion "
+                  "packs inputs on the CPU and returns several outputs instead",
+                  DEMONSTRATED, _ORION),
+         Evidence("maderix/ANE training/stories_mil.h (fwdAttn, fwdFFN output taps), benchmarks/"
+                  "ANE_BENCHMARK_REPORT.md",
+                  "the static training kernels return their taps through a channel concat(axis=1, "
+                  "interleave=false, values=(...)); the report's runs of that pipeline compiled and "
+                  "trained on these chips (correctness only through the training loss, never against "
+                  "a reference)",
+                  DEMONSTRATED, _MADERIX_CHIPS, supports=False),
+         Evidence("maderix/ANE training/training_dynamic/mil_dynamic.h (sdpaFwd), training/README.md",
+                  "the dynamic pipeline's sdpaFwd builds RoPE's rotate_half with concat(axis=3) and tiles "
+                  "GQA K/V by concat; that pipeline's training runs are recorded (about 111 ms/step, loss "
+                  "falling), on a chip the records do not name",
+                  DEMONSTRATED, _MADERIX, supports=False),
+         Evidence("maderix/ANE training/test_fused_qkv.m",
+                  "3 convs and a concat in one program, adopted over 3 dispatches (no committed log)",
+                  REPORTED, _MADERIX, supports=False),
+         Evidence("sbryngelson/ANEForge README and docs/numeric-cliffs.md",
+                  "the e5rt path emits concat; on chips before A16 a concat of several last-axis-offset "
+                  "slices returns wrong elements",
+                  REPORTED, Scope("e5rt", "pre-A16 (wrong elements); others accepted", "not stated"),
+                  supports=False)),
         "rewrite or error", _removed_by("ANE-CONCAT"),
-        "A channel concat whose every use is the input of a conv1x1 becomes a sum of partial "
-        "convs over weight slices (conv(concat(a, b), W) = conv(a, W[:, :ca]) + "
-        "conv(b, W[:, ca:])). Any other concat is an error suggesting a multi-output program.",
+        "Contested, so a per-machine question: python -m anec.selftest (concat) compiles and runs a "
+        "channel concat and caches accepted / rejected / accepted-but-wrong. With the concat reading "
+        "`native` (anec compile --concat native, or --concat verdict on a Mac whose cached verdict is "
+        "accepted, for that Mac's own target) concat is written as a MIL concat. Otherwise (no "
+        "verdict, cross-compiling, Linux) a channel concat whose every use is the input of a conv1x1 "
+        "becomes a sum of partial convs over weight slices (conv(concat(a, b), W) = conv(a, "
+        "W[:, :ca]) + conv(b, W[:, ca:])), and any other concat is an error suggesting a "
+        "multi-output program. The manifest records the reading used.",
         "compile",
         (f"{_LEG}::test_concat_feeding_convs_becomes_partial_convs",
          f"{_LEG}::test_other_concat_is_rejected",
+         f"{_LEGC}::test_native_concat_is_kept_and_runs_on_a_sim_that_accepts_it",
+         f"{_LEGC}::test_without_a_verdict_concat_is_rewritten_or_rejected_as_before",
+         f"{_LEGC}::test_a_native_concat_of_three_unequal_pieces_is_the_inputs_joined_bit_for_bit",
+         f"{_SELF}::test_concat_probe_gives_each_sim_reading_its_verdict",
+         f"{_SELF}::test_concat_probe_finds_a_concat_that_is_accepted_but_wrong",
+         "tests/c/test_mil.c::test_concat_only_where_the_device_accepts_it",
          f"{_SIM}::test_rejected_ops_name_constraint_and_line"),
+        switch="concat",
     ),
     Constraint(
         "ANE-GELU", "gelu is not a valid MIL op for the ANE",
         "compile fails",
-        "Orion paper constraint 10", VERIFIED,
+        (Evidence(_ORION_CATALOG.format(n=10), "a program with gelu fails to compile; Orion builds the "
+                  "tanh approximation from elementwise ops", DEMONSTRATED, _ORION),),
         "rewrite", _removed_by("ANE-GELU"),
         "gelu becomes 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))). For mode=\"exact\" (erf) "
         "this is an approximation (max abs error 4.7e-4), recorded in the rewrite list.",
@@ -148,38 +310,42 @@ _ENTRIES = (
     Constraint(
         "ANE-RSQRT", "rsqrt is rejected",
         "compile fails",
-        "Orion community issue mechramc/Orion#3 (measured on M4, added to Orion's catalog)",
-        REPORTED,
+        (Evidence("Orion community issue mechramc/Orion#3 (added to Orion's catalog)",
+                  "a community member found rsqrt rejected and pow(x, -0.5) accepted", REPORTED, _ORION_M4),),
         "rewrite", _removed_by("ANE-RSQRT"),
         "rsqrt(x) becomes pow(x, -0.5).",
         "compile", (f"{_LEG}::test_rsqrt_becomes_pow",
-         f"{_SIM}::test_rejected_ops_name_constraint_and_line"),
+                    f"{_SIM}::test_rejected_ops_name_constraint_and_line"),
     ),
     Constraint(
         "ANE-NEG", "there is no neg op in MIL",
         "compile fails (unknown op)",
-        "the MIL op set: coremltools' iOS15-iOS18 op registry has no neg", VERIFIED,
+        (Evidence("coremltools MIL op registry (iOS15-iOS18 opsets)", "the registry has no neg op",
+                  DOCUMENTED, _SPEC),),
         "rewrite", _removed_by("ANE-NEG"),
         "neg(x) becomes mul(x, -1).",
         "compile", (f"{_LEG}::test_neg_becomes_mul",
-         f"{_SIM}::test_rejected_ops_name_constraint_and_line"),
+                    f"{_SIM}::test_rejected_ops_name_constraint_and_line"),
     ),
     Constraint(
         "ANE-CONV-BIAS", "conv does not take bias=",
         "compile fails",
-        "Orion paper constraint 13; Orion's conv+bias fusion pass is disabled for this reason",
-        VERIFIED,
+        (Evidence(_ORION_CATALOG.format(n=13) + "; compiler/pass_conv_bias.c",
+                  "conv with bias= is rejected; Orion's conv+bias fusion pass is disabled for that "
+                  "reason and every linear adds its bias separately", DEMONSTRATED, _ORION),),
         "rewrite", _removed_by("ANE-CONV-BIAS"),
         "conv1x1(x, w, bias=b) becomes add(conv1x1(x, w), b).",
         "compile", (f"{_LEG}::test_conv_bias_becomes_add",
-         f"{_SIM}::test_conv_bias_rejected"),
+                    f"{_SIM}::test_conv_bias_rejected"),
     ),
     Constraint(
         "ANE-CONV-CONST-WEIGHT", "a conv reads its weight from a constant",
-        "no reference feeds the ANE a conv whose weight is computed or an input",
-        "maderix training_dynamic (weights packed into the input go through matmul) and Orion's LoRA "
-        "adapters (inputs through matmul); no public program passes conv a non-constant weight",
-        REPORTED,
+        "unknown: no reference feeds the ANE a conv whose weight is computed or an input",
+        (Evidence("maderix/ANE training_dynamic (weights packed into the input go through matmul); "
+                  "Orion LoRA adapters (inputs through matmul)",
+                  "weights that arrive at run time reach the device through matmul; no public program "
+                  "gives conv a non-constant weight, so whether conv takes one is untested",
+                  HYPOTHESIS, _UNTRIED),),
         "rewrite", "legalize: conv_dynamic_weight_to_matmul",
         "conv1x1(x, w) with w a func input (weights compiled as inputs) or a computed value becomes "
         "transpose(matmul(transpose(x), reshape(w), transpose_y=true)), the form the references run.",
@@ -189,7 +355,9 @@ _ENTRIES = (
     Constraint(
         "ANE-MATMUL-FLAGS", "matmul transpose flags must be named consts",
         "compile fails on inline bools",
-        "Orion paper constraint 12", VERIFIED,
+        (Evidence(_ORION_CATALOG.format(n=12) + " (README)",
+                  "matmul with inline true/false for transpose_x/transpose_y is rejected; named bool "
+                  "consts work", DEMONSTRATED, _ORION),),
         "emitter", "anec/mil/emitter.py",
         "Every non-tensor parameter, including transpose_x/transpose_y, is emitted as a named "
         "const <node>_<param>.",
@@ -200,7 +368,9 @@ _ENTRIES = (
     Constraint(
         "ANE-LIVE-OUTPUTS", "returned names must be live values",
         "InvalidMILProgram when the return tuple names a dead value",
-        "Orion paper constraint 14", VERIFIED,
+        (Evidence(_ORION_CATALOG.format(n=14) + " (README)",
+                  "a return tuple naming a value that DCE removed gives InvalidMILProgram",
+                  DEMONSTRATED, _ORION),),
         "analysis", "dce, Graph.replace_all_uses",
         "dce never removes a returned value; rewrites keep returned names "
         "(Graph.replace_all_uses renames the replacement), so the MIL return tuple always "
@@ -213,8 +383,11 @@ _ENTRIES = (
     Constraint(
         "ANE-CONV-CHANNELS", "very wide convs are rejected",
         "compile fails for a 32K-channel conv",
-        "Orion paper constraint 16; maderix (32000 output channels compiled on M4, 32000 input "
-        "channels rejected)", VERIFIED,
+        (Evidence(_ORION_CATALOG.format(n=16), "a conv with 32K channels is rejected", DEMONSTRATED, _ORION),
+         Evidence("maderix/ANE training/ane_classifier.h and test_classifier.m",
+                  "a 1x1 conv with 32000 OUTPUT channels compiles (test_classifier: all compile); a code "
+                  "comment says 32000 INPUT channels are rejected, so classifier backward uses matmul",
+                  REPORTED, _MADERIX)),
         "rewrite or error", "legalize: chunk_wide_conv_output, split_wide_conv_input",
         "A conv with more output channels than the target allows is split into chunked convs "
         "when its result (possibly through elementwise unary ops) is returned: the outputs "
@@ -232,7 +405,9 @@ _ENTRIES = (
         "ANE-BLOB-BUDGET", "at most 16 BLOBFILE tensors per program",
         "17 BLOBFILE tensors fail with InvalidMILProgram; any pow/add/mul with an inline "
         "scalar lowers the cap to 15 (does not stack)",
-        "Orion community issue mechramc/Orion#3 (measured on M4)", REPORTED,
+        (Evidence("Orion community issue mechramc/Orion#3 (added to Orion's catalog)",
+                  "17 BLOBFILE-backed tensors fail with InvalidMILProgram, 16 compile; an inline scalar "
+                  "operand of pow/add/mul lowers the cap to 15", REPORTED, _ORION_M4),),
         "rewrite or error", "legalize: partition (anec/passes/partition.py)",
         "Counted after all rewrites, per program: one tensor per distinct weight view, i.e. key, "
         "perm, slice and type (identical weight consts are merged first); value= consts are "
@@ -251,7 +426,9 @@ _ENTRIES = (
     Constraint(
         "ANE-UNIFORM-SURFACES", "multi-input/-output surfaces need equal allocation sizes",
         "eval fails: ANEProgramProcessRequestDirect() status=0x1d",
-        "Orion paper constraints 2 and 18 (T072, T163)", VERIFIED,
+        (Evidence("Orion paper constraints 2 and 18 (T072, T163); docs/ane_constraints.md 2 and 12",
+                  "outputs (and inputs) of different allocation sizes fail at evaluate with status 0x1d; "
+                  "Orion allocates every surface at the largest size", DEMONSTRATED, _ORION),),
         "runtime", "manifest input_alloc_bytes/output_alloc_bytes; C runtime core",
         "The manifest gives one allocation size per direction (the largest tensor, at least "
         "the minimum surface, aligned); the runtime allocates every surface at that size.",
@@ -260,10 +437,13 @@ _ENTRIES = (
     Constraint(
         "ANE-IO-ORDER", "I/O binds in alphabetical order of MIL names",
         "silently wrong (swapped) data",
-        "Orion paper constraints 3 and 19 (T101, T163)", VERIFIED,
+        (Evidence("Orion paper constraints 3 and 19 (T101, T163); docs/ane_constraints.md 3 and 13",
+                  "surfaces are bound in alphabetical order of the MIL names, not declaration order "
+                  "(decode passes {K, Q, V} for (q32, k32, v32))", DEMONSTRATED, _ORION),),
         "runtime", "manifest binding indexes; C runtime core",
         "The manifest records each input's and output's binding index (alphabetical order of "
-        "MIL names); the runtime binds surfaces by that index, so users pass names, not order.",
+        "MIL names); the runtime binds surfaces by that index, so users pass names, not order. "
+        "python -m anec.selftest (binding) checks it on a Mac.",
         "runtime", (f"{_ART}::test_manifest_io_and_bindings",
                     f"{_CORE}::test_binding_tables_are_alphabetical",
                     f"{_CORE}::test_declaration_order_binding_gives_wrong_results_like_the_device"),
@@ -271,7 +451,11 @@ _ENTRIES = (
     Constraint(
         "ANE-MIN-SURFACE", "surfaces below ~49 KB fail at eval",
         "eval fails with status 0x1d (seq=1 with 768 channels, 3 KB)",
-        "Orion paper constraint 4 (T100)", VERIFIED,
+        (Evidence("Orion paper constraint 4 (T100)",
+                  "a [768, 1] fp16 surface (3 KB) fails at evaluate with status 0x1d; [768, 16] "
+                  "(49,152 B) works, so decode pads to 16 positions", DEMONSTRATED, _ORION),
+         Evidence("maderix/ANE PR #16 (unmerged)", "claims a 49,152-byte minimum even for tiny tensors",
+                  REPORTED, _MADERIX)),
         "runtime", "manifest *_alloc_bytes; C runtime core",
         "Allocations are at least min_surface_bytes; data is written packed at byte 0.",
         "runtime", (f"{_ART}::test_alloc_bytes_uniform_aligned", f"{_CORE}::test_surface_rules",
@@ -281,39 +465,108 @@ _ENTRIES = (
     Constraint(
         "ANE-PACKED-READ", "the ANE reads packed data from byte 0 of an oversized surface",
         "silently wrong data when rows are stride-padded",
-        "Orion paper constraint 20 (T163)", VERIFIED,
+        (Evidence("Orion paper constraint 20 (T163); docs/ane_constraints.md 14",
+                  "stride-padded LoRA inputs gave a ~260x smaller LoRA term; packed data at byte 0 "
+                  "of the oversized surface is right", DEMONSTRATED, _ORION),),
         "runtime", "C runtime core (packed writes and reads)",
         "The runtime writes and reads tensors packed in their declared shape at offset 0.",
         "runtime", (f"{_CORE}::test_surface_rules",),
     ),
     Constraint(
-        "ANE-BAKED-WEIGHTS", "weights are baked at compile time",
-        "rewriting weights/*.bin and loading again does not change outputs: load uses the compiled "
-        "net.plist + data the compiler left in the hexId directory",
-        "maderix test_weight_reload (M5, max diff 0.0); Orion E5 spike (for a one-tensor program the "
-        "compiled data equals the BLOBFILE) and test_delta_compile (data patch == fresh compile)",
-        VERIFIED,
+        "ANE-BAKED-WEIGHTS", "rewriting weights/ and loading the same object changes nothing",
+        "stale outputs: the new weight files are not used",
+        (_MADERIX_RELOAD,
+         Evidence("maderix/ANE training/test_ane_advanced.m",
+                  "an IOSurface with 3x identity weights passed as weightsBuffer does not override "
+                  "the compiled weights", REPORTED, _MADERIX),
+         Evidence("Orion docs/ane_constraints.md 7 (source: maderix)",
+                  "rewriting BLOBFILEs and reloading does not change outputs", REPORTED, _ORION)),
         "runtime", "C runtime core (reload strategies) and python -m anec.selftest",
-        "A reload never rewrites files and loads again. It uses a strategy verified on the machine: "
-        "data patch (a program whose weights are one BLOBFILE that its compiled data was observed to "
-        "equal gets the new BLOBFILE as its data, then a load; no compile), weights compiled as "
-        "program inputs (a surface write), or recompile within the process budget. The sim and the "
-        "ane fake bake weights the same way; the selftest probes on a Mac which strategies change "
-        "outputs and caches the verdict, and until it has, reloads recompile.",
-        "runtime", ("tests/ane_protocol/test_ane_core.c::test_reload_data_patch_verified",
-                    "tests/ane_protocol/test_ane_core.c::test_reload_falls_back_to_recompile_unverified",
-                    "tests/ane_protocol/test_ane_core.c::test_cache_hit_other_weights_patched",
-                    f"{_PROTO}::test_weights_baked_at_compile",
-                    "tests/runtime/test_rt_reload.py::test_weights_are_baked_at_compile",
-                    "tests/runtime/test_rt_reload.py::test_reload_equals_a_fresh_compile_with_the_strategy_"
-                    "the_device_allows",
-                    "tests/ane_protocol/test_anec_selftest.py::test_reload_probe_finds_what_each_device_allows"),
+        "A reload never rewrites weight files and loads again. It uses a strategy verified on the "
+        "machine: data patch (ANE-DATA-IS-BLOBFILE, ANE-SAME-OBJECT-PATCH), weights compiled as "
+        "program inputs (a surface write), or recompile within the process budget. Which of "
+        "'load reads the compiled data' and 'weights kept in memory' holds is not known: the sim "
+        "models both (load=data, load=memory) and the selftest probes the machine; until it has, "
+        "reloads recompile.",
+        "runtime", (f"{_PROTO}::test_weights_baked_at_compile",
+                    f"{_RELOAD}::test_weights_are_baked_at_compile",
+                    f"{_RELOAD}::test_an_unverified_data_patch_can_be_stale_which_is_why_it_must_be_verified",
+                    f"{_ACORE}::test_reload_falls_back_to_recompile_unverified"),
+    ),
+    Constraint(
+        "ANE-DATA-IS-BLOBFILE", "one BLOBFILE tensor compiles to data equal to the BLOBFILE",
+        "none (a fact the data patch relies on)",
+        (_ORION_E5,),
+        "runtime", "C runtime core (data-patch eligibility)",
+        "A program is eligible for a data patch only when its compiled data was observed, right "
+        "after the compile, to equal its one BLOBFILE; anything else (several tensors, an opaque "
+        "container) reloads another way. The sim models the measured case (data=tensor) and an "
+        "optimistic one (data=file, a packed file).",
+        "runtime", (f"{_ACORE}::test_reload_data_patch_verified",
+                    f"{_ACORE}::test_reload_two_tensors_recompiles",
+                    f"{_RELOAD}::test_a_cache_hit_of_a_multi_tensor_program_with_other_weights_compiles"),
+    ),
+    Constraint(
+        "ANE-NEW-OBJECT-LOAD", "a new, never-compiled model object loads a donor's compiled form",
+        "none (the reload Orion tested)",
+        (_ORION_DELTA,),
+        "runtime", "driver clone (new descriptor and model object, no compile); C runtime core",
+        "A cache hit clones the donor: a new descriptor and model object whose hexId directory gets "
+        "the donor's net.plist and data, loaded without a compile, as in Orion's test.",
+        "runtime", (f"{_PROTO}::test_clone_copies_the_compiled_form",
+                    f"{_RELOAD}::test_reload_equals_a_fresh_compile_with_the_strategy_the_device_allows"),
+    ),
+    Constraint(
+        "ANE-SAME-OBJECT-PATCH", "unload, rewrite data, load the same object: new weights",
+        "unknown: stale outputs if the framework keeps the weights in memory",
+        (_SAME_OBJECT,),
+        "runtime", "C runtime core (data patch) and python -m anec.selftest (reload)",
+        "A hypothesis: the runtime uses the same-object data patch only where the selftest verified "
+        "it on this machine, OS and anec version (the cached verdict), and otherwise recompiles. "
+        "The sim models a device where it works (load=data) and one where it is stale "
+        "(load=memory).",
+        "runtime", (f"{_SELF}::test_reload_probe_finds_what_each_device_allows",
+                    f"{_ACORE}::test_reload_data_patch_verified",
+                    f"{_PROTO}::test_patch_data_then_load_equals_fresh_compile"),
+    ),
+    Constraint(
+        "ANE-LOAD-REREADS-WEIGHTS", "load re-reads the weight files",
+        "if it does not, a reload by rewriting weights/ is stale",
+        (_ORION_RELOAD, dataclasses.replace(_MADERIX_RELOAD, supports=False)),
+        "runtime", "C runtime core (never relied on)",
+        "Contested, so never relied on: no reload strategy rewrites weights/ alone and loads. The "
+        "sim can model the claim (load=weights) to show the runtime still reloads right there.",
+        "runtime", (f"{_RELOAD}::test_a_device_that_rereads_weights_sees_rewritten_files",
+                    f"{_RELOAD}::test_weights_are_baked_at_compile"),
+    ),
+    Constraint(
+        "ANE-SURFACE-LOCK", "the CPU locks an IOSurface only while it reads or writes it",
+        "unknown: whether evaluate accepts a surface the CPU holds locked",
+        (Evidence("maderix/ANE training/ane_runtime.h, stories_io.h, bridge/ane_bridge.m",
+                  "IOSurfaceLock, memcpy (or fp32->fp16 conversion), IOSurfaceUnlock around each write "
+                  "and read (read-only lock for reads); evaluate runs on unlocked surfaces",
+                  DEMONSTRATED, _MADERIX),
+         Evidence("Orion core/iosurface_tensor.m",
+                  "orion_tensor_write/read memcpy under IOSurfaceLock and unlock; evaluate runs on "
+                  "unlocked surfaces", DEMONSTRATED, _ORION),
+         Evidence("no public test",
+                  "what evaluate does with a surface the CPU holds locked (refused, or races); the "
+                  "references never try it", HYPOTHESIS, _UNTRIED)),
+        "runtime", "driver_ane (surface locking)",
+        "The ane driver creates the surfaces and the C core reads and writes them; the references' "
+        "practice (lock around each CPU read or write, evaluate unlocked) is the evidenced one.",
+        "runtime", (f"{_PROTO}::test_surfaces", f"{_PROTO}::test_load_evaluate_reuses_request"),
     ),
     Constraint(
         "ANE-COMPILE-BUDGET", "about 119 compiles per process",
-        "compiles start failing silently after ~119 per process",
-        "maderix README; Orion paper constraint 5 (maderix PR #23 measured 119-132 on M4)",
-        VERIFIED,
+        "compiles start failing after ~119 per process",
+        (Evidence("maderix/ANE README and training code (MAX_COMPILES 100, exec() restart)",
+                  "about 119 compiles per process, then compiles fail ('compiler leaks resources'); the "
+                  "code restarts the process before 100", REPORTED, _MADERIX),
+         Evidence("maderix/ANE PR #23 (unmerged)", "measured 119-132 compiles per process", REPORTED,
+                  Scope("in-memory", "M4", "not stated")),
+         Evidence("Orion paper constraint 5 (source: maderix)", "silent failure or instability past "
+                  "~119 compiles; Orion v1 restarts with exec()", REPORTED, _ORION)),
         "runtime", "C runtime core (process-wide compile budget, program cache)",
         "The runtime counts compiles per process and driver (every Runtime shares the count, as on "
         "the device) against the target's process_compile_budget, caches programs by MIL hash + weight keys, refuses compiles past the budget with "
@@ -321,13 +574,15 @@ _ENTRIES = (
         "runtime", (f"{_CORE}::test_compile_budget_exhaustion_and_cache",
                     f"{_CORE}::test_the_compile_budget_belongs_to_the_process",
                     f"{_CORE}::test_the_process_budget_is_the_targets_field",
-                    "tests/runtime/test_rt_reload.py::test_recompile_reloads_stop_at_the_process_budget_with_a_"
-                    "clear_error"),
+                    f"{_RELOAD}::test_recompile_reloads_stop_at_the_process_budget_with_a_clear_error"),
     ),
     Constraint(
         "ANE-MIL-NSDATA", "MIL text must be passed as bytes (NSData)",
         "crash or silent failure when passed as a string",
-        "Orion paper constraint 9", VERIFIED,
+        (Evidence("Orion paper constraint 9", "MIL text passed as NSString crashes or fails silently",
+                  DEMONSTRATED, _ORION),
+         Evidence("maderix/ANE api_exploration.m", "tries NSString and NSData; every working path uses "
+                  "NSData", REPORTED, _MADERIX)),
         "runtime", "driver_ane",
         "The ane driver passes the MIL text as UTF-8 bytes.",
         "runtime", (f"{_PROTO}::test_mil_is_nsdata_and_weights_dict",),
@@ -335,7 +590,8 @@ _ENTRIES = (
     Constraint(
         "ANE-WEIGHTS-DICT", "the weights dictionary must be empty, never nil",
         "crash",
-        "Orion paper constraint 11", VERIFIED,
+        (Evidence("Orion paper constraint 11", "a nil weights dictionary crashes; @{} works",
+                  DEMONSTRATED, _ORION),),
         "runtime", "driver_ane",
         "The ane driver always passes a dictionary (empty when weights come from files).",
         "runtime", (f"{_PROTO}::test_empty_weights_dict_not_nil",),
@@ -343,7 +599,12 @@ _ENTRIES = (
     Constraint(
         "ANE-FP16-RANGE", "the ANE computes in fp16 (+-65504)",
         "overflow gives inf, then NaN downstream",
-        "Orion NaN fix (100% -> 0% NaN steps); hollance/neural-engine FAQ", VERIFIED,
+        (Evidence("Orion NaN fix (RESULTS.md)", "clamping every CPU->ANE write to +-65504 took training "
+                  "from NaN at every step after the first to none", DEMONSTRATED, _ORION),
+         Evidence("maderix/ANE commit 926f977 (loss scaling)", "fp16 underflow in the backward matmuls "
+                  "stalled training until a loss scale of 256", DEMONSTRATED, _MADERIX),
+         Evidence("hollance/neural-engine FAQ", "the ANE appears to be fp16 end to end", REPORTED,
+                  Scope("Core ML", "not stated", "not stated"))),
         "rewrite or error", "legalize: check_weight_range; lower_reduce_mean; range-safe: "
         "safe_root, safe_sum_of_squares, safe_long_mean, scale_before_matmul; anec.ranges",
         "Weights that are NaN/Inf or exceed the fp16 range are an error naming the key. "
@@ -363,7 +624,8 @@ _ENTRIES = (
     Constraint(
         "ANE-CONV-FASTER", "a 1x1 conv is ~3x faster than matmul",
         "no failure; matmul with a constant operand runs ~3x slower",
-        "Orion paper constraint 17", VERIFIED,
+        (Evidence("Orion paper constraint 17", "a 1x1 conv runs about 3x faster than the equivalent "
+                  "matmul", DEMONSTRATED, _ORION),),
         "rewrite", "legalize: matmul_const_to_conv",
         "A matmul whose other operand is a constant 2-D weight becomes a 1x1 conv (the weight "
         "is laid out with the const's perm attr; transposes/reshapes move the contraction axis "
@@ -375,7 +637,11 @@ _ENTRIES = (
     Constraint(
         "ANE-SRAM", "~32 MB of on-chip SRAM",
         "working sets above it spill to DRAM, ~30% slower (no failure)",
-        "maderix hardware table; sram_probe on M4 Max (maderix PR #25)", VERIFIED,
+        (Evidence("maderix/ANE PR #25 (unmerged) docs/BENCHMARK_RESULTS.md, sram_probe",
+                  "one conv's efficiency drops first at 4096 channels (32 MB of weights) and collapses "
+                  "at 128 MB", REPORTED, Scope("in-memory", "M4 Max", "macOS 26.2")),
+         Evidence("Orion compiler/pass_sram.c and RESULTS.md hardware table (from maderix)",
+                  "32 MB for the M4 ANE, ~30% drop beyond", REPORTED, _ORION)),
         "analysis", "annotate-sram",
         "annotate-sram computes per-node bytes and live bytes over the schedule, marks nodes "
         "whose live set exceeds SRAM with spill=true and reports the peak in the manifest and "
@@ -386,7 +652,11 @@ _ENTRIES = (
     Constraint(
         "ANE-FP32-IO", "fp32 program I/O is rejected on M1-generation ANEs",
         "compile fails; Orion's infer then silently falls back to CPU",
-        "Orion repo, later revision (community report); maderix PR #6 for M2", REPORTED,
+        (Evidence("Orion repository, later revision (community report)",
+                  "fp32 program I/O is rejected on M1-generation ANEs; M4 accepts it", REPORTED,
+                  Scope("in-memory", "M1 generation", "not stated")),
+         Evidence("maderix/ANE PR #6 (unmerged)", "cast is unsupported on M1/M2, so I/O must be fp16",
+                  REPORTED, Scope("in-memory", "M1, M2", "not stated"))),
         "rewrite or error", "legalize: check_io_dtypes (host_casts option)",
         "On targets without fp32 I/O, fp32 inputs/outputs are an error unless the host_casts "
         "option is set: then the program takes and returns fp16, redundant casts fold away, "
@@ -398,9 +668,11 @@ _ENTRIES = (
     ),
     Constraint(
         "ANE-IO-TENSORS", "program inputs and outputs are fp16 or fp32 tensors",
-        "compile fails: an integer or bool input or output has no IOSurface layout",
-        "the published runtimes bind only fp16/fp32 tensor surfaces (Orion iosurface_tensor.m, "
-        "maderix probes); anec's runtime and sim driver accept nothing else", REPORTED,
+        "unknown: no published program binds an integer or bool input or output",
+        (Evidence("Orion core/iosurface_tensor.m; maderix/ANE probes (" + _PRACTICE + ")",
+                  "they bind only fp16/fp32 tensor surfaces; nobody tried integer I/O, so whether the "
+                  "device takes it is untested (anec's runtime and sim accept nothing else)",
+                  HYPOTHESIS, _UNTRIED),),
         "error", "legalize: check_io_tensors",
         "A non-float func input or output is an error at compile time naming the value, with "
         "the fix: declare integer inputs as fp16 and cast inside, cast integer outputs to fp16 "
@@ -411,9 +683,9 @@ _ENTRIES = (
     Constraint(
         "ANE-FLOAT-COMPUTE", "arithmetic computes on fp16/fp32 tensors",
         "unknown: no published on-device program computes on integer tensors",
-        "every op of every program maderix/ANE and Orion run on the device computes on fp16 "
-        "(fp32 only around casts at the I/O); the sim, modelling the pessimistic case, rejects "
-        "integer arithmetic when it loads the MIL", REPORTED,
+        (Evidence(_PRACTICE, "every op computes on fp16 (fp32 only around casts at the I/O); integer "
+                  "arithmetic is untested, and the sim models the pessimistic case (rejected)",
+                  HYPOTHESIS, _UNTRIED),),
         "error", "legalize: check_float_compute",
         "add/sub/mul/pow, matmul and the reductions on int32 operands are errors at compile time "
         "naming the node, with the fix (cast to fp16 first). Casts to and from int32 and moving "
@@ -425,8 +697,9 @@ _ENTRIES = (
     Constraint(
         "ANE-IO-RANK4", "program inputs and outputs are rank-4 [1, C, 1, S] tensors",
         "unknown: no published on-device program has I/O of another rank",
-        "every program maderix/ANE and Orion run on the device has rank-4 [1, C, 1, S] inputs "
-        "and outputs (maderix IOSurface layout, Orion's activation layout)", REPORTED,
+        (Evidence(_PRACTICE + " (maderix IOSurface layout, Orion's activation layout)",
+                  "every input and output is rank-4 [1, C, 1, S]; other ranks are untested",
+                  HYPOTHESIS, _UNTRIED),),
         "rewrite", "legalize: reshape_io_to_rank4",
         "A func input or output of another rank becomes a rank-4 tensor with the same elements: "
         "[1, prod(shape[:-1]), 1, shape[-1]] for rank >= 2, [1, 1, 1, n] for rank 1, "
@@ -443,8 +716,8 @@ _ENTRIES = (
         "ANE-INT32-SHAPE", "every dimension of a tensor's device layout fits int32",
         "unknown on the device: MIL text cannot even state such a shape (its shape and "
         "stride parameters are int32 tensors), so the program is never built",
-        "the MIL op set (Apple coremltools MIL: shape, perm, begin/end/stride parameters are "
-        "int32 tensors)", VERIFIED,
+        (Evidence("coremltools MIL op set", "shape, perm and begin/end/stride parameters are int32 "
+                  "tensors", DOCUMENTED, _SPEC),),
         "error", "verifier: _bad_type",
         "A tensor of rank other than 4 is laid out by the compiler as [1, prod(shape[:-1]), 1, "
         "shape[-1]] (the ANE-IO-RANK4 form), so a [4, 10^9, 1] tensor needs a 4 * 10^9 channel "
@@ -459,8 +732,10 @@ _ENTRIES = (
     Constraint(
         "ANE-SPLIT", "multi-result split is unproven on the device",
         "unknown: no published on-device program contains a multi-result op",
-        "maderix/ANE slices with single-result slice_by_size, Orion's codegen has no split "
-        "(it writes an UNSUPPORTED OP comment) and slices with slice_by_index", REPORTED,
+        (Evidence("maderix/ANE (slice_by_size); Orion compiler/codegen.m (no split: it writes an "
+                  "UNSUPPORTED OP comment; slices with slice_by_index)",
+                  "both slice with single-result ops; a multi-result split is untested on the device",
+                  HYPOTHESIS, _UNTRIED),),
         "rewrite", _removed_by("ANE-SPLIT"),
         "split(x, axis, sizes) becomes one slice per used result (slice_by_index in MIL), each "
         "keeping its result's name. The emitter refuses a split that reaches it.",
@@ -472,7 +747,11 @@ _ENTRIES = (
     Constraint(
         "ANE-SDPA-MASK", "scaled_dot_product_attention ignores attn_mask",
         "silently unmasked attention",
-        "Orion paper constraint 6 (maderix, ANEgpt)", VERIFIED,
+        (Evidence("maderix/ANE README (Limitations); training/test_ane_sdpa5.m",
+                  "the README concludes the mask is ignored; the probe (4 mask variants at SEQ=8) has "
+                  "no committed log", REPORTED, _MADERIX),
+         Evidence("Orion paper constraint 6 (source: maderix, ANEgpt)", "SDPA's causal mask is ignored",
+                  REPORTED, _ORION)),
         "n/a", "the IR has no attention op",
         "anec has no SDPA op: attention is written as matmul + additive mask + softmax + "
         "matmul (examples/gpt2_attention.ir), so the masked SDPA path is never emitted.",
@@ -481,7 +760,10 @@ _ENTRIES = (
     Constraint(
         "ANE-BLOBFILE-OFFSET", "BLOBFILE offset points at the blob's metadata record",
         "silently garbage weights with the data offset",
-        "Orion paper constraint 8; coremltools BlobWriter", VERIFIED,
+        (Evidence("coremltools BlobWriter (MILBlob v2 storage format)", "a blob's offset is that of its "
+                  "64-byte metadata record", DOCUMENTED, _SPEC),
+         Evidence("Orion paper constraint 8", "offset=uint64(64), the metadata record, works; the data "
+                  "offset gives garbage weights", DEMONSTRATED, _ORION)),
         "emitter", "anec/mil/emitter.py, anec/mil/blobfile.py",
         "The emitter writes offset = uint64(M), M the 64-byte metadata record (64 for the first "
         "blob in a file).",
@@ -491,8 +773,10 @@ _ENTRIES = (
     Constraint(
         "ANE-ONE-FILE-PER-WEIGHT", "M1 rejects BLOBFILEs holding several tensors",
         "compile fails on M1 with a multi-tensor weight file",
-        "maderix benchmark report (community results): single-blob weights FAIL on M1",
-        REPORTED,
+        (Evidence("maderix/ANE benchmarks/ANE_BENCHMARK_REPORT.md (community results, issue #3)",
+                  "the report's compatibility matrix marks single-blob (multi-tensor) weight files FAIL "
+                  "on M1 and per-matrix blobs working; its reading of benchmarks that failed there",
+                  REPORTED, Scope("in-memory", "M1 Pro, M1 Max", "macOS 15.0, 15.6.1")),),
         "emitter", "anec/mil/emitter.py; legalize: check_weight_packing",
         "The emitter writes one tensor per file by default; asking for packed weights "
         "(pack_weights option) on a target with one_file_per_weight is a compile error.",
@@ -503,9 +787,14 @@ _ENTRIES = (
     Constraint(
         "ANE-SOFTMAX-POW2", "softmax over a non-power-of-2 axis is rejected",
         "InvalidMILProgram",
-        "hollance/neural-engine#44", REPORTED,
+        (Evidence("hollance/neural-engine#44", "softmax on a non-power-of-2 dimension gives "
+                  "InvalidMILProgram", REPORTED, Scope("not stated (raw MIL text)", "not stated", "not stated")),
+         Evidence("maderix/ANE training/ane_classifier.h gen_softmax_vocab (train_large_ane)",
+                  "softmax(axis=1) over [1, 32000, 1, 256] compiles and runs in the ANE-extras "
+                  "training pipeline (training/README.md comparison)", DEMONSTRATED, _MADERIX,
+                  supports=False)),
         "error", "legalize: check_softmax_axis",
-        "Off by default (Orion runs softmax on other sizes without trouble). When a target "
+        "Off by default (maderix runs softmax over 32000 channels). When a target "
         "turns it on, softmax over a non-power-of-2 axis is an error suggesting padding with "
         "a -1e4 additive mask.",
         "compile", (f"{_LEG}::test_softmax_pow2_switch",),
@@ -514,7 +803,11 @@ _ENTRIES = (
     Constraint(
         "ANE-REDUCE-MEAN", "reduce_mean is not accepted in raw MIL text",
         "compile fails",
-        "hollance/neural-engine#44; Orion's RMSNorm uses reduce_sum x 1/N", REPORTED,
+        (Evidence("hollance/neural-engine#44", "reduce_mean is absent in raw MIL text; use reduce_sum "
+                  "times 1/N", REPORTED, Scope("not stated (raw MIL text)", "not stated", "not stated")),
+         Evidence("Orion compiler/builder.c LayerNorm (GPT-2 prefill); tests/test_ane_prefill.m",
+                  "the LayerNorm composite emits reduce_mean, and the prefill kernels using it match the "
+                  "CPU (K max error < 1.0, same argmax)", DEMONSTRATED, _ORION, supports=False)),
         "rewrite", "legalize: lower_reduce_mean",
         "On by default: reduce_mean(x) becomes reduce_sum(x * (1/N)). Scaling before summing "
         "keeps the fp16 partial sums within the range of x (a sum of 768 values of 100 would "
@@ -525,19 +818,25 @@ _ENTRIES = (
     Constraint(
         "ANE-MIL-DIALECT", "M1/M2 may want the older MIL dialect",
         "compile fails on program(1.3) shorthand scalars (claimed for M1/M2)",
-        "maderix PR #6 (unmerged) claims it; maderix community results show M1 Pro/Max on "
-        "macOS 15 running program(1.3)/<ios18> training kernels", REPORTED,
+        (Evidence("maderix/ANE PR #6 (unmerged)", "M1/M2 need program(1.0)/<ios16> with verbose "
+                  "scalars", REPORTED, Scope("in-memory", "M1, M2", "not stated")),
+         Evidence("maderix/ANE benchmarks/ANE_BENCHMARK_REPORT.md (community results)",
+                  "the static training pipeline, program(1.3)/<ios18> kernels, ran on M1 Pro and M1 Max "
+                  "at 143-167 ms/step (the report marks program(1.3) PARTIAL on M1)", DEMONSTRATED,
+                  Scope("in-memory", "M1 Pro, M1 Max", "macOS 15.0, 15.6.1"), supports=False)),
         "emitter", "anec/mil/emitter.py (target.mil_dialect, --dialect)",
         "Every target writes program(1.3)/<ios18>. The older program(1.0)/<ios16> with "
         "verbose scalars (tensor<string, []>(\"x\")) is an explicit fallback: --dialect ios16 "
-        "(compile_module(dialect=...)); the manifest records the dialect written.",
+        "(compile_module(dialect=...)); the manifest records the dialect written; "
+        "python -m anec.selftest (dialect) probes both.",
         "compile", (f"{_EMIT}::test_ios16_dialect", "tests/mil/test_mil_compile.py::test_dialect_option"),
         switch="mil_dialect",
     ),
     Constraint(
         "ANE-SURFACE-ALIGN", "M5 needs 128-byte aligned surfaces",
         "eval fails with misaligned surfaces",
-        "maderix PR #35 (unmerged)", REPORTED,
+        (Evidence("maderix/ANE PR #35 (unmerged)", "128-byte IOSurface alignment is needed on M5",
+                  REPORTED, Scope("in-memory", "M5", "not stated")),),
         "runtime", "manifest *_alloc_bytes; C runtime core",
         "Allocation sizes in the manifest are rounded up to the target's surface_alignment.",
         "runtime", (f"{_ART}::test_alloc_bytes_uniform_aligned",
@@ -558,14 +857,20 @@ def get_constraint(cid: str) -> Constraint:
     raise AnecError(f"unknown constraint id '{cid}'", hint=hint)
 
 
+def _record_line(r: Evidence) -> str:
+    against = "" if r.supports else "against; "
+    return f"[{against}{r.kind}; {r.scope}] {r.source}: {r.shows}"
+
+
 def format_catalog(target: Target | None = None,
                    entries: Iterable[Constraint] | None = None) -> str:
     """The catalog (or ``entries``) as plain text (``anec constraints``)."""
     lines: list[str] = []
     for c in entries if entries is not None else CONSTRAINTS.values():
-        lines.append(f"{c.id}  {c.title}  [{c.evidence}, {c.handling}]")
+        lines.append(f"{c.id}  {c.title}  [{c.status}, {c.handling}]")
         lines.append(f"    symptom:  {c.symptom}")
-        lines.append(f"    source:   {c.source}")
+        for r in c.evidence:
+            lines.append(f"    evidence: {_record_line(r)}")
         lines.append(f"    handling: {c.detail} ({c.handled_by})")
         if target is not None:
             lines.append(f"    {target.name}:       {c.on_target(target)}")
@@ -585,17 +890,23 @@ def format_markdown(target: Target | None = None,
         "",
         "Generated by `anec constraints --markdown`; do not edit by hand.",
         "",
-        "Each entry: what the ANE does, where the claim comes from, how strong the evidence "
-        "is (*verified*: a published on-device measurement or the documented MIL op set; "
-        "*reported*: an issue, an unmerged PR or a forum post), and how anec handles it. "
-        "Reported claims that cost something to guard against are switched per target "
-        "(`anec/targets.py`).",
+        "Each entry: what the ANE does, the evidence records it rests on, and how anec handles "
+        "it. Every record names its source, what it shows, its kind and the scope it was seen "
+        "on (API path: *in-memory* `_ANEInMemoryModel`, which anec drives, or *disk* "
+        "`_ANEClient`, ...; chip; OS). Kinds: *demonstrated* (a test or a measurement shows it), "
+        "*documented* (the published MIL op set or file format), *reported* (a claim without a "
+        "test: a README, an issue, an unmerged PR), *hypothesis* (no source demonstrates it; "
+        "only `python -m anec.selftest` on a Mac settles it). A record marked *against* "
+        "contradicts the entry. The status derives from the records: *verified* (a supporting "
+        "record demonstrates or documents it, none contradicts), *reported*, *contested* "
+        "(records disagree) or *hypothesis*. Claims that cost something to guard against are "
+        "switched per target (`anec/targets.py`).",
         "",
-        "| id | constraint | evidence | handling |",
+        "| id | constraint | status | handling |",
         "|---|---|---|---|",
     ]
     for c in entries:
-        out.append(f"| [`{c.id}`](#{c.id.lower()}) | {c.title} | {c.evidence} | {c.handling} |")
+        out.append(f"| [`{c.id}`](#{c.id.lower()}) | {c.title} | {c.status} | {c.handling} |")
     out.append("")
     targets = [target] if target is not None else list(TARGETS.values())
     for c in entries:
@@ -605,7 +916,12 @@ def format_markdown(target: Target | None = None,
             f"**{c.title}.**",
             "",
             f"- Symptom: {c.symptom}.",
-            f"- Source: {c.source} ({c.evidence}).",
+            f"- Status: {c.status}. Evidence:",
+        ]
+        for r in c.evidence:
+            against = "against; " if not r.supports else ""
+            out.append(f"  - *{against}{r.kind}* ({r.scope}): {r.source}: {r.shows}.")
+        out += [
             f"- Handling ({c.handling}, `{c.handled_by}`): {c.detail}",
             f"- Checked at: {c.stage} time.",
         ]

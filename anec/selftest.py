@@ -8,8 +8,16 @@ that decide whether results are right:
 legalized     a program using gelu, rsqrt (layer norm), conv bias, concat,
               reduce_mean and softmax, compiled by the default pipeline with
               random weights, matches the reference interpreter;
-unlegalized   raw MIL using concat, gelu or rsqrt is rejected by the device
+unlegalized   raw MIL using gelu or rsqrt is rejected by the device
               compiler, while the same MIL with relu instead compiles and runs;
+concat        whether the device takes concat (ANE-CONCAT is contested: Orion
+              reports it rejected, maderix's kernels run it): raw MIL joining
+              two tensors along channels is compiled and run, and compared
+              bit for bit with the inputs joined; if that holds, an anec
+              program compiled with --concat native must match the reference
+              interpreter. The verdict (accepted / rejected / accepted but
+              wrong) is cached with the reload verdict, and anec compile keeps
+              concat only for this Mac's target when it is "accepted";
 binding       inputs and outputs are bound in alphabetical order of their MIL
               names: through the runtime (by name) and at the device level
               (buffers passed in alphabetical order) a two-input, two-output
@@ -208,7 +216,23 @@ def raw_mil(op: str, dialect: str) -> str:
 
 
 RAW_OPS = ("concat", "gelu", "rsqrt", "relu")
-"""The rejected ops, then the control (same shapes, an op the ANE accepts)."""
+"""The ops :func:`raw_mil` writes: concat (contested, probed by the concat check), the ops the
+catalog verifies rejected, then the control (same shapes, an op the ANE accepts)."""
+
+UNLEGALIZED_OPS = ("gelu", "rsqrt")
+"""The ops the unlegalized check expects the device compiler to reject."""
+
+CONCAT_IR = f"""\
+// selftest (concat): a channel concat kept as MIL (the native reading of ANE-CONCAT)
+func cat(%a: fp32[1, 64, 1, {N}], %b: fp32[1, 32, 1, {N}]) {{
+  %ah = cast(%a, dtype=fp16)
+  %bh = cast(%b, dtype=fp16)
+  %c = concat(%ah, %bh, axis=1)
+  %r = relu(%c)
+  %y = cast(%r, dtype=fp32)
+  return %y
+}}
+"""
 
 
 @dataclass
@@ -253,8 +277,10 @@ class _Env:
 
         return Runtime(backend=self.backend, reload_verified=reload_verified)
 
-    def build(self, text: str, name: str, seed_offset: int = 0, pack_weights: bool = False):
-        """(module, graph, weights, artifact) for IR `text`, random weights."""
+    def build(self, text: str, name: str, seed_offset: int = 0, pack_weights: bool = False,
+              concat: str = "rewrite"):
+        """(module, graph, weights, artifact) for IR `text`, random weights; concat is rewritten
+        unless ``concat="native"`` (no cached verdict steers a probe)."""
         from anec.compiler import compile_module
         from anec.ir.parser import parse
         from anec.weights import random_weights
@@ -264,7 +290,7 @@ class _Env:
         store = random_weights(module, self.seed + seed_offset)
         # targets without fp32 I/O (m1, m2) take and return fp16; the runtime converts
         result = compile_module(module, weights=store, target=self.tgt, host_casts=not self.tgt.fp32_io,
-                                pack_weights=pack_weights and not self.tgt.one_file_per_weight)
+                                pack_weights=pack_weights and not self.tgt.one_file_per_weight, concat=concat)
         return module, module.funcs[func], store, result.artifacts[func], result
 
     def normal(self, shape: list[int] | tuple[int, ...]) -> np.ndarray:
@@ -316,7 +342,7 @@ def check_unlegalized(env: _Env, c: Check) -> None:
     results: dict[str, dict[str, Any]] = {}
     dialect = env.tgt.mil_dialect
     with env.runtime() as rt:
-        for op in RAW_OPS:
+        for op in (*UNLEGALIZED_OPS, "relu"):
             try:
                 prog = rt.compile(raw_mil(op, dialect), limits=env.limits())
             except RuntimeFailure as e:
@@ -328,10 +354,10 @@ def check_unlegalized(env: _Env, c: Check) -> None:
             out = prog({i["name"]: x for i in prog.inputs})
             results[op] = {"rejected": False, "ran": bool(all(np.all(np.isfinite(v)) for v in out.values()))}
             prog.close()
-    rejected = [op for op in ("concat", "gelu", "rsqrt") if results[op]["rejected"]]
+    rejected = [op for op in UNLEGALIZED_OPS if results[op]["rejected"]]
     control_ok = not results["relu"]["rejected"] and results["relu"].get("ran", False)
-    c.passed = len(rejected) == 3 and control_ok
-    for op in ("concat", "gelu", "rsqrt"):
+    c.passed = len(rejected) == len(UNLEGALIZED_OPS) and control_ok
+    for op in UNLEGALIZED_OPS:
         r = results[op]
         if r["rejected"]:
             c.lines.append(f"{op}: rejected at compile ({r['message']})")
@@ -344,6 +370,65 @@ def check_unlegalized(env: _Env, c: Check) -> None:
         c.lines.append(f"control (relu, same shapes) FAILED: {results['relu'].get('message', 'wrong output')}; "
                        "the rejections above may have another cause")
     c.data.update(results=results, dialect=dialect)
+
+
+def _joined(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """What a channel concat of a and b must give (the reference of the concat check)."""
+    return np.concatenate([a, b], axis=1)
+
+
+def _declared_concat() -> str:
+    """What the sim's device switches declare concat to be (the last concat= switch wins)."""
+    items = [i.strip() for i in os.environ.get("ANEC_SIM_DEVICE", "").split(",")]
+    accept = [i == "concat=accept" for i in items if i.startswith("concat=")]
+    return "accepted" if accept and accept[-1] else "rejected"
+
+
+def check_concat(env: _Env, c: Check) -> None:
+    from anec.diagnostics import RuntimeFailure
+
+    dialect = env.tgt.mil_dialect
+    a = env.normal((1, 64, 1, 384)).astype(np.float16)
+    b = env.normal((1, 64, 1, 384)).astype(np.float16)
+    raw: dict[str, Any] = {}
+    with env.runtime(reload_verified=[]) as rt:
+        try:
+            prog = rt.compile(raw_mil("concat", dialect), limits=env.limits())
+        except RuntimeFailure as e:
+            raw = {"rejected": True, "code": e.code, "message": str(e.message).splitlines()[0]}
+        else:
+            got = prog(a=a, b=b)["c"]
+            prog.close()
+            raw = {"rejected": False, "exact": bool(np.array_equal(got, _joined(a, b)))}
+    program: dict[str, Any] | None = None
+    if raw["rejected"]:
+        verdict = "rejected"
+        c.lines.append(f"raw MIL concat: rejected at compile ({raw['message']})")
+    elif not raw["exact"]:
+        verdict = "accepted but wrong"
+        c.lines.append("raw MIL concat: compiled, but its output is NOT the inputs joined")
+    else:
+        c.lines.append("raw MIL concat: compiled and ran; output equal to the inputs joined (bit for bit)")
+        _, graph, store, art, _ = env.build(CONCAT_IR, "concat", concat="native")
+        xa, xb = env.normal(graph.inputs[0].type.shape), env.normal(graph.inputs[1].type.shape)
+        with env.runtime(reload_verified=[]) as rt:
+            y = rt.load(art)(a=xa, b=xb)["y"]
+        ok, err, tol, scale = _compare(y, _reference(graph, {"a": xa, "b": xb}, store)["y"])
+        program = {"max_abs_err": err, "tolerance": tol, "right": ok}
+        verdict = "accepted" if ok else "accepted but wrong"
+        c.lines.append(f"anec program with a native concat (--concat native): max |err| {_fmt(err)} vs the fp32 "
+                       f"interpreter (tolerance {_fmt(tol)})" + ("" if ok else ": WRONG"))
+    c.lines.append({"accepted": "verdict: accepted: anec compile keeps concat as MIL for this Mac's target",
+                    "rejected": "verdict: rejected: anec rewrites concat (partial convs) or reports it",
+                    "accepted but wrong": "verdict: accepted but wrong: anec rewrites concat (partial convs) "
+                                          "or reports it; please report this Mac"}[verdict])
+    c.data.update(raw=raw, program=program, verdict=verdict, dialect=dialect)
+    c.passed = True  # every verdict is a finding anec acts on; only a disagreement with the sim's model fails
+    if env.driver == "sim":
+        c.data["declared"] = declared = _declared_concat()
+        if declared != verdict:
+            c.passed = False
+            c.lines.append(f"the sim declares concat {declared} but the probe found {verdict}")
 
 
 def check_binding(env: _Env, c: Check) -> None:
@@ -601,7 +686,8 @@ def check_fp16_range(env: _Env, c: Check) -> None:
 
 CHECKS: list[tuple[str, str, Callable[[_Env, Check], None]]] = [
     ("legalized", "legalized program matches the reference interpreter", check_legalized),
-    ("unlegalized", "unlegalized MIL (concat, gelu, rsqrt) is rejected by the device compiler", check_unlegalized),
+    ("unlegalized", "unlegalized MIL (gelu, rsqrt) is rejected by the device compiler", check_unlegalized),
+    ("concat", "concat: accepted and correct, rejected, or accepted but wrong", check_concat),
     ("binding", "inputs and outputs bind in alphabetical order of MIL names", check_binding),
     ("min-surface", "surfaces below the minimum size are padded or fail", check_min_surface),
     ("reload", "reload strategies that really change outputs, and the runtime's choice", check_reload),
@@ -692,7 +778,8 @@ def render(report: dict[str, Any]) -> str:
     n_pass = sum(c["passed"] for c in report["checks"])
     lines.append("")
     if report.get("verdict_file"):
-        lines.append(f"reload verdict cached in {report['verdict_file']} (later runtimes on this Mac use it)")
+        lines.append(f"reload and concat verdicts cached in {report['verdict_file']} (later runtimes and "
+                     "compiles on this Mac use them)")
     lines.append(f"{n_pass}/{len(report['checks'])} checks passed")
     return "\n".join(lines) + "\n"
 

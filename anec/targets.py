@@ -55,6 +55,10 @@ class Target:
     process_compile_budget: int = 119
     """Compiles the device accepts per process (ANE-COMPILE-BUDGET); the runtime refuses the
     next one, and the sim's device model fails it."""
+    concat: str = "rewrite"
+    """How concat is compiled (ANE-CONCAT, contested): ``"rewrite"`` (partial convs, else an
+    error; the conservative reading and every profile's default) or ``"native"`` (a MIL
+    concat: chosen with ``--concat native``, or from this Mac's selftest verdict)."""
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
     """Field name -> where the value comes from."""
 
@@ -153,12 +157,18 @@ _CHANNELS_M3 = (
     "not applied, it looks benchmark-specific)"
 )
 _SOFTMAX = (
-    "reported: hollance/neural-engine#44 says softmax over a non-power-of-2 axis gives "
-    "InvalidMILProgram; off by default (Orion runs softmax over 64-wide axes)"
+    "contested (ANE-SOFTMAX-POW2): hollance/neural-engine#44 says softmax over a non-power-of-2 "
+    "axis gives InvalidMILProgram; maderix's train_large_ane runs softmax over 32000 channels; "
+    "off by default"
 )
 _BUDGET = (
-    "verified on M4: compiles fail after 119-132 per process (maderix PR #23; maderix README, Orion "
-    "paper constraint 5); the lowest measured count, taken over unmeasured by the other chips"
+    "reported (ANE-COMPILE-BUDGET): about 119 per process (maderix README, Orion paper constraint 5); "
+    "119-132 on M4 (maderix PR #23, unmerged); the lowest count, taken over by the other chips"
+)
+_CONCAT = (
+    "contested (ANE-CONCAT): Orion's catalog reports concat rejected (M4 Max), maderix's training "
+    "kernels compile and run it (M1 Pro to M5); rewrite until python -m anec.selftest on the Mac "
+    "finds it accepted and correct (anec compile --concat)"
 )
 _REDUCE_MEAN = (
     "reported: hollance/neural-engine#44 says reduce_mean is absent in raw MIL text; Orion's "
@@ -189,6 +199,7 @@ _M4 = Target(
         "one_file_per_weight": _ONE_FILE_OK, "surface_alignment": _ALIGN,
         "mil_dialect": _DIALECT_NEW, "softmax_pow2_only": _SOFTMAX,
         "reduce_mean_as_sum": _REDUCE_MEAN, "process_compile_budget": _BUDGET,
+        "concat": _CONCAT,
     },
 )
 # The M4 measurements, taken over unmeasured by the other chips.

@@ -1,8 +1,11 @@
 """PyTorch import benchmark: ``anec.import_torch`` of GPT-2 small vs coremltools' ``ct.convert``.
 
-    python benchmarks/bench_import.py [--seq 64] [--quick]
+    python benchmarks/bench_import.py [--seq 64] [--rounds 3] [--quick]
 
-Measured in one run on the same machine, on the same torch module: a
+anec and coremltools each run in their own process (which builds the same
+torch module, untimed), once per round, in an order that alternates between
+rounds (benchmarks/harness.py); every figure is the median (min-max) over the
+rounds, and anec/coremltools ratios are taken per round. The module: a
 GPT-2-small-shaped ``GPT2LMHeadModel`` (transformers' default config: 12
 layers, d=768, 12 heads, vocab 50257, random weights) wrapped to take the
 token ids and return the logits, with an explicit additive causal mask and
@@ -21,6 +24,8 @@ construction; anec imports either way).
    max relative error and cosine against torch fp32, through the reference
    interpreter (fp16 mode) and, for the models that fit one program, the sim.
 
+``--quick`` runs the same code on a 2-layer d=128 GPT-2 (a smoke run).
+
 Writes ``benchmarks/results/import.json`` and ``import.md``.
 """
 
@@ -31,7 +36,6 @@ import contextlib
 import io
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -41,11 +45,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-def gpt2_small(seq: int):
+import harness  # noqa: E402
+
+TINY = dict(n_layer=2, n_embd=128, n_head=2, vocab_size=1000)
+"""The GPT-2 of ``--quick``."""
+
+
+def gpt2_small(seq: int, tiny: bool = False):
     import torch
     import transformers
 
@@ -60,8 +71,9 @@ def gpt2_small(seq: int):
             return self.lm(ids, attention_mask=mask, position_ids=torch.arange(n)[None]).logits
 
     torch.manual_seed(0)
-    lm = transformers.GPT2LMHeadModel(transformers.GPT2Config(use_cache=False)).eval()
-    ids = torch.randint(0, 50257, (1, seq), generator=torch.Generator().manual_seed(1))
+    cfg = transformers.GPT2Config(use_cache=False, **(TINY if tiny else {}))
+    lm = transformers.GPT2LMHeadModel(cfg).eval()
+    ids = torch.randint(0, cfg.vocab_size, (1, seq), generator=torch.Generator().manual_seed(1))
     return LogitsOnly(lm).eval(), ids
 
 
@@ -115,7 +127,7 @@ def bench_compile(im, model, ids) -> dict:
             return self.layer(x)[0] if isinstance(self.layer(x), tuple) else self.layer(x)
 
     block = Block(model.lm.transformer.h[0]).eval()
-    x = torch.randn(1, ids.shape[1], 768, generator=torch.Generator().manual_seed(2))
+    x = torch.randn(1, ids.shape[1], model.lm.config.n_embd, generator=torch.Generator().manual_seed(2))
     bim, t_bimport = _timed(lambda: anec.import_torch(block, (x,)))
     res, t_bcompile = _timed(lambda: compile_module(bim.module, weights=WeightStore(bim.weights)))
     art = res.artifacts["main"]
@@ -175,26 +187,53 @@ def bench_numerics() -> list[dict]:
     return rows
 
 
-def write(results: dict) -> None:
-    out = ROOT / "benchmarks" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    data = {k: v for k, v in results.items()}
-    for name, text in (("import.json", json.dumps(data, indent=2, default=str) + "\n"), ("import.md", to_md(results))):
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, out / name)
+def worker(side: str, seq: int, tiny: bool) -> dict:
+    """One side's measurement in this process: anec's import (and compile) or coremltools' convert."""
+    model, ids = gpt2_small(seq, tiny)
+    tmp = Path(tempfile.mkdtemp(prefix="anec-bench-import-"))
+    try:
+        if side == "coremltools":
+            return bench_coremltools(model, ids, tmp)
+        an = bench_anec(model, ids, tmp)
+        im = an.pop("imported")
+        return {"anec": an, "compile": bench_compile(im, model, ids)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _f(x: float) -> str:
-    return f"{x:.2f}"
+def _anec_total(a: dict) -> float:
+    return a["decompose_s"] + a["lower_verify_s"] + a["save_s"]
 
 
-def to_md(r: dict) -> str:
-    lines = ["# PyTorch import benchmark", "", f"Machine: {r['machine']}", ""]
-    a, c, k = r.get("anec"), r.get("coremltools"), r.get("compile")
+def _ct_total(c: dict) -> float:
+    return c["decompose_s"] + c["convert_s"] + c["save_s"]
+
+
+def paired(anec_rounds: list[dict], ct_rounds: list[dict]) -> dict:
+    """The per-round totals and ratios (anec's process and coremltools' of the same round)."""
+    per_round = []
+    for a, c in zip(anec_rounds, ct_rounds):
+        row = {"anec_total_s": _anec_total(a["anec"]), "coremltools_total_s": _ct_total(c)}
+        row["anec_over_coremltools"] = row["anec_total_s"] / row["coremltools_total_s"]
+        if a["compile"].get("whole_result", "").startswith("compiled"):
+            row["import_compile_s"] = row["anec_total_s"] + a["compile"]["default_pipeline_whole_s"]
+            row["import_compile_over_coremltools"] = row["import_compile_s"] / row["coremltools_total_s"]
+        per_round.append(row)
+    return harness.summarize(per_round)
+
+
+def _f(x) -> str:
+    return harness.fmt(x, 2)
+
+
+def to_md(r: dict) -> list[str]:
+    lines = harness.header(
+        "PyTorch import benchmark", r["load_start"], r["load_end"], r["rounds"],
+        "anec and coremltools each in their own process (each builds the same torch module, untimed); "
+        "ratios are per round. The numerics are deterministic: computed once.")
+    a, c, k, p = r.get("anec"), r.get("coremltools"), r.get("compile"), r.get("paired")
     if a and c:
-        anec_total = a["decompose_s"] + a["lower_verify_s"] + a["save_s"]
-        ct_total = c["decompose_s"] + c["convert_s"] + c["save_s"]
+        anec_total, ct_total = p["anec_total_s"], p["coremltools_total_s"]
         lines += [
             f"## {r['model']}", "",
             "| stage | anec.import_torch | coremltools ct.convert |", "|---|---|---|",
@@ -204,21 +243,23 @@ def to_md(r: dict) -> str:
             f"{_f(c['convert_s'])} s |",
             f"| save (anec: model.ir + weights.safetensors; ct: .mlpackage) | {_f(a['save_s'])} s | {_f(c['save_s'])} s |",
             f"| **total after export** | **{_f(anec_total)} s** | **{_f(ct_total)} s** |",
-            f"| saved size | {a['saved_mb']:.0f} MiB (fp16 weights) | {c['saved_mb']:.0f} MiB |", "",
+            f"| saved size | {harness.fmt(a['saved_mb'], 0)} MiB (fp16 weights) | {harness.fmt(c['saved_mb'], 0)} MiB |",
+            "",
             f"anec: {a['nodes']} IR nodes, {a['weights']} weight tensors (state_dict keys), "
             f"{a['transposes']} transposes, {a['host_steps']} host step (the token embedding lookup). "
-            f"anec/coremltools time after export: {anec_total / ct_total:.2f}. coremltools {c['coremltools']}.", "",
+            f"anec/coremltools time after export (per round): {_f(p['anec_over_coremltools'])}. "
+            f"coremltools {c['coremltools']}.", "",
         ]
-        if k and k.get("whole_result", "").startswith("compiled"):
-            both = anec_total + k["default_pipeline_whole_s"]
+        if "import_compile_s" in p:
             lines += [f"Import + compile of the whole model to ANE programs ({k['whole_result']}): "
-                      f"{_f(both)} s, against {_f(ct_total)} s for ct.convert (which does not compile for the "
-                      f"ANE: Core ML compiles at load): {both / ct_total:.2f}x.", ""]
+                      f"{_f(p['import_compile_s'])} s, against {_f(ct_total)} s for ct.convert (which does not "
+                      f"compile for the ANE: Core ML compiles at load): {_f(p['import_compile_over_coremltools'])}x "
+                      "(per round).", ""]
     if k:
         lines += [
             "## Compile", "",
             "| what | time |", "|---|---|",
-            f"| front passes (dce, fuse-casts, annotate-sram) on the whole 12-layer func | {_f(k['front_passes_whole_s'])} s |",
+            f"| front passes (dce, fuse-casts, annotate-sram) on the whole func | {_f(k['front_passes_whole_s'])} s |",
             f"| default pipeline on the whole func ({k['whole_result'][:80]}) | {_f(k['default_pipeline_whole_s'])} s |",
             f"| import of one GPT-2 block | {_f(k['block_import_s'])} s |",
             f"| full compile of one GPT-2 block ({k['block_mil_statements']} MIL statements, {k['block_weights']} "
@@ -232,34 +273,39 @@ def to_md(r: dict) -> str:
         for row in r["numerics"]:
             lines.append(f"| {row['model']} | {row['backend']} | {row['output']} | {row['rel']:.2e} | {row['cos']:.7f} |")
         lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description="PyTorch import benchmark")
     ap.add_argument("--seq", type=int, default=64, help="sequence length of the imported program")
-    ap.add_argument("--quick", action="store_true", help="numerics only (no GPT-2 small)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the anec and coremltools processes")
+    ap.add_argument("--quick", action="store_true", help="a 2-layer d=128 GPT-2, 2 rounds: a smoke run")
+    ap.add_argument("--worker", choices=["anec", "coremltools"], help=argparse.SUPPRESS)
     a = ap.parse_args()
-    results: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}, "
-                                f"load average {os.getloadavg()[0]:.1f} at start",
-                     "python": platform.python_version()}
-    if not a.quick:
-        model, ids = gpt2_small(a.seq)
-        results["model"] = (f"GPT-2 small shape (12 layers, d=768, 12 heads, vocab 50257), random weights, "
-                            f"sequence {a.seq}")
-        tmp = Path(tempfile.mkdtemp(prefix="anec-bench-import-"))
-        try:
-            an = bench_anec(model, ids, tmp)
-            im = an.pop("imported")
-            results["anec"] = an
-            results["compile"] = bench_compile(im, model, ids)
-            del im
-            results["coremltools"] = bench_coremltools(model, ids, tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    results["numerics"] = bench_numerics()
-    write(results)
-    print(to_md(results))
+    if a.worker:
+        print(json.dumps(worker(a.worker, a.seq, a.quick), default=str))
+        return 0
+    n_rounds = min(a.rounds, 2) if a.quick else a.rounds
+    me = str(Path(__file__).relative_to(ROOT))
+    common = ["--seq", str(a.seq), *(["--quick"] if a.quick else [])]
+    load_start = harness.load_average()
+    rounds = harness.run_rounds({"anec": [me, "--worker", "anec", *common],
+                                 "coremltools": [me, "--worker", "coremltools", *common]}, n_rounds)
+    numerics = bench_numerics()
+    load_end = harness.load_average()
+    desc = ("2-layer d=128 GPT-2 (--quick)" if a.quick
+            else "GPT-2 small shape (12 layers, d=768, 12 heads, vocab 50257)")
+    results = {**harness.machine(), "load_start": load_start, "load_end": load_end, "rounds": n_rounds,
+               "model": f"{desc}, random weights, sequence {a.seq}",
+               "anec": harness.summarize([r["anec"] for r in rounds["anec"]]),
+               "compile": harness.summarize([r["compile"] for r in rounds["anec"]]),
+               "coremltools": harness.summarize(rounds["coremltools"]),
+               "paired": paired(rounds["anec"], rounds["coremltools"]),
+               "numerics": numerics, "raw": rounds}
+    lines = to_md(results)
+    harness.write_results("import", results, lines)
+    print("\n".join(lines))
     return 0
 
 

@@ -1,6 +1,8 @@
 """Partitioning: planning time, and GPT-2 small as whole funcs vs the per-layer program set.
 
-Four measurements, each variant in a fresh subprocess:
+Four measurements, each variant in a fresh subprocess, once per round; the
+order of the processes alternates between rounds and every figure is the
+median (min-max) over the rounds (benchmarks/harness.py):
 
 1. *Planning*: :func:`anec.passes.partition.plan_partition` alone on
    generated graphs of 1k..64k nodes: a chain (``conv1x1`` + ``relu`` blocks,
@@ -27,7 +29,8 @@ Four measurements, each variant in a fresh subprocess:
 
 Usage (writes benchmarks/results/partition.json and partition.md)::
 
-    PYTHONPATH=. python benchmarks/bench_partition.py [--sizes 1000,...,64000] [--tokens 8]
+    PYTHONPATH=. python benchmarks/bench_partition.py [--sizes 1000,...,64000] [--tokens 16] [--rounds 3]
+    PYTHONPATH=. python benchmarks/bench_partition.py --quick   # small sizes, a 2-layer GPT-2: a smoke run
 """
 
 from __future__ import annotations
@@ -35,10 +38,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,13 +47,16 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import harness  # noqa: E402
 
 S, W, T = 64, 16, 64  # prefill bucket, decode width, KV cache bucket
 LOADS = 3  # rt.load of every artifact, best of
 PLAN_REPEATS = 5  # plan_partition, best of
-TIMES = ("compile_module_s", "compile_module_cpu_s", "load_s", "load_cpu_s", "s_per_token", "cpu_s_per_token")
+TINY = {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 2, "vocab_size": 1000, "n_positions": 128}
+"""The GPT-2 of ``--quick`` (a smoke run of the same code)."""
 
 
 # ---- 1. planning ------------------------------------------------------------------------
@@ -112,11 +115,12 @@ def measure_plan(kind: str, n: int) -> dict:
 # ---- 2-4. GPT-2 small ----------------------------------------------------------------------
 
 
-def _frontend(tmp: Path):
+def _frontend(tmp: Path, tiny: bool = False):
     from anec.models.generate import decoder_frontend
     from tests.models.synthetic import GPT2_SMALL, shape_checkpoint
 
-    return decoder_frontend(shape_checkpoint(tmp / "gpt2-small", GPT2_SMALL, ["transformer.wte.weight"]), 49152)
+    return decoder_frontend(shape_checkpoint(tmp / "gpt2", TINY if tiny else GPT2_SMALL,
+                                             ["transformer.wte.weight"]), 49152)
 
 
 def _joined_head(fe, g):
@@ -161,7 +165,7 @@ def _surface_memory(art) -> int:
     return int(m["surface_bytes"]) * sum(len(e["inputs"]) + len(e["outputs"]) for e in m["stages"])
 
 
-def measure_gpt2(variant: str, tokens: int, out_npz: str) -> dict:
+def measure_gpt2(variant: str, tokens: int, out_npz: str, tiny: bool = False) -> dict:
     from anec.compiler import compile_module
     from anec.ir.builder import Builder
     from anec.models.layout import MASK_NEG
@@ -170,7 +174,7 @@ def measure_gpt2(variant: str, tokens: int, out_npz: str) -> dict:
     from tests.models.synthetic import random_weights
 
     with tempfile.TemporaryDirectory(prefix="anec-bench-") as tmp:
-        fe = _frontend(Path(tmp))
+        fe = _frontend(Path(tmp), tiny)
         graphs = _funcs(fe, variant)
         if variant == "joined":
             graphs.append(fe.lm_head(W))  # only for the weights: the same tensors as the other variants
@@ -276,18 +280,9 @@ def measure_gpt2(variant: str, tokens: int, out_npz: str) -> dict:
 # ---- driver -------------------------------------------------------------------------------
 
 
-def _sub(args: list[str], budget: float) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, __file__, "--one", *args], env=env, capture_output=True, text=True,
-                          timeout=budget)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(args)} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _growth(rows: list[dict], key: str = "plan_cpu_s") -> float:
-    a, b = rows[0], rows[-1]
-    return (b[key] / b["nodes"]) / (a[key] / a["nodes"])
+def _growth(rounds: list[list[dict]], key: str = "plan_cpu_s") -> dict | None:
+    """Per-node time of the largest size over the smallest, per round."""
+    return harness.paired_ratio(rounds[-1], rounds[0], lambda r: r[key] / r["nodes"])
 
 
 def main(argv: list[str]) -> int:
@@ -295,94 +290,98 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--one", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--sizes", default="1000,2000,4000,8000,16000,32000,64000")
     ap.add_argument("--tokens", type=int, default=16, help="timed decode steps per variant")
-    ap.add_argument("--rounds", type=int, default=3, help="runs of each GPT-2 variant (best of)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every process")
     ap.add_argument("--budget", type=float, default=1800.0, help="seconds per subprocess")
+    ap.add_argument("--quick", action="store_true",
+                    help="sizes 1000 and 2000, a 2-layer d=128 GPT-2, 2 tokens, 2 rounds: a smoke run")
     args = ap.parse_args(argv)
     if args.one:
         what = args.one[0]
         if what == "plan":
             print(json.dumps(measure_plan(args.one[1], int(args.one[2]))))
         else:
-            print(json.dumps(measure_gpt2(args.one[1], int(args.one[2]), args.one[3])))
+            print(json.dumps(measure_gpt2(args.one[1], int(args.one[2]), args.one[3], args.one[4:] == ["tiny"])))
         return 0
+    if args.quick:
+        args.sizes, args.tokens, args.rounds = "1000,2000", 2, min(args.rounds, 2)
 
     sizes = [int(s) for s in args.sizes.split(",")]
-    plans: dict[str, list[dict]] = {}
-    for kind in ("chain", "unet"):
-        plans[kind] = []
-        for n in sizes:
-            row = _sub(["plan", kind, str(n)], args.budget)
-            plans[kind].append(row)
-            print(f"  plan {kind} {row['nodes']}: {row['plan_s'] * 1e3:.1f} ms, {row['stages']} stages", flush=True)
-    gpt2: dict[str, dict] = {}
+    me = str(Path(__file__).relative_to(ROOT))
+    load_start = harness.load_average()
     with tempfile.TemporaryDirectory(prefix="anec-bench-") as tmp:
-        for _ in range(args.rounds):  # variants interleaved, so a busy spell of the machine hits all of them
-            for variant in ("whole", "split", "joined"):
-                npz = str(Path(tmp) / f"{variant}.npz")
-                r = _sub(["gpt2", variant, str(args.tokens), npz], args.budget)
-                r["_logits"] = np.load(npz)["logits"]
-                print(f"  gpt2 {variant}: {r['programs']} programs, compile {_t(r, 'compile_module')} s, "
-                      f"load {_t(r, 'load')} s, {_t(r, 'token')} s/token", flush=True)
-                best = gpt2.setdefault(variant, r)
-                for key in TIMES:
-                    best[key] = min(best[key], r[key])
-    ref = gpt2["whole"].pop("_logits")
-    for variant in ("split", "joined"):
-        got = gpt2[variant].pop("_logits")
-        gpt2[variant]["logits_max_abs_diff_vs_whole"] = float(np.abs(got - ref).max())
-
+        sides = {f"plan/{kind}/{n}": [me, "--one", "plan", kind, str(n)] for kind in ("chain", "unet") for n in sizes}
+        variants = ("whole", "split", "joined")
+        npz = {v: str(Path(tmp) / f"{v}.npz") for v in variants}
+        sides |= {f"gpt2/{v}": [me, "--one", "gpt2", v, str(args.tokens), npz[v], *(["tiny"] if args.quick else [])]
+                  for v in variants}
+        rounds = harness.run_rounds(sides, args.rounds, timeout=args.budget)
+        for name, rs in rounds.items():
+            if not harness.done(rs):
+                raise SystemExit(f"{name}: {rs[-1]['skipped']}")
+        logits = {v: np.load(npz[v])["logits"] for v in variants}  # the same in every round
+    load_end = harness.load_average()
+    plans = {kind: {"rows": [harness.summarize(rounds[f"plan/{kind}/{n}"]) for n in sizes],
+                    "growth_per_node": _growth([rounds[f"plan/{kind}/{n}"] for n in sizes]),
+                    "growth_per_node_wall": _growth([rounds[f"plan/{kind}/{n}"] for n in sizes], "plan_s")}
+             for kind in ("chain", "unet")}
+    gpt2 = {v: harness.summarize(rounds[f"gpt2/{v}"]) for v in variants}
+    for v in ("split", "joined"):
+        gpt2[v]["logits_max_abs_diff_vs_whole"] = float(np.abs(logits[v] - logits["whole"]).max())
     result = {
-        "benchmark": "partition", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "machine": f"{platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}, "
-                   f"load average {os.getloadavg()[0]:.1f} at start",
-        "plan": {k: {"rows": v, "growth_per_node": _growth(v), "growth_per_node_wall": _growth(v, "plan_s")}
-                 for k, v in plans.items()},
-        "rounds": args.rounds,
+        "benchmark": "partition", "date": time.strftime("%Y-%m-%d %H:%M:%S"), **harness.machine(),
+        "load_start": load_start, "load_end": load_end, "rounds": args.rounds,
+        "plan": plans, "model": "2-layer d=128 GPT-2 (--quick)" if args.quick else "GPT-2 small",
         "gpt2_small": {"buckets": {"prefill": S, "decode_width": W, "kv_cache": T}, **gpt2},
+        "raw": rounds,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    _write(RESULTS / "partition.json", json.dumps(result, indent=2) + "\n")
-    _write(RESULTS / "partition.md", to_md(result))
-    print(f"wrote {RESULTS / 'partition.md'}")
+    harness.write_results("partition", result, to_md(result))
+    print(f"wrote {harness.RESULTS / 'partition.md'}")
     return 0
 
 
 def _t(row: dict, what: str) -> str:
+    f = harness.fmt
     if what == "token":
-        return f"{row['s_per_token']:.3f} ({row['cpu_s_per_token']:.3f})"
-    return f"{row[what + '_s']:.2f} ({row[what + '_cpu_s']:.2f})"
+        return f"{f(row['s_per_token'], 3)}; CPU {f(row['cpu_s_per_token'], 3)}"
+    return f"{f(row[what + '_s'], 2)}; CPU {f(row[what + '_cpu_s'], 2)}"
 
 
 def _mb(n: float) -> str:
     return f"{n / (1 << 20):.2f} MiB"
 
 
-def to_md(r: dict) -> str:
-    md = [f"# Partitioning benchmark ({r['date']})", "", f"Machine: {r['machine']}.", "",
-          "## Planning time (`plan_partition`, m4 budgets)", "",
-          f"Best of {PLAN_REPEATS} per size with the garbage collector off during the call (as timeit), each "
-          "size in a fresh process. Chain: `conv1x1` + `relu` blocks with one weight each; U-Net: the same "
+def to_md(r: dict) -> list[str]:
+    f = harness.fmt
+    md = harness.header("Partitioning benchmark", r["load_start"], r["load_end"], r["rounds"],
+                        "Every planning size and every GPT-2 variant runs in its own process once per round.")
+    md += ["## Planning time (`plan_partition`, m4 budgets)", "",
+          f"Each process: best of {PLAN_REPEATS} calls with the garbage collector off during the call (as "
+          "timeit); the table shows that figure's median (min-max) over the rounds. Chain: `conv1x1` + `relu` blocks with one weight each; U-Net: the same "
           "layers with skips from layer i to layer n - i.", ""]
     for kind, p in r["plan"].items():
         md += [f"### {kind}", "", "| nodes | plan ms (wall) | plan ms (CPU) | CPU us/node | stages | crossing bytes |",
                "|---:|---:|---:|---:|---:|---:|"]
         for row in p["rows"]:
-            md.append(f"| {row['nodes']} | {row['plan_s'] * 1e3:.1f} | {row['plan_cpu_s'] * 1e3:.1f} | "
-                      f"{1e6 * row['plan_cpu_s'] / row['nodes']:.2f} | {row['stages']} | {row['crossing_bytes']} |")
-        md += ["", f"Per-node CPU time x{p['growth_per_node']:.2f} from {p['rows'][0]['nodes']} to "
-               f"{p['rows'][-1]['nodes']} nodes, x{p['growth_per_node_wall']:.2f} in wall time (1.0 = linear).", ""]
+            md.append(f"| {row['nodes']} | {f(harness.scale(row['plan_s'], 1e3))} | "
+                      f"{f(harness.scale(row['plan_cpu_s'], 1e3))} | "
+                      f"{f(harness.scale(row['plan_cpu_s'], 1e6 / row['nodes']), 2)} | {row['stages']} | "
+                      f"{row['crossing_bytes']} |")
+        if p["growth_per_node"]:
+            md += ["", f"Per-node CPU time x{f(p['growth_per_node'], 2)} from {p['rows'][0]['nodes']} to "
+                   f"{p['rows'][-1]['nodes']} nodes, x{f(p['growth_per_node_wall'], 2)} in wall time (1.0 = linear; "
+                   "per round).", ""]
     g = r["gpt2_small"]
     b = g["buckets"]
     w, s = g["whole"], g["split"]
     md += [
-        f"## GPT-2 small (12 layers, d=768, random weights): prefill S={b['prefill']}, decode W={b['decode_width']} "
+        f"## {r['model']} (random weights): prefill S={b['prefill']}, decode W={b['decode_width']} "
         f"with a {b['kv_cache']}-position KV cache, LM head", "",
         "`whole`: one func per bucket, partitioned by the compiler; `split`: one func per layer half "
         f"(the hand split of earlier versions). Each variant in a fresh process, {r['rounds']} rounds "
-        "interleaved, the best of each time.", "",
-        f"Times are wall seconds and, in parentheses, CPU seconds of the process (the machine is shared: "
-        f"the CPU time is the load-independent number). rt.load: best of {LOADS} fresh runtimes; per token: "
-        "median wall, least CPU over the timed steps.", "",
+        "in alternating order.", "",
+        f"Times are wall seconds and CPU seconds of the process (the machine is shared: the CPU time depends "
+        f"less on its load). In each process, rt.load: best of {LOADS} fresh runtimes; per token: median wall, "
+        "least CPU over the timed steps; the table shows those figures' median (min-max) over the rounds.", "",
         "| measure | whole | split |", "|---|---:|---:|",
         f"| funcs | {w['funcs']} | {s['funcs']} |",
         f"| ANE programs | {w['programs']} | {s['programs']} |",
@@ -394,7 +393,7 @@ def to_md(r: dict) -> str:
         f"{s['crossing_bytes_per_step']['prefill']} |",
         f"| bytes between programs, decode step | {w['crossing_bytes_per_step']['decode']} | "
         f"{s['crossing_bytes_per_step']['decode']} |",
-        f"| program calls per decode step (+ head) | 1 + 1 | {2 * 12} + 1 |",
+        f"| program calls per decode step (+ head) | 1 + 1 | {(s['funcs'] - 1) // 2} + 1 |",
         f"| sim s per generated token | {_t(w, 'token')} | {_t(s, 'token')} |",
         "", f"Logits of one decode step, split vs whole: max abs difference "
         f"{s['logits_max_abs_diff_vs_whole']:g}.", "",
@@ -415,14 +414,7 @@ def to_md(r: dict) -> str:
            f"{_mb(j['surface'][next(iter(j['surface']))]['surface_memory'])} |",
            f"| sim s per token | {_t(w, 'token')} | {_t(j, 'token')} |",
            f"| logits max abs difference vs separate | 0 | {j['logits_max_abs_diff_vs_whole']:g} |", ""]
-    return "\n".join(md)
-
-
-def _write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".bench-")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    return md
 
 
 if __name__ == "__main__":

@@ -8,23 +8,23 @@ exercising one rewrite of every kind (conv bias, gelu, reduce_mean, rsqrt,
 neg, a foldable fp16 -> fp32 -> fp16 cast pair and a dead node), sharing three
 weights so the program stays within the BLOBFILE budget.
 
-Each size runs in a fresh subprocess. ``--baseline REV`` also measures the
-code of an older commit (extracted with ``git archive`` into a temporary
-directory) on the sizes given by ``--baseline-sizes``, so a speed-up is
-measured in one run on one machine rather than quoted.
+Each (variant, size) runs in a fresh process, once per round, the order
+alternating between rounds (benchmarks/harness.py); figures are median
+(min-max) over the rounds. ``--baseline REV`` also measures the code of an
+older commit (extracted with ``git archive`` into a temporary directory) on
+the sizes given by ``--baseline-sizes``, in the same rounds, so a speed-up is
+measured per round on one machine rather than quoted.
 
 Usage (writes benchmarks/results/passes.json and passes.md)::
 
-    PYTHONPATH=. python benchmarks/bench_passes.py [--sizes 1000,10000,100000]
-        [--baseline REV --baseline-sizes 1000,2000,4000]
+    PYTHONPATH=. python benchmarks/bench_passes.py [--sizes 1000,10000,100000] [--rounds 3]
+        [--baseline REV --baseline-sizes 1000,2000,4000] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -32,7 +32,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import harness  # noqa: E402  (no anec import: a worker imports the anec/ its PYTHONPATH names)
 
 
 def generate(n_nodes: int) -> str:
@@ -100,57 +102,53 @@ def measure_one(n: int, verify_each: bool = True) -> dict:
         "nodes_in": n, "nodes_out": nodes, "parse_s": t1 - t0, "verify_s": t2 - t1,
         "pipeline_s": t3 - t2, "passes_s": per_pass,
         "pipeline_verify_s": (t3 - t2) - sum(per_pass.values()),
+        "small_passes_s": sum(per_pass.get(k, 0.0) for k in ("dce", "fuse-casts", "annotate-sram")),
         "total_s": t3 - t0,
         # CPU seconds of this process: what the code costs, whatever else the machine runs
         "cpu_parse_s": c1 - c0, "cpu_pipeline_s": c3 - c1, "cpu_total_s": c3 - c0,
     }
 
 
-def run_sizes(sizes: list[int], anec_root: Path, budget: float,
-              verify_each: bool = True) -> list[dict]:
-    out = []
-    for n in sizes:
-        env = dict(os.environ, PYTHONPATH=str(anec_root))
-        start = time.perf_counter()
-        flags = [] if verify_each else ["--no-verify-each"]
-        try:
-            proc = subprocess.run([sys.executable, __file__, "--one", str(n), *flags], env=env,
-                                  capture_output=True, text=True, timeout=budget)
-        except subprocess.TimeoutExpired:
-            out.append({"nodes_in": n, "skipped": f"over the {budget:.0f} s budget"})
-            print(f"  {n}: over the {budget:.0f} s budget, stopped", flush=True)
-            break
-        if proc.returncode != 0:
-            raise SystemExit(f"size {n} failed:\n{proc.stderr}")
-        row = json.loads(proc.stdout.strip().splitlines()[-1])
-        out.append(row)
-        print(f"  {n}: total {row['total_s']:.2f} s (wall {time.perf_counter() - start:.1f} s)",
-              flush=True)
-    return out
+def _summary(n: int, rounds: list[dict]) -> dict:
+    """One size's rounds as one row: median (min-max) of every time, or why it was skipped."""
+    finished = harness.done(rounds)
+    if not finished:
+        return {"nodes_in": n, "skipped": rounds[-1]["skipped"] if rounds else "not run"}
+    row = harness.summarize(finished)
+    if len(finished) < len(rounds):
+        row["stopped"] = f"{len(rounds) - len(finished)} round(s) {rounds[-1]['skipped']}"
+    return row
 
 
-def _growth(rows: list[dict]) -> str:
-    done = [r for r in rows if "skipped" not in r]
-    if len(done) < 2:
+def _per_node(r: dict) -> float:
+    return r["total_s"] / r["nodes_in"]
+
+
+def _growth(rounds: dict[int, list[dict]]) -> str:
+    """Per-node time of the largest size over the smallest, per round (the same round met the same
+    machine), as median (min-max)."""
+    sizes = [n for n, rs in rounds.items() if harness.done(rs)]
+    if len(sizes) < 2:
         return "n/a"
-    a, b = done[0], done[-1]
-    ratio = (b["total_s"] / b["nodes_in"]) / (a["total_s"] / a["nodes_in"])
-    return f"x{ratio:.2f} per node from {a['nodes_in']} to {b['nodes_in']} nodes (1.0 = linear)"
+    a, b = min(sizes), max(sizes)
+    g = harness.paired_ratio(rounds[b], rounds[a], _per_node)
+    return f"x{harness.fmt(g, 2)} per node from {a} to {b} nodes (1.0 = linear)"
 
 
 def _table(rows: list[dict]) -> list[str]:
+    f = harness.fmt
     lines = ["| nodes | parse s | verify s | dce+fuse+sram s | legalize s | re-verify s | "
              "total s | us/node |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['nodes_in']} | skipped: {r['skipped']} | | | | | | |")
+            lines.append(f"| {r.get('nodes_in')} | skipped: {r['skipped']} | | | | | | |")
             continue
         p = r["passes_s"]
-        small = p.get("dce", 0) + p.get("fuse-casts", 0) + p.get("annotate-sram", 0)
         lines.append(
-            f"| {r['nodes_in']} | {r['parse_s']:.2f} | {r['verify_s']:.2f} | {small:.2f} | "
-            f"{p.get('legalize', 0):.2f} | {r['pipeline_verify_s']:.2f} | {r['total_s']:.2f} | "
-            f"{1e6 * r['total_s'] / r['nodes_in']:.0f} |")
+            f"| {r['nodes_in']} | {f(r['parse_s'], 2)} | {f(r['verify_s'], 2)} | {f(r['small_passes_s'], 2)} | "
+            f"{f(p.get('legalize', 0), 2)} | {f(r['pipeline_verify_s'], 2)} | {f(r['total_s'], 2)} | "
+            f"{f(harness.scale(r['total_s'], 1e6 / r['nodes_in']), 0)} |"
+            + (f" ({r['stopped']})" if r.get("stopped") else ""))
     return lines
 
 
@@ -160,78 +158,94 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--baseline", metavar="REV", help="also measure this commit's anec/")
     ap.add_argument("--baseline-sizes", default="1000,2000,4000")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every (variant, size) process")
     ap.add_argument("--budget", type=float, default=900.0, help="seconds per size")
+    ap.add_argument("--quick", action="store_true", help="sizes 500 and 1000 (and so the baseline), 2 rounds: "
+                    "a smoke run")
     ap.add_argument("--no-verify-each", action="store_true",
                     help="(with --one) verify once after the pipeline, not after every pass")
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(measure_one(args.one, verify_each=not args.no_verify_each)))
         return 0
+    if args.quick:
+        args.sizes = args.baseline_sizes = "500,1000"
+        args.rounds = min(args.rounds, 2)
 
     sizes = [int(s) for s in args.sizes.split(",")]
-    print("current tree:", flush=True)
-    current = run_sizes(sizes, ROOT, args.budget)
-    print("current tree, verify_each off:", flush=True)
-    once = run_sizes(sizes, ROOT, args.budget, verify_each=False)
-    baseline = None
-    if args.baseline:
-        rev = subprocess.run(["git", "rev-parse", "--short", args.baseline], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout.strip()
-        with tempfile.TemporaryDirectory() as tmp:
+    base_sizes = [int(s) for s in args.baseline_sizes.split(",")] if args.baseline else []
+    me = str(Path(__file__).relative_to(ROOT))
+    sides: dict[str, list[str]] = {}
+    envs: dict[str, dict[str, str]] = {}
+    for n in sizes:
+        sides[f"current/{n}"] = [me, "--one", str(n)]
+        sides[f"once/{n}"] = [me, "--one", str(n), "--no-verify-each"]
+    load_start = harness.load_average()
+    with tempfile.TemporaryDirectory() as tmp:
+        rev = None
+        if args.baseline:
+            rev = subprocess.run(["git", "rev-parse", "--short", args.baseline], cwd=ROOT,
+                                 capture_output=True, text=True, check=True).stdout.strip()
             archive = subprocess.run(["git", "archive", rev, "anec"], cwd=ROOT,
                                      capture_output=True, check=True).stdout
             subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-            print(f"baseline {rev}:", flush=True)
-            rows = run_sizes([int(s) for s in args.baseline_sizes.split(",")], Path(tmp),
-                             args.budget)
-        baseline = {"rev": rev, "rows": rows}
+            for n in base_sizes:
+                sides[f"baseline/{n}"] = [me, "--one", str(n)]
+                envs[f"baseline/{n}"] = {"PYTHONPATH": tmp}  # that anec/ only
+        # every (variant, size) process once per round, in alternating order
+        rounds = harness.run_rounds(sides, args.rounds, timeout=args.budget, envs=envs)
+    load_end = harness.load_average()
+    by = {v: {n: rounds[f"{v}/{n}"] for n in (base_sizes if v == "baseline" else sizes)}
+          for v in ("current", "once", *(["baseline"] if rev else []))}
+    current = [_summary(n, rs) for n, rs in by["current"].items()]
+    once = [_summary(n, rs) for n, rs in by["once"].items()]
+    baseline = None
+    speedups = []
+    if rev:
+        baseline = {"rev": rev, "rows": [_summary(n, rs) for n, rs in by["baseline"].items()]}
+        for label, v in (("verify_each on", "current"), ("verify_each off", "once")):
+            for n in base_sizes:
+                if n not in by[v]:
+                    continue
+                tot = harness.paired_ratio(by["baseline"][n], by[v][n], lambda r: r["cpu_total_s"])
+                pipe = harness.paired_ratio(by["baseline"][n], by[v][n], lambda r: r["cpu_pipeline_s"])
+                if tot:
+                    speedups.append({"nodes_in": n, "variant": label, "cpu_total": tot, "cpu_pipeline": pipe})
+        baseline["speedup"] = speedups
 
     result = {
-        "benchmark": "passes", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "machine": f"{platform.machine()} {os.cpu_count()} cpus, Python "
-                   f"{platform.python_version()}",
+        "benchmark": "passes", "date": time.strftime("%Y-%m-%d %H:%M:%S"), **harness.machine(),
+        "load_start": load_start, "load_end": load_end, "rounds": args.rounds,
         "pipeline": "parse + verify + optimize (dce, fuse-casts, dce, annotate-sram, legalize)",
         "current": current, "current_verify_once": once, "baseline": baseline,
+        "growth": {v: _growth(by[v]) for v in by}, "raw": rounds,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    _write(RESULTS / "passes.json", json.dumps(result, indent=2) + "\n")
-    md = [f"# Front-end scaling benchmark ({result['date']})", "",
-          f"Machine: {result['machine']}.", "",
-          f"Measured: {result['pipeline']}, on generated programs of 14-statement blocks "
-          "(one rewrite of every kind per block; see `benchmarks/bench_passes.py`). "
-          "Each size runs in its own process; times are wall seconds.", "",
-          "## Current tree", "",
-          "The manager verifies every func after every pass (`verify_each`, the default).", "",
-          *_table(current), "", f"Growth: {_growth(current)}.", "",
-          "## Current tree, `verify_each` off", "",
-          "The input is verified, then each func once after the last pass.", "",
-          *_table(once), ""]
+    f = harness.fmt
+    md = harness.header(
+        "Front-end scaling benchmark", load_start, load_end, args.rounds,
+        f"Measured: {result['pipeline']}, on generated programs of 14-statement blocks "
+        "(one rewrite of every kind per block; see `benchmarks/bench_passes.py`); every (variant, size) "
+        "runs in its own process once per round. Times are wall seconds.")
+    md += ["## Current tree", "",
+           "The manager verifies every func after every pass (`verify_each`, the default).", "",
+           *_table(current), "", f"Growth: {result['growth']['current']}.", "",
+           "## Current tree, `verify_each` off", "",
+           "The input is verified, then each func once after the last pass.", "",
+           *_table(once), ""]
     if baseline:
-        md += [f"## Baseline {baseline['rev']} (same machine, same run)", "",
-               *_table(baseline["rows"]), "", f"Growth: {_growth(baseline['rows'])}.", ""]
-        md += ["Speed-up over the baseline in CPU seconds of the measuring process (the machine "
-               "is shared, so wall times above vary with its load; CPU time does much less). "
-               "total: parse + verify + pipeline; pipeline: verify + the passes with the "
-               "manager's verification, what the pass manager owns:", ""]
-        for label, rows in (("verify_each on", current), ("verify_each off", once)):
-            both = {r["nodes_in"]: r for r in rows if "skipped" not in r}
-            for r in baseline["rows"]:
-                if "skipped" not in r and r["nodes_in"] in both and "cpu_total_s" in r:
-                    c = both[r["nodes_in"]]
-                    md.append(f"* {r['nodes_in']} nodes, {label}: total {r['cpu_total_s']:.2f} s -> "
-                              f"{c['cpu_total_s']:.2f} s (x{r['cpu_total_s'] / c['cpu_total_s']:.1f}); "
-                              f"pipeline {r['cpu_pipeline_s']:.2f} s -> {c['cpu_pipeline_s']:.2f} s "
-                              f"(x{r['cpu_pipeline_s'] / c['cpu_pipeline_s']:.1f}).")
+        md += [f"## Baseline {baseline['rev']} (same machine, same rounds)", "",
+               *_table(baseline["rows"]), "", f"Growth: {result['growth']['baseline']}.", ""]
+        md += ["Speed-up over the baseline in CPU seconds of the measuring process, per round (the "
+               "baseline's process over this tree's in the same round), median (min-max): total: "
+               "parse + verify + pipeline; pipeline: verify + the passes with the manager's "
+               "verification, what the pass manager owns:", ""]
+        for sp in speedups:
+            md.append(f"* {sp['nodes_in']} nodes, {sp['variant']}: total x{f(sp['cpu_total'])}; "
+                      f"pipeline x{f(sp['cpu_pipeline'])}.")
         md.append("")
-    _write(RESULTS / "passes.md", "\n".join(md))
-    print(f"wrote {RESULTS / 'passes.md'}")
+    harness.write_results("passes", result, md)
+    print(f"wrote {harness.RESULTS / 'passes.md'}")
     return 0
-
-
-def _write(path: Path, text: str) -> None:
-    from anec.fsutil import write_text_atomic
-
-    write_text_atomic(path, text)
 
 
 if __name__ == "__main__":

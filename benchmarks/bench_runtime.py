@@ -20,12 +20,19 @@ Measures, in one run on this machine:
    Reported: each strategy vs the full compile and vs the raw write.
 2. Kernels: sim conv1x1 and matmul (fp16 storage, fp32 accumulation) vs
    numpy float32 matmul (BLAS) on the same shapes, with 1 and 2 threads
-   (GFLOP/s, median of several runs). numpy runs in a subprocess per thread
-   count so that its BLAS thread pool can be set.
+   (GFLOP/s, median of several runs in each process). numpy runs in a
+   process of its own per thread count, so that its BLAS thread pool can be
+   set, and so does the sim.
+
+Every part runs in its own process (the full compile, each strategy, the raw
+writes, each kernel side and thread count), once per round, in an order that
+alternates between rounds (benchmarks/harness.py); every figure is the median
+(min-max) over the rounds, and every ratio is taken per round between
+processes that met the same machine.
 
 Usage (writes benchmarks/results/runtime.json and runtime.md)::
 
-    PYTHONPATH=. python benchmarks/bench_runtime.py [--quick]
+    PYTHONPATH=. python benchmarks/bench_runtime.py [--quick] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -33,10 +40,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,15 +51,15 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import harness  # noqa: E402
 from anec.compiler import compile_module  # noqa: E402
-from anec.fsutil import write_text_atomic  # noqa: E402
 from anec.ir.parser import parse  # noqa: E402
 from anec.runtime import Runtime, native  # noqa: E402
 from anec.runtime.weights import changed_blobs  # noqa: E402
 from anec.weights import resolve_weights  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
 DIM, HIDDEN, SEQ = 768, 2048, 64
 
 
@@ -202,74 +207,110 @@ def _reload_rounds(rt: Runtime, arts: dict, news: list[dict], blobs: dict | None
     return out
 
 
-def bench_reload(layers: int, reps: int = 3) -> dict:
-    """Every reload strategy on the same stack: recompile (several BLOBFILEs, the
-    evidenced device), data patch (packed programs on a device whose compiled data
-    is the packed file: sim data=file), weights as inputs (a surface write); each
-    from fp16 and from fp32 arrays, vs a raw write of the changed bytes."""
+VARIANTS = {
+    "recompile": ({}, ""),
+    "data-patch": ({"pack_weights": True}, "data=file"),
+    "inputs": ({"weights_as_inputs": "all"}, ""),
+}
+"""Every reload strategy on the same stack: recompile (several BLOBFILEs, the evidenced device),
+data patch (packed programs on a device whose compiled data is the packed file: sim data=file),
+weights as inputs (a surface write)."""
+
+
+def _stack(layers: int):
+    """The stack, its two weight sets, its artifacts (default options) and, per program, the changed
+    bytes a reload must write (every key's fp16 payload)."""
     module = parse(stack_ir(layers), "stack.ir")
     w0 = resolve_weights(module, None, 0)
     w1 = resolve_weights(module, None, 1)
-    variants = {
-        "recompile": ({}, ""),
-        "data-patch": ({"pack_weights": True}, "data=file"),
-        "inputs": ({"weights_as_inputs": "all"}, ""),
-    }
     arts0 = compile_module(module, w0).artifacts
-    weight_bytes = sum(len(b) for a in arts0.values() for b in a.blobs.values())
     keys = {n: sorted({w["key"] for w in a.manifest["weights"]}) for n, a in arts0.items()}
-    # the changed bytes: every key's fp16 payload, as a reload must write it
     payloads = {n: [np.ascontiguousarray(w1[k], dtype=np.float16) for k in ks] for n, ks in keys.items()}
-    res: dict = {"layers": layers, "programs": len(arts0), "weight_bytes": weight_bytes,
-                 "changed_bytes": sum(a.nbytes for arrs in payloads.values() for a in arrs),
-                 "reps": reps, "strategies": {}}
-    disk = os.environ.get("ANEC_BENCH_DISK") == "1"
-    root = tempfile.mkdtemp(prefix="anec-bench-") if disk else tmp_root()
-    res["program_dirs_on"] = "disk" if disk else ("tmpfs" if root.startswith("/dev/shm") else "disk")
+    return module, w0, w1, arts0, payloads
+
+
+def _root() -> str:
+    return tempfile.mkdtemp(prefix="anec-bench-") if os.environ.get("ANEC_BENCH_DISK") == "1" else tmp_root()
+
+
+def worker_compile(layers: int) -> dict:
+    """Full compile: every program compiled and loaded by a cold runtime (no cache)."""
+    _, _, _, arts0, payloads = _stack(layers)
+    root = _root()
+    out = {"layers": layers, "programs": len(arts0),
+           "weight_bytes": sum(len(b) for a in arts0.values() for b in a.blobs.values()),
+           "changed_bytes": sum(a.nbytes for arrs in payloads.values() for a in arrs),
+           "program_dirs_on": "tmpfs" if root.startswith("/dev/shm") else "disk", "full_compile_s": 0.0}
     try:
-        # full compile: every program compiled and loaded by a cold runtime (no cache)
         native.reset_process_budget("sim")
-        res["full_compile_s"] = 0.0
         for n, a in arts0.items():
             with Runtime("sim", temp_root=os.path.join(root, "cold", n)) as cold:
                 t0 = time.perf_counter()
                 cold.load(a)
-                res["full_compile_s"] += time.perf_counter() - t0
-        res["compiles"] = len(arts0)
-        for name, (opts, device) in variants.items():
-            native.reset_process_budget("sim")
-            a0 = compile_module(module, w0, **opts).artifacts
-            news = [{n: {k: w[k] for k in {w_["key"] for w_ in a.manifest["weights"]}
-                         | {w_["key"] for w_ in a.manifest.get("weight_inputs", [])}} for n, a in a0.items()}
-                    for w in (w0, w1)]
-            blobs = None
-            if name != "inputs":  # the C path alone: whole files, alternating between the two weight sets
-                a1 = compile_module(module, w1, **opts).artifacts
-                blobs = [{n: {"@model_path/" + w["file"]: a.blobs[w["file"]] for w in a.manifest["weights"]}
-                          for n, a in arts.items()} for arts in (a1, a0)]
-            with Runtime("sim", temp_root=os.path.join(root, name), sim_device=device) as rt:
-                r = _reload_rounds(rt, a0, news, blobs, reps)
-            r["sim_device"] = device or "default (data=tensor, load=data)"
-            r["ratio_reload_weights_vs_compile"] = r["reload_weights_s"] / res["full_compile_s"]
-            res["strategies"][name] = r
-        res["raw_write_fsync_s"] = _raw_write(root, payloads, True, reps)
-        res["raw_write_s"] = _raw_write(root, payloads, False, reps)
-        res["raw_replace_fsync_s"] = _raw_replace(root, payloads, reps)
+                out["full_compile_s"] += time.perf_counter() - t0
+        out["compiles"] = len(arts0)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    for r in res["strategies"].values():
-        for dt in ("fp16", "fp32"):
-            r[f"ratio_{dt}_vs_raw_write_fsync"] = r[f"reload_weights_{dt}_s"] / res["raw_write_fsync_s"]
-            r[f"ratio_unchanged_{dt}_vs_raw_write_fsync"] = r[f"unchanged_{dt}_s"] / res["raw_write_fsync_s"]
-        r["ratio_first_reload_fp16_vs_raw_write_fsync"] = r["first_reload_fp16_s"] / res["raw_write_fsync_s"]
-        r["ratio_reload_weights_vs_raw_write_fsync"] = r["ratio_fp32_vs_raw_write_fsync"]
-        for dt in ("fp16", "fp32"):  # the host's share: the reload without the device's own load
-            r[f"ratio_{dt}_vs_raw_replace"] = r[f"reload_weights_{dt}_s"] / res["raw_replace_fsync_s"]
-            if "reload_blobs_s" in r:
-                r[f"host_{dt}_s"] = max(0.0, r[f"reload_weights_{dt}_s"] - r["unload_load_s"])
-                r[f"ratio_host_{dt}_vs_raw_write_fsync"] = r[f"host_{dt}_s"] / res["raw_write_fsync_s"]
+    return out
+
+
+def worker_strategy(name: str, layers: int, reps: int) -> dict:
+    """One strategy's reloads (best of ``reps`` in this process), from fp16 and fp32 arrays."""
+    module, w0, w1, _, _ = _stack(layers)
+    opts, device = VARIANTS[name]
+    root = _root()
+    try:
+        native.reset_process_budget("sim")
+        a0 = compile_module(module, w0, **opts).artifacts
+        news = [{n: {k: w[k] for k in {w_["key"] for w_ in a.manifest["weights"]}
+                     | {w_["key"] for w_ in a.manifest.get("weight_inputs", [])}} for n, a in a0.items()}
+                for w in (w0, w1)]
+        blobs = None
+        if name != "inputs":  # the C path alone: whole files, alternating between the two weight sets
+            a1 = compile_module(module, w1, **opts).artifacts
+            blobs = [{n: {"@model_path/" + w["file"]: a.blobs[w["file"]] for w in a.manifest["weights"]}
+                      for n, a in arts.items()} for arts in (a1, a0)]
+        with Runtime("sim", temp_root=os.path.join(root, name), sim_device=device) as rt:
+            r = _reload_rounds(rt, a0, news, blobs, reps)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    r["sim_device"] = device or "default (data=tensor, load=data)"
+    for dt in ("fp16", "fp32"):  # the host's share: the reload without the device's own load
         if "reload_blobs_s" in r:
-            r["ratio_reload_blobs_vs_raw_write_fsync"] = r["reload_blobs_s"] / res["raw_write_fsync_s"]
+            r[f"host_{dt}_s"] = max(0.0, r[f"reload_weights_{dt}_s"] - r["unload_load_s"])
+    return r
+
+
+def worker_raw(layers: int, reps: int) -> dict:
+    """The floors: the changed bytes written to fresh files with and without fsync, and replaced
+    the crash-safe way (best of ``reps`` in this process)."""
+    *_, payloads = _stack(layers)
+    root = _root()
+    try:
+        return {"raw_write_fsync_s": _raw_write(root, payloads, True, reps),
+                "raw_write_s": _raw_write(root, payloads, False, reps),
+                "raw_replace_fsync_s": _raw_replace(root, payloads, reps)}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def reload_round(comp: dict, strategies: dict[str, dict], raw: dict) -> dict:
+    """One round's reload figures, with every ratio taken between processes of that round."""
+    res = {**{k: v for k, v in comp.items() if k != "process_s"}, **raw, "strategies": {}}
+    for name, r in strategies.items():
+        r = {k: v for k, v in r.items() if k != "process_s"}
+        r["ratio_reload_weights_vs_compile"] = r["reload_weights_s"] / comp["full_compile_s"]
+        for dt in ("fp16", "fp32"):
+            r[f"ratio_{dt}_vs_raw_write_fsync"] = r[f"reload_weights_{dt}_s"] / raw["raw_write_fsync_s"]
+            r[f"ratio_unchanged_{dt}_vs_raw_write_fsync"] = r[f"unchanged_{dt}_s"] / raw["raw_write_fsync_s"]
+            r[f"ratio_{dt}_vs_raw_replace"] = r[f"reload_weights_{dt}_s"] / raw["raw_replace_fsync_s"]
+            if "host_fp16_s" in r:
+                r[f"ratio_host_{dt}_vs_raw_write_fsync"] = r[f"host_{dt}_s"] / raw["raw_write_fsync_s"]
+        r["ratio_first_reload_fp16_vs_raw_write_fsync"] = r["first_reload_fp16_s"] / raw["raw_write_fsync_s"]
+        r["ratio_reload_weights_vs_raw_write_fsync"] = r["ratio_fp32_vs_raw_write_fsync"]
+        if "reload_blobs_s" in r:
+            r["ratio_reload_blobs_vs_raw_write_fsync"] = r["reload_blobs_s"] / raw["raw_write_fsync_s"]
+        res["strategies"][name] = r
     return res
 
 
@@ -345,57 +386,68 @@ for kind, s in shapes:
     for _ in range(reps):
         t0 = time.perf_counter(); f(); ts.append(time.perf_counter() - t0)
     out.append(statistics.median(ts))
-print(json.dumps(out))
+print(json.dumps({"times": out}))
 """
 
 
-def bench_kernels(reps: int) -> list[dict]:
+def worker_kernels_sim(threads: int, reps: int) -> dict:
+    """Median seconds of each kernel on the sim with ``threads`` threads (``times``)."""
     rng = np.random.default_rng(0)
+    out = []
+    root = tmp_root()
+    try:
+        with Runtime("sim", sim_threads=threads, temp_root=os.path.join(root, "k")) as rt:
+            for _, kind, s in KERNELS:
+                if kind == "conv":
+                    cin, cout, n = s
+                    w = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float16)
+                    prog = rt.compile(conv_mil(cin, cout, n), {"@model_path/weights/w.bin": blob(w)})
+                    prog(x=rng.standard_normal((1, cin, 1, n)).astype(np.float16))
+                else:
+                    bt, m, k, n = s
+                    prog = rt.compile(matmul_mil(bt, m, k, n))
+                    prog(x=rng.standard_normal((1, bt, m, k)).astype(np.float16),
+                         y=rng.standard_normal((1, bt, k, n)).astype(np.float16))
+                out.append(time_runs(prog._native.run, reps))
+                prog.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {"times": out}
+
+
+def _flops(kind: str, s) -> float:
+    if kind == "conv":
+        cin, cout, n = s
+        return 2.0 * cin * cout * n
+    bt, m, k, n = s
+    return 2.0 * bt * m * k * n
+
+
+def kernel_rows(sim: dict[int, list[dict]], npy: dict[int, list[dict]]) -> list[dict]:
+    """Per kernel and thread count: GFLOP/s of each side and their ratio, per round, summarized."""
     rows = []
-    for threads in (1, 2):
-        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
-                   MKL_NUM_THREADS=str(threads))
-        proc = subprocess.run([sys.executable, "-c", NUMPY_SNIPPET, json.dumps([[k, s] for _, k, s in KERNELS]),
-                               str(reps)], capture_output=True, text=True, env=env, check=True)
-        np_times = json.loads(proc.stdout)
-        root = tmp_root()
-        try:
-            with Runtime("sim", sim_threads=threads, temp_root=os.path.join(root, "k")) as rt:
-                for (label, kind, s), np_t in zip(KERNELS, np_times):
-                    if kind == "conv":
-                        cin, cout, n = s
-                        w = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float16)
-                        prog = rt.compile(conv_mil(cin, cout, n), {"@model_path/weights/w.bin": blob(w)})
-                        flops = 2.0 * cin * cout * n
-                        prog(x=rng.standard_normal((1, cin, 1, n)).astype(np.float16))
-                    else:
-                        bt, m, k, n = s
-                        prog = rt.compile(matmul_mil(bt, m, k, n))
-                        flops = 2.0 * bt * m * k * n
-                        prog(x=rng.standard_normal((1, bt, m, k)).astype(np.float16),
-                             y=rng.standard_normal((1, bt, k, n)).astype(np.float16))
-                    sim_t = time_runs(prog._native.run, reps)
-                    prog.close()
-                    rows.append({"kernel": label, "threads": threads, "gflops_sim": flops / sim_t / 1e9,
-                                 "gflops_numpy_f32": flops / np_t / 1e9, "sim_s": sim_t, "numpy_s": np_t,
-                                 "sim_vs_numpy": np_t / sim_t})
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+    for threads in sim:
+        for k, (label, kind, s) in enumerate(KERNELS):
+            per_round = [{"sim_s": a, "numpy_s": b, "gflops_sim": _flops(kind, s) / a / 1e9,
+                          "gflops_numpy_f32": _flops(kind, s) / b / 1e9, "sim_vs_numpy": b / a}
+                         for a, b in ((x["times"][k], y["times"][k]) for x, y in zip(sim[threads], npy[threads]))]
+            rows.append({"kernel": label, "threads": threads, **harness.summarize(per_round)})
     return rows
 
 
-def write_md(res: dict) -> str:
+def write_md(res: dict) -> list[str]:
     r = res["reload"]
-    lines = [
-        "# Runtime benchmarks (sim)",
-        "",
-        f"Machine: {res['machine']}; AVX2 micro-kernel: {res['avx2']}. Generated by `benchmarks/bench_runtime.py`. "
-        f"Load average (1/5/15 min) before: {'/'.join(f'{v:.2f}' for v in res['load_average_before'])}, after: "
-        f"{'/'.join(f'{v:.2f}' for v in res['load_average_after'])} (a shared machine: times are best of several).",
-        "",
+    f = harness.fmt
+    lines = harness.header(
+        "Runtime benchmarks (sim)", res["load_start"], res["load_end"], res["rounds"],
+        f"AVX2 micro-kernel: {res['avx2']}. Each round runs, each in its own process: the full compile, every "
+        "reload strategy, the raw writes, and the sim and numpy kernels per thread count; ratios are per round "
+        "(both sides met the same machine). Within a process each reload figure is the best of its repetitions. "
+        "Generated by `benchmarks/bench_runtime.py`.")
+    lines += [
         f"## Reload strategies vs full compile and vs a raw write ({r['layers']} layers, {r['programs']} programs, "
         f"{r['weight_bytes'] / 2**20:.1f} MiB of fp16 weights, program dirs on {r['program_dirs_on']}, "
-        f"best of {r['reps']})",
+        f"best of {r['reps']} per process)",
         "",
         "Weights are baked at compile (docs/runtime.md): each program reloads with the strategy its form and "
         "the device allow. Every reload gives every program new values for every key, as fp16 or as fp32 "
@@ -407,24 +459,24 @@ def write_md(res: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, s in r["strategies"].items():
-        c = f"{s['reload_blobs_s']:.3f}" if "reload_blobs_s" in s else "n/a"
-        lines.append(f"| {name} | {s['sim_device']} | {s['reload_weights_fp16_s']:.4f} | "
-                     f"{s['ratio_fp16_vs_raw_write_fsync']:.2f} | {s['reload_weights_fp32_s']:.4f} | "
-                     f"{s['ratio_fp32_vs_raw_write_fsync']:.2f} | {s['unchanged_fp16_s']:.4f} / "
-                     f"{s['unchanged_fp32_s']:.4f} | {s['ratio_unchanged_fp16_vs_raw_write_fsync']:.2f} / "
-                     f"{s['ratio_unchanged_fp32_vs_raw_write_fsync']:.2f} | "
-                     f"{s['ratio_reload_weights_vs_compile']:.3f} | {c} | {s['compiles_during_reload']} |")
+        c = f"{f(s['reload_blobs_s'], 3)}" if "reload_blobs_s" in s else "n/a"
+        lines.append(f"| {name} | {s['sim_device']} | {f(s['reload_weights_fp16_s'], 4)} | "
+                     f"{f(s['ratio_fp16_vs_raw_write_fsync'], 2)} | {f(s['reload_weights_fp32_s'], 4)} | "
+                     f"{f(s['ratio_fp32_vs_raw_write_fsync'], 2)} | {f(s['unchanged_fp16_s'], 4)} / "
+                     f"{f(s['unchanged_fp32_s'], 4)} | {f(s['ratio_unchanged_fp16_vs_raw_write_fsync'], 2)} / "
+                     f"{f(s['ratio_unchanged_fp32_vs_raw_write_fsync'], 2)} | "
+                     f"{f(s['ratio_reload_weights_vs_compile'], 3)} | {c} | {s['compiles_during_reload']} |")
     lines += [
         f"| (full compile + load, each program in a cold runtime, {r['compiles']} compiles) | | | | "
-        f"{r['full_compile_s']:.3f} | | | | 1 | | |",
-        f"| (raw write of the changed bytes, fsync / no fsync) | | {r['raw_write_fsync_s']:.4f} / "
-        f"{r['raw_write_s']:.4f} | 1 | | 1 | | 1 | | | |",
+        f"{f(r['full_compile_s'], 3)} | | | | 1 | | |",
+        f"| (raw write of the changed bytes, fsync / no fsync) | | {f(r['raw_write_fsync_s'], 4)} / "
+        f"{f(r['raw_write_s'], 4)} | 1 | | 1 | | 1 | | | |",
         "",
-        "A program's first reload (fp16 arrays, the first round above; a data-patch program has no spare file "
+        "A program's first reload (fp16 arrays, the first reload in each process; a data-patch program has no spare file "
         "yet, so it writes a new file and frees the old one's pages): "
-        + ", ".join(f"{name} {s['first_reload_fp16_s']:.4f} s ({s['ratio_first_reload_fp16_vs_raw_write_fsync']:.2f}"
+        + ", ".join(f"{name} {f(s['first_reload_fp16_s'], 4)} s ({f(s['ratio_first_reload_fp16_vs_raw_write_fsync'], 2)}"
                     " x raw write)" for name, s in r["strategies"].items())
-        + ". The table's best rounds are the reloads after it, as in a training loop.",
+        + ". The table's figures are the best reloads after it, as in a training loop.",
         "",
         "What a BLOBFILE reload costs beyond the raw write. Data patch: C compares the head of each new "
         "payload with the old one, then writes the new weights in one pass from the arrays over the program's "
@@ -441,24 +493,24 @@ def write_md(res: dict) -> str:
         "must do), and the host's share (the reload minus an unload + load of every program, the device's own "
         "reading of its weights, measured below).",
         "",
-        f"Raw replace of the changed bytes: {r['raw_replace_fsync_s']:.4f} s.",
+        f"Raw replace of the changed bytes: {f(r['raw_replace_fsync_s'], 4)} s.",
         "",
         "| strategy | fp16 vs raw replace | fp32 vs raw replace | host share fp16 / fp32 s | host share vs raw write "
         "fp16 / fp32 |",
         "|---|---|---|---|---|",
-        *[f"| {name} | {s['ratio_fp16_vs_raw_replace']:.2f} | {s['ratio_fp32_vs_raw_replace']:.2f} | "
-          + (f"{s['host_fp16_s']:.4f} / {s['host_fp32_s']:.4f} | {s['ratio_host_fp16_vs_raw_write_fsync']:.2f} / "
-             f"{s['ratio_host_fp32_vs_raw_write_fsync']:.2f} |" if "host_fp16_s" in s else "n/a | n/a |")
+        *[f"| {name} | {f(s['ratio_fp16_vs_raw_replace'], 2)} | {f(s['ratio_fp32_vs_raw_replace'], 2)} | "
+          + (f"{f(s['host_fp16_s'], 4)} / {f(s['host_fp32_s'], 4)} | {f(s['ratio_host_fp16_vs_raw_write_fsync'], 2)} / "
+             f"{f(s['ratio_host_fp32_vs_raw_write_fsync'], 2)} |" if "host_fp16_s" in s else "n/a | n/a |")
           for name, s in r["strategies"].items()],
         "",
-        "Where the time goes (same rounds, best of several): the Python half alone of the buffer path (arrays "
+        "Where the time goes (the same processes, best of several in each): the Python half alone of the buffer path (arrays "
         "-> new file bytes, nothing applied; a data patch from arrays does not take it), the C path alone (`reload_blobs` of whole files), and an unload + load of every "
         "program (the device reading the weights again, which every BLOBFILE reload includes).",
         "",
         "| strategy | Python half fp16 / fp32 s | C path s | unload + load s | raw write s |",
         "|---|---|---|---|---|",
-        *[f"| {name} | {s['python_fp16_s']:.4f} / {s['python_fp32_s']:.4f} | "
-          f"{s['reload_blobs_s']:.4f} | {s['unload_load_s']:.4f} | {r['raw_write_fsync_s']:.4f} |"
+        *[f"| {name} | {f(s['python_fp16_s'], 4)} / {f(s['python_fp32_s'], 4)} | "
+          f"{f(s['reload_blobs_s'], 4)} | {f(s['unload_load_s'], 4)} | {f(r['raw_write_fsync_s'], 4)} |"
           for name, s in r["strategies"].items() if "reload_blobs_s" in s],
         "",
         "On the device a compile costs the ANE compiler's time (tens of ms per program, Orion), far more than the "
@@ -471,9 +523,9 @@ def write_md(res: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for k in res["kernels"]:
-        lines.append(f"| {k['kernel']} | {k['threads']} | {k['gflops_sim']:.1f} | {k['gflops_numpy_f32']:.1f} | "
-                     f"{k['sim_vs_numpy']:.2f} |")
-    return "\n".join(lines) + "\n"
+        lines.append(f"| {k['kernel']} | {k['threads']} | {f(k['gflops_sim'], 1)} | {f(k['gflops_numpy_f32'], 1)} | "
+                     f"{f(k['sim_vs_numpy'], 2)} |")
+    return lines
 
 
 PLOT = "runtime_reload.png"
@@ -502,44 +554,76 @@ def write_plot(res: dict) -> str:
     width = 0.8 / len(series)
     for j, (label, key) in enumerate(series):
         xs = [i + (j - (len(series) - 1) / 2) * width for i in range(len(names))]
-        ax.bar(xs, [r["strategies"][n][key] for n in names], width, label=label)
-    ax.axhline(r["raw_write_fsync_s"], color="black", linestyle="--", linewidth=1, label="raw write + fsync")
-    ax.axhline(r["raw_write_s"], color="gray", linestyle=":", linewidth=1, label="raw write")
+        ax.bar(xs, [harness.median(r["strategies"][n][key]) for n in names], width, label=label)
+    ax.axhline(harness.median(r["raw_write_fsync_s"]), color="black", linestyle="--", linewidth=1,
+               label="raw write + fsync")
+    ax.axhline(harness.median(r["raw_write_s"]), color="gray", linestyle=":", linewidth=1, label="raw write")
     ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("seconds per reload of every program")
-    ax.set_title(f"Delta reload, {r['layers']} layers, {r['weight_bytes'] / 2**20:.0f} MiB of weights (sim)")
+    ax.set_title(f"Delta reload, {r['layers']} layers, {r['weight_bytes'] / 2**20:.0f} MiB of weights "
+                 "(sim, median over rounds)")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
     plt.close(fig)
-    write_bytes_atomic(RESULTS / PLOT, buf.getvalue())
+    write_bytes_atomic(harness.RESULTS / PLOT, buf.getvalue())
     return f"plot: [{PLOT}]({PLOT})"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="2 layers, fewer repetitions")
+    ap.add_argument("--quick", action="store_true", help="2 layers, fewer repetitions, 2 rounds")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every process")
     ap.add_argument("--plot-only", action="store_true", help="redraw the plot from runtime.json, measure nothing")
+    ap.add_argument("--worker", choices=["compile", "strategy", "raw", "kernels-sim"], help=argparse.SUPPRESS)
+    ap.add_argument("--strategy", choices=list(VARIANTS), help=argparse.SUPPRESS)
+    ap.add_argument("--layers", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--reps", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.plot_only:
-        print(write_plot(json.loads((RESULTS / "runtime.json").read_text())))
+        print(write_plot(json.loads((harness.RESULTS / "runtime.json").read_text())))
         return 0
     native.require()
+    if args.worker:
+        out = {"compile": lambda: worker_compile(args.layers),
+               "strategy": lambda: worker_strategy(args.strategy, args.layers, args.reps),
+               "raw": lambda: worker_raw(args.layers, args.reps),
+               "kernels-sim": lambda: worker_kernels_sim(args.threads, args.reps)}[args.worker]()
+        print(json.dumps(out))
+        return 0
+    layers, reps, kreps = (2, 2, 3) if args.quick else (12, 5, 7)
+    rounds_n = min(args.rounds, 2) if args.quick else args.rounds
+    me = str(Path(__file__).relative_to(ROOT))
+    common = ["--layers", str(layers), "--reps", str(reps)]
+    sides = {"compile": [me, "--worker", "compile", *common],
+             **{f"strategy/{n}": [me, "--worker", "strategy", "--strategy", n, *common] for n in VARIANTS},
+             "raw": [me, "--worker", "raw", *common]}
+    envs = {}
+    for t in (1, 2):
+        sides[f"sim/{t}"] = [me, "--worker", "kernels-sim", "--threads", str(t), "--reps", str(kreps)]
+        sides[f"numpy/{t}"] = ["-c", NUMPY_SNIPPET, json.dumps([[k, s] for _, k, s in KERNELS]), str(kreps)]
+        envs[f"numpy/{t}"] = {"OPENBLAS_NUM_THREADS": str(t), "OMP_NUM_THREADS": str(t), "MKL_NUM_THREADS": str(t)}
+    load_start = harness.load_average()
+    rounds = harness.run_rounds(sides, rounds_n, envs=envs)
+    load_end = harness.load_average()
+    per_round = [reload_round(rounds["compile"][i], {n: rounds[f"strategy/{n}"][i] for n in VARIANTS},
+                              rounds["raw"][i]) for i in range(rounds_n)]
+    reload = harness.summarize(per_round)
+    reload["reps"] = reps
     res = {
-        "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cpus".strip(),
-        "avx2": bool(native.lib is not None and _avx2()),
-        "load_average_before": list(os.getloadavg()),
-        "reload": bench_reload(2 if args.quick else 12, 2 if args.quick else 5),
-        "kernels": bench_kernels(3 if args.quick else 7),
+        **harness.machine(), "avx2": bool(native.lib is not None and _avx2()),
+        "load_start": load_start, "load_end": load_end, "rounds": rounds_n,
+        "load_average_before": load_start, "load_average_after": load_end,
+        "reload": reload,
+        "kernels": kernel_rows({t: rounds[f"sim/{t}"] for t in (1, 2)}, {t: rounds[f"numpy/{t}"] for t in (1, 2)}),
+        "raw": rounds,
     }
-    res["load_average_after"] = list(os.getloadavg())
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(RESULTS / "runtime.json", json.dumps(res, indent=2) + "\n")
-    md = write_md(res) + "\n" + write_plot(res) + "\n"
-    write_text_atomic(RESULTS / "runtime.md", md)
-    print(md)
+    lines = write_md(res) + ["", write_plot(res)]
+    harness.write_results("runtime", res, lines)
+    print("\n".join(lines))
     return 0
 
 

@@ -19,17 +19,28 @@
  *
  *   data=tensor  (default) `data` is byte-identical to the BLOBFILE only for a
  *                program with ONE BLOBFILE tensor (the only case measured:
- *                Orion's E5 spike); otherwise it is opaque.
+ *                ANE-DATA-IS-BLOBFILE); otherwise it is opaque.
  *   data=file    `data` equals the BLOBFILE for any program whose weights are
  *                one BLOBFILE file (packed), whatever its tensor count.
- *   load=data    (default) load reads `net.plist` + `data` (maderix M5:
- *                rewriting weights/ and loading again changes nothing).
- *   load=weights load re-reads the weight files (the claim of Orion's paper that
- *                no test backs): a rewrite of weights/ reaches the device.
+ *   load=data    (default) load reads `net.plist` + `data`: one reading of
+ *                ANE-BAKED-WEIGHTS, under which ANE-SAME-OBJECT-PATCH holds.
+ *   load=weights load re-reads the weight files (ANE-LOAD-REREADS-WEIGHTS,
+ *                contested): a rewrite of weights/ reaches the device.
  *   load=memory  load restores what compile baked and reads no file at all:
- *                only a compile changes weights (the most pessimistic case).
+ *                only a compile changes weights (the other reading of
+ *                ANE-BAKED-WEIGHTS, under which ANE-SAME-OBJECT-PATCH fails).
+ *
+ * (`anec constraints ID` says what each source shows.)
  *
  * The sim guarantees the data patch under load=data and load=weights.
+ *
+ * Contested constraints (the catalog carries both readings) get a switch each,
+ * so that both are testable:
+ *
+ *   concat=reject  (default) the compiler rejects concat (ANE-CONCAT, Orion's
+ *                  catalog).
+ *   concat=accept  the compiler accepts a concat and it runs (maderix's
+ *                  training kernels).
  *
  * One more switch injects a fault, to test the runtime's error paths:
  *
@@ -67,6 +78,7 @@ void anec_sim_reset_process(void) { atomic_store(&g_compiles, 0); }
 typedef struct sim_ctx {
     int threads;
     int data_mode, load_mode;
+    int accept_concat;           /* concat=accept */
     long fail_compile_at;        /* fail=compile@N: N, else 0 */
     atomic_long compiles_tried;  /* compiles this runtime asked for */
 } sim_ctx;
@@ -106,7 +118,7 @@ static void sim_close(void *ctx) { free(ctx); }
 
 static int parse_device(sim_ctx *c, const char *spec, char *err, size_t errlen)
 {
-    int data = DATA_TENSOR, load = LOAD_DATA;
+    int data = DATA_TENSOR, load = LOAD_DATA, concat = 0;
     long fail_at = 0;
     const char *s = spec;
     while (*s) {
@@ -127,6 +139,10 @@ static int parse_device(sim_ctx *c, const char *spec, char *err, size_t errlen)
             load = LOAD_WEIGHTS;
         else if (strcmp(item, "load=memory") == 0)
             load = LOAD_MEMORY;
+        else if (strcmp(item, "concat=reject") == 0)
+            concat = 0;
+        else if (strcmp(item, "concat=accept") == 0)
+            concat = 1;
         else if (strncmp(item, "fail=compile@", 13) == 0) {
             char *end;
             fail_at = strtol(item + 13, &end, 10);
@@ -136,13 +152,14 @@ static int parse_device(sim_ctx *c, const char *spec, char *err, size_t errlen)
             }
         } else if (n) {
             snprintf(err, errlen, "sim: unknown device switch '%s' (data=tensor|file, load=data|weights|memory, "
-                     "fail=compile@N)", item);
+                     "concat=reject|accept, fail=compile@N)", item);
             return ANEC_EINVAL;
         }
         s = e ? e + 1 : s + n;
     }
     c->data_mode = data;
     c->load_mode = load;
+    c->accept_concat = concat;
     c->fail_compile_at = fail_at;
     return ANEC_OK;
 }
@@ -369,7 +386,9 @@ static int sim_compile(void *ctx, const anec_compile_args *args, void **prog, ch
         return ANEC_ECOMPILE;
     }
     int status;
-    sim_plan *plan = sim_plan_build(args->mil, args->mil_len, &args->limits, &status, err, errlen);
+    static const char *const ACCEPT_CONCAT[] = {"concat", NULL};
+    sim_plan *plan = sim_plan_build_accepting(args->mil, args->mil_len, &args->limits,
+                                              c->accept_concat ? ACCEPT_CONCAT : NULL, &status, err, errlen);
     if (!plan)
         return status;
     sim_prog *p = prog_new(plan, args->dir, args->limits.min_surface_bytes, c->threads, c->load_mode);

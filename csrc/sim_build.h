@@ -29,6 +29,7 @@ typedef struct builder {
     int *htab;
     size_t hcap;
     int scalar_operand_line;     /* first elementwise op taking a rank-0 const, 0 if none */
+    const char *const *accept;   /* contested MIL ops this device accepts (NULL-terminated), or NULL */
 } builder;
 
 /* One non-tensor parameter (strides, axes, ...), resolved from a named const or a literal. */
@@ -65,6 +66,8 @@ int sb_param_bool(builder *B, const mil_stmt *st, const char *name, const sb_par
 int sb_param_bools(builder *B, const mil_stmt *st, const char *name, const sb_param_t *pv, int rank, int *mask);
 const char *sb_param_str(builder *B, const mil_stmt *st, const char *name, const sb_param_t *pv);
 int sb_data(builder *B, const mil_stmt *st, const char *name, int required);
+/* A tuple item that names a tensor value (concat's values): its index, or -1 after an error. */
+int sb_tuple_ref(builder *B, const mil_stmt *st, const mil_arg *a, const mil_value *item);
 int sb_check_args(builder *B, const mil_stmt *st, const char *const *allowed);
 int sb_need_results(builder *B, const mil_stmt *st, size_t n);
 int sb_norm_axis(builder *B, const mil_stmt *st, int64_t axis, int rank, int line, int *out);

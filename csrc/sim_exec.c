@@ -329,72 +329,47 @@ static int sk_dt(mil_dtype dt) { return dt == MIL_DT_FP32 ? SK_F32 : SK_F16; }
 
 static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-static void unary_f32(int kind, const float *a, float *r, size_t n)
-{
-    switch (kind) {
-    case SOP_EXP: for (size_t i = 0; i < n; i++) r[i] = expf(a[i]); break;
-    case SOP_SQRT: for (size_t i = 0; i < n; i++) r[i] = sqrtf(a[i]); break;
-    case SOP_TANH: for (size_t i = 0; i < n; i++) r[i] = tanhf(a[i]); break;
-    case SOP_SIGMOID: for (size_t i = 0; i < n; i++) r[i] = sigmoidf_(a[i]); break;
-    case SOP_RELU: for (size_t i = 0; i < n; i++) r[i] = a[i] > 0.0f ? a[i] : (a[i] != a[i] ? a[i] : 0.0f); break;
-    case SOP_SILU: for (size_t i = 0; i < n; i++) r[i] = a[i] * sigmoidf_(a[i]); break;
-    default: break;
-    }
-}
+/* A unary kernel: its element loop, and the table of its fp16 -> fp16 results. An fp16 ->
+   fp16 unary op has 65536 possible inputs: its results, computed once by the loop and rounded
+   as commit() rounds them, make a table that gives the same bits as computing each element
+   (tanh and exp cost a libm call each, the lookup a load). Built on first use, for the
+   process. */
+typedef struct unary_kernel {
+    void (*f32)(const float *a, float *r, size_t n);
+    uint16_t *tab;               /* 65536 entries */
+    int built;                   /* guarded by unary_lock */
+} unary_kernel;
 
-/* An fp16 -> fp16 unary op has 65536 possible inputs: its results, computed once by
-   unary_f32 and rounded as commit() rounds them, make a table that gives the same bits as
-   computing each element (tanh and exp cost a libm call each, the lookup a load). One table
-   per op kind, for the process, built on first use. */
-#define UNARY_TABLES 6
-static uint16_t unary_tab[UNARY_TABLES][65536];
-static int unary_built[UNARY_TABLES]; /* guarded by unary_lock */
 static pthread_mutex_t unary_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int unary_slot(int kind)
+static const uint16_t *unary_table(unary_kernel *u)
 {
-    switch (kind) {
-    case SOP_EXP: return 0;
-    case SOP_SQRT: return 1;
-    case SOP_TANH: return 2;
-    case SOP_SIGMOID: return 3;
-    case SOP_RELU: return 4;
-    case SOP_SILU: return 5;
-    default: return -1;
-    }
-}
-
-static const uint16_t *unary_table(int kind)
-{
-    int k = unary_slot(kind);
-    if (k < 0)
-        return NULL;
     pthread_mutex_lock(&unary_lock);
-    if (!unary_built[k]) {
+    if (!u->built) {
         float *a = malloc(2 * 65536 * sizeof(float));
         if (!a) {
             pthread_mutex_unlock(&unary_lock);
             return NULL;
         }
-        uint16_t *h = unary_tab[k];
+        uint16_t *h = u->tab;
         for (uint32_t i = 0; i < 65536; i++)
             h[i] = (uint16_t)i;
         anec_cvt_f16_to_f32(h, a, 65536);
-        unary_f32(kind, a, a + 65536, 65536);
+        u->f32(a, a + 65536, 65536);
         anec_cvt_f32_to_f16(a + 65536, h, 65536);
         free(a);
-        unary_built[k] = 1;
+        u->built = 1;
     }
     pthread_mutex_unlock(&unary_lock);
-    return unary_tab[k];
+    return u->tab;
 }
 
-static int run_unary(sim_state *s, const sim_op *o)
+static int run_unary(sim_state *s, const sim_op *o, unary_kernel *u)
 {
     const sim_value *xv = &s->plan->vals[o->x];
     size_t n = xv->numel;
     const uint16_t *tab = NULL;
-    if (xv->dt == MIL_DT_FP16 && s->plan->vals[o->outs[0]].dt == MIL_DT_FP16 && (tab = unary_table(o->kind))) {
+    if (xv->dt == MIL_DT_FP16 && s->plan->vals[o->outs[0]].dt == MIL_DT_FP16 && (tab = unary_table(u))) {
         const uint16_t *a = s->store[o->x];
         uint16_t *r = s->store[o->outs[0]];
         for (size_t i = 0; i < n; i++)
@@ -405,10 +380,24 @@ static int run_unary(sim_state *s, const sim_op *o)
     float *r = fout(s, o->outs[0]);
     if (!a || !r)
         return ANEC_ENOMEM;
-    unary_f32(o->kind, a, r, n);
+    u->f32(a, r, n);
     commit(s, o->outs[0], r);
     return ANEC_OK;
 }
+
+/* kernel_NAME: the unary op whose element loop is LOOP (over a[i] -> r[i], i < n). */
+#define UNARY_KERNEL(NAME, LOOP)                                                                   \
+    static void NAME##_f32(const float *a, float *r, size_t n) { LOOP }                            \
+    static uint16_t NAME##_tab[65536];                                                             \
+    static unary_kernel NAME##_unary = {NAME##_f32, NAME##_tab, 0};                                \
+    static int kernel_##NAME(sim_state *s, const sim_op *o) { return run_unary(s, o, &NAME##_unary); }
+
+UNARY_KERNEL(exp, for (size_t i = 0; i < n; i++) r[i] = expf(a[i]);)
+UNARY_KERNEL(sqrt, for (size_t i = 0; i < n; i++) r[i] = sqrtf(a[i]);)
+UNARY_KERNEL(tanh, for (size_t i = 0; i < n; i++) r[i] = tanhf(a[i]);)
+UNARY_KERNEL(sigmoid, for (size_t i = 0; i < n; i++) r[i] = sigmoidf_(a[i]);)
+UNARY_KERNEL(relu, for (size_t i = 0; i < n; i++) r[i] = a[i] > 0.0f ? a[i] : (a[i] != a[i] ? a[i] : 0.0f);)
+UNARY_KERNEL(silu, for (size_t i = 0; i < n; i++) r[i] = a[i] * sigmoidf_(a[i]);)
 
 /* Broadcast strides of value v against an output shape of rank r. */
 static void bstrides(const sim_value *v, int r, const int64_t *oshape, int64_t *st)
@@ -470,7 +459,9 @@ static void operand_strides(const sim_value *v, const sim_value *ov, int64_t *st
         bstrides(v, ov->rank, ov->shape, st);
 }
 
-static int run_binary(sim_state *s, const sim_op *o)
+typedef void (*binary_run)(const float *, const float *, float *, int64_t, int64_t, int64_t);
+
+static int run_binary(sim_state *s, const sim_op *o, binary_run run)
 {
     const sim_value *xv = &s->plan->vals[o->x], *yv = &s->plan->vals[o->y], *ov = &s->plan->vals[o->outs[0]];
     const float *a = fview(s, 0, o->x);
@@ -500,15 +491,6 @@ static int run_binary(sim_state *s, const sim_op *o)
     }
     if (ov->numel == 0)
         return ANEC_OK;
-    void (*run)(const float *, const float *, float *, int64_t, int64_t, int64_t);
-    switch (o->kind) {
-    case SOP_ADD: run = bin_add; break;
-    case SOP_SUB: run = bin_sub; break;
-    case SOP_MUL: run = bin_mul; break;
-    case SOP_DIV: run = bin_div; break;
-    case SOP_POW: run = bin_pow; break;
-    default: return ANEC_EDRIVER;
-    }
     int64_t idx[ANEC_MAX_RANK] = {0}, offa = 0, offb = 0;
     for (float *pr = r;; pr += L) {
         const float *pa = a + offa, *pb = b + offb;
@@ -530,7 +512,13 @@ static int run_binary(sim_state *s, const sim_op *o)
     return ANEC_OK;
 }
 
-static int run_softmax(sim_state *s, const sim_op *o)
+static int kernel_add(sim_state *s, const sim_op *o) { return run_binary(s, o, bin_add); }
+static int kernel_sub(sim_state *s, const sim_op *o) { return run_binary(s, o, bin_sub); }
+static int kernel_mul(sim_state *s, const sim_op *o) { return run_binary(s, o, bin_mul); }
+static int kernel_div(sim_state *s, const sim_op *o) { return run_binary(s, o, bin_div); }
+static int kernel_pow(sim_state *s, const sim_op *o) { return run_binary(s, o, bin_pow); }
+
+static int kernel_softmax(sim_state *s, const sim_op *o)
 {
     const sim_value *xv = &s->plan->vals[o->x];
     const float *a = fview(s, 0, o->x);
@@ -607,7 +595,9 @@ static void reduce_walk(const sim_value *xv, const int64_t *ostr, const float *a
     }
 }
 
-static int run_reduce(sim_state *s, const sim_op *o)
+enum { REDUCE_SUM, REDUCE_MEAN, REDUCE_MAX };
+
+static int run_reduce(sim_state *s, const sim_op *o, int how)
 {
     const sim_value *xv = &s->plan->vals[o->x], *ov = &s->plan->vals[o->outs[0]];
     const float *a = fview(s, 0, o->x);
@@ -628,10 +618,10 @@ static int run_reduce(sim_state *s, const sim_op *o)
     sk_strides(nk, kept_shape, kst);
     for (int d = 0, k = 0; d < rank; d++)
         ostr[d] = (o->axes_mask & (1 << d)) ? 0 : kst[k++];
-    float init = o->kind == SOP_REDUCE_MAX ? -INFINITY : 0.0f;
+    float init = how == REDUCE_MAX ? -INFINITY : 0.0f;
     for (size_t i = 0; i < ov->numel; i++)
         r[i] = init;
-    int is_max = o->kind == SOP_REDUCE_MAX;
+    int is_max = how == REDUCE_MAX;
     /* reduced dims next to each other (a norm's channels, a softmax's last axis): the input is
        [outer, count, inner], and each result takes its count elements in the walk's order */
     int lo = 0, hi = rank - 1;
@@ -661,7 +651,7 @@ static int run_reduce(sim_state *s, const sim_op *o)
             }
         }
     }
-    if (o->kind == SOP_REDUCE_MEAN) {
+    if (how == REDUCE_MEAN) {
         float inv = 1.0f / (float)count;
         for (size_t i = 0; i < ov->numel; i++)
             r[i] *= inv;
@@ -670,7 +660,11 @@ static int run_reduce(sim_state *s, const sim_op *o)
     return ANEC_OK;
 }
 
-static int run_cast(sim_state *s, const sim_op *o)
+static int kernel_reduce_sum(sim_state *s, const sim_op *o) { return run_reduce(s, o, REDUCE_SUM); }
+static int kernel_reduce_mean(sim_state *s, const sim_op *o) { return run_reduce(s, o, REDUCE_MEAN); }
+static int kernel_reduce_max(sim_state *s, const sim_op *o) { return run_reduce(s, o, REDUCE_MAX); }
+
+static int kernel_cast(sim_state *s, const sim_op *o)
 {
     const sim_value *xv = &s->plan->vals[o->x], *ov = &s->plan->vals[o->outs[0]];
     if (xv->dt == ov->dt) {
@@ -794,7 +788,7 @@ static int narrow_product(sim_state *s, sim_panel *pn, int M, int N, int K, sk_m
     return rc ? ANEC_ENOMEM : ANEC_OK;
 }
 
-static int run_conv(sim_state *s, const sim_op *o)
+static int kernel_conv(sim_state *s, const sim_op *o)
 {
     const sim_value *xv = &s->plan->vals[o->x], *wv = &s->plan->vals[o->y], *ov = &s->plan->vals[o->outs[0]];
     float *r = fout(s, o->outs[0]);
@@ -913,7 +907,7 @@ static void mm_part(void *jobs, int part, int parts)
 #define MM_MAX_THREADS 8
 #define MM_PAR_MIN_MACS (1ll << 21)
 
-static int run_matmul(sim_state *s, const sim_op *o)
+static int kernel_matmul(sim_state *s, const sim_op *o)
 {
     const sim_value *xv = &s->plan->vals[o->x], *yv = &s->plan->vals[o->y];
     float *r = fout(s, o->outs[0]);
@@ -980,75 +974,122 @@ static int run_matmul(sim_state *s, const sim_op *o)
     return rc;
 }
 
-static int run_layout(sim_state *s, const sim_op *o)
+/* The layout kernels: element moves, no arithmetic. */
+static int kernel_reshape(sim_state *s, const sim_op *o)
+{
+    memcpy(s->store[o->outs[0]], s->store[o->x], s->plan->vals[o->x].bytes);
+    return ANEC_OK;
+}
+
+static int kernel_identity(sim_state *s, const sim_op *o) { return kernel_reshape(s, o); }
+
+static int kernel_transpose(sim_state *s, const sim_op *o)
+{
+    const sim_value *xv = &s->plan->vals[o->x], *ov = &s->plan->vals[o->outs[0]];
+    int64_t xst[ANEC_MAX_RANK], dst[ANEC_MAX_RANK], sst[ANEC_MAX_RANK];
+    sk_strides(xv->rank, xv->shape, xst);
+    sk_strides(ov->rank, ov->shape, dst);
+    for (int i = 0; i < ov->rank; i++)
+        sst[i] = xst[o->perm[i]];
+    sk_nd_copy(mil_dtype_size(xv->dt), ov->rank, ov->shape, s->store[o->outs[0]], dst, s->store[o->x], sst);
+    return ANEC_OK;
+}
+
+static int kernel_slice(sim_state *s, const sim_op *o)
+{
+    const sim_value *xv = &s->plan->vals[o->x], *ov = &s->plan->vals[o->outs[0]];
+    size_t es = mil_dtype_size(xv->dt);
+    int64_t xst[ANEC_MAX_RANK], shape[ANEC_MAX_RANK], sst[ANEC_MAX_RANK], dst[ANEC_MAX_RANK];
+    sk_strides(xv->rank, xv->shape, xst);
+    int64_t off = 0;
+    for (int d = 0, k = 0; d < xv->rank; d++) {
+        shape[d] = (o->squeeze_mask & (1 << d)) ? 1 : ov->shape[k++];
+        sst[d] = xst[d] * o->stride[d];
+        off += o->begin[d] * xst[d];
+    }
+    sk_strides(xv->rank, shape, dst);
+    sk_nd_copy(es, xv->rank, shape, s->store[o->outs[0]], dst, (const char *)s->store[o->x] + off * (int64_t)es, sst);
+    return ANEC_OK;
+}
+
+static int kernel_split(sim_state *s, const sim_op *o)
 {
     const sim_value *xv = &s->plan->vals[o->x];
     size_t es = mil_dtype_size(xv->dt);
     int64_t xst[ANEC_MAX_RANK];
     sk_strides(xv->rank, xv->shape, xst);
     const char *src = s->store[o->x];
-    switch (o->kind) {
-    case SOP_RESHAPE:
-    case SOP_IDENTITY:
-        memcpy(s->store[o->outs[0]], src, xv->bytes);
-        return ANEC_OK;
-    case SOP_TRANSPOSE: {
-        const sim_value *ov = &s->plan->vals[o->outs[0]];
-        int64_t dst[ANEC_MAX_RANK], sst[ANEC_MAX_RANK];
-        sk_strides(ov->rank, ov->shape, dst);
-        for (int i = 0; i < ov->rank; i++)
-            sst[i] = xst[o->perm[i]];
-        sk_nd_copy(es, ov->rank, ov->shape, s->store[o->outs[0]], dst, src, sst);
-        return ANEC_OK;
-    }
-    case SOP_SLICE: {
-        const sim_value *ov = &s->plan->vals[o->outs[0]];
-        int64_t shape[ANEC_MAX_RANK], sst[ANEC_MAX_RANK], dst[ANEC_MAX_RANK];
-        int64_t off = 0;
-        for (int d = 0, k = 0; d < xv->rank; d++) {
-            shape[d] = (o->squeeze_mask & (1 << d)) ? 1 : ov->shape[k++];
-            sst[d] = xst[d] * o->stride[d];
-            off += o->begin[d] * xst[d];
-        }
-        sk_strides(xv->rank, shape, dst);
-        sk_nd_copy(es, xv->rank, shape, s->store[o->outs[0]], dst, src + off * (int64_t)es, sst);
-        return ANEC_OK;
-    }
-    case SOP_SPLIT: {
-        int64_t start = 0;
-        for (int i = 0; i < o->n_outs; i++) {
-            const sim_value *ov = &s->plan->vals[o->outs[i]];
-            int64_t dst[ANEC_MAX_RANK];
-            sk_strides(ov->rank, ov->shape, dst);
-            sk_nd_copy(es, ov->rank, ov->shape, s->store[o->outs[i]], dst, src + start * xst[o->axis] * (int64_t)es, xst);
-            start += o->sizes[i];
-        }
-        return ANEC_OK;
-    }
-    case SOP_PAD: {
-        const sim_value *ov = &s->plan->vals[o->outs[0]];
-        void *out = s->store[o->outs[0]];
-        if (ov->dt == MIL_DT_FP16) {
-            uint16_t h = anec_h_from_f((float)o->pad_value);
-            for (size_t i = 0; i < ov->numel; i++)
-                ((uint16_t *)out)[i] = h;
-        } else {
-            float f = (float)o->pad_value;
-            for (size_t i = 0; i < ov->numel; i++)
-                ((float *)out)[i] = f;
-        }
+    int64_t start = 0;
+    for (int i = 0; i < o->n_outs; i++) {
+        const sim_value *ov = &s->plan->vals[o->outs[i]];
         int64_t dst[ANEC_MAX_RANK];
         sk_strides(ov->rank, ov->shape, dst);
-        int64_t off = 0;
-        for (int d = 0; d < ov->rank; d++)
-            off += o->pad_before[d] * dst[d];
-        sk_nd_copy(es, xv->rank, xv->shape, (char *)out + off * (int64_t)es, dst, src, xst);
-        return ANEC_OK;
+        sk_nd_copy(es, ov->rank, ov->shape, s->store[o->outs[i]], dst, src + start * xst[o->axis] * (int64_t)es, xst);
+        start += o->sizes[i];
     }
-    default:
-        return ANEC_EDRIVER;
-    }
+    return ANEC_OK;
 }
+
+/* The mirror of split: each input is copied into its slab of the output along axis. */
+static int kernel_concat(sim_state *s, const sim_op *o)
+{
+    const sim_value *ov = &s->plan->vals[o->outs[0]];
+    size_t es = mil_dtype_size(ov->dt);
+    int64_t dst[ANEC_MAX_RANK];
+    sk_strides(ov->rank, ov->shape, dst);
+    int64_t start = 0;
+    for (int i = 0; i < o->n_ins; i++) {
+        const sim_value *iv = &s->plan->vals[o->ins[i]];
+        int64_t ist[ANEC_MAX_RANK];
+        sk_strides(iv->rank, iv->shape, ist);
+        sk_nd_copy(es, iv->rank, iv->shape, (char *)s->store[o->outs[0]] + start * dst[o->axis] * (int64_t)es, dst,
+                   s->store[o->ins[i]], ist);
+        start += o->sizes[i];
+    }
+    return ANEC_OK;
+}
+
+static int kernel_pad(sim_state *s, const sim_op *o)
+{
+    const sim_value *xv = &s->plan->vals[o->x], *ov = &s->plan->vals[o->outs[0]];
+    size_t es = mil_dtype_size(xv->dt);
+    int64_t xst[ANEC_MAX_RANK];
+    sk_strides(xv->rank, xv->shape, xst);
+    void *out = s->store[o->outs[0]];
+    if (ov->dt == MIL_DT_FP16) {
+        uint16_t h = anec_h_from_f((float)o->pad_value);
+        for (size_t i = 0; i < ov->numel; i++)
+            ((uint16_t *)out)[i] = h;
+    } else {
+        float f = (float)o->pad_value;
+        for (size_t i = 0; i < ov->numel; i++)
+            ((float *)out)[i] = f;
+    }
+    int64_t dst[ANEC_MAX_RANK];
+    sk_strides(ov->rank, ov->shape, dst);
+    int64_t off = 0;
+    for (int d = 0; d < ov->rank; d++)
+        off += o->pad_before[d] * dst[d];
+    sk_nd_copy(es, xv->rank, xv->shape, (char *)out + off * (int64_t)es, dst, s->store[o->x], xst);
+    return ANEC_OK;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------ */
+
+/* Kernel id -> kernel, generated from the op table (SIM_KERNELS in sim_ops.h): every kernel
+   id names its kernel_<name> above, so an op row whose kernel is not written does not
+   compile ("'kernel_<name>' undeclared"), and a kernel no row names is an unused function
+   (an error under -Werror). */
+typedef int (*sim_kernel)(sim_state *s, const sim_op *o);
+
+static const struct {
+    const char *name;
+    sim_kernel run;
+} KERNELS[SOP_COUNT] = {
+#define KERNEL(KIND, NAME) [KIND] = {#NAME, kernel_##NAME},
+    SIM_KERNELS(KERNEL)
+#undef KERNEL
+};
 
 int sim_state_run(sim_state *s, uint8_t *const *in, uint8_t *const *out, char *err, size_t errlen)
 {
@@ -1065,15 +1106,14 @@ int sim_state_run(sim_state *s, uint8_t *const *in, uint8_t *const *out, char *e
     }
     for (size_t k = 0; k < p->n_ops; k++) {
         const sim_op *o = &p->ops[k];
-        int rc;
-        switch (o->kind) {  /* kernel -> runner: the generated table in sim_ops.h */
-#define RUN(KIND, RUNNER) case KIND: rc = run_##RUNNER(s, o); break;
-        SIM_KERNELS(RUN)
-#undef RUN
-        default: rc = ANEC_EDRIVER; break;
+        if (o->kind <= SOP_NONE || o->kind >= SOP_COUNT || !KERNELS[o->kind].run) {
+            snprintf(err, errlen, "model.mil:%d: the sim has no kernel for op '%s' (kernel id %d): "
+                     "regenerate csrc/sim_ops.h from the op table and rebuild", o->line, o->op ? o->op : "?", o->kind);
+            return ANEC_EDRIVER;
         }
+        int rc = KERNELS[o->kind].run(s, o);
         if (rc != ANEC_OK) {
-            snprintf(err, errlen, "model.mil:%d: evaluation failed (%s)", o->line,
+            snprintf(err, errlen, "model.mil:%d: %s: evaluation failed (%s)", o->line, o->op ? o->op : KERNELS[o->kind].name,
                      rc == ANEC_ENOMEM ? "out of memory" : "internal error");
             return rc;
         }

@@ -32,9 +32,11 @@ enum {
     SOP_TRANSPOSE,
     SOP_SLICE,
     SOP_PAD,
+    SOP_CONCAT,
     SOP_SILU,
     SOP_DIV,
     SOP_SPLIT,
+    SOP_COUNT
 };
 
 /* MIL op, kernel id, build rule (rule_<rule> in sim_rules.c). */
@@ -61,44 +63,46 @@ enum {
     X("transpose", SOP_TRANSPOSE, transpose) \
     X("slice_by_index", SOP_SLICE, slice_by_index) \
     X("pad", SOP_PAD, pad) \
+    X("concat", SOP_CONCAT, concat) \
     X("silu", SOP_SILU, unary) \
     X("real_div", SOP_DIV, binary) \
     X("slice_by_size", SOP_SLICE, slice_by_size) \
     X("split", SOP_SPLIT, split)
 
-/* Kernel id, runner (run_<runner> in sim_exec.c). */
+/* Kernel id, kernel (kernel_<kernel> in sim_exec.c: without it, it does not compile). */
 #define SIM_KERNELS(X) \
-    X(SOP_IDENTITY, layout) \
-    X(SOP_EXP, unary) \
-    X(SOP_SQRT, unary) \
-    X(SOP_RELU, unary) \
-    X(SOP_TANH, unary) \
-    X(SOP_SIGMOID, unary) \
+    X(SOP_IDENTITY, identity) \
+    X(SOP_EXP, exp) \
+    X(SOP_SQRT, sqrt) \
+    X(SOP_RELU, relu) \
+    X(SOP_TANH, tanh) \
+    X(SOP_SIGMOID, sigmoid) \
     X(SOP_CAST, cast) \
     X(SOP_CONV, conv) \
     X(SOP_MATMUL, matmul) \
-    X(SOP_ADD, binary) \
-    X(SOP_SUB, binary) \
-    X(SOP_MUL, binary) \
-    X(SOP_POW, binary) \
+    X(SOP_ADD, add) \
+    X(SOP_SUB, sub) \
+    X(SOP_MUL, mul) \
+    X(SOP_POW, pow) \
     X(SOP_SOFTMAX, softmax) \
-    X(SOP_REDUCE_SUM, reduce) \
-    X(SOP_REDUCE_MEAN, reduce) \
-    X(SOP_REDUCE_MAX, reduce) \
-    X(SOP_RESHAPE, layout) \
-    X(SOP_TRANSPOSE, layout) \
-    X(SOP_SLICE, layout) \
-    X(SOP_PAD, layout) \
-    X(SOP_SILU, unary) \
-    X(SOP_DIV, binary) \
-    X(SOP_SPLIT, layout)
+    X(SOP_REDUCE_SUM, reduce_sum) \
+    X(SOP_REDUCE_MEAN, reduce_mean) \
+    X(SOP_REDUCE_MAX, reduce_max) \
+    X(SOP_RESHAPE, reshape) \
+    X(SOP_TRANSPOSE, transpose) \
+    X(SOP_SLICE, slice) \
+    X(SOP_PAD, pad) \
+    X(SOP_CONCAT, concat) \
+    X(SOP_SILU, silu) \
+    X(SOP_DIV, div) \
+    X(SOP_SPLIT, split)
 
-/* MIL op the ANE compiler rejects, constraint id, message. */
+/* MIL op the ANE compiler rejects, constraint id, message, and the device switch <switch>=accept under which the sim accepts it (contested: NULL if none). */
 #define SIM_REJECTED_OPS(X) \
-    X("neg", "ANE-NEG", "the ANE has no neg op; multiply by -1 instead") \
-    X("rsqrt", "ANE-RSQRT", "rsqrt is rejected by the ANE compiler; use pow(x, -0.5)") \
-    X("gelu", "ANE-GELU", "gelu is not a MIL op the ANE accepts; use the tanh approximation 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))") \
-    X("concat", "ANE-CONCAT", "concat is rejected by the ANE compiler; return the pieces as separate outputs or assemble them on the host")
+    X("neg", "ANE-NEG", "the ANE has no neg op; multiply by -1 instead", NULL) \
+    X("rsqrt", "ANE-RSQRT", "rsqrt is rejected by the ANE compiler; use pow(x, -0.5)", NULL) \
+    X("gelu", "ANE-GELU", "gelu is not a MIL op the ANE accepts; use the tanh approximation 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))", NULL) \
+    X("concat", "ANE-CONCAT", "concat is rejected by the ANE compiler; return the pieces as separate outputs or assemble them on the host", "concat")
 
 /* MIL op, argument the ANE compiler rejects, constraint id, message. */
 #define SIM_REJECTED_ARGS(X) \

@@ -471,6 +471,24 @@ int sb_data(builder *B, const mil_stmt *st, const char *name, int required)
     return -2;
 }
 
+int sb_tuple_ref(builder *B, const mil_stmt *st, const mil_arg *a, const mil_value *item)
+{
+    if (item->kind != MIL_V_REF) {
+        sb_err(B, item->line, NULL, "%s: every item of '%s' must be a variable", st->op, a->name);
+        return -1;
+    }
+    int idx = sb_lookup(B, item->ref);
+    if (idx < 0) {
+        sb_err(B, item->line, NULL, "%s: %s item %s refers to an undefined name", st->op, a->name, item->ref);
+        return -1;
+    }
+    if (B->p->vals[idx].dt == MIL_DT_STRING) {
+        sb_err(B, item->line, NULL, "%s: %s item '%s' must be a tensor, not a string", st->op, a->name, item->ref);
+        return -1;
+    }
+    return idx;
+}
+
 /* Unknown argument names are errors (like coremltools' "Unrecognized input"). */
 int sb_check_args(builder *B, const mil_stmt *st, const char *const *allowed)
 {
@@ -604,8 +622,15 @@ static void sort_binding(const sim_plan *p, int *idx, size_t n)
 
 sim_plan *sim_plan_build(const char *mil, size_t len, const anec_limits *limits, int *status, char *err, size_t errlen)
 {
+    return sim_plan_build_accepting(mil, len, limits, NULL, status, err, errlen);
+}
+
+sim_plan *sim_plan_build_accepting(const char *mil, size_t len, const anec_limits *limits,
+                                   const char *const *accept, int *status, char *err, size_t errlen)
+{
     builder B;
     memset(&B, 0, sizeof B);
+    B.accept = accept;
     B.err = err;
     B.errlen = errlen;
     if (!limits) {  /* limits come from the manifest or the open options, never from defaults here */
@@ -748,6 +773,7 @@ void sim_plan_release(sim_plan *p)
     for (size_t i = 0; i < p->n_ops; i++) {
         free(p->ops[i].outs);
         free(p->ops[i].sizes);
+        free(p->ops[i].ins);
     }
     free(p->vals);
     free(p->ops);

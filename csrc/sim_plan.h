@@ -43,6 +43,7 @@ typedef struct sim_value {
 
 typedef struct sim_op {
     int kind;                    /* SOP_* (sim_ops.h) */
+    const char *op;              /* the MIL op (a string of the op table) */
     int line;
     int x, y;                    /* data operand value indices (y: second operand / conv weight), -1 if none */
     int *outs;                   /* result value indices */
@@ -55,7 +56,9 @@ typedef struct sim_op {
     int perm[ANEC_MAX_RANK];     /* transpose */
     int64_t begin[ANEC_MAX_RANK], stride[ANEC_MAX_RANK]; /* slice: normalised begin and step per input dim */
     int squeeze_mask;            /* slice: dims dropped from the output */
-    int64_t *sizes;              /* split sizes (n_outs) */
+    int64_t *sizes;              /* split sizes (n_outs); concat: each input's size along axis (n_ins) */
+    int *ins;                    /* concat: the input value indices (x is ins[0]) */
+    int n_ins;
     int64_t pad_before[ANEC_MAX_RANK]; /* pad */
     double pad_value;
 } sim_op;
@@ -81,6 +84,12 @@ typedef struct sim_plan {
    or ANEC_ECOMPILE (or ANEC_ENOMEM, ANEC_EINVAL without limits). */
 sim_plan *sim_plan_build(const char *mil, size_t len, const anec_limits *limits,
                          int *status, char *err, size_t errlen);
+/* The same for a device that also accepts the contested ops named in `accept`
+   (NULL-terminated MIL op names, e.g. {"concat", NULL}; NULL: none), which the
+   catalog's reading rejects (sim_ops.h, SIM_REJECTED_OPS: the device switch
+   <op>=accept of driver_sim.c). */
+sim_plan *sim_plan_build_accepting(const char *mil, size_t len, const anec_limits *limits,
+                                   const char *const *accept, int *status, char *err, size_t errlen);
 void sim_plan_retain(sim_plan *p);
 void sim_plan_release(sim_plan *p);
 

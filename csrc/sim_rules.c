@@ -756,6 +756,88 @@ static int rule_pad(builder *B, const mil_stmt *st, int kind)
     return 0;
 }
 
+/* concat(axis, interleave = false, values = (a, b, ...)): a contested op the
+   device compiler may reject (ANE-CONCAT); built only for a device that accepts it. */
+static int rule_concat(builder *B, const mil_stmt *st, int kind)
+{
+    static const char *const args[] = {"values", "axis", "interleave", NULL};
+    if (sb_check_args(B, st, args) || sb_need_results(B, st, 1))
+        return -1;
+    const mil_arg *va = mil_find_arg(st, "values");
+    if (!va) {
+        sb_err(B, st->line, NULL, "concat: missing required argument 'values'");
+        return -1;
+    }
+    if (va->val.kind != MIL_V_TUPLE || va->val.n < 1) {
+        sb_err(B, va->line, NULL, "concat: 'values' must be a tuple of tensors, e.g. values = (a, b)");
+        return -1;
+    }
+    size_t n = va->val.n;
+    sb_param_t p;
+    int64_t axis;
+    if (sb_required_param(B, st, "axis", &p) || sb_param_int(B, st, "axis", &p, &axis))
+        return -1;
+    sb_param_t pi;
+    int interleave = 0;
+    if (sb_param(B, st, "interleave", &pi) || (pi.present && sb_param_bool(B, st, "interleave", &pi, &interleave)))
+        return -1;
+    if (interleave) {
+        sb_err(B, pi.line, NULL, "concat: interleave = true is not supported by the sim");
+        return -1;
+    }
+    int *ins = malloc(n * sizeof(int));
+    int64_t *sizes = malloc(n * sizeof(int64_t));
+    if (!ins || !sizes) {
+        free(ins);
+        free(sizes);
+        return sb_oom(B), -1;
+    }
+    int ax = 0;
+    int64_t shape[ANEC_MAX_RANK];
+    const sim_value *first = NULL;
+    for (size_t i = 0; i < n; i++) {
+        int v = sb_tuple_ref(B, st, va, &va->val.items[i]);
+        if (v < 0)
+            goto fail;
+        const sim_value *xv = &B->p->vals[v];
+        if (!first) {
+            first = xv;
+            if (sb_norm_axis(B, st, axis, xv->rank, p.line, &ax))
+                goto fail;
+            memcpy(shape, xv->shape, sizeof shape);
+            shape[ax] = 0;
+        } else if (xv->rank != first->rank || xv->dt != first->dt) {
+            sb_err(B, va->line, NULL, "concat: values have different types (%s and %s, rank %d and %d)",
+                   mil_dtype_name(first->dt), mil_dtype_name(xv->dt), first->rank, xv->rank);
+            goto fail;
+        } else {
+            for (int d = 0; d < xv->rank; d++)
+                if (d != ax && xv->shape[d] != first->shape[d]) {
+                    char a[96], b[96];
+                    sb_err(B, va->line, NULL, "concat: values differ outside axis %d: %s and %s", ax,
+                           sb_shape_str(first->rank, first->shape, a, sizeof a),
+                           sb_shape_str(xv->rank, xv->shape, b, sizeof b));
+                    goto fail;
+                }
+        }
+        ins[i] = v;
+        sizes[i] = xv->shape[ax];
+        shape[ax] += xv->shape[ax];
+    }
+    sim_op *o = sb_op_out(B, st, kind, ins[0], first->dt, first->rank, shape);
+    if (!o)
+        goto fail;
+    o->ins = ins;
+    o->n_ins = (int)n;
+    o->sizes = sizes;
+    o->axis = ax;
+    return 0;
+fail:
+    free(ins);
+    free(sizes);
+    return -1;
+}
+
 /* A const makes a value (a literal or a BLOBFILE reference), not a plan step. */
 static int rule_const(builder *B, const mil_stmt *st, int kind)
 {
@@ -805,8 +887,8 @@ static const struct { const char *op; int kind; sim_rule rule; } RULES[] = {
 #undef ROW
 };
 
-static const struct { const char *op, *constraint, *message; } REJECTED_OPS[] = {
-#define ROW(OP, CONSTRAINT, MESSAGE) {OP, CONSTRAINT, MESSAGE},
+static const struct { const char *op, *constraint, *message, *accept; } REJECTED_OPS[] = {
+#define ROW(OP, CONSTRAINT, MESSAGE, ACCEPT) {OP, CONSTRAINT, MESSAGE, ACCEPT},
     SIM_REJECTED_OPS(ROW)
 #undef ROW
 };
@@ -817,11 +899,22 @@ static const struct { const char *op, *arg, *constraint, *message; } REJECTED_AR
 #undef ROW
 };
 
+/* Whether this device accepts a contested op (its switch name, NULL: never). */
+static int accepted(const builder *B, const char *name)
+{
+    if (!name || !B->accept)
+        return 0;
+    for (const char *const *a = B->accept; *a; a++)
+        if (strcmp(*a, name) == 0)
+            return 1;
+    return 0;
+}
+
 int sb_statement(builder *B, const mil_stmt *st)
 {
     const char *op = st->op;
     for (size_t i = 0; i < sizeof REJECTED_OPS / sizeof REJECTED_OPS[0]; i++)
-        if (strcmp(op, REJECTED_OPS[i].op) == 0) {
+        if (strcmp(op, REJECTED_OPS[i].op) == 0 && !accepted(B, REJECTED_OPS[i].accept)) {
             sb_err(B, st->line, REJECTED_OPS[i].constraint, "%s", REJECTED_OPS[i].message);
             return -1;
         }
@@ -835,7 +928,11 @@ int sb_statement(builder *B, const mil_stmt *st)
                 return -1;
             }
         }
-        return RULES[i].rule(B, st, RULES[i].kind);
+        size_t first = B->p->n_ops;
+        int rc = RULES[i].rule(B, st, RULES[i].kind);
+        for (size_t k = first; k < B->p->n_ops; k++)
+            B->p->ops[k].op = RULES[i].op;
+        return rc;
     }
     for (const char *const *k = KNOWN_MIL_OPS; *k; k++)
         if (strcmp(*k, op) == 0) {

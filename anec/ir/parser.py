@@ -536,7 +536,14 @@ class _Builder:
             text = tok[0]
             if _INT.fullmatch(text):
                 return self._int(tok)
-            return float(text)
+            value = float(text)
+            if math.isinf(value):  # a finite spelling no float64 holds: only `inf` means infinity
+                raise ParseError(
+                    f"number {text} is beyond the float range (about 1.8e308)",
+                    self.span(tok),
+                    hint="write inf (or -inf) for an infinite value",
+                )
+            return value
         if kind == "neg_inf":
             return -math.inf
         if kind == "string":

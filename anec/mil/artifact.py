@@ -251,6 +251,7 @@ def build_manifest(graph: Graph, program: MilProgram, target: "Target", weights:
         "sram": _jsonable(graph.meta.get("sram")),
         "rewrites": [_jsonable(r) for r in rewrites],
         "host_casts": _jsonable(graph.meta.get("host_casts", [])),
+        "concat": {"reading": target.concat, "why": target.sources.get("concat", "the target's default")},
     }
 
 

@@ -427,6 +427,8 @@ class _Emitter:
     def emit_node(self, n: Node) -> None:
         """One IR node as MIL, as its op row's lowering says (:class:`~anec.ir.ops.Mil`)."""
         low = get_op(n.op).lowering
+        if isinstance(low, NotOnAne) and low.kept_on(self.target):
+            low = low.native  # a contested rejection this target's reading keeps (ANE-CONCAT)
         if isinstance(low, NotOnAne):
             raise ConstraintError(f"{low.why}; it must not reach MIL emission", span=n.span,
                                   hint=f"{_LEGALIZE_HINT} into {low.becomes}", constraint=low.constraint)
@@ -441,15 +443,20 @@ class _Emitter:
         if n.op == "const":
             self.op_const(n, attrs)
             return
-        if len(n.results) != 1 or any(o.variadic for o in get_op(n.op).operands):
-            raise PassError(f"emit-mil: '{n.op}' has several results or a variable number of operands, "
-                            "which no MIL op the ANE runs has", span=n.span)
+        if len(n.results) != 1:
+            raise PassError(f"emit-mil: '{n.op}' has several results, which no MIL op the ANE runs has",
+                            span=n.span)
         r = n.result
         nn = self.name(r)
         params = low.params([v.type for v in n.operands], [r.type], attrs)
         args = {p: self._param(nn, p, params[p], n) for p in sorted(params)}
-        positional = [o.name for o in get_op(n.op).positional]
-        for operand, v in [*zip(positional, n.operands), *n.optional.items()]:
+        positional = get_op(n.op).positional
+        if any(o.variadic for o in positional):  # one variadic operand: a MIL tuple (concat's values)
+            args[low.arg(positional[0].name)] = "(" + ", ".join(self.name(v) for v in n.operands) + ")"
+        else:
+            for operand, v in zip((o.name for o in positional), n.operands):
+                args[low.arg(operand)] = self.name(v)
+        for operand, v in n.optional.items():
             args[low.arg(operand)] = self.name(v)
         self._stmt(f"{self.sp.type(r.type)} {nn}", low.op, args, nn)
 

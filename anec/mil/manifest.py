@@ -15,7 +15,7 @@ field and what was expected::
 Fields the code never reads (``sram``, ``rewrites``, ``anec_version``) are
 only bounded; unknown fields are ignored, so newer manifests stay readable.
 Optional fields older artifacts lack (``logical_inputs``, ``logical_outputs``,
-``weight_inputs``, ``limits``, ``target``, ``mil.dialect``) may be absent.
+``weight_inputs``, ``limits``, ``target``, ``mil.dialect``, ``concat``) may be absent.
 The writer validates what it writes with the same function.
 """
 
@@ -301,6 +301,7 @@ def _schema() -> Check:
             "sram": any_json,
             "rewrites": array(any_json),
             "host_casts": array(_host_cast),
+            "concat": obj({"reading": one_of("rewrite", "native"), "why": string(1000)}),
         },
     )
 

@@ -393,7 +393,9 @@ class Legalize(Pass):
       reshapes/transposes that move the contraction axis to channels, the
       weight laid out by the const's ``perm`` (ANE-CONV-FASTER);
     * a channel ``concat`` feeding only conv1x1s -> sums of partial convs over
-      weight slices ``slice=[1, c0, c1]`` (ANE-CONCAT);
+      weight slices ``slice=[1, c0, c1]`` (ANE-CONCAT, the conservative reading;
+      a target whose ``concat`` reading is ``"native"``, from ``--concat native``
+      or this Mac's selftest verdict, keeps every concat as it is);
     * a conv1x1 with more output channels than the target allows, returned
       directly or through unary ops -> chunked convs with weights
       ``slice=[0, o0, o1]``, outputs ``name__c0, name__c1, ...`` and
@@ -552,6 +554,15 @@ class Legalize(Pass):
           %m_scaled = mul(%x, %m_inv_n) : fp16[1, 768, 1, 8]
           %m = reduce_sum(%m_scaled, axes=[1], keep_dims=true) : fp16[1, 1, 1, 8]
           return %m
+        }
+
+    Unchanged: any concat on a target whose concat reading is native (ANE-CONCAT is contested;
+    the emitter writes a MIL concat).
+        // target: concat="native"
+        func f(%a: fp16[1, 32, 1, 8], %b: fp16[1, 32, 1, 8]) {
+          %c = concat(%a, %b, axis=1)
+          %r = relu(%c)
+          return %r
         }
 
     Unchanged: a matmul of two activations (no constant operand: it stays a matmul).

@@ -415,7 +415,12 @@ def split_concat_into_partial_convs(node: "Node", rw: Rewriter) -> Any:
     return HANDLED
 
 
-# any other concat: an error (the ANE compiler rejects concat)
+NATIVE_CONCAT_HINT = ("where python -m anec.selftest found concat accepted on your Mac, anec compile keeps it "
+                      "(--concat verdict, the default, for that Mac's target; or --concat native)")
+"""The end of every concat error's hint: ANE-CONCAT is contested, and the native reading keeps it."""
+
+
+# any other concat: an error (the conservative reading of ANE-CONCAT: the ANE compiler rejects concat)
 def reject_concat(node: "Node", rw: LegalizeRewriter) -> None:
     out = node.result
     axis = node.attrs["axis"] % out.type.rank
@@ -440,7 +445,8 @@ def reject_concat(node: "Node", rw: LegalizeRewriter) -> None:
         why = f"it feeds {', '.join(users)} (only conv1x1 weights can absorb a channel concat)"
         hint = ("feed the concat only into conv1x1 ops (anec turns those into sums of partial "
                 "convs), or return the pieces separately")
-    return rw.reject("ANE-CONCAT", f"concat {_name(out)} cannot be removed: {why}", hint, node)
+    return rw.reject("ANE-CONCAT", f"concat {_name(out)} cannot be removed: {why}", f"{hint}; {NATIVE_CONCAT_HINT}",
+                     node)
 
 
 DEVICE_RULES: dict[str, tuple] = {
@@ -485,11 +491,15 @@ def not_on_ane_rules(lowering: "Mil | NotOnAne | None") -> tuple:
 
 
 def rules_for(target: "Target") -> dict[str, tuple]:
-    """The rule table for ``target``: device rules, the op table's rules, and the switched
+    """The rule table for ``target``: device rules, the op table's rules (except for a
+    contested op the target keeps, :meth:`~anec.ir.ops.NotOnAne.kept_on`), and the switched
     rules the target enables, each op's tried in that order."""
     rules = dict(DEVICE_RULES)
     for name, opdef in OPS.items():
-        extra = not_on_ane_rules(opdef.lowering)
+        low = opdef.lowering
+        if isinstance(low, NotOnAne) and low.kept_on(target):
+            continue  # a contested rejection the target's reading keeps as MIL (ANE-CONCAT: concat=native)
+        extra = not_on_ane_rules(low)
         if extra:
             rules[name] = rules.get(name, ()) + extra
     for switch, more in SWITCHED_RULES.items():

@@ -242,7 +242,7 @@ class Trainer:
         total = 0.0
         shapes = {k: lay.ir_shape for k, lay in self.layouts.items()}
         pending: list[Any] = []
-        t_fwd = t_bwd = t_host = 0.0
+        t_fwd = t_bwd = t_host = t_embed = t_loss = 0.0
         for row in ids:
             t0 = time.perf_counter()
             inp = np.zeros(s, np.int64)
@@ -252,6 +252,7 @@ class Trainer:
             x = to_bc1s(embed(tables, self.roles, inp), s)
             feed = {"x": x, **pos}
             t1 = time.perf_counter()
+            t_embed += t1 - t0
             fout = self._run(0, feed)
             t2 = time.perf_counter()
             logits = from_bc1s(np.asarray(fout["logits"], np.float32))
@@ -266,6 +267,7 @@ class Trainer:
             for name in self.bw.saved:
                 bfeed[name] = fout[name]
             t3 = time.perf_counter()
+            t_loss += t3 - t2
             bout = self._run(1, bfeed)
             t4 = time.perf_counter()
             inv = np.float32(1.0 / scale)
@@ -281,8 +283,10 @@ class Trainer:
                     grads[k] += self.layouts[k].to_checkpoint(g * inv)
                 if self.bw.host_grads:  # conv weight gradients in fp32 BLAS, while the device runs on
                     pending.append(_host_pool().submit(self.bw.gather, bout, shapes, False, True))
+                te = time.perf_counter()
                 dx = from_bc1s(np.asarray(bout[self.bw.input_grads["x"]], np.float32)) * inv
                 embed_adjoint(grads, self.roles, inp[: len(row) - 1], dx[: len(row) - 1])
+                t_embed += time.perf_counter() - te
             t_fwd += t2 - t1
             t_bwd += t4 - t3
             t_host += (t1 - t0) + (t3 - t2) + (time.perf_counter() - t4)
@@ -293,7 +297,11 @@ class Trainer:
                 grads[k] += self.layouts[k].to_checkpoint(g * inv)
         t_wait = time.perf_counter() - t5
         self.last_loss = total / n_tokens
-        self.timings.update(forward_s=t_fwd, backward_s=t_bwd, host_s=t_host, weight_grads_wait_s=t_wait)
+        # host_s is the whole of the calling thread's host work; embed_s (gather and scatter of
+        # the embedding rows) and loss_s (loss and its gradient) are parts of it, the rest is
+        # gathering the weight gradients from the backward program's outputs
+        self.timings.update(forward_s=t_fwd, backward_s=t_bwd, host_s=t_host, embed_s=t_embed, loss_s=t_loss,
+                            grads_s=t_host - t_embed - t_loss, weight_grads_wait_s=t_wait)
         if self.lora_rank:
             return {self._peft_key(k): v for k, v in grads.items()}
         return grads
@@ -309,8 +317,10 @@ class Trainer:
         finite = all_finite(grads)
         norm = float("nan")
         skipped = not finite
+        tc = t0
         if finite:
             norm = clip_(grads, self.grad_clip)
+            tc = time.perf_counter()
             if not self.opt.step(self.params, grads, self.decay, lr=lr, check=_fp16_ok):
                 skipped = True
         t1 = time.perf_counter()
@@ -318,7 +328,8 @@ class Trainer:
         if not skipped:
             self._push_weights()
         t2 = time.perf_counter()
-        self.timings.update(optimizer_s=t1 - t0, reload_s=t2 - t1)
+        # optimizer_s = clip_s (finiteness check and clipping) + AdamW with its fp16-range check
+        self.timings.update(optimizer_s=t1 - t0, clip_s=(tc if finite else t1) - t0, reload_s=t2 - t1)
         self.step_index += 1
         self.history.append({"step": self.step_index, "loss": self.last_loss, "grad_norm": norm,
                              "loss_scale": self.scaler.scale, "skipped": skipped})

@@ -31,7 +31,8 @@ def _check(report: dict, cid: str) -> dict:
 def test_selftest_passes_on_the_sim(report: dict) -> None:
     assert report["driver"] == "sim"
     assert [c["id"] for c in report["checks"]] == [
-        "legalized", "unlegalized", "binding", "min-surface", "reload", "shared", "dialect", "fp16-range"]
+        "legalized", "unlegalized", "concat", "binding", "min-surface", "reload", "shared", "dialect",
+        "fp16-range"]
     failed = [(c["id"], c["lines"]) for c in report["checks"] if not c["passed"]]
     assert not failed
     assert report["passed"] is True
@@ -44,9 +45,11 @@ def test_selftest_numbers(report: dict) -> None:
             "lower_reduce_mean"} <= set(leg["rules"])
     assert leg["max_abs_err"] < 0.01 < leg["tolerance"]
     un = _check(report, "unlegalized")["data"]["results"]
-    assert all(un[op]["rejected"] and un[op]["code"] == 5 for op in ("concat", "gelu", "rsqrt"))
-    assert "ANE" in un["concat"]["message"] or "concat" in un["concat"]["message"]
+    assert all(un[op]["rejected"] and un[op]["code"] == 5 for op in ("gelu", "rsqrt"))
+    assert "concat" not in un  # contested: the concat check probes it
     assert un["relu"] == {"rejected": False, "ran": True}
+    cc = _check(report, "concat")["data"]
+    assert cc["verdict"] == cc["declared"] == "rejected" and cc["raw"]["code"] == 5
     b = _check(report, "binding")["data"]
     assert b["inputs"] == ["alpha", "zeta"] and b["outputs"] == ["ahalf", "zdiff"]
     ms = _check(report, "min-surface")["data"]
@@ -73,7 +76,7 @@ def test_render_is_a_pasteable_report(report: dict) -> None:
     lines = text.splitlines()
     assert lines[0] == "anec selftest 0.1.0: driver sim (backend auto), target m4, seed 0"
     assert "PASS  binding       inputs and outputs bind in alphabetical order of MIL names" in lines
-    assert lines[-1] == "8/8 checks passed"
+    assert lines[-1] == "9/9 checks passed"
 
 
 def test_binding_check_fails_when_buffers_are_bound_in_declaration_order(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,6 +115,51 @@ def test_reload_probe_finds_what_each_device_allows(monkeypatch: pytest.MonkeyPa
     if not verdict:
         assert c.data["one"]["verified"] is False and c.data["one"]["change"] == 0.0  # a stale patch, caught
         assert {a["strategy"] for a in c.data["auto"].values()} == {"recompile"}
+
+
+@pytest.mark.parametrize("device,found", [("", "rejected"), ("concat=reject", "rejected"),
+                                          ("load=memory,concat=accept", "accepted")])
+def test_concat_probe_gives_each_sim_reading_its_verdict(monkeypatch: pytest.MonkeyPatch, device, found) -> None:
+    monkeypatch.setenv("ANEC_SIM_DEVICE", device)
+    c = selftest.Check("concat", "")
+    selftest.check_concat(selftest._Env("sim", "m4", 0), c)
+    assert c.passed, c.lines
+    assert c.data["verdict"] == found == c.data["declared"]
+    if found == "accepted":
+        assert c.data["raw"] == {"rejected": False, "exact": True}
+        assert c.data["program"]["right"] and c.data["program"]["max_abs_err"] <= c.data["program"]["tolerance"]
+    else:
+        assert c.data["raw"]["rejected"] and "concat" in c.data["raw"]["message"] and c.data["program"] is None
+
+
+@pytest.mark.parametrize("broken", ["raw", "program"])
+def test_concat_probe_finds_a_concat_that_is_accepted_but_wrong(monkeypatch: pytest.MonkeyPatch, broken) -> None:
+    monkeypatch.setenv("ANEC_SIM_DEVICE", "concat=accept")
+    if broken == "raw":  # a device whose concat swaps its inputs
+        monkeypatch.setattr(selftest, "_joined", lambda a, b: np.concatenate([b, a], axis=1))
+    else:  # a device whose concat is right in raw MIL but not in anec's program
+        real = selftest._reference
+        monkeypatch.setattr(selftest, "_reference", lambda g, x, s: {"y": real(g, x, s)["y"] + 1.0})
+    c = selftest.Check("concat", "")
+    selftest.check_concat(selftest._Env("sim", "m4", 0), c)
+    assert c.data["verdict"] == "accepted but wrong"
+    assert not c.passed  # the sim declares concat accepted (and right): the disagreement is reported
+    assert any("accepted but wrong" in line for line in c.lines)
+
+
+def test_the_concat_verdict_is_cached_with_the_reload_verdict(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("ANEC_CACHE_DIR", str(tmp_path / "cache"))
+    report = {"driver": "ane", "target": "m4",
+              "checks": [{"id": "reload", "data": {"verdict": []}},
+                         {"id": "concat", "data": {"verdict": "accepted"}}]}
+    selftest.save_verdict(report)
+    assert verdict.cached_concat("ane") == "accepted" and verdict.cached_concat("sim") is None
+    assert selftest.cached_verdict("ane") == []
+    monkeypatch.setattr(verdict, "this_mac_target", lambda: "m4")
+    assert verdict.concat_reading("m4")[0] == "native"
+    assert verdict.concat_reading("m5")[0] == "rewrite"
+    monkeypatch.setattr(verdict, "__version__", "9.9.9")  # another anec does not see it
+    assert verdict.cached_concat("ane") is None and verdict.concat_reading("m4")[0] == "rewrite"
 
 
 def test_the_verdict_is_cached_per_machine_and_read_back(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -217,5 +265,5 @@ def test_python_dash_m() -> None:
                        capture_output=True, text=True, timeout=120,
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.rstrip().endswith("8/8 checks passed")
+    assert r.stdout.rstrip().endswith("9/9 checks passed")
     assert np.all([line.startswith("PASS") for line in r.stdout.splitlines() if line[:4] in ("PASS", "FAIL")])

@@ -102,9 +102,83 @@ static void test_decimal_literals_read_back_exactly(void)
     CHECK((nan & 0x7c00u) == 0x7c00u && (nan & 0x03ffu) != 0);
 }
 
+/* A plan step whose kernel id has no kernel (a table out of step with the plan) fails the run
+   naming the MIL op and its line; it never leaves the output as it was. */
+static void test_a_step_without_a_kernel_is_an_error(void)
+{
+    char err[512] = "";
+    int st;
+    sim_plan *p = build(HDR "        tensor<fp16, [1, 4, 1, 8]> y = relu(x = x)[name = string(\"y\")];\n" END, NULL, &st, err,
+                        sizeof err);
+    CHECK(p != NULL && p->n_ops == 1);
+    if (!p || p->n_ops != 1)
+        return;
+    CHECK(p->ops[0].op && strcmp(p->ops[0].op, "relu") == 0);
+    uint16_t in[32] = {0}, out[32];
+    uint8_t *ins[] = {(uint8_t *)in}, *outs[] = {(uint8_t *)out};
+    sim_state *s = sim_state_new(p, 1);
+    CHECK(s && sim_state_load(s, NULL, 0, NULL, 0, err, sizeof err) == ANEC_OK);
+    CHECK(sim_state_run(s, ins, outs, err, sizeof err) == ANEC_OK);
+    int kinds[] = {SOP_NONE, SOP_COUNT, -1};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        p->ops[0].kind = kinds[i];
+        err[0] = 0;
+        CHECK(sim_state_run(s, ins, outs, err, sizeof err) == ANEC_EDRIVER);
+        CHECK_HAS(err, "model.mil:4: the sim has no kernel for op 'relu'");
+    }
+    sim_state_free(s);
+    sim_plan_release(p);
+}
+
+/* concat is contested (ANE-CONCAT): rejected by default, built for a device that accepts it. */
+static const char *const ACCEPT_CONCAT[] = {"concat", NULL};
+
+static void concat_case(const char *body, const char *needle)
+{
+    char mil[2048], err[1024] = "";
+    int st = 0;
+    snprintf(mil, sizeof mil, HDR "        int32 ax = const()[name = string(\"ax\"), val = int32(1)];\n%s" END, body);
+    sim_plan *p = sim_plan_build_accepting(mil, strlen(mil), &LIMITS, ACCEPT_CONCAT, &st, err, sizeof err);
+    if (!needle) {
+        CHECK(p != NULL && p->n_ops == 1 && p->ops[0].n_ins == 2 && p->ops[0].sizes[1] == 4);
+        if (!p)
+            fprintf(stderr, "  unexpected rejection: %s\n", err);
+    } else {
+        CHECK(p == NULL && st == ANEC_ECOMPILE);
+        CHECK_HAS(err, needle);
+    }
+    sim_plan_release(p);
+    p = sim_plan_build(mil, strlen(mil), &LIMITS, &st, err, sizeof err); /* the default device: Orion's reading */
+    CHECK(p == NULL && st == ANEC_ECOMPILE);
+    CHECK_HAS(err, "[ANE-CONCAT]");
+    sim_plan_release(p);
+}
+
+static void test_concat_only_where_the_device_accepts_it(void)
+{
+    const char *y = "        tensor<fp16, [1, 8, 1, 8]> y = ";
+    char b[512];
+    snprintf(b, sizeof b, "%sconcat(axis = ax, interleave = bool(false), values = (x, x))[name = string(\"y\")];\n", y);
+    concat_case(b, NULL);
+    snprintf(b, sizeof b, "%sconcat(axis = ax, interleave = bool(true), values = (x, x))[name = string(\"y\")];\n", y);
+    concat_case(b, "interleave = true");
+    snprintf(b, sizeof b, "%sconcat(axis = ax, values = x)[name = string(\"y\")];\n", y);
+    concat_case(b, "must be a tuple");
+    snprintf(b, sizeof b, "%sconcat(axis = ax, values = (x, q))[name = string(\"y\")];\n", y);
+    concat_case(b, "item q refers to an undefined name");
+    snprintf(b, sizeof b, "        tensor<fp16, [1, 4, 1, 4]> h = slice_by_size(x = x, begin = tensor<int32, [4]>([0, 0, 0, 0]), "
+             "size = tensor<int32, [4]>([1, 4, 1, 4]))[name = string(\"h\")];\n"
+             "%sconcat(axis = ax, values = (x, h))[name = string(\"y\")];\n", y);
+    concat_case(b, "values differ outside axis 1");
+    snprintf(b, sizeof b, "        tensor<fp16, [1, 4, 1, 16]> y = concat(axis = ax, values = (x, x))[name = string(\"y\")];\n");
+    concat_case(b, "declared");
+}
+
 int main(void)
 {
     test_decimal_literals_read_back_exactly();
+    test_a_step_without_a_kernel_is_an_error();
+    test_concat_only_where_the_device_accepts_it();
 
     /* accepted forms */
     accept(HDR "        tensor<fp16, [1, 4, 1, 8]> y = relu(x = x)[name = string(\"y\")];\n" END);

@@ -9,6 +9,10 @@ output.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -33,7 +37,7 @@ def _square_row() -> ops.OpDef:
         "square", (ops.OperandDef("x"),), (), ops.FLOATS, ops._infer_same,
         lambda operands, optional, attrs: [np.square(operands[0].astype(np.float64)).astype(operands[0].dtype)],
         "x * x", traits=frozenset({ops.Trait.elementwise, ops.Trait.unary}),
-        lowering=ops.Mil("square", ops.SimKernel("unary", "SQUARE", "unary")),
+        lowering=ops.Mil("square", ops.SimKernel("unary", "SQUARE")),
         vjp=lambda c, xs, ys, gs, attrs: [c.op("mul", c.op("mul", gs[0], xs[0]), c.scalar(2.0, xs[0]))],
     )
 
@@ -101,7 +105,7 @@ def test_a_new_op_flows_through_every_part(square):
     # docs and the simulator's op table
     assert "| `square` | x | - | fp16,fp32 | elementwise, unary | `square` | x * x |" in ops.format_table(True)
     assert '    X("square", SOP_SQUARE, unary)' in header_text()
-    assert "    X(SOP_SQUARE, unary)" in header_text()
+    assert "    X(SOP_SQUARE, square)" in header_text()
 
 
 def test_a_new_op_the_ane_rejects_needs_its_rule(twice):
@@ -117,7 +121,7 @@ def test_a_new_op_the_ane_rejects_needs_its_rule(twice):
     assert "add(x = x, y = x)" in result.artifacts["f"].mil_text
     assert [r["rule"] for r in result.rewrites] == ["_twice"]
     assert "not on the ANE (ANE-NEG): legalize `_twice` makes it add(x, x)" in ops.format_table(True)
-    assert '    X("twice", "ANE-NEG", "the ANE has no twice op; add x to itself")' in header_text()
+    assert '    X("twice", "ANE-NEG", "the ANE has no twice op; add x to itself", NULL)' in header_text()
 
 
 def test_a_row_naming_a_missing_rule_is_a_clear_error(monkeypatch):
@@ -147,6 +151,47 @@ def test_sim_op_table_is_generated_from_the_rows():
     """csrc/sim_ops.h is `python -m anec.ir.gen_c` (regenerate after changing a row)."""
     assert HEADER.read_text("utf-8") == header_text(), "csrc/sim_ops.h is stale: run python -m anec.ir.gen_c"
     assert gen_c_main(["--check"]) == 0
+
+
+def _compile_sim_exec(tmp_path, header: str):
+    """Compile csrc/sim_exec.c (with the warnings the build makes errors) against ``header``
+    as sim_ops.h, in a copy of csrc/; returns the compiler's result."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler")
+    src = tmp_path / "csrc"
+    shutil.copytree(HEADER.parent, src, ignore=shutil.ignore_patterns("*.o", "*.so"))
+    (src / "sim_ops.h").write_text(header, "utf-8")
+    return subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-o", os.devnull, str(src / "sim_exec.c")],
+                          capture_output=True, text=True, check=False)
+
+
+def test_the_sim_dispatch_compiles_from_the_generated_table(tmp_path):
+    """The control of the two tests below: the committed table compiles."""
+    r = _compile_sim_exec(tmp_path, header_text())
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_row_without_its_c_kernel_does_not_build(square, tmp_path):
+    """A row naming a kernel id whose kernel_<id> is not written in csrc/sim_exec.c is a compile
+    error that names the missing kernel (never an op that runs as zeros)."""
+    r = _compile_sim_exec(tmp_path, header_text())
+    assert r.returncode != 0
+    assert "kernel_square" in r.stderr and "undeclared" in r.stderr, r.stderr
+
+
+def test_a_kernel_no_row_names_does_not_build(monkeypatch, tmp_path):
+    """The other way round: a kernel left in csrc/sim_exec.c after its row is gone is unused."""
+    monkeypatch.delitem(ops.SIM_ONLY_MIL_OPS, "silu")
+    r = _compile_sim_exec(tmp_path, header_text())
+    assert r.returncode != 0
+    assert "kernel_silu" in r.stderr and "defined but not used" in r.stderr, r.stderr
+
+
+def test_a_step_rule_without_a_kernel_id_is_refused(monkeypatch):
+    monkeypatch.setitem(ops.SIM_ONLY_MIL_OPS, "square", ops.SimKernel("unary"))
+    with pytest.raises(ValueError, match="MIL op 'square': build rule 'unary' makes a plan step"):
+        header_text()
 
 
 def test_gen_c_check_reports_a_stale_header(tmp_path, capsys):

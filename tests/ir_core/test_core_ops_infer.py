@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from anec.ir import ops
@@ -276,8 +278,10 @@ def test_const():
     fails("const", declared=t, match="const perm [0, 2] is not a permutation of 0..1", weight="w", perm=[0, 2])
     fails("const", declared=t, match="const slice [0, 5, 5] needs 0 <= start < stop", weight="w", slice=[0, 5, 5])
     fails("const", declared=t, match="const slice must be [axis, start, stop], got [0, 5]", weight="w", slice=[0, 5])
-    # values outside the fp16 range are legal here (legalize reports them)
-    assert infer_types("const", [], {}, {"value": 1e6}, declared=T(F16)) == [T(F16)]
+    # a finite value fp16 rounds to inf is an error; one it rounds to 65504 and inf itself are not
+    fails("const", declared=T(F16), match="const value 1000000.0 is out of range for fp16 (-65504..65504)", value=1e6)
+    assert infer_types("const", [], {}, {"value": 65519.0}, declared=T(F16)) == [T(F16)]
+    assert infer_types("const", [], {}, {"value": -math.inf}, declared=T(F16)) == [T(F16)]
 
 
 def test_format_table_lists_every_op():

@@ -145,6 +145,23 @@ def test_check_parse_error_and_usage(tmp_path: Path) -> None:
     assert r.exit_code == 1 and "unknown target 'm9'" in r.stderr
 
 
+@pytest.mark.parametrize("value, col, message", [
+    ("1e999", 20, "number 1e999 is beyond the float range (about 1.8e308)"),
+    ("70000", 8, "const value 70000 is out of range for fp16 (-65504..65504)"),
+])
+def test_check_locates_a_literal_beyond_its_range(tmp_path: Path, value: str, col: int, message: str) -> None:
+    path = tmp_path / "m.ir"
+    path.write_text(f"func f(%x: fp16[2]) {{\n  %c = const(value={value}) : fp16[]\n  %y = add(%x, %c)\n  return %y\n}}\n")
+    r = run("check", str(path))
+    assert r.exit_code == 1
+    lines = r.stderr.splitlines()
+    assert lines[0] == f"{path}:2:{col}: error: {message}"
+    assert lines[1] == f"    %c = const(value={value}) : fp16[]" and lines[2].strip().startswith("^")
+    assert lines[3].startswith("hint: ") and "write inf (or -inf)" in lines[3]
+    path.write_text(path.read_text().replace(value, "inf"))
+    assert run("check", str(path)).exit_code == 0
+
+
 def test_check_prints_the_legality_report_when_passes_provide_one(monkeypatch) -> None:
     seen = {}
 

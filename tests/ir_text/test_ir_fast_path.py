@@ -137,6 +137,13 @@ def test_the_fast_path_accepts_the_valid_files() -> None:
         "func f(%x: fp16) { %y = relu(%x, a=" + "[" * (MAX_LIST_DEPTH + 1)
         + "]" * (MAX_LIST_DEPTH + 1) + ") return %y }",
         "func f(%x: fp16) { %y = relu(%x, a=9" + "9" * 5000 + ") return %y }",
+        # literals beyond the float range (located at the number) or their dtype's (at the op)
+        "func f() { %c = const(value=1e999) : fp16[] return %c }",
+        "func f() { %c = const(value=[1, -1e999]) : fp32[2] return %c }",
+        "func f(%x: fp16[2]) { %y = pad(%x, before=[1], after=[0], value=1e400) return %y }",
+        "func f() { %c = const(value=70000) : fp16[] return %c }",
+        "func f() { %c = const(value=[inf, -inf, 65519]) : fp16[3] return %c }",
+        "func f(%x: fp16[2]) { %y = pad(%x, before=[1], after=[0], value=-65520) return %y }",
     ],
 )
 def test_edge_cases(text: str) -> None:

@@ -56,14 +56,16 @@ FUZZ = settings(max_examples=N, deadline=None, database=None, suppress_health_ch
 
 BIG_INT = "9" * 400
 EVIL_NUMBERS = [
-    "1e999", "-1e999", "1e-999", "-1e-999", "4.9e-324", "2.5e-324", "1.7976931348623159e308",
-    "2.2250738585072014e-308", "65504", "65504.00001", "65519.99", "65520", "-65520",
-    "5.960464477539063e-08", "2.9802322387695312e-08", "6.097555160522461e-05", "-0.0", "-0", "+0",
-    "0e0", "1e38", "3.5e38", BIG_INT, "-" + BIG_INT, "2147483648", "-2147483649", "4294967296",
-    "9223372036854775808", "18446744073709551616", "0", "-1",
+    "65504", "65504.00001", "65519.99", "65520", "-65520", "1e-999", "-1e-999", "4.9e-324",
+    "2.5e-324", "2.2250738585072014e-308", "5.960464477539063e-08", "2.9802322387695312e-08",
+    "6.097555160522461e-05", "-0.0", "-0", "+0", "0e0", "1e38", "3.5e38", BIG_INT, "-" + BIG_INT,
+    "2147483648", "-2147483649", "4294967296", "9223372036854775808", "18446744073709551616", "0",
+    "-1", "1e999", "-1e999", "1.7976931348623159e308",
 ]
 """Spellings that overflow, underflow or sit at a type's limit (numbers anywhere: attributes,
-const values, annotations, dims)."""
+const values, annotations, dims). The ones no float64 holds (``1e999``) are syntax errors, so
+they come last: hypothesis draws the first entries most, and the breaks are meant to reach
+the verifier."""
 EVIL_DIMS = ["0", "+1", "16385", "65536", "2147483648", "4294967296", "9223372036854775808", "9" * 40]
 HUGE = [2**31, 2**32, 2**63, 10**30]
 EVIL_ATTR_VALUES = [
@@ -327,10 +329,22 @@ def _func(body: str, params: str = "%x: fp16[2, 4]") -> str:
     return f"func f({params}) {{\n{body}\n}}\n"
 
 
-def test_overflowing_float_literal_is_inf_not_an_exception() -> None:
-    """``const(value=1e999)`` is an fp16 infinity (IEEE overflow), not an OverflowError: the
-    parser, the verifier, the interpreter and MIL emission all take it."""
-    text = _func("  %c = const(value=1e999) : fp16[]\n  %m = const(value=-1e999) : fp32[2, 4]\n"
+def test_overflowing_float_literal_is_a_located_error() -> None:
+    """``const(value=1e999)`` (no float64 holds it) and ``70000`` in fp16 (rounds to inf) are
+    located errors, never an OverflowError and never a silent inf; ``inf`` written out is an
+    fp16 infinity the parser, the verifier, the interpreter and MIL emission all take."""
+    for body, stage, message in (
+            ("  %c = const(value=1e999) : fp16[]", "syntax error", "number 1e999 is beyond the float range"),
+            ("  %c = const(value=-1e999) : fp32[]", "syntax error", "number -1e999 is beyond the float range"),
+            ("  %c = const(value=70000) : fp16[]", "verify error", "const value 70000 is out of range for fp16")):
+        text = _func(body + "\n  %y = add(%x, %c)\n  return %y")
+        assert exercise(text) == stage
+        try:
+            errors = check(parse(text, FILE)).errors
+        except ParseError as e:
+            errors = [e]
+        assert errors[0].message.startswith(message) and errors[0].span.line == 2
+    text = _func("  %c = const(value=inf) : fp16[]\n  %m = const(value=-inf) : fp32[2, 4]\n"
                  "  %y = add(%x, %c)\n  %z = cast(%x, dtype=fp32)\n  %w = mul(%z, %m)\n  return %y, %w")
     module = parse(text, FILE)
     consts = [n.attrs["value"] for n in module.func().nodes if n.op == "const"]

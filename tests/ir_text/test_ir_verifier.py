@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from anec.diagnostics import VerifyError
 from anec.ir.builder import Builder
 from anec.ir.graph import Graph, Module, Node, Value
+from anec.ir.interp import interpret
 from anec.ir.parser import parse
 from anec.ir.types import DType, TensorType
 from anec.ir.verifier import check, verify, verify_all
@@ -173,6 +175,46 @@ def test_const_rules() -> None:
     assert err('const(weight="w", perm=[0, 0]) : fp16[2, 2]').startswith("const perm [0, 0]")
     big = "const(value=0.0) : fp16[65536, 65536, 65536]"  # a scalar fills the shape, not allocated
     assert verify(parse(f"func f() {{\n  %c = {big}\n  return %c\n}}\n")) == []
+
+
+def test_float_literals_that_round_to_inf_are_errors() -> None:
+    """A finite literal is an error where its dtype rounds it to inf (decided by the dtype's
+    round-to-nearest: 65519 is the fp16 65504, 65520 is inf); inf written out stays."""
+    def outcome(decl: str, x: str = "fp16[2]") -> str:
+        text = f"func f(%x: {x}) {{\n  %c = {decl}\n  return %c\n}}\n"
+        try:  # the parser infers pad's type (and checks it); the verifier checks a const's value
+            errors = verify_all(parse(text))
+        except VerifyError as e:
+            errors = [e]
+        assert not errors or errors[0].span.location == "<string>:2:8"
+        return errors[0].message if errors else "ok"
+
+    fp16 = "is out of range for fp16 (-65504..65504)"
+    assert outcome("const(value=70000) : fp16[]") == f"const value 70000 {fp16}"
+    assert outcome("const(value=65520) : fp16[]") == f"const value 65520 {fp16}"
+    assert outcome("const(value=-65520.0) : fp16[]") == f"const value -65520.0 {fp16}"
+    assert outcome("const(value=[1, -2, 70000.5]) : fp16[3]") == f"const value 70000.5 {fp16}"
+    assert outcome("const(value=[[1], [1e5]]) : fp16[2, 1]") == f"const value 100000.0 {fp16}"
+    assert outcome("pad(%x, before=[1], after=[0], value=65520)") == f"pad value 65520 {fp16}"
+    assert outcome("const(value=1e39) : fp32[]").startswith("const value 1e+39 is out of range for fp32")
+    assert outcome("const(value=2147483648) : int32[]") == \
+        "const value 2147483648 is out of range for int32 (-2147483648..2147483647)"
+    for fine in ("const(value=65519) : fp16[]", "const(value=-65519.99) : fp16[]", "const(value=inf) : fp16[]",
+                 "const(value=[-inf, nan, 65504]) : fp16[3]", "const(value=70000) : fp32[]",
+                 "const(value=3.4028235e38) : fp32[]", "pad(%x, before=[1], after=[0], value=-inf)"):
+        assert outcome(fine) == "ok", fine
+    assert outcome("pad(%x, before=[1], after=[0], value=70000)", "fp32[2]") == "ok"
+    g = parse("func f() {\n  %c = const(value=65519) : fp16[]\n  return %c\n}\n").func()
+    assert interpret(g, {})["c"] == np.float16(65504)
+
+
+def test_overflowing_literals_in_the_builder() -> None:
+    """The builder applies the same rule to Python values (whose 1e999 is already inf)."""
+    b = Builder("f")
+    with pytest.raises(VerifyError, match="const value 70000 is out of range for fp16") as e:
+        b.const_value(70000, "fp16[]")
+    assert "magnitude below 65520 rounds to a finite value" in e.value.hint
+    assert b.const_value(float("inf"), "fp16[]").type == TensorType(DType.fp16, ())
 
 
 def test_operand_attribute_confusion() -> None:

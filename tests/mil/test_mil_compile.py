@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -99,8 +100,10 @@ def test_dialect_option(target, tmp_path):
         assert new_art.manifest["mil"]["dialect"] == "ios18"
         assert old_art.mil_text.startswith("program(1.0)\n") and "func main<ios16>" in old_art.mil_text
         assert old_art.manifest["mil"]["dialect"] == "ios16" and old_art.manifest["target"] == target
-        check_mil(old_art.mil_text, old_art.blobs)
     assert old.target.mil_dialect == "ios16" and old.target.name == target
+    for func in module.funcs:  # last: it needs coremltools
+        old_art = Artifact.load(tmp_path / func)
+        check_mil(old_art.mil_text, old_art.blobs)
 
 
 def test_dialect_option_errors(runner, tmp_path):
@@ -276,3 +279,12 @@ def test_compile_maps_the_pages_of_exactly_the_weights_the_module_reads(monkeypa
     assert len(seen) == 1
     assert sorted(a.shape for a in seen[0]) == sorted(store[k].shape for k in ("l0.w1", "l0.w2"))
     assert all(any(np.shares_memory(a, store[k]) for k in ("l0.w1", "l0.w2")) for a in seen[0])
+
+
+def test_the_coremltools_type_check_skips_without_coremltools(monkeypatch):
+    """check_mil without coremltools is a skip naming it (a failure under ANEC_REQUIRE_REFS=1),
+    not an ImportError that fails the test."""
+    art = compile_module(_module(small_mlp()), random_seed=0, target="m4").artifacts["mlp"]
+    monkeypatch.setitem(sys.modules, "coremltools", None)  # import coremltools: ModuleNotFoundError
+    with pytest.raises(pytest.skip.Exception, match="could not import 'coremltools'"):
+        check_mil(art.mil_text, art.blobs)

@@ -176,7 +176,7 @@ def test_a_string_parameter_is_escaped_and_reads_back(monkeypatch, target):
     row = ops.OpDef("tagged", (ops.OperandDef("x"),), (ops.AttrDef("tag", "str"),), ops.FLOATS,
                     lambda operands, optional, attrs: [operands[0]], lambda operands, optional, attrs: [operands[0]],
                     "x", traits=frozenset({ops.Trait.elementwise, ops.Trait.unary}),
-                    lowering=ops.Mil("tagged", ops.SimKernel("unary", "TAGGED", "unary")))
+                    lowering=ops.Mil("tagged", ops.SimKernel("unary", "TAGGED")))
     monkeypatch.setitem(ops.OPS, "tagged", row)
     tag = 'say "hi" \\ bye'
     b = Builder("f")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from anec.constraints import CONSTRAINTS, HANDLINGS, get_constraint
+from anec.constraints import (CONSTRAINTS, DEMONSTRATED, DOCUMENTED, HANDLINGS, HYPOTHESIS, KINDS, PATHS,
+                              REPORTED, STATUSES, Evidence, Scope, derive_status, get_constraint)
 from anec.diagnostics import AnecError
 from anec.targets import DEFAULT_TARGET, TARGETS, Target, get_target
 
@@ -57,16 +58,63 @@ def test_catalog_has_every_id_of_the_architecture_doc():
 
 def test_entries_are_well_formed():
     for c in CONSTRAINTS.values():
-        assert c.evidence in ("verified", "reported"), c.id
+        assert c.status in STATUSES, c.id
         assert c.handling in HANDLINGS and c.stage in ("compile", "runtime"), c.id
-        assert c.title and c.symptom and c.source and c.detail and c.handled_by
+        assert c.title and c.symptom and c.evidence and c.detail and c.handled_by
+        for r in c.evidence:
+            assert isinstance(r, Evidence), c.id
+            assert r.kind in KINDS and r.source and r.shows, (c.id, r)
+            assert isinstance(r.scope, Scope) and r.scope.chip and r.scope.os, (c.id, r)
+            assert r.scope.path in PATHS or r.scope.path.startswith("not stated"), (c.id, r.scope)
         if c.switch is not None:
             assert hasattr(get_target("m4"), c.switch)
-            assert c.evidence == "reported"  # only reported claims are switchable
+            assert c.status != "verified", c.id  # only claims that are not settled are switchable
     assert get_constraint("ane-concat").id == "ANE-CONCAT"
     with pytest.raises(AnecError) as info:
         get_constraint("ANE-CONCATT")
     assert "ANE-CONCAT" in info.value.hint
+
+
+def _rec(kind: str, supports: bool = True) -> Evidence:
+    return Evidence("src", "shows", kind, Scope("in-memory", "M4", "macOS 15"), supports)
+
+
+@pytest.mark.parametrize("records, status", [
+    ([_rec(DEMONSTRATED)], "verified"),
+    ([_rec(DOCUMENTED), _rec(REPORTED)], "verified"),
+    ([_rec(REPORTED), _rec(HYPOTHESIS)], "reported"),
+    ([_rec(HYPOTHESIS)], "hypothesis"),
+    ([_rec(REPORTED), _rec(DEMONSTRATED, supports=False)], "contested"),
+    ([_rec(DEMONSTRATED), _rec(REPORTED, supports=False)], "contested"),
+    ([_rec(DEMONSTRATED), _rec(HYPOTHESIS, supports=False)], "verified"),  # a hypothesis decides nothing
+])
+def test_the_status_derives_from_the_records(records, status):
+    assert derive_status(records) == status
+
+
+def test_records_that_settle_nothing_are_refused():
+    with pytest.raises(ValueError):
+        derive_status([])
+    with pytest.raises(ValueError):
+        derive_status([_rec(DEMONSTRATED, supports=False)])
+
+
+def test_the_device_behaviours_anec_relies_on_carry_what_their_sources_show():
+    """The runtime behaviours: evidence per path, chip and OS, never more than the source shows."""
+    status = {cid: CONSTRAINTS[cid].status for cid in CONSTRAINTS}
+    assert status["ANE-CONCAT"] == "contested"
+    concat = CONSTRAINTS["ANE-CONCAT"].evidence
+    assert any(not r.supports and r.kind == DEMONSTRATED and "M5" in r.scope.chip for r in concat)
+    assert any(r.supports and "Orion" in r.source and r.scope.path == "in-memory" for r in concat)
+    assert status["ANE-DATA-IS-BLOBFILE"] == "verified" and status["ANE-NEW-OBJECT-LOAD"] == "verified"
+    assert status["ANE-SAME-OBJECT-PATCH"] == "hypothesis"
+    assert status["ANE-LOAD-REREADS-WEIGHTS"] == "contested"
+    assert status["ANE-SURFACE-LOCK"] == "verified"
+    reload = CONSTRAINTS["ANE-BAKED-WEIGHTS"].evidence[0]
+    assert reload.scope == Scope("in-memory", "M5", "macOS 26.3")
+    assert "kept in memory" in reload.shows or "in memory" in reload.shows
+    delta = CONSTRAINTS["ANE-NEW-OBJECT-LOAD"].evidence[0]
+    assert "test_delta_compile" in delta.source and "NEW" in delta.shows
 
 
 def test_switches_per_target():

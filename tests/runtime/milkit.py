@@ -1,7 +1,14 @@
-"""Hand-written MIL and BLOBFILEs for the runtime tests.
+"""Hand-written MIL and BLOBFILEs for the runtime tests, and the checks their reloads share.
 
 Independent of anec.mil (the emitter): the tests must be able to check the sim
 against numpy without trusting the code that produces MIL in production.
+
+A reload test claims two things, and :func:`assert_reloaded` checks both: the
+outputs after the reload equal a fresh compile of the new weights bit for bit
+(the sim is deterministic), and they differ from the outputs before it by
+O(1), not by rounding noise (so a reload that does nothing fails). Its
+failure messages are fixed strings (:data:`RELOAD_FAILURES`): the tests that
+prove a reload test fails when the reload is a no-op match them.
 """
 
 from __future__ import annotations
@@ -90,6 +97,42 @@ def blobfile(*arrays: np.ndarray) -> bytes:
         if a is not arrays[-1]:
             out += bytes(pad)
     return bytes(out)
+
+
+def weight_entry(key: str, file: str, offset: int, shape) -> dict:
+    """A manifest's weight record: fp16 checkpoint key ``key`` at metadata ``offset`` of ``weights/file``."""
+    return {"key": key, "file": f"weights/{file}", "path": f"@model_path/weights/{file}", "offset": offset,
+            "dtype": "fp16", "shape": list(shape), "perm": None, "slice": None}
+
+
+def rms(a) -> float:
+    """Root mean square (float64)."""
+    a = np.asarray(a, np.float64)
+    return float(np.sqrt(np.mean(a * a))) if a.size else 0.0
+
+
+def assert_order_one(a, what: str, lo: float = 0.1, hi: float = 10.0, max_zeros: float = 0.5) -> None:
+    """``a`` holds real values: its RMS is in [lo, hi] and at most ``max_zeros`` of it is exactly 0."""
+    r, zeros = rms(a), float(np.mean(np.asarray(a) == 0))
+    assert lo <= r <= hi, f"{what}: RMS {r:.3g} is outside [{lo}, {hi}]"
+    assert zeros <= max_zeros, f"{what}: {zeros:.0%} of the values are 0"
+
+
+RELOAD_FAILURES = ("the outputs after the reload differ from a fresh compile of the new weights",
+                   "the reload did not change the outputs")
+"""The messages of :func:`assert_reloaded` (a regex alternation of them: ``"|".join``)."""
+
+
+def assert_reloaded(before, after, fresh, what: str, min_change: float = 0.1) -> None:
+    """A reload took effect: ``after`` equals ``fresh`` (a fresh compile of the new weights) bit for
+    bit, and differs from ``before`` by an RMS of at least ``min_change`` (outputs are O(1))."""
+    before, after, fresh = (np.asarray(a) for a in (before, after, fresh))
+    if not np.array_equal(after, fresh):
+        n = int(np.sum(after != fresh))
+        raise AssertionError(f"{what}: {RELOAD_FAILURES[0]} ({n} of {after.size} elements)")
+    change = rms(after.astype(np.float64) - before.astype(np.float64))
+    if change < min_change:
+        raise AssertionError(f"{what}: {RELOAD_FAILURES[1]} (RMS change {change:.3g} < {min_change})")
 
 
 def limits(**kw) -> dict:

@@ -1,4 +1,6 @@
-"""Runtime core: binding order, surfaces, cache, compile budget, program directories."""
+"""Runtime core: binding order, surfaces, cache, compile budget, program directories, and a
+program's reload by each strategy the sim offers (checked against a fresh compile bit for bit,
+and shown to fail when the native reload does nothing)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 from anec.diagnostics import RuntimeFailure
 from anec.runtime import Runtime, backend_available, native
 from tests.runtime import milkit as mk
+from tolerances import assert_close
 
 S = (1, 8, 1, 16)
 
@@ -133,8 +136,9 @@ def test_cache_hit_costs_no_compile_and_shares_the_directory(fresh_rt):
     y1, y3 = p1(x=x)["y"], p3(x=x)["y"]
     ref1 = np.einsum("oi,bihw->bohw", w[:, :, 0, 0].astype(np.float32), x.astype(np.float32))
     ref3 = np.einsum("oi,bihw->bohw", w3[:, :, 0, 0].astype(np.float32), x.astype(np.float32))
-    np.testing.assert_allclose(y1.astype(np.float32), ref1, rtol=2e-3, atol=2e-3)
-    np.testing.assert_allclose(y3.astype(np.float32), ref3, rtol=2e-3, atol=2e-3)
+    assert_close(y1, ref1, "rt-core/same-mil-other-weights:y:numpy", 2, "weights 1")
+    assert_close(y3, ref3, "rt-core/same-mil-other-weights:y:numpy", 2, "weights 2")
+    assert mk.rms(y1.astype(np.float64) - y3) >= 0.1  # the two weight sets give other outputs
 
 
 def test_shared_directory_survives_releasing_one_program(fresh_rt):
@@ -153,6 +157,109 @@ def test_shared_directory_survives_releasing_one_program(fresh_rt):
     p2.close()
     # the cache still holds the compiled template (and its directory)
     assert rt.stats["programs_live"] == 0
+
+
+def affine_program(files: str) -> tuple[str, dict]:
+    """MIL + manifest of y = conv(w, x) (+ b). ``files``: "one" (w alone, one BLOBFILE with one
+    tensor), "two" (w and b in two BLOBFILEs), "packed" (w and b in one BLOBFILE)."""
+    at = {"w": ("w.bin", 64), "b": ("b.bin", 64)}
+    if files == "packed":
+        at = {"w": ("wb.bin", 64), "b": ("wb.bin", PACKED_B)}
+    body = [mk.const_blob("w", "fp16", (8, 8, 1, 1), *at["w"]), mk.op("y" if files == "one" else "h", "fp16", S, "conv",
+                                                                     weight="w", x="x")]
+    entries = [mk.weight_entry("w", *at["w"], (8, 8, 1, 1))]
+    if files != "one":
+        body += [mk.const_blob("b", "fp16", (1, 8, 1, 1), *at["b"]), mk.op("y", "fp16", S, "add", x="h", y="b")]
+        entries.append(mk.weight_entry("b", *at["b"], (1, 8, 1, 1)))
+    return mk.program([("x", "fp16", S)], body, ["y"]), {"func": files, "weights": entries}
+
+
+PACKED_B = 64 + 64 + 8 * 8 * 2 + (-(64 + 64 + 8 * 8 * 2)) % 64
+"""Offset of b's metadata record in the packed file (after w's record and padded payload)."""
+
+
+def affine_weights(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"w": (rng.standard_normal((8, 8, 1, 1)) / np.sqrt(8)).astype(np.float16),
+            "b": rng.standard_normal((1, 8, 1, 1)).astype(np.float16)}
+
+
+def affine_blobs(files: str, ws: dict[str, np.ndarray]) -> dict[str, bytes]:
+    if files == "packed":
+        return {"@model_path/weights/wb.bin": mk.blobfile(ws["w"], ws["b"])}
+    out = {"@model_path/weights/w.bin": mk.blobfile(ws["w"])}
+    if files == "two":
+        out["@model_path/weights/b.bin"] = mk.blobfile(ws["b"])
+    return out
+
+
+PROGRAM_RELOADS = {
+    # case -> (weight files, sim device, reload_verified (None: the sim's own), via, the strategy it uses)
+    "data-patch": ("one", "", None, "reload_weights", "data-patch"),
+    "data-patch:packed": ("packed", "data=file", None, "reload_weights", "data-patch"),
+    "data-patch:reload_blobs": ("one", "", None, "reload_blobs", "data-patch"),
+    "recompile": ("two", "", None, "reload_weights", "recompile"),
+    "recompile:unverified": ("one", "", [], "reload_weights", "recompile"),
+    "recompile:reload_blobs": ("two", "", None, "reload_blobs", "recompile"),
+    # the other readings of what a load reads (docs/runtime.md, "The sim's device model")
+    "data-patch:load=weights": ("one", "load=weights", None, "reload_weights", "data-patch"),
+    "recompile:load=memory": ("one", "load=memory", None, "reload_weights", "recompile"),
+}
+
+
+def reload_a_program(tmp_path, case: str) -> tuple[dict, dict]:
+    """Compile the affine program of ``case`` with weight set 0, reload set 1 by the case's
+    strategy and check it took effect (:func:`milkit.assert_reloaded`); the program's stats and
+    the runtime's stats, each (before, after) the reload."""
+    files, device, verified, via, strategy = PROGRAM_RELOADS[case]
+    mil, manifest = affine_program(files)
+    w0, w1 = affine_weights(0), affine_weights(1)
+    x = np.random.default_rng(7).standard_normal(S).astype(np.float16)
+    with Runtime("sim", temp_root=tmp_path / "rt", sim_device=device, reload_verified=verified) as rt:
+        p = rt.compile(mil, affine_blobs(files, w0), manifest=manifest)
+        assert p.reload_info["strategy"] == strategy
+        y0 = p(x=x)["y"]
+        mk.assert_order_one(y0, f"{case}: output")
+        before = (p.stats, rt.stats)
+        if via == "reload_blobs":
+            p.reload_blobs(affine_blobs(files, w1))
+        else:
+            p.reload_weights({"w": w1["w"]} if files == "one" else dict(w1))
+        after = (p.stats, rt.stats)
+        y1 = p(x=x)["y"]
+    with Runtime("sim", temp_root=tmp_path / "fresh", sim_device=device, reload_verified=verified) as rt:
+        y_fresh = rt.compile(mil, affine_blobs(files, w1), manifest=manifest)(x=x)["y"]
+    mk.assert_reloaded(y0, y1, y_fresh, f"reload by {case}")
+    return before, after
+
+
+@pytest.mark.parametrize("case", list(PROGRAM_RELOADS))
+def test_a_reload_by_each_strategy_equals_a_fresh_compile(tmp_path, case):
+    (p0, rt0), (p1, rt1) = reload_a_program(tmp_path, case)
+    strategy = PROGRAM_RELOADS[case][4]
+    counter = f"reloads_{strategy.replace('-', '_')}"
+    assert p1["reloads"] - p0["reloads"] == 1 and rt1[counter] - rt0[counter] == 1
+    assert rt1["compiles"] - rt0["compiles"] == (strategy == "recompile")
+
+
+def _noop(*_args, **_kw):
+    return None
+
+
+def native_reload_of(case: str) -> str:
+    """The NativeProgram method that applies ``case``'s reload: a data patch by key streams the
+    arrays (reload_arrays); whole files, and every recompile, go through reload."""
+    _, _, _, via, strategy = PROGRAM_RELOADS[case]
+    return "reload_arrays" if (via, strategy) == ("reload_weights", "data-patch") else "reload"
+
+
+@pytest.mark.parametrize("case", list(PROGRAM_RELOADS))
+def test_program_reload_tests_fail_when_the_reload_does_nothing(tmp_path, monkeypatch, case):
+    """The reload test above can fail: with the native call that applies the case's reload
+    replaced by a no-op, its check raises."""
+    monkeypatch.setattr(native.NativeProgram, native_reload_of(case), _noop)
+    with pytest.raises(AssertionError, match="|".join(mk.RELOAD_FAILURES)):
+        reload_a_program(tmp_path, case)
 
 
 def test_compile_budget_exhaustion_and_cache(tmp_path):

@@ -1,0 +1,147 @@
+"""The benchmark harness (benchmarks/harness.py) on tiny fake workers, and every benchmark
+script's command line. Fast: no benchmark is run here (``make bench`` runs them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import harness  # noqa: E402
+
+FAKE = """
+import json, os, sys, time
+name, log = sys.argv[1], sys.argv[2]
+with open(log, "a") as f:
+    f.write(name + "\\n")
+if name == "slow":
+    time.sleep(30)
+n = sum(1 for line in open(log) if line.strip() == name)
+print("some output before the result")
+print(json.dumps({"name": name, "value": {"a": 10.0, "b": 1.0, "c": 4.0}[name] * n, "count": 3,
+                  "pythonpath": os.environ.get("PYTHONPATH", ""), "mark": os.environ.get("FAKE_MARK")}))
+"""
+
+
+@pytest.fixture
+def fake(tmp_path):
+    script = tmp_path / "fake_worker.py"
+    script.write_text(FAKE)
+    log = tmp_path / "order.log"
+    return lambda name: [str(script), name, str(log)], log
+
+
+def test_rounds_alternate_and_each_side_runs_in_its_own_process(fake):
+    argv, log = fake
+    rounds = harness.run_rounds({n: argv(n) for n in "abc"}, 4, log=False)
+    # forward, reversed, forward, reversed: no side always first or last
+    assert log.read_text().split() == list("abc" "cba" "abc" "cba")
+    assert [r["value"] for r in rounds["a"]] == [10.0, 20.0, 30.0, 40.0]
+    assert all(r["process_s"] > 0 for rs in rounds.values() for r in rs)
+    # the worker's environment puts this checkout first on the path
+    assert rounds["b"][0]["pythonpath"].split(os.pathsep)[0] == str(ROOT)
+
+
+def test_per_side_environment(fake):
+    argv, _ = fake
+    rounds = harness.run_rounds({"a": argv("a"), "b": argv("b")}, 1, log=False,
+                                env={"FAKE_MARK": "all"}, envs={"b": {"FAKE_MARK": "b only", "PYTHONPATH": "/x"}})
+    assert rounds["a"][0]["mark"] == "all"
+    assert rounds["b"][0]["mark"] == "b only" and rounds["b"][0]["pythonpath"] == "/x"
+
+
+def test_a_side_over_its_budget_is_stopped_and_not_run_again(fake):
+    argv, log = fake
+    rounds = harness.run_rounds({"a": argv("a"), "slow": argv("slow")}, 3, log=False, timeout=1.0)
+    assert rounds["slow"] == [{"skipped": "over the 1 s budget"}]
+    assert log.read_text().split().count("slow") == 1
+    assert len(harness.done(rounds["a"])) == 3 and harness.done(rounds["slow"]) == []
+
+
+def test_a_failing_worker_is_an_error_naming_it(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sys; sys.exit('it broke')")
+    with pytest.raises(RuntimeError, match="(?s)bad.py failed .*it broke"):
+        harness.run_worker([str(bad)])
+
+
+def test_spread_and_its_format():
+    s = harness.spread([3.0, 1.0, 2.0, 10.0])
+    assert s == {"min": 1.0, "median": 2.5, "max": 10.0, "n": 4}
+    assert harness.fmt(s) == "2.5 (1.0-10.0)"
+    assert harness.fmt(harness.spread([2.0]), 2) == "2.00"  # one round: the value alone
+    assert harness.fmt(7, 0) == "7"  # a number the same in every round
+    assert harness.fmt(harness.scale(s, 1000), 0) == "2500 (1000-10000)"
+    assert harness.median(s) == 2.5 and harness.median(4.0) == 4.0
+    with pytest.raises(ValueError):
+        harness.spread([])
+
+
+def test_ratios_are_taken_per_round():
+    # the slow round hits both sides: the per-round ratio stays 2, medians alone would not show it
+    a, b = [2.0, 20.0, 4.0], [1.0, 10.0, 2.0]
+    assert harness.ratio_spread(a, b) == {"min": 2.0, "median": 2.0, "max": 2.0, "n": 3}
+    num = [{"s": 2.0}, {"skipped": "x"}, {"s": 9.0}]
+    den = [{"s": 1.0}, {"s": 1.0}, {"s": 3.0}]
+    assert harness.paired_ratio(num, den, lambda r: r["s"]) == {"min": 2.0, "median": 2.5, "max": 3.0, "n": 2}
+    assert harness.paired_ratio([{"skipped": "x"}], den[:1], lambda r: r["s"]) is None
+    with pytest.raises(ValueError):
+        harness.ratio_spread([1.0], [1.0, 2.0])
+
+
+def test_summarize_keeps_the_shape():
+    rounds = [{"t": 1.0, "count": 3, "name": "x", "ok": True, "rows": [{"s": 1.0}, {"s": 5.0}], "uneven": [1]},
+              {"t": 3.0, "count": 3, "name": "y", "ok": True, "rows": [{"s": 2.0}, {"s": 5.0}], "uneven": [1, 2]}]
+    out = harness.summarize(rounds)
+    assert out["t"] == {"min": 1.0, "median": 2.0, "max": 3.0, "n": 2}
+    assert out["count"] == 3 and out["name"] == "x" and out["ok"] is True
+    assert out["rows"] == [{"s": {"min": 1.0, "median": 1.5, "max": 2.0, "n": 2}}, {"s": 5.0}]
+    assert out["uneven"] == [1]
+
+
+def test_header_warns_of_a_busy_machine():
+    cores = os.cpu_count() or 1
+    busy = harness.header("T", [cores * 2.0 + 1, 1, 1], [0.1, 0.1, 0.1], 3, "What.")
+    assert busy[0] == "# T" and busy[2].startswith("**Run under load**")
+    quiet = harness.header("T", [0.5, 0.5, 0.5], [0.9, 0.5, 0.5], 3, "What.")
+    assert not any("under load" in line for line in quiet)
+    text = "\n".join(quiet)
+    assert "0.50/0.50/0.50 at the start, 0.90/0.50/0.50 at the end" in text
+    assert "3 rounds, each side in its own process, alternating order" in text
+    assert "median (min-max)" in text and "What." in text
+    assert "1 round, in one process" in "\n".join(harness.header("T", [], [], 1, "", scheme="in one process"))
+    # the end of the run counts too
+    assert "Run under load" in harness.header("T", [0.1], [cores * 2.0 + 1], 2, "")[2]
+
+
+def test_results_are_written_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(harness, "RESULTS", tmp_path / "results")
+    harness.write_results("x", {"a": 1}, ["# X", "", "line"])
+    assert json.loads((tmp_path / "results" / "x.json").read_text()) == {"a": 1}
+    assert (tmp_path / "results" / "x.md").read_text() == "# X\n\nline\n"
+    assert not list((tmp_path / "results").glob("*.tmp"))
+
+
+SCRIPTS = sorted(p.name for p in BENCH.glob("bench_*.py"))
+
+
+def test_every_benchmark_is_listed():
+    assert {"bench_compile.py", "bench_import.py", "bench_models.py", "bench_partition.py", "bench_passes.py",
+            "bench_runtime.py", "bench_threads.py", "bench_training.py"} <= set(SCRIPTS)
+
+
+@pytest.mark.parametrize("script", SCRIPTS + ["run_all.py"])
+def test_help_and_a_quick_mode(script):
+    """Every benchmark parses its command line and has a --quick smoke mode."""
+    proc = subprocess.run([sys.executable, str(BENCH / script), "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env=harness.worker_env())
+    assert proc.returncode == 0, proc.stderr
+    assert "--quick" in proc.stdout
