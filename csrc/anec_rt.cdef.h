@@ -202,3 +202,6 @@ int anec_adamw_f32(const float *p, const float *g, const float *m, const float *
                    float *v_out, uint16_t *half_out, size_t n, const anec_adamw_coef *coef);
 double anec_sum_squares(const float *x, size_t n);
 int anec_add_scaled(float *dst, const void *src, size_t width, float scale, size_t n, int accumulate);
+int anec_xent_shift(const float *logits, size_t n_class, size_t n_pos, double *z, double *col_max);
+int anec_xent_grad(const double *e, size_t n_class, size_t n_pos, const int64_t *target, const uint8_t *valid,
+                   double grad_scale, float *grad, double *picked, double *sums);

@@ -429,6 +429,18 @@ double anec_sum_squares(const float *x, size_t n);
 /* dst[i] = (accumulate ? dst[i] : 0) + src[i] * scale in fp32, src fp16 (width
    2) or fp32 (width 4). ANEC_EINVAL for another width. */
 int anec_add_scaled(float *dst, const void *src, size_t width, float scale, size_t n, int accumulate);
+/* Softmax cross-entropy in fp64 over n_class classes at n_pos positions, logits
+   fp32 [n_class][n_pos] (a position's classes a column). anec_xent_shift:
+   z = logits - each column's maximum (NaN when the column holds one). The
+   caller then takes exp(z) in place. anec_xent_grad: with sums[s] = the
+   column's sum of e = exp(z) (in order of class; a single position: numpy's
+   pairwise order), p = e / sums[s], picked[s] = p at target[s], and grad =
+   (p - [class == target]) * grad_scale rounded to fp32, (0 * grad_scale) where
+   valid[s] is 0. Equal to numpy's softmax on the [n_pos, n_class] transposed
+   view. ANEC_EINVAL for a valid target outside [0, n_class). */
+int anec_xent_shift(const float *logits, size_t n_class, size_t n_pos, double *z, double *col_max);
+int anec_xent_grad(const double *e, size_t n_class, size_t n_pos, const int64_t *target, const uint8_t *valid,
+                   double grad_scale, float *grad, double *picked, double *sums);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,12 @@
  *                      equals numpy's np.square(g, dtype=float64).sum());
  *   anec_add_scaled    dst += src * scale for fp16 or fp32 sources (a weight
  *                      gradient out of a backward program, divided by the
- *                      loss scale, into an fp32 accumulator).
+ *                      loss scale, into an fp32 accumulator);
+ *   anec_xent_shift,   the fp64 softmax cross-entropy of logits in the
+ *   anec_xent_grad     programs' [V, S] layout, around numpy's exp (whose
+ *                      SIMD rounding C cannot promise to match): the shift by
+ *                      each position's maximum, then the sums, the loss's
+ *                      picked probabilities and the scaled fp32 gradient.
  *
  * Every result is bit-for-bit the numpy one: each value goes through the
  * same IEEE single (or double) operations, one rounding each, no fused
@@ -28,6 +33,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "anec_rt.h"
 #include "fp16.h"
@@ -250,6 +256,201 @@ int anec_add_scaled(float *dst, const void *src, size_t width, float scale, size
         float x = width == 2 ? anec_f_from_h(((const uint16_t *)src)[i]) : ((const float *)src)[i];
         x = x * scale;
         dst[i] = (accumulate ? dst[i] : 0.0f) + x;
+    }
+    return ANEC_OK;
+}
+
+/* ---- cross-entropy ------------------------------------------------------------ */
+
+/* Every pass walks the [n_class][n_pos] arrays row by row (class by class)
+   with each position's running value in a small array, so memory streams.
+   The AVX paths take 8 (fp32) or 4 (fp64) positions of a row at a time. */
+
+#ifdef ANEC_HAVE_F16C_PATH
+/* columns [b, b + w) (w <= 64, a multiple of 8): the maxima in fp32 (exact);
+   MAXPS drops a NaN, so NaNs are tracked apart and set at the end */
+__attribute__((target("avx")))
+static void col_max_avx(const float *logits, size_t n_class, size_t n_pos, double *col_max, size_t b, size_t w)
+{
+    float mx[64], nan[64];
+    for (size_t k = 0; k < w; k += 8) {
+        __m256 m = _mm256_loadu_ps(logits + b + k);
+        _mm256_storeu_ps(mx + k, m);
+        _mm256_storeu_ps(nan + k, _mm256_cmp_ps(m, m, _CMP_UNORD_Q));
+    }
+    for (size_t c = 1; c < n_class; c++) {
+        const float *row = logits + c * n_pos + b;
+        for (size_t k = 0; k < w; k += 8) {
+            __m256 x = _mm256_loadu_ps(row + k);
+            _mm256_storeu_ps(nan + k, _mm256_or_ps(_mm256_loadu_ps(nan + k), _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+            _mm256_storeu_ps(mx + k, _mm256_max_ps(x, _mm256_loadu_ps(mx + k)));
+        }
+    }
+    for (size_t k = 0; k < w; k += 8) {
+        __m256 m = _mm256_or_ps(_mm256_loadu_ps(mx + k), _mm256_loadu_ps(nan + k)); /* all bits set: a NaN */
+        _mm256_storeu_pd(col_max + b + k, _mm256_cvtps_pd(_mm256_castps256_ps128(m)));
+        _mm256_storeu_pd(col_max + b + k + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(m, 1)));
+    }
+}
+
+__attribute__((target("avx")))
+static size_t shift_rows_avx(const float *row, const double *col_max, double *out, size_t n_pos)
+{
+    size_t s = 0;
+    for (; s + 4 <= n_pos; s += 4)
+        _mm256_storeu_pd(out + s, _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(row + s)), _mm256_loadu_pd(col_max + s)));
+    return s;
+}
+#endif
+
+int anec_xent_shift(const float *logits, size_t n_class, size_t n_pos, double *z, double *col_max)
+{
+    if (!n_class || !n_pos || !logits || !z || !col_max)
+        return ANEC_EINVAL;
+    int avx = 0;
+    size_t s0 = 0;
+#ifdef ANEC_HAVE_F16C_PATH
+    avx = anec__have_f16c();
+    if (avx)
+        for (; s0 + 8 <= n_pos; s0 += 64 < n_pos - s0 ? 64 : (n_pos - s0) & ~(size_t)7)
+            col_max_avx(logits, n_class, n_pos, col_max, s0, 64 < n_pos - s0 ? 64 : (n_pos - s0) & ~(size_t)7);
+#endif
+    for (size_t s = s0; s < n_pos; s++) /* a NaN propagates, as in numpy's max */
+        col_max[s] = (double)logits[s];
+    for (size_t c = 1; c < n_class; c++)
+        for (size_t s = s0; s < n_pos; s++) {
+            double x = (double)logits[c * n_pos + s];
+            if (!isnan(col_max[s]) && (x > col_max[s] || isnan(x)))
+                col_max[s] = x;
+        }
+    for (size_t c = 0; c < n_class; c++) {
+        const float *row = logits + c * n_pos;
+        double *out = z + c * n_pos;
+        size_t s = 0;
+#ifdef ANEC_HAVE_F16C_PATH
+        if (avx)
+            s = shift_rows_avx(row, col_max, out, n_pos);
+#endif
+        for (; s < n_pos; s++)
+            out[s] = (double)row[s] - col_max[s];
+    }
+    return ANEC_OK;
+}
+
+/* numpy's pairwise order over n contiguous doubles (see sq_pairwise) */
+static double pairwise(const double *x, size_t n)
+{
+    if (n > 128) {
+        size_t h = n / 2;
+        h -= h % 8;
+        return pairwise(x, h) + pairwise(x + h, n - h);
+    }
+    if (n < 8) {
+        double r = -0.0;
+        for (size_t i = 0; i < n; i++)
+            r += x[i];
+        return r;
+    }
+    double s[8];
+    for (int j = 0; j < 8; j++)
+        s[j] = x[j];
+    size_t i = 8, full = n - n % 8;
+    for (; i < full; i += 8)
+        for (int j = 0; j < 8; j++)
+            s[j] += x[i + (size_t)j];
+    double r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    for (; i < n; i++)
+        r += x[i];
+    return r;
+}
+
+#ifdef ANEC_HAVE_F16C_PATH
+__attribute__((target("avx")))
+static size_t sum_rows_avx(const double *row, double *sums, size_t n_pos)
+{
+    size_t s = 0;
+    for (; s + 4 <= n_pos; s += 4)
+        _mm256_storeu_pd(sums + s, _mm256_add_pd(_mm256_loadu_pd(sums + s), _mm256_loadu_pd(row + s)));
+    return s;
+}
+
+/* positions [0, returned) of one row's gradient */
+__attribute__((target("avx")))
+static size_t grad_row_avx(const double *row, const double *sums, const double *ok, double scale, float *out,
+                           size_t n_pos)
+{
+    const __m256d sc = _mm256_set1_pd(scale), zero = _mm256_set1_pd(0.0 * scale);
+    size_t s = 0;
+    for (; s + 4 <= n_pos; s += 4) {
+        __m256d p = _mm256_div_pd(_mm256_loadu_pd(row + s), _mm256_loadu_pd(sums + s));
+        __m256d d = _mm256_blendv_pd(zero, _mm256_mul_pd(p, sc), _mm256_loadu_pd(ok + s));
+        _mm_storeu_ps(out + s, _mm256_cvtpd_ps(d));
+    }
+    return s;
+}
+#endif
+
+int anec_xent_grad(const double *e, size_t n_class, size_t n_pos, const int64_t *target, const uint8_t *valid,
+                   double grad_scale, float *grad, double *picked, double *sums)
+{
+    if (!n_class || !n_pos || !e || !target || !valid || !grad || !picked || !sums)
+        return ANEC_EINVAL;
+    for (size_t s = 0; s < n_pos; s++)
+        if (valid[s] && (target[s] < 0 || (uint64_t)target[s] >= n_class))
+            return ANEC_EINVAL;
+    int avx = 0;
+#ifdef ANEC_HAVE_F16C_PATH
+    avx = anec__have_f16c();
+#endif
+    /* each column's sum, class by class (numpy's order for a strided row); a
+       single position is one contiguous row, which numpy sums pairwise */
+    if (n_pos == 1) {
+        sums[0] = pairwise(e, n_class);
+    } else {
+        for (size_t s = 0; s < n_pos; s++)
+            sums[s] = e[s];
+        for (size_t c = 1; c < n_class; c++) {
+            const double *row = e + c * n_pos;
+            size_t s = 0;
+#ifdef ANEC_HAVE_F16C_PATH
+            if (avx)
+                s = sum_rows_avx(row, sums, n_pos);
+#endif
+            for (; s < n_pos; s++)
+                sums[s] += row[s];
+        }
+    }
+    /* p = e / sum, times the scale, rounded to fp32; (0 * scale) where not valid */
+    const double zero = 0.0 * grad_scale;
+    double ok[64]; /* a lane mask per position, 64 at a time */
+    for (size_t b = 0; b < n_pos; b += 64) {
+        size_t w = n_pos - b < 64 ? n_pos - b : 64;
+        for (size_t k = 0; k < w; k++) {
+            uint64_t bits = valid[b + k] ? ~(uint64_t)0 : 0;
+            memcpy(&ok[k], &bits, sizeof bits);
+        }
+        for (size_t c = 0; c < n_class; c++) {
+            const double *row = e + c * n_pos + b;
+            float *out = grad + c * n_pos + b;
+            size_t s = 0;
+#ifdef ANEC_HAVE_F16C_PATH
+            if (avx)
+                s = grad_row_avx(row, sums + b, ok, grad_scale, out, w);
+#endif
+            for (; s < w; s++) {
+                double p = row[s] / sums[b + s];
+                out[s] = (float)(valid[b + s] ? p * grad_scale : zero);
+            }
+        }
+    }
+    /* the target classes: p - 1 */
+    for (size_t s = 0; s < n_pos; s++) {
+        if (!valid[s])
+            continue;
+        size_t at = (size_t)target[s] * n_pos + s;
+        double p = e[at] / sums[s];
+        picked[s] = p;
+        grad[at] = (float)((p - 1.0) * grad_scale);
     }
     return ANEC_OK;
 }
