@@ -192,9 +192,9 @@ def test_a_refused_step_changes_nothing_and_agrees_with_the_numpy_check(path, ba
     pb[key].reshape(-1)[at] = val
     snap = ({k: v.copy() for k, v in pa.items()}, {k: v.copy() for k, v in new.m.items()},
             {k: v.copy() for k, v in new.v.items()}, new.step_count)
-    g = {k: np.zeros(s, np.float32) for k, s in SHAPES.items()}  # the weights stay where they are
-    refused_ref = not ref.step(pb, g, lr=0.0, check=ref_fp16_ok)
-    refused = not new.step(pa, g, lr=0.0, limit=FP16_MAX)
+    g = _grads(rng, SHAPES, spread=False)  # every other weight would move (by ~lr), the bad one stays bad
+    refused_ref = not ref.step(pb, g, lr=1e-3, check=ref_fp16_ok)
+    refused = not new.step(pa, g, lr=1e-3, limit=FP16_MAX)
     assert refused and refused_ref
     for k in SHAPES:
         assert bits(pa[k]) == bits(snap[0][k]) and bits(new.m[k]) == bits(snap[1][k])
