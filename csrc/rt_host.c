@@ -28,7 +28,7 @@
  * Addition and multiplication are commutative in IEEE arithmetic, so only
  * the grouping matters, and it is numpy's. The x86 path runs 8 lanes at a
  * time with AVX (checked at run time, as fp16.h does); elsewhere the plain
- * loop is the code (compilers vectorize it without changing any rounding).
+ * loop is the code (compilers may vectorize it: that changes no rounding).
  */
 #include <math.h>
 #include <stddef.h>
@@ -40,6 +40,12 @@
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
+#endif
+
+/* ANEC_HOST_SCALAR leaves the AVX paths out: a test builds the file so to check the
+   portable code (what non-x86 machines run) against the same references. */
+#if defined(ANEC_HAVE_F16C_PATH) && !defined(ANEC_HOST_SCALAR)
+#define HOST_AVX 1
 #endif
 
 /* ---- AdamW --------------------------------------------------------------- */
@@ -87,7 +93,7 @@ static int adamw_scalar(const float *p, const float *g, const float *m, const fl
     return 0;
 }
 
-#ifdef ANEC_HAVE_F16C_PATH
+#ifdef HOST_AVX
 __attribute__((target("avx,f16c")))
 static int adamw_avx(const float *p, const float *g, const float *m, const float *v, float *p_out,
                      float *m_out, float *v_out, uint16_t *half_out, size_t n, const anec_adamw_coef *c)
@@ -139,7 +145,7 @@ int anec_adamw_f32(const float *p, const float *g, const float *m, const float *
         return ANEC_EINVAL;
     if (coef->check && !(coef->limit >= 0.0f && coef->limit < INFINITY))
         return ANEC_EINVAL;
-#ifdef ANEC_HAVE_F16C_PATH
+#ifdef HOST_AVX
     if (anec__have_f16c())
         return adamw_avx(p, g, m, v, p_out, m_out, v_out, half_out, n, coef);
 #endif
@@ -173,7 +179,7 @@ static double sq_block_scalar(const float *x, size_t n)
     return r;
 }
 
-#ifdef ANEC_HAVE_F16C_PATH
+#ifdef HOST_AVX
 /* the same block, the 8 running sums as two 4-lane registers (lane j = sum j) */
 __attribute__((target("avx")))
 static double sq_block_avx(const float *x, size_t n)
@@ -206,7 +212,7 @@ static double sq_pairwise(const float *x, size_t n, int avx)
         h -= h % 8;
         return sq_pairwise(x, h, avx) + sq_pairwise(x + h, n - h, avx);
     }
-#ifdef ANEC_HAVE_F16C_PATH
+#ifdef HOST_AVX
     if (avx)
         return sq_block_avx(x, n);
 #endif
@@ -219,7 +225,7 @@ double anec_sum_squares(const float *x, size_t n)
     if (!x || !n)
         return 0.0;
     int avx = 0;
-#ifdef ANEC_HAVE_F16C_PATH
+#ifdef HOST_AVX
     avx = anec__have_f16c();
 #endif
     return sq_pairwise(x, n, avx);
@@ -227,7 +233,7 @@ double anec_sum_squares(const float *x, size_t n)
 
 /* ---- scaled accumulation ---------------------------------------------------- */
 
-#ifdef ANEC_HAVE_F16C_PATH
+#ifdef HOST_AVX
 __attribute__((target("avx,f16c")))
 static size_t add_scaled_avx(float *dst, const void *src, size_t width, float scale, size_t n, int accumulate)
 {
@@ -248,7 +254,7 @@ int anec_add_scaled(float *dst, const void *src, size_t width, float scale, size
     if ((width != 2 && width != 4) || (n && (!dst || !src)))
         return ANEC_EINVAL;
     size_t i = 0;
-#ifdef ANEC_HAVE_F16C_PATH
+#ifdef HOST_AVX
     if (anec__have_f16c())
         i = add_scaled_avx(dst, src, width, scale, n, accumulate);
 #endif
@@ -266,7 +272,7 @@ int anec_add_scaled(float *dst, const void *src, size_t width, float scale, size
    with each position's running value in a small array, so memory streams.
    The AVX paths take 8 (fp32) or 4 (fp64) positions of a row at a time. */
 
-#ifdef ANEC_HAVE_F16C_PATH
+#ifdef HOST_AVX
 /* columns [b, b + w) (w <= 64, a multiple of 8): the maxima in fp32 (exact);
    MAXPS drops a NaN, so NaNs are tracked apart and set at the end */
 __attribute__((target("avx")))
@@ -309,7 +315,8 @@ int anec_xent_shift(const float *logits, size_t n_class, size_t n_pos, double *z
         return ANEC_EINVAL;
     int avx = 0;
     size_t s0 = 0;
-#ifdef ANEC_HAVE_F16C_PATH
+    (void)avx;
+#ifdef HOST_AVX
     avx = anec__have_f16c();
     if (avx)
         for (; s0 + 8 <= n_pos; s0 += 64 < n_pos - s0 ? 64 : (n_pos - s0) & ~(size_t)7)
@@ -327,7 +334,7 @@ int anec_xent_shift(const float *logits, size_t n_class, size_t n_pos, double *z
         const float *row = logits + c * n_pos;
         double *out = z + c * n_pos;
         size_t s = 0;
-#ifdef ANEC_HAVE_F16C_PATH
+#ifdef HOST_AVX
         if (avx)
             s = shift_rows_avx(row, col_max, out, n_pos);
 #endif
@@ -364,7 +371,7 @@ static double pairwise(const double *x, size_t n)
     return r;
 }
 
-#ifdef ANEC_HAVE_F16C_PATH
+#ifdef HOST_AVX
 __attribute__((target("avx")))
 static size_t sum_rows_avx(const double *row, double *sums, size_t n_pos)
 {
@@ -399,7 +406,8 @@ int anec_xent_grad(const double *e, size_t n_class, size_t n_pos, const int64_t 
         if (valid[s] && (target[s] < 0 || (uint64_t)target[s] >= n_class))
             return ANEC_EINVAL;
     int avx = 0;
-#ifdef ANEC_HAVE_F16C_PATH
+    (void)avx;
+#ifdef HOST_AVX
     avx = anec__have_f16c();
 #endif
     /* each column's sum, class by class (numpy's order for a strided row); a
@@ -412,7 +420,7 @@ int anec_xent_grad(const double *e, size_t n_class, size_t n_pos, const int64_t 
         for (size_t c = 1; c < n_class; c++) {
             const double *row = e + c * n_pos;
             size_t s = 0;
-#ifdef ANEC_HAVE_F16C_PATH
+#ifdef HOST_AVX
             if (avx)
                 s = sum_rows_avx(row, sums, n_pos);
 #endif
@@ -433,7 +441,7 @@ int anec_xent_grad(const double *e, size_t n_class, size_t n_pos, const int64_t 
             const double *row = e + c * n_pos + b;
             float *out = grad + c * n_pos + b;
             size_t s = 0;
-#ifdef ANEC_HAVE_F16C_PATH
+#ifdef HOST_AVX
             if (avx)
                 s = grad_row_avx(row, sums + b, ok, grad_scale, out, w);
 #endif

@@ -11,7 +11,9 @@ that leave the fp16 range.
 
 from __future__ import annotations
 
+import importlib.util
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,9 +27,41 @@ from anec.training.optim import FP16_MAX, AdamW, clip_, clip_factor, global_norm
 pytestmark = pytest.mark.skipif(not native.available(), reason="the C runtime extension is not built")
 
 
-@pytest.fixture(params=["c", "numpy"])
+CSRC = Path(__file__).resolve().parents[2] / "csrc"
+
+
+@pytest.fixture(scope="session")
+def portable(tmp_path_factory):
+    """csrc/rt_host.c built alone without its AVX paths (-DANEC_HOST_SCALAR): the code non-x86
+    machines run, as (ffi, lib)."""
+    cffi = pytest.importorskip("cffi")
+    from anec.runtime._ffi_build import CFLAGS
+
+    cdef = (CSRC / "anec_rt.cdef.h").read_text()
+    ffi = cffi.FFI()
+    ffi.cdef(cdef[cdef.index("/* ---- host work of a training step"):])
+    ffi.set_source("_rt_host_portable", '#include "anec_rt.h"', sources=[str(CSRC / "rt_host.c")],
+                   include_dirs=[str(CSRC)], define_macros=[("ANEC_HOST_SCALAR", None)],
+                   extra_compile_args=CFLAGS, libraries=["m"])
+    tmp = tmp_path_factory.mktemp("rt_host_portable")
+    try:
+        so = ffi.compile(tmpdir=str(tmp))
+    except Exception as e:  # noqa: BLE001 - no compiler here: the in-place build's tests still run
+        pytest.skip(f"cannot build rt_host.c alone: {e}")
+    spec = importlib.util.spec_from_file_location("_rt_host_portable", so)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.ffi, mod.lib
+
+
+@pytest.fixture(params=["c", "portable", "numpy"])
 def path(request, monkeypatch):
-    """Run a test once on the C kernels and once on the numpy fallback."""
+    """Run a test on the C kernels (AVX where the CPU has it), on their portable code, and on the
+    numpy fallback."""
+    if request.param == "portable":
+        ffi, lib = request.getfixturevalue("portable")
+        monkeypatch.setattr(native, "ffi", ffi)
+        monkeypatch.setattr(native, "lib", lib)
     if request.param == "numpy":
         monkeypatch.setattr(native, "available", lambda: False)
     return request.param
@@ -259,9 +293,12 @@ def test_clip_scales_in_place_as_before(path):
 # ---- gradient accumulation ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
-def test_add_scaled_is_adding_into_zeros_then_accumulating(dtype):
+def test_add_scaled_is_adding_into_zeros_then_accumulating(path, dtype):
     """``0 + x * s``, then ``acc + x * s``: as the previous ``grads[k] += to_checkpoint(gather(...) * inv)``
     gave (gather's ``0 + unview(g)`` turns -0 into +0; after the scale and the add it cannot show)."""
+    if path == "numpy":
+        assert not kernels.add_scaled(np.zeros(4, np.float32), np.zeros(4, np.float32), np.float32(1), False)
+        return  # the caller adds the gradient itself (tests/training/test_gradients.py covers that path)
     rng = np.random.default_rng(7)
     for n in (1, 7, 8, 9, 1031):
         g = rng.standard_normal(n).astype(dtype)
