@@ -416,7 +416,8 @@ class Trainer:
             half = {k: to_fp16(self.params[k]) for k in self.trainable}
         new = {k: self.layouts[k].to_ir(half[k]) for k in self.trainable}
         for p in self._programs:
-            p.reload_weights(new)
+            keys = _weight_keys(p)  # a program need not read every weight (saved activations)
+            p.reload_weights({k: a for k, a in new.items() if k in keys})
 
     # ---- saving -------------------------------------------------------------------------
     def _peft_key(self, input_name: str) -> str:
@@ -457,6 +458,15 @@ class Trainer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _weight_keys(prog: Any) -> set[str]:
+    """The checkpoint keys a loaded program (or pipeline of programs) reads, by its manifest."""
+    keys: set[str] = set()
+    for p in [prog, *getattr(prog, "stages", [])]:
+        for section in ("weight_inputs", "weights"):
+            keys.update(w["key"] for w in (p.manifest or {}).get(section, []))
+    return keys
 
 
 _POOL: Any = None
