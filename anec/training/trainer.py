@@ -290,15 +290,16 @@ class Trainer:
                         g = g * np.float32(self.lora_alpha / self.lora_rank)
                     grads[name] += g
             else:
-                te = time.perf_counter()
-                dx = from_bc1s(np.asarray(bout[self.bw.input_grads["x"]], np.float32)) * inv
-                embed_adjoint(grads, self.roles, inp[: len(row) - 1], dx[: len(row) - 1])
-                t_embed += time.perf_counter() - te
                 for k, out in direct.items():
                     self._accumulate(grads, k, bout[out], inv, reuse)
                 if gathered:
                     for k, g in self.bw.gather(bout, shapes, host=False, keys=gathered).items():
                         self._accumulate(grads, k, g, inv, reuse)
+                te = time.perf_counter()  # a tied embedding table adds the rows' gradient after the head's
+                dx = from_bc1s(np.asarray(bout[self.bw.input_grads["x"]], np.float32)) * inv
+                embed_adjoint(grads, self.roles, inp[: len(row) - 1], dx[: len(row) - 1])
+                t_embed += time.perf_counter() - te
+                # (submitted after the scatter, so that it does not compete with the worker thread)
                 if self.bw.host_grads:  # conv weight gradients in fp32 BLAS, while the device runs on
                     pending.append(_host_pool().submit(self.bw.gather, bout, shapes, False, True))
             t_fwd += t2 - t1
