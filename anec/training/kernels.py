@@ -50,9 +50,9 @@ def adamw_into(p: np.ndarray, g: np.ndarray, m: np.ndarray | None, v: np.ndarray
 
 
 def _adamw_numpy(p: np.ndarray, g: np.ndarray, m: np.ndarray | None, v: np.ndarray | None, pn: np.ndarray,
-                  mn: np.ndarray, vn: np.ndarray, half: np.ndarray | None, coef: dict[str, Any],
-                  tmp: np.ndarray) -> bool:
-    """:func:`_kernel` in numpy: the same fp32 operations in the same order, a pass each."""
+                 mn: np.ndarray, vn: np.ndarray, half: np.ndarray | None, coef: dict[str, Any],
+                 tmp: np.ndarray) -> bool:
+    """:func:`adamw_into` in numpy: the same fp32 operations in the same order, a pass each."""
     c = coef
     if c["scale_grad"]:
         g = g * c["grad_scale"]

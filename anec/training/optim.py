@@ -72,7 +72,7 @@ class AdamW:
             decays = bool(self.weight_decay) and (decay is None or decay.get(k, True))
             h = None if half is None else half.get(k)
             if not adamw_into(p, g, self.m.get(k), self.v.get(k), pn, mn, vn, h, dict(coef, decay=decays),
-                           self._scratch):
+                              self._scratch):
                 return False
             if check is not None and not check(k, pn):
                 return False
