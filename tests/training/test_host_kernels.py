@@ -35,14 +35,16 @@ def portable(tmp_path_factory):
     """csrc/rt_host.c built alone without its AVX paths (-DANEC_HOST_SCALAR): the code non-x86
     machines run, as (ffi, lib)."""
     cffi = pytest.importorskip("cffi")
-    from anec.runtime._ffi_build import CFLAGS
+    build = importlib.util.spec_from_file_location("_ffi_build", CSRC.parent / "anec" / "runtime" / "_ffi_build.py")
+    flags = importlib.util.module_from_spec(build)
+    build.loader.exec_module(flags)  # the extension's compiler flags (this checkout's, whichever anec is imported)
 
     cdef = (CSRC / "anec_rt.cdef.h").read_text()
     ffi = cffi.FFI()
     ffi.cdef(cdef[cdef.index("/* ---- host work of a training step"):])
     ffi.set_source("_rt_host_portable", '#include "anec_rt.h"', sources=[str(CSRC / "rt_host.c")],
                    include_dirs=[str(CSRC)], define_macros=[("ANEC_HOST_SCALAR", None)],
-                   extra_compile_args=CFLAGS, libraries=["m"])
+                   extra_compile_args=flags.CFLAGS, libraries=["m"])
     tmp = tmp_path_factory.mktemp("rt_host_portable")
     try:
         so = ffi.compile(tmpdir=str(tmp))
