@@ -148,48 +148,79 @@ class Backward:
         return list(dict.fromkeys([*(w.key for w in self.weight_grads), *(h.key for h in self.host_grads)]))
 
     def gather(self, outputs: Mapping[str, np.ndarray], shapes: Mapping[str, Sequence[int]],
-               device: bool = True, host: bool = True) -> dict[str, np.ndarray]:
+               device: bool = True, host: bool = True, keys: Iterable[str] | None = None) -> dict[str, np.ndarray]:
         """Checkpoint key -> gradient (fp32, the checkpoint's shape), from the backward outputs.
 
         ``shapes``: checkpoint key -> tensor shape (a WeightStore, or any mapping
         whose values have ``.shape`` or are shapes). Views of one key are summed.
         ``device``/``host``: include the gradients the backward func computed / the
-        host-computed conv weight gradients (to run the two parts on different threads)."""
+        host-computed conv weight gradients (to run the two parts on different threads).
+        ``keys``: only these keys (None: every key)."""
+        want = None if keys is None else set(keys)
         out: dict[str, np.ndarray] = {}
         for w in self.weight_grads if device else ():
-            src = shapes[w.key]
-            shape = tuple(int(d) for d in getattr(src, "shape", src))
-            g = np.asarray(outputs[w.output], dtype=np.float32)
-            out.setdefault(w.key, np.zeros(shape, np.float32))
-            out[w.key] += unview(g, shape, w.perm, w.slice)
+            if want is None or w.key in want:
+                _add_view(out, w.key, np.asarray(outputs[w.output]), _shape_of(shapes[w.key]), w.perm, w.slice)
         for h in self.host_grads if host else ():
-            src = shapes[h.key]
-            shape = tuple(int(d) for d in getattr(src, "shape", src))
-            dw = host_conv_grad(outputs[h.x], outputs[h.g])
-            out.setdefault(h.key, np.zeros(shape, np.float32))
-            out[h.key] += unview(dw, shape, h.perm, h.slice)
+            if want is None or h.key in want:
+                dw = host_conv_grad(outputs[h.x], outputs[h.g])
+                _add_view(out, h.key, dw, _shape_of(shapes[h.key]), h.perm, h.slice)
         return out
+
+
+def _shape_of(src: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in getattr(src, "shape", src))
+
+
+def _add_view(out: dict[str, np.ndarray], key: str, g: np.ndarray, shape: tuple[int, ...],
+              perm: Sequence[int] | None, sl: Sequence[int] | None) -> None:
+    """``out[key] += unview(g, ...)``, ``out[key]`` starting from zeros: the view's elements are
+    read once, converted to fp32 on the way, and only a sliced view zero-fills (what adding into
+    zeros gives: ``0 + x``, which is ``x`` but for -0 becoming +0)."""
+    dst = out.get(key)
+    if dst is None and sl is None:
+        out[key] = dst = np.empty(shape, np.float32)
+        np.add(_unpermuted(g, shape, perm), np.float32(0.0), out=dst)
+        return
+    if dst is None:
+        out[key] = dst = np.zeros(shape, np.float32)
+    if sl is None:
+        dst += _unpermuted(g, shape, perm)
+        return
+    part, idx = _slice_of(shape, perm, sl)
+    (dst if perm is None else np.transpose(dst, perm))[idx] += g.reshape(part)
+
+
+def _unpermuted(g: np.ndarray, shape: tuple[int, ...], perm: Sequence[int] | None) -> np.ndarray:
+    """The whole view ``g`` (of the tensor permuted by ``perm``) seen in the tensor's shape (no copy)."""
+    if perm is None:
+        return g.reshape(shape)
+    return np.transpose(g.reshape(tuple(shape[i] for i in perm)), np.argsort(perm))
+
+
+def _slice_of(shape: tuple[int, ...], perm: Sequence[int] | None, sl: Sequence[int]
+              ) -> tuple[list[int], tuple[slice, ...]]:
+    """The view's shape and its index in the permuted tensor, for a view sliced ``(axis, start, stop)``."""
+    pshape = [shape[i] for i in perm] if perm is not None else list(shape)
+    axis, start, stop = (int(v) for v in sl)
+    pshape[axis] = stop - start
+    idx = [slice(None)] * len(pshape)
+    idx[axis] = slice(start, stop)
+    return pshape, tuple(idx)
 
 
 def unview(g: np.ndarray, shape: Sequence[int], perm: Sequence[int] | None,
            sl: Sequence[int] | None) -> np.ndarray:
     """The gradient of a checkpoint tensor of ``shape`` from the gradient ``g`` of its view
-    (the inverse of ``const``'s perm -> slice -> reshape)."""
-    shape = tuple(shape)
-    pshape = tuple(shape[i] for i in perm) if perm is not None else shape
-    full = np.zeros(pshape, np.float32)
-    if sl is not None:
-        axis, start, stop = (int(v) for v in sl)
-        part = list(pshape)
-        part[axis] = stop - start
-        idx = [slice(None)] * len(pshape)
-        idx[axis] = slice(start, stop)
-        full[tuple(idx)] = g.reshape(part)
-    else:
-        full = g.reshape(pshape).astype(np.float32)
-    if perm is not None:
-        full = np.transpose(full, np.argsort(perm))
-    return np.ascontiguousarray(full)
+    (the inverse of ``const``'s perm -> slice -> reshape): a new fp32 array, written in one pass
+    (a sliced view zero-fills the rest first)."""
+    shape = tuple(int(d) for d in shape)
+    if sl is None:
+        return np.array(_unpermuted(g, shape, perm), dtype=np.float32, order="C")
+    full = np.zeros(shape, np.float32)
+    part, idx = _slice_of(shape, perm, sl)
+    (full if perm is None else np.transpose(full, perm))[idx] = g.reshape(part)
+    return full
 
 
 # ---------------------------------------------------------------------------

@@ -186,3 +186,22 @@ int anec_process_reset_budget(const char *driver);
 void anec_f32_to_f16(const float *src, uint16_t *dst, size_t n);
 void anec_f16_to_f32(const uint16_t *src, float *dst, size_t n);
 uint32_t anec_max_magnitude_bits(const void *src, size_t width, size_t n);
+
+/* ---- host work of a training step (rt_host.c) ---- */
+typedef struct anec_adamw_coef {
+    float grad_scale;
+    float beta1, one_minus_beta1, beta2, one_minus_beta2;
+    float inv_bias2;
+    float eps;
+    float step_size;
+    float decay_factor;
+    float limit;
+    int scale_grad, decay, check;
+} anec_adamw_coef;
+int anec_adamw_f32(const float *p, const float *g, const float *m, const float *v, float *p_out, float *m_out,
+                   float *v_out, uint16_t *half_out, size_t n, const anec_adamw_coef *coef);
+double anec_sum_squares(const float *x, size_t n);
+int anec_add_scaled(float *dst, const void *src, size_t width, float scale, size_t n, int accumulate);
+int anec_xent_shift(const float *logits, size_t n_class, size_t n_pos, double *z, double *col_max);
+int anec_xent_grad(const double *e, size_t n_class, size_t n_pos, const int64_t *target, const uint8_t *valid,
+                   double grad_scale, float *grad, double *picked, double *sums);

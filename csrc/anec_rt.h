@@ -399,6 +399,49 @@ void anec_f16_to_f32(const uint16_t *src, float *dst, size_t n);
    other width: 0). One pass, 16 bytes at a time. */
 uint32_t anec_max_magnitude_bits(const void *src, size_t width, size_t n);
 
+/* ---- host work of a training step (rt_host.c) ------------------------------ */
+
+/* One AdamW step's constants (fp32, as the numpy optimizer rounds them). */
+typedef struct anec_adamw_coef {
+    float grad_scale;      /* the clipping factor: g * grad_scale, when scale_grad */
+    float beta1, one_minus_beta1, beta2, one_minus_beta2;
+    float inv_bias2;       /* 1 / (1 - beta2^t) */
+    float eps;
+    float step_size;       /* lr / (1 - beta1^t) */
+    float decay_factor;    /* p * decay_factor before the update, when decay */
+    float limit;           /* when check: every new value finite with |x| <= limit */
+    int scale_grad, decay, check;
+} anec_adamw_coef;
+
+/* AdamW over n fp32 values (decoupled weight decay, as torch.optim.AdamW):
+   m' = g*(1-b1) + m*b1, v' = (g*g)*(1-b2) + v*b2 (m, v NULL on the first step:
+   the terms are left out), p' = p*decay_factor - m' / (sqrt(v'*inv_bias2) + eps)
+   * step_size, each operation rounded to fp32 in this order (no fused
+   multiply-add). p', m', v' go to the _out buffers (which must not overlap the
+   inputs) and, when half_out is not NULL, p' rounded to fp16 (nearest even) to
+   half_out. Returns 0, or 1 as soon as a new value fails the check (the
+   outputs are then partly written), ANEC_EINVAL for a bad argument. */
+int anec_adamw_f32(const float *p, const float *g, const float *m, const float *v, float *p_out, float *m_out,
+                   float *v_out, uint16_t *half_out, size_t n, const anec_adamw_coef *coef);
+/* The sum of x[i]*x[i] in float64 (each square exact), in numpy's pairwise
+   order: equal to numpy's np.square(x, dtype=np.float64).sum(). */
+double anec_sum_squares(const float *x, size_t n);
+/* dst[i] = (accumulate ? dst[i] : 0) + src[i] * scale in fp32, src fp16 (width
+   2) or fp32 (width 4). ANEC_EINVAL for another width. */
+int anec_add_scaled(float *dst, const void *src, size_t width, float scale, size_t n, int accumulate);
+/* Softmax cross-entropy in fp64 over n_class classes at n_pos positions, logits
+   fp32 [n_class][n_pos] (a position's classes a column). anec_xent_shift:
+   z = logits - each column's maximum (NaN when the column holds one). The
+   caller then takes exp(z) in place. anec_xent_grad: with sums[s] = the
+   column's sum of e = exp(z) (in order of class; a single position: numpy's
+   pairwise order), p = e / sums[s], picked[s] = p at target[s], and grad =
+   (p - [class == target]) * grad_scale rounded to fp32, (0 * grad_scale) where
+   valid[s] is 0. Equal to numpy's softmax on the [n_pos, n_class] transposed
+   view. ANEC_EINVAL for a valid target outside [0, n_class). */
+int anec_xent_shift(const float *logits, size_t n_class, size_t n_pos, double *z, double *col_max);
+int anec_xent_grad(const double *e, size_t n_class, size_t n_pos, const int64_t *target, const uint8_t *valid,
+                   double grad_scale, float *grad, double *picked, double *sums);
+
 #ifdef __cplusplus
 }
 #endif

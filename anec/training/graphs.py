@@ -29,6 +29,7 @@ import numpy as np
 
 from anec.ir.graph import Graph, Value
 from anec.models.blocks import ModelBuilder
+from anec.runtime import native
 
 
 class _UniqueBuilder(ModelBuilder):
@@ -123,16 +124,56 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray, valid: np.ndarray
                   ) -> tuple[float, np.ndarray, int]:
     """Summed next-token loss over the valid positions, its gradient w.r.t. ``logits [S, V]``
     and the number of valid positions (fp64 softmax; the caller divides by the token count)."""
+    return _softmax_loss(np.asarray(logits), targets, valid)
+
+
+def cross_entropy_bc1s(logits: np.ndarray, targets: np.ndarray, valid: np.ndarray, grad_scale: float
+                       ) -> tuple[float, np.ndarray, int]:
+    """:func:`cross_entropy` of logits in the programs' layout ``[1, V, 1, S]``, the gradient
+    times ``grad_scale`` (in fp64) returned as fp32 in the same layout: bit for bit
+    ``to_bc1s((d * grad_scale).astype(np.float32))``, without the layout round trips (C
+    passes around numpy's exp when the runtime is built)."""
+    logits = np.asarray(logits)
+    _, v, _, s = logits.shape
+    out = np.empty((1, v, 1, s), np.float32)
+    lv = logits[0, :, 0, :]
+    if native.available() and lv.dtype == np.float32 and lv.flags.c_contiguous and v and s:
+        ffi, lib = native.ffi, native.lib
+        z = np.empty((v, s), np.float64)
+        cols = np.empty((3, s), np.float64)  # column maxima, then sums; picked probabilities
+        rc = lib.anec_xent_shift(ffi.from_buffer("float[]", lv), v, s, ffi.from_buffer("double[]", z),
+                                 ffi.from_buffer("double[]", cols[0]))
+        if rc == 0:
+            np.exp(z, out=z)
+            t = np.ascontiguousarray(targets, np.int64)
+            ok = np.ascontiguousarray(valid, np.uint8)
+            rc = lib.anec_xent_grad(ffi.from_buffer("double[]", z), v, s, ffi.from_buffer("int64_t[]", t),
+                                    ffi.from_buffer("uint8_t[]", ok), float(grad_scale),
+                                    ffi.from_buffer("float[]", out, require_writable=True),
+                                    ffi.from_buffer("double[]", cols[2]), ffi.from_buffer("double[]", cols[1]))
+        if rc != 0:
+            raise native.failure(rc, "cross-entropy: a target outside the vocabulary")
+        rows = np.nonzero(valid)[0]
+        return -float(np.sum(np.log(np.maximum(cols[2][rows], 1e-300)))), out, len(rows)
+    loss, d, n = _softmax_loss(lv.T, targets, valid)
+    np.multiply(d.T, grad_scale, out=out[0, :, 0, :])  # fp64 product, rounded once to fp32
+    return loss, out, n
+
+
+def _softmax_loss(logits: np.ndarray, targets: np.ndarray, valid: np.ndarray) -> tuple[float, np.ndarray, int]:
+    """The loss and fp64 gradient of ``logits [S, V]``, every pass but the first in place. The
+    fp64 copy keeps the logits' memory order, and with it the order numpy sums each row in:
+    logits in the programs' layout (a transposed view) are summed position by position."""
     z = logits.astype(np.float64)
-    z = z - z.max(axis=1, keepdims=True)
-    p = np.exp(z)
-    p /= p.sum(axis=1, keepdims=True)
+    z -= z.max(axis=1, keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(axis=1, keepdims=True)
     rows = np.nonzero(valid)[0]
-    loss = -float(np.sum(np.log(np.maximum(p[rows, targets[rows]], 1e-300))))
-    d = p
-    d[rows, targets[rows]] -= 1.0
-    d[~valid] = 0.0
-    return loss, d, len(rows)
+    loss = -float(np.sum(np.log(np.maximum(z[rows, targets[rows]], 1e-300))))
+    z[rows, targets[rows]] -= 1.0
+    z[~valid] = 0.0
+    return loss, z, len(rows)
 
 
-__all__ = ["Layout", "causal_lm_graph", "cross_entropy", "embed", "embed_adjoint", "embedding_keys"]
+__all__ = ["Layout", "causal_lm_graph", "cross_entropy", "cross_entropy_bc1s", "embed", "embed_adjoint",
+           "embedding_keys"]

@@ -41,8 +41,10 @@ from anec.autodiff import Backward, grad
 from anec.diagnostics import TrainingError
 from anec.ir.graph import Graph, Module
 from anec.models.layout import from_bc1s, to_bc1s
-from anec.training.graphs import Layout, causal_lm_graph, cross_entropy, embed, embed_adjoint, embedding_keys
-from anec.training.optim import FP16_MAX, AdamW, LossScaler, all_finite, clip_
+from anec.training.graphs import (Layout, causal_lm_graph, cross_entropy_bc1s, embed, embed_adjoint,
+                                  embedding_keys)
+from anec.training.kernels import add_scaled, to_fp16
+from anec.training.optim import FP16_MAX, AdamW, LossScaler, clip_factor, global_norm
 
 
 def _fe_for(checkpoint: str | os.PathLike, target: str | None) -> Any:
@@ -120,6 +122,9 @@ class Trainer:
         self._runtime = runtime
         self._own_runtime = runtime is None
         self._store: dict[str, np.ndarray] | None = None
+        self._plan: tuple[dict[str, str], list[str]] | None = None
+        self._grad_bufs: dict[str, np.ndarray] = {}
+        self._half: dict[str, np.ndarray] | None = None
 
     # ---- LoRA ---------------------------------------------------------------------------
     def _setup_lora(self, forward: Graph, targets: Sequence[str] | None, alpha: float | None) -> None:
@@ -232,15 +237,25 @@ class Trainer:
     def gradients(self, input_ids: Any) -> dict[str, np.ndarray]:
         """Gradients of the mean next-token loss, keyed by checkpoint parameter name, in the
         checkpoint's shapes (fp32); LoRA mode: keyed by PEFT adapter key. Sets :attr:`last_loss`."""
+        return self._gradients(input_ids, reuse=False)
+
+    def _gradients(self, input_ids: Any, reuse: bool) -> dict[str, np.ndarray]:
+        """:meth:`gradients`; ``reuse``: into the trainer's own buffers (overwritten by the next
+        step), so that a step allocates no gradient memory."""
         ids = self._check_ids(input_ids)
         self._ensure_programs()
         s = self.seq_len
         scale = self.scaler.scale
-        grads = {k: np.zeros_like(v) for k, v in self.params.items()}
+        inv = np.float32(1.0 / scale)
         pos = self._position_feed()
         n_tokens = ids.shape[0] * (ids.shape[1] - 1)
         total = 0.0
         shapes = {k: lay.ir_shape for k, lay in self.layouts.items()}
+        if self.lora_rank:
+            grads = {k: np.zeros_like(v) for k, v in self.params.items()}
+        else:  # embedding tables accumulate by row: zeros; the weights are written by their first gradient
+            grads = {k: self._grad_buffer(k, reuse, zero=True) for k in self.roles.values() if k in self.params}
+        direct, gathered = self._grad_plan()
         pending: list[Any] = []
         t_fwd = t_bwd = t_host = t_embed = t_loss = 0.0
         for row in ids:
@@ -255,14 +270,12 @@ class Trainer:
             t_embed += t1 - t0
             fout = self._run(0, feed)
             t2 = time.perf_counter()
-            logits = from_bc1s(np.asarray(fout["logits"], np.float32))
             targets = np.zeros(s, np.int64)
             targets[: len(row) - 1] = row[1:]
             valid = np.zeros(s, bool)
             valid[: len(row) - 1] = True
-            loss, d, _ = cross_entropy(logits, targets, valid)
+            loss, dlog, _ = cross_entropy_bc1s(fout["logits"], targets, valid, scale / n_tokens)
             total += loss
-            dlog = to_bc1s((d * (scale / n_tokens)).astype(np.float32), s)
             bfeed = {**feed, self.bw.cotangents["logits"]: dlog}
             for name in self.bw.saved:
                 bfeed[name] = fout[name]
@@ -270,7 +283,6 @@ class Trainer:
             t_loss += t3 - t2
             bout = self._run(1, bfeed)
             t4 = time.perf_counter()
-            inv = np.float32(1.0 / scale)
             if self.lora_rank:
                 for name, out in self.bw.input_grads.items():
                     g = np.asarray(bout[out], np.float32).reshape(grads[name].shape) * inv
@@ -278,24 +290,29 @@ class Trainer:
                         g = g * np.float32(self.lora_alpha / self.lora_rank)
                     grads[name] += g
             else:
-                ir = self.bw.gather(bout, shapes, host=False)
-                for k, g in ir.items():
-                    grads[k] += self.layouts[k].to_checkpoint(g * inv)
-                if self.bw.host_grads:  # conv weight gradients in fp32 BLAS, while the device runs on
-                    pending.append(_host_pool().submit(self.bw.gather, bout, shapes, False, True))
-                te = time.perf_counter()
+                for k, out in direct.items():
+                    self._accumulate(grads, k, bout[out], inv, reuse)
+                if gathered:
+                    for k, g in self.bw.gather(bout, shapes, host=False, keys=gathered).items():
+                        self._accumulate(grads, k, g, inv, reuse)
+                te = time.perf_counter()  # a tied embedding table adds the rows' gradient after the head's
                 dx = from_bc1s(np.asarray(bout[self.bw.input_grads["x"]], np.float32)) * inv
                 embed_adjoint(grads, self.roles, inp[: len(row) - 1], dx[: len(row) - 1])
                 t_embed += time.perf_counter() - te
+                # (submitted after the scatter, so that it does not compete with the worker thread)
+                if self.bw.host_grads:  # conv weight gradients in fp32 BLAS, while the device runs on
+                    pending.append(_host_pool().submit(self.bw.gather, bout, shapes, False, True))
             t_fwd += t2 - t1
             t_bwd += t4 - t3
             t_host += (t1 - t0) + (t3 - t2) + (time.perf_counter() - t4)
         t5 = time.perf_counter()
-        inv = np.float32(1.0 / scale)
         for fut in pending:
             for k, g in fut.result().items():
-                grads[k] += self.layouts[k].to_checkpoint(g * inv)
+                self._accumulate(grads, k, g, inv, reuse)
         t_wait = time.perf_counter() - t5
+        for k in self.params:  # parameters no output reaches
+            if k not in grads:
+                grads[k] = self._grad_buffer(k, reuse, zero=True)
         self.last_loss = total / n_tokens
         # host_s is the whole of the calling thread's host work; embed_s (gather and scatter of
         # the embedding rows) and loss_s (loss and its gradient) are parts of it, the rest is
@@ -304,39 +321,91 @@ class Trainer:
                             grads_s=t_host - t_embed - t_loss, weight_grads_wait_s=t_wait)
         if self.lora_rank:
             return {self._peft_key(k): v for k, v in grads.items()}
-        return grads
+        return {k: grads[k] for k in self.params}
+
+    def _grad_plan(self) -> tuple[dict[str, str], list[str]]:
+        """Device weight gradients as (key -> backward output read as it is, keys gathered): a key
+        with one whole, unpermuted view in an identity layout is its output's elements in the
+        checkpoint's order, added straight into the key's gradient."""
+        if self._plan is None:
+            views: dict[str, list[Any]] = {}
+            for w in self.bw.weight_grads:
+                views.setdefault(w.key, []).append(w)
+            direct = {k: ws[0].output for k, ws in views.items()
+                      if len(ws) == 1 and ws[0].perm is None and ws[0].slice is None and self.layouts[k].identity}
+            self._plan = (direct, [k for k in views if k not in direct])
+        return self._plan
+
+    def _grad_buffer(self, k: str, reuse: bool, zero: bool = False) -> np.ndarray:
+        shape = self.params[k].shape
+        buf = self._grad_bufs.get(k) if reuse else None
+        if buf is None:
+            buf = np.zeros(shape, np.float32) if zero else np.empty(shape, np.float32)
+            if reuse:
+                self._grad_bufs[k] = buf
+        elif zero:
+            buf.fill(0.0)
+        return buf
+
+    def _accumulate(self, grads: dict[str, np.ndarray], k: str, g: np.ndarray, inv: np.float32, reuse: bool) -> None:
+        """``grads[k] += to_checkpoint(g * inv)`` for ``g`` in the IR layout (fp16 or fp32), the
+        first gradient of ``k`` written into its buffer (``0 + x``, as adding into zeros gives)."""
+        dst = grads.get(k)
+        first = dst is None
+        if first:
+            dst = grads[k] = self._grad_buffer(k, reuse)
+        lay = self.layouts[k]
+        if lay.identity and add_scaled(dst, g, inv, accumulate=not first):
+            return
+        t = lay.to_checkpoint(np.asarray(g, np.float32) * inv)
+        if first:
+            np.add(t, np.float32(0.0), out=dst)
+        else:
+            dst += t
 
     def step(self, input_ids: Any, lr: float | None = None) -> float:
         """One optimizer step on ``input_ids``; returns the loss (before the step). A step whose
         gradients are not finite, or whose new weights leave the fp16 range, is skipped (the
         loss scale halves) and changes nothing."""
-        grads = self.gradients(input_ids)
+        grads = self._gradients(input_ids, reuse=True)
         if self.lora_rank:
             grads = {self._param_of_peft(k): v for k, v in grads.items()}
         t0 = time.perf_counter()
-        finite = all_finite(grads)
-        norm = float("nan")
+        norm = global_norm(grads)  # Inf or NaN exactly when some gradient is
+        finite = math.isfinite(norm)
         skipped = not finite
-        tc = t0
+        tc = time.perf_counter()
         if finite:
-            norm = clip_(grads, self.grad_clip)
-            tc = time.perf_counter()
-            if not self.opt.step(self.params, grads, self.decay, lr=lr, check=_fp16_ok):
+            if not self.opt.step(self.params, grads, self.decay, lr=lr, grad_scale=clip_factor(norm, self.grad_clip),
+                                 limit=FP16_MAX, half=self._half_buffers()):
                 skipped = True
+        else:
+            norm = float("nan")
         t1 = time.perf_counter()
         self.scaler.update(not skipped)
         if not skipped:
-            self._push_weights()
+            self._push_weights(self._half)
         t2 = time.perf_counter()
-        # optimizer_s = clip_s (finiteness check and clipping) + AdamW with its fp16-range check
-        self.timings.update(optimizer_s=t1 - t0, clip_s=(tc if finite else t1) - t0, reload_s=t2 - t1)
+        # optimizer_s = clip_s (finiteness check and the gradients' norm) + AdamW (clipping, the
+        # update, its fp16-range check and the new weights in fp16, one pass per tensor)
+        self.timings.update(optimizer_s=t1 - t0, clip_s=tc - t0, reload_s=t2 - t1)
         self.step_index += 1
         self.history.append({"step": self.step_index, "loss": self.last_loss, "grad_norm": norm,
                              "loss_scale": self.scaler.scale, "skipped": skipped})
         return self.last_loss
 
-    def _push_weights(self) -> None:
-        """The new weights into the programs: input surfaces (or a verified reload when baked)."""
+    def _half_buffers(self) -> dict[str, np.ndarray] | None:
+        """fp16 copies of the trainable weights, written by the optimizer step (None when no
+        program takes them as they are)."""
+        if self.lora_rank or self.backend == "interp" or not self.trainable:
+            return None
+        if self._half is None:
+            self._half = {k: np.empty(self.params[k].shape, np.float16) for k in self.trainable}
+        return self._half
+
+    def _push_weights(self, half: dict[str, np.ndarray] | None = None) -> None:
+        """The new weights into the programs: input surfaces (or a verified reload when baked).
+        ``half``: the weights already in fp16 (the optimizer's output), else converted here."""
         if self.lora_rank:
             return  # adapters are inputs of every call
         if self.backend == "interp":
@@ -344,9 +413,12 @@ class Trainer:
             return
         if self._programs is None:
             return
-        new = {k: self.layouts[k].to_ir(self.params[k]) for k in self.trainable}
+        if half is None:
+            half = {k: to_fp16(self.params[k]) for k in self.trainable}
+        new = {k: self.layouts[k].to_ir(half[k]) for k in self.trainable}
         for p in self._programs:
-            p.reload_weights(new)
+            keys = _weight_keys(p)  # a program need not read every weight (saved activations)
+            p.reload_weights({k: a for k, a in new.items() if k in keys})
 
     # ---- saving -------------------------------------------------------------------------
     def _peft_key(self, input_name: str) -> str:
@@ -389,6 +461,15 @@ class Trainer:
         self.close()
 
 
+def _weight_keys(prog: Any) -> set[str]:
+    """The checkpoint keys a loaded program (or pipeline of programs) reads, by its manifest."""
+    keys: set[str] = set()
+    for p in [prog, *getattr(prog, "stages", [])]:
+        for section in ("weight_inputs", "weights"):
+            keys.update(w["key"] for w in (p.manifest or {}).get(section, []))
+    return keys
+
+
 _POOL: Any = None
 
 
@@ -400,10 +481,6 @@ def _host_pool() -> Any:
 
         _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anec-wgrad")
     return _POOL
-
-
-def _fp16_ok(key: str, arr: np.ndarray) -> bool:
-    return bool(np.isfinite(arr).all()) and float(np.max(np.abs(arr), initial=0.0)) <= FP16_MAX
 
 
 __all__ = ["Trainer", "TrainingError"]

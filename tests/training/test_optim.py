@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anec.training.optim import AdamW, LossScaler, clip_, global_norm
+from anec.training.optim import FP16_MAX, AdamW, LossScaler, clip_, clip_factor, global_norm
 from tests.training.conftest import torch
 
 
@@ -24,6 +24,30 @@ def test_adamw_matches_torch_over_steps_with_weight_decay():
         topt.step()
     for k in shapes:
         np.testing.assert_allclose(params[k], tp[k].detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_clipping_folded_into_the_step_matches_torch():
+    """The trainer's step: the norm, then AdamW with the clipping factor, the fp16-range limit and
+    the fp16 copy, against clip_grad_norm_ + torch.optim.AdamW."""
+    rng = np.random.default_rng(4)
+    shapes = {"w": (33, 17), "b": (17,)}
+    params = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    tp = [torch.tensor(v.copy(), requires_grad=True) for v in params.values()]
+    opt = AdamW(lr=1e-2, weight_decay=0.1)
+    topt = torch.optim.AdamW(tp, lr=1e-2, weight_decay=0.1)
+    half = {k: np.empty(s, np.float16) for k, s in shapes.items()}
+    for _ in range(10):
+        grads = {k: rng.standard_normal(s).astype(np.float32) * 5 for k, s in shapes.items()}
+        norm = global_norm(grads)
+        assert opt.step(params, grads, grad_scale=clip_factor(norm, 1.0), limit=FP16_MAX, half=half)
+        for t, g in zip(tp, grads.values()):
+            t.grad = torch.tensor(g)
+        tnorm = float(torch.nn.utils.clip_grad_norm_(tp, 1.0))
+        topt.step()
+        assert abs(norm - tnorm) <= 1e-5 * tnorm
+    for t, k in zip(tp, shapes):
+        np.testing.assert_allclose(params[k], t.detach().numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(half[k], params[k].astype(np.float16))
 
 
 def test_a_failed_check_changes_nothing():
