@@ -135,10 +135,17 @@ typedef struct anec_tensor_info {
     size_t decl_index;            /* position in the func signature / return tuple */
 } anec_tensor_info;
 
-/* Reload strategies (weights are baked at compile time):
-     DATA_PATCH  rewrite the compiled `data` of a program whose weights are one
-                 BLOBFILE that the compiled data was observed to equal, then
-                 load; no compile (Orion's tested path).
+/* Reload strategies (weights are baked at compile time; the device behaviour
+   each relies on is named by its evidence id, see `anec constraints`):
+     DATA_PATCH  unload the program's SAME model object, rewrite its compiled
+                 `data` (a program whose weights are one BLOBFILE that the
+                 compiled data was observed to equal), load it again; no
+                 compile (ANE-SAME-OBJECT-PATCH: a hypothesis the selftest
+                 settles per machine).
+     NEW_OBJECT  build a NEW model object from the same MIL and the new
+                 weights, never compiled, whose directory holds the compiled
+                 network and the new `data`; load it and switch the program to
+                 it; no compile (ANE-NEW-OBJECT-LOAD, the path Orion tests).
      RECOMPILE   compile the program again with the new weights; spends one
                  compile of the process budget.
      INPUTS      the weights are program inputs (compiled that way): a reload
@@ -147,6 +154,7 @@ typedef struct anec_tensor_info {
 #define ANEC_RELOAD_DATA_PATCH  1
 #define ANEC_RELOAD_RECOMPILE   2
 #define ANEC_RELOAD_INPUTS      4
+#define ANEC_RELOAD_NEW_OBJECT  8
 /* anec_options.reload_verified: set this bit to give the verified mask
    explicitly (0 alone means the driver's default). */
 #define ANEC_RELOAD_VERIFIED    0x100
@@ -185,6 +193,7 @@ struct anec_stats {
     uint64_t dirs_live;           /* program directories on disk */
     uint64_t ns_compile, ns_load, ns_unload, ns_reload, ns_evaluate;
     uint64_t reloads_data_patch, reloads_recompile, reloads_inputs;  /* reloads per strategy */
+    uint64_t reloads_new_object;
     uint64_t process_compiles;    /* compiles made by every runtime of this process on this driver */
 };
 

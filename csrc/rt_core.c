@@ -8,8 +8,9 @@
  *    costs no compile when the compiled form can be shared: the driver
  *    clones it (net.plist + data, so the clone computes with the donor's
  *    weights), which is right for identical weights, and for other weights
- *    only after a verified data patch installs them; otherwise the program
- *    is compiled. The program runs the driver program that was compiled for
+ *    only where a new model object loading new data is verified (the clone
+ *    is one: its data is patched before its first load, the new-object
+ *    strategy of rt_reload.c); otherwise the program is compiled. The program runs the driver program that was compiled for
  *    it; when it closes, its compiled form stays in the cache for later hits.
  *  - program directories (rt_dir.c) and reload strategies (rt_reload.c).
  *  - compile budget (ANE-COMPILE-BUDGET): counted per process and driver, as
@@ -99,6 +100,7 @@ const char *anec_reload_strategy_name(int strategy)
     case ANEC_RELOAD_DATA_PATCH: return "data-patch";
     case ANEC_RELOAD_RECOMPILE: return "recompile";
     case ANEC_RELOAD_INPUTS: return "inputs";
+    case ANEC_RELOAD_NEW_OBJECT: return "new-object";
     default: return "auto";
     }
 }
@@ -266,6 +268,7 @@ void rt_count(anec_runtime *rt, const struct anec_stats *d)
     s->reloads_data_patch += d->reloads_data_patch;
     s->reloads_recompile += d->reloads_recompile;
     s->reloads_inputs += d->reloads_inputs;
+    s->reloads_new_object += d->reloads_new_object;
     pthread_mutex_unlock(&rt->st_lock);
 }
 
@@ -444,7 +447,7 @@ int anec_runtime_open(const char *driver, const anec_options *opts, anec_runtime
     if (rc == ANEC_OK) {
         unsigned self = rt->drv->self_verified(rt->ctx) | ANEC_RELOAD_RECOMPILE;
         if (opts && (opts->reload_verified & ANEC_RELOAD_VERIFIED))
-            rt->verified = (opts->reload_verified & (ANEC_RELOAD_DATA_PATCH | ANEC_RELOAD_INPUTS)) |
+            rt->verified = (opts->reload_verified & (ANEC_RELOAD_DATA_PATCH | ANEC_RELOAD_NEW_OBJECT | ANEC_RELOAD_INPUTS)) |
                            ANEC_RELOAD_RECOMPILE;
         else
             rt->verified = self;
@@ -1002,7 +1005,9 @@ int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len, const anec_b
     else if (e && e->tmpl && !e->stale)
         src = e->tmpl;
     int same = e && src && memcmp(e->content, p->content, 32) == 0;
-    int patch = e && src && !same && e->patchable && (rt->verified & ANEC_RELOAD_DATA_PATCH) && p->n_files == 1;
+    /* other weights: a new model object, never compiled, with the donor's network and its own data (the
+       new-object strategy, ANE-NEW-OBJECT-LOAD), only where the machine verified it */
+    int patch = e && src && !same && e->patchable && (rt->verified & ANEC_RELOAD_NEW_OBJECT) && p->n_files == 1;
     int compiled = 0;
     if (same && !e->donor && e->tmpl && e->tmpl_dir == dir) {
         /* the template computes with these very weights in this directory: take it over */

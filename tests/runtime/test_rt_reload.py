@@ -105,7 +105,9 @@ CASES = [
     ("packed", "data=file,load=weights", "data-patch"),
     ("single", "", "data-patch"),                # one tensor: data == the BLOBFILE (Orion E5)
     ("single", "load=weights", "data-patch"),    # Orion's paper: load re-reads weights/
-    ("single", "load=memory", "recompile"),      # a device that ignores every file: only a compile helps
+    ("single", "load=memory", "new-object"),     # an object keeps its first weights: only a new object helps
+    ("packed", "data=file,load=memory", "new-object"),
+    ("single", "load=memory-shared", "recompile"),  # ... and new objects get the identifier's: only a compile
 ]
 
 
@@ -128,6 +130,7 @@ def test_reload_equals_a_fresh_compile_with_the_strategy_the_device_allows(tmp_p
         assert st["reloads"] == 1 and st["blobs_patched"] == len(blobs_for(weights(1), form))
         assert st["compiles"] == (2 if strategy == "recompile" else 1)
         assert st["reloads_data_patch"] == (strategy == "data-patch")
+        assert st["reloads_new_object"] == (strategy == "new-object")
         assert st["reloads_recompile"] == (strategy == "recompile")
     with Runtime("sim", temp_root=tmp_path / "b", sim_device=device) as fresh:
         y_fresh = load(fresh, {**w0, **w1}, form)(x=X)["y"]
@@ -166,18 +169,60 @@ def test_a_device_that_rereads_weights_sees_rewritten_files(tmp_path):
 
 
 def test_an_unverified_data_patch_can_be_stale_which_is_why_it_must_be_verified(tmp_path):
-    """On a device that ignores the compiled data (load=memory), a forced data
-    patch changes nothing: exactly what `python -m anec.selftest` probes for."""
+    """On a device whose model object keeps the weights of its compile
+    (load=memory), a forced data patch changes nothing: exactly what
+    `python -m anec.selftest` probes for. The runtime's own choice there is
+    a new model object, which the reading honours."""
     w0, w1 = weights(0), weights(1)
     with Runtime("sim", temp_root=tmp_path, sim_device="load=memory") as rt:
-        assert "data-patch" not in rt.reload_verified
+        assert "data-patch" not in rt.reload_verified and "new-object" in rt.reload_verified
         p = load(rt, w0, "single")
         y0 = p(x=X)["y"]
         p.reload_blobs(blobs_for(w1, "single"), strategy="data-patch")
         np.testing.assert_array_equal(p(x=X)["y"], y0)  # stale
-        p.reload_blobs(blobs_for(weights(2), "single"))     # the runtime's own choice: recompile
+        p.reload_blobs(blobs_for(weights(2), "single"))     # the runtime's own choice: a new object
         assert not np.array_equal(p(x=X)["y"], y0)
-        assert rt.stats["reloads_recompile"] == 1
+        assert rt.stats["reloads_new_object"] == 1 and rt.stats["compiles"] == 1
+
+
+# Per sim reading: which forced strategy reaches the device (the others leave the
+# old output in place), and what the sim declares verified must be exactly those.
+READINGS = {
+    "load=data": {"data-patch": True, "new-object": True, "recompile": True},
+    "load=weights": {"data-patch": True, "new-object": True, "recompile": True},
+    "load=memory": {"data-patch": False, "new-object": True, "recompile": True},
+    "load=memory-shared": {"data-patch": False, "new-object": False, "recompile": True},
+}
+
+
+@pytest.mark.parametrize("device", sorted(READINGS))
+@pytest.mark.parametrize("strategy", ["data-patch", "new-object", "recompile"])
+def test_every_forced_strategy_under_every_sim_reading_is_fresh_or_exactly_stale(tmp_path, device, strategy):
+    """A forced reload either equals a fresh compile with the new weights bit
+    for bit, or (where the reading defeats the strategy) leaves the old output
+    bit for bit: the two outcomes the selftest's probe tells apart. The sim
+    declares verified exactly the strategies its reading honours, and in auto
+    mode it never picks one it does not."""
+    w0, w1 = weights(0), weights(1)
+    with Runtime("sim", temp_root=tmp_path / "a", sim_device=device) as rt:
+        declared = {s for s in ("data-patch", "new-object") if s in rt.reload_verified}
+        assert declared == {s for s in ("data-patch", "new-object") if READINGS[device][s]}
+        p = load(rt, w0, "single")
+        y0 = p(x=X)["y"]
+        before = rt.stats["compiles"]
+        p.reload_blobs(blobs_for(w1, "single"), strategy=strategy)
+        y1 = p(x=X)["y"]
+        assert rt.stats["compiles"] - before == (strategy == "recompile")
+        # the program keeps what it computes with across an unload and a load
+        p.unload()
+        p.load()
+        np.testing.assert_array_equal(p(x=X)["y"], y1)
+        auto = p.reload_info["strategy"]
+        assert auto == "recompile" or READINGS[device][auto]
+    with Runtime("sim", temp_root=tmp_path / "b", sim_device=device) as fresh:
+        y_fresh = load(fresh, {**w0, "l.w1": w1["l.w1"]}, "single")(x=X)["y"]
+    assert not np.array_equal(y0, y_fresh)
+    np.testing.assert_array_equal(y1, y_fresh if READINGS[device][strategy] else y0)
 
 
 def test_nothing_verified_falls_back_to_recompile_and_says_why(tmp_path):
