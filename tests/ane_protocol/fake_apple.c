@@ -52,8 +52,11 @@ static struct {
     fk_obj *file_manager;
     fk_obj *surface_keys[6];
     int cb_dict_key, cb_dict_value, cb_array;   /* their addresses are the callbacks */
-    int optimistic;             /* load re-reads weights/ instead of the compiled data */
+    fk_reading reading;         /* what a load reads (fk_set_device) */
     int hex_content;            /* hexStringIdentifier covers the weight values too */
+    /* FK_LOAD_MEMORY_SHARED: the weights of the last compile per hexStringIdentifier */
+    struct { char hex[17]; uint64_t wsum; } hex_cache[64];
+    int n_hex_cache;
 } F;
 
 static const char *const k_class_names[8] = {
@@ -573,7 +576,7 @@ static uint8_t *compiled_data(const fk_obj *mil, const fk_obj *weights, size_t *
 uint64_t fk_compiled_hash(const char *mil, const char *const *paths, const uint8_t *const *datas,
                           const size_t *lens, size_t n)
 {
-    if (F.optimistic) {
+    if (F.reading == FK_LOAD_WEIGHTS) {
         /* load hashes the weight files in path order */
         const char *c[16];
         size_t l[16];
@@ -614,10 +617,46 @@ uint64_t fk_compiled_hash(const char *mil, const char *const *paths, const uint8
     return h;
 }
 
-void fk_set_device(int optimistic, int hex_content)
+void fk_set_device(fk_reading reading, int hex_content)
 {
-    F.optimistic = optimistic;
+    F.reading = reading;
     F.hex_content = hex_content;
+}
+
+const char *fk_reading_name(fk_reading reading)
+{
+    switch (reading) {
+    case FK_LOAD_DATA: return "baked (load reads data)";
+    case FK_LOAD_WEIGHTS: return "optimistic (load re-reads weights/)";
+    case FK_LOAD_MEMORY: return "in-memory (per object)";
+    case FK_LOAD_MEMORY_SHARED: return "in-memory, cached per hexId";
+    }
+    return "?";
+}
+
+/* FK_LOAD_MEMORY_SHARED: the cached weights of a hexId (1), or 0. */
+static int hex_cache_get(const char *hex, uint64_t *wsum)
+{
+    for (int i = 0; i < F.n_hex_cache; i++)
+        if (strcmp(F.hex_cache[i].hex, hex) == 0) {
+            *wsum = F.hex_cache[i].wsum;
+            return 1;
+        }
+    return 0;
+}
+
+static void hex_cache_put(const char *hex, uint64_t wsum)
+{
+    int i = 0;
+    while (i < F.n_hex_cache && strcmp(F.hex_cache[i].hex, hex) != 0)
+        i++;
+    if (i == F.n_hex_cache) {
+        if (F.n_hex_cache == 64)
+            abort();
+        F.n_hex_cache++;
+    }
+    snprintf(F.hex_cache[i].hex, sizeof F.hex_cache[i].hex, "%s", hex);
+    F.hex_cache[i].wsum = wsum;
 }
 
 static ane_bool device_compile(fk_obj *m, ane_id *error)
@@ -654,6 +693,15 @@ static ane_bool device_compile(fk_obj *m, ane_id *error)
     uint8_t *data = compiled_data(mil, weights, &dlen);
     snprintf(path, sizeof path, "%s/data", dir);
     int ok = write_file(path, data, dlen) == 0;
+    if (F.reading == FK_LOAD_MEMORY || F.reading == FK_LOAD_MEMORY_SHARED) {
+        /* the framework keeps the compiled weights in the model object (and,
+           in the shared reading, per hexStringIdentifier) */
+        const char *c[1] = {(const char *)data};
+        m->mem_wsum = fk_weights_hash(c, &dlen, 1);
+        m->has_mem = 1;
+        if (F.reading == FK_LOAD_MEMORY_SHARED)
+            hex_cache_put(m->hex, m->mem_wsum);
+    }
     free(data);
     snprintf(path, sizeof path, "%s/net.plist", dir);
     char net[64];
@@ -669,10 +717,21 @@ static ane_bool device_load(fk_obj *m, ane_id *error)
     fk_obj *weights = m->refs[0]->refs[1];
     char dir[2048], path[4200];
     model_dir(m, dir, sizeof dir);
+    int memory = F.reading == FK_LOAD_MEMORY || F.reading == FK_LOAD_MEMORY_SHARED;
+    uint64_t cached;
+    if (memory && (m->has_mem || (F.reading == FK_LOAD_MEMORY_SHARED && hex_cache_get(m->hex, &cached)))) {
+        /* in memory: the object's own weights, else those cached for its hexId; no file is read */
+        m->wsum = m->has_mem ? m->mem_wsum : cached;
+        m->mem_wsum = m->wsum;
+        m->has_mem = 1;
+        m->loaded = 1;
+        m->num = ++F.serial; /* requests built before this load are stale */
+        return 1;
+    }
     snprintf(path, sizeof path, "%s/net.plist", dir);
     if (access(path, F_OK) != 0)
         return device_error(error, "no compiled network in %s", dir);
-    if (!F.optimistic) {
+    if (F.reading != FK_LOAD_WEIGHTS) {
         /* the evidenced device: load reads the compiled data, never weights/ */
         uint8_t *b;
         size_t len;
@@ -683,6 +742,10 @@ static ane_bool device_load(fk_obj *m, ane_id *error)
         m->wsum = fk_weights_hash(c, &len, 1);
         m->loaded = 1;
         m->num = ++F.serial; /* requests built before this load are stale */
+        if (memory) { /* a never-compiled object keeps what its first load read */
+            m->mem_wsum = m->wsum;
+            m->has_mem = 1;
+        }
         free(b);
         return 1;
     }

@@ -1027,7 +1027,7 @@ int main(void)
         snprintf(g_root, sizeof g_root, "%s/t%02zu", g_base, t + 1);
         mkdir(g_root, 0755);
         fk_init(g_root);
-        fk_set_device(g_optimistic, g_hex_content);
+        fk_set_device(g_optimistic ? FK_LOAD_WEIGHTS : FK_LOAD_DATA, g_hex_content);
         g_failed_now = 0;
         if (k_tests[i].real_symbols)
             ane_syms_install_fake(NULL);
