@@ -54,15 +54,18 @@ def test_selftest_numbers(report: dict) -> None:
     assert ms["exact_size"]["failed"] is True and "0x1d" in ms["exact_size"]["message"]
     rl = _check(report, "reload")["data"]
     # the sim's default device: a one-tensor program's compiled data is its BLOBFILE, a packed
-    # two-tensor program's is opaque; the data patch equals a fresh compile, with no compile
-    assert rl["one"]["verified"] is True and rl["one"]["compiles"] == 0 and rl["one"]["vs_fresh"] == 0.0
-    assert rl["one"]["change"] > 0.5
-    assert rl["packed"] == {"files": 1, "data_patchable": False, "verified": None}
-    assert rl["verdict"] == ["data-patch"] == rl["declared"]
+    # two-tensor program's is opaque; the data patch and the new object each equal a fresh
+    # compile, with no compile
+    for strategy in ("data-patch", "new-object"):
+        one = rl["probes"][strategy]["one"]
+        assert one["verified"] is True and one["compiles"] == 0 and one["vs_fresh"] == 0.0
+        assert one["change"] > 0.5
+        assert rl["probes"][strategy]["packed"] == {"files": 1, "data_patchable": False, "verified": None}
+    assert rl["verdict"] == ["data-patch", "new-object"] == rl["declared"]
     assert rl["auto"]["reload-auto-one"] == {"strategy": "data-patch", "compiles": 0, "equals_fresh": True}
     assert rl["auto"]["reload-auto-dense"] == {"strategy": "recompile", "compiles": 1, "equals_fresh": True}
     sh = _check(report, "shared")["data"]
-    assert sh["one tensor"]["compiles"] == 1 and sh["one tensor"]["cache_hits"] == 1  # clone + data patch
+    assert sh["one tensor"]["compiles"] == 1 and sh["one tensor"]["cache_hits"] == 1  # a new object
     assert sh["two tensors"]["compiles"] == 2 and sh["two tensors"]["cache_hits"] == 0  # opaque data: compiled
     assert all(sh[k]["same_mil"] and sh[k]["first_unchanged"] for k in ("one tensor", "two tensors"))
     assert _check(report, "dialect")["data"]["accepted"] == ["ios18", "ios16"]
@@ -98,9 +101,14 @@ def test_reload_check_fails_when_the_runtime_reloads_stale(monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize("device,verdict,packed", [
-    ("load=memory", [], None),            # the device ignores the compiled data: only recompiles work
-    ("data=file", ["data-patch"], True),  # the device keeps a packed file as data: patched too
-    ("load=weights", ["data-patch"], None),
+    # a model object keeps the weights of its compile: the same-object patch is stale,
+    # a new object loads the new data
+    ("load=memory", ["new-object"], None),
+    # ... and new objects get the weights last compiled for their identifier: only recompiles
+    ("load=memory-shared", [], None),
+    ("data=file", ["data-patch", "new-object"], True),  # a packed file kept as data: patched too
+    ("data=file,load=memory", ["new-object"], True),
+    ("load=weights", ["data-patch", "new-object"], None),
 ])
 def test_reload_probe_finds_what_each_device_allows(monkeypatch: pytest.MonkeyPatch, device, verdict, packed) -> None:
     monkeypatch.setenv("ANEC_SIM_DEVICE", device)
@@ -108,10 +116,14 @@ def test_reload_probe_finds_what_each_device_allows(monkeypatch: pytest.MonkeyPa
     selftest.check_reload(selftest._Env("sim", "m4", 0), c)
     assert c.passed, c.lines  # whatever the device allows, the runtime's choice equals a fresh compile
     assert c.data["verdict"] == verdict == c.data["declared"]
-    assert c.data["packed"]["verified"] is packed
-    if not verdict:
-        assert c.data["one"]["verified"] is False and c.data["one"]["change"] == 0.0  # a stale patch, caught
-        assert {a["strategy"] for a in c.data["auto"].values()} == {"recompile"}
+    for strategy in ("data-patch", "new-object"):
+        probe = c.data["probes"][strategy]
+        assert probe["packed"]["verified"] is (packed if strategy in verdict else (None if packed is None else False))
+        if strategy not in verdict:  # a stale reload, caught: the outputs did not change at all
+            assert probe["one"]["verified"] is False and probe["one"]["change"] == 0.0
+    auto = {a["strategy"] for a in c.data["auto"].values()}
+    assert auto == ({verdict[0], "recompile"} if verdict else {"recompile"})
+    assert all(a["equals_fresh"] and a["compiles"] == (a["strategy"] == "recompile") for a in c.data["auto"].values())
 
 
 def test_the_verdict_is_cached_per_machine_and_read_back(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -124,6 +136,11 @@ def test_the_verdict_is_cached_per_machine_and_read_back(monkeypatch: pytest.Mon
     assert path == tmp_path / "cache" / "selftest-verdict.json"
     assert selftest.cached_verdict("ane") == ["data-patch"]
     assert selftest.cached_verdict("sim") is None  # per driver
+    report["checks"][0]["data"]["verdict"] = ["new-object"]  # a machine where only a new object works
+    selftest.save_verdict(report)
+    assert selftest.cached_verdict("ane") == ["new-object"]
+    report["checks"][0]["data"]["verdict"] = ["data-patch"]
+    selftest.save_verdict(report)
     from anec import runtime
 
     assert runtime._verdict_for("ane") == ["data-patch"]
