@@ -55,9 +55,11 @@
  * are reference-counted process-wide and removed with their last program.
  *
  * IOSurfaces are flat byte buffers (Width = bytes, Height = 1, BytesPerElement
- * = 1, BytesPerRow = bytes, AllocSize = bytes, PixelFormat = 0). They stay
- * CPU-locked while they exist (the core reads and writes `base` directly) and
- * are unlocked only while the device uses them.
+ * = 1, BytesPerRow = bytes, AllocSize = bytes, PixelFormat = 0). The CPU
+ * locks one only while it reads or writes it (ANE-SURFACE-LOCK: maderix and
+ * Orion lock around their copies only): surface_lock/surface_unlock, with
+ * kIOSurfaceLockReadOnly for reads; `base` is valid only under a lock, and
+ * evaluate refuses a surface the core still holds.
  *
  * Objects returned by +factory methods are autoreleased; the driver CFRetains
  * what it keeps and runs every entry point inside an autorelease pool.
@@ -1266,15 +1268,15 @@ static int ane_surface_create(void *vctx, size_t bytes, anec_surface *out, char 
         return ANEC_EDRIVER;
     }
     uint8_t *base = S->IOSurfaceGetBaseAddress(s);
+    if (base)
+        memset(base, 0, bytes); /* fresh memory is not promised to be zero */
+    S->IOSurfaceUnlock(s, 0, NULL);
     if (!base) {
-        S->IOSurfaceUnlock(s, 0, NULL);
         S->CFRelease(s);
         set_err(err, errlen, "ANE driver: IOSurface has no base address");
         return ANEC_EDRIVER;
     }
-    memset(base, 0, bytes);
     out->handle = s;
-    out->base = base;
     out->bytes = bytes;
     return ANEC_OK;
 }
@@ -1284,9 +1286,40 @@ static void ane_surface_free(void *vctx, anec_surface *s)
     ane_ctx *c = vctx;
     if (!s || !s->handle)
         return;
-    c->S->IOSurfaceUnlock(s->handle, 0, NULL);
     c->S->CFRelease(s->handle);
     memset(s, 0, sizeof *s);
+}
+
+/* kIOSurfaceLockReadOnly: the CPU only reads while it holds the lock. */
+#define ANE_LOCK_READ_ONLY 1u
+
+static int ane_surface_lock(void *vctx, anec_surface *s, int read_only, char *err, size_t errlen)
+{
+    ane_ctx *c = vctx;
+    if (!s || !s->handle) {
+        set_err(err, errlen, "ANE driver: lock of a surface that does not exist");
+        return ANEC_EINVAL;
+    }
+    if (c->S->IOSurfaceLock(s->handle, read_only ? ANE_LOCK_READ_ONLY : 0u, NULL) != 0) {
+        set_err(err, errlen, "ANE driver: IOSurfaceLock failed");
+        return ANEC_EDRIVER;
+    }
+    s->base = c->S->IOSurfaceGetBaseAddress(s->handle);
+    if (!s->base) {
+        c->S->IOSurfaceUnlock(s->handle, read_only ? ANE_LOCK_READ_ONLY : 0u, NULL);
+        set_err(err, errlen, "ANE driver: IOSurface has no base address");
+        return ANEC_EDRIVER;
+    }
+    return ANEC_OK;
+}
+
+static void ane_surface_unlock(void *vctx, anec_surface *s, int read_only)
+{
+    ane_ctx *c = vctx;
+    if (!s || !s->handle)
+        return;
+    c->S->IOSurfaceUnlock(s->handle, read_only ? ANE_LOCK_READ_ONLY : 0u, NULL);
+    s->base = NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1432,15 +1465,13 @@ static int ane_evaluate(void *vctx, void *vprog, anec_surface *const *in, size_t
     void *pool = S->objc_autoreleasePoolPush();
     int rc = ANEC_OK;
     {
-        /* The CPU holds the surfaces locked except while the device uses them:
-           unlock first, then wrap them into the request and evaluate. */
-        size_t unlocked = 0;
-        while (unlocked < n && S->IOSurfaceUnlock(list[unlocked]->handle, 0, NULL) == 0)
-            unlocked++;
-        if (unlocked < n) {
-            set_err(err, errlen, "ANE driver: IOSurfaceUnlock failed");
-            rc = ANEC_EDRIVER;
-        }
+        /* The surfaces are unlocked (the core locks them only while the CPU
+           touches them, ANE-SURFACE-LOCK): wrap them and evaluate. */
+        for (size_t i = 0; i < n && rc == ANEC_OK; i++)
+            if (list[i]->cpu_locks) {
+                set_err(err, errlen, "ANE driver: evaluate with a surface still CPU-locked");
+                rc = ANEC_ESTATE;
+            }
         if (rc == ANEC_OK)
             rc = request_for(c, p, in, n_in, out, n_out, err, errlen);
         if (rc == ANEC_OK) {
@@ -1457,21 +1488,6 @@ static int ane_evaluate(void *vctx, void *vprog, anec_surface *const *in, size_t
                                               "sizes, ANE-UNIFORM-SURFACES)"
                                             : "");
                 rc = ANEC_EEVAL;
-            }
-        }
-        for (size_t i = 0; i < unlocked; i++) {
-            if (S->IOSurfaceLock(list[i]->handle, 0, NULL) != 0) {
-                if (rc == ANEC_OK) {
-                    set_err(err, errlen, "ANE driver: IOSurfaceLock failed after evaluate");
-                    rc = ANEC_EDRIVER;
-                }
-                continue;
-            }
-            uint8_t *base = S->IOSurfaceGetBaseAddress(list[i]->handle);
-            for (size_t k = 0; k < n_in + n_out; k++) {
-                anec_surface *s = k < n_in ? in[k] : out[k - n_in];
-                if (s->handle == list[i]->handle)
-                    s->base = base;
             }
         }
     }
@@ -1492,6 +1508,8 @@ const anec_driver anec_driver_ane = {
     .unload = ane_unload,
     .surface_create = ane_surface_create,
     .surface_free = ane_surface_free,
+    .surface_lock = ane_surface_lock,
+    .surface_unlock = ane_surface_unlock,
     .evaluate = ane_evaluate,
     .release = ane_release,
     .clone = ane_clone,

@@ -10,8 +10,11 @@
  *             weights/ alone except under load=weights.
  *   evaluate  check the surfaces like the device (same count, uniform
  *             allocation size per direction, not below the minimum, large
- *             enough for the packed tensor) and run the plan; failures carry
- *             the device's status=0x1d and a constraint id.
+ *             enough for the packed tensor, not CPU-locked) and run the plan;
+ *             failures carry the device's status=0x1d and a constraint id.
+ *   surfaces  plain memory; `base` is set only while the core holds a CPU
+ *             lock (ANE-SURFACE-LOCK), so a CPU access outside one faults.
+ *             Read-only locks are not checked here (the ane fake does).
  *
  * The device model is a set of switches (option "device", from
  * anec_options.sim_device or $ANEC_SIM_DEVICE), one per reading of the public
@@ -691,8 +694,8 @@ static int sim_surface_create(void *ctx, size_t bytes, anec_surface *out, char *
         return ANEC_ENOMEM;
     }
     memset(b, 0, n);
-    out->handle = NULL;
-    out->base = b;
+    memset(out, 0, sizeof *out);
+    out->handle = b; /* the memory; base only while CPU-locked, so an access outside a lock faults */
     out->bytes = bytes;
     return ANEC_OK;
 }
@@ -700,9 +703,27 @@ static int sim_surface_create(void *ctx, size_t bytes, anec_surface *out, char *
 static void sim_surface_free(void *ctx, anec_surface *s)
 {
     (void)ctx;
-    free(s->base);
+    free(s->handle);
+    memset(s, 0, sizeof *s);
+}
+
+static int sim_surface_lock(void *ctx, anec_surface *s, int read_only, char *err, size_t errlen)
+{
+    (void)ctx;
+    (void)read_only;
+    if (!s->handle) {
+        snprintf(err, errlen, "surface_lock: the surface has no memory");
+        return ANEC_EINVAL;
+    }
+    s->base = s->handle;
+    return ANEC_OK;
+}
+
+static void sim_surface_unlock(void *ctx, anec_surface *s, int read_only)
+{
+    (void)ctx;
+    (void)read_only;
     s->base = NULL;
-    s->bytes = 0;
 }
 
 #define STATUS_1D "ANEProgramProcessRequestDirect() failed with status=0x1d: Program Inference error "
@@ -728,9 +749,13 @@ static int check_side(const sim_plan *plan, const int *bind, size_t n, anec_surf
                      side, plan->vals[bind[i]].name, surf[i]->bytes, plan->vals[bind[i]].bytes);
             return ANEC_EEVAL;
         }
-        if (!surf[i]->base) {
+        if (!surf[i]->handle) {
             snprintf(err, errlen, STATUS_1D "%s surface for '%s' has no memory", side, plan->vals[bind[i]].name);
             return ANEC_EEVAL;
+        }
+        if (surf[i]->cpu_locks) { /* like the device: the CPU must not hold it (ANE-SURFACE-LOCK) */
+            snprintf(err, errlen, "evaluate: %s surface for '%s' is still CPU-locked", side, plan->vals[bind[i]].name);
+            return ANEC_ESTATE;
         }
     }
     return ANEC_OK;
@@ -766,9 +791,9 @@ static int sim_evaluate(void *ctx, void *prog, anec_surface *const *inputs, size
         return ANEC_ENOMEM;
     }
     for (size_t i = 0; i < n_in; i++)
-        inp[i] = inputs[i]->base;
+        inp[i] = inputs[i]->handle;
     for (size_t i = 0; i < n_out; i++)
-        outp[i] = outputs[i]->base;
+        outp[i] = outputs[i]->handle;
     p->st->threads = c->threads;
     rc = sim_state_run(p->st, inp, outp, err, errlen);
     if (inp != in) free(inp);
@@ -797,6 +822,8 @@ const anec_driver anec_driver_sim = {
     .patch_data = sim_patch_data,
     .surface_create = sim_surface_create,
     .surface_free = sim_surface_free,
+    .surface_lock = sim_surface_lock,
+    .surface_unlock = sim_surface_unlock,
     .evaluate = sim_evaluate,
     .release = sim_release,
 };

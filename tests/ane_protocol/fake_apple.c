@@ -198,7 +198,9 @@ static void destroy(fk_obj *o)
     for (int i = 0; i < o->n_refs; i++)
         release_obj(o->refs[i]);
     free(o->bytes);
+    free(o->shadow);
     o->bytes = NULL;
+    o->shadow = NULL;
 }
 
 static void release_obj(fk_obj *o)
@@ -782,8 +784,10 @@ static ane_bool device_evaluate(fk_obj *m, fk_obj *req, ane_id *error)
         fk_obj *arr = a ? out : in;
         for (size_t i = 0; i < arr->n; i++) {
             fk_obj *s = arr->vals[i]->refs[0];
-            if (s->locks)
+            if (s->locks) {
                 violation("evaluate with IOSurface #%d still CPU-locked", s->serial);
+                return device_error(error, "evaluate: IOSurface #%d is locked by the CPU", s->serial);
+            }
         }
     }
     const uint8_t *ins[16];
@@ -792,13 +796,13 @@ static ane_bool device_evaluate(fk_obj *m, fk_obj *req, ane_id *error)
         return device_error(error, "too many inputs");
     for (size_t i = 0; i < in->n; i++) {
         fk_obj *s = in->vals[i]->refs[0];
-        ins[i] = s->bytes;
+        ins[i] = s->shadow; /* the device's view */
         lens[i] = s->len;
     }
     for (size_t j = 0; j < out->n; j++) {
         fk_obj *s = out->vals[j]->refs[0];
         for (size_t k = 0; k < s->len; k++)
-            s->bytes[k] = fk_expected_output(ins, lens, in->n, m->wsum, j, k);
+            s->shadow[k] = fk_expected_output(ins, lens, in->n, m->wsum, j, k);
     }
     return 1;
 }
@@ -1367,10 +1371,12 @@ static ane_id fk_IOSurfaceCreate(ane_id props_)
     record("%s", line);
     s->len = s->props[4] > 0 ? (size_t)s->props[4] : 0;
     s->bytes = malloc(s->len ? s->len : 1);
-    if (!s->bytes)
+    s->shadow = malloc(s->len ? s->len : 1);
+    if (!s->bytes || !s->shadow)
         abort();
     /* fresh pages hold garbage in the fake, so a missing clear shows */
-    memset(s->bytes, 0xA5, s->len);
+    memset(s->shadow, 0xA5, s->len);
+    memset(s->bytes, FK_POISON, s->len);
     return s;
 }
 
@@ -1380,9 +1386,16 @@ static int fk_IOSurfaceLock(ane_id s_, uint32_t options, uint32_t *seed)
     record("IOSurfaceLock IOSurface(%lld) %u", s ? (long long)s->props[4] : -1LL, options);
     if (!s || s->kind != FK_SURFACE)
         return -1;
+    if (options & ~1u)
+        violation("IOSurfaceLock with options %#x (0 or kIOSurfaceLockReadOnly)", options);
     if (seed)
         *seed = (uint32_t)s->serial;
-    s->locks++;
+    if (s->locks++ == 0) { /* the CPU sees the real bytes now */
+        memcpy(s->bytes, s->shadow, s->len);
+        s->lock_ro = (options & 1u) != 0;
+    } else if (s->lock_ro && !(options & 1u)) {
+        violation("IOSurface #%d locked for writing inside a read-only lock", s->serial);
+    }
     return 0;
 }
 
@@ -1397,7 +1410,16 @@ static int fk_IOSurfaceUnlock(ane_id s_, uint32_t options, uint32_t *seed)
         violation("IOSurfaceUnlock of an unlocked surface #%d", s->serial);
         return -1;
     }
-    s->locks--;
+    if (--s->locks == 0) {
+        if (((options & 1u) != 0) != s->lock_ro)
+            violation("IOSurfaceUnlock of #%d with options %#x, locked with %#x", s->serial, options,
+                      s->lock_ro ? 1u : 0u);
+        if (s->lock_ro && memcmp(s->bytes, s->shadow, s->len) != 0)
+            violation("IOSurface #%d written under a read-only lock", s->serial); /* the write is lost */
+        else if (!s->lock_ro)
+            memcpy(s->shadow, s->bytes, s->len);
+        memset(s->bytes, FK_POISON, s->len); /* unlocked: the CPU sees no real byte */
+    }
     return 0;
 }
 
@@ -1432,8 +1454,10 @@ static void free_all(void)
     fk_obj *o = F.all;
     while (o) {
         fk_obj *next = o->next_all;
-        if (o->magic == FK_ALIVE)
+        if (o->magic == FK_ALIVE) {
             free(o->bytes);
+            free(o->shadow);
+        }
         free(o->str);
         free(o->keys);
         free(o->vals);
@@ -1530,6 +1554,7 @@ const char *fk_root(void) { return F.root; }
 size_t fk_ncalls(void) { return F.calls.n; }
 const char *fk_call(size_t i) { return i < F.calls.n ? F.calls.v[i] : NULL; }
 void fk_clear_calls(void) { sl_clear(&F.calls); }
+void fk_clear_violations(void) { sl_clear(&F.violations); }
 size_t fk_nviolations(void) { return F.violations.n; }
 const char *fk_violation(size_t i) { return i < F.violations.n ? F.violations.v[i] : NULL; }
 int fk_pool_depth(void) { return F.depth; }

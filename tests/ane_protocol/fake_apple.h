@@ -18,6 +18,10 @@
  *     BLOBFILE tensor, ANE-DATA-IS-BLOBFILE; an opaque container otherwise);
  *     evaluate refuses CPU-locked surfaces and writes outputs computed from
  *     the bound inputs and the loaded weights (see fk_expected_output).
+ *     IOSurfaces hold their bytes for the CPU only while locked
+ *     (ANE-SURFACE-LOCK): unlocked, the CPU-visible bytes are a poison
+ *     pattern (FK_POISON) and writes to them are lost; a write under a
+ *     read-only lock is a violation.
  *     What a load reads is one of the readings of the public evidence
  *     (fk_set_device; the ids are the constraint catalog's, `anec
  *     constraints`). maderix's test_weight_reload shows only that rewriting
@@ -76,8 +80,13 @@ struct fk_obj {
     fk_obj *refs[4];            /* retained members: DESC {mil, weights}, MODEL {desc},
                                    IOSOBJ {surface}, REQUEST {in, in_idx, out, out_idx} */
     int n_refs;
-    /* FK_SURFACE */
+    /* FK_SURFACE: `bytes` is what the CPU sees, `shadow` what the device
+       uses. While unlocked the CPU sees only a poison pattern (the real bytes
+       are in the shadow); a lock copies them in, an unlock copies them back
+       (after a read-only lock: checks that nothing was written). */
     int locks;
+    int lock_ro;                /* the outermost lock is kIOSurfaceLockReadOnly */
+    uint8_t *shadow;
     int64_t props[6];           /* Width, Height, BytesPerElement, BytesPerRow, AllocSize, PixelFormat */
     /* FK_MODEL */
     char hex[17];
@@ -104,6 +113,8 @@ void fk_clear_calls(void);
 /* Protocol violations seen so far. */
 size_t fk_nviolations(void);
 const char *fk_violation(size_t i);
+/* Forget the violations so far (after a test provoked one on purpose). */
+void fk_clear_violations(void);
 
 /* Fail `selector` (every later call) with an NSError whose -description is
    `description` (NULL: fail without an NSError); selector NULL clears. For
@@ -128,6 +139,9 @@ uint64_t fk_weights_hash(const char *const *contents, const size_t *lens, size_t
    (in the current device mode). */
 uint64_t fk_compiled_hash(const char *mil, const char *const *paths, const uint8_t *const *datas,
                           const size_t *lens, size_t n);
+/* What the CPU sees in an unlocked IOSurface. */
+#define FK_POISON 0x5Au
+
 /* What a load reads, one reading of the evidence each (see the top). */
 typedef enum {
     FK_LOAD_DATA = 0,           /* baked: net.plist + data (the default after fk_init) */
