@@ -478,6 +478,47 @@ static void test_caller_buffers(void)
     CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
 }
 
+/* anec_call: inputs written under write locks, outputs read under read-only
+   locks, nothing locked during the evaluation or after (ANE-SURFACE-LOCK; the
+   fake poisons what the CPU sees of an unlocked surface, so a copy outside a
+   lock gives wrong outputs) */
+static void test_call_locks_only_around_copies(void)
+{
+    anec_runtime *rt = open_rt(0);
+    CHECK(rt);
+    prog_t a;
+    make_prog(&a, 0, 0x4200, 0);
+    anec_program *p = NULL;
+    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &p));
+    CHECK_RC(anec_load(p));
+    static uint16_t x0[N_W], x1[N_W], y[N_W];
+    for (size_t i = 0; i < N_W; i++) {
+        x0[i] = (uint16_t)(0x3C00 + i);
+        x1[i] = (uint16_t)(0x4000 + 3 * i);
+    }
+    anec_io ins[2] = {{ANEC_DTYPE_FP16, x0, sizeof x0}, {ANEC_DTYPE_FP16, x1, sizeof x1}};
+    anec_io outs[1] = {{ANEC_DTYPE_FP16, y, sizeof y}};
+    size_t mark = fk_ncalls();
+    CHECK_RC(anec_call(p, ins, 2, outs, 1));
+    CHECK(count_calls(mark, "IOSurfaceLock IOSurface(49152) 0") == 2);   /* the two inputs, for writing */
+    CHECK(count_calls(mark, "IOSurfaceLock IOSurface(49152) 1") == 1);   /* the output, read-only */
+    CHECK(count_calls(mark, "IOSurfaceUnlock") == 3);
+    fk_obj *last = fk_last(FK_SURFACE); /* the last surface made: the output */
+    CHECK(last && last->locks == 0);
+    /* the device saw the inputs (packed at byte 0, the rest zero) and the loaded weights */
+    static uint8_t iv0[49152], iv1[49152];
+    memcpy(iv0, x0, sizeof x0);
+    memcpy(iv1, x1, sizeof x1);
+    const uint8_t *iv[2] = {iv0, iv1};
+    size_t il[2] = {49152, 49152};
+    const uint8_t *yb = (const uint8_t *)y;
+    for (size_t k = 0; k < sizeof y; k += 7)
+        CHECK(yb[k] == fk_expected_output(iv, il, 2, fresh_hash(&a), 0, k));
+    anec_program_free(p);
+    anec_runtime_close(rt);
+    CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
+}
+
 static void test_core_compile_error_on_ane(void)
 {
     anec_runtime *rt = open_rt(0);
@@ -519,6 +560,7 @@ static const test_t k_tests[] = {
     {"cache hit, other weights, two tensors: compiled", test_cache_hit_other_weights_two_tensors_compiles},
     {"cache keeps a closed program's compiled form", test_cache_keeps_a_closed_program},
     {"caller buffers become IOSurfaces of their sizes", test_caller_buffers},
+    {"anec_call locks surfaces only around its copies", test_call_locks_only_around_copies},
     {"device compile error reaches anec_last_error", test_core_compile_error_on_ane},
 };
 
