@@ -229,7 +229,7 @@ const char *anec_last_error(const anec_runtime *rt);
 int anec_stats(const anec_runtime *rt, struct anec_stats *out);
 /* The reload strategies verified for this runtime (ANEC_RELOAD_* mask). */
 unsigned anec_reload_verified(const anec_runtime *rt);
-/* "data-patch", "recompile", "inputs" (or "auto"). */
+/* "data-patch", "new-object", "recompile", "inputs" (or "auto"). */
 const char *anec_reload_strategy_name(int strategy);
 
 /* ---- programs ---------------------------------------------------------- */
@@ -303,9 +303,10 @@ int anec_evaluate(anec_program *p, const anec_buffer *inputs, size_t n_in,
    not change are skipped; nothing changes at all when none does. On any
    error the old weights stay in use. */
 int anec_reload_weights(anec_program *p, const anec_blob *blobs, size_t n_blobs);
-/* The same with a forced strategy (ANEC_RELOAD_DATA_PATCH or
-   ANEC_RELOAD_RECOMPILE), verified or not: for probes that verify strategies
-   (python -m anec.selftest). DATA_PATCH still needs a data-patchable program. */
+/* The same with a forced strategy (ANEC_RELOAD_DATA_PATCH,
+   ANEC_RELOAD_NEW_OBJECT or ANEC_RELOAD_RECOMPILE), verified or not: for
+   probes that verify strategies (python -m anec.selftest). DATA_PATCH and
+   NEW_OBJECT still need a data-patchable program. */
 int anec_reload_weights_using(anec_program *p, const anec_blob *blobs, size_t n_blobs, int strategy);
 /* One array of anec_reload_arrays: `count` packed elements of `dtype`
    (ANEC_DTYPE_FP16 or ANEC_DTYPE_FP32) for the blob whose metadata record is
@@ -316,7 +317,7 @@ typedef struct anec_weight_array {
     uint64_t count;
     int dtype;
 } anec_weight_array;
-/* Delta reload of a DATA_PATCH program (anec_program_reload_info) from arrays
+/* Delta reload of a DATA_PATCH or NEW_OBJECT program (anec_program_reload_info) from arrays
    instead of a whole file: the new weight file `path` (its MIL path) is the
    current one with these payloads, each checked (finite; |x| <= 65504 for an
    fp16 blob, compared on the array's own bits), converted to the blob's dtype

@@ -14,27 +14,30 @@
  *            dir   = NSTemporaryDirectory()/[model hexStringIdentifier]
  *                    pre-populated with model.mil and weights/<file>
  *            [model compileWithQoS:21 options:@{} error:&e]
- *            The compiler leaves the compiled form, net.plist + data, in dir:
- *            the weights are baked there (maderix test_weight_reload: rewriting
- *            weights/ and loading again changes nothing). The program keeps
- *            running THIS model (never an uncompiled clone of it).
+ *            The compiler leaves the compiled form, net.plist + data, in dir
+ *            (ANE-BAKED-WEIGHTS; ANE-DATA-IS-BLOBFILE for one tensor). The
+ *            program keeps running THIS model (never an uncompiled clone of it).
  *   load     [model loadWithQoS:21 options:@{} error:&e], after making dir hold
  *            this program's compiled form (see "shared hexId directories").
  *   unload   [model unloadWithQoS:21 error:&e]; the request is dropped with it.
- *   evaluate surfaces unlocked first, then +[_ANEIOSurfaceObject
+ *   evaluate on unlocked surfaces: +[_ANEIOSurfaceObject
  *            objectWithIOSurface:] per surface and ONE +[_ANERequest
  *            requestWithInputs:inputIndices:outputs:outputIndices:
  *            weightsBuffer:nil perfStats:nil procedureIndex:@0] per bound
  *            surface set and load, reused by every [model evaluateWithQoS:21
- *            options:@{} request:req error:&e]; surfaces locked again after.
- *   patch    (the core's data-patch reload, Orion's tested delta path) the new
- *            BLOBFILE is written as the compiled `data` (byte-identical to the
- *            compiler's for a one-tensor program) and as the weight file, then
- *            the program is only loaded: no compile.
- *   clone    (a cache hit: same MIL and weight paths) a new descriptor + model
- *            with the program's own weights, never compiled; its compiled form
- *            is a copy of the donor's net.plist + data (it computes with the
- *            donor's weights until patched; the core patches or compiles).
+ *            options:@{} request:req error:&e].
+ *   patch    the new BLOBFILE is written as the compiled `data` (byte-identical
+ *            to the compiler's for a one-tensor program) and as the weight
+ *            file of an unloaded program, which is then loaded: no compile.
+ *            On the program's own model this is the core's data-patch reload
+ *            (ANE-SAME-OBJECT-PATCH, a hypothesis the selftest settles); on a
+ *            clone before its first load, the new-object reload.
+ *   clone    (a cache hit: same MIL and weight paths; a new-object reload) a
+ *            new descriptor + model with the weights of its program
+ *            directory, never compiled; its compiled form is a copy of the
+ *            donor's net.plist + data (it computes with the donor's weights
+ *            until patched; the core patches or compiles). Patched and loaded
+ *            it is the path Orion's delta test shows (ANE-NEW-OBJECT-LOAD).
  *   release  unload if loaded, CFRelease request/arrays/model/descriptor, remove
  *            `dir` when no other live program uses it
  *
@@ -1157,9 +1160,11 @@ static int ane_data_equals(void *vctx, void *vprog, const uint8_t *bytes, size_t
     return eq;
 }
 
-/* Orion's tested delta path: the new BLOBFILE becomes the compiled `data`
-   (for a one-tensor program the compiler's data is that BLOBFILE), then only
-   load. The weight file is rewritten too, so the directory stays coherent. */
+/* The new BLOBFILE becomes the compiled `data` of an unloaded program (for a
+   one-tensor program the compiler's data is that BLOBFILE,
+   ANE-DATA-IS-BLOBFILE); the next load is meant to use it (on the same model:
+   ANE-SAME-OBJECT-PATCH; on a never-loaded clone: ANE-NEW-OBJECT-LOAD). The
+   weight file is rewritten too, so the directory stays coherent. */
 static int ane_patch_data(void *vctx, void *vprog, const char *rel, const uint8_t *bytes,
                           size_t len, int written, char *err, size_t errlen)
 {

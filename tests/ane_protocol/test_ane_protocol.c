@@ -675,17 +675,18 @@ static void test_weights_baked_at_compile(void)
     CHECK_OK(D->load(ctx, prog, err, sizeof err), err);
     CHECK(count_calls(mark, "compileWithQoS") == 0);
     if (g_optimistic)
-        CHECK(model->wsum == compiled_hash(&p)); /* Orion's claim: the files are re-read */
+        CHECK(model->wsum == compiled_hash(&p)); /* ANE-LOAD-REREADS-WEIGHTS: the files are re-read */
     else
-        CHECK(model->wsum == w0);                /* maderix M5: nothing changes */
+        CHECK(model->wsum == w0);                /* ANE-BAKED-WEIGHTS: nothing changes */
     D->release(ctx, prog);
     D->close(ctx);
     free_program(&p);
 }
 
-/* Data patch (Orion's tested path): the new BLOBFILE becomes the compiled
-   data of a one-tensor program, then only load: equal to a fresh compile, no
-   compile, whichever device reading holds. */
+/* Data patch of the same model object (ANE-SAME-OBJECT-PATCH): the new
+   BLOBFILE becomes the compiled data of a one-tensor program, then only load:
+   equal to a fresh compile, no compile, under the readings where a load reads
+   files (the in-memory readings are covered by test_ane_core.c). */
 static void test_patch_data_then_load_equals_fresh_compile(void)
 {
     void *ctx = NULL, *prog = NULL, *fresh = NULL;

@@ -103,8 +103,8 @@ CASES = [
     ("packed", "", "recompile"),                 # one file, three tensors: opaque on the evidenced device
     ("packed", "data=file", "data-patch"),       # ... unless the device keeps a packed file as data
     ("packed", "data=file,load=weights", "data-patch"),
-    ("single", "", "data-patch"),                # one tensor: data == the BLOBFILE (Orion E5)
-    ("single", "load=weights", "data-patch"),    # Orion's paper: load re-reads weights/
+    ("single", "", "data-patch"),                # one tensor: data == the BLOBFILE (ANE-DATA-IS-BLOBFILE)
+    ("single", "load=weights", "data-patch"),    # ANE-LOAD-REREADS-WEIGHTS
     ("single", "load=memory", "new-object"),     # an object keeps its first weights: only a new object helps
     ("packed", "data=file,load=memory", "new-object"),
     ("single", "load=memory-shared", "recompile"),  # ... and new objects get the identifier's: only a compile
@@ -140,7 +140,7 @@ def test_reload_equals_a_fresh_compile_with_the_strategy_the_device_allows(tmp_p
 
 @pytest.mark.parametrize("device", ["", "load=memory"])
 def test_weights_are_baked_at_compile(fresh_rt, tmp_path, device):
-    """Rewriting weights/ and loading again changes nothing (maderix, M5)."""
+    """Rewriting weights/ and loading again changes nothing (ANE-BAKED-WEIGHTS)."""
     w0, w1 = weights(0), weights(1)
     with Runtime("sim", temp_root=tmp_path / device.replace("=", "_"), sim_device=device) as rt:
         p = load(rt, w0)
