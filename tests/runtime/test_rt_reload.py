@@ -494,18 +494,30 @@ def test_a_pipeline_reload_reaches_each_touched_stage_by_the_verified_strategy(t
 
 
 def test_a_weights_as_inputs_pipeline_reload_writes_the_surfaces_of_each_stage(tmp_path):
-    """Weights compiled as inputs: a reload is a surface write in each stage (no compile,
-    no load); the output changes and equals a fresh pipeline with the new weights bit for bit."""
-    art, s0, x = _chain_pipeline(0, weights_as_inputs=["all"])
-    fresh_art, s1, _ = _chain_pipeline(1, weights_as_inputs=["all"])
+    """Two of the chain's weights compiled as inputs (the others as BLOBFILEs cut it into
+    two stages, each reading one weight input): a reload of those is a surface write in
+    each stage (no compile, no load); the output changes and equals a fresh pipeline
+    with the new weights bit for bit."""
+    art, s0, x = _chain_pipeline(0, weights_as_inputs=["l1.w", "l3.w"])
+    _, s1, _ = _chain_pipeline(1)
+    new = {"l1.w": s1["l1.w"], "l3.w": s1["l3.w"]}
+    assert len(art.stages) == 2 and [w["key"] for w in art.manifest["weight_inputs"]] == ["l1.w", "l3.w"]
     with Runtime("sim", temp_root=tmp_path / "a") as rt:
         p = rt.load(art)
         y0 = p(x=x)["h3"]
         before = rt.stats
-        p.reload_weights(dict(s1))
+        p.reload_weights(new)
         y1 = p(x=x)["h3"]
         st = rt.stats
         assert st["compiles"] == before["compiles"] and st["loads"] == before["loads"]
+        assert st["reloads_inputs"] - before["reloads_inputs"] == 1
+    from anec.compiler import compile_module
+    from anec.ir.parser import parse
+    from anec.targets import get_target
+    from tests.passes.test_partition import chain
+
+    fresh_art = compile_module(parse(chain(4), "c.ir"), weights={**s0, **new}, weights_as_inputs=["l1.w", "l3.w"],
+                               target=get_target("m4").replace(max_blob_tensors=1)).artifacts["f"]
     with Runtime("sim", temp_root=tmp_path / "b") as fresh:
         y_fresh = fresh.load(fresh_art)(x=x)["h3"]
     assert not np.array_equal(y0, y1)
