@@ -443,16 +443,23 @@ def _reload_loop(rt):
 
 # ---- pipelines: every strategy reaches every stage it touches ---------------------------------------
 
+def _residual_chain() -> str:
+    """4 conv+relu layers and a residual add of the input: y = h3 + x. Cut into stages,
+    x is read by the first and the last stage (a pipeline input written to two stages)."""
+    from tests.passes.test_partition import chain
+
+    return chain(4).replace("  return %h3\n", "  %y = add(%h3, %x)\n  return %y\n")
+
+
 def _chain_pipeline(seed_weights, weights_as_inputs=()):
-    """A 4-layer conv chain cut into one stage per weight (each stage's weight is one
-    BLOBFILE with one tensor, so its compiled data is that file), and its x."""
+    """The residual chain cut into one stage per BLOBFILE weight (each stage's weight is
+    one BLOBFILE with one tensor, so its compiled data is that file), and its x."""
     from anec.compiler import compile_module
     from anec.ir.parser import parse
     from anec.targets import get_target
     from anec.weights import random_weights
-    from tests.passes.test_partition import chain
 
-    m = parse(chain(4), "c.ir")
+    m = parse(_residual_chain(), "c.ir")
     store = random_weights(m, seed_weights)
     kw = {"weights_as_inputs": list(weights_as_inputs)} if weights_as_inputs else {}
     art = compile_module(m, weights=store, target=get_target("m4").replace(max_blob_tensors=1), **kw).artifacts["f"]
@@ -471,10 +478,10 @@ def test_a_pipeline_reload_reaches_each_touched_stage_by_the_verified_strategy(t
     with Runtime("sim", temp_root=tmp_path / "a", sim_device=device) as rt:
         p = rt.load(art)
         assert len(p.stages) == 4 and {s.reload_info["strategy"] for s in p.stages} == {strategy}
-        y0 = p(x=x)["h3"]
+        y0 = p(x=x)["y"]
         before = rt.stats
         p.reload_weights(new)
-        y1 = p(x=x)["h3"]
+        y1 = p(x=x)["y"]
         st = rt.stats
         key = {"data-patch": "reloads_data_patch", "new-object": "reloads_new_object",
                "recompile": "reloads_recompile"}[strategy]
@@ -483,12 +490,10 @@ def test_a_pipeline_reload_reaches_each_touched_stage_by_the_verified_strategy(t
     from anec.compiler import compile_module  # the same func with the new weights, compiled fresh
     from anec.ir.parser import parse
     from anec.targets import get_target
-    from tests.passes.test_partition import chain
-
-    fresh_art = compile_module(parse(chain(4), "c.ir"), weights={**s0, **new},
+    fresh_art = compile_module(parse(_residual_chain(), "c.ir"), weights={**s0, **new},
                                target=get_target("m4").replace(max_blob_tensors=1)).artifacts["f"]
     with Runtime("sim", temp_root=tmp_path / "b", sim_device=device) as fresh:
-        y_fresh = fresh.load(fresh_art)(x=x)["h3"]
+        y_fresh = fresh.load(fresh_art)(x=x)["y"]
     assert not np.array_equal(y0, y1)
     np.testing.assert_array_equal(y1, y_fresh)
 
@@ -504,21 +509,19 @@ def test_a_weights_as_inputs_pipeline_reload_writes_the_surfaces_of_each_stage(t
     assert len(art.stages) == 2 and [w["key"] for w in art.manifest["weight_inputs"]] == ["l1.w", "l3.w"]
     with Runtime("sim", temp_root=tmp_path / "a") as rt:
         p = rt.load(art)
-        y0 = p(x=x)["h3"]
+        y0 = p(x=x)["y"]
         before = rt.stats
         p.reload_weights(new)
-        y1 = p(x=x)["h3"]
+        y1 = p(x=x)["y"]
         st = rt.stats
         assert st["compiles"] == before["compiles"] and st["loads"] == before["loads"]
         assert st["reloads_inputs"] - before["reloads_inputs"] == 1
     from anec.compiler import compile_module
     from anec.ir.parser import parse
     from anec.targets import get_target
-    from tests.passes.test_partition import chain
-
-    fresh_art = compile_module(parse(chain(4), "c.ir"), weights={**s0, **new}, weights_as_inputs=["l1.w", "l3.w"],
+    fresh_art = compile_module(parse(_residual_chain(), "c.ir"), weights={**s0, **new}, weights_as_inputs=["l1.w", "l3.w"],
                                target=get_target("m4").replace(max_blob_tensors=1)).artifacts["f"]
     with Runtime("sim", temp_root=tmp_path / "b") as fresh:
-        y_fresh = fresh.load(fresh_art)(x=x)["h3"]
+        y_fresh = fresh.load(fresh_art)(x=x)["y"]
     assert not np.array_equal(y0, y1)
     np.testing.assert_array_equal(y1, y_fresh)
