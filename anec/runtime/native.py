@@ -36,7 +36,7 @@ STATS_FIELDS = (
     "ns_compile", "ns_load", "ns_unload", "ns_reload", "ns_evaluate",
     "reloads_data_patch", "reloads_recompile", "reloads_inputs", "reloads_new_object", "process_compiles",
 )
-STRATEGIES = {"data-patch": 1, "recompile": 2, "inputs": 4, "new-object": 8}
+STRATEGIES = {"data-patch": 1, "new-object": 8, "recompile": 2, "inputs": 4}
 """Reload strategy names -> ANEC_RELOAD_* bits."""
 _CONSTRAINT = re.compile(r"\[(ANE-[A-Z0-9-]+)\]\s*")
 
