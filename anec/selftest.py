@@ -461,10 +461,20 @@ def _probe_data_patch(env: _Env, text: str, name: str, pack: bool, strategy: str
         res["compiles"] = rt.stats["compiles"] - before
     with env.runtime(reload_verified=[]) as rt2:
         yf = rt2.load(art2)(x=x)["y"]
-    res["change"] = float(np.max(np.abs(y2 - y1)))
-    res["vs_fresh"] = float(np.max(np.abs(y2 - yf)))
-    res["verified"] = bool(res["change"] > 0 and np.array_equal(y2, yf) and res["compiles"] == 0)
+    changed = not np.array_equal(y2, y1, equal_nan=True)
+    res["change"] = _max_diff(y2, y1) if changed else 0.0
+    res["vs_fresh"] = _max_diff(y2, yf)
+    res["verified"] = bool(changed and np.array_equal(y2, yf, equal_nan=True) and res["compiles"] == 0)
     return res
+
+
+def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a - b| over the elements where both are finite; inf where they differ otherwise."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    both = np.isfinite(a64) & np.isfinite(b64)
+    d = float(np.max(np.abs(a64[both] - b64[both]), initial=0.0))
+    same_elsewhere = np.array_equal(a64[~both], b64[~both], equal_nan=True)
+    return d if same_elsewhere else float("inf")
 
 
 def check_reload(env: _Env, c: Check) -> None:
@@ -509,7 +519,7 @@ def check_reload(env: _Env, c: Check) -> None:
             compiles = rt.stats["compiles"] - before
         with env.runtime(reload_verified=[]) as rt2:
             yf = rt2.load(art2)(x=x)["y"]
-        good = bool(np.array_equal(y2, yf)) and float(np.max(np.abs(y2 - y1))) > 0
+        good = bool(np.array_equal(y2, yf, equal_nan=True)) and not np.array_equal(y2, y1, equal_nan=True)
         ok = ok and good
         auto[name] = {"strategy": strategy, "compiles": compiles, "equals_fresh": good}
         c.lines.append(f"{name.split('-')[-1]}: the runtime reloads by {strategy} ({compiles} compiles): "

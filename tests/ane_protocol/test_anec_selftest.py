@@ -236,3 +236,87 @@ def test_python_dash_m() -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.rstrip().endswith("8/8 checks passed")
     assert np.all([line.startswith("PASS") for line in r.stdout.splitlines() if line[:4] in ("PASS", "FAIL")])
+
+
+# ---- the reload check against the fake of the macOS framework ---------------------------------------
+
+FAKE_CDEF = """
+typedef enum { FK_LOAD_DATA, FK_LOAD_WEIGHTS, FK_LOAD_MEMORY, FK_LOAD_MEMORY_SHARED } fk_reading;
+void fk_init(const char *root);
+void fk_shutdown(void);
+void fk_set_device(fk_reading reading, int hex_content);
+size_t fk_nviolations(void);
+const char *fk_violation(size_t i);
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_native(tmp_path_factory: pytest.TempPathFactory):
+    """The C runtime with the ane driver bound to tests/ane_protocol/fake_apple.c (a test-only
+    cffi build, as `make ane-protocol-test` links it): (ffi, lib)."""
+    import importlib.util
+    import shutil
+
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        pytest.skip("a C compiler is needed to build the runtime against the fake")
+    from cffi import FFI
+
+    csrc = ROOT / "csrc"
+    sources = sorted(str(f) for f in csrc.glob("*.c") if not f.name.startswith("fuzz_"))
+    sources.append(str(ROOT / "tests" / "ane_protocol" / "fake_apple.c"))
+    ffi = FFI()
+    ffi.cdef((csrc / "anec_rt.cdef.h").read_text("utf-8") + FAKE_CDEF)
+    ffi.set_source("_anec_fake_native", '#include "anec_rt.h"\n#include "fake_apple.h"', sources=sources,
+                   include_dirs=[str(csrc), str(ROOT / "tests" / "ane_protocol")],
+                   define_macros=[("ANEC_ANE_TESTING", None)], libraries=["m", "pthread", "dl"],
+                   extra_compile_args=["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-fno-strict-aliasing"])
+    build = tmp_path_factory.mktemp("fake-native")
+    so = ffi.compile(tmpdir=str(build), verbose=False)
+    spec = importlib.util.spec_from_file_location("_anec_fake_native", so)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.ffi, mod.lib
+
+
+# (reading, hexId covers the weight values) -> the verdict the probes must find (fake_apple.h)
+FAKE_READINGS = [
+    ("FK_LOAD_DATA", 0, ["data-patch", "new-object"]),
+    ("FK_LOAD_WEIGHTS", 1, ["data-patch", "new-object"]),
+    ("FK_LOAD_MEMORY", 0, ["new-object"]),
+    ("FK_LOAD_MEMORY_SHARED", 0, []),
+    ("FK_LOAD_MEMORY_SHARED", 1, ["new-object"]),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reading,hex_content,verdict", FAKE_READINGS)
+def test_the_reload_check_on_the_fake_finds_what_each_reading_allows(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_native, reading, hex_content, verdict) -> None:
+    """The Python reload check, run on the ane driver against the fake of the macOS framework
+    under each reading of the evidence: each probe finds exactly the strategies that reading
+    honours, and with that verdict the runtime's own reloads equal a fresh compile."""
+    ffi, lib = fake_native
+    monkeypatch.setattr(native, "ffi", ffi)
+    monkeypatch.setattr(native, "lib", lib)
+    monkeypatch.setenv("ANEC_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "nstmp"
+    root.mkdir()
+    lib.fk_init(str(root).encode())
+    try:
+        lib.fk_set_device(getattr(lib, reading), hex_content)
+        lib.anec_process_reset_budget(b"ane")
+        env = selftest._Env("ane", "m4", 0)
+        assert env.driver == "ane"
+        c = selftest.Check("reload", "")
+        selftest.check_reload(env, c)
+        violations = [ffi.string(lib.fk_violation(i)).decode() for i in range(lib.fk_nviolations())]
+    finally:
+        lib.fk_shutdown()
+    assert not violations
+    assert c.passed, c.lines
+    assert c.data["verdict"] == verdict, c.lines
+    for strategy in ("data-patch", "new-object"):
+        one = c.data["probes"][strategy]["one"]
+        assert one["verified"] is (strategy in verdict) and one["compiles"] == 0
+        assert c.data["probes"][strategy]["packed"]["verified"] is None  # two tensors: opaque data on the fake
+    assert {a["strategy"] for a in c.data["auto"].values()} == ({verdict[0], "recompile"} if verdict else {"recompile"})
