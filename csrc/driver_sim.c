@@ -227,7 +227,8 @@ static int parse_device(sim_ctx *c, const char *spec, char *err, size_t errlen)
                 return ANEC_EINVAL;
             }
         } else if (n) {
-            snprintf(err, errlen, "sim: unknown device switch '%s' (data=tensor|file, load=data|weights|memory|memory-shared, "
+            snprintf(err, errlen, "sim: unknown device switch '%s' (data=tensor|file, "
+                     "load=data|weights|memory|memory-shared, "
                      "fail=compile@N)", item);
             return ANEC_EINVAL;
         }

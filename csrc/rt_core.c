@@ -10,8 +10,9 @@
  *    weights), which is right for identical weights, and for other weights
  *    only where a new model object loading new data is verified (the clone
  *    is one: its data is patched before its first load, the new-object
- *    strategy of rt_reload.c); otherwise the program is compiled. The program runs the driver program that was compiled for
- *    it; when it closes, its compiled form stays in the cache for later hits.
+ *    strategy of rt_reload.c); otherwise the program is compiled. The
+ *    program runs the driver program that was compiled (or cloned) for it;
+ *    when it closes, its compiled form stays in the cache for later hits.
  *  - program directories (rt_dir.c) and reload strategies (rt_reload.c).
  *  - compile budget (ANE-COMPILE-BUDGET): counted per process and driver, as
  *    on the device, plus an optional cap per runtime.
@@ -447,7 +448,8 @@ int anec_runtime_open(const char *driver, const anec_options *opts, anec_runtime
     if (rc == ANEC_OK) {
         unsigned self = rt->drv->self_verified(rt->ctx) | ANEC_RELOAD_RECOMPILE;
         if (opts && (opts->reload_verified & ANEC_RELOAD_VERIFIED))
-            rt->verified = (opts->reload_verified & (ANEC_RELOAD_DATA_PATCH | ANEC_RELOAD_NEW_OBJECT | ANEC_RELOAD_INPUTS)) |
+            rt->verified = (opts->reload_verified &
+                            (ANEC_RELOAD_DATA_PATCH | ANEC_RELOAD_NEW_OBJECT | ANEC_RELOAD_INPUTS)) |
                            ANEC_RELOAD_RECOMPILE;
         else
             rt->verified = self;

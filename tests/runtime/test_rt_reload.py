@@ -519,7 +519,8 @@ def test_a_weights_as_inputs_pipeline_reload_writes_the_surfaces_of_each_stage(t
     from anec.compiler import compile_module
     from anec.ir.parser import parse
     from anec.targets import get_target
-    fresh_art = compile_module(parse(_residual_chain(), "c.ir"), weights={**s0, **new}, weights_as_inputs=["l1.w", "l3.w"],
+    fresh_art = compile_module(parse(_residual_chain(), "c.ir"), weights={**s0, **new},
+                               weights_as_inputs=["l1.w", "l3.w"],
                                target=get_target("m4").replace(max_blob_tensors=1)).artifacts["f"]
     with Runtime("sim", temp_root=tmp_path / "b") as fresh:
         y_fresh = fresh.load(fresh_art)(x=x)["y"]
