@@ -1078,6 +1078,10 @@ int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len, const anec_b
     else if (e && e->tmpl && !e->stale)
         src = e->tmpl;
     int same = e && src && memcmp(e->content, p->content, 32) == 0;
+    /* every clone is a new model object: with the same weights it is safe unless this key was also
+       compiled with other weights (a framework cache per identifier could hand it those) */
+    if (same && e->mixed && !(rt->verified & ANEC_RELOAD_NEW_OBJECT) && !(!e->donor && e->tmpl && e->tmpl_dir == dir))
+        same = 0;
     /* other weights: a new model object, never compiled, with the donor's network and its own data (the
        new-object strategy, ANE-NEW-OBJECT-LOAD), only where the machine verified it */
     int patch = e && src && !same && e->patchable && (rt->verified & ANEC_RELOAD_NEW_OBJECT) && p->n_files == 1;
@@ -1128,6 +1132,8 @@ int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len, const anec_b
             memcpy(e->key, p->key, 32);
             e->next = rt->cache;
             rt->cache = e;
+        } else if (e && (e->stale || memcmp(e->content, p->content, 32) != 0)) {
+            e->mixed = 1;
         }
         if (e && !(e->donor && !e->donor->closed) && !e->tmpl) {
             e->donor = p;

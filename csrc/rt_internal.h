@@ -47,6 +47,10 @@ typedef struct cache_entry {
     uint8_t content[32];         /* the weight content of that compiled form */
     int stale;                   /* content not computed yet: the donor's (rt_cache_content) */
     int patchable;               /* its compiled data equals its one BLOBFILE */
+    int mixed;                   /* this runtime compiled other weights under this key too: a
+                                    never-compiled clone might get theirs where the framework
+                                    keeps weights per identifier, so a clone needs new-object
+                                    verified (ANE-NEW-OBJECT-LOAD) */
 } cache_entry;
 
 typedef struct io_desc {

@@ -462,6 +462,9 @@ static int recompile(anec_program *p, const anec_blob *blobs, size_t n, int was_
                 rt_dir_release(rt, nd);
             } else {
                 compiled = 1;
+                cache_entry *e = rt_cache_find(rt, p->key);
+                if (e)
+                    e->mixed = 1; /* this key is compiled with other weights now (see cache_entry) */
                 rt_unload_locked(p);
                 rt->drv->release(rt->ctx, p->dprog);
                 rt_dir_release(rt, old);

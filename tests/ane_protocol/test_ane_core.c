@@ -430,6 +430,35 @@ static void test_cache_hit_other_weights_patch_only_compiles(void) { cache_case(
 static void test_cache_hit_other_weights_unverified_compiles(void) { cache_case(0, 0, 0, 1); }
 static void test_cache_hit_other_weights_two_tensors_compiles(void) { cache_case(1, VERDICT, 0, 1); }
 
+/* A, then B compiled under the same key (no new object verified), then A
+   again: the third is a clone of the first only where a never-compiled
+   object surely gets A (the reading where the framework caches weights per
+   hexId would hand it B, the last compiled): never stale */
+static void test_cache_hit_after_a_compile_with_other_weights(void)
+{
+    anec_runtime *rt = open_rt(VERDICT);
+    CHECK(rt);
+    prog_t a, b;
+    make_prog(&a, 0, 0x3C00, 0);
+    make_prog(&b, 0, 0x4400, 0);
+    anec_program *p = NULL, *q = NULL, *r = NULL;
+    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &p));
+    CHECK_RC(anec_compile(rt, b.mil, strlen(b.mil), b.blobs, b.n, &LIM, &q));
+    size_t mark = fk_ncalls();
+    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &r));
+    int new_object = (g_verdict & ANEC_RELOAD_NEW_OBJECT) != 0;
+    CHECK(count_calls(mark, "compileWithQoS") == !new_object);
+    CHECK_RC(anec_load(r));
+    CHECK(computes(r, &a));
+    CHECK_RC(anec_load(q));
+    CHECK(computes(q, &b));
+    anec_program_free(p);
+    anec_program_free(q);
+    anec_program_free(r);
+    anec_runtime_close(rt);
+    CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
+}
+
 /* a program freed, then loaded again: the cache keeps its compiled form */
 static void test_cache_keeps_a_closed_program(void)
 {
@@ -554,11 +583,11 @@ static const test_t k_tests[] = {
     {"reload, nothing verified: recompile, equals a fresh compile", test_reload_falls_back_to_recompile_unverified},
     {"reload, two tensors (opaque data): recompile, equals a fresh compile", test_reload_two_tensors_recompiles},
     {"cache hit, same weights: clone, no compile", test_cache_hit_same_weights},
-    {"cache hit, other weights, with the verdict: a new object where verified",
-     test_cache_hit_other_weights_new_object},
+    {"cache hit, other weights, verdict: a new object where verified", test_cache_hit_other_weights_new_object},
     {"cache hit, other weights, only data patch verified: compiled", test_cache_hit_other_weights_patch_only_compiles},
     {"cache hit, other weights, unverified: compiled", test_cache_hit_other_weights_unverified_compiles},
     {"cache hit, other weights, two tensors: compiled", test_cache_hit_other_weights_two_tensors_compiles},
+    {"cache hit after a compile with other weights: never stale", test_cache_hit_after_a_compile_with_other_weights},
     {"cache keeps a closed program's compiled form", test_cache_keeps_a_closed_program},
     {"caller buffers become IOSurfaces of their sizes", test_caller_buffers},
     {"anec_call locks surfaces only around its copies", test_call_locks_only_around_copies},

@@ -353,28 +353,31 @@ def test_a_cache_hit_with_other_weights_is_patched_or_compiled_never_stale(tmp_p
 def test_the_cache_identity_of_a_reloaded_program_is_its_new_weights(tmp_path, strategy):
     """A reload does not hash the new weights; the cache computes their identity
     when a lookup needs it: the same weights hit, other weights never do
-    (nothing verified here: a hit with other weights would compile)."""
+    (nothing verified here: a hit with other weights would compile). Once the
+    key was compiled with other weights too, no clone is trusted without
+    new-object verified (a framework that keeps weights per identifier could
+    give a never-compiled clone the last compiled ones): later loads compile."""
     w0, w1 = weights(0), weights(1)
     per_reload = strategy == "recompile"  # compiles a reload costs
     with Runtime("sim", temp_root=tmp_path, reload_verified=[]) as rt, Runtime("sim") as other:
         p = load(rt, w0, "single")
         p.reload_blobs(blobs_for(w1, "single"), strategy=strategy)
         assert rt.stats["compiles"] == 1 + per_reload
-        q = load(rt, w1, "single")  # p's new weights: a hit
-        assert rt.stats["compiles"] == 1 + per_reload and rt.stats["cache_hits"] == 1
+        q = load(rt, w1, "single")  # p's new weights: a hit, unless the recompile mixed the key
+        hit = not per_reload
+        assert rt.stats["compiles"] == 1 + 2 * per_reload and rt.stats["cache_hits"] == hit
         np.testing.assert_array_equal(q(x=X)["y"], load(other, w1, "single")(x=X)["y"])
         r = load(rt, w0, "single")  # p's old weights: no longer a hit
-        assert rt.stats["compiles"] == 2 + per_reload and rt.stats["cache_hits"] == 1
+        assert rt.stats["compiles"] == 2 + 2 * per_reload and rt.stats["cache_hits"] == hit
         np.testing.assert_array_equal(r(x=X)["y"], load(other, w0, "single")(x=X)["y"])
-        # reloaded again and closed: its compiled form serves later hits with its last weights
         q.reload_blobs(blobs_for(w0, "single"), strategy=strategy)
         q.close()
         p.reload_blobs(blobs_for(w0, "single"), strategy=strategy)
         p.close()
         r.close()
-        s = load(rt, w0, "single")
+        s = load(rt, w0, "single")  # the key is mixed now (r): compiled, never a stale clone
         t = load(rt, w1, "single")
-        assert rt.stats["compiles"] == 3 + 3 * per_reload and rt.stats["cache_hits"] == 2
+        assert rt.stats["compiles"] == 4 + 4 * per_reload and rt.stats["cache_hits"] == hit
         np.testing.assert_array_equal(s(x=X)["y"], load(other, w0, "single")(x=X)["y"])
         np.testing.assert_array_equal(t(x=X)["y"], load(other, w1, "single")(x=X)["y"])
 
