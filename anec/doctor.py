@@ -201,8 +201,9 @@ def render(info: dict[str, Any]) -> str:
                                                 f"compiles left in a fresh runtime"))
             verified = [v for v in fr.get("reload_verified", []) if v != "recompile"]
             how = ", ".join(verified) if verified else "none"
-            if fr["driver"] == "ane" and "data-patch" not in verified:
-                how += " (run `python -m anec.selftest`: until it verifies data patches, reloads recompile)"
+            if fr["driver"] == "ane" and not {"data-patch", "new-object"} & set(verified):
+                how += (" (run `python -m anec.selftest`: until it verifies data patches or new objects, "
+                        "reloads recompile)")
             lines.append(_row("reloads verified", how))
     f = info["framework"]
     if _err(f):

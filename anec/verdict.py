@@ -74,7 +74,7 @@ def cached_verdict(driver: str) -> list[str] | None:
     if not isinstance(entry, dict):
         return None
     strategies = entry.get("reload_verified")
-    if not isinstance(strategies, list) or not all(s in ("data-patch",) for s in strategies):
+    if not isinstance(strategies, list) or not all(s in ("data-patch", "new-object") for s in strategies):
         return None
     return list(strategies)
 

@@ -11,18 +11,32 @@
  *   ane  (driver_ane.c)  calls AppleNeuralEngine.framework through symbols
  *                        resolved at run time (dlopen/dlsym).
  *
- * The device model both follow (the public evidence, see docs/macos.md):
- * compile BAKES the weights. The compiler leaves its output, `net.plist` and
- * `data`, in the program's compiled directory, and load reads only those:
- * rewriting weights/ after a compile changes nothing. For a program whose
- * weights are one BLOBFILE holding one tensor, `data` is byte-identical to
- * that BLOBFILE; otherwise it is opaque. So the only ways to change weights
- * are: patch `data` (when it is observed to equal the program's one
- * BLOBFILE), pass weights as program inputs, or compile again.
+ * The device model both follow. Every device behaviour is named by its
+ * evidence id in the constraint catalog (`anec constraints`), which says what
+ * each public source shows and what only `python -m anec.selftest` on a Mac
+ * can settle. Compile BAKES the weights (ANE-BAKED-WEIGHTS: rewriting
+ * weights/ and loading the same model object again changes nothing). The
+ * compiler leaves its output, `net.plist` and `data`, in the program's
+ * compiled directory; for a program whose weights are one BLOBFILE holding
+ * one tensor, `data` is byte-identical to that BLOBFILE
+ * (ANE-DATA-IS-BLOBFILE); otherwise it is opaque. What a later load reads is
+ * contested: a new, never-compiled model object loads the `data` in its
+ * directory (ANE-NEW-OBJECT-LOAD, the path Orion tests); whether a rewrite of
+ * `data` reaches the SAME object again (ANE-SAME-OBJECT-PATCH) or whether a
+ * load re-reads weights/ (ANE-LOAD-REREADS-WEIGHTS) no public test shows. So
+ * the ways to change weights are: patch `data` and load the same object, or
+ * load a new object with the new `data` (each only where verified), pass
+ * weights as program inputs, or compile again.
+ *
+ * Surfaces (ANE-SURFACE-LOCK): the CPU locks a surface only while it reads
+ * or writes its bytes (surface_lock/surface_unlock, read-only for reads);
+ * evaluate gets unlocked surfaces.
  *
  * Calling sequence used by the core, per program (the core serializes every
  * call on one program; calls on different programs may run concurrently):
  *   compile -> load -> evaluate* -> [unload -> patch_data -> load]* -> unload -> release
+ * and for a new model object (a cache hit, or the new-object reload):
+ *   clone -> [patch_data] -> load -> evaluate* -> ... -> release
  *
  * Every function returns ANEC_OK (0) or an anec status code from anec_rt.h,
  * and on failure writes a human-readable, NUL-terminated message to err
@@ -51,9 +65,11 @@ typedef struct anec_compile_args {
    device). The core sizes every surface of a program uniformly (>= the minimum)
    and writes tensors packed at byte 0. */
 typedef struct anec_surface {
-    void *handle;                 /* driver object (IOSurfaceRef on ane, NULL on sim) */
-    uint8_t *base;                /* CPU-visible bytes while the surface exists */
+    void *handle;                 /* driver object (IOSurfaceRef on ane, the memory on sim) */
+    uint8_t *base;                /* CPU-visible bytes: valid only while CPU-locked */
     size_t bytes;                 /* allocation size */
+    int cpu_locks;                /* the core's nested CPU locks (rt_surface_lock) */
+    int lock_read_only;           /* the outermost of them is read-only */
 } anec_surface;
 
 typedef struct anec_driver {
@@ -81,15 +97,17 @@ typedef struct anec_driver {
        the compiled form (net.plist + data); does not load. */
     int (*compile)(void *ctx, const anec_compile_args *args, void **prog,
                    char *err, size_t errlen);
-    /* Load the compiled form (never the weight files) into the device. */
+    /* Load the program into the device (what a load reads: see above). */
     int (*load)(void *ctx, void *prog, char *err, size_t errlen);
     int (*unload)(void *ctx, void *prog, char *err, size_t errlen);
 
-    /* A new program sharing `donor`'s compiled network, without a compile,
+    /* A NEW model object sharing `donor`'s compiled network, never compiled,
        for the program directory `dir` (same MIL and weight paths; dir holds
-       model.mil and weights/). Its compiled form starts as a copy of the
-       donor's, net.plist AND data: until patch_data it computes with the
-       donor's weights, like the device. */
+       model.mil and weights/, whose bytes its descriptor carries). Its
+       compiled form starts as a copy of the donor's, net.plist AND data:
+       until patch_data it computes with the donor's weights, like the device.
+       A clone patched before its first load is the new-object path
+       (ANE-NEW-OBJECT-LOAD). */
     int (*clone)(void *ctx, void *donor, const char *dir, void **out,
                  char *err, size_t errlen);
 
@@ -106,13 +124,18 @@ typedef struct anec_driver {
     int (*patch_data)(void *ctx, void *prog, const char *rel, const uint8_t *bytes,
                       size_t len, int written, char *err, size_t errlen);
 
-    /* Surfaces. */
+    /* Surfaces: created zeroed and unlocked; freed unlocked. */
     int (*surface_create)(void *ctx, size_t bytes, anec_surface *out, char *err, size_t errlen);
     void (*surface_free)(void *ctx, anec_surface *s);
+    /* Lock a surface for CPU access (read_only: the CPU only reads it; a
+       write under a read-only lock is an error), setting s->base; unlock
+       with the same read_only. */
+    int (*surface_lock)(void *ctx, anec_surface *s, int read_only, char *err, size_t errlen);
+    void (*surface_unlock)(void *ctx, anec_surface *s, int read_only);
 
-    /* Evaluate once. inputs[i] is bound to the i-th func input in alphabetical
-       order of MIL names, outputs[j] to the j-th returned value in alphabetical
-       order, exactly like the device. */
+    /* Evaluate once, on unlocked surfaces. inputs[i] is bound to the i-th func
+       input in alphabetical order of MIL names, outputs[j] to the j-th returned
+       value in alphabetical order, exactly like the device. */
     int (*evaluate)(void *ctx, void *prog,
                     anec_surface *const *inputs, size_t n_in,
                     anec_surface *const *outputs, size_t n_out,

@@ -68,6 +68,7 @@ typedef struct anec_tensor_info {
 #define ANEC_RELOAD_DATA_PATCH  1
 #define ANEC_RELOAD_RECOMPILE   2
 #define ANEC_RELOAD_INPUTS      4
+#define ANEC_RELOAD_NEW_OBJECT  8
 #define ANEC_RELOAD_VERIFIED    256
 
 typedef struct anec_options {
@@ -90,6 +91,7 @@ struct anec_stats {
     uint64_t dirs_live;
     uint64_t ns_compile, ns_load, ns_unload, ns_reload, ns_evaluate;
     uint64_t reloads_data_patch, reloads_recompile, reloads_inputs;
+    uint64_t reloads_new_object;
     uint64_t process_compiles;
 };
 

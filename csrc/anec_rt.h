@@ -135,10 +135,17 @@ typedef struct anec_tensor_info {
     size_t decl_index;            /* position in the func signature / return tuple */
 } anec_tensor_info;
 
-/* Reload strategies (weights are baked at compile time):
-     DATA_PATCH  rewrite the compiled `data` of a program whose weights are one
-                 BLOBFILE that the compiled data was observed to equal, then
-                 load; no compile (Orion's tested path).
+/* Reload strategies (weights are baked at compile time; the device behaviour
+   each relies on is named by its evidence id, see `anec constraints`):
+     DATA_PATCH  unload the program's SAME model object, rewrite its compiled
+                 `data` (a program whose weights are one BLOBFILE that the
+                 compiled data was observed to equal), load it again; no
+                 compile (ANE-SAME-OBJECT-PATCH: a hypothesis the selftest
+                 settles per machine).
+     NEW_OBJECT  build a NEW model object from the same MIL and the new
+                 weights, never compiled, whose directory holds the compiled
+                 network and the new `data`; load it and switch the program to
+                 it; no compile (ANE-NEW-OBJECT-LOAD, the path Orion tests).
      RECOMPILE   compile the program again with the new weights; spends one
                  compile of the process budget.
      INPUTS      the weights are program inputs (compiled that way): a reload
@@ -147,6 +154,7 @@ typedef struct anec_tensor_info {
 #define ANEC_RELOAD_DATA_PATCH  1
 #define ANEC_RELOAD_RECOMPILE   2
 #define ANEC_RELOAD_INPUTS      4
+#define ANEC_RELOAD_NEW_OBJECT  8
 /* anec_options.reload_verified: set this bit to give the verified mask
    explicitly (0 alone means the driver's default). */
 #define ANEC_RELOAD_VERIFIED    0x100
@@ -185,6 +193,7 @@ struct anec_stats {
     uint64_t dirs_live;           /* program directories on disk */
     uint64_t ns_compile, ns_load, ns_unload, ns_reload, ns_evaluate;
     uint64_t reloads_data_patch, reloads_recompile, reloads_inputs;  /* reloads per strategy */
+    uint64_t reloads_new_object;
     uint64_t process_compiles;    /* compiles made by every runtime of this process on this driver */
 };
 
@@ -220,7 +229,7 @@ const char *anec_last_error(const anec_runtime *rt);
 int anec_stats(const anec_runtime *rt, struct anec_stats *out);
 /* The reload strategies verified for this runtime (ANEC_RELOAD_* mask). */
 unsigned anec_reload_verified(const anec_runtime *rt);
-/* "data-patch", "recompile", "inputs" (or "auto"). */
+/* "data-patch", "new-object", "recompile", "inputs" (or "auto"). */
 const char *anec_reload_strategy_name(int strategy);
 
 /* ---- programs ---------------------------------------------------------- */
@@ -294,9 +303,10 @@ int anec_evaluate(anec_program *p, const anec_buffer *inputs, size_t n_in,
    not change are skipped; nothing changes at all when none does. On any
    error the old weights stay in use. */
 int anec_reload_weights(anec_program *p, const anec_blob *blobs, size_t n_blobs);
-/* The same with a forced strategy (ANEC_RELOAD_DATA_PATCH or
-   ANEC_RELOAD_RECOMPILE), verified or not: for probes that verify strategies
-   (python -m anec.selftest). DATA_PATCH still needs a data-patchable program. */
+/* The same with a forced strategy (ANEC_RELOAD_DATA_PATCH,
+   ANEC_RELOAD_NEW_OBJECT or ANEC_RELOAD_RECOMPILE), verified or not: for
+   probes that verify strategies (python -m anec.selftest). DATA_PATCH and
+   NEW_OBJECT still need a data-patchable program. */
 int anec_reload_weights_using(anec_program *p, const anec_blob *blobs, size_t n_blobs, int strategy);
 /* One array of anec_reload_arrays: `count` packed elements of `dtype`
    (ANEC_DTYPE_FP16 or ANEC_DTYPE_FP32) for the blob whose metadata record is
@@ -307,7 +317,7 @@ typedef struct anec_weight_array {
     uint64_t count;
     int dtype;
 } anec_weight_array;
-/* Delta reload of a DATA_PATCH program (anec_program_reload_info) from arrays
+/* Delta reload of a DATA_PATCH or NEW_OBJECT program (anec_program_reload_info) from arrays
    instead of a whole file: the new weight file `path` (its MIL path) is the
    current one with these payloads, each checked (finite; |x| <= 65504 for an
    fp16 blob, compared on the array's own bits), converted to the blob's dtype

@@ -14,27 +14,30 @@
  *            dir   = NSTemporaryDirectory()/[model hexStringIdentifier]
  *                    pre-populated with model.mil and weights/<file>
  *            [model compileWithQoS:21 options:@{} error:&e]
- *            The compiler leaves the compiled form, net.plist + data, in dir:
- *            the weights are baked there (maderix test_weight_reload: rewriting
- *            weights/ and loading again changes nothing). The program keeps
- *            running THIS model (never an uncompiled clone of it).
+ *            The compiler leaves the compiled form, net.plist + data, in dir
+ *            (ANE-BAKED-WEIGHTS; ANE-DATA-IS-BLOBFILE for one tensor). The
+ *            program keeps running THIS model (never an uncompiled clone of it).
  *   load     [model loadWithQoS:21 options:@{} error:&e], after making dir hold
  *            this program's compiled form (see "shared hexId directories").
  *   unload   [model unloadWithQoS:21 error:&e]; the request is dropped with it.
- *   evaluate surfaces unlocked first, then +[_ANEIOSurfaceObject
+ *   evaluate on unlocked surfaces: +[_ANEIOSurfaceObject
  *            objectWithIOSurface:] per surface and ONE +[_ANERequest
  *            requestWithInputs:inputIndices:outputs:outputIndices:
  *            weightsBuffer:nil perfStats:nil procedureIndex:@0] per bound
  *            surface set and load, reused by every [model evaluateWithQoS:21
- *            options:@{} request:req error:&e]; surfaces locked again after.
- *   patch    (the core's data-patch reload, Orion's tested delta path) the new
- *            BLOBFILE is written as the compiled `data` (byte-identical to the
- *            compiler's for a one-tensor program) and as the weight file, then
- *            the program is only loaded: no compile.
- *   clone    (a cache hit: same MIL and weight paths) a new descriptor + model
- *            with the program's own weights, never compiled; its compiled form
- *            is a copy of the donor's net.plist + data (it computes with the
- *            donor's weights until patched; the core patches or compiles).
+ *            options:@{} request:req error:&e].
+ *   patch    the new BLOBFILE is written as the compiled `data` (byte-identical
+ *            to the compiler's for a one-tensor program) and as the weight
+ *            file of an unloaded program, which is then loaded: no compile.
+ *            On the program's own model this is the core's data-patch reload
+ *            (ANE-SAME-OBJECT-PATCH, a hypothesis the selftest settles); on a
+ *            clone before its first load, the new-object reload.
+ *   clone    (a cache hit: same MIL and weight paths; a new-object reload) a
+ *            new descriptor + model with the weights of its program
+ *            directory, never compiled; its compiled form is a copy of the
+ *            donor's net.plist + data (it computes with the donor's weights
+ *            until patched; the core patches or compiles). Patched and loaded
+ *            it is the path Orion's delta test shows (ANE-NEW-OBJECT-LOAD).
  *   release  unload if loaded, CFRelease request/arrays/model/descriptor, remove
  *            `dir` when no other live program uses it
  *
@@ -55,9 +58,11 @@
  * are reference-counted process-wide and removed with their last program.
  *
  * IOSurfaces are flat byte buffers (Width = bytes, Height = 1, BytesPerElement
- * = 1, BytesPerRow = bytes, AllocSize = bytes, PixelFormat = 0). They stay
- * CPU-locked while they exist (the core reads and writes `base` directly) and
- * are unlocked only while the device uses them.
+ * = 1, BytesPerRow = bytes, AllocSize = bytes, PixelFormat = 0). The CPU
+ * locks one only while it reads or writes it (ANE-SURFACE-LOCK: maderix and
+ * Orion lock around their copies only): surface_lock/surface_unlock, with
+ * kIOSurfaceLockReadOnly for reads; `base` is valid only under a lock, and
+ * evaluate refuses a surface the core still holds.
  *
  * Objects returned by +factory methods are autoreleased; the driver CFRetains
  * what it keeps and runs every entry point inside an autorelease pool.
@@ -1155,9 +1160,11 @@ static int ane_data_equals(void *vctx, void *vprog, const uint8_t *bytes, size_t
     return eq;
 }
 
-/* Orion's tested delta path: the new BLOBFILE becomes the compiled `data`
-   (for a one-tensor program the compiler's data is that BLOBFILE), then only
-   load. The weight file is rewritten too, so the directory stays coherent. */
+/* The new BLOBFILE becomes the compiled `data` of an unloaded program (for a
+   one-tensor program the compiler's data is that BLOBFILE,
+   ANE-DATA-IS-BLOBFILE); the next load is meant to use it (on the same model:
+   ANE-SAME-OBJECT-PATCH; on a never-loaded clone: ANE-NEW-OBJECT-LOAD). The
+   weight file is rewritten too, so the directory stays coherent. */
 static int ane_patch_data(void *vctx, void *vprog, const char *rel, const uint8_t *bytes,
                           size_t len, int written, char *err, size_t errlen)
 {
@@ -1266,15 +1273,15 @@ static int ane_surface_create(void *vctx, size_t bytes, anec_surface *out, char 
         return ANEC_EDRIVER;
     }
     uint8_t *base = S->IOSurfaceGetBaseAddress(s);
+    if (base)
+        memset(base, 0, bytes); /* fresh memory is not promised to be zero */
+    S->IOSurfaceUnlock(s, 0, NULL);
     if (!base) {
-        S->IOSurfaceUnlock(s, 0, NULL);
         S->CFRelease(s);
         set_err(err, errlen, "ANE driver: IOSurface has no base address");
         return ANEC_EDRIVER;
     }
-    memset(base, 0, bytes);
     out->handle = s;
-    out->base = base;
     out->bytes = bytes;
     return ANEC_OK;
 }
@@ -1284,9 +1291,40 @@ static void ane_surface_free(void *vctx, anec_surface *s)
     ane_ctx *c = vctx;
     if (!s || !s->handle)
         return;
-    c->S->IOSurfaceUnlock(s->handle, 0, NULL);
     c->S->CFRelease(s->handle);
     memset(s, 0, sizeof *s);
+}
+
+/* kIOSurfaceLockReadOnly: the CPU only reads while it holds the lock. */
+#define ANE_LOCK_READ_ONLY 1u
+
+static int ane_surface_lock(void *vctx, anec_surface *s, int read_only, char *err, size_t errlen)
+{
+    ane_ctx *c = vctx;
+    if (!s || !s->handle) {
+        set_err(err, errlen, "ANE driver: lock of a surface that does not exist");
+        return ANEC_EINVAL;
+    }
+    if (c->S->IOSurfaceLock(s->handle, read_only ? ANE_LOCK_READ_ONLY : 0u, NULL) != 0) {
+        set_err(err, errlen, "ANE driver: IOSurfaceLock failed");
+        return ANEC_EDRIVER;
+    }
+    s->base = c->S->IOSurfaceGetBaseAddress(s->handle);
+    if (!s->base) {
+        c->S->IOSurfaceUnlock(s->handle, read_only ? ANE_LOCK_READ_ONLY : 0u, NULL);
+        set_err(err, errlen, "ANE driver: IOSurface has no base address");
+        return ANEC_EDRIVER;
+    }
+    return ANEC_OK;
+}
+
+static void ane_surface_unlock(void *vctx, anec_surface *s, int read_only)
+{
+    ane_ctx *c = vctx;
+    if (!s || !s->handle)
+        return;
+    c->S->IOSurfaceUnlock(s->handle, read_only ? ANE_LOCK_READ_ONLY : 0u, NULL);
+    s->base = NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1432,15 +1470,13 @@ static int ane_evaluate(void *vctx, void *vprog, anec_surface *const *in, size_t
     void *pool = S->objc_autoreleasePoolPush();
     int rc = ANEC_OK;
     {
-        /* The CPU holds the surfaces locked except while the device uses them:
-           unlock first, then wrap them into the request and evaluate. */
-        size_t unlocked = 0;
-        while (unlocked < n && S->IOSurfaceUnlock(list[unlocked]->handle, 0, NULL) == 0)
-            unlocked++;
-        if (unlocked < n) {
-            set_err(err, errlen, "ANE driver: IOSurfaceUnlock failed");
-            rc = ANEC_EDRIVER;
-        }
+        /* The surfaces are unlocked (the core locks them only while the CPU
+           touches them, ANE-SURFACE-LOCK): wrap them and evaluate. */
+        for (size_t i = 0; i < n && rc == ANEC_OK; i++)
+            if (list[i]->cpu_locks) {
+                set_err(err, errlen, "ANE driver: evaluate with a surface still CPU-locked");
+                rc = ANEC_ESTATE;
+            }
         if (rc == ANEC_OK)
             rc = request_for(c, p, in, n_in, out, n_out, err, errlen);
         if (rc == ANEC_OK) {
@@ -1457,21 +1493,6 @@ static int ane_evaluate(void *vctx, void *vprog, anec_surface *const *in, size_t
                                               "sizes, ANE-UNIFORM-SURFACES)"
                                             : "");
                 rc = ANEC_EEVAL;
-            }
-        }
-        for (size_t i = 0; i < unlocked; i++) {
-            if (S->IOSurfaceLock(list[i]->handle, 0, NULL) != 0) {
-                if (rc == ANEC_OK) {
-                    set_err(err, errlen, "ANE driver: IOSurfaceLock failed after evaluate");
-                    rc = ANEC_EDRIVER;
-                }
-                continue;
-            }
-            uint8_t *base = S->IOSurfaceGetBaseAddress(list[i]->handle);
-            for (size_t k = 0; k < n_in + n_out; k++) {
-                anec_surface *s = k < n_in ? in[k] : out[k - n_in];
-                if (s->handle == list[i]->handle)
-                    s->base = base;
             }
         }
     }
@@ -1492,6 +1513,8 @@ const anec_driver anec_driver_ane = {
     .unload = ane_unload,
     .surface_create = ane_surface_create,
     .surface_free = ane_surface_free,
+    .surface_lock = ane_surface_lock,
+    .surface_unlock = ane_surface_unlock,
     .evaluate = ane_evaluate,
     .release = ane_release,
     .clone = ane_clone,

@@ -6,33 +6,52 @@
  *             ANE compiler rejects; at most 119 compiles per process, like
  *             the device. Bakes the weights: writes the compiled form,
  *             `net.plist` and `data`, into the program directory.
- *   load      reads the compiled form only (rewriting weights/ changes
- *             nothing) and copies the weights out of it (sim_exec.c).
+ *   load      per the device reading chosen below; never sees a rewrite of
+ *             weights/ alone except under load=weights.
  *   evaluate  check the surfaces like the device (same count, uniform
  *             allocation size per direction, not below the minimum, large
- *             enough for the packed tensor) and run the plan; failures carry
- *             the device's status=0x1d and a constraint id.
+ *             enough for the packed tensor, not CPU-locked) and run the plan;
+ *             failures carry the device's status=0x1d and a constraint id.
+ *   surfaces  plain memory; `base` is set only while the core holds a CPU
+ *             lock (ANE-SURFACE-LOCK), so a CPU access outside one faults.
+ *             Read-only locks are not checked here (the ane fake does).
  *
  * The device model is a set of switches (option "device", from
- * anec_options.sim_device or $ANEC_SIM_DEVICE), so that the runtime can be
- * tested against every reading of the public evidence:
+ * anec_options.sim_device or $ANEC_SIM_DEVICE), one per reading of the public
+ * evidence, so that the runtime can be tested against each (the evidence
+ * ids are in the constraint catalog, `anec constraints`):
  *
  *   data=tensor  (default) `data` is byte-identical to the BLOBFILE only for a
- *                program with ONE BLOBFILE tensor (the only case measured:
+ *                program with ONE BLOBFILE tensor (the only case measured,
  *                ANE-DATA-IS-BLOBFILE); otherwise it is opaque.
  *   data=file    `data` equals the BLOBFILE for any program whose weights are
  *                one BLOBFILE file (packed), whatever its tensor count.
- *   load=data    (default) load reads `net.plist` + `data`: one reading of
- *                ANE-BAKED-WEIGHTS, under which ANE-SAME-OBJECT-PATCH holds.
- *   load=weights load re-reads the weight files (ANE-LOAD-REREADS-WEIGHTS,
- *                contested): a rewrite of weights/ reaches the device.
- *   load=memory  load restores what compile baked and reads no file at all:
- *                only a compile changes weights (the other reading of
- *                ANE-BAKED-WEIGHTS, under which ANE-SAME-OBJECT-PATCH fails).
+ *   load=data    (default) every load reads `net.plist` + `data`: a rewrite
+ *                of `data` reaches the device, one of weights/ alone does not.
+ *                One reading of ANE-BAKED-WEIGHTS; it makes both the
+ *                same-object patch (ANE-SAME-OBJECT-PATCH) and the new object
+ *                (ANE-NEW-OBJECT-LOAD) work.
+ *   load=weights load re-reads the weight files (ANE-LOAD-REREADS-WEIGHTS, a
+ *                contested claim): a rewrite of weights/ reaches the device.
+ *   load=memory  a model object keeps in memory the weights of its first
+ *                compile (or, never compiled, of its first load) and later
+ *                loads read no file; an object never compiled loads its
+ *                directory's `data` (ANE-NEW-OBJECT-LOAD). The other reading
+ *                of ANE-BAKED-WEIGHTS: the same-object patch does nothing,
+ *                a new object works.
+ *   load=memory-shared  as load=memory, and the framework also keeps the
+ *                weights of the last compile per identifier process-wide (the
+ *                sim's identifier: the MIL text, which names the weight paths
+ *                but not their values); an object never compiled whose
+ *                identifier has such weights loads those, not its `data`:
+ *                neither the same-object patch nor a new object reaches the
+ *                device, only a compile does (the most pessimistic case).
  *
  * (`anec constraints ID` says what each source shows.)
  *
- * The sim guarantees the data patch under load=data and load=weights.
+ * self_verified declares the reload strategies each reading guarantees:
+ * data-patch and new-object under load=data and load=weights, new-object
+ * under load=memory, none under load=memory-shared.
  *
  * Contested constraints (the catalog carries both readings) get a switch each,
  * so that both are testable:
@@ -49,6 +68,7 @@
  *                and after it succeed.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,15 +85,84 @@
 static const char CONTAINER_MAGIC[8] = {'A', 'N', 'E', 'S', 'I', 'M', 'C', 'T'};
 
 enum { DATA_TENSOR = 0, DATA_FILE = 1 };
-enum { LOAD_DATA = 0, LOAD_WEIGHTS = 1, LOAD_MEMORY = 2 };
+enum { LOAD_DATA = 0, LOAD_WEIGHTS = 1, LOAD_MEMORY = 2, LOAD_MEMORY_SHARED = 3 };
 
 /* Compiles in this process: the device's count, shared by every context. */
 static atomic_llong g_compiles;
 /* The device's compiles per process, as the runtime gives it (the target's); 0: no limit known. */
 static atomic_int g_budget;
 
+/* load=memory-shared: the weights of the last compile per identifier (the
+   MIL's sha256), process-wide, like a framework cache would keep them. */
+typedef struct shared_weights {
+    struct shared_weights *next;
+    char id[65];
+    uint8_t *data;
+    size_t len;
+} shared_weights;
+static shared_weights *g_shared;
+static pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void shared_clear(void)
+{
+    pthread_mutex_lock(&g_shared_lock);
+    while (g_shared) {
+        shared_weights *w = g_shared;
+        g_shared = w->next;
+        free(w->data);
+        free(w);
+    }
+    pthread_mutex_unlock(&g_shared_lock);
+}
+
+/* Remember data as the weights of identifier id; 0, or -1 out of memory. */
+static int shared_put(const char *id, const uint8_t *data, size_t len)
+{
+    uint8_t *copy = malloc(len ? len : 1);
+    if (!copy)
+        return -1;
+    memcpy(copy, data, len);
+    pthread_mutex_lock(&g_shared_lock);
+    shared_weights *w = g_shared;
+    while (w && strcmp(w->id, id) != 0)
+        w = w->next;
+    if (!w && (w = calloc(1, sizeof *w))) {
+        memcpy(w->id, id, sizeof w->id);
+        w->next = g_shared;
+        g_shared = w;
+    }
+    if (w) {
+        free(w->data);
+        w->data = copy;
+        w->len = len;
+    }
+    pthread_mutex_unlock(&g_shared_lock);
+    if (!w)
+        free(copy);
+    return w ? 0 : -1;
+}
+
+/* A malloc'd copy of the weights remembered for id (*len set), or NULL. */
+static uint8_t *shared_get(const char *id, size_t *len)
+{
+    uint8_t *copy = NULL;
+    pthread_mutex_lock(&g_shared_lock);
+    for (shared_weights *w = g_shared; w; w = w->next)
+        if (strcmp(w->id, id) == 0 && (copy = malloc(w->len ? w->len : 1))) {
+            memcpy(copy, w->data, w->len);
+            *len = w->len;
+            break;
+        }
+    pthread_mutex_unlock(&g_shared_lock);
+    return copy;
+}
+
 void anec_sim_reset_process(void);
-void anec_sim_reset_process(void) { atomic_store(&g_compiles, 0); }
+void anec_sim_reset_process(void)
+{
+    atomic_store(&g_compiles, 0);
+    shared_clear();
+}
 
 typedef struct sim_ctx {
     int threads;
@@ -91,7 +180,7 @@ typedef struct sim_prog {
     char mil_hex[65];            /* sha256 of the MIL the plan came from */
     char **paths;                /* distinct BLOBFILE paths the plan reads, sorted */
     size_t n_paths;
-    uint8_t *baked;              /* load=memory: the data bytes compile baked */
+    uint8_t *baked;              /* load=memory*: the data bytes this object keeps (its first compile or load) */
     size_t baked_len;
 } sim_prog;
 
@@ -143,6 +232,8 @@ static int parse_device(sim_ctx *c, const char *spec, char *err, size_t errlen)
             concat = 0;
         else if (strcmp(item, "concat=accept") == 0)
             concat = 1;
+        else if (strcmp(item, "load=memory-shared") == 0)
+            load = LOAD_MEMORY_SHARED;
         else if (strncmp(item, "fail=compile@", 13) == 0) {
             char *end;
             fail_at = strtol(item + 13, &end, 10);
@@ -151,8 +242,8 @@ static int parse_device(sim_ctx *c, const char *spec, char *err, size_t errlen)
                 return ANEC_EINVAL;
             }
         } else if (n) {
-            snprintf(err, errlen, "sim: unknown device switch '%s' (data=tensor|file, load=data|weights|memory, "
-                     "concat=reject|accept, fail=compile@N)", item);
+            snprintf(err, errlen, "sim: unknown device switch '%s' (data=tensor|file, "
+                     "load=data|weights|memory|memory-shared, concat=reject|accept, fail=compile@N)", item);
             return ANEC_EINVAL;
         }
         s = e ? e + 1 : s + n;
@@ -189,7 +280,15 @@ static int sim_set_option(void *ctx, const char *key, const char *value, char *e
 static unsigned sim_self_verified(void *ctx)
 {
     const sim_ctx *c = ctx;
-    return c->load_mode == LOAD_MEMORY ? 0u : (unsigned)ANEC_RELOAD_DATA_PATCH;
+    switch (c->load_mode) {
+    case LOAD_DATA:
+    case LOAD_WEIGHTS:
+        return ANEC_RELOAD_DATA_PATCH | ANEC_RELOAD_NEW_OBJECT;
+    case LOAD_MEMORY:
+        return ANEC_RELOAD_NEW_OBJECT;
+    default:
+        return 0;
+    }
 }
 
 static void prog_free(sim_prog *p)
@@ -421,13 +520,15 @@ static int sim_compile(void *ctx, const anec_compile_args *args, void **prog, ch
         const uint8_t *bytes = single ? files[0].data : data;
         size_t blen = single ? files[0].len : len;
         rc = write_compiled(p, single, bytes, blen, err, errlen);
-        if (rc == ANEC_OK && c->load_mode == LOAD_MEMORY) {
+        if (rc == ANEC_OK && (c->load_mode == LOAD_MEMORY || c->load_mode == LOAD_MEMORY_SHARED)) {
             p->baked = malloc(blen ? blen : 1);
             if (!p->baked)
                 rc = ANEC_ENOMEM;
             else
                 memcpy(p->baked, bytes, blen);
             p->baked_len = blen;
+            if (rc == ANEC_OK && c->load_mode == LOAD_MEMORY_SHARED && shared_put(p->mil_hex, bytes, blen))
+                rc = ANEC_ENOMEM;
         }
     }
     if (rc == ANEC_ENOMEM)
@@ -468,16 +569,8 @@ static int sim_clone(void *ctx, void *donor, const char *dir, void **out, char *
             free(to);
         }
     }
-    if (rc == ANEC_OK && d->baked) {
-        p->baked = malloc(d->baked_len ? d->baked_len : 1);
-        if (!p->baked) {
-            snprintf(err, errlen, "out of memory");
-            rc = ANEC_ENOMEM;
-        } else {
-            memcpy(p->baked, d->baked, d->baked_len);
-            p->baked_len = d->baked_len;
-        }
-    }
+    /* a new object, never compiled: under load=memory* it keeps nothing in
+       memory yet, its first load decides what it computes with */
     if (rc != ANEC_OK) {
         prog_free(p);
         return rc;
@@ -556,24 +649,34 @@ static int sim_load(void *ctx, void *prog, char *err, size_t errlen)
         }
     } else {
         int layout = read_net(p, err, errlen);
+        int memory = p->load_mode == LOAD_MEMORY || p->load_mode == LOAD_MEMORY_SHARED;
         const uint8_t *data = p->baked;
         size_t len = p->baked_len;
         if (layout < 0) {
             rc = ANEC_ELOAD;
-        } else if (p->load_mode == LOAD_DATA) {
-            if (rt_read_beneath(p->dir, "data", DATA_MAX_BYTES, &owned[0], &len, why, sizeof why)) {
+        } else if (!data) {
+            /* load=data; or an object that keeps nothing yet: the identifier's
+               shared weights (load=memory-shared), else the directory's data */
+            if (p->load_mode == LOAD_MEMORY_SHARED)
+                owned[0] = shared_get(p->mil_hex, &len);
+            if (!owned[0] && rt_read_beneath(p->dir, "data", DATA_MAX_BYTES, &owned[0], &len, why, sizeof why)) {
                 snprintf(err, errlen, "load: compiled data: %s", why);
                 rc = ANEC_ELOAD;
             }
             data = owned[0];
             data_len = len;
+            if (rc == ANEC_OK && memory) { /* the object keeps what it loaded first */
+                p->baked = owned[0];
+                p->baked_len = len;
+                owned[0] = NULL;
+            }
         }
         if (rc == ANEC_OK && decode(p, layout, data, len, files, &n, err, errlen))
             rc = ANEC_ELOAD;
     }
     if (rc == ANEC_OK) {
         /* the compiled data read from the file is the device's copy: the state keeps it */
-        void *adopt = p->load_mode == LOAD_DATA ? owned[0] : NULL;
+        void *adopt = p->load_mode == LOAD_WEIGHTS ? NULL : owned[0];
         if (adopt)
             owned[0] = NULL;
         rc = sim_state_load(p->st, files, n, adopt, data_len, err, errlen);
@@ -609,8 +712,8 @@ static int sim_surface_create(void *ctx, size_t bytes, anec_surface *out, char *
         return ANEC_ENOMEM;
     }
     memset(b, 0, n);
-    out->handle = NULL;
-    out->base = b;
+    memset(out, 0, sizeof *out);
+    out->handle = b; /* the memory; base only while CPU-locked, so an access outside a lock faults */
     out->bytes = bytes;
     return ANEC_OK;
 }
@@ -618,9 +721,27 @@ static int sim_surface_create(void *ctx, size_t bytes, anec_surface *out, char *
 static void sim_surface_free(void *ctx, anec_surface *s)
 {
     (void)ctx;
-    free(s->base);
+    free(s->handle);
+    memset(s, 0, sizeof *s);
+}
+
+static int sim_surface_lock(void *ctx, anec_surface *s, int read_only, char *err, size_t errlen)
+{
+    (void)ctx;
+    (void)read_only;
+    if (!s->handle) {
+        snprintf(err, errlen, "surface_lock: the surface has no memory");
+        return ANEC_EINVAL;
+    }
+    s->base = s->handle;
+    return ANEC_OK;
+}
+
+static void sim_surface_unlock(void *ctx, anec_surface *s, int read_only)
+{
+    (void)ctx;
+    (void)read_only;
     s->base = NULL;
-    s->bytes = 0;
 }
 
 #define STATUS_1D "ANEProgramProcessRequestDirect() failed with status=0x1d: Program Inference error "
@@ -646,9 +767,13 @@ static int check_side(const sim_plan *plan, const int *bind, size_t n, anec_surf
                      side, plan->vals[bind[i]].name, surf[i]->bytes, plan->vals[bind[i]].bytes);
             return ANEC_EEVAL;
         }
-        if (!surf[i]->base) {
+        if (!surf[i]->handle) {
             snprintf(err, errlen, STATUS_1D "%s surface for '%s' has no memory", side, plan->vals[bind[i]].name);
             return ANEC_EEVAL;
+        }
+        if (surf[i]->cpu_locks) { /* like the device: the CPU must not hold it (ANE-SURFACE-LOCK) */
+            snprintf(err, errlen, "evaluate: %s surface for '%s' is still CPU-locked", side, plan->vals[bind[i]].name);
+            return ANEC_ESTATE;
         }
     }
     return ANEC_OK;
@@ -684,9 +809,9 @@ static int sim_evaluate(void *ctx, void *prog, anec_surface *const *inputs, size
         return ANEC_ENOMEM;
     }
     for (size_t i = 0; i < n_in; i++)
-        inp[i] = inputs[i]->base;
+        inp[i] = inputs[i]->handle;
     for (size_t i = 0; i < n_out; i++)
-        outp[i] = outputs[i]->base;
+        outp[i] = outputs[i]->handle;
     p->st->threads = c->threads;
     rc = sim_state_run(p->st, inp, outp, err, errlen);
     if (inp != in) free(inp);
@@ -715,6 +840,8 @@ const anec_driver anec_driver_sim = {
     .patch_data = sim_patch_data,
     .surface_create = sim_surface_create,
     .surface_free = sim_surface_free,
+    .surface_lock = sim_surface_lock,
+    .surface_unlock = sim_surface_unlock,
     .evaluate = sim_evaluate,
     .release = sim_release,
 };

@@ -8,9 +8,11 @@
  *    costs no compile when the compiled form can be shared: the driver
  *    clones it (net.plist + data, so the clone computes with the donor's
  *    weights), which is right for identical weights, and for other weights
- *    only after a verified data patch installs them; otherwise the program
- *    is compiled. The program runs the driver program that was compiled for
- *    it; when it closes, its compiled form stays in the cache for later hits.
+ *    only where a new model object loading new data is verified (the clone
+ *    is one: its data is patched before its first load, the new-object
+ *    strategy of rt_reload.c); otherwise the program is compiled. The
+ *    program runs the driver program that was compiled (or cloned) for it;
+ *    when it closes, its compiled form stays in the cache for later hits.
  *  - program directories (rt_dir.c) and reload strategies (rt_reload.c).
  *  - compile budget (ANE-COMPILE-BUDGET): counted per process and driver, as
  *    on the device, plus an optional cap per runtime.
@@ -99,6 +101,7 @@ const char *anec_reload_strategy_name(int strategy)
     case ANEC_RELOAD_DATA_PATCH: return "data-patch";
     case ANEC_RELOAD_RECOMPILE: return "recompile";
     case ANEC_RELOAD_INPUTS: return "inputs";
+    case ANEC_RELOAD_NEW_OBJECT: return "new-object";
     default: return "auto";
     }
 }
@@ -266,6 +269,7 @@ void rt_count(anec_runtime *rt, const struct anec_stats *d)
     s->reloads_data_patch += d->reloads_data_patch;
     s->reloads_recompile += d->reloads_recompile;
     s->reloads_inputs += d->reloads_inputs;
+    s->reloads_new_object += d->reloads_new_object;
     pthread_mutex_unlock(&rt->st_lock);
 }
 
@@ -444,7 +448,8 @@ int anec_runtime_open(const char *driver, const anec_options *opts, anec_runtime
     if (rc == ANEC_OK) {
         unsigned self = rt->drv->self_verified(rt->ctx) | ANEC_RELOAD_RECOMPILE;
         if (opts && (opts->reload_verified & ANEC_RELOAD_VERIFIED))
-            rt->verified = (opts->reload_verified & (ANEC_RELOAD_DATA_PATCH | ANEC_RELOAD_INPUTS)) |
+            rt->verified = (opts->reload_verified &
+                            (ANEC_RELOAD_DATA_PATCH | ANEC_RELOAD_NEW_OBJECT | ANEC_RELOAD_INPUTS)) |
                            ANEC_RELOAD_RECOMPILE;
         else
             rt->verified = self;
@@ -796,9 +801,80 @@ static void cache_key(const char *mil, size_t mil_len, const anec_blob *blobs, s
         free(s);
 }
 
+/* ---- surfaces: CPU-locked only while the CPU touches them (ANE-SURFACE-LOCK) ------------------------ */
+
+int rt_surface_lock(anec_runtime *rt, anec_surface *s, int read_only)
+{
+    if (s->cpu_locks > 0) {
+        if (s->lock_read_only && !read_only)
+            return rt_fail(ANEC_ESTATE, "internal error: a write to a surface locked read-only");
+        s->cpu_locks++;
+        return ANEC_OK;
+    }
+    char err[512] = "";
+    int rc = rt->drv->surface_lock(rt->ctx, s, read_only, err, sizeof err);
+    if (rc != ANEC_OK)
+        return rt_fail(rc, "%s", err);
+    s->cpu_locks = 1;
+    s->lock_read_only = read_only != 0;
+    return ANEC_OK;
+}
+
+void rt_surface_unlock(anec_runtime *rt, anec_surface *s)
+{
+    if (s->cpu_locks > 0 && --s->cpu_locks == 0)
+        rt->drv->surface_unlock(rt->ctx, s, s->lock_read_only);
+}
+
+int rt_transfer_surface(anec_runtime *rt, const io_desc *d, const anec_io *io, anec_surface *s, int to_host,
+                        const char *side)
+{
+    int rc = rt_surface_lock(rt, s, to_host);
+    if (rc != ANEC_OK)
+        return rc;
+    rc = rt_transfer(d, io, s->base, to_host, side);
+    rt_surface_unlock(rt, s);
+    return rc;
+}
+
+int rt_surface_copy(anec_runtime *rt, anec_surface *to, anec_surface *from, size_t bytes)
+{
+    int rc = rt_surface_lock(rt, from, 1);
+    if (rc != ANEC_OK)
+        return rc;
+    if ((rc = rt_surface_lock(rt, to, 0)) == ANEC_OK) {
+        memcpy(to->base, from->base, bytes);
+        rt_surface_unlock(rt, to);
+    }
+    rt_surface_unlock(rt, from);
+    return rc;
+}
+
+/* The caller takes the raw pointers (anec_program_input_surface): every
+   surface of p stays locked for writing, except around evaluations. */
+static int expose(anec_program *p)
+{
+    int rc = ANEC_OK;
+    for (size_t k = 0; rc == ANEC_OK && k < p->n_in + p->n_out; k++)
+        rc = rt_surface_lock(p->rt, k < p->n_in ? &p->in_s[k] : &p->out_s[k - p->n_in], 0);
+    p->exposed = 1;
+    return rc;
+}
+
+static void unexpose(anec_program *p)
+{
+    for (size_t k = 0; k < p->n_in + p->n_out; k++)
+        rt_surface_unlock(p->rt, k < p->n_in ? &p->in_s[k] : &p->out_s[k - p->n_in]);
+}
+
 static void free_surfaces(anec_program *p)
 {
     anec_runtime *rt = p->rt;
+    for (size_t k = 0; p->in_s && p->out_s && k < p->n_in + p->n_out; k++) {
+        anec_surface *s = k < p->n_in ? &p->in_s[k] : &p->out_s[k - p->n_in];
+        while (s->cpu_locks)
+            rt_surface_unlock(rt, s);
+    }
     for (size_t i = 0; p->in_s && i < p->n_in; i++)
         if (p->in_s[i].base || p->in_s[i].handle)
             rt->drv->surface_free(rt->ctx, &p->in_s[i]);
@@ -1002,7 +1078,13 @@ int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len, const anec_b
     else if (e && e->tmpl && !e->stale)
         src = e->tmpl;
     int same = e && src && memcmp(e->content, p->content, 32) == 0;
-    int patch = e && src && !same && e->patchable && (rt->verified & ANEC_RELOAD_DATA_PATCH) && p->n_files == 1;
+    /* every clone is a new model object: with the same weights it is safe unless this key was also
+       compiled with other weights (a framework cache per identifier could hand it those) */
+    if (same && e->mixed && !(rt->verified & ANEC_RELOAD_NEW_OBJECT) && !(!e->donor && e->tmpl && e->tmpl_dir == dir))
+        same = 0;
+    /* other weights: a new model object, never compiled, with the donor's network and its own data (the
+       new-object strategy, ANE-NEW-OBJECT-LOAD), only where the machine verified it */
+    int patch = e && src && !same && e->patchable && (rt->verified & ANEC_RELOAD_NEW_OBJECT) && p->n_files == 1;
     int compiled = 0;
     if (same && !e->donor && e->tmpl && e->tmpl_dir == dir) {
         /* the template computes with these very weights in this directory: take it over */
@@ -1050,6 +1132,8 @@ int anec_compile(anec_runtime *rt, const char *mil, size_t mil_len, const anec_b
             memcpy(e->key, p->key, 32);
             e->next = rt->cache;
             rt->cache = e;
+        } else if (e && (e->stale || memcmp(e->content, p->content, 32) != 0)) {
+            e->mixed = 1;
         }
         if (e && !(e->donor && !e->donor->closed) && !e->tmpl) {
             e->donor = p;
@@ -1306,12 +1390,16 @@ int anec_program_output(const anec_program *p, size_t i, anec_tensor_info *out)
 
 uint8_t *anec_program_input_surface(anec_program *p, size_t i)
 {
-    return p && !p->closed && p->in_s && i < p->n_in ? p->in_s[i].base : NULL;
+    if (!p || p->closed || !p->in_s || i >= p->n_in || (!p->exposed && expose(p) != ANEC_OK))
+        return NULL;
+    return p->in_s[i].base;
 }
 
 uint8_t *anec_program_output_surface(anec_program *p, size_t i)
 {
-    return p && !p->closed && p->out_s && i < p->n_out ? p->out_s[i].base : NULL;
+    if (!p || p->closed || !p->out_s || i >= p->n_out || (!p->exposed && expose(p) != ANEC_OK))
+        return NULL;
+    return p->out_s[i].base;
 }
 
 int anec_program_stats(const anec_program *p, struct anec_stats *out)
@@ -1367,7 +1455,13 @@ static int run_locked(anec_program *p)
             ip[i] = &p->in_s[i];
         for (size_t i = 0; i < p->n_out; i++)
             op[i] = &p->out_s[i];
+        if (p->exposed) /* the device gets them unlocked; the caller's pointers are locked again after */
+            unexpose(p);
         rc = rt_eval_locked(p, ip, p->n_in, op, p->n_out);
+        if (p->exposed) {
+            int lrc = expose(p);
+            rc = rc == ANEC_OK ? lrc : rc;
+        }
     }
     if (ip && ip != in)
         free(ip);
@@ -1433,7 +1527,7 @@ static int write_inputs(anec_program *p, const anec_io *inputs, size_t n_in)
         return rt_fail(ANEC_EINVAL, "NULL input array");
     for (size_t i = 0; i < n_in; i++)
         if (inputs[i].data) {
-            int rc = rt_transfer(&p->in[i], &inputs[i], p->in_s[i].base, 0, "input");
+            int rc = rt_transfer_surface(p->rt, &p->in[i], &inputs[i], &p->in_s[i], 0, "input");
             if (rc != ANEC_OK)
                 return rc;
         }
@@ -1453,7 +1547,7 @@ int anec_call(anec_program *p, const anec_io *inputs, size_t n_in, const anec_io
         rc = run_locked(p);
     for (size_t j = 0; rc == ANEC_OK && j < n_out; j++)
         if (outputs[j].data)
-            rc = rt_transfer(&p->out[j], &outputs[j], p->out_s[j].base, 1, "output");
+            rc = rt_transfer_surface(p->rt, &p->out[j], &outputs[j], &p->out_s[j], 1, "output");
     pthread_mutex_unlock(&p->lock);
     return rc;
 }
@@ -1522,15 +1616,18 @@ int anec_evaluate(anec_program *p, const anec_buffer *inputs, size_t n_in, anec_
         }
         made++;
         ptrs[i] = &s[i];
-        if (i < n_in && bytes)
+        if (i < n_in && bytes && (rc = rt_surface_lock(rt, &s[i], 0)) == ANEC_OK) {
             memcpy(s[i].base, inputs[i].data, bytes);
+            rt_surface_unlock(rt, &s[i]);
+        }
     }
     if (rc == ANEC_OK)
         rc = rt_eval_locked(p, ptrs, n_in, ptrs + n_in, n_out);
-    if (rc == ANEC_OK)
-        for (size_t j = 0; j < n_out; j++)
-            if (outputs[j].bytes)
-                memcpy(outputs[j].data, s[n_in + j].base, outputs[j].bytes);
+    for (size_t j = 0; rc == ANEC_OK && j < n_out; j++)
+        if (outputs[j].bytes && (rc = rt_surface_lock(rt, &s[n_in + j], 1)) == ANEC_OK) {
+            memcpy(outputs[j].data, s[n_in + j].base, outputs[j].bytes);
+            rt_surface_unlock(rt, &s[n_in + j]);
+        }
     for (size_t i = 0; i < made; i++)
         rt->drv->surface_free(rt->ctx, &s[i]);
     free(s);

@@ -47,6 +47,10 @@ typedef struct cache_entry {
     uint8_t content[32];         /* the weight content of that compiled form */
     int stale;                   /* content not computed yet: the donor's (rt_cache_content) */
     int patchable;               /* its compiled data equals its one BLOBFILE */
+    int mixed;                   /* this runtime compiled other weights under this key too: a
+                                    never-compiled clone might get theirs where the framework
+                                    keeps weights per identifier, so a clone needs new-object
+                                    verified (ANE-NEW-OBJECT-LOAD) */
 } cache_entry;
 
 typedef struct io_desc {
@@ -112,6 +116,8 @@ struct anec_program {
     size_t n_files;
     anec_surface *in_s, *out_s;
     size_t in_bytes, out_bytes;
+    int exposed;                 /* the caller has the raw surface pointers: they stay CPU-locked
+                                    except while the device evaluates (anec_program_input_surface) */
     anec_limits limits;
     struct anec_stats st;
 };
@@ -154,6 +160,16 @@ int rt_eval_locked(anec_program *p, anec_surface *const *in, size_t n_in, anec_s
 /* Host tensor -> surface (to_host 0) or surface -> host tensor (to_host 1), converting
    fp32 <-> fp16 where the program is fp16; side is "input" or "output" for messages. */
 int rt_transfer(const io_desc *d, const anec_io *io, uint8_t *surface, int to_host, const char *side);
+/* CPU access to a surface (ANE-SURFACE-LOCK): lock it right before the core
+   reads (read_only) or writes s->base, unlock right after; nested locks are
+   counted, and evaluate needs none held. */
+int rt_surface_lock(anec_runtime *rt, anec_surface *s, int read_only);
+void rt_surface_unlock(anec_runtime *rt, anec_surface *s);
+/* rt_transfer on surface s, locked for just that copy (read-only to the host). */
+int rt_transfer_surface(anec_runtime *rt, const io_desc *d, const anec_io *io, anec_surface *s, int to_host,
+                        const char *side);
+/* Copy bytes from surface `from` to surface `to`, each locked for the copy. */
+int rt_surface_copy(anec_runtime *rt, anec_surface *to, anec_surface *from, size_t bytes);
 int rt_unload_locked(anec_program *p);
 /* Point p at directory d (rt->lock held); ANEC_ENOMEM with nothing changed. */
 int rt_set_dir(anec_program *p, rt_dir *d);

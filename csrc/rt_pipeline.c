@@ -218,8 +218,8 @@ static int feed_inputs(anec_pipeline *pl, const anec_io *inputs, size_t n_in)
         int rc = rt_enter(p);
         if (rc != ANEC_OK)
             return rc;
-        rc = rt_transfer(&p->in[f->index], &inputs[i], p->in_s[f->index].base, 0, "input");
-        const uint8_t *from = p->in_s[f->index].base;
+        rc = rt_transfer_surface(p->rt, &p->in[f->index], &inputs[i], &p->in_s[f->index], 0, "input");
+        anec_surface *from = &p->in_s[f->index];
         size_t bytes = p->in[f->index].bytes;
         pthread_mutex_unlock(&p->lock);
         if (rc != ANEC_OK)
@@ -228,8 +228,10 @@ static int feed_inputs(anec_pipeline *pl, const anec_io *inputs, size_t n_in)
             anec_program *q = pl->stages[f->more[k].stage].p;
             if ((rc = rt_enter(q)) != ANEC_OK)
                 return rc;
-            memcpy(q->in_s[f->more[k].index].base, from, bytes);
+            rc = rt_surface_copy(q->rt, &q->in_s[f->more[k].index], from, bytes);
             pthread_mutex_unlock(&q->lock);
+            if (rc != ANEC_OK)
+                return rc;
         }
     }
     return ANEC_OK;
@@ -250,12 +252,13 @@ int anec_pipeline_call(anec_pipeline *pl, const anec_io *inputs, size_t n_in, co
         anec_program *p = st->p;
         if ((rc = rt_enter(p)) != ANEC_OK)
             break;
-        for (size_t i = 0; i < p->n_in; i++)
+        for (size_t i = 0; rc == ANEC_OK && i < p->n_in; i++)
             if (st->src[i].stage >= 0 && !st->zero_copy[i]) {
                 const pipe_stage *from = &pl->stages[st->src[i].stage];
-                memcpy(p->in_s[i].base, from->p->out_s[st->src[i].index].base, p->in[i].bytes);
+                rc = rt_surface_copy(p->rt, &p->in_s[i], &from->p->out_s[st->src[i].index], p->in[i].bytes);
             }
-        rc = rt_eval_locked(p, st->in, p->n_in, st->out, p->n_out);
+        if (rc == ANEC_OK)
+            rc = rt_eval_locked(p, st->in, p->n_in, st->out, p->n_out);
         if (rc != ANEC_OK) {
             char msg[RT_ERR_LEN];
             snprintf(msg, sizeof msg, "%s", anec_last_error(NULL));
@@ -270,7 +273,7 @@ int anec_pipeline_call(anec_pipeline *pl, const anec_io *inputs, size_t n_in, co
         size_t j = pl->outputs[o].index;
         if ((rc = rt_enter(p)) != ANEC_OK)
             break;
-        rc = rt_transfer(&p->out[j], &outputs[o], p->out_s[j].base, 1, "output");
+        rc = rt_transfer_surface(p->rt, &p->out[j], &outputs[o], &p->out_s[j], 1, "output");
         pthread_mutex_unlock(&p->lock);
     }
     if (rc == ANEC_OK) {

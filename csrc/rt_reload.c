@@ -1,20 +1,34 @@
 /*
  * rt_reload.c - delta reload: new weights for a compiled program.
  *
- * Weights are baked at compile time (the device keeps them in the compiled
- * `data`, see anec_driver.h), so a reload must use a strategy that really
- * reaches the device, never "rewrite weights/ and load again":
+ * Weights are baked at compile time (ANE-BAKED-WEIGHTS: rewriting weights/
+ * and loading again changes nothing), so a reload must use a strategy that
+ * reaches the device, never "rewrite weights/ and load again". Which of the
+ * no-compile strategies a device honours is not settled by public evidence
+ * (see `anec constraints` for each id), so each is used only where this
+ * machine verified it (anec_runtime.verified: the sim by its own device
+ * model, a Mac by `python -m anec.selftest`):
  *
  *   data-patch  the program's weights are one BLOBFILE and its compiled data
  *               was observed (right after the compile) to be byte-identical
- *               to it: write the new BLOBFILE as the compiled data, load.
- *               No compile. Used when the machine has verified it
- *               (anec_runtime.verified; the sim by its own model, a Mac by
- *               `python -m anec.selftest`).
+ *               to it (ANE-DATA-IS-BLOBFILE): unload the SAME model object,
+ *               write the new BLOBFILE as its compiled data, load it again.
+ *               No public test covers this (ANE-SAME-OBJECT-PATCH).
+ *   new-object  the same precondition; a NEW model object built from the
+ *               same MIL and the new weights, never compiled, gets the
+ *               compiled network and the new BLOBFILE as its data (a clone,
+ *               then patch_data, before its first load), is loaded, and the
+ *               program switches to it; the old object is released. The
+ *               path Orion's delta test exercises (ANE-NEW-OBJECT-LOAD).
  *   recompile   compile the program again with the new files (one compile
  *               of the process budget), then switch the program to it.
  *   inputs      weights compiled as program inputs: anec_reload_inputs
  *               (rt_core.c) writes the surfaces; nothing here.
+ *
+ * In auto mode a program uses data-patch if verified (it keeps its object and
+ * directory), else new-object if verified, else recompile; a strategy that is
+ * not verified is used only when forced (anec_reload_weights_using, for the
+ * probes that verify them).
  *
  * Every reload validates all blobs first; files whose bytes do not change are
  * skipped (a reload that changes nothing costs nothing); on any failure the
@@ -40,13 +54,19 @@ int rt_reload_strategy(const anec_program *p, char *why, size_t whylen)
 {
     unsigned v = p->rt->verified;
     if (p->patchable && (v & ANEC_RELOAD_DATA_PATCH)) {
-        snprintf(why, whylen, "data patch: the weights are one BLOBFILE that the compiled data equals, and data "
-                 "patching is verified for the %s driver", p->rt->drv->name);
+        snprintf(why, whylen, "data patch: the weights are one BLOBFILE that the compiled data equals, and "
+                 "patching the same model object is verified for the %s driver", p->rt->drv->name);
         return ANEC_RELOAD_DATA_PATCH;
     }
+    if (p->patchable && (v & ANEC_RELOAD_NEW_OBJECT)) {
+        snprintf(why, whylen, "new object: the weights are one BLOBFILE that the compiled data equals, and "
+                 "loading a new model object with the new data is verified for the %s driver (patching the "
+                 "same object is not)", p->rt->drv->name);
+        return ANEC_RELOAD_NEW_OBJECT;
+    }
     if (p->patchable)
-        snprintf(why, whylen, "recompile: data patching is not verified on this machine (run `python -m "
-                 "anec.selftest` on it)");
+        snprintf(why, whylen, "recompile: data patching and new model objects are not verified on this "
+                 "machine (run `python -m anec.selftest` on it)");
     else if (p->n_files == 0)
         snprintf(why, whylen, "recompile: the program has no weight files");
     else if (p->n_files > 1)
@@ -305,6 +325,87 @@ static int data_patch(anec_program *p, const anec_blob *b, int was_loaded)
     return rc;
 }
 
+/* new-object: a NEW model object for the new weights, never compiled, in a
+   private copy of p's directory holding the new weight file: the driver
+   clones p's compiled network for it and patches its data before its first
+   load; once it is loaded (if p was), p switches to it and the old object is
+   released. On any failure the old object and directory stay. */
+static int new_object(anec_program *p, const anec_blob *b, int was_loaded)
+{
+    anec_runtime *rt = p->rt;
+    const char *rel = rt_rel_path(b->path);
+    char err[RT_ERR_LEN] = "";
+    char why[1024];
+    void *np = NULL;
+    pthread_mutex_lock(&rt->lock);
+    rt_dir *nd = rt_dir_copy(rt, p->dir);
+    pthread_mutex_unlock(&rt->lock);
+    if (!nd)
+        return ANEC_EIO; /* (message set) */
+    char *path = rt_join(nd->path, rel);
+    int rc = ANEC_OK;
+    uint64_t t0 = rt_now_ns();
+    if (!path)
+        rc = rt_fail(ANEC_ENOMEM, "out of memory");
+    else if (rt_write_atomic(path, b->data, b->len, why, sizeof why)) /* replaces the link to the old file */
+        rc = rt_fail(ANEC_EIO, "reload: %s; the old weights stay in use", why);
+    else if ((rc = rt->drv->clone(rt->ctx, p->dprog, nd->path, &np, err, sizeof err)) != ANEC_OK)
+        rt_fail(rc, "reload (new object): %s; the old weights stay in use", err);
+    else if ((rc = rt->drv->patch_data(rt->ctx, np, rel, b->data, b->len, 1, err, sizeof err)) != ANEC_OK)
+        rt_fail(rc, "reload (new object): %s; the old weights stay in use", err);
+    else if (was_loaded && (rc = rt->drv->load(rt->ctx, np, err, sizeof err)) != ANEC_OK)
+        rt_fail(rc, "reload (new object): %s; the old weights stay in use", err);
+    free(path);
+    if (rc == ANEC_OK && was_loaded) {
+        struct anec_stats d = {0};
+        d.loads = 1;
+        d.ns_load = rt_now_ns() - t0;
+        rt_count(rt, &d);
+        p->st.loads++;
+        p->st.ns_load += d.ns_load;
+    }
+    pthread_mutex_lock(&rt->lock);
+    rt_dir *old = p->dir;
+    if (rc == ANEC_OK && (rc = rt_set_dir(p, nd)) == ANEC_OK) {
+        rt_unload_locked(p); /* the old object */
+        rt->drv->release(rt->ctx, p->dprog);
+        rt_dir_release(rt, old);
+        p->dprog = np;
+        p->loaded = was_loaded;
+    } else {
+        if (np)
+            rt->drv->release(rt->ctx, np);
+        rt_dir_release(rt, nd);
+    }
+    pthread_mutex_unlock(&rt->lock);
+    if (rc == ANEC_OK)
+        forget_content(p, 1); /* the new directory holds exactly what the new object computes with */
+    return rc;
+}
+
+/* new_object with the bytes of the written file tmp (removed after). */
+static int new_object_mapped(anec_program *p, const char *tmp, int was_loaded)
+{
+    int fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    void *m = MAP_FAILED;
+    size_t len = 0;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0) {
+        len = (size_t)st.st_size;
+        m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    }
+    int saved = errno;
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    if (m == MAP_FAILED)
+        return rt_fail(ANEC_EIO, "reload: cannot map %s: %s; the old weights stay in use", tmp, strerror(saved));
+    anec_blob b = {p->files[0], m, len};
+    int rc = new_object(p, &b, was_loaded);
+    munmap(m, len);
+    return rc;
+}
+
 static int recompile(anec_program *p, const anec_blob *blobs, size_t n, int was_loaded)
 {
     anec_runtime *rt = p->rt;
@@ -361,6 +462,9 @@ static int recompile(anec_program *p, const anec_blob *blobs, size_t n, int was_
                 rt_dir_release(rt, nd);
             } else {
                 compiled = 1;
+                cache_entry *e = rt_cache_find(rt, p->key);
+                if (e)
+                    e->mixed = 1; /* this key is compiled with other weights now (see cache_entry) */
                 rt_unload_locked(p);
                 rt->drv->release(rt->ctx, p->dprog);
                 rt_dir_release(rt, old);
@@ -398,6 +502,7 @@ static void count_reload(anec_program *p, uint64_t t0, size_t n_changed, int str
     if (n_changed) {
         d.reloads_data_patch = strategy == ANEC_RELOAD_DATA_PATCH;
         d.reloads_recompile = strategy == ANEC_RELOAD_RECOMPILE;
+        d.reloads_new_object = strategy == ANEC_RELOAD_NEW_OBJECT;
     }
     rt_count(p->rt, &d);
     p->st.reloads++;
@@ -405,6 +510,7 @@ static void count_reload(anec_program *p, uint64_t t0, size_t n_changed, int str
     p->st.ns_reload += d.ns_reload;
     p->st.reloads_data_patch += d.reloads_data_patch;
     p->st.reloads_recompile += d.reloads_recompile;
+    p->st.reloads_new_object += d.reloads_new_object;
 }
 
 static int reload(anec_program *p, const anec_blob *blobs, size_t n, int forced)
@@ -413,9 +519,10 @@ static int reload(anec_program *p, const anec_blob *blobs, size_t n, int forced)
         return rt_fail(ANEC_EINVAL, "NULL program");
     if (!blobs && n)
         return rt_fail(ANEC_EINVAL, "anec_reload_weights: NULL blob array");
-    if (forced != ANEC_RELOAD_AUTO && forced != ANEC_RELOAD_DATA_PATCH && forced != ANEC_RELOAD_RECOMPILE)
-        return rt_fail(ANEC_EINVAL, "reload strategy %d is not data-patch (%d) or recompile (%d)", forced,
-                       ANEC_RELOAD_DATA_PATCH, ANEC_RELOAD_RECOMPILE);
+    if (forced != ANEC_RELOAD_AUTO && forced != ANEC_RELOAD_DATA_PATCH && forced != ANEC_RELOAD_RECOMPILE &&
+        forced != ANEC_RELOAD_NEW_OBJECT)
+        return rt_fail(ANEC_EINVAL, "reload strategy %d is not data-patch (%d), new-object (%d) or recompile (%d)",
+                       forced, ANEC_RELOAD_DATA_PATCH, ANEC_RELOAD_NEW_OBJECT, ANEC_RELOAD_RECOMPILE);
     int rc = rt_enter(p);
     if (rc != ANEC_OK)
         return rc;
@@ -423,9 +530,11 @@ static int reload(anec_program *p, const anec_blob *blobs, size_t n, int forced)
     rc = validate(p, blobs, n);
     char why[256];
     int strategy = forced ? forced : rt_reload_strategy(p, why, sizeof why);
-    if (rc == ANEC_OK && strategy == ANEC_RELOAD_DATA_PATCH && !p->patchable) {
+    if (rc == ANEC_OK && (strategy == ANEC_RELOAD_DATA_PATCH || strategy == ANEC_RELOAD_NEW_OBJECT) &&
+        !p->patchable) {
         rt_reload_strategy(p, why, sizeof why);
-        rc = rt_fail(ANEC_EINVAL, "reload: this program cannot be data-patched (%s)", why);
+        rc = rt_fail(ANEC_EINVAL, "reload: this program cannot be %s (%s)",
+                     strategy == ANEC_RELOAD_DATA_PATCH ? "data-patched" : "reloaded by a new object", why);
     }
     size_t n_changed = 0;
     const anec_blob *last = NULL;
@@ -437,8 +546,9 @@ static int reload(anec_program *p, const anec_blob *blobs, size_t n, int forced)
     int was_loaded = p->loaded;
     if (rc == ANEC_OK && n_changed) {
         leave_cache(p);
-        rc = strategy == ANEC_RELOAD_DATA_PATCH ? data_patch(p, last, was_loaded)
-                                                : recompile(p, blobs, n, was_loaded);
+        rc = strategy == ANEC_RELOAD_DATA_PATCH   ? data_patch(p, last, was_loaded)
+             : strategy == ANEC_RELOAD_NEW_OBJECT ? new_object(p, last, was_loaded)
+                                                  : recompile(p, blobs, n, was_loaded);
         if (p->dprog)
             rejoin_cache(p);
     }
@@ -456,7 +566,8 @@ int anec_reload_weights(anec_program *p, const anec_blob *blobs, size_t n_blobs)
 int anec_reload_weights_using(anec_program *p, const anec_blob *blobs, size_t n_blobs, int strategy)
 {
     if (strategy == ANEC_RELOAD_AUTO)
-        return rt_fail(ANEC_EINVAL, "anec_reload_weights_using: name a strategy (data-patch or recompile)");
+        return rt_fail(ANEC_EINVAL, "anec_reload_weights_using: name a strategy (data-patch, new-object or "
+                       "recompile)");
     return reload(p, blobs, n_blobs, strategy);
 }
 
@@ -493,9 +604,10 @@ int anec_reload_arrays(anec_program *p, const char *path, const anec_weight_arra
     int fd = -1, changed = 0;
     uint64_t len = 0;
     size_t refused = (size_t)-1;
-    if (rt_reload_strategy(p, why, sizeof why) != ANEC_RELOAD_DATA_PATCH)
-        rc = rt_fail(ANEC_EINVAL, "anec_reload_arrays: this program does not reload by data patch (%s); use "
-                     "anec_reload_weights", why);
+    int strategy = rt_reload_strategy(p, why, sizeof why);
+    if (strategy != ANEC_RELOAD_DATA_PATCH && strategy != ANEC_RELOAD_NEW_OBJECT)
+        rc = rt_fail(ANEC_EINVAL, "anec_reload_arrays: this program does not reload by data patch or new object "
+                     "(%s); use anec_reload_weights", why);
     else if (!rel || p->n_files != 1 || strcmp(p->files[0], path) != 0)
         rc = rt_fail(ANEC_EWEIGHTS, "reload: %s is not the weight file of this program (%s)", path, p->files[0]);
     for (size_t i = 0; i < n && rc == ANEC_OK; i++) { /* only the blobs the program declares */
@@ -513,15 +625,18 @@ int anec_reload_arrays(anec_program *p, const char *path, const anec_weight_arra
     int was_loaded = p->loaded;
     if (rc == ANEC_OK && changed) {
         leave_cache(p);
-        rc = privatize(p); /* (the old file is open: a private copy holds the same bytes) */
+        int patch = strategy == ANEC_RELOAD_DATA_PATCH;
+        if (patch)
+            rc = privatize(p); /* (the old file is open: a private copy holds the same bytes) */
         char *dest = rc == ANEC_OK ? rt_join(p->dir->path, rel) : NULL;
-        char *tmp = dest ? spare_name(dest) : NULL; /* written over when it can be */
+        /* the spare is written over when it can be; a new object's file goes to its own directory */
+        char *tmp = dest ? (patch ? spare_name(dest) : rt_temp_name(dest)) : NULL;
         if (rc == ANEC_OK && !tmp)
             rc = rt_fail(ANEC_ENOMEM, "out of memory");
         if (rc == ANEC_OK && (rc = rt_patch_write(fd, len, r, n, tmp, &refused, why, sizeof why)) != ANEC_OK)
             rt_fail(rc, "reload: %s; the old weights stay in use", why);
         if (rc == ANEC_OK)
-            rc = put_in_place_mapped(p, dest, tmp, rel, was_loaded);
+            rc = patch ? put_in_place_mapped(p, dest, tmp, rel, was_loaded) : new_object_mapped(p, tmp, was_loaded);
         free(dest);
         free(tmp);
         if (p->dprog)
@@ -530,7 +645,7 @@ int anec_reload_arrays(anec_program *p, const char *path, const anec_weight_arra
     if (fd >= 0)
         close(fd);
     if (rc == ANEC_OK)
-        count_reload(p, t0, changed, ANEC_RELOAD_DATA_PATCH);
+        count_reload(p, t0, changed, strategy);
     else if (bad && refused != (size_t)-1)
         *bad = (long long)refused;
     pthread_mutex_unlock(&p->lock);

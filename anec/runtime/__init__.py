@@ -152,7 +152,7 @@ class Runtime(_Closing):
                  temp_root: str | os.PathLike | None = None, sim_threads: int | None = None,
                  reload_verified: Iterable[str] | None = None, sim_device: str | None = None,
                  check_finite: bool | None = None) -> None:
-        """``reload_verified``: the reload strategies ("data-patch") verified on
+        """``reload_verified``: the reload strategies ("data-patch", "new-object") verified on
         this machine; None takes the driver's own (the sim's device model) or,
         for the ane driver, the verdict `python -m anec.selftest` cached.
         ``sim_device``: the sim's device model switches (docs/runtime.md).
@@ -195,15 +195,16 @@ class Runtime(_Closing):
 
     @property
     def reload_verified(self) -> list[str]:
-        """Reload strategies verified for this runtime ("data-patch", "recompile", "inputs")."""
+        """Reload strategies verified for this runtime ("data-patch", "new-object", "recompile",
+        "inputs")."""
         self._check_open()
         return self._native.verified
 
     @property
     def stats(self) -> dict[str, Any]:
         """compiles, compile_budget(_left), cache_hits, loads, unloads, reloads
-        (and per strategy: reloads_data_patch, reloads_recompile,
-        reloads_inputs), evaluations, blobs_patched, programs_live, dirs_live,
+        (and per strategy: reloads_data_patch, reloads_new_object,
+        reloads_recompile, reloads_inputs), evaluations, blobs_patched, programs_live, dirs_live,
         process_compiles, ns_* per phase, and ``reload_strategy``: the
         strategy each open program reloads with, by program name."""
         self._check_open()

@@ -34,9 +34,9 @@ STATS_FIELDS = (
     "compiles", "compile_budget", "compile_budget_left", "cache_hits", "loads", "unloads",
     "reloads", "evaluations", "blobs_patched", "programs_live", "dirs_live",
     "ns_compile", "ns_load", "ns_unload", "ns_reload", "ns_evaluate",
-    "reloads_data_patch", "reloads_recompile", "reloads_inputs", "process_compiles",
+    "reloads_data_patch", "reloads_recompile", "reloads_inputs", "reloads_new_object", "process_compiles",
 )
-STRATEGIES = {"data-patch": 1, "recompile": 2, "inputs": 4}
+STRATEGIES = {"data-patch": 1, "new-object": 8, "recompile": 2, "inputs": 4}
 """Reload strategy names -> ANEC_RELOAD_* bits."""
 _CONSTRAINT = re.compile(r"\[(ANE-[A-Z0-9-]+)\]\s*")
 

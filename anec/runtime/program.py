@@ -137,8 +137,8 @@ class Program(_Closing):
     @property
     def reload_info(self) -> dict[str, Any]:
         """How :meth:`reload_weights` changes this program's weights:
-        ``strategy`` ("data-patch", "recompile"; "inputs" for weights compiled
-        as inputs), ``data_patchable``, ``verified`` and ``why``."""
+        ``strategy`` ("data-patch", "new-object", "recompile"; "inputs" for
+        weights compiled as inputs), ``data_patchable``, ``verified`` and ``why``."""
         self._check()
         info = self._native.reload_info()
         if self._weight_inputs and not any(w for w in (self.manifest or {}).get("weights", [])):
@@ -293,10 +293,11 @@ class Program(_Closing):
                 self._set_weight_inputs(inputs, reload=True)
 
     def _reload_blob_weights(self, weights: Mapping[str, Any]) -> None:
-        """A data-patch program: C builds the new file straight from the arrays
+        """A data-patch or new-object program: C builds the new file straight from the arrays
         (checked, converted and written in one pass). Otherwise, or for arrays C
         does not take as they are, the new files are built here."""
-        plan = stream_plan(self.manifest, weights) if self._native.reload_info()["strategy"] == "data-patch" else None
+        streams = self._native.reload_info()["strategy"] in ("data-patch", "new-object")
+        plan = stream_plan(self.manifest, weights) if streams else None
         if plan is None:
             self._native.reload(changed_blobs(self.manifest, self.dir, weights), None)
             return
@@ -315,7 +316,8 @@ class Program(_Closing):
 
     def reload_blobs(self, blobs: Mapping[str, bytes], *, strategy: str | None = None) -> None:
         """Delta reload of whole BLOBFILEs keyed by MIL path. ``strategy`` forces
-        "data-patch" or "recompile" (for probes); None uses :attr:`reload_info`."""
+        "data-patch", "new-object" or "recompile" (for probes); None uses
+        :attr:`reload_info`."""
         self._check()
         with self._reload_lock:
             self._native.reload({k: bytes(v) for k, v in blobs.items()}, strategy)

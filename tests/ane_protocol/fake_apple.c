@@ -52,8 +52,11 @@ static struct {
     fk_obj *file_manager;
     fk_obj *surface_keys[6];
     int cb_dict_key, cb_dict_value, cb_array;   /* their addresses are the callbacks */
-    int optimistic;             /* load re-reads weights/ instead of the compiled data */
+    fk_reading reading;         /* what a load reads (fk_set_device) */
     int hex_content;            /* hexStringIdentifier covers the weight values too */
+    /* FK_LOAD_MEMORY_SHARED: the weights of the last compile per hexStringIdentifier */
+    struct { char hex[17]; uint64_t wsum; } hex_cache[64];
+    int n_hex_cache;
 } F;
 
 static const char *const k_class_names[8] = {
@@ -195,7 +198,9 @@ static void destroy(fk_obj *o)
     for (int i = 0; i < o->n_refs; i++)
         release_obj(o->refs[i]);
     free(o->bytes);
+    free(o->shadow);
     o->bytes = NULL;
+    o->shadow = NULL;
 }
 
 static void release_obj(fk_obj *o)
@@ -573,7 +578,7 @@ static uint8_t *compiled_data(const fk_obj *mil, const fk_obj *weights, size_t *
 uint64_t fk_compiled_hash(const char *mil, const char *const *paths, const uint8_t *const *datas,
                           const size_t *lens, size_t n)
 {
-    if (F.optimistic) {
+    if (F.reading == FK_LOAD_WEIGHTS) {
         /* load hashes the weight files in path order */
         const char *c[16];
         size_t l[16];
@@ -614,10 +619,46 @@ uint64_t fk_compiled_hash(const char *mil, const char *const *paths, const uint8
     return h;
 }
 
-void fk_set_device(int optimistic, int hex_content)
+void fk_set_device(fk_reading reading, int hex_content)
 {
-    F.optimistic = optimistic;
+    F.reading = reading;
     F.hex_content = hex_content;
+}
+
+const char *fk_reading_name(fk_reading reading)
+{
+    switch (reading) {
+    case FK_LOAD_DATA: return "baked (load reads data)";
+    case FK_LOAD_WEIGHTS: return "optimistic (load re-reads weights/)";
+    case FK_LOAD_MEMORY: return "in-memory (per object)";
+    case FK_LOAD_MEMORY_SHARED: return "in-memory, cached per hexId";
+    }
+    return "?";
+}
+
+/* FK_LOAD_MEMORY_SHARED: the cached weights of a hexId (1), or 0. */
+static int hex_cache_get(const char *hex, uint64_t *wsum)
+{
+    for (int i = 0; i < F.n_hex_cache; i++)
+        if (strcmp(F.hex_cache[i].hex, hex) == 0) {
+            *wsum = F.hex_cache[i].wsum;
+            return 1;
+        }
+    return 0;
+}
+
+static void hex_cache_put(const char *hex, uint64_t wsum)
+{
+    int i = 0;
+    while (i < F.n_hex_cache && strcmp(F.hex_cache[i].hex, hex) != 0)
+        i++;
+    if (i == F.n_hex_cache) {
+        if (F.n_hex_cache == 64)
+            abort();
+        F.n_hex_cache++;
+    }
+    snprintf(F.hex_cache[i].hex, sizeof F.hex_cache[i].hex, "%s", hex);
+    F.hex_cache[i].wsum = wsum;
 }
 
 static ane_bool device_compile(fk_obj *m, ane_id *error)
@@ -654,6 +695,15 @@ static ane_bool device_compile(fk_obj *m, ane_id *error)
     uint8_t *data = compiled_data(mil, weights, &dlen);
     snprintf(path, sizeof path, "%s/data", dir);
     int ok = write_file(path, data, dlen) == 0;
+    if (F.reading == FK_LOAD_MEMORY || F.reading == FK_LOAD_MEMORY_SHARED) {
+        /* the framework keeps the compiled weights in the model object (and,
+           in the shared reading, per hexStringIdentifier) */
+        const char *c[1] = {(const char *)data};
+        m->mem_wsum = fk_weights_hash(c, &dlen, 1);
+        m->has_mem = 1;
+        if (F.reading == FK_LOAD_MEMORY_SHARED)
+            hex_cache_put(m->hex, m->mem_wsum);
+    }
     free(data);
     snprintf(path, sizeof path, "%s/net.plist", dir);
     char net[64];
@@ -669,10 +719,21 @@ static ane_bool device_load(fk_obj *m, ane_id *error)
     fk_obj *weights = m->refs[0]->refs[1];
     char dir[2048], path[4200];
     model_dir(m, dir, sizeof dir);
+    int memory = F.reading == FK_LOAD_MEMORY || F.reading == FK_LOAD_MEMORY_SHARED;
+    uint64_t cached;
+    if (memory && (m->has_mem || (F.reading == FK_LOAD_MEMORY_SHARED && hex_cache_get(m->hex, &cached)))) {
+        /* in memory: the object's own weights, else those cached for its hexId; no file is read */
+        m->wsum = m->has_mem ? m->mem_wsum : cached;
+        m->mem_wsum = m->wsum;
+        m->has_mem = 1;
+        m->loaded = 1;
+        m->num = ++F.serial; /* requests built before this load are stale */
+        return 1;
+    }
     snprintf(path, sizeof path, "%s/net.plist", dir);
     if (access(path, F_OK) != 0)
         return device_error(error, "no compiled network in %s", dir);
-    if (!F.optimistic) {
+    if (F.reading != FK_LOAD_WEIGHTS) {
         /* the evidenced device: load reads the compiled data, never weights/ */
         uint8_t *b;
         size_t len;
@@ -683,6 +744,10 @@ static ane_bool device_load(fk_obj *m, ane_id *error)
         m->wsum = fk_weights_hash(c, &len, 1);
         m->loaded = 1;
         m->num = ++F.serial; /* requests built before this load are stale */
+        if (memory) { /* a never-compiled object keeps what its first load read */
+            m->mem_wsum = m->wsum;
+            m->has_mem = 1;
+        }
         free(b);
         return 1;
     }
@@ -719,8 +784,10 @@ static ane_bool device_evaluate(fk_obj *m, fk_obj *req, ane_id *error)
         fk_obj *arr = a ? out : in;
         for (size_t i = 0; i < arr->n; i++) {
             fk_obj *s = arr->vals[i]->refs[0];
-            if (s->locks)
+            if (s->locks) {
                 violation("evaluate with IOSurface #%d still CPU-locked", s->serial);
+                return device_error(error, "evaluate: IOSurface #%d is locked by the CPU", s->serial);
+            }
         }
     }
     const uint8_t *ins[16];
@@ -729,13 +796,13 @@ static ane_bool device_evaluate(fk_obj *m, fk_obj *req, ane_id *error)
         return device_error(error, "too many inputs");
     for (size_t i = 0; i < in->n; i++) {
         fk_obj *s = in->vals[i]->refs[0];
-        ins[i] = s->bytes;
+        ins[i] = s->shadow; /* the device's view */
         lens[i] = s->len;
     }
     for (size_t j = 0; j < out->n; j++) {
         fk_obj *s = out->vals[j]->refs[0];
         for (size_t k = 0; k < s->len; k++)
-            s->bytes[k] = fk_expected_output(ins, lens, in->n, m->wsum, j, k);
+            s->shadow[k] = fk_expected_output(ins, lens, in->n, m->wsum, j, k);
     }
     return 1;
 }
@@ -1304,10 +1371,12 @@ static ane_id fk_IOSurfaceCreate(ane_id props_)
     record("%s", line);
     s->len = s->props[4] > 0 ? (size_t)s->props[4] : 0;
     s->bytes = malloc(s->len ? s->len : 1);
-    if (!s->bytes)
+    s->shadow = malloc(s->len ? s->len : 1);
+    if (!s->bytes || !s->shadow)
         abort();
     /* fresh pages hold garbage in the fake, so a missing clear shows */
-    memset(s->bytes, 0xA5, s->len);
+    memset(s->shadow, 0xA5, s->len);
+    memset(s->bytes, FK_POISON, s->len);
     return s;
 }
 
@@ -1317,9 +1386,16 @@ static int fk_IOSurfaceLock(ane_id s_, uint32_t options, uint32_t *seed)
     record("IOSurfaceLock IOSurface(%lld) %u", s ? (long long)s->props[4] : -1LL, options);
     if (!s || s->kind != FK_SURFACE)
         return -1;
+    if (options & ~1u)
+        violation("IOSurfaceLock with options %#x (0 or kIOSurfaceLockReadOnly)", options);
     if (seed)
         *seed = (uint32_t)s->serial;
-    s->locks++;
+    if (s->locks++ == 0) { /* the CPU sees the real bytes now */
+        memcpy(s->bytes, s->shadow, s->len);
+        s->lock_ro = (options & 1u) != 0;
+    } else if (s->lock_ro && !(options & 1u)) {
+        violation("IOSurface #%d locked for writing inside a read-only lock", s->serial);
+    }
     return 0;
 }
 
@@ -1334,7 +1410,16 @@ static int fk_IOSurfaceUnlock(ane_id s_, uint32_t options, uint32_t *seed)
         violation("IOSurfaceUnlock of an unlocked surface #%d", s->serial);
         return -1;
     }
-    s->locks--;
+    if (--s->locks == 0) {
+        if (((options & 1u) != 0) != s->lock_ro)
+            violation("IOSurfaceUnlock of #%d with options %#x, locked with %#x", s->serial, options,
+                      s->lock_ro ? 1u : 0u);
+        if (s->lock_ro && memcmp(s->bytes, s->shadow, s->len) != 0)
+            violation("IOSurface #%d written under a read-only lock", s->serial); /* the write is lost */
+        else if (!s->lock_ro)
+            memcpy(s->shadow, s->bytes, s->len);
+        memset(s->bytes, FK_POISON, s->len); /* unlocked: the CPU sees no real byte */
+    }
     return 0;
 }
 
@@ -1369,8 +1454,10 @@ static void free_all(void)
     fk_obj *o = F.all;
     while (o) {
         fk_obj *next = o->next_all;
-        if (o->magic == FK_ALIVE)
+        if (o->magic == FK_ALIVE) {
             free(o->bytes);
+            free(o->shadow);
+        }
         free(o->str);
         free(o->keys);
         free(o->vals);
@@ -1467,6 +1554,7 @@ const char *fk_root(void) { return F.root; }
 size_t fk_ncalls(void) { return F.calls.n; }
 const char *fk_call(size_t i) { return i < F.calls.n ? F.calls.v[i] : NULL; }
 void fk_clear_calls(void) { sl_clear(&F.calls); }
+void fk_clear_violations(void) { sl_clear(&F.violations); }
 size_t fk_nviolations(void) { return F.violations.n; }
 const char *fk_violation(size_t i) { return i < F.violations.n ? F.violations.v[i] : NULL; }
 int fk_pool_depth(void) { return F.depth; }

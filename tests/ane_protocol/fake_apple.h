@@ -15,13 +15,36 @@
  *   - behaves like a strict device: compile reads model.mil and the weight
  *     files from NSTemporaryDirectory()/<hexId> and leaves its output there,
  *     net.plist and `data` (the BLOBFILE's bytes for a program with one
- *     BLOBFILE tensor, an opaque container otherwise); load reads only the
- *     compiled data, so weights are baked at compile (maderix M5); evaluate
- *     refuses CPU-locked surfaces and writes outputs computed from the bound
- *     inputs and the loaded weights (see fk_expected_output). Two switches
- *     (fk_set_device) model the other readings of the evidence: load
- *     re-reading the weight files (Orion's paper, "optimistic") and a
- *     hexStringIdentifier that covers the weight values (maderix);
+ *     BLOBFILE tensor, ANE-DATA-IS-BLOBFILE; an opaque container otherwise);
+ *     evaluate refuses CPU-locked surfaces and writes outputs computed from
+ *     the bound inputs and the loaded weights (see fk_expected_output).
+ *     IOSurfaces hold their bytes for the CPU only while locked
+ *     (ANE-SURFACE-LOCK): unlocked, the CPU-visible bytes are a poison
+ *     pattern (FK_POISON) and writes to them are lost; a write under a
+ *     read-only lock is a violation.
+ *     What a load reads is one of the readings of the public evidence
+ *     (fk_set_device; the ids are the constraint catalog's, `anec
+ *     constraints`). maderix's test_weight_reload shows only that rewriting
+ *     weights/ and loading the same object again changes nothing
+ *     (ANE-BAKED-WEIGHTS); Orion's test_delta_compile shows that a new,
+ *     never-compiled object whose hexId directory holds the donor's net.plist
+ *     and new `data` loads the new weights (ANE-NEW-OBJECT-LOAD); Orion's
+ *     paper claims load re-reads weights/ (ANE-LOAD-REREADS-WEIGHTS, no test
+ *     backs it). Whether a rewrite of `data` reaches the SAME object
+ *     (ANE-SAME-OBJECT-PATCH) no public test shows. So:
+ *       FK_LOAD_DATA           every load reads net.plist + data;
+ *       FK_LOAD_WEIGHTS        every load re-reads weights/ ("optimistic");
+ *       FK_LOAD_MEMORY         an object keeps the weights of its compile (or
+ *                              of its first load, when never compiled) and
+ *                              later loads read no file; a never-compiled
+ *                              object loads its hexId directory's data;
+ *       FK_LOAD_MEMORY_SHARED  as FK_LOAD_MEMORY, and the framework caches
+ *                              compiled weights per hexStringIdentifier
+ *                              process-wide: a never-compiled object whose
+ *                              hexId was compiled gets those (stale unless
+ *                              the hexId covers the weight values).
+ *     A second switch makes the hexStringIdentifier cover the weight values
+ *     (maderix's reading) or only the MIL and weight paths (Orion's);
  *   - records a violation (instead of crashing like the device) for protocol
  *     errors: MIL passed as NSString, nil weights dictionary, a selector sent
  *     through the wrong signature slot, wrong request arguments, ...;
@@ -57,13 +80,20 @@ struct fk_obj {
     fk_obj *refs[4];            /* retained members: DESC {mil, weights}, MODEL {desc},
                                    IOSOBJ {surface}, REQUEST {in, in_idx, out, out_idx} */
     int n_refs;
-    /* FK_SURFACE */
+    /* FK_SURFACE: `bytes` is what the CPU sees, `shadow` what the device
+       uses. While unlocked the CPU sees only a poison pattern (the real bytes
+       are in the shadow); a lock copies them in, an unlock copies them back
+       (after a read-only lock: checks that nothing was written). */
     int locks;
+    int lock_ro;                /* the outermost lock is kIOSurfaceLockReadOnly */
+    uint8_t *shadow;
     int64_t props[6];           /* Width, Height, BytesPerElement, BytesPerRow, AllocSize, PixelFormat */
     /* FK_MODEL */
     char hex[17];
     int compiled, loaded;
-    uint64_t wsum;              /* hash of the weight files read at load */
+    uint64_t wsum;              /* hash of the weights the loaded model computes with */
+    int has_mem;                /* FK_LOAD_MEMORY*: the object keeps mem_wsum in memory */
+    uint64_t mem_wsum;
     fk_obj *next_all;
 };
 
@@ -83,6 +113,8 @@ void fk_clear_calls(void);
 /* Protocol violations seen so far. */
 size_t fk_nviolations(void);
 const char *fk_violation(size_t i);
+/* Forget the violations so far (after a test provoked one on purpose). */
+void fk_clear_violations(void);
 
 /* Fail `selector` (every later call) with an NSError whose -description is
    `description` (NULL: fail without an NSError); selector NULL clears. For
@@ -107,9 +139,20 @@ uint64_t fk_weights_hash(const char *const *contents, const size_t *lens, size_t
    (in the current device mode). */
 uint64_t fk_compiled_hash(const char *mil, const char *const *paths, const uint8_t *const *datas,
                           const size_t *lens, size_t n);
-/* Device switches (both 0 after fk_init): optimistic = load re-reads the
-   weight files (else: only the compiled data); hex_content = the
-   hexStringIdentifier covers the weight values (else: MIL + weight paths). */
-void fk_set_device(int optimistic, int hex_content);
+/* What the CPU sees in an unlocked IOSurface. */
+#define FK_POISON 0x5Au
+
+/* What a load reads, one reading of the evidence each (see the top). */
+typedef enum {
+    FK_LOAD_DATA = 0,           /* baked: net.plist + data (the default after fk_init) */
+    FK_LOAD_WEIGHTS,            /* optimistic: the weight files */
+    FK_LOAD_MEMORY,             /* in memory, per model object */
+    FK_LOAD_MEMORY_SHARED,      /* in memory, and cached per hexStringIdentifier */
+} fk_reading;
+#define FK_N_READINGS 4
+/* Device switches (FK_LOAD_DATA, 0 after fk_init): the reading, and whether
+   the hexStringIdentifier covers the weight values (else MIL + weight paths). */
+void fk_set_device(fk_reading reading, int hex_content);
+const char *fk_reading_name(fk_reading reading);
 
 #endif /* FAKE_APPLE_H */

@@ -4,11 +4,15 @@
  *
  * test_ane_protocol.c checks the driver alone; this program checks what the
  * core really does through the public API (anec_rt.h) on driver "ane", in
- * every reading of the public evidence the fake models (weights baked at
- * compile or re-read at load; hexId of MIL + paths or of the values too):
- * every reload path and every cache hit either computes exactly what a fresh
- * compile with the new weights computes, or falls back (and says so); no
- * path is ever stale.
+ * every reading of the public evidence the fake models (fake_apple.h: load
+ * reads the compiled data, re-reads weights/, keeps the weights in the model
+ * object, or also caches them per hexId; hexId of MIL + paths or of the
+ * values too). For each reading and each reload strategy, forced, the
+ * selftest's probe tells it apart: the output either equals a fresh compile
+ * with the new weights or stays the old one. With the verdict the probe
+ * gives (g_verdict), every reload path and every cache hit in auto mode
+ * computes exactly what a fresh compile with the new weights computes, or
+ * falls back (and says so); no path is ever stale.
  *
  * TAP-like output; the exit status is the number of failed tests.
  */
@@ -30,7 +34,9 @@ static const anec_limits LIM = {16, 1, 16384, 49152, 1, 0};
 static int g_failed_now;
 static char g_base[1024];
 static char g_root[1100];
-static int g_optimistic, g_hex_content;
+static int g_hex_content;
+static fk_reading g_reading;
+static unsigned g_verdict; /* the no-compile strategies the reading honours: what the selftest verifies */
 
 #define CHECK(cond)                                                                   \
     do {                                                                              \
@@ -190,6 +196,32 @@ static anec_runtime *open_rt(unsigned verified)
 }
 
 #define VERIFIED_PATCH (ANEC_RELOAD_VERIFIED | ANEC_RELOAD_DATA_PATCH)
+#define VERDICT (ANEC_RELOAD_VERIFIED | g_verdict)
+
+/* The strategies a reading honours (fake_apple.h): a rewrite of `data` reaches
+   the same object only when loads read files; a new, never-compiled object
+   loads its data unless its hexId has cached (stale) weights. */
+static unsigned honoured(fk_reading r, int hex_content)
+{
+    switch (r) {
+    case FK_LOAD_DATA:
+    case FK_LOAD_WEIGHTS:
+        return ANEC_RELOAD_DATA_PATCH | ANEC_RELOAD_NEW_OBJECT;
+    case FK_LOAD_MEMORY:
+        return ANEC_RELOAD_NEW_OBJECT;
+    case FK_LOAD_MEMORY_SHARED:
+        return hex_content ? ANEC_RELOAD_NEW_OBJECT : 0u;
+    }
+    return 0;
+}
+
+/* The strategy auto mode picks for a data-patchable program under mask v. */
+static int preferred(unsigned v)
+{
+    return v & ANEC_RELOAD_DATA_PATCH ? ANEC_RELOAD_DATA_PATCH
+           : v & ANEC_RELOAD_NEW_OBJECT ? ANEC_RELOAD_NEW_OBJECT
+                                        : ANEC_RELOAD_RECOMPILE;
+}
 
 /* ---- tests ------------------------------------------------------------------ */
 
@@ -256,20 +288,59 @@ static void reload_case(int two, unsigned verified, int want_strategy, int want_
     CHECK(st.reloads == 3 && st.compiles == (uint64_t)(1 + 2 * want_compiles));
     CHECK(st.reloads_data_patch == (uint64_t)(want_strategy == ANEC_RELOAD_DATA_PATCH ? 2 : 0));
     CHECK(st.reloads_recompile == (uint64_t)(want_strategy == ANEC_RELOAD_RECOMPILE ? 2 : 0));
+    CHECK(st.reloads_new_object == (uint64_t)(want_strategy == ANEC_RELOAD_NEW_OBJECT ? 2 : 0));
     anec_program_free(p);
     anec_runtime_close(rt);
     CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
 }
 
-static void test_reload_data_patch_verified(void) { reload_case(0, VERIFIED_PATCH, ANEC_RELOAD_DATA_PATCH, 0); }
+static void test_reload_with_the_verdict(void)
+{
+    int s = preferred(g_verdict);
+    reload_case(0, VERDICT, s, s == ANEC_RELOAD_RECOMPILE);
+}
 static void test_reload_falls_back_to_recompile_unverified(void) { reload_case(0, 0, ANEC_RELOAD_RECOMPILE, 1); }
-static void test_reload_two_tensors_recompiles(void) { reload_case(1, VERIFIED_PATCH, ANEC_RELOAD_RECOMPILE, 1); }
+static void test_reload_two_tensors_recompiles(void) { reload_case(1, VERDICT, ANEC_RELOAD_RECOMPILE, 1); }
+
+/* The selftest's probe of one strategy, forced on a runtime that verified
+   nothing: the output either equals a fresh compile with the new weights (the
+   reading honours it) or is exactly the old one (it does not: the probe sees
+   "no change" and leaves the strategy unverified). */
+static void probe_case(int strategy)
+{
+    anec_runtime *rt = open_rt(0);
+    CHECK(rt);
+    prog_t a, b;
+    make_prog(&a, 0, 0x3C00, 0);
+    make_prog(&b, 0, 0x4000, 0);
+    anec_program *p = NULL;
+    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &p));
+    CHECK_RC(anec_load(p));
+    CHECK(computes(p, &a));
+    size_t mark = fk_ncalls();
+    CHECK_RC(anec_reload_weights_using(p, b.blobs, b.n, strategy));
+    CHECK(count_calls(mark, "compileWithQoS") == (strategy == ANEC_RELOAD_RECOMPILE));
+    int fresh = strategy == ANEC_RELOAD_RECOMPILE || (honoured(g_reading, g_hex_content) & (unsigned)strategy);
+    CHECK(computes(p, fresh ? &b : &a));
+    /* what it computes with survives an unload and a load */
+    CHECK_RC(anec_unload(p));
+    CHECK_RC(anec_load(p));
+    CHECK(computes(p, fresh ? &b : &a));
+    anec_program_free(p);
+    anec_runtime_close(rt);
+    CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
+}
+
+static void test_probe_data_patch(void) { probe_case(ANEC_RELOAD_DATA_PATCH); }
+static void test_probe_new_object(void) { probe_case(ANEC_RELOAD_NEW_OBJECT); }
+static void test_probe_recompile(void) { probe_case(ANEC_RELOAD_RECOMPILE); }
 
 /* the data patch from arrays: the driver is handed the new file's bytes (mapped) */
 static void test_reload_arrays_data_patch(void)
 {
-    anec_runtime *rt = open_rt(VERIFIED_PATCH);
+    anec_runtime *rt = open_rt(VERDICT);
     CHECK(rt);
+    int s = preferred(g_verdict);
     prog_t a, b;
     make_prog(&a, 0, 0x3C00, 0);
     make_prog(&b, 0, 0x4000, 0);
@@ -282,6 +353,13 @@ static void test_reload_arrays_data_patch(void)
     anec_weight_array arr = {64, w32, N_W, ANEC_DTYPE_FP32};
     long long bad = 7;
     size_t mark = fk_ncalls();
+    if (s == ANEC_RELOAD_RECOMPILE) { /* nothing verified that reloads without a compile: refused */
+        CHECK(anec_reload_arrays(p, k_paths[0], &arr, 1, &bad) == ANEC_EINVAL && computes(p, &a));
+        anec_program_free(p);
+        anec_runtime_close(rt);
+        CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
+        return;
+    }
     CHECK_RC(anec_reload_arrays(p, k_paths[0], &arr, 1, &bad));
     CHECK(bad == -1 && count_calls(mark, "compileWithQoS") == 0);
     CHECK(computes(p, &b));
@@ -299,7 +377,9 @@ static void test_reload_arrays_data_patch(void)
     CHECK(count_calls(mark, "WithQoS") == 0);
     struct anec_stats st;
     CHECK_RC(anec_stats(rt, &st));
-    CHECK(st.reloads == 3 && st.reloads_data_patch == 2 && st.compiles == 1);
+    CHECK(st.reloads == 3 && st.compiles == 1);
+    CHECK(st.reloads_data_patch == (s == ANEC_RELOAD_DATA_PATCH ? 2u : 0u));
+    CHECK(st.reloads_new_object == (s == ANEC_RELOAD_NEW_OBJECT ? 2u : 0u));
     anec_program_free(p);
     anec_runtime_close(rt);
     CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
@@ -341,14 +421,48 @@ static void cache_case(int two, unsigned verified, int same_weights, int want_co
 }
 
 static void test_cache_hit_same_weights(void) { cache_case(1, 0, 1, 0); }
-static void test_cache_hit_other_weights_patched(void) { cache_case(0, VERIFIED_PATCH, 0, 0); }
+static void test_cache_hit_other_weights_new_object(void)
+{
+    cache_case(0, VERDICT, 0, !(g_verdict & ANEC_RELOAD_NEW_OBJECT));
+}
+/* a verified same-object patch alone does not make a clone with other weights safe */
+static void test_cache_hit_other_weights_patch_only_compiles(void) { cache_case(0, VERIFIED_PATCH, 0, 1); }
 static void test_cache_hit_other_weights_unverified_compiles(void) { cache_case(0, 0, 0, 1); }
-static void test_cache_hit_other_weights_two_tensors_compiles(void) { cache_case(1, VERIFIED_PATCH, 0, 1); }
+static void test_cache_hit_other_weights_two_tensors_compiles(void) { cache_case(1, VERDICT, 0, 1); }
+
+/* A, then B compiled under the same key (no new object verified), then A
+   again: the third is a clone of the first only where a never-compiled
+   object surely gets A (the reading where the framework caches weights per
+   hexId would hand it B, the last compiled): never stale */
+static void test_cache_hit_after_a_compile_with_other_weights(void)
+{
+    anec_runtime *rt = open_rt(VERDICT);
+    CHECK(rt);
+    prog_t a, b;
+    make_prog(&a, 0, 0x3C00, 0);
+    make_prog(&b, 0, 0x4400, 0);
+    anec_program *p = NULL, *q = NULL, *r = NULL;
+    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &p));
+    CHECK_RC(anec_compile(rt, b.mil, strlen(b.mil), b.blobs, b.n, &LIM, &q));
+    size_t mark = fk_ncalls();
+    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &r));
+    int new_object = (g_verdict & ANEC_RELOAD_NEW_OBJECT) != 0;
+    CHECK(count_calls(mark, "compileWithQoS") == !new_object);
+    CHECK_RC(anec_load(r));
+    CHECK(computes(r, &a));
+    CHECK_RC(anec_load(q));
+    CHECK(computes(q, &b));
+    anec_program_free(p);
+    anec_program_free(q);
+    anec_program_free(r);
+    anec_runtime_close(rt);
+    CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
+}
 
 /* a program freed, then loaded again: the cache keeps its compiled form */
 static void test_cache_keeps_a_closed_program(void)
 {
-    anec_runtime *rt = open_rt(VERIFIED_PATCH);
+    anec_runtime *rt = open_rt(VERDICT);
     CHECK(rt);
     prog_t a, b;
     make_prog(&a, 0, 0x3C00, 0);
@@ -358,7 +472,7 @@ static void test_cache_keeps_a_closed_program(void)
     anec_program_free(p);
     size_t mark = fk_ncalls();
     CHECK_RC(anec_compile(rt, b.mil, strlen(b.mil), b.blobs, b.n, &LIM, &q));
-    CHECK(count_calls(mark, "compileWithQoS") == 0);
+    CHECK(count_calls(mark, "compileWithQoS") == !(g_verdict & ANEC_RELOAD_NEW_OBJECT));
     CHECK_RC(anec_load(q));
     CHECK(computes(q, &b));
     anec_program_free(q);
@@ -393,6 +507,47 @@ static void test_caller_buffers(void)
     CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
 }
 
+/* anec_call: inputs written under write locks, outputs read under read-only
+   locks, nothing locked during the evaluation or after (ANE-SURFACE-LOCK; the
+   fake poisons what the CPU sees of an unlocked surface, so a copy outside a
+   lock gives wrong outputs) */
+static void test_call_locks_only_around_copies(void)
+{
+    anec_runtime *rt = open_rt(0);
+    CHECK(rt);
+    prog_t a;
+    make_prog(&a, 0, 0x4200, 0);
+    anec_program *p = NULL;
+    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &p));
+    CHECK_RC(anec_load(p));
+    static uint16_t x0[N_W], x1[N_W], y[N_W];
+    for (size_t i = 0; i < N_W; i++) {
+        x0[i] = (uint16_t)(0x3C00 + i);
+        x1[i] = (uint16_t)(0x4000 + 3 * i);
+    }
+    anec_io ins[2] = {{ANEC_DTYPE_FP16, x0, sizeof x0}, {ANEC_DTYPE_FP16, x1, sizeof x1}};
+    anec_io outs[1] = {{ANEC_DTYPE_FP16, y, sizeof y}};
+    size_t mark = fk_ncalls();
+    CHECK_RC(anec_call(p, ins, 2, outs, 1));
+    CHECK(count_calls(mark, "IOSurfaceLock IOSurface(49152) 0") == 2);   /* the two inputs, for writing */
+    CHECK(count_calls(mark, "IOSurfaceLock IOSurface(49152) 1") == 1);   /* the output, read-only */
+    CHECK(count_calls(mark, "IOSurfaceUnlock") == 3);
+    fk_obj *last = fk_last(FK_SURFACE); /* the last surface made: the output */
+    CHECK(last && last->locks == 0);
+    /* the device saw the inputs (packed at byte 0, the rest zero) and the loaded weights */
+    static uint8_t iv0[49152], iv1[49152];
+    memcpy(iv0, x0, sizeof x0);
+    memcpy(iv1, x1, sizeof x1);
+    const uint8_t *iv[2] = {iv0, iv1};
+    size_t il[2] = {49152, 49152};
+    const uint8_t *yb = (const uint8_t *)y;
+    for (size_t k = 0; k < sizeof y; k += 7)
+        CHECK(yb[k] == fk_expected_output(iv, il, 2, fresh_hash(&a), 0, k));
+    anec_program_free(p);
+    anec_runtime_close(rt);
+    CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
+}
+
 static void test_core_compile_error_on_ane(void)
 {
     anec_runtime *rt = open_rt(0);
@@ -420,16 +575,22 @@ typedef struct {
 
 static const test_t k_tests[] = {
     {"compile: the program runs the model that was compiled", test_compile_runs_the_compiled_model},
-    {"reload, data patch verified: no compile, equals a fresh compile", test_reload_data_patch_verified},
-    {"reload from arrays, data patch verified: converted, checked, equals a fresh compile", test_reload_arrays_data_patch},
+    {"probe: a forced data patch is fresh or exactly stale", test_probe_data_patch},
+    {"probe: a forced new object is fresh or exactly stale", test_probe_new_object},
+    {"probe: a forced recompile is fresh", test_probe_recompile},
+    {"reload with the probe's verdict: preferred strategy, equals a fresh compile", test_reload_with_the_verdict},
+    {"reload from arrays with the verdict: converted, checked, equals a fresh compile", test_reload_arrays_data_patch},
     {"reload, nothing verified: recompile, equals a fresh compile", test_reload_falls_back_to_recompile_unverified},
     {"reload, two tensors (opaque data): recompile, equals a fresh compile", test_reload_two_tensors_recompiles},
     {"cache hit, same weights: clone, no compile", test_cache_hit_same_weights},
-    {"cache hit, other weights, verified: clone + data patch, no compile", test_cache_hit_other_weights_patched},
+    {"cache hit, other weights, verdict: a new object where verified", test_cache_hit_other_weights_new_object},
+    {"cache hit, other weights, only data patch verified: compiled", test_cache_hit_other_weights_patch_only_compiles},
     {"cache hit, other weights, unverified: compiled", test_cache_hit_other_weights_unverified_compiles},
     {"cache hit, other weights, two tensors: compiled", test_cache_hit_other_weights_two_tensors_compiles},
+    {"cache hit after a compile with other weights: never stale", test_cache_hit_after_a_compile_with_other_weights},
     {"cache keeps a closed program's compiled form", test_cache_keeps_a_closed_program},
     {"caller buffers become IOSurfaces of their sizes", test_caller_buffers},
+    {"anec_call locks surfaces only around its copies", test_call_locks_only_around_copies},
     {"device compile error reaches anec_last_error", test_core_compile_error_on_ane},
 };
 
@@ -442,19 +603,18 @@ int main(void)
         perror("mkdtemp");
         return 99;
     }
-    static const char *const modes[4] = {"baked, hexId of MIL+paths", "baked, hexId of values",
-                                         "optimistic, hexId of MIL+paths", "optimistic, hexId of values"};
-    size_t nt = sizeof k_tests / sizeof k_tests[0], n = nt * 4;
+    size_t nt = sizeof k_tests / sizeof k_tests[0], n = nt * FK_N_READINGS * 2;
     int failed = 0;
     printf("1..%zu\n", n);
     for (size_t t = 0; t < n; t++) {
         size_t i = t % nt, mode = t / nt;
-        g_optimistic = mode >= 2;
-        g_hex_content = mode % 2;
-        snprintf(g_root, sizeof g_root, "%s/t%02zu", g_base, t + 1);
+        g_reading = (fk_reading)(mode / 2);
+        g_hex_content = (int)(mode % 2);
+        g_verdict = honoured(g_reading, g_hex_content);
+        snprintf(g_root, sizeof g_root, "%s/t%03zu", g_base, t + 1);
         mkdir(g_root, 0755);
         fk_init(g_root);
-        fk_set_device(g_optimistic, g_hex_content);
+        fk_set_device(g_reading, g_hex_content);
         anec_process_reset_budget("ane"); /* a new process per test (allowed for the fake only) */
         g_failed_now = 0;
         k_tests[i].fn();
@@ -466,7 +626,8 @@ int main(void)
             printf("#   %d autorelease pool(s) left open\n", fk_pool_depth());
             g_failed_now = 1;
         }
-        printf("%sok %zu - %s [%s]\n", g_failed_now ? "not " : "", t + 1, k_tests[i].name, modes[mode]);
+        printf("%sok %zu - %s [%s, hexId of %s]\n", g_failed_now ? "not " : "", t + 1, k_tests[i].name,
+               fk_reading_name(g_reading), g_hex_content ? "values" : "MIL+paths");
         failed += g_failed_now;
         fk_shutdown();
     }

@@ -448,7 +448,7 @@ static void test_surfaces(void)
     CHECK_OK(D->open(&ctx, err, sizeof err), err);
     size_t mark = fk_ncalls();
     CHECK_OK(D->surface_create(ctx, 49152, &s, err, sizeof err), err);
-    CHECK(s.handle && s.base && s.bytes == 49152);
+    CHECK(s.handle && s.bytes == 49152);
     int seen = 0;
     for (size_t i = mark; i < fk_ncalls(); i++)
         if (strncmp(fk_call(i), "IOSurfaceCreate", 15) == 0) {
@@ -460,16 +460,66 @@ static void test_surfaces(void)
         }
     CHECK(seen == 1);
     fk_obj *surf = fk_last(FK_SURFACE);
-    CHECK(surf->locks == 1);        /* CPU-locked while the core uses `base` */
+    /* created unlocked (ANE-SURFACE-LOCK): zeroed under a lock, then released */
+    CHECK(surf->locks == 0 && count_calls(mark, "IOSurfaceLock") == 1 && count_calls(mark, "IOSurfaceUnlock") == 1);
+    CHECK(first_call(mark, "IOSurfaceLock") < first_call(mark, "IOSurfaceUnlock"));
+    CHECK(surf->bytes[0] == FK_POISON); /* unlocked: the CPU sees no real byte */
+    /* a read-only lock (kIOSurfaceLockReadOnly) shows the real bytes */
+    mark = fk_ncalls();
+    CHECK_OK(D->surface_lock(ctx, &s, 1, err, sizeof err), err);
+    CHECK(count_calls(mark, "IOSurfaceLock IOSurface(49152) 1") == 1);
+    CHECK(surf->locks == 1 && s.base == surf->bytes);
     for (size_t k = 0; k < s.bytes; k++)
-        CHECK(s.base[k] == 0);      /* zeroed (the fake fills new surfaces with 0xA5) */
-    CHECK(s.base == surf->bytes);
+        CHECK(s.base[k] == 0); /* zeroed (the fake fills new surfaces with 0xA5) */
+    D->surface_unlock(ctx, &s, 1);
+    CHECK(surf->locks == 0 && s.base == NULL && count_calls(mark, "IOSurfaceUnlock IOSurface(49152) 1") == 1);
+    /* what the CPU writes under a write lock is what the device sees after */
+    CHECK_OK(D->surface_lock(ctx, &s, 0, err, sizeof err), err);
+    s.base[7] = 42;
+    uint8_t *stale = s.base;
+    D->surface_unlock(ctx, &s, 0);
+    CHECK(surf->shadow[7] == 42 && stale[7] == FK_POISON);
+    /* a write outside a lock is lost; a write under a read-only lock is a violation */
+    stale[7] = 9;
+    CHECK_OK(D->surface_lock(ctx, &s, 1, err, sizeof err), err);
+    CHECK(s.base[7] == 42);
+    s.base[8] = 1;
+    size_t v = fk_nviolations();
+    D->surface_unlock(ctx, &s, 1);
+    CHECK(fk_nviolations() == v + 1 && strstr(fk_violation(v), "written under a read-only lock"));
+    fk_clear_violations();
     anec_surface bad;
     CHECK(D->surface_create(ctx, 0, &bad, err, sizeof err) == ANEC_EINVAL);
     D->surface_free(ctx, &s);
     CHECK(s.handle == NULL && s.base == NULL);
     D->close(ctx);
 }
+
+/* Write a surface as the core does: under a write lock. */
+static void fill(void *ctx, anec_surface *s, uint8_t (*f)(size_t))
+{
+    char err[256];
+    if (D->surface_lock(ctx, s, 0, err, sizeof err) != ANEC_OK)
+        return;
+    for (size_t k = 0; k < s->bytes; k++)
+        s->base[k] = f(k);
+    D->surface_unlock(ctx, s, 0);
+}
+
+/* Read byte k of a surface as the core does: under a read-only lock. */
+static int peek(void *ctx, anec_surface *s, size_t k)
+{
+    char err[256];
+    if (D->surface_lock(ctx, s, 1, err, sizeof err) != ANEC_OK)
+        return -1;
+    int v = s->base[k];
+    D->surface_unlock(ctx, s, 1);
+    return v;
+}
+
+static uint8_t fill_a(size_t k) { return (uint8_t)(k * 3); }
+static uint8_t fill_b(size_t k) { return (uint8_t)(k * 5 + 1); }
+static uint8_t fill_7(size_t k) { (void)k; return 7; }
 
 /* compile, load, evaluate twice (one request, reused), check outputs. */
 static void test_load_evaluate_reuses_request(void)
@@ -494,9 +544,12 @@ static void test_load_evaluate_reuses_request(void)
     CHECK_OK(D->surface_create(ctx, 49152, &a, err, sizeof err), err);
     CHECK_OK(D->surface_create(ctx, 49152, &b, err, sizeof err), err);
     CHECK_OK(D->surface_create(ctx, 49152, &y, err, sizeof err), err);
+    fill(ctx, &a, fill_a);
+    fill(ctx, &b, fill_b);
+    static uint8_t av[49152], bv[49152];
     for (size_t k = 0; k < 49152; k++) {
-        a.base[k] = (uint8_t)(k * 3);
-        b.base[k] = (uint8_t)(k * 5 + 1);
+        av[k] = fill_a(k);
+        bv[k] = fill_b(k);
     }
     anec_surface *in[2] = {&a, &b}, *out[1] = {&y};
     mark = fk_ncalls();
@@ -512,22 +565,27 @@ static void test_load_evaluate_reuses_request(void)
         "_ANERequest &error",
     };
     CHECK(expect_messages(mark, eval1, N_OF(eval1), ""));
-    /* the surfaces are unlocked before they are wrapped into the request and
-       locked again after the evaluation (the fake flags a locked wrap) */
-    CHECK(count_calls(mark, "IOSurfaceUnlock") == 3 && count_calls(mark, "IOSurfaceLock") == 3);
-    CHECK(first_call(mark, "IOSurfaceUnlock") < first_call(mark, "objectWithIOSurface"));
-    CHECK(fk_last(FK_SURFACE)->locks == 1);
+    /* evaluate touches no CPU lock: the surfaces are unlocked already (ANE-SURFACE-LOCK) */
+    CHECK(count_calls(mark, "IOSurfaceUnlock") == 0 && count_calls(mark, "IOSurfaceLock") == 0);
+    CHECK(fk_last(FK_SURFACE)->locks == 0);
 
     /* the inputs were bound in the order given (a first, then b) */
-    const uint8_t *ins[2] = {a.base, b.base};
+    const uint8_t *ins[2] = {av, bv};
     size_t lens[2] = {a.bytes, b.bytes};
     uint64_t w = compiled_hash(&p);
     for (size_t k = 0; k < y.bytes; k += 97)
-        CHECK_MSG(y.base[k] == fk_expected_output(ins, lens, 2, w, 0, k), "byte %zu", k);
+        CHECK_MSG(peek(ctx, &y, k) == fk_expected_output(ins, lens, 2, w, 0, k), "byte %zu", k);
 
     /* second evaluation: the same request, nothing rebuilt */
     fk_obj *req = fk_last(FK_REQUEST);
+    av[0] = 200;
+    CHECK_OK(D->surface_lock(ctx, &a, 0, err, sizeof err), err);
     a.base[0] = 200;
+    /* a surface the CPU still holds is refused by the device */
+    CHECK(D->evaluate(ctx, prog, in, 2, out, 1, err, sizeof err) != ANEC_OK);
+    CHECK(fk_nviolations() == 1 && strstr(fk_violation(0), "still CPU-locked"));
+    fk_clear_violations();
+    D->surface_unlock(ctx, &a, 0);
     mark = fk_ncalls();
     CHECK_OK(D->evaluate(ctx, prog, in, 2, out, 1, err, sizeof err), err);
     const char *eval2[] = {
@@ -536,7 +594,7 @@ static void test_load_evaluate_reuses_request(void)
     };
     CHECK(expect_messages(mark, eval2, 1, ""));
     CHECK(fk_last(FK_REQUEST) == req && fk_alive(req));
-    CHECK(y.base[0] == fk_expected_output(ins, lens, 2, w, 0, 0));
+    CHECK(peek(ctx, &y, 0) == fk_expected_output(ins, lens, 2, w, 0, 0));
 
     /* another output surface: a new request for the new set */
     anec_surface y2;
@@ -546,7 +604,7 @@ static void test_load_evaluate_reuses_request(void)
     CHECK_OK(D->evaluate(ctx, prog, in, 2, out2, 1, err, sizeof err), err);
     CHECK(count_calls(mark, "+_ANERequest requestWithInputs") == 1);
     CHECK(fk_last(FK_REQUEST) != req && !fk_alive(req)); /* the old one released */
-    CHECK(y2.base[5] == fk_expected_output(ins, lens, 2, w, 0, 5));
+    CHECK(peek(ctx, &y2, 5) == fk_expected_output(ins, lens, 2, w, 0, 5));
 
     /* a request belongs to one load: unload drops it, the next evaluate builds one */
     req = fk_last(FK_REQUEST);
@@ -581,11 +639,11 @@ static uint8_t eval_byte(void *ctx, void *prog, size_t k, uint64_t *w_seen)
     anec_surface x, y;
     if (D->surface_create(ctx, 49152, &x, err, sizeof err) || D->surface_create(ctx, 49152, &y, err, sizeof err))
         return 0;
-    memset(x.base, 7, x.bytes);
+    fill(ctx, &x, fill_7);
     anec_surface *in[1] = {&x}, *out[1] = {&y};
     uint8_t v = 0;
     if (D->evaluate(ctx, prog, in, 1, out, 1, err, sizeof err) == ANEC_OK)
-        v = y.base[k];
+        v = (uint8_t)peek(ctx, &y, k);
     if (w_seen)
         *w_seen = fk_last(FK_MODEL)->wsum;
     D->surface_free(ctx, &x);
@@ -617,17 +675,18 @@ static void test_weights_baked_at_compile(void)
     CHECK_OK(D->load(ctx, prog, err, sizeof err), err);
     CHECK(count_calls(mark, "compileWithQoS") == 0);
     if (g_optimistic)
-        CHECK(model->wsum == compiled_hash(&p)); /* Orion's claim: the files are re-read */
+        CHECK(model->wsum == compiled_hash(&p)); /* ANE-LOAD-REREADS-WEIGHTS: the files are re-read */
     else
-        CHECK(model->wsum == w0);                /* maderix M5: nothing changes */
+        CHECK(model->wsum == w0);                /* ANE-BAKED-WEIGHTS: nothing changes */
     D->release(ctx, prog);
     D->close(ctx);
     free_program(&p);
 }
 
-/* Data patch (Orion's tested path): the new BLOBFILE becomes the compiled
-   data of a one-tensor program, then only load: equal to a fresh compile, no
-   compile, whichever device reading holds. */
+/* Data patch of the same model object (ANE-SAME-OBJECT-PATCH): the new
+   BLOBFILE becomes the compiled data of a one-tensor program, then only load:
+   equal to a fresh compile, no compile, under the readings where a load reads
+   files (the in-memory readings are covered by test_ane_core.c). */
 static void test_patch_data_then_load_equals_fresh_compile(void)
 {
     void *ctx = NULL, *prog = NULL, *fresh = NULL;
@@ -860,8 +919,8 @@ static void test_nserror_becomes_message(void)
     CHECK_MSG(strstr(err, "status=0x1d") && strstr(err, "ANE-MIN-SURFACE") &&
                   strstr(err, "ANE-UNIFORM-SURFACES"),
               "%s", err);
-    /* surfaces are CPU-locked again after a failed evaluation */
-    CHECK(fk_last(FK_SURFACE)->locks == 1);
+    /* a failed evaluation leaves the surfaces unlocked */
+    CHECK(fk_last(FK_SURFACE)->locks == 0);
 
     /* unload */
     fk_fail("unloadWithQoS:error:", "unload refused");
@@ -1027,7 +1086,7 @@ int main(void)
         snprintf(g_root, sizeof g_root, "%s/t%02zu", g_base, t + 1);
         mkdir(g_root, 0755);
         fk_init(g_root);
-        fk_set_device(g_optimistic, g_hex_content);
+        fk_set_device(g_optimistic ? FK_LOAD_WEIGHTS : FK_LOAD_DATA, g_hex_content);
         g_failed_now = 0;
         if (k_tests[i].real_symbols)
             ane_syms_install_fake(NULL);

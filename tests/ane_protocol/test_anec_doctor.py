@@ -35,7 +35,7 @@ def test_doctor_on_linux_reports_drivers_budget_and_target() -> None:
                               "needs macOS on Apple silicon") in out
     assert _row("auto picks", "sim") in out
     assert _row("compile budget", "119 of 119 compiles left in a fresh runtime") in out
-    assert _row("reloads verified", "data-patch, inputs") in out  # the sim's own device model
+    assert _row("reloads verified", "data-patch, new-object, inputs") in out  # the sim's own device model
     assert _row("framework", f"{doctor.ANE_FRAMEWORK_DIR}: not found") in out
     t = get_target(DEFAULT_TARGET)
     assert _row("default", t.name) in out
@@ -54,7 +54,7 @@ def test_doctor_json() -> None:
     assert info["runtime"]["drivers"]["ane"]["available"] is False
     assert info["runtime"]["drivers"]["sim"]["available"] is True
     assert info["runtime"]["fresh_runtime"] == {"driver": "sim", "compile_budget": 119, "compile_budget_left": 119,
-                                                "reload_verified": ["data-patch", "recompile", "inputs"]}
+                                                "reload_verified": ["data-patch", "new-object", "recompile", "inputs"]}
     assert info["framework"]["directory_exists"] is False
     assert info["target"]["limits"]["surface_alignment"] == get_target(DEFAULT_TARGET).surface_alignment
 
@@ -109,9 +109,11 @@ def test_render_of_a_macos_report() -> None:
     assert _row("framework", f"{doctor.ANE_FRAMEWORK_DIR}: present (binary in the dyld shared cache)") in out
     assert _row("this chip", "m2 (pass --target m2)") in out
     # no verdict cached yet on this Mac: the doctor says what to run
-    assert _row("reloads verified", "none (run `python -m anec.selftest`: until it verifies data patches, "
-                                    "reloads recompile)") in out
+    assert _row("reloads verified", "none (run `python -m anec.selftest`: until it verifies data patches or "
+                                    "new objects, reloads recompile)") in out
     info["runtime"]["fresh_runtime"]["reload_verified"] = ["data-patch", "recompile", "inputs"]
     assert _row("reloads verified", "data-patch, inputs") in doctor.render(info).splitlines()
+    info["runtime"]["fresh_runtime"]["reload_verified"] = ["new-object", "recompile", "inputs"]
+    assert _row("reloads verified", "new-object, inputs") in doctor.render(info).splitlines()
     info["platform"]["rosetta"] = True
     assert any("Rosetta" in line for line in doctor.render(info).splitlines())

@@ -57,15 +57,18 @@ def test_selftest_numbers(report: dict) -> None:
     assert ms["exact_size"]["failed"] is True and "0x1d" in ms["exact_size"]["message"]
     rl = _check(report, "reload")["data"]
     # the sim's default device: a one-tensor program's compiled data is its BLOBFILE, a packed
-    # two-tensor program's is opaque; the data patch equals a fresh compile, with no compile
-    assert rl["one"]["verified"] is True and rl["one"]["compiles"] == 0 and rl["one"]["vs_fresh"] == 0.0
-    assert rl["one"]["change"] > 0.5
-    assert rl["packed"] == {"files": 1, "data_patchable": False, "verified": None}
-    assert rl["verdict"] == ["data-patch"] == rl["declared"]
+    # two-tensor program's is opaque; the data patch and the new object each equal a fresh
+    # compile, with no compile
+    for strategy in ("data-patch", "new-object"):
+        one = rl["probes"][strategy]["one"]
+        assert one["verified"] is True and one["compiles"] == 0 and one["vs_fresh"] == 0.0
+        assert one["change"] > 0.5
+        assert rl["probes"][strategy]["packed"] == {"files": 1, "data_patchable": False, "verified": None}
+    assert rl["verdict"] == ["data-patch", "new-object"] == rl["declared"]
     assert rl["auto"]["reload-auto-one"] == {"strategy": "data-patch", "compiles": 0, "equals_fresh": True}
     assert rl["auto"]["reload-auto-dense"] == {"strategy": "recompile", "compiles": 1, "equals_fresh": True}
     sh = _check(report, "shared")["data"]
-    assert sh["one tensor"]["compiles"] == 1 and sh["one tensor"]["cache_hits"] == 1  # clone + data patch
+    assert sh["one tensor"]["compiles"] == 1 and sh["one tensor"]["cache_hits"] == 1  # a new object
     assert sh["two tensors"]["compiles"] == 2 and sh["two tensors"]["cache_hits"] == 0  # opaque data: compiled
     assert all(sh[k]["same_mil"] and sh[k]["first_unchanged"] for k in ("one tensor", "two tensors"))
     assert _check(report, "dialect")["data"]["accepted"] == ["ios18", "ios16"]
@@ -101,9 +104,14 @@ def test_reload_check_fails_when_the_runtime_reloads_stale(monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize("device,verdict,packed", [
-    ("load=memory", [], None),            # the device ignores the compiled data: only recompiles work
-    ("data=file", ["data-patch"], True),  # the device keeps a packed file as data: patched too
-    ("load=weights", ["data-patch"], None),
+    # a model object keeps the weights of its compile: the same-object patch is stale,
+    # a new object loads the new data
+    ("load=memory", ["new-object"], None),
+    # ... and new objects get the weights last compiled for their identifier: only recompiles
+    ("load=memory-shared", [], None),
+    ("data=file", ["data-patch", "new-object"], True),  # a packed file kept as data: patched too
+    ("data=file,load=memory", ["new-object"], True),
+    ("load=weights", ["data-patch", "new-object"], None),
 ])
 def test_reload_probe_finds_what_each_device_allows(monkeypatch: pytest.MonkeyPatch, device, verdict, packed) -> None:
     monkeypatch.setenv("ANEC_SIM_DEVICE", device)
@@ -111,10 +119,14 @@ def test_reload_probe_finds_what_each_device_allows(monkeypatch: pytest.MonkeyPa
     selftest.check_reload(selftest._Env("sim", "m4", 0), c)
     assert c.passed, c.lines  # whatever the device allows, the runtime's choice equals a fresh compile
     assert c.data["verdict"] == verdict == c.data["declared"]
-    assert c.data["packed"]["verified"] is packed
-    if not verdict:
-        assert c.data["one"]["verified"] is False and c.data["one"]["change"] == 0.0  # a stale patch, caught
-        assert {a["strategy"] for a in c.data["auto"].values()} == {"recompile"}
+    for strategy in ("data-patch", "new-object"):
+        probe = c.data["probes"][strategy]
+        assert probe["packed"]["verified"] is (packed if strategy in verdict else (None if packed is None else False))
+        if strategy not in verdict:  # a stale reload, caught: the outputs did not change at all
+            assert probe["one"]["verified"] is False and probe["one"]["change"] == 0.0
+    auto = {a["strategy"] for a in c.data["auto"].values()}
+    assert auto == ({verdict[0], "recompile"} if verdict else {"recompile"})
+    assert all(a["equals_fresh"] and a["compiles"] == (a["strategy"] == "recompile") for a in c.data["auto"].values())
 
 
 @pytest.mark.parametrize("device,found", [("", "rejected"), ("concat=reject", "rejected"),
@@ -172,6 +184,11 @@ def test_the_verdict_is_cached_per_machine_and_read_back(monkeypatch: pytest.Mon
     assert path == tmp_path / "cache" / "selftest-verdict.json"
     assert selftest.cached_verdict("ane") == ["data-patch"]
     assert selftest.cached_verdict("sim") is None  # per driver
+    report["checks"][0]["data"]["verdict"] = ["new-object"]  # a machine where only a new object works
+    selftest.save_verdict(report)
+    assert selftest.cached_verdict("ane") == ["new-object"]
+    report["checks"][0]["data"]["verdict"] = ["data-patch"]
+    selftest.save_verdict(report)
     from anec import runtime
 
     assert runtime._verdict_for("ane") == ["data-patch"]
@@ -267,3 +284,87 @@ def test_python_dash_m() -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.rstrip().endswith("9/9 checks passed")
     assert np.all([line.startswith("PASS") for line in r.stdout.splitlines() if line[:4] in ("PASS", "FAIL")])
+
+
+# ---- the reload check against the fake of the macOS framework ---------------------------------------
+
+FAKE_CDEF = """
+typedef enum { FK_LOAD_DATA, FK_LOAD_WEIGHTS, FK_LOAD_MEMORY, FK_LOAD_MEMORY_SHARED } fk_reading;
+void fk_init(const char *root);
+void fk_shutdown(void);
+void fk_set_device(fk_reading reading, int hex_content);
+size_t fk_nviolations(void);
+const char *fk_violation(size_t i);
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_native(tmp_path_factory: pytest.TempPathFactory):
+    """The C runtime with the ane driver bound to tests/ane_protocol/fake_apple.c (a test-only
+    cffi build, as `make ane-protocol-test` links it): (ffi, lib)."""
+    import importlib.util
+    import shutil
+
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        pytest.skip("a C compiler is needed to build the runtime against the fake")
+    from cffi import FFI
+
+    csrc = ROOT / "csrc"
+    sources = sorted(str(f) for f in csrc.glob("*.c") if not f.name.startswith("fuzz_"))
+    sources.append(str(ROOT / "tests" / "ane_protocol" / "fake_apple.c"))
+    ffi = FFI()
+    ffi.cdef((csrc / "anec_rt.cdef.h").read_text("utf-8") + FAKE_CDEF)
+    ffi.set_source("_anec_fake_native", '#include "anec_rt.h"\n#include "fake_apple.h"', sources=sources,
+                   include_dirs=[str(csrc), str(ROOT / "tests" / "ane_protocol")],
+                   define_macros=[("ANEC_ANE_TESTING", None)], libraries=["m", "pthread", "dl"],
+                   extra_compile_args=["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-fno-strict-aliasing"])
+    build = tmp_path_factory.mktemp("fake-native")
+    so = ffi.compile(tmpdir=str(build), verbose=False)
+    spec = importlib.util.spec_from_file_location("_anec_fake_native", so)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.ffi, mod.lib
+
+
+# (reading, hexId covers the weight values) -> the verdict the probes must find (fake_apple.h)
+FAKE_READINGS = [
+    ("FK_LOAD_DATA", 0, ["data-patch", "new-object"]),
+    ("FK_LOAD_WEIGHTS", 1, ["data-patch", "new-object"]),
+    ("FK_LOAD_MEMORY", 0, ["new-object"]),
+    ("FK_LOAD_MEMORY_SHARED", 0, []),
+    ("FK_LOAD_MEMORY_SHARED", 1, ["new-object"]),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reading,hex_content,verdict", FAKE_READINGS)
+def test_the_reload_check_on_the_fake_finds_what_each_reading_allows(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_native, reading, hex_content, verdict) -> None:
+    """The Python reload check, run on the ane driver against the fake of the macOS framework
+    under each reading of the evidence: each probe finds exactly the strategies that reading
+    honours, and with that verdict the runtime's own reloads equal a fresh compile."""
+    ffi, lib = fake_native
+    monkeypatch.setattr(native, "ffi", ffi)
+    monkeypatch.setattr(native, "lib", lib)
+    monkeypatch.setenv("ANEC_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "nstmp"
+    root.mkdir()
+    lib.fk_init(str(root).encode())
+    try:
+        lib.fk_set_device(getattr(lib, reading), hex_content)
+        lib.anec_process_reset_budget(b"ane")
+        env = selftest._Env("ane", "m4", 0)
+        assert env.driver == "ane"
+        c = selftest.Check("reload", "")
+        selftest.check_reload(env, c)
+        violations = [ffi.string(lib.fk_violation(i)).decode() for i in range(lib.fk_nviolations())]
+    finally:
+        lib.fk_shutdown()
+    assert not violations
+    assert c.passed, c.lines
+    assert c.data["verdict"] == verdict, c.lines
+    for strategy in ("data-patch", "new-object"):
+        one = c.data["probes"][strategy]["one"]
+        assert one["verified"] is (strategy in verdict) and one["compiles"] == 0
+        assert c.data["probes"][strategy]["packed"]["verified"] is None  # two tensors: opaque data on the fake
+    assert {a["strategy"] for a in c.data["auto"].values()} == ({verdict[0], "recompile"} if verdict else {"recompile"})

@@ -103,9 +103,11 @@ CASES = [
     ("packed", "", "recompile"),                 # one file, three tensors: opaque on the evidenced device
     ("packed", "data=file", "data-patch"),       # ... unless the device keeps a packed file as data
     ("packed", "data=file,load=weights", "data-patch"),
-    ("single", "", "data-patch"),                # one tensor: data == the BLOBFILE (Orion E5)
-    ("single", "load=weights", "data-patch"),    # Orion's paper: load re-reads weights/
-    ("single", "load=memory", "recompile"),      # a device that ignores every file: only a compile helps
+    ("single", "", "data-patch"),                # one tensor: data == the BLOBFILE (ANE-DATA-IS-BLOBFILE)
+    ("single", "load=weights", "data-patch"),    # ANE-LOAD-REREADS-WEIGHTS
+    ("single", "load=memory", "new-object"),     # an object keeps its first weights: only a new object helps
+    ("packed", "data=file,load=memory", "new-object"),
+    ("single", "load=memory-shared", "recompile"),  # ... and new objects get the identifier's: only a compile
 ]
 
 
@@ -128,6 +130,7 @@ def test_reload_equals_a_fresh_compile_with_the_strategy_the_device_allows(tmp_p
         assert st["reloads"] == 1 and st["blobs_patched"] == len(blobs_for(weights(1), form))
         assert st["compiles"] == (2 if strategy == "recompile" else 1)
         assert st["reloads_data_patch"] == (strategy == "data-patch")
+        assert st["reloads_new_object"] == (strategy == "new-object")
         assert st["reloads_recompile"] == (strategy == "recompile")
     with Runtime("sim", temp_root=tmp_path / "b", sim_device=device) as fresh:
         y_fresh = load(fresh, {**w0, **w1}, form)(x=X)["y"]
@@ -137,7 +140,7 @@ def test_reload_equals_a_fresh_compile_with_the_strategy_the_device_allows(tmp_p
 
 @pytest.mark.parametrize("device", ["", "load=memory"])
 def test_weights_are_baked_at_compile(fresh_rt, tmp_path, device):
-    """Rewriting weights/ and loading again changes nothing (maderix, M5)."""
+    """Rewriting weights/ and loading again changes nothing (ANE-BAKED-WEIGHTS)."""
     w0, w1 = weights(0), weights(1)
     with Runtime("sim", temp_root=tmp_path / device.replace("=", "_"), sim_device=device) as rt:
         p = load(rt, w0)
@@ -166,18 +169,60 @@ def test_a_device_that_rereads_weights_sees_rewritten_files(tmp_path):
 
 
 def test_an_unverified_data_patch_can_be_stale_which_is_why_it_must_be_verified(tmp_path):
-    """On a device that ignores the compiled data (load=memory), a forced data
-    patch changes nothing: exactly what `python -m anec.selftest` probes for."""
+    """On a device whose model object keeps the weights of its compile
+    (load=memory), a forced data patch changes nothing: exactly what
+    `python -m anec.selftest` probes for. The runtime's own choice there is
+    a new model object, which the reading honours."""
     w0, w1 = weights(0), weights(1)
     with Runtime("sim", temp_root=tmp_path, sim_device="load=memory") as rt:
-        assert "data-patch" not in rt.reload_verified
+        assert "data-patch" not in rt.reload_verified and "new-object" in rt.reload_verified
         p = load(rt, w0, "single")
         y0 = p(x=X)["y"]
         p.reload_blobs(blobs_for(w1, "single"), strategy="data-patch")
         np.testing.assert_array_equal(p(x=X)["y"], y0)  # stale
-        p.reload_blobs(blobs_for(weights(2), "single"))     # the runtime's own choice: recompile
+        p.reload_blobs(blobs_for(weights(2), "single"))     # the runtime's own choice: a new object
         assert not np.array_equal(p(x=X)["y"], y0)
-        assert rt.stats["reloads_recompile"] == 1
+        assert rt.stats["reloads_new_object"] == 1 and rt.stats["compiles"] == 1
+
+
+# Per sim reading: which forced strategy reaches the device (the others leave the
+# old output in place), and what the sim declares verified must be exactly those.
+READINGS = {
+    "load=data": {"data-patch": True, "new-object": True, "recompile": True},
+    "load=weights": {"data-patch": True, "new-object": True, "recompile": True},
+    "load=memory": {"data-patch": False, "new-object": True, "recompile": True},
+    "load=memory-shared": {"data-patch": False, "new-object": False, "recompile": True},
+}
+
+
+@pytest.mark.parametrize("device", sorted(READINGS))
+@pytest.mark.parametrize("strategy", ["data-patch", "new-object", "recompile"])
+def test_every_forced_strategy_under_every_sim_reading_is_fresh_or_exactly_stale(tmp_path, device, strategy):
+    """A forced reload either equals a fresh compile with the new weights bit
+    for bit, or (where the reading defeats the strategy) leaves the old output
+    bit for bit: the two outcomes the selftest's probe tells apart. The sim
+    declares verified exactly the strategies its reading honours, and in auto
+    mode it never picks one it does not."""
+    w0, w1 = weights(0), weights(1)
+    with Runtime("sim", temp_root=tmp_path / "a", sim_device=device) as rt:
+        declared = {s for s in ("data-patch", "new-object") if s in rt.reload_verified}
+        assert declared == {s for s in ("data-patch", "new-object") if READINGS[device][s]}
+        p = load(rt, w0, "single")
+        y0 = p(x=X)["y"]
+        before = rt.stats["compiles"]
+        p.reload_blobs(blobs_for(w1, "single"), strategy=strategy)
+        y1 = p(x=X)["y"]
+        assert rt.stats["compiles"] - before == (strategy == "recompile")
+        # the program keeps what it computes with across an unload and a load
+        p.unload()
+        p.load()
+        np.testing.assert_array_equal(p(x=X)["y"], y1)
+        auto = p.reload_info["strategy"]
+        assert auto == "recompile" or READINGS[device][auto]
+    with Runtime("sim", temp_root=tmp_path / "b", sim_device=device) as fresh:
+        y_fresh = load(fresh, {**w0, "l.w1": w1["l.w1"]}, "single")(x=X)["y"]
+    assert not np.array_equal(y0, y_fresh)
+    np.testing.assert_array_equal(y1, y_fresh if READINGS[device][strategy] else y0)
 
 
 def test_nothing_verified_falls_back_to_recompile_and_says_why(tmp_path):
@@ -308,28 +353,31 @@ def test_a_cache_hit_with_other_weights_is_patched_or_compiled_never_stale(tmp_p
 def test_the_cache_identity_of_a_reloaded_program_is_its_new_weights(tmp_path, strategy):
     """A reload does not hash the new weights; the cache computes their identity
     when a lookup needs it: the same weights hit, other weights never do
-    (nothing verified here: a hit with other weights would compile)."""
+    (nothing verified here: a hit with other weights would compile). Once the
+    key was compiled with other weights too, no clone is trusted without
+    new-object verified (a framework that keeps weights per identifier could
+    give a never-compiled clone the last compiled ones): later loads compile."""
     w0, w1 = weights(0), weights(1)
     per_reload = strategy == "recompile"  # compiles a reload costs
     with Runtime("sim", temp_root=tmp_path, reload_verified=[]) as rt, Runtime("sim") as other:
         p = load(rt, w0, "single")
         p.reload_blobs(blobs_for(w1, "single"), strategy=strategy)
         assert rt.stats["compiles"] == 1 + per_reload
-        q = load(rt, w1, "single")  # p's new weights: a hit
-        assert rt.stats["compiles"] == 1 + per_reload and rt.stats["cache_hits"] == 1
+        q = load(rt, w1, "single")  # p's new weights: a hit, unless the recompile mixed the key
+        hit = not per_reload
+        assert rt.stats["compiles"] == 1 + 2 * per_reload and rt.stats["cache_hits"] == hit
         np.testing.assert_array_equal(q(x=X)["y"], load(other, w1, "single")(x=X)["y"])
         r = load(rt, w0, "single")  # p's old weights: no longer a hit
-        assert rt.stats["compiles"] == 2 + per_reload and rt.stats["cache_hits"] == 1
+        assert rt.stats["compiles"] == 2 + 2 * per_reload and rt.stats["cache_hits"] == hit
         np.testing.assert_array_equal(r(x=X)["y"], load(other, w0, "single")(x=X)["y"])
-        # reloaded again and closed: its compiled form serves later hits with its last weights
         q.reload_blobs(blobs_for(w0, "single"), strategy=strategy)
         q.close()
         p.reload_blobs(blobs_for(w0, "single"), strategy=strategy)
         p.close()
         r.close()
-        s = load(rt, w0, "single")
+        s = load(rt, w0, "single")  # the key is mixed now (r): compiled, never a stale clone
         t = load(rt, w1, "single")
-        assert rt.stats["compiles"] == 3 + 3 * per_reload and rt.stats["cache_hits"] == 2
+        assert rt.stats["compiles"] == 4 + 4 * per_reload and rt.stats["cache_hits"] == hit
         np.testing.assert_array_equal(s(x=X)["y"], load(other, w0, "single")(x=X)["y"])
         np.testing.assert_array_equal(t(x=X)["y"], load(other, w1, "single")(x=X)["y"])
 
@@ -394,3 +442,90 @@ def _reload_loop(rt):
     assert st["reloads"] == 1050 and st["compiles"] == 1 and st["reloads_data_patch"] == 1050
     leftovers = [f for f in os.listdir(os.path.join(p.dir, "weights")) if ".tmp." in f]
     assert leftovers == [] and [f for f in os.listdir(p.dir) if ".tmp." in f] == []
+
+
+# ---- pipelines: every strategy reaches every stage it touches ---------------------------------------
+
+def _residual_chain() -> str:
+    """4 conv+relu layers and a residual add of the input: y = h3 + x. Cut into stages,
+    x is read by the first and the last stage (a pipeline input written to two stages)."""
+    from tests.passes.test_partition import chain
+
+    return chain(4).replace("  return %h3\n", "  %y = add(%h3, %x)\n  return %y\n")
+
+
+def _chain_pipeline(seed_weights, weights_as_inputs=()):
+    """The residual chain cut into one stage per BLOBFILE weight (each stage's weight is
+    one BLOBFILE with one tensor, so its compiled data is that file), and its x."""
+    from anec.compiler import compile_module
+    from anec.ir.parser import parse
+    from anec.targets import get_target
+    from anec.weights import random_weights
+
+    m = parse(_residual_chain(), "c.ir")
+    store = random_weights(m, seed_weights)
+    kw = {"weights_as_inputs": list(weights_as_inputs)} if weights_as_inputs else {}
+    art = compile_module(m, weights=store, target=get_target("m4").replace(max_blob_tensors=1), **kw).artifacts["f"]
+    x = np.random.default_rng(3).standard_normal(m.funcs["f"].inputs[0].type.shape).astype(np.float32)
+    return art, store, x
+
+
+@pytest.mark.parametrize("device,strategy", [("load=data", "data-patch"), ("load=memory", "new-object"),
+                                             ("load=memory-shared", "recompile")])
+def test_a_pipeline_reload_reaches_each_touched_stage_by_the_verified_strategy(tmp_path, device, strategy):
+    """Each stage reloads by the strategy its device reading verified; the pipeline's
+    output changes and equals a fresh compile with the new weights bit for bit."""
+    art, s0, x = _chain_pipeline(0)
+    _, s1, _ = _chain_pipeline(1)
+    new = {"l1.w": s1["l1.w"], "l3.w": s1["l3.w"]}
+    with Runtime("sim", temp_root=tmp_path / "a", sim_device=device) as rt:
+        p = rt.load(art)
+        assert len(p.stages) == 4 and {s.reload_info["strategy"] for s in p.stages} == {strategy}
+        y0 = p(x=x)["y"]
+        before = rt.stats
+        p.reload_weights(new)
+        y1 = p(x=x)["y"]
+        st = rt.stats
+        key = {"data-patch": "reloads_data_patch", "new-object": "reloads_new_object",
+               "recompile": "reloads_recompile"}[strategy]
+        assert st[key] - before[key] == 2  # the two stages holding l1.w and l3.w
+        assert st["compiles"] - before["compiles"] == (2 if strategy == "recompile" else 0)
+    from anec.compiler import compile_module  # the same func with the new weights, compiled fresh
+    from anec.ir.parser import parse
+    from anec.targets import get_target
+    fresh_art = compile_module(parse(_residual_chain(), "c.ir"), weights={**s0, **new},
+                               target=get_target("m4").replace(max_blob_tensors=1)).artifacts["f"]
+    with Runtime("sim", temp_root=tmp_path / "b", sim_device=device) as fresh:
+        y_fresh = fresh.load(fresh_art)(x=x)["y"]
+    assert not np.array_equal(y0, y1)
+    np.testing.assert_array_equal(y1, y_fresh)
+
+
+def test_a_weights_as_inputs_pipeline_reload_writes_the_surfaces_of_each_stage(tmp_path):
+    """Two of the chain's weights compiled as inputs (the others as BLOBFILEs cut it into
+    two stages, each reading one weight input): a reload of those is a surface write in
+    each stage (no compile, no load); the output changes and equals a fresh pipeline
+    with the new weights bit for bit."""
+    art, s0, x = _chain_pipeline(0, weights_as_inputs=["l1.w", "l3.w"])
+    _, s1, _ = _chain_pipeline(1)
+    new = {"l1.w": s1["l1.w"], "l3.w": s1["l3.w"]}
+    assert len(art.stages) == 2 and [w["key"] for w in art.manifest["weight_inputs"]] == ["l1.w", "l3.w"]
+    with Runtime("sim", temp_root=tmp_path / "a") as rt:
+        p = rt.load(art)
+        y0 = p(x=x)["y"]
+        before = rt.stats
+        p.reload_weights(new)
+        y1 = p(x=x)["y"]
+        st = rt.stats
+        assert st["compiles"] == before["compiles"] and st["loads"] == before["loads"]
+        assert st["reloads_inputs"] - before["reloads_inputs"] == 1
+    from anec.compiler import compile_module
+    from anec.ir.parser import parse
+    from anec.targets import get_target
+    fresh_art = compile_module(parse(_residual_chain(), "c.ir"), weights={**s0, **new},
+                               weights_as_inputs=["l1.w", "l3.w"],
+                               target=get_target("m4").replace(max_blob_tensors=1)).artifacts["f"]
+    with Runtime("sim", temp_root=tmp_path / "b") as fresh:
+        y_fresh = fresh.load(fresh_art)(x=x)["y"]
+    assert not np.array_equal(y0, y1)
+    np.testing.assert_array_equal(y1, y_fresh)
