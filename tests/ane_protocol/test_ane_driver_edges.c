@@ -172,17 +172,22 @@ static void test_patch_path_outside_the_program_refused(void)
     D->close(ctx);
 }
 
-/* The CPU's access to a surface's bytes: the one place that knows how it reaches them. */
+/* The CPU's access to a surface's bytes: the one place that knows how it reaches them, under a
+   lock held only while it copies (ANE-SURFACE-LOCK; read-only for reads). */
 static void cpu_write(void *ctx, anec_surface *s, const uint8_t *src)
 {
-    (void)ctx;
+    char err[256] = "";
+    CHECK_OK(D->surface_lock(ctx, s, 0, err, sizeof err), err);
     memcpy(s->base, src, s->bytes);
+    D->surface_unlock(ctx, s, 0);
 }
 
 static void cpu_read(void *ctx, anec_surface *s, uint8_t *dst)
 {
-    (void)ctx;
+    char err[256] = "";
+    CHECK_OK(D->surface_lock(ctx, s, 1, err, sizeof err), err);
     memcpy(dst, s->base, s->bytes);
+    D->surface_unlock(ctx, s, 1);
 }
 
 static uint8_t g_a[SURFACE], g_b[SURFACE], g_y[SURFACE];

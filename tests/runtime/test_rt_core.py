@@ -203,7 +203,9 @@ PROGRAM_RELOADS = {
     "recompile:reload_blobs": ("two", "", None, "reload_blobs", "recompile"),
     # the other readings of what a load reads (docs/runtime.md, "The sim's device model")
     "data-patch:load=weights": ("one", "load=weights", None, "reload_weights", "data-patch"),
-    "recompile:load=memory": ("one", "load=memory", None, "reload_weights", "recompile"),
+    "new-object:load=memory": ("one", "load=memory", None, "reload_weights", "new-object"),
+    "new-object:load=memory:reload_blobs": ("one", "load=memory", None, "reload_blobs", "new-object"),
+    "recompile:load=memory-shared": ("one", "load=memory-shared", None, "reload_weights", "recompile"),
 }
 
 
@@ -247,10 +249,10 @@ def _noop(*_args, **_kw):
 
 
 def native_reload_of(case: str) -> str:
-    """The NativeProgram method that applies ``case``'s reload: a data patch by key streams the
-    arrays (reload_arrays); whole files, and every recompile, go through reload."""
+    """The NativeProgram method that applies ``case``'s reload: a data patch or a new object by
+    key streams the arrays (reload_arrays); whole files, and every recompile, go through reload."""
     _, _, _, via, strategy = PROGRAM_RELOADS[case]
-    return "reload_arrays" if (via, strategy) == ("reload_weights", "data-patch") else "reload"
+    return "reload_arrays" if via == "reload_weights" and strategy in ("data-patch", "new-object") else "reload"
 
 
 @pytest.mark.parametrize("case", list(PROGRAM_RELOADS))
