@@ -483,14 +483,17 @@ _ENTRIES = (
                   "rewriting BLOBFILEs and reloading does not change outputs", REPORTED, _ORION)),
         "runtime", "C runtime core (reload strategies) and python -m anec.selftest",
         "A reload never rewrites weight files and loads again. It uses a strategy verified on the "
-        "machine: data patch (ANE-DATA-IS-BLOBFILE, ANE-SAME-OBJECT-PATCH), weights compiled as "
-        "program inputs (a surface write), or recompile within the process budget. Which of "
-        "'load reads the compiled data' and 'weights kept in memory' holds is not known: the sim "
-        "models both (load=data, load=memory) and the selftest probes the machine; until it has, "
-        "reloads recompile.",
+        "machine: data patch (ANE-DATA-IS-BLOBFILE, ANE-SAME-OBJECT-PATCH), a new object "
+        "(ANE-NEW-OBJECT-LOAD), weights compiled as program inputs (a surface write), or recompile "
+        "within the process budget. Which of 'load reads the compiled data' and 'weights kept in "
+        "memory' (per object, or cached per hexId) holds is not known: the sim and the ane fake "
+        "model each (load=data, load=memory, load=memory-shared), every strategy is tested under "
+        "each, and the selftest probes the machine; until it has, reloads recompile.",
         "runtime", (f"{_PROTO}::test_weights_baked_at_compile",
                     f"{_RELOAD}::test_weights_are_baked_at_compile",
                     f"{_RELOAD}::test_an_unverified_data_patch_can_be_stale_which_is_why_it_must_be_verified",
+                    f"{_RELOAD}::test_every_forced_strategy_under_every_sim_reading_is_fresh_or_exactly_stale",
+                    f"{_ACORE}::test_probe_data_patch", f"{_ACORE}::test_probe_new_object",
                     f"{_ACORE}::test_reload_falls_back_to_recompile_unverified"),
     ),
     Constraint(
@@ -502,7 +505,7 @@ _ENTRIES = (
         "after the compile, to equal its one BLOBFILE; anything else (several tensors, an opaque "
         "container) reloads another way. The sim models the measured case (data=tensor) and an "
         "optimistic one (data=file, a packed file).",
-        "runtime", (f"{_ACORE}::test_reload_data_patch_verified",
+        "runtime", (f"{_ACORE}::test_reload_with_the_verdict",
                     f"{_ACORE}::test_reload_two_tensors_recompiles",
                     f"{_RELOAD}::test_a_cache_hit_of_a_multi_tensor_program_with_other_weights_compiles"),
     ),
@@ -510,10 +513,19 @@ _ENTRIES = (
         "ANE-NEW-OBJECT-LOAD", "a new, never-compiled model object loads a donor's compiled form",
         "none (the reload Orion tested)",
         (_ORION_DELTA,),
-        "runtime", "driver clone (new descriptor and model object, no compile); C runtime core",
-        "A cache hit clones the donor: a new descriptor and model object whose hexId directory gets "
-        "the donor's net.plist and data, loaded without a compile, as in Orion's test.",
+        "runtime", "the new-object reload strategy (driver clone + patch_data before the first load); "
+        "C runtime core and python -m anec.selftest (reload)",
+        "Orion's tested path is its own reload strategy, new-object: a new descriptor and model object "
+        "from the same MIL and the new weights, its hexId directory given the donor's net.plist and "
+        "the new data, loaded without a compile, then swapped in. A cache hit with other weights is "
+        "the same path. Orion tested it on one machine, so the runtime uses it only where the "
+        "selftest verified it here; the sim's load=memory-shared and the fake's hexId cache model a "
+        "device where it is stale.",
         "runtime", (f"{_PROTO}::test_clone_copies_the_compiled_form",
+                    f"{_PROTO}::test_patch_before_first_load",
+                    f"{_ACORE}::test_probe_new_object",
+                    f"{_ACORE}::test_cache_hit_other_weights_new_object",
+                    f"{_SELF}::test_reload_probe_finds_what_each_device_allows",
                     f"{_RELOAD}::test_reload_equals_a_fresh_compile_with_the_strategy_the_device_allows"),
     ),
     Constraint(
@@ -523,10 +535,12 @@ _ENTRIES = (
         "runtime", "C runtime core (data patch) and python -m anec.selftest (reload)",
         "A hypothesis: the runtime uses the same-object data patch only where the selftest verified "
         "it on this machine, OS and anec version (the cached verdict), and otherwise recompiles. "
-        "The sim models a device where it works (load=data) and one where it is stale "
-        "(load=memory).",
+        "The sim and the ane fake model a device where it works (load=data) and ones where it is "
+        "stale (load=memory, load=memory-shared).",
         "runtime", (f"{_SELF}::test_reload_probe_finds_what_each_device_allows",
-                    f"{_ACORE}::test_reload_data_patch_verified",
+                    f"{_SELF}::test_the_reload_check_on_the_fake_finds_what_each_reading_allows",
+                    f"{_ACORE}::test_probe_data_patch",
+                    f"{_ACORE}::test_reload_with_the_verdict",
                     f"{_PROTO}::test_patch_data_then_load_equals_fresh_compile"),
     ),
     Constraint(
@@ -552,10 +566,12 @@ _ENTRIES = (
          Evidence("no public test",
                   "what evaluate does with a surface the CPU holds locked (refused, or races); the "
                   "references never try it", HYPOTHESIS, _UNTRIED)),
-        "runtime", "driver_ane (surface locking)",
-        "The ane driver creates the surfaces and the C core reads and writes them; the references' "
-        "practice (lock around each CPU read or write, evaluate unlocked) is the evidenced one.",
-        "runtime", (f"{_PROTO}::test_surfaces", f"{_PROTO}::test_load_evaluate_reuses_request"),
+        "runtime", "driver surface_lock/surface_unlock; C runtime core",
+        "The references' practice: the C core locks a surface only around its own copies (a "
+        "read-only lock for reads) and evaluates unlocked surfaces. The ane fake shows the CPU only "
+        "a poison pattern of an unlocked surface and flags a write under a read-only lock; the sim "
+        "gives a surface's bytes only under a lock and refuses to evaluate a locked one.",
+        "runtime", (f"{_PROTO}::test_surfaces", f"{_ACORE}::test_call_locks_only_around_copies"),
     ),
     Constraint(
         "ANE-COMPILE-BUDGET", "about 119 compiles per process",
