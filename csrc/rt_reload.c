@@ -281,25 +281,34 @@ out:
     return rc;
 }
 
-/* put_in_place with the bytes of the written file mapped (a driver that
-   copies the new compiled data reads them from there). */
-static int put_in_place_mapped(anec_program *p, const char *path, const char *tmp, const char *rel, int was_loaded)
+/* Map the written file tmp read-only (*m, *len); on failure tmp is removed and the error set. */
+static int map_written(const char *tmp, void **m, size_t *len)
 {
     int fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
-    void *m = MAP_FAILED;
-    size_t len = 0;
+    *m = MAP_FAILED;
+    *len = 0;
     if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0) {
-        len = (size_t)st.st_size;
-        m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+        *len = (size_t)st.st_size;
+        *m = mmap(NULL, *len, PROT_READ, MAP_SHARED, fd, 0);
     }
     int saved = errno;
     if (fd >= 0)
         close(fd);
-    if (m == MAP_FAILED) {
-        unlink(tmp);
-        return rt_fail(ANEC_EIO, "reload: cannot map %s: %s; the old weights stay in use", tmp, strerror(saved));
-    }
+    if (*m != MAP_FAILED)
+        return ANEC_OK;
+    unlink(tmp);
+    return rt_fail(ANEC_EIO, "reload: cannot map %s: %s; the old weights stay in use", tmp, strerror(saved));
+}
+
+/* put_in_place with the bytes of the written file mapped (a driver that
+   copies the new compiled data reads them from there). */
+static int put_in_place_mapped(anec_program *p, const char *path, const char *tmp, const char *rel, int was_loaded)
+{
+    void *m;
+    size_t len;
+    if (map_written(tmp, &m, &len) != ANEC_OK)
+        return ANEC_EIO;
     int rc = put_in_place(p, path, tmp, rel, m, len, was_loaded);
     munmap(m, len);
     return rc;
@@ -386,20 +395,11 @@ static int new_object(anec_program *p, const anec_blob *b, int was_loaded)
 /* new_object with the bytes of the written file tmp (removed after). */
 static int new_object_mapped(anec_program *p, const char *tmp, int was_loaded)
 {
-    int fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    struct stat st;
-    void *m = MAP_FAILED;
-    size_t len = 0;
-    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0) {
-        len = (size_t)st.st_size;
-        m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
-    }
-    int saved = errno;
-    if (fd >= 0)
-        close(fd);
+    void *m;
+    size_t len;
+    if (map_written(tmp, &m, &len) != ANEC_OK)
+        return ANEC_EIO;
     unlink(tmp);
-    if (m == MAP_FAILED)
-        return rt_fail(ANEC_EIO, "reload: cannot map %s: %s; the old weights stay in use", tmp, strerror(saved));
     anec_blob b = {p->files[0], m, len};
     int rc = new_object(p, &b, was_loaded);
     munmap(m, len);
