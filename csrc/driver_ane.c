@@ -1422,22 +1422,6 @@ static int request_for(ane_ctx *c, ane_prog *p, anec_surface *const *in, size_t 
     return ANEC_OK;
 }
 
-/* Distinct surfaces among inputs then outputs (a surface may appear twice). */
-static size_t distinct_surfaces(anec_surface *const *in, size_t n_in, anec_surface *const *out,
-                                size_t n_out, anec_surface **list)
-{
-    size_t n = 0;
-    for (size_t k = 0; k < n_in + n_out; k++) {
-        anec_surface *s = k < n_in ? in[k] : out[k - n_in];
-        size_t i = 0;
-        while (i < n && list[i]->handle != s->handle)
-            i++;
-        if (i == n)
-            list[n++] = s;
-    }
-    return n;
-}
-
 static int ane_evaluate(void *vctx, void *vprog, anec_surface *const *in, size_t n_in,
                         anec_surface *const *out, size_t n_out, char *err, size_t errlen)
 {
@@ -1453,6 +1437,8 @@ static int ane_evaluate(void *vctx, void *vprog, anec_surface *const *in, size_t
                 n_out);
         return ANEC_EINVAL;
     }
+    /* The surfaces must be unlocked (the core locks them only while the CPU
+       touches them, ANE-SURFACE-LOCK): then they are wrapped and evaluated. */
     for (size_t k = 0; k < n_in + n_out; k++) {
         anec_surface *s = k < n_in ? in[k] : out[k - n_in];
         if (!s || !s->handle) {
@@ -1460,44 +1446,26 @@ static int ane_evaluate(void *vctx, void *vprog, anec_surface *const *in, size_t
                     k < n_in ? "input" : "output", k < n_in ? k : k - n_in);
             return ANEC_EINVAL;
         }
+        if (s->cpu_locks) {
+            set_err(err, errlen, "ANE driver: evaluate with a surface still CPU-locked");
+            return ANEC_ESTATE;
+        }
     }
-    anec_surface **list = calloc(n_in + n_out, sizeof *list);
-    if (!list) {
-        set_err(err, errlen, "out of memory");
-        return ANEC_ENOMEM;
-    }
-    size_t n = distinct_surfaces(in, n_in, out, n_out, list);
     void *pool = S->objc_autoreleasePoolPush();
-    int rc = ANEC_OK;
-    {
-        /* The surfaces are unlocked (the core locks them only while the CPU
-           touches them, ANE-SURFACE-LOCK): wrap them and evaluate. */
-        for (size_t i = 0; i < n && rc == ANEC_OK; i++)
-            if (list[i]->cpu_locks) {
-                set_err(err, errlen, "ANE driver: evaluate with a surface still CPU-locked");
-                rc = ANEC_ESTATE;
-            }
-        if (rc == ANEC_OK)
-            rc = request_for(c, p, in, n_in, out, n_out, err, errlen);
-        if (rc == ANEC_OK) {
-            ane_id e = NULL;
-            if (!S->msg_qos_opts_req_err(p->model, c->sel.evaluate, ANE_QOS, c->empty,
-                                         p->request, &e)) {
-                char why[1024];
-                error_text(c, e, why, sizeof why);
-                set_err(err, errlen, "ANE evaluate failed (evaluateWithQoS:options:request:"
-                                     "error:): %s%s",
-                        why,
-                        strstr(why, "0x1d") ? " (status 0x1d: a surface below the minimum "
-                                              "size, ANE-MIN-SURFACE, or surfaces of unequal "
-                                              "sizes, ANE-UNIFORM-SURFACES)"
-                                            : "");
-                rc = ANEC_EEVAL;
-            }
+    int rc = request_for(c, p, in, n_in, out, n_out, err, errlen);
+    if (rc == ANEC_OK) {
+        ane_id e = NULL;
+        if (!S->msg_qos_opts_req_err(p->model, c->sel.evaluate, ANE_QOS, c->empty, p->request, &e)) {
+            char why[1024];
+            error_text(c, e, why, sizeof why);
+            set_err(err, errlen, "ANE evaluate failed (evaluateWithQoS:options:request:error:): %s%s", why,
+                    strstr(why, "0x1d") ? " (status 0x1d: a surface below the minimum size, ANE-MIN-SURFACE, "
+                                          "or surfaces of unequal sizes, ANE-UNIFORM-SURFACES)"
+                                        : "");
+            rc = ANEC_EEVAL;
         }
     }
     S->objc_autoreleasePoolPop(pool);
-    free(list);
     return rc;
 }
 
