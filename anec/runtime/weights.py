@@ -325,3 +325,55 @@ def weight_input_values(entries: Iterable[Mapping[str, Any]], weights: Mapping[s
     (a key read under several views, e.g. a weight and its transpose, fills each view's input)."""
     return {w["input"]: materialize(w["key"], weights[w["key"]], w) for w in entries if w["key"] in weights}
 
+
+
+def strided_2d(a: np.ndarray) -> tuple[int, int, int, int] | None:
+    """``a`` as (rows, cols, row stride, col stride) in elements from its first element, its
+    elements read row-major (a weight's view: a transpose, a slice, unit axes); None when
+    numpy's view of it is no 2-D strided walk."""
+    if a.strides and any(s % a.itemsize for s in a.strides):
+        return None
+    dims: list[list[int]] = []
+    for n, s in zip(a.shape, a.strides):
+        if n == 1:
+            continue
+        if dims and dims[-1][1] == n * (s // a.itemsize):  # the outer axis steps over the inner one
+            dims[-1] = [dims[-1][0] * n, s // a.itemsize]
+        else:
+            dims.append([n, s // a.itemsize])
+    if len(dims) > 2:
+        return None
+    while len(dims) < 2:
+        dims.insert(0, [1, 0])
+    (rows, rs), (cols, cs) = dims
+    return rows, cols, rs, cs
+
+
+def weight_input_views(entries: Iterable[Mapping[str, Any]], weights: Mapping[str, Any],
+                       specs: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[np.ndarray, tuple[int, int, int, int]]] | None:
+    """Input name -> (array, its 2-D walk) of every weight compiled as an input whose key is
+    in ``weights``, the view taken without copying (the C runtime checks the values and
+    writes them, transposed and converted, into the surface); None when some value is not
+    an fp16/fp32 array whose view is a 2-D walk into an fp16 input (then the values are
+    materialized by :func:`weight_input_values`). Shapes are checked here (WeightError)."""
+    from anec.runtime import native
+
+    if not native.available():
+        return None
+    out = {}
+    for w in entries:
+        if w["key"] not in weights:
+            continue
+        arr = weights[w["key"]]
+        spec = specs[w["input"]]
+        if not isinstance(arr, np.ndarray) or arr.dtype not in _MAGNITUDE or spec["dtype"] != "fp16" \
+                or w["dtype"] != "fp16" or not arr.size:
+            return None
+        v = _view(w["key"], arr, w)
+        walk = strided_2d(v)
+        if walk is None or v.shape != tuple(spec["logical_shape"]):
+            return None
+        if v.size != arr.size and not _fast_valid(arr, DType.fp16):
+            return None  # a view of part of the array: the rest is checked as materialize does
+        out[w["input"]] = (v, walk)
+    return out
