@@ -101,6 +101,9 @@ class Program(_Closing):
         self.inputs = [dict(i) for i in nprog.inputs]    # binding (alphabetical) order
         self.outputs = [dict(o) for o in nprog.outputs]
         self.name = (manifest or {}).get("func", "main")
+        self._input_specs = {spec["name"]: spec for spec in self.inputs}
+        self._input_index = {spec["name"]: i for i, spec in enumerate(self.inputs)}
+        self._view_plans: dict = {}  # weight_input_views' walks, by input and array layout
         self._reload_lock = threading.Lock()  # reload_weights reads, patches and reloads as one step
         self._weight_inputs = {w["input"]: w for w in (manifest or {}).get("weight_inputs", [])}
         # the shape the caller passes: the manifest's logical shape (a rank-4 device input may
@@ -282,8 +285,8 @@ class Program(_Closing):
             if k not in as_inputs and k not in blob_keys:
                 raise WeightError(f"unknown weight '{k}' for program '{self.name}'",
                                   hint=did_you_mean(k, sorted(blob_keys | set(as_inputs))))
-        specs = {spec["name"]: spec for spec in self.inputs}
-        views = weight_input_views(self._weight_inputs.values(), weights, specs)
+        specs = self._input_specs
+        views = weight_input_views(self._weight_inputs.values(), weights, specs, self._view_plans)
         inputs = {} if views else weight_input_values(self._weight_inputs.values(), weights)
         blob_weights = {k: v for k, v in weights.items() if k in blob_keys}
         # one step per program: another thread's reload between reading the current
@@ -296,12 +299,12 @@ class Program(_Closing):
             elif inputs:
                 self._set_weight_inputs(inputs, reload=True)
 
-    def _reload_input_views(self, views: Mapping[str, tuple[np.ndarray, tuple[int, int, int, int]]],
+    def _reload_input_views(self, views: Mapping[str, tuple[np.ndarray, int, tuple[int, int, int, int]]],
                             weights: Mapping[str, Any]) -> None:
         """Weights-as-inputs from the callers' arrays: C checks every view, then writes each
         into its surface (transposed, sliced and converted in the copy), no host copies."""
-        index = {spec["name"]: i for i, spec in enumerate(self.inputs)}
-        items = [(index[name], a, walk) for name, (a, walk) in views.items()]
+        index = self._input_index
+        items = [(index[name], a, offset, walk) for name, (a, offset, walk) in views.items()]
         if self._native.reload_input_views(items) is not None:
             # a refused value: the element-wise checks name the key and the element
             message = native.last_error()
