@@ -1630,6 +1630,46 @@ static int same_elements(const anec_input_view *a, const anec_input_view *b)
     return a->rows == b->cols && a->cols == b->rows && a->row_stride == b->col_stride && a->col_stride == b->row_stride;
 }
 
+#if defined(__SSE2__)
+/* dst[r][c] = src[c * col_stride + r] for fp16: 8 source rows of 8 halves are loaded,
+   transposed in registers (three rounds of interleaves) and stored as 8 destination
+   rows; the edges go element by element. */
+static void transpose_f16(const anec_input_view *v, uint16_t *dst)
+{
+    const uint16_t *s = v->data;
+    uint64_t R = v->rows, C = v->cols, R8 = R & ~(uint64_t)7, C8 = C & ~(uint64_t)7;
+    int64_t cs = v->col_stride;
+    /* 64 source rows at a time (they stay in L1): each destination row gets 128 bytes, whole
+       cache lines, per block */
+    for (uint64_t cb = 0; cb < C8; cb += 64)
+    for (uint64_t r0 = 0; r0 < R8; r0 += 8)
+        for (uint64_t c0 = cb; c0 < C8 && c0 < cb + 64; c0 += 8) {
+            __m128i a[8], b[8];
+            for (int k = 0; k < 8; k++)
+                a[k] = _mm_loadu_si128((const __m128i *)(const void *)(s + (int64_t)(c0 + k) * cs + (int64_t)r0));
+            for (int k = 0; k < 4; k++) {
+                b[2 * k] = _mm_unpacklo_epi16(a[2 * k], a[2 * k + 1]);
+                b[2 * k + 1] = _mm_unpackhi_epi16(a[2 * k], a[2 * k + 1]);
+            }
+            for (int k = 0; k < 2; k++) {
+                a[4 * k] = _mm_unpacklo_epi32(b[4 * k], b[4 * k + 2]);
+                a[4 * k + 1] = _mm_unpackhi_epi32(b[4 * k], b[4 * k + 2]);
+                a[4 * k + 2] = _mm_unpacklo_epi32(b[4 * k + 1], b[4 * k + 3]);
+                a[4 * k + 3] = _mm_unpackhi_epi32(b[4 * k + 1], b[4 * k + 3]);
+            }
+            for (int k = 0; k < 4; k++) {
+                b[2 * k] = _mm_unpacklo_epi64(a[k], a[k + 4]);
+                b[2 * k + 1] = _mm_unpackhi_epi64(a[k], a[k + 4]);
+            }
+            for (int k = 0; k < 8; k++)
+                _mm_storeu_si128((__m128i *)(void *)(dst + (r0 + (uint64_t)k) * C + c0), b[k]);
+        }
+    for (uint64_t r = 0; r < R; r++)
+        for (uint64_t c = r < R8 ? C8 : 0; c < C; c++)
+            dst[r * C + c] = s[(int64_t)c * cs + (int64_t)r];
+}
+#endif
+
 /* View -> packed fp16 rows of the surface; transposes go by 32x32 tiles so that
    both sides stay in cache lines. */
 static void write_view(const anec_input_view *v, uint16_t *dst)
@@ -1647,6 +1687,12 @@ static void write_view(const anec_input_view *v, uint16_t *dst)
         }
         return;
     }
+#if defined(__SSE2__)
+    if (w == 2 && v->row_stride == 1) { /* fp16 transpose: 8x8 blocks through registers */
+        transpose_f16(v, dst);
+        return;
+    }
+#endif
     float tmp[T];
     for (uint64_t r0 = 0; r0 < v->rows; r0 += T)
         for (uint64_t c0 = 0; c0 < v->cols; c0 += T) {

@@ -173,3 +173,32 @@ def test_strided_2d_describes_numpy_views():
     assert strided_2d(a.transpose(2, 0, 1)) == (4, 6, 1, 4)
     assert strided_2d(a.transpose(1, 0, 2)) is None  # a 3-D walk: the packed path takes it
     assert strided_2d(np.float16(1.0).reshape(())) == (1, 1, 0, 0)
+
+
+ODD = """\
+func odd(%x: fp16[1, 12, 1, 16]) {
+  %w = const(weight="m", perm=[1, 0, 2, 3]) : fp16[20, 12, 1, 1]
+  %y = conv1x1(%x, %w)
+  return %y
+}
+"""
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_a_transpose_with_partial_blocks_is_written_exactly(tmp_path, dtype):
+    """A 12x20 weight's transpose (20x12: whole 8x8 blocks and both edges) lands in the surface
+    exactly as numpy's fp16 transpose."""
+    rng = np.random.default_rng(7)
+    s0, s1 = ({"m": rng.standard_normal((12, 20, 1, 1)).astype(np.float32)} for _ in range(2))
+    art = compile_module(parse(ODD, "odd.ir"), weights=s0, weights_as_inputs=["all"]).artifacts["odd"]
+    with Runtime("sim", temp_root=tmp_path) as rt:
+        p = rt.load(art)
+        (name,) = p._weight_inputs
+        i = p._input_index[name]
+        new = s1["m"].astype(dtype)
+        views = program_mod.weight_input_views(p._weight_inputs.values(), {"m": new}, p._input_specs, {})
+        assert views[name][2] == (20, 12, 1, 20)
+        p.reload_weights({"m": new})
+        got = p._native.input_surface(i)[:2 * 240].view(np.float16).copy()
+    want = new.reshape(12, 20).T.astype(np.float16).reshape(-1)
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
