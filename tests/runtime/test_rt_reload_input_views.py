@@ -202,3 +202,20 @@ def test_a_transpose_with_partial_blocks_is_written_exactly(tmp_path, dtype):
         got = p._native.input_surface(i)[:2 * 240].view(np.float16).copy()
     want = new.reshape(12, 20).T.astype(np.float16).reshape(-1)
     assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def test_the_same_shape_in_another_layout_is_walked_anew(tmp_path):
+    """A second reload with an array of the same shape but other strides (Fortran order) is
+    read by its own walk, not the cached one of the first array."""
+    _, s0, s1, art = _setup()
+    new = {k: np.asarray(v, np.float16) for k, v in s1.items()}
+    with Runtime("sim", temp_root=tmp_path) as rt:
+        p = rt.load(art)
+        p.reload_weights({k: np.asarray(v, np.float16) for k, v in s0.items()})
+        p.reload_weights({"c": new["c"], "w": np.asfortranarray(new["w"])})  # c: sliced, read as it is
+        got = _surfaces(p)
+        entries = list(p._weight_inputs.values())
+    for e in entries:
+        want = view_stored(e["key"], new[e["key"]], e.get("perm"), e.get("slice"),
+                           TensorType(DType.fp16, tuple(e["shape"])), "test")
+        assert np.array_equal(got[e["input"]][:2 * want.size].view(np.float16), want.reshape(-1)), e["input"]
