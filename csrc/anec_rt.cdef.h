@@ -133,6 +133,14 @@ int anec_call(anec_program *p, const anec_io *inputs, size_t n_in,
               const anec_io *outputs, size_t n_out);
 int anec_set_inputs(anec_program *p, const anec_io *inputs, size_t n_in);
 int anec_reload_inputs(anec_program *p, const anec_io *inputs, size_t n_in);
+typedef struct anec_input_view {
+    size_t input;
+    const void *data;
+    int dtype;
+    uint64_t rows, cols;
+    int64_t row_stride, col_stride;
+} anec_input_view;
+int anec_reload_input_views(anec_program *p, const anec_input_view *views, size_t n, long long *bad);
 
 uint8_t *anec_program_input_surface(anec_program *p, size_t i);
 uint8_t *anec_program_output_surface(anec_program *p, size_t i);

@@ -277,6 +277,26 @@ int anec_set_inputs(anec_program *p, const anec_io *inputs, size_t n_in);
    of weights compiled as program inputs (no unload, no compile). */
 int anec_reload_inputs(anec_program *p, const anec_io *inputs, size_t n_in);
 
+/* A 2-D view of a host fp16 or fp32 array for anec_reload_input_views:
+   element (r, c), r < rows, c < cols, is at element r * row_stride +
+   c * col_stride of data (strides in elements, e.g. a weight's transpose or a
+   slice of it); it is written row-major into fp16 input `input` (binding
+   index), whose element count is rows * cols. */
+typedef struct anec_input_view {
+    size_t input;
+    const void *data;
+    int dtype;                    /* ANEC_DTYPE_FP16 or ANEC_DTYPE_FP32 */
+    uint64_t rows, cols;
+    int64_t row_stride, col_stride;
+} anec_input_view;
+/* anec_reload_inputs from views, without packed host copies: every view is
+   checked first (finite; |x| <= 65504, compared on the array's own bits; an
+   element set already checked under another view is not read again), then each
+   surface is locked, written (transposed and converted in the copy loop) and
+   unlocked. A refused value gives ANEC_EWEIGHTS with *bad = its view's index
+   (else *bad = -1); on any error no surface is written. */
+int anec_reload_input_views(anec_program *p, const anec_input_view *views, size_t n, long long *bad);
+
 /* Core-owned surfaces: one per input and per output, uniform allocation size
    per direction, >= limits.min_surface_bytes, zero-initialised. Write input i
    packed at byte 0 of anec_program_input_surface(p, i), call anec_run, read

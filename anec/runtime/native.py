@@ -391,6 +391,26 @@ class NativeProgram:
         self.rt.check(rc)
         return None
 
+    def reload_input_views(self, views: list[tuple[int, np.ndarray, int, tuple[int, int, int, int]]]) -> int | None:
+        """anec_reload_input_views from (input binding index, fp16/fp32 array, byte offset of
+        the view's first element in it, (rows, cols, row stride, col stride) in elements): the
+        index of a view whose values the C checks refused (nothing written then), else None."""
+        arr = ffi.new("anec_input_view[]", max(1, len(views)))
+        for i, (index, a, offset, (rows, cols, rs, cs)) in enumerate(views):
+            if a.dtype not in (np.float16, np.float32):
+                raise ValueError("reload_input_views: arrays must be fp16 or fp32")
+            arr[i].input = index
+            arr[i].data = ffi.cast("char *", a.__array_interface__["data"][0]) + offset
+            arr[i].dtype = DTYPE_CODES["fp16" if a.dtype == np.float16 else "fp32"]
+            arr[i].rows, arr[i].cols, arr[i].row_stride, arr[i].col_stride = rows, cols, rs, cs
+        bad = ffi.new("long long *")
+        rc = lib.anec_reload_input_views(self.ptr, arr, len(views), bad)
+        del views  # the arrays stay referenced by the caller until here
+        if rc == lib.ANEC_EWEIGHTS and bad[0] >= 0:
+            return int(bad[0])
+        self.rt.check(rc)
+        return None
+
     def reload_info(self) -> dict[str, Any]:
         inf = ffi.new("anec_reload_info *")
         self.rt.check(lib.anec_program_reload_info(self.ptr, inf))

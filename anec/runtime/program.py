@@ -16,7 +16,7 @@ import numpy as np
 
 from anec.diagnostics import ArtifactError, RuntimeFailure, WeightError, did_you_mean
 from anec.runtime import native
-from anec.runtime.weights import changed_blobs, payloads, stream_plan, weight_input_values
+from anec.runtime.weights import changed_blobs, payloads, stream_plan, weight_input_values, weight_input_views
 
 if TYPE_CHECKING:
     from anec.runtime import Runtime
@@ -101,6 +101,9 @@ class Program(_Closing):
         self.inputs = [dict(i) for i in nprog.inputs]    # binding (alphabetical) order
         self.outputs = [dict(o) for o in nprog.outputs]
         self.name = (manifest or {}).get("func", "main")
+        self._input_specs = {spec["name"]: spec for spec in self.inputs}
+        self._input_index = {spec["name"]: i for i, spec in enumerate(self.inputs)}
+        self._view_plans: dict = {}  # weight_input_views' walks, by input and array layout
         self._reload_lock = threading.Lock()  # reload_weights reads, patches and reloads as one step
         self._weight_inputs = {w["input"]: w for w in (manifest or {}).get("weight_inputs", [])}
         # the shape the caller passes: the manifest's logical shape (a rank-4 device input may
@@ -282,15 +285,31 @@ class Program(_Closing):
             if k not in as_inputs and k not in blob_keys:
                 raise WeightError(f"unknown weight '{k}' for program '{self.name}'",
                                   hint=did_you_mean(k, sorted(blob_keys | set(as_inputs))))
-        inputs = weight_input_values(self._weight_inputs.values(), weights)
+        specs = self._input_specs
+        views = weight_input_views(self._weight_inputs.values(), weights, specs, self._view_plans)
+        inputs = {} if views else weight_input_values(self._weight_inputs.values(), weights)
         blob_weights = {k: v for k, v in weights.items() if k in blob_keys}
         # one step per program: another thread's reload between reading the current
         # files and reloading the patched ones would be lost (or its directory gone)
         with self._reload_lock:
             if blob_weights:  # counted as a reload even when no file changes (then nothing is written)
                 self._reload_blob_weights(blob_weights)
-            if inputs:
+            if views:
+                self._reload_input_views(views, weights)
+            elif inputs:
                 self._set_weight_inputs(inputs, reload=True)
+
+    def _reload_input_views(self, views: Mapping[str, tuple[np.ndarray, int, tuple[int, int, int, int]]],
+                            weights: Mapping[str, Any]) -> None:
+        """Weights-as-inputs from the callers' arrays: C checks every view, then writes each
+        into its surface (transposed, sliced and converted in the copy), no host copies."""
+        index = self._input_index
+        items = [(index[name], a, offset, walk) for name, (a, offset, walk) in views.items()]
+        if self._native.reload_input_views(items) is not None:
+            # a refused value: the element-wise checks name the key and the element
+            message = native.last_error()
+            weight_input_values(self._weight_inputs.values(), weights)
+            raise WeightError(message, hint="the program keeps its old weights")
 
     def _reload_blob_weights(self, weights: Mapping[str, Any]) -> None:
         """A data-patch or new-object program: C builds the new file straight from the arrays

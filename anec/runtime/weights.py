@@ -325,3 +325,84 @@ def weight_input_values(entries: Iterable[Mapping[str, Any]], weights: Mapping[s
     (a key read under several views, e.g. a weight and its transpose, fills each view's input)."""
     return {w["input"]: materialize(w["key"], weights[w["key"]], w) for w in entries if w["key"] in weights}
 
+
+
+def strided_2d(a: np.ndarray) -> tuple[int, int, int, int] | None:
+    """``a`` as (rows, cols, row stride, col stride) in elements from its first element, its
+    elements read row-major (a weight's view: a transpose, a slice, unit axes); None when
+    numpy's view of it is no 2-D strided walk."""
+    if a.strides and any(s % a.itemsize for s in a.strides):
+        return None
+    dims: list[list[int]] = []
+    for n, s in zip(a.shape, a.strides):
+        if n == 1:
+            continue
+        if dims and dims[-1][1] == n * (s // a.itemsize):  # the outer axis steps over the inner one
+            dims[-1] = [dims[-1][0] * n, s // a.itemsize]
+        else:
+            dims.append([n, s // a.itemsize])
+    if len(dims) > 2:
+        return None
+    while len(dims) < 2:
+        dims.insert(0, [1, 0])
+    (rows, rs), (cols, cs) = dims
+    return rows, cols, rs, cs
+
+
+Walk = tuple[int, int, int, int]
+"""A 2-D walk of an array's elements: (rows, cols, row stride, col stride) in elements."""
+
+
+def weight_input_views(entries: Iterable[Mapping[str, Any]], weights: Mapping[str, Any],
+                       specs: Mapping[str, Mapping[str, Any]],
+                       plans: dict[tuple[Any, ...], tuple[int, Walk, bool] | None] | None = None,
+                       ) -> dict[str, tuple[np.ndarray, int, Walk]] | None:
+    """Input name -> (array, byte offset of the view's first element, its 2-D walk) of every
+    weight compiled as an input whose key is in ``weights``: the view taken without copying
+    (the C runtime checks the values and writes them, transposed and converted, into the
+    surface). None when some value is not an fp16/fp32 array whose view is a 2-D walk into an
+    fp16 input (then :func:`weight_input_values` materializes the values). Shapes are checked
+    here (WeightError). ``plans`` caches each view's walk by the input and the array's layout."""
+    from anec.runtime import native
+
+    if not native.available():
+        return None
+    plans = {} if plans is None else plans
+    out = {}
+    for w in entries:
+        if w["key"] not in weights:
+            continue
+        arr = weights[w["key"]]
+        if not isinstance(arr, np.ndarray) or arr.dtype not in _MAGNITUDE or not arr.size:
+            return None
+        sig = (w["input"], arr.shape, arr.strides, arr.dtype)
+        plan = plans.get(sig, False)
+        if plan is False:
+            plan = _view_plan(w, arr, specs[w["input"]])
+            if plan is not None and plan[0] < 0:  # numpy copied: this array's view, not cached
+                v = _view(w["key"], arr, w)
+                out[w["input"]] = (v, 0, plan[1])
+                continue
+            plans[sig] = plan
+        if plan is None:
+            return None
+        offset, walk, partial = plan
+        if partial and not _fast_valid(arr, DType.fp16):
+            return None  # a view of part of the array: the rest is checked as materialize does
+        out[w["input"]] = (arr, offset, walk)
+    return out
+
+
+def _view_plan(w: Mapping[str, Any], arr: np.ndarray, spec: Mapping[str, Any]) -> tuple[int, Walk, bool] | None:
+    """(byte offset in ``arr``, 2-D walk, covers only part of ``arr``) of entry ``w``'s view of
+    ``arr`` (offset -1 when numpy could only copy); None when C does not take it."""
+    if spec["dtype"] != "fp16" or w["dtype"] != "fp16":
+        return None
+    v = _view(w["key"], arr, w)
+    walk = strided_2d(v)
+    if walk is None or v.shape != tuple(spec["logical_shape"]):
+        return None
+    if not np.may_share_memory(v, arr):
+        return -1, walk, False
+    offset = v.__array_interface__["data"][0] - arr.__array_interface__["data"][0]
+    return offset, walk, v.size != arr.size

@@ -548,6 +548,56 @@ static void test_call_locks_only_around_copies(void)
     CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
 }
 
+/* anec_reload_input_views: a refused view locks nothing; good views lock each
+   written surface once for writing around the copy, and the device sees the
+   transposed values (ANE-SURFACE-LOCK) */
+static void test_input_views_lock_only_around_copies(void)
+{
+    anec_runtime *rt = open_rt(0);
+    CHECK(rt);
+    prog_t a;
+    make_prog(&a, 0, 0x4200, 0);
+    anec_program *p = NULL;
+    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &p));
+    CHECK_RC(anec_load(p));
+    /* src0 viewed as its 8 x 64 transpose, src1 as it is */
+    static uint16_t src0[N_W], src1[N_W], y[N_W];
+    for (size_t i = 0; i < N_W; i++) {
+        src0[i] = (uint16_t)(0x3C00 + i);
+        src1[i] = (uint16_t)(0x4000 + 3 * i);
+    }
+    anec_input_view v[2] = {{0, src0, ANEC_DTYPE_FP16, 64, 8, 1, 64}, {1, src1, ANEC_DTYPE_FP16, 1, N_W, 0, 1}};
+    long long bad = 0;
+    src1[5] = 0x7C00; /* +Inf: refused before any surface is locked */
+    size_t mark = fk_ncalls();
+    CHECK(anec_reload_input_views(p, v, 2, &bad) == ANEC_EWEIGHTS && bad == 1);
+    CHECK(count_calls(mark, "IOSurfaceLock") == 0);
+    src1[5] = (uint16_t)(0x4000 + 15);
+    mark = fk_ncalls();
+    CHECK_RC(anec_reload_input_views(p, v, 2, &bad));
+    CHECK(bad == -1);
+    CHECK(count_calls(mark, "IOSurfaceLock IOSurface(49152) 0") == 2);
+    CHECK(count_calls(mark, "IOSurfaceUnlock") == 2);
+    anec_io ins[2] = {{ANEC_DTYPE_FP16, NULL, 0}, {ANEC_DTYPE_FP16, NULL, 0}};
+    anec_io outs[1] = {{ANEC_DTYPE_FP16, y, sizeof y}};
+    CHECK_RC(anec_call(p, ins, 2, outs, 1));
+    static uint16_t t0[N_W];
+    for (size_t r = 0; r < 64; r++)
+        for (size_t c = 0; c < 8; c++)
+            t0[r * 8 + c] = src0[c * 64 + r];
+    static uint8_t iv0[49152], iv1[49152];
+    memcpy(iv0, t0, sizeof t0);
+    memcpy(iv1, src1, sizeof src1);
+    const uint8_t *iv[2] = {iv0, iv1};
+    size_t il[2] = {49152, 49152};
+    const uint8_t *yb = (const uint8_t *)y;
+    for (size_t k = 0; k < sizeof y; k += 7)
+        CHECK(yb[k] == fk_expected_output(iv, il, 2, fresh_hash(&a), 0, k));
+    anec_program_free(p);
+    anec_runtime_close(rt);
+    CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
+}
+
 static void test_core_compile_error_on_ane(void)
 {
     anec_runtime *rt = open_rt(0);
@@ -591,6 +641,7 @@ static const test_t k_tests[] = {
     {"cache keeps a closed program's compiled form", test_cache_keeps_a_closed_program},
     {"caller buffers become IOSurfaces of their sizes", test_caller_buffers},
     {"anec_call locks surfaces only around its copies", test_call_locks_only_around_copies},
+    {"input views lock surfaces only around their copies", test_input_views_lock_only_around_copies},
     {"device compile error reaches anec_last_error", test_core_compile_error_on_ane},
 };
 

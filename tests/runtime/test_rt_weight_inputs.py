@@ -227,10 +227,11 @@ def _noop(*_args, **_kw):
 
 RELOAD_CASES = {
     # case -> (scenario, the native entry points a no-op replaces)
-    "inputs": (lambda t: reload_inputs(t, ["all"]), ["set_inputs"]),
-    "mixed:inputs": (mixed_reload, ["set_inputs"]),
+    # (fp16/fp32 arrays go by reload_input_views, other values by set_inputs)
+    "inputs": (lambda t: reload_inputs(t, ["all"]), ["set_inputs", "reload_input_views"]),
+    "mixed:inputs": (mixed_reload, ["set_inputs", "reload_input_views"]),
     "mixed:blobfiles": (mixed_reload, ["reload", "reload_arrays"]),
-    "two-views": (two_views_reload, ["set_inputs"]),
+    "two-views": (two_views_reload, ["set_inputs", "reload_input_views"]),
 }
 
 
