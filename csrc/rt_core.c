@@ -273,6 +273,30 @@ void rt_count(anec_runtime *rt, const struct anec_stats *d)
     pthread_mutex_unlock(&rt->st_lock);
 }
 
+/* Count one load of p that took since t0, in the runtime's and the program's stats. */
+void rt_count_load(anec_program *p, uint64_t t0)
+{
+    struct anec_stats d = {0};
+    d.loads = 1;
+    d.ns_load = rt_now_ns() - t0;
+    rt_count(p->rt, &d);
+    p->st.loads++;
+    p->st.ns_load += d.ns_load;
+}
+
+/* Count one reload of p by input-surface writes that took since t0. */
+static void count_inputs_reload(anec_program *p, uint64_t t0)
+{
+    struct anec_stats d = {0};
+    d.reloads = 1;
+    d.reloads_inputs = 1;
+    d.ns_reload = rt_now_ns() - t0;
+    rt_count(p->rt, &d);
+    p->st.reloads++;
+    p->st.reloads_inputs++;
+    p->st.ns_reload += d.ns_reload;
+}
+
 static void budget_view(const anec_runtime *rt, struct anec_stats *out, uint64_t mine)
 {
     uint64_t proc = anec_process_compiles(rt->drv->name);
@@ -1196,12 +1220,7 @@ int rt_load_locked(anec_program *p)
     if (rc != ANEC_OK)
         return rt_fail(rc, "%s", err);
     p->loaded = 1;
-    struct anec_stats d = {0};
-    d.loads = 1;
-    d.ns_load = rt_now_ns() - t0;
-    rt_count(rt, &d);
-    p->st.loads++;
-    p->st.ns_load += d.ns_load;
+    rt_count_load(p, t0);
     return ANEC_OK;
 }
 
@@ -1569,16 +1588,8 @@ int anec_reload_inputs(anec_program *p, const anec_io *inputs, size_t n_in)
         return rc;
     uint64_t t0 = rt_now_ns();
     rc = write_inputs(p, inputs, n_in);
-    if (rc == ANEC_OK) {
-        struct anec_stats d = {0};
-        d.reloads = 1;
-        d.reloads_inputs = 1;
-        d.ns_reload = rt_now_ns() - t0;
-        rt_count(p->rt, &d);
-        p->st.reloads++;
-        p->st.reloads_inputs++;
-        p->st.ns_reload += d.ns_reload;
-    }
+    if (rc == ANEC_OK)
+        count_inputs_reload(p, t0);
     pthread_mutex_unlock(&p->lock);
     return rc;
 }
@@ -1760,16 +1771,8 @@ int anec_reload_input_views(anec_program *p, const anec_input_view *views, size_
         write_view(&views[k], (uint16_t *)(void *)s->base);
         rt_surface_unlock(p->rt, s);
     }
-    if (rc == ANEC_OK) {
-        struct anec_stats d = {0};
-        d.reloads = 1;
-        d.reloads_inputs = 1;
-        d.ns_reload = rt_now_ns() - t0;
-        rt_count(p->rt, &d);
-        p->st.reloads++;
-        p->st.reloads_inputs++;
-        p->st.ns_reload += d.ns_reload;
-    }
+    if (rc == ANEC_OK)
+        count_inputs_reload(p, t0);
     pthread_mutex_unlock(&p->lock);
     return rc;
 }

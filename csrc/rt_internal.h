@@ -134,6 +134,7 @@ int rt_budget_reserve(anec_runtime *rt);
 void rt_budget_release(anec_runtime *rt);
 /* Add to the runtime's counters (st_lock). */
 void rt_count(anec_runtime *rt, const struct anec_stats *delta);
+void rt_count_load(anec_program *p, uint64_t t0);
 /* Check one blob against every const of p that reads it. */
 int rt_check_blob(const anec_program *p, const anec_blob *b, int check_finite, const char *what);
 /* sha256 over sorted (path, sha256(bytes)) of the blobs. */

@@ -365,14 +365,8 @@ static int new_object(anec_program *p, const anec_blob *b, int was_loaded)
     else if (was_loaded && (rc = rt->drv->load(rt->ctx, np, err, sizeof err)) != ANEC_OK)
         rt_fail(rc, "reload (new object): %s; the old weights stay in use", err);
     free(path);
-    if (rc == ANEC_OK && was_loaded) {
-        struct anec_stats d = {0};
-        d.loads = 1;
-        d.ns_load = rt_now_ns() - t0;
-        rt_count(rt, &d);
-        p->st.loads++;
-        p->st.ns_load += d.ns_load;
-    }
+    if (rc == ANEC_OK && was_loaded)
+        rt_count_load(p, t0);
     pthread_mutex_lock(&rt->lock);
     rt_dir *old = p->dir;
     if (rc == ANEC_OK && (rc = rt_set_dir(p, nd)) == ANEC_OK) {
