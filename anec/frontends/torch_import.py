@@ -211,27 +211,142 @@ def load_pt2(path: str | os.PathLike) -> Any:
     it (layout allow-list, sizes, raw tensors only, no pickle, no shared
     library, no code in the program's JSON); ``torch.export.load`` then gets a
     new in-memory zip of the checked members only, without the sample inputs.
-    """
-    import logging
 
+    Output pytrees of types this process has not registered with torch's
+    pytree (a Hugging Face ``ModelOutput``, a dataclass) are read as dicts of
+    the same keys (:func:`plain_pytrees`): anec needs the leaves and their
+    names, never the class, and importing it would run the model's code.
+    When torch cannot read the program, its own logged error is the message.
+    """
     from anec.frontends.pt2_archive import read_pt2
 
     archive = read_pt2(path)  # before torch is imported: a refusal is quick
     torch = require("torch", "torch", "anec import")
+    program = next((k for k in archive.members if k.startswith("models/") and k.endswith(".json")), None)
+    if program is not None:
+        archive.members[program] = plain_pytrees(archive.members[program])
     data = archive.torch_bytes()
     archive.members.clear()
-    previous = logging.root.manager.disable
-    logging.disable(logging.CRITICAL)  # torch logs a traceback before it rethrows
-    try:
-        with _quiet_warnings():
-            return torch.export.load(io.BytesIO(data))
-    except Exception as e:
-        msg = " ".join(str(e).strip().split("\n")[:2])[:400]
-        raise TorchImportError(f"cannot load '{os.fspath(path)}': {type(e).__name__}: {msg}",
-                               hint="torch could not read the program; save it again with "
-                                    "torch.export.save(exported_program, 'model.pt2')") from None
-    finally:
-        logging.disable(previous)
+    with _torch_said() as said:  # torch logs the real error, then raises a generic one
+        try:
+            with _quiet_warnings():
+                return torch.export.load(io.BytesIO(data))
+        except Exception as e:
+            msg = said.cause() or " ".join(str(e).strip().split("\n")[:2])[:400]
+            raise TorchImportError(f"cannot load '{os.fspath(path)}': {msg}",
+                                   hint="torch could not read the program; save it again with "
+                                        "torch.export.save(exported_program, 'model.pt2')") from None
+
+
+def plain_pytrees(program_json: bytes) -> bytes:
+    """The program's JSON with every pytree node of an unregistered type (``in_spec``,
+    ``out_spec``) turned into a ``dict`` of the same keys (a ``tuple`` when its context
+    is not a list of keys). Nothing is imported."""
+    from torch.utils._pytree import SERIALIZED_TYPE_TO_PYTHON_TYPE
+
+    obj = json.loads(program_json)
+    changed = False
+
+    def node(n: Any) -> Any:
+        nonlocal changed
+        if not isinstance(n, dict):
+            return n
+        kids = [node(k) for k in n.get("children_spec") or []]
+        out = dict(n, children_spec=kids)
+        typ = n.get("type")
+        if typ is not None and typ not in SERIALIZED_TYPE_TO_PYTHON_TYPE:
+            try:
+                keys = json.loads(n.get("context") or "null")
+            except ValueError:
+                keys = None
+            if isinstance(keys, list) and len(keys) == len(kids) and all(isinstance(k, str) for k in keys):
+                out.update(type="builtins.dict", context=json.dumps(keys))
+            else:
+                out.update(type="builtins.tuple", context="null")
+            changed = True
+        return out
+
+    def walk(o: Any) -> Any:
+        if isinstance(o, dict):
+            res = {}
+            for k, v in o.items():
+                if k in ("in_spec", "out_spec") and isinstance(v, str):
+                    try:
+                        spec = json.loads(v)
+                    except ValueError:
+                        spec = None
+                    if isinstance(spec, list) and len(spec) == 2:
+                        v = json.dumps([spec[0], node(spec[1])])
+                res[k] = walk(v)
+            return res
+        if isinstance(o, list):
+            return [walk(v) for v in o]
+        return o
+
+    new = walk(obj)
+    return json.dumps(new).encode("utf-8") if changed else program_json
+
+
+class _TorchLog:
+    """torch's log records and Python warnings while a torch call runs (shown only when
+    it fails): the error torch logs before raising a generic one, and what it warned."""
+
+    def __init__(self) -> None:
+        import logging
+
+        self.records: list[Any] = []
+        self.warned: list[str] = []
+        outer = self
+
+        class _Keep(logging.Handler):
+            def emit(self, record: Any) -> None:
+                outer.records.append(record)
+
+        self.handler = _Keep(logging.WARNING)
+
+    def cause(self) -> str:
+        """torch's own error: the innermost exception it logged, ``Type: message``."""
+        for rec in reversed(self.records):
+            if rec.exc_info and rec.exc_info[1] is not None:
+                e = rec.exc_info[1]
+                while e.__cause__ is not None or (e.__context__ is not None and not e.__suppress_context__):
+                    e = e.__cause__ or e.__context__
+                return f"{type(e).__name__}: {' '.join(str(e).split())[:600]}"
+        return ""
+
+    def notes(self, limit: int = 5) -> list[str]:
+        """What torch logged and warned (distinct lines, first ``limit``)."""
+        seen: list[str] = []
+        for text in [*(r.getMessage() for r in self.records), *self.warned]:
+            line = " ".join(str(text).split())[:300]
+            if line and line not in seen:
+                seen.append(line)
+        return seen[:limit]
+
+
+class _torch_said:
+    """``with _torch_said() as log:`` keeps torch's log records (not printed) and warnings."""
+
+    def __enter__(self) -> _TorchLog:
+        import logging
+        import warnings
+
+        self.log = _TorchLog()
+        self.logger = logging.getLogger("torch")
+        self.saved = (self.logger.propagate, self.logger.level)
+        self.logger.addHandler(self.log.handler)
+        self.logger.propagate = False
+        self.catch = warnings.catch_warnings(record=True)
+        self.caught = self.catch.__enter__()
+        warnings.simplefilter("always")
+        return self.log
+
+    def __exit__(self, *exc: Any) -> None:
+        self.log.warned.extend(str(w.message) for w in self.caught
+                               if not issubclass(w.category, (DeprecationWarning, FutureWarning)))
+        self.catch.__exit__(*exc)
+        self.logger.removeHandler(self.log.handler)
+        self.logger.propagate, _ = self.saved
 
 
 # ---------------------------------------------------------------------------
