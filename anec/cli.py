@@ -331,7 +331,7 @@ def _save_npz_atomic(path: str, arrays: dict) -> None:
 
 
 @main.command("interp")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path(exists=True), metavar="FILE|DIR")
 @click.option("--func", "func_name", metavar="NAME", help="Func to run (default: the only one).")
 @click.option("--input", "inputs", multiple=True, metavar="NAME=PATH.npy", callback=_parse_input_spec,
               help="An input array (.npy); repeat per input.")
@@ -344,8 +344,25 @@ def _save_npz_atomic(path: str, arrays: dict) -> None:
                    "(the func as the device computes it: after cleanup and range-safe).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="OUT.npz", help="Save the outputs.")
 def interp_cmd(file, func_name, inputs, random_inputs, weights_path, random_weights, mode, output) -> None:
-    """Run a func of FILE with the numpy reference interpreter."""
+    """Run a func of FILE with the numpy reference interpreter.
+
+    DIR, an `anec import` directory, runs the imported model as torch does: --input
+    arrays named as the module's inputs (token ids...), host steps applied, the outputs
+    in torch's shapes.
+    """
     import numpy as np
+
+    imported = _imported_at(file)
+    if imported is not None:
+        if func_name or weights_path or random_weights is not None:
+            raise click.UsageError("an imported model runs with its own func and weights: --func, --weights "
+                                   "and --random-weights apply to FILE")
+        with imported[0].runner(backend="interp", mode=mode) as run:
+            _run_imported(run, inputs, random_inputs, output, f"interpreter ({mode}): {run.im.name}")
+        return
+    if os.path.isdir(file):
+        raise AnecError(f"'{file}' is a directory without an imported model",
+                        hint="give FILE.ir, or an anec import directory (it holds import.json)")
 
     from anec.ir.interp import interpret, load_input, random_inputs as make_random_inputs, select_func
     from anec.ir.parser import parse_file
@@ -448,6 +465,12 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
         click.echo(print_module(result.module), nl=False)
     for name, art in result.artifacts.items():
         click.echo(summarize(name, art, result.paths.get(name)))
+    if result.artifacts:
+        from anec.frontends.torch_import import link_import
+
+        linked = link_import(Path(file), out)
+        if linked:
+            click.echo(f"imported model: run it with the inputs torch takes: anec run {out} --input NAME=PATH.npy")
     if timing:
         click.echo(format_timings(result.timings), nl=False)
 
@@ -562,6 +585,11 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
             compare_interp, ir_path) -> None:
     """Run a compiled artifact DIR (or compile FILE.ir first) on a backend.
 
+    An imported model (an `anec import` directory, or `anec compile`'s output
+    of its model.ir) runs as torch does: --input arrays named as the module's
+    inputs (token ids...), the recorded host steps applied, the outputs in
+    torch's shapes.
+
     Prints each output's shape and statistics, the backend and the runtime
     counters. With --compare-interp the same inputs go through the numpy
     reference interpreter and the max abs/rel error of every output is shown.
@@ -573,6 +601,17 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
 
     from anec.runtime import Runtime
 
+    imported = _imported_at(target_path)
+    if imported is not None:
+        if weights_path or random_weights is not None or compare_interp or ir_path:
+            raise click.UsageError("an imported model runs with its own weights: --weights, --random-weights, "
+                                   "--compare-interp and --ir apply to FILE.ir and plain artifacts")
+        im, artifact = imported
+        with im.runner(backend=backend, target=target, artifact=artifact) as run:
+            rt = run._runtime
+            _run_imported(run, inputs, random_inputs, output,
+                          f"backend: {rt.backend}  program: {im.name}" + ("" if artifact else " (compiled now)"))
+        return
     is_ir = os.path.isfile(target_path) and target_path.endswith(".ir")
     module = store = None
     if is_ir or (compare_interp and ir_path):
@@ -666,6 +705,57 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
         if output:
             _save_npz_atomic(output, results)
             click.echo(f"wrote {output}")
+
+
+def _imported_at(path: str):
+    """``(ImportedModel, artifact dir or None)`` when PATH is an imported model: an ``anec
+    import`` directory, or ``anec compile``'s output of one (or its func directory); else None."""
+    from pathlib import Path
+
+    from anec.frontends.torch_import import META_FILE, ImportedModel, linked_import
+
+    d = Path(path)
+    if not d.is_dir():
+        return None
+    if (d / META_FILE).is_file():
+        return ImportedModel.load(d), None
+    for out in (d, d.parent):
+        src = linked_import(out)
+        if src is not None:
+            im = ImportedModel.load(src)
+            return im, str(d if out == d.parent else d / im.name)
+    return None
+
+
+def _run_imported(run, inputs: dict, random_inputs, output, header: str) -> None:
+    """Run an imported model (host steps, program, host steps: :class:`TorchRunner`) on
+    --input arrays named as the torch module's inputs; print torch's output shapes."""
+    import numpy as np
+
+    names = run.im.input_names
+    arrays = run.random_inputs(random_inputs) if random_inputs is not None else {}
+    for name, path in inputs.items():
+        if name not in names:
+            from anec.diagnostics import did_you_mean
+
+            raise AnecError(f"the imported model has no input '{name}'",
+                            hint=did_you_mean(name, names) or f"its inputs (as torch takes them): {', '.join(names)}")
+        try:
+            arrays[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise AnecError(f"cannot read input '{name}' from '{path}': {e}") from None
+    missing = [n for n in names if n not in arrays]
+    if missing:
+        raise click.UsageError(f"no value for input(s) {', '.join(missing)}: give --input NAME=PATH.npy "
+                               "or --random-inputs SEED")
+    results = run.run(**arrays)
+    click.echo(header)
+    for name, arr in results.items():
+        arr = np.asarray(arr)
+        click.echo(f"{name}  {_rt_summary(arr) if arr.dtype.kind in 'fiub' else repr(arr)}")
+    if output:
+        _save_npz_atomic(output, {k: np.asarray(v) for k, v in results.items()})
+        click.echo(f"wrote {output}")
 
 
 @main.command("doctor")

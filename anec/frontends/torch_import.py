@@ -77,6 +77,10 @@ FORMAT = "anec-torch-import/1"
 IR_FILE = "model.ir"
 WEIGHTS_FILE = "weights.safetensors"
 META_FILE = "import.json"
+LINK_FILE = "imported.json"
+"""Written by ``anec compile`` next to the artifacts of an import's model.ir: where the
+import is, so ``anec run`` applies its host steps around the compiled program."""
+LINK_FORMAT = "anec-import-link/1"
 
 KEEP_WHOLE = ("scaled_dot_product_attention.default",)
 """Ops left undecomposed: their handlers lower them better than the decomposition."""
@@ -347,6 +351,40 @@ class _torch_said:
         self.catch.__exit__(*exc)
         self.logger.removeHandler(self.log.handler)
         self.logger.propagate, _ = self.saved
+
+
+def link_import(ir_file: Path, out_dir: Path) -> bool:
+    """After ``anec compile DIR/model.ir -o OUT``: when DIR is an import, write
+    ``OUT/imported.json`` naming it (relative to OUT). Returns whether it did."""
+    from anec.mil.artifact import format_json
+    from anec.fsutil import replace_file
+
+    src = Path(ir_file).resolve().parent
+    if Path(ir_file).name != IR_FILE or not (src / META_FILE).is_file():
+        return False
+    rel = os.path.relpath(src, Path(out_dir).resolve())
+    text = format_json({"format": LINK_FORMAT, "import": rel}) + "\n"
+    replace_file(str(Path(out_dir) / LINK_FILE), lambda f: f.write(text.encode("utf-8")), suffix=".json")
+    return True
+
+
+def linked_import(out_dir: str | os.PathLike) -> Path | None:
+    """The import directory ``OUT/imported.json`` names, or None when there is none."""
+    link = Path(out_dir) / LINK_FILE
+    if not link.is_file():
+        return None
+    try:
+        meta = json.loads(link.read_text("utf-8"))
+        rel = meta["import"] if meta.get("format") == LINK_FORMAT else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        rel = None
+    if not isinstance(rel, str):
+        raise TorchImportError(f"{link}: not an anec import link", hint="compile the import's model.ir again")
+    src = (Path(out_dir) / rel)
+    if not (src / META_FILE).is_file():
+        raise TorchImportError(f"{link}: the import it was compiled from, '{src}', is gone",
+                               hint="keep the anec import directory next to the build, or compile again")
+    return src
 
 
 # ---------------------------------------------------------------------------
@@ -1135,13 +1173,15 @@ class ImportedModel:
             raise TorchImportError(f"{d / META_FILE}: missing or malformed field ({e})") from None
 
     def runner(self, backend: str = "auto", *, target: str | None = None, mode: str = "fp16",
-               seed: int = 0) -> "TorchRunner":
+               seed: int = 0, artifact: str | os.PathLike | None = None) -> "TorchRunner":
         """A callable running the whole model: host steps, then the program, then host steps.
 
         ``backend``: ``"sim"``, ``"ane"``, ``"auto"`` (compile + runtime) or
         ``"interp"`` (the reference interpreter in ``mode`` fp32/fp16).
+        ``artifact``: run this compiled artifact of the program (``anec compile``'s
+        output directory) instead of compiling it again.
         """
-        return TorchRunner(self, backend=backend, target=target, mode=mode, seed=seed)
+        return TorchRunner(self, backend=backend, target=target, mode=mode, seed=seed, artifact=artifact)
 
     def check_ranges(self, *args: Any, **kwargs: Any) -> list:
         """The fp16 range analysis (:func:`anec.ranges.check_ranges`) on sample inputs given
@@ -1189,7 +1229,7 @@ class TorchRunner:
     numpy around the program."""
 
     def __init__(self, imported: ImportedModel, backend: str = "auto", target: str | None = None,
-                 mode: str = "fp16", seed: int = 0) -> None:
+                 mode: str = "fp16", seed: int = 0, artifact: str | os.PathLike | None = None) -> None:
         from anec.weights import WeightStore
 
         self.im = imported
@@ -1204,13 +1244,21 @@ class TorchRunner:
                 raise AnecError(f"unknown interpreter mode '{mode}'", hint="use fp32 or fp16")
             self.mode = mode
         else:
-            from anec.compiler import compile_module
             from anec.runtime import Runtime
 
-            result = compile_module(imported.module, weights=self.store, target=target, host_casts=True)
-            self.artifact = result.artifacts[imported.name]
+            if artifact is None:
+                from anec.compiler import compile_module
+
+                result = compile_module(imported.module, weights=self.store, target=target, host_casts=True)
+                self.artifact = result.artifacts[imported.name]
+            else:
+                self.artifact = os.fspath(artifact)
             self._runtime = Runtime(backend=backend)
-            self._program = self._runtime.load(self.artifact)
+            try:
+                self._program = self._runtime.load(self.artifact, func=imported.name if artifact else None)
+            except BaseException:
+                self.close()
+                raise
 
     def __enter__(self) -> "TorchRunner":
         return self
@@ -1250,6 +1298,23 @@ class TorchRunner:
             func = device_form(func)
         out = interpret(func, feed, self.store, mode=self.mode)
         return {k: np.asarray(v, dtype=np.float32) for k, v in out.items()}
+
+    def random_inputs(self, seed: int) -> dict[str, np.ndarray]:
+        """Sample inputs in torch's shapes and dtypes: ids within their embedding table for
+        the inputs of host lookups, ones for other integer inputs (masks), normal(0, 1)
+        floats."""
+        rng = np.random.default_rng(seed)
+        rows = {h["input"]: self.store[h["weight"]].shape[0] for h in self.im.host_steps}
+        out = {}
+        for e in self.im.inputs:
+            dt = np.dtype(e["dtype"]) if e["dtype"] in _NP_DTYPES else np.dtype(np.float32)
+            if e["name"] in rows:
+                out[e["name"]] = rng.integers(0, rows[e["name"]], size=e["shape"]).astype(dt)
+            elif dt.kind in "iub":
+                out[e["name"]] = np.ones(e["shape"], dt)
+            else:
+                out[e["name"]] = rng.standard_normal(e["shape"]).astype(dt)
+        return out
 
     def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         names = self.im.input_names
@@ -1316,6 +1381,9 @@ class TorchRunner:
             else:
                 out[e["name"]] = e.get("value")
         return out
+
+
+_NP_DTYPES = ("float32", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
 
 
 def _to_numpy(x: Any) -> np.ndarray:
