@@ -263,6 +263,8 @@ def plain_pytrees(program_json: bytes) -> bytes:
                 keys = json.loads(n.get("context") or "null")
             except ValueError:
                 keys = None
+            if isinstance(keys, list) and keys and isinstance(keys[0], list):  # a dataclass: [fields, ...]
+                keys = keys[0]
             if isinstance(keys, list) and len(keys) == len(kids) and all(isinstance(k, str) for k in keys):
                 out.update(type="builtins.dict", context=json.dumps(keys))
             else:
@@ -336,10 +338,16 @@ class _torch_said:
         import warnings
 
         self.log = _TorchLog()
-        self.logger = logging.getLogger("torch")
-        self.saved = (self.logger.propagate, self.logger.level)
-        self.logger.addHandler(self.log.handler)
-        self.logger.propagate = False
+        # torch's loggers print on their own handlers (torch.export does not propagate):
+        # each one with handlers writes to ours instead while the call runs
+        names = ["torch"] + [n for n, lg in logging.root.manager.loggerDict.items()
+                             if n.startswith("torch.") and isinstance(lg, logging.Logger) and lg.handlers]
+        self.saved = []
+        for name in names:
+            lg = logging.getLogger(name)
+            self.saved.append((lg, list(lg.handlers), lg.propagate))
+            lg.handlers = [self.log.handler]
+            lg.propagate = False
         self.catch = warnings.catch_warnings(record=True)
         self.caught = self.catch.__enter__()
         warnings.simplefilter("always")
@@ -349,8 +357,8 @@ class _torch_said:
         self.log.warned.extend(str(w.message) for w in self.caught
                                if not issubclass(w.category, (DeprecationWarning, FutureWarning)))
         self.catch.__exit__(*exc)
-        self.logger.removeHandler(self.log.handler)
-        self.logger.propagate, _ = self.saved
+        for lg, handlers, propagate in self.saved:
+            lg.handlers, lg.propagate = handlers, propagate
 
 
 def link_import(ir_file: Path, out_dir: Path) -> bool:
