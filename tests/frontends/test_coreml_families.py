@@ -1,0 +1,110 @@
+"""``anec export-coreml`` on the import of every model family the project imports.
+
+The package must load in coremltools with the model's logical I/O shapes, and
+verification must accept exactly coremltools' backend rewrites (silu fusion...)
+while still refusing a package that differs from the artifact.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from anec.compiler import compile_module
+from anec.frontends import CoreMLExportError
+from anec.frontends import coreml
+from anec.frontends.coreml import export_coreml, read_package, verify_package
+from anec.mil.pipeline import load_any
+from tests.frontends.conftest import CASES, torch
+
+pytest.importorskip("coremltools")
+
+FAMILIES = ["llama", "gpt2", "bert", "vit", "t5_encoder", "mlp"]
+
+
+def _t5():
+    import transformers
+
+    torch.manual_seed(6)
+    cfg = transformers.T5Config(vocab_size=256, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4)
+    return transformers.T5EncoderModel(cfg).eval(), (torch.randint(0, 256, (1, 8)),)
+
+
+def build(name, tmp_path):
+    import anec
+
+    module, args = _t5() if name == "t5_encoder" else CASES[name]()
+    im = anec.import_torch(module, args)
+    out = tmp_path / "b"
+    compile_module(im.module, weights=im.weights, out_dir=out)
+    return im, out / im.name
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_family_exports_with_logical_io(name, tmp_path):
+    im, art_dir = build(name, tmp_path)
+    rep = export_coreml(art_dir, tmp_path / "m.mlpackage")
+    spec, prog = read_package(rep.path)
+    program = {v.name: list(v.type.shape) for v in im.func.inputs}
+    # the package takes the program's inputs and returns torch's outputs, in their logical shapes
+    assert [(i.name, list(i.type.multiArrayType.shape)) for i in spec.description.input] == \
+        [(v.name, program[v.name]) for v in im.func.inputs]
+    want_out = [(o["program_output"], o["shape"]) for o in im.outputs if o.get("kind") == "device"]
+    assert [(o.name, list(o.type.multiArrayType.shape)) for o in spec.description.output] == want_out
+    ops = [op.op_type for op in prog.functions["main"].operations]
+    if name in ("llama", "mlp"):  # SiLU models: coremltools fused mul(x, sigmoid(x)) into silu
+        assert "silu" in ops and "sigmoid" not in ops
+        assert any("silu(x) x" in c for c in rep.checks)
+
+
+def test_prediction_where_coremltools_can_run_it(tmp_path):
+    import numpy as np
+
+    import coremltools as ct
+
+    im, art_dir = build("mlp", tmp_path)
+    export_coreml(art_dir, tmp_path / "m.mlpackage")
+    try:
+        model = ct.models.MLModel(str(tmp_path / "m.mlpackage"))
+        x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+        got = model.predict({"input": x})
+    except Exception as e:  # Linux: no Core ML framework to run on
+        pytest.skip(f"coremltools cannot predict here: {type(e).__name__}")
+    with im.runner(backend="interp", mode="fp16") as run:
+        (want,) = run(x)
+    assert np.asarray(got["output"]).shape == want.shape
+
+
+def test_without_the_fusion_table_a_silu_model_is_refused_with_a_hint(tmp_path, monkeypatch):
+    _, art_dir = build("mlp", tmp_path)
+    monkeypatch.setattr(coreml, "FUSIONS", ())
+    with pytest.raises(CoreMLExportError) as e:
+        export_coreml(art_dir, tmp_path / "m.mlpackage")
+    assert "1 more 'silu'" in str(e.value) and "1 fewer 'sigmoid'" in str(e.value)
+    assert "FUSIONS" in e.value.hint
+
+
+def test_a_package_of_another_model_is_refused_by_op_kind(tmp_path):
+    _, silu_dir = build("mlp", tmp_path / "a")
+    torch.manual_seed(5)
+    relu = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 256),
+                               torch.nn.ReLU(), torch.nn.Linear(256, 10)).eval()
+    import anec
+
+    im = anec.import_torch(relu, (torch.randn(4, 64),))
+    compile_module(im.module, weights=im.weights, out_dir=tmp_path / "r")
+    rep = export_coreml(silu_dir, tmp_path / "silu.mlpackage")
+    with pytest.raises(CoreMLExportError) as e:
+        verify_package(rep.path, load_any(tmp_path / "r" / "main"))
+    assert "'relu'" in str(e.value) and "'silu'" in str(e.value)
+
+
+def test_the_backend_passes_are_the_ones_coremltools_runs_under_empty():
+    """Derived from coremltools: the backend passes that survive PassPipeline.EMPTY are exactly
+    the ones anec accounts for (a new rewriting pass in a coremltools upgrade fails here)."""
+    import coremltools as ct
+    from coremltools.converters.mil.converter import _construct_other_pipelines
+
+    _, backend = _construct_other_pipelines(ct.PassPipeline.EMPTY, "milinternal", "mlprogram")
+    assert list(backend.passes) == list(coreml.BACKEND_PASSES)
+    fusing = {p for p, what in coreml.BACKEND_PASSES.items() if what == "FUSIONS"}
+    assert fusing == {f.pass_name for f in coreml.FUSIONS}
