@@ -53,6 +53,23 @@ class _Group(click.Group):
             ctx.exit(EXIT_INTERNAL)
 
 
+def _format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    """The command list with each command's whole first sentence (click cuts it to the
+    terminal width and ends it with '...'); the formatter wraps long ones."""
+    rows = []
+    for name in self.list_commands(ctx):
+        cmd = self.get_command(ctx, name)
+        if cmd is not None and not cmd.hidden:
+            rows.append((name, cmd.get_short_help_str(limit=10_000)))
+    if rows:
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+_Group.format_commands = _format_commands  # type: ignore[method-assign]
+_Group.group_class = type  # subgroups (anec models) are _Groups too
+
+
 def _interrupt_in(e: BaseException) -> BaseException | None:
     """The KeyboardInterrupt (SIGINT) or SystemExit (the SIGTERM/SIGHUP handler) that Python
     wrapped into ``e``, if any: one raised while a class is created, in a descriptor's
@@ -801,7 +818,8 @@ def _progress(quiet: bool):
 @main.command("import")
 @click.argument("file", required=False, type=click.Path(dir_okay=False), metavar="FILE.pt2")
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), metavar="DIR",
-              help="Write DIR/model.ir, DIR/weights.safetensors and DIR/import.json.")
+              help="Write DIR/model.ir, DIR/weights.safetensors and DIR/import.json  [required, "
+                   "except with --ops]")
 @click.option("--name", default="main", show_default=True, help="Name of the func.")
 @click.option("--target", default=DEFAULT_TARGET, show_default=True, metavar="NAME",
               help="Chip profile (its conv channel limit picks conv1x1 or matmul for wide layers).")

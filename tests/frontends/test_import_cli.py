@@ -178,3 +178,23 @@ def test_run_on_an_import_names_the_torch_inputs(tmp_path):
     (tmp_path / "imp").rename(tmp_path / "moved")
     res = cli("run", tmp_path / "b", "--backend", "sim", "--random-inputs", "0", ok=False)
     assert res.exit_code == 1 and "is gone" in res.output
+
+
+def test_help_shows_whole_command_summaries_and_import_marks_output_required():
+    res = cli("--help")
+    commands = res.output.split("Commands:")[1]
+    assert "..." not in commands
+    assert "Import a saved torch.export program (FILE.pt2) as anec IR in DIR." in " ".join(commands.split())
+    assert "..." not in cli("models", "--help").output.split("Commands:")[1]
+    assert "[required, except with --ops]" in " ".join(cli("import", "--help").output.split())
+
+
+def test_train_without_a_tokenizer_suggests_token_id_data(tmp_path):
+    from anec.diagnostics import TrainingError
+    from anec.training.data import load_tokens
+
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "t.txt").write_text("some text to train on")
+    with pytest.raises(TrainingError) as e:
+        load_tokens(tmp_path / "t.txt", tmp_path / "ckpt", 100)
+    assert "--data ids.npy" in e.value.hint and "prompt-ids" not in e.value.hint
