@@ -230,7 +230,8 @@ def _concat_target(module, target: str, concat: str):
 )
 @click.option("--weights", "weights_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Weight file (.safetensors/.npz) to check too: each const's key, shape and dtype, "
-                   "and the fp16 range of its values.")
+                   "and the fp16 range of its values (default: the files FILE's weights directives "
+                   "name, when they exist).")
 @click.option("--random-weights", type=int, metavar="SEED",
               help="Deterministic random tensors for the weights no file provides (checked as --weights, "
                    "and run on by --inputs).")
@@ -264,11 +265,13 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
         ctx.exit(1)
     nodes = sum(len(g.nodes) for g in module.funcs.values())
     click.echo(f"{file}: ok ({_plural(len(module.funcs), 'func')}, {_plural(nodes, 'node')})")
-    given = {}  # the weights to check, when given
-    if weights_path is not None or random_weights is not None:
-        from anec.weights import resolve_weights
+    given = {}  # the weights to check: given, or named by the file's weights directives
+    from anec.weights import resolve_weights
 
+    if weights_path is not None or random_weights is not None:
         given["weights"] = resolve_weights(module, weights=weights_path, random_seed=random_weights)
+    elif module.weight_sources and all(_directive_path(module, ws).is_file() for ws in module.weight_sources):
+        given["weights"] = resolve_weights(module)
     legality = _legality_report("legality")
     if legality is not None:  # the report and its verdict: exit 1 when a node is rejected
         # the concat reading (ANE-CONCAT) as anec compile would use it, said when there is a concat
@@ -290,6 +293,14 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
     legality_report = _legality_report()
     if legality_report is not None:
         click.echo(legality_report(module, target_name or DEFAULT_TARGET, **given).rstrip("\n"))
+
+def _directive_path(module, ws):
+    """The file a ``weights "..."`` directive names (relative to the module's file)."""
+    from pathlib import Path
+
+    p = Path(ws.path)
+    return p if p.is_absolute() else (Path(module.path).parent if module.path else Path(".")) / p
+
 
 def _range_check(module, inputs_path: str, given: dict, target_name: str | None,
                  random_seed: int | None) -> int:

@@ -132,12 +132,15 @@ def import_torch(model: Any, example_inputs: Any = (), *, name: str = "main",
     ``args``) fixes every shape: ANE programs are static. ``target`` picks the
     chip whose conv channel limit decides conv1x1 vs matmul for wide layers.
     """
+    from anec.frontends.fx import importing_from
+
     torch = require("torch", "torch", "anec.import_torch")
-    if isinstance(model, torch.export.ExportedProgram):
-        ep = model
-    else:
-        ep = export_module(model, example_inputs, example_kwargs)
-    return import_exported(ep, name=name, target=target)
+    with importing_from():
+        if isinstance(model, torch.export.ExportedProgram):
+            ep = model
+        else:
+            ep = export_module(model, example_inputs, example_kwargs)
+        return import_exported(ep, name=name, target=target)
 
 
 def export_module(model: Any, example_inputs: Any = (),
@@ -158,18 +161,40 @@ def export_module(model: Any, example_inputs: Any = (),
             hint="pass the forward() arguments as a tuple, e.g. (x,)")
     if example_kwargs is not None and not isinstance(example_kwargs, Mapping):
         raise TorchImportError("example_kwargs must be a dict of keyword arguments")
-    try:
-        with torch.no_grad(), _quiet_warnings():
+    import contextlib
+
+    failed = None
+    # torch prints the partial graph of a failed export on stderr once per wrapper of its
+    # export (twice); the user's line it shows is the error's location instead
+    with torch.no_grad(), _torch_said() as said, contextlib.redirect_stderr(io.StringIO()):
+        try:
             return torch.export.export(model, example_inputs, dict(example_kwargs or {}), strict=False)
-    except AnecError:
-        raise
-    except Exception as e:  # torch raises many types; report, do not crash
-        msg = " ".join(str(e).strip().split("\n")[:3])[:600]
-        raise TorchImportError(
-            f"torch.export could not capture the model: {type(e).__name__}: {msg}",
-            hint="anec imports what torch.export captures: check that forward() runs with these "
-                 "example inputs, returns tensors (e.g. use_cache=False for transformers "
-                 "decoders) and has no data-dependent control flow") from None
+        except AnecError:
+            raise
+        except Exception as e:  # torch raises many types; report, do not crash
+            failed = e
+    raise _export_failure(failed, said) from None
+
+
+_RAISED_AT = re.compile(r'The following call raised this error:\n\s*File "(?P<file>[^"]+)", line (?P<line>\d+), '
+                        r'in [^\n]*\n(?P<code>[^\n]*)')
+
+
+def _export_failure(e: BaseException, said: "_TorchLog") -> TorchImportError:
+    """torch.export's failure as an error: torch's message, located at the user's line torch
+    names (data-dependent control flow), with what torch logged and warned as notes."""
+    from anec.frontends.fx import frame_span
+
+    text = str(e).strip()
+    msg = " ".join(text.split("\n")[:3])[:600]
+    m = _RAISED_AT.search(text)
+    span = frame_span(m.group("file"), int(m.group("line")), m.group("code")) if m else None
+    notes = [f"torch: {n}" for n in said.notes()]
+    return TorchImportError(
+        f"torch.export could not capture the model: {type(e).__name__}: {msg}", span=span, notes=notes,
+        hint="anec imports what torch.export captures: check that forward() runs with these "
+             "example inputs, returns tensors (e.g. use_cache=False for transformers "
+             "decoders) and has no data-dependent control flow")
 
 
 def _quiet_warnings() -> Any:

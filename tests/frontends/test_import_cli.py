@@ -198,3 +198,53 @@ def test_train_without_a_tokenizer_suggests_token_id_data(tmp_path):
     with pytest.raises(TrainingError) as e:
         load_tokens(tmp_path / "t.txt", tmp_path / "ckpt", 100)
     assert "--data ids.npy" in e.value.hint and "prompt-ids" not in e.value.hint
+
+
+def test_a_torch_layer_inside_sequential_is_located_in_the_users_file():
+    import anec
+    from anec.frontends import TorchImportError
+
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Sequential(torch.nn.ReLU(), torch.nn.LogSoftmax(-1)))
+    with pytest.raises(TorchImportError) as e:
+        anec.import_torch(m.eval(), (torch.randn(2, 8),))  # the line the error points to
+    err = e.value
+    assert err.span is not None and err.span.source.name == __file__
+    line = err.span.source.text[:err.span.start].count("\n") + 1
+    with open(__file__) as f:
+        assert "the line the error points to" in f.read().splitlines()[line - 1]
+    assert "in module '1.1' (LogSoftmax)" in err.render()
+    assert "torch's own code" in err.render()
+
+
+class _DataDependent(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # data-dependent control flow
+            return x * 2
+        return x
+
+
+def test_data_dependent_control_flow_is_located_without_torchs_graph_dumps(capfd):
+    import anec
+    from anec.frontends import TorchImportError
+
+    with pytest.raises(TorchImportError) as e:
+        anec.import_torch(_DataDependent(), (torch.randn(2, 8),))
+    out, err = capfd.readouterr()
+    assert "def forward" not in out + err  # torch prints its partial graph once per export wrapper
+    text = e.value.render()
+    assert "GuardOnDataDependentSymNode" in text and "if x.sum() > 0:" in text
+    assert e.value.span is not None and e.value.span.source.name == __file__
+
+
+def test_check_reads_the_weights_an_imported_model_ir_names(tmp_path):
+    import anec
+
+    m = torch.nn.Linear(8, 8).eval()
+    with torch.no_grad():
+        m.weight[0, 0] = 1e6  # beyond fp16: saved as inf
+    anec.import_torch(m, (torch.randn(2, 8),)).save(tmp_path / "imp")
+    res = cli("check", tmp_path / "imp" / "model.ir", ok=False)
+    assert res.exit_code == 1 and "ANE-FP16-RANGE" in res.output and "not checked" not in res.output
+    (tmp_path / "imp" / "weights.safetensors").unlink()  # a directive naming a missing file: not checked
+    res = cli("check", tmp_path / "imp" / "model.ir")
+    assert "weight values: not checked" in res.output
