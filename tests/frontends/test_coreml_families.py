@@ -108,3 +108,65 @@ def test_the_backend_passes_are_the_ones_coremltools_runs_under_empty():
     assert list(backend.passes) == list(coreml.BACKEND_PASSES)
     fusing = {p for p, what in coreml.BACKEND_PASSES.items() if what == "FUSIONS"}
     assert fusing == {f.pass_name for f in coreml.FUSIONS}
+
+
+def test_anec_models_llama_programs_export(tmp_path):
+    """anec's own Llama path (`anec models export llama`): every program, SiLU fused."""
+    import transformers
+    from click.testing import CliRunner
+
+    from anec.cli import main
+
+    torch.manual_seed(5)
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                                   max_position_embeddings=256)
+    transformers.LlamaForCausalLM(cfg).eval().save_pretrained(tmp_path / "ckpt")
+
+    def run(*args):
+        res = CliRunner().invoke(main, [str(a) for a in args])
+        assert res.exit_code == 0, res.output
+        return res.output
+
+    run("models", "export", "llama", tmp_path / "ckpt", "-o", tmp_path / "exp", "--prefill", "256", "--cache", "256")
+    run("models", "compile", tmp_path / "exp", "-o", tmp_path / "build")
+    funcs = sorted(p.name for p in (tmp_path / "build").iterdir() if (p / "manifest.json").is_file())
+    assert len(funcs) == 3
+    for func in funcs:
+        out = run("export-coreml", tmp_path / "build", "--func", func, "-o", tmp_path / f"{func}.mlpackage")
+        _, prog = read_package(tmp_path / f"{func}.mlpackage")
+        ops = [op.op_type for op in prog.functions["main"].operations]
+        if func != "lm_head_s256":
+            assert "silu(x) x1" in out and ops.count("silu") == 1 and "sigmoid" not in ops
+
+
+WIDE = """func wide(%x: fp32[2, 32]) {
+  %xh = cast(%x, dtype=fp16) : fp16[2, 32]
+  %xt = reshape(%xh, shape=[1, 2, 1, 32]) : fp16[1, 2, 1, 32]
+  %xp = transpose(%xt, perm=[0, 3, 2, 1]) : fp16[1, 32, 1, 2]
+  %w = const(weight="w") : fp16[16400, 32, 1, 1]
+  %y = conv1x1(%xp, %w) : fp16[1, 16400, 1, 2]
+  %z = relu(%y) : fp16[1, 16400, 1, 2]
+  return %z
+}
+"""
+
+
+def test_a_chunked_output_is_one_package_output(tmp_path):
+    """An output legalize returns in pieces (ANE-CONV-CHANNELS) is their concat in the package,
+    and an input of rank 2 is reshaped inside it."""
+    from anec.ir.parser import parse
+
+    out = tmp_path / "b"
+    compile_module(parse(WIDE), random_seed=0, out_dir=out)
+    art = load_any(out / "wide")
+    assert [e["name"] for e in art.manifest["outputs"]] == ["z__c0", "z__c1"]
+    rep = export_coreml(out, tmp_path / "w.mlpackage")
+    spec, prog = read_package(rep.path)
+    assert [(f.name, list(f.type.multiArrayType.shape)) for f in [*spec.description.input, *spec.description.output]] \
+        == [("x", [2, 32]), ("z", [1, 16400, 1, 2])]
+    ops = list(prog.functions["main"].operations)
+    first = next(op for op in ops if op.op_type != "const")
+    assert first.op_type == "reshape" and first.outputs[0].name == "x_device" and first.x.name == "x"
+    assert ops[-1].op_type == "concat" and ops[-1].outputs[0].name == "z"
+    assert [v.name for v in ops[-1].values] == ["z__c0", "z__c1"]
