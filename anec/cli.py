@@ -870,9 +870,11 @@ def import_cmd(file, out_dir, name, target, list_ops, markdown) -> None:
 def export_coreml_cmd(artifact_dir, output, func_name) -> None:
     """Wrap a compiled artifact DIR as a Core ML ML Program package, op for op.
 
-    The package holds exactly the ops and weights of DIR's model.mil (of a
-    pipeline: every stage's, in one function, values named sNN_<name>); it is
-    read back with coremltools and checked against the artifact (ops, weights,
+    The package holds the ops and weights of DIR's model.mil (of a pipeline:
+    every stage's, in one function, values named sNN_<name>), as coremltools
+    writes them (it fuses mul(x, sigmoid(x)) into silu), and takes and returns
+    the model's logical shapes (reshaped inside). It is read back with
+    coremltools and checked against the artifact by meaning (ops, weights,
     I/O names and shapes, a pipeline's wiring) before it replaces OUTPUT.
     Needs coremltools: pip install 'anec[coreml]'.
     """

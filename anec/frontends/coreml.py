@@ -16,13 +16,23 @@ precision is left as the program says (``FLOAT32`` keeps coremltools from
 inserting casts: the program already computes in fp16). The package is
 written to a temporary directory, verified, then renamed into place.
 
+The package takes and returns the model's logical shapes (the manifest's
+``logical_inputs`` / ``logical_outputs``), not the device's rank-4 ones: an
+input ``x`` is read by ``x_device = reshape(x)``, which the program's uses of
+``x`` read instead, and an output ``y`` is the program's value (renamed
+``y_device``) reshaped, or the ``concat`` of its pieces (:class:`_IOPlan`).
+
 Verification (:func:`verify_package`, run by every export) reads the package
 back with coremltools (spec + weights) and checks, on Linux:
 
-* the function's operations equal ``model.mil``'s statements one to one: op
-  type, result names, argument names, and every constant's value (BLOBFILE
-  constants compared with the artifact's ``weights/*.bin`` payloads);
-* the inputs and outputs (names, shapes, dtypes) equal the manifest's.
+* the function's operations equal, one to one, the I/O adapters and
+  ``model.mil``'s statements after the rewrites coremltools' backend makes
+  even under ``PassPipeline.EMPTY`` (:data:`FUSIONS`, e.g. ``mul(x,
+  sigmoid(x))`` -> ``silu(x)``; :data:`BACKEND_PASSES`): op type, result
+  names, argument names, and every constant's value (BLOBFILE constants
+  compared with the artifact's ``weights/*.bin`` payloads). Any other
+  difference is refused, first by op kind ("1 more 'silu'") with a hint;
+* the inputs and outputs have the model's names, dtypes and logical shapes.
 
 A pipeline artifact (a func legalize cut into stages, ``anec-pipeline/1``)
 becomes ONE package whose ``main`` computes the whole func: Core ML does its
@@ -35,7 +45,8 @@ stage input bound to the value the top manifest wires it to. Names:
 * a stage input is not an op: its uses read the source, a func input by its
   name or an earlier stage's output by that output's package name;
 * a stage output that is a func output is named as the func output
-  (``logits``), so the package's I/O are the top manifest's.
+  (``logits``), so the package's I/O are the top manifest's (in their
+  logical shapes, as above).
 
 A func input or output named like a stage value (``s00_x``) is refused. Before
 building, the wiring is checked against the stages' manifests (names, dtypes,
