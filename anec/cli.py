@@ -359,7 +359,7 @@ def _save_npz_atomic(path: str, arrays: dict) -> None:
 
 
 @main.command("interp")
-@click.argument("file", type=click.Path(exists=True), metavar="FILE|DIR")
+@click.argument("file", type=click.Path(), metavar="FILE|DIR")
 @click.option("--func", "func_name", metavar="NAME", help="Func to run (default: the only one).")
 @click.option("--input", "inputs", multiple=True, metavar="NAME=PATH.npy", callback=_parse_input_spec,
               help="An input array (.npy); repeat per input.")
