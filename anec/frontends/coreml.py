@@ -1025,10 +1025,9 @@ def _fusions_hint() -> str:
     import coremltools as ct
 
     known = "; ".join(sorted({f.meaning for f in FUSIONS}))
-    return (f"coremltools {ct.__version__} rewrote the program in a way anec does not allow for (allowed: "
-            f"{known}); "
-            "if it is a new coremltools rewrite that keeps the meaning, add it to "
-            "anec.frontends.coreml.FUSIONS")
+    return (f"either the package is not this artifact's, or coremltools {ct.__version__} rewrote the program "
+            f"in a way anec does not expect (expected: {known}); a new coremltools rewrite that keeps the "
+            "meaning belongs in anec.frontends.coreml.FUSIONS")
 
 
 def _verify(path: str | os.PathLike, plan: _IOPlan, parts: list, what: str, proved: str | None = None) -> ExportReport:
