@@ -405,6 +405,10 @@ def interp_cmd(file, func_name, inputs, random_inputs, weights_path, random_weig
         raise click.UsageError("give --input NAME=PATH.npy per input, or --random-inputs SEED")
     feeds = make_random_inputs(graph, random_inputs) if random_inputs is not None else {}
     for name, path in inputs.items():
+        if name not in {v.name for v in graph.inputs}:
+            hint = _torch_input_hint(file, name, "interp")
+            if hint:
+                raise AnecError(f"func '{graph.name}' has no input '{name}'", hint=hint)
         feeds[name] = load_input(name, path)
     store = resolve_weights(module, weights=weights_path, random_seed=random_weights)
     check_weights(graph, store)
@@ -674,7 +678,8 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
                 from anec.diagnostics import did_you_mean
 
                 raise AnecError(f"program '{prog.name}' has no input '{name}'",
-                                hint=did_you_mean(name, names) or f"inputs: {', '.join(names)}")
+                                hint=_torch_input_hint(target_path, name)
+                                or did_you_mean(name, names) or f"inputs: {', '.join(names)}")
             try:
                 feeds[name] = np.load(path, allow_pickle=False)
             except (OSError, ValueError) as e:
@@ -753,6 +758,25 @@ def _imported_at(path: str):
             im = ImportedModel.load(src)
             return im, str(d if out == d.parent else d / im.name)
     return None
+
+
+def _torch_input_hint(path: str, name: str, command: str = "run") -> str | None:
+    """For an input name of the torch module given to the model.ir of an import: the hint
+    to run the import directory instead."""
+    import json
+    from pathlib import Path
+
+    from anec.frontends.torch_import import META_FILE
+
+    d = Path(path).parent
+    try:
+        names = json.loads((d / META_FILE).read_text("utf-8")).get("input_names", [])
+    except (OSError, ValueError, AttributeError):
+        return None
+    if name not in names:
+        return None
+    return (f"'{name}' is an input of the imported torch module: give the import directory to take "
+            f"the module's inputs (host steps applied): anec {command} {d} --input {name}=...")
 
 
 def _run_imported(run, inputs: dict, random_inputs, output, header: str) -> None:

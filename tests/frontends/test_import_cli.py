@@ -173,6 +173,12 @@ def test_run_on_an_import_names_the_torch_inputs(tmp_path):
     assert res.exit_code == 1 and "no input 'ids'" in res.output and "input" in res.output
     res = cli("run", tmp_path / "imp", "--backend", "sim", "--random-inputs", "0")
     assert "(compiled now)" in res.output and "output  [1, 4, 8] float32" in res.output
+    # the import's model.ir takes the looked-up rows: torch's input names point to the directory
+    name = anec.frontends.torch_import.ImportedModel.load(tmp_path / "imp").input_names[0]
+    np.save(tmp_path / "ids.npy", ids.numpy())
+    for cmd in ("run", "interp"):
+        res = cli(cmd, tmp_path / "imp" / "model.ir", "--input", f"{name}={tmp_path / 'ids.npy'}", ok=False)
+        assert res.exit_code == 1 and f"anec {cmd} {tmp_path / 'imp'} --input {name}=" in res.output
     # the build refuses to run once its import is gone, with a hint
     cli("compile", tmp_path / "imp" / "model.ir", "-o", tmp_path / "b")
     (tmp_path / "imp").rename(tmp_path / "moved")
