@@ -53,6 +53,23 @@ class _Group(click.Group):
             ctx.exit(EXIT_INTERNAL)
 
 
+def _format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    """The command list with each command's whole first sentence (click cuts it to the
+    terminal width and ends it with '...'); the formatter wraps long ones."""
+    rows = []
+    for name in self.list_commands(ctx):
+        cmd = self.get_command(ctx, name)
+        if cmd is not None and not cmd.hidden:
+            rows.append((name, cmd.get_short_help_str(limit=10_000)))
+    if rows:
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+_Group.format_commands = _format_commands  # type: ignore[method-assign]
+_Group.group_class = type  # subgroups (anec models) are _Groups too
+
+
 def _interrupt_in(e: BaseException) -> BaseException | None:
     """The KeyboardInterrupt (SIGINT) or SystemExit (the SIGTERM/SIGHUP handler) that Python
     wrapped into ``e``, if any: one raised while a class is created, in a descriptor's
@@ -213,7 +230,8 @@ def _concat_target(module, target: str, concat: str):
 )
 @click.option("--weights", "weights_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Weight file (.safetensors/.npz) to check too: each const's key, shape and dtype, "
-                   "and the fp16 range of its values.")
+                   "and the fp16 range of its values (default: the files FILE's weights directives "
+                   "name, when they exist).")
 @click.option("--random-weights", type=int, metavar="SEED",
               help="Deterministic random tensors for the weights no file provides (checked as --weights, "
                    "and run on by --inputs).")
@@ -247,11 +265,13 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
         ctx.exit(1)
     nodes = sum(len(g.nodes) for g in module.funcs.values())
     click.echo(f"{file}: ok ({_plural(len(module.funcs), 'func')}, {_plural(nodes, 'node')})")
-    given = {}  # the weights to check, when given
-    if weights_path is not None or random_weights is not None:
-        from anec.weights import resolve_weights
+    given = {}  # the weights to check: given, or named by the file's weights directives
+    from anec.weights import resolve_weights
 
+    if weights_path is not None or random_weights is not None:
         given["weights"] = resolve_weights(module, weights=weights_path, random_seed=random_weights)
+    elif module.weight_sources and all(_directive_path(module, ws).is_file() for ws in module.weight_sources):
+        given["weights"] = resolve_weights(module)
     legality = _legality_report("legality")
     if legality is not None:  # the report and its verdict: exit 1 when a node is rejected
         # the concat reading (ANE-CONCAT) as anec compile would use it, said when there is a concat
@@ -273,6 +293,14 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
     legality_report = _legality_report()
     if legality_report is not None:
         click.echo(legality_report(module, target_name or DEFAULT_TARGET, **given).rstrip("\n"))
+
+def _directive_path(module, ws):
+    """The file a ``weights "..."`` directive names (relative to the module's file)."""
+    from pathlib import Path
+
+    p = Path(ws.path)
+    return p if p.is_absolute() else (Path(module.path).parent if module.path else Path(".")) / p
+
 
 def _range_check(module, inputs_path: str, given: dict, target_name: str | None,
                  random_seed: int | None) -> int:
@@ -331,7 +359,7 @@ def _save_npz_atomic(path: str, arrays: dict) -> None:
 
 
 @main.command("interp")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path(), metavar="FILE|DIR")
 @click.option("--func", "func_name", metavar="NAME", help="Func to run (default: the only one).")
 @click.option("--input", "inputs", multiple=True, metavar="NAME=PATH.npy", callback=_parse_input_spec,
               help="An input array (.npy); repeat per input.")
@@ -344,8 +372,25 @@ def _save_npz_atomic(path: str, arrays: dict) -> None:
                    "(the func as the device computes it: after cleanup and range-safe).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="OUT.npz", help="Save the outputs.")
 def interp_cmd(file, func_name, inputs, random_inputs, weights_path, random_weights, mode, output) -> None:
-    """Run a func of FILE with the numpy reference interpreter."""
+    """Run a func of FILE with the numpy reference interpreter.
+
+    DIR, an `anec import` directory, runs the imported model as torch does: --input
+    arrays named as the module's inputs (token ids...), host steps applied, the outputs
+    in torch's shapes.
+    """
     import numpy as np
+
+    imported = _imported_at(file)
+    if imported is not None:
+        if func_name or weights_path or random_weights is not None:
+            raise click.UsageError("an imported model runs with its own func and weights: --func, --weights "
+                                   "and --random-weights apply to FILE")
+        with imported[0].runner(backend="interp", mode=mode) as run:
+            _run_imported(run, inputs, random_inputs, output, f"interpreter ({mode}): {run.im.name}")
+        return
+    if os.path.isdir(file):
+        raise AnecError(f"'{file}' is a directory without an imported model",
+                        hint="give FILE.ir, or an anec import directory (it holds import.json)")
 
     from anec.ir.interp import interpret, load_input, random_inputs as make_random_inputs, select_func
     from anec.ir.parser import parse_file
@@ -360,6 +405,10 @@ def interp_cmd(file, func_name, inputs, random_inputs, weights_path, random_weig
         raise click.UsageError("give --input NAME=PATH.npy per input, or --random-inputs SEED")
     feeds = make_random_inputs(graph, random_inputs) if random_inputs is not None else {}
     for name, path in inputs.items():
+        if name not in {v.name for v in graph.inputs}:
+            hint = _torch_input_hint(file, name, "interp")
+            if hint:
+                raise AnecError(f"func '{graph.name}' has no input '{name}'", hint=hint)
         feeds[name] = load_input(name, path)
     store = resolve_weights(module, weights=weights_path, random_seed=random_weights)
     check_weights(graph, store)
@@ -448,6 +497,12 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
         click.echo(print_module(result.module), nl=False)
     for name, art in result.artifacts.items():
         click.echo(summarize(name, art, result.paths.get(name)))
+    if result.artifacts:
+        from anec.frontends.torch_import import link_import
+
+        linked = link_import(Path(file), out)
+        if linked:
+            click.echo(f"imported model: run it with the inputs torch takes: anec run {out} --input NAME=PATH.npy")
     if timing:
         click.echo(format_timings(result.timings), nl=False)
 
@@ -562,6 +617,11 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
             compare_interp, ir_path) -> None:
     """Run a compiled artifact DIR (or compile FILE.ir first) on a backend.
 
+    An imported model (an `anec import` directory, or `anec compile`'s output
+    of its model.ir) runs as torch does: --input arrays named as the module's
+    inputs (token ids...), the recorded host steps applied, the outputs in
+    torch's shapes.
+
     Prints each output's shape and statistics, the backend and the runtime
     counters. With --compare-interp the same inputs go through the numpy
     reference interpreter and the max abs/rel error of every output is shown.
@@ -573,6 +633,17 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
 
     from anec.runtime import Runtime
 
+    imported = _imported_at(target_path)
+    if imported is not None:
+        if weights_path or random_weights is not None or compare_interp or ir_path:
+            raise click.UsageError("an imported model runs with its own weights: --weights, --random-weights, "
+                                   "--compare-interp and --ir apply to FILE.ir and plain artifacts")
+        im, artifact = imported
+        with im.runner(backend=backend, target=target, artifact=artifact) as run:
+            rt = run._runtime
+            _run_imported(run, inputs, random_inputs, output,
+                          f"backend: {rt.backend}  program: {im.name}" + ("" if artifact else " (compiled now)"))
+        return
     is_ir = os.path.isfile(target_path) and target_path.endswith(".ir")
     module = store = None
     if is_ir or (compare_interp and ir_path):
@@ -607,7 +678,8 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
                 from anec.diagnostics import did_you_mean
 
                 raise AnecError(f"program '{prog.name}' has no input '{name}'",
-                                hint=did_you_mean(name, names) or f"inputs: {', '.join(names)}")
+                                hint=_torch_input_hint(target_path, name)
+                                or did_you_mean(name, names) or f"inputs: {', '.join(names)}")
             try:
                 feeds[name] = np.load(path, allow_pickle=False)
             except (OSError, ValueError) as e:
@@ -668,6 +740,76 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
             click.echo(f"wrote {output}")
 
 
+def _imported_at(path: str):
+    """``(ImportedModel, artifact dir or None)`` when PATH is an imported model: an ``anec
+    import`` directory, or ``anec compile``'s output of one (or its func directory); else None."""
+    from pathlib import Path
+
+    from anec.frontends.torch_import import META_FILE, ImportedModel, linked_import
+
+    d = Path(path)
+    if not d.is_dir():
+        return None
+    if (d / META_FILE).is_file():
+        return ImportedModel.load(d), None
+    for out in (d, d.parent):
+        src = linked_import(out)
+        if src is not None:
+            im = ImportedModel.load(src)
+            return im, str(d if out == d.parent else d / im.name)
+    return None
+
+
+def _torch_input_hint(path: str, name: str, command: str = "run") -> str | None:
+    """For an input name of the torch module given to the model.ir of an import: the hint
+    to run the import directory instead."""
+    import json
+    from pathlib import Path
+
+    from anec.frontends.torch_import import META_FILE
+
+    d = Path(path).parent
+    try:
+        names = json.loads((d / META_FILE).read_text("utf-8")).get("input_names", [])
+    except (OSError, ValueError, AttributeError):
+        return None
+    if name not in names:
+        return None
+    return (f"'{name}' is an input of the imported torch module: give the import directory to take "
+            f"the module's inputs (host steps applied): anec {command} {d} --input {name}=...")
+
+
+def _run_imported(run, inputs: dict, random_inputs, output, header: str) -> None:
+    """Run an imported model (host steps, program, host steps: :class:`TorchRunner`) on
+    --input arrays named as the torch module's inputs; print torch's output shapes."""
+    import numpy as np
+
+    names = run.im.input_names
+    arrays = run.random_inputs(random_inputs) if random_inputs is not None else {}
+    for name, path in inputs.items():
+        if name not in names:
+            from anec.diagnostics import did_you_mean
+
+            raise AnecError(f"the imported model has no input '{name}'",
+                            hint=did_you_mean(name, names) or f"its inputs (as torch takes them): {', '.join(names)}")
+        try:
+            arrays[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise AnecError(f"cannot read input '{name}' from '{path}': {e}") from None
+    missing = [n for n in names if n not in arrays]
+    if missing:
+        raise click.UsageError(f"no value for input(s) {', '.join(missing)}: give --input NAME=PATH.npy "
+                               "or --random-inputs SEED")
+    results = run.run(**arrays)
+    click.echo(header)
+    for name, arr in results.items():
+        arr = np.asarray(arr)
+        click.echo(f"{name}  {_rt_summary(arr) if arr.dtype.kind in 'fiub' else repr(arr)}")
+    if output:
+        _save_npz_atomic(output, {k: np.asarray(v) for k, v in results.items()})
+        click.echo(f"wrote {output}")
+
+
 @main.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def doctor_cmd(as_json: bool) -> None:
@@ -711,7 +853,8 @@ def _progress(quiet: bool):
 @main.command("import")
 @click.argument("file", required=False, type=click.Path(dir_okay=False), metavar="FILE.pt2")
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False), metavar="DIR",
-              help="Write DIR/model.ir, DIR/weights.safetensors and DIR/import.json.")
+              help="Write DIR/model.ir, DIR/weights.safetensors and DIR/import.json  [required, "
+                   "except with --ops]")
 @click.option("--name", default="main", show_default=True, help="Name of the func.")
 @click.option("--target", default=DEFAULT_TARGET, show_default=True, metavar="NAME",
               help="Chip profile (its conv channel limit picks conv1x1 or matmul for wide layers).")
@@ -751,9 +894,11 @@ def import_cmd(file, out_dir, name, target, list_ops, markdown) -> None:
 def export_coreml_cmd(artifact_dir, output, func_name) -> None:
     """Wrap a compiled artifact DIR as a Core ML ML Program package, op for op.
 
-    The package holds exactly the ops and weights of DIR's model.mil (of a
-    pipeline: every stage's, in one function, values named sNN_<name>); it is
-    read back with coremltools and checked against the artifact (ops, weights,
+    The package holds the ops and weights of DIR's model.mil (of a pipeline:
+    every stage's, in one function, values named sNN_<name>), as coremltools
+    writes them (it fuses mul(x, sigmoid(x)) into silu), and takes and returns
+    the model's logical shapes (reshaped inside). It is read back with
+    coremltools and checked against the artifact by meaning (ops, weights,
     I/O names and shapes, a pipeline's wiring) before it replaces OUTPUT.
     Needs coremltools: pip install 'anec[coreml]'.
     """

@@ -16,13 +16,23 @@ precision is left as the program says (``FLOAT32`` keeps coremltools from
 inserting casts: the program already computes in fp16). The package is
 written to a temporary directory, verified, then renamed into place.
 
+The package takes and returns the model's logical shapes (the manifest's
+``logical_inputs`` / ``logical_outputs``), not the device's rank-4 ones: an
+input ``x`` is read by ``x_device = reshape(x)``, which the program's uses of
+``x`` read instead, and an output ``y`` is the program's value (renamed
+``y_device``) reshaped, or the ``concat`` of its pieces (:class:`_IOPlan`).
+
 Verification (:func:`verify_package`, run by every export) reads the package
 back with coremltools (spec + weights) and checks, on Linux:
 
-* the function's operations equal ``model.mil``'s statements one to one: op
-  type, result names, argument names, and every constant's value (BLOBFILE
-  constants compared with the artifact's ``weights/*.bin`` payloads);
-* the inputs and outputs (names, shapes, dtypes) equal the manifest's.
+* the function's operations equal, one to one, the I/O adapters and
+  ``model.mil``'s statements after the rewrites coremltools' backend makes
+  even under ``PassPipeline.EMPTY`` (:data:`FUSIONS`, e.g. ``mul(x,
+  sigmoid(x))`` -> ``silu(x)``; :data:`BACKEND_PASSES`): op type, result
+  names, argument names, and every constant's value (BLOBFILE constants
+  compared with the artifact's ``weights/*.bin`` payloads). Any other
+  difference is refused, first by op kind ("1 more 'silu'") with a hint;
+* the inputs and outputs have the model's names, dtypes and logical shapes.
 
 A pipeline artifact (a func legalize cut into stages, ``anec-pipeline/1``)
 becomes ONE package whose ``main`` computes the whole func: Core ML does its
@@ -35,7 +45,8 @@ stage input bound to the value the top manifest wires it to. Names:
 * a stage input is not an op: its uses read the source, a func input by its
   name or an earlier stage's output by that output's package name;
 * a stage output that is a func output is named as the func output
-  (``logits``), so the package's I/O are the top manifest's.
+  (``logits``), so the package's I/O are the top manifest's (in their
+  logical shapes, as above).
 
 A func input or output named like a stage value (``s00_x``) is refused. Before
 building, the wiring is checked against the stages' manifests (names, dtypes,
@@ -171,19 +182,6 @@ class _Builder:
 
         return mb.const(val=value, name=self.pkg(self.claim(f"{node_name}_{param}")))
 
-    def build(self) -> Any:
-        """The whole program as the ``main`` function of a coremltools Program."""
-        from coremltools.converters.mil import Builder as mb
-        from coremltools.converters.mil.mil import Function, Program
-        from coremltools.converters.mil.mil.types.type_mapping import string_to_builtin
-
-        specs = {v.name: mb.TensorSpec(v.type.shape, string_to_builtin(str(v.type.dtype)))
-                 for v in self.graph.inputs}
-        with Function(specs, opset_version=_opset(self.dialect)) as func:
-            func.set_outputs(self.emit({v.name: func.inputs[v.name] for v in self.graph.inputs}))
-        prog = Program()
-        prog.add_function("main", func)
-        return prog
 
     def emit(self, bound: dict[str, Any]) -> list[Any]:
         """Add the program's ops to the open function, its inputs bound to ``bound[name]``;
@@ -533,35 +531,175 @@ def _check_composition(pipe: Any, wiring: _Wiring) -> str:
             "every func output proved equal to the func's value structurally)")
 
 
+def _program_wiring(art: Any) -> _Wiring:
+    """A single program as a one-stage pipeline: its inputs are the func's, its outputs too
+    (its names are model.mil's, unprefixed)."""
+    man = art.manifest
+    return _Wiring([{e["name"]: ("input", e["name"]) for e in man["inputs"]}], [{}],
+                   [(e["name"], 0, e["name"]) for e in man["outputs"]])
+
+
+def _build_program(art: Any) -> Any:
+    wiring = _program_wiring(art)
+    plan = _io_plan(art.manifest, [art])
+    return _assemble(plan, wiring, [_Builder(art, plan.through(lambda name: name))])
+
+
 def _build_pipeline(pipe: Any, wiring: _Wiring) -> Any:
     """Every stage's ops in order in one ``main`` function, stage inputs bound to their sources."""
-    builders = [_Builder(art, wiring.rename(k)) for k, art in enumerate(pipe.stages)]
+    plan = _io_plan(pipe.manifest, pipe.stages)
+    builders = [_Builder(art, plan.through(wiring.rename(k))) for k, art in enumerate(pipe.stages)]
     dialects = sorted({b.dialect for b in builders})
     if len(dialects) != 1:
         raise CoreMLExportError(f"pipeline '{pipe.func}': stages in several MIL dialects {dialects}",
                                 hint="the artifact was modified after compiling; recompile it")
-    return _assemble(pipe.manifest, wiring, builders)
+    return _assemble(plan, wiring, builders)
 
 
-def _assemble(manifest: dict, wiring: _Wiring, builders: list[Any]) -> Any:
-    """The coremltools program: one ``main`` running each stage's builder on its bound inputs."""
+@dataclass
+class _IOPlan:
+    """The package's inputs and outputs in the model's logical shapes, and the ops that
+    adapt them to the program's rank-4 device I/O (ANE-IO-RANK4).
+
+    An input ``x`` of logical shape ``[1, 16, 64]`` whose program input is
+    ``[1, 16, 1, 64]`` is read by ``x_device = reshape(x)``, which the
+    program's uses of ``x`` read instead; an output ``y`` is the program's
+    value (renamed ``y_device``) reshaped to its logical shape, and a chunked
+    output (``pieces`` along ``axis``) is their ``concat`` reshaped.
+    ``adapters`` lists those ops as model.mil statements (in package names),
+    ``inner`` the renaming of the device I/O inside the package.
+    """
+
+    inputs: list[tuple[str, str, list[int]]]   # name, dtype, logical shape
+    outputs: list[tuple[str, str, list[int]]]
+    inner: dict[str, str]
+    before: list["MilStatement"]
+    after: list["MilStatement"]
+
+    def through(self, rename: Callable[[str], str]) -> Callable[[str], str]:
+        return lambda name: self.inner.get(rename(name), rename(name))
+
+
+def _io_plan(man: dict, arts: list[Any]) -> _IOPlan:
+    from anec.mil.emitter import claim_name
+
+    try:
+        return _read_io_plan(man, arts, claim_name)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CoreMLExportError(f"'{man.get('func')}': malformed logical I/O in the manifest "
+                                f"({type(e).__name__}: {e})",
+                                hint="the artifact was modified after compiling; recompile it") from None
+
+
+def _read_io_plan(man: dict, arts: list[Any], claim_name: Callable) -> _IOPlan:
+    taken = {e["name"] for e in [*man["inputs"], *man["outputs"]]}
+    taken |= {e["name"] for e in man.get("logical_outputs") or []}
+    for a in arts:  # model.mil's own names (a pipeline's stage names are sNN_ prefixed: taken too)
+        taken |= {name for st in mil_statements(a.mil_text)[1] for _, name in st.results}
+    if len(arts) > 1:
+        taken |= {stage_name(k, name) for k, a in enumerate(arts)
+                  for st in mil_statements(a.mil_text)[1] for _, name in st.results}
+    device = {e["name"]: e for e in [*man["inputs"], *man["outputs"]]}
+    logical_in = {e["name"]: [int(d) for d in e["shape"]] for e in man.get("logical_inputs") or []}
+    inner: dict[str, str] = {}
+    before: list[MilStatement] = []
+    after: list[MilStatement] = []
+
+    def shape_const(at: str, shape: list[int], into: list) -> str:
+        name = claim_name(f"{at}_shape", taken)
+        into.append(MilStatement([("tensor<int32>", name)], "const", {}, np.array(shape, np.int32)))
+        return name
+
+    inputs = []
+    for e in man["inputs"]:
+        name, dev = e["name"], [int(d) for d in e["shape"]]
+        shape = logical_in.get(name, dev)
+        if int(np.prod(shape)) != int(np.prod(dev)):
+            raise ValueError(f"input '{name}': logical shape {shape} is not {dev}'s elements")
+        inputs.append((name, e["dtype"], shape))
+        if shape != dev:
+            inner[name] = claim_name(f"{name}_device", taken)
+            sc = shape_const(inner[name], dev, before)
+            before.append(MilStatement([("tensor", inner[name])], "reshape", {"x": name, "shape": sc}))
+    outputs = []
+    los = man.get("logical_outputs") or [{"name": e["name"], "pieces": [e["name"]], "axis": None,
+                                          "shape": e["shape"]} for e in man["outputs"]]
+    for lo in los:
+        name, pieces, axis = lo["name"], [str(p) for p in lo["pieces"]], lo.get("axis")
+        specs = [device[p] for p in pieces]
+        dtype = specs[0]["dtype"]
+        dev = [int(d) for d in specs[0]["shape"]]
+        if axis is not None and len(pieces) > 1:
+            dev[axis] = sum(int(sp["shape"][axis]) for sp in specs)
+        shape = [int(d) for d in lo["shape"]] if lo.get("shape") is not None else dev
+        if int(np.prod(shape)) != int(np.prod(dev)):
+            raise ValueError(f"output '{name}': logical shape {shape} is not {dev}'s elements")
+        outputs.append((name, dtype, shape))
+        if len(pieces) == 1 and shape == dev and pieces[0] == name:
+            continue
+        for p in pieces:  # the device values that hold a package output's name move aside
+            if p == name or p in {n for n, _, _ in outputs[:-1]}:
+                inner[p] = claim_name(f"{p}_device", taken)
+        src = [inner.get(p, p) for p in pieces]
+        if len(pieces) > 1:
+            joined = name if shape == dev else claim_name(f"{name}_concat", taken)
+            ax = claim_name(f"{joined}_axis", taken)
+            il = claim_name(f"{joined}_interleave", taken)
+            after += [MilStatement([("int32", ax)], "const", {}, np.asarray(axis, np.int32)),
+                      MilStatement([("bool", il)], "const", {}, np.asarray(False)),
+                      MilStatement([("tensor", joined)], "concat",
+                                   {"values": "(" + ", ".join(src) + ")", "axis": ax, "interleave": il})]
+            src = [joined]
+        if src[0] != name:
+            sc = shape_const(name, shape, after)
+            after.append(MilStatement([("tensor", name)], "reshape", {"x": src[0], "shape": sc}))
+    return _IOPlan(inputs, outputs, inner, before, after)
+
+
+def _assemble(plan: _IOPlan, wiring: _Wiring, builders: list[Any]) -> Any:
+    """The coremltools program: one ``main`` taking and returning the logical shapes
+    (:class:`_IOPlan`), running each stage's builder on its bound inputs."""
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import Function, Program
     from coremltools.converters.mil.mil.types.type_mapping import string_to_builtin
 
-    specs = {e["name"]: mb.TensorSpec(tuple(e["shape"]), string_to_builtin(e["dtype"]))
-             for e in manifest["inputs"]}
+    specs = {name: mb.TensorSpec(tuple(shape), string_to_builtin(dtype)) for name, dtype, shape in plan.inputs}
     with Function(specs, opset_version=_opset(builders[0].dialect)) as func:
+        values: dict[str, Any] = dict(func.inputs)
+        _adapt(plan.before, values, mb)
         produced: dict[tuple[int, str], Any] = {}
         for k, b in enumerate(builders):
-            bound = {name: func.inputs[src[1]] if src[0] == "input" else produced[src[1:]]
-                     for name, src in wiring.sources[k].items()}
+            bound = {}
+            for name, src in wiring.sources[k].items():
+                if src[0] == "input":
+                    bound[name] = values[plan.inner.get(src[1], src[1])]
+                else:
+                    bound[name] = produced[src[1:]]
             for v, var in zip(b.graph.outputs, b.emit(bound)):
                 produced[(k, v.name)] = var
-        func.set_outputs([produced[(k, out)] for _, k, out in wiring.outputs])
+        for name, k, out in wiring.outputs:
+            values[name] = produced[(k, out)]
+            values[plan.inner.get(name, name)] = produced[(k, out)]
+        _adapt(plan.after, values, mb)
+        func.set_outputs([values[name] for name, _, _ in plan.outputs])
     prog = Program()
     prog.add_function("main", func)
     return prog
+
+
+def _adapt(stmts: list["MilStatement"], values: dict[str, Any], mb: Any) -> None:
+    """Add the I/O adapter ops of an :class:`_IOPlan` (consts, reshape, concat)."""
+    for st in stmts:
+        name = st.results[0][1]
+        if st.op == "const":
+            val = st.value if np.ndim(st.value) else st.value[()]
+            values[name] = mb.const(val=val.item() if isinstance(val, np.bool_) else val, name=name)
+        elif st.op == "reshape":
+            values[name] = mb.reshape(x=values[st.args["x"]], shape=values[st.args["shape"]], name=name)
+        else:  # concat
+            parts = tuple(values[p.strip()] for p in st.args["values"].strip("()").split(","))
+            values[name] = mb.concat(values=parts, axis=values[st.args["axis"]],
+                                     interleave=values[st.args["interleave"]], name=name)
 
 
 # ---------------------------------------------------------------------------
@@ -591,7 +729,7 @@ def export_coreml(directory: str | os.PathLike, output: str | os.PathLike, *,
         build = lambda: _build_pipeline(art, wiring)  # noqa: E731
         verify = lambda path: _verify_pipeline(path, art, wiring, proved)  # noqa: E731
     else:
-        build = _Builder(art).build
+        build = lambda: _build_program(art)  # noqa: E731
         verify = lambda path: _verify_program(path, art)  # noqa: E731
     try:
         prog = build()
@@ -737,102 +875,228 @@ def verify_package(path: str | os.PathLike, art: Any) -> ExportReport:
 
 
 def _verify_program(path: str | os.PathLike, art: Any) -> ExportReport:
-    spec, prog = read_package(path)
-    ops = list(prog.functions["main"].operations)
-    inputs, stmts, outputs = mil_statements(art.mil_text)
-    if len(ops) != len(stmts):
-        raise CoreMLExportError(f"the package has {len(ops)} operations, model.mil has {len(stmts)} statements")
-    n_const, n_weights = _compare_ops(ops, stmts, art, lambda name: name, "")
+    inputs, _, outputs = mil_statements(art.mil_text)
     man = art.manifest
     if [name for _, name in inputs] != [e["name"] for e in man["inputs"]] or outputs != [e["name"] for e in man["outputs"]]:
         raise CoreMLExportError("model.mil's I/O differ from the manifest")  # pragma: no cover
-    checks = [f"{len(ops)} operations equal model.mil statement by statement "
-              f"({n_const} consts, {n_weights} of them BLOBFILE weights equal weights/*.bin)",
-              _check_io(spec, man)]
-    return ExportReport(Path(path), len(ops) - n_const, n_const, n_weights, checks)
+    plan = _io_plan(man, [art])
+    rename = plan.through(lambda name: name)
+    return _verify(path, plan, [(art, rename, "")], "model.mil")
 
 
 def _verify_pipeline(path: str | os.PathLike, pipe: Any, wiring: _Wiring, proved: str) -> ExportReport:
     from anec.mil.pipeline import stage_dir
 
+    plan = _io_plan(pipe.manifest, pipe.stages)
+    parts = [(art, plan.through(wiring.rename(k)), f"stage {k} ({stage_dir(k)}/model.mil): ")
+             for k, art in enumerate(pipe.stages)]
+    return _verify(path, plan, parts, f"the {len(parts)} stages' model.mil", proved)
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """A rewrite coremltools' ML Program backend applies even under ``PassPipeline.EMPTY``
+    (its ``_BACKEND_MIL_PASSES`` run on every conversion): a statement ``first`` whose
+    only user is ``second`` (and which no output returns) becomes ``fused(x=first.x)``,
+    named as ``second``'s result, where ``first`` was. ``second_args`` are the user's
+    operands: ``"first"`` (the first's result), ``"first.x"`` (the first's ``x``) or a
+    number (a const of that value); ``first_consts`` constrain the first's const operands."""
+
+    pass_name: str
+    meaning: str
+    first: str
+    second: str
+    second_args: frozenset
+    fused: str
+    first_consts: tuple[tuple[str, float], ...] = ()
+
+
+FUSIONS: tuple[Fusion, ...] = (
+    Fusion("mil_backend::fuse_activation_silu", "mul(x, sigmoid(x)) -> silu(x)",
+           "sigmoid", "mul", frozenset({"first.x", "first"}), "silu"),
+    Fusion("mil_backend::fuse_pow2_sqrt", "sqrt(pow(x, 2)) -> identity(x)",
+           "pow", "sqrt", frozenset({"first"}), "identity", (("y", 2.0),)),
+    Fusion("mil_backend::fuse_pow2_sqrt", "pow(sqrt(x), 2) -> identity(x)",
+           "sqrt", "pow", frozenset({"first", 2.0}), "identity"),
+)
+"""The rewrites of model.mil a package may hold (what coremltools' backend does), as data."""
+
+BACKEND_PASSES: dict[str, str] = {
+    "mil_backend::adjust_io_to_supported_types": "none: the I/O dtypes (fp32, fp16, int32) are supported",
+    "mil_backend::insert_image_preprocessing_ops": "none: the package has no image inputs",
+    "mil_backend::fuse_activation_silu": "FUSIONS",
+    "mil_backend::fuse_pow2_sqrt": "FUSIONS",
+    "mil_backend::sanitize_name_strings": "none: MIL names are identifiers already",
+    "nn_backend::handle_unused_inputs": "none: every program input is used",
+}
+"""What each pass of coremltools' ML Program backend that runs under ``PassPipeline.EMPTY``
+does to an exported program (coremltools drops from the backend the passes of its default
+pipeline that the chosen pipeline leaves out: const elimination and deduplication, dead code
+elimination...). A pass not listed here is a rewrite verification does not expect."""
+
+
+@dataclass
+class _Expected:
+    """One operation the package should hold: a model.mil statement in package names
+    (its constant resolved to an array), with where it comes from."""
+
+    stmt: MilStatement
+    where: str
+    blob: bool = False
+
+
+def _expected(plan: _IOPlan, parts: list[tuple[Any, Callable[[str], str], str]],
+              outputs: list[str]) -> tuple[list[_Expected], dict[str, int]]:
+    """The operations the package should hold: the I/O adapters and every part's model.mil
+    statements renamed, then coremltools' backend fusions (:data:`FUSIONS`; no dead code
+    removal follows them). Returns them and the count of each fusion applied."""
+    from anec.mil.blobfile import BlobReader
+
+    out = [_Expected(st, "") for st in plan.before]
+    for art, rename, where in parts:
+        readers: dict[str, BlobReader] = {}
+        for st in mil_statements(art.mil_text)[1]:
+            res = [(t, rename(n)) for t, n in st.results]
+            args = {k: rename(v) for k, v in st.args.items()}
+            value, blob = st.value, False
+            if isinstance(value, tuple) and value[0] == "BLOBFILE":
+                _, bpath, offset = value
+                rel = bpath.removeprefix("@model_path/")
+                w = next((w for w in art.manifest["weights"] if w["file"] == rel and w["offset"] == offset), None)
+                if w is None or rel not in art.blobs:
+                    raise CoreMLExportError(f"{where}const '{res[0][1]}' reads {rel}@{offset}, which the manifest "
+                                            "does not list")
+                if rel not in readers:
+                    readers[rel] = BlobReader(art.blobs[rel], name=rel)
+                value, blob = readers[rel].read(offset, DType(w["dtype"]).np).reshape(w["shape"]), True
+            out.append(_Expected(MilStatement(res, st.op, args, value), where, blob))
+    out += [_Expected(st, "") for st in plan.after]
+    applied: dict[str, int] = {}
+    _fuse(out, set(outputs), applied)
+    return out, applied
+
+
+def _uses(exp: list[_Expected]) -> dict[str, list[int]]:
+    uses: dict[str, list[int]] = {}
+    for i, e in enumerate(exp):
+        for v in e.stmt.args.values():
+            for name in v.strip("()").split(",") if v.startswith("(") else [v]:
+                uses.setdefault(name.strip(), []).append(i)
+    return uses
+
+
+def _fuse(exp: list[_Expected], outputs: set[str], applied: dict[str, int]) -> None:
+    consts = {e.stmt.results[0][1]: e.stmt.value for e in exp if e.stmt.op == "const"}
+
+    def const_is(name: str, want: float) -> bool:
+        v = consts.get(name)
+        return v is not None and not isinstance(v, str) and bool(np.all(np.asarray(v, np.float64) == want))
+
+    changed = True
+    while changed:
+        changed = False
+        uses = _uses(exp)
+        for i, e in enumerate(exp):
+            for f in FUSIONS:
+                st = e.stmt
+                if st.op != f.first or not all(const_is(st.args.get(k, ""), v) for k, v in f.first_consts):
+                    continue
+                r = st.results[0][1]
+                users = sorted(set(uses.get(r, [])))
+                if r in outputs or len(users) != 1 or exp[users[0]].stmt.op != f.second:
+                    continue
+                second = exp[users[0]].stmt
+                got = list(second.args.values())
+                want = [st.args.get("x") if a == "first.x" else r if a == "first" else a for a in f.second_args]
+                if not (len(got) == len(want) and all(
+                        any(g == w if isinstance(w, str) else const_is(g, w) for g in got) for w in want)
+                        and all(any(g == w if isinstance(w, str) else const_is(g, w) for w in want) for g in got)):
+                    continue
+                exp[i] = _Expected(MilStatement(second.results, f.fused, {"x": st.args["x"]}), e.where)
+                del exp[users[0]]
+                applied[f.meaning] = applied.get(f.meaning, 0) + 1
+                changed = True
+                break
+            if changed:
+                break
+
+
+def _fusions_hint() -> str:
+    import coremltools as ct
+
+    known = "; ".join(sorted({f.meaning for f in FUSIONS}))
+    return (f"either the package is not this artifact's, or coremltools {ct.__version__} rewrote the program "
+            f"in a way anec does not expect (expected: {known}); a new coremltools rewrite that keeps the "
+            "meaning belongs in anec.frontends.coreml.FUSIONS")
+
+
+def _verify(path: str | os.PathLike, plan: _IOPlan, parts: list, what: str, proved: str | None = None) -> ExportReport:
+    """The package at ``path`` holds the expected operations (:func:`_expected`) one to one,
+    and the logical I/O of ``plan``."""
+    from collections import Counter
+
     spec, prog = read_package(path)
     func = prog.functions["main"]
     ops = list(func.operations)
-    stmts = [mil_statements(a.mil_text)[1] for a in pipe.stages]
-    total = sum(len(st) for st in stmts)
-    if len(ops) != total:
-        raise CoreMLExportError(f"the package has {len(ops)} operations, the {len(stmts)} stages' model.mil "
-                                f"have {total} statements")
-    n_const = n_weights = pos = 0
-    for k, (art, st) in enumerate(zip(pipe.stages, stmts)):
-        c, w = _compare_ops(ops[pos:pos + len(st)], st, art, wiring.rename(k),
-                            f"stage {k} ({stage_dir(k)}/model.mil): ")
-        n_const, n_weights, pos = n_const + c, n_weights + w, pos + len(st)
+    exp, applied = _expected(plan, parts, [name for name, _, _ in plan.outputs])
+    kinds, want_kinds = Counter(o.op_type for o in ops), Counter(e.stmt.op for e in exp)
+    if kinds != want_kinds:
+        diff = [f"{abs(kinds[k] - want_kinds[k])} {'more' if kinds[k] > want_kinds[k] else 'fewer'} '{k}'"
+                for k in sorted(set(kinds) | set(want_kinds)) if kinds[k] != want_kinds[k]]
+        raise CoreMLExportError(f"the package's operations differ from {what}'s: it has {', '.join(diff)}",
+                                hint=_fusions_hint())
+    n_const, n_weights = _compare_ops(ops, exp)
     names = [*func.inputs, *(o.name for op in ops for o in op.outputs)]
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
         raise CoreMLExportError(f"the package names several values {dup}")
-    checks = [f"{len(ops)} operations equal the {len(stmts)} stages' model.mil statement by statement, in stage "
-              f"order, stage k's values named sNN_<name> ({n_const} consts, {n_weights} of them BLOBFILE weights "
-              "equal stages/sNN/weights/*.bin)",
-              proved, _check_io(spec, pipe.manifest)]
-    return ExportReport(Path(path), len(ops) - n_const, n_const, n_weights, checks, stages=len(stmts))
+    rewrites = ", ".join(f"{k} x{v}" for k, v in sorted(applied.items())) or "none"
+    adapters = sum(st.op != "const" for st in [*plan.before, *plan.after])
+    checks = [f"{len(ops)} operations equal {what} statement by statement, by meaning (coremltools' rewrites: "
+              f"{rewrites}; {adapters} I/O adapter ops (logical shapes); {n_const} consts, {n_weights} of them "
+              "BLOBFILE weights equal weights/*.bin)"]
+    if proved:
+        checks.append(proved)
+    checks.append(_check_io(spec, plan))
+    return ExportReport(Path(path), len(ops) - n_const, n_const, n_weights, checks, stages=len(parts))
 
 
-def _compare_ops(ops: list[Any], stmts: list[MilStatement], art: Any, rename: Callable[[str], str],
-                 where: str) -> tuple[int, int]:
-    """Each package op equals its model.mil statement (names through ``rename``): op type,
-    result and argument names, constant values (BLOBFILE ones read from ``art``'s weights).
-    Returns ``(consts, BLOBFILE weights)``."""
-    from anec.mil.blobfile import BlobReader
-
-    readers: dict[str, BlobReader] = {}
+def _compare_ops(ops: list[Any], exp: list[_Expected]) -> tuple[int, int]:
+    """Each package op equals its expected statement: op type, result and argument names,
+    constant values. Returns ``(consts, BLOBFILE weights)``."""
     n_const = n_weights = 0
-    for op, st in zip(ops, stmts):
+    for op, e in zip(ops, exp):
+        st, where = e.stmt, e.where
         names = [o.name for o in op.outputs]
-        want = [rename(name) for _, name in st.results]
+        want = [name for _, name in st.results]
         if op.op_type != st.op or names != want:
-            raise CoreMLExportError(f"{where}operation {names} is {op.op_type}; model.mil has {want} = {st.op}")
+            raise CoreMLExportError(f"{where}operation {names} is {op.op_type}; the program has {want} = {st.op}",
+                                    hint=_fusions_hint())
         if st.op == "const":
             n_const += 1
-            got = op.val.val
-            if isinstance(st.value, tuple) and st.value[0] == "BLOBFILE":
-                _, bpath, offset = st.value
-                rel = bpath.removeprefix("@model_path/")
-                w = next((w for w in art.manifest["weights"] if w["file"] == rel and w["offset"] == offset), None)
-                if w is None or rel not in art.blobs:
-                    raise CoreMLExportError(f"{where}const '{names[0]}' reads {rel}@{offset}, which the manifest "
-                                            "does not list")
-                if rel not in readers:
-                    readers[rel] = BlobReader(art.blobs[rel], name=rel)
-                want_val = readers[rel].read(offset, DType(w["dtype"]).np).reshape(w["shape"])
-                n_weights += 1
-            else:
-                want_val = st.value
-            if not _same_value(got, want_val):
+            n_weights += e.blob
+            if not _same_value(op.val.val, st.value):
                 raise CoreMLExportError(f"{where}const '{names[0]}' differs from model.mil")
             continue
-        got_args = {k: v.name for k, v in op.inputs.items() if hasattr(v, "name")}
-        want_args = {k: rename(v) for k, v in st.args.items()}
-        if got_args != want_args:
+        got_args = {k: ("(" + ", ".join(x.name for x in v) + ")" if isinstance(v, (tuple, list)) else v.name)
+                    for k, v in op.inputs.items() if hasattr(v, "name") or isinstance(v, (tuple, list))}
+        if got_args != st.args:
             raise CoreMLExportError(f"{where}operation '{names[0]}' ({st.op}) takes {got_args}; "
-                                    f"model.mil says {want_args}")
+                                    f"model.mil says {st.args}")
     return n_const, n_weights
 
 
-def _check_io(spec: Any, man: dict) -> str:
-    """The package's inputs and outputs (names, shapes, dtypes) equal the manifest's."""
-    desc_in = [(i.name, [int(d) for d in i.type.multiArrayType.shape], _array_dtype(i)) for i in spec.description.input]
-    want_in = [(e["name"], list(e["shape"]), e["dtype"]) for e in man["inputs"]]
-    if desc_in != want_in:
-        raise CoreMLExportError(f"package inputs {desc_in} differ from the manifest's {want_in}")
-    desc_out = [(o.name, [int(d) for d in o.type.multiArrayType.shape], _array_dtype(o))
-                for o in spec.description.output]
-    want_out = [(e["name"], list(e["shape"]), e["dtype"]) for e in man["outputs"]]
-    if desc_out != want_out:
-        raise CoreMLExportError(f"package outputs {desc_out} differ from the manifest's {want_out}")
-    return (f"inputs {[n for n, _, _ in desc_in]} and outputs {[n for n, _, _ in desc_out]} "
-            "(names, shapes, dtypes) equal the manifest's")
+def _check_io(spec: Any, plan: _IOPlan) -> str:
+    """The package's inputs and outputs (names, logical shapes, dtypes) are the plan's."""
+    for what, desc, want in (("inputs", spec.description.input, plan.inputs),
+                             ("outputs", spec.description.output, plan.outputs)):
+        got = [(f.name, _array_dtype(f), [int(d) for d in f.type.multiArrayType.shape]) for f in desc]
+        if got != [(n, d, list(s)) for n, d, s in want]:
+            raise CoreMLExportError(f"package {what} {got} differ from the model's {want} (name, dtype, "
+                                    "logical shape)")
+    return (f"inputs {[n for n, _, _ in plan.inputs]} and outputs {[n for n, _, _ in plan.outputs]} have the "
+            "model's names, dtypes and logical shapes ("
+            + ", ".join(f"{n} {s}" for n, _, s in [*plan.inputs, *plan.outputs]) + ")")
 
 
 def _array_dtype(feature: Any) -> str:

@@ -3,6 +3,7 @@ source, located errors, and the structural patterns the ATen lowerings recognise
 
 from __future__ import annotations
 
+import contextvars
 import os
 import re
 from typing import Any
@@ -17,21 +18,66 @@ def _frames(node: Any) -> list[tuple[str, int, str]]:
     return [(m.group("file"), int(m.group("line")), m.group("code")) for m in _FRAME.finditer(trace)]
 
 
-def _user_frame(node: Any) -> tuple[str, int, str] | None:
-    """The innermost frame of the node's stack trace outside torch (the model's code)."""
-    frames = _frames(node)
-    if not frames:
-        return None
+_CALLER: contextvars.ContextVar[tuple[str, int, str] | None] = contextvars.ContextVar("anec_import_caller",
+                                                                                     default=None)
+
+
+def _torch_dir() -> str:
     try:
         import torch
 
-        torch_dir = os.path.dirname(torch.__file__) + os.sep
+        return os.path.dirname(torch.__file__) + os.sep
     except ImportError:  # pragma: no cover - torch is there when nodes exist
-        torch_dir = os.sep + "torch" + os.sep
+        return os.sep + "torch" + os.sep
+
+
+class importing_from:
+    """``with importing_from():`` while ``anec.import_torch`` runs: remembers the user's line
+    that called it (the innermost frame outside anec, torch and the standard library), the
+    location of errors about layers whose whole stack trace is torch's own (an
+    ``nn.Sequential`` of torch layers has no line of the user's in its forward)."""
+
+    def __enter__(self) -> None:
+        import sys
+        import sysconfig
+
+        skip = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, _torch_dir(),
+                os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep]
+        site = sysconfig.get_paths().get("purelib")
+        if site:
+            skip.append(os.path.abspath(site) + os.sep)
+        frame, found = sys._getframe(1), None
+        while frame is not None:
+            file = os.path.abspath(frame.f_code.co_filename)
+            if not any(file.startswith(d) for d in skip) and not file.startswith("<"):
+                import linecache
+
+                found = (file, frame.f_lineno, linecache.getline(file, frame.f_lineno).strip())
+                break
+            frame = frame.f_back
+        self.token = _CALLER.set(found)
+
+    def __exit__(self, *exc: Any) -> None:
+        _CALLER.reset(self.token)
+
+
+def _user_frame(node: Any) -> tuple[str, int, str] | None:
+    """The innermost frame of the node's stack trace outside torch (the model's code); when
+    every frame is torch's, the user's call of the import (:class:`importing_from`), else
+    torch's innermost frame."""
+    frames = _frames(node)
+    if not frames:
+        return None
+    torch_dir = _torch_dir()
     for f in reversed(frames):
         if not f[0].startswith(torch_dir):
             return f
-    return frames[-1]
+    return _CALLER.get() or frames[-1]
+
+
+def _only_torch_frames(node: Any) -> bool:
+    frames = _frames(node)
+    return bool(frames) and all(f[0].startswith(_torch_dir()) for f in frames)
 
 
 def node_location(node: Any) -> str:
@@ -43,9 +89,11 @@ def node_location(node: Any) -> str:
 def node_span(node: Any) -> Span | None:
     """A span on the Python source line of the node (for diagnostics and IR spans)."""
     f = _user_frame(node)
-    if f is None:
-        return None
-    file, line, code = f
+    return None if f is None else frame_span(*f)
+
+
+def frame_span(file: str, line: int, code: str) -> Span:
+    """A span on ``code``, line ``line`` of the Python file ``file``."""
     text = code.strip()
     full = _source_line(file, line)
     if full.strip() == text and text:
@@ -91,6 +139,9 @@ def located_error(cls: type, node: Any, message: str, hint: str | None = None) -
         notes.append(mod)
     if not _frames(node):
         notes.append("no Python source line is known for this node (the program has no stack traces)")
+    elif _only_torch_frames(node) and _CALLER.get() is not None:
+        file, line, _ = _frames(node)[-1]
+        notes.append(f"the layer runs torch's own code ({file}:{line}); this is where the model was imported")
     return cls(f"{op}: {message}", span=node_span(node), hint=hint, notes=notes)
 
 

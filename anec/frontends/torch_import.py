@@ -77,6 +77,10 @@ FORMAT = "anec-torch-import/1"
 IR_FILE = "model.ir"
 WEIGHTS_FILE = "weights.safetensors"
 META_FILE = "import.json"
+LINK_FILE = "imported.json"
+"""Written by ``anec compile`` next to the artifacts of an import's model.ir: where the
+import is, so ``anec run`` applies its host steps around the compiled program."""
+LINK_FORMAT = "anec-import-link/1"
 
 KEEP_WHOLE = ("scaled_dot_product_attention.default",)
 """Ops left undecomposed: their handlers lower them better than the decomposition."""
@@ -128,12 +132,15 @@ def import_torch(model: Any, example_inputs: Any = (), *, name: str = "main",
     ``args``) fixes every shape: ANE programs are static. ``target`` picks the
     chip whose conv channel limit decides conv1x1 vs matmul for wide layers.
     """
+    from anec.frontends.fx import importing_from
+
     torch = require("torch", "torch", "anec.import_torch")
-    if isinstance(model, torch.export.ExportedProgram):
-        ep = model
-    else:
-        ep = export_module(model, example_inputs, example_kwargs)
-    return import_exported(ep, name=name, target=target)
+    with importing_from():
+        if isinstance(model, torch.export.ExportedProgram):
+            ep = model
+        else:
+            ep = export_module(model, example_inputs, example_kwargs)
+        return import_exported(ep, name=name, target=target)
 
 
 def export_module(model: Any, example_inputs: Any = (),
@@ -154,18 +161,40 @@ def export_module(model: Any, example_inputs: Any = (),
             hint="pass the forward() arguments as a tuple, e.g. (x,)")
     if example_kwargs is not None and not isinstance(example_kwargs, Mapping):
         raise TorchImportError("example_kwargs must be a dict of keyword arguments")
-    try:
-        with torch.no_grad(), _quiet_warnings():
+    import contextlib
+
+    failed = None
+    # torch prints the partial graph of a failed export on stderr once per wrapper of its
+    # export (twice); the user's line it shows is the error's location instead
+    with torch.no_grad(), _torch_said() as said, contextlib.redirect_stderr(io.StringIO()):
+        try:
             return torch.export.export(model, example_inputs, dict(example_kwargs or {}), strict=False)
-    except AnecError:
-        raise
-    except Exception as e:  # torch raises many types; report, do not crash
-        msg = " ".join(str(e).strip().split("\n")[:3])[:600]
-        raise TorchImportError(
-            f"torch.export could not capture the model: {type(e).__name__}: {msg}",
-            hint="anec imports what torch.export captures: check that forward() runs with these "
-                 "example inputs, returns tensors (e.g. use_cache=False for transformers "
-                 "decoders) and has no data-dependent control flow") from None
+        except AnecError:
+            raise
+        except Exception as e:  # torch raises many types; report, do not crash
+            failed = e
+    raise _export_failure(failed, said) from None
+
+
+_RAISED_AT = re.compile(r'The following call raised this error:\n\s*File "(?P<file>[^"]+)", line (?P<line>\d+), '
+                        r'in [^\n]*\n(?P<code>[^\n]*)')
+
+
+def _export_failure(e: BaseException, said: "_TorchLog") -> TorchImportError:
+    """torch.export's failure as an error: torch's message, located at the user's line torch
+    names (data-dependent control flow), with what torch logged and warned as notes."""
+    from anec.frontends.fx import frame_span
+
+    text = str(e).strip()
+    msg = " ".join(text.split("\n")[:3])[:600]
+    m = _RAISED_AT.search(text)
+    span = frame_span(m.group("file"), int(m.group("line")), m.group("code")) if m else None
+    notes = [f"torch: {n}" for n in said.notes()]
+    return TorchImportError(
+        f"torch.export could not capture the model: {type(e).__name__}: {msg}", span=span, notes=notes,
+        hint="anec imports what torch.export captures: check that forward() runs with these "
+             "example inputs, returns tensors (e.g. use_cache=False for transformers "
+             "decoders) and has no data-dependent control flow")
 
 
 def _quiet_warnings() -> Any:
@@ -211,27 +240,184 @@ def load_pt2(path: str | os.PathLike) -> Any:
     it (layout allow-list, sizes, raw tensors only, no pickle, no shared
     library, no code in the program's JSON); ``torch.export.load`` then gets a
     new in-memory zip of the checked members only, without the sample inputs.
-    """
-    import logging
 
+    Output pytrees of types this process has not registered with torch's
+    pytree (a Hugging Face ``ModelOutput``, a dataclass) are read as dicts of
+    the same keys (:func:`plain_pytrees`): anec needs the leaves and their
+    names, never the class, and importing it would run the model's code.
+    When torch cannot read the program, its own logged error is the message.
+    """
     from anec.frontends.pt2_archive import read_pt2
 
     archive = read_pt2(path)  # before torch is imported: a refusal is quick
     torch = require("torch", "torch", "anec import")
+    program = next((k for k in archive.members if k.startswith("models/") and k.endswith(".json")), None)
+    if program is not None:
+        archive.members[program] = plain_pytrees(archive.members[program])
     data = archive.torch_bytes()
     archive.members.clear()
-    previous = logging.root.manager.disable
-    logging.disable(logging.CRITICAL)  # torch logs a traceback before it rethrows
+    with _torch_said() as said:  # torch logs the real error, then raises a generic one
+        try:
+            with _quiet_warnings():
+                return torch.export.load(io.BytesIO(data))
+        except Exception as e:
+            msg = said.cause() or " ".join(str(e).strip().split("\n")[:2])[:400]
+            raise TorchImportError(f"cannot load '{os.fspath(path)}': {msg}",
+                                   hint="torch could not read the program; save it again with "
+                                        "torch.export.save(exported_program, 'model.pt2')") from None
+
+
+def plain_pytrees(program_json: bytes) -> bytes:
+    """The program's JSON with every pytree node of an unregistered type (``in_spec``,
+    ``out_spec``) turned into a ``dict`` of the same keys (a ``tuple`` when its context
+    is not a list of keys). Nothing is imported."""
+    from torch.utils._pytree import SERIALIZED_TYPE_TO_PYTHON_TYPE
+
+    obj = json.loads(program_json)
+    changed = False
+
+    def node(n: Any) -> Any:
+        nonlocal changed
+        if not isinstance(n, dict):
+            return n
+        kids = [node(k) for k in n.get("children_spec") or []]
+        out = dict(n, children_spec=kids)
+        typ = n.get("type")
+        if typ is not None and typ not in SERIALIZED_TYPE_TO_PYTHON_TYPE:
+            try:
+                keys = json.loads(n.get("context") or "null")
+            except ValueError:
+                keys = None
+            if isinstance(keys, list) and keys and isinstance(keys[0], list):  # a dataclass: [fields, ...]
+                keys = keys[0]
+            if isinstance(keys, list) and len(keys) == len(kids) and all(isinstance(k, str) for k in keys):
+                out.update(type="builtins.dict", context=json.dumps(keys))
+            else:
+                out.update(type="builtins.tuple", context="null")
+            changed = True
+        return out
+
+    def walk(o: Any) -> Any:
+        if isinstance(o, dict):
+            res = {}
+            for k, v in o.items():
+                if k in ("in_spec", "out_spec") and isinstance(v, str):
+                    try:
+                        spec = json.loads(v)
+                    except ValueError:
+                        spec = None
+                    if isinstance(spec, list) and len(spec) == 2:
+                        v = json.dumps([spec[0], node(spec[1])])
+                res[k] = walk(v)
+            return res
+        if isinstance(o, list):
+            return [walk(v) for v in o]
+        return o
+
+    new = walk(obj)
+    return json.dumps(new).encode("utf-8") if changed else program_json
+
+
+class _TorchLog:
+    """torch's log records and Python warnings while a torch call runs (shown only when
+    it fails): the error torch logs before raising a generic one, and what it warned."""
+
+    def __init__(self) -> None:
+        import logging
+
+        self.records: list[Any] = []
+        self.warned: list[str] = []
+        outer = self
+
+        class _Keep(logging.Handler):
+            def emit(self, record: Any) -> None:
+                outer.records.append(record)
+
+        self.handler = _Keep(logging.WARNING)
+
+    def cause(self) -> str:
+        """torch's own error: the innermost exception it logged, ``Type: message``."""
+        for rec in reversed(self.records):
+            if rec.exc_info and rec.exc_info[1] is not None:
+                e = rec.exc_info[1]
+                while e.__cause__ is not None or (e.__context__ is not None and not e.__suppress_context__):
+                    e = e.__cause__ or e.__context__
+                return f"{type(e).__name__}: {' '.join(str(e).split())[:600]}"
+        return ""
+
+    def notes(self, limit: int = 5) -> list[str]:
+        """What torch logged and warned (distinct lines, first ``limit``)."""
+        seen: list[str] = []
+        for text in [*(r.getMessage() for r in self.records), *self.warned]:
+            line = " ".join(str(text).split())[:300]
+            if line and line not in seen:
+                seen.append(line)
+        return seen[:limit]
+
+
+class _torch_said:
+    """``with _torch_said() as log:`` keeps torch's log records (not printed) and warnings."""
+
+    def __enter__(self) -> _TorchLog:
+        import logging
+        import warnings
+
+        self.log = _TorchLog()
+        # torch's loggers print on their own handlers (torch.export does not propagate):
+        # each one with handlers writes to ours instead while the call runs
+        names = ["torch"] + [n for n, lg in logging.root.manager.loggerDict.items()
+                             if n.startswith("torch.") and isinstance(lg, logging.Logger) and lg.handlers]
+        self.saved = []
+        for name in names:
+            lg = logging.getLogger(name)
+            self.saved.append((lg, list(lg.handlers), lg.propagate))
+            lg.handlers = [self.log.handler]
+            lg.propagate = False
+        self.catch = warnings.catch_warnings(record=True)
+        self.caught = self.catch.__enter__()
+        warnings.simplefilter("always")
+        return self.log
+
+    def __exit__(self, *exc: Any) -> None:
+        self.log.warned.extend(str(w.message) for w in self.caught
+                               if not issubclass(w.category, (DeprecationWarning, FutureWarning)))
+        self.catch.__exit__(*exc)
+        for lg, handlers, propagate in self.saved:
+            lg.handlers, lg.propagate = handlers, propagate
+
+
+def link_import(ir_file: Path, out_dir: Path) -> bool:
+    """After ``anec compile DIR/model.ir -o OUT``: when DIR is an import, write
+    ``OUT/imported.json`` naming it (relative to OUT). Returns whether it did."""
+    from anec.mil.artifact import format_json
+    from anec.fsutil import replace_file
+
+    src = Path(ir_file).resolve().parent
+    if Path(ir_file).name != IR_FILE or not (src / META_FILE).is_file():
+        return False
+    rel = os.path.relpath(src, Path(out_dir).resolve())
+    text = format_json({"format": LINK_FORMAT, "import": rel}) + "\n"
+    replace_file(str(Path(out_dir) / LINK_FILE), lambda f: f.write(text.encode("utf-8")), suffix=".json")
+    return True
+
+
+def linked_import(out_dir: str | os.PathLike) -> Path | None:
+    """The import directory ``OUT/imported.json`` names, or None when there is none."""
+    link = Path(out_dir) / LINK_FILE
+    if not link.is_file():
+        return None
     try:
-        with _quiet_warnings():
-            return torch.export.load(io.BytesIO(data))
-    except Exception as e:
-        msg = " ".join(str(e).strip().split("\n")[:2])[:400]
-        raise TorchImportError(f"cannot load '{os.fspath(path)}': {type(e).__name__}: {msg}",
-                               hint="torch could not read the program; save it again with "
-                                    "torch.export.save(exported_program, 'model.pt2')") from None
-    finally:
-        logging.disable(previous)
+        meta = json.loads(link.read_text("utf-8"))
+        rel = meta["import"] if meta.get("format") == LINK_FORMAT else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        rel = None
+    if not isinstance(rel, str):
+        raise TorchImportError(f"{link}: not an anec import link", hint="compile the import's model.ir again")
+    src = (Path(out_dir) / rel)
+    if not (src / META_FILE).is_file():
+        raise TorchImportError(f"{link}: the import it was compiled from, '{src}', is gone",
+                               hint="keep the anec import directory next to the build, or compile again")
+    return src
 
 
 # ---------------------------------------------------------------------------
@@ -1020,13 +1206,15 @@ class ImportedModel:
             raise TorchImportError(f"{d / META_FILE}: missing or malformed field ({e})") from None
 
     def runner(self, backend: str = "auto", *, target: str | None = None, mode: str = "fp16",
-               seed: int = 0) -> "TorchRunner":
+               seed: int = 0, artifact: str | os.PathLike | None = None) -> "TorchRunner":
         """A callable running the whole model: host steps, then the program, then host steps.
 
         ``backend``: ``"sim"``, ``"ane"``, ``"auto"`` (compile + runtime) or
         ``"interp"`` (the reference interpreter in ``mode`` fp32/fp16).
+        ``artifact``: run this compiled artifact of the program (``anec compile``'s
+        output directory) instead of compiling it again.
         """
-        return TorchRunner(self, backend=backend, target=target, mode=mode, seed=seed)
+        return TorchRunner(self, backend=backend, target=target, mode=mode, seed=seed, artifact=artifact)
 
     def check_ranges(self, *args: Any, **kwargs: Any) -> list:
         """The fp16 range analysis (:func:`anec.ranges.check_ranges`) on sample inputs given
@@ -1074,7 +1262,7 @@ class TorchRunner:
     numpy around the program."""
 
     def __init__(self, imported: ImportedModel, backend: str = "auto", target: str | None = None,
-                 mode: str = "fp16", seed: int = 0) -> None:
+                 mode: str = "fp16", seed: int = 0, artifact: str | os.PathLike | None = None) -> None:
         from anec.weights import WeightStore
 
         self.im = imported
@@ -1089,13 +1277,21 @@ class TorchRunner:
                 raise AnecError(f"unknown interpreter mode '{mode}'", hint="use fp32 or fp16")
             self.mode = mode
         else:
-            from anec.compiler import compile_module
             from anec.runtime import Runtime
 
-            result = compile_module(imported.module, weights=self.store, target=target, host_casts=True)
-            self.artifact = result.artifacts[imported.name]
+            if artifact is None:
+                from anec.compiler import compile_module
+
+                result = compile_module(imported.module, weights=self.store, target=target, host_casts=True)
+                self.artifact = result.artifacts[imported.name]
+            else:
+                self.artifact = os.fspath(artifact)
             self._runtime = Runtime(backend=backend)
-            self._program = self._runtime.load(self.artifact)
+            try:
+                self._program = self._runtime.load(self.artifact, func=imported.name if artifact else None)
+            except BaseException:
+                self.close()
+                raise
 
     def __enter__(self) -> "TorchRunner":
         return self
@@ -1135,6 +1331,23 @@ class TorchRunner:
             func = device_form(func)
         out = interpret(func, feed, self.store, mode=self.mode)
         return {k: np.asarray(v, dtype=np.float32) for k, v in out.items()}
+
+    def random_inputs(self, seed: int) -> dict[str, np.ndarray]:
+        """Sample inputs in torch's shapes and dtypes: ids within their embedding table for
+        the inputs of host lookups, ones for other integer inputs (masks), normal(0, 1)
+        floats."""
+        rng = np.random.default_rng(seed)
+        rows = {h["input"]: self.store[h["weight"]].shape[0] for h in self.im.host_steps}
+        out = {}
+        for e in self.im.inputs:
+            dt = np.dtype(e["dtype"]) if e["dtype"] in _NP_DTYPES else np.dtype(np.float32)
+            if e["name"] in rows:
+                out[e["name"]] = rng.integers(0, rows[e["name"]], size=e["shape"]).astype(dt)
+            elif dt.kind in "iub":
+                out[e["name"]] = np.ones(e["shape"], dt)
+            else:
+                out[e["name"]] = rng.standard_normal(e["shape"]).astype(dt)
+        return out
 
     def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         names = self.im.input_names
@@ -1201,6 +1414,9 @@ class TorchRunner:
             else:
                 out[e["name"]] = e.get("value")
         return out
+
+
+_NP_DTYPES = ("float32", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
 
 
 def _to_numpy(x: Any) -> np.ndarray:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from anec.diagnostics import TrainingError
+from anec.diagnostics import AnecError, TrainingError
 
 MAX_TEXT = 1 << 30
 
@@ -40,7 +40,11 @@ def load_tokens(path: str | os.PathLike, checkpoint_dir: str | os.PathLike, voca
             text = p.read_text("utf-8")
         except UnicodeDecodeError as e:
             raise TrainingError(f"'{p}' is not UTF-8 text ({e.reason} at byte {e.start})") from None
-        tok = load_tokenizer(checkpoint_dir)
+        try:
+            tok = load_tokenizer(checkpoint_dir)
+        except AnecError as e:  # the hint is generate's (--prompt-ids): training takes --data ids.npy
+            raise TrainingError(e.message, hint=f"give the training data as token ids: --data ids.npy (a 1-D "
+                                                f"integer array), or add a tokenizer to '{checkpoint_dir}'") from None
         ids = np.asarray(tok.encode(text), np.int64)
     ids = ids.astype(np.int64)
     if ids.size and (ids.min() < 0 or ids.max() >= vocab):

@@ -69,10 +69,11 @@ def test_export_of_an_imported_torch_model(tmp_path):
     assert res.exit_code == 0, res.output
     assert "verified" in res.output and "equal model.mil" in res.output
     spec, _ = read_package(tmp_path / "enc.mlpackage")
-    # the package has the program's device I/O (rank 4, ANE-IO-RANK4); the manifest keeps the logical shape
-    assert [list(o.type.multiArrayType.shape) for o in spec.description.output] == [[1, 16, 1, 64]]
-    logical = json.loads((tmp_path / "b" / "main" / "manifest.json").read_text())["logical_outputs"]
-    assert [e["shape"] for e in logical] == [[1, 16, 64]]
+    # the package has the model's logical I/O shapes; the device's rank-4 ones are inside it
+    assert [list(o.type.multiArrayType.shape) for o in spec.description.input] == [[1, 16, 64]]
+    assert [list(o.type.multiArrayType.shape) for o in spec.description.output] == [[1, 16, 64]]
+    man = json.loads((tmp_path / "b" / "main" / "manifest.json").read_text())
+    assert [e["shape"] for e in man["outputs"]] == [[1, 16, 1, 64]]
 
 
 def test_verification_catches_a_different_artifact(built, tmp_path):

@@ -114,9 +114,31 @@ def random_inputs(pipe: PipelineArtifact, seed: int = 7) -> dict[str, np.ndarray
             for e in pipe.manifest["inputs"]}
 
 
+def io_adapters(pipe: PipelineArtifact) -> tuple[list, dict[str, str], list]:
+    """The documented I/O adapters: an input ``x`` whose logical shape is not its device shape
+    is read by ``x_device = reshape(x, shape=x_device_shape)``; an output ``y`` is
+    ``y = reshape(y_device, shape=y_shape)`` of the program's value, renamed ``y_device``."""
+    man = pipe.manifest
+    logical_in = {e["name"]: e["shape"] for e in man.get("logical_inputs", [])}
+    before, inner, after = [], {}, []
+    for e in man["inputs"]:
+        if logical_in.get(e["name"], e["shape"]) != e["shape"]:
+            inner[e["name"]] = d = f"{e['name']}_device"
+            before += [("const", [f"{d}_shape"], {}), ("reshape", [d], {"x": e["name"], "shape": f"{d}_shape"})]
+    for lo in man.get("logical_outputs", []):
+        if lo["shape"] != next(e["shape"] for e in man["outputs"] if e["name"] == lo["name"]):
+            inner[lo["name"]] = d = f"{lo['name']}_device"
+            after += [("const", [f"{lo['name']}_shape"], {}),
+                      ("reshape", [lo["name"]], {"x": d, "shape": f"{lo['name']}_shape"})]
+    return before, inner, after
+
+
 def check_package(path, pipe: PipelineArtifact) -> None:
     """The package is the pipeline: op for op, weights bit for bit, I/O, and the numerics."""
-    assert package_ops(path) == [(op, names, args if op != "const" else {}) for op, names, args in expected_ops(pipe)]
+    before, inner, after = io_adapters(pipe)
+    body = [(op, [inner.get(n, n) for n in names], {a: inner.get(v, v) for a, v in args.items()} if op != "const" else {})
+            for op, names, args in expected_ops(pipe)]
+    assert package_ops(path) == before + body + after
     spec, prog = read_package(path)
     consts = {op.outputs[0].name: op.val.val for op in prog.functions["main"].operations if op.op_type == "const"}
     n = 0
@@ -128,7 +150,10 @@ def check_package(path, pipe: PipelineArtifact) -> None:
             n += 1
     assert n > 0
     io = [(f.name, list(f.type.multiArrayType.shape)) for f in [*spec.description.input, *spec.description.output]]
-    assert io == [(e["name"], e["shape"]) for e in [*pipe.manifest["inputs"], *pipe.manifest["outputs"]]]
+    logical = {e["name"]: e["shape"] for e in [*pipe.manifest.get("logical_inputs", []),
+                                               *pipe.manifest.get("logical_outputs", [])]}
+    assert io == [(e["name"], logical.get(e["name"], e["shape"]))
+                  for e in [*pipe.manifest["inputs"], *pipe.manifest["outputs"]]]
     x = random_inputs(pipe)
     whole = interpret(pipe.program_module().func(pipe.func), x, pipe.interp_weights(), mode="fp16")
     staged = run_stages(pipe, x)
