@@ -1828,10 +1828,11 @@ def _lowering_text(op: OpDef) -> str:
     return "-"
 
 
-def op_rows() -> list[tuple[str, str, str, str, str]]:
-    """(op, operands, attributes, dtypes, doc) for each op, in table order."""
+def op_rows(table: Mapping[str, OpDef] | None = None) -> list[tuple[str, str, str, str, str]]:
+    """(op, operands, attributes, dtypes, doc) for each op of ``table`` (default: the 27 IR
+    ops), in table order."""
     rows = []
-    for op in OPS.values():
+    for op in (OPS if table is None else table).values():
         operands = op.signature()[len(op.name) + 1 : -1] or "-"
         attrs = ", ".join(_attr_text(a) for a in op.attrs) or "-"
         rows.append((op.name, operands, attrs, _dtypes_text(op), op.doc))
@@ -1843,6 +1844,8 @@ def format_table(markdown: bool = False) -> str:
     header = ("op", "operands", "attributes", "dtypes", "meaning")
     rows = op_rows()
     if markdown:
+        head = ["| " + " | ".join(header[:4]) + " | traits | MIL | meaning |", "|" + "---|" * (len(header) + 2)]
+
         def esc(s: str) -> str:
             return s.replace("|", "\\|")
 
@@ -1861,17 +1864,36 @@ def format_table(markdown: bool = False) -> str:
             "Every op but `const` has a VJP rule (`anec/ir/vjp.py`) that `anec.autodiff`",
             "uses to derive backward funcs.",
             "",
-            "| " + " | ".join(header[:4]) + " | traits | MIL | meaning |",
-            "|" + "---|" * (len(header) + 2),
+            *head,
         ]
-        for r, op in zip(rows, OPS.values()):
-            traits = ", ".join(t.value for t in Trait if t in op.traits) or "-"
-            cells = [f"`{r[0]}`", esc(r[1]), f"`{esc(r[2])}`" if r[2] != "-" else "-", r[3], traits,
-                     esc(_lowering_text(op)), esc(r[4])]
-            lines.append("| " + " | ".join(cells) + " |")
+        def table(rows_, defs):
+            for r, op in zip(rows_, defs):
+                traits = ", ".join(t.value for t in Trait if t in op.traits) or "-"
+                cells = [f"`{r[0]}`", esc(r[1]), f"`{esc(r[2])}`" if r[2] != "-" else "-", r[3], traits,
+                         esc(_lowering_text(op)), esc(r[4])]
+                lines.append("| " + " | ".join(cells) + " |")
+
+        table(rows, OPS.values())
+        lines += [
+            "",
+            "## Target forms",
+            "",
+            "Not part of the IR language: compilation writes them (the `select-native` pass)",
+            "in place of the canonical 27-op forms of convolutions, pooling and upsampling,",
+            "one per layer, so the device runs one native MIL op. The parser refuses them in",
+            "user IR (a compiled program's `program.ir` holds them). They have no VJP; limits:",
+            "`anec constraints ANE-SPATIAL-LIMITS`.",
+            "",
+            *head,
+        ]
+        table(op_rows(TARGET_OPS), TARGET_OPS.values())
         return "\n".join(lines) + "\n"
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(4)]
+    target_rows = op_rows(TARGET_OPS)
+    widths = [max(len(str(r[i])) for r in [header, *rows, *target_rows]) for i in range(4)]
     lines = []
     for r in [header, *rows]:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+    lines += ["", "target forms (written by select-native, not in user IR):"]
+    for r in target_rows:
         lines.append("  ".join(str(c).ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
     return "\n".join(line.rstrip() for line in lines) + "\n"

@@ -594,6 +594,13 @@ class SelectNative(Pass):
           %y = conv(%x, %w, strides=[1, 1], pad=[0, 0, 1, 0], dilations=[1, 1], groups=1) : fp16[1, 3, 4, 4]
           return %y
         }
+
+    Unchanged: a 1x1 conv without stride or padding is already native (conv1x1).
+        func f(%x: fp16[1, 2, 4, 4]) {
+          %w = const(weight="c.weight") : fp16[3, 2, 1, 1]
+          %y = conv1x1(%x, %w) : fp16[1, 3, 4, 4]
+          return %y
+        }
     """
 
     name: ClassVar[str] = "select-native"
