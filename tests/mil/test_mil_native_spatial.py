@@ -99,3 +99,37 @@ def _sim_error(rt, tmp_path, form: sf.Form, mil_edit) -> str:
 def test_sim_refuses_native_ops_beyond_the_limits(form, edit, constraint, tmp_path, rt):
     msg = _sim_error(rt, tmp_path, form, edit)
     assert constraint in msg, msg
+
+
+CHAIN = (__import__("pathlib").Path(__file__).resolve().parents[1] / "c" / "corpus" / "mil" / "spatial.mil")
+CHAIN_IR = """func main(%x: fp16[1, 2, 4, 4]) {
+  %w = const(value=0.25) : fp16[2, 2, 3, 3]
+  %c = conv(%x, %w, strides=[1, 1], pad=[1, 1, 1, 1], dilations=[1, 1], groups=1)
+  %wd = const(value=0.5) : fp16[2, 1, 2, 2]
+  %d = conv(%c, %wd, strides=[2, 2], pad=[0, 1, 0, 1], dilations=[1, 1], groups=2)
+  %wt = const(value=0.125) : fp16[2, 2, 3, 3]
+  %t = conv_transpose(%d, %wt, strides=[2, 2], pad=[1, 0, 1, 0], dilations=[1, 1], groups=1)
+  %m = max_pool(%t, kernel_sizes=[3, 3], strides=[2, 2], pad=[1, 1, 1, 1])
+  %a = avg_pool(%m, kernel_sizes=[2, 2], strides=[1, 1], pad=[0, 1, 0, 1], exclude_padding_from_average=true)
+  %u = upsample_nearest(%a, scales=[2, 1])
+  %y = upsample_bilinear(%u, size=[6, 5], align_corners=false)
+  return %y
+}
+"""
+
+
+def test_a_program_of_target_forms_compiles_to_the_fuzz_seed_and_runs(tmp_path, rt):
+    """Target forms read back from IR (target_forms=True) compile as they are: the MIL is the
+    C fuzzer's seed for the native ops (tests/c/corpus/mil/spatial.mil), and the sim agrees
+    with the interpreter running the target forms' references."""
+    from tolerances import assert_close
+
+    module = parse(CHAIN_IR, "chain.ir", target_forms=True)
+    compile_module(module, {}, target="m4", out_dir=tmp_path)
+    art = Artifact.load(tmp_path / "main")
+    assert art.mil_text == CHAIN.read_text()
+    check_mil(art.mil_text, art.blobs)
+    x = np.random.default_rng(5).standard_normal((1, 2, 4, 4)).astype(np.float32)
+    want = interpret(module.funcs["main"], {"x": x}, {}, mode="fp16")["y"]
+    got = rt.load(tmp_path / "main")(x=x)["y"]
+    assert_close(got, want, "native-spatial/chain", ulps=4)
