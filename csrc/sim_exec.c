@@ -874,13 +874,13 @@ static int kernel_conv_transpose(sim_state *s, const sim_op *o)
                 const float *wk = wf + (ci * cout_g + c) * kh * kw;
                 for (int64_t i = 0; i < kh; i++)
                     for (int64_t iy = 0; iy < H; iy++) {
-                        int64_t oy = iy * o->strides[0] - o->pads[0] + i * o->dil[0];
+                        int64_t oy = iy * o->strides[0] + o->dil[0] * i - o->pads[0];
                         if (oy < 0 || oy >= Ho)
                             continue;
                         for (int64_t j = 0; j < kw; j++) {
                             float wv_ = wk[i * kw + j];
                             for (int64_t ix = 0; ix < W; ix++) {
-                                int64_t ox = ix * o->strides[1] - o->pads[2] + j * o->dil[1];
+                                int64_t ox = ix * o->strides[1] + o->dil[1] * j - o->pads[2];
                                 if (ox >= 0 && ox < Wo)
                                     rc[oy * Wo + ox] += xc[iy * W + ix] * wv_;
                             }

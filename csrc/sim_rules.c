@@ -290,7 +290,7 @@ static int rule_conv_transpose(builder *B, const mil_stmt *st, int kind)
     sim_value xv_ = B->p->vals[x], wv_ = B->p->vals[w], *xv = &xv_, *wv = &wv_;
     if (sb_need_float(B, st, xv, "x") || sb_need_float(B, st, wv, "weight"))
         return -1;
-    if (xv->rank != 4 || wv->rank != 4) {
+    if (wv->rank != 4 || xv->rank != 4) {
         sb_err(B, st->line, NULL, "conv_transpose: the sim supports 2-D (x and weight of rank 4), got ranks %d and %d",
                xv->rank, wv->rank);
         return -1;
@@ -379,7 +379,7 @@ static int rule_pool(builder *B, const mil_stmt *st, int kind)
     int64_t shape[4] = {xv->shape[0], xv->shape[1], 0, 0};
     for (int a = 0; a < 2; a++) {
         int64_t span = xv->shape[2 + a] + pads[2 * a] + pads[2 * a + 1] - k[a];
-        if (span < 0) {
+        if (0 > span) {
             sb_err(B, st->line, NULL, "%s: kernel larger than the padded input", st->op);
             return -1;
         }
