@@ -360,24 +360,22 @@ _ENTRIES = (
                   f"upsample_nearest_neighbor, upsample_bilinear) compile for kernels up to "
                   f"{SPATIAL_LIMITS.kernel}, strides up to {SPATIAL_LIMITS.stride}, dilations up to "
                   f"{SPATIAL_LIMITS.dilation}, upsample scales up to {SPATIAL_LIMITS.upsample_scale}, and "
-                  "paddings smaller than the kernel extent; python -m anec.selftest settles it per machine",
-                  HYPOTHESIS, _UNTRIED),
-         Evidence("coremltools converters/mil/mil/ops/defs/iOS15/conv.py, pool.py, image_resizing.py "
-                  "(the iOS17/iOS18 opsets reuse them)",
-                  "the MIL op set defines conv (strides, pad, dilations, groups), conv_transpose, max_pool, "
-                  "avg_pool (exclude_padding_from_average), upsample_nearest_neighbor and upsample_bilinear "
-                  "with these parameters, and states no size limits", DOCUMENTED, _SPEC),
-         Evidence("hollance/neural-engine (community FAQ, Core ML)",
-                  "dilated convolutions are flagged, as a guess, as not reliably running on the ANE",
-                  REPORTED, Scope("Core ML", "not stated", "not stated"))),
+                  "paddings smaller than the kernel extent; python -m anec.selftest (check spatial: every native "
+                  "op at these limits, and a max_pool one step beyond) settles it per machine; the only public "
+                  "word on spatial limits is a community FAQ's guess (hollance/neural-engine) that dilated "
+                  "convolutions may not run on the ANE under Core ML",
+                  HYPOTHESIS, _UNTRIED),),
         "rewrite or error", "select-native (keeps the 27-op form); legalize: check_target_form",
+        "The ops and their parameters are coremltools' MIL definitions (iOS15 conv.py, pool.py, "
+        "image_resizing.py, reused by iOS17/iOS18), which state no size limits. "
         "select-native writes a native op only within the limits (anec.ir.ops.SPATIAL_LIMITS) and records "
         "the layers it leaves in their 27-op form; legalize rejects a target form beyond them at its "
         "line, and the sim refuses such MIL.",
         "compile",
         ("tests/passes/test_select_native.py::test_beyond_the_kernel_limit_the_form_stays_and_says_why",
          "tests/passes/test_select_native.py::test_legalize_rejects_target_forms_beyond_the_limits",
-         "tests/mil/test_mil_native_spatial.py::test_sim_refuses_native_ops_beyond_the_limits"),
+         "tests/mil/test_mil_native_spatial.py::test_sim_refuses_native_ops_beyond_the_limits",
+         f"{_SELF}::test_selftest_numbers"),
     ),
     Constraint(
         "ANE-MATMUL-FLAGS", "matmul transpose flags must be named consts",
