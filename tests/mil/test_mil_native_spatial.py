@@ -133,3 +133,21 @@ def test_a_program_of_target_forms_compiles_to_the_fuzz_seed_and_runs(tmp_path, 
     want = interpret(module.funcs["main"], {"x": x}, {}, mode="fp16")["y"]
     got = rt.load(tmp_path / "main")(x=x)["y"]
     assert_close(got, want, "native-spatial/chain", ulps=4)
+
+
+def test_a_weight_compiled_as_an_input_keeps_the_27_op_form(tmp_path, rt):
+    """A native conv reads a constant weight: with the weight as a program input the layer
+    stays in its 27-op form (legalize turns its conv1x1s into matmuls), and still runs right."""
+    from tolerances import assert_close
+
+    form = CASES["conv3x3-stride2"]
+    module = parse(form.text, "form.ir")
+    compile_module(module, WeightStore(dict(form.weights)), target="m4", out_dir=tmp_path,
+                   weights_as_inputs=["*"])
+    art = Artifact.load(tmp_path / "f")
+    ops = _mil_ops(art.mil_text)
+    assert not NATIVE_MIL & set(ops) and "matmul" in ops
+    x = np.random.default_rng(7).standard_normal(form.x_shape).astype(np.float32)
+    want = interpret(module.funcs["f"], {"x": x}, form.weights, mode="fp16")["y"]
+    got = rt.load(tmp_path / "f")(x=x)["y"]
+    assert_close(got, want, "native-spatial/weight-input", ulps=4)
