@@ -191,6 +191,9 @@ class ConvMatch(NamedTuple):
 
 def _conv_form(root: "Value") -> ConvMatch | None:
     """The form-1/2/3 conv whose sum is ``root`` (weight a const), or None."""
+    last = _prod(root, "add")
+    if last is not None and _term(last.operands[1]) is None:
+        return None  # not a sum of conv terms: no need to walk the chain back
     terms = [_term(t) for t in _fold(root)]
     if not terms or any(t is None for t in terms):
         return None
@@ -315,7 +318,8 @@ def conv_from_positions(node: "Node", rw: Rewriter) -> "Value | None":
     return _conv_node(rw, m)
 
 
-# concat(form 1 on group k's channels, ...) {axis=1} -> conv(x, W, groups=g)   (form 2)
+# concat(form 1 on group k's channels, ...) {axis=1} -> conv(x, W, groups=g)             (form 2)
+# concat(form 3 on group k's channels, ...) {axis=1} -> conv_transpose(x, W, groups=g)   (form 3)
 def grouped_conv(node: "Node", rw: Rewriter) -> "Value | None":
     out = node.results[0]
     if out.type.rank != 4 or node.attrs["axis"] % 4 != 1 or len(node.operands) < 2:
@@ -326,7 +330,7 @@ def grouped_conv(node: "Node", rw: Rewriter) -> "Value | None":
         if len(v.uses) != 1 or v.producer is None:
             return None
         m = _conv_form(v)
-        if m is None or m.kind != "conv" or m.pad != [0, 0, 0, 0]:
+        if m is None or m.kind == "depthwise" or m.pad != [0, 0, 0, 0]:
             return None
         parts.append(m)
     first = parts[0]
@@ -335,17 +339,20 @@ def grouped_conv(node: "Node", rw: Rewriter) -> "Value | None":
     if wk is None or src is None or _const_node(wk.operands[0]) is None:
         return None
     w, xp = wk.operands[0], src.operands[0]
-    cout, cin_g, kh, kw = w.type.shape
+    kh, kw = w.type.shape[2:]
     cin = xp.type.shape[1]
-    if cout % g or cin_g * g != cin:
+    # a conv weight is [Cout, Cin/g, KH, KW] (groups along dim 0); a transposed conv's is
+    # [Cin, Cout/g, KH, KW] (groups along dim 0 as well, by input channel)
+    if w.type.shape[0] % g or (first.kind == "conv" and w.type.shape[1] * g != cin) \
+            or (first.kind == "transpose" and w.type.shape[0] != cin):
         return None
-    og = cout // g
+    rows, cin_g = w.type.shape[0] // g, cin // g
     for k, m in enumerate(parts):
         ws, xs = _prod(m.weight, "slice"), _prod(m.x, "slice")
-        if ws is None or xs is None or ws.operands[0] is not w or xs.operands[0] is not xp \
-                or m.window != first.window:
+        if m.kind != first.kind or ws is None or xs is None or ws.operands[0] is not w \
+                or xs.operands[0] is not xp or m.window != first.window:
             return None
-        if _ranges(ws) != [range(k * og, (k + 1) * og), range(cin_g), range(kh), range(kw)]:
+        if _ranges(ws) != [range(k * rows, (k + 1) * rows), range(w.type.shape[1]), range(kh), range(kw)]:
             return None
         n, _, hp, wp = xp.type.shape
         if _ranges(xs) != [range(n), range(k * cin_g, (k + 1) * cin_g), range(hp), range(wp)]:
@@ -565,7 +572,8 @@ class SelectNative(Pass):
     the (zero-)padded input becomes ``conv`` with the full weight const; the
     depthwise ``mul`` form and the per-group ``concat`` become ``conv`` with
     ``groups``; zero insertion plus flipped, transposed weight slices becomes
-    ``conv_transpose``; ``reduce_max`` over stacked windows of a ``-inf``
+    ``conv_transpose`` (grouped: a concat of that form on each group's channels
+    of the zero-inserted, padded input); ``reduce_max`` over stacked windows of a ``-inf``
     padded input becomes ``max_pool``; a window sum times ``1/(KH*KW)`` (or
     a const of ``1/count`` per position) becomes ``avg_pool``; the broadcast
     ``mul`` by ones between two reshapes becomes ``upsample_nearest``; two
@@ -573,7 +581,12 @@ class SelectNative(Pass):
     ``upsample_bilinear``. A bias stays the separate ``add`` after the conv
     (ANE-CONV-BIAS). Anything else is left alone, and so is a form beyond the
     target forms' limits (ANE-SPATIAL-LIMITS, ANE-CONV-CHANNELS: recorded),
-    or whose weights are not constants (a conv reads a constant weight).
+    whose weights are not constants (a conv reads a constant weight), a
+    transposed conv padded by more than its kernel extent (the importer crops
+    instead), an average whose divisor is neither ``1/(KH*KW)`` nor the count
+    of input elements per window (divisor_override, ceil-mode windows counting
+    padding), and bilinear matrices that differ from the bilinear weights of
+    an output size. Checking divisors and matrices needs the weights.
 
     Before:
         func f(%x: fp16[1, 2, 4, 4]) {

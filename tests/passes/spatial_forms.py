@@ -127,12 +127,14 @@ def conv(n=1, cin=3, h=6, wd=7, cout=4, k=(3, 3), s=(1, 1), p=(1, 1, 1, 1), d=(1
 
 
 def conv_transpose(n=1, cin=3, h=4, wd=5, cout=2, k=(3, 3), s=(2, 2), p=(1, 1), op=(0, 0), d=(1, 1),
-                   seed=1) -> Form:
-    """Form 3 (torch ConvTranspose2d, groups 1)."""
+                   seed=1, groups=1) -> Form:
+    """Form 3 (torch ConvTranspose2d); groups > 1: per group k, form 3 on the channel slice k
+    of the zero-inserted, padded input with the weight rows of group k, joined by a concat."""
     rng = _rng(seed)
     w = _W()
-    weights = {"t.weight": (rng.standard_normal((cin, cout, *k)) / math.sqrt(cin * k[0] * k[1])).astype(np.float16)}
-    W = w(f'const(weight="t.weight") : fp16{_ints([cin, cout, *k])}', "w")
+    cout_g = cout // groups
+    weights = {"t.weight": (rng.standard_normal((cin, cout_g, *k)) / math.sqrt(cin * k[0] * k[1])).astype(np.float16)}
+    W = w(f'const(weight="t.weight") : fp16{_ints([cin, cout_g, *k])}', "w")
     src, zh, zw = "%x", h, wd
     if s != (1, 1):
         x6 = w(f"reshape(%x, shape={_ints([n, cin, h, 1, wd, 1])})")
@@ -144,11 +146,21 @@ def conv_transpose(n=1, cin=3, h=4, wd=5, cout=2, k=(3, 3), s=(2, 2), p=(1, 1), 
     pad = (ext[0] - p[0], ext[0] - p[0] + op[0], ext[1] - p[1], ext[1] - p[1] + op[1])
     xp = _pad(w, src, pad)
     ho, wo = _out(zh, k[0], 1, d[0], pad[0], pad[1]), _out(zw, k[1], 1, d[1], pad[2], pad[3])
-    y = _fold(w, _positions(w, xp, n, cin, (ho, wo), k, (1, 1), d, W, "transpose", (cin, cout)))
+    if groups == 1:
+        y = _fold(w, _positions(w, xp, n, cin, (ho, wo), k, (1, 1), d, W, "transpose", (cin, cout)))
+    else:
+        cin_g, hp, wp = cin // groups, zh + pad[0] + pad[1], zw + pad[2] + pad[3]
+        parts = []
+        for g in range(groups):
+            xk = w(f"slice({xp}, begin=[0, {g * cin_g}, 0, 0], end={_ints([n, (g + 1) * cin_g, hp, wp])})")
+            wk = w(f"slice({W}, begin=[{g * cin_g}, 0, 0, 0], end={_ints([(g + 1) * cin_g, cout_g, *k])})")
+            parts.append(_fold(w, _positions(w, xk, n, cin_g, (ho, wo), k, (1, 1), d, wk, "transpose",
+                                             (cin_g, cout_g))))
+        y = w(f"concat({', '.join(parts)}, axis=1)")
     w.lines[-1] = w.lines[-1].replace(y, "%y", 1)
     crop = [p[0], p[0] - op[0], p[1], p[1] - op[1]]
     return Form(w.func((n, cin, h, wd), "%y"), weights, (n, cin, h, wd), "conv_transpose",
-                {"strides": list(s), "pad": crop, "dilations": list(d), "groups": 1})
+                {"strides": list(s), "pad": crop, "dilations": list(d), "groups": groups})
 
 
 def max_pool(n=1, c=2, h=7, wd=6, k=(3, 3), s=(2, 2), p=(1, 1, 1, 1)) -> Form:

@@ -41,6 +41,8 @@ CASES = {
     "convT-s3-k2": sf.conv_transpose(k=(2, 2), s=(3, 2), p=(0, 0)),
     "convT-dilated": sf.conv_transpose(k=(2, 3), s=(2, 1), p=(1, 1), d=(2, 1)),
     "convT-1d": sf.conv_transpose(h=1, k=(1, 4), s=(1, 2), p=(0, 1)),
+    "convT-grouped": sf.conv_transpose(cin=4, cout=6, groups=2, k=(2, 3), s=(2, 1), p=(0, 1)),
+    "convT-depthwise": sf.conv_transpose(cin=3, cout=3, groups=3, s=(1, 1), p=(1, 1)),
     "maxpool3s2p1": sf.max_pool(),
     "maxpool2s2": sf.max_pool(k=(2, 2), s=(2, 2), p=(0, 0, 0, 0), h=6, wd=6),
     "maxpool-ceil": sf.max_pool(k=(2, 2), s=(2, 2), p=(0, 1, 0, 1), h=5, wd=5),
