@@ -377,7 +377,9 @@ class _Builder:
                 f"'{st.op}' is a target-level form, not one of the 27 IR ops",
                 st.op_span,
                 hint=f"write the layer in its 27-op form (slice, conv1x1, mul, add, ...: docs/ops.md, "
-                     f"'Target forms'); compilation selects {st.op} from it (the select-native pass)",
+                     f"'Target forms'); compilation selects {st.op} from it (the select-native pass). "
+                     "A compiled artifact's program.ir is read through its directory: "
+                     "anec run DIR --compare-interp",
             )
         seen_keyword = False
         for a in args:

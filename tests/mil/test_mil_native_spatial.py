@@ -95,10 +95,30 @@ def _sim_error(rt, tmp_path, form: sf.Form, mil_edit) -> str:
                                              r"string\(\"y_kernel_sizes\"\), val = tensor<int32, \[2\]>\()\[3, 3\]",
                                              r"\1[17, 3]", t), "ANE-SPATIAL-LIMITS"),
     (CASES["conv3x3-pad1"], lambda t: t.replace("[1, 1, 1, 1])", "[3, 1, 1, 1])", 1), "ANE-SPATIAL-LIMITS"),
+    (CASES["conv3x3-pad1"], lambda t: t.replace("[1, 1, 1, 1])", "[1, 3, 1, 1])", 1), "ANE-SPATIAL-LIMITS"),
+    (CASES["maxpool3s2p1"], lambda t: t.replace('val = bool(false)', 'val = bool(true)', 1),
+     "the sim runs ceil_mode = false only"),
 ])
 def test_sim_refuses_native_ops_beyond_the_limits(form, edit, constraint, tmp_path, rt):
     msg = _sim_error(rt, tmp_path, form, edit)
     assert constraint in msg, msg
+
+
+def test_sim_refuses_a_conv_transpose_weight_of_other_input_channels(rt):
+    """The weight of conv_transpose is [Cin, Cout/groups, KH, KW]: Cin must be x's channels."""
+    from anec.runtime import RuntimeFailure
+    from anec.targets import get_target
+
+    text = CHAIN.read_text()
+    old = "tensor<fp16, [2, 2, 3, 3]> wt = const()[name = string(\"wt\"), val = tensor<fp16, [2, 2, 3, 3]>("
+    assert old in text
+    start = text.index(old)
+    end = text.index(")];", start)
+    text = text[:start] + old.replace("[2, 2, 3, 3]", "[1, 2, 3, 3]") + "[" + ", ".join(["0.125"] * 18) + "]" \
+        + text[end:]
+    with pytest.raises(RuntimeFailure) as e:
+        rt.compile(text, limits=get_target("m4").runtime_limits())
+    assert "conv_transpose: x has 2 input channels" in str(e.value.message)
 
 
 CHAIN = (__import__("pathlib").Path(__file__).resolve().parents[1] / "c" / "corpus" / "mil" / "spatial.mil")
