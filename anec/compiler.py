@@ -235,11 +235,13 @@ def _patterns(spec: Iterable[str] | str) -> list[str]:
 
 def with_weights_as_inputs(pipeline: Sequence[Pass], patterns: Sequence[str]) -> tuple[Pass, ...]:
     """``pipeline`` with the weights-as-inputs pass inserted after the cleanup
-    passes (dce, fuse-casts), before range-safe / annotate-sram / legalize / emit-mil."""
+    passes (dce, fuse-casts), before select-native (a native conv reads a constant weight: a
+    weight input keeps its layer in the 27-op form) / range-safe / annotate-sram / legalize /
+    emit-mil."""
     from anec.passes import WeightsAsInputs
 
     passes = list(pipeline)
-    at = next((i for i, p in enumerate(passes) if p.name in ("range-safe", "annotate-sram", "legalize", "emit-mil")), len(passes))
+    at = next((i for i, p in enumerate(passes) if p.name in ("select-native", "range-safe", "annotate-sram", "legalize", "emit-mil")), len(passes))
     passes.insert(at, WeightsAsInputs(keys=tuple(patterns)))
     return tuple(passes)
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from anec.diagnostics import AnecError, did_you_mean
-from anec.ir.ops import BINARY, OPS, Mil, NotOnAne
+from anec.ir.ops import BINARY, OPS, SPATIAL_LIMITS, Mil, NotOnAne
 from anec.targets import DEFAULT_TARGET, TARGETS, Target
 
 # record kinds
@@ -351,6 +351,31 @@ _ENTRIES = (
         "transpose(matmul(transpose(x), reshape(w), transpose_y=true)), the form the references run.",
         "compile", ("tests/passes/test_weights_as_inputs.py::test_conv_with_an_input_weight_becomes_matmul",
                     "tests/runtime/test_rt_weight_inputs.py::test_weights_as_inputs_reload_without_compile_or_load"),
+    ),
+    Constraint(
+        "ANE-SPATIAL-LIMITS", "limits of the native conv, pooling and upsampling ops",
+        "unknown: no public source runs a spatial conv, pool or upsample at its limits on the ANE",
+        (Evidence("no public test",
+                  f"the native spatial ops (conv with a kernel, conv_transpose, max_pool, avg_pool, "
+                  f"upsample_nearest_neighbor, upsample_bilinear) compile for kernels up to "
+                  f"{SPATIAL_LIMITS.kernel}, strides up to {SPATIAL_LIMITS.stride}, dilations up to "
+                  f"{SPATIAL_LIMITS.dilation}, upsample scales up to {SPATIAL_LIMITS.upsample_scale}, and "
+                  "paddings smaller than the kernel extent; python -m anec.selftest (check spatial: every native "
+                  "op at these limits, and a max_pool one step beyond) settles it per machine; the only public "
+                  "word on spatial limits is a community FAQ's guess (hollance/neural-engine) that dilated "
+                  "convolutions may not run on the ANE under Core ML",
+                  HYPOTHESIS, _UNTRIED),),
+        "rewrite or error", "select-native (keeps the 27-op form); legalize: check_target_form",
+        "The ops and their parameters are coremltools' MIL definitions (iOS15 conv.py, pool.py, "
+        "image_resizing.py, reused by iOS17/iOS18), which state no size limits. "
+        "select-native writes a native op only within the limits (anec.ir.ops.SPATIAL_LIMITS) and records "
+        "the layers it leaves in their 27-op form; legalize rejects a target form beyond them at its "
+        "line, and the sim refuses such MIL.",
+        "compile",
+        ("tests/passes/test_select_native.py::test_beyond_the_kernel_limit_the_form_stays_and_says_why",
+         "tests/passes/test_select_native.py::test_legalize_rejects_target_forms_beyond_the_limits",
+         "tests/mil/test_mil_native_spatial.py::test_sim_refuses_native_ops_beyond_the_limits",
+         f"{_SELF}::test_selftest_numbers"),
     ),
     Constraint(
         "ANE-MATMUL-FLAGS", "matmul transpose flags must be named consts",

@@ -48,6 +48,14 @@ fp16-range    RMSNorm and LayerNorm, written as mean(x * x), over rows whose
               as on the sim. Whether the device keeps fp16 subnormals (the
               rstd a LayerNorm returns at |x| ~ 16000 and above is one) is a
               hypothesis this check settles for the norms.
+spatial       the native spatial ops select-native writes (conv with a kernel,
+              stride, dilation and groups, conv_transpose, max_pool, avg_pool,
+              upsample_nearest_neighbor, upsample_bilinear), each at the limits
+              anec assumes (ANE-SPATIAL-LIMITS: kernel 16, stride 8, dilation
+              8, padding one below the kernel extent, upsample scale 16),
+              compile and match the reference interpreter; one step beyond the
+              kernel limit is probed too and reported (accepted or rejected),
+              which tells whether the limits can be raised on this machine.
 
 On a Mac with Apple silicon it runs on the ANE (``--backend auto`` picks it);
 on Linux it runs on the sim, where it must pass. It prints a plain-text
@@ -219,6 +227,26 @@ def raw_mil(op: str, dialect: str) -> str:
     return _mil_header(dialect) + body
 
 
+def raw_max_pool(kernel: int, dialect: str) -> str:
+    """Hand-written MIL: one max_pool with a 1 x ``kernel`` window along W."""
+    old = dialect == "ios16"
+
+    def name(n: str) -> str:
+        return f'tensor<string, []>("{n}")' if old else f'string("{n}")'
+
+    def const(t: str, n: str, literal: str) -> str:
+        return f"        {t} {n} = const()[name = {name(n)}, val = {t}({literal})];\n"
+
+    s = "tensor<string, []>" if old else "string"
+    b = "tensor<bool, []>" if old else "bool"
+    return (_mil_header(dialect) + f"    func main<{dialect}>({_T} x) {{\n"
+            + const("tensor<int32, [2]>", "p_k", f"[1, {kernel}]") + const("tensor<int32, [2]>", "p_s", "[1, 1]")
+            + const("tensor<int32, [4]>", "p_pad", f"[0, 0, {kernel // 2}, {kernel - 1 - kernel // 2}]")
+            + const(s, "p_pt", '"custom"') + const(b, "p_ceil", "false")
+            + f"        {_T} p = max_pool(ceil_mode = p_ceil, kernel_sizes = p_k, pad = p_pad, pad_type = p_pt, "
+            f"strides = p_s, x = x)[name = {name('p')}];\n    }} -> (p);\n}}\n")
+
+
 RAW_OPS = ("concat", "gelu", "rsqrt", "relu")
 """The ops :func:`raw_mil` writes: concat (contested, probed by the concat check), the ops the
 catalog verifies rejected, then the control (same shapes, an op the ANE accepts)."""
@@ -282,14 +310,15 @@ class _Env:
         return Runtime(backend=self.backend, reload_verified=reload_verified)
 
     def build(self, text: str, name: str, seed_offset: int = 0, pack_weights: bool = False,
-              concat: str = "rewrite"):
+              concat: str = "rewrite", target_forms: bool = False):
         """(module, graph, weights, artifact) for IR `text`, random weights; concat is rewritten
-        unless ``concat="native"`` (no cached verdict steers a probe)."""
+        unless ``concat="native"`` (no cached verdict steers a probe); ``target_forms`` reads
+        the target-level ops (conv, max_pool, ...) the spatial probe writes directly."""
         from anec.compiler import compile_module
         from anec.ir.parser import parse
         from anec.weights import random_weights
 
-        module = parse(text, f"<selftest:{name}>")
+        module = parse(text, f"<selftest:{name}>", target_forms=target_forms)
         func = next(iter(module.funcs))
         store = random_weights(module, self.seed + seed_offset)
         # targets without fp32 I/O (m1, m2) take and return fp16; the runtime converts
@@ -711,6 +740,67 @@ def check_fp16_range(env: _Env, c: Check) -> None:
     c.data.update(max_abs_err=worst)
 
 
+def _spatial_ir(kernel: int) -> str:
+    """Target forms at the limits (ANE-SPATIAL-LIMITS), kernel ``kernel`` along W."""
+    from anec.ir.ops import SPATIAL_LIMITS as L
+
+    k, s, d, up = kernel, L.stride, L.dilation, L.upsample_scale
+    n = 24 * s  # the pooled width times the stride
+    return f"""\
+// selftest (spatial): native spatial ops at anec's limits
+func spatial(%x: fp32[1, 64, 1, {n}]) {{
+  %xh = cast(%x, dtype=fp16)
+  %wk = const(weight="dw.weight") : fp16[64, 1, 1, {k}]
+  %a = conv(%xh, %wk, pad=[0, 0, {k - 1}, 0], groups=64)
+  %wd = const(weight="dil.weight") : fp16[64, 64, 1, 3]
+  %b = conv(%a, %wd, dilations=[1, {d}], pad=[0, 0, {2 * d}, 0])
+  %c = max_pool(%b, kernel_sizes=[1, {k}], strides=[1, {s}], pad=[0, 0, {k // 2}, {k - 1 - k // 2}])
+  %wt = const(weight="up.weight") : fp16[64, 64, 1, {2 * s}]
+  %t = conv_transpose(%c, %wt, strides=[1, {s}], pad=[0, 0, {s // 2}, {s // 2}])
+  %v = avg_pool(%t, kernel_sizes=[1, {k}], strides=[1, 1], pad=[0, 0, {k // 2}, {k - 1 - k // 2}],
+                exclude_padding_from_average=true)
+  %u = upsample_nearest(%c, scales=[1, {up}])
+  %z = upsample_bilinear(%c, size=[1, {n}])
+  %y = cast(%v, dtype=fp32)
+  %yu = cast(%u, dtype=fp32)
+  %yz = cast(%z, dtype=fp32)
+  return %y, %yu, %yz
+}}
+"""
+
+
+def check_spatial(env: _Env, c: Check) -> None:
+    from anec.diagnostics import RuntimeFailure
+    from anec.ir.ops import SPATIAL_LIMITS
+
+    _, graph, store, art, _ = env.build(_spatial_ir(SPATIAL_LIMITS.kernel), "spatial", target_forms=True)
+    x = env.normal(graph.inputs[0].type.shape)
+    with env.runtime() as rt:
+        out = rt.load(art)(x=x)
+    ref = _reference(graph, {"x": x}, store)
+    errs = {}
+    ok = True
+    for name, want in ref.items():
+        good, err, tol, _ = _compare(out[name], want)
+        ok = ok and good
+        errs[name] = err
+        if not good:
+            c.lines.append(f"{name}: max |err| {_fmt(err)} > {_fmt(tol)}")
+    c.passed = ok
+    c.lines.append("at the limits: max |err| " + ", ".join(f"{k} {_fmt(v)}" for k, v in errs.items()))
+    # one step beyond the kernel limit, as raw MIL (anec never writes it): what does this device do?
+    beyond = SPATIAL_LIMITS.kernel + 1
+    try:
+        with env.runtime(reload_verified=[]) as rt:
+            rt.compile(raw_max_pool(beyond, env.tgt.mil_dialect), limits=env.limits()).close()
+        c.lines.append(f"max_pool kernel {beyond}: compiled (the limit could be raised here; please report)")
+        beyond_ok = True
+    except RuntimeFailure as e:
+        c.lines.append(f"max_pool kernel {beyond}: rejected ({str(e.message).splitlines()[0]})")
+        beyond_ok = False
+    c.data.update(max_abs_err=errs, beyond_kernel=beyond, beyond_compiled=beyond_ok)
+
+
 CHECKS: list[tuple[str, str, Callable[[_Env, Check], None]]] = [
     ("legalized", "legalized program matches the reference interpreter", check_legalized),
     ("unlegalized", "unlegalized MIL (gelu, rsqrt) is rejected by the device compiler", check_unlegalized),
@@ -721,6 +811,7 @@ CHECKS: list[tuple[str, str, Callable[[_Env, Check], None]]] = [
     ("shared", "programs with the same MIL and other weights each compute with their own", check_shared),
     ("dialect", "MIL dialects the device compiler accepts", check_dialect),
     ("fp16-range", "norms of activations up to 60000 are right (range-safe)", check_fp16_range),
+    ("spatial", "native conv, pool and upsample ops at anec's limits are right", check_spatial),
 ]
 
 

@@ -852,6 +852,149 @@ static int kernel_conv(sim_state *s, const sim_op *o)
     return rc;
 }
 
+/* Transposed conv: each input element scatters x * w[ci, co, i, j] to output row
+   iy * s - pad_top + i * d (and the same on W); pads crop the full output. */
+static int kernel_conv_transpose(sim_state *s, const sim_op *o)
+{
+    const sim_value *xv = &s->plan->vals[o->x], *wv = &s->plan->vals[o->y], *ov = &s->plan->vals[o->outs[0]];
+    const float *xf = fview(s, 0, o->x), *wf = fview(s, 1, o->y);
+    float *r = fout(s, o->outs[0]);
+    if (!xf || !wf || !r)
+        return ANEC_ENOMEM;
+    int64_t N = xv->shape[0], Cin = xv->shape[1], H = xv->shape[2], W = xv->shape[3];
+    int64_t cout_g = wv->shape[1], kh = wv->shape[2], kw = wv->shape[3];
+    int64_t Cout = ov->shape[1], Ho = ov->shape[2], Wo = ov->shape[3], cin_g = Cin / o->groups;
+    memset(r, 0, ov->numel * sizeof(float));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t ci = 0; ci < Cin; ci++) {
+            int64_t g = ci / cin_g;
+            const float *xc = xf + (n * Cin + ci) * H * W;
+            for (int64_t c = 0; c < cout_g; c++) {
+                float *rc = r + (n * Cout + g * cout_g + c) * Ho * Wo;
+                const float *wk = wf + (ci * cout_g + c) * kh * kw;
+                for (int64_t i = 0; i < kh; i++)
+                    for (int64_t iy = 0; iy < H; iy++) {
+                        int64_t oy = iy * o->strides[0] + o->dil[0] * i - o->pads[0];
+                        if (oy < 0 || oy >= Ho)
+                            continue;
+                        for (int64_t j = 0; j < kw; j++) {
+                            float wv_ = wk[i * kw + j];
+                            for (int64_t ix = 0; ix < W; ix++) {
+                                int64_t ox = ix * o->strides[1] + o->dil[1] * j - o->pads[2];
+                                if (ox >= 0 && ox < Wo)
+                                    rc[oy * Wo + ox] += xc[iy * W + ix] * wv_;
+                            }
+                        }
+                    }
+            }
+        }
+    commit(s, o->outs[0], r);
+    return ANEC_OK;
+}
+
+/* Pooling over the input elements of each window (padding is never read: it is -inf for
+   max, 0 for avg); avg divides by KH*KW, or by the elements read (o->flag: exclude padding). */
+static int run_pool(sim_state *s, const sim_op *o, int is_max)
+{
+    const sim_value *xv = &s->plan->vals[o->x], *ov = &s->plan->vals[o->outs[0]];
+    const float *xf = fview(s, 0, o->x);
+    float *r = fout(s, o->outs[0]);
+    if (!xf || !r)
+        return ANEC_ENOMEM;
+    int64_t planes = xv->shape[0] * xv->shape[1], H = xv->shape[2], W = xv->shape[3];
+    int64_t Ho = ov->shape[2], Wo = ov->shape[3], kh = o->ksize[0], kw = o->ksize[1];
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const float *xc = xf + pl * H * W;
+        float *rc = r + pl * Ho * Wo;
+        for (int64_t oy = 0; oy < Ho; oy++)
+            for (int64_t ox = 0; ox < Wo; ox++) {
+                float acc = is_max ? -INFINITY : 0.0f;
+                int64_t count = 0;
+                for (int64_t i = 0; i < kh; i++) {
+                    int64_t iy = oy * o->strides[0] - o->pads[0] + i;
+                    if (iy < 0 || iy >= H)
+                        continue;
+                    for (int64_t j = 0; j < kw; j++) {
+                        int64_t ix = ox * o->strides[1] - o->pads[2] + j;
+                        if (ix < 0 || ix >= W)
+                            continue;
+                        float v = xc[iy * W + ix];
+                        acc = is_max ? (v > acc || v != v ? v : acc) : acc + v;
+                        count++;
+                    }
+                }
+                if (!is_max)
+                    acc /= (float)(o->flag ? count : kh * kw);
+                rc[oy * Wo + ox] = acc;
+            }
+    }
+    commit(s, o->outs[0], r);
+    return ANEC_OK;
+}
+
+static int kernel_max_pool(sim_state *s, const sim_op *o) { return run_pool(s, o, 1); }
+static int kernel_avg_pool(sim_state *s, const sim_op *o) { return run_pool(s, o, 0); }
+
+/* Nearest upsampling by integer scales (o->strides): element moves, no arithmetic. */
+static int kernel_upsample_nearest(sim_state *s, const sim_op *o)
+{
+    const sim_value *xv = &s->plan->vals[o->x], *ov = &s->plan->vals[o->outs[0]];
+    size_t es = mil_dtype_size(xv->dt);
+    int64_t planes = xv->shape[0] * xv->shape[1], H = xv->shape[2], W = xv->shape[3];
+    int64_t Ho = ov->shape[2], Wo = ov->shape[3], sh = o->strides[0], sw = o->strides[1];
+    const char *x = s->store[o->x];
+    char *y = s->store[o->outs[0]];
+    for (int64_t pl = 0; pl < planes; pl++)
+        for (int64_t oy = 0; oy < Ho; oy++)
+            for (int64_t ox = 0; ox < Wo; ox++)
+                memcpy(y + (size_t)((pl * Ho + oy) * Wo + ox) * es, x + (size_t)((pl * H + oy / sh) * W + ox / sw) * es, es);
+    return ANEC_OK;
+}
+
+/* The source coordinate of output i (MIL upsample_bilinear: spacing (in-1)/(out-1) with
+   align_corners, else in/out with half-pixel centres, clamped to [0, in-1]). */
+static void bilinear_src(int64_t i, int64_t in, int64_t out, int align, int64_t *i0, int64_t *i1, float *lam)
+{
+    double src = align ? (out > 1 ? (double)i * (double)(in - 1) / (double)(out - 1) : 0.0)
+                       : ((double)i + 0.5) * (double)in / (double)out - 0.5;
+    if (src < 0)
+        src = 0;
+    if (src > (double)(in - 1))
+        src = (double)(in - 1);
+    *i0 = (int64_t)floor(src);
+    *i1 = *i0 + 1 < in ? *i0 + 1 : in - 1;
+    *lam = (float)(src - (double)*i0);
+}
+
+static int kernel_upsample_bilinear(sim_state *s, const sim_op *o)
+{
+    const sim_value *xv = &s->plan->vals[o->x], *ov = &s->plan->vals[o->outs[0]];
+    const float *xf = fview(s, 0, o->x);
+    float *r = fout(s, o->outs[0]);
+    if (!xf || !r)
+        return ANEC_ENOMEM;
+    int64_t planes = xv->shape[0] * xv->shape[1], H = xv->shape[2], W = xv->shape[3];
+    int64_t Ho = ov->shape[2], Wo = ov->shape[3];
+    for (int64_t oy = 0; oy < Ho; oy++) {
+        int64_t y0, y1;
+        float ly;
+        bilinear_src(oy, H, Ho, o->flag, &y0, &y1, &ly);
+        for (int64_t ox = 0; ox < Wo; ox++) {
+            int64_t x0, x1;
+            float lx;
+            bilinear_src(ox, W, Wo, o->flag, &x0, &x1, &lx);
+            for (int64_t pl = 0; pl < planes; pl++) {
+                const float *xc = xf + pl * H * W;
+                float top = (1.0f - lx) * xc[y0 * W + x0] + lx * xc[y0 * W + x1];
+                float bot = (1.0f - lx) * xc[y1 * W + x0] + lx * xc[y1 * W + x1];
+                r[(pl * Ho + oy) * Wo + ox] = (1.0f - ly) * top + ly * bot;
+            }
+        }
+    }
+    commit(s, o->outs[0], r);
+    return ANEC_OK;
+}
+
 /* One batched matmul: every batch is a [M x K] x [K x N] GEMM; batch strides
    are 0 where an operand is broadcast. */
 typedef struct mm_batches {

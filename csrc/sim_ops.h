@@ -33,11 +33,23 @@ enum {
     SOP_SLICE,
     SOP_PAD,
     SOP_CONCAT,
+    SOP_CONV_TRANSPOSE,
+    SOP_MAX_POOL,
+    SOP_AVG_POOL,
+    SOP_UPSAMPLE_NEAREST,
+    SOP_UPSAMPLE_BILINEAR,
     SOP_SILU,
     SOP_DIV,
     SOP_SPLIT,
     SOP_COUNT
 };
+
+/* Limits of the spatial ops (kernel, stride, dilation per dim; upsample scale): ANE-SPATIAL-LIMITS,
+ * anec.ir.ops.SPATIAL_LIMITS. A padding must be smaller than the kernel extent it pads. */
+#define SIM_SPATIAL_MAX_KERNEL 16
+#define SIM_SPATIAL_MAX_STRIDE 8
+#define SIM_SPATIAL_MAX_DILATION 8
+#define SIM_SPATIAL_MAX_SCALE 16
 
 /* MIL op, kernel id, build rule (rule_<rule> in sim_rules.c). */
 #define SIM_MIL_OPS(X) \
@@ -64,6 +76,12 @@ enum {
     X("slice_by_index", SOP_SLICE, slice_by_index) \
     X("pad", SOP_PAD, pad) \
     X("concat", SOP_CONCAT, concat) \
+    X("conv", SOP_CONV, conv) \
+    X("conv_transpose", SOP_CONV_TRANSPOSE, conv_transpose) \
+    X("max_pool", SOP_MAX_POOL, pool) \
+    X("avg_pool", SOP_AVG_POOL, pool) \
+    X("upsample_nearest_neighbor", SOP_UPSAMPLE_NEAREST, upsample_nearest) \
+    X("upsample_bilinear", SOP_UPSAMPLE_BILINEAR, upsample_bilinear) \
     X("silu", SOP_SILU, unary) \
     X("real_div", SOP_DIV, binary) \
     X("slice_by_size", SOP_SLICE, slice_by_size) \
@@ -93,6 +111,11 @@ enum {
     X(SOP_SLICE, slice) \
     X(SOP_PAD, pad) \
     X(SOP_CONCAT, concat) \
+    X(SOP_CONV_TRANSPOSE, conv_transpose) \
+    X(SOP_MAX_POOL, max_pool) \
+    X(SOP_AVG_POOL, avg_pool) \
+    X(SOP_UPSAMPLE_NEAREST, upsample_nearest) \
+    X(SOP_UPSAMPLE_BILINEAR, upsample_bilinear) \
     X(SOP_SILU, silu) \
     X(SOP_DIV, div) \
     X(SOP_SPLIT, split)

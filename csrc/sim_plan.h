@@ -51,6 +51,8 @@ typedef struct sim_op {
     /* resolved parameters */
     int tx, ty;                  /* matmul transposes */
     int strides[2], dil[2], pads[4], groups;   /* conv: pads = top, bottom, left, right */
+    int ksize[2];                /* pools: kernel sizes */
+    int flag;                    /* avg_pool: exclude_padding_from_average; upsample_bilinear: align_corners */
     int axis;                    /* softmax, split (normalised) */
     int axes_mask;               /* reductions: bit d set = reduce dim d */
     int perm[ANEC_MAX_RANK];     /* transpose */

@@ -27,7 +27,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from anec.ir.ops import OPS, SIM_ONLY_MIL_OPS, Mil, NotOnAne, SimKernel
+from anec.ir.ops import OPS, SIM_ONLY_MIL_OPS, SPATIAL_LIMITS, TARGET_OPS, Mil, NotOnAne, SimKernel
 
 HEADER = Path(__file__).resolve().parents[2] / "csrc" / "sim_ops.h"
 
@@ -37,7 +37,8 @@ VALUE_RULES = frozenset({"const"})
 
 def sim_ops() -> list[tuple[str, SimKernel]]:
     """(MIL op, kernel) for every MIL op the simulator builds, in table order."""
-    lowerings = [o.lowering.native if isinstance(o.lowering, NotOnAne) else o.lowering for o in OPS.values()]
+    rows_ = [*OPS.values(), *TARGET_OPS.values()]
+    lowerings = [o.lowering.native if isinstance(o.lowering, NotOnAne) else o.lowering for o in rows_]
     rows = [(low.op, low.sim) for low in lowerings if isinstance(low, Mil) and low.sim is not None]
     rows += list(SIM_ONLY_MIL_OPS.items())
     seen: dict[str, SimKernel] = {}
@@ -97,6 +98,13 @@ def header_text() -> str:
         *[f"    SOP_{k}," for k in ks],
         "    SOP_COUNT",
         "};",
+        "",
+        "/* Limits of the spatial ops (kernel, stride, dilation per dim; upsample scale): ANE-SPATIAL-LIMITS,",
+        " * anec.ir.ops.SPATIAL_LIMITS. A padding must be smaller than the kernel extent it pads. */",
+        f"#define SIM_SPATIAL_MAX_KERNEL {SPATIAL_LIMITS.kernel}",
+        f"#define SIM_SPATIAL_MAX_STRIDE {SPATIAL_LIMITS.stride}",
+        f"#define SIM_SPATIAL_MAX_DILATION {SPATIAL_LIMITS.dilation}",
+        f"#define SIM_SPATIAL_MAX_SCALE {SPATIAL_LIMITS.upsample_scale}",
         "",
         *_macro("SIM_MIL_OPS", "MIL op, kernel id, build rule (rule_<rule> in sim_rules.c).",
                 [f"{_c_string(op)}, SOP_{k.kernel or 'NONE'}, {k.rule}" for op, k in sim_ops()]),

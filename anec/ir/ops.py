@@ -157,6 +157,8 @@ class Trait(str, enum.Enum):
     """Data movement: no arithmetic on values (pad writes a constant)."""
     multi_result = "multi-result"
     """Has more than one result."""
+    target = "target"
+    """A target-level form (:data:`TARGET_OPS`): select-native writes it, user IR does not."""
 
 
 @dataclass(frozen=True)
@@ -1271,6 +1273,378 @@ _TABLE: list[OpDef] = [
 OPS: dict[str, OpDef] = {o.name: o for o in _TABLE}
 """Every op of the IR, in documentation order."""
 
+# ---------------------------------------------------------------------------
+# target forms: the ANE's native spatial ops, below the 27-op language
+#
+# The user-facing IR is the 27 ops of :data:`OPS`. Compilation selects these
+# target-level forms from their canonical 27-op lowerings (the
+# ``select-native`` pass): each stands for one native MIL op. They have type
+# inference, a numpy reference (the interpreter runs a selected program), a MIL
+# lowering and a simulator kernel, but no VJP, and the parser refuses them in
+# user IR unless asked to read a compiled program (``parse(..., target_forms=True)``).
+
+
+@dataclass(frozen=True)
+class SpatialLimits:
+    """Largest kernel, stride, dilation and padding the target forms take (per spatial dim).
+
+    No public source demonstrates the ANE's limits on these (ANE-SPATIAL-LIMITS in
+    :mod:`anec.constraints` is a hypothesis that ``python -m anec.selftest`` settles);
+    select-native leaves a layer beyond them in its 27-op form, legalize rejects a target
+    form beyond them, the simulator refuses its MIL (the values reach it through
+    ``csrc/sim_ops.h``).
+    """
+
+    kernel: int = 16
+    stride: int = 8
+    dilation: int = 8
+    upsample_scale: int = 16
+
+    def problems(self, kernel: Sequence[int] = (), strides: Sequence[int] = (),
+                 dilations: Sequence[int] = (), pad: Sequence[int] = (),
+                 scales: Sequence[int] = ()) -> list[str]:
+        """What exceeds the limits, as phrases (empty: within them). A padding must be
+        smaller than the kernel extent it pads (``dilation * (k - 1) + 1``)."""
+        out = []
+        for what, vals, lim in (("kernel", kernel, self.kernel), ("stride", strides, self.stride),
+                                ("dilation", dilations, self.dilation),
+                                ("upsample scale", scales, self.upsample_scale)):
+            if any(v > lim for v in vals):
+                out.append(f"{what} {_dims(vals)} exceeds {lim}")
+        if pad and kernel:
+            dil = list(dilations) or [1] * len(kernel)
+            extent = [d * (k - 1) + 1 for k, d in zip(kernel, dil)]
+            if any(p >= extent[i // 2] for i, p in enumerate(pad)):
+                out.append(f"padding {_dims(pad)} is not smaller than the kernel extent {_dims(extent)}")
+        return out
+
+
+SPATIAL_LIMITS = SpatialLimits()
+"""The limits every target profile uses (one hypothesis for all chips until measured)."""
+
+
+def _pair(op: str, name: str, v: Sequence[int], n: int = 2, low: int = 1) -> list[int]:
+    v = list(v)
+    if len(v) != n or any(x < low for x in v):
+        what = "positive" if low == 1 else "non-negative"
+        raise InferError(f"{op} {name} must be {n} {what} ints, got {_dims(v)}")
+    return v
+
+
+def _spatial_input(op: str, x: TensorType) -> None:
+    if x.rank != 4:
+        raise InferError(f"{op} input must be rank 4 [N, C, H, W], got {x}",
+                         "target forms work on NCHW tensors; 1-d layers use H = 1")
+
+
+def _window_out(op: str, size: int, k: int, s: int, d: int, before: int, after: int, dim: str) -> int:
+    span = size + before + after - d * (k - 1) - 1
+    if span < 0:
+        raise InferError(f"{op} window ({k} with dilation {d}) is larger than the padded {dim} "
+                         f"({size} + {before} + {after})")
+    return span // s + 1
+
+
+def _infer_conv(operands, optional, attrs):
+    x, w = operands
+    _spatial_input("conv", x)
+    if w.rank != 4:
+        raise InferError(f"conv weight must be [Cout, Cin/groups, KH, KW], got {w}")
+    _same_dtype("conv", [x, w], "input and weight")
+    s, d = _pair("conv", "strides", attrs["strides"]), _pair("conv", "dilations", attrs["dilations"])
+    p = _pair("conv", "pad", attrs["pad"], 4, 0)
+    g = attrs["groups"]
+    n, cin, h, wd = x.shape
+    cout, cin_g, kh, kw = w.shape
+    if g < 1 or cin % g or cout % g or cin_g * g != cin:
+        raise InferError(f"conv groups={g} does not fit input channels {cin} and weight {w}",
+                         "the weight is [Cout, Cin/groups, KH, KW] and groups divides Cin and Cout")
+    ho = _window_out("conv", h, kh, s[0], d[0], p[0], p[1], "height")
+    wo = _window_out("conv", wd, kw, s[1], d[1], p[2], p[3], "width")
+    return [TensorType(x.dtype, (n, cout, ho, wo))]
+
+
+def _infer_conv_transpose(operands, optional, attrs):
+    x, w = operands
+    _spatial_input("conv_transpose", x)
+    if w.rank != 4:
+        raise InferError(f"conv_transpose weight must be [Cin, Cout/groups, KH, KW], got {w}")
+    _same_dtype("conv_transpose", [x, w], "input and weight")
+    s = _pair("conv_transpose", "strides", attrs["strides"])
+    d = _pair("conv_transpose", "dilations", attrs["dilations"])
+    p = _pair("conv_transpose", "pad", attrs["pad"], 4, 0)
+    g = attrs["groups"]
+    n, cin, h, wd = x.shape
+    if g < 1 or cin % g or w.shape[0] != cin:
+        raise InferError(f"conv_transpose groups={g} does not fit input channels {cin} and weight {w}",
+                         "the weight is [Cin, Cout/groups, KH, KW] and groups divides Cin")
+    kh, kw = w.shape[2:]
+    ho = (h - 1) * s[0] + d[0] * (kh - 1) + 1 - p[0] - p[1]
+    wo = (wd - 1) * s[1] + d[1] * (kw - 1) + 1 - p[2] - p[3]
+    if ho < 1 or wo < 1:
+        raise InferError(f"conv_transpose pad {_dims(p)} crops the whole output")
+    return [TensorType(x.dtype, (n, w.shape[1] * g, ho, wo))]
+
+
+def _infer_pool(op: str) -> InferFn:
+    def infer(operands, optional, attrs):
+        x = operands[0]
+        _spatial_input(op, x)
+        k = _pair(op, "kernel_sizes", attrs["kernel_sizes"])
+        s = _pair(op, "strides", attrs["strides"])
+        p = _pair(op, "pad", attrs["pad"], 4, 0)
+        n, c, h, wd = x.shape
+        return [x.with_shape((n, c, _window_out(op, h, k[0], s[0], 1, p[0], p[1], "height"),
+                              _window_out(op, wd, k[1], s[1], 1, p[2], p[3], "width")))]
+
+    return infer
+
+
+def _infer_upsample_nearest(operands, optional, attrs):
+    x = operands[0]
+    _spatial_input("upsample_nearest", x)
+    sh, sw = _pair("upsample_nearest", "scales", attrs["scales"])
+    n, c, h, w = x.shape
+    return [x.with_shape((n, c, h * sh, w * sw))]
+
+
+def _infer_upsample_bilinear(operands, optional, attrs):
+    x = operands[0]
+    _spatial_input("upsample_bilinear", x)
+    ho, wo = _pair("upsample_bilinear", "size", attrs["size"])
+    n, c, h, w = x.shape
+    if ho < h or wo < w:
+        raise InferError(f"upsample_bilinear size {_dims([ho, wo])} is smaller than the input {x}",
+                         "upsampling only: the size is at least the input's H and W")
+    return [x.with_shape((n, c, ho, wo))]
+
+
+def _windows(xp: np.ndarray, k: Sequence[int], s: Sequence[int], d: Sequence[int],
+             out: Sequence[int]):
+    """(i, j, view) for each kernel position: the strided view of the padded input it reads."""
+    for i in range(k[0]):
+        for j in range(k[1]):
+            yield i, j, xp[:, :, i * d[0]: i * d[0] + (out[0] - 1) * s[0] + 1: s[0],
+                           j * d[1]: j * d[1] + (out[1] - 1) * s[1] + 1: s[1]]
+
+
+def _out_hw(shape: Sequence[int], k: Sequence[int], s: Sequence[int], d: Sequence[int],
+            p: Sequence[int]) -> tuple[int, int]:
+    return tuple((shape[2 + a] + p[2 * a] + p[2 * a + 1] - d[a] * (k[a] - 1) - 1) // s[a] + 1
+                 for a in range(2))
+
+
+def _pad_hw(x: np.ndarray, p: Sequence[int], value: float) -> np.ndarray:
+    return np.pad(x, ((0, 0), (0, 0), (p[0], p[1]), (p[2], p[3])), constant_values=value)
+
+
+def _ref_conv(operands, optional, attrs):
+    x, w = operands
+    s, d, p, g = attrs["strides"], attrs["dilations"], attrs["pad"], attrs["groups"]
+    xp = _pad_hw(x.astype(np.float64), p, 0.0)
+    cout, cin_g, kh, kw = w.shape
+    n = x.shape[0]
+    out = _out_hw(x.shape, (kh, kw), s, d, p)
+    y = np.zeros((n, cout, *out))
+    w64, cout_g = w.astype(np.float64), cout // g
+    for i, j, view in _windows(xp, (kh, kw), s, d, out):
+        for k in range(g):
+            xs = view[:, k * cin_g:(k + 1) * cin_g]
+            y[:, k * cout_g:(k + 1) * cout_g] += np.einsum("nchw,oc->nohw", xs,
+                                                           w64[k * cout_g:(k + 1) * cout_g, :, i, j])
+    return [y.astype(x.dtype)]
+
+
+def _ref_conv_transpose(operands, optional, attrs):
+    x, w = operands
+    s, d, p, g = attrs["strides"], attrs["dilations"], attrs["pad"], attrs["groups"]
+    n, cin, h, wd = x.shape
+    _, cout_g, kh, kw = w.shape
+    cin_g = cin // g
+    full = ((h - 1) * s[0] + d[0] * (kh - 1) + 1, (wd - 1) * s[1] + d[1] * (kw - 1) + 1)
+    y = np.zeros((n, cout_g * g, *full))
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    for i in range(kh):
+        for j in range(kw):
+            for k in range(g):
+                contrib = np.einsum("nchw,co->nohw", x64[:, k * cin_g:(k + 1) * cin_g],
+                                    w64[k * cin_g:(k + 1) * cin_g, :, i, j])
+                y[:, k * cout_g:(k + 1) * cout_g, i * d[0]: i * d[0] + (h - 1) * s[0] + 1: s[0],
+                  j * d[1]: j * d[1] + (wd - 1) * s[1] + 1: s[1]] += contrib
+    y = y[:, :, p[0]: full[0] - p[1], p[2]: full[1] - p[3]]
+    return [y.astype(x.dtype)]
+
+
+def _ref_max_pool(operands, optional, attrs):
+    x = operands[0]
+    k, s, p = attrs["kernel_sizes"], attrs["strides"], attrs["pad"]
+    out = _out_hw(x.shape, k, s, (1, 1), p)
+    xp = _pad_hw(x, p, -np.inf)
+    y = None
+    for _, _, view in _windows(xp, k, s, (1, 1), out):
+        y = view.copy() if y is None else np.maximum(y, view)
+    return [y.astype(x.dtype)]
+
+
+def _ref_avg_pool(operands, optional, attrs):
+    x = operands[0]
+    k, s, p = attrs["kernel_sizes"], attrs["strides"], attrs["pad"]
+    out = _out_hw(x.shape, k, s, (1, 1), p)
+    xp = _pad_hw(x.astype(np.float64), p, 0.0)
+    inside = _pad_hw(np.ones((1, 1) + x.shape[2:]), p, 0.0)
+    total, count = 0.0, 0.0
+    for (_, _, view), (_, _, ones) in zip(_windows(xp, k, s, (1, 1), out), _windows(inside, k, s, (1, 1), out)):
+        total, count = total + view, count + ones
+    div = count if attrs["exclude_padding_from_average"] else float(k[0] * k[1])
+    return [(total / div).astype(x.dtype)]
+
+
+def _ref_upsample_nearest(operands, optional, attrs):
+    x = operands[0]
+    sh, sw = attrs["scales"]
+    return [np.repeat(np.repeat(x, sh, axis=2), sw, axis=3)]
+
+
+def bilinear_matrix(size: int, out: int, align_corners: bool) -> np.ndarray:
+    """The [out, size] interpolation matrix of one axis (float64): row i weighs the input
+    samples output i reads, as torch's ``interpolate(mode="bilinear")`` with an output size
+    and MIL ``upsample_bilinear`` define them (spacing ``(size-1)/(out-1)`` with
+    ``align_corners``, else ``size/out`` with half-pixel centres, clamped at the edges)."""
+    a = np.zeros((out, size))
+    for i in range(out):
+        if align_corners:
+            src = i * (size - 1) / (out - 1) if out > 1 else 0.0
+        else:
+            src = max((i + 0.5) * size / out - 0.5, 0.0)
+        i0 = min(int(math.floor(src)), size - 1)
+        i1 = min(i0 + 1, size - 1)
+        lam = src - i0
+        a[i, i0] += 1.0 - lam
+        a[i, i1] += lam
+    return a
+
+
+def _ref_upsample_bilinear(operands, optional, attrs):
+    x = operands[0]
+    ho, wo = attrs["size"]
+    ah = bilinear_matrix(x.shape[2], ho, attrs["align_corners"])
+    aw = bilinear_matrix(x.shape[3], wo, attrs["align_corners"])
+    y = np.einsum("oh,nchw,pw->ncop", ah, x.astype(np.float64), aw)
+    return [y.astype(x.dtype)]
+
+
+def _custom(pad: Sequence[int]) -> dict[str, Any]:
+    return {"pad_type": "custom", "pad": list(pad)}
+
+
+def _mil_conv_native(operands, results, attrs):
+    return {"strides": list(attrs["strides"]), "dilations": list(attrs["dilations"]),
+            "groups": attrs["groups"], **_custom(attrs["pad"])}
+
+
+def _mil_pool(operands, results, attrs):
+    out = {"kernel_sizes": list(attrs["kernel_sizes"]), "strides": list(attrs["strides"]),
+           "ceil_mode": False, **_custom(attrs["pad"])}
+    if "exclude_padding_from_average" in attrs:
+        out["exclude_padding_from_average"] = bool(attrs["exclude_padding_from_average"])
+    return out
+
+
+def _mil_upsample_nearest(operands, results, attrs):
+    sh, sw = attrs["scales"]
+    return {"scale_factor_height": sh, "scale_factor_width": sw}
+
+
+def bilinear_scale(size: int, out: int) -> int | float:
+    """The MIL scale factor that gives ``out = floor(size * scale)``: an int when ``size``
+    divides ``out``, else the smallest fp32 at or above ``out / size`` for which the floor
+    is ``out`` in both fp32 and fp64 arithmetic (coremltools and the simulator)."""
+    if out % size == 0:
+        return out // size
+    s = np.float32(out / size)
+    for _ in range(8):
+        if math.floor(float(s) * size) == out and math.floor(float(np.float32(s * np.float32(size)))) == out:
+            return float(s)
+        s = np.nextafter(s, np.float32(np.inf))
+    raise ValueError(f"no fp32 scale maps {size} to {out}")
+
+
+def _mil_upsample_bilinear(operands, results, attrs):
+    _, _, h, w = operands[0].shape
+    ho, wo = attrs["size"]
+    out: dict[str, Any] = {"align_corners": bool(attrs["align_corners"])}
+    for name, size, o in (("scale_factor_height", h, ho), ("scale_factor_width", w, wo)):
+        sc = bilinear_scale(size, o)
+        out[name] = sc if isinstance(sc, int) else MilScalar(DType.fp32, sc)
+    return out
+
+
+_STRIDES = AttrDef("strides", "ints", (1, 1))
+_PAD4 = AttrDef("pad", "ints", (0, 0, 0, 0))
+_DILATIONS = AttrDef("dilations", "ints", (1, 1))
+_GROUPS = AttrDef("groups", "int", 1)
+_XW = (OperandDef("x"), OperandDef("w"))
+_T_TARGET = frozenset({Trait.target})
+
+_TARGET_TABLE: list[OpDef] = [
+    OpDef(
+        "conv", _XW, (_STRIDES, _PAD4, _DILATIONS, _GROUPS), FLOATS, _infer_conv, _ref_conv,
+        "2-D convolution: x [N,Cin,H,W], w [Cout,Cin/groups,KH,KW], pad [top,bottom,left,right] of zeros",
+        traits=_T_LINEAR | _T_TARGET,
+        lowering=_on_ane("conv", "CONV", "conv", args={"w": "weight"}, params=_mil_conv_native),
+    ),
+    OpDef(
+        "conv_transpose", _XW, (_STRIDES, _PAD4, _DILATIONS, _GROUPS), FLOATS, _infer_conv_transpose,
+        _ref_conv_transpose,
+        "transposed convolution: w [Cin,Cout/groups,KH,KW]; pad crops [top,bottom,left,right] of the "
+        "full (H-1)*s + d*(K-1) + 1 output",
+        traits=_T_LINEAR | _T_TARGET,
+        lowering=_on_ane("conv_transpose", "CONV_TRANSPOSE", "conv_transpose", args={"w": "weight"},
+                         params=_mil_conv_native),
+    ),
+    OpDef(
+        "max_pool", _X, (AttrDef("kernel_sizes", "ints"), _STRIDES, _PAD4), FLOATS,
+        _infer_pool("max_pool"), _ref_max_pool,
+        "max over KHxKW windows; padding never wins (-inf)",
+        traits=_T_TARGET,
+        lowering=_on_ane("max_pool", "MAX_POOL", "pool", params=_mil_pool),
+    ),
+    OpDef(
+        "avg_pool", _X,
+        (AttrDef("kernel_sizes", "ints"), _STRIDES, _PAD4, AttrDef("exclude_padding_from_average", "bool", False)),
+        FLOATS, _infer_pool("avg_pool"), _ref_avg_pool,
+        "mean over KHxKW windows of the zero-padded input (divided by KH*KW, or by the count of "
+        "input elements with exclude_padding_from_average)",
+        traits=_T_TARGET,
+        lowering=_on_ane("avg_pool", "AVG_POOL", "pool", params=_mil_pool),
+    ),
+    OpDef(
+        "upsample_nearest", _X, (AttrDef("scales", "ints"),), FLOATS, _infer_upsample_nearest,
+        _ref_upsample_nearest, "repeat each pixel scales[0] x scales[1] times",
+        traits=_T_TARGET,
+        lowering=_on_ane("upsample_nearest_neighbor", "UPSAMPLE_NEAREST", "upsample_nearest",
+                         params=_mil_upsample_nearest),
+    ),
+    OpDef(
+        "upsample_bilinear", _X, (AttrDef("size", "ints"), AttrDef("align_corners", "bool", False)),
+        FLOATS, _infer_upsample_bilinear, _ref_upsample_bilinear,
+        "bilinear interpolation to size [Ho, Wo] (torch's interpolate with an output size)",
+        traits=_T_TARGET,
+        lowering=_on_ane("upsample_bilinear", "UPSAMPLE_BILINEAR", "upsample_bilinear",
+                         params=_mil_upsample_bilinear),
+    ),
+]
+
+TARGET_OPS: dict[str, OpDef] = {o.name: o for o in _TARGET_TABLE}
+"""The target-level forms (not part of the 27-op IR): written by select-native only."""
+
+
+
+def lookup_op(name: str) -> OpDef | None:
+    """The row of an IR op or a target form (what a pass pipeline's graphs may hold), or None."""
+    return OPS.get(name) or TARGET_OPS.get(name)
+
+
 SIM_ONLY_MIL_OPS: dict[str, SimKernel] = {
     "silu": SimKernel("unary", "SILU"),
     "real_div": SimKernel("binary", "DIV"),
@@ -1303,8 +1677,8 @@ operands a :class:`Mil` lowering lists as ``rejected``, like conv1x1 ``bias=``).
 
 
 def get_op(op: str) -> OpDef:
-    """The OpDef of ``op``, or InferError with a did-you-mean hint."""
-    opdef = OPS.get(op)
+    """The OpDef of ``op`` (an IR op or a target form), or InferError with a did-you-mean hint."""
+    opdef = lookup_op(op)
     if opdef is None:
         raise InferError(f"unknown op '{op}'", did_you_mean(op, OPS) or "run `anec ops` to list the ops")
     return opdef
@@ -1377,7 +1751,7 @@ def infer_node_types(
     (``axis=%a``). The parser uses it for statements without ``: type``, the
     verifier for every node.
     """
-    opdef = OPS.get(op)
+    opdef = lookup_op(op)
     if opdef is None:
         raise VerifyError(
             f"unknown op '{op}'",
@@ -1454,10 +1828,11 @@ def _lowering_text(op: OpDef) -> str:
     return "-"
 
 
-def op_rows() -> list[tuple[str, str, str, str, str]]:
-    """(op, operands, attributes, dtypes, doc) for each op, in table order."""
+def op_rows(table: Mapping[str, OpDef] | None = None) -> list[tuple[str, str, str, str, str]]:
+    """(op, operands, attributes, dtypes, doc) for each op of ``table`` (default: the 27 IR
+    ops), in table order."""
     rows = []
-    for op in OPS.values():
+    for op in (OPS if table is None else table).values():
         operands = op.signature()[len(op.name) + 1 : -1] or "-"
         attrs = ", ".join(_attr_text(a) for a in op.attrs) or "-"
         rows.append((op.name, operands, attrs, _dtypes_text(op), op.doc))
@@ -1469,6 +1844,8 @@ def format_table(markdown: bool = False) -> str:
     header = ("op", "operands", "attributes", "dtypes", "meaning")
     rows = op_rows()
     if markdown:
+        head = ["| " + " | ".join(header[:4]) + " | traits | MIL | meaning |", "|" + "---|" * (len(header) + 2)]
+
         def esc(s: str) -> str:
             return s.replace("|", "\\|")
 
@@ -1487,17 +1864,36 @@ def format_table(markdown: bool = False) -> str:
             "Every op but `const` has a VJP rule (`anec/ir/vjp.py`) that `anec.autodiff`",
             "uses to derive backward funcs.",
             "",
-            "| " + " | ".join(header[:4]) + " | traits | MIL | meaning |",
-            "|" + "---|" * (len(header) + 2),
+            *head,
         ]
-        for r, op in zip(rows, OPS.values()):
-            traits = ", ".join(t.value for t in Trait if t in op.traits) or "-"
-            cells = [f"`{r[0]}`", esc(r[1]), f"`{esc(r[2])}`" if r[2] != "-" else "-", r[3], traits,
-                     esc(_lowering_text(op)), esc(r[4])]
-            lines.append("| " + " | ".join(cells) + " |")
+        def table(rows_, defs):
+            for r, op in zip(rows_, defs):
+                traits = ", ".join(t.value for t in Trait if t in op.traits) or "-"
+                cells = [f"`{r[0]}`", esc(r[1]), f"`{esc(r[2])}`" if r[2] != "-" else "-", r[3], traits,
+                         esc(_lowering_text(op)), esc(r[4])]
+                lines.append("| " + " | ".join(cells) + " |")
+
+        table(rows, OPS.values())
+        lines += [
+            "",
+            "## Target forms",
+            "",
+            "Not part of the IR language: compilation writes them (the `select-native` pass)",
+            "in place of the canonical 27-op forms of convolutions, pooling and upsampling,",
+            "one per layer, so the device runs one native MIL op. The parser refuses them in",
+            "user IR (a compiled program's `program.ir` holds them). They have no VJP; limits:",
+            "`anec constraints ANE-SPATIAL-LIMITS`.",
+            "",
+            *head,
+        ]
+        table(op_rows(TARGET_OPS), TARGET_OPS.values())
         return "\n".join(lines) + "\n"
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(4)]
+    target_rows = op_rows(TARGET_OPS)
+    widths = [max(len(str(r[i])) for r in [header, *rows, *target_rows]) for i in range(4)]
     lines = []
     for r in [header, *rows]:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+    lines += ["", "target forms (written by select-native, not in user IR):"]
+    for r in target_rows:
         lines.append("  ".join(str(c).ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
     return "\n".join(line.rstrip() for line in lines) + "\n"

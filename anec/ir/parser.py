@@ -39,7 +39,7 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, Un
 from anec.diagnostics import AnecError, ParseError, Source, Span, VerifyError, did_you_mean
 from anec.ir.graph import Graph, Module, Node, Value, WeightSource, no_cyclic_gc
 from anec.ir.lexical import MAX_LIST_DEPTH
-from anec.ir.ops import infer_node_types
+from anec.ir.ops import TARGET_OPS, infer_node_types
 from anec.ir.scanner import scan
 from anec.ir.types import DTYPE_NAMES, TensorType, dtype_hint, parse_dtype
 
@@ -117,16 +117,20 @@ def item_key(kind: str, obj: Any = None) -> tuple:
 # ---- public API -----------------------------------------------------------------
 
 
-def parse(text: str, filename: str = "<string>") -> Module:
-    """Parse IR text into a Module (not yet verified: call ``verify``)."""
+def parse(text: str, filename: str = "<string>", *, target_forms: bool = False) -> Module:
+    """Parse IR text into a Module (not yet verified: call ``verify``).
+
+    ``target_forms`` also accepts the target-level forms (``conv``, ``max_pool``, ...:
+    :data:`anec.ir.ops.TARGET_OPS`) that compilation writes; they are not part of the
+    27-op IR and user text using them is refused with a hint."""
     with no_cyclic_gc():
-        return _parse(text, filename, layout=False)  # type: ignore[return-value]
+        return _parse(text, filename, layout=False, target_forms=target_forms)  # type: ignore[return-value]
 
 
-def parse_file(path: str | Path) -> Module:
+def parse_file(path: str | Path, *, target_forms: bool = False) -> Module:
     """Read and parse a ``.ir`` file; ``module.path`` is set to ``path``."""
     text = read_text(path)
-    module = parse(text, str(path))
+    module = parse(text, str(path), target_forms=target_forms)
     module.path = str(path)
     return module
 
@@ -151,17 +155,18 @@ def read_text(path: str | Path) -> str:
     return text[1:] if text.startswith("\ufeff") else text
 
 
-def parse_with_layout(text: str, filename: str = "<string>") -> tuple[Module, Layout]:
+def parse_with_layout(text: str, filename: str = "<string>", *,
+                      target_forms: bool = False) -> tuple[Module, Layout]:
     """Parse and also return the comment/blank-line layout for the formatter."""
     with no_cyclic_gc():
-        return _parse(text, filename, layout=True)  # type: ignore[return-value]
+        return _parse(text, filename, layout=True, target_forms=target_forms)  # type: ignore[return-value]
 
 
-def _parse(text: str, filename: str, layout: bool) -> Module | tuple[Module, Layout]:
+def _parse(text: str, filename: str, layout: bool, target_forms: bool = False) -> Module | tuple[Module, Layout]:
     source = Source(filename, text)
     scanned = scan(text)
     items, comments = scanned if scanned is not None else _lark_syntax(source)
-    builder = _Builder(source, layout)
+    builder = _Builder(source, layout, target_forms)
     module = builder.module(items)
     if not layout:
         return module
@@ -282,9 +287,11 @@ class _Builder:
     arguments, types and annotations are checked before that error is raised.
     """
 
-    def __init__(self, source: Source, layout: bool = True) -> None:
+    def __init__(self, source: Source, layout: bool = True, target_forms: bool = False) -> None:
         self.source = source
         self.layout = layout
+        self.target_forms = target_forms
+        """Accept the target-level forms (a compiled program's IR), not only the 27 ops."""
         self.items: list[tuple[int, int, tuple]] = []
         """(start, end, item key) of every layout item, in text order (statements
         only when ``layout``)."""
@@ -365,6 +372,15 @@ class _Builder:
         _, end, results, op_tok, args, types, entries = s
         st = _Stmt([(t[0][1:], t) for t in results], op_tok[0], self.span(op_tok), [], {}, {},
                    None, None, {}, "")
+        if st.op in TARGET_OPS and not self.target_forms:
+            raise VerifyError(
+                f"'{st.op}' is a target-level form, not one of the 27 IR ops",
+                st.op_span,
+                hint=f"write the layer in its 27-op form (slice, conv1x1, mul, add, ...: docs/ops.md, "
+                     f"'Target forms'); compilation selects {st.op} from it (the select-native pass). "
+                     "A compiled artifact's program.ir is read through its directory: "
+                     "anec run DIR --compare-interp",
+            )
         seen_keyword = False
         for a in args:
             kind = a[0]

@@ -105,7 +105,7 @@ def _graph(out: _Out, g: Graph, blank: bool, attrs: Mapping[int, dict[str, Any]]
 
 
 def _node(n: Node, attrs: dict[str, Any]) -> str:
-    opdef = ops.OPS.get(n.op)
+    opdef = ops.lookup_op(n.op)
     args = [f"%{v.name}" for v in n.operands]
     known_opt = [o.name for o in opdef.optional_operands] if opdef else []
     for key in _ordered(n.optional, known_opt):

@@ -168,7 +168,7 @@ def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[in
              names: Counter, use_counts: dict[int, Counter]) -> bool:
     """What :meth:`_GraphChecker.node` checks, for one node at position ``pos[id(node)]``, and
     that its operands are defined before it, its users after it and the use lists agree."""
-    opdef = ops.OPS.get(node.op)
+    opdef = ops.lookup_op(node.op)
     if opdef is None:
         return False
     i = pos[id(node)]
@@ -444,7 +444,7 @@ class _GraphChecker:
                     ok = False
         if not ok:
             return
-        opdef = ops.OPS.get(node.op)
+        opdef = ops.lookup_op(node.op)
         declared = None
         if opdef is not None and opdef.declared_type:
             if len(node.results) != 1:

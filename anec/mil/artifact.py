@@ -577,7 +577,7 @@ class Artifact:
         """``program.ir`` parsed (for the reference interpreter)."""
         from anec.ir.parser import parse
 
-        return parse(self.program_ir, filename=f"{self.func}/{PROGRAM_IR_FILE}")
+        return parse(self.program_ir, filename=f"{self.func}/{PROGRAM_IR_FILE}", target_forms=True)
 
 
 def write_artifact_dir(directory: str | os.PathLike, files: Mapping[str, "bytes | BlobWriter"]) -> Path:

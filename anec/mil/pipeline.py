@@ -209,7 +209,7 @@ class PipelineArtifact:
     def program_module(self) -> "Module":
         from anec.ir.parser import parse
 
-        return parse(self.program_ir, filename=f"{self.func}/{PROGRAM_IR_FILE}")
+        return parse(self.program_ir, filename=f"{self.func}/{PROGRAM_IR_FILE}", target_forms=True)
 
     def interp_weights(self) -> dict[str, np.ndarray]:
         """The weights of :attr:`program_ir` (keyed by stage BLOBFILE), read from the stages."""

@@ -19,7 +19,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from anec.diagnostics import ConstraintError
-from anec.ir.ops import BINARY, ELEMENTWISE, GELU_TANH_C, OPS, Mil, NotOnAne
+from anec.ir.ops import BINARY, ELEMENTWISE, GELU_TANH_C, OPS, SPATIAL_LIMITS, Mil, NotOnAne
 from anec.passes.layout import (can_slice, permute, reshape, slice_weight, transpose_weight_2d,
                                 weight_const)
 from anec.passes.rewrite import HANDLED, Rewriter
@@ -449,10 +449,51 @@ def reject_concat(node: "Node", rw: LegalizeRewriter) -> None:
                      node)
 
 
+# ---- target forms (written by select-native) -------------------------------------------
+
+
+# a target form beyond the spatial limits, with a weight that is not a const, or wider than the
+# channel limit: an error at the node (select-native keeps such layers in their 27-op form, so
+# only a compiled program's IR read back or a hand-made pipeline reaches this)
+def check_target_form(node: "Node", rw: LegalizeRewriter) -> None:
+    a, x = node.attrs, node.operands[0]
+    what = f"{node.op} {_name(node.result)}"
+    if node.op in ("conv", "conv_transpose"):
+        w = node.operands[1]
+        kernel = list(w.type.shape[2:])
+        problems = SPATIAL_LIMITS.problems(kernel=kernel, strides=a.get("strides", [1, 1]),
+                                           dilations=a.get("dilations", [1, 1]), pad=a.get("pad", [0] * 4))
+        if w.producer is None or w.producer.op != "const":
+            return rw.reject("ANE-CONV-CONST-WEIGHT", f"{what} reads the weight {_name(w)}, which is not a "
+                             "constant", "keep the layer in its 27-op form (conv1x1 over slices), which "
+                             "legalize turns into matmuls for a non-constant weight", node)
+        channels = max(x.type.shape[1], node.result.type.shape[1])
+        if channels > rw.target.max_conv_out_channels:
+            return rw.reject("ANE-CONV-CHANNELS", f"{what} has {channels} channels; {rw.target.name} allows "
+                             f"{rw.target.max_conv_out_channels}", "keep the layer in its 27-op form, "
+                             "whose conv1x1s legalize splits", node)
+    elif node.op in ("max_pool", "avg_pool"):
+        problems = SPATIAL_LIMITS.problems(kernel=a["kernel_sizes"], strides=a.get("strides", [1, 1]),
+                                           pad=a.get("pad", [0] * 4))
+    elif node.op == "upsample_nearest":
+        problems = SPATIAL_LIMITS.problems(scales=a["scales"])
+    else:  # upsample_bilinear: the MIL scale factor is size / input size
+        scales = [-(-o // i) for o, i in zip(a["size"], x.type.shape[2:])]
+        problems = SPATIAL_LIMITS.problems(scales=scales)
+    if not problems:
+        return None
+    return rw.reject("ANE-SPATIAL-LIMITS", f"{what}: {'; '.join(problems)} (the limits of {node.op} on the "
+                     "ANE are a hypothesis: python -m anec.selftest settles them)",
+                     "keep the layer in its 27-op form (select-native leaves it so), or split it "
+                     "into smaller windows", node)
+
+
 DEVICE_RULES: dict[str, tuple] = {
     "matmul": (matmul_const_to_conv,),
     "conv1x1": (conv_dynamic_weight_to_matmul, chunk_wide_conv_output, reject_wide_conv_output,
                 split_wide_conv_input),
+    **{op: (check_target_form,) for op in ("conv", "conv_transpose", "max_pool", "avg_pool",
+                                            "upsample_nearest", "upsample_bilinear")},
 }
 """op -> rules for ops the ANE runs, adapted to the target's limits (tried before
 the rules that remove what the ANE does not take)."""

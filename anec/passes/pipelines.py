@@ -7,6 +7,9 @@
   counts the weights that survive folding;
 * a second dce, because fuse-casts leaves the inner casts of folded chains
   and the consts it re-declared unused;
+* select-native right after the cleanup: the target forms it writes (one native conv,
+  pool or upsample per layer) are what range-safe, the size analysis and legalize's
+  BLOBFILE count must see, and it reads the weight consts fuse-casts settled;
 * range-safe after the cleanup (it sees the real dtypes and only live squares) and
   before legalize, which lowers the rsqrt, neg and reduce_mean it writes; the
   squares it replaced are left unused for the sizes not to count them;
@@ -27,6 +30,7 @@ from anec.passes.emit_mil import EmitMil
 from anec.passes.fuse_casts import FuseCasts
 from anec.passes.legalize import Legalize
 from anec.passes.range_safe import RangeSafe
+from anec.passes.select_native import SelectNative
 from anec.passes.registry import PASSES
 
 CLEANUP: tuple[Pass, ...] = (
@@ -37,6 +41,7 @@ CLEANUP: tuple[Pass, ...] = (
 """Target-independent cleanup only."""
 
 PREPARE: tuple[Pass, ...] = CLEANUP + (
+    SelectNative(),          # canonical spatial forms -> one native conv/pool/upsample each
     RangeSafe(),             # scale rows before squaring: norms never overflow fp16
     AnnotateSram(),          # sizes of the cleaned-up program; legalize refreshes them
 )

@@ -13,12 +13,14 @@ from anec.passes.emit_mil import EmitMil
 from anec.passes.fuse_casts import FuseCasts
 from anec.passes.legalize import Legalize
 from anec.passes.range_safe import RangeSafe
+from anec.passes.select_native import SelectNative
 from anec.passes.weights_as_inputs import WeightsAsInputs
 
 ALL_PASSES: tuple[type[Pass], ...] = (
     DeadCodeElimination,
     FuseCasts,
     WeightsAsInputs,
+    SelectNative,
     RangeSafe,
     AnnotateSram,
     Legalize,

@@ -32,7 +32,7 @@ def test_selftest_passes_on_the_sim(report: dict) -> None:
     assert report["driver"] == "sim"
     assert [c["id"] for c in report["checks"]] == [
         "legalized", "unlegalized", "concat", "binding", "min-surface", "reload", "shared", "dialect",
-        "fp16-range"]
+        "fp16-range", "spatial"]
     failed = [(c["id"], c["lines"]) for c in report["checks"] if not c["passed"]]
     assert not failed
     assert report["passed"] is True
@@ -72,6 +72,10 @@ def test_selftest_numbers(report: dict) -> None:
     assert sh["two tensors"]["compiles"] == 2 and sh["two tensors"]["cache_hits"] == 0  # opaque data: compiled
     assert all(sh[k]["same_mil"] and sh[k]["first_unchanged"] for k in ("one tensor", "two tensors"))
     assert _check(report, "dialect")["data"]["accepted"] == ["ios18", "ios16"]
+    sp = _check(report, "spatial")["data"]
+    # the sim refuses what anec assumes the device refuses (ANE-SPATIAL-LIMITS)
+    assert sp["beyond_kernel"] == 17 and sp["beyond_compiled"] is False
+    assert max(sp["max_abs_err"].values()) < 0.01
 
 
 def test_render_is_a_pasteable_report(report: dict) -> None:
@@ -79,7 +83,7 @@ def test_render_is_a_pasteable_report(report: dict) -> None:
     lines = text.splitlines()
     assert lines[0] == "anec selftest 0.1.0: driver sim (backend auto), target m4, seed 0"
     assert "PASS  binding       inputs and outputs bind in alphabetical order of MIL names" in lines
-    assert lines[-1] == "9/9 checks passed"
+    assert lines[-1] == "10/10 checks passed"
 
 
 def test_binding_check_fails_when_buffers_are_bound_in_declaration_order(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -282,7 +286,7 @@ def test_python_dash_m() -> None:
                        capture_output=True, text=True, timeout=120,
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.rstrip().endswith("9/9 checks passed")
+    assert r.stdout.rstrip().endswith("10/10 checks passed")
     assert np.all([line.startswith("PASS") for line in r.stdout.splitlines() if line[:4] in ("PASS", "FAIL")])
 
 

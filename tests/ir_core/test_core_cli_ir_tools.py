@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from anec.cli import main
 from anec.ir.interp import interpret, random_inputs
-from anec.ir.ops import OPS
+from anec.ir.ops import OPS, TARGET_OPS
 from anec.ir.parser import parse_file
 from anec.passes.manager import device_form
 from anec.weights import resolve_weights
@@ -27,7 +27,10 @@ def test_ops_text_lists_every_op():
     assert r.exit_code == 0
     lines = r.output.splitlines()
     assert lines[0].split()[:4] == ["op", "operands", "attributes", "dtypes"]
-    assert [ln.split()[0] for ln in lines[1:]] == list(OPS)
+    blank = lines.index("")
+    assert [ln.split()[0] for ln in lines[1:blank]] == list(OPS)
+    assert lines[blank + 1].startswith("target forms")
+    assert [ln.split()[0] for ln in lines[blank + 2:]] == list(TARGET_OPS)
     gelu = next(ln for ln in lines if ln.startswith("gelu "))
     assert 'mode="exact"' in gelu and "fp16,fp32" in gelu
 

@@ -109,7 +109,7 @@ def test_docstring_example(cls, i, before, after):
         (art,) = ctx.artifacts.values()
         assert art.mil_text == after
         return
-    expected = print_module(parse(after if after is not None else before, "after.ir"))
+    expected = print_module(parse(after if after is not None else before, "after.ir", target_forms=True))
     assert print_module(module) == expected
 
 

@@ -56,8 +56,8 @@ def test_patterns_select_keys_and_keep_the_view():
 
 def test_the_pass_sits_after_cleanup_and_before_legalize():
     names = [p.name for p in with_weights_as_inputs(DEFAULT, ["*"])]
-    assert names == ["dce", "fuse-casts", "dce", "weights-as-inputs", "range-safe", "annotate-sram", "legalize",
-                     "emit-mil"]
+    assert names == ["dce", "fuse-casts", "dce", "weights-as-inputs", "select-native", "range-safe",
+                     "annotate-sram", "legalize", "emit-mil"]
 
 
 def test_conv_with_an_input_weight_becomes_matmul():
