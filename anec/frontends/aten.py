@@ -258,6 +258,12 @@ class Lowering:
         self.device_input: Callable[[InputRef], View] = _no_driver
         self.host_input: Callable[..., View] = _no_driver
         self.host_source: Callable[[Any], str] = _no_driver
+        self.bind: Callable[[Any], dict] = _no_driver
+        """The arguments of an FX node by schema name (the driver's binding)."""
+        self.folded: set[Any] = set()
+        """FX nodes already computed by an earlier lowering (a batch norm folded into its conv)."""
+        self.taken_keys: set[str] = set()
+        """The program's own tensor keys (state_dict, constants): derived weights avoid them."""
 
     # ---- errors ------------------------------------------------------------
     def fail(self, message: str, hint: str | None = None) -> "UnsupportedOpError":
@@ -354,6 +360,29 @@ class Lowering:
                     "and softmax gives -1e4 the same zero weight")
             if note not in self.notes:
                 self.notes.append(note)
+
+    def derived_weight(self, arr: np.ndarray, key: str, shape: Sequence[int] | None = None) -> Value:
+        """A weight const (never an inline literal) holding ``arr``, stored under ``key``
+        (made unique: ``key.1``, ... when taken by another tensor): a tensor computed at
+        import (a folded batch norm, an interpolation matrix, a divisor map) that the
+        saved model keeps in its weight file. ``shape`` is the const's type (default
+        ``arr``'s own)."""
+        arr = np.asarray(arr, dtype=np.float64)
+        bad = ~np.isfinite(arr) | (np.abs(arr) > FP16_MAX)
+        if bad.any():
+            raise self.fail(
+                f"a weight computed at import ('{key}') holds {float(arr[bad].flat[0]):g}, beyond the "
+                "fp16 range (+-65504)",
+                "check the layer's parameters (a batch norm with a near-zero running variance "
+                "scales its conv's weights by 1/sqrt(var + eps))")
+        base, i = key, 1
+        while (key in self.taken_keys and key not in self.weights) or (
+                key in self.weights and not np.array_equal(self.weights[key], arr.astype(np.float32))):
+            key = f"{base}.{i}"
+            i += 1
+        self.weights[key] = arr.astype(np.float32)
+        t = TensorType(FP16, tuple(arr.shape if shape is None else shape))
+        return self.em.const({"weight": key}, t, suffix=_hint(key), cse=False)
 
     def _derived_key(self, hint: str | None) -> str:
         base = f"anec.const.{hint or self.em.hint}"
@@ -1094,10 +1123,13 @@ def _reshaped_const(lw: Lowering, c: Any, shape: tuple[int, ...]) -> Any:
 
 
 @aten("_native_batch_norm_legit_no_training.default",
-      ir="x * scale + shift, scale and shift folded from the running statistics at import")
+      ir="folded into the weight and bias of the conv it follows (its only user); else x * scale "
+         "+ shift, scale and shift folded from the running statistics at import")
 def lower_batch_norm(lw: Lowering, a: dict) -> Any:
     import torch
 
+    if lw.node in lw.folded:  # folded into the conv that computes its input
+        return (a["input"], Const(torch.zeros(0)), Const(torch.zeros(0)))
     x = lw.view(a["input"])
     mean, var = a["running_mean"], a["running_var"]
     if not isinstance(mean, Const) or not isinstance(var, Const):
@@ -1178,60 +1210,6 @@ def lower_baddbmm(lw: Lowering, a: dict) -> Any:
     if float(a.get("beta", 1)) != 1.0:
         inp = lw.binary("mul", inp, float(a["beta"]))
     return lw.binary("add", y, inp)
-
-
-@aten("convolution.default", ir="conv1x1 for 1x1 kernels; a patchify conv (kernel == stride, "
-      "no padding) as reshape + transpose + conv1x1")
-def lower_convolution(lw: Lowering, a: dict) -> Any:
-    x, w, b = a["input"], a["weight"], a["bias"]
-    stride, padding, dilation = list(a["stride"]), list(a["padding"]), list(a["dilation"])
-    if a["transposed"]:
-        raise lw.fail("transposed convolution", "the IR has 1x1 convolutions only")
-    if not isinstance(w, Const):
-        raise lw.fail("convolution with a weight computed in the model",
-                      "the weight must be a parameter or a constant")
-    if int(a["groups"]) != 1:
-        raise lw.fail(f"grouped convolution (groups={a['groups']})",
-                      "the IR's conv1x1 has groups=1 only")
-    kernel = list(w.shape[2:])
-    nsp = len(kernel)
-    if nsp != 2:
-        raise lw.fail(f"{nsp}-d convolution", "only 2-d convolutions (NCHW) are supported")
-    if any(d != 1 for d in dilation) or any(p != 0 for p in padding):
-        raise lw.fail(f"convolution with padding {padding} and dilation {dilation}",
-                      "only unpadded, undilated convolutions map to conv1x1 "
-                      "(1x1 kernels, or patchify convs whose kernel equals their stride)")
-    if kernel != stride and kernel != [1, 1]:
-        raise lw.fail(f"convolution with kernel {kernel} and stride {stride}",
-                      "the IR has 1x1 convolutions only; a conv maps to conv1x1 when its kernel "
-                      "is 1x1 or equals its stride (patch embeddings)")
-    if kernel == [1, 1] and stride != [1, 1]:
-        raise lw.fail(f"1x1 convolution with stride {stride}", "use stride 1 or slice the input first")
-    v = lw.view(x)
-    n, cin, hgt, wid = v.shape
-    cout = w.shape[0]
-    kh, kw = kernel
-    if hgt % kh or wid % kw:
-        raise lw.fail(f"patchify convolution: input {hgt}x{wid} is not a multiple of the kernel {kh}x{kw}")
-    oh, ow = hgt // kh, wid // kw
-    em = lw.em
-    if kernel == [1, 1]:
-        xin = to_channels(em, permute_view(v, (0, 2, 3, 1)))
-    else:
-        if n != 1:
-            raise lw.fail("patchify convolution with batch > 1", "import with batch size 1")
-        p = em.reshape(materialize(em, v), (cin, oh, kh, ow, kw))
-        p = em.transpose(p, [0, 2, 4, 1, 3])
-        xin = em.reshape(p, (1, cin * kh * kw, 1, oh * ow))
-    wc = lw.const(w, (cout, cin * kh * kw, 1, 1))
-    kw_args: dict[str, Any] = {}
-    if isinstance(b, Const):
-        kw_args["bias"] = lw.const(b, (1, cout, 1, 1))
-    y = em.op("conv1x1", xin, wc, **kw_args)
-    out = permute_view(channel_view(em, y, (n, oh, ow, cout)), (0, 3, 1, 2))
-    if b is not None and not isinstance(b, Const):
-        out = lw.binary("add", out, _reshaped_const(lw, b, (cout, 1, 1)))
-    return out
 
 
 # ---- shapes ---------------------------------------------------------------------
@@ -1741,3 +1719,8 @@ def format_table(markdown: bool = False) -> str:
         out.append(f"  {', '.join(names)}")
         out.append(f"      -> {ir}")
     return "\n".join(out) + "\n"
+
+
+# the spatial layers (convolutions, pooling, upsampling) register their handlers here, so that
+# HANDLERS is complete whenever this module is imported
+from anec.frontends import spatial as _spatial  # noqa: E402,F401

@@ -103,6 +103,9 @@ class Emitter:
         self.hint = "v"
         self.span: Span | None = None
         self._cse: dict[tuple, Value] = {}
+        self._pinned: set[int] = set()
+        """Values of statements emitted with ``cse=False``: layout folding never looks through
+        them (a canonical form keeps its own reshapes and transposes)."""
         self.materialized: dict[tuple, Value] = {}
         """(id(phys), order, shape) -> the value holding that logical tensor as it is."""
         self.stats: Counter[str] = Counter()
@@ -126,11 +129,14 @@ class Emitter:
         return v
 
     # ---- ops ----------------------------------------------------------------
-    def op(self, opname: str, *operands: Value, suffix: str | None = None, **kw: Any) -> Value:
-        """``opname(*operands, **kw)`` (one result), reused if the same node exists already."""
+    def op(self, opname: str, *operands: Value, suffix: str | None = None, cse: bool = True,
+           **kw: Any) -> Value:
+        """``opname(*operands, **kw)`` (one result), reused if the same node exists already
+        (``cse=False``: always a new node, which is then not offered for reuse either: the
+        statements of a spatial layer's canonical form belong to that layer alone)."""
         key = (opname, tuple(id(o) for o in operands),
                _freeze({k: (id(v) if isinstance(v, Value) else v) for k, v in kw.items()}))
-        hit = self._cse.get(key)
+        hit = self._cse.get(key) if cse else None
         if hit is not None:
             return hit
         out = self.builder.op(opname, *operands, name=self.fresh(suffix), **kw)
@@ -141,7 +147,10 @@ class Emitter:
             self.stats["transpose_bytes"] += t.nbytes
         elif opname == "reshape":
             self.stats["reshapes"] += 1
-        self._cse[key] = out
+        if cse:
+            self._cse[key] = out
+        else:
+            self._pinned.add(id(out))
         return out
 
     def named(self, opname: str, name: str, *operands: Value, **kw: Any) -> Value:
@@ -150,9 +159,9 @@ class Emitter:
         self._mark(out)
         return out
 
-    def const(self, attrs: dict, type: TensorType, suffix: str = "c") -> Value:
+    def const(self, attrs: dict, type: TensorType, suffix: str = "c", cse: bool = True) -> Value:
         key = ("const", _freeze(attrs), type)
-        hit = self._cse.get(key)
+        hit = self._cse.get(key) if cse else None
         if hit is not None:
             return hit
         if "weight" in attrs:
@@ -162,7 +171,8 @@ class Emitter:
         else:
             v = self.builder.const_value(attrs["value"], type, name=self.fresh(suffix))
         self._mark(v)
-        self._cse[key] = v
+        if cse:
+            self._cse[key] = v
         return v
 
     def scalar(self, value: float) -> Value:
@@ -172,8 +182,10 @@ class Emitter:
 
     def reshape(self, x: Value, shape: Sequence[int]) -> Value:
         shape = tuple(int(d) for d in shape)
+        if x.type.shape == shape:
+            return x
         p = x.producer
-        if p is not None and p.op == "reshape":
+        if p is not None and p.op == "reshape" and id(x) not in self._pinned:
             x = p.operands[0]
         if x.type.shape == shape:
             return x
@@ -182,7 +194,7 @@ class Emitter:
     def transpose(self, x: Value, perm: Sequence[int]) -> Value:
         perm = [int(p) for p in perm]
         p = x.producer
-        if p is not None and p.op == "transpose":
+        if p is not None and p.op == "transpose" and id(x) not in self._pinned:
             inner = list(p.attrs["perm"])
             x, perm = p.operands[0], [inner[q] for q in perm]
         shape = x.type.shape

@@ -82,8 +82,10 @@ LINK_FILE = "imported.json"
 import is, so ``anec run`` applies its host steps around the compiled program."""
 LINK_FORMAT = "anec-import-link/1"
 
-KEEP_WHOLE = ("scaled_dot_product_attention.default",)
-"""Ops left undecomposed: their handlers lower them better than the decomposition."""
+KEEP_WHOLE = ("scaled_dot_product_attention.default", "pad.default", "upsample_nearest1d.vec",
+              "upsample_linear1d.vec")
+"""Ops left undecomposed: their handlers lower them better than the decomposition (padding
+modes and 1-d upsampling would become gathers by index)."""
 
 SKIPPED = ("_assert_tensor_metadata.default", "_assert_scalar.default", "sym_constrain_range.default",
            "sym_constrain_range_for_size.default", "_assert_async.msg")
@@ -516,6 +518,8 @@ class _Importer:
         self.lw.device_input = self._device_input
         self.lw.host_input = self._host_input
         self.lw.host_source = self._host_source
+        self.lw.bind = self._bind
+        self.lw.taken_keys = set(ep.state_dict) | {f"anec.const.{k}" for k in ep.constants}
         self.device_inputs: dict[str, View] = {}
         self.input_types: dict[str, TensorType] = {}
         self.embeds: dict[tuple, View] = {}
@@ -937,12 +941,17 @@ class _Importer:
         return out
 
 
-_LINEAR = ("mm", "addmm", "bmm", "matmul", "convolution", "baddbmm")
+_LINEAR = ("mm", "addmm", "bmm", "matmul", "baddbmm")
+
+_SPATIAL = ("convolution", "max_pool2d_with_indices", "avg_pool2d", "_adaptive_avg_pool2d",
+            "upsample_nearest2d", "upsample_nearest1d", "upsample_bilinear2d", "upsample_linear1d")
+"""Layers that read their input as it is (NCHW): the search for linear layers stops there."""
 
 
 def _feeds_linear(node: Any) -> bool:
     """Whether a linear layer (which wants the channel layout) reads ``node``'s value,
-    directly or through other ops: then the input enters in the channel layout."""
+    directly or through other ops (not through a spatial layer, which reads the
+    tensor as it is): then the input enters in the channel layout."""
     seen, todo = set(), [node]
     while todo:
         n = todo.pop()
@@ -952,7 +961,8 @@ def _feeds_linear(node: Any) -> bool:
             seen.add(u)
             if _short(u) in _LINEAR:
                 return True
-            todo.append(u)
+            if _short(u) not in _SPATIAL:
+                todo.append(u)
     return False
 
 

@@ -79,41 +79,34 @@ class Flip(nn.Module):
         return x.flip(-1)  # <- ERR
 
 
-class Conv3x3(nn.Module):
+class Conv3d(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(4, 8, 3, padding=1)
+        self.conv = nn.Conv3d(2, 4, 3, padding=1)
 
     def forward(self, x):
         return self.conv(x)  # <- ERR
 
 
-class Depthwise(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(4, 4, 1, groups=4)
-
+class ConvOfActivations(nn.Module):
     def forward(self, x):
-        return self.conv(x)  # <- ERR
+        return F.conv2d(x, x[:, :, :3, :3])  # <- ERR
 
 
-class ConvTranspose(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.up = nn.ConvTranspose2d(4, 4, 2, stride=2)
-
+class NearestFractional(nn.Module):
     def forward(self, x):
-        return self.up(x)  # <- ERR
+        return F.interpolate(x, scale_factor=1.5, mode="nearest")  # <- ERR
 
 
-class MaxPool(nn.Module):
+class AdaptiveUneven(nn.Module):
     def forward(self, x):
-        return F.max_pool2d(x, 2)  # <- ERR
+        return F.adaptive_avg_pool2d(x, (4, 4))  # <- ERR
 
 
-class Upsample(nn.Module):
+class PoolIndices(nn.Module):
     def forward(self, x):
-        return F.interpolate(x, scale_factor=2.0, mode="nearest")  # <- ERR
+        y, i = F.max_pool2d(x, 2, return_indices=True)  # <- ERR
+        return y + i.float()
 
 
 class FloatCompare(nn.Module):
@@ -199,11 +192,11 @@ LOCATED = [
     (Remainder, (_x(2, 8),), "aten.remainder", "host"),
     (FloorDiv, (_x(2, 8),), "aten.div.Tensor_mode", "host"),
     (Flip, (_x(2, 8),), "aten.flip.default", "host"),
-    (Conv3x3, (_x(1, 4, 6, 6),), "aten.convolution.default", "1x1"),
-    (Depthwise, (_x(1, 4, 6, 6),), "aten.convolution.default", "groups"),
-    (ConvTranspose, (_x(1, 4, 6, 6),), "aten.convolution.default", "1x1"),
-    (MaxPool, (_x(1, 4, 6, 6),), "aten.max_pool2d", "host"),
-    (Upsample, (_x(1, 4, 6, 6),), "aten.upsample_nearest2d", "host"),
+    (Conv3d, (_x(1, 2, 4, 6, 6),), "aten.convolution.default", "2-d"),
+    (ConvOfActivations, (_x(1, 3, 6, 6),), "aten.convolution.default", "parameter"),
+    (NearestFractional, (_x(1, 4, 6, 6),), "aten.upsample_nearest2d", "integer"),
+    (AdaptiveUneven, (_x(1, 4, 6, 6),), "aten._adaptive_avg_pool2d", "divide"),
+    (PoolIndices, (_x(1, 4, 6, 6),), "aten.max_pool2d_with_indices", "return_indices"),
     (FloatCompare, (_x(2, 8),), "aten.gt.Scalar", "integer/bool"),
     (FloatToInt, (_x(2, 8),), "aten._to_copy.default", "host"),
     (Gather, (_x(2, 8), torch.zeros(2, 3, dtype=torch.long)), "aten.gather.default", "gather"),
