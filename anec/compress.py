@@ -1,0 +1,618 @@
+"""Compressed weights: a compile decision, per weight, by glob.
+
+``anec compile model.ir --compress 'lut4:h.*.mlp.*,int8:*'`` stores the matching
+conv/matmul weights in a compressed form the device decompresses when it loads the
+program (MIL ``constexpr_*`` ops over integer BLOBFILE payloads). The IR does not
+change: the decision is made when the program is emitted, recorded in the manifest
+(``compression``, and a ``part`` record on every BLOBFILE of a compressed weight),
+and written into the MIL. Formats (docs/compression.md):
+
+==================  =================================================================
+``int8``            linear symmetric int8, one fp16 scale per output channel
+                    (what coremltools' ``linear_quantize_weights`` writes for mode
+                    ``linear_symmetric``, ``per_channel``: the same int8 values and scales)
+``int8-affine``     int8 with a zero point per output channel (coremltools mode ``linear``)
+``uint8-affine``    the same in uint8
+``lut1`` .. ``lut8``  n-bit palettization (n in 1, 2, 4, 6, 8): one fp16 look-up table of
+                    2^n entries for the whole tensor (``lutN``) or per group of G output
+                    channels (``lutN/gG``); deterministic 1-D k-means, so the same tensor
+                    always gives the same bytes
+``fp16``            no compression (to exclude weights: ``fp16:*.ln_*,int8:*``)
+==================  =================================================================
+
+A SPEC is comma-separated ``FORMAT[>FALLBACK...]:GLOB`` items (a bare ``FORMAT`` means
+``FORMAT:*``); the first item whose glob matches a weight's checkpoint key decides it.
+Only weights a conv or matmul reads are compressed (norm gains, biases and the like stay
+fp16). Every compressed tensor passes an accuracy gate (:class:`Gate`: relative L2 error,
+max abs error relative to the tensor's max, the dequantized values finite in fp16);
+a tensor that fails falls back along its chain (``lut4`` -> ``int8`` -> ``fp16`` by
+default) and the report says which gate failed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from anec.diagnostics import AnecError
+
+if TYPE_CHECKING:
+    from anec.ir.graph import Graph, Node
+
+__all__ = [
+    "FORMATS",
+    "Decision",
+    "Format",
+    "Gate",
+    "Rule",
+    "Spec",
+    "compress_tensor",
+    "decide",
+    "decompress",
+    "kmeans_1d",
+    "pack_bits",
+    "parse_spec",
+    "quantize_linear",
+    "unpack_bits",
+]
+
+FP16_MAX = 65504.0
+
+
+# ---------------------------------------------------------------------------
+# formats
+
+
+@dataclass(frozen=True)
+class Format:
+    """One compressed form: ``kind`` ``linear`` (int8/uint8 + scale [+ zero point]) or ``lut``."""
+
+    name: str
+    kind: str
+    """``linear``, ``lut`` or ``none`` (fp16)."""
+    bits: int = 16
+    signed: bool = True
+    affine: bool = False
+    group: int = 0
+    """lut: output channels per table (0: one table for the tensor)."""
+
+    @property
+    def storage(self) -> str:
+        """The BLOBFILE dtype of the payload (``int8``, ``uint8``, ``uint4``, ...)."""
+        if self.kind == "linear":
+            return "int8" if self.signed else "uint8"
+        if self.kind == "lut":
+            return f"uint{self.bits}"
+        return "fp16"
+
+
+_LUT_BITS = (1, 2, 4, 6, 8)
+
+FORMATS: dict[str, Format] = {
+    "fp16": Format("fp16", "none"),
+    "int8": Format("int8", "linear", 8, True, False),
+    "int8-affine": Format("int8-affine", "linear", 8, True, True),
+    "uint8-affine": Format("uint8-affine", "linear", 8, False, True),
+    **{f"lut{b}": Format(f"lut{b}", "lut", b) for b in _LUT_BITS},
+}
+"""The formats by name (grouped LUTs ``lutN/gG`` are made by :func:`get_format`)."""
+
+DEFAULT_FALLBACK: dict[str, tuple[str, ...]] = {
+    "lut": ("int8", "fp16"),
+    "linear": ("fp16",),
+    "none": (),
+}
+
+_LUT_NAME = re.compile(r"lut(\d+)(?:/g(\d+))?\Z")
+
+
+def get_format(name: str) -> Format:
+    """The format called ``name`` (``int8``, ``lut4``, ``lut4/g16``, ...); AnecError otherwise."""
+    name = name.strip()
+    if name in FORMATS:
+        return FORMATS[name]
+    m = _LUT_NAME.match(name)
+    if m and int(m.group(1)) in _LUT_BITS and m.group(2) and int(m.group(2)) > 0:
+        return Format(name, "lut", int(m.group(1)), group=int(m.group(2)))
+    from anec.diagnostics import did_you_mean
+
+    known = [*FORMATS, "lutN/gG"]
+    hint = did_you_mean(name, list(FORMATS)) or f"formats: {', '.join(known)}"
+    if m and int(m.group(1)) not in _LUT_BITS:
+        hint = f"a LUT has 1, 2, 4, 6 or 8 bits per index (lut{m.group(1)} is not one)"
+    raise AnecError(f"unknown compression format '{name}'", hint=hint)
+
+
+# ---------------------------------------------------------------------------
+# the spec
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The accuracy gate a compressed tensor must pass (None: the format's default)."""
+
+    max_rel_l2: float | None = None
+    """||w - w'|| / ||w||."""
+    max_rel_abs: float | None = None
+    """max |w - w'| / max |w|."""
+
+    def limits(self, fmt: Format) -> tuple[float, float]:
+        rel, ab = DEFAULT_GATES[fmt.name if fmt.name in DEFAULT_GATES else f"lut{fmt.bits}"]
+        return (self.max_rel_l2 if self.max_rel_l2 is not None else rel,
+                self.max_rel_abs if self.max_rel_abs is not None else ab)
+
+
+DEFAULT_GATES: dict[str, tuple[float, float]] = {
+    # (max relative L2, max abs error / max |w|): about 2x the error of each format on a
+    # normal-distributed tensor, so an ordinary weight passes and an outlier-heavy one
+    # (whose range the grid must stretch over) falls back
+    "int8": (0.02, 0.01),
+    "int8-affine": (0.02, 0.01),
+    "uint8-affine": (0.02, 0.01),
+    # k-means spends its entries where the values are, so a LUT's worst element (an
+    # outlier of a large tensor) is far off even when the tensor is well kept
+    "lut8": (0.025, 0.3),
+    "lut6": (0.06, 0.6),
+    "lut4": (0.2, 0.75),
+    "lut2": (0.6, 1.0),
+    "lut1": (0.9, 1.0),
+    "fp16": (math.inf, math.inf),
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``chain:glob``: the formats tried in order for the weights ``glob`` matches."""
+
+    chain: tuple[Format, ...]
+    glob: str
+
+    def matches(self, key: str) -> bool:
+        return fnmatch.fnmatchcase(key, self.glob)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A parsed ``--compress`` SPEC: rules (first match wins) and the gate."""
+
+    rules: tuple[Rule, ...]
+    gate: Gate = Gate()
+    text: str = ""
+
+    def rule_for(self, key: str) -> Rule | None:
+        return next((r for r in self.rules if r.matches(key)), None)
+
+
+def parse_spec(spec: "str | Spec | None", gate: Gate | None = None) -> Spec | None:
+    """``'lut4:h.*.mlp.*,int8:*'`` -> :class:`Spec`; AnecError naming the bad item."""
+    if spec is None or isinstance(spec, Spec):
+        return spec
+    if not isinstance(spec, str) or not spec.strip():
+        raise AnecError("--compress needs a SPEC", hint="e.g. --compress int8 or --compress 'lut4:h.*.mlp.*,int8:*'")
+    rules = []
+    for item in spec.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        fmt_text, _, glob = item.partition(":")
+        glob = glob.strip() or "*"
+        names = [n.strip() for n in fmt_text.split(">") if n.strip()]
+        if not names:
+            raise AnecError(f"--compress item '{item}' names no format", hint="write FORMAT[:GLOB], e.g. int8:h.*")
+        chain = [get_format(n) for n in names]
+        if len(names) == 1:  # the default fallbacks
+            chain += [FORMATS[n] for n in DEFAULT_FALLBACK[chain[0].kind]]
+        elif chain[-1].kind != "none":
+            chain.append(FORMATS["fp16"])
+        rules.append(Rule(tuple(chain), glob))
+    if not rules:
+        raise AnecError("--compress names no format", hint="e.g. --compress int8")
+    return Spec(tuple(rules), gate or Gate(), spec)
+
+
+# ---------------------------------------------------------------------------
+# quantizers (numpy; byte-stable)
+
+
+def quantize_linear(w: np.ndarray, axis: int, fmt: Format) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(q, scale, zero_point)`` per output channel along ``axis``.
+
+    The arithmetic of coremltools' ``linear_quantize_weights`` (per channel), in the
+    tensor's own float dtype: symmetric int8 has range [-127, 127] and scale
+    ``2 max|w| / 254``; affine has range [qmin, qmax], a range widened to hold 0 and a
+    rounded, clipped zero point. A channel of zeros gets scale 1 (coremltools would
+    divide by zero).
+    """
+    w = np.asarray(w)
+    if w.dtype not in (np.float16, np.float32):
+        w = w.astype(np.float32)
+    axes = tuple(d for d in range(w.ndim) if d != axis)
+    lo = np.amin(w, axis=axes, keepdims=True)
+    hi = np.amax(w, axis=axes, keepdims=True)
+    if fmt.signed:
+        qmin, qmax = (-127, 127) if not fmt.affine else (-128, 127)
+    else:
+        qmin, qmax = 0, 255
+    zp = None
+    if not fmt.affine:
+        m = np.maximum(np.abs(lo), np.abs(hi))
+        lo, hi = -m, m
+    else:
+        lo = np.minimum(lo.dtype.type(0), lo)
+        hi = np.maximum(hi.dtype.type(0), hi)
+    span = hi - lo
+    scale = span / w.dtype.type(qmax - qmin)
+    scale = np.where(span == 0, w.dtype.type(1), scale).astype(w.dtype)
+    q = np.round(w / scale)
+    if fmt.affine:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            z = (qmin * hi - qmax * lo) / span
+        z = np.clip(np.round(np.where(span == 0, 0, z)), qmin, qmax)
+        q = q + z
+        zp = z.reshape(-1).astype(np.int8 if fmt.signed else np.uint8)
+    q = np.clip(q, qmin, qmax).astype(np.int8 if fmt.signed else np.uint8)
+    return q, scale.reshape(-1).astype(np.float16), zp
+
+
+def kmeans_1d(values: np.ndarray, k: int, iters: int = 100) -> np.ndarray:
+    """``k`` centroids of 1-D ``values`` (float64, ascending): Lloyd's algorithm on the
+    sorted values (each step is a binary search and prefix sums), started from the
+    quantiles and from an even grid over the range; the better end point is kept.
+    Deterministic: the same values always give the same centroids."""
+    x = np.sort(np.asarray(values, dtype=np.float64).reshape(-1))
+    n = x.size
+    if n == 0:
+        return np.zeros(k)
+    csum = np.concatenate([[0.0], np.cumsum(x)])
+    csq = np.concatenate([[0.0], np.cumsum(x * x)])
+
+    def run(c: np.ndarray) -> tuple[np.ndarray, float]:
+        c = np.sort(c)
+        for _ in range(iters):
+            cuts = np.searchsorted(x, (c[1:] + c[:-1]) / 2, side="left")
+            bounds = np.concatenate([[0], cuts, [n]])
+            cnt = np.diff(bounds)
+            s = csum[bounds[1:]] - csum[bounds[:-1]]
+            new = np.where(cnt > 0, s / np.maximum(cnt, 1), c)
+            if np.array_equal(new, c):
+                break
+            c = np.sort(new)
+        cuts = np.searchsorted(x, (c[1:] + c[:-1]) / 2, side="left")
+        bounds = np.concatenate([[0], cuts, [n]])
+        cnt = np.diff(bounds)
+        s = csum[bounds[1:]] - csum[bounds[:-1]]
+        q = csq[bounds[1:]] - csq[bounds[:-1]]
+        sse = float(np.sum(q - 2 * c * s + cnt * c * c))
+        return c, sse
+
+    starts = [np.quantile(x, (np.arange(k) + 0.5) / k), np.linspace(x[0], x[-1], k)]
+    best = min((run(s) for s in starts), key=lambda r: r[1])
+    return best[0]
+
+
+def _lut_one(w: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """One fp16 table of 2^bits entries for ``w`` and each element's index (nearest entry)."""
+    k = 1 << bits
+    c = kmeans_1d(w, k).astype(np.float16)
+    c = np.sort(c)  # rounding to fp16 keeps the order, sorted for the search below
+    cf = c.astype(np.float64)
+    x = w.astype(np.float64).reshape(-1)
+    idx = np.searchsorted((cf[1:] + cf[:-1]) / 2, x, side="left")
+    return c, idx.astype(np.uint8).reshape(w.shape)
+
+
+def quantize_lut(w: np.ndarray, axis: int, fmt: Format) -> tuple[np.ndarray, np.ndarray]:
+    """``(indices, lut)``: indices in ``w``'s shape (uint8 values < 2^bits); lut of shape
+    ``[groups, 2^bits]`` (groups of ``fmt.group`` channels along ``axis``, or 1)."""
+    w = np.asarray(w)
+    if not fmt.group:
+        lut, idx = _lut_one(w, fmt.bits)
+        return idx, lut.reshape(1, -1)
+    c = w.shape[axis]
+    moved = np.moveaxis(w, axis, 0)
+    g = fmt.group
+    idx = np.empty(moved.shape, np.uint8)
+    luts = []
+    for i in range(c // g):
+        lut, ix = _lut_one(moved[i * g:(i + 1) * g], fmt.bits)
+        idx[i * g:(i + 1) * g] = ix
+        luts.append(lut)
+    return np.moveaxis(idx, 0, axis), np.stack(luts)
+
+
+# ---------------------------------------------------------------------------
+# sub-byte packing (MILBlob: LSB first, element 0 in the low bits of byte 0)
+
+
+def pack_bits(values: np.ndarray, bits: int) -> tuple[bytes, int]:
+    """``values`` (unsigned, < 2^bits; signed ones as two's complement) packed LSB-first;
+    returns the bytes and the unused bits of the last byte."""
+    v = np.asarray(values).reshape(-1).astype(np.int64) & ((1 << bits) - 1)
+    if bits == 8:
+        return v.astype(np.uint8).tobytes(), 0
+    bitarr = ((v[:, None] >> np.arange(bits)) & 1).astype(np.uint8).reshape(-1)
+    nbits = bitarr.size
+    pad = (-nbits) % 8
+    packed = np.packbits(np.concatenate([bitarr, np.zeros(pad, np.uint8)]), bitorder="little")
+    return packed.tobytes(), pad
+
+
+def unpack_bits(data: bytes | np.ndarray, bits: int, count: int, signed: bool = False) -> np.ndarray:
+    """The inverse of :func:`pack_bits`: ``count`` values (uint8, or int8 when ``signed``)."""
+    raw = np.frombuffer(bytes(data), np.uint8)
+    if bits == 8:
+        out = raw[:count].copy()
+        return out.view(np.int8) if signed else out
+    bitarr = np.unpackbits(raw, bitorder="little")[: count * bits].reshape(count, bits).astype(np.int64)
+    v = (bitarr << np.arange(bits)).sum(axis=1)
+    if signed:
+        v = np.where(v >= 1 << (bits - 1), v - (1 << bits), v)
+        return v.astype(np.int8)
+    return v.astype(np.uint8)
+
+
+# ---------------------------------------------------------------------------
+# one tensor
+
+
+@dataclass
+class Compressed:
+    """A tensor in one format: its parts (role -> array) and the error it makes."""
+
+    fmt: Format
+    axis: int
+    shape: tuple[int, ...]
+    parts: dict[str, np.ndarray]
+    """``linear``: q (the shape), scale [C], zero_point [C] (affine); ``lut``: indices (the
+    shape, values < 2^bits), lut [groups, 2^bits]."""
+    rel_l2: float = 0.0
+    max_abs: float = 0.0
+    rel_abs: float = 0.0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the payloads (sub-byte payloads packed)."""
+        total = 0
+        for role, a in self.parts.items():
+            bits = self.fmt.bits if (role == "indices") else a.dtype.itemsize * 8
+            total += (a.size * bits + 7) // 8
+        return total
+
+
+def decompress(fmt: Format, axis: int, shape: Sequence[int], parts: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The fp16 tensor ``parts`` encode (numpy; the reference for the simulator's C)."""
+    shape = tuple(int(d) for d in shape)
+    rank = len(shape)
+    bshape = [1] * rank
+    bshape[axis] = shape[axis]
+    if fmt.kind == "linear":
+        q = np.asarray(parts["q"]).reshape(shape).astype(np.float32)
+        if "zero_point" in parts:
+            q = q - np.asarray(parts["zero_point"]).astype(np.float32).reshape(bshape)
+        scale = np.asarray(parts["scale"]).astype(np.float32).reshape(bshape)
+        return (q * scale).astype(np.float16)
+    if fmt.kind == "lut":
+        idx = np.asarray(parts["indices"]).reshape(shape).astype(np.int64)
+        lut = np.asarray(parts["lut"], dtype=np.float16)
+        groups = lut.shape[0]
+        per = shape[axis] // groups
+        ch = np.arange(shape[axis]) // per
+        gshape = [1] * rank
+        gshape[axis] = shape[axis]
+        g = np.broadcast_to(ch.reshape(gshape), shape)
+        return lut[g, idx]
+    raise ValueError(f"format {fmt.name} is not compressed")
+
+
+def compress_tensor(w: np.ndarray, fmt: Format, axis: int) -> Compressed:
+    """``w`` (float) in ``fmt``, with its error against ``w``."""
+    w = np.asarray(w)
+    if fmt.kind == "linear":
+        q, scale, zp = quantize_linear(w, axis, fmt)
+        parts = {"q": q, "scale": scale}
+        if zp is not None:
+            parts["zero_point"] = zp
+    elif fmt.kind == "lut":
+        idx, lut = quantize_lut(w, axis, fmt)
+        parts = {"indices": idx, "lut": lut}
+    else:
+        raise ValueError(f"format {fmt.name} is not compressed")
+    c = Compressed(fmt, axis, tuple(w.shape), parts)
+    d = decompress(fmt, axis, w.shape, parts).astype(np.float64)
+    ref = w.astype(np.float64)
+    err = d - ref
+    norm = float(np.sqrt(np.sum(ref * ref)))
+    c.rel_l2 = float(np.sqrt(np.sum(err * err))) / norm if norm > 0 else float(np.any(err != 0))
+    c.max_abs = float(np.max(np.abs(err))) if err.size else 0.0
+    top = float(np.max(np.abs(ref))) if ref.size else 0.0
+    c.rel_abs = c.max_abs / top if top > 0 else float(c.max_abs > 0)
+    if not np.all(np.isfinite(d)):
+        c.rel_l2 = c.max_abs = c.rel_abs = math.inf
+    return c
+
+
+# ---------------------------------------------------------------------------
+# per weight const
+
+
+@dataclass
+class Decision:
+    """What the compile does with one weight const."""
+
+    key: str
+    fmt: Format
+    """The format used (``fp16``: stored as it is)."""
+    requested: str
+    axis: int
+    shape: tuple[int, ...]
+    compressed: Compressed | None = None
+    """The parts (None without weights, ``anec mil``, and for fp16)."""
+    fallbacks: list[dict] = field(default_factory=list)
+    """Each format tried and rejected: {format, reason, rel_l2, rel_abs}."""
+
+    def part_types(self) -> list[tuple[str, str, tuple[int, ...]]]:
+        """(role, BLOBFILE dtype, shape) of each payload, in MIL argument order."""
+        rank = len(self.shape)
+        c = self.shape[self.axis]
+        f = self.fmt
+        if f.kind == "linear":
+            out = [("q", f.storage, self.shape), ("scale", "fp16", (c,))]
+            if f.affine:
+                out.append(("zero_point", f.storage, (c,)))
+            return out
+        if f.kind == "lut":
+            groups = c // f.group if f.group else 1
+            return [("indices", f.storage, self.shape), ("lut", "fp16", (groups, 1 << f.bits))]
+        return []
+
+    def report(self) -> dict:
+        d = {"key": self.key, "format": self.fmt.name, "requested": self.requested, "axis": self.axis,
+             "dense_bytes": int(math.prod(self.shape)) * 2}
+        if self.compressed is not None:
+            c = self.compressed
+            d.update(bytes=c.nbytes, rel_l2=_num(c.rel_l2), max_abs=_num(c.max_abs), rel_abs=_num(c.rel_abs))
+        elif self.fmt.kind == "none":
+            d["bytes"] = d["dense_bytes"]
+        if self.fallbacks:
+            d["fallbacks"] = self.fallbacks
+        return d
+
+
+def _num(v: float) -> float | str:
+    return v if math.isfinite(v) else str(v)
+
+
+def weight_axis(graph: "Graph", node: "Node") -> int | None:
+    """The output-channel axis of a weight const a conv or matmul reads, or None when no
+    conv/matmul reads it (then it is not compressed)."""
+    r = node.result
+    rank = r.type.rank
+    if rank < 2:
+        return None
+    axis = None
+    for user in r.uses:
+        if user.op.startswith("conv") and user.operands and len(user.operands) > 1 and user.operands[1] is r:
+            a = 0
+        elif user.op == "matmul":
+            ty = bool(user.attrs.get("transpose_y", False))
+            tx = bool(user.attrs.get("transpose_x", False))
+            if len(user.operands) > 1 and user.operands[1] is r:
+                a = rank - 2 if ty else rank - 1
+            else:
+                a = rank - 1 if tx else rank - 2
+        else:
+            return None
+        if axis is not None and a != axis:
+            return None
+        axis = a
+    return axis
+
+
+def _allowed(fmt: Format, shape: tuple[int, ...], axis: int, dialect: str) -> str | None:
+    """Why ``fmt`` cannot store a tensor of ``shape`` in ``dialect`` (None: it can)."""
+    if fmt.kind == "lut" and fmt.group:
+        if dialect == "ios16":
+            return "the ios16 constexpr_lut_to_dense has one table per tensor (no grouped LUT)"
+        if shape[axis] % fmt.group:
+            return f"{shape[axis]} output channels do not split into groups of {fmt.group}"
+    return None
+
+
+def decide(graph: "Graph", spec: Spec, store: Mapping[str, np.ndarray] | None, dialect: str,
+           materialize_fn=None) -> dict[int, Decision]:
+    """id(const node) -> :class:`Decision` for every weight const ``spec`` matches.
+
+    With ``store`` every format is tried in the rule's order and the first whose
+    result passes the gate is kept; without one (MIL only) the first allowed format
+    is taken as it is.
+    """
+    from anec.weights import materialize
+
+    mat = materialize_fn or materialize
+    out: dict[int, Decision] = {}
+    cache: dict[tuple, Decision] = {}
+    for n in graph.nodes:
+        if n.op != "const" or "weight" not in n.attrs:
+            continue
+        key = n.attrs["weight"]
+        rule = spec.rule_for(key)
+        if rule is None:
+            continue
+        t = n.result.type
+        if not t.dtype.is_float:
+            continue
+        axis = weight_axis(graph, n)
+        if axis is None:
+            continue
+        view = (key, tuple(n.attrs.get("perm") or ()), tuple(n.attrs.get("slice") or ()), t.shape, axis)
+        if view in cache:
+            out[id(n)] = cache[view]
+            continue
+        arr = None
+        if store is not None:
+            arr = np.asarray(mat(n, store, copy=False)).astype(np.float16)
+        fallbacks: list[dict] = []
+        chosen: Decision | None = None
+        for fmt in rule.chain:
+            why = _allowed(fmt, t.shape, axis, dialect)
+            if why is not None:
+                fallbacks.append({"format": fmt.name, "reason": why})
+                continue
+            if fmt.kind == "none":
+                chosen = Decision(key, fmt, rule.chain[0].name, axis, t.shape)
+                break
+            if arr is None:
+                chosen = Decision(key, fmt, rule.chain[0].name, axis, t.shape)
+                break
+            c = compress_tensor(arr, fmt, axis)
+            max_rel, max_abs = spec.gate.limits(fmt)
+            if not math.isfinite(c.rel_l2):
+                why = "the dequantized tensor is not finite in fp16 (ANE-FP16-RANGE)"
+            elif c.rel_l2 > max_rel:
+                why = f"relative L2 error {c.rel_l2:.4g} > {max_rel:g}"
+            elif c.rel_abs > max_abs:
+                why = f"max abs error {c.max_abs:.4g} is {c.rel_abs:.4g} of max|w|, > {max_abs:g}"
+            else:
+                chosen = Decision(key, fmt, rule.chain[0].name, axis, t.shape, c)
+                break
+            fallbacks.append({"format": fmt.name, "reason": why, "rel_l2": _num(c.rel_l2),
+                              "rel_abs": _num(c.rel_abs)})
+        if chosen is None:
+            chosen = Decision(key, FORMATS["fp16"], rule.chain[0].name, axis, t.shape)
+        chosen.fallbacks = fallbacks
+        cache[view] = chosen
+        out[id(n)] = chosen
+    return out
+
+
+def summary(decisions: Iterable[Decision]) -> str:
+    """``12 weights compressed (lut4 8, int8 4), 3.2 MiB -> 0.9 MiB, 2 fell back``."""
+    ds = list({id(d): d for d in decisions}.values())
+    if not ds:
+        return "no weight matched --compress"
+    by: dict[str, int] = {}
+    dense = comp = 0
+    fell = 0
+    for d in ds:
+        by[d.fmt.name] = by.get(d.fmt.name, 0) + 1
+        r = d.report()
+        dense += r["dense_bytes"]
+        comp += r.get("bytes", r["dense_bytes"])
+        fell += bool(d.fallbacks)
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(by.items()))
+    return (f"{len(ds)} weights ({kinds}), {dense} -> {comp} bytes ({comp / max(dense, 1):.2f}x)"
+            + (f", {fell} fell back" if fell else ""))
+
+
+def parts_from_blobs(entry_parts: Mapping[str, tuple[dict, np.ndarray]]) -> dict[str, np.ndarray]:
+    """role -> array from (manifest part entry, 1-D payload read from its BLOBFILE)."""
+    return {role: arr.reshape(e["shape"]) for role, (e, arr) in entry_parts.items()}
+
+
+def format_of(part: Mapping[str, Any]) -> Format:
+    return get_format(part["format"])
