@@ -206,6 +206,15 @@ def _concat_target(module, target: str, concat: str):
     return tgt
 
 
+def _compress_option(f):
+    return click.option(
+        "--compress", "compress", metavar="SPEC",
+        help="Store conv/matmul weights compressed: FORMAT[>FALLBACK..][:GLOB],... over checkpoint keys, "
+             "first match wins (int8, int8-affine, uint8-affine, lut1..lut8, lutN/gG, fp16), e.g. "
+             "'lut4:h.*.mlp.*,int8:*'. Each tensor must pass an accuracy gate, else falls back "
+             "(lutN -> int8 -> fp16); see docs/compression.md.")(f)
+
+
 @main.command("check")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option(
@@ -220,10 +229,11 @@ def _concat_target(module, target: str, concat: str):
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), metavar="CALIB.npz",
               help="Calibration inputs (one array per func input, by name): run each func on them "
                    "and report every node whose values leave the fp16 range [ANE-FP16-RANGE].")
+@_compress_option
 @_concat_option
 @click.pass_context
 def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: str | None,
-              random_weights: int | None, inputs_path: str | None, concat: str) -> None:
+              random_weights: int | None, inputs_path: str | None, compress: str | None, concat: str) -> None:
     """Parse and verify FILE; print warnings and, when available, ANE legality per node."""
     from anec.ir.parser import parse_file
     from anec.ir.verifier import check
@@ -265,6 +275,8 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
             click.echo(f"{file}: not ANE-legal on {target_name or 'm4'}: "
                        f"{_plural(result.errors, 'error')} (see REJECTED above)", err=True)
             ctx.exit(1)
+        if compress is not None:
+            _compression_check(module, compress, given, legal_target, concat)
         if overflows:
             click.echo(f"{file}: {_plural(overflows, 'node')} overflow fp16 on the calibration "
                        "inputs (see ANE-FP16-RANGE above)", err=True)
@@ -273,6 +285,35 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
     legality_report = _legality_report()
     if legality_report is not None:
         click.echo(legality_report(module, target_name or DEFAULT_TARGET, **given).rstrip("\n"))
+
+def _compression_check(module, compress: str, given: dict, target, concat: str) -> None:
+    """``anec check --compress``: per weight the format it gets, the bytes saved and the error
+    (the gate runs on the weights given; without them, the format each rule asks for)."""
+    from anec.compiler import compile_module
+    from anec.compress import fallback_lines, report_summary
+
+    result = compile_module(module, weights=given.get("weights"), target=target, concat=concat, compress=compress,
+                            with_weights="weights" in given)
+    click.echo("compression:")
+    for name, art in result.artifacts.items():
+        reports = [r for a in [art, *getattr(art, "stages", [])] for r in a.manifest.get("compression", [])]
+        seen = set()
+        for r in reports:
+            if (r["key"], r["const"]) in seen:
+                continue
+            seen.add((r["key"], r["const"]))
+            saved = r["dense_bytes"] - r["bytes"]
+            err = (f"rel L2 {r['rel_l2']:.3g}, max abs {r['max_abs']:.3g}" if isinstance(r.get("rel_l2"), float)
+                   else "error not measured (no weights: give --weights or --random-weights)")
+            size = f"{saved} bytes saved"
+            click.echo(f"  {name}: {r['key']}: {r['format']}"
+                       + (f" (asked {r['requested']})" if r["requested"] != r["format"] else "")
+                       + f", {size}, {err}")
+        if reports:
+            click.echo(f"  {name}: {report_summary(reports)}")
+        for line in fallback_lines(reports):
+            click.echo(f"  {name}: {line}")
+
 
 def _range_check(module, inputs_path: str, given: dict, target_name: str | None,
                  random_seed: int | None) -> int:
@@ -397,6 +438,18 @@ def _weight_options(f):
     return f
 
 
+def _print_compression(name: str, art) -> None:
+    """One line per compiled func with compressed weights, plus one per weight that fell back."""
+    from anec.compress import fallback_lines, report_summary
+
+    reports = [r for a in [art, *getattr(art, "stages", [])] for r in a.manifest.get("compression", [])]
+    if not reports:
+        return
+    click.echo(f"{name}: compressed {report_summary(reports)}")
+    for line in fallback_lines(reports):
+        click.echo(f"  {line}", err=True)
+
+
 def _pipeline_from(passes: str | None, pipeline: str | None):
     if passes and pipeline:
         raise click.UsageError("give --passes or --pipeline, not both")
@@ -423,9 +476,10 @@ def _pipeline_from(passes: str | None, pipeline: str | None):
 @click.option("--weights-as-inputs", "weights_as_inputs", metavar="GLOB,...",
               help="Make the weights whose checkpoint key matches a glob program inputs ('all': every "
                    "weight): they reload by a surface write, with no compile and no load.")
+@_compress_option
 @_concat_option
 def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pipeline, print_after, timing,
-                pack_weights, host_casts, dialect, weights_as_inputs, concat) -> None:
+                pack_weights, host_casts, dialect, weights_as_inputs, compress, concat) -> None:
     """Compile FILE into DIR/<func>/{model.mil, weights/*.bin, manifest.json}."""
     from pathlib import Path
 
@@ -440,7 +494,8 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
     result = compile_module(module, weights=weights_path, random_seed=random_weights, target=tgt,
                             passes=_pipeline_from(passes, pipeline), out_dir=out, pack_weights=pack_weights,
                             host_casts=host_casts, print_ir_after=after or None, timing=timing,
-                            dialect=dialect, weights_as_inputs=weights_as_inputs, concat=concat)
+                            dialect=dialect, weights_as_inputs=weights_as_inputs, concat=concat,
+                            compress=compress)
     for dump in result.printed_ir:
         click.echo(dump.rstrip("\n"), err=True)
     if not result.artifacts:
@@ -448,6 +503,7 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
         click.echo(print_module(result.module), nl=False)
     for name, art in result.artifacts.items():
         click.echo(summarize(name, art, result.paths.get(name)))
+        _print_compression(name, art)
     if timing:
         click.echo(format_timings(result.timings), nl=False)
 
@@ -462,14 +518,16 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
 @click.option("--dialect", type=click.Choice(["ios18", "ios16"]), metavar="ios18|ios16",
               help="MIL dialect (default: the target's, ios18 on every chip); ios16 writes "
                    "program(1.0) with verbose scalars, the fallback for M1/M2.")
+@_compress_option
 @_concat_option
 def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights, host_casts, dialect,
-            concat) -> None:
+            compress, concat) -> None:
     """Print the MIL text of one func of FILE after the default pipeline.
 
     MIL never depends on weight values, so no weights are needed; with
     --weights or --random-weights every weight const is also checked against
-    the tensors."""
+    the tensors (and with --compress each weight's format is the one its gate
+    keeps; without weights, the first format of its rule)."""
     from anec.compiler import compile_module
     from anec.diagnostics import did_you_mean
     from anec.ir.graph import Module
@@ -494,7 +552,7 @@ def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights,
     tgt = _concat_target(one, target, concat)
     result = compile_module(one, weights=weights_path, random_seed=random_weights, target=tgt,
                             pack_weights=pack_weights, host_casts=host_casts, with_weights=with_weights,
-                            dialect=dialect, concat=concat)
+                            dialect=dialect, concat=concat, compress=compress)
     click.echo(result.artifacts[func_name].mil_text, nl=False)
 
 
@@ -800,7 +858,8 @@ def models_export_cmd(kind, checkpoint, output, prefill, cache, lora_targets, lo
 @click.option("-o", "--output", type=click.Path(file_okay=False), metavar="OUT",
               help="Write OUT/<func>/ for every func (default: check and plan only).")
 @click.option("--target", metavar="NAME", help="Chip profile (default m4).")
-def models_compile_cmd(export_dir, output, target) -> None:
+@_compress_option
+def models_compile_cmd(export_dir, output, target, compress) -> None:
     """Compile every func of an exported model DIR (written by `anec models export`).
 
     Each func (one per bucket) becomes one artifact; the compiler cuts a func
@@ -809,8 +868,9 @@ def models_compile_cmd(export_dir, output, target) -> None:
     from anec.compiler import summarize
     from anec.models.export import compile_export
 
-    for name, art, path in compile_export(export_dir, output, target):
+    for name, art, path in compile_export(export_dir, output, target, compress=compress):
         click.echo(summarize(name, art, path))
+        _print_compression(name, art)
 
 
 @main.command("generate")

@@ -275,13 +275,19 @@ def _mb(n: int | float) -> str:
     return f"{int(n)} B"
 
 
+def _weight_count(manifest: dict) -> int:
+    """Weight consts of a program: a compressed weight's payloads count once."""
+    parts = {w["part"]["of"] for w in manifest["weights"] if w.get("part")}
+    return sum(1 for w in manifest["weights"] if not w.get("part")) + len(parts)
+
+
 def summarize(name: str, art: Artifact, path: Path | None = None) -> str:
     """One line per program: ops, weights, peak SRAM, rewrites, where it went."""
     m = art.manifest
     ops = sum(1 for line in art.mil_text.splitlines()
               if line.startswith(" " * 8) and "= const()" not in line)
     stages = getattr(art, "stages", None)
-    n_weights = sum(len(a.manifest["weights"]) for a in stages) if stages is not None else len(m["weights"])
+    n_weights = sum(_weight_count(a.manifest) for a in stages) if stages is not None else _weight_count(m)
     parts = [f"{ops} ops", f"{n_weights} weights ({_mb(art.weight_bytes())})"]
     if stages is not None:
         shared = sum(1 for e in m["stages"] if e.get("same_as") is not None)

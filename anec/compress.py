@@ -478,6 +478,10 @@ class Decision:
             d.update(bytes=c.nbytes, rel_l2=_num(c.rel_l2), max_abs=_num(c.max_abs), rel_abs=_num(c.rel_abs))
         elif self.fmt.kind == "none":
             d["bytes"] = d["dense_bytes"]
+        else:  # no weights: the payload sizes follow from the format and the shape alone
+            from anec.mil.blobfile import payload_bytes
+
+            d["bytes"] = sum(payload_bytes(dt, math.prod(shape)) for _, dt, shape in self.part_types())
         if self.fallbacks:
             d["fallbacks"] = self.fallbacks
         return d
@@ -590,23 +594,31 @@ def decide(graph: "Graph", spec: Spec, store: Mapping[str, np.ndarray] | None, d
     return out
 
 
-def summary(decisions: Iterable[Decision]) -> str:
-    """``12 weights compressed (lut4 8, int8 4), 3.2 MiB -> 0.9 MiB, 2 fell back``."""
-    ds = list({id(d): d for d in decisions}.values())
-    if not ds:
-        return "no weight matched --compress"
+def report_summary(reports: Iterable[Mapping[str, Any]]) -> str:
+    """``4 weights (int8 2, lut4 2), 9437184 -> 3545088 bytes (0.38x), 1 fell back`` from the
+    manifest ``compression`` entries."""
+    rs = list(reports)
     by: dict[str, int] = {}
-    dense = comp = 0
-    fell = 0
-    for d in ds:
-        by[d.fmt.name] = by.get(d.fmt.name, 0) + 1
-        r = d.report()
-        dense += r["dense_bytes"]
-        comp += r.get("bytes", r["dense_bytes"])
-        fell += bool(d.fallbacks)
+    dense = comp = fell = 0
+    for r in rs:
+        by[r["format"]] = by.get(r["format"], 0) + 1
+        dense += int(r.get("dense_bytes", 0))
+        comp += int(r.get("bytes", r.get("dense_bytes", 0)))
+        fell += bool(r.get("fallbacks"))
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(by.items()))
-    return (f"{len(ds)} weights ({kinds}), {dense} -> {comp} bytes ({comp / max(dense, 1):.2f}x)"
+    return (f"{len(rs)} weights ({kinds}), {dense} -> {comp} bytes ({comp / max(dense, 1):.2f}x)"
             + (f", {fell} fell back" if fell else ""))
+
+
+def fallback_lines(reports: Iterable[Mapping[str, Any]]) -> list[str]:
+    """``fallback: h.0.mlp.c_fc.weight: lut2 -> int8 (lut2: relative L2 error 0.34 > 0.3)``."""
+    out = []
+    for r in reports:
+        fb = r.get("fallbacks") or []
+        if fb:
+            why = "; ".join(f"{f['format']}: {f['reason']}" for f in fb)
+            out.append(f"fallback: {r['key']}: {r['requested']} -> {r['format']} ({why})")
+    return out
 
 
 def parts_from_blobs(entry_parts: Mapping[str, tuple[dict, np.ndarray]]) -> dict[str, np.ndarray]:
