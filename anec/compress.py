@@ -259,40 +259,82 @@ def quantize_linear(w: np.ndarray, axis: int, fmt: Format) -> tuple[np.ndarray, 
     return q, scale.reshape(-1).astype(np.float16), zp
 
 
-def kmeans_1d(values: np.ndarray, k: int, iters: int = 100) -> np.ndarray:
-    """``k`` centroids of 1-D ``values`` (float64, ascending): Lloyd's algorithm on the
-    sorted values (each step is a binary search and prefix sums), started from the
-    quantiles and from an even grid over the range; the better end point is kept.
-    Deterministic: the same values always give the same centroids."""
-    x = np.sort(np.asarray(values, dtype=np.float64).reshape(-1))
-    n = x.size
+def kmeans_1d(values: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` centroids (float64, ascending) of the optimal 1-D k-means of ``values``:
+    the partition of the sorted distinct values into ``k`` runs with the least squared error,
+    by dynamic programming over the distinct values weighted by their counts (an fp16
+    tensor has at most 63,488 of them). The row minima of each step are found by divide and
+    conquer (the best split point never moves left as the run end moves right), vectorized
+    one recursion level at a time. Exact, hence deterministic: ties take the leftmost split.
+    Fewer distinct values than ``k``: each is a centroid, the rest repeat the largest."""
+    v, w = _distinct(np.asarray(values))
+    n = v.size
     if n == 0:
         return np.zeros(k)
-    csum = np.concatenate([[0.0], np.cumsum(x)])
-    csq = np.concatenate([[0.0], np.cumsum(x * x)])
+    if n <= k:
+        return np.concatenate([v, np.full(k - n, v[-1])])
+    w = w.astype(np.float64)
+    W = np.concatenate([[0.0], np.cumsum(w)])
+    S1 = np.concatenate([[0.0], np.cumsum(w * v)])
+    S2 = np.concatenate([[0.0], np.cumsum(w * v * v)])
 
-    def run(c: np.ndarray) -> tuple[np.ndarray, float]:
-        c = np.sort(c)
-        for _ in range(iters):
-            cuts = np.searchsorted(x, (c[1:] + c[:-1]) / 2, side="left")
-            bounds = np.concatenate([[0], cuts, [n]])
-            cnt = np.diff(bounds)
-            s = csum[bounds[1:]] - csum[bounds[:-1]]
-            new = np.where(cnt > 0, s / np.maximum(cnt, 1), c)
-            if np.array_equal(new, c):
-                break
-            c = np.sort(new)
-        cuts = np.searchsorted(x, (c[1:] + c[:-1]) / 2, side="left")
-        bounds = np.concatenate([[0], cuts, [n]])
-        cnt = np.diff(bounds)
-        s = csum[bounds[1:]] - csum[bounds[:-1]]
-        q = csq[bounds[1:]] - csq[bounds[:-1]]
-        sse = float(np.sum(q - 2 * c * s + cnt * c * c))
-        return c, sse
+    def cost(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # squared error of run [a, b), b > a
+        ww = W[b] - W[a]
+        s = S1[b] - S1[a]
+        return np.maximum(S2[b] - S2[a] - s * s / ww, 0.0)
 
-    starts = [np.quantile(x, (np.arange(k) + 0.5) / k), np.linspace(x[0], x[-1], k)]
-    best = min((run(s) for s in starts), key=lambda r: r[1])
-    return best[0]
+    ends = np.arange(n + 1)
+    prev = np.full(n + 1, np.inf)
+    prev[1:] = cost(np.zeros(n, np.int64), ends[1:])  # one run: [0, i)
+    splits = []
+    for j in range(1, k):
+        # D_j[i] = min over m in [j, i-1] of D_{j-1}[m] + cost(m, i), for i in [j+1, n]
+        cur = np.full(n + 1, np.inf)
+        arg = np.zeros(n + 1, np.int64)
+        lo, hi = np.array([j + 1]), np.array([n])
+        olo, ohi = np.array([j]), np.array([n - 1])
+        while lo.size:
+            mid = (lo + hi) // 2
+            top = np.minimum(ohi, mid - 1)
+            cnt = top - olo + 1
+            rows = np.repeat(np.arange(mid.size), cnt)
+            start = np.repeat(np.cumsum(cnt) - cnt, cnt)
+            m = olo[rows] + (np.arange(rows.size) - start)
+            val = prev[m] + cost(m, mid[rows])
+            best = np.minimum.reduceat(val, np.cumsum(cnt) - cnt)
+            first = np.flatnonzero(val == best[rows])  # the leftmost minimum of each row
+            keep = np.concatenate([[True], rows[first][1:] != rows[first][:-1]])
+            bm = m[first[keep]]
+            cur[mid] = best
+            arg[mid] = bm
+            left = mid - 1 >= lo
+            right = mid + 1 <= hi
+            lo, hi, olo, ohi = (np.concatenate([lo[left], mid[right] + 1]),
+                                np.concatenate([mid[left] - 1, hi[right]]),
+                                np.concatenate([olo[left], bm[right]]),
+                                np.concatenate([bm[left], ohi[right]]))
+        splits.append(arg)
+        prev = cur
+    bounds = [n]
+    for arg in reversed(splits):
+        bounds.append(int(arg[bounds[-1]]))
+    bounds.append(0)
+    b = np.array(bounds[::-1])
+    return (S1[b[1:]] - S1[b[:-1]]) / (W[b[1:]] - W[b[:-1]])
+
+
+def _distinct(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of ``a`` (ascending, float64) and their counts; fp16 by a
+    histogram of the bit patterns (one pass, no sort of the tensor)."""
+    if a.dtype == np.float16:
+        counts = np.bincount(np.ascontiguousarray(a).reshape(-1).view(np.uint16), minlength=1 << 16)
+        bits = np.flatnonzero(counts)
+        vals = bits.astype(np.uint16).view(np.float16).astype(np.float64)
+        order = np.argsort(vals, kind="stable")
+        vals, cnt = vals[order], counts[bits][order]
+        v, first = np.unique(vals, return_index=True)  # -0.0 and 0.0 are one value
+        return v, np.add.reduceat(cnt, first)
+    return np.unique(a.astype(np.float64).reshape(-1), return_counts=True)
 
 
 def _lut_one(w: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,102 @@
+"""Compressed programs on the sim against the interpreter, every format in both dialects.
+
+The sim decompresses each weight in C from the MIL (its constexpr op over the payload
+BLOBFILEs); the interpreter runs the compiled program (program.ir) with the weights
+decompressed in numpy from the manifest's part records (anec.compress.decompress), and
+coremltools' own op definitions decompress them a third time (materialized_val_inference):
+the three must agree, the first two within the project's differential tolerance, the
+numpy and coremltools weights bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anec.compiler import compile_module
+from anec.ir.interp import interpret, random_inputs
+from anec.mil.artifact import artifact_weights
+from anec.weights import resolve_weights
+from tests.mil.milcheck import check_mil
+from tolerances import assert_close
+
+FORMATS = ["int8", "int8-affine", "uint8-affine", "lut1", "lut2", "lut4", "lut6", "lut8", "lut4/g8"]
+ULPS = 2
+"""As the generated-graph differential (tests/runtime/test_rt_differential.py): the sim and the
+interpreter run the same program on the same (decompressed) weights, rounding every op to
+fp16 and differing only in summation order."""
+
+
+def _spec(fmt: str) -> str:
+    return f"{fmt}>fp16"  # no fallback to int8: the format itself must run
+
+
+def _compile(small, fmt, dialect, seed=0):
+    store = resolve_weights(small, None, seed)
+    return compile_module(small, store, compress=_spec(fmt), dialect=dialect), store
+
+
+@pytest.mark.parametrize("dialect", ["ios18", "ios16"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_sim_matches_the_interpreter(rt, small, fmt, dialect):
+    res, store = _compile(small, fmt, dialect)
+    art = res.artifacts["f"]
+    got_formats = {c["key"]: c["format"] for c in art.manifest["compression"]}
+    want = "fp16" if (dialect == "ios16" and "/g" in fmt) else fmt  # ios16 has no grouped LUT
+    assert got_formats == {"blk.0.w": want, "blk.1.w": want, "head.w": want}
+    assert "norm.g" not in got_formats
+    if want != "fp16":
+        assert "constexpr_" in art.mil_text
+    x = random_inputs(small.funcs["f"], 1)
+    prog = rt.load(art)
+    try:
+        got = prog(**x)
+    finally:
+        prog.close()
+    program = art.program_module().funcs["f"]
+    ref = interpret(program, {v.name: x[v.name] for v in program.inputs}, artifact_weights(art), "fp16")
+    for k in ref:
+        assert_close(got[k], ref[k], "compress/sim-vs-interp", ULPS, f"{fmt} {dialect} {k}")
+
+
+@pytest.mark.parametrize("dialect", ["ios18", "ios16"])
+@pytest.mark.parametrize("fmt", ["int8", "uint8-affine", "lut2", "lut6", "lut4/g8"])
+def test_coremltools_decompresses_bit_for_bit_as_anec(small, fmt, dialect):
+    """coremltools type-checks the MIL (each declared type equals its inference) and its
+    constexpr ops materialize exactly the weights anec's interpreter uses."""
+    res, _ = _compile(small, fmt, dialect)
+    art = res.artifacts["f"]
+    prog = check_mil(art.mil_text, art.blobs)
+    mine = artifact_weights(art)
+    by_const = {}
+    for w in art.manifest["weights"]:
+        if w.get("part"):
+            by_const.setdefault(w["part"]["of"], []).append(f"{w['file']}@{w['offset']}")
+    ops = [op for op in prog.functions["main"].operations if op.op_type.startswith("constexpr_")]
+    assert len(ops) == (0 if (dialect == "ios16" and "/g" in fmt) else 3)
+    for op in ops:
+        theirs = op.materialized_val_inference()
+        ours = mine["+".join(by_const[op.name])]
+        assert theirs.dtype == ours.dtype == np.float16
+        assert np.array_equal(theirs.reshape(ours.shape), ours), op.name
+
+
+def test_compressed_outputs_stay_close_to_the_dense_program(rt, small):
+    """The gate's promise, end to end: int8 keeps the output within a few percent of the
+    uncompressed program, lut1 does not (so the comparison can fail)."""
+    store = resolve_weights(small, None, 0)
+    x = random_inputs(small.funcs["f"], 2)
+    dense = interpret(small.funcs["f"], x, store, "fp16")
+
+    def cosine(spec):
+        art = compile_module(small, store, compress=spec).artifacts["f"]
+        prog = rt.load(art)
+        try:
+            got = prog(**x)
+        finally:
+            prog.close()
+        a, b = got["z"].astype(np.float64).ravel(), dense["z"].astype(np.float64).ravel()
+        return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+    assert cosine("int8") > 0.999
+    assert cosine("lut1>fp16") < 0.99
