@@ -123,6 +123,7 @@ def compile_module(
     verify_each: bool = True,
     concat: str | None = None,
     compress: Any = None,
+    compress_gate: Any = None,
 ) -> CompileResult:
     """Compile every func of ``module``; see the module docstring.
 
@@ -150,6 +151,7 @@ def compile_module(
     :class:`anec.compress.Spec`) stores the matching conv/matmul weights compressed,
     each in the first format of its rule that passes the accuracy gate
     (docs/compression.md); the manifest's ``compression`` says what each weight got.
+    ``compress_gate`` (an :class:`anec.compress.Gate`) overrides the gate's thresholds.
     """
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline
@@ -159,7 +161,7 @@ def compile_module(
     from anec.compress import parse_spec
 
     tgt = with_concat(with_dialect(get_target(target), dialect), concat)
-    spec = parse_spec(compress)
+    spec = parse_spec(compress, compress_gate)
     pipeline = resolve_passes(passes)
     patterns: tuple[str, ...] = ()
     if weights_as_inputs is not None:

@@ -137,7 +137,7 @@ class Gate:
     """The accuracy gate a compressed tensor must pass (None: the format's default)."""
 
     max_rel_l2: float | None = None
-    """||w - w'|| / ||w||."""
+    """||w - w'|| / ||w||, over the tensor and over each output channel."""
     max_rel_abs: float | None = None
     """max |w - w'| / max |w|."""
 
@@ -413,8 +413,13 @@ class Compressed:
     """``linear``: q (the shape), scale [C], zero_point [C] (affine); ``lut``: indices (the
     shape, values < 2^bits), lut [groups, 2^bits]."""
     rel_l2: float = 0.0
+    """||w - w'|| / ||w|| over the tensor."""
     max_abs: float = 0.0
     rel_abs: float = 0.0
+    """max |w - w'| / max |w|."""
+    channel_rel_l2: float = 0.0
+    """The worst output channel's relative L2 error (what the gate checks)."""
+    worst_channel: int = 0
 
     @property
     def nbytes(self) -> int:
@@ -470,11 +475,18 @@ def compress_tensor(w: np.ndarray, fmt: Format, axis: int) -> Compressed:
     err = d - ref
     norm = float(np.sqrt(np.sum(ref * ref)))
     c.rel_l2 = float(np.sqrt(np.sum(err * err))) / norm if norm > 0 else float(np.any(err != 0))
+    axes = tuple(d for d in range(ref.ndim) if d != axis)
+    e_ch = np.sqrt(np.sum(err * err, axis=axes))
+    n_ch = np.sqrt(np.sum(ref * ref, axis=axes))
+    rel_ch = np.where(n_ch > 0, e_ch / np.where(n_ch > 0, n_ch, 1), np.where(e_ch > 0, np.inf, 0.0))
+    if rel_ch.size:
+        c.worst_channel = int(np.argmax(rel_ch))
+        c.channel_rel_l2 = float(rel_ch[c.worst_channel])
     c.max_abs = float(np.max(np.abs(err))) if err.size else 0.0
     top = float(np.max(np.abs(ref))) if ref.size else 0.0
     c.rel_abs = c.max_abs / top if top > 0 else float(c.max_abs > 0)
     if not np.all(np.isfinite(d)):
-        c.rel_l2 = c.max_abs = c.rel_abs = math.inf
+        c.rel_l2 = c.max_abs = c.rel_abs = c.channel_rel_l2 = math.inf
     return c
 
 
@@ -517,7 +529,8 @@ class Decision:
              "dense_bytes": int(math.prod(self.shape)) * 2}
         if self.compressed is not None:
             c = self.compressed
-            d.update(bytes=c.nbytes, rel_l2=_num(c.rel_l2), max_abs=_num(c.max_abs), rel_abs=_num(c.rel_abs))
+            d.update(bytes=c.nbytes, rel_l2=_num(c.rel_l2), max_abs=_num(c.max_abs), rel_abs=_num(c.rel_abs),
+                     channel_rel_l2=_num(c.channel_rel_l2))
         elif self.fmt.kind == "none":
             d["bytes"] = d["dense_bytes"]
         else:  # no weights: the payload sizes follow from the format and the shape alone
@@ -621,6 +634,9 @@ def decide(graph: "Graph", spec: Spec, store: Mapping[str, np.ndarray] | None, d
                 why = "the dequantized tensor is not finite in fp16 (ANE-FP16-RANGE)"
             elif c.rel_l2 > max_rel:
                 why = f"relative L2 error {c.rel_l2:.4g} > {max_rel:g}"
+            elif c.channel_rel_l2 > max_rel:
+                why = (f"relative L2 error of output channel {c.worst_channel} {c.channel_rel_l2:.4g} > {max_rel:g} "
+                       f"(the tensor's is {c.rel_l2:.4g})")
             elif c.rel_abs > max_abs:
                 why = f"max abs error {c.max_abs:.4g} is {c.rel_abs:.4g} of max|w|, > {max_abs:g}"
             else:
