@@ -171,6 +171,8 @@ class Rule:
 
     chain: tuple[Format, ...]
     glob: str
+    auto: bool = False
+    """``auto``: narrowed to the target's streamed formats (:func:`for_target`)."""
 
     def matches(self, key: str) -> bool:
         return fnmatch.fnmatchcase(key, self.glob)
@@ -188,8 +190,39 @@ class Spec:
         return next((r for r in self.rules if r.matches(key)), None)
 
 
+AUTO_CHAIN: tuple[str, ...] = ("lut4", "int8", "fp16")
+"""``auto``: the most compact format first; :func:`for_target` keeps those the target streams."""
+
+
+def streamed(fmt: Format, target: Any) -> bool:
+    """Whether ``target`` is reported to read ``fmt`` natively (ANE-COMPRESSED-STREAMING)."""
+    kind = "lut" if fmt.kind == "lut" else "int8" if fmt.kind == "linear" else None
+    return kind is None or kind in getattr(target, "streamed_weights", ("lut", "int8"))
+
+
+def for_target(spec: "Spec | None", target: Any) -> "Spec | None":
+    """``spec`` with every ``auto`` rule narrowed to the formats ``target`` streams
+    (ANE-COMPRESSED-STREAMING): ``lut4 -> int8 -> fp16`` on M2 and later, ``lut4 -> fp16``
+    on M1, which is reported to decompress int8 at load."""
+    if spec is None or not any(r.auto for r in spec.rules):
+        return spec
+    rules = tuple(Rule(tuple(f for f in r.chain if streamed(f, target)), r.glob, False) if r.auto else r
+                  for r in spec.rules)
+    return Spec(rules, spec.gate, spec.text)
+
+
+def not_streamed_warning(fmt: Format, target: Any) -> str | None:
+    """The warning for a weight stored in a format ``target`` does not stream, or None."""
+    if streamed(fmt, target):
+        return None
+    return (f"{fmt.name} is not read natively on {target.name} (ANE-COMPRESSED-STREAMING): the device is "
+            "reported to decompress it when loading, so the file is smaller but no bandwidth is saved; "
+            "--compress auto picks the formats this target streams")
+
+
 def parse_spec(spec: "str | Spec | None", gate: Gate | None = None) -> Spec | None:
-    """``'lut4:h.*.mlp.*,int8:*'`` -> :class:`Spec`; AnecError naming the bad item."""
+    """``'lut4:h.*.mlp.*,int8:*'`` -> :class:`Spec`; AnecError naming the bad item. ``auto``
+    is ``lut4 -> int8 -> fp16`` narrowed to what the target streams (:func:`for_target`)."""
     if spec is None or isinstance(spec, Spec):
         return spec
     if not isinstance(spec, str) or not spec.strip():
@@ -204,6 +237,12 @@ def parse_spec(spec: "str | Spec | None", gate: Gate | None = None) -> Spec | No
         names = [n.strip() for n in fmt_text.split(">") if n.strip()]
         if not names:
             raise AnecError(f"--compress item '{item}' names no format", hint="write FORMAT[:GLOB], e.g. int8:h.*")
+        if names == ["auto"]:
+            rules.append(Rule(tuple(FORMATS[n] for n in AUTO_CHAIN), glob, True))
+            continue
+        if "auto" in names:
+            raise AnecError(f"--compress item '{item}': auto is a chain of its own",
+                            hint="write auto:GLOB, or list formats: lut4>int8:GLOB")
         chain = [get_format(n) for n in names]
         if len(names) == 1:  # the default fallbacks
             chain += [FORMATS[n] for n in DEFAULT_FALLBACK[chain[0].kind]]
@@ -508,6 +547,8 @@ class Decision:
     """The parts (None without weights, ``anec mil``, and for fp16)."""
     fallbacks: list[dict] = field(default_factory=list)
     """Each format tried and rejected: {format, reason, rel_l2, rel_abs}."""
+    warning: str | None = None
+    """Set when the target does not stream the format used (ANE-COMPRESSED-STREAMING)."""
 
     def part_types(self) -> list[tuple[str, str, tuple[int, ...]]]:
         """(role, BLOBFILE dtype, shape) of each payload, in MIL argument order."""
@@ -539,6 +580,8 @@ class Decision:
             d["bytes"] = sum(payload_bytes(dt, math.prod(shape)) for _, dt, shape in self.part_types())
         if self.fallbacks:
             d["fallbacks"] = self.fallbacks
+        if self.warning:
+            d["warning"] = self.warning
         return d
 
 
@@ -583,7 +626,7 @@ def _allowed(fmt: Format, shape: tuple[int, ...], axis: int, dialect: str) -> st
 
 
 def decide(graph: "Graph", spec: Spec, store: Mapping[str, np.ndarray] | None, dialect: str,
-           materialize_fn=None) -> dict[int, Decision]:
+           materialize_fn=None, target: Any = None) -> dict[int, Decision]:
     """id(const node) -> :class:`Decision` for every weight const ``spec`` matches.
 
     With ``store`` every format is tried in the rule's order and the first whose
@@ -593,6 +636,8 @@ def decide(graph: "Graph", spec: Spec, store: Mapping[str, np.ndarray] | None, d
     from anec.weights import materialize
 
     mat = materialize_fn or materialize
+    if target is not None:
+        spec = for_target(spec, target)
     out: dict[int, Decision] = {}
     cache: dict[tuple, Decision] = {}
     for n in graph.nodes:
@@ -647,6 +692,8 @@ def decide(graph: "Graph", spec: Spec, store: Mapping[str, np.ndarray] | None, d
         if chosen is None:
             chosen = Decision(key, FORMATS["fp16"], rule.chain[0].name, axis, t.shape)
         chosen.fallbacks = fallbacks
+        if target is not None:
+            chosen.warning = not_streamed_warning(chosen.fmt, target)
         cache[view] = chosen
         out[id(n)] = chosen
     return out
@@ -676,6 +723,8 @@ def fallback_lines(reports: Iterable[Mapping[str, Any]]) -> list[str]:
         if fb:
             why = "; ".join(f"{f['format']}: {f['reason']}" for f in fb)
             out.append(f"fallback: {r['key']}: {r['requested']} -> {r['format']} ({why})")
+    warned = sorted({r["warning"] for r in reports if r.get("warning")})
+    out += [f"warning: {w}" for w in warned]
     return out
 
 

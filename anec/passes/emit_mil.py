@@ -74,7 +74,7 @@ class EmitMil(Pass):
         if spec is not None:
             from anec.compress import decide
 
-            decisions = decide(graph, spec, ctx.weights, ctx.target.mil_dialect)
+            decisions = decide(graph, spec, ctx.weights, ctx.target.mil_dialect, target=ctx.target)
         plan = graph.meta.get("partition")
         if plan is not None:  # legalize cut the func: one program per stage
             from anec.mil.pipeline import PipelineArtifact

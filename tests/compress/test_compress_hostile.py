@@ -149,3 +149,18 @@ def test_a_compiled_artifact_with_a_swapped_payload_dtype_is_refused(rt, small):
     mil_blobs = {f"@model_path/{k}": v for k, v in blobs.items()}
     with pytest.raises(AnecError, match=rf"{q['const']}.*dtype is uint8 but the const is declared int8"):
         rt.compile(art.mil_text, mil_blobs, limits=LIMITS).close()
+
+
+def test_the_budget_counts_a_compressed_weight_once(rt):
+    """ANE-COMPRESSED-BUDGET (a hypothesis the sim follows): a LUT weight is two payload
+    BLOBFILEs and one weight tensor, so it fits a cap of one; a second weight does not."""
+    one = {**LIMITS, "max_blob_tensors": 1, "scalar_penalty": 0}
+    prog = rt.compile(_mil(LUT18), _lut_blobs(), limits=one)
+    prog.close()
+    extra = ('        tensor<fp16, [1, 3, 1, 1]> bias = const()[name = string("bias"), val = tensor<fp16, [1, 3, 1, 1]>'
+             '(BLOBFILE(path = string("@model_path/weights/b.bin"), offset = uint64(64)))];\n')
+    mil = _mil(LUT18 + extra).replace("    } -> (y);", '        tensor<fp16, [1, 3, 1, 2]> z = add(x = y, y = bias)'
+                                      '[name = string("z")];\n    } -> (z);')
+    blobs = {**_lut_blobs(), **_blob("b.bin", None, np.zeros((1, 3, 1, 1), np.float16))}
+    with pytest.raises(AnecError, match=r"ANE-BLOB-BUDGET.*2 BLOBFILE weight tensors, but at most 1"):
+        rt.compile(mil, blobs, limits=one).close()

@@ -126,3 +126,20 @@ def test_a_zero_channel_quantizes_to_zero():
     q, s, _ = quantize_linear(w, 0, get_format("int8"))
     assert np.all(q[0] == 0) and np.all(np.isfinite(s.astype(np.float32)))
     assert np.all(q[1] == 127)
+
+
+def test_auto_picks_what_the_target_streams(small):
+    """ANE-COMPRESSED-STREAMING: auto is lut4 -> int8 -> fp16 where int8 streams (m4), lut4 ->
+    fp16 on m1; an explicit format the target does not stream is kept, with a warning."""
+    store = resolve_weights(small, None, 0)
+    strict = Gate(max_rel_l2=0.05)  # lut4 (~0.1) fails: the next format of the chain shows
+    m4 = compile_module(small, store, compress="auto", compress_gate=strict).artifacts["f"]
+    assert set(_formats(m4).values()) == {"int8"}
+    m1 = compile_module(small, store, target="m1", compress="auto", compress_gate=strict).artifacts["f"]
+    assert set(_formats(m1).values()) == {"fp16"}
+    assert set(_formats(compile_module(small, store, target="m1", compress="auto").artifacts["f"]).values()) == {"lut4"}
+    warned = compile_module(small, store, target="m1", compress="int8").artifacts["f"].manifest["compression"]
+    assert all(r["format"] == "int8" and "ANE-COMPRESSED-STREAMING" in r["warning"] for r in warned)
+    assert not any("warning" in r for r in m4.manifest["compression"])
+    with pytest.raises(AnecError, match="auto is a chain of its own"):
+        parse_spec("lut4>auto")
