@@ -845,7 +845,8 @@ _ENTRIES = (
         "Compression is decided after legalize, so the partition plan counts one tensor per weight; "
         "the sim's budget check agrees. A device that counts payloads would need the partition to "
         "count 2-3 tensors per compressed weight.",
-        "compile", ("tests/compress/test_compress_hostile.py::test_the_budget_counts_a_compressed_weight_once",),
+        "compile", ("tests/passes/test_compress_budget.py::test_the_budget_counts_a_compressed_weight_once",
+                    "tests/compress/test_compress_hostile.py::test_the_budget_counts_a_compressed_weight_once"),
     ),
     Constraint(
         "ANE-ONE-FILE-PER-WEIGHT", "M1 rejects BLOBFILEs holding several tensors",

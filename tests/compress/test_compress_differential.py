@@ -100,3 +100,36 @@ def test_compressed_outputs_stay_close_to_the_dense_program(rt, small):
 
     assert cosine("int8") > 0.999
     assert cosine("lut1>fp16") < 0.99
+
+
+def test_the_corpus_programs_decompress_as_computed_by_hand(rt):
+    """The MIL fuzz corpus seeds (tests/c/corpus/mil/constexpr_*.mil): every constexpr form,
+    checked against sums worked out by hand, bit for bit (x = 1, so each output is a row sum
+    of the decompressed weight)."""
+    import os
+
+    from anec.mil.blobfile import BlobWriter
+
+    root = os.path.join(os.path.dirname(__file__), "..", "c", "corpus", "mil")
+    limits = {"max_blob_tensors": 16, "scalar_penalty": 1, "max_conv_out_channels": 16384,
+              "min_surface_bytes": 49152, "allow_fp32_io": True, "surface_alignment": 64}
+    x = np.ones((1, 4, 1, 2), np.float16)
+    with open(os.path.join(root, "constexpr_ios16.mil")) as f:
+        prog = rt.compile(f.read(), {}, limits=limits)
+    got = prog(x=x)
+    prog.close()
+    # (1-2+3-4)/2, (5-6+7-8)/4, (9-10+11-127)/8; packed 2-bit indices 3,2,1,0 of [-1, 0, 0.5, 2] per row
+    assert np.array_equal(got["y"][0, :, 0, 0], np.array([-1, -0.5, -14.625], np.float16))
+    assert np.array_equal(got["z"][0, :, 0, 0], np.array([1.5, 1.5, 1.5], np.float16))
+    idx, lut = BlobWriter(), BlobWriter()
+    idx.add(np.arange(12, dtype=np.uint8), dtype="uint4")
+    lut.add(np.arange(48, dtype=np.float16).reshape(3, 1, 1, 1, 16, 1))
+    with open(os.path.join(root, "constexpr_ios18.mil")) as f:
+        prog = rt.compile(f.read(), {"@model_path/weights/li.bin": idx.to_bytes(),
+                                     "@model_path/weights/ll.bin": lut.to_bytes()}, limits=limits)
+    got = prog(x=x)
+    prog.close()
+    # offsets 0, 1, -1: (1-2+3-4)/2, (4-7+6-9)/4, (10-9+12-126)/8; row r reads entries 4r..4r+3 of table r
+    assert np.array_equal(got["y"][0, :, 0, 0], np.array([-1, -1.5, -14.125], np.float16))
+    assert np.array_equal(got["z"][0, :, 0, 0], np.array([0 + 1 + 2 + 3, 20 + 21 + 22 + 23, 40 + 41 + 42 + 43],
+                                                          np.float16))
