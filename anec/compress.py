@@ -284,15 +284,18 @@ def quantize_linear(w: np.ndarray, axis: int, fmt: Format) -> tuple[np.ndarray, 
     else:
         lo = np.minimum(lo.dtype.type(0), lo)
         hi = np.maximum(hi.dtype.type(0), hi)
-    span = hi - lo
-    scale = span / w.dtype.type(qmax - qmin)
-    scale = np.where(span == 0, w.dtype.type(1), scale).astype(w.dtype)
-    q = np.round(w / scale)
+    # numpy's fp16 arithmetic (coremltools' on fp16 weights) is each op in fp32, rounded to
+    # fp16: the same here, with the fp32 ops vectorized
+    dt = w.dtype
+    span = (hi.astype(np.float32) - lo.astype(np.float32)).astype(dt)
+    scale = (span.astype(np.float32) / np.float32(qmax - qmin)).astype(dt)
+    scale = np.where(span == 0, dt.type(1), scale).astype(dt)
+    q = np.round((w.astype(np.float32) / scale.astype(np.float32)).astype(dt))
     if fmt.affine:
         with np.errstate(invalid="ignore", divide="ignore"):
             z = (qmin * hi - qmax * lo) / span
         z = np.clip(np.round(np.where(span == 0, 0, z)), qmin, qmax)
-        q = q + z
+        q = q.astype(np.float32) + z.astype(np.float32)  # integers below 2048: exact, as in fp16
         zp = z.reshape(-1).astype(np.int8 if fmt.signed else np.uint8)
     q = np.clip(q, qmin, qmax).astype(np.int8 if fmt.signed else np.uint8)
     return q, scale.reshape(-1).astype(np.float16), zp
@@ -509,23 +512,26 @@ def compress_tensor(w: np.ndarray, fmt: Format, axis: int) -> Compressed:
     else:
         raise ValueError(f"format {fmt.name} is not compressed")
     c = Compressed(fmt, axis, tuple(w.shape), parts)
-    d = decompress(fmt, axis, w.shape, parts).astype(np.float64)
-    ref = w.astype(np.float64)
-    err = d - ref
-    norm = float(np.sqrt(np.sum(ref * ref)))
-    c.rel_l2 = float(np.sqrt(np.sum(err * err))) / norm if norm > 0 else float(np.any(err != 0))
-    axes = tuple(d for d in range(ref.ndim) if d != axis)
-    e_ch = np.sqrt(np.sum(err * err, axis=axes))
-    n_ch = np.sqrt(np.sum(ref * ref, axis=axes))
-    rel_ch = np.where(n_ch > 0, e_ch / np.where(n_ch > 0, n_ch, 1), np.where(e_ch > 0, np.inf, 0.0))
+    d = decompress(fmt, axis, w.shape, parts)
+    if not np.all(np.isfinite(d)):
+        c.rel_l2 = c.max_abs = c.rel_abs = c.channel_rel_l2 = math.inf
+        return c
+    ref = np.moveaxis(w.astype(np.float32), axis, 0).reshape(w.shape[axis], -1)
+    err = np.moveaxis(d.astype(np.float32), axis, 0).reshape(ref.shape)
+    err -= ref
+    # per output channel sums of squares (float32 products, float64 totals)
+    e_ch = np.einsum("ij,ij->i", err, err).astype(np.float64)
+    n_ch = np.einsum("ij,ij->i", ref, ref).astype(np.float64)
+    norm = float(np.sqrt(n_ch.sum()))
+    c.rel_l2 = float(np.sqrt(e_ch.sum())) / norm if norm > 0 else float(e_ch.sum() > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel_ch = np.where(n_ch > 0, np.sqrt(e_ch / np.where(n_ch > 0, n_ch, 1)), np.where(e_ch > 0, np.inf, 0.0))
     if rel_ch.size:
         c.worst_channel = int(np.argmax(rel_ch))
         c.channel_rel_l2 = float(rel_ch[c.worst_channel])
     c.max_abs = float(np.max(np.abs(err))) if err.size else 0.0
     top = float(np.max(np.abs(ref))) if ref.size else 0.0
     c.rel_abs = c.max_abs / top if top > 0 else float(c.max_abs > 0)
-    if not np.all(np.isfinite(d)):
-        c.rel_l2 = c.max_abs = c.rel_abs = c.channel_rel_l2 = math.inf
     return c
 
 

@@ -2,7 +2,8 @@
 
 * int8 linear symmetric per output channel: the same int8 values and the same fp16 scales
   as ``linear_quantize_weights`` (mode ``linear_symmetric``, ``per_channel``), both in the
-  function and in the payload BLOBFILEs of a compiled artifact (bit for bit);
+  function and in the payload BLOBFILEs of a compiled artifact (bit for bit); int8/uint8
+  affine: the same values, scales and zero points as its mode ``linear``;
 * n-bit palettization: anec's deterministic k-means has a weight error no larger than
   ``palettize_weights`` (mode ``kmeans``) on the same tensors, per tensor and per grouped
   channel;
@@ -68,6 +69,20 @@ def test_int8_symmetric_per_channel_equals_linear_quantize_weights(name):
     assert np.array_equal(q, op.data.val)
     assert scale.dtype == op.scale.val.dtype == np.float16
     assert np.array_equal(scale, op.scale.val.reshape(-1))
+
+
+@pytest.mark.parametrize("name", list(_tensors()))
+@pytest.mark.parametrize("fmt,dtype", [("int8-affine", "int8"), ("uint8-affine", "uint8")])
+def test_affine_equals_linear_quantize_weights_mode_linear(name, fmt, dtype):
+    import coremltools.optimize.coreml as cto
+
+    w = _tensors()[name]
+    op = _ct_pass(w, cto.OpLinearQuantizerConfig(mode="linear", dtype=dtype, granularity="per_channel",
+                                                 weight_threshold=0))
+    q, scale, zp = quantize_linear(w, 0, get_format(fmt))
+    assert np.array_equal(q, op.data.val)
+    assert np.array_equal(scale, op.scale.val.reshape(-1))
+    assert np.array_equal(zp, op.offset.val.reshape(-1))
 
 
 def test_the_artifact_payloads_are_coremltools_int8_values_and_scales_bit_for_bit():
