@@ -271,8 +271,10 @@ def quantize_linear(w: np.ndarray, axis: int, fmt: Format) -> tuple[np.ndarray, 
     if w.dtype not in (np.float16, np.float32):
         w = w.astype(np.float32)
     axes = tuple(d for d in range(w.ndim) if d != axis)
-    lo = np.amin(w, axis=axes, keepdims=True)
-    hi = np.amax(w, axis=axes, keepdims=True)
+    dt = w.dtype
+    w32 = w.astype(np.float32)  # every fp16 value exactly
+    lo = np.amin(w32, axis=axes, keepdims=True).astype(dt)
+    hi = np.amax(w32, axis=axes, keepdims=True).astype(dt)
     if fmt.signed:
         qmin, qmax = (-127, 127) if not fmt.affine else (-128, 127)
     else:
@@ -286,18 +288,18 @@ def quantize_linear(w: np.ndarray, axis: int, fmt: Format) -> tuple[np.ndarray, 
         hi = np.maximum(hi.dtype.type(0), hi)
     # numpy's fp16 arithmetic (coremltools' on fp16 weights) is each op in fp32, rounded to
     # fp16: the same here, with the fp32 ops vectorized
-    dt = w.dtype
     span = (hi.astype(np.float32) - lo.astype(np.float32)).astype(dt)
     scale = (span.astype(np.float32) / np.float32(qmax - qmin)).astype(dt)
     scale = np.where(span == 0, dt.type(1), scale).astype(dt)
-    q = np.round((w.astype(np.float32) / scale.astype(np.float32)).astype(dt))
+    w32 /= scale.astype(np.float32)
+    q = np.round(w32.astype(dt).astype(np.float32) if dt != np.float32 else w32, out=w32)
     if fmt.affine:
         with np.errstate(invalid="ignore", divide="ignore"):
             z = (qmin * hi - qmax * lo) / span
         z = np.clip(np.round(np.where(span == 0, 0, z)), qmin, qmax)
-        q = q.astype(np.float32) + z.astype(np.float32)  # integers below 2048: exact, as in fp16
+        q += z.astype(np.float32)  # integers below 2048: exact, as in fp16
         zp = z.reshape(-1).astype(np.int8 if fmt.signed else np.uint8)
-    q = np.clip(q, qmin, qmax).astype(np.int8 if fmt.signed else np.uint8)
+    q = np.clip(q, qmin, qmax, out=q).astype(np.int8 if fmt.signed else np.uint8)
     return q, scale.reshape(-1).astype(np.float16), zp
 
 
