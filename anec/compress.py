@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from anec.diagnostics import AnecError
+from anec.ir.types import DType
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph, Node
@@ -656,7 +657,7 @@ def decide(graph: "Graph", spec: Spec, store: Mapping[str, np.ndarray] | None, d
         if rule is None:
             continue
         t = n.result.type
-        if not t.dtype.is_float:
+        if t.dtype != DType.fp16:  # compressed weights decompress to fp16
             continue
         axis = weight_axis(graph, n)
         if axis is None:

@@ -133,3 +133,32 @@ def test_the_corpus_programs_decompress_as_computed_by_hand(rt):
     assert np.array_equal(got["y"][0, :, 0, 0], np.array([-1, -1.5, -14.125], np.float16))
     assert np.array_equal(got["z"][0, :, 0, 0], np.array([0 + 1 + 2 + 3, 20 + 21 + 22 + 23, 40 + 41 + 42 + 43],
                                                           np.float16))
+
+
+def test_a_func_cut_into_a_pipeline_runs_compressed(rt):
+    """More weights than one program holds: legalize cuts the func into stages, each stage's
+    weights are compressed by the func's decisions, and the pipeline on the sim matches the
+    interpreter running the whole func on the stages' decompressed weights."""
+    from anec.ir.parser import parse
+    from anec.weights import resolve_weights as rw
+
+    lines = ["func f(%x: fp16[1, 16, 1, 8]) {"]
+    cur = "%x"
+    for i in range(40):
+        lines += [f'  %w{i} = const(weight="l.{i}.w") : fp16[16, 16, 1, 1]',
+                  f"  %h{i} = conv1x1({cur}, %w{i}) : fp16[1, 16, 1, 8]", f"  %r{i} = relu(%h{i}) : fp16[1, 16, 1, 8]"]
+        cur = f"%r{i}"
+    lines += [f"  return {cur}", "}"]
+    module = parse("\n".join(lines) + "\n", "deep.ir")
+    art = compile_module(module, rw(module, None, 0), compress="lut4:l.1*,int8:*").artifacts["f"]
+    assert len(art.stages) >= 3
+    formats = {r["key"]: r["format"] for s in art.stages for r in s.manifest["compression"]}
+    assert formats["l.12.w"] == "lut4" and formats["l.3.w"] == "int8" and len(formats) == 40
+    x = random_inputs(module.funcs["f"], 4)
+    prog = rt.load(art)
+    try:
+        got = prog(**x)
+    finally:
+        prog.close()
+    ref = interpret(art.program_module().funcs["f"], x, art.interp_weights(), "fp16")
+    assert_close(got[cur[1:]], ref[cur[1:]], "compress/sim-vs-interp", ULPS, "pipeline")

@@ -143,3 +143,14 @@ def test_auto_picks_what_the_target_streams(small):
     assert not any("warning" in r for r in m4.manifest["compression"])
     with pytest.raises(AnecError, match="auto is a chain of its own"):
         parse_spec("lut4>auto")
+
+
+def test_core_ml_export_refuses_a_compressed_artifact(small, tmp_path):
+    pytest.importorskip("coremltools")
+    from anec.frontends import CoreMLExportError
+    from anec.frontends.coreml import export_coreml
+
+    compile_module(small, resolve_weights(small, None, 0), compress="int8", out_dir=tmp_path / "out")
+    with pytest.raises(CoreMLExportError, match="compressed weights"):
+        export_coreml(tmp_path / "out", tmp_path / "f.mlpackage")
+    assert not (tmp_path / "f.mlpackage").exists()
