@@ -409,14 +409,15 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
     payloads = []
     for slot in program.weights:
         if store is not None:
+            packed = None
             if slot.part is not None:
-                arr, hashed = _part_payload(slot)
+                arr, hashed, packed = _part_payload(slot)
             else:
                 # a view of the (memory-mapped) store when no conversion is needed: the blob
                 # is the one copy
                 arr = hashed = materialize(slot.node, store, copy=False)
             writer = writers.setdefault(slot.file, BlobWriter())
-            offset = writer.add(arr, dtype=slot.storage)
+            offset = writer.add(arr, dtype=slot.storage, packed=packed)
             if offset != slot.offset:  # the emitter's plan and the writer must agree
                 raise PassError(f"emit-mil: blob offset {offset} != planned {slot.offset} in {slot.file}")
             payloads.append(hashed)
@@ -441,9 +442,9 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
     return (writers if store is not None else None), entries
 
 
-def _part_payload(slot: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(what the writer adds, the payload bytes as an array for the hash) of one payload of
-    a compressed weight."""
+def _part_payload(slot: Any) -> tuple[np.ndarray, np.ndarray, Any]:
+    """(what the writer adds, the payload bytes as an array for the hash, the packed payload
+    and its padding bits for a sub-byte dtype or None) of one payload of a compressed weight."""
     from anec.compress import pack_bits
 
     comp = slot.decision.compressed
@@ -456,8 +457,10 @@ def _part_payload(slot: Any) -> tuple[np.ndarray, np.ndarray]:
     if slot.storage is not None:
         from anec.mil.blobfile import SUBBYTE_BITS
 
-        return arr, np.frombuffer(pack_bits(arr, SUBBYTE_BITS[slot.storage])[0], np.uint8)
-    return arr, arr
+        raw, padding = pack_bits(arr, SUBBYTE_BITS[slot.storage])
+        packed = np.frombuffer(raw, np.uint8)
+        return arr, packed, (packed, padding)
+    return arr, arr, None
 
 
 def compression_report(program: MilProgram) -> list[dict]:

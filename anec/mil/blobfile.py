@@ -126,16 +126,20 @@ class BlobWriter:
         self._end = HEADER_BYTES
         self._file: mmap.mmap | None = None
 
-    def add(self, arr: np.ndarray, dtype: str | None = None) -> int:
+    def add(self, arr: np.ndarray, dtype: str | None = None, packed: tuple[np.ndarray, int] | None = None) -> int:
         """Append ``arr`` (row-major, little-endian) and return its metadata offset.
 
         ``dtype`` a sub-byte type (``uint4``, ``uint1``, ``int4``, ...): ``arr`` holds the
-        values unpacked (uint8/int8), which are packed LSB first, as coremltools does."""
+        values unpacked (uint8/int8), which are packed LSB first, as coremltools does; or
+        ``packed`` gives them packed already (the bytes as uint8, the padding bits)."""
         if self._file is not None:
             raise ValueError("this BLOBFILE has been written; it takes no more tensors")
         a = np.asarray(arr)
         padding = 0
-        if dtype is not None and dtype in SUBBYTE_CODES:
+        if dtype is not None and dtype in SUBBYTE_CODES and packed is not None:
+            code = SUBBYTE_CODES[dtype]
+            a, padding = np.ascontiguousarray(packed[0], np.uint8), int(packed[1])
+        elif dtype is not None and dtype in SUBBYTE_CODES:
             from anec.compress import pack_bits
 
             code = SUBBYTE_CODES[dtype]
