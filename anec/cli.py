@@ -223,6 +223,34 @@ def _concat_target(module, target: str, concat: str):
     return tgt
 
 
+def _compress_option(f):
+    f = click.option(
+        "--compress-gate", "compress_gate", metavar="REL_L2[,REL_ABS]", callback=_parse_gate,
+        help="The accuracy gate of --compress: the largest relative L2 error (of the tensor and of "
+             "each output channel) and max abs error / max|w| a compressed tensor may have "
+             "(default: per format, docs/compression.md).")(f)
+    return click.option(
+        "--compress", "compress", metavar="SPEC",
+        help="Store conv/matmul weights compressed: FORMAT[>FALLBACK..][:GLOB],... over checkpoint keys, "
+             "first match wins (int8, int8-affine, uint8-affine, lut1..lut8, lutN/gG, fp16), e.g. "
+             "'lut4:h.*.mlp.*,int8:*'. Each tensor must pass an accuracy gate, else falls back "
+             "(lutN -> int8 -> fp16); see docs/compression.md.")(f)
+
+
+def _parse_gate(ctx: click.Context, param: click.Parameter, value: str | None):
+    if value is None:
+        return None
+    from anec.compress import Gate
+
+    try:
+        nums = [float(v) for v in value.split(",")]
+        if not 1 <= len(nums) <= 2 or any(not v > 0 for v in nums):
+            raise ValueError
+    except ValueError:
+        raise click.BadParameter("give REL_L2 or REL_L2,REL_ABS, positive numbers (e.g. 0.05 or 0.05,0.5)") from None
+    return Gate(nums[0], nums[1] if len(nums) > 1 else None)
+
+
 @main.command("check")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option(
@@ -238,10 +266,11 @@ def _concat_target(module, target: str, concat: str):
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), metavar="CALIB.npz",
               help="Calibration inputs (one array per func input, by name): run each func on them "
                    "and report every node whose values leave the fp16 range [ANE-FP16-RANGE].")
+@_compress_option
 @_concat_option
 @click.pass_context
 def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: str | None,
-              random_weights: int | None, inputs_path: str | None, concat: str) -> None:
+              random_weights: int | None, inputs_path: str | None, compress: str | None, compress_gate, concat: str) -> None:
     """Parse and verify FILE; print warnings and, when available, ANE legality per node."""
     from anec.ir.parser import parse_file
     from anec.ir.verifier import check
@@ -285,6 +314,8 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
             click.echo(f"{file}: not ANE-legal on {target_name or 'm4'}: "
                        f"{_plural(result.errors, 'error')} (see REJECTED above)", err=True)
             ctx.exit(1)
+        if compress is not None:
+            _compression_check(module, compress, compress_gate, given, legal_target, concat)
         if overflows:
             click.echo(f"{file}: {_plural(overflows, 'node')} overflow fp16 on the calibration "
                        "inputs (see ANE-FP16-RANGE above)", err=True)
@@ -294,12 +325,42 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
     if legality_report is not None:
         click.echo(legality_report(module, target_name or DEFAULT_TARGET, **given).rstrip("\n"))
 
+
 def _directive_path(module, ws):
     """The file a ``weights "..."`` directive names (relative to the module's file)."""
     from pathlib import Path
 
     p = Path(ws.path)
     return p if p.is_absolute() else (Path(module.path).parent if module.path else Path(".")) / p
+
+
+def _compression_check(module, compress: str, gate, given: dict, target, concat: str) -> None:
+    """``anec check --compress``: per weight the format it gets, the bytes saved and the error
+    (the gate runs on the weights given; without them, the format each rule asks for)."""
+    from anec.compiler import compile_module
+    from anec.compress import fallback_lines, report_summary
+
+    result = compile_module(module, weights=given.get("weights"), target=target, concat=concat, compress=compress,
+                            compress_gate=gate, with_weights="weights" in given)
+    click.echo("compression:")
+    for name, art in result.artifacts.items():
+        reports = [r for a in [art, *getattr(art, "stages", [])] for r in a.manifest.get("compression", [])]
+        seen = set()
+        for r in reports:
+            if (r["key"], r["const"]) in seen:
+                continue
+            seen.add((r["key"], r["const"]))
+            saved = r["dense_bytes"] - r["bytes"]
+            err = (f"rel L2 {r['rel_l2']:.3g}, max abs {r['max_abs']:.3g}" if isinstance(r.get("rel_l2"), float)
+                   else "error not measured (no weights: give --weights or --random-weights)")
+            size = f"{saved} bytes saved"
+            click.echo(f"  {name}: {r['key']}: {r['format']}"
+                       + (f" (asked {r['requested']})" if r["requested"] != r["format"] else "")
+                       + f", {size}, {err}")
+        if reports:
+            click.echo(f"  {name}: {report_summary(reports)}")
+        for line in fallback_lines(reports):
+            click.echo(f"  {name}: {line}")
 
 
 def _range_check(module, inputs_path: str, given: dict, target_name: str | None,
@@ -446,6 +507,18 @@ def _weight_options(f):
     return f
 
 
+def _print_compression(name: str, art) -> None:
+    """One line per compiled func with compressed weights, plus one per weight that fell back."""
+    from anec.compress import fallback_lines, report_summary
+
+    reports = [r for a in [art, *getattr(art, "stages", [])] for r in a.manifest.get("compression", [])]
+    if not reports:
+        return
+    click.echo(f"{name}: compressed {report_summary(reports)}")
+    for line in fallback_lines(reports):
+        click.echo(f"  {line}", err=True)
+
+
 def _pipeline_from(passes: str | None, pipeline: str | None):
     if passes and pipeline:
         raise click.UsageError("give --passes or --pipeline, not both")
@@ -472,9 +545,10 @@ def _pipeline_from(passes: str | None, pipeline: str | None):
 @click.option("--weights-as-inputs", "weights_as_inputs", metavar="GLOB,...",
               help="Make the weights whose checkpoint key matches a glob program inputs ('all': every "
                    "weight): they reload by a surface write, with no compile and no load.")
+@_compress_option
 @_concat_option
 def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pipeline, print_after, timing,
-                pack_weights, host_casts, dialect, weights_as_inputs, concat) -> None:
+                pack_weights, host_casts, dialect, weights_as_inputs, compress, compress_gate, concat) -> None:
     """Compile FILE into DIR/<func>/{model.mil, weights/*.bin, manifest.json}."""
     from pathlib import Path
 
@@ -489,7 +563,8 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
     result = compile_module(module, weights=weights_path, random_seed=random_weights, target=tgt,
                             passes=_pipeline_from(passes, pipeline), out_dir=out, pack_weights=pack_weights,
                             host_casts=host_casts, print_ir_after=after or None, timing=timing,
-                            dialect=dialect, weights_as_inputs=weights_as_inputs, concat=concat)
+                            dialect=dialect, weights_as_inputs=weights_as_inputs, concat=concat,
+                            compress=compress, compress_gate=compress_gate)
     for dump in result.printed_ir:
         click.echo(dump.rstrip("\n"), err=True)
     if not result.artifacts:
@@ -497,6 +572,7 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
         click.echo(print_module(result.module), nl=False)
     for name, art in result.artifacts.items():
         click.echo(summarize(name, art, result.paths.get(name)))
+        _print_compression(name, art)
     if result.artifacts:
         from anec.frontends.torch_import import link_import
 
@@ -517,14 +593,16 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
 @click.option("--dialect", type=click.Choice(["ios18", "ios16"]), metavar="ios18|ios16",
               help="MIL dialect (default: the target's, ios18 on every chip); ios16 writes "
                    "program(1.0) with verbose scalars, the fallback for M1/M2.")
+@_compress_option
 @_concat_option
 def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights, host_casts, dialect,
-            concat) -> None:
+            compress, compress_gate, concat) -> None:
     """Print the MIL text of one func of FILE after the default pipeline.
 
     MIL never depends on weight values, so no weights are needed; with
     --weights or --random-weights every weight const is also checked against
-    the tensors."""
+    the tensors (and with --compress each weight's format is the one its gate
+    keeps; without weights, the first format of its rule)."""
     from anec.compiler import compile_module
     from anec.diagnostics import did_you_mean
     from anec.ir.graph import Module
@@ -549,7 +627,7 @@ def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights,
     tgt = _concat_target(one, target, concat)
     result = compile_module(one, weights=weights_path, random_seed=random_weights, target=tgt,
                             pack_weights=pack_weights, host_casts=host_casts, with_weights=with_weights,
-                            dialect=dialect, concat=concat)
+                            dialect=dialect, concat=concat, compress=compress, compress_gate=compress_gate)
     click.echo(result.artifacts[func_name].mil_text, nl=False)
 
 
@@ -945,7 +1023,8 @@ def models_export_cmd(kind, checkpoint, output, prefill, cache, lora_targets, lo
 @click.option("-o", "--output", type=click.Path(file_okay=False), metavar="OUT",
               help="Write OUT/<func>/ for every func (default: check and plan only).")
 @click.option("--target", metavar="NAME", help="Chip profile (default m4).")
-def models_compile_cmd(export_dir, output, target) -> None:
+@_compress_option
+def models_compile_cmd(export_dir, output, target, compress, compress_gate) -> None:
     """Compile every func of an exported model DIR (written by `anec models export`).
 
     Each func (one per bucket) becomes one artifact; the compiler cuts a func
@@ -954,8 +1033,9 @@ def models_compile_cmd(export_dir, output, target) -> None:
     from anec.compiler import summarize
     from anec.models.export import compile_export
 
-    for name, art, path in compile_export(export_dir, output, target):
+    for name, art, path in compile_export(export_dir, output, target, compress=compress, compress_gate=compress_gate):
         click.echo(summarize(name, art, path))
+        _print_compression(name, art)
 
 
 @main.command("generate")

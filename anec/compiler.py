@@ -122,6 +122,8 @@ def compile_module(
     keep_funcs: bool = False,
     verify_each: bool = True,
     concat: str | None = None,
+    compress: Any = None,
+    compress_gate: Any = None,
 ) -> CompileResult:
     """Compile every func of ``module``; see the module docstring.
 
@@ -145,13 +147,21 @@ def compile_module(
     of after every pass (MLIR's ``verify-each``; see anec/passes/manager.py).
     ``concat`` (``"verdict"``, the default, ``"rewrite"`` or ``"native"``) is how concat is
     compiled (ANE-CONCAT, :func:`with_concat`); the manifest records the reading and why.
+    ``compress`` (a SPEC such as ``"int8"`` or ``"lut4:h.*.mlp.*,int8:*"``, or an
+    :class:`anec.compress.Spec`) stores the matching conv/matmul weights compressed,
+    each in the first format of its rule that passes the accuracy gate
+    (docs/compression.md); the manifest's ``compression`` says what each weight got.
+    ``compress_gate`` (an :class:`anec.compress.Gate`) overrides the gate's thresholds.
     """
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline
     from anec.passes.pipelines import check_pass_names
     from anec.weights import check_weights, resolve_weights, touch_pages, weight_consts
 
+    from anec.compress import parse_spec
+
     tgt = with_concat(with_dialect(get_target(target), dialect), concat)
+    spec = parse_spec(compress, compress_gate)
     pipeline = resolve_passes(passes)
     patterns: tuple[str, ...] = ()
     if weights_as_inputs is not None:
@@ -184,7 +194,7 @@ def compile_module(
 
         work = module.clone()
         ctx = PassContext(target=tgt, weights=store, module=work,
-                          options={"pack_weights": pack_weights, "host_casts": host_casts},
+                          options={"pack_weights": pack_weights, "host_casts": host_casts, "compress": spec},
                           print_ir_after=dump_after, verify_each=verify_each)
         with deferred_hashes() if out_dir is not None else contextlib.nullcontext():
             # writing: the weights are hashed on worker threads while write_output streams them to disk
@@ -269,13 +279,19 @@ def _mb(n: int | float) -> str:
     return f"{int(n)} B"
 
 
+def _weight_count(manifest: dict) -> int:
+    """Weight consts of a program: a compressed weight's payloads count once."""
+    parts = {w["part"]["of"] for w in manifest["weights"] if w.get("part")}
+    return sum(1 for w in manifest["weights"] if not w.get("part")) + len(parts)
+
+
 def summarize(name: str, art: Artifact, path: Path | None = None) -> str:
     """One line per program: ops, weights, peak SRAM, rewrites, where it went."""
     m = art.manifest
     ops = sum(1 for line in art.mil_text.splitlines()
               if line.startswith(" " * 8) and "= const()" not in line)
     stages = getattr(art, "stages", None)
-    n_weights = sum(len(a.manifest["weights"]) for a in stages) if stages is not None else len(m["weights"])
+    n_weights = sum(_weight_count(a.manifest) for a in stages) if stages is not None else _weight_count(m)
     parts = [f"{ops} ops", f"{n_weights} weights ({_mb(art.weight_bytes())})"]
     if stages is not None:
         shared = sum(1 for e in m["stages"] if e.get("same_as") is not None)

@@ -812,6 +812,68 @@ _ENTRIES = (
                     f"{_EMIT}::test_packed_weights_offsets"),
     ),
     Constraint(
+        "ANE-COMPRESSED-WEIGHTS", "constexpr_* ops over integer BLOBFILE payloads are weights",
+        "a compressed weight the device does not accept fails to compile; one it decompresses "
+        "differently computes with other weights",
+        (Evidence("maderix/ANE ane_int8_bench.m (README INT8 W8A8 table)",
+                  "chains of 1x1 convs whose weights are constexpr_affine_dequantize over an int8 BLOBFILE "
+                  "(scale 0.125, zero point 0) compile and run in program(1.3) on M4, 1.85-1.88x the fp16 "
+                  "throughput with int8 activations", DEMONSTRATED, Scope("in-memory", "M4", "not stated")),
+         Evidence("sbryngelson/ANEForge compression (compress=int8/int4/sparse/blockwise)",
+                  "int8 as constexpr_affine_dequantize (per-row scale), 4-bit LUT as constexpr_lut_to_dense, "
+                  "sparse as constexpr_sparse_to_dense and blockwise as constexpr_blockwise_shift_scale run; "
+                  "the blockwise form is said not to be routable as a matmul weight (dequantized in the "
+                  "program)", REPORTED, Scope("e5rt", "M1 to M5", "not stated")),
+         Evidence("coremltools op definitions (iOS16 constexpr_ops.py, iOS18 compression.py) and MILBlob "
+                  "storage", "the constexpr ops, their argument rules and the sub-byte BLOBFILE dtypes "
+                  "(int4, uint1-uint6: packed LSB first)", DOCUMENTED, _SPEC),
+         Evidence("no public test", "the iOS18 forms (constexpr_blockwise_shift_scale over int8, "
+                  "constexpr_lut_to_dense over uint1-uint8 indices) on the in-memory path: no published "
+                  "program runs them there; python -m anec.selftest on a Mac settles it", HYPOTHESIS,
+                  _UNTRIED)),
+        "emitter", "anec/compress.py, anec/mil/emitter.py (op_compressed), csrc/sim_constexpr.c",
+        "--compress stores matching conv/matmul weights as integer payload BLOBFILEs (byte-identical to "
+        "coremltools' writer) and a constexpr op: ios18 constexpr_blockwise_shift_scale / "
+        "constexpr_lut_to_dense, ios16 constexpr_affine_dequantize / constexpr_lut_to_dense; each "
+        "tensor passes an accuracy gate or falls back. The sim checks the ops as coremltools does "
+        "and decompresses at load.",
+        "compile", ("tests/compress/test_compress_differential.py::test_sim_matches_the_interpreter",
+                    "tests/compress/test_compress_hostile.py::test_lut_indices_wider_than_the_table_are_refused"),
+    ),
+    Constraint(
+        "ANE-COMPRESSED-STREAMING", "which compressed formats each chip family reads natively",
+        "a format the chip does not stream is decompressed when the program loads: the file is "
+        "smaller, the bandwidth is not",
+        (Evidence("sbryngelson/ANEForge per-family streaming table and compress='auto'",
+                  "A13 (M1) streams int4-LUT (2.37x measured) and sparse and folds int8; A14 (M2) streams "
+                  "int4, int8 and sparse; A15 and later (M3+) stream all four formats",
+                  REPORTED, Scope("e5rt", "M1 to M5", "not stated")),
+         Evidence("maderix/ANE ane_int8_bench.m", "int8 weights with int8 activations run 1.85-1.88x "
+                  "the fp16 throughput on M4; the weights' share of the gain is not isolated",
+                  DEMONSTRATED, Scope("in-memory", "M4", "not stated")),
+         Evidence("no public test", "LUT widths other than 4 bits, and any format on the in-memory path "
+                  "outside M4 int8: streamed or decompressed at load", HYPOTHESIS, _UNTRIED)),
+        "emitter", "anec/compress.py (for_target, not_streamed_warning); Target.streamed_weights",
+        "--compress auto tries lut4 then int8, keeping only the kinds the target streams (lut4 -> fp16 "
+        "on m1); an explicit format the target does not stream compiles with a warning in the "
+        "compile output and the manifest's compression report.",
+        "compile", ("tests/compress/test_compress_spec.py::test_auto_picks_what_the_target_streams",),
+        target_fields=("streamed_weights",),
+    ),
+    Constraint(
+        "ANE-COMPRESSED-BUDGET", "a compressed weight counts as one tensor of the BLOBFILE budget",
+        "a program over the budget fails to compile",
+        (Evidence("no public test", "whether the device counts a constexpr weight, or each of its payload "
+                  "BLOBFILEs, against the per-program tensor cap (ANE-BLOB-BUDGET)", HYPOTHESIS, _UNTRIED),),
+        "analysis", "legalize counts each weight const once; csrc/sim_plan.c counts a constexpr result, "
+                    "not its payloads",
+        "Compression is decided after legalize, so the partition plan counts one tensor per weight; "
+        "the sim's budget check agrees. A device that counts payloads would need the partition to "
+        "count 2-3 tensors per compressed weight.",
+        "compile", ("tests/passes/test_compress_budget.py::test_the_budget_counts_a_compressed_weight_once",
+                    "tests/compress/test_compress_hostile.py::test_the_budget_counts_a_compressed_weight_once"),
+    ),
+    Constraint(
         "ANE-ONE-FILE-PER-WEIGHT", "M1 rejects BLOBFILEs holding several tensors",
         "compile fails on M1 with a multi-tensor weight file",
         (Evidence("maderix/ANE benchmarks/ANE_BENCHMARK_REPORT.md (community results, issue #3)",

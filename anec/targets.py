@@ -59,6 +59,11 @@ class Target:
     """How concat is compiled (ANE-CONCAT, contested): ``"rewrite"`` (partial convs, else an
     error; the conservative reading and every profile's default) or ``"native"`` (a MIL
     concat: chosen with ``--concat native``, or from this Mac's selftest verdict)."""
+    streamed_weights: tuple[str, ...] = ("lut", "int8")
+    """Compressed weight kinds the chip is reported to read natively (stream) rather than
+    decompress at load (ANE-COMPRESSED-STREAMING): ``lut`` (constexpr_lut_to_dense),
+    ``int8`` (8-bit linear). ``--compress auto`` picks from these; a format outside them
+    still compiles, with a warning (a smaller file, no bandwidth saved)."""
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
     """Field name -> where the value comes from."""
 
@@ -170,6 +175,16 @@ _CONCAT = (
     "kernels compile and run it (M1 Pro to M5); rewrite until python -m anec.selftest on the Mac "
     "finds it accepted and correct (anec compile --concat)"
 )
+_STREAMED = (
+    "reported: ANEForge's per-family table (A14/M2 and later stream int4-LUT and int8); maderix's "
+    "ane_int8_bench runs constexpr_affine_dequantize int8 weights on M4 at 1.85-1.88x fp16 (W8A8, "
+    "activations int8 too, so weight streaming alone is not isolated); LUT widths other than 4 bits "
+    "are a hypothesis"
+)
+_STREAMED_M1 = (
+    "reported: ANEForge's per-family table: A13 (M1) streams int4-LUT (2.37x measured there) and "
+    "folds int8 (decompressed at load: a smaller file, no bandwidth saved)"
+)
 _REDUCE_MEAN = (
     "reported: hollance/neural-engine#44 says reduce_mean is absent in raw MIL text; Orion's "
     "RMSNorm uses reduce_sum x 1/N (its LayerNorm emits reduce_mean, so the claim is "
@@ -199,7 +214,7 @@ _M4 = Target(
         "one_file_per_weight": _ONE_FILE_OK, "surface_alignment": _ALIGN,
         "mil_dialect": _DIALECT_NEW, "softmax_pow2_only": _SOFTMAX,
         "reduce_mean_as_sum": _REDUCE_MEAN, "process_compile_budget": _BUDGET,
-        "concat": _CONCAT,
+        "concat": _CONCAT, "streamed_weights": _STREAMED,
     },
 )
 # The M4 measurements, taken over unmeasured by the other chips.
@@ -213,8 +228,9 @@ _M2 = _derive(
 )
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
-    _derive(_M2, "m1", {"fp32_io": _FP32_IO_M1, "one_file_per_weight": _ONE_FILE_M1},
-            one_file_per_weight=True),
+    _derive(_M2, "m1", {"fp32_io": _FP32_IO_M1, "one_file_per_weight": _ONE_FILE_M1,
+                        "streamed_weights": _STREAMED_M1},
+            one_file_per_weight=True, streamed_weights=("lut",)),
     _M2,
     _derive(_M4, "m3", {**_AS_M4, "max_conv_out_channels": _CHANNELS_M3}),
     _M4,

@@ -22,6 +22,26 @@ size_t blob_dtype_size(uint32_t dtype)
     }
 }
 
+unsigned blob_dtype_bits(uint32_t dtype)
+{
+    switch (dtype) {
+    case BLOB_DT_UINT1: return 1;
+    case BLOB_DT_UINT2: return 2;
+    case BLOB_DT_UINT3: return 3;
+    case BLOB_DT_UINT4: case BLOB_DT_INT4: return 4;
+    case BLOB_DT_UINT6: return 6;
+    default: return (unsigned)blob_dtype_size(dtype) * 8;
+    }
+}
+
+uint64_t blob_payload_bytes(uint32_t dtype, uint64_t numel)
+{
+    unsigned bits = blob_dtype_bits(dtype);
+    if (!bits || numel > UINT64_MAX / 64)
+        return UINT64_MAX;
+    return (numel * bits + 7) / 8;
+}
+
 const char *blob_dtype_name(uint32_t dtype, char *buf, size_t buflen)
 {
     switch (dtype) {
@@ -29,6 +49,12 @@ const char *blob_dtype_name(uint32_t dtype, char *buf, size_t buflen)
     case BLOB_DT_FP32: return "fp32";
     case BLOB_DT_UINT8: return "uint8";
     case BLOB_DT_INT8: return "int8";
+    case BLOB_DT_INT4: return "int4";
+    case BLOB_DT_UINT1: return "uint1";
+    case BLOB_DT_UINT2: return "uint2";
+    case BLOB_DT_UINT3: return "uint3";
+    case BLOB_DT_UINT4: return "uint4";
+    case BLOB_DT_UINT6: return "uint6";
     default:
         snprintf(buf, buflen, "dtype code %u", (unsigned)dtype);
         return buf;
@@ -63,8 +89,11 @@ int blob_read_record(const uint8_t *m, uint64_t meta_offset, uint64_t len, uint3
     uint32_t dtype = rd32(m + 4);
     uint64_t size = rd64(m + 8);
     uint64_t doff = rd64(m + 16);
-    if (blob_dtype_size(dtype) == 0) {
-        snprintf(err, errlen, "unsupported blob dtype code %u at offset %llu (expected fp16=1, fp32=2, uint8=3, int8=4)",
+    uint64_t padding = rd64(m + 24);
+    unsigned bits = blob_dtype_bits(dtype);
+    if (bits == 0) {
+        snprintf(err, errlen, "unsupported blob dtype code %u at offset %llu (expected fp16=1, fp32=2, uint8=3, int8=4, "
+                 "or for compressed weights int4=8, uint1=9, uint2=10, uint4=11, uint3=12, uint6=13)",
                  (unsigned)dtype, (unsigned long long)meta_offset);
         return -1;
     }
@@ -74,7 +103,15 @@ int blob_read_record(const uint8_t *m, uint64_t meta_offset, uint64_t len, uint3
                  (unsigned long long)len);
         return -1;
     }
-    if (size % blob_dtype_size(dtype)) {
+    if (bits < 8) {
+        /* the element count a packed payload holds is size * 8 - padding, whole elements */
+        if (padding > 7 || (size == 0 && padding) || (size * 8 - padding) % bits) {
+            snprintf(err, errlen, "%s payload of %llu bytes has %llu padding bits, which leave no whole number of "
+                     "%u-bit elements", blob_dtype_name(dtype, b1, sizeof b1), (unsigned long long)size,
+                     (unsigned long long)padding, bits);
+            return -1;
+        }
+    } else if (size % blob_dtype_size(dtype)) {
         snprintf(err, errlen, "blob payload size %llu is not a multiple of the %s element size",
                  (unsigned long long)size, blob_dtype_name(dtype, b1, sizeof b1));
         return -1;
@@ -89,6 +126,7 @@ int blob_read_record(const uint8_t *m, uint64_t meta_offset, uint64_t len, uint3
                  (unsigned long long)size, (unsigned long long)want_bytes);
         return -1;
     }
+    out->padding_bits = padding;
     out->dtype = dtype;
     out->size = size;
     out->data_offset = doff;

@@ -26,16 +26,29 @@
 #define BLOB_DT_FP32 2
 #define BLOB_DT_UINT8 3
 #define BLOB_DT_INT8 4
+/* packed sub-byte payloads (compressed weights): LSB first, element 0 in the low bits of
+   byte 0; the record's padding field counts the unused bits of the last byte */
+#define BLOB_DT_INT4 8
+#define BLOB_DT_UINT1 9
+#define BLOB_DT_UINT2 10
+#define BLOB_DT_UINT4 11
+#define BLOB_DT_UINT3 12
+#define BLOB_DT_UINT6 13
 
 typedef struct blob_tensor {
     uint32_t dtype;           /* BLOB_DT_* */
     uint64_t size;            /* payload bytes */
     uint64_t data_offset;     /* absolute payload offset in the file */
     const uint8_t *data;      /* == file + data_offset */
+    uint64_t padding_bits;    /* unused bits of the last byte (sub-byte dtypes) */
 } blob_tensor;
 
-/* Element size of a dtype code, 0 if unsupported. */
+/* Element size of a dtype code, 0 if unsupported (also for the sub-byte codes). */
 size_t blob_dtype_size(uint32_t dtype);
+/* Bits per element of a dtype code (1..32), 0 if unsupported. */
+unsigned blob_dtype_bits(uint32_t dtype);
+/* Payload bytes of numel elements (sub-byte: packed), UINT64_MAX if unsupported or too large. */
+uint64_t blob_payload_bytes(uint32_t dtype, uint64_t numel);
 /* "fp16", "fp32", "uint8", "int8" or "dtype <n>". Returns a static string for
    known codes; unknown codes are written into buf. */
 const char *blob_dtype_name(uint32_t dtype, char *buf, size_t buflen);

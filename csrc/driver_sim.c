@@ -320,7 +320,7 @@ static sim_prog *prog_new(sim_plan *plan, const char *dir, size_t min_surface, i
     }
     for (size_t i = 0; i < plan->n_vals; i++) {
         const sim_value *v = &plan->vals[i];
-        if (v->kind != SV_BLOB)
+        if (v->kind != SV_BLOB || v->dec)
             continue;
         int seen = 0;
         for (size_t k = 0; k < p->n_paths && !seen; k++)

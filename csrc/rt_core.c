@@ -707,9 +707,7 @@ static int describe(anec_program *p, const char *mil, size_t mil_len)
         b->const_name = rt_strdup(s->results[0].name);
         b->offset = val->val.blob_offset;
         b->dtype = rt_blob_dtype(s->results[0].type.dt);
-        uint64_t numel = mil_type_numel(&s->results[0].type);
-        size_t es = blob_dtype_size(b->dtype);
-        b->bytes = es && numel <= UINT64_MAX / es ? numel * es : UINT64_MAX;
+        b->bytes = blob_payload_bytes(b->dtype, mil_type_numel(&s->results[0].type));
         b->line = s->results[0].line;
         if (!b->path || !b->const_name) {
             rc = rt_fail(ANEC_ENOMEM, "out of memory");

@@ -32,6 +32,12 @@ static inline uint32_t rt_blob_dtype(mil_dtype dt)
     case MIL_DT_FP32: return BLOB_DT_FP32;
     case MIL_DT_UINT8: return BLOB_DT_UINT8;
     case MIL_DT_INT8: return BLOB_DT_INT8;
+    case MIL_DT_INT4: return BLOB_DT_INT4;
+    case MIL_DT_UINT1: return BLOB_DT_UINT1;
+    case MIL_DT_UINT2: return BLOB_DT_UINT2;
+    case MIL_DT_UINT3: return BLOB_DT_UINT3;
+    case MIL_DT_UINT4: return BLOB_DT_UINT4;
+    case MIL_DT_UINT6: return BLOB_DT_UINT6;
     default: return 0;
     }
 }

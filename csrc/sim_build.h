@@ -79,4 +79,8 @@ int sb_op_start(builder *B, const mil_stmt *st, const char *const *args);
 /* Compile one statement through the op table: its rule, or the rejection the ANE compiler gives. */
 int sb_statement(builder *B, const mil_stmt *st);
 
+/* ---- sim_constexpr.c ---- */
+/* A constexpr_* statement: a compressed weight, checked now, decompressed at load. */
+int sb_constexpr(builder *B, const mil_stmt *st);
+
 #endif

@@ -200,7 +200,7 @@ int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, void *ad
     int rc = ANEC_OK;
     for (size_t i = 0; i < p->n_vals && rc == ANEC_OK; i++) {
         sim_value *v = &p->vals[i];
-        if (v->kind != SV_BLOB || done[i])
+        if (v->kind != SV_BLOB || done[i] || v->dec)
             continue;
         const sim_file *f = NULL;
         for (size_t k = 0; k < n_files && !f; k++)
@@ -217,13 +217,22 @@ int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, void *ad
     /* every const stored in this file */
         for (size_t j = i; j < p->n_vals; j++) {
             sim_value *w = &p->vals[j];
-            if (w->kind != SV_BLOB || done[j] || strcmp(w->blob_path, v->blob_path) != 0)
+            if (w->kind != SV_BLOB || done[j] || w->dec || strcmp(w->blob_path, v->blob_path) != 0)
                 continue;
             blob_tensor t;
             char berr_[400];
             if (blob_read_tensor(file, len, w->blob_offset, rt_blob_dtype(w->dt), w->bytes, &t, berr_, sizeof berr_)) {
                 snprintf(err, errlen, "load: %s, const '%s' (model.mil:%d), offset %llu: %s", w->blob_path, w->name, w->line,
                          (unsigned long long)w->blob_offset, berr_);
+                rc = ANEC_ELOAD;
+                break;
+            }
+            if (sim_dtype_subbyte(w->dt) && t.size * 8 - t.padding_bits != (uint64_t)w->numel * blob_dtype_bits(t.dtype)) {
+                snprintf(err, errlen, "load: %s, const '%s' (model.mil:%d), offset %llu: %llu padding bits make the "
+                         "payload hold %llu %s elements, the declared type has %zu", w->blob_path, w->name, w->line,
+                         (unsigned long long)w->blob_offset, (unsigned long long)t.padding_bits,
+                         (unsigned long long)((t.size * 8 - t.padding_bits) / blob_dtype_bits(t.dtype)),
+                         mil_dtype_name(w->dt), w->numel);
                 rc = ANEC_ELOAD;
                 break;
             }
@@ -242,6 +251,12 @@ int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, void *ad
         }
     }
     free(done);
+    for (size_t i = 0; i < p->n_vals && rc == ANEC_OK; i++) /* consts first: literal payload operands */
+        if (p->vals[i].kind == SV_CONST)
+            s->store[i] = p->vals[i].cdata;
+    for (size_t i = 0; i < p->n_vals && rc == ANEC_OK; i++) /* compressed weights, from their payloads */
+        if (p->vals[i].kind == SV_BLOB && p->vals[i].dec)
+            rc = sim_decompress(s, (int)i, err, errlen);
     if (rc == ANEC_OK && !(s->panels = calloc(p->n_ops ? p->n_ops : 1, sizeof *s->panels))) {
         rc = ANEC_ENOMEM;
         snprintf(err, errlen, "out of memory");

@@ -316,7 +316,7 @@ static const struct { const char *name; mil_dtype dt; } DTYPES[] = {
     {"int4", MIL_DT_INT4}, {"int8", MIL_DT_INT8}, {"int16", MIL_DT_INT16}, {"int32", MIL_DT_INT32},
     {"int64", MIL_DT_INT64}, {"uint1", MIL_DT_UINT1}, {"uint2", MIL_DT_UINT2}, {"uint4", MIL_DT_UINT4},
     {"uint8", MIL_DT_UINT8}, {"uint16", MIL_DT_UINT16}, {"uint32", MIL_DT_UINT32}, {"uint64", MIL_DT_UINT64},
-    {"bool", MIL_DT_BOOL}, {"string", MIL_DT_STRING},
+    {"bool", MIL_DT_BOOL}, {"string", MIL_DT_STRING}, {"uint3", MIL_DT_UINT3}, {"uint6", MIL_DT_UINT6},
 };
 
 static mil_dtype dtype_of_tok(parser *P, const tok *t)
@@ -342,7 +342,7 @@ size_t mil_dtype_size(mil_dtype dt)
     switch (dt) {
     case MIL_DT_FP16: return 2;
     case MIL_DT_FP32: return 4;
-    case MIL_DT_INT32: return 4;
+    case MIL_DT_INT32: case MIL_DT_UINT32: return 4;
     case MIL_DT_INT8: case MIL_DT_UINT8: case MIL_DT_BOOL: return 1;
     default: return 0;
     }

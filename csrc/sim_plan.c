@@ -189,6 +189,7 @@ static const struct { mil_dtype dt; double lo, hi; const char *what; } INT_RANGE
     {MIL_DT_INT32, -2147483648.0, 2147483647.0, "an int32"},
     {MIL_DT_INT8, -128, 127, "an int8"},
     {MIL_DT_UINT8, 0, 255, "a uint8"},
+    {MIL_DT_UINT32, 0, 4294967295.0, "a uint32"},
 };
 
 /* Fill v->cdata from numbers in the storage format of v->dt. */
@@ -220,6 +221,7 @@ static int store_numbers(builder *B, sim_value *v, const double *num, size_t n, 
         case MIL_DT_INT32: ((int32_t *)v->cdata)[i] = (int32_t)d; break;
         case MIL_DT_INT8: ((int8_t *)v->cdata)[i] = (int8_t)d; break;
         case MIL_DT_UINT8: ((uint8_t *)v->cdata)[i] = (uint8_t)d; break;
+        case MIL_DT_UINT32: ((uint32_t *)v->cdata)[i] = (uint32_t)d; break;
         case MIL_DT_BOOL: ((uint8_t *)v->cdata)[i] = d != 0; break;
         default: break;
         }
@@ -248,9 +250,10 @@ int sb_literal_value(builder *B, const char *name, const mil_type *decl, const m
             return -1;
         }
         mil_dtype dt = lit->type.dt;
-        if (dt != MIL_DT_FP16 && dt != MIL_DT_FP32 && dt != MIL_DT_UINT8 && dt != MIL_DT_INT8) {
-            sb_err(B, line, NULL, "const '%s': BLOBFILE element type %s is not supported (fp16, fp32, uint8, int8)",
-                 name, mil_dtype_name(dt));
+        int sub = sim_dtype_subbyte(dt); /* packed payloads of compressed weights (sim_constexpr.c) */
+        if (dt != MIL_DT_FP16 && dt != MIL_DT_FP32 && dt != MIL_DT_UINT8 && dt != MIL_DT_INT8 && !sub) {
+            sb_err(B, line, NULL, "const '%s': BLOBFILE element type %s is not supported (fp16, fp32, uint8, int8; "
+                 "uint1/2/3/4/6 and int4 for compressed weights)", name, mil_dtype_name(dt));
             return -1;
         }
         if (strncmp(lit->blob_path, "@model_path/", 12) != 0 || !lit->blob_path[12]) {
@@ -267,6 +270,8 @@ int sb_literal_value(builder *B, const char *name, const mil_type *decl, const m
             return -1;
         }
         v->blob_offset = lit->blob_offset;
+        if (sub)
+            v->bytes = (size_t)blob_payload_bytes(rt_blob_dtype(dt), v->numel);
         B->p->n_blobs++;
         return idx;
     }
@@ -693,19 +698,22 @@ sim_plan *sim_plan_build_accepting(const char *mil, size_t len, const anec_limit
         long long cap = (long long)B.lim.max_blob_tensors - (B.scalar_operand_line ? B.lim.scalar_penalty : 0);
         if (cap < 0)
             cap = 0;
-        if (p->n_blobs > cap) {
+        /* a compressed weight is one weight tensor: its constexpr result, not its payloads
+           (hypothesis, ANE-COMPRESSED-WEIGHTS) */
+        int weights = p->n_blobs - p->n_parts + p->n_decomp;
+        if (weights > cap) {
             int line = f->line;
             long long count = 0;
             for (size_t i = 0; i < p->n_vals; i++)
-                if (p->vals[i].kind == SV_BLOB && ++count == cap + 1)
+                if (p->vals[i].kind == SV_BLOB && !p->vals[i].part && ++count == cap + 1)
                     line = p->vals[i].line;
             if (B.scalar_operand_line)
                 sb_err(&B, line, "ANE-BLOB-BUDGET", "%d BLOBFILE weight tensors, but at most %lld are allowed: the limit is %d, "
                      "minus %d because an elementwise op takes a scalar const (line %d); split the program",
-                     p->n_blobs, cap, B.lim.max_blob_tensors, B.lim.scalar_penalty, B.scalar_operand_line);
+                     weights, cap, B.lim.max_blob_tensors, B.lim.scalar_penalty, B.scalar_operand_line);
             else
                 sb_err(&B, line, "ANE-BLOB-BUDGET", "%d BLOBFILE weight tensors, but at most %lld are allowed per program; split the program",
-                     p->n_blobs, cap);
+                     weights, cap);
         }
     }
     if (!B.failed) {
@@ -769,6 +777,7 @@ void sim_plan_release(sim_plan *p)
         free(v->cstr);
         free(v->cnum);
         free(v->blob_path);
+        free(v->dec);
     }
     for (size_t i = 0; i < p->n_ops; i++) {
         free(p->ops[i].outs);

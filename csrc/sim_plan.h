@@ -22,6 +22,18 @@
 
 enum { SV_INPUT = 1, SV_CONST, SV_BLOB, SV_OP };
 
+/* A compressed weight (sim_constexpr.c): the constexpr_* op that makes it at load. */
+enum { DEC_AFFINE = 1, DEC_SHIFT_SCALE, DEC_LUT, DEC_LUT_PACKED };
+typedef struct sim_decomp {
+    int form;                    /* DEC_* */
+    int data;                    /* quantized data / indices (value index) */
+    int scale;                   /* -1 if none */
+    int offset;                  /* zero point / offset, -1 if none */
+    int lut;                     /* -1 if none */
+    int axis;                    /* DEC_AFFINE: the channel axis */
+    int bits;                    /* DEC_LUT*: bits per index */
+} sim_decomp;
+
 typedef struct sim_value {
     char *name;
     int kind;                    /* SV_* */
@@ -39,6 +51,8 @@ typedef struct sim_value {
     /* SV_BLOB */
     char *blob_path;             /* as in the MIL ("@model_path/weights/w.bin") */
     uint64_t blob_offset;
+    sim_decomp *dec;             /* SV_BLOB made at load by a constexpr_* op (no blob_path), or NULL */
+    int part;                    /* SV_BLOB read by a constexpr_* op: part of that weight */
 } sim_value;
 
 typedef struct sim_op {
@@ -77,6 +91,7 @@ typedef struct sim_plan {
     size_t n_outputs;
     int *in_bind, *out_bind;     /* alphabetical binding order -> value index */
     int n_blobs;                 /* BLOBFILE-backed consts */
+    int n_parts, n_decomp;       /* of them payloads of compressed weights; constexpr results */
     size_t max_scratch;          /* floats of scratch the largest op needs */
 } sim_plan;
 
@@ -134,6 +149,10 @@ typedef struct sim_file {
 int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, void *adopt, size_t adopt_len, char *err,
                    size_t errlen);
 void sim_state_unload(sim_state *s);
+/* Decompress constexpr value v from its (loaded) operands into s->store[v] (sim_constexpr.c). */
+int sim_decompress(sim_state *s, int v, char *err, size_t errlen);
+/* 1 for the packed sub-byte integer dtypes (uint1..uint6, int4). */
+int sim_dtype_subbyte(mil_dtype dt);
 /* Run the function. in[i]/out[j] are surfaces in binding order, checked by the caller. */
 int sim_state_run(sim_state *s, uint8_t *const *in, uint8_t *const *out, char *err, size_t errlen);
 

@@ -1201,6 +1201,8 @@ static int accepted(const builder *B, const char *name)
 int sb_statement(builder *B, const mil_stmt *st)
 {
     const char *op = st->op;
+    if (strncmp(op, "constexpr_", 10) == 0) /* compressed weights (sim_constexpr.c) */
+        return sb_constexpr(B, st);
     for (size_t i = 0; i < sizeof REJECTED_OPS / sizeof REJECTED_OPS[0]; i++)
         if (strcmp(op, REJECTED_OPS[i].op) == 0 && !accepted(B, REJECTED_OPS[i].accept)) {
             sb_err(B, st->line, REJECTED_OPS[i].constraint, "%s", REJECTED_OPS[i].message);

@@ -156,6 +156,10 @@ class _Builder:
         from anec.targets import DEFAULT_TARGET, get_target
 
         self.art = art
+        if any(w.get("part") for w in art.manifest["weights"]):
+            raise CoreMLExportError(
+                f"artifact '{art.func}' holds compressed weights, which the Core ML export does not write yet",
+                hint="export an artifact compiled without --compress (docs/compression.md)")
         module = art.program_module()
         self.graph = module.func(art.func)
         self.weights = artifact_weights(art)

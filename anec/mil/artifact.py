@@ -59,7 +59,7 @@ from anec.ir.graph import Graph, Module
 from anec.ir.types import DType, TensorType
 from anec.fsutil import discard, fsync_dir, move_into_place
 from anec.mil.beneath import Beneath, check_rel
-from anec.mil.blobfile import HEADER_BYTES, BlobFiles, BlobReader, BlobWriter
+from anec.mil.blobfile import HEADER_BYTES, BlobFiles, BlobReader, BlobWriter, payload_bytes
 from anec.mil.emitter import MilProgram
 from anec.mil.manifest import FORMAT, MANIFEST_MAX_BYTES, parse_json, parse_manifest, validate_manifest
 
@@ -272,23 +272,65 @@ def program_ir_text(graph: Graph, program: MilProgram) -> str:
     from anec.ir.printer import print_graph
 
     by_name = {n.results[0].name: n for n in graph.nodes if n.op == "const"}
-    keyed = {id(by_name[slot.node.results[0].name]): {"weight": blob_key(slot.file, slot.offset)}
-             for slot in program.weights}
+    keyed = {id(by_name[name]): {"weight": key} for name, key in weight_keys(program).items()}
     return ("// The compiled program in anec IR: the same ops as model.mil; weights are\n"
             "// keyed by the BLOBFILE and metadata offset that hold them.\n" + print_graph(graph, keyed))
 
 
+def weight_keys(program: MilProgram) -> dict[str, str]:
+    """IR const name -> how ``program.ir`` names its weight: the BLOBFILE and metadata offset
+    holding it (:func:`blob_key`), or for a compressed weight the keys of its payloads joined
+    by ``+`` (the interpreter decompresses them, :func:`artifact_weights`)."""
+    keys: dict[str, list[str]] = {}
+    for slot in program.weights:
+        keys.setdefault(slot.node.results[0].name, []).append(blob_key(slot.file, slot.offset))
+    return {name: "+".join(k) for name, k in keys.items()}
+
+
 def artifact_weights(artifact: "Artifact") -> dict[str, np.ndarray]:
-    """The weights of ``program.ir`` (keyed by :func:`blob_key`) read from the blobs."""
+    """The weights of ``program.ir`` (keyed as :func:`weight_keys` does) read from the blobs;
+    compressed weights are decompressed (numpy, :func:`anec.compress.decompress`) exactly as
+    their MIL ``constexpr_*`` op says."""
     readers: dict[str, BlobReader] = {}
     out: dict[str, np.ndarray] = {}
+    groups: dict[str, list[tuple[dict, np.ndarray]]] = {}
     for w in artifact.manifest["weights"]:
         rel = w["file"]
         if rel not in readers:
             readers[rel] = BlobReader(artifact.blobs[rel], name=rel)
-        arr = readers[rel].read(w["offset"], DType(w["dtype"]).np)
+        arr = readers[rel].read(w["offset"], blob_np_name(w["dtype"]))
+        if w.get("part"):
+            groups.setdefault(w["part"]["of"], []).append((w, arr))
+            continue
         out[blob_key(rel, w["offset"])] = arr.reshape(w["shape"])
+    for of, parts in groups.items():
+        out["+".join(blob_key(w["file"], w["offset"]) for w, _ in parts)] = decompress_parts(parts)
     return out
+
+
+def blob_np_name(dtype: str) -> str:
+    """A manifest weight dtype as :class:`BlobReader` names it (``fp16`` -> ``float16``;
+    sub-byte names stay)."""
+    return {"fp16": "float16", "fp32": "float32"}.get(dtype, dtype)
+
+
+def decompress_parts(parts: list[tuple[dict, np.ndarray]]) -> np.ndarray:
+    """The dense fp16 tensor of one compressed weight from its manifest part entries and
+    payloads (1-D arrays as read)."""
+    from anec.compress import decompress, get_format, unpack_bits
+
+    first = parts[0][0]["part"]
+    fmt = get_format(first["format"])
+    shape = tuple(first["shape"])
+    roles = {}
+    for w, arr in parts:
+        p = w["part"]
+        if p.get("packed"):
+            arr = unpack_bits(np.ascontiguousarray(arr).tobytes(), fmt.bits, int(math.prod(shape)))
+        roles[p["role"]] = arr
+    if "lut" in roles:
+        roles["lut"] = roles["lut"].reshape(-1, 1 << fmt.bits)
+    return decompress(fmt, int(first["axis"]), shape, roles)
 
 
 _PARALLEL_BYTES = 1 << 20
@@ -356,8 +398,9 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
     """The BLOBFILEs of ``program``'s weight plan (a writer per file, its payloads views of
     the store where no conversion is needed) and the manifest weight entries.
 
-    Without a store (``anec mil``) there are no blobs and each entry's
-    ``sha256`` is None.
+    A payload of a compressed weight comes from its decision (:mod:`anec.compress`),
+    sub-byte payloads packed as coremltools packs them. Without a store (``anec mil``)
+    there are no blobs and each entry's ``sha256`` is None.
     """
     from anec.weights import materialize
 
@@ -366,14 +409,18 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
     payloads = []
     for slot in program.weights:
         if store is not None:
-            # a view of the (memory-mapped) store when no conversion is needed: the blob
-            # is the one copy
-            arr = materialize(slot.node, store, copy=False)
+            packed = None
+            if slot.part is not None:
+                arr, hashed, packed = _part_payload(slot)
+            else:
+                # a view of the (memory-mapped) store when no conversion is needed: the blob
+                # is the one copy
+                arr = hashed = materialize(slot.node, store, copy=False)
             writer = writers.setdefault(slot.file, BlobWriter())
-            offset = writer.add(arr)
+            offset = writer.add(arr, dtype=slot.storage, packed=packed)
             if offset != slot.offset:  # the emitter's plan and the writer must agree
                 raise PassError(f"emit-mil: blob offset {offset} != planned {slot.offset} in {slot.file}")
-            payloads.append(arr)
+            payloads.append(hashed)
     if store is None:
         digests: list[Any] = [None] * len(program.weights)
     elif _deferring.get():  # Futures: Artifact.build leaves them to Artifact.finish
@@ -382,14 +429,56 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
     else:
         digests = payload_digests(payloads)
     for slot, digest in zip(program.weights, digests):
-        entries.append({
+        entry = {
             "key": slot.key, "const": slot.const, "file": slot.file, "path": slot.path,
-            "offset": slot.offset, "dtype": slot.type.dtype.value, "shape": list(slot.type.shape),
+            "offset": slot.offset, "dtype": slot.dtype_name, "shape": list(slot.type.shape),
             "perm": list(slot.perm) if slot.perm is not None else None,
             "slice": list(slot.slice) if slot.slice is not None else None,
             "sha256": digest,
-        })
+        }
+        if slot.part is not None:
+            entry["part"] = dict(slot.part)
+        entries.append(entry)
     return (writers if store is not None else None), entries
+
+
+def _part_payload(slot: Any) -> tuple[np.ndarray, np.ndarray, Any]:
+    """(what the writer adds, the payload bytes as an array for the hash, the packed payload
+    and its padding bits for a sub-byte dtype or None) of one payload of a compressed weight."""
+    from anec.compress import pack_bits
+
+    comp = slot.decision.compressed
+    if comp is None:
+        raise PassError(f"emit-mil: compressed weight '{slot.part['of']}' has no payloads")
+    arr = np.ascontiguousarray(comp.parts[slot.part["role"]])
+    if slot.part.get("packed"):  # ios16 LUT indices: the packed bytes as uint8
+        arr = np.frombuffer(pack_bits(arr, comp.fmt.bits)[0], np.uint8)
+    arr = arr.reshape(slot.type.shape)
+    if slot.storage is not None:
+        from anec.mil.blobfile import SUBBYTE_BITS
+
+        raw, padding = pack_bits(arr, SUBBYTE_BITS[slot.storage])
+        packed = np.frombuffer(raw, np.uint8)
+        return arr, packed, (packed, padding)
+    return arr, arr, None
+
+
+def compression_report(program: MilProgram) -> list[dict]:
+    """The manifest's ``compression``: per weight const stored by a compression decision,
+    the format used, the one asked for, bytes, the errors and the formats that fell back."""
+    out, seen = [], set()
+    for slot in program.weights:
+        d = slot.decision
+        name = slot.part["of"] if slot.part else slot.const
+        if d is None or name in seen:
+            continue
+        seen.add(name)
+        out.append({"const": name, **_jsonable(d.report())})
+    for name, d in (program.uncompressed or {}).items():
+        if name not in seen:
+            seen.add(name)
+            out.append({"const": name, **_jsonable(d.report())})
+    return out
 
 
 WEIGHT_INPUTS_DIR = "inputs"
@@ -470,6 +559,9 @@ class Artifact:
         manifest = build_manifest(graph, program, target, entries, rewrites, ir_text)
         if input_entries:
             manifest["weight_inputs"] = input_entries
+        report = compression_report(program)
+        if report:
+            manifest["compression"] = report
         files = BlobFiles({**(blobs or {}), **{rel: input_blobs.source(rel) for rel in input_blobs}})
         pending = [e for e in entries if not (e["sha256"] is None or isinstance(e["sha256"], str))]
         return cls(graph.name, program.text, files, manifest, program, ir_text, pending)
@@ -487,7 +579,7 @@ class Artifact:
 
     # ---- summary ------------------------------------------------------------
     def weight_bytes(self) -> int:
-        return sum(math.prod(w["shape"]) * DType(w["dtype"]).itemsize for w in self.manifest["weights"])
+        return sum(payload_bytes(w["dtype"], math.prod(w["shape"])) for w in self.manifest["weights"])
 
     def op_count(self) -> int:
         """MIL statements, consts included."""
@@ -553,9 +645,10 @@ class Artifact:
                 readers[rel] = BlobReader(d.read(rel, BLOB_MAX_BYTES, "weight file"), name=str(d.path / rel))
                 blobs[rel] = readers[rel].data
             r = readers[rel]
-            dt = DType(w["dtype"])
             entry = r.entry(w["offset"])
-            if entry.dtype != dt.np.name or entry.size != math.prod(w["shape"]) * dt.itemsize:
+            numel = math.prod(w["shape"])
+            if entry.dtype != blob_np_name(w["dtype"]) or entry.size != payload_bytes(w["dtype"], numel) or \
+                    entry.count != numel:
                 raise ArtifactError(
                     f"{r.name} offset {w['offset']}: holds {entry.size} bytes of {entry.dtype}, the manifest "
                     f"says {w['dtype']}{w['shape']} for weight '{w['key']}'"

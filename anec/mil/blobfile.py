@@ -55,10 +55,26 @@ DTYPE_CODES: dict[str, int] = {
     "int32": 14,
     "uint32": 15,
 }
-"""numpy dtype name -> MILBlob ``BlobDataType`` code (the byte-sized types;
-bfloat16 and the sub-byte codes are not produced by anec)."""
+"""numpy dtype name -> MILBlob ``BlobDataType`` code (the byte-sized types)."""
 
-CODE_NAMES: dict[int, str] = {v: k for k, v in DTYPE_CODES.items()}
+SUBBYTE_CODES: dict[str, int] = {"int4": 8, "uint1": 9, "uint2": 10, "uint4": 11, "uint3": 12, "uint6": 13}
+"""Sub-byte MIL dtype -> BlobDataType code: payloads packed LSB first (element 0 in the low
+bits of byte 0), the unused bits of the last byte counted in the record's padding field.
+Compressed weights (:mod:`anec.compress`) write them; they are read unpacked (uint8/int8)."""
+
+SUBBYTE_BITS: dict[str, int] = {"int4": 4, "uint1": 1, "uint2": 2, "uint4": 4, "uint3": 3, "uint6": 6}
+
+CODE_NAMES: dict[int, str] = {**{v: k for k, v in DTYPE_CODES.items()}, **{v: k for k, v in SUBBYTE_CODES.items()}}
+
+
+def payload_bytes(dtype: str, count: int) -> int:
+    """Bytes of a payload of ``count`` elements of ``dtype`` (a numpy or sub-byte name)."""
+    if dtype in SUBBYTE_BITS:
+        return (count * SUBBYTE_BITS[dtype] + 7) // 8
+    return count * np.dtype(_NP_NAMES.get(dtype, dtype)).itemsize
+
+
+_NP_NAMES = {"fp16": "float16", "fp32": "float32"}
 _SHORT = {"float16": "fp16", "float32": "fp32"}
 
 
@@ -110,17 +126,37 @@ class BlobWriter:
         self._end = HEADER_BYTES
         self._file: mmap.mmap | None = None
 
-    def add(self, arr: np.ndarray) -> int:
-        """Append ``arr`` (row-major, little-endian) and return its metadata offset."""
+    def add(self, arr: np.ndarray, dtype: str | None = None, packed: tuple[np.ndarray, int] | None = None) -> int:
+        """Append ``arr`` (row-major, little-endian) and return its metadata offset.
+
+        ``dtype`` a sub-byte type (``uint4``, ``uint1``, ``int4``, ...): ``arr`` holds the
+        values unpacked (uint8/int8), which are packed LSB first, as coremltools does; or
+        ``packed`` gives them packed already (the bytes as uint8, the padding bits)."""
         if self._file is not None:
             raise ValueError("this BLOBFILE has been written; it takes no more tensors")
         a = np.asarray(arr)
-        code = dtype_code(a.dtype)
-        a = np.ascontiguousarray(a.astype(a.dtype.newbyteorder("<"), copy=False))
+        padding = 0
+        if dtype is not None and dtype in SUBBYTE_CODES and packed is not None:
+            code = SUBBYTE_CODES[dtype]
+            a, padding = np.ascontiguousarray(packed[0], np.uint8), int(packed[1])
+        elif dtype is not None and dtype in SUBBYTE_CODES:
+            from anec.compress import pack_bits
+
+            code = SUBBYTE_CODES[dtype]
+            bits = SUBBYTE_BITS[dtype]
+            v = a.reshape(-1).astype(np.int64)
+            lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if dtype.startswith("int") else (0, (1 << bits) - 1)
+            if v.size and (v.min() < lo or v.max() > hi):
+                raise ValueError(f"values out of the {dtype} range [{lo}, {hi}]")
+            raw, padding = pack_bits(v, bits)
+            a = np.frombuffer(raw, np.uint8)
+        else:
+            code = dtype_code(a.dtype)
+            a = np.ascontiguousarray(a.astype(a.dtype.newbyteorder("<"), copy=False))
         m = align(self._end)
         data = m + METADATA_BYTES
         meta = bytearray(m - self._end + METADATA_BYTES)  # alignment padding, then the record
-        _METADATA.pack_into(meta, m - self._end, SENTINEL, code, a.nbytes, data, 0)
+        _METADATA.pack_into(meta, m - self._end, SENTINEL, code, a.nbytes, data, padding)
         self._parts.append(bytes(meta))
         self._parts.append(memoryview(a.reshape(-1)).cast("B"))
         self._end = data + a.nbytes
@@ -226,6 +262,8 @@ class BlobEntry:
     @property
     def count(self) -> int:
         """Number of elements."""
+        if self.dtype in SUBBYTE_BITS:
+            return (self.size * 8 - self.padding_bits) // SUBBYTE_BITS[self.dtype]
         return self.size // np.dtype(self.dtype).itemsize
 
 
@@ -289,9 +327,14 @@ class BlobReader:
                 f"{where}: payload [{data_offset}, {data_offset + size}) is outside the file "
                 f"({len(self.data)} bytes)"
             )
-        itemsize = np.dtype(CODE_NAMES[code]).itemsize
-        if size % itemsize:
-            raise ArtifactError(f"{where}: payload size {size} is not a multiple of {itemsize}")
+        name = CODE_NAMES[code]
+        if name in SUBBYTE_BITS:
+            if padding >= 8 or (size == 0 and padding):
+                raise ArtifactError(f"{where}: {padding} padding bits in a {name} payload (at most 7)")
+        else:
+            itemsize = np.dtype(name).itemsize
+            if size % itemsize:
+                raise ArtifactError(f"{where}: payload size {size} is not a multiple of {itemsize}")
         return BlobEntry(offset, CODE_NAMES[code], size, data_offset, padding)
 
     def _has_sentinel(self, offset: int) -> bool:
@@ -313,10 +356,19 @@ class BlobReader:
     def read(self, offset: int, expect_dtype: np.dtype | str | None = None) -> np.ndarray:
         """The 1-D array stored at metadata ``offset`` (a read-only view)."""
         e = self.entry(offset)
-        if expect_dtype is not None and np.dtype(expect_dtype).name != e.dtype:
+        want = None if expect_dtype is None else (
+            expect_dtype if isinstance(expect_dtype, str) and expect_dtype in SUBBYTE_BITS
+            else np.dtype(_NP_NAMES.get(expect_dtype, expect_dtype) if isinstance(expect_dtype, str)
+                          else expect_dtype).name)
+        if want is not None and want != e.dtype:
             raise ArtifactError(
-                f"{self.name} offset {offset}: blob holds {e.dtype}, expected {np.dtype(expect_dtype).name}"
+                f"{self.name} offset {offset}: blob holds {e.dtype}, expected {want}"
             )
+        if e.dtype in SUBBYTE_BITS:
+            from anec.compress import unpack_bits
+
+            return unpack_bits(self.data[e.data_offset:e.data_offset + e.size], SUBBYTE_BITS[e.dtype], e.count,
+                               signed=e.dtype.startswith("int"))
         dt = np.dtype(e.dtype).newbyteorder("<")
         return np.frombuffer(self.data, dtype=dt, count=e.count, offset=e.data_offset)
 

@@ -52,7 +52,7 @@ import struct
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -274,6 +274,23 @@ class WeightSlot:
     """Declared type: the stored dtype and shape."""
     perm: list[int] | None
     slice: list[int] | None
+    part: dict | None = None
+    """For one BLOBFILE of a compressed weight: ``{"of": weight const, "role": "q" | "scale" |
+    "zero_point" | "indices" | "lut", "format", "axis", "shape": the dense shape,
+    "packed": ios16 LUT indices as packed bytes}`` (docs/compression.md); None otherwise."""
+    storage: str | None = None
+    """The BLOBFILE dtype when it is not ``type.dtype`` (sub-byte: ``uint4``, ...)."""
+    decision: Any = field(default=None, repr=False, compare=False)
+    """The :class:`anec.compress.Decision` a part belongs to."""
+
+    @property
+    def dtype_name(self) -> str:
+        """The BLOBFILE dtype as the manifest writes it (``fp16``, ``int8``, ``uint4``, ...)."""
+        return self.storage or self.type.dtype.value
+
+    @property
+    def payload_bytes(self) -> int:
+        return blobfile.payload_bytes(self.dtype_name, self.type.numel)
 
     @property
     def path(self) -> str:
@@ -290,6 +307,9 @@ class MilProgram:
     names: dict[str, str] = field(default_factory=dict)
     """IR value name -> MIL name (differs only for renamed internal values)."""
     dialect: str = "ios18"
+    uncompressed: dict = field(default_factory=dict)
+    """Weight const MIL name -> the compression decision that kept it fp16 (the gate, or the
+    format's rules, refused every format of its chain)."""
 
 
 # ---------------------------------------------------------------------------
@@ -345,8 +365,10 @@ def _scalar(dtype: DType, v: Any) -> tuple[TensorType, np.ndarray]:
 
 
 class _Emitter:
-    def __init__(self, graph: Graph, target: "Target", pack_weights: bool) -> None:
+    def __init__(self, graph: Graph, target: "Target", pack_weights: bool,
+                 compression: "Mapping[str, Any] | None" = None) -> None:
         self.graph = graph
+        self.compression = compression or {}
         self.target = target
         self.pack = pack_weights
         try:
@@ -364,6 +386,7 @@ class _Emitter:
         self.weights: list[WeightSlot] = []
         self.files_taken: set[str] = set()
         self.file_end: dict[str, int] = {}
+        self.uncompressed: dict[str, Any] = {}
 
     # ---- names ----------------------------------------------------------
     def _claim(self, base: str) -> str:
@@ -487,6 +510,12 @@ class _Emitter:
         if "value" in a:
             self._const(name, self.sp.type(t), self.sp.value(t, const_literal(a["value"], t)))
             return
+        decision = self.compression.get(r.name)
+        if decision is not None and decision.fmt.kind != "none":
+            self.op_compressed(n, a, decision)
+            return
+        if decision is not None:
+            self.uncompressed[name] = decision
         if t.dtype not in self.dialect.blob_dtypes:
             allowed = ", ".join(sorted(d.value for d in self.dialect.blob_dtypes))
             raise ConstraintError(
@@ -495,16 +524,79 @@ class _Emitter:
                 span=n.span, hint=f"declare it as one of {allowed} and cast after loading",
                 constraint="ANE-MIL-DIALECT",
             )
-        file = self._weight_file(name)
-        offset = self.file_end.get(file, blobfile.HEADER_BYTES)
-        self.file_end[file] = blobfile.next_offset(offset, t.nbytes)
-        slot = WeightSlot(n, name, a["weight"], file, offset, t, a.get("perm"), a.get("slice"))
-        self.weights.append(slot)
         # a BLOBFILE value is always a tensor type, also for rank 0
         type_text = self.sp.type(t) if t.rank else f"tensor<{t.dtype}, []>"
+        self._blob_const(n, a, name, type_text, t, None, None, None)
+
+    def _blob_const(self, n: Node, a: dict, name: str, type_text: str, t: TensorType, storage: str | None,
+                    part: dict | None, decision: Any) -> None:
+        """One BLOBFILE const (a weight, or one payload of a compressed weight)."""
+        file = self._weight_file(name)
+        offset = self.file_end.get(file, blobfile.HEADER_BYTES)
+        slot = WeightSlot(n, name, a["weight"], file, offset, t, a.get("perm"), a.get("slice"), part, storage,
+                          decision)
+        self.file_end[file] = blobfile.next_offset(offset, slot.payload_bytes)
+        self.weights.append(slot)
         val = (f"{type_text}(BLOBFILE(path = {self.sp.string(slot.path)}, "
                f"offset = {self.sp.scalar('uint64', str(offset))}))")
         self._const(name, type_text, val)
+
+    def op_compressed(self, n: Node, a: dict, d: Any) -> None:
+        """A weight const stored compressed: its payload consts and the ``constexpr_*`` op
+        that decompresses them when the program is loaded (docs/compression.md)."""
+        r = n.result
+        name, t = self.name(r), r.type
+        if t.dtype != DType.fp16:
+            raise ConstraintError(f"weight const %{r.name} is {t.dtype}; compressed weights decompress to fp16",
+                                  span=n.span, hint="declare it fp16, or leave it out of --compress")
+        ios16 = self.dialect.name == "ios16"
+        fmt, rank, axis = d.fmt, t.rank, d.axis
+        c = t.shape[axis]
+        args: dict[str, str] = {}
+        base = {"of": name, "format": fmt.name, "axis": axis, "shape": list(t.shape)}
+
+        def blob(role: str, arg: str, dtype: str, shape: tuple[int, ...], **extra: Any) -> None:
+            pname = self._claim(f"{name}_{role}")
+            storage = None if dtype in ("fp16", "int8", "uint8") else dtype
+            pt = TensorType(DType(dtype) if storage is None else DType.uint8, tuple(shape))
+            type_text = f"tensor<{dtype}, [{', '.join(str(x) for x in shape)}]>"
+            self._blob_const(n, a, pname, type_text, pt, storage, {**base, "role": role, **extra}, d)
+            args[arg] = pname
+
+        bshape = tuple(c if i == axis else 1 for i in range(rank))
+        if fmt.kind == "linear":
+            blob("q", "quantized_data" if ios16 else "data", fmt.storage, t.shape)
+            blob("scale", "scale", "fp16", (c,) if ios16 else bshape)
+            if fmt.affine:
+                blob("zero_point", "zero_point" if ios16 else "offset", fmt.storage, (c,) if ios16 else bshape)
+            elif ios16:  # the iOS16 op needs a zero point: a literal 0 (weight-independent)
+                zp = self._claim(f"{name}_zero_point")
+                self._const(zp, self.sp.scalar_type(fmt.storage), self.sp.scalar(fmt.storage, "0"))
+                args["zero_point"] = zp
+            if ios16:
+                ax = self._claim(f"{name}_axis")
+                self._const(ax, self.sp.scalar_type("int32"), self.sp.scalar("int32", str(axis)))
+                args["axis"] = ax
+            op = "constexpr_affine_dequantize" if ios16 else "constexpr_blockwise_shift_scale"
+        elif fmt.kind == "lut":
+            k = 1 << fmt.bits
+            if ios16:
+                nbytes = (t.numel * fmt.bits + 7) // 8
+                blob("indices", "indices", "uint8", (nbytes,), packed=True)
+                blob("lut", "lut", "fp16", (k,))
+                sh = self._claim(f"{name}_shape")
+                dims = ", ".join(str(x) for x in t.shape)
+                self._const(sh, f"tensor<uint32, [{rank}]>", f"tensor<uint32, [{rank}]>([{dims}])")
+                args["shape"] = sh
+            else:
+                groups = c // fmt.group if fmt.group else 1
+                lshape = tuple(groups if i == axis else 1 for i in range(rank)) + (k, 1)
+                blob("indices", "indices", fmt.storage, t.shape)
+                blob("lut", "lut", "fp16", lshape)
+            op = "constexpr_lut_to_dense"
+        else:  # pragma: no cover - decide() makes only these
+            raise PassError(f"emit-mil: no MIL form for compression format {fmt.name}", span=n.span)
+        self._stmt(f"{self.sp.type(t)} {name}", op, args, name)
 
     def _weight_file(self, const_name: str) -> str:
         if self.pack:
@@ -566,7 +658,7 @@ class _Emitter:
             "}",
         ]
         names = {v.name: self.names[id(v)] for v in g.values() if id(v) in self.names}
-        return MilProgram("\n".join(out) + "\n", self.weights, names, d.name)
+        return MilProgram("\n".join(out) + "\n", self.weights, names, d.name, self.uncompressed)
 
 
 def _sanitize(name: str) -> str:
@@ -579,13 +671,17 @@ def _sanitize(name: str) -> str:
     return s
 
 
-def emit_mil(graph: Graph, target: "Target", *, pack_weights: bool = False) -> MilProgram:
+def emit_mil(graph: Graph, target: "Target", *, pack_weights: bool = False,
+             compression: "Mapping[str, Any] | None" = None) -> MilProgram:
     """The MIL text and weight plan of one func (a legalized graph).
 
     Weight values are not needed (nor looked at): weight consts become
     ``BLOBFILE`` references to ``weights/<const>.bin`` (one file per weight),
     or to offsets in ``weights/weight.bin`` with ``pack_weights``.
+    ``compression`` (IR value name of a weight const -> :class:`anec.compress.Decision`)
+    writes those weights compressed: integer payload BLOBFILEs and a ``constexpr_*`` op
+    (docs/compression.md). The decisions, not the values, shape the text.
     Raises :class:`~anec.diagnostics.ConstraintError` for anything the ANE
     would reject that legalize should have removed.
     """
-    return _Emitter(graph, target, pack_weights).run()
+    return _Emitter(graph, target, pack_weights, compression).run()

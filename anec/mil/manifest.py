@@ -43,6 +43,8 @@ MAX_INT_DIGITS = 20
 
 DTYPES = ("fp16", "fp32", "int32", "bool", "int8", "uint8")
 BLOB_DTYPES = ("fp16", "fp32", "uint8", "int8")
+PART_DTYPES = BLOB_DTYPES + ("uint1", "uint2", "uint3", "uint4", "uint6", "int4")
+"""Also the sub-byte payloads of compressed weights (docs/compression.md)."""
 ITEMSIZE = {"fp16": 2, "fp32": 4, "int32": 4, "bool": 1, "int8": 1, "uint8": 1}
 WEIGHTS_DIR = "weights"
 WEIGHT_INPUTS_DIR = "inputs"
@@ -253,9 +255,13 @@ _io = obj({"name": _mil_name, "dtype": one_of(*DTYPES), "shape": shape(), "bindi
            "bytes": integer(0, MAX_BYTES)})
 _perm = nullable(array(integer(0, MAX_RANK - 1), MAX_RANK))
 _slice = nullable(array(integer(-MAX_RANK, MAX_DIM), 3, 3))
+_part = obj({"of": _name, "role": one_of("q", "scale", "zero_point", "indices", "lut"),
+             "format": string(64), "axis": integer(0, MAX_RANK - 1), "shape": shape()},
+            {"packed": boolean})
 _weight = obj({"key": _name, "file": rel_path(WEIGHTS_DIR), "offset": integer(64, 1 << 62),
-               "dtype": one_of(*BLOB_DTYPES), "shape": shape(), "sha256": hex64},
-              {"const": nullable(_name), "path": nullable(string(1100)), "perm": _perm, "slice": _slice})
+               "dtype": one_of(*PART_DTYPES), "shape": shape(), "sha256": hex64},
+              {"const": nullable(_name), "path": nullable(string(1100)), "perm": _perm, "slice": _slice,
+               "part": nullable(_part)})
 _weight_input = obj({"key": _name, "input": _mil_name, "file": rel_path(WEIGHT_INPUTS_DIR),
                      "offset": integer(64, 1 << 62), "dtype": one_of(*BLOB_DTYPES), "shape": shape(),
                      "sha256": hex64},
@@ -298,6 +304,7 @@ def _schema() -> Check:
             "logical_inputs": array(_logical_input),
             "logical_outputs": array(_logical_output),
             "weight_inputs": array(_weight_input),
+            "compression": array(obj({"const": _name, "key": _name, "format": string(64)})),
             "sram": any_json,
             "rewrites": array(any_json),
             "host_casts": array(_host_cast),

@@ -35,7 +35,7 @@ from anec import __version__
 from anec.diagnostics import ArtifactError
 from anec.ir.types import DType
 from anec.mil.artifact import (BLOB_MAX_BYTES, MANIFEST_FILE, OUTPUT_INDEX, PROGRAM_IR_FILE, PROGRAM_IR_MAX_BYTES, Artifact,
-                               _io_entries, _jsonable, _logical_outputs, _utf8, alloc_bytes, blob_key,
+                               _io_entries, _jsonable, _logical_outputs, _utf8, alloc_bytes, blob_key, weight_keys,
                                build_weight_inputs, format_json, load_artifact, sha256, write_artifact_dir)
 from anec.mil.beneath import check_rel
 from anec.mil.manifest import MANIFEST_MAX_BYTES, _Bad, _weight_input, array, parse_json
@@ -70,7 +70,8 @@ class PipelineArtifact:
     # ---- building -----------------------------------------------------------------
     @classmethod
     def build(cls, graph: "Graph", plan: "Plan", target: "Target", weights: Mapping[str, np.ndarray] | None,
-              rewrites: list[dict], pack_weights: bool = False) -> "PipelineArtifact":
+              rewrites: list[dict], pack_weights: bool = False,
+              compression: Mapping[int, Any] | None = None) -> "PipelineArtifact":
         from anec.mil.emitter import emit_mil
         from anec.passes.partition import extract_stage
 
@@ -81,14 +82,20 @@ class PipelineArtifact:
         index = {id(v): (k, i) for k, s in enumerate(plan.stages) for i, v in enumerate(s.outputs)}
         for k, st in enumerate(plan.stages):
             sg = extract_stage(graph, plan, k)
-            program = emit_mil(sg, target, pack_weights=pack_weights)
+            origin = sg.meta["const_origin"]
+            stage_comp = {}
+            if compression:
+                for n in sg.nodes:
+                    node = origin.get(n.result.name) if n.op == "const" else None
+                    if node is not None and id(node) in compression:
+                        stage_comp[n.result.name] = compression[id(node)]
+            program = emit_mil(sg, target, pack_weights=pack_weights, compression=stage_comp)
             art = Artifact.build(sg, program, target, weights, [])
             stages.append(art)
-            origin = sg.meta["const_origin"]
-            for slot in program.weights:
-                node = origin.get(slot.node.result.name)
+            for name, key in weight_keys(program).items():
+                node = origin.get(name)
                 if node is not None:
-                    blob_of.setdefault(id(node), f"{stage_dir(k)}/" + blob_key(slot.file, slot.offset))
+                    blob_of.setdefault(id(node), "+".join(f"{stage_dir(k)}/" + p for p in key.split("+")))
             same = seen_mil.setdefault(art.manifest["mil"]["sha256"], k)
             ins = []
             for i, v in enumerate(st.inputs):
@@ -218,7 +225,7 @@ class PipelineArtifact:
         out = {}
         for k, art in enumerate(self.stages):
             for key, arr in artifact_weights(art).items():
-                out[f"{stage_dir(k)}/{key}"] = arr
+                out["+".join(f"{stage_dir(k)}/{part}" for part in key.split("+"))] = arr
         return out
 
     def weight_inputs(self) -> dict[str, np.ndarray]:

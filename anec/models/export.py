@@ -348,12 +348,14 @@ def _reexport(info: dict[str, Any], d: Path) -> str:
 
 
 def compile_export(path: str | Path, out_dir: str | Path | None,
-                   target: str | None = None) -> list[tuple[str, Any, Any]]:
+                   target: str | None = None, compress: Any = None,
+                   compress_gate: Any = None) -> list[tuple[str, Any, Any]]:
     """Compile every func of an exported directory (weights from its weights file).
 
     Returns ``(func, artifact, written path or None)`` in file order; each
     func is one artifact directory under ``out_dir`` (written after every func
-    compiled), a pipeline when the compiler cut it."""
+    compiled), a pipeline when the compiler cut it. ``compress`` and ``compress_gate`` as for
+    :func:`anec.compiler.compile_module`."""
     from anec.compiler import compile_module
     from anec.ir.parser import parse_file
 
@@ -365,6 +367,6 @@ def compile_export(path: str | Path, out_dir: str | Path | None,
         if list(module.funcs) != funcs:
             raise ModelError(f"{d / f} holds funcs {list(module.funcs)}, but {MODEL_JSON} lists {funcs}",
                              hint=_reexport(info, d))
-        arts.update(compile_module(module, target=target).artifacts)
+        arts.update(compile_module(module, target=target, compress=compress, compress_gate=compress_gate).artifacts)
     # written once every func compiled: a failure leaves out_dir as it was
     return [(name, art, None if out_dir is None else art.write(Path(out_dir) / name)) for name, art in arts.items()]

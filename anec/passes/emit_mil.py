@@ -23,7 +23,10 @@ class EmitMil(Pass):
     stored in ``ctx.artifacts[graph.name]``; the graph is not changed.
     With ``ctx.weights`` None the artifact has no weight files (MIL only).
     Options: ``ctx.options["pack_weights"]`` puts every weight into
-    ``weights/weight.bin``.
+    ``weights/weight.bin``; ``ctx.options["compress"]`` (an :class:`anec.compress.Spec`)
+    stores the matching conv/matmul weights compressed, each one the format of its rule
+    that passes the accuracy gate (docs/compression.md): the IR is unchanged, the
+    decision is written into the MIL (``constexpr_*`` ops) and the manifest.
 
     Ops the ANE rejects must be gone (legalize); finding one here is a
     ConstraintError naming the constraint.
@@ -66,12 +69,21 @@ class EmitMil(Pass):
         from anec.mil.emitter import emit_mil
 
         rewrites = [r for r in ctx.rewrites if r.get("func", graph.name) == graph.name]
+        spec = ctx.option("compress", None)
+        decisions: dict = {}
+        if spec is not None:
+            from anec.compress import decide
+
+            decisions = decide(graph, spec, ctx.weights, ctx.target.mil_dialect, target=ctx.target)
         plan = graph.meta.get("partition")
         if plan is not None:  # legalize cut the func: one program per stage
             from anec.mil.pipeline import PipelineArtifact
 
             ctx.artifacts[graph.name] = PipelineArtifact.build(
-                graph, plan, ctx.target, ctx.weights, rewrites, bool(ctx.option("pack_weights", False)))
+                graph, plan, ctx.target, ctx.weights, rewrites, bool(ctx.option("pack_weights", False)),
+                compression=decisions)
             return
-        program = emit_mil(graph, ctx.target, pack_weights=bool(ctx.option("pack_weights", False)))
+        by_name = {n.result.name: decisions[id(n)] for n in graph.nodes if id(n) in decisions}
+        program = emit_mil(graph, ctx.target, pack_weights=bool(ctx.option("pack_weights", False)),
+                           compression=by_name)
         ctx.artifacts[graph.name] = Artifact.build(graph, program, ctx.target, ctx.weights, rewrites)

@@ -23,7 +23,7 @@ import numpy as np
 
 from anec.diagnostics import RuntimeFailure, WeightError, did_you_mean
 from anec.ir.types import FP16_MAX, DType, TensorType
-from anec.mil.blobfile import CODE_NAMES, METADATA_BYTES, SENTINEL, dtype_code
+from anec.mil.blobfile import CODE_NAMES, METADATA_BYTES, SENTINEL, SUBBYTE_CODES, dtype_code
 from anec.weights import view_stored
 
 
@@ -171,7 +171,40 @@ def payloads(manifest: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[
                                                 + (" ..." if len(known) > 8 else "") if known else
                                                 "this program has no weights")
             raise WeightError(f"unknown weight '{key}' for program '{manifest.get('func', '?')}'", hint=hint)
-    return [(e, materialize(key, value, e)) for key, value in new.items() for e in by_key[key]]
+    out = []
+    for key, value in new.items():
+        out += [(e, materialize(key, value, e)) for e in by_key[key] if not e.get("part")]
+        out += _recompressed(key, value, [e for e in by_key[key] if e.get("part")])
+    return out
+
+
+def _recompressed(key: str, value: Any, entries: list[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], np.ndarray]]:
+    """(entry, payload) for the payload BLOBFILEs of the compressed weights that store ``key``:
+    the new value compressed with each weight's recorded scheme (its format, channel axis and
+    payload shapes; docs/compression.md), so the MIL stays the same and only payloads change."""
+    from anec.compress import compress_tensor, get_format, pack_bits
+    from anec.mil.blobfile import SUBBYTE_BITS
+
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for e in entries:
+        groups.setdefault(e["part"]["of"], []).append(e)
+    out = []
+    for of, parts in groups.items():
+        p = parts[0]["part"]
+        fmt = get_format(p["format"])
+        dense = {"dtype": "fp16", "shape": p["shape"], "perm": parts[0].get("perm"), "slice": parts[0].get("slice")}
+        comp = compress_tensor(materialize(key, value, dense), fmt, int(p["axis"]))
+        if not np.isfinite(comp.rel_l2):
+            raise WeightError(f"weight '{key}' in {fmt.name} does not dequantize to finite fp16 values",
+                              constraint="ANE-FP16-RANGE", hint="the program keeps its old weights")
+        for e in parts:
+            arr = np.ascontiguousarray(comp.parts[e["part"]["role"]])
+            if e["part"].get("packed"):
+                arr = np.frombuffer(pack_bits(arr, fmt.bits)[0], np.uint8)
+            elif e["dtype"] in SUBBYTE_BITS:
+                arr = np.frombuffer(pack_bits(arr, SUBBYTE_BITS[e["dtype"]])[0], np.uint8)
+            out.append((e, arr))
+    return out
 
 
 def _record(buf: bytearray | memoryview, file: str, offset: int, payload: np.ndarray, dtype: str,
@@ -181,7 +214,8 @@ def _record(buf: bytearray | memoryview, file: str, offset: int, payload: np.nda
     if offset + METADATA_BYTES > len(buf):
         raise WeightError(f"{file}: metadata offset {offset} of weight '{key}' is outside the file")
     sentinel, code, size, data_off = struct.unpack_from("<IIQQ", buf, offset)
-    if sentinel != SENTINEL or code != dtype_code(DType(dtype).np) or size != payload.nbytes \
+    want = SUBBYTE_CODES[dtype] if dtype in SUBBYTE_CODES else dtype_code(DType(dtype).np)
+    if sentinel != SENTINEL or code != want or size != payload.nbytes \
             or data_off + size > len(buf):
         found = CODE_NAMES.get(code, code)
         raise WeightError(f"{file}: the blob of weight '{key}' at offset {offset} does not match the manifest "

@@ -30,7 +30,7 @@ static void test_nonfinite_positions(void)
     static uint8_t d[4 * N];
     static const uint32_t bad16[] = {0x7c00u, 0xfc00u, 0x7e00u, 0x7c01u};
     static const uint32_t bad32[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u};
-    blob_tensor t = {BLOB_DT_FP16, 2 * N, 0, d};
+    blob_tensor t = {BLOB_DT_FP16, 2 * N, 0, d, 0};
     for (size_t i = 0; i < 2 * N; i += 2) { d[i] = 0xff; d[i + 1] = 0x7b; } /* 65504: finite */
     CHECK(blob_first_nonfinite(&t) == -1);
     int ok = 1;
@@ -106,10 +106,24 @@ int main(void)
     CHECK(blob_read_tensor(buf, len, 64, 0, 0, &t, err, sizeof err) == -1);
     put64(buf + 80, 128);
 
-    /* dtype */
-    put32(buf + 68, 9);
+    /* dtype (16, float8, is in coremltools' source only; 9..13 are the sub-byte codes) */
+    put32(buf + 68, 16);
     CHECK(blob_read_tensor(buf, len, 64, 0, 0, &t, err, sizeof err) == -1);
-    CHECK_HAS(err, "unsupported blob dtype code 9");
+    CHECK_HAS(err, "unsupported blob dtype code 16");
+    /* a packed uint4 payload: the padding bits must leave whole elements (at most 7) */
+    put32(buf + 68, 11);
+    put64(buf + 88, 4);
+    CHECK(blob_read_tensor(buf, len, 64, BLOB_DT_UINT4, 0, &t, err, sizeof err) == 0);
+    CHECK(t.padding_bits == 4 && blob_payload_bytes(BLOB_DT_UINT4, 63) == 32);
+    put64(buf + 88, 9);
+    CHECK(blob_read_tensor(buf, len, 64, 0, 0, &t, err, sizeof err) == -1);
+    CHECK_HAS(err, "no whole number of 4-bit elements");
+    put32(buf + 68, 13); /* uint6: 32 bytes = 256 bits, 4 padding bits leave 252 = 42 elements */
+    put64(buf + 88, 4);
+    CHECK(blob_read_tensor(buf, len, 64, 0, 0, &t, err, sizeof err) == 0);
+    put64(buf + 88, 3);
+    CHECK(blob_read_tensor(buf, len, 64, 0, 0, &t, err, sizeof err) == -1);
+    put64(buf + 88, 0);
     put32(buf + 68, 2);
     CHECK(blob_read_tensor(buf, len, 64, BLOB_DT_FP16, 0, &t, err, sizeof err) == -1);
     CHECK_HAS(err, "blob dtype is fp32 but the const is declared fp16");

@@ -285,9 +285,16 @@ def parse_mil(text: str) -> MilText:
 # rebuilding with coremltools
 
 
+_SUBBYTE = ("uint1", "uint2", "uint3", "uint4", "uint6", "int4")
+
+
 def _np_dtype(dtype: str) -> np.dtype:
+    if dtype in _SUBBYTE:  # coremltools' numpy dtypes for packed types (compressed weights)
+        from coremltools.converters.mil.mil.types.type_mapping import nptype_from_builtin, string_to_builtin
+
+        return np.dtype(nptype_from_builtin(string_to_builtin(dtype)))
     return np.dtype({"fp16": "float16", "fp32": "float32", "int32": "int32", "int8": "int8",
-                     "uint8": "uint8", "bool": "bool"}[dtype])
+                     "uint8": "uint8", "bool": "bool", "uint32": "uint32"}[dtype])
 
 
 def _const_value(lit: Literal, blob_reader) -> Any:
@@ -337,6 +344,8 @@ def _coreml_blob_reader(blobs: Mapping[str, bytes] | None):
         r = cache[rel]
         if dtype == "fp16":
             return np.asarray(r.read_fp16_data(offset)).view(np.float16)
+        if dtype in _SUBBYTE:
+            return np.asarray(getattr(r, f"read_{dtype}_data")(offset)).astype(_np_dtype(dtype))
         fn = {"fp32": r.read_float_data, "int8": r.read_int8_data, "uint8": r.read_uint8_data,
               "int32": r.read_int32_data}[dtype]
         return np.asarray(fn(offset))

@@ -1,0 +1,423 @@
+/*
+ * sim_constexpr.c - compressed weights: the MIL constexpr_* ops, checked when the
+ * program is compiled and decompressed when it is loaded, exactly as the MIL says.
+ *
+ *   ios16  constexpr_affine_dequantize(quantized_data, zero_point, scale, axis)
+ *          out = scale[c] * (q - zero_point[c]); scale/zero_point scalars or vectors along axis
+ *          constexpr_lut_to_dense(indices, lut, shape)
+ *          indices: uint8 bytes packing log2(K)-bit indices LSB first; lut [K]; shape uint32
+ *   ios18  constexpr_blockwise_shift_scale(data, scale, offset?)
+ *          out = scale[blk] * (data - offset[blk]); scale (and offset) of data's rank,
+ *          each dim dividing data's (the block size)
+ *          constexpr_lut_to_dense(indices, lut)
+ *          indices uint1..uint8 in the output shape; lut [g0..g(r-1), 2^bits, 1], each
+ *          dim dividing the indices' (the channel groups sharing a table)
+ *
+ * The argument rules follow coremltools' op definitions (iOS16 constexpr_ops.py, iOS18
+ * compression.py); what they reject the sim rejects, naming the MIL line. The operands
+ * must be consts (BLOBFILE or literal). A constexpr result counts as one weight tensor
+ * for the BLOBFILE budget, its payload consts do not (sim_plan.c). At load every
+ * payload is read with its declared dtype and packed size (blobfile.c refuses a wrong
+ * dtype code, a truncated payload, padding bits that do not match the element count).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp16.h"
+#include "sim_build.h"
+
+/* bits of a sub-byte or byte integer dtype, 0 otherwise */
+static int int_bits(mil_dtype dt)
+{
+    switch (dt) {
+    case MIL_DT_UINT1: return 1;
+    case MIL_DT_UINT2: return 2;
+    case MIL_DT_UINT3: return 3;
+    case MIL_DT_UINT4: case MIL_DT_INT4: return 4;
+    case MIL_DT_UINT6: return 6;
+    case MIL_DT_UINT8: case MIL_DT_INT8: return 8;
+    default: return 0;
+    }
+}
+
+int sim_dtype_subbyte(mil_dtype dt)
+{
+    int b = int_bits(dt);
+    return b > 0 && b < 8;
+}
+
+/* An operand that must be a const (BLOBFILE, literal or constexpr result): its index, or -1. */
+static int const_operand(builder *B, const mil_stmt *st, const char *name, int required)
+{
+    int idx = sb_data(B, st, name, required);
+    if (idx == -1 && !required)
+        return -1;
+    if (idx < 0)
+        return -2;
+    const sim_value *v = &B->p->vals[idx];
+    if (v->kind != SV_CONST && v->kind != SV_BLOB) {
+        sb_err(B, st->line, NULL, "%s: '%s' must be a const (a BLOBFILE or a literal), but '%s' is computed at run time",
+               st->op, name, v->name);
+        return -2;
+    }
+    if (v->dec) {
+        sb_err(B, st->line, NULL, "%s: '%s' is itself a constexpr result; nested compression is not supported",
+               st->op, name);
+        return -2;
+    }
+    return idx;
+}
+
+static int need_dtype(builder *B, const mil_stmt *st, const char *arg, const sim_value *v, const mil_dtype *ok,
+                      const char *list)
+{
+    for (const mil_dtype *d = ok; *d; d++)
+        if (v->dt == *d)
+            return 0;
+    sb_err(B, st->line, NULL, "%s: '%s' has element type %s, expected one of %s", st->op, arg, mil_dtype_name(v->dt),
+           list);
+    return -1;
+}
+
+/* The result: declared type must be what the op produces; a constant weight (SV_BLOB kind). */
+static int result(builder *B, const mil_stmt *st, sim_decomp *d, mil_dtype dt, int rank, const int64_t *shape)
+{
+    if (sb_need_results(B, st, 1))
+        return -1;
+    if (dt != MIL_DT_FP16 && dt != MIL_DT_FP32) {
+        sb_err(B, st->line, NULL, "%s: decompresses to %s; the ANE takes fp16/fp32 weights", st->op, mil_dtype_name(dt));
+        return -1;
+    }
+    int idx = sb_result_value(B, st, 0, dt, rank, shape);
+    if (idx < 0)
+        return -1;
+    sim_decomp *copy = malloc(sizeof *copy);
+    if (!copy) {
+        sb_oom(B);
+        return -1;
+    }
+    *copy = *d;
+    sim_value *v = &B->p->vals[idx];
+    v->kind = SV_BLOB; /* a constant weight for the ops that read it (conv, matmul) */
+    v->dec = copy;
+    B->p->n_decomp++;
+    int parts[4] = {d->data, d->scale, d->offset, d->lut};
+    for (int i = 0; i < 4; i++)
+        if (parts[i] >= 0 && B->p->vals[parts[i]].kind == SV_BLOB && !B->p->vals[parts[i]].part) {
+            B->p->vals[parts[i]].part = 1;
+            B->p->n_parts++;
+        }
+    return 0;
+}
+
+static const mil_dtype FLOATS[] = {MIL_DT_FP16, MIL_DT_FP32, 0};
+
+static int rule_affine(builder *B, const mil_stmt *st)
+{
+    static const char *const args[] = {"quantized_data", "zero_point", "scale", "axis", NULL};
+    static const mil_dtype SRC[] = {MIL_DT_UINT8, MIL_DT_INT8, 0};
+    static const mil_dtype ZP[] = {MIL_DT_UINT8, MIL_DT_INT8, MIL_DT_FP32, 0};
+    if (sb_check_args(B, st, args))
+        return -1;
+    sim_decomp d = {DEC_AFFINE, -1, -1, -1, -1, 0, 0};
+    d.data = const_operand(B, st, "quantized_data", 1);
+    d.offset = d.data < 0 ? -2 : const_operand(B, st, "zero_point", 1);
+    d.scale = d.offset < 0 ? -2 : const_operand(B, st, "scale", 1);
+    if (d.data < 0 || d.offset < 0 || d.scale < 0)
+        return -1;
+    sb_param_t pa;
+    int64_t axis;
+    if (sb_required_param(B, st, "axis", &pa) || sb_param_int(B, st, "axis", &pa, &axis))
+        return -1;
+    const sim_value *q = &B->p->vals[d.data], *zp = &B->p->vals[d.offset], *sc = &B->p->vals[d.scale];
+    if (need_dtype(B, st, "quantized_data", q, SRC, "uint8, int8") || need_dtype(B, st, "zero_point", zp, ZP, "uint8, int8, fp32") ||
+        need_dtype(B, st, "scale", sc, FLOATS, "fp16, fp32"))
+        return -1;
+    if (q->rank < 1) {
+        sb_err(B, st->line, NULL, "%s: quantized_data must be a tensor", st->op);
+        return -1;
+    }
+    if (sb_norm_axis(B, st, axis, q->rank, pa.line, &d.axis))
+        return -1;
+    const sim_value *vec[2] = {sc, zp};
+    const char *names[2] = {"scale", "zero_point"};
+    for (int i = 0; i < 2; i++) {
+        if (vec[i]->rank > 1 || (vec[i]->rank == 1 && vec[i]->shape[0] != q->shape[d.axis])) {
+            sb_err(B, st->line, NULL, "%s: '%s' must be a scalar or a vector of %lld (the size of axis %d of quantized_data)",
+                   st->op, names[i], (long long)q->shape[d.axis], d.axis);
+            return -1;
+        }
+    }
+    return result(B, st, &d, sc->dt, q->rank, q->shape);
+}
+
+static int rule_shift_scale(builder *B, const mil_stmt *st)
+{
+    static const char *const args[] = {"data", "scale", "offset", NULL};
+    static const mil_dtype SRC[] = {MIL_DT_INT4, MIL_DT_UINT4, MIL_DT_INT8, MIL_DT_UINT8, 0};
+    static const mil_dtype OFF[] = {MIL_DT_INT4, MIL_DT_UINT4, MIL_DT_INT8, MIL_DT_UINT8, MIL_DT_FP16, MIL_DT_FP32, 0};
+    if (sb_check_args(B, st, args))
+        return -1;
+    sim_decomp d = {DEC_SHIFT_SCALE, -1, -1, -1, -1, 0, 0};
+    d.data = const_operand(B, st, "data", 1);
+    d.scale = d.data < 0 ? -2 : const_operand(B, st, "scale", 1);
+    if (d.data < 0 || d.scale < 0)
+        return -1;
+    d.offset = const_operand(B, st, "offset", 0);
+    if (d.offset == -2)
+        return -1;
+    const sim_value *q = &B->p->vals[d.data], *sc = &B->p->vals[d.scale];
+    if (need_dtype(B, st, "data", q, SRC, "int4, uint4, int8, uint8") || need_dtype(B, st, "scale", sc, FLOATS, "fp16, fp32"))
+        return -1;
+    if (q->rank < 1 || sc->rank != q->rank) {
+        sb_err(B, st->line, NULL, "%s: 'data' and 'scale' need the same rank (at least 1), got %d and %d", st->op, q->rank,
+               sc->rank);
+        return -1;
+    }
+    for (int i = 0; i < q->rank; i++)
+        if (sc->shape[i] <= 0 || q->shape[i] % sc->shape[i]) {
+            sb_err(B, st->line, NULL, "%s: at dim %d 'data' has %lld, which %lld scales do not divide into blocks", st->op,
+                   i, (long long)q->shape[i], (long long)sc->shape[i]);
+            return -1;
+        }
+    if (d.offset >= 0) {
+        const sim_value *off = &B->p->vals[d.offset];
+        if (need_dtype(B, st, "offset", off, OFF, "int4, uint4, int8, uint8, fp16, fp32"))
+            return -1;
+        int same = off->rank == sc->rank;
+        for (int i = 0; same && i < sc->rank; i++)
+            same = off->shape[i] == sc->shape[i];
+        if (!same) {
+            sb_err(B, st->line, NULL, "%s: 'offset' must have the shape of 'scale'", st->op);
+            return -1;
+        }
+        if (!sb_is_float(off->dt) && off->dt != q->dt) {
+            sb_err(B, st->line, NULL, "%s: 'offset' is %s, but an integer offset must have the dtype of 'data' (%s)",
+                   st->op, mil_dtype_name(off->dt), mil_dtype_name(q->dt));
+            return -1;
+        }
+    }
+    return result(B, st, &d, sc->dt, q->rank, q->shape);
+}
+
+static int rule_lut(builder *B, const mil_stmt *st)
+{
+    static const char *const a16[] = {"indices", "lut", "shape", NULL};
+    static const char *const a18[] = {"indices", "lut", "vector_axis", NULL};
+    int ios16 = mil_find_arg(st, "shape") != NULL;
+    if (sb_check_args(B, st, ios16 ? a16 : a18))
+        return -1;
+    sim_decomp d = {ios16 ? DEC_LUT_PACKED : DEC_LUT, -1, -1, -1, -1, 0, 0};
+    d.data = const_operand(B, st, "indices", 1);
+    d.lut = d.data < 0 ? -2 : const_operand(B, st, "lut", 1);
+    if (d.data < 0 || d.lut < 0)
+        return -1;
+    const sim_value *ix = &B->p->vals[d.data], *lut = &B->p->vals[d.lut];
+    if (need_dtype(B, st, "lut", lut, FLOATS, "fp16, fp32"))
+        return -1;
+    if (ios16) {
+        static const mil_dtype U8[] = {MIL_DT_UINT8, 0};
+        sb_param_t ps;
+        int64_t shape[ANEC_MAX_RANK];
+        size_t rank;
+        if (need_dtype(B, st, "indices", ix, U8, "uint8 (packed indices)"))
+            return -1;
+        if (sb_required_param(B, st, "shape", &ps))
+            return -1;
+        if (ps.dt != MIL_DT_UINT32) {
+            sb_err(B, st->line, NULL, "%s: 'shape' must be uint32, got %s", st->op, mil_dtype_name(ps.dt));
+            return -1;
+        }
+        if (sb_param_ints(B, st, "shape", &ps, shape, ANEC_MAX_RANK, &rank))
+            return -1;
+        if (ix->rank != 1 || lut->rank != 1) {
+            sb_err(B, st->line, NULL, "%s: 'indices' and 'lut' must be vectors", st->op);
+            return -1;
+        }
+        int64_t k = lut->shape[0];
+        int bits = k == 2 ? 1 : k == 4 ? 2 : k == 16 ? 4 : k == 64 ? 6 : k == 256 ? 8 : 0;
+        if (!bits) {
+            sb_err(B, st->line, NULL, "%s: the lut has %lld entries; it must have 2, 4, 16, 64 or 256", st->op, (long long)k);
+            return -1;
+        }
+        uint64_t numel = 1;
+        for (size_t i = 0; i < rank; i++) {
+            if (shape[i] <= 0 || (uint64_t)shape[i] > MIL_MAX_NUMEL || numel > MIL_MAX_NUMEL / (uint64_t)shape[i]) {
+                sb_err(B, st->line, NULL, "%s: 'shape' has a dimension out of range", st->op);
+                return -1;
+            }
+            numel *= (uint64_t)shape[i];
+        }
+        uint64_t need = (numel * (uint64_t)bits + 7) / 8;
+        if ((uint64_t)ix->shape[0] != need) {
+            sb_err(B, st->line, NULL, "%s: %llu %d-bit indices pack into %llu bytes, but 'indices' has %lld", st->op,
+                   (unsigned long long)numel, bits, (unsigned long long)need, (long long)ix->shape[0]);
+            return -1;
+        }
+        d.bits = bits;
+        d.axis = 0;
+        return result(B, st, &d, lut->dt, (int)rank, shape);
+    }
+    if (mil_find_arg(st, "vector_axis")) {
+        sb_err(B, st->line, NULL, "%s: vector palettization (vector_axis) is valid MIL but the anec sim does not implement it",
+               st->op);
+        return -1;
+    }
+    int bits = int_bits(ix->dt);
+    if (!bits || ix->dt == MIL_DT_INT4 || ix->dt == MIL_DT_INT8) {
+        sb_err(B, st->line, NULL, "%s: 'indices' has element type %s, expected one of uint1, uint2, uint3, uint4, uint6, uint8",
+               st->op, mil_dtype_name(ix->dt));
+        return -1;
+    }
+    if (ix->rank < 1 || lut->rank != ix->rank + 2) {
+        sb_err(B, st->line, NULL, "%s: 'lut' needs 2 more dims than 'indices' (rank %d), got rank %d", st->op, ix->rank,
+               lut->rank);
+        return -1;
+    }
+    if (lut->shape[ix->rank] != (int64_t)1 << bits) {
+        sb_err(B, st->line, NULL, "%s: 'indices' are %s (values up to %d), but the lut has %lld entries; indices and lut "
+               "must agree (2^bits entries)", st->op, mil_dtype_name(ix->dt), (1 << bits) - 1, (long long)lut->shape[ix->rank]);
+        return -1;
+    }
+    if (lut->shape[ix->rank + 1] != 1) {
+        sb_err(B, st->line, NULL, "%s: the lut's last dim is %lld; vector palettization is not implemented", st->op,
+               (long long)lut->shape[ix->rank + 1]);
+        return -1;
+    }
+    for (int i = 0; i < ix->rank; i++)
+        if (lut->shape[i] <= 0 || ix->shape[i] % lut->shape[i]) {
+            sb_err(B, st->line, NULL, "%s: at dim %d 'indices' has %lld, which %lld tables do not divide", st->op, i,
+                   (long long)ix->shape[i], (long long)lut->shape[i]);
+            return -1;
+        }
+    d.bits = bits;
+    return result(B, st, &d, lut->dt, ix->rank, ix->shape);
+}
+
+int sb_constexpr(builder *B, const mil_stmt *st)
+{
+    if (strcmp(st->op, "constexpr_affine_dequantize") == 0)
+        return rule_affine(B, st);
+    if (strcmp(st->op, "constexpr_blockwise_shift_scale") == 0)
+        return rule_shift_scale(B, st);
+    if (strcmp(st->op, "constexpr_lut_to_dense") == 0)
+        return rule_lut(B, st);
+    sb_err(B, st->line, NULL, "op '%s' is valid MIL but the anec sim does not implement it", st->op);
+    return -1;
+}
+
+/* ---- load --------------------------------------------------------------------------- */
+
+/* Element i of a const operand as a double (sub-byte payloads packed LSB first). */
+static double elem(const sim_value *v, const void *data, uint64_t i)
+{
+    const uint8_t *b = data;
+    int bits = int_bits(v->dt);
+    if (bits && bits < 8) {
+        uint64_t bit = i * (uint64_t)bits;
+        unsigned x = 0;
+        for (int k = 0; k < bits; k++, bit++)
+            x |= (unsigned)((b[bit >> 3] >> (bit & 7)) & 1u) << k;
+        if (v->dt == MIL_DT_INT4 && x >= 8)
+            return (double)x - 16.0;
+        return (double)x;
+    }
+    switch (v->dt) {
+    case MIL_DT_INT8: return ((const int8_t *)data)[i];
+    case MIL_DT_UINT8: return b[i];
+    case MIL_DT_FP16: return anec_f_from_h(((const uint16_t *)data)[i]);
+    case MIL_DT_FP32: return ((const float *)data)[i];
+    default: return 0;
+    }
+}
+
+/* Flat index into a tensor of `small` shape of the block holding flat index i of `big`. */
+static uint64_t block_index(const sim_value *big, const sim_value *small, uint64_t i)
+{
+    uint64_t out = 0, mul = 1;
+    for (int d = big->rank - 1; d >= 0; d--) {
+        uint64_t dim = (uint64_t)big->shape[d];
+        uint64_t c = i % dim;
+        i /= dim;
+        uint64_t sd = small->rank == big->rank ? (uint64_t)small->shape[d] : 1;
+        out += c / (dim / sd) * mul;
+        mul *= sd;
+    }
+    return out;
+}
+
+static void put(void *dst, mil_dtype dt, uint64_t i, double v)
+{
+    if (dt == MIL_DT_FP16)
+        ((uint16_t *)dst)[i] = anec_h_from_f((float)v);
+    else
+        ((float *)dst)[i] = (float)v;
+}
+
+int sim_decompress(sim_state *s, int vi, char *err, size_t errlen)
+{
+    const sim_plan *p = s->plan;
+    const sim_value *v = &p->vals[vi];
+    const sim_decomp *d = v->dec;
+    void *out = malloc(v->bytes ? v->bytes : 1);
+    if (!out) {
+        snprintf(err, errlen, "out of memory decompressing '%s'", v->name);
+        return ANEC_ENOMEM;
+    }
+    const sim_value *q = &p->vals[d->data];
+    const void *qd = s->store[d->data];
+    uint64_t n = v->numel;
+    if (d->form == DEC_AFFINE) {
+        const sim_value *sc = &p->vals[d->scale], *zp = &p->vals[d->offset];
+        const void *sd = s->store[d->scale], *zd = s->store[d->offset];
+        uint64_t inner = 1;
+        for (int k = d->axis + 1; k < v->rank; k++)
+            inner *= (uint64_t)v->shape[k];
+        uint64_t dim = (uint64_t)v->shape[d->axis];
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t c = i / inner % dim;
+            /* as coremltools: (q - zero_point) in fp32, times the scale, rounded to the output */
+            float diff = (float)elem(q, qd, i) - (float)elem(zp, zd, zp->rank ? c : 0);
+            put(out, v->dt, i, (double)(diff * (float)elem(sc, sd, sc->rank ? c : 0)));
+        }
+    } else if (d->form == DEC_SHIFT_SCALE) {
+        const sim_value *sc = &p->vals[d->scale];
+        const void *sd = s->store[d->scale];
+        const sim_value *off = d->offset >= 0 ? &p->vals[d->offset] : NULL;
+        const void *od = off ? s->store[d->offset] : NULL;
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t b = block_index(v, sc, i);
+            float x = (float)elem(q, qd, i);
+            if (off)
+                x -= (float)elem(off, od, b);
+            put(out, v->dt, i, (double)(x * (float)elem(sc, sd, b)));
+        }
+    } else {
+        const sim_value *lut = &p->vals[d->lut];
+        const void *ld = s->store[d->lut];
+        uint64_t k = (uint64_t)1 << d->bits;
+        sim_value packed = *q;
+        if (d->form == DEC_LUT_PACKED)
+            packed.dt = d->bits == 1 ? MIL_DT_UINT1 : d->bits == 2 ? MIL_DT_UINT2 : d->bits == 4 ? MIL_DT_UINT4
+                      : d->bits == 6 ? MIL_DT_UINT6 : MIL_DT_UINT8;
+        sim_value tables = *lut; /* the table dims only: [g0..g(r-1)] */
+        tables.rank = d->form == DEC_LUT_PACKED ? 0 : v->rank;
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t ix = (uint64_t)elem(&packed, qd, i);
+            if (ix >= k) { /* cannot happen with a checked plan: every index has bits bits */
+                free(out);
+                snprintf(err, errlen, "load: '%s' (model.mil:%d): LUT index %llu at element %llu is out of range "
+                         "(the lut has %llu entries)", v->name, v->line, (unsigned long long)ix, (unsigned long long)i,
+                         (unsigned long long)k);
+                return ANEC_ELOAD;
+            }
+            uint64_t g = tables.rank ? block_index(v, &tables, i) : 0;
+            put(out, v->dt, i, elem(lut, ld, g * k + ix));
+        }
+    }
+    s->store[vi] = out;
+    return ANEC_OK;
+}
