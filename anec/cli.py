@@ -948,7 +948,7 @@ def import_cmd(file, out_dir, name, target, list_ops, markdown) -> None:
     Needs PyTorch: pip install 'anec[torch]'.
     """
     if list_ops:
-        from anec.frontends.aten import format_table
+        from anec.frontends.lowerings import format_table
 
         click.echo(format_table(markdown), nl=False)
         return
