@@ -75,8 +75,8 @@ def _window(reads: list[list[range]], kernel: tuple[int, int], source: "Value") 
     """The window the per-position slices ``reads`` (row-major kernel order) of ``source``
     describe, or None when they are not exactly the spec's slices."""
     kh, kw = kernel
-    if len(reads) != kh * kw:
-        return None
+    if len(reads) != kh * kw or source.type.rank != 4:
+        return None  # the forms are NCHW: anything else is someone else's sum of slices
     first = reads[0]
     n, c, hp, wp = source.type.shape
     out = (len(first[2]), len(first[3]))

@@ -162,6 +162,24 @@ def test_a_pad_of_another_value_stays_and_the_conv_reads_it():
     assert g.nodes[-1].attrs["pad"] == [0, 0, 0, 0] and g.nodes[-1].operands[0] is g.nodes[1].results[0]
 
 
+def test_a_scaled_sum_of_slices_of_another_rank_stays():
+    """torch.trapezoid lowers to a scaled sum of slices of a rank-2 value: the same ops as an
+    average pool's form, but not NCHW, so it is left as it is (it once raised in the matcher)."""
+    text = """func f(%x: fp16[3, 5]) {
+  %a = slice(%x, begin=[0, 0], end=[3, 4], stride=[1, 1]) : fp16[3, 4]
+  %b = slice(%x, begin=[0, 1], end=[3, 5], stride=[1, 1]) : fp16[3, 4]
+  %s = add(%a, %b) : fp16[3, 4]
+  %h = const(value=0.5) : fp16[]
+  %y = mul(%s, %h) : fp16[3, 4]
+  return %y
+}
+"""
+    g = parse(text, "trapezoid.ir").funcs["f"]
+    before = [n.op for n in g.nodes]
+    run_passes(g, [SelectNative()], PassContext.default("m4"))
+    assert [n.op for n in g.nodes] == before
+
+
 def test_divisor_override_and_perturbed_bilinear_matrices_stay():
     for form in (sf.avg_pool(divisor=5), sf.upsample_bilinear(perturb=0.01)):
         _, g, _ = _selected(form)
