@@ -35,10 +35,14 @@ def _ranges(node: "Node") -> list[range]:
 
 
 def _sliced(v: "Value") -> tuple["Value", list[range]]:
-    """(source, ranges): a slice's operand and ranges, or ``v`` itself read whole."""
+    """(source, ranges): a window slice's operand and ranges (a slice keeping batch and
+    channels whole), or ``v`` itself read whole (a group's channel slice is a source)."""
     p = _prod(v, "slice")
     if p is not None:
-        return p.operands[0], _ranges(p)
+        r = _ranges(p)
+        shape = p.operands[0].type.shape
+        if len(r) < 2 or (r[0] == range(shape[0]) and r[1] == range(shape[1])):
+            return p.operands[0], r
     return v, [range(d) for d in v.type.shape]
 
 
@@ -159,6 +163,10 @@ def _term(v: "Value") -> Term | None:
         if ws is None or not _constant(ws.operands[0]):
             return None
         pos = _weight_pos(ws, ws.operands[0], kind == "transpose")
+        if pos is None and kind == "conv" and _const_node(ws.operands[0]) is not None \
+                and tuple(wv.type.shape[2:]) == (1, 1):
+            # a group's 1x1 kernel read whole: conv1x1(slice(x), slice(W)) per group (form 2)
+            return Term(*_sliced(xs), wv, (0, 0), kind)
     elif n.op == "mul":
         for xs, wr in (n.operands, n.operands[::-1]):
             r = _prod(wr, "reshape")
