@@ -288,6 +288,10 @@ def _conv_node(rw: Rewriter, m: ConvMatch, groups: int = 1, weight: "Value | Non
     what = f"conv %{rw.anchor.results[0].name}"
     problems = _limit_problems(win.kernel, win.strides, win.dilations, pad)
     if problems:
+        if groups == 1:
+            y = _patchify(rw, what, problems, x, w, win, pad)
+            if y is not None:
+                return y
         return _declined(rw, what, problems, "ANE-SPATIAL-LIMITS")
     cout = w.type.shape[0]
     if not _channels_ok(rw, what, x.type.shape[1], cout):
@@ -296,6 +300,37 @@ def _conv_node(rw: Rewriter, m: ConvMatch, groups: int = 1, weight: "Value | Non
               groups=groups, suffix="conv")
     rw.record(None, f"{what}: {win.kernel[0]}x{win.kernel[1]} conv (strides {list(win.strides)}, pad {pad}, "
               f"dilations {list(win.dilations)}, groups {groups}) -> one conv")
+    return y
+
+
+def _patchify(rw: Rewriter, what: str, problems: list[str], x: "Value", w: "Value", win: Window,
+              pad: list[int]) -> "Value | None":
+    """A patch embedding beyond the limits (kernel == stride, no padding or dilation, batch 1,
+    e.g. ViT-B/16's stride 16) as the patches gathered into channels: reshape to
+    [Cin, Ho, KH, Wo, KW], transpose to [Cin, KH, KW, Ho, Wo], reshape to
+    [1, Cin*KH*KW, 1, Ho*Wo], one conv1x1 by the weight viewed as [Cout, Cin*KH*KW, 1, 1],
+    reshape to [1, Cout, Ho, Wo]. None when the conv is not such a patch embedding."""
+    (kh, kw), (ho, wo) = win.kernel, win.out
+    wc = _const_node(w)
+    if win.strides != win.kernel or win.dilations != (1, 1) or any(pad) or x.type.rank != 4 \
+            or x.type.shape[0] != 1 or wc is None or "weight" not in wc.attrs:
+        return None
+    _, cin, h, wd = x.type.shape
+    cout = w.type.shape[0]
+    if not _channels_ok(rw, what, cin * kh * kw, cout):
+        return None
+    if (h, wd) != (ho * kh, wo * kw):  # the rows and columns no patch reads
+        x = rw.op("slice", x, begin=[0, 0, 0, 0], end=[1, cin, ho * kh, wo * kw], suffix="patch_rows")
+    p = rw.op("reshape", x, shape=[cin, ho, kh, wo, kw], suffix="patches")
+    p = rw.op("transpose", p, perm=[0, 2, 4, 1, 3], suffix="patches_t")
+    p = rw.op("reshape", p, shape=[1, cin * kh * kw, 1, ho * wo], suffix="patches_c")
+    from anec.ir.types import TensorType
+
+    w2 = rw.const_weight(dict(wc.attrs), TensorType(w.type.dtype, (cout, cin * kh * kw, 1, 1)), suffix="w")
+    y = rw.op("conv1x1", p, w2, suffix="patch_conv")
+    y = rw.op("reshape", y, shape=[1, cout, ho, wo], suffix="patch_out")
+    rw.record("ANE-SPATIAL-LIMITS", f"{what} {'; '.join(problems)}: a {kh}x{kw} patch embedding -> "
+              f"patches as {cin * kh * kw} channels, one conv1x1")
     return y
 
 
@@ -587,8 +622,12 @@ class SelectNative(Pass):
     ``mul`` by ones between two reshapes becomes ``upsample_nearest``; two
     matmuls by constant matrices equal to bilinear weights become
     ``upsample_bilinear``. A bias stays the separate ``add`` after the conv
-    (ANE-CONV-BIAS). Anything else is left alone, and so is a form beyond the
-    target forms' limits (ANE-SPATIAL-LIMITS, ANE-CONV-CHANNELS: recorded),
+    (ANE-CONV-BIAS). A patch embedding (kernel == stride, no padding or
+    dilation, batch 1) beyond the target forms' limits (ViT-B/16's stride 16)
+    becomes its patches gathered into Cin*KH*KW channels (reshape, transpose,
+    reshape) and one ``conv1x1`` (recorded). Anything else is left alone, and
+    so is any other form beyond the target forms' limits (ANE-SPATIAL-LIMITS,
+    ANE-CONV-CHANNELS: recorded),
     whose weights are not constants (a conv reads a constant weight), a
     transposed conv padded by more than its kernel extent (the importer crops
     instead), an average whose divisor is neither ``1/(KH*KW)`` nor the count

@@ -261,6 +261,27 @@ def test_model_sim_matches_torch_with_one_native_statement_per_layer(imported, n
     check(module, args, name, ("sim",), im=im, native=torch_native_counts(module))
 
 
+class PatchEmbed(nn.Module):
+    """ViT-B/16's patch embedding: a 16x16 stride-16 conv, flattened to [B, tokens, D]."""
+
+    def __init__(self, patch=16, d=8):
+        super().__init__()
+        self.proj = nn.Conv2d(3, d, patch, patch)
+
+    def forward(self, x):
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+@pytest.mark.parametrize("patch,size", [(16, 32), (32, 64), (8, 32)])
+def test_vit_patch_embedding_runs_as_one_conv(patch, size):
+    """A patch embedding beyond ANE-SPATIAL-LIMITS' stride 8 (ViT-B/16) or kernel 16 (ViT-B/32)
+    compiles to one conv over the Cin*P*P patch channels (not P*P per-position convs); within
+    the limits (patch 8) to one native conv. Both match torch on the sim."""
+    torch.manual_seed(50 + patch)
+    check(PatchEmbed(patch), (_x(51, 1, 3, size, size),), "patch_embed", ("fp32", "sim"),
+          native=dict.fromkeys(NATIVE_MIL, 0) | {"conv": 1})
+
+
 def test_model_layers_become_one_form_each(imported):
     """Batch norms after convs are folded away; convs keep ONE weight const per layer."""
     im, module, _ = imported("resnet_block")

@@ -187,6 +187,29 @@ def test_beyond_the_kernel_limit_the_form_stays_and_says_why():
     assert notes and f"exceeds {SPATIAL_LIMITS.kernel}" in notes[0]["detail"]
 
 
+@pytest.mark.parametrize("k,s,wd", [((2, 16), (2, 16), 34), ((1, 17), (1, 17), 34)])
+def test_a_patch_embedding_beyond_the_limits_becomes_one_conv1x1_over_the_patches(k, s, wd):
+    """kernel == stride beyond ANE-SPATIAL-LIMITS (ViT-B/16's stride 16, a 17-wide kernel):
+    the patches are gathered into Cin*KH*KW channels (reshape, transpose, reshape) for one
+    conv1x1; the columns no patch reads (34 = 2 * 17, 34 = 2 * 16 + 2) are sliced off."""
+    from tolerances import assert_close
+
+    form = sf.conv(cin=3, cout=5, k=k, s=s, p=(0, 0, 0, 0), h=4, wd=wd)
+    _, g, ctx = _selected(form)
+    ops = [n.op for n in g.nodes if n.op != "const"]
+    want = ["reshape", "transpose", "reshape", "conv1x1", "reshape"]
+    assert ops == (["slice"] + want if wd % k[1] else want), ops
+    conv = next(n for n in g.nodes if n.op == "conv1x1")
+    assert conv.operands[1].type.shape == (5, 3 * k[0] * k[1], 1, 1)
+    notes = [r for r in ctx.rewrites if r["constraint"] == "ANE-SPATIAL-LIMITS"]
+    assert len(notes) == 1 and "patch embedding" in notes[0]["detail"]
+    x = _x(form)
+    before = interpret(parse(form.text, "form.ir").funcs["f"], {"x": x}, form.weights)["y"]
+    after = interpret(g, {"x": x}, form.weights)["y"]
+    assert after.shape == before.shape
+    assert_close(after, before, "select-native/interp", ulps=3)
+
+
 def test_padding_as_wide_as_the_kernel_stays():
     """A padded 1x1 conv pads beyond its kernel extent (ANE-SPATIAL-LIMITS): it stays."""
     _, g, ctx = _selected(sf.conv(k=(1, 1), p=(0, 0, 1, 1)))
