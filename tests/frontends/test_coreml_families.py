@@ -19,9 +19,11 @@ from tests.frontends.conftest import CASES, assert_close, torch
 pytest.importorskip("coremltools")
 
 FAMILIES = ["llama", "gpt2", "bert", "vit", "t5_encoder", "mlp"]
-CNN_FAMILIES = ["resnet_block", "mobilenet_block", "convnext_block", "audio_frontend", "unet_up", "yolo_head"]
+CNN_FAMILIES = ["resnet_block", "mobilenet_block", "convnext_block", "audio_frontend", "unet_up", "yolo_head",
+                "vit_patch16"]
 """The convolutional families of tests/frontends/test_import_spatial.py (native conv, pool and
-upsample ops in the package)."""
+upsample ops in the package), and ViT-B/16's patch embedding (stride 16: beyond the native
+conv's limits, one conv over the patches)."""
 
 
 def _t5():
@@ -36,9 +38,11 @@ def build(name, tmp_path):
     import anec
 
     if name in CNN_FAMILIES:
-        from tests.frontends.test_import_spatial import _models
+        from tests.frontends.test_import_spatial import PatchEmbed, _models
 
-        module, args = _models()[name]
+        torch.manual_seed(8)
+        module, args = (PatchEmbed(16).eval(), (torch.randn(1, 3, 32, 32),)) if name == "vit_patch16" \
+            else _models()[name]
     else:
         module, args = _t5() if name == "t5_encoder" else CASES[name]()
     im = anec.import_torch(module, args)

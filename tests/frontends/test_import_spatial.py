@@ -4,9 +4,11 @@
   MobileNetV2 inverted residual, a ConvNeXt block, a Whisper-style Conv1d
   front end, a U-Net decoder step, a YOLO-style head) and a table of single
   layers across kernel, stride, padding, dilation, groups and ceil_mode agree
-  with torch in fp32 through the interpreter (fp32 and fp16 modes) and, for
-  the forms the ANE compiles today without native-op selection, on the sim.
-  Hypothesis draws further conv and pooling geometries.
+  with torch in fp32 through the interpreter (fp32 and fp16 modes) and on the
+  sim (all but the forms the ANE does not compile: reflect/replicate/circular
+  padding, dilated max pooling), where the compiled MIL must hold exactly one
+  native conv / conv_transpose / max_pool / avg_pool / upsample statement per
+  torch layer. Hypothesis draws further conv and pooling geometries.
 * Each layer is lowered to EXACTLY its canonical 27-op form (docs/torch.md,
   "Spatial layers"): the expected statements are derived here, independently,
   from the forms' definitions, and compared statement by statement.
@@ -328,7 +330,7 @@ def _bn(m):
     return _randomize_norms(m, 3)
 
 
-# id, module factory, input shape, family, runs on the sim today
+# id, module factory, input shape, family, compiles for the ANE (runs on the sim)
 LAYERS = [
     ("conv3x3", lambda: nn.Conv2d(3, 4, 3), (1, 3, 8, 8), "conv", True),
     ("conv3x3_s2_p1", lambda: nn.Conv2d(3, 4, 3, 2, 1), (1, 3, 9, 8), "conv", True),
