@@ -243,6 +243,20 @@ def _zero_inserted(v: "Value") -> tuple["Value", tuple[int, int]] | None:
     return x, (sh, sw)
 
 
+def _cropped(v: "Value") -> tuple["Value", list[int]]:
+    """(z, [top, bottom, left, right]) when ``v`` is a unit-stride slice cropping only H and W of
+    form 3's zero-inserted z (a transposed conv padded beyond its kernel extent), else
+    (v, zeros)."""
+    c = _prod(v, "slice")
+    if c is not None and c.operands[0].type.rank == 4 and _zero_inserted(c.operands[0]) is not None:
+        z = c.operands[0]
+        r = _ranges(c)
+        n, ch, h, w = z.type.shape
+        if r[0] == range(n) and r[1] == range(ch) and r[2].step == 1 and r[3].step == 1:
+            return z, [r[2].start, h - r[2].stop, r[3].start, w - r[3].stop]
+    return v, [0, 0, 0, 0]
+
+
 def _limit_problems(kernel, strides, dilations, pad=()) -> list[str]:
     return SPATIAL_LIMITS.problems(kernel=kernel, strides=strides, dilations=dilations, pad=pad)
 
@@ -268,22 +282,32 @@ def _conv_node(rw: Rewriter, m: ConvMatch, groups: int = 1, weight: "Value | Non
     if m.kind == "transpose":
         if win.strides != (1, 1):
             return None
+        x, cropped = _cropped(x)
         z = _zero_inserted(x)
         x, strides = z if z is not None else (x, (1, 1))
         ext = [win.dilations[a // 2] * (win.kernel[a // 2] - 1) for a in range(4)]
-        crop = [e - p for e, p in zip(ext, pad)]
+        crop = [e - p + c for e, p, c in zip(ext, pad, cropped)]
         if min(crop) < 0:
-            return None  # more padding than the kernel extent: the importer crops instead
+            return None  # padding the output beyond a transposed conv's: not form 3
+        # padding beyond the kernel extent (the importer's crop): the native op crops what its
+        # limits allow, a slice the rest
+        native = [min(c, e) for c, e in zip(crop, ext)]
+        rest = [c - k for c, k in zip(crop, native)]
         what = f"conv_transpose %{rw.anchor.results[0].name}"
-        problems = _limit_problems(win.kernel, strides, win.dilations, crop)
+        problems = _limit_problems(win.kernel, strides, win.dilations, native)
         if problems:
             return _declined(rw, what, problems, "ANE-SPATIAL-LIMITS")
         if not _channels_ok(rw, what, x.type.shape[1], w.type.shape[1] * groups):
             return None
-        y = rw.op("conv_transpose", x, w, strides=list(strides), pad=crop, dilations=list(win.dilations),
+        y = rw.op("conv_transpose", x, w, strides=list(strides), pad=native, dilations=list(win.dilations),
                   groups=groups, suffix="convt")
+        if any(rest):
+            n, c, h, wd = y.type.shape
+            y = rw.op("slice", y, begin=[0, 0, rest[0], rest[2]], end=[n, c, h - rest[1], wd - rest[3]],
+                      suffix="crop")
         rw.record(None, f"{what}: {win.kernel[0]}x{win.kernel[1]} transposed conv "
-                  f"(strides {list(strides)}, crop {crop}) -> one conv_transpose")
+                  f"(strides {list(strides)}, crop {crop}) -> one conv_transpose"
+                  + (f", then a slice cropping {rest}" if any(rest) else ""))
         return y
     what = f"conv %{rw.anchor.results[0].name}"
     problems = _limit_problems(win.kernel, win.strides, win.dilations, pad)
@@ -616,7 +640,9 @@ class SelectNative(Pass):
     depthwise ``mul`` form and the per-group ``concat`` become ``conv`` with
     ``groups``; zero insertion plus flipped, transposed weight slices becomes
     ``conv_transpose`` (grouped: a concat of that form on each group's channels
-    of the zero-inserted, padded input); ``reduce_max`` over stacked windows of a ``-inf``
+    of the zero-inserted, padded input; padded beyond its kernel extent, where
+    the importer crops the zero-inserted input: the op crops what the limits
+    allow, a ``slice`` the rest); ``reduce_max`` over stacked windows of a ``-inf``
     padded input becomes ``max_pool``; a window sum times ``1/(KH*KW)`` (or
     a const of ``1/count`` per position) becomes ``avg_pool``; the broadcast
     ``mul`` by ones between two reshapes becomes ``upsample_nearest``; two
@@ -628,9 +654,7 @@ class SelectNative(Pass):
     reshape) and one ``conv1x1`` (recorded). Anything else is left alone, and
     so is any other form beyond the target forms' limits (ANE-SPATIAL-LIMITS,
     ANE-CONV-CHANNELS: recorded),
-    whose weights are not constants (a conv reads a constant weight), a
-    transposed conv padded by more than its kernel extent (the importer crops
-    instead), an average whose divisor is neither ``1/(KH*KW)`` nor the count
+    whose weights are not constants (a conv reads a constant weight), an average whose divisor is neither ``1/(KH*KW)`` nor the count
     of input elements per window (divisor_override, ceil-mode windows counting
     padding), and bilinear matrices that differ from the bilinear weights of
     an output size. Checking divisors and matrices needs the weights.

@@ -362,6 +362,8 @@ LAYERS = [
     ("convT_s1", lambda: nn.ConvTranspose2d(4, 3, 3), (1, 4, 5, 5), "conv_transpose", True),
     ("convT_dilated", lambda: nn.ConvTranspose2d(4, 3, 3, 2, 1, dilation=2), (1, 4, 5, 5), "conv_transpose", True),
     ("convT_crop", lambda: nn.ConvTranspose2d(4, 3, 2, 2, padding=2), (1, 4, 5, 5), "conv_transpose", True),
+    ("convT_crop_rect", lambda: nn.ConvTranspose2d(4, 3, (3, 2), (2, 3), padding=(3, 2), output_padding=(1, 0)),
+     (1, 4, 5, 4), "conv_transpose", True),
     ("convT_groups2", lambda: nn.ConvTranspose2d(4, 6, 3, 2, 1, groups=2), (1, 4, 5, 5), "conv_transpose",
      True),
     ("convT1d", lambda: nn.ConvTranspose1d(4, 3, 4, 2, 1), (1, 4, 8), "conv_transpose", True),
@@ -447,6 +449,22 @@ def test_layer_sim_matches_torch(case):
     for op, delta in NOT_NATIVE.get(case[0], {}).items():
         native[op] += delta
     check(module, args, family, ("sim",), native=native)
+
+
+@pytest.mark.parametrize("name", ["convT_crop", "convT_crop_rect"])
+def test_transposed_conv_padded_beyond_its_kernel_is_one_conv_transpose_and_a_crop(name, tmp_path):
+    """Padding beyond dilation * (kernel - 1): the import crops the zero-inserted input; the
+    compiled MIL is the strided conv_transpose cropping what the limits allow, then one slice
+    (no zero insertion left)."""
+    from anec.compiler import compile_module
+
+    module, _, _ = _layer_case(next(c for c in LAYERS if c[0] == name))
+    im = _import(module.layer, next(c for c in LAYERS if c[0] == name)[2])
+    art = compile_module(im.module, weights=im.weights, host_casts=True).artifacts[im.name]
+    ops = [op for op in re.findall(r"^\s*tensor<[^>]*> \w+ = (\w+)\(", art.mil_text, re.M) if op != "const"]
+    assert ops == ["cast", "conv_transpose", "slice_by_index", "reshape", "add", "cast"], ops
+    sel = next(n for n in art.program_module().funcs[im.name].nodes if n.op == "conv_transpose")
+    assert sel.attrs["strides"] == list(module.layer.stride)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
