@@ -536,13 +536,21 @@ def avg_pool_from_windows(node: "Node", rw: Rewriter) -> "Value | None":
         exclude = False
     elif np.array_equal(got_div, _rounded(1.0 / count, d)):
         exclude = True
-    else:
-        return None  # a divisor_override or ceil-mode windows: no native average matches
+    else:  # divisor_override, ceil-mode windows counting the padding in part: the window sum
+        exclude = None  # (the average times KH*KW) times the form's own divisor
     what = f"avg_pool %{node.results[0].name}"
     if not _pool_limits(rw, what, win, pad):
         return None
     y = rw.op("avg_pool", x, kernel_sizes=list(win.kernel), strides=list(win.strides), pad=pad,
-              exclude_padding_from_average=exclude, suffix="pool")
+              exclude_padding_from_average=bool(exclude), suffix="pool")
+    if exclude is None:
+        from anec.ir.types import TensorType
+
+        kk = rw.const_value(float(k), TensorType(y.type.dtype, ()), suffix="kk")
+        y = rw.op("mul", rw.op("mul", y, kk, suffix="sum"), d, suffix="div")
+        rw.record(None, f"{what}: {win.kernel[0]}x{win.kernel[1]} window sum (strides {list(win.strides)}, "
+                  f"pad {pad}) -> one avg_pool times {k}, times the divisor")
+        return y
     rw.record(None, f"{what}: {win.kernel[0]}x{win.kernel[1]} average pool (strides {list(win.strides)}, "
               f"pad {pad}, exclude_padding_from_average={str(exclude).lower()}) -> one avg_pool")
     return y
@@ -644,7 +652,9 @@ class SelectNative(Pass):
     the importer crops the zero-inserted input: the op crops what the limits
     allow, a ``slice`` the rest); ``reduce_max`` over stacked windows of a ``-inf``
     padded input becomes ``max_pool``; a window sum times ``1/(KH*KW)`` (or
-    a const of ``1/count`` per position) becomes ``avg_pool``; the broadcast
+    a const of ``1/count`` per position) becomes ``avg_pool``, times any other
+    const divisor (divisor_override, ceil-mode windows counting padding in
+    part) ``avg_pool`` times ``KH*KW`` times that divisor; the broadcast
     ``mul`` by ones between two reshapes becomes ``upsample_nearest``; two
     matmuls by constant matrices equal to bilinear weights become
     ``upsample_bilinear``. A bias stays the separate ``add`` after the conv
@@ -653,11 +663,10 @@ class SelectNative(Pass):
     becomes its patches gathered into Cin*KH*KW channels (reshape, transpose,
     reshape) and one ``conv1x1`` (recorded). Anything else is left alone, and
     so is any other form beyond the target forms' limits (ANE-SPATIAL-LIMITS,
-    ANE-CONV-CHANNELS: recorded),
-    whose weights are not constants (a conv reads a constant weight), an average whose divisor is neither ``1/(KH*KW)`` nor the count
-    of input elements per window (divisor_override, ceil-mode windows counting
-    padding), and bilinear matrices that differ from the bilinear weights of
-    an output size. Checking divisors and matrices needs the weights.
+    ANE-CONV-CHANNELS: recorded), a form whose weights are not constants (a
+    conv reads a constant weight), and bilinear matrices that differ from the
+    bilinear weights of an output size. Checking divisors and matrices needs
+    the weights.
 
     Before:
         func f(%x: fp16[1, 2, 4, 4]) {

@@ -428,10 +428,6 @@ def test_layer_interpreter_matches_torch(case):
 SIM_LAYERS = [c for c in LAYERS if c[4]]
 
 NOT_NATIVE = {
-    # ceil-mode windows whose divisor counts the padding only in part: slices, adds, a mul
-    "avgpool_ceil_p1": {"avg_pool": -1},
-    # divisor_override: no native average divides by it
-    "avgpool_divisor": {"avg_pool": -1},
     # shrinks W (4x5 -> 7x3): the two matmuls by constant matrices, run as 1x1 convs
     "bilinear_size": {"upsample_bilinear": -1, "conv": 2},
     # F.interpolate(scale_factor=1.5) (not a module): 5 -> 7 columns weighted by torch's 1/1.5,
