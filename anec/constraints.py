@@ -365,14 +365,19 @@ _ENTRIES = (
                   "word on spatial limits is a community FAQ's guess (hollance/neural-engine) that dilated "
                   "convolutions may not run on the ANE under Core ML",
                   HYPOTHESIS, _UNTRIED),),
-        "rewrite or error", "select-native (keeps the 27-op form); legalize: check_target_form",
+        "rewrite or error", "select-native (keeps the 27-op form; a patch embedding: patches as channels, "
+        "one conv1x1); legalize: check_target_form",
         "The ops and their parameters are coremltools' MIL definitions (iOS15 conv.py, pool.py, "
         "image_resizing.py, reused by iOS17/iOS18), which state no size limits. "
         "select-native writes a native op only within the limits (anec.ir.ops.SPATIAL_LIMITS) and records "
-        "the layers it leaves in their 27-op form; legalize rejects a target form beyond them at its "
+        "the layers it leaves in their 27-op form (a patch embedding, kernel == stride without padding, "
+        "beyond them becomes its patches gathered into Cin*KH*KW channels and one conv1x1 instead); "
+        "legalize rejects a target form beyond them at its "
         "line, and the sim refuses such MIL.",
         "compile",
         ("tests/passes/test_select_native.py::test_beyond_the_kernel_limit_the_form_stays_and_says_why",
+         "tests/passes/test_select_native.py::"
+         "test_a_patch_embedding_beyond_the_limits_becomes_one_conv1x1_over_the_patches",
          "tests/passes/test_select_native.py::test_legalize_rejects_target_forms_beyond_the_limits",
          "tests/mil/test_mil_native_spatial.py::test_sim_refuses_native_ops_beyond_the_limits",
          f"{_SELF}::test_selftest_numbers"),
