@@ -173,7 +173,7 @@ class Changes:
     ``tracked`` are verified this way.
     """
 
-    __slots__ = ("nodes", "removed", "values", "annotated", "everything")
+    __slots__ = ("nodes", "removed", "values", "annotated", "typed", "everything")
 
     def __init__(self) -> None:
         self.nodes: dict[int, Node] = {}
@@ -184,6 +184,15 @@ class Changes:
         """Values renamed or retyped (their producer and users are re-checked)."""
         self.annotated: dict[int, Node] = {}
         """Nodes whose annotations were set through :meth:`Graph.annotate`."""
+        self.typed: set[int] = set()
+        """ids of the nodes in ``nodes`` created with the result types the op table infers for
+        their operands and attributes (``Graph.create_node(..., inferred=True)``, as the
+        rewriter of :mod:`anec.passes.rewrite` builds them) and not rewired since: the
+        verifier re-checks their place, names and use lists but does not infer their types
+        again. Rewiring a node (any graph method that changes its operands, or the type of a
+        func input it reads) drops it from here. A rewrite
+        creates most of the nodes a large pipeline re-checks, and inferring each again cost
+        as much as building it."""
         self.everything = False
         """A change the log cannot describe (``rebuild_uses``): verify the whole func."""
 
@@ -323,6 +332,8 @@ class Graph:
         value.type = type
         if self._changes is not None:
             self._changes.values[id(value)] = value
+            for user in value.uses:  # their types are inferred again
+                self._rewired(user)
 
     def add_node(self, node: Node, index: int | None = None) -> Node:
         """Insert ``node`` (at ``index``, default: the end) and record its uses."""
@@ -344,7 +355,13 @@ class Graph:
             names[r._name] += 1
         self._node_ids.add(id(node))
         if self._changes is not None:
-            self._changes.nodes[id(node)] = node
+            self._rewired(node)
+
+    def _rewired(self, node: Node) -> None:
+        """Log ``node`` as added or as reading other operands (its types are checked again)."""
+        changes = self._changes
+        changes.nodes[id(node)] = node
+        changes.typed.discard(id(node))
 
     def _insert_next_to(self, node: Node, anchor: Node | None, after: bool) -> None:
         """Put ``node`` right before (or after) ``anchor`` (None: at the front), deferred."""
@@ -369,8 +386,15 @@ class Graph:
         optional: dict[str, Value] | None = None,
         span: Span | None = None,
         before: Node | None = None,
+        inferred: bool = False,
     ) -> Node:
-        """Build and insert a node; ``before`` keeps topological order for rewrites."""
+        """Build and insert a node; ``before`` keeps topological order for rewrites.
+
+        ``inferred`` says that ``result_types`` are what the op table infers for these
+        operands and attributes (the caller just inferred them, with attributes that are plain
+        IR literals): the change log then spares the verifier inferring them again
+        (:attr:`Changes.typed`).
+        """
         if names is None:
             names = []
             for _ in result_types:
@@ -378,8 +402,11 @@ class Graph:
         results = [Value(n, t, None, 0, [], span) for n, t in zip(names, result_types)]
         node = Node(op, list(operands), dict(attrs), results, dict(optional or {}), span)
         if before is None:
-            return self.add_node(node)
-        self._insert_next_to(node, before, after=False)
+            self.add_node(node)
+        else:
+            self._insert_next_to(node, before, after=False)
+        if inferred and self._changes is not None:
+            self._changes.typed.add(id(node))
         return node
 
     def fresh_name(self, hint: str = "v", exclude: "Iterable[str]" = ()) -> str:
@@ -461,7 +488,7 @@ class Graph:
         node.operands[index] = new
         new.uses.append(node)
         if self._changes is not None:
-            self._changes.nodes[id(node)] = node
+            self._rewired(node)
 
     def replace_uses(self, old: Value, new: Value, users: Iterable[Node]) -> None:
         """Make the nodes ``users`` read ``new`` wherever they read ``old`` (returned values stay)."""
@@ -476,7 +503,7 @@ class Graph:
             old.uses = [u for u in old.uses if u is not user]
             new.uses.extend([user] * n)
             if self._changes is not None:
-                self._changes.nodes[id(user)] = user
+                self._rewired(user)
 
     def replace_all_uses(self, old: Value, new: Value) -> None:
         """Make every use of ``old`` use ``new``; returned names never change.
@@ -487,12 +514,12 @@ class Graph:
         """
         if old is new:
             return
-        changes = self._changes
+        tracking = self._changes is not None
         for user in list(old.uses):
             user.operands = [new if v is old else v for v in user.operands]
             user.optional = {k: (new if v is old else v) for k, v in user.optional.items()}
-            if changes is not None:
-                changes.nodes[id(user)] = user
+            if tracking:
+                self._rewired(user)
         new.uses.extend(old.uses)
         old.uses = []
         if old in self._outputs:
@@ -557,6 +584,7 @@ class Graph:
         if self._changes is not None:
             self._changes.removed[id(node)] = node
             self._changes.nodes.pop(id(node), None)
+            self._changes.typed.discard(id(node))
         for r in node.results:
             names[r.name] -= 1
             if names[r.name] <= 0:

@@ -91,7 +91,13 @@ def scalar_const(v: "Value") -> float | None:
     p = v.producer
     if p is None or p.op != "const" or "value" not in p.attrs or math.prod(v.type.shape) != 1:
         return None
-    return float(np.asarray(const_literal(p.attrs["value"], v.type)).reshape(-1)[0])
+    value, dtype = p.attrs["value"], v.type.dtype
+    if type(value) is float and dtype.is_float:
+        # the common case, a float literal of a float const: rounded to the dtype as
+        # const_literal rounds it (to nearest), without building and validating an array (this
+        # runs for every mul, add and pow of every sweep; the func was verified before the pass)
+        return float(dtype.np.type(value))
+    return float(np.asarray(const_literal(value, v.type)).reshape(-1)[0])
 
 
 def squared(v: "Value") -> "Value | None":
