@@ -425,9 +425,11 @@ def _returned(v: "Value", outputs) -> bool:
 # mul(matmul(a, b), c) -> matmul(mul(a, c), b)   (|c| < 1 a scalar: scale the operand first)
 def scale_before_matmul(node: "Node", rw: SafeRewriter) -> "Value | None":
     for mm, c in (node.operands, node.operands[::-1]):
-        k = scalar_const(c)
         p = mm.producer
-        if (k is None or not 0.0 < abs(k) < 1.0 or p is None or p.op != "matmul"
+        if p is None or p.op != "matmul":  # first: every mul of the func is asked, few read a matmul
+            continue
+        k = scalar_const(c)
+        if (k is None or not 0.0 < abs(k) < 1.0
                 or len(mm.uses) != 1 or _returned(mm, rw.graph.outputs)
                 or c.type.dtype != mm.type.dtype or node.result.type != mm.type):
             continue
