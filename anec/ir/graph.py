@@ -86,9 +86,14 @@ class Value:
         return f"%{self.name}: {self.type}"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Node:
-    """One op application."""
+    """One op application.
+
+    Slotted: a large pipeline creates hundreds of thousands of nodes, and a node without an
+    instance ``__dict__`` is cheaper to build and one object less for the cyclic collector
+    to traverse.
+    """
 
     op: str
     """Op name from the op table."""
@@ -352,7 +357,7 @@ class Graph:
         names = self._names
         for i, r in enumerate(node.results):
             r.producer, r.index = node, i
-            names[r._name] += 1
+            names[r._name] = names.get(r._name, 0) + 1  # (Counter's += calls __missing__)
         self._node_ids.add(id(node))
         if self._changes is not None:
             self._rewired(node)
@@ -400,11 +405,36 @@ class Graph:
             for _ in result_types:
                 names.append(self.fresh_name(op, exclude=names))
         results = [Value(n, t, None, 0, [], span) for n, t in zip(names, result_types)]
-        node = Node(op, list(operands), dict(attrs), results, dict(optional or {}), span)
+        node = Node(op, list(operands), dict(attrs), results, dict(optional) if optional else {},
+                    span)
         if before is None:
             self.add_node(node)
-        else:
+        elif optional or len(results) != 1:
             self._insert_next_to(node, before, after=False)
+        else:
+            # what _insert_next_to and _link do, inlined for the common case (one result, no
+            # optional operand): the rewriter builds most of a large pipeline's nodes this way
+            key = id(before)
+            if key not in self._node_ids:
+                raise ValueError(f"{before!r} is not in graph '{self.name}'")
+            for v in node.operands:
+                v.uses.append(node)
+            r = results[0]
+            r.producer = node
+            names = self._names
+            names[r._name] = names.get(r._name, 0) + 1
+            self._node_ids.add(id(node))
+            pending = self._before.get(key)
+            if pending is None:
+                self._before[key] = [node]
+            else:
+                pending.append(node)
+            self._pending = True
+            changes = self._changes
+            if changes is not None:
+                changes.nodes[id(node)] = node
+                if not inferred:
+                    changes.typed.discard(id(node))
         if inferred and self._changes is not None:
             self._changes.typed.add(id(node))
         return node
@@ -412,7 +442,7 @@ class Graph:
     def fresh_name(self, hint: str = "v", exclude: "Iterable[str]" = ()) -> str:
         """A value name not used in this graph (nor in ``exclude``), derived from ``hint``."""
         names = self._names
-        excluded = set(exclude)
+        excluded = set(exclude) if exclude else ()
         base = hint.lstrip("%") or "v"
         if base not in names and base not in excluded:
             return base
@@ -480,6 +510,21 @@ class Graph:
             notes.update(values)
             if self._changes is not None:
                 self._changes.annotated[id(node)] = node
+
+    def annotate_all(self, items: Iterable[tuple[Node, dict[str, Any]]],
+                     drop: Sequence[str] = ()) -> None:
+        """:meth:`annotate` for many nodes: ``annotate(node, values, drop)`` for each
+        ``(node, values)`` (an analysis refreshing every node's annotations at once)."""
+        annotated = self._changes.annotated if self._changes is not None else None
+        for node, values in items:
+            notes = node.annotations
+            if notes:
+                for k in drop:
+                    notes.pop(k, None)
+            if values:
+                notes.update(values)
+                if annotated is not None:
+                    annotated[id(node)] = node
 
     def set_operand(self, node: Node, index: int, new: Value) -> None:
         """Make positional operand ``index`` of ``node`` read ``new``."""
