@@ -531,24 +531,40 @@ class _GraphChecker:
         # node()), as multisets: linear in the graph
         readers = self.readers
         none: list[Node] = []
-        for v in {id(v): v for v in self.g.values()}.values():
-            expected = readers.get(id(v), none)
-            if v.uses == expected:  # Node compares by identity: the common case, in order
-                continue
-            if len(v.uses) != len(expected) or (
-                Counter(map(id, v.uses)) != Counter(map(id, expected))
-            ):
-                self.error(
-                    f"use list of %{v.name} is out of date",
-                    v.span,
-                    hint="after editing operands directly, call graph.rebuild_uses()",
-                )
+        stale: dict[int, Value] = {}  # each value once, in order (a value listed twice too)
+        get = readers.get
+
+        def check(values: Sequence[Value]) -> None:
+            for v in values:
+                uses = v.uses
+                expected = get(id(v), none)
+                if uses == expected:  # Node compares by identity: the common case, in order
+                    continue
+                if len(uses) != len(expected) or (
+                    Counter(map(id, uses)) != Counter(map(id, expected))
+                ):
+                    stale[id(v)] = v
+
+        check(self.g.inputs)
+        for n in self.g.nodes:
+            check(n.results)
+        for v in stale.values():
+            self.error(
+                f"use list of %{v.name} is out of date",
+                v.span,
+                hint="after editing operands directly, call graph.rebuild_uses()",
+            )
 
     def unused(self) -> None:
         readers = self.readers
         returned = {id(v) for v in self.g.outputs}
         for n in self.g.nodes:
-            if n.results and not any(id(r) in readers or id(r) in returned for r in n.results):
+            results = n.results
+            if len(results) == 1:
+                key = id(results[0])
+                if key in readers or key in returned:
+                    continue
+            if results and not any(id(r) in readers or id(r) in returned for r in results):
                 names = ", ".join(f"%{r.name}" for r in n.results)
                 self.report.warnings.append(
                     VerifyWarning(
