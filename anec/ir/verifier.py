@@ -91,7 +91,7 @@ def verify_changes(graph: Graph, changes: Changes) -> list[str]:
     for it and not rewired since (:attr:`Changes.typed`; retyping a func
     input rewires its users) is not inferred again; that nothing still reads or
     returns a result of an erased node;
-    the annotations set through :meth:`Graph.annotate`; the func name, the
+    the annotations set through :meth:`Graph.annotate` or ``annotate_all``; the func name, the
     inputs and the outputs. An edit made behind the graph's back is not in
     ``changes``: callers use this only after code that edits through the
     graph methods. When a check fails (or ``changes.everything``), the whole

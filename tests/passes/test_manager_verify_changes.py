@@ -101,12 +101,17 @@ def _input_retyped_under_rewrite(g: Graph) -> None:  # the input's only user typ
     g.set_input_type(x, TensorType(DType.fp16, (1, 4, 1, 8)))  # exp(%x) is now fp16[1, 4, 1, 8]
 
 
+def _bad_bulk_annotation(g: Graph) -> None:  # annotations no IR text can spell, set in bulk
+    g.annotate_all([(_node(g, "a"), {"in_bytes": 1}), (_node(g, "b"), {"in_bytes": object()})])
+
+
 BREAKERS: dict[str, Callable[[Graph], None]] = {
     "bad-type": _bad_type, "dangling": _dangling, "cycle": _cycle, "wrong-order": _wrong_order,
     "duplicate-name": _duplicate_name, "bad-input-type": _bad_input_type,
     "returns-erased": _returns_erased, "bad-attribute": _bad_attribute, "moved": _moved,
     "rewired-after-rewrite": _rewired_after_rewrite,
     "input-retyped-under-rewrite": _input_retyped_under_rewrite,
+    "bad-bulk-annotation": _bad_bulk_annotation,
 }
 
 
