@@ -178,6 +178,7 @@ struct anec_pipeline_stats {
     uint64_t zero_copy_edges;
     uint64_t copied_edges;
     uint64_t host_inputs;
+    uint64_t resident_inputs;
     uint64_t ns_call;
 };
 int anec_pipeline_create(anec_runtime *rt, const anec_pipe_stage *stages, size_t n_stages,

@@ -367,7 +367,10 @@ int anec_program_stats(const anec_program *p, struct anec_stats *out);
 typedef struct anec_pipeline anec_pipeline;
 
 /* Where a stage input comes from: stage -1 is pipeline input `index`;
-   otherwise output `index` (binding order) of an earlier stage. */
+   stage -2 is a resident input of the stage's own program (a weight compiled
+   as an input: the host fills it with anec_set_inputs on that program, the
+   pipeline never writes it; `index` is ignored); otherwise output `index`
+   (binding order) of an earlier stage. */
 typedef struct anec_pipe_src {
     int stage;
     size_t index;
@@ -384,6 +387,7 @@ struct anec_pipeline_stats {
     uint64_t zero_copy_edges;     /* stage inputs bound to their producer's output surface */
     uint64_t copied_edges;        /* stage inputs copied from another surface */
     uint64_t host_inputs;         /* stage inputs written from host tensors */
+    uint64_t resident_inputs;     /* stage inputs filled once by the host (weights as inputs) */
     uint64_t ns_call;
 };
 

@@ -15,6 +15,11 @@
  *     are copied into the consumer's own surface. The surface arrays handed
  *     to the driver never change, so the device request of each stage is
  *     built once.
+ *   - a resident input (stage -2) is a weight the stage's program takes as an
+ *     input: the host writes it once into that program's own surface, and the
+ *     pipeline neither feeds nor copies it. Stages that differ only in their
+ *     weights share one compiled program this way (one compile; each stage
+ *     is its own model object with its own weight surfaces).
  *   - a call holds the pipeline's lock (calls and reloads of one pipeline are
  *     serialized: no call sees some stages with old weights and others with
  *     new ones) and each stage's lock while it runs.
@@ -124,6 +129,15 @@ int anec_pipeline_create(anec_runtime *rt, const anec_pipe_stage *stages, size_t
             st->src[i] = src;
             st->in[i] = &p->in_s[i];
             const io_desc *want = &p->in[i];
+            if (src.stage == -2) {
+                pl->st.resident_inputs++;
+                continue;
+            }
+            if (src.stage < -2) {
+                rc = rt_fail(ANEC_EINVAL, "pipeline stage %zu input '%s': no source kind %d", s, want->name,
+                             src.stage);
+                break;
+            }
             if (src.stage < 0) {
                 if (src.index >= n_inputs) {
                     rc = rt_fail(ANEC_EINVAL, "pipeline stage %zu input '%s': no pipeline input %zu", s, want->name,

@@ -19,6 +19,21 @@ runtime's program cache then compiles the text once wherever the compiled
 form can be shared (docs/runtime.md). ``surface_bytes`` is one allocation
 size for every stage surface, so that a stage output feeds the next stage's
 input with no copy.
+
+Programs shared across layers (``share=True``): stages with the same MIL but
+other weights (the layers of a transformer, cut at the layer boundaries by
+the aligned partition) would each compile, since a compiled program bakes
+its weights. Every weight of such a stage becomes an input of its program
+(the weights-as-inputs pass on the stage, then legalize: a conv1x1 over an
+input weight becomes a matmul, ANE-CONV-CONST-WEIGHT), so the stages have
+the same MIL and *no* weight files: one compile, and every other stage of
+the group is a cache hit of it. Each stage keeps its own weights, as the
+initial values of its weight inputs in its own directory
+(``stages/sNN/inputs/*.bin``, listed in its manifest's ``weight_inputs``);
+the runtime writes them once into that stage's input surfaces at load. The
+stage entry's ``shares`` names the first stage of its group (the program it
+shares) and ``weight_inputs`` counts its weight inputs; the manifest's
+``programs`` is the number of distinct compiles the pipeline needs.
 """
 
 from __future__ import annotations
@@ -71,7 +86,7 @@ class PipelineArtifact:
     @classmethod
     def build(cls, graph: "Graph", plan: "Plan", target: "Target", weights: Mapping[str, np.ndarray] | None,
               rewrites: list[dict], pack_weights: bool = False,
-              compression: Mapping[int, Any] | None = None) -> "PipelineArtifact":
+              compression: Mapping[int, Any] | None = None, share: bool = False) -> "PipelineArtifact":
         from anec.mil.emitter import emit_mil
         from anec.passes.partition import extract_stage
 
@@ -80,7 +95,8 @@ class PipelineArtifact:
         seen_mil: dict[str, int] = {}
         entries = []
         index = {id(v): (k, i) for k, s in enumerate(plan.stages) for i, v in enumerate(s.outputs)}
-        for k, st in enumerate(plan.stages):
+        built = []
+        for k in range(len(plan.stages)):
             sg = extract_stage(graph, plan, k)
             origin = sg.meta["const_origin"]
             stage_comp = {}
@@ -90,6 +106,11 @@ class PipelineArtifact:
                     if node is not None and id(node) in compression:
                         stage_comp[n.result.name] = compression[id(node)]
             program = emit_mil(sg, target, pack_weights=pack_weights, compression=stage_comp)
+            built.append((sg, program, bool(stage_comp)))
+        shared = _share_groups(graph, plan, built, target, pack_weights) if share else {}
+        for k, st in enumerate(plan.stages):
+            sg, program, _ = shared.get(k) or built[k]
+            origin = sg.meta["const_origin"]
             art = Artifact.build(sg, program, target, weights, [])
             stages.append(art)
             for name, key in weight_keys(program).items():
@@ -112,6 +133,8 @@ class PipelineArtifact:
                 "last": last.span.location if last.span else None,
                 "weights": len(st.weights), "blob_cap": st.blob_cap, "peak_sram": st.peak_sram,
                 "in_bytes": st.in_bytes, "out_bytes": st.out_bytes, "reason": st.reason,
+                "shares": same if k in shared else None,
+                "weight_inputs": len(art.manifest.get("weight_inputs", [])),
             })
         outputs_from = {}
         for v in graph.outputs:
@@ -136,6 +159,7 @@ class PipelineArtifact:
             "outputs_from": outputs_from,
             "surface_bytes": alloc_bytes(sizes, target),
             "crossing_bytes": plan.crossing_bytes,
+            "programs": count_compiles(stages),
             "rewrites": [_jsonable(r) for r in rewrites],
             "sram": _jsonable(graph.meta.get("sram")),
         }
@@ -239,6 +263,71 @@ class PipelineArtifact:
                                     hint="the artifact was modified after compiling; recompile it")
             out[w["input"]] = arr.reshape(w["shape"])
         return out
+
+
+def _weights_identity(art: Artifact) -> tuple:
+    """What a program's compiled form bakes besides its MIL: its weights (key and view)."""
+    return tuple(sorted((str(w.get("path") or w.get("file")), str(w.get("key")), repr(w.get("perm")),
+                         repr(w.get("slice"))) for w in art.manifest.get("weights", [])))
+
+
+def count_compiles(programs: "list[Artifact]") -> int:
+    """The compiles a runtime makes for these programs when no weight reload strategy is
+    verified (the device's state until ``python -m anec.selftest`` verifies one): programs
+    with the same MIL and the same weights share a compile (a cache hit), any other
+    difference compiles again."""
+    return len({(a.manifest["mil"]["sha256"], _weights_identity(a)) for a in programs})
+
+
+def _share_groups(graph: "Graph", plan: "Plan", built: list, target: "Target",
+                  pack_weights: bool) -> dict[int, tuple]:
+    """Stage -> (graph, program, False) with every weight an input, for the groups of stages
+    that have the same MIL but other weights (see the module docstring). A group whose
+    stages cannot take their weights as inputs (a compressed weight, an op that needs a
+    constant, a result whose MIL differs) keeps its BLOBFILEs."""
+    from anec.mil.emitter import emit_mil
+
+    groups: dict[str, list[int]] = {}
+    for k, (_, program, _) in enumerate(built):
+        groups.setdefault(sha256(program.text), []).append(k)
+    out: dict[int, tuple] = {}
+    for members in groups.values():
+        if len(members) < 2 or any(built[k][2] for k in members):
+            continue
+        views = {tuple((n.attrs["weight"], repr(n.attrs.get("perm")), repr(n.attrs.get("slice")))
+                       for n in built[k][0].nodes if n.op == "const" and "weight" in n.attrs) for k in members}
+        if len(views) < 2:
+            continue  # the same weights: one compile already
+        done = {}
+        for k in members:
+            sg = _weights_to_inputs(built[k][0], target)
+            if sg is None:
+                break
+            done[k] = (sg, emit_mil(sg, target, pack_weights=pack_weights), False)
+        if len(done) == len(members) and len({sha256(p.text) for _, p, _ in done.values()}) == 1:
+            out.update(done)
+    return out
+
+
+def _weights_to_inputs(sg: "Graph", target: "Target") -> "Graph | None":
+    """A copy of stage graph ``sg`` with every weight a program input, legalized again; None
+    when it cannot be (an op that needs a constant weight, a new cut)."""
+    from anec.diagnostics import AnecError
+    from anec.passes.base import PassContext
+    from anec.passes.legalize import Legalize
+    from anec.passes.weights_as_inputs import WeightsAsInputs
+
+    g = sg.clone()
+    ctx = PassContext(target=target, options={"pack_weights": False})
+    try:
+        WeightsAsInputs(keys=("*",)).run(g, ctx)
+        Legalize().run(g, ctx)
+    except AnecError:
+        return None
+    if g.meta.get("partition") is not None or any(n.op == "const" and "weight" in n.attrs for n in g.nodes):
+        return None
+    g.meta["const_origin"] = sg.meta["const_origin"]
+    return g
 
 
 def _rel(rel: str) -> str:

@@ -122,8 +122,12 @@ class ProgramCache:
 
         store = WeightStore(self.weights_for(graph), source=f"<{graph.name} weights>")
         # host_casts: on targets without fp32 I/O (m1, m2) the host converts fp32 <-> fp16
+        # the planner counts this func's compiles against what is left of the process budget:
+        # over it, repeated layers share programs (or the compile fails before the device compiles)
+        left = self.runtime.stats.get("compile_budget_left")
         result = compile_module(Builder.module(graph), weights=store, target=self.target,
-                                out_dir=self.cache_dir, host_casts=True, keep_funcs=True)
+                                out_dir=self.cache_dir, host_casts=True, keep_funcs=True,
+                                compile_budget=left if isinstance(left, int) and left >= 0 else None)
         return self.runtime.load(result.artifacts[graph.name])
 
     def stats(self) -> dict[str, Any]:

@@ -478,7 +478,10 @@ def reset_process_budget(driver: str = "sim") -> None:
         raise failure(lib.ANEC_EINVAL, last_error())
 
 
-PIPELINE_STATS = ("calls", "stages", "zero_copy_edges", "copied_edges", "host_inputs", "ns_call")
+PIPELINE_STATS = ("calls", "stages", "zero_copy_edges", "copied_edges", "host_inputs", "resident_inputs",
+                  "ns_call")
+PIPE_RESIDENT = -2
+"""The source of a stage input that is a weight of the stage's own program (anec_pipe_src)."""
 
 
 class NativePipeline:
