@@ -32,7 +32,7 @@ initial values of its weight inputs in its own directory
 (``stages/sNN/inputs/*.bin``, listed in its manifest's ``weight_inputs``);
 the runtime writes them once into that stage's input surfaces at load. The
 stage entry's ``shares`` names the first stage of its group (the program it
-shares) and ``weight_inputs`` counts its weight inputs; the manifest's
+shares; the first names itself, a stage that shares nothing has null) and ``weight_inputs`` counts its weight inputs; the manifest's
 ``programs`` is the number of distinct compiles the pipeline needs.
 """
 
@@ -63,6 +63,9 @@ if TYPE_CHECKING:
     from anec.targets import Target
 
 FORMAT = "anec-pipeline/1"
+MAX_STAGE_WEIGHT_INPUTS = 4096
+"""The most weight inputs a manifest may give one stage (a stage holds far fewer: its
+weights before sharing fit one program's BLOBFILE budget)."""
 STAGES_DIR = "stages"
 
 
@@ -281,10 +284,12 @@ def count_compiles(programs: "list[Artifact]") -> int:
 
 def _share_groups(graph: "Graph", plan: "Plan", built: list, target: "Target",
                   pack_weights: bool) -> dict[int, tuple]:
-    """Stage -> (graph, program, False) with every weight an input, for the groups of stages
-    that have the same MIL but other weights (see the module docstring). A group whose
-    stages cannot take their weights as inputs (a compressed weight, an op that needs a
-    constant, a result whose MIL differs) keeps its BLOBFILEs."""
+    """Stage -> (graph, program, False) with its weights as inputs, for the groups of stages
+    that have the same MIL but other weights (see the module docstring). A weight every
+    stage of the group reads alike (a RoPE table, a mask) stays a BLOBFILE: the same bytes
+    in every stage, which the runtime's cache shares. A group whose stages cannot take their
+    weights as inputs (a compressed weight, an op that needs a constant, a result whose MIL
+    differs) keeps its BLOBFILEs."""
     from anec.mil.emitter import emit_mil
 
     groups: dict[str, list[int]] = {}
@@ -294,13 +299,18 @@ def _share_groups(graph: "Graph", plan: "Plan", built: list, target: "Target",
     for members in groups.values():
         if len(members) < 2 or any(built[k][2] for k in members):
             continue
-        views = {tuple((n.attrs["weight"], repr(n.attrs.get("perm")), repr(n.attrs.get("slice")))
-                       for n in built[k][0].nodes if n.op == "const" and "weight" in n.attrs) for k in members}
-        if len(views) < 2:
+        views: dict[str, set] = {}  # canonical const name -> the views the members read there
+        for k in members:
+            for n in built[k][0].nodes:
+                if n.op == "const" and "weight" in n.attrs:
+                    views.setdefault(n.result.name, set()).add(
+                        (n.attrs["weight"], repr(n.attrs.get("perm")), repr(n.attrs.get("slice"))))
+        varying = {name for name, v in views.items() if len(v) > 1}
+        if not varying:
             continue  # the same weights: one compile already
         done = {}
         for k in members:
-            sg = _weights_to_inputs(built[k][0], target)
+            sg = _weights_to_inputs(built[k][0], varying, target)
             if sg is None:
                 break
             done[k] = (sg, emit_mil(sg, target, pack_weights=pack_weights), False)
@@ -309,22 +319,26 @@ def _share_groups(graph: "Graph", plan: "Plan", built: list, target: "Target",
     return out
 
 
-def _weights_to_inputs(sg: "Graph", target: "Target") -> "Graph | None":
-    """A copy of stage graph ``sg`` with every weight a program input, legalized again; None
-    when it cannot be (an op that needs a constant weight, a new cut)."""
+def _weights_to_inputs(sg: "Graph", names: set[str], target: "Target") -> "Graph | None":
+    """A copy of stage graph ``sg`` with the weight consts ``names`` program inputs, legalized
+    again; None when it cannot be (an op that needs a constant weight, a new cut)."""
+    import glob
+
     from anec.diagnostics import AnecError
     from anec.passes.base import PassContext
     from anec.passes.legalize import Legalize
     from anec.passes.weights_as_inputs import WeightsAsInputs
 
+    keys = sorted({n.attrs["weight"] for n in sg.nodes if n.op == "const" and n.result.name in names})
     g = sg.clone()
     ctx = PassContext(target=target, options={"pack_weights": False})
     try:
-        WeightsAsInputs(keys=("*",)).run(g, ctx)
+        WeightsAsInputs(keys=tuple(glob.escape(k) for k in keys)).run(g, ctx)
         Legalize().run(g, ctx)
     except AnecError:
         return None
-    if g.meta.get("partition") is not None or any(n.op == "const" and "weight" in n.attrs for n in g.nodes):
+    if g.meta.get("partition") is not None or any(
+            n.op == "const" and n.attrs.get("weight") in keys for n in g.nodes):
         return None
     g.meta["const_origin"] = sg.meta["const_origin"]
     return g
@@ -374,6 +388,15 @@ def check_manifest(m: Any, where: Path | str) -> None:
         if not isinstance(e, dict) or not isinstance(e.get("dir"), str) or not isinstance(e.get("mil_sha256"), str):
             raise bad(f"stages[{k}]", "an object with 'dir' and 'mil_sha256'")
         _rel(e["dir"])
+        for key, last in (("same_as", k - 1), ("shares", k)):  # a stage with the same MIL: the program
+            ref = e.get(key)
+            if ref is not None and not (isinstance(ref, int) and not isinstance(ref, bool) and 0 <= ref <= last
+                                        and isinstance(m["stages"][ref], dict)
+                                        and m["stages"][ref].get("mil_sha256") == e["mil_sha256"]):
+                raise bad(f"stages[{k}].{key}", "null or an earlier stage with the same mil_sha256")
+        n_wi = e.get("weight_inputs", 0)
+        if not (isinstance(n_wi, int) and not isinstance(n_wi, bool) and 0 <= n_wi <= MAX_STAGE_WEIGHT_INPUTS):
+            raise bad(f"stages[{k}].weight_inputs", f"an integer in [0, {MAX_STAGE_WEIGHT_INPUTS}]")
         for i, src in enumerate(e.get("inputs") or []):
             f = src.get("from") if isinstance(src, dict) else None
             ok = isinstance(f, dict) and (
@@ -381,6 +404,9 @@ def check_manifest(m: Any, where: Path | str) -> None:
                 (isinstance(f.get("stage"), int) and 0 <= f["stage"] < k and isinstance(f.get("output"), str)))
             if not ok:
                 raise bad(f"stages[{k}].inputs[{i}].from", "a func input or an output of an earlier stage")
+    programs = m.get("programs", 1)
+    if not (isinstance(programs, int) and not isinstance(programs, bool) and 1 <= programs <= len(m["stages"])):
+        raise bad("programs", f"an integer in [1, {len(m['stages'])}] (the stages' distinct compiles)")
     of = m.get("outputs_from")
     if not isinstance(of, dict):
         raise bad("outputs_from", "an object")

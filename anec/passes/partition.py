@@ -286,16 +286,21 @@ def _attr_key(v: object) -> object:
     return v
 
 
-def signatures(items: list["Node"]) -> list[int]:
-    """Per item, a hash of its structure that ignores weight keys (the module docstring)."""
+def signatures(items: list["Node"], outside: int | None = None, lo: int = 0, hi: int | None = None) -> list[int]:
+    """Per item of ``items[lo:hi]``, a hash of its structure that ignores weight keys (the
+    module docstring). With ``outside``, an operand defined before item ``outside`` (or a
+    func input) is only its type: what enters a stage from elsewhere is a stage input."""
     pos = {id(x): i for i, x in enumerate(items)}
     out = []
-    for i, x in enumerate(items):
+    for i in range(lo, len(items) if hi is None else hi):
+        x = items[i]
         ops = []
         for key, v in [*((None, v) for v in x.operands), *sorted(x.optional.items())]:
             p = v.producer
-            if p is None:
-                what: object = ("in",)  # by type only: stage inputs get canonical names
+            if outside is not None and (p is None or (p.op != "const" and pos.get(id(p), -1) < outside)):
+                what: object = ("in",)
+            elif p is None:
+                what = ("in",)  # by type only: stage inputs get canonical names
             elif p.op == "const":
                 attrs = {k: a for k, a in p.attrs.items() if k not in ("weight", "perm", "slice")}
                 what = ("w" if "weight" in p.attrs else "c", _attr_key(attrs))
@@ -341,6 +346,10 @@ def _layer_bounds(items: list["Node"], sweep: "_Sweep", target: "Target") -> lis
     if rep is None:
         return []
     start, p, end = rep
+    # the first layer reads the func's inputs where the others read the layer before: the
+    # same stage once both are stage inputs
+    while start >= p and signatures(items, start - p, start - p, start) == signatures(items, start, start, start + p):
+        start -= p
     n = len(items)
     for phase in range(p):
         b = [start + phase + k * p for k in range((end - start - phase) // p + 1)]
