@@ -388,12 +388,14 @@ def check_manifest(m: Any, where: Path | str) -> None:
         if not isinstance(e, dict) or not isinstance(e.get("dir"), str) or not isinstance(e.get("mil_sha256"), str):
             raise bad(f"stages[{k}]", "an object with 'dir' and 'mil_sha256'")
         _rel(e["dir"])
-        for key, last in (("same_as", k - 1), ("shares", k)):  # a stage with the same MIL: the program
-            ref = e.get(key)
-            if ref is not None and not (isinstance(ref, int) and not isinstance(ref, bool) and 0 <= ref <= last
-                                        and isinstance(m["stages"][ref], dict)
-                                        and m["stages"][ref].get("mil_sha256") == e["mil_sha256"]):
-                raise bad(f"stages[{k}].{key}", "null or an earlier stage with the same mil_sha256")
+        ref = e.get("same_as")  # reported, not used: an earlier stage
+        if ref is not None and not (isinstance(ref, int) and not isinstance(ref, bool) and 0 <= ref < k):
+            raise bad(f"stages[{k}].same_as", "null or an earlier stage")
+        ref = e.get("shares")  # the stage whose program this one shares: the same MIL
+        if ref is not None and not (isinstance(ref, int) and not isinstance(ref, bool) and 0 <= ref <= k
+                                    and isinstance(m["stages"][ref], dict)
+                                    and m["stages"][ref].get("mil_sha256") == e["mil_sha256"]):
+            raise bad(f"stages[{k}].shares", "null or a stage (this one or an earlier) with the same mil_sha256")
         n_wi = e.get("weight_inputs", 0)
         if not (isinstance(n_wi, int) and not isinstance(n_wi, bool) and 0 <= n_wi <= MAX_STAGE_WEIGHT_INPUTS):
             raise bad(f"stages[{k}].weight_inputs", f"an integer in [0, {MAX_STAGE_WEIGHT_INPUTS}]")

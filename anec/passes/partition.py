@@ -79,8 +79,10 @@ layers per period as fit one program's BLOBFILE budget, the search above
 runs with those forced cuts, and the cuts it makes inside the first period
 are copied to every period. Stages of different periods then have the same
 signatures, so :func:`extract_stage` gives them the same MIL up to their
-weight values. When no repetition is found, or the copied cuts would break
-a budget, the plan is the unaligned one.
+weight values. The aligned plan is taken only when it has fewer
+structurally different stages than the unaligned one (it may have more
+stages); when no repetition is found, or the copied cuts would break a
+budget, the plan is the unaligned one.
 """
 
 from __future__ import annotations
@@ -393,11 +395,19 @@ def plan_partition(graph: "Graph", target: "Target", force: bool = False,
         _fill(graph, items, sweep, one, target, cap)
         if one.peak_sram <= target.sram_bytes and not force:
             return None
-    if align:
+    plan = _plan(graph, items, sweep, target, force, over_blobs)
+    if align and plan is not None:
         aligned = _aligned_plan(graph, items, sweep, target, force, over_blobs)
-        if aligned is not None:
+        if aligned is not None and distinct_stages(aligned) < distinct_stages(plan):
             return aligned
-    return _plan(graph, items, sweep, target, force, over_blobs)
+    return plan
+
+
+def distinct_stages(plan: Plan) -> int:
+    """How many structurally different stages ``plan`` has (what enters a stage from before
+    it seen as a stage input): the programs it compiles into when the stages that differ only
+    in their weights share one."""
+    return len({tuple(signatures(plan.items, s.start, s.start, s.end)) for s in plan.stages})
 
 
 def _plan(graph: "Graph", items: list["Node"], sweep: "_Sweep", target: "Target", force: bool,
@@ -716,4 +726,4 @@ def extract_stage(graph: "Graph", plan: Plan, k: int) -> "Graph":
     return g
 
 
-__all__ = ["Plan", "Stage", "blob_cap_of", "extract_stage", "plan_partition"]
+__all__ = ["Plan", "Stage", "blob_cap_of", "distinct_stages", "extract_stage", "plan_partition", "signatures"]

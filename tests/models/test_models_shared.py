@@ -7,7 +7,7 @@ Tiny random Llamas (hidden 128, as conftest's ``llama_dir``) of several depths:
   for 4 (the layer cut at its boundaries and shared), where the unshared count grows;
 - loading every func of the compile output in one runtime compiles exactly the planned
   number (no reload strategy verified: the device's state before the selftest);
-- a 160-layer model, which without sharing needs about 320 compiles (two buckets of ~160
+- a 160-layer model, which without sharing needs 223 compiles (two buckets of 111
   stages), generates on the sim within the 119-compile budget with greedy tokens equal to
   transformers fp32 (the smallest top-1/top-2 logit gap along the 8 steps is ~0.09, far
   above the sim's fp16 logit error, ~0.015 at this scale: conftest).
