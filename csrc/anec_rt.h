@@ -405,6 +405,14 @@ int anec_pipeline_call(anec_pipeline *pl, const anec_io *inputs, size_t n_in,
 /* Write pipeline inputs into their consumers' surfaces without running
    (weights compiled as inputs); as_reload counts it as an inputs reload. */
 int anec_pipeline_set_inputs(anec_pipeline *pl, const anec_io *inputs, size_t n_in, int as_reload);
+/* Write resident inputs (stage -2: weights a stage's program takes as inputs)
+   of several stages under the pipeline's lock, so no call runs between two of
+   them: inputs[s] holds stage s's program inputs in binding order (n_in[s]
+   of them, or 0 to leave the stage alone; data NULL keeps an input). Every
+   non-NULL input must be resident; all are checked before any is written.
+   as_reload counts it as an inputs reload. */
+int anec_pipeline_set_stage_inputs(anec_pipeline *pl, const anec_io *const *inputs, const size_t *n_in,
+                                   int as_reload);
 /* Delta reload of several stages at once, atomic with respect to calls:
    blobs[s] / n_blobs[s] are stage s's new files (n_blobs[s] may be 0). Every
    stage's files are validated, and the compiles the stages' strategies need

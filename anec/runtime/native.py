@@ -524,6 +524,22 @@ class NativePipeline:
         del keep
         self.rt.check(rc)
 
+    def set_stage_inputs(self, per_stage: list[list[tuple[int, np.ndarray] | None] | None], reload: bool) -> None:
+        """Resident inputs of several stages (binding order; None: the stage unchanged), written
+        under the pipeline's lock."""
+        arrays = ffi.new("anec_io *[]", max(1, len(per_stage)))
+        counts = ffi.new("size_t[]", max(1, len(per_stage)))
+        keep: list[Any] = []
+        for s, items in enumerate(per_stage):
+            if items:
+                arr, k = _io_array(items)
+                keep += [arr, k]
+                arrays[s] = arr
+                counts[s] = len(items)
+        rc = lib.anec_pipeline_set_stage_inputs(self.ptr, arrays, counts, 1 if reload else 0)
+        del keep
+        self.rt.check(rc)
+
     def reload(self, per_stage: list[dict[str, bytes]]) -> None:
         arrays = ffi.new("anec_blob *[]", max(1, len(per_stage)))
         counts = ffi.new("size_t[]", max(1, len(per_stage)))

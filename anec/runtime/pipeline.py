@@ -240,9 +240,10 @@ class PipelineProgram(Program):
             self._native.pipe.reload(blobs)
         if inputs:
             self._set_weight_inputs(inputs, reload=True)
-        for prog, values in zip(self.stages, stage_values):
-            if values:
-                prog._set_weight_inputs(values, reload=True)
+        if any(stage_values):  # every stage's weight inputs in one call, under the pipeline's lock
+            self._native.pipe.set_stage_inputs(
+                [[prog._host_input(spec, v[spec["name"]]) if spec["name"] in v else None for spec in prog.inputs]
+                 if v else None for prog, v in zip(self.stages, stage_values)], reload=True)
 
     def reload_blobs(self, blobs: Mapping[str, bytes], *, strategy: str | None = None) -> None:
         raise RuntimeFailure(f"program '{self.name}' is a pipeline: reload by key (reload_weights), or "

@@ -118,8 +118,10 @@ def test_a_reload_of_a_shared_stage_equals_a_fresh_compile():
         p = rt.load(build(m, store, "always").artifacts["f"])
         before = p(**x)["h39"]
         compiles = rt.stats["compiles"]
+        reloads = rt.stats["reloads_inputs"]
         p.reload_weights(new)
         assert rt.stats["compiles"] == compiles  # a surface write, no compile
+        assert rt.stats["reloads_inputs"] == reloads + 1  # both stages in one locked call
         after = p(**x)["h39"]
         fresh = rt.load(build(m, changed, "never").artifacts["f"])(**x)["h39"]
     assert not np.array_equal(before, after)
@@ -186,3 +188,23 @@ def test_a_stage_input_with_no_source_is_refused_at_load(tmp_path):
     (d / "manifest.json").write_text(json.dumps(man))
     with Runtime("sim") as rt, pytest.raises(ArtifactError, match=f"stage {k} input 'in0' has no source"):
         rt.load(str(d))
+
+
+def test_the_c_pipeline_writes_only_resident_inputs_and_checks_all_first():
+    m, store = chain(40)
+    x = inputs_for(m.funcs["f"])
+    with Runtime("sim") as rt:
+        p = rt.load(build(m, store, "always").artifacts["f"])
+        before = p(**x)["h39"]
+        k = next(j for j, e in enumerate(p.manifest["stages"]) if e["weight_inputs"])
+        stage = p.stages[k]
+        fed = next(s for s in stage.inputs if s["name"] not in stage._weight_inputs)
+        weight = next(s for s in stage.inputs if s["name"] in stage._weight_inputs)
+        items = [None] * len(stage.inputs)
+        items[weight["binding"]] = stage._host_input(weight, np.zeros(weight["shape"], np.float16))
+        items[fed["binding"]] = stage._host_input(fed, np.zeros(fed["shape"], np.float16))
+        per = [None] * len(p.stages)
+        per[k] = items
+        with pytest.raises(Exception, match=f"stage {k} input '{fed['name']}' is not resident"):
+            p._native.pipe.set_stage_inputs(per, reload=True)
+        assert np.array_equal(p(**x)["h39"], before)  # the resident input was not written either
