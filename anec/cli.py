@@ -1129,7 +1129,8 @@ def generate_cmd(ctx, checkpoint, prompt, prompt_ids, max_new_tokens, temperatur
             click.echo(",".join(str(t) for t in out))
         if not quiet:
             st = lm.stats()
-            click.echo(f"{len(out)} tokens in {dt:.2f} s ({st['funcs']} funcs, {st['programs']} programs, "
+            compiles = f" ({st['compiles']} compiled)" if "compiles" in st else ""
+            click.echo(f"{len(out)} tokens in {dt:.2f} s ({st['funcs']} funcs, {st['programs']} programs{compiles}, "
                        f"compile {st['compile_seconds']:.2f} s)", err=True)
     finally:
         lm.close()

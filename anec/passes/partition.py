@@ -70,8 +70,8 @@ docs/runtime.md "Programs shared across layers"), the plan makes repeated
 layers *structurally identical stages*. Every item gets a structural
 signature: its op, its attrs, its result types and, per operand, what it is
 (a weight const by its type only, not its key; another const by its value;
-a func input by name; an item's result by the distance back to its
-producer). The longest run where the signatures repeat with some period
+a func input by its type, since stage inputs get canonical names; an
+item's result by the distance back to its producer). The longest run where the signatures repeat with some period
 ``p`` (candidates: the most common distances between equal signatures) is
 the repeated layer. The cuts are then forced at the layer boundaries (the
 first phase at which every boundary is an allowed cut), as many whole
