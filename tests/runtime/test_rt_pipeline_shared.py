@@ -208,3 +208,15 @@ def test_the_c_pipeline_writes_only_resident_inputs_and_checks_all_first():
         with pytest.raises(Exception, match=f"stage {k} input '{fed['name']}' is not resident"):
             p._native.pipe.set_stage_inputs(per, reload=True)
         assert np.array_equal(p(**x)["h39"], before)  # the resident input was not written either
+
+
+def test_a_core_ml_export_of_a_shared_pipeline_is_refused_with_the_flag_to_use(tmp_path):
+    pytest.importorskip("coremltools")
+    from anec.frontends import CoreMLExportError
+    from anec.frontends.coreml import export_coreml
+
+    m, store = chain(40)
+    build(m, store, "always", out_dir=tmp_path / "out")
+    with pytest.raises(CoreMLExportError, match="weights as program inputs") as ei:
+        export_coreml(tmp_path / "out" / "f", tmp_path / "f.mlpackage")
+    assert "--share-programs never" in ei.value.hint
