@@ -589,8 +589,6 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
                             host_casts=host_casts, print_ir_after=after or None, timing=timing,
                             dialect=dialect, weights_as_inputs=weights_as_inputs, concat=concat,
                             compress=compress, compress_gate=compress_gate, share_programs=share_programs)
-    if result.artifacts:
-        click.echo(result.budget_line())
     for dump in result.printed_ir:
         click.echo(dump.rstrip("\n"), err=True)
     if not result.artifacts:
@@ -599,6 +597,8 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
     for name, art in result.artifacts.items():
         click.echo(summarize(name, art, result.paths.get(name)))
         _print_compression(name, art)
+    if result.artifacts:  # the planner's count (made before anything was written)
+        click.echo(result.budget_line())
     if result.artifacts:
         from anec.frontends.torch_import import link_import
 

@@ -70,7 +70,7 @@ SHARE_MODES = ("auto", "always", "never")
 def budget_line(programs: int, budget: int, shared: bool) -> str:
     """What the planner says before anything is compiled on the device."""
     how = "; programs shared across repeated layers" if shared else ""
-    return f"{programs} programs to compile (budget {budget} per process{how})"
+    return f"{programs} program{'s' if programs != 1 else ''} to compile (budget {budget} per process{how})"
 
 
 def program_artifacts(artifacts: Iterable[Any]) -> list[Artifact]:
