@@ -612,12 +612,20 @@ _ENTRIES = (
          Evidence("maderix/ANE PR #23 (unmerged)", "measured 119-132 compiles per process", REPORTED,
                   Scope("in-memory", "M4", "not stated")),
          Evidence("Orion paper constraint 5 (source: maderix)", "silent failure or instability past "
-                  "~119 compiles; Orion v1 restarts with exec()", REPORTED, _ORION)),
+                  "~119 compiles; Orion v1 restarts with exec()", REPORTED, _ORION),
+         Evidence("maderix/ANE training_dynamic (make_request)",
+                  "one compiled model evaluated with one request per layer, each binding its own "
+                  "weight input IOSurface: 10 compiled kernels serve 12 or 28 layers", DEMONSTRATED, _MADERIX)),
         "runtime", "C runtime core (process-wide compile budget, program cache)",
         "The runtime counts compiles per process and driver (every Runtime shares the count, as on "
         "the device) against the target's process_compile_budget, caches programs by MIL hash + weight keys, refuses compiles past the budget with "
-        "a clear error, and reloads weights without compiling wherever a verified strategy allows.",
+        "a clear error, and reloads weights without compiling wherever a verified strategy allows. "
+        "The compiler counts the compiles of its artifacts before any is made, and over the budget "
+        "shares one program across repeated layers, their weights as its inputs (as maderix's "
+        "dynamic pipeline does), else fails before compiling.",
         "runtime", (f"{_CORE}::test_compile_budget_exhaustion_and_cache",
+                    "tests/runtime/test_rt_pipeline_shared.py::test_auto_shares_over_the_budget_and_fails_located_when_still_over",
+                    "tests/runtime/test_rt_pipeline_shared.py::test_the_planner_count_is_what_the_runtime_compiles",
                     f"{_CORE}::test_the_compile_budget_belongs_to_the_process",
                     f"{_CORE}::test_the_process_budget_is_the_targets_field",
                     f"{_RELOAD}::test_recompile_reloads_stop_at_the_process_budget_with_a_clear_error"),

@@ -394,6 +394,11 @@ def _read_wiring(man: dict, stages: list[Any]) -> _Wiring:
         where = f"stage {k} ({entry['dir']})"
         if not all(isinstance(x.get("value"), str) for x in [*entry["inputs"], *entry["outputs"]]):
             raise KeyError(f"{where}: a stage input or output without its func 'value'")
+        if art.manifest.get("weight_inputs"):
+            raise CoreMLExportError(
+                f"func '{man['func']}' {where}: the stage takes its weights as program inputs (a program "
+                "shared across repeated layers); a Core ML package holds them as constants",
+                hint="recompile with --share-programs never for the export")
         ins = [str(i["name"]) for i in entry["inputs"]]
         if ins != [str(e["name"]) for e in art.manifest["inputs"]]:
             raise bad(f"{where}: the manifest wires inputs {ins}; the stage has "
