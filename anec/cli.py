@@ -1143,7 +1143,8 @@ def generate_cmd(ctx, checkpoint, prompt, prompt_ids, max_new_tokens, temperatur
 @click.option("--backend", type=click.Choice(_MODEL_BACKENDS), default="auto", show_default=True)
 @click.option("--target", metavar="NAME", help="Chip profile (default m4).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def embed_cmd(checkpoint, sentences, vectors, backend, target, quiet) -> None:
+@_compress_option
+def embed_cmd(checkpoint, sentences, vectors, backend, target, quiet, compress, compress_gate) -> None:
     """Sentence embeddings with a BERT checkpoint (e.g. all-MiniLM-L6-v2) running as ANE programs.
 
     With two or more sentences, prints their cosine similarity matrix."""
@@ -1151,9 +1152,17 @@ def embed_cmd(checkpoint, sentences, vectors, backend, target, quiet) -> None:
 
     from anec.models.bert import cosine_matrix, load_sentence_encoder
 
-    enc = load_sentence_encoder(checkpoint, backend=backend, target=target, progress=_progress(quiet))
+    if compress is not None and backend == "interp":
+        raise click.UsageError("--compress needs a compiled backend (sim or ane): the interpreter "
+                               "reads the checkpoint's weights as they are")
+    enc = load_sentence_encoder(checkpoint, backend=backend, target=target, progress=_progress(quiet),
+                                compress=compress, compress_gate=compress_gate)
     try:
         emb = enc.encode(list(sentences))
+        if compress is not None and not quiet:
+            from anec.compress import report_summary
+
+            click.echo(f"compressed {report_summary(enc.programs.compression)}", err=True)
     finally:
         enc.close()
     if vectors or len(sentences) == 1:

@@ -300,12 +300,13 @@ class SentenceEncoder:
 
     def __init__(self, bert: Bert, backend: str = "auto", target: str | None = None,
                  progress: Progress | None = None, tokenizer: Tokenizer | None = None,
-                 normalize: bool = True) -> None:
+                 normalize: bool = True, compress: Any = None, compress_gate: Any = None) -> None:
         self.bert = bert
         self.tokenizer = tokenizer
         self.normalize = normalize
         self.progress = progress or Progress(False)
-        self.programs = ProgramCache(bert.weight, backend=backend, target=target)
+        self.programs = ProgramCache(bert.weight, backend=backend, target=target, compress=compress,
+                                     compress_gate=compress_gate)
 
     def tokenize(self, sentences: Iterable[str]) -> list[list[int]]:
         if self.tokenizer is None:
@@ -389,7 +390,8 @@ def cosine_matrix(e: np.ndarray) -> np.ndarray:
 
 
 def load_sentence_encoder(checkpoint: str, backend: str = "auto", target: str | None = None,
-                          progress: Progress | None = None) -> SentenceEncoder:
+                          progress: Progress | None = None, compress: Any = None,
+                          compress_gate: Any = None) -> SentenceEncoder:
     from anec.models.buckets import target_limits
     from anec.models.hf import load_checkpoint
 
@@ -400,5 +402,6 @@ def load_sentence_encoder(checkpoint: str, backend: str = "auto", target: str | 
     _, min_surface = target_limits(target)
     bert = Bert(ckpt, min_surface)
     bert.check_tensors()
-    return SentenceEncoder(bert, backend=backend, target=target, progress=progress)
+    return SentenceEncoder(bert, backend=backend, target=target, progress=progress, compress=compress,
+                           compress_gate=compress_gate)
 

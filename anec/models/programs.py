@@ -55,14 +55,21 @@ class ProgramCache:
     the compiler cut loads as one pipeline program). Names carry the bucket
     (``decode_w16_t128``), so each bucket compiles once per process.
     ``transform`` (e.g. adding LoRA inputs) runs on every built graph and what
-    it returns is kept in ``extras[name]``. Backend ``"interp"`` skips the
-    compiler and runs graphs in the reference interpreter instead.
+    it returns is kept in ``extras[name]``. ``compress`` and ``compress_gate`` are
+    :func:`anec.compiler.compile_module`'s (weights stored compressed; docs/compression.md).
+    Backend ``"interp"`` skips the compiler and runs graphs in the reference interpreter
+    instead (uncompressed: the interpreter reads the checkpoint's weights).
     """
 
     def __init__(self, weight_fn: Callable[[str], np.ndarray], backend: str = "auto",
                  target: str | None = None, cache_dir: str | os.PathLike | None = None,
-                 transform: Callable[[Graph], Any] | None = None) -> None:
+                 transform: Callable[[Graph], Any] | None = None, compress: Any = None,
+                 compress_gate: Any = None) -> None:
         self.weight_fn = weight_fn
+        self.compress = compress
+        self.compress_gate = compress_gate
+        self.compression: list[dict[str, Any]] = []
+        """The compression report of every weight compiled here (format, bytes, error)."""
         self.backend = backend
         self.target = target
         self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
@@ -147,9 +154,14 @@ class ProgramCache:
         # over it, repeated layers share programs (or the compile fails before the device compiles)
         left = self.runtime.stats.get("compile_budget_left")
         # host_casts: on targets without fp32 I/O (m1, m2) the host converts fp32 <-> fp16
-        return compile_module(Builder.module(*graphs), weights=store, target=self.target,
-                              out_dir=self.cache_dir, host_casts=True, keep_funcs=True,
-                              compile_budget=left if isinstance(left, int) and left >= 0 else None)
+        result = compile_module(Builder.module(*graphs), weights=store, target=self.target,
+                                out_dir=self.cache_dir, host_casts=True, keep_funcs=True,
+                                compress=self.compress, compress_gate=self.compress_gate,
+                                compile_budget=left if isinstance(left, int) and left >= 0 else None)
+        for art in result.artifacts.values():
+            for a in (art, *getattr(art, "stages", ())):
+                self.compression.extend(a.manifest.get("compression", ()))
+        return result
 
     def stats(self) -> dict[str, Any]:
         """Runtime counters (compiles, loads, reloads, evaluations...) plus ``funcs``

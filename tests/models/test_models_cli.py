@@ -147,6 +147,18 @@ def test_embed_prints_similarities_and_vectors(minilm_dir):
     assert vec["sentence"] == "hello" and len(vec["embedding"]) == 384
 
 
+def test_embed_compresses_weights(minilm_dir):
+    pytest.importorskip("tokenizers")
+    res = run("embed", minilm_dir, "A man is eating food.", "A man is eating bread.", "The movie was great.",
+              "--backend", "sim", "--compress", "int8")
+    assert "compressed 36 weights (" in res.output and "int8" in res.output
+    rows = [line.split()[:3] for line in res.output.strip().splitlines() if not line.startswith("compressed")]
+    sim = np.array(rows, dtype=float)
+    assert sim[0, 1] > 0.5 > sim[0, 2]
+    res = run("embed", minilm_dir, "hello", "--backend", "interp", "--compress", "int8", ok=False)
+    assert res.exit_code == 2 and "needs a compiled backend" in res.output
+
+
 def test_cli_errors_are_diagnostics(tmp_path, gpt2_dir, monkeypatch):
     res = run("generate", tmp_path / "nope", "--prompt-ids", "1", ok=False)
     assert res.exit_code == 1 and "does not exist" in res.output and "Traceback" not in res.output
