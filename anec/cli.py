@@ -225,6 +225,11 @@ def _concat_target(module, target: str, concat: str):
 
 def _compress_option(f):
     f = click.option(
+        "--compress-form", "compress_form", type=click.Choice(["affine", "blockwise"]), metavar="affine|blockwise",
+        help="The MIL op of int8/uint8 weights in the ios18 dialect: affine (constexpr_affine_dequantize, "
+             "the form a published program runs on the device; the default) or blockwise "
+             "(constexpr_blockwise_shift_scale); see ANE-COMPRESSED-WEIGHTS.")(f)
+    f = click.option(
         "--compress-gate", "compress_gate", metavar="REL_L2[,REL_ABS]", callback=_parse_gate,
         help="The accuracy gate of --compress: the largest relative L2 error (of the tensor and of "
              "each output channel) and max abs error / max|w| a compressed tensor may have "
@@ -270,7 +275,8 @@ def _parse_gate(ctx: click.Context, param: click.Parameter, value: str | None):
 @_concat_option
 @click.pass_context
 def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: str | None,
-              random_weights: int | None, inputs_path: str | None, compress: str | None, compress_gate, concat: str) -> None:
+              random_weights: int | None, inputs_path: str | None, compress: str | None, compress_gate, compress_form,
+              concat: str) -> None:
     """Parse and verify FILE; print warnings and, when available, ANE legality per node."""
     from anec.ir.parser import parse_file
     from anec.ir.verifier import check
@@ -315,7 +321,7 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
                        f"{_plural(result.errors, 'error')} (see REJECTED above)", err=True)
             ctx.exit(1)
         if compress is not None:
-            _compression_check(module, compress, compress_gate, given, legal_target, concat)
+            _compression_check(module, compress, compress_gate, given, legal_target, concat, compress_form)
         if overflows:
             click.echo(f"{file}: {_plural(overflows, 'node')} overflow fp16 on the calibration "
                        "inputs (see ANE-FP16-RANGE above)", err=True)
@@ -334,14 +340,15 @@ def _directive_path(module, ws):
     return p if p.is_absolute() else (Path(module.path).parent if module.path else Path(".")) / p
 
 
-def _compression_check(module, compress: str, gate, given: dict, target, concat: str) -> None:
+def _compression_check(module, compress: str, gate, given: dict, target, concat: str,
+                       form: str | None = None) -> None:
     """``anec check --compress``: per weight the format it gets, the bytes saved and the error
     (the gate runs on the weights given; without them, the format each rule asks for)."""
     from anec.compiler import compile_module
     from anec.compress import fallback_lines, report_summary
 
     result = compile_module(module, weights=given.get("weights"), target=target, concat=concat, compress=compress,
-                            compress_gate=gate, with_weights="weights" in given)
+                            compress_gate=gate, compress_form=form, with_weights="weights" in given)
     click.echo("compression:")
     for name, art in result.artifacts.items():
         reports = [r for a in [art, *getattr(art, "stages", [])] for r in a.manifest.get("compression", [])]
@@ -548,7 +555,8 @@ def _pipeline_from(passes: str | None, pipeline: str | None):
 @_compress_option
 @_concat_option
 def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pipeline, print_after, timing,
-                pack_weights, host_casts, dialect, weights_as_inputs, compress, compress_gate, concat) -> None:
+                pack_weights, host_casts, dialect, weights_as_inputs, compress, compress_gate, compress_form,
+                concat) -> None:
     """Compile FILE into DIR/<func>/{model.mil, weights/*.bin, manifest.json}."""
     from pathlib import Path
 
@@ -564,7 +572,7 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
                             passes=_pipeline_from(passes, pipeline), out_dir=out, pack_weights=pack_weights,
                             host_casts=host_casts, print_ir_after=after or None, timing=timing,
                             dialect=dialect, weights_as_inputs=weights_as_inputs, concat=concat,
-                            compress=compress, compress_gate=compress_gate)
+                            compress=compress, compress_gate=compress_gate, compress_form=compress_form)
     for dump in result.printed_ir:
         click.echo(dump.rstrip("\n"), err=True)
     if not result.artifacts:
@@ -596,7 +604,7 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
 @_compress_option
 @_concat_option
 def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights, host_casts, dialect,
-            compress, compress_gate, concat) -> None:
+            compress, compress_gate, compress_form, concat) -> None:
     """Print the MIL text of one func of FILE after the default pipeline.
 
     MIL never depends on weight values, so no weights are needed; with
@@ -627,7 +635,8 @@ def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights,
     tgt = _concat_target(one, target, concat)
     result = compile_module(one, weights=weights_path, random_seed=random_weights, target=tgt,
                             pack_weights=pack_weights, host_casts=host_casts, with_weights=with_weights,
-                            dialect=dialect, concat=concat, compress=compress, compress_gate=compress_gate)
+                            dialect=dialect, concat=concat, compress=compress, compress_gate=compress_gate,
+                            compress_form=compress_form)
     click.echo(result.artifacts[func_name].mil_text, nl=False)
 
 
@@ -1024,7 +1033,7 @@ def models_export_cmd(kind, checkpoint, output, prefill, cache, lora_targets, lo
               help="Write OUT/<func>/ for every func (default: check and plan only).")
 @click.option("--target", metavar="NAME", help="Chip profile (default m4).")
 @_compress_option
-def models_compile_cmd(export_dir, output, target, compress, compress_gate) -> None:
+def models_compile_cmd(export_dir, output, target, compress, compress_gate, compress_form) -> None:
     """Compile every func of an exported model DIR (written by `anec models export`).
 
     Each func (one per bucket) becomes one artifact; the compiler cuts a func
@@ -1033,7 +1042,8 @@ def models_compile_cmd(export_dir, output, target, compress, compress_gate) -> N
     from anec.compiler import summarize
     from anec.models.export import compile_export
 
-    for name, art, path in compile_export(export_dir, output, target, compress=compress, compress_gate=compress_gate):
+    for name, art, path in compile_export(export_dir, output, target, compress=compress, compress_gate=compress_gate,
+                                         compress_form=compress_form):
         click.echo(summarize(name, art, path))
         _print_compression(name, art)
 

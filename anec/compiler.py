@@ -105,6 +105,19 @@ def with_concat(target: Target, concat: str | None) -> Target:
     return target.replace(concat=reading, sources={**target.sources, "concat": why})
 
 
+def with_int8_form(target: Target, form: str | None) -> Target:
+    """``target`` writing 8-bit linear weights with ``form`` (None: the target's own;
+    ANE-COMPRESSED-WEIGHTS); AnecError if unknown."""
+    from anec.mil.emitter import INT8_FORMS
+
+    if form is None or form == target.int8_form:
+        return target
+    if form not in INT8_FORMS:
+        raise AnecError(f"unknown --compress-form '{form}'",
+                        hint=did_you_mean(form, INT8_FORMS) or f"forms: {', '.join(INT8_FORMS)}")
+    return target.replace(int8_form=form, sources={**target.sources, "int8_form": f"asked for (--compress-form {form})"})
+
+
 def compile_module(
     module: Module,
     weights: Any = None,
@@ -124,6 +137,7 @@ def compile_module(
     concat: str | None = None,
     compress: Any = None,
     compress_gate: Any = None,
+    compress_form: str | None = None,
 ) -> CompileResult:
     """Compile every func of ``module``; see the module docstring.
 
@@ -152,6 +166,8 @@ def compile_module(
     each in the first format of its rule that passes the accuracy gate
     (docs/compression.md); the manifest's ``compression`` says what each weight got.
     ``compress_gate`` (an :class:`anec.compress.Gate`) overrides the gate's thresholds.
+    ``compress_form`` (``"affine"`` or ``"blockwise"``) overrides the target's MIL op for
+    8-bit linear weights in ios18 (``Target.int8_form``, ANE-COMPRESSED-WEIGHTS).
     """
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline
@@ -160,7 +176,7 @@ def compile_module(
 
     from anec.compress import parse_spec
 
-    tgt = with_concat(with_dialect(get_target(target), dialect), concat)
+    tgt = with_int8_form(with_concat(with_dialect(get_target(target), dialect), concat), compress_form)
     spec = parse_spec(compress, compress_gate)
     pipeline = resolve_passes(passes)
     patterns: tuple[str, ...] = ()

@@ -349,7 +349,7 @@ def _reexport(info: dict[str, Any], d: Path) -> str:
 
 def compile_export(path: str | Path, out_dir: str | Path | None,
                    target: str | None = None, compress: Any = None,
-                   compress_gate: Any = None) -> list[tuple[str, Any, Any]]:
+                   compress_gate: Any = None, compress_form: str | None = None) -> list[tuple[str, Any, Any]]:
     """Compile every func of an exported directory (weights from its weights file).
 
     Returns ``(func, artifact, written path or None)`` in file order; each
@@ -367,6 +367,7 @@ def compile_export(path: str | Path, out_dir: str | Path | None,
         if list(module.funcs) != funcs:
             raise ModelError(f"{d / f} holds funcs {list(module.funcs)}, but {MODEL_JSON} lists {funcs}",
                              hint=_reexport(info, d))
-        arts.update(compile_module(module, target=target, compress=compress, compress_gate=compress_gate).artifacts)
+        arts.update(compile_module(module, target=target, compress=compress, compress_gate=compress_gate,
+                                   compress_form=compress_form).artifacts)
     # written once every func compiled: a failure leaves out_dir as it was
     return [(name, art, None if out_dir is None else art.write(Path(out_dir) / name)) for name, art in arts.items()]

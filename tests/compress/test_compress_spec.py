@@ -173,3 +173,34 @@ def test_large_grouped_luts_take_the_binned_path_and_stay_better_than_one_table(
     again = compress_tensor(w.copy(), get_format("lut4/g16"), 0)
     assert again.parts["lut"].tobytes() == grouped.parts["lut"].tobytes()
     assert np.array_equal(again.parts["indices"], grouped.parts["indices"])
+
+
+def test_the_int8_form_is_the_targets_and_can_be_picked(small, tmp_path):
+    """ANE-COMPRESSED-WEIGHTS: int8 is written as constexpr_affine_dequantize by default (the
+    demonstrated form), as constexpr_blockwise_shift_scale when asked for; an unknown form
+    is a clear error, and the CLI takes --compress-form."""
+    from click.testing import CliRunner
+
+    from anec.cli import main
+    from anec.diagnostics import AnecError
+    from anec.targets import TARGETS
+
+    assert {t.int8_form for t in TARGETS.values()} == {"affine"}
+    store = resolve_weights(small, None, 0)
+    default = compile_module(small, store, compress="int8").artifacts["f"].mil_text
+    block = compile_module(small, store, compress="int8", compress_form="blockwise").artifacts["f"].mil_text
+    assert default.count("= constexpr_affine_dequantize(") == 3 and "blockwise" not in default
+    assert block.count("= constexpr_blockwise_shift_scale(") == 3 and "affine_dequantize" not in block
+    ios16 = compile_module(small, store, compress="int8", compress_form="blockwise", dialect="ios16")
+    assert ios16.artifacts["f"].mil_text.count("= constexpr_affine_dequantize(") == 3  # ios16 has no other
+    with pytest.raises(AnecError, match=r"(?s)unknown --compress-form 'blockwize'.*did you mean 'blockwise'"):
+        compile_module(small, store, compress="int8", compress_form="blockwize")
+    ir = tmp_path / "small.ir"
+    from tests.compress.conftest import SMALL_IR
+
+    ir.write_text(SMALL_IR)
+    r = CliRunner().invoke(main, ["mil", str(ir), "--compress", "int8", "--compress-form", "blockwise"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("= constexpr_blockwise_shift_scale(") == 3
+    r = CliRunner().invoke(main, ["mil", str(ir), "--compress", "int8"])
+    assert r.exit_code == 0 and r.output.count("= constexpr_affine_dequantize(") == 3
