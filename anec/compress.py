@@ -59,6 +59,7 @@ __all__ = [
     "pack_bits",
     "parse_spec",
     "quantize_linear",
+    "quantize_linear_numpy",
     "unpack_bits",
 ]
 
@@ -260,7 +261,80 @@ def parse_spec(spec: "str | Spec | None", gate: Gate | None = None) -> Spec | No
 
 
 def quantize_linear(w: np.ndarray, axis: int, fmt: Format) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """``(q, scale, zero_point)`` per output channel along ``axis``.
+    """``(q, scale, zero_point)`` per output channel along ``axis`` (:func:`quantize_linear_numpy`;
+    an fp16 tensor in one C pass when the runtime extension is built, with the same result)."""
+    got = _linear_native(w, axis, fmt)
+    if got is not None:
+        return got[0]
+    return quantize_linear_numpy(w, axis, fmt)
+
+
+_QUANT_MODES = {("int8", False): 0, ("int8", True): 1, ("uint8", True): 2}
+"""(storage, affine) -> the C kernel's ANEC_QUANT_* mode."""
+
+
+def _linear_native(w: Any, axis: int, fmt: Format) -> "tuple[tuple[np.ndarray, np.ndarray, np.ndarray | None], dict] | None":
+    """:func:`quantize_linear_numpy` of an fp16 tensor by the C kernel (csrc/host_compress.c),
+    with the gate's error sums: ``((q, scale, zero_point), stats)``; None without the
+    runtime extension, for another dtype, or for what the kernel leaves to numpy (NaN or
+    infinite weights, a scale below fp16's range)."""
+    w = np.asarray(w)
+    mode = _QUANT_MODES.get((fmt.storage, fmt.affine))
+    if w.dtype != np.float16 or mode is None or w.size == 0 or w.ndim == 0:
+        return None
+    from anec.runtime import native
+
+    if not native.available():
+        return None
+    ffi, lib = native.ffi, native.lib
+    w = np.ascontiguousarray(w)
+    c = w.shape[axis]
+    outer, inner = math.prod(w.shape[:axis]), math.prod(w.shape[axis + 1:])
+    q = np.empty(w.shape, np.int8 if fmt.signed else np.uint8)
+    scale = np.empty(c, np.float16)
+    zp = np.empty(c, q.dtype) if fmt.affine else None
+    e2, n2 = np.empty(c, np.float64), np.empty(c, np.float64)
+    mx = ffi.new("float[2]")
+    rc = lib.anec_quantize_linear8(
+        ffi.from_buffer("uint16_t[]", w.view(np.uint16).reshape(-1)), outer, c, inner, mode,
+        ffi.from_buffer("uint8_t[]", q.reshape(-1).view(np.uint8), require_writable=True),
+        ffi.from_buffer("uint16_t[]", scale.view(np.uint16), require_writable=True),
+        ffi.from_buffer("uint8_t[]", zp.view(np.uint8), require_writable=True) if zp is not None else ffi.NULL,
+        ffi.from_buffer("double[]", e2, require_writable=True), ffi.from_buffer("double[]", n2, require_writable=True),
+        mx, mx + 1)
+    if rc not in (0, 1):
+        return None
+    return (q, scale, zp), {"err_sq": e2, "norm_sq": n2, "max_err": float(mx[0]), "max_w": float(mx[1]),
+                            "finite": rc == 0}
+
+
+def _errors_native(w: np.ndarray, d: np.ndarray, axis: int) -> dict | None:
+    """The gate's error sums of the decompressed ``d`` against ``w`` (both fp16) by the C
+    kernel, summed as :func:`_linear_native` sums them; None without the runtime extension,
+    for another dtype, or for non-finite weights (numpy decides those)."""
+    if w.dtype != np.float16 or d.dtype != np.float16 or w.size == 0 or w.ndim == 0:
+        return None
+    from anec.runtime import native
+
+    if not native.available():
+        return None
+    ffi, lib = native.ffi, native.lib
+    w, d = np.ascontiguousarray(w), np.ascontiguousarray(d)
+    c = w.shape[axis]
+    e2, n2 = np.empty(c, np.float64), np.empty(c, np.float64)
+    mx = ffi.new("float[2]")
+    rc = lib.anec_dense_errors(ffi.from_buffer("uint16_t[]", w.view(np.uint16).reshape(-1)),
+                               ffi.from_buffer("uint16_t[]", d.view(np.uint16).reshape(-1)),
+                               math.prod(w.shape[:axis]), c, math.prod(w.shape[axis + 1:]),
+                               ffi.from_buffer("double[]", e2, require_writable=True),
+                               ffi.from_buffer("double[]", n2, require_writable=True), mx, mx + 1)
+    if rc not in (0, 1):
+        return None
+    return {"err_sq": e2, "norm_sq": n2, "max_err": float(mx[0]), "max_w": float(mx[1]), "finite": rc == 0}
+
+
+def quantize_linear_numpy(w: np.ndarray, axis: int, fmt: Format) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(q, scale, zero_point)`` per output channel along ``axis``, in numpy.
 
     The arithmetic of coremltools' ``linear_quantize_weights`` (per channel), in the
     tensor's own float dtype: symmetric int8 has range [-127, 127] and scale
@@ -343,6 +417,37 @@ def kmeans_1d_many(groups: Sequence[np.ndarray], k: int, exact: bool = False) ->
         for (g, v, w), c in zip(big, coarse):
             out[g] = _lloyd(v, w, c)
         return out  # type: ignore[return-value]
+    native = _kmeans_native(big, k)
+    if native is not None:
+        for (g, _, _), c in zip(big, native):
+            out[g] = c
+        return out  # type: ignore[return-value]
+    return _kmeans_numpy(big, k, out)
+
+
+def _kmeans_native(big: list, k: int) -> list[np.ndarray] | None:
+    """The exact program of each group of ``big`` ((index, values, weights)) by the C kernel
+    (csrc/host_compress.c: the same arithmetic and search, so the same centroids); None
+    without the runtime extension."""
+    from anec.runtime import native
+
+    if not native.available():
+        return None
+    ffi, lib = native.ffi, native.lib
+    res = []
+    for _, v, w in big:
+        v, w = np.ascontiguousarray(v, np.float64), np.ascontiguousarray(w, np.float64)
+        c = np.empty(k, np.float64)
+        rc = lib.anec_kmeans_1d(ffi.from_buffer("double[]", v), ffi.from_buffer("double[]", w), v.size, k,
+                                ffi.from_buffer("double[]", c, require_writable=True))
+        if rc != 0:
+            return None
+        res.append(c)
+    return res
+
+
+def _kmeans_numpy(big: list, k: int, out: list) -> list[np.ndarray]:
+    """The exact program of :func:`kmeans_1d_many` for the groups ``big`` in numpy, all at once."""
     # slots: group g's prefixes t = 0..n_g at base_g + t (prefix sums restart in each group)
     sizes = np.array([v.size for _, v, _ in big])
     base = np.concatenate([[0], np.cumsum(sizes + 1)[:-1]])
@@ -592,8 +697,10 @@ def decompress(fmt: Format, axis: int, shape: Sequence[int], parts: Mapping[str,
         scale = np.asarray(parts["scale"]).astype(np.float32).reshape(bshape)
         return (q * scale).astype(np.float16)
     if fmt.kind == "lut":
-        idx = np.asarray(parts["indices"]).reshape(shape).astype(np.int64)
         lut = np.asarray(parts["lut"], dtype=np.float16)
+        if lut.shape[0] == 1:  # one table: a gather
+            return lut.reshape(-1)[np.asarray(parts["indices"]).reshape(shape)]
+        idx = np.asarray(parts["indices"]).reshape(shape).astype(np.int64)
         groups = lut.shape[0]
         per = shape[axis] // groups
         ch = np.arange(shape[axis]) // per
@@ -607,6 +714,16 @@ def decompress(fmt: Format, axis: int, shape: Sequence[int], parts: Mapping[str,
 def compress_tensor(w: np.ndarray, fmt: Format, axis: int) -> Compressed:
     """``w`` (float) in ``fmt``, with its error against ``w``."""
     w = np.asarray(w)
+    native = _linear_native(w, axis, fmt) if fmt.kind == "linear" else None
+    if native is not None:  # the values and the error sums in one C pass
+        (q, scale, zp), st = native
+        parts = {"q": q, "scale": scale, **({"zero_point": zp} if zp is not None else {})}
+        c = Compressed(fmt, axis, tuple(w.shape), parts)
+        if not st["finite"]:
+            c.rel_l2 = c.max_abs = c.rel_abs = c.channel_rel_l2 = math.inf
+            return c
+        _set_errors(c, st["err_sq"], st["norm_sq"], st["max_err"], st["max_w"])
+        return c
     if fmt.kind == "linear":
         q, scale, zp = quantize_linear(w, axis, fmt)
         parts = {"q": q, "scale": scale}
@@ -619,6 +736,13 @@ def compress_tensor(w: np.ndarray, fmt: Format, axis: int) -> Compressed:
         raise ValueError(f"format {fmt.name} is not compressed")
     c = Compressed(fmt, axis, tuple(w.shape), parts)
     d = decompress(fmt, axis, w.shape, parts)
+    st = _errors_native(w, d, axis)
+    if st is not None:
+        if not st["finite"]:
+            c.rel_l2 = c.max_abs = c.rel_abs = c.channel_rel_l2 = math.inf
+        else:
+            _set_errors(c, st["err_sq"], st["norm_sq"], st["max_err"], st["max_w"])
+        return c
     if not np.all(np.isfinite(d)):
         c.rel_l2 = c.max_abs = c.rel_abs = c.channel_rel_l2 = math.inf
         return c
@@ -628,6 +752,14 @@ def compress_tensor(w: np.ndarray, fmt: Format, axis: int) -> Compressed:
     # per output channel sums of squares (float32 products, float64 totals)
     e_ch = np.einsum("ij,ij->i", err, err).astype(np.float64)
     n_ch = np.einsum("ij,ij->i", ref, ref).astype(np.float64)
+    _set_errors(c, e_ch, n_ch, float(np.max(np.abs(err))) if err.size else 0.0,
+                float(np.max(np.abs(ref))) if ref.size else 0.0)
+    return c
+
+
+def _set_errors(c: Compressed, e_ch: np.ndarray, n_ch: np.ndarray, max_err: float, top: float) -> None:
+    """The gate's errors of ``c`` from per-channel sums of squared errors and of squared
+    values, the largest absolute error and the largest |w|."""
     norm = float(np.sqrt(n_ch.sum()))
     c.rel_l2 = float(np.sqrt(e_ch.sum())) / norm if norm > 0 else float(e_ch.sum() > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -635,10 +767,8 @@ def compress_tensor(w: np.ndarray, fmt: Format, axis: int) -> Compressed:
     if rel_ch.size:
         c.worst_channel = int(np.argmax(rel_ch))
         c.channel_rel_l2 = float(rel_ch[c.worst_channel])
-    c.max_abs = float(np.max(np.abs(err))) if err.size else 0.0
-    top = float(np.max(np.abs(ref))) if ref.size else 0.0
+    c.max_abs = max_err
     c.rel_abs = c.max_abs / top if top > 0 else float(c.max_abs > 0)
-    return c
 
 
 # ---------------------------------------------------------------------------
