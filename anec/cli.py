@@ -553,10 +553,16 @@ def _pipeline_from(passes: str | None, pipeline: str | None):
               help="Make the weights whose checkpoint key matches a glob program inputs ('all': every "
                    "weight): they reload by a surface write, with no compile and no load.")
 @_compress_option
+@click.option("--compress-check", "compress_check", type=click.Path(dir_okay=False), metavar="INPUTS.npz",
+              help="Run each compressed func and the same func uncompressed on the sim on these calibration "
+                   "inputs (one array per func input, by name) and report per output the cosine and max "
+                   "relative error; the compile fails below --compress-min-cosine.")
+@click.option("--compress-min-cosine", "compress_min_cosine", type=click.FloatRange(-1.0, 1.0), default=0.999,
+              show_default=True, metavar="COS", help="The least output cosine --compress-check accepts.")
 @_concat_option
 def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pipeline, print_after, timing,
                 pack_weights, host_casts, dialect, weights_as_inputs, compress, compress_gate, compress_form,
-                concat) -> None:
+                compress_check, compress_min_cosine, concat) -> None:
     """Compile FILE into DIR/<func>/{model.mil, weights/*.bin, manifest.json}."""
     from pathlib import Path
 
@@ -572,7 +578,8 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
                             passes=_pipeline_from(passes, pipeline), out_dir=out, pack_weights=pack_weights,
                             host_casts=host_casts, print_ir_after=after or None, timing=timing,
                             dialect=dialect, weights_as_inputs=weights_as_inputs, concat=concat,
-                            compress=compress, compress_gate=compress_gate, compress_form=compress_form)
+                            compress=compress, compress_gate=compress_gate, compress_form=compress_form,
+                            compress_check=compress_check, compress_min_cosine=compress_min_cosine)
     for dump in result.printed_ir:
         click.echo(dump.rstrip("\n"), err=True)
     if not result.artifacts:
@@ -581,6 +588,11 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
     for name, art in result.artifacts.items():
         click.echo(summarize(name, art, result.paths.get(name)))
         _print_compression(name, art)
+    if result.compress_check:
+        from anec.compress import check_lines
+
+        for line in check_lines(result.compress_check):
+            click.echo(line)
     if result.artifacts:
         from anec.frontends.torch_import import link_import
 

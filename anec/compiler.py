@@ -52,6 +52,10 @@ class CompileResult:
     """Every rewrite legalize applied (each names its func)."""
     paths: dict[str, Path] = field(default_factory=dict)
     """Func name -> the directory written (with ``out_dir``)."""
+    compress_check: list[dict] = field(default_factory=list)
+    """With ``compress_check``: per func output, the cosine and max relative error of the
+    compressed program's output against the uncompressed program's, on the sim
+    (:func:`anec.compress.model_check`)."""
 
 
 def with_dialect(target: Target, dialect: str | None) -> Target:
@@ -138,6 +142,8 @@ def compile_module(
     compress: Any = None,
     compress_gate: Any = None,
     compress_form: str | None = None,
+    compress_check: Any = None,
+    compress_min_cosine: float = 0.999,
 ) -> CompileResult:
     """Compile every func of ``module``; see the module docstring.
 
@@ -168,6 +174,11 @@ def compile_module(
     ``compress_gate`` (an :class:`anec.compress.Gate`) overrides the gate's thresholds.
     ``compress_form`` (``"affine"`` or ``"blockwise"``) overrides the target's MIL op for
     8-bit linear weights in ios18 (``Target.int8_form``, ANE-COMPRESSED-WEIGHTS).
+    ``compress_check`` (calibration inputs: a .npz path or a mapping, one array per func
+    input by name) runs every func with compressed weights and the same func compiled
+    without compression on the sim and compares their outputs (``result.compress_check``);
+    an output whose cosine is below ``compress_min_cosine`` fails the compile (AnecError,
+    nothing written).
     """
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline
@@ -227,6 +238,16 @@ def compile_module(
                                          "'all' takes every weight")
 
         result = CompileResult(dict(ctx.artifacts), work, tgt, timings, list(ctx.printed), list(ctx.rewrites))
+        if compress_check is not None:
+            from anec.compress import model_check
+
+            if spec is None:
+                raise AnecError("compress_check needs compress", hint="give --compress SPEC with --compress-check")
+            dense = compile_module(module, weights=store, target=tgt, passes=passes, pack_weights=pack_weights,
+                                   host_casts=host_casts, weights_as_inputs=weights_as_inputs, concat=tgt.concat)
+            _settle(result.artifacts.values(), pin=False)  # the deferred weight hashes, for loading
+            result.compress_check = model_check(result.artifacts, dense.artifacts, compress_check,
+                                                compress_min_cosine)
         if out_dir is not None and result.artifacts:
             start = time.perf_counter()
             result.paths = write_output(Path(out_dir), result.artifacts, keep_funcs=keep_funcs)
