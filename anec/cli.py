@@ -237,7 +237,8 @@ def _compress_option(f):
     return click.option(
         "--compress", "compress", metavar="SPEC",
         help="Store conv/matmul weights compressed: FORMAT[>FALLBACK..][:GLOB],... over checkpoint keys, "
-             "first match wins (int8, int8-affine, uint8-affine, lut1..lut8, lutN/gG, fp16), e.g. "
+             "first match wins (int8, int8-affine, uint8-affine, int4, int4-affine, uint4-affine, FORMAT/bB "
+             "per block of B input channels, lut1..lut8, lutN/gG, fp16), e.g. "
              "'lut4:h.*.mlp.*,int8:*'. Each tensor must pass an accuracy gate, else falls back "
              "(lutN -> int8 -> fp16); see docs/compression.md.")(f)
 

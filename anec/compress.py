@@ -13,6 +13,10 @@ and written into the MIL. Formats (docs/compression.md):
                     ``linear_symmetric``, ``per_channel``: the same int8 values and scales)
 ``int8-affine``     int8 with a zero point per output channel (coremltools mode ``linear``)
 ``uint8-affine``    the same in uint8
+``int4``, ``int4-affine``, ``uint4-affine``
+                    4-bit linear, a scale (and zero point) per output channel; ``FORMAT/bB``
+                    (any linear format): per block of B input channels as well (coremltools'
+                    ``per_block``); iOS18's constexpr_blockwise_shift_scale only
 ``lut1`` .. ``lut8``  n-bit palettization (n in 1, 2, 4, 6, 8): one fp16 look-up table of
                     2^n entries for the whole tensor (``lutN``) or per group of G output
                     channels (``lutN/gG``); deterministic 1-D k-means, so the same tensor
@@ -82,12 +86,19 @@ class Format:
     affine: bool = False
     group: int = 0
     """lut: output channels per table (0: one table for the tensor)."""
+    block: int = 0
+    """linear: input channels per scale (0: one scale per output channel)."""
+
+    @property
+    def blockwise(self) -> bool:
+        """Scales of the weight's rank (per block, or 4-bit): only ios18's blockwise op holds them."""
+        return self.kind == "linear" and (self.block > 0 or self.bits == 4)
 
     @property
     def storage(self) -> str:
         """The BLOBFILE dtype of the payload (``int8``, ``uint8``, ``uint4``, ...)."""
         if self.kind == "linear":
-            return "int8" if self.signed else "uint8"
+            return f"{'' if self.signed else 'u'}int{self.bits}"
         if self.kind == "lut":
             return f"uint{self.bits}"
         return "fp16"
@@ -100,6 +111,9 @@ FORMATS: dict[str, Format] = {
     "int8": Format("int8", "linear", 8, True, False),
     "int8-affine": Format("int8-affine", "linear", 8, True, True),
     "uint8-affine": Format("uint8-affine", "linear", 8, False, True),
+    "int4": Format("int4", "linear", 4, True, False),
+    "int4-affine": Format("int4-affine", "linear", 4, True, True),
+    "uint4-affine": Format("uint4-affine", "linear", 4, False, True),
     **{f"lut{b}": Format(f"lut{b}", "lut", b) for b in _LUT_BITS},
 }
 """The formats by name (grouped LUTs ``lutN/gG`` are made by :func:`get_format`)."""
@@ -111,6 +125,7 @@ DEFAULT_FALLBACK: dict[str, tuple[str, ...]] = {
 }
 
 _LUT_NAME = re.compile(r"lut(\d+)(?:/g(\d+))?\Z")
+_BLOCK_NAME = re.compile(r"((?:u?int)[48](?:-affine)?)/b(\d+)\Z")
 
 
 def get_format(name: str) -> Format:
@@ -121,9 +136,13 @@ def get_format(name: str) -> Format:
     m = _LUT_NAME.match(name)
     if m and int(m.group(1)) in _LUT_BITS and m.group(2) and int(m.group(2)) > 0:
         return Format(name, "lut", int(m.group(1)), group=int(m.group(2)))
+    b = _BLOCK_NAME.match(name)
+    if b and b.group(1) in FORMATS and int(b.group(2)) > 0:
+        base = FORMATS[b.group(1)]
+        return Format(name, "linear", base.bits, base.signed, base.affine, block=int(b.group(2)))
     from anec.diagnostics import did_you_mean
 
-    known = [*FORMATS, "lutN/gG"]
+    known = [*FORMATS, "lutN/gG", "int4/bB"]
     hint = did_you_mean(name, list(FORMATS)) or f"formats: {', '.join(known)}"
     if m and int(m.group(1)) not in _LUT_BITS:
         hint = f"a LUT has 1, 2, 4, 6 or 8 bits per index (lut{m.group(1)} is not one)"
@@ -144,7 +163,8 @@ class Gate:
     """max |w - w'| / max |w|."""
 
     def limits(self, fmt: Format) -> tuple[float, float]:
-        rel, ab = DEFAULT_GATES[fmt.name if fmt.name in DEFAULT_GATES else f"lut{fmt.bits}"]
+        base = fmt.name.split("/")[0]
+        rel, ab = DEFAULT_GATES[base if base in DEFAULT_GATES else f"lut{fmt.bits}"]
         return (self.max_rel_l2 if self.max_rel_l2 is not None else rel,
                 self.max_rel_abs if self.max_rel_abs is not None else ab)
 
@@ -156,6 +176,11 @@ DEFAULT_GATES: dict[str, tuple[float, float]] = {
     "int8": (0.02, 0.01),
     "int8-affine": (0.02, 0.01),
     "uint8-affine": (0.02, 0.01),
+    # 4-bit linear: ~0.09 relative L2 per block of 32 normal values, each error at most half a
+    # step (1/14 of the block's range)
+    "int4": (0.2, 0.15),
+    "int4-affine": (0.2, 0.15),
+    "uint4-affine": (0.2, 0.15),
     # k-means spends its entries where the values are, so a LUT's worst element (an
     # outlier of a large tensor) is far off even when the tensor is well kept
     "lut8": (0.025, 0.3),
@@ -246,8 +271,9 @@ def parse_spec(spec: "str | Spec | None", gate: Gate | None = None) -> Spec | No
             raise AnecError(f"--compress item '{item}': auto is a chain of its own",
                             hint="write auto:GLOB, or list formats: lut4>int8:GLOB")
         chain = [get_format(n) for n in names]
-        if len(names) == 1:  # the default fallbacks
-            chain += [FORMATS[n] for n in DEFAULT_FALLBACK[chain[0].kind]]
+        if len(names) == 1:  # the default fallbacks (4-bit linear: int8 too)
+            fb = DEFAULT_FALLBACK["lut" if chain[0].kind == "linear" and chain[0].bits == 4 else chain[0].kind]
+            chain += [FORMATS[n] for n in fb]
         elif chain[-1].kind != "none":
             chain.append(FORMATS["fp16"])
         rules.append(Rule(tuple(chain), glob))
@@ -280,7 +306,7 @@ def _linear_native(w: Any, axis: int, fmt: Format) -> "tuple[tuple[np.ndarray, n
     infinite weights, a scale below fp16's range)."""
     w = np.asarray(w)
     mode = _QUANT_MODES.get((fmt.storage, fmt.affine))
-    if w.dtype != np.float16 or mode is None or w.size == 0 or w.ndim == 0:
+    if w.dtype != np.float16 or mode is None or fmt.block or w.size == 0 or w.ndim == 0:
         return None
     from anec.runtime import native
 
@@ -338,22 +364,44 @@ def quantize_linear_numpy(w: np.ndarray, axis: int, fmt: Format) -> tuple[np.nda
 
     The arithmetic of coremltools' ``linear_quantize_weights`` (per channel), in the
     tensor's own float dtype: symmetric int8 has range [-127, 127] and scale
-    ``2 max|w| / 254``; affine has range [qmin, qmax], a range widened to hold 0 and a
-    rounded, clipped zero point. A channel of zeros gets scale 1 (coremltools would
-    divide by zero).
+    ``2 max|w| / 254`` (int4: [-7, 7]); affine has range [qmin, qmax], a range widened to
+    hold 0 and a rounded, clipped zero point. A channel of zeros gets scale 1 (coremltools
+    would divide by zero). 4-bit formats and ``/bB`` ones have a scale per block
+    (coremltools' ``per_block``): per output channel and per ``B`` input channels
+    (:func:`input_axis`); their scale and zero point have the weight's rank.
     """
     w = np.asarray(w)
     if w.dtype not in (np.float16, np.float32):
         w = w.astype(np.float32)
-    axes = tuple(d for d in range(w.ndim) if d != axis)
+    shape = w.shape
+    if fmt.blockwise:
+        ia = input_axis(axis, w.ndim)
+        blk = fmt.block or shape[ia]
+        new: list[int] = []
+        keep = []
+        for d, n in enumerate(shape):
+            if d == axis:
+                keep.append(len(new))
+                new.append(n)
+            elif d == ia:
+                keep.append(len(new))
+                new += [n // blk, blk]
+            else:
+                new.append(n)
+        w = w.reshape(new)
+        axes = tuple(d for d in range(len(new)) if d not in keep)
+        sshape = scale_shape(fmt, axis, shape)
+    else:
+        axes = tuple(d for d in range(w.ndim) if d != axis)
     dt = w.dtype
     w32 = w.astype(np.float32)  # every fp16 value exactly
     lo = np.amin(w32, axis=axes, keepdims=True).astype(dt)
     hi = np.amax(w32, axis=axes, keepdims=True).astype(dt)
+    half = 1 << (fmt.bits - 1)
     if fmt.signed:
-        qmin, qmax = (-127, 127) if not fmt.affine else (-128, 127)
+        qmin, qmax = (-half + 1, half - 1) if not fmt.affine else (-half, half - 1)
     else:
-        qmin, qmax = 0, 255
+        qmin, qmax = 0, 2 * half - 1
     zp = None
     if not fmt.affine:
         m = np.maximum(np.abs(lo), np.abs(hi))
@@ -375,7 +423,29 @@ def quantize_linear_numpy(w: np.ndarray, axis: int, fmt: Format) -> tuple[np.nda
         q += z.astype(np.float32)  # integers below 2048: exact, as in fp16
         zp = z.reshape(-1).astype(np.int8 if fmt.signed else np.uint8)
     q = np.clip(q, qmin, qmax, out=q).astype(np.int8 if fmt.signed else np.uint8)
+    if fmt.blockwise:
+        return q.reshape(shape), scale.reshape(sshape).astype(np.float16), None if zp is None else zp.reshape(sshape)
     return q, scale.reshape(-1).astype(np.float16), zp
+
+
+def scale_shape(fmt: Format, axis: int, shape: Sequence[int]) -> tuple[int, ...]:
+    """The shape of a linear format's scale (and zero point): ``[C]`` per output channel, or
+    the weight's rank for 4-bit and per-block formats (``C`` on ``axis``, the blocks on the
+    input axis, 1 elsewhere)."""
+    shape = tuple(int(n) for n in shape)
+    if not fmt.blockwise:
+        return (shape[axis],)
+    ia = input_axis(axis, len(shape))
+    return tuple(n if d == axis else n // (fmt.block or n) if d == ia else 1 for d, n in enumerate(shape))
+
+
+def input_axis(axis: int, rank: int) -> int:
+    """The input-channel axis of a weight whose output channels are on ``axis``: 1 for a
+    conv weight (and a ``transpose_y`` matmul weight of rank 2), else the other of the last
+    two axes (a matmul's ``y``)."""
+    if axis == 0:
+        return 1
+    return rank - 2 if axis == rank - 1 else rank - 1
 
 
 def kmeans_1d(values: np.ndarray, k: int) -> np.ndarray:
@@ -692,6 +762,18 @@ def decompress(fmt: Format, axis: int, shape: Sequence[int], parts: Mapping[str,
     bshape[axis] = shape[axis]
     if fmt.kind == "linear":
         q = np.asarray(parts["q"]).reshape(shape).astype(np.float32)
+        if fmt.blockwise:  # scales of the weight's rank: each repeated over its block
+            sshape = scale_shape(fmt, axis, shape)
+
+            def expand(a: np.ndarray) -> np.ndarray:
+                a = np.asarray(a).reshape(sshape)
+                for d in range(rank):
+                    if a.shape[d] != shape[d]:
+                        a = np.repeat(a, shape[d] // a.shape[d], axis=d)
+                return a.astype(np.float32)
+            if "zero_point" in parts:
+                q = q - expand(parts["zero_point"])
+            return (q * expand(parts["scale"])).astype(np.float16)
         if "zero_point" in parts:
             q = q - np.asarray(parts["zero_point"]).astype(np.float32).reshape(bshape)
         scale = np.asarray(parts["scale"]).astype(np.float32).reshape(bshape)
@@ -798,9 +880,10 @@ class Decision:
         c = self.shape[self.axis]
         f = self.fmt
         if f.kind == "linear":
-            out = [("q", f.storage, self.shape), ("scale", "fp16", (c,))]
+            sshape = scale_shape(f, self.axis, self.shape)
+            out = [("q", f.storage, self.shape), ("scale", "fp16", sshape)]
             if f.affine:
-                out.append(("zero_point", f.storage, (c,)))
+                out.append(("zero_point", f.storage, sshape))
             return out
         if f.kind == "lut":
             groups = c // f.group if f.group else 1
@@ -859,6 +942,12 @@ def weight_axis(graph: "Graph", node: "Node") -> int | None:
 
 def _allowed(fmt: Format, shape: tuple[int, ...], axis: int, dialect: str) -> str | None:
     """Why ``fmt`` cannot store a tensor of ``shape`` in ``dialect`` (None: it can)."""
+    if fmt.blockwise:
+        if dialect == "ios16":
+            return "the ios16 constexpr_affine_dequantize has no 4-bit or per-block form"
+        ia = input_axis(axis, len(shape))
+        if fmt.block and shape[ia] % fmt.block:
+            return f"{shape[ia]} input channels do not split into blocks of {fmt.block}"
     if fmt.kind == "lut" and fmt.group:
         if dialect == "ios16":
             return "the ios16 constexpr_lut_to_dense has one table per tensor (no grouped LUT)"

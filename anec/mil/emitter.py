@@ -567,12 +567,14 @@ class _Emitter:
         if fmt.kind == "linear":
             # ios16 has only constexpr_affine_dequantize; in ios18 the target decides
             # (ANE-COMPRESSED-WEIGHTS: the affine op is the form a published program runs)
-            affine_op = ios16 or int8_form(self.target) == "affine"
+            # 4-bit and per-block scales have the weight's rank: only the blockwise op holds them
+            affine_op = ios16 or (int8_form(self.target) == "affine" and not fmt.blockwise)
+            sshape = dict((role, shape) for role, _, shape in d.part_types())["scale"] if fmt.blockwise else bshape
             blob("q", "quantized_data" if affine_op else "data", fmt.storage, t.shape)
-            blob("scale", "scale", "fp16", (c,) if affine_op else bshape)
+            blob("scale", "scale", "fp16", (c,) if affine_op else sshape)
             if fmt.affine:
                 blob("zero_point", "zero_point" if affine_op else "offset", fmt.storage,
-                     (c,) if affine_op else bshape)
+                     (c,) if affine_op else sshape)
             elif affine_op:  # the affine op needs a zero point: a literal 0 (weight-independent)
                 zp = self._claim(f"{name}_zero_point")
                 self._const(zp, self.sp.scalar_type(fmt.storage), self.sp.scalar(fmt.storage, "0"))

@@ -204,3 +204,24 @@ def test_the_int8_form_is_the_targets_and_can_be_picked(small, tmp_path):
     assert r.output.count("= constexpr_blockwise_shift_scale(") == 3
     r = CliRunner().invoke(main, ["mil", str(ir), "--compress", "int8"])
     assert r.exit_code == 0 and r.output.count("= constexpr_affine_dequantize(") == 3
+
+
+def test_4_bit_and_per_block_formats_parse_fall_back_and_say_why(small):
+    """int4 falls back to int8 by default; ios16 has no 4-bit or per-block form; a block that
+    does not divide the input channels is refused per weight, with the reason."""
+    spec = parse_spec("int4/b16")
+    assert [f.name for f in spec.rules[0].chain] == ["int4/b16", "int8", "fp16"]
+    assert get_format("uint4-affine/b8").storage == "uint4" and get_format("int8/b32").block == 32
+    with pytest.raises(AnecError, match="unknown compression format 'int4/b0'"):
+        get_format("int4/b0")
+    store = resolve_weights(small, None, 0)
+    res = compile_module(small, store, compress="int4/b16", dialect="ios16").artifacts["f"]
+    fb = {r["key"]: r for r in res.manifest["compression"]}
+    assert {r["format"] for r in fb.values()} == {"int8"}
+    assert "no 4-bit or per-block form" in fb["blk.0.w"]["fallbacks"][0]["reason"]
+    res = compile_module(small, store, compress="int4/b32>fp16").artifacts["f"]  # 48 and 64 inputs
+    fb = {r["key"]: r for r in res.manifest["compression"]}
+    assert fb["blk.0.w"]["format"] == "fp16" and "48 input channels do not split into blocks of 32" in \
+        fb["blk.0.w"]["fallbacks"][0]["reason"]
+    assert fb["blk.1.w"]["format"] == "int4/b32"
+    assert "= constexpr_blockwise_shift_scale(" in res.mil_text
