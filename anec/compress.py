@@ -222,8 +222,13 @@ AUTO_CHAIN: tuple[str, ...] = ("lut4", "int8", "fp16")
 
 
 def streamed(fmt: Format, target: Any) -> bool:
-    """Whether ``target`` is reported to read ``fmt`` natively (ANE-COMPRESSED-STREAMING)."""
+    """Whether ``target`` is reported to read ``fmt`` natively (ANE-COMPRESSED-STREAMING); a
+    linear weight written as constexpr_blockwise_shift_scale (4-bit, per block, or
+    ``--compress-form blockwise``) is the kind ``blockwise``, which no profile streams."""
     kind = "lut" if fmt.kind == "lut" else "int8" if fmt.kind == "linear" else None
+    if kind == "int8" and (fmt.blockwise or (getattr(target, "int8_form", "affine") == "blockwise"
+                                             and getattr(target, "mil_dialect", "ios18") == "ios18")):
+        kind = "blockwise"  # constexpr_blockwise_shift_scale: reported dequantized in the program
     return kind is None or kind in getattr(target, "streamed_weights", ("lut", "int8"))
 
 
@@ -749,7 +754,8 @@ class Compressed:
         """Bytes of the payloads (sub-byte payloads packed)."""
         total = 0
         for role, a in self.parts.items():
-            bits = self.fmt.bits if (role == "indices") else a.dtype.itemsize * 8
+            sub = role == "indices" or (role in ("q", "zero_point") and self.fmt.bits < 8)
+            bits = self.fmt.bits if sub else a.dtype.itemsize * 8
             total += (a.size * bits + 7) // 8
         return total
 

@@ -62,8 +62,10 @@ class Target:
     streamed_weights: tuple[str, ...] = ("lut", "int8")
     """Compressed weight kinds the chip is reported to read natively (stream) rather than
     decompress at load (ANE-COMPRESSED-STREAMING): ``lut`` (constexpr_lut_to_dense),
-    ``int8`` (8-bit linear). ``--compress auto`` picks from these; a format outside them
-    still compiles, with a warning (a smaller file, no bandwidth saved)."""
+    ``int8`` (8-bit linear as constexpr_affine_dequantize), ``blockwise``
+    (constexpr_blockwise_shift_scale: 4-bit and per-block linear; on no profile, as it is
+    reported dequantized in the program). ``--compress auto`` picks from these; a format
+    outside them still compiles, with a warning (a smaller file, no bandwidth saved)."""
     int8_form: str = "affine"
     """The MIL op an 8-bit linear weight is written with in the ios18 dialect
     (ANE-COMPRESSED-WEIGHTS): ``"affine"`` (``constexpr_affine_dequantize``, the form a

@@ -225,3 +225,13 @@ def test_4_bit_and_per_block_formats_parse_fall_back_and_say_why(small):
         fb["blk.0.w"]["fallbacks"][0]["reason"]
     assert fb["blk.1.w"]["format"] == "int4/b32"
     assert "= constexpr_blockwise_shift_scale(" in res.mil_text
+
+
+def test_4_bit_payloads_count_half_a_byte_per_weight(small):
+    store = resolve_weights(small, None, 0)
+    art = compile_module(small, store, compress="int4/b16>fp16").artifacts["f"]
+    r = {c["key"]: c for c in art.manifest["compression"]}["blk.1.w"]  # [32, 64]: 4 blocks per channel
+    assert r["bytes"] == 32 * 64 // 2 + 32 * 4 * 2
+    payload = {e["part"]["role"]: e for e in art.manifest["weights"]
+               if e.get("part") and e["part"]["of"] == r["const"]}
+    assert payload["q"]["dtype"] == "int4"
