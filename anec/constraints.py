@@ -868,7 +868,9 @@ _ENTRIES = (
         "emitter", "anec/compress.py (for_target, not_streamed_warning); Target.streamed_weights",
         "--compress auto tries lut4 then int8, keeping only the kinds the target streams (lut4 -> fp16 "
         "on m1); an explicit format the target does not stream compiles with a warning in the "
-        "compile output and the manifest's compression report.",
+        "compile output and the manifest's compression report. A linear weight written as "
+        "constexpr_blockwise_shift_scale (4-bit, per block, --compress-form blockwise) is the kind "
+        "'blockwise', which ANEForge reports dequantized in the program: no profile lists it.",
         "compile", ("tests/compress/test_compress_spec.py::test_auto_picks_what_the_target_streams",),
         target_fields=("streamed_weights",),
     ),
