@@ -21,7 +21,8 @@ from anec.runtime import native
 
 pytestmark = [pytest.mark.skipif(not native.available(), reason="the C runtime extension is not built"),
               pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
-              pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]
+              pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")]
 
 CSRC = Path(__file__).resolve().parents[2] / "csrc"
 LINEAR = ["int8", "int8-affine", "uint8-affine"]
