@@ -211,6 +211,14 @@ _concat_option = click.option(
          "python -m anec.selftest found concat accepted and correct.")
 
 
+_share_option = click.option(
+    "--share-programs", "share_programs", type=click.Choice(["auto", "always", "never"]), default="auto",
+    show_default=True,
+    help="Repeated layers of a func cut into several programs share one compiled program, their weights as "
+         "its inputs (ANE-COMPILE-BUDGET): auto shares only when the programs to compile exceed the "
+         "process budget.")
+
+
 def _concat_target(module, target: str, concat: str):
     """The target with its concat reading resolved (ANE-CONCAT); says which reading, and why,
     on stderr when the module has a concat (before compiling, so also when it then fails)."""
@@ -274,10 +282,11 @@ def _parse_gate(ctx: click.Context, param: click.Parameter, value: str | None):
                    "and report every node whose values leave the fp16 range [ANE-FP16-RANGE].")
 @_compress_option
 @_concat_option
+@_share_option
 @click.pass_context
 def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: str | None,
               random_weights: int | None, inputs_path: str | None, compress: str | None, compress_gate, compress_form,
-              concat: str) -> None:
+              concat: str, share_programs: str) -> None:
     """Parse and verify FILE; print warnings and, when available, ANE legality per node."""
     from anec.ir.parser import parse_file
     from anec.ir.verifier import check
@@ -321,6 +330,7 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
             click.echo(f"{file}: not ANE-legal on {target_name or 'm4'}: "
                        f"{_plural(result.errors, 'error')} (see REJECTED above)", err=True)
             ctx.exit(1)
+        _budget_check(module, legal_target, concat, share_programs)
         if compress is not None:
             _compression_check(module, compress, compress_gate, given, legal_target, concat, compress_form)
         if overflows:
@@ -331,6 +341,17 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
     legality_report = _legality_report()
     if legality_report is not None:
         click.echo(legality_report(module, target_name or DEFAULT_TARGET, **given).rstrip("\n"))
+
+
+def _budget_check(module, target, concat: str, share_programs: str) -> None:
+    """The planner's line: the programs the module compiles into, against the process budget
+    (an over-budget module raises the located ANE-COMPILE-BUDGET error)."""
+    from anec.compiler import compile_module
+
+    result = compile_module(module, target=target, concat=concat, with_weights=False,
+                            share_programs=share_programs)
+    if result.artifacts:
+        click.echo(result.budget_line())
 
 
 def _directive_path(module, ws):
@@ -561,9 +582,10 @@ def _pipeline_from(passes: str | None, pipeline: str | None):
 @click.option("--compress-min-cosine", "compress_min_cosine", type=click.FloatRange(-1.0, 1.0), default=0.999,
               show_default=True, metavar="COS", help="The least output cosine --compress-check accepts.")
 @_concat_option
+@_share_option
 def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pipeline, print_after, timing,
                 pack_weights, host_casts, dialect, weights_as_inputs, compress, compress_gate, compress_form,
-                compress_check, compress_min_cosine, concat) -> None:
+                compress_check, compress_min_cosine, concat, share_programs) -> None:
     """Compile FILE into DIR/<func>/{model.mil, weights/*.bin, manifest.json}."""
     from pathlib import Path
 
@@ -580,7 +602,8 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
                             host_casts=host_casts, print_ir_after=after or None, timing=timing,
                             dialect=dialect, weights_as_inputs=weights_as_inputs, concat=concat,
                             compress=compress, compress_gate=compress_gate, compress_form=compress_form,
-                            compress_check=compress_check, compress_min_cosine=compress_min_cosine)
+                            compress_check=compress_check, compress_min_cosine=compress_min_cosine,
+                            share_programs=share_programs)
     for dump in result.printed_ir:
         click.echo(dump.rstrip("\n"), err=True)
     if not result.artifacts:
@@ -589,6 +612,8 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
     for name, art in result.artifacts.items():
         click.echo(summarize(name, art, result.paths.get(name)))
         _print_compression(name, art)
+    if result.artifacts:  # the planner's count (made before anything was written)
+        click.echo(result.budget_line())
     if result.compress_check:
         from anec.compress import check_lines
 
@@ -970,7 +995,7 @@ def import_cmd(file, out_dir, name, target, list_ops, markdown) -> None:
     Needs PyTorch: pip install 'anec[torch]'.
     """
     if list_ops:
-        from anec.frontends.aten import format_table
+        from anec.frontends.lowerings import format_table
 
         click.echo(format_table(markdown), nl=False)
         return
@@ -1046,17 +1071,22 @@ def models_export_cmd(kind, checkpoint, output, prefill, cache, lora_targets, lo
               help="Write OUT/<func>/ for every func (default: check and plan only).")
 @click.option("--target", metavar="NAME", help="Chip profile (default m4).")
 @_compress_option
-def models_compile_cmd(export_dir, output, target, compress, compress_gate, compress_form) -> None:
+@_share_option
+def models_compile_cmd(export_dir, output, target, compress, compress_gate, compress_form, share_programs) -> None:
     """Compile every func of an exported model DIR (written by `anec models export`).
 
     Each func (one per bucket) becomes one artifact; the compiler cuts a func
     that breaks a per-program budget into a pipeline of ANE programs. Prints
-    one line per func: programs, weights, peak SRAM."""
-    from anec.compiler import summarize
+    the programs the funcs need together against the process compile budget,
+    then one line per func: programs, weights, peak SRAM."""
+    from anec.compiler import budget_line, summarize
     from anec.models.export import compile_export
 
-    for name, art, path in compile_export(export_dir, output, target, compress=compress, compress_gate=compress_gate,
-                                         compress_form=compress_form):
+    plan: dict = {}
+    done = compile_export(export_dir, output, target, compress=compress, compress_gate=compress_gate,
+                          share_programs=share_programs, plan=plan, compress_form=compress_form)
+    click.echo(budget_line(plan["programs"], plan["budget"], plan["shared"]))
+    for name, art, path in done:
         click.echo(summarize(name, art, path))
         _print_compression(name, art)
 
@@ -1120,7 +1150,8 @@ def generate_cmd(ctx, checkpoint, prompt, prompt_ids, max_new_tokens, temperatur
             click.echo(",".join(str(t) for t in out))
         if not quiet:
             st = lm.stats()
-            click.echo(f"{len(out)} tokens in {dt:.2f} s ({st['funcs']} funcs, {st['programs']} programs, "
+            compiles = f" ({st['compiles']} compiled)" if "compiles" in st else ""
+            click.echo(f"{len(out)} tokens in {dt:.2f} s ({st['funcs']} funcs, {st['programs']} programs{compiles}, "
                        f"compile {st['compile_seconds']:.2f} s)", err=True)
     finally:
         lm.close()

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from anec.diagnostics import AnecError, did_you_mean
+from anec.diagnostics import AnecError, ConstraintError, did_you_mean
 from anec.ir.graph import Module, no_cyclic_gc
 from anec.mil.artifact import Artifact, deferred_hashes, hash_pool, write_output
 from anec.passes.base import Pass, PassContext
@@ -56,6 +56,66 @@ class CompileResult:
     """With ``compress_check``: per func output, the cosine and max relative error of the
     compressed program's output against the uncompressed program's, on the sim
     (:func:`anec.compress.model_check`)."""
+    programs: int = 0
+    """The compiles the runtime makes to load every artifact (:func:`count_programs`)."""
+    budget: int = 0
+    """The compiles one process may make (the target's ``process_compile_budget``, or the
+    ``compile_budget`` given)."""
+    shared: bool = False
+    """Programs are shared across repeated layers (asked for, or chosen by the planner)."""
+
+    def budget_line(self) -> str:
+        return budget_line(self.programs, self.budget, self.shared)
+
+
+SHARE_MODES = ("auto", "always", "never")
+
+
+def budget_line(programs: int, budget: int, shared: bool) -> str:
+    """What the planner says before anything is compiled on the device."""
+    how = "; programs shared across repeated layers" if shared else ""
+    return f"{programs} program{'s' if programs != 1 else ''} to compile (budget {budget} per process{how})"
+
+
+def program_artifacts(artifacts: Iterable[Any]) -> list[Artifact]:
+    """Every program of these artifacts: a single program, or each stage of a pipeline."""
+    return [a for art in artifacts for a in (getattr(art, "stages", None) or [art])]
+
+
+def count_programs(artifacts: Iterable[Any]) -> int:
+    """The compiles a runtime makes to load all of ``artifacts`` in one process, with no
+    weight reload strategy verified (the device until ``python -m anec.selftest`` verifies
+    one): programs with the same MIL and the same weights are one compile (a cache hit), any
+    other difference is a compile of its own."""
+    from anec.mil.pipeline import count_compiles
+
+    return count_compiles(program_artifacts(artifacts))
+
+
+def _share_mode(share: str | bool) -> str:
+    if share is True or share is False:
+        return "always" if share else "never"
+    if share not in SHARE_MODES:
+        raise AnecError(f"unknown program sharing '{share}'",
+                        hint=did_you_mean(str(share), SHARE_MODES) or f"known: {', '.join(SHARE_MODES)}")
+    return share
+
+
+def over_budget(programs: int, budget: int, module: Module, per_func: dict[str, int],
+                shared: bool = True) -> ConstraintError:
+    """The located error of a compile that needs more programs than one process may compile."""
+    worst = max(per_func, key=lambda f: per_func[f]) if per_func else None
+    graph = module.funcs.get(worst) if worst is not None else None
+    detail = ", ".join(f"{f}: {n}" for f, n in sorted(per_func.items(), key=lambda kv: -kv[1])[:4])
+    how = "even with programs shared across repeated layers" if shared else "without sharing programs"
+    return ConstraintError(
+        f"{programs} programs to compile {how}; one process may compile at most {budget} "
+        f"(per func: {detail}); nothing was written and no program was compiled on the device",
+        span=graph.span if graph is not None else None, constraint="ANE-COMPILE-BUDGET",
+        hint=("share programs across repeated layers (--share-programs auto or always); or " if not shared else "")
+        + "compile fewer funcs into one process (fewer buckets: load the prefill and decode programs "
+             "in separate processes), or make the distinct stages fewer (layers of one shape repeat; "
+             "heads, vocabulary splits and buckets each add programs)")
 
 
 def with_dialect(target: Target, dialect: str | None) -> Target:
@@ -141,6 +201,8 @@ def compile_module(
     concat: str | None = None,
     compress: Any = None,
     compress_gate: Any = None,
+    share_programs: str | bool = "auto",
+    compile_budget: int | None = None,
     compress_form: str | None = None,
     compress_check: Any = None,
     compress_min_cosine: float = 0.999,
@@ -172,6 +234,13 @@ def compile_module(
     each in the first format of its rule that passes the accuracy gate
     (docs/compression.md); the manifest's ``compression`` says what each weight got.
     ``compress_gate`` (an :class:`anec.compress.Gate`) overrides the gate's thresholds.
+    ``share_programs`` (``"auto"``, ``"always"``, ``"never"``): repeated layers of a cut func
+    become structurally identical stages that share one compiled program, their weights
+    as its inputs (docs/runtime.md, "Programs shared across layers"). The planner counts
+    the compiles the artifacts need before any is made (``result.programs``, against
+    ``compile_budget``, default the target's ``process_compile_budget``); ``"auto"`` shares
+    only when the count is over the budget, and a count still over it is a
+    ConstraintError (ANE-COMPILE-BUDGET) before anything is written.
     ``compress_form`` (``"affine"`` or ``"blockwise"``) overrides the target's MIL op for
     8-bit linear weights in ios18 (``Target.int8_form``, ANE-COMPRESSED-WEIGHTS).
     ``compress_check`` (calibration inputs: a .npz path or a mapping, one array per func
@@ -188,6 +257,8 @@ def compile_module(
     from anec.compress import parse_spec
 
     tgt = with_int8_form(with_concat(with_dialect(get_target(target), dialect), concat), compress_form)
+    share = _share_mode(share_programs)
+    budget = tgt.process_compile_budget if compile_budget is None else int(compile_budget)
     spec = parse_spec(compress, compress_gate)
     pipeline = resolve_passes(passes)
     patterns: tuple[str, ...] = ()
@@ -219,13 +290,28 @@ def compile_module(
             if timing:
                 timings.append(("*", "resolve-weights", time.perf_counter() - start))
 
-        work = module.clone()
-        ctx = PassContext(target=tgt, weights=store, module=work,
-                          options={"pack_weights": pack_weights, "host_casts": host_casts, "compress": spec},
-                          print_ir_after=dump_after, verify_each=verify_each)
-        with deferred_hashes() if out_dir is not None else contextlib.nullcontext():
-            # writing: the weights are hashed on worker threads while write_output streams them to disk
-            run_pipeline(work, pipeline, ctx, verify_input=False)  # a clone of the verified module
+        def run(shared: bool) -> tuple[Module, PassContext]:
+            work = module.clone()
+            ctx = PassContext(target=tgt, weights=store, module=work,
+                              options={"pack_weights": pack_weights, "host_casts": host_casts, "compress": spec,
+                                       "share_programs": shared},
+                              print_ir_after=dump_after, verify_each=verify_each)
+            with deferred_hashes() if out_dir is not None else contextlib.nullcontext():
+                # writing: the weights are hashed on worker threads while write_output streams them to disk
+                run_pipeline(work, pipeline, ctx, verify_input=False)  # a clone of the verified module
+            return work, ctx
+
+        shared = share == "always"
+        work, ctx = run(shared)
+        programs = count_programs(ctx.artifacts.values())
+        if programs > budget and share == "auto":  # the planner: share, then count again
+            timings.extend(ctx.timings)
+            shared = True
+            work, ctx = run(True)
+            programs = count_programs(ctx.artifacts.values())
+        if programs > budget and ctx.artifacts:
+            per = {f: count_programs([a]) for f, a in ctx.artifacts.items()}
+            raise over_budget(programs, budget, module, per, shared)
         timings.extend(ctx.timings)
         if timing:
             timings.append(("*", "verify", verified + ctx.verify_seconds))
@@ -237,14 +323,16 @@ def compile_module(
                                     hint="patterns are fnmatch globs over checkpoint keys, e.g. 'h.*.mlp.*.weight'; "
                                          "'all' takes every weight")
 
-        result = CompileResult(dict(ctx.artifacts), work, tgt, timings, list(ctx.printed), list(ctx.rewrites))
+        result = CompileResult(dict(ctx.artifacts), work, tgt, timings, list(ctx.printed), list(ctx.rewrites),
+                               programs=programs, budget=budget, shared=shared)
         if compress_check is not None:
             from anec.compress import model_check
 
             if spec is None:
                 raise AnecError("compress_check needs compress", hint="give --compress SPEC with --compress-check")
             dense = compile_module(module, weights=store, target=tgt, passes=passes, pack_weights=pack_weights,
-                                   host_casts=host_casts, weights_as_inputs=weights_as_inputs, concat=tgt.concat)
+                                   host_casts=host_casts, weights_as_inputs=weights_as_inputs, concat=tgt.concat,
+                                   share_programs=share_programs, compile_budget=compile_budget)
             _settle(result.artifacts.values(), pin=False)  # the deferred weight hashes, for loading
             result.compress_check = model_check(result.artifacts, dense.artifacts, compress_check,
                                                 compress_min_cosine)
@@ -330,9 +418,18 @@ def summarize(name: str, art: Artifact, path: Path | None = None) -> str:
     stages = getattr(art, "stages", None)
     n_weights = sum(_weight_count(a.manifest) for a in stages) if stages is not None else _weight_count(m)
     parts = [f"{ops} ops", f"{n_weights} weights ({_mb(art.weight_bytes())})"]
+    as_inputs = [w for a in (stages if stages is not None else [art]) for w in a.manifest.get("weight_inputs", [])]
+    if stages is not None and as_inputs:
+        import math
+
+        nbytes = sum(math.prod(w["shape"]) * (2 if w["dtype"] == "fp16" else 4) for w in as_inputs)
+        parts[1] += f" + {len(as_inputs)} as program inputs ({_mb(nbytes)})"
     if stages is not None:
         shared = sum(1 for e in m["stages"] if e.get("same_as") is not None)
-        parts.insert(0, f"{len(stages)} programs" + (f" ({shared} identical to an earlier one)" if shared else ""))
+        inputs = sum(1 for e in m["stages"] if e.get("shares") is not None)
+        same = (f" ({shared} identical to an earlier one" + (f", {inputs} sharing a program with their weights "
+                                                               "as inputs" if inputs else "") + ")") if shared else ""
+        parts.insert(0, f"{len(stages)} programs" + same)
     sram = m.get("sram") or {}
     if "peak_bytes" in sram:
         spill = f", {len(sram.get('spill_nodes') or [])} spill risks" if sram.get("spill_nodes") else ""

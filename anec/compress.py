@@ -45,6 +45,7 @@ import numpy as np
 
 from anec.diagnostics import AnecError
 from anec.ir.types import DType
+from anec.mil.blobfile import pack_bits, unpack_bits
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph, Node
@@ -683,47 +684,6 @@ def quantize_lut(w: np.ndarray, axis: int, fmt: Format) -> tuple[np.ndarray, np.
 
 # ---------------------------------------------------------------------------
 # sub-byte packing (MILBlob: LSB first, element 0 in the low bits of byte 0)
-
-
-def pack_bits(values: np.ndarray, bits: int) -> tuple[bytes, int]:
-    """``values`` (unsigned, < 2^bits; signed ones as two's complement) packed LSB-first;
-    returns the bytes and the unused bits of the last byte."""
-    v = np.asarray(values).reshape(-1).astype(np.uint8) & np.uint8((1 << bits) - 1)
-    if bits == 8:
-        return v.tobytes(), 0
-    n = v.size
-    pad = (-(n * bits)) % 8
-    if 8 % bits == 0:  # 1, 2, 4: whole values per byte, combined by shifts
-        per = 8 // bits
-        w = np.zeros(-(-n // per) * per, np.uint8)
-        w[:n] = v
-        w = w.reshape(-1, per)
-        out = w[:, 0].copy()
-        for j in range(1, per):
-            out |= w[:, j] << np.uint8(j * bits)
-        return out.tobytes(), pad
-    bitarr = np.unpackbits(v[:, None], axis=1, bitorder="little")[:, :bits].reshape(-1)
-    return np.packbits(bitarr, bitorder="little").tobytes(), pad
-
-
-def unpack_bits(data: bytes | np.ndarray, bits: int, count: int, signed: bool = False) -> np.ndarray:
-    """The inverse of :func:`pack_bits`: ``count`` values (uint8, or int8 when ``signed``)."""
-    raw = np.frombuffer(bytes(data), np.uint8)
-    if bits == 8:
-        out = raw[:count].copy()
-    elif 8 % bits == 0:
-        per = 8 // bits
-        mask = np.uint8((1 << bits) - 1)
-        out = np.stack([(raw >> np.uint8(j * bits)) & mask for j in range(per)], axis=1).reshape(-1)[:count].copy()
-    else:
-        b = np.unpackbits(raw, bitorder="little")[: count * bits].reshape(count, bits)
-        full = np.zeros((count, 8), np.uint8)
-        full[:, :bits] = b
-        out = np.packbits(full, axis=1, bitorder="little").reshape(-1)
-    if signed:
-        v = out.astype(np.int16)
-        return np.where(v >= 1 << (bits - 1), v - (1 << bits), v).astype(np.int8)
-    return out
 
 
 # ---------------------------------------------------------------------------

@@ -365,14 +365,19 @@ _ENTRIES = (
                   "word on spatial limits is a community FAQ's guess (hollance/neural-engine) that dilated "
                   "convolutions may not run on the ANE under Core ML",
                   HYPOTHESIS, _UNTRIED),),
-        "rewrite or error", "select-native (keeps the 27-op form); legalize: check_target_form",
+        "rewrite or error", "select-native (keeps the 27-op form; a patch embedding: patches as channels, "
+        "one conv1x1); legalize: check_target_form",
         "The ops and their parameters are coremltools' MIL definitions (iOS15 conv.py, pool.py, "
         "image_resizing.py, reused by iOS17/iOS18), which state no size limits. "
         "select-native writes a native op only within the limits (anec.ir.ops.SPATIAL_LIMITS) and records "
-        "the layers it leaves in their 27-op form; legalize rejects a target form beyond them at its "
+        "the layers it leaves in their 27-op form (a patch embedding, kernel == stride without padding, "
+        "beyond them becomes its patches gathered into Cin*KH*KW channels and one conv1x1 instead); "
+        "legalize rejects a target form beyond them at its "
         "line, and the sim refuses such MIL.",
         "compile",
         ("tests/passes/test_select_native.py::test_beyond_the_kernel_limit_the_form_stays_and_says_why",
+         "tests/passes/test_select_native.py::"
+         "test_a_patch_embedding_beyond_the_limits_becomes_one_conv1x1_over_the_patches",
          "tests/passes/test_select_native.py::test_legalize_rejects_target_forms_beyond_the_limits",
          "tests/mil/test_mil_native_spatial.py::test_sim_refuses_native_ops_beyond_the_limits",
          f"{_SELF}::test_selftest_numbers"),
@@ -607,12 +612,20 @@ _ENTRIES = (
          Evidence("maderix/ANE PR #23 (unmerged)", "measured 119-132 compiles per process", REPORTED,
                   Scope("in-memory", "M4", "not stated")),
          Evidence("Orion paper constraint 5 (source: maderix)", "silent failure or instability past "
-                  "~119 compiles; Orion v1 restarts with exec()", REPORTED, _ORION)),
+                  "~119 compiles; Orion v1 restarts with exec()", REPORTED, _ORION),
+         Evidence("maderix/ANE training_dynamic (make_request)",
+                  "one compiled model evaluated with one request per layer, each binding its own "
+                  "weight input IOSurface: 10 compiled kernels serve 12 or 28 layers", DEMONSTRATED, _MADERIX)),
         "runtime", "C runtime core (process-wide compile budget, program cache)",
         "The runtime counts compiles per process and driver (every Runtime shares the count, as on "
         "the device) against the target's process_compile_budget, caches programs by MIL hash + weight keys, refuses compiles past the budget with "
-        "a clear error, and reloads weights without compiling wherever a verified strategy allows.",
+        "a clear error, and reloads weights without compiling wherever a verified strategy allows. "
+        "The compiler counts the compiles of its artifacts before any is made, and over the budget "
+        "shares one program across repeated layers, their weights as its inputs (as maderix's "
+        "dynamic pipeline does), else fails before compiling.",
         "runtime", (f"{_CORE}::test_compile_budget_exhaustion_and_cache",
+                    "tests/runtime/test_rt_pipeline_shared.py::test_auto_shares_over_the_budget_and_fails_located_when_still_over",
+                    "tests/runtime/test_rt_pipeline_shared.py::test_the_planner_count_is_what_the_runtime_compiles",
                     f"{_CORE}::test_the_compile_budget_belongs_to_the_process",
                     f"{_CORE}::test_the_process_budget_is_the_targets_field",
                     f"{_RELOAD}::test_recompile_reloads_stop_at_the_process_budget_with_a_clear_error"),

@@ -178,6 +178,7 @@ struct anec_pipeline_stats {
     uint64_t zero_copy_edges;
     uint64_t copied_edges;
     uint64_t host_inputs;
+    uint64_t resident_inputs;
     uint64_t ns_call;
 };
 int anec_pipeline_create(anec_runtime *rt, const anec_pipe_stage *stages, size_t n_stages,
@@ -186,6 +187,8 @@ int anec_pipeline_create(anec_runtime *rt, const anec_pipe_stage *stages, size_t
 int anec_pipeline_call(anec_pipeline *pl, const anec_io *inputs, size_t n_in,
                        const anec_io *outputs, size_t n_out);
 int anec_pipeline_set_inputs(anec_pipeline *pl, const anec_io *inputs, size_t n_in, int as_reload);
+int anec_pipeline_set_stage_inputs(anec_pipeline *pl, const anec_io *const *inputs, const size_t *n_in,
+                                   int as_reload);
 int anec_pipeline_reload(anec_pipeline *pl, const anec_blob *const *blobs, const size_t *n_blobs);
 int anec_pipeline_stats(const anec_pipeline *pl, struct anec_pipeline_stats *out);
 void anec_pipeline_free(anec_pipeline *pl);

@@ -367,7 +367,10 @@ int anec_program_stats(const anec_program *p, struct anec_stats *out);
 typedef struct anec_pipeline anec_pipeline;
 
 /* Where a stage input comes from: stage -1 is pipeline input `index`;
-   otherwise output `index` (binding order) of an earlier stage. */
+   stage -2 is a resident input of the stage's own program (a weight compiled
+   as an input: the host fills it with anec_set_inputs on that program, the
+   pipeline never writes it; `index` is ignored); otherwise output `index`
+   (binding order) of an earlier stage. */
 typedef struct anec_pipe_src {
     int stage;
     size_t index;
@@ -384,6 +387,7 @@ struct anec_pipeline_stats {
     uint64_t zero_copy_edges;     /* stage inputs bound to their producer's output surface */
     uint64_t copied_edges;        /* stage inputs copied from another surface */
     uint64_t host_inputs;         /* stage inputs written from host tensors */
+    uint64_t resident_inputs;     /* stage inputs filled once by the host (weights as inputs) */
     uint64_t ns_call;
 };
 
@@ -401,6 +405,14 @@ int anec_pipeline_call(anec_pipeline *pl, const anec_io *inputs, size_t n_in,
 /* Write pipeline inputs into their consumers' surfaces without running
    (weights compiled as inputs); as_reload counts it as an inputs reload. */
 int anec_pipeline_set_inputs(anec_pipeline *pl, const anec_io *inputs, size_t n_in, int as_reload);
+/* Write resident inputs (stage -2: weights a stage's program takes as inputs)
+   of several stages under the pipeline's lock, so no call runs between two of
+   them: inputs[s] holds stage s's program inputs in binding order (n_in[s]
+   of them, or 0 to leave the stage alone; data NULL keeps an input). Every
+   non-NULL input must be resident; all are checked before any is written.
+   as_reload counts it as an inputs reload. */
+int anec_pipeline_set_stage_inputs(anec_pipeline *pl, const anec_io *const *inputs, const size_t *n_in,
+                                   int as_reload);
 /* Delta reload of several stages at once, atomic with respect to calls:
    blobs[s] / n_blobs[s] are stage s's new files (n_blobs[s] may be 0). Every
    stage's files are validated, and the compiles the stages' strategies need

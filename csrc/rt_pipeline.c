@@ -15,6 +15,11 @@
  *     are copied into the consumer's own surface. The surface arrays handed
  *     to the driver never change, so the device request of each stage is
  *     built once.
+ *   - a resident input (stage -2) is a weight the stage's program takes as an
+ *     input: the host writes it once into that program's own surface, and the
+ *     pipeline neither feeds nor copies it. Stages that differ only in their
+ *     weights share one compiled program this way (one compile; each stage
+ *     is its own model object with its own weight surfaces).
  *   - a call holds the pipeline's lock (calls and reloads of one pipeline are
  *     serialized: no call sees some stages with old weights and others with
  *     new ones) and each stage's lock while it runs.
@@ -124,6 +129,15 @@ int anec_pipeline_create(anec_runtime *rt, const anec_pipe_stage *stages, size_t
             st->src[i] = src;
             st->in[i] = &p->in_s[i];
             const io_desc *want = &p->in[i];
+            if (src.stage == -2) {
+                pl->st.resident_inputs++;
+                continue;
+            }
+            if (src.stage < -2) {
+                rc = rt_fail(ANEC_EINVAL, "pipeline stage %zu input '%s': no source kind %d", s, want->name,
+                             src.stage);
+                break;
+            }
             if (src.stage < 0) {
                 if (src.index >= n_inputs) {
                     rc = rt_fail(ANEC_EINVAL, "pipeline stage %zu input '%s': no pipeline input %zu", s, want->name,
@@ -291,6 +305,55 @@ int anec_pipeline_set_inputs(anec_pipeline *pl, const anec_io *inputs, size_t n_
         return rc;
     uint64_t t0 = rt_now_ns();
     rc = feed_inputs(pl, inputs, n_in);
+    if (rc == ANEC_OK && as_reload) {
+        struct anec_stats d = {0};
+        d.reloads = 1;
+        d.reloads_inputs = 1;
+        d.ns_reload = rt_now_ns() - t0;
+        rt_count(pl->rt, &d);
+    }
+    pthread_mutex_unlock(&pl->lock);
+    return rc;
+}
+
+int anec_pipeline_set_stage_inputs(anec_pipeline *pl, const anec_io *const *inputs, const size_t *n_in,
+                                   int as_reload)
+{
+    int rc = pl_enter(pl);
+    if (rc != ANEC_OK)
+        return rc;
+    if (!inputs || !n_in) {
+        pthread_mutex_unlock(&pl->lock);
+        return rt_fail(ANEC_EINVAL, "anec_pipeline_set_stage_inputs: NULL argument");
+    }
+    uint64_t t0 = rt_now_ns();
+    /* 1. every input resident, before anything is written */
+    for (size_t s = 0; rc == ANEC_OK && s < pl->n_stages; s++) {
+        if (!n_in[s])
+            continue;
+        const pipe_stage *st = &pl->stages[s];
+        if (n_in[s] != st->p->n_in || !inputs[s]) {
+            rc = rt_fail(ANEC_EINVAL, "pipeline stage %zu has %zu inputs; got %zu", s, st->p->n_in, n_in[s]);
+            break;
+        }
+        for (size_t i = 0; i < n_in[s]; i++)
+            if (inputs[s][i].data && st->src[i].stage != -2) {
+                rc = rt_fail(ANEC_EINVAL, "pipeline stage %zu input '%s' is not resident (the pipeline feeds it)",
+                             s, st->p->in[i].name);
+                break;
+            }
+    }
+    /* 2. written stage by stage, the pipeline locked throughout */
+    for (size_t s = 0; rc == ANEC_OK && s < pl->n_stages; s++) {
+        if (!n_in[s])
+            continue;
+        rc = anec_set_inputs(pl->stages[s].p, inputs[s], n_in[s]);
+        if (rc != ANEC_OK) {
+            char msg[RT_ERR_LEN];
+            snprintf(msg, sizeof msg, "%s", anec_last_error(NULL));
+            rt_fail(rc, "pipeline stage %zu: %s", s, msg);
+        }
+    }
     if (rc == ANEC_OK && as_reload) {
         struct anec_stats d = {0};
         d.reloads = 1;

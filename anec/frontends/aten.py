@@ -1720,7 +1720,3 @@ def format_table(markdown: bool = False) -> str:
         out.append(f"      -> {ir}")
     return "\n".join(out) + "\n"
 
-
-# the spatial layers (convolutions, pooling, upsampling) register their handlers here, so that
-# HANDLERS is complete whenever this module is imported
-from anec.frontends import spatial as _spatial  # noqa: E402,F401

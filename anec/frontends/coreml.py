@@ -281,9 +281,40 @@ class _Builder:
                   "pad": self.param(nn, "pad", np.array(pad, np.int32))}
             out = mb.pad(x=x[0], name=self.pkg(nn), **kw)
         else:
-            raise CoreMLExportError(f"%{r.name}: op '{op}' has no Core ML translation",
-                                    hint="it should not appear in a compiled program; recompile")
+            out = self.from_lowering(n, a, x, nn, mb)
         self.env[id(r)] = out
+
+    def from_lowering(self, n: Any, a: dict, x: list[Any], nn: str, mb: Any) -> Any:
+        """An op translated as its row's MIL lowering writes it (``get_op(op).lowering``): the
+        same MIL op, operands under their MIL argument names, and the same parameters as
+        named consts (the target forms: conv, conv_transpose, max_pool, avg_pool,
+        upsample_nearest_neighbor, upsample_bilinear)."""
+        from anec.ir.ops import Mil, MilScalar, lookup_op
+
+        r = n.results[0]
+        row = lookup_op(n.op)
+        low = row.lowering if row is not None else None
+        fn = getattr(mb, low.op, None) if isinstance(low, Mil) else None
+        if fn is None or n.optional or len(n.results) != 1 or any(o.variadic for o in row.positional):
+            raise CoreMLExportError(f"%{r.name}: op '{n.op}' has no Core ML translation",
+                                    hint="it should not appear in a compiled program; recompile")
+        params = low.params([v.type for v in n.operands], [r.type], a)
+
+        def value(v: Any) -> Any:
+            if isinstance(v, MilScalar):
+                return np.asarray(v.value, v.dtype.np)[()]
+            if isinstance(v, (str, DType)):
+                return str(v)
+            if isinstance(v, (bool, np.bool_)):
+                return bool(v)
+            if isinstance(v, (int, np.integer)):
+                return np.int32(v)
+            return np.array(v, np.int32)
+
+        kw = {p: self.param(nn, p, value(params[p])) for p in sorted(params)}
+        for operand, v in zip((o.name for o in row.positional), x):
+            kw[low.arg(operand)] = v
+        return fn(name=self.pkg(nn), **kw)
 
 
 # ---------------------------------------------------------------------------
@@ -363,6 +394,11 @@ def _read_wiring(man: dict, stages: list[Any]) -> _Wiring:
         where = f"stage {k} ({entry['dir']})"
         if not all(isinstance(x.get("value"), str) for x in [*entry["inputs"], *entry["outputs"]]):
             raise KeyError(f"{where}: a stage input or output without its func 'value'")
+        if art.manifest.get("weight_inputs"):
+            raise CoreMLExportError(
+                f"func '{man['func']}' {where}: the stage takes its weights as program inputs (a program "
+                "shared across repeated layers); a Core ML package holds them as constants",
+                hint="recompile with --share-programs never for the export")
         ins = [str(i["name"]) for i in entry["inputs"]]
         if ins != [str(e["name"]) for e in art.manifest["inputs"]]:
             raise bad(f"{where}: the manifest wires inputs {ins}; the stage has "

@@ -49,7 +49,6 @@ from anec.diagnostics import AnecError, Source, Span
 from anec.frontends import TorchImportError, require
 from anec.frontends.fx import _op_name, _short, located_error, node_location, node_span, repeat_kv_source
 from anec.frontends.aten import (
-    HANDLERS,
     Const,
     Deferred,
     Device,
@@ -59,6 +58,7 @@ from anec.frontends.aten import (
     UnsupportedOpError,
     WeightRef,
 )
+from anec.frontends.lowerings import HANDLERS
 from anec.frontends.layout import (
     Emitter,
     View,

@@ -86,9 +86,14 @@ class Value:
         return f"%{self.name}: {self.type}"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Node:
-    """One op application."""
+    """One op application.
+
+    Slotted: a large pipeline creates hundreds of thousands of nodes, and a node without an
+    instance ``__dict__`` is cheaper to build and one object less for the cyclic collector
+    to traverse.
+    """
 
     op: str
     """Op name from the op table."""
@@ -173,7 +178,7 @@ class Changes:
     ``tracked`` are verified this way.
     """
 
-    __slots__ = ("nodes", "removed", "values", "annotated", "everything")
+    __slots__ = ("nodes", "removed", "values", "annotated", "typed", "everything")
 
     def __init__(self) -> None:
         self.nodes: dict[int, Node] = {}
@@ -184,6 +189,15 @@ class Changes:
         """Values renamed or retyped (their producer and users are re-checked)."""
         self.annotated: dict[int, Node] = {}
         """Nodes whose annotations were set through :meth:`Graph.annotate`."""
+        self.typed: set[int] = set()
+        """ids of the nodes in ``nodes`` created with the result types the op table infers for
+        their operands and attributes (``Graph.create_node(..., inferred=True)``, as the
+        rewriter of :mod:`anec.passes.rewrite` builds them) and not rewired since: the
+        verifier re-checks their place, names and use lists but does not infer their types
+        again. Rewiring a node (any graph method that changes its operands, or the type of a
+        func input it reads) drops it from here. A rewrite
+        creates most of the nodes a large pipeline re-checks, and inferring each again cost
+        as much as building it."""
         self.everything = False
         """A change the log cannot describe (``rebuild_uses``): verify the whole func."""
 
@@ -274,7 +288,17 @@ class Graph:
         for node in self._nodes:
             key = id(node)
             if key in before or key in after or key in dead:
-                place(node)
+                inserted = before.get(key)
+                if (inserted is not None and key not in after and key not in dead
+                        and not any(id(n) in before or id(n) in after or id(n) in dead
+                                    for n in inserted)):
+                    # the common case (new nodes inserted before a node, none of them with
+                    # insertions of its own or erased): what place() does, without its stack
+                    del before[key]
+                    out += inserted
+                    append(node)
+                else:
+                    place(node)
             else:
                 append(node)
         self._nodes[:] = out  # in place: NodeList views hold this list
@@ -323,6 +347,8 @@ class Graph:
         value.type = type
         if self._changes is not None:
             self._changes.values[id(value)] = value
+            for user in value.uses:  # their types are inferred again
+                self._rewired(user)
 
     def add_node(self, node: Node, index: int | None = None) -> Node:
         """Insert ``node`` (at ``index``, default: the end) and record its uses."""
@@ -341,10 +367,16 @@ class Graph:
         names = self._names
         for i, r in enumerate(node.results):
             r.producer, r.index = node, i
-            names[r._name] += 1
+            names[r._name] = names.get(r._name, 0) + 1  # (Counter's += calls __missing__)
         self._node_ids.add(id(node))
         if self._changes is not None:
-            self._changes.nodes[id(node)] = node
+            self._rewired(node)
+
+    def _rewired(self, node: Node) -> None:
+        """Log ``node`` as added or as reading other operands (its types are checked again)."""
+        changes = self._changes
+        changes.nodes[id(node)] = node
+        changes.typed.discard(id(node))
 
     def _insert_next_to(self, node: Node, anchor: Node | None, after: bool) -> None:
         """Put ``node`` right before (or after) ``anchor`` (None: at the front), deferred."""
@@ -369,23 +401,58 @@ class Graph:
         optional: dict[str, Value] | None = None,
         span: Span | None = None,
         before: Node | None = None,
+        inferred: bool = False,
     ) -> Node:
-        """Build and insert a node; ``before`` keeps topological order for rewrites."""
+        """Build and insert a node; ``before`` keeps topological order for rewrites.
+
+        ``inferred`` says that ``result_types`` are what the op table infers for these
+        operands and attributes (the caller just inferred them, with attributes that are plain
+        IR literals): the change log then spares the verifier inferring them again
+        (:attr:`Changes.typed`).
+        """
         if names is None:
             names = []
             for _ in result_types:
                 names.append(self.fresh_name(op, exclude=names))
         results = [Value(n, t, None, 0, [], span) for n, t in zip(names, result_types)]
-        node = Node(op, list(operands), dict(attrs), results, dict(optional or {}), span)
+        node = Node(op, list(operands), dict(attrs), results, dict(optional) if optional else {},
+                    span)
         if before is None:
-            return self.add_node(node)
-        self._insert_next_to(node, before, after=False)
+            self.add_node(node)
+        elif optional or len(results) != 1:
+            self._insert_next_to(node, before, after=False)
+        else:
+            # what _insert_next_to and _link do, inlined for the common case (one result, no
+            # optional operand): the rewriter builds most of a large pipeline's nodes this way
+            key = id(before)
+            if key not in self._node_ids:
+                raise ValueError(f"{before!r} is not in graph '{self.name}'")
+            for v in node.operands:
+                v.uses.append(node)
+            r = results[0]
+            r.producer = node
+            names = self._names
+            names[r._name] = names.get(r._name, 0) + 1
+            self._node_ids.add(id(node))
+            pending = self._before.get(key)
+            if pending is None:
+                self._before[key] = [node]
+            else:
+                pending.append(node)
+            self._pending = True
+            changes = self._changes
+            if changes is not None:
+                changes.nodes[id(node)] = node
+                if not inferred:
+                    changes.typed.discard(id(node))
+        if inferred and self._changes is not None:
+            self._changes.typed.add(id(node))
         return node
 
     def fresh_name(self, hint: str = "v", exclude: "Iterable[str]" = ()) -> str:
         """A value name not used in this graph (nor in ``exclude``), derived from ``hint``."""
         names = self._names
-        excluded = set(exclude)
+        excluded = set(exclude) if exclude else ()
         base = hint.lstrip("%") or "v"
         if base not in names and base not in excluded:
             return base
@@ -454,6 +521,21 @@ class Graph:
             if self._changes is not None:
                 self._changes.annotated[id(node)] = node
 
+    def annotate_all(self, items: Iterable[tuple[Node, dict[str, Any]]],
+                     drop: Sequence[str] = ()) -> None:
+        """:meth:`annotate` for many nodes: ``annotate(node, values, drop)`` for each
+        ``(node, values)`` (an analysis refreshing every node's annotations at once)."""
+        annotated = self._changes.annotated if self._changes is not None else None
+        for node, values in items:
+            notes = node.annotations
+            if notes:
+                for k in drop:
+                    notes.pop(k, None)
+            if values:
+                notes.update(values)
+                if annotated is not None:
+                    annotated[id(node)] = node
+
     def set_operand(self, node: Node, index: int, new: Value) -> None:
         """Make positional operand ``index`` of ``node`` read ``new``."""
         old = node.operands[index]
@@ -461,7 +543,7 @@ class Graph:
         node.operands[index] = new
         new.uses.append(node)
         if self._changes is not None:
-            self._changes.nodes[id(node)] = node
+            self._rewired(node)
 
     def replace_uses(self, old: Value, new: Value, users: Iterable[Node]) -> None:
         """Make the nodes ``users`` read ``new`` wherever they read ``old`` (returned values stay)."""
@@ -476,7 +558,7 @@ class Graph:
             old.uses = [u for u in old.uses if u is not user]
             new.uses.extend([user] * n)
             if self._changes is not None:
-                self._changes.nodes[id(user)] = user
+                self._rewired(user)
 
     def replace_all_uses(self, old: Value, new: Value) -> None:
         """Make every use of ``old`` use ``new``; returned names never change.
@@ -487,12 +569,12 @@ class Graph:
         """
         if old is new:
             return
-        changes = self._changes
+        tracking = self._changes is not None
         for user in list(old.uses):
             user.operands = [new if v is old else v for v in user.operands]
             user.optional = {k: (new if v is old else v) for k, v in user.optional.items()}
-            if changes is not None:
-                changes.nodes[id(user)] = user
+            if tracking:
+                self._rewired(user)
         new.uses.extend(old.uses)
         old.uses = []
         if old in self._outputs:
@@ -557,6 +639,7 @@ class Graph:
         if self._changes is not None:
             self._changes.removed[id(node)] = node
             self._changes.nodes.pop(id(node), None)
+            self._changes.typed.discard(id(node))
         for r in node.results:
             names[r.name] -= 1
             if names[r.name] <= 0:

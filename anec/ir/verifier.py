@@ -87,8 +87,11 @@ def verify_changes(graph: Graph, changes: Changes) -> list[str]:
     node added or rewired and the producer and users of every value renamed
     or retyped, in full (op table, types, names, attributes, that each
     operand is defined earlier in this func and each user comes later, use
-    lists); that nothing still reads or returns a result of an erased node;
-    the annotations set through :meth:`Graph.annotate`; the func name, the
+    lists), except that a node created with the types the op table inferred
+    for it and not rewired since (:attr:`Changes.typed`; retyping a func
+    input rewires its users) is not inferred again; that nothing still reads or
+    returns a result of an erased node;
+    the annotations set through :meth:`Graph.annotate` or ``annotate_all``; the func name, the
     inputs and the outputs. An edit made behind the graph's back is not in
     ``changes``: callers use this only after code that edits through the
     graph methods. When a check fails (or ``changes.everything``), the whole
@@ -138,6 +141,7 @@ def _changes_ok(g: Graph, changes: Changes) -> bool:
             if key in ids:
                 return False  # still listed as a use
     todo = {k: n for k, n in changes.nodes.items() if k in alive}
+    typed = changes.typed
     for v in changes.values.values():
         p = v.producer
         if p is not None:
@@ -158,16 +162,18 @@ def _changes_ok(g: Graph, changes: Changes) -> bool:
         return True
     pos = {id(n): i for i, n in enumerate(nodes)}
     use_counts: dict[int, Counter] = {}
-    for node in todo.values():
-        if not _node_ok(node, pos, input_ids, alive, names, use_counts):
+    for key, node in todo.items():
+        if not _node_ok(node, pos, input_ids, alive, names, use_counts, key in typed):
             return False
     return True
 
 
 def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[int],
-             names: Counter, use_counts: dict[int, Counter]) -> bool:
+             names: Counter, use_counts: dict[int, Counter], typed: bool = False) -> bool:
     """What :meth:`_GraphChecker.node` checks, for one node at position ``pos[id(node)]``, and
-    that its operands are defined before it, its users after it and the use lists agree."""
+    that its operands are defined before it, its users after it and the use lists agree.
+    ``typed``: the node's result types are known to be the inferred ones
+    (:attr:`~anec.ir.graph.Changes.typed`), only the rest is checked."""
     opdef = ops.lookup_op(node.op)
     if opdef is None:
         return False
@@ -205,13 +211,15 @@ def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[in
         for u in r.uses:  # every user comes later (a node added again keeps its users)
             if pos.get(id(u), -1) <= i:
                 return False
+    notes = node.annotations
+    if notes and not _plain_annotations(notes):
+        return False
+    if typed:
+        return True
     attrs = node.attrs
     attrs_key = literal_key(attrs) if attrs else ()
     if attrs_key is None:
         return False  # the general path says whether it is valid
-    notes = node.annotations
-    if notes and not _plain_annotations(notes):
-        return False
     declared = None
     if opdef.declared_type:
         if len(results) != 1:
@@ -523,24 +531,40 @@ class _GraphChecker:
         # node()), as multisets: linear in the graph
         readers = self.readers
         none: list[Node] = []
-        for v in {id(v): v for v in self.g.values()}.values():
-            expected = readers.get(id(v), none)
-            if v.uses == expected:  # Node compares by identity: the common case, in order
-                continue
-            if len(v.uses) != len(expected) or (
-                Counter(map(id, v.uses)) != Counter(map(id, expected))
-            ):
-                self.error(
-                    f"use list of %{v.name} is out of date",
-                    v.span,
-                    hint="after editing operands directly, call graph.rebuild_uses()",
-                )
+        stale: dict[int, Value] = {}  # each value once, in order (a value listed twice too)
+        get = readers.get
+
+        def check(values: Sequence[Value]) -> None:
+            for v in values:
+                uses = v.uses
+                expected = get(id(v), none)
+                if uses == expected:  # Node compares by identity: the common case, in order
+                    continue
+                if len(uses) != len(expected) or (
+                    Counter(map(id, uses)) != Counter(map(id, expected))
+                ):
+                    stale[id(v)] = v
+
+        check(self.g.inputs)
+        for n in self.g.nodes:
+            check(n.results)
+        for v in stale.values():
+            self.error(
+                f"use list of %{v.name} is out of date",
+                v.span,
+                hint="after editing operands directly, call graph.rebuild_uses()",
+            )
 
     def unused(self) -> None:
         readers = self.readers
         returned = {id(v) for v in self.g.outputs}
         for n in self.g.nodes:
-            if n.results and not any(id(r) in readers or id(r) in returned for r in n.results):
+            results = n.results
+            if len(results) == 1:
+                key = id(results[0])
+                if key in readers or key in returned:
+                    continue
+            if results and not any(id(r) in readers or id(r) in returned for r in results):
                 names = ", ".join(f"%{r.name}" for r in n.results)
                 self.report.warnings.append(
                     VerifyWarning(

@@ -59,7 +59,7 @@ from anec.ir.graph import Graph, Module
 from anec.ir.types import DType, TensorType
 from anec.fsutil import discard, fsync_dir, move_into_place
 from anec.mil.beneath import Beneath, check_rel
-from anec.mil.blobfile import HEADER_BYTES, BlobFiles, BlobReader, BlobWriter, payload_bytes
+from anec.mil.blobfile import HEADER_BYTES, BlobFiles, BlobReader, BlobWriter, pack_bits, payload_bytes
 from anec.mil.emitter import MilProgram
 from anec.mil.manifest import FORMAT, MANIFEST_MAX_BYTES, parse_json, parse_manifest, validate_manifest
 
@@ -317,7 +317,8 @@ def blob_np_name(dtype: str) -> str:
 def decompress_parts(parts: list[tuple[dict, np.ndarray]]) -> np.ndarray:
     """The dense fp16 tensor of one compressed weight from its manifest part entries and
     payloads (1-D arrays as read)."""
-    from anec.compress import decompress, get_format, unpack_bits
+    from anec.compress import decompress, get_format
+    from anec.mil.blobfile import unpack_bits
 
     first = parts[0][0]["part"]
     fmt = get_format(first["format"])
@@ -445,8 +446,6 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
 def _part_payload(slot: Any) -> tuple[np.ndarray, np.ndarray, Any]:
     """(what the writer adds, the payload bytes as an array for the hash, the packed payload
     and its padding bits for a sub-byte dtype or None) of one payload of a compressed weight."""
-    from anec.compress import pack_bits
-
     comp = slot.decision.compressed
     if comp is None:
         raise PassError(f"emit-mil: compressed weight '{slot.part['of']}' has no payloads")

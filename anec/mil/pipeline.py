@@ -19,6 +19,21 @@ runtime's program cache then compiles the text once wherever the compiled
 form can be shared (docs/runtime.md). ``surface_bytes`` is one allocation
 size for every stage surface, so that a stage output feeds the next stage's
 input with no copy.
+
+Programs shared across layers (``share=True``): stages with the same MIL but
+other weights (the layers of a transformer, cut at the layer boundaries by
+the aligned partition) would each compile, since a compiled program bakes
+its weights. Every weight of such a stage becomes an input of its program
+(the weights-as-inputs pass on the stage, then legalize: a conv1x1 over an
+input weight becomes a matmul, ANE-CONV-CONST-WEIGHT), so the stages have
+the same MIL and *no* weight files: one compile, and every other stage of
+the group is a cache hit of it. Each stage keeps its own weights, as the
+initial values of its weight inputs in its own directory
+(``stages/sNN/inputs/*.bin``, listed in its manifest's ``weight_inputs``);
+the runtime writes them once into that stage's input surfaces at load. The
+stage entry's ``shares`` names the first stage of its group (the program it
+shares; the first names itself, a stage that shares nothing has null) and ``weight_inputs`` counts its weight inputs; the manifest's
+``programs`` is the number of distinct compiles the pipeline needs.
 """
 
 from __future__ import annotations
@@ -48,6 +63,9 @@ if TYPE_CHECKING:
     from anec.targets import Target
 
 FORMAT = "anec-pipeline/1"
+MAX_STAGE_WEIGHT_INPUTS = 4096
+"""The most weight inputs a manifest may give one stage (a stage holds far fewer: its
+weights before sharing fit one program's BLOBFILE budget)."""
 STAGES_DIR = "stages"
 
 
@@ -71,7 +89,7 @@ class PipelineArtifact:
     @classmethod
     def build(cls, graph: "Graph", plan: "Plan", target: "Target", weights: Mapping[str, np.ndarray] | None,
               rewrites: list[dict], pack_weights: bool = False,
-              compression: Mapping[int, Any] | None = None) -> "PipelineArtifact":
+              compression: Mapping[int, Any] | None = None, share: bool = False) -> "PipelineArtifact":
         from anec.mil.emitter import emit_mil
         from anec.passes.partition import extract_stage
 
@@ -80,7 +98,8 @@ class PipelineArtifact:
         seen_mil: dict[str, int] = {}
         entries = []
         index = {id(v): (k, i) for k, s in enumerate(plan.stages) for i, v in enumerate(s.outputs)}
-        for k, st in enumerate(plan.stages):
+        built = []
+        for k in range(len(plan.stages)):
             sg = extract_stage(graph, plan, k)
             origin = sg.meta["const_origin"]
             stage_comp = {}
@@ -90,6 +109,11 @@ class PipelineArtifact:
                     if node is not None and id(node) in compression:
                         stage_comp[n.result.name] = compression[id(node)]
             program = emit_mil(sg, target, pack_weights=pack_weights, compression=stage_comp)
+            built.append((sg, program, bool(stage_comp)))
+        shared = _share_groups(graph, plan, built, target, pack_weights) if share else {}
+        for k, st in enumerate(plan.stages):
+            sg, program, _ = shared.get(k) or built[k]
+            origin = sg.meta["const_origin"]
             art = Artifact.build(sg, program, target, weights, [])
             stages.append(art)
             for name, key in weight_keys(program).items():
@@ -112,6 +136,8 @@ class PipelineArtifact:
                 "last": last.span.location if last.span else None,
                 "weights": len(st.weights), "blob_cap": st.blob_cap, "peak_sram": st.peak_sram,
                 "in_bytes": st.in_bytes, "out_bytes": st.out_bytes, "reason": st.reason,
+                "shares": same if k in shared else None,
+                "weight_inputs": len(art.manifest.get("weight_inputs", [])),
             })
         outputs_from = {}
         for v in graph.outputs:
@@ -136,6 +162,7 @@ class PipelineArtifact:
             "outputs_from": outputs_from,
             "surface_bytes": alloc_bytes(sizes, target),
             "crossing_bytes": plan.crossing_bytes,
+            "programs": count_compiles(stages),
             "rewrites": [_jsonable(r) for r in rewrites],
             "sram": _jsonable(graph.meta.get("sram")),
         }
@@ -241,6 +268,82 @@ class PipelineArtifact:
         return out
 
 
+def _weights_identity(art: Artifact) -> tuple:
+    """What a program's compiled form bakes besides its MIL: its weights (key and view)."""
+    return tuple(sorted((str(w.get("path") or w.get("file")), str(w.get("key")), repr(w.get("perm")),
+                         repr(w.get("slice"))) for w in art.manifest.get("weights", [])))
+
+
+def count_compiles(programs: "list[Artifact]") -> int:
+    """The compiles a runtime makes for these programs when no weight reload strategy is
+    verified (the device's state until ``python -m anec.selftest`` verifies one): programs
+    with the same MIL and the same weights share a compile (a cache hit), any other
+    difference compiles again."""
+    return len({(a.manifest["mil"]["sha256"], _weights_identity(a)) for a in programs})
+
+
+def _share_groups(graph: "Graph", plan: "Plan", built: list, target: "Target",
+                  pack_weights: bool) -> dict[int, tuple]:
+    """Stage -> (graph, program, False) with its weights as inputs, for the groups of stages
+    that have the same MIL but other weights (see the module docstring). A weight every
+    stage of the group reads alike (a RoPE table, a mask) stays a BLOBFILE: the same bytes
+    in every stage, which the runtime's cache shares. A group whose stages cannot take their
+    weights as inputs (a compressed weight, an op that needs a constant, a result whose MIL
+    differs) keeps its BLOBFILEs."""
+    from anec.mil.emitter import emit_mil
+
+    groups: dict[str, list[int]] = {}
+    for k, (_, program, _) in enumerate(built):
+        groups.setdefault(sha256(program.text), []).append(k)
+    out: dict[int, tuple] = {}
+    for members in groups.values():
+        if len(members) < 2 or any(built[k][2] for k in members):
+            continue
+        views: dict[str, set] = {}  # canonical const name -> the views the members read there
+        for k in members:
+            for n in built[k][0].nodes:
+                if n.op == "const" and "weight" in n.attrs:
+                    views.setdefault(n.result.name, set()).add(
+                        (n.attrs["weight"], repr(n.attrs.get("perm")), repr(n.attrs.get("slice"))))
+        varying = {name for name, v in views.items() if len(v) > 1}
+        if not varying:
+            continue  # the same weights: one compile already
+        done = {}
+        for k in members:
+            sg = _weights_to_inputs(built[k][0], varying, target)
+            if sg is None:
+                break
+            done[k] = (sg, emit_mil(sg, target, pack_weights=pack_weights), False)
+        if len(done) == len(members) and len({sha256(p.text) for _, p, _ in done.values()}) == 1:
+            out.update(done)
+    return out
+
+
+def _weights_to_inputs(sg: "Graph", names: set[str], target: "Target") -> "Graph | None":
+    """A copy of stage graph ``sg`` with the weight consts ``names`` program inputs, legalized
+    again; None when it cannot be (an op that needs a constant weight, a new cut)."""
+    import glob
+
+    from anec.diagnostics import AnecError
+    from anec.passes.base import PassContext
+    from anec.passes.legalize import Legalize
+    from anec.passes.weights_as_inputs import WeightsAsInputs
+
+    keys = sorted({n.attrs["weight"] for n in sg.nodes if n.op == "const" and n.result.name in names})
+    g = sg.clone()
+    ctx = PassContext(target=target, options={"pack_weights": False})
+    try:
+        WeightsAsInputs(keys=tuple(glob.escape(k) for k in keys)).run(g, ctx)
+        Legalize().run(g, ctx)
+    except AnecError:
+        return None
+    if g.meta.get("partition") is not None or any(
+            n.op == "const" and n.attrs.get("weight") in keys for n in g.nodes):
+        return None
+    g.meta["const_origin"] = sg.meta["const_origin"]
+    return g
+
+
 def _rel(rel: str) -> str:
     check_rel(rel)
     return rel
@@ -285,6 +388,17 @@ def check_manifest(m: Any, where: Path | str) -> None:
         if not isinstance(e, dict) or not isinstance(e.get("dir"), str) or not isinstance(e.get("mil_sha256"), str):
             raise bad(f"stages[{k}]", "an object with 'dir' and 'mil_sha256'")
         _rel(e["dir"])
+        ref = e.get("same_as")  # reported, not used: an earlier stage
+        if ref is not None and not (isinstance(ref, int) and not isinstance(ref, bool) and 0 <= ref < k):
+            raise bad(f"stages[{k}].same_as", "null or an earlier stage")
+        ref = e.get("shares")  # the stage whose program this one shares: the same MIL
+        if ref is not None and not (isinstance(ref, int) and not isinstance(ref, bool) and 0 <= ref <= k
+                                    and isinstance(m["stages"][ref], dict)
+                                    and m["stages"][ref].get("mil_sha256") == e["mil_sha256"]):
+            raise bad(f"stages[{k}].shares", "null or a stage (this one or an earlier) with the same mil_sha256")
+        n_wi = e.get("weight_inputs", 0)
+        if not (isinstance(n_wi, int) and not isinstance(n_wi, bool) and 0 <= n_wi <= MAX_STAGE_WEIGHT_INPUTS):
+            raise bad(f"stages[{k}].weight_inputs", f"an integer in [0, {MAX_STAGE_WEIGHT_INPUTS}]")
         for i, src in enumerate(e.get("inputs") or []):
             f = src.get("from") if isinstance(src, dict) else None
             ok = isinstance(f, dict) and (
@@ -292,6 +406,9 @@ def check_manifest(m: Any, where: Path | str) -> None:
                 (isinstance(f.get("stage"), int) and 0 <= f["stage"] < k and isinstance(f.get("output"), str)))
             if not ok:
                 raise bad(f"stages[{k}].inputs[{i}].from", "a func input or an output of an earlier stage")
+    programs = m.get("programs", 1)
+    if not (isinstance(programs, int) and not isinstance(programs, bool) and 1 <= programs <= len(m["stages"])):
+        raise bad("programs", f"an integer in [1, {len(m['stages'])}] (the stages' distinct compiles)")
     of = m.get("outputs_from")
     if not isinstance(of, dict):
         raise bad("outputs_from", "an object")

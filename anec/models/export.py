@@ -349,25 +349,57 @@ def _reexport(info: dict[str, Any], d: Path) -> str:
 
 def compile_export(path: str | Path, out_dir: str | Path | None,
                    target: str | None = None, compress: Any = None,
-                   compress_gate: Any = None, compress_form: str | None = None) -> list[tuple[str, Any, Any]]:
+                   compress_gate: Any = None, share_programs: str = "auto",
+                   plan: dict[str, Any] | None = None, compress_form: str | None = None) -> list[tuple[str, Any, Any]]:
     """Compile every func of an exported directory (weights from its weights file).
 
     Returns ``(func, artifact, written path or None)`` in file order; each
     func is one artifact directory under ``out_dir`` (written after every func
     compiled), a pipeline when the compiler cut it. ``compress`` and ``compress_gate`` as for
-    :func:`anec.compiler.compile_module`."""
-    from anec.compiler import compile_module
+    :func:`anec.compiler.compile_module`. The compile budget is planned over every
+    func together (one process loads them all): ``share_programs`` as for
+    ``compile_module``, "auto" sharing programs across layers only when the funcs
+    together need more compiles than the target's budget. ``plan`` (a dict) receives
+    ``programs``, ``budget`` and ``shared``."""
+    from anec.compiler import _share_mode, count_programs, over_budget
     from anec.ir.parser import parse_file
+    from anec.targets import get_target
 
     d = Path(path)
     info = read_export(d)
-    arts: dict[str, Any] = {}
+    share = _share_mode(share_programs)
+    budget = get_target(target).process_compile_budget
+    modules = {}
     for f, funcs in info["files"].items():
         module = parse_file(d / f)
         if list(module.funcs) != funcs:
             raise ModelError(f"{d / f} holds funcs {list(module.funcs)}, but {MODEL_JSON} lists {funcs}",
                              hint=_reexport(info, d))
-        arts.update(compile_module(module, target=target, compress=compress, compress_gate=compress_gate,
-                                   compress_form=compress_form).artifacts)
+        modules[f] = module
+
+    def compile_all(shared: bool) -> dict[str, Any]:
+        from anec.compiler import compile_module
+
+        arts: dict[str, Any] = {}
+        for module in modules.values():  # each module alone stays within the budget (checked here)
+            arts.update(compile_module(module, target=target, compress=compress, compress_gate=compress_gate,
+                                       compress_form=compress_form, share_programs="always" if shared else "never",
+                                       compile_budget=1 << 30).artifacts)
+        return arts
+
+    shared = share == "always"
+    arts = compile_all(shared)
+    programs = count_programs(arts.values())
+    if programs > budget and share == "auto":
+        shared = True
+        arts = compile_all(True)
+        programs = count_programs(arts.values())
+    if programs > budget:
+        per = {name: count_programs([a]) for name, a in arts.items()}
+        worst = max(per, key=lambda n: per[n])
+        module = next(m for m in modules.values() if worst in m.funcs)
+        raise over_budget(programs, budget, module, per, shared)
+    if plan is not None:
+        plan.update(programs=programs, budget=budget, shared=shared)
     # written once every func compiled: a failure leaves out_dir as it was
     return [(name, art, None if out_dir is None else art.write(Path(out_dir) / name)) for name, art in arts.items()]

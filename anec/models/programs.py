@@ -89,12 +89,7 @@ class ProgramCache:
         prog = self.programs.get(name)
         if prog is not None:
             return prog
-        graph = build()
-        if graph.name != name:
-            raise AssertionError(f"program {name} built a func named {graph.name}")
-        if self.transform is not None:
-            self.extras[name] = self.transform(graph)
-        self.graphs[name] = graph
+        graph = self._build(name, build)
         t0 = time.perf_counter()
         if self.backend == "interp":
             prog = InterpProgram(graph, self.weights_for(graph))
@@ -106,25 +101,55 @@ class ProgramCache:
 
     def get_all(self, names: Iterable[str], build: Callable[[str], Graph], progress: Any) -> None:
         """Build, compile and load every program of ``names`` not loaded yet, ticking
-        ``progress`` (a :class:`~anec.models.progress.Progress`) once per program."""
+        ``progress`` (a :class:`~anec.models.progress.Progress`) once per program. They are
+        compiled together, so the planner counts their compiles against the process budget
+        at once (sharing programs across layers when together they need more)."""
         todo = [n for n in names if n not in self.programs]
         if not todo:
             return
         progress.start("compile", len(todo))
+        if self.backend == "interp" or len(todo) == 1:
+            for n in todo:
+                self.get(n, lambda n=n: build(n))
+                progress.step(n)
+            progress.finish()
+            return
+        t0 = time.perf_counter()
+        graphs = [self._build(n, lambda n=n: build(n)) for n in todo]
+        result = self._compile(graphs)
         for n in todo:
-            self.get(n, lambda n=n: build(n))
+            self.programs[n] = self.runtime.load(result.artifacts[n])
             progress.step(n)
+        self.compile_seconds += time.perf_counter() - t0
         progress.finish()
 
+    def _build(self, name: str, build: Callable[[], Graph]) -> Graph:
+        graph = build()
+        if graph.name != name:
+            raise AssertionError(f"program {name} built a func named {graph.name}")
+        if self.transform is not None:
+            self.extras[name] = self.transform(graph)
+        self.graphs[name] = graph
+        return graph
+
     def _compile_and_load(self, graph: Graph) -> Any:
+        return self.runtime.load(self._compile([graph]).artifacts[graph.name])
+
+    def _compile(self, graphs: list[Graph]) -> Any:
         from anec.compiler import compile_module
         from anec.weights import WeightStore
 
-        store = WeightStore(self.weights_for(graph), source=f"<{graph.name} weights>")
+        weights: dict[str, np.ndarray] = {}
+        for g in graphs:
+            weights.update(self.weights_for(g))
+        store = WeightStore(weights, source=f"<{', '.join(g.name for g in graphs)} weights>")
+        # the planner counts these funcs' compiles against what is left of the process budget:
+        # over it, repeated layers share programs (or the compile fails before the device compiles)
+        left = self.runtime.stats.get("compile_budget_left")
         # host_casts: on targets without fp32 I/O (m1, m2) the host converts fp32 <-> fp16
-        result = compile_module(Builder.module(graph), weights=store, target=self.target,
-                                out_dir=self.cache_dir, host_casts=True, keep_funcs=True)
-        return self.runtime.load(result.artifacts[graph.name])
+        return compile_module(Builder.module(*graphs), weights=store, target=self.target,
+                              out_dir=self.cache_dir, host_casts=True, keep_funcs=True,
+                              compile_budget=left if isinstance(left, int) and left >= 0 else None)
 
     def stats(self) -> dict[str, Any]:
         """Runtime counters (compiles, loads, reloads, evaluations...) plus ``funcs``

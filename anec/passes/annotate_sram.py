@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from anec.passes.base import Pass, PassContext
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph, Value
+    from anec.ir.graph import Graph, Node
     from anec.targets import Target
 
 SRAM_KEYS = ("in_bytes", "out_bytes", "weight_bytes", "live_bytes", "spill")
@@ -28,59 +28,64 @@ def sram_report(graph: "Graph", target: "Target") -> dict[str, Any]:
     spill risk when that exceeds ``target.sram_bytes``.
     """
     nodes = graph.nodes
-    steps = [n for n in nodes if n.op != "const"]
-    last = len(steps) - 1
-    index = {id(n): i for i, n in enumerate(steps)}
     outputs = {id(v) for v in graph.outputs}
 
+    # One scan in schedule order: the first and the last step reading each value (the use
+    # lists of a valid graph are exactly these operand slots, and each reader is a step).
+    first: dict[int, int] = {}
+    last_use: dict[int, int] = {}
+    steps = -1
+    for n in nodes:
+        if n.op == "const":
+            continue
+        steps += 1
+        for v in n.operands if not n.optional else n.inputs():
+            key = id(v)
+            if key not in first:
+                first[key] = steps
+            last_use[key] = steps
+    last = steps
+
     # live bytes per step: a sweep over the [start, end] step interval of each live value
-    delta = [0] * (len(steps) + 1)
-    get = index.get
-
-    def add(v: "Value", start: int) -> None:
-        uses = [i for i in map(get, map(id, v.uses)) if i is not None]
-        if id(v) in outputs:
-            end = last
-        else:
-            end = max(uses) if uses else start
-        nbytes = v.type.nbytes
-        delta[start] += nbytes
-        delta[end + 1] -= nbytes
-
-    if steps:
+    delta = [0] * (last + 2)
+    if last >= 0:
         for v in graph.inputs:
-            add(v, 0)
+            end = last if id(v) in outputs else last_use.get(id(v), 0)
+            delta[0] += v.type.nbytes
+            delta[end + 1] -= v.type.nbytes
+        i = -1
         for n in nodes:
             if n.op == "const":
                 for r in n.results:  # resident from its first to its last use
-                    uses = [i for i in map(get, map(id, r.uses)) if i is not None]
-                    if not uses:
-                        continue
-                    end = last if id(r) in outputs else max(uses)
-                    delta[min(uses)] += r.type.nbytes
-                    delta[end + 1] -= r.type.nbytes
-            else:
-                start = index[id(n)]
-                for r in n.results:
-                    add(r, start)
-    live, running = [], 0
-    for i in range(len(steps)):
-        running += delta[i]
-        live.append(running)
+                    key = id(r)
+                    if key in first:
+                        nbytes = r.type.nbytes
+                        delta[first[key]] += nbytes
+                        delta[(last if key in outputs else last_use[key]) + 1] -= nbytes
+                continue
+            i += 1
+            for r in n.results:
+                key = id(r)
+                nbytes = r.type.nbytes
+                delta[i] += nbytes
+                delta[(last if key in outputs else last_use.get(key, i)) + 1] -= nbytes
 
     spills: list[str] = []
     peak, peak_node = 0, None
     sram_bytes = target.sram_bytes
     weights = 0
+    notes_of: list[tuple[Node, dict[str, Any]]] = []
+    here = 0
     i = -1
-    for n in graph.nodes:
+    for n in nodes:
         if n.op == "const":
             if n.annotations:
-                graph.annotate(n, drop=SRAM_KEYS)
+                notes_of.append((n, {}))
             if "weight" in n.attrs:
-                weights += n.result.type.nbytes
+                weights += n.results[0].type.nbytes
             continue
         i += 1
+        here += delta[i]
         in_bytes = weight_bytes = 0
         operands = n.operands if not n.optional else n.inputs()
         for v in (operands if len(operands) < 2 else {id(v): v for v in operands}.values()):
@@ -92,15 +97,15 @@ def sram_report(graph: "Graph", target: "Target") -> dict[str, Any]:
         results = n.results
         out_bytes = results[0].type.nbytes if len(results) == 1 else sum(
             r.type.nbytes for r in results)
-        here = live[i]
         notes = {"in_bytes": in_bytes, "out_bytes": out_bytes, "weight_bytes": weight_bytes,
                  "live_bytes": here}
         if here > sram_bytes:
             notes["spill"] = True
             spills.append(results[0].name)
-        graph.annotate(n, notes, drop=SRAM_KEYS if n.annotations else ())
+        notes_of.append((n, notes))
         if here > peak:
             peak, peak_node = here, results[0].name
+    graph.annotate_all(notes_of, drop=SRAM_KEYS)
     return {
         "target": target.name,
         "sram_bytes": target.sram_bytes,

@@ -76,8 +76,9 @@ class Pass(abc.ABC):
 
     tracked: ClassVar[bool] = False
     """True for a pass that changes the graph only through the :class:`~anec.ir.graph.Graph`
-    methods (annotations through ``Graph.annotate``): the manager then re-verifies only what
-    they recorded (:func:`~anec.ir.verifier.verify_changes`). Other passes are verified whole."""
+    methods (annotations through ``Graph.annotate``/``annotate_all``): the manager then
+    re-verifies only what they recorded (:func:`~anec.ir.verifier.verify_changes`). Other
+    passes are verified whole."""
 
     @abc.abstractmethod
     def run(self, graph: "Graph", ctx: PassContext) -> None:

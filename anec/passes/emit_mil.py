@@ -26,7 +26,9 @@ class EmitMil(Pass):
     ``weights/weight.bin``; ``ctx.options["compress"]`` (an :class:`anec.compress.Spec`)
     stores the matching conv/matmul weights compressed, each one the format of its rule
     that passes the accuracy gate (docs/compression.md): the IR is unchanged, the
-    decision is written into the MIL (``constexpr_*`` ops) and the manifest.
+    decision is written into the MIL (``constexpr_*`` ops) and the manifest;
+    ``ctx.options["share_programs"]`` gives the stages of a cut func that differ only
+    in their weights one program, their weights as its inputs (:mod:`anec.mil.pipeline`).
 
     Ops the ANE rejects must be gone (legalize); finding one here is a
     ConstraintError naming the constraint.
@@ -81,7 +83,7 @@ class EmitMil(Pass):
 
             ctx.artifacts[graph.name] = PipelineArtifact.build(
                 graph, plan, ctx.target, ctx.weights, rewrites, bool(ctx.option("pack_weights", False)),
-                compression=decisions)
+                compression=decisions, share=bool(ctx.option("share_programs", False)))
             return
         by_name = {n.result.name: decisions[id(n)] for n in graph.nodes if id(n) in decisions}
         program = emit_mil(graph, ctx.target, pack_weights=bool(ctx.option("pack_weights", False)),

@@ -310,6 +310,8 @@ def plan_stages(rw: LegalizeRewriter, peak_bound: int | None = None) -> None:
     :func:`anec.passes.partition.plan_partition` finds the cut (fewest
     programs, then fewest bytes between them); the plan goes to
     ``graph.meta["partition"]`` and emit-mil writes one program per stage.
+    With ``ctx.options["share_programs"]`` the cuts are aligned to repeated
+    layers (programs shared across layers, :mod:`anec.mil.pipeline`).
     A node that fits no program is an error naming it.
     """
     from anec.passes.partition import plan_partition
@@ -317,7 +319,8 @@ def plan_stages(rw: LegalizeRewriter, peak_bound: int | None = None) -> None:
     graph = rw.graph
     graph.meta.pop("partition", None)
     try:
-        plan = plan_partition(graph, rw.target, peak_bound=peak_bound)
+        plan = plan_partition(graph, rw.target, peak_bound=peak_bound,
+                              align=bool(rw.ctx.option("share_programs", False)))
     except ConstraintError as e:
         rw.rejections.append((None, e))
         return

@@ -61,6 +61,28 @@ to its middle on ties).
 Cut order follows the statement order: arbitrary DAGs (residual connections,
 values used by many later stages, several outputs) are handled, but the
 search does not reorder independent branches.
+
+Cuts aligned to repeated layers
+===============================
+
+With ``align`` (asked for when programs are shared across layers,
+docs/runtime.md "Programs shared across layers"), the plan makes repeated
+layers *structurally identical stages*. Every item gets a structural
+signature: its op, its attrs, its result types and, per operand, what it is
+(a weight const by its type only, not its key; another const by its value;
+a func input by its type, since stage inputs get canonical names; an
+item's result by the distance back to its producer). The longest run where the signatures repeat with some period
+``p`` (candidates: the most common distances between equal signatures) is
+the repeated layer. The cuts are then forced at the layer boundaries (the
+first phase at which every boundary is an allowed cut), as many whole
+layers per period as fit one program's BLOBFILE budget, the search above
+runs with those forced cuts, and the cuts it makes inside the first period
+are copied to every period. Stages of different periods then have the same
+signatures, so :func:`extract_stage` gives them the same MIL up to their
+weight values. The aligned plan is taken only when it has fewer
+structurally different stages than the unaligned one (it may have more
+stages); when no repetition is found, or the copied cuts would break a
+budget, the plan is the unaligned one.
 """
 
 from __future__ import annotations
@@ -251,12 +273,110 @@ def blob_cap_of(nodes: list["Node"], target: "Target") -> tuple[int, int]:
     return len(ws), target.blob_cap(scalar)
 
 
+def _attr_key(v: object) -> object:
+    """A hashable stand-in for an attr value (lists, arrays, nested dicts)."""
+    if isinstance(v, dict):
+        return tuple(sorted((k, _attr_key(x)) for k, x in v.items()))
+    if isinstance(v, (list, tuple)):
+        return tuple(_attr_key(x) for x in v)
+    if hasattr(v, "tobytes") and hasattr(v, "dtype"):
+        return (str(v.dtype), tuple(getattr(v, "shape", ())), v.tobytes())
+    try:
+        hash(v)
+    except TypeError:
+        return repr(v)
+    return v
+
+
+def signatures(items: list["Node"], outside: int | None = None, lo: int = 0, hi: int | None = None) -> list[int]:
+    """Per item of ``items[lo:hi]``, a hash of its structure that ignores weight keys (the
+    module docstring). With ``outside``, an operand defined before item ``outside`` (or a
+    func input) is only its type: what enters a stage from elsewhere is a stage input."""
+    pos = {id(x): i for i, x in enumerate(items)}
+    out = []
+    for i in range(lo, len(items) if hi is None else hi):
+        x = items[i]
+        ops = []
+        for key, v in [*((None, v) for v in x.operands), *sorted(x.optional.items())]:
+            p = v.producer
+            if outside is not None and (p is None or (p.op != "const" and pos.get(id(p), -1) < outside)):
+                what: object = ("in",)
+            elif p is None:
+                what = ("in",)  # by type only: stage inputs get canonical names
+            elif p.op == "const":
+                attrs = {k: a for k, a in p.attrs.items() if k not in ("weight", "perm", "slice")}
+                what = ("w" if "weight" in p.attrs else "c", _attr_key(attrs))
+            else:
+                what = ("r", i - pos[id(p)], p.results.index(v)) if id(p) in pos else ("?",)
+            ops.append((key, what, hash(v.type)))
+        out.append(hash((x.op, _attr_key(x.attrs), tuple(hash(r.type) for r in x.results), tuple(ops))))
+    return out
+
+
+def _repetition(sig: list[int]) -> tuple[int, int, int] | None:
+    """(start, period, end) of the longest run of items repeating with one period (at least
+    two periods), or None."""
+    n = len(sig)
+    last: dict[int, int] = {}
+    gaps: dict[int, int] = {}
+    for i, h in enumerate(sig):
+        if h in last:
+            d = i - last[h]
+            gaps[d] = gaps.get(d, 0) + 1
+        last[h] = i
+    best: tuple[int, int, int] | None = None
+    for p, _ in sorted(gaps.items(), key=lambda kv: -kv[1])[:8]:
+        run = start = 0
+        for i in range(n - p + 1):
+            if i < n - p and sig[i] == sig[i + p]:
+                if run == 0:
+                    start = i
+                run += 1
+                continue
+            if run and run + p >= 2 * p:
+                cover = run + p
+                if best is None or cover > best[2] - best[0] or (cover == best[2] - best[0] and p < best[1]):
+                    best = (start, p, start + cover)
+            run = 0
+    return best
+
+
+def _layer_bounds(items: list["Node"], sweep: "_Sweep", target: "Target") -> list[int]:
+    """The forced cuts at the boundaries of repeated layers (several layers per period when
+    they fit one program's BLOBFILE budget), or [] when the func does not repeat."""
+    rep = _repetition(signatures(items))
+    if rep is None:
+        return []
+    start, p, end = rep
+    # the first layer reads the func's inputs where the others read the layer before: the
+    # same stage once both are stage inputs
+    while start >= p and signatures(items, start - p, start - p, start) == signatures(items, start, start, start + p):
+        start -= p
+    n = len(items)
+    for phase in range(p):
+        b = [start + phase + k * p for k in range((end - start - phase) // p + 1)]
+        b = [j for j in b if j <= n]
+        if len(b) >= 3 and all(j in (0, n) or not sweep.bad[j] for j in b):
+            break
+    else:
+        return []
+    layers = len(b) - 1
+    group = 1
+    for g in range(layers // 2, 1, -1):  # as many layers per period as one program holds
+        count, cap = blob_cap_of(items[b[0]:b[g]], target)
+        if count <= cap:
+            group = g
+            break
+    return b[::group] if group > 1 else b
+
+
 def plan_partition(graph: "Graph", target: "Target", force: bool = False,
-                   peak_bound: int | None = None) -> Plan | None:
+                   peak_bound: int | None = None, align: bool = False) -> Plan | None:
     """The stages of ``graph`` (legalized), or None when it is one program: it fits one, or
     only its SRAM is over and no cut can lower it (a single node, say: a spill risk).
 
-    ``force`` plans even a func that fits (one stage). ``peak_bound`` is an
+    ``force`` plans even a func that fits (one stage); ``align`` cuts at the boundaries of
+    repeated layers (the module docstring). ``peak_bound`` is an
     upper bound of the func's peak SRAM as one program, e.g. the SRAM report's
     ``peak_bytes`` of this very graph (its model counts every value a stage
     does, over at least the same steps): at or under the SRAM, a func within
@@ -275,6 +395,24 @@ def plan_partition(graph: "Graph", target: "Target", force: bool = False,
         _fill(graph, items, sweep, one, target, cap)
         if one.peak_sram <= target.sram_bytes and not force:
             return None
+    plan = _plan(graph, items, sweep, target, force, over_blobs)
+    if align and plan is not None:
+        aligned = _aligned_plan(graph, items, sweep, target, force, over_blobs)
+        if aligned is not None and distinct_stages(aligned) < distinct_stages(plan):
+            return aligned
+    return plan
+
+
+def distinct_stages(plan: Plan) -> int:
+    """How many structurally different stages ``plan`` has (what enters a stage from before
+    it seen as a stage input): the programs it compiles into when the stages that differ only
+    in their weights share one."""
+    return len({tuple(signatures(plan.items, s.start, s.start, s.end)) for s in plan.stages})
+
+
+def _plan(graph: "Graph", items: list["Node"], sweep: "_Sweep", target: "Target", force: bool,
+          over_blobs: bool, forced: list[int] | None = None) -> Plan | None:
+    """The search of the module docstring; ``forced``: positions every plan cuts at."""
     n = len(items)
     w_of = [_weights_of(x) for x in items]
     sc_of = [_takes_scalar(x) for x in items]
@@ -305,6 +443,13 @@ def plan_partition(graph: "Graph", target: "Target", force: bool = False,
                 hint="split the op's weights (for a conv: chunk its output channels into several "
                      "convs), or compile it with its weights as program inputs (--weights-as-inputs)")
         lo[i] = start
+    if forced:
+        k = 0
+        for i in range(1, n + 1):  # no stage spans a forced cut
+            while k < len(forced) and forced[k] < i:
+                k += 1
+            if k:
+                lo[i] = max(lo[i], forced[k - 1])
     # f[j] = (stages, bytes) of the best plan covering items [0, j); only allowed cut points
     INF = (1 << 62, 1 << 62)
     f: list[tuple[int, int]] = [INF] * (n + 1)
@@ -351,6 +496,45 @@ def plan_partition(graph: "Graph", target: "Target", force: bool = False,
     stages = _split_for_sram(graph, items, sweep, stages, target)
     if len(stages) == 1 and not force:
         return None  # over the SRAM with no cut to make: one program, its spill risk reported
+    total = sum(sweep.cross[s.end] for s in stages[:-1])
+    return Plan(graph.name, items, stages, total, over_blobs)
+
+
+def _aligned_plan(graph: "Graph", items: list["Node"], sweep: "_Sweep", target: "Target", force: bool,
+                  over_blobs: bool) -> Plan | None:
+    """The plan with cuts at the layer boundaries and the same cuts inside every period, or
+    None (no repetition; a copied cut not allowed or over a budget)."""
+    bounds = _layer_bounds(items, sweep, target)
+    if not bounds:
+        return None
+    inner = [j for j in bounds if 0 < j < len(items)]
+    plan = _plan(graph, items, sweep, target, True, over_blobs, forced=inner)
+    if plan is None:
+        return None
+    first, period = bounds[0], bounds[1] - bounds[0]
+    offsets = [s.end - first for s in plan.stages if first < s.end < bounds[1]]
+    cuts = {s.end for s in plan.stages if s.end <= first or s.end > bounds[-1]}
+    for b in bounds[:-1]:
+        cuts.add(b)
+        cuts.update(b + o for o in offsets)
+    cuts.add(bounds[-1])
+    cuts.discard(0)
+    edges = [0] + sorted(j for j in cuts if j <= len(items))
+    if edges[-1] != len(items):
+        edges.append(len(items))
+    stages = [Stage(a, b) for a, b in zip(edges, edges[1:])]
+    for s in stages:
+        if 0 < s.start and sweep.bad[s.start]:
+            return None
+        _fill(graph, items, sweep, s, target)
+        if len(s.weights) > s.blob_cap:
+            return None
+        at = bounds.index(s.end) if s.end in bounds else -1
+        s.reason = ("the end of the func" if s.end == len(items) else
+                    f"a boundary of the repeated layers (period {period} nodes, layer boundary {at})"
+                    if at >= 0 else "the cut inside the first repeated layer, repeated in every layer")
+    if len(stages) == 1 and not force:
+        return None
     total = sum(sweep.cross[s.end] for s in stages[:-1])
     return Plan(graph.name, items, stages, total, over_blobs)
 
@@ -542,4 +726,4 @@ def extract_stage(graph: "Graph", plan: Plan, k: int) -> "Graph":
     return g
 
 
-__all__ = ["Plan", "Stage", "blob_cap_of", "extract_stage", "plan_partition"]
+__all__ = ["Plan", "Stage", "blob_cap_of", "distinct_stages", "extract_stage", "plan_partition", "signatures"]

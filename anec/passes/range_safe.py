@@ -91,7 +91,13 @@ def scalar_const(v: "Value") -> float | None:
     p = v.producer
     if p is None or p.op != "const" or "value" not in p.attrs or math.prod(v.type.shape) != 1:
         return None
-    return float(np.asarray(const_literal(p.attrs["value"], v.type)).reshape(-1)[0])
+    value, dtype = p.attrs["value"], v.type.dtype
+    if type(value) is float and dtype.is_float:
+        # the common case, a float literal of a float const: rounded to the dtype as
+        # const_literal rounds it (to nearest), without building and validating an array (this
+        # runs for every mul, add and pow of every sweep; the func was verified before the pass)
+        return float(dtype.np.type(value))
+    return float(np.asarray(const_literal(value, v.type)).reshape(-1)[0])
 
 
 def squared(v: "Value") -> "Value | None":
@@ -419,9 +425,11 @@ def _returned(v: "Value", outputs) -> bool:
 # mul(matmul(a, b), c) -> matmul(mul(a, c), b)   (|c| < 1 a scalar: scale the operand first)
 def scale_before_matmul(node: "Node", rw: SafeRewriter) -> "Value | None":
     for mm, c in (node.operands, node.operands[::-1]):
-        k = scalar_const(c)
         p = mm.producer
-        if (k is None or not 0.0 < abs(k) < 1.0 or p is None or p.op != "matmul"
+        if p is None or p.op != "matmul":  # first: every mul of the func is asked, few read a matmul
+            continue
+        k = scalar_const(c)
+        if (k is None or not 0.0 < abs(k) < 1.0
                 or len(mm.uses) != 1 or _returned(mm, rw.graph.outputs)
                 or c.type.dtype != mm.type.dtype or node.result.type != mm.type):
             continue

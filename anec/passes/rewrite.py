@@ -35,11 +35,20 @@ def _infer(op: str, operands: "list[Value]", optional: "dict[str, Value]", attrs
     """``infer_types`` for new nodes, remembered in the verifier's memo: a rewrite creates the
     same few nodes many times (validating one scalar const value costs more than building its
     node)."""
+    return _infer_plain(op, operands, optional, attrs, declared)[0]
+
+
+def _infer_plain(op: str, operands: "list[Value]", optional: "dict[str, Value]",
+                 attrs: dict[str, Any], declared: TensorType | None = None,
+                 ) -> tuple[list[TensorType], bool]:
+    """:func:`_infer`, and whether the attributes are plain IR literals: a node built with
+    both is created ``inferred`` (the verifier after the pass does not infer it again)."""
     def infer(ts: list[TensorType], opt: dict[str, TensorType]) -> list[TensorType]:
         return infer_types(op, ts, opt, attrs, declared=declared)
 
-    return list(remembered_types(op, operands, optional, literal_key(attrs) if attrs else (),
-                                 declared, infer))
+    attrs_key = literal_key(attrs) if attrs else ()
+    return list(remembered_types(op, operands, optional, attrs_key, declared, infer)), (
+        attrs_key is not None)
 
 
 class _Handled:
@@ -89,15 +98,15 @@ class Rewriter:
            **attrs: Any) -> "Value":
         """Insert ``opname(operands, attrs)`` before ``at`` (default: the anchor)."""
         optional = dict(optional or {})
-        types = _infer(opname, list(operands), optional, attrs)
-        return self._insert(opname, list(operands), attrs, types, optional, name, suffix, at)
+        types, plain = _infer_plain(opname, list(operands), optional, attrs)
+        return self._insert(opname, list(operands), attrs, types, optional, name, suffix, at, plain)
 
     def const_value(self, value: Any, type: TensorType, suffix: str = "c",
                     at: "Node | None" = None) -> "Value":
         """Insert ``const(value=...) : type``."""
         attrs = {"value": value}
-        types = _infer("const", [], {}, attrs, declared=type)
-        return self._insert("const", [], attrs, types, {}, None, suffix, at)
+        types, plain = _infer_plain("const", [], {}, attrs, declared=type)
+        return self._insert("const", [], attrs, types, {}, None, suffix, at, plain)
 
     def scalar(self, value: float, dtype: DType, suffix: str = "c",
                at: "Node | None" = None) -> "Value":
@@ -107,16 +116,17 @@ class Rewriter:
     def const_weight(self, attrs: dict[str, Any], type: TensorType, suffix: str = "w",
                      at: "Node | None" = None) -> "Value":
         """Insert ``const(weight=..., perm=..., slice=...) : type``."""
-        types = _infer("const", [], {}, attrs, declared=type)
-        return self._insert("const", [], dict(attrs), types, {}, None, suffix, at)
+        types, plain = _infer_plain("const", [], {}, attrs, declared=type)
+        return self._insert("const", [], dict(attrs), types, {}, None, suffix, at, plain)
 
-    def _insert(self, opname, operands, attrs, types, optional, name, suffix, at):
+    def _insert(self, opname, operands, attrs, types, optional, name, suffix, at, inferred):
         anchor = at or self.anchor
         if name is None:
             name = self.name_for(suffix or opname)
         span = anchor.span if anchor is not None else None
         node = self.graph.create_node(opname, operands, attrs, types, names=[name],
-                                      optional=optional, span=span, before=anchor)
+                                      optional=optional, span=span, before=anchor,
+                                      inferred=inferred)
         self.created.add(id(node))
         return node.results[0]
 

@@ -35,10 +35,14 @@ def _ranges(node: "Node") -> list[range]:
 
 
 def _sliced(v: "Value") -> tuple["Value", list[range]]:
-    """(source, ranges): a slice's operand and ranges, or ``v`` itself read whole."""
+    """(source, ranges): a window slice's operand and ranges (a slice keeping batch and
+    channels whole), or ``v`` itself read whole (a group's channel slice is a source)."""
     p = _prod(v, "slice")
     if p is not None:
-        return p.operands[0], _ranges(p)
+        r = _ranges(p)
+        shape = p.operands[0].type.shape
+        if len(r) < 2 or (r[0] == range(shape[0]) and r[1] == range(shape[1])):
+            return p.operands[0], r
     return v, [range(d) for d in v.type.shape]
 
 
@@ -75,8 +79,8 @@ def _window(reads: list[list[range]], kernel: tuple[int, int], source: "Value") 
     """The window the per-position slices ``reads`` (row-major kernel order) of ``source``
     describe, or None when they are not exactly the spec's slices."""
     kh, kw = kernel
-    if len(reads) != kh * kw:
-        return None
+    if len(reads) != kh * kw or source.type.rank != 4:
+        return None  # the forms are NCHW: anything else is someone else's sum of slices
     first = reads[0]
     n, c, hp, wp = source.type.shape
     out = (len(first[2]), len(first[3]))
@@ -159,6 +163,10 @@ def _term(v: "Value") -> Term | None:
         if ws is None or not _constant(ws.operands[0]):
             return None
         pos = _weight_pos(ws, ws.operands[0], kind == "transpose")
+        if pos is None and kind == "conv" and _const_node(ws.operands[0]) is not None \
+                and tuple(wv.type.shape[2:]) == (1, 1):
+            # a group's 1x1 kernel read whole: conv1x1(slice(x), slice(W)) per group (form 2)
+            return Term(*_sliced(xs), wv, (0, 0), kind)
     elif n.op == "mul":
         for xs, wr in (n.operands, n.operands[::-1]):
             r = _prod(wr, "reshape")
@@ -235,6 +243,20 @@ def _zero_inserted(v: "Value") -> tuple["Value", tuple[int, int]] | None:
     return x, (sh, sw)
 
 
+def _cropped(v: "Value") -> tuple["Value", list[int]]:
+    """(z, [top, bottom, left, right]) when ``v`` is a unit-stride slice cropping only H and W of
+    form 3's zero-inserted z (a transposed conv padded beyond its kernel extent), else
+    (v, zeros)."""
+    c = _prod(v, "slice")
+    if c is not None and c.operands[0].type.rank == 4 and _zero_inserted(c.operands[0]) is not None:
+        z = c.operands[0]
+        r = _ranges(c)
+        n, ch, h, w = z.type.shape
+        if r[0] == range(n) and r[1] == range(ch) and r[2].step == 1 and r[3].step == 1:
+            return z, [r[2].start, h - r[2].stop, r[3].start, w - r[3].stop]
+    return v, [0, 0, 0, 0]
+
+
 def _limit_problems(kernel, strides, dilations, pad=()) -> list[str]:
     return SPATIAL_LIMITS.problems(kernel=kernel, strides=strides, dilations=dilations, pad=pad)
 
@@ -260,26 +282,40 @@ def _conv_node(rw: Rewriter, m: ConvMatch, groups: int = 1, weight: "Value | Non
     if m.kind == "transpose":
         if win.strides != (1, 1):
             return None
+        x, cropped = _cropped(x)
         z = _zero_inserted(x)
         x, strides = z if z is not None else (x, (1, 1))
         ext = [win.dilations[a // 2] * (win.kernel[a // 2] - 1) for a in range(4)]
-        crop = [e - p for e, p in zip(ext, pad)]
+        crop = [e - p + c for e, p, c in zip(ext, pad, cropped)]
         if min(crop) < 0:
-            return None  # more padding than the kernel extent: the importer crops instead
+            return None  # padding the output beyond a transposed conv's: not form 3
+        # padding beyond the kernel extent (the importer's crop): the native op crops what its
+        # limits allow, a slice the rest
+        native = [min(c, e) for c, e in zip(crop, ext)]
+        rest = [c - k for c, k in zip(crop, native)]
         what = f"conv_transpose %{rw.anchor.results[0].name}"
-        problems = _limit_problems(win.kernel, strides, win.dilations, crop)
+        problems = _limit_problems(win.kernel, strides, win.dilations, native)
         if problems:
             return _declined(rw, what, problems, "ANE-SPATIAL-LIMITS")
         if not _channels_ok(rw, what, x.type.shape[1], w.type.shape[1] * groups):
             return None
-        y = rw.op("conv_transpose", x, w, strides=list(strides), pad=crop, dilations=list(win.dilations),
+        y = rw.op("conv_transpose", x, w, strides=list(strides), pad=native, dilations=list(win.dilations),
                   groups=groups, suffix="convt")
+        if any(rest):
+            n, c, h, wd = y.type.shape
+            y = rw.op("slice", y, begin=[0, 0, rest[0], rest[2]], end=[n, c, h - rest[1], wd - rest[3]],
+                      suffix="crop")
         rw.record(None, f"{what}: {win.kernel[0]}x{win.kernel[1]} transposed conv "
-                  f"(strides {list(strides)}, crop {crop}) -> one conv_transpose")
+                  f"(strides {list(strides)}, crop {crop}) -> one conv_transpose"
+                  + (f", then a slice cropping {rest}" if any(rest) else ""))
         return y
     what = f"conv %{rw.anchor.results[0].name}"
     problems = _limit_problems(win.kernel, win.strides, win.dilations, pad)
     if problems:
+        if groups == 1:
+            y = _patchify(rw, what, problems, x, w, win, pad)
+            if y is not None:
+                return y
         return _declined(rw, what, problems, "ANE-SPATIAL-LIMITS")
     cout = w.type.shape[0]
     if not _channels_ok(rw, what, x.type.shape[1], cout):
@@ -288,6 +324,37 @@ def _conv_node(rw: Rewriter, m: ConvMatch, groups: int = 1, weight: "Value | Non
               groups=groups, suffix="conv")
     rw.record(None, f"{what}: {win.kernel[0]}x{win.kernel[1]} conv (strides {list(win.strides)}, pad {pad}, "
               f"dilations {list(win.dilations)}, groups {groups}) -> one conv")
+    return y
+
+
+def _patchify(rw: Rewriter, what: str, problems: list[str], x: "Value", w: "Value", win: Window,
+              pad: list[int]) -> "Value | None":
+    """A patch embedding beyond the limits (kernel == stride, no padding or dilation, batch 1,
+    e.g. ViT-B/16's stride 16) as the patches gathered into channels: reshape to
+    [Cin, Ho, KH, Wo, KW], transpose to [Cin, KH, KW, Ho, Wo], reshape to
+    [1, Cin*KH*KW, 1, Ho*Wo], one conv1x1 by the weight viewed as [Cout, Cin*KH*KW, 1, 1],
+    reshape to [1, Cout, Ho, Wo]. None when the conv is not such a patch embedding."""
+    (kh, kw), (ho, wo) = win.kernel, win.out
+    wc = _const_node(w)
+    if win.strides != win.kernel or win.dilations != (1, 1) or any(pad) or x.type.rank != 4 \
+            or x.type.shape[0] != 1 or wc is None or "weight" not in wc.attrs:
+        return None
+    _, cin, h, wd = x.type.shape
+    cout = w.type.shape[0]
+    if not _channels_ok(rw, what, cin * kh * kw, cout):
+        return None
+    if (h, wd) != (ho * kh, wo * kw):  # the rows and columns no patch reads
+        x = rw.op("slice", x, begin=[0, 0, 0, 0], end=[1, cin, ho * kh, wo * kw], suffix="patch_rows")
+    p = rw.op("reshape", x, shape=[cin, ho, kh, wo, kw], suffix="patches")
+    p = rw.op("transpose", p, perm=[0, 2, 4, 1, 3], suffix="patches_t")
+    p = rw.op("reshape", p, shape=[1, cin * kh * kw, 1, ho * wo], suffix="patches_c")
+    from anec.ir.types import TensorType
+
+    w2 = rw.const_weight(dict(wc.attrs), TensorType(w.type.dtype, (cout, cin * kh * kw, 1, 1)), suffix="w")
+    y = rw.op("conv1x1", p, w2, suffix="patch_conv")
+    y = rw.op("reshape", y, shape=[1, cout, ho, wo], suffix="patch_out")
+    rw.record("ANE-SPATIAL-LIMITS", f"{what} {'; '.join(problems)}: a {kh}x{kw} patch embedding -> "
+              f"patches as {cin * kh * kw} channels, one conv1x1")
     return y
 
 
@@ -469,13 +536,21 @@ def avg_pool_from_windows(node: "Node", rw: Rewriter) -> "Value | None":
         exclude = False
     elif np.array_equal(got_div, _rounded(1.0 / count, d)):
         exclude = True
-    else:
-        return None  # a divisor_override or ceil-mode windows: no native average matches
+    else:  # divisor_override, ceil-mode windows counting the padding in part: the window sum
+        exclude = None  # (the average times KH*KW) times the form's own divisor
     what = f"avg_pool %{node.results[0].name}"
     if not _pool_limits(rw, what, win, pad):
         return None
     y = rw.op("avg_pool", x, kernel_sizes=list(win.kernel), strides=list(win.strides), pad=pad,
-              exclude_padding_from_average=exclude, suffix="pool")
+              exclude_padding_from_average=bool(exclude), suffix="pool")
+    if exclude is None:
+        from anec.ir.types import TensorType
+
+        kk = rw.const_value(float(k), TensorType(y.type.dtype, ()), suffix="kk")
+        y = rw.op("mul", rw.op("mul", y, kk, suffix="sum"), d, suffix="div")
+        rw.record(None, f"{what}: {win.kernel[0]}x{win.kernel[1]} window sum (strides {list(win.strides)}, "
+                  f"pad {pad}) -> one avg_pool times {k}, times the divisor")
+        return y
     rw.record(None, f"{what}: {win.kernel[0]}x{win.kernel[1]} average pool (strides {list(win.strides)}, "
               f"pad {pad}, exclude_padding_from_average={str(exclude).lower()}) -> one avg_pool")
     return y
@@ -573,20 +648,25 @@ class SelectNative(Pass):
     depthwise ``mul`` form and the per-group ``concat`` become ``conv`` with
     ``groups``; zero insertion plus flipped, transposed weight slices becomes
     ``conv_transpose`` (grouped: a concat of that form on each group's channels
-    of the zero-inserted, padded input); ``reduce_max`` over stacked windows of a ``-inf``
+    of the zero-inserted, padded input; padded beyond its kernel extent, where
+    the importer crops the zero-inserted input: the op crops what the limits
+    allow, a ``slice`` the rest); ``reduce_max`` over stacked windows of a ``-inf``
     padded input becomes ``max_pool``; a window sum times ``1/(KH*KW)`` (or
-    a const of ``1/count`` per position) becomes ``avg_pool``; the broadcast
+    a const of ``1/count`` per position) becomes ``avg_pool``, times any other
+    const divisor (divisor_override, ceil-mode windows counting padding in
+    part) ``avg_pool`` times ``KH*KW`` times that divisor; the broadcast
     ``mul`` by ones between two reshapes becomes ``upsample_nearest``; two
     matmuls by constant matrices equal to bilinear weights become
     ``upsample_bilinear``. A bias stays the separate ``add`` after the conv
-    (ANE-CONV-BIAS). Anything else is left alone, and so is a form beyond the
-    target forms' limits (ANE-SPATIAL-LIMITS, ANE-CONV-CHANNELS: recorded),
-    whose weights are not constants (a conv reads a constant weight), a
-    transposed conv padded by more than its kernel extent (the importer crops
-    instead), an average whose divisor is neither ``1/(KH*KW)`` nor the count
-    of input elements per window (divisor_override, ceil-mode windows counting
-    padding), and bilinear matrices that differ from the bilinear weights of
-    an output size. Checking divisors and matrices needs the weights.
+    (ANE-CONV-BIAS). A patch embedding (kernel == stride, no padding or
+    dilation, batch 1) beyond the target forms' limits (ViT-B/16's stride 16)
+    becomes its patches gathered into Cin*KH*KW channels (reshape, transpose,
+    reshape) and one ``conv1x1`` (recorded). Anything else is left alone, and
+    so is any other form beyond the target forms' limits (ANE-SPATIAL-LIMITS,
+    ANE-CONV-CHANNELS: recorded), a form whose weights are not constants (a
+    conv reads a constant weight), and bilinear matrices that differ from the
+    bilinear weights of an output size. Checking divisors and matrices needs
+    the weights.
 
     Before:
         func f(%x: fp16[1, 2, 4, 4]) {

@@ -478,7 +478,10 @@ def reset_process_budget(driver: str = "sim") -> None:
         raise failure(lib.ANEC_EINVAL, last_error())
 
 
-PIPELINE_STATS = ("calls", "stages", "zero_copy_edges", "copied_edges", "host_inputs", "ns_call")
+PIPELINE_STATS = ("calls", "stages", "zero_copy_edges", "copied_edges", "host_inputs", "resident_inputs",
+                  "ns_call")
+PIPE_RESIDENT = -2
+"""The source of a stage input that is a weight of the stage's own program (anec_pipe_src)."""
 
 
 class NativePipeline:
@@ -518,6 +521,22 @@ class NativePipeline:
     def set_inputs(self, inputs: list[tuple[int, np.ndarray] | None], reload: bool) -> None:
         arr, keep = _io_array(inputs)
         rc = lib.anec_pipeline_set_inputs(self.ptr, arr, len(inputs), 1 if reload else 0)
+        del keep
+        self.rt.check(rc)
+
+    def set_stage_inputs(self, per_stage: list[list[tuple[int, np.ndarray] | None] | None], reload: bool) -> None:
+        """Resident inputs of several stages (binding order; None: the stage unchanged), written
+        under the pipeline's lock."""
+        arrays = ffi.new("anec_io *[]", max(1, len(per_stage)))
+        counts = ffi.new("size_t[]", max(1, len(per_stage)))
+        keep: list[Any] = []
+        for s, items in enumerate(per_stage):
+            if items:
+                arr, k = _io_array(items)
+                keep += [arr, k]
+                arrays[s] = arr
+                counts[s] = len(items)
+        rc = lib.anec_pipeline_set_stage_inputs(self.ptr, arrays, counts, 1 if reload else 0)
         del keep
         self.rt.check(rc)
 

@@ -5,7 +5,10 @@
 (the func's inputs in, its outputs out); the C runtime runs every stage in
 order in one call (``anec_pipeline_call``), stage outputs feeding the next
 stages' inputs with no copy (every stage surface has the pipeline's one
-allocation size). ``reload_weights`` routes each key to the stages that hold
+allocation size). A stage whose weights are inputs of its program (programs
+shared across layers, :mod:`anec.mil.pipeline`) gets them written once, at
+load, into its own input surfaces; the C pipeline leaves those inputs alone
+(resident inputs). ``reload_weights`` routes each key to the stages that hold
 it and reloads them together (no call sees a mix of old and new weights);
 ``stats`` and ``reload_info`` report per stage.
 """
@@ -17,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from anec.diagnostics import RuntimeFailure, WeightError, did_you_mean
+from anec.diagnostics import ArtifactError, RuntimeFailure, WeightError, did_you_mean
 from anec.runtime import native
 from anec.runtime.program import FINITE_HINT, Program, _limits, nonfinite
 from anec.runtime.weights import changed_blobs, weight_input_values
@@ -89,13 +92,27 @@ def load_pipeline(rt: "Runtime", art: "PipelineArtifact") -> "PipelineProgram":
             if limits is not None:
                 limits["min_surface_bytes"] = max(int(limits.get("min_surface_bytes", 0)), int(m["surface_bytes"]))
             blobs = {w.get("path") or "@model_path/" + w["file"]: st.blobs[w["file"]] for w in st.manifest["weights"]}
-            progs.append(rt.compile(st.mil_text, blobs, limits=limits, manifest=st.manifest))
+            prog = rt.compile(st.mil_text, blobs, limits=limits, manifest=st.manifest, load=False)
+            progs.append(prog)
+            if st.manifest.get("weight_inputs"):  # this stage's own weights, into its own surfaces
+                from anec.runtime.program import _blob_array
+
+                prog._set_weight_inputs({w["input"]: _blob_array(st.blobs[w["file"]], w)
+                                         for w in st.manifest["weight_inputs"]}, reload=False)
+            prog.load()
         inputs = [e["name"] for e in m["inputs"]]
         stages = []
         for k, (entry, prog) in enumerate(zip(m["stages"], progs)):
             by_name = {e["name"]: e for e in entry["inputs"]}
             srcs = []
             for spec in prog.inputs:  # binding order
+                if spec["name"] in prog._weight_inputs:
+                    srcs.append((native.PIPE_RESIDENT, 0))
+                    continue
+                if spec["name"] not in by_name:
+                    raise ArtifactError(f"{art.func}: stage {k} input '{spec['name']}' has no source in the "
+                                        "pipeline manifest and is not a weight input of the stage",
+                                        hint="the artifact was modified after compiling; recompile it")
                 f = by_name[spec["name"]]["from"]
                 if "input" in f:
                     srcs.append((-1, inputs.index(f["input"])))
@@ -196,16 +213,23 @@ class PipelineProgram(Program):
         as_inputs = {w["key"]: w for w in self._weight_inputs.values()}
         per_stage: list[dict[str, Any]] = [{} for _ in self.stages]
         known = set(as_inputs)
+        stage_inputs: list[dict[str, Any]] = [{} for _ in self.stages]
         for k, prog in enumerate(self.stages):
             for w in prog.manifest.get("weights", []):
                 known.add(w["key"])
                 if w["key"] in weights:
                     per_stage[k][w["key"]] = weights[w["key"]]
+            for w in prog.manifest.get("weight_inputs", []):
+                known.add(w["key"])
+                if w["key"] in weights:
+                    stage_inputs[k][w["key"]] = weights[w["key"]]
         for key in weights:
             if key not in known:
                 raise WeightError(f"unknown weight '{key}' for program '{self.name}'",
                                   hint=did_you_mean(key, sorted(known)))
         inputs = weight_input_values(self._weight_inputs.values(), weights)
+        stage_values = [weight_input_values(prog._weight_inputs.values(), ws) if ws else {}
+                        for prog, ws in zip(self.stages, stage_inputs)]  # every array checked first
         blobs: list[dict[str, bytes]] = []
         for prog, ws in zip(self.stages, per_stage):
             if not ws:
@@ -216,6 +240,10 @@ class PipelineProgram(Program):
             self._native.pipe.reload(blobs)
         if inputs:
             self._set_weight_inputs(inputs, reload=True)
+        if any(stage_values):  # every stage's weight inputs in one call, under the pipeline's lock
+            self._native.pipe.set_stage_inputs(
+                [[prog._host_input(spec, v[spec["name"]]) if spec["name"] in v else None for spec in prog.inputs]
+                 if v else None for prog, v in zip(self.stages, stage_values)], reload=True)
 
     def reload_blobs(self, blobs: Mapping[str, bytes], *, strategy: str | None = None) -> None:
         raise RuntimeFailure(f"program '{self.name}' is a pipeline: reload by key (reload_weights), or "

@@ -182,7 +182,8 @@ def _recompressed(key: str, value: Any, entries: list[Mapping[str, Any]]) -> lis
     """(entry, payload) for the payload BLOBFILEs of the compressed weights that store ``key``:
     the new value compressed with each weight's recorded scheme (its format, channel axis and
     payload shapes; docs/compression.md), so the MIL stays the same and only payloads change."""
-    from anec.compress import compress_tensor, get_format, pack_bits
+    from anec.compress import compress_tensor, get_format
+    from anec.mil.blobfile import pack_bits
     from anec.mil.blobfile import SUBBYTE_BITS
 
     groups: dict[str, list[Mapping[str, Any]]] = {}

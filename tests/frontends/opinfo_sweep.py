@@ -117,7 +117,7 @@ class Run:
 
 def table() -> set[str]:
     """The ATen overloads the importer lowers ("aten.add.Tensor"), from its own table."""
-    from anec.frontends.aten import HANDLERS
+    from anec.frontends.lowerings import HANDLERS
 
     return set(HANDLERS)
 

@@ -19,6 +19,11 @@ from tests.frontends.conftest import CASES, assert_close, torch
 pytest.importorskip("coremltools")
 
 FAMILIES = ["llama", "gpt2", "bert", "vit", "t5_encoder", "mlp"]
+CNN_FAMILIES = ["resnet_block", "mobilenet_block", "convnext_block", "audio_frontend", "unet_up", "yolo_head",
+                "vit_patch16"]
+"""The convolutional families of tests/frontends/test_import_spatial.py (native conv, pool and
+upsample ops in the package), and ViT-B/16's patch embedding (stride 16: beyond the native
+conv's limits, one conv over the patches)."""
 
 
 def _t5():
@@ -32,16 +37,23 @@ def _t5():
 def build(name, tmp_path):
     import anec
 
-    module, args = _t5() if name == "t5_encoder" else CASES[name]()
+    if name in CNN_FAMILIES:
+        from tests.frontends.test_import_spatial import PatchEmbed, _models
+
+        torch.manual_seed(8)
+        module, args = (PatchEmbed(16).eval(), (torch.randn(1, 3, 32, 32),)) if name == "vit_patch16" \
+            else _models()[name]
+    else:
+        module, args = _t5() if name == "t5_encoder" else CASES[name]()
     im = anec.import_torch(module, args)
     out = tmp_path / "b"
     compile_module(im.module, weights=im.weights, out_dir=out)
-    return im, out / im.name
+    return im, out / im.name, module
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", FAMILIES + CNN_FAMILIES)
 def test_every_family_exports_with_logical_io(name, tmp_path):
-    im, art_dir = build(name, tmp_path)
+    im, art_dir, module = build(name, tmp_path)
     rep = export_coreml(art_dir, tmp_path / "m.mlpackage")
     spec, prog = read_package(rep.path)
     program = {v.name: list(v.type.shape) for v in im.func.inputs}
@@ -54,6 +66,10 @@ def test_every_family_exports_with_logical_io(name, tmp_path):
     if name in ("llama", "mlp"):  # SiLU models: coremltools fused mul(x, sigmoid(x)) into silu
         assert "silu" in ops and "sigmoid" not in ops
         assert any("silu(x) x" in c for c in rep.checks)
+    if name in CNN_FAMILIES:  # the native spatial ops, one per torch layer, as in model.mil
+        from tests.frontends.test_import_spatial import NATIVE_MIL, torch_native_counts
+
+        assert {op: ops.count(op) for op in NATIVE_MIL} == torch_native_counts(module)
 
 
 def test_prediction_where_coremltools_can_run_it(tmp_path):
@@ -65,7 +81,7 @@ def test_prediction_where_coremltools_can_run_it(tmp_path):
         import coremltools.libcoremlpython  # noqa: F401
     except ImportError:
         pytest.skip("coremltools cannot predict on this platform (no coremltools.libcoremlpython)")
-    im, art_dir = build("mlp", tmp_path)
+    im, art_dir, _ = build("mlp", tmp_path)
     export_coreml(art_dir, tmp_path / "m.mlpackage")
     model = ct.models.MLModel(str(tmp_path / "m.mlpackage"))
     x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
@@ -77,7 +93,7 @@ def test_prediction_where_coremltools_can_run_it(tmp_path):
 
 
 def test_without_the_fusion_table_a_silu_model_is_refused_with_a_hint(tmp_path, monkeypatch):
-    _, art_dir = build("mlp", tmp_path)
+    _, art_dir, _ = build("mlp", tmp_path)
     monkeypatch.setattr(coreml, "FUSIONS", ())
     with pytest.raises(CoreMLExportError) as e:
         export_coreml(art_dir, tmp_path / "m.mlpackage")
@@ -86,7 +102,7 @@ def test_without_the_fusion_table_a_silu_model_is_refused_with_a_hint(tmp_path, 
 
 
 def test_a_package_of_another_model_is_refused_by_op_kind(tmp_path):
-    _, silu_dir = build("mlp", tmp_path / "a")
+    _, silu_dir, _ = build("mlp", tmp_path / "a")
     torch.manual_seed(5)
     relu = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 256),
                                torch.nn.ReLU(), torch.nn.Linear(256, 10)).eval()

@@ -197,7 +197,7 @@ def test_cli_lists_the_supported_ops():
 
 
 def test_docs_torch_md_lists_every_supported_op():
-    from anec.frontends.aten import HANDLERS, format_table
+    from anec.frontends.lowerings import HANDLERS, format_table
     from tests.conftest import ROOT
 
     text = (ROOT / "docs" / "torch.md").read_text()

@@ -70,7 +70,8 @@ def test_models_compile_plans_every_func_and_refuses_old_exports(gpt2_dir, tmp_p
     out = tmp_path / "gpt2"
     run("models", "export", "gpt2", gpt2_dir, "-o", out, "--prefill", "128", "--cache", "128")
     res = run("models", "compile", out, "-o", tmp_path / "build")
-    lines = res.output.strip().splitlines()
+    plan, *lines = res.output.strip().splitlines()
+    assert plan == "5 programs to compile (budget 119 per process)"  # before the funcs: the planner
     assert [ln.split(":")[0] for ln in lines] == ["prefill_s128", "decode_w128_t128", "lm_head_s128"]
     assert "2 programs" in lines[0] and "2 programs" in lines[1] and "programs" not in lines[2]
     assert (tmp_path / "build" / "prefill_s128" / "stages" / "s01" / "model.mil").is_file()

@@ -18,6 +18,7 @@ from anec.ir.types import DType, TensorType
 from anec.ir.verifier import verify, verify_changes
 from anec.passes import Pass, PassContext, run_pipeline
 from anec.passes.pipelines import DEFAULT, OPTIMIZE, PIPELINES
+from anec.passes.rewrite import Rewriter
 
 from .passes_util import parse_func
 
@@ -82,10 +83,35 @@ def _moved(g: Graph) -> None:  # a node erased and added again at the end, after
     g.add_node(b)
 
 
+def _rewired_after_rewrite(g: Graph) -> None:  # a node the rewriter typed, then rewired
+    rw = Rewriter(g, PassContext.default(), "broken")
+    rw.anchor = _node(g, "y")
+    row = rw.op("reduce_sum", g.inputs[0], axes=[1], keep_dims=True)  # fp16[1, 1, 1, 8]
+    e = rw.op("exp", _node(g, "c").result)  # fp16[1, 8, 1, 8], inferred
+    g.set_operand(e.producer, 0, row)  # exp(%row) still declares fp16[1, 8, 1, 8]
+    g.replace_uses(_node(g, "c").result, e, [_node(g, "y")])
+
+
+def _input_retyped_under_rewrite(g: Graph) -> None:  # the input's only user typed by the rewriter
+    rw = Rewriter(g, PassContext.default(), "broken")
+    rw.anchor = _node(g, "a")
+    x = g.inputs[0]
+    e = rw.op("exp", x)
+    g.replace_uses(x, e, [_node(g, "a")])
+    g.set_input_type(x, TensorType(DType.fp16, (1, 4, 1, 8)))  # exp(%x) is now fp16[1, 4, 1, 8]
+
+
+def _bad_bulk_annotation(g: Graph) -> None:  # annotations no IR text can spell, set in bulk
+    g.annotate_all([(_node(g, "a"), {"in_bytes": 1}), (_node(g, "b"), {"in_bytes": object()})])
+
+
 BREAKERS: dict[str, Callable[[Graph], None]] = {
     "bad-type": _bad_type, "dangling": _dangling, "cycle": _cycle, "wrong-order": _wrong_order,
     "duplicate-name": _duplicate_name, "bad-input-type": _bad_input_type,
     "returns-erased": _returns_erased, "bad-attribute": _bad_attribute, "moved": _moved,
+    "rewired-after-rewrite": _rewired_after_rewrite,
+    "input-retyped-under-rewrite": _input_retyped_under_rewrite,
+    "bad-bulk-annotation": _bad_bulk_annotation,
 }
 
 
@@ -183,6 +209,45 @@ def test_an_erased_node_left_in_a_use_list_is_caught():
     assert not verifier._changes_ok(g, changes)
     with pytest.raises(VerifyError, match="use list of %x is out of date"):
         verify_changes(g, changes)
+
+
+def test_the_log_trusts_inferred_types_only_until_a_node_is_rewired():
+    """Nodes the rewriter builds are logged as typed (the verifier does not infer them again);
+    rewiring one, or retyping an input it reads, drops it; a node built with types given by
+    the caller never is."""
+    g = parse_func(TEXT)
+    changes = g.track_changes()
+    rw = Rewriter(g, PassContext.default(), "test")
+    rw.anchor = _node(g, "y")
+    c = _node(g, "c").result
+    e = rw.op("exp", c).producer
+    k = rw.scalar(0.5, DType.fp16).producer
+    s = rw.op("sigmoid", g.inputs[0]).producer
+    given = g.create_node("exp", [c], {}, [c.type], ["given"], before=_node(g, "y"))
+    assert {id(e), id(k), id(s)} <= changes.typed and id(given) not in changes.typed
+    g.set_operand(e, 0, _node(g, "b").result)
+    g.set_input_type(g.inputs[0], g.inputs[0].type)
+    assert id(e) not in changes.typed and id(s) not in changes.typed and id(k) in changes.typed
+    g.stop_tracking()
+    assert verifier._changes_ok(g, changes)
+
+
+def test_an_inferred_node_is_not_inferred_again(monkeypatch):
+    """The work the typed log saves: a pass built only of rewriter nodes is verified without
+    a single type inference."""
+    g = parse_func(TEXT)
+    changes = g.track_changes()
+    rw = Rewriter(g, PassContext.default(), "test")
+    rw.anchor = _node(g, "y")
+    e = rw.op("exp", rw.op("mul", _node(g, "c").result, rw.scalar(0.5, DType.fp16)))
+    g.replace_uses(_node(g, "c").result, e, [_node(g, "y")])
+    g.stop_tracking()
+    inferred = []
+    real = verifier.remembered_types
+    monkeypatch.setattr(verifier, "remembered_types",
+                        lambda op, *a: inferred.append(op) or real(op, *a))
+    assert verifier._changes_ok(g, changes)
+    assert inferred == ["tanh"]  # only %y, rewired to read %e
 
 
 def test_builtin_passes_that_edit_the_graph_are_tracked():
