@@ -233,6 +233,11 @@ def _concat_target(module, target: str, concat: str):
 
 def _compress_option(f):
     f = click.option(
+        "--compress-form", "compress_form", type=click.Choice(["affine", "blockwise"]), metavar="affine|blockwise",
+        help="The MIL op of int8/uint8 weights in the ios18 dialect: affine (constexpr_affine_dequantize, "
+             "the form a published program runs on the device; the default) or blockwise "
+             "(constexpr_blockwise_shift_scale); see ANE-COMPRESSED-WEIGHTS.")(f)
+    f = click.option(
         "--compress-gate", "compress_gate", metavar="REL_L2[,REL_ABS]", callback=_parse_gate,
         help="The accuracy gate of --compress: the largest relative L2 error (of the tensor and of "
              "each output channel) and max abs error / max|w| a compressed tensor may have "
@@ -240,7 +245,8 @@ def _compress_option(f):
     return click.option(
         "--compress", "compress", metavar="SPEC",
         help="Store conv/matmul weights compressed: FORMAT[>FALLBACK..][:GLOB],... over checkpoint keys, "
-             "first match wins (int8, int8-affine, uint8-affine, lut1..lut8, lutN/gG, fp16), e.g. "
+             "first match wins (int8, int8-affine, uint8-affine, int4, int4-affine, uint4-affine, FORMAT/bB "
+             "per block of B input channels, lut1..lut8, lutN/gG, fp16), e.g. "
              "'lut4:h.*.mlp.*,int8:*'. Each tensor must pass an accuracy gate, else falls back "
              "(lutN -> int8 -> fp16); see docs/compression.md.")(f)
 
@@ -279,8 +285,8 @@ def _parse_gate(ctx: click.Context, param: click.Parameter, value: str | None):
 @_share_option
 @click.pass_context
 def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: str | None,
-              random_weights: int | None, inputs_path: str | None, compress: str | None, compress_gate, concat: str,
-              share_programs: str) -> None:
+              random_weights: int | None, inputs_path: str | None, compress: str | None, compress_gate, compress_form,
+              concat: str, share_programs: str) -> None:
     """Parse and verify FILE; print warnings and, when available, ANE legality per node."""
     from anec.ir.parser import parse_file
     from anec.ir.verifier import check
@@ -326,7 +332,7 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
             ctx.exit(1)
         _budget_check(module, legal_target, concat, share_programs)
         if compress is not None:
-            _compression_check(module, compress, compress_gate, given, legal_target, concat)
+            _compression_check(module, compress, compress_gate, given, legal_target, concat, compress_form)
         if overflows:
             click.echo(f"{file}: {_plural(overflows, 'node')} overflow fp16 on the calibration "
                        "inputs (see ANE-FP16-RANGE above)", err=True)
@@ -356,14 +362,15 @@ def _directive_path(module, ws):
     return p if p.is_absolute() else (Path(module.path).parent if module.path else Path(".")) / p
 
 
-def _compression_check(module, compress: str, gate, given: dict, target, concat: str) -> None:
+def _compression_check(module, compress: str, gate, given: dict, target, concat: str,
+                       form: str | None = None) -> None:
     """``anec check --compress``: per weight the format it gets, the bytes saved and the error
     (the gate runs on the weights given; without them, the format each rule asks for)."""
     from anec.compiler import compile_module
     from anec.compress import fallback_lines, report_summary
 
     result = compile_module(module, weights=given.get("weights"), target=target, concat=concat, compress=compress,
-                            compress_gate=gate, with_weights="weights" in given)
+                            compress_gate=gate, compress_form=form, with_weights="weights" in given)
     click.echo("compression:")
     for name, art in result.artifacts.items():
         reports = [r for a in [art, *getattr(art, "stages", [])] for r in a.manifest.get("compression", [])]
@@ -568,11 +575,17 @@ def _pipeline_from(passes: str | None, pipeline: str | None):
               help="Make the weights whose checkpoint key matches a glob program inputs ('all': every "
                    "weight): they reload by a surface write, with no compile and no load.")
 @_compress_option
+@click.option("--compress-check", "compress_check", type=click.Path(dir_okay=False), metavar="INPUTS.npz",
+              help="Run each compressed func and the same func uncompressed on the sim on these calibration "
+                   "inputs (one array per func input, by name) and report per output the cosine and max "
+                   "relative error; the compile fails below --compress-min-cosine.")
+@click.option("--compress-min-cosine", "compress_min_cosine", type=click.FloatRange(-1.0, 1.0), default=0.999,
+              show_default=True, metavar="COS", help="The least output cosine --compress-check accepts.")
 @_concat_option
 @_share_option
 def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pipeline, print_after, timing,
-                pack_weights, host_casts, dialect, weights_as_inputs, compress, compress_gate, concat,
-                share_programs) -> None:
+                pack_weights, host_casts, dialect, weights_as_inputs, compress, compress_gate, compress_form,
+                compress_check, compress_min_cosine, concat, share_programs) -> None:
     """Compile FILE into DIR/<func>/{model.mil, weights/*.bin, manifest.json}."""
     from pathlib import Path
 
@@ -588,7 +601,9 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
                             passes=_pipeline_from(passes, pipeline), out_dir=out, pack_weights=pack_weights,
                             host_casts=host_casts, print_ir_after=after or None, timing=timing,
                             dialect=dialect, weights_as_inputs=weights_as_inputs, concat=concat,
-                            compress=compress, compress_gate=compress_gate, share_programs=share_programs)
+                            compress=compress, compress_gate=compress_gate, compress_form=compress_form,
+                            compress_check=compress_check, compress_min_cosine=compress_min_cosine,
+                            share_programs=share_programs)
     for dump in result.printed_ir:
         click.echo(dump.rstrip("\n"), err=True)
     if not result.artifacts:
@@ -599,6 +614,11 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
         _print_compression(name, art)
     if result.artifacts:  # the planner's count (made before anything was written)
         click.echo(result.budget_line())
+    if result.compress_check:
+        from anec.compress import check_lines
+
+        for line in check_lines(result.compress_check):
+            click.echo(line)
     if result.artifacts:
         from anec.frontends.torch_import import link_import
 
@@ -622,7 +642,7 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
 @_compress_option
 @_concat_option
 def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights, host_casts, dialect,
-            compress, compress_gate, concat) -> None:
+            compress, compress_gate, compress_form, concat) -> None:
     """Print the MIL text of one func of FILE after the default pipeline.
 
     MIL never depends on weight values, so no weights are needed; with
@@ -653,7 +673,8 @@ def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights,
     tgt = _concat_target(one, target, concat)
     result = compile_module(one, weights=weights_path, random_seed=random_weights, target=tgt,
                             pack_weights=pack_weights, host_casts=host_casts, with_weights=with_weights,
-                            dialect=dialect, concat=concat, compress=compress, compress_gate=compress_gate)
+                            dialect=dialect, concat=concat, compress=compress, compress_gate=compress_gate,
+                            compress_form=compress_form)
     click.echo(result.artifacts[func_name].mil_text, nl=False)
 
 
@@ -1051,7 +1072,7 @@ def models_export_cmd(kind, checkpoint, output, prefill, cache, lora_targets, lo
 @click.option("--target", metavar="NAME", help="Chip profile (default m4).")
 @_compress_option
 @_share_option
-def models_compile_cmd(export_dir, output, target, compress, compress_gate, share_programs) -> None:
+def models_compile_cmd(export_dir, output, target, compress, compress_gate, compress_form, share_programs) -> None:
     """Compile every func of an exported model DIR (written by `anec models export`).
 
     Each func (one per bucket) becomes one artifact; the compiler cuts a func
@@ -1063,7 +1084,7 @@ def models_compile_cmd(export_dir, output, target, compress, compress_gate, shar
 
     plan: dict = {}
     done = compile_export(export_dir, output, target, compress=compress, compress_gate=compress_gate,
-                          share_programs=share_programs, plan=plan)
+                          share_programs=share_programs, plan=plan, compress_form=compress_form)
     click.echo(budget_line(plan["programs"], plan["budget"], plan["shared"]))
     for name, art, path in done:
         click.echo(summarize(name, art, path))

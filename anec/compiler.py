@@ -52,6 +52,10 @@ class CompileResult:
     """Every rewrite legalize applied (each names its func)."""
     paths: dict[str, Path] = field(default_factory=dict)
     """Func name -> the directory written (with ``out_dir``)."""
+    compress_check: list[dict] = field(default_factory=list)
+    """With ``compress_check``: per func output, the cosine and max relative error of the
+    compressed program's output against the uncompressed program's, on the sim
+    (:func:`anec.compress.model_check`)."""
     programs: int = 0
     """The compiles the runtime makes to load every artifact (:func:`count_programs`)."""
     budget: int = 0
@@ -165,6 +169,19 @@ def with_concat(target: Target, concat: str | None) -> Target:
     return target.replace(concat=reading, sources={**target.sources, "concat": why})
 
 
+def with_int8_form(target: Target, form: str | None) -> Target:
+    """``target`` writing 8-bit linear weights with ``form`` (None: the target's own;
+    ANE-COMPRESSED-WEIGHTS); AnecError if unknown."""
+    from anec.mil.emitter import INT8_FORMS
+
+    if form is None or form == target.int8_form:
+        return target
+    if form not in INT8_FORMS:
+        raise AnecError(f"unknown --compress-form '{form}'",
+                        hint=did_you_mean(form, INT8_FORMS) or f"forms: {', '.join(INT8_FORMS)}")
+    return target.replace(int8_form=form, sources={**target.sources, "int8_form": f"asked for (--compress-form {form})"})
+
+
 def compile_module(
     module: Module,
     weights: Any = None,
@@ -186,6 +203,9 @@ def compile_module(
     compress_gate: Any = None,
     share_programs: str | bool = "auto",
     compile_budget: int | None = None,
+    compress_form: str | None = None,
+    compress_check: Any = None,
+    compress_min_cosine: float = 0.999,
 ) -> CompileResult:
     """Compile every func of ``module``; see the module docstring.
 
@@ -221,6 +241,13 @@ def compile_module(
     ``compile_budget``, default the target's ``process_compile_budget``); ``"auto"`` shares
     only when the count is over the budget, and a count still over it is a
     ConstraintError (ANE-COMPILE-BUDGET) before anything is written.
+    ``compress_form`` (``"affine"`` or ``"blockwise"``) overrides the target's MIL op for
+    8-bit linear weights in ios18 (``Target.int8_form``, ANE-COMPRESSED-WEIGHTS).
+    ``compress_check`` (calibration inputs: a .npz path or a mapping, one array per func
+    input by name) runs every func with compressed weights and the same func compiled
+    without compression on the sim and compares their outputs (``result.compress_check``);
+    an output whose cosine is below ``compress_min_cosine`` fails the compile (AnecError,
+    nothing written).
     """
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline
@@ -229,7 +256,7 @@ def compile_module(
 
     from anec.compress import parse_spec
 
-    tgt = with_concat(with_dialect(get_target(target), dialect), concat)
+    tgt = with_int8_form(with_concat(with_dialect(get_target(target), dialect), concat), compress_form)
     share = _share_mode(share_programs)
     budget = tgt.process_compile_budget if compile_budget is None else int(compile_budget)
     spec = parse_spec(compress, compress_gate)
@@ -298,6 +325,17 @@ def compile_module(
 
         result = CompileResult(dict(ctx.artifacts), work, tgt, timings, list(ctx.printed), list(ctx.rewrites),
                                programs=programs, budget=budget, shared=shared)
+        if compress_check is not None:
+            from anec.compress import model_check
+
+            if spec is None:
+                raise AnecError("compress_check needs compress", hint="give --compress SPEC with --compress-check")
+            dense = compile_module(module, weights=store, target=tgt, passes=passes, pack_weights=pack_weights,
+                                   host_casts=host_casts, weights_as_inputs=weights_as_inputs, concat=tgt.concat,
+                                   share_programs=share_programs, compile_budget=compile_budget)
+            _settle(result.artifacts.values(), pin=False)  # the deferred weight hashes, for loading
+            result.compress_check = model_check(result.artifacts, dense.artifacts, compress_check,
+                                                compress_min_cosine)
         if out_dir is not None and result.artifacts:
             start = time.perf_counter()
             result.paths = write_output(Path(out_dir), result.artifacts, keep_funcs=keep_funcs)

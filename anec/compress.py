@@ -13,6 +13,10 @@ and written into the MIL. Formats (docs/compression.md):
                     ``linear_symmetric``, ``per_channel``: the same int8 values and scales)
 ``int8-affine``     int8 with a zero point per output channel (coremltools mode ``linear``)
 ``uint8-affine``    the same in uint8
+``int4``, ``int4-affine``, ``uint4-affine``
+                    4-bit linear, a scale (and zero point) per output channel; ``FORMAT/bB``
+                    (any linear format): per block of B input channels as well (coremltools'
+                    ``per_block``); iOS18's constexpr_blockwise_shift_scale only
 ``lut1`` .. ``lut8``  n-bit palettization (n in 1, 2, 4, 6, 8): one fp16 look-up table of
                     2^n entries for the whole tensor (``lutN``) or per group of G output
                     channels (``lutN/gG``); deterministic 1-D k-means, so the same tensor
@@ -60,6 +64,7 @@ __all__ = [
     "pack_bits",
     "parse_spec",
     "quantize_linear",
+    "quantize_linear_numpy",
     "unpack_bits",
 ]
 
@@ -82,12 +87,19 @@ class Format:
     affine: bool = False
     group: int = 0
     """lut: output channels per table (0: one table for the tensor)."""
+    block: int = 0
+    """linear: input channels per scale (0: one scale per output channel)."""
+
+    @property
+    def blockwise(self) -> bool:
+        """Scales of the weight's rank (per block, or 4-bit): only ios18's blockwise op holds them."""
+        return self.kind == "linear" and (self.block > 0 or self.bits == 4)
 
     @property
     def storage(self) -> str:
         """The BLOBFILE dtype of the payload (``int8``, ``uint8``, ``uint4``, ...)."""
         if self.kind == "linear":
-            return "int8" if self.signed else "uint8"
+            return f"{'' if self.signed else 'u'}int{self.bits}"
         if self.kind == "lut":
             return f"uint{self.bits}"
         return "fp16"
@@ -100,6 +112,9 @@ FORMATS: dict[str, Format] = {
     "int8": Format("int8", "linear", 8, True, False),
     "int8-affine": Format("int8-affine", "linear", 8, True, True),
     "uint8-affine": Format("uint8-affine", "linear", 8, False, True),
+    "int4": Format("int4", "linear", 4, True, False),
+    "int4-affine": Format("int4-affine", "linear", 4, True, True),
+    "uint4-affine": Format("uint4-affine", "linear", 4, False, True),
     **{f"lut{b}": Format(f"lut{b}", "lut", b) for b in _LUT_BITS},
 }
 """The formats by name (grouped LUTs ``lutN/gG`` are made by :func:`get_format`)."""
@@ -111,6 +126,7 @@ DEFAULT_FALLBACK: dict[str, tuple[str, ...]] = {
 }
 
 _LUT_NAME = re.compile(r"lut(\d+)(?:/g(\d+))?\Z")
+_BLOCK_NAME = re.compile(r"((?:u?int)[48](?:-affine)?)/b(\d+)\Z")
 
 
 def get_format(name: str) -> Format:
@@ -121,9 +137,13 @@ def get_format(name: str) -> Format:
     m = _LUT_NAME.match(name)
     if m and int(m.group(1)) in _LUT_BITS and m.group(2) and int(m.group(2)) > 0:
         return Format(name, "lut", int(m.group(1)), group=int(m.group(2)))
+    b = _BLOCK_NAME.match(name)
+    if b and b.group(1) in FORMATS and int(b.group(2)) > 0:
+        base = FORMATS[b.group(1)]
+        return Format(name, "linear", base.bits, base.signed, base.affine, block=int(b.group(2)))
     from anec.diagnostics import did_you_mean
 
-    known = [*FORMATS, "lutN/gG"]
+    known = [*FORMATS, "lutN/gG", "int4/bB"]
     hint = did_you_mean(name, list(FORMATS)) or f"formats: {', '.join(known)}"
     if m and int(m.group(1)) not in _LUT_BITS:
         hint = f"a LUT has 1, 2, 4, 6 or 8 bits per index (lut{m.group(1)} is not one)"
@@ -144,7 +164,8 @@ class Gate:
     """max |w - w'| / max |w|."""
 
     def limits(self, fmt: Format) -> tuple[float, float]:
-        rel, ab = DEFAULT_GATES[fmt.name if fmt.name in DEFAULT_GATES else f"lut{fmt.bits}"]
+        base = fmt.name.split("/")[0]
+        rel, ab = DEFAULT_GATES[base if base in DEFAULT_GATES else f"lut{fmt.bits}"]
         return (self.max_rel_l2 if self.max_rel_l2 is not None else rel,
                 self.max_rel_abs if self.max_rel_abs is not None else ab)
 
@@ -156,6 +177,11 @@ DEFAULT_GATES: dict[str, tuple[float, float]] = {
     "int8": (0.02, 0.01),
     "int8-affine": (0.02, 0.01),
     "uint8-affine": (0.02, 0.01),
+    # 4-bit linear: ~0.09 relative L2 per block of 32 normal values, each error at most half a
+    # step (1/14 of the block's range)
+    "int4": (0.2, 0.15),
+    "int4-affine": (0.2, 0.15),
+    "uint4-affine": (0.2, 0.15),
     # k-means spends its entries where the values are, so a LUT's worst element (an
     # outlier of a large tensor) is far off even when the tensor is well kept
     "lut8": (0.025, 0.3),
@@ -197,8 +223,13 @@ AUTO_CHAIN: tuple[str, ...] = ("lut4", "int8", "fp16")
 
 
 def streamed(fmt: Format, target: Any) -> bool:
-    """Whether ``target`` is reported to read ``fmt`` natively (ANE-COMPRESSED-STREAMING)."""
+    """Whether ``target`` is reported to read ``fmt`` natively (ANE-COMPRESSED-STREAMING); a
+    linear weight written as constexpr_blockwise_shift_scale (4-bit, per block, or
+    ``--compress-form blockwise``) is the kind ``blockwise``, which no profile streams."""
     kind = "lut" if fmt.kind == "lut" else "int8" if fmt.kind == "linear" else None
+    if kind == "int8" and (fmt.blockwise or (getattr(target, "int8_form", "affine") == "blockwise"
+                                             and getattr(target, "mil_dialect", "ios18") == "ios18")):
+        kind = "blockwise"  # constexpr_blockwise_shift_scale: reported dequantized in the program
     return kind is None or kind in getattr(target, "streamed_weights", ("lut", "int8"))
 
 
@@ -246,8 +277,9 @@ def parse_spec(spec: "str | Spec | None", gate: Gate | None = None) -> Spec | No
             raise AnecError(f"--compress item '{item}': auto is a chain of its own",
                             hint="write auto:GLOB, or list formats: lut4>int8:GLOB")
         chain = [get_format(n) for n in names]
-        if len(names) == 1:  # the default fallbacks
-            chain += [FORMATS[n] for n in DEFAULT_FALLBACK[chain[0].kind]]
+        if len(names) == 1:  # the default fallbacks (4-bit linear: int8 too)
+            fb = DEFAULT_FALLBACK["lut" if chain[0].kind == "linear" and chain[0].bits == 4 else chain[0].kind]
+            chain += [FORMATS[n] for n in fb]
         elif chain[-1].kind != "none":
             chain.append(FORMATS["fp16"])
         rules.append(Rule(tuple(chain), glob))
@@ -261,26 +293,121 @@ def parse_spec(spec: "str | Spec | None", gate: Gate | None = None) -> Spec | No
 
 
 def quantize_linear(w: np.ndarray, axis: int, fmt: Format) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """``(q, scale, zero_point)`` per output channel along ``axis``.
+    """``(q, scale, zero_point)`` per output channel along ``axis`` (:func:`quantize_linear_numpy`;
+    an fp16 tensor in one C pass when the runtime extension is built, with the same result)."""
+    got = _linear_native(w, axis, fmt)
+    if got is not None:
+        return got[0]
+    return quantize_linear_numpy(w, axis, fmt)
+
+
+_QUANT_MODES = {("int8", False): 0, ("int8", True): 1, ("uint8", True): 2}
+"""(storage, affine) -> the C kernel's ANEC_QUANT_* mode."""
+
+
+def _linear_native(w: Any, axis: int, fmt: Format) -> "tuple[tuple[np.ndarray, np.ndarray, np.ndarray | None], dict] | None":
+    """:func:`quantize_linear_numpy` of an fp16 tensor by the C kernel (csrc/host_compress.c),
+    with the gate's error sums: ``((q, scale, zero_point), stats)``; None without the
+    runtime extension, for another dtype, or for what the kernel leaves to numpy (NaN or
+    infinite weights, a scale below fp16's range)."""
+    w = np.asarray(w)
+    mode = _QUANT_MODES.get((fmt.storage, fmt.affine))
+    if w.dtype != np.float16 or mode is None or fmt.block or w.size == 0 or w.ndim == 0:
+        return None
+    from anec.runtime import native
+
+    if not native.available():
+        return None
+    ffi, lib = native.ffi, native.lib
+    w = np.ascontiguousarray(w)
+    c = w.shape[axis]
+    outer, inner = math.prod(w.shape[:axis]), math.prod(w.shape[axis + 1:])
+    q = np.empty(w.shape, np.int8 if fmt.signed else np.uint8)
+    scale = np.empty(c, np.float16)
+    zp = np.empty(c, q.dtype) if fmt.affine else None
+    e2, n2 = np.empty(c, np.float64), np.empty(c, np.float64)
+    mx = ffi.new("float[2]")
+    rc = lib.anec_quantize_linear8(
+        ffi.from_buffer("uint16_t[]", w.view(np.uint16).reshape(-1)), outer, c, inner, mode,
+        ffi.from_buffer("uint8_t[]", q.reshape(-1).view(np.uint8), require_writable=True),
+        ffi.from_buffer("uint16_t[]", scale.view(np.uint16), require_writable=True),
+        ffi.from_buffer("uint8_t[]", zp.view(np.uint8), require_writable=True) if zp is not None else ffi.NULL,
+        ffi.from_buffer("double[]", e2, require_writable=True), ffi.from_buffer("double[]", n2, require_writable=True),
+        mx, mx + 1)
+    if rc not in (0, 1):
+        return None
+    return (q, scale, zp), {"err_sq": e2, "norm_sq": n2, "max_err": float(mx[0]), "max_w": float(mx[1]),
+                            "finite": rc == 0}
+
+
+def _errors_native(w: np.ndarray, d: np.ndarray, axis: int) -> dict | None:
+    """The gate's error sums of the decompressed ``d`` against ``w`` (both fp16) by the C
+    kernel, summed as :func:`_linear_native` sums them; None without the runtime extension,
+    for another dtype, or for non-finite weights (numpy decides those)."""
+    if w.dtype != np.float16 or d.dtype != np.float16 or w.size == 0 or w.ndim == 0:
+        return None
+    from anec.runtime import native
+
+    if not native.available():
+        return None
+    ffi, lib = native.ffi, native.lib
+    w, d = np.ascontiguousarray(w), np.ascontiguousarray(d)
+    c = w.shape[axis]
+    e2, n2 = np.empty(c, np.float64), np.empty(c, np.float64)
+    mx = ffi.new("float[2]")
+    rc = lib.anec_dense_errors(ffi.from_buffer("uint16_t[]", w.view(np.uint16).reshape(-1)),
+                               ffi.from_buffer("uint16_t[]", d.view(np.uint16).reshape(-1)),
+                               math.prod(w.shape[:axis]), c, math.prod(w.shape[axis + 1:]),
+                               ffi.from_buffer("double[]", e2, require_writable=True),
+                               ffi.from_buffer("double[]", n2, require_writable=True), mx, mx + 1)
+    if rc not in (0, 1):
+        return None
+    return {"err_sq": e2, "norm_sq": n2, "max_err": float(mx[0]), "max_w": float(mx[1]), "finite": rc == 0}
+
+
+def quantize_linear_numpy(w: np.ndarray, axis: int, fmt: Format) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(q, scale, zero_point)`` per output channel along ``axis``, in numpy.
 
     The arithmetic of coremltools' ``linear_quantize_weights`` (per channel), in the
     tensor's own float dtype: symmetric int8 has range [-127, 127] and scale
-    ``2 max|w| / 254``; affine has range [qmin, qmax], a range widened to hold 0 and a
-    rounded, clipped zero point. A channel of zeros gets scale 1 (coremltools would
-    divide by zero).
+    ``2 max|w| / 254`` (int4: [-7, 7]); affine has range [qmin, qmax], a range widened to
+    hold 0 and a rounded, clipped zero point. A channel of zeros gets scale 1 (coremltools
+    would divide by zero). 4-bit formats and ``/bB`` ones have a scale per block
+    (coremltools' ``per_block``): per output channel and per ``B`` input channels
+    (:func:`input_axis`); their scale and zero point have the weight's rank.
     """
     w = np.asarray(w)
     if w.dtype not in (np.float16, np.float32):
         w = w.astype(np.float32)
-    axes = tuple(d for d in range(w.ndim) if d != axis)
+    shape = w.shape
+    if fmt.blockwise:
+        ia = input_axis(axis, w.ndim)
+        blk = fmt.block or shape[ia]
+        new: list[int] = []
+        keep = []
+        for d, n in enumerate(shape):
+            if d == axis:
+                keep.append(len(new))
+                new.append(n)
+            elif d == ia:
+                keep.append(len(new))
+                new += [n // blk, blk]
+            else:
+                new.append(n)
+        w = w.reshape(new)
+        axes = tuple(d for d in range(len(new)) if d not in keep)
+        sshape = scale_shape(fmt, axis, shape)
+    else:
+        axes = tuple(d for d in range(w.ndim) if d != axis)
     dt = w.dtype
     w32 = w.astype(np.float32)  # every fp16 value exactly
     lo = np.amin(w32, axis=axes, keepdims=True).astype(dt)
     hi = np.amax(w32, axis=axes, keepdims=True).astype(dt)
+    half = 1 << (fmt.bits - 1)
     if fmt.signed:
-        qmin, qmax = (-127, 127) if not fmt.affine else (-128, 127)
+        qmin, qmax = (-half + 1, half - 1) if not fmt.affine else (-half, half - 1)
     else:
-        qmin, qmax = 0, 255
+        qmin, qmax = 0, 2 * half - 1
     zp = None
     if not fmt.affine:
         m = np.maximum(np.abs(lo), np.abs(hi))
@@ -302,7 +429,29 @@ def quantize_linear(w: np.ndarray, axis: int, fmt: Format) -> tuple[np.ndarray, 
         q += z.astype(np.float32)  # integers below 2048: exact, as in fp16
         zp = z.reshape(-1).astype(np.int8 if fmt.signed else np.uint8)
     q = np.clip(q, qmin, qmax, out=q).astype(np.int8 if fmt.signed else np.uint8)
+    if fmt.blockwise:
+        return q.reshape(shape), scale.reshape(sshape).astype(np.float16), None if zp is None else zp.reshape(sshape)
     return q, scale.reshape(-1).astype(np.float16), zp
+
+
+def scale_shape(fmt: Format, axis: int, shape: Sequence[int]) -> tuple[int, ...]:
+    """The shape of a linear format's scale (and zero point): ``[C]`` per output channel, or
+    the weight's rank for 4-bit and per-block formats (``C`` on ``axis``, the blocks on the
+    input axis, 1 elsewhere)."""
+    shape = tuple(int(n) for n in shape)
+    if not fmt.blockwise:
+        return (shape[axis],)
+    ia = input_axis(axis, len(shape))
+    return tuple(n if d == axis else n // (fmt.block or n) if d == ia else 1 for d, n in enumerate(shape))
+
+
+def input_axis(axis: int, rank: int) -> int:
+    """The input-channel axis of a weight whose output channels are on ``axis``: 1 for a
+    conv weight (and a ``transpose_y`` matmul weight of rank 2), else the other of the last
+    two axes (a matmul's ``y``)."""
+    if axis == 0:
+        return 1
+    return rank - 2 if axis == rank - 1 else rank - 1
 
 
 def kmeans_1d(values: np.ndarray, k: int) -> np.ndarray:
@@ -344,6 +493,37 @@ def kmeans_1d_many(groups: Sequence[np.ndarray], k: int, exact: bool = False) ->
         for (g, v, w), c in zip(big, coarse):
             out[g] = _lloyd(v, w, c)
         return out  # type: ignore[return-value]
+    native = _kmeans_native(big, k)
+    if native is not None:
+        for (g, _, _), c in zip(big, native):
+            out[g] = c
+        return out  # type: ignore[return-value]
+    return _kmeans_numpy(big, k, out)
+
+
+def _kmeans_native(big: list, k: int) -> list[np.ndarray] | None:
+    """The exact program of each group of ``big`` ((index, values, weights)) by the C kernel
+    (csrc/host_compress.c: the same arithmetic and search, so the same centroids); None
+    without the runtime extension."""
+    from anec.runtime import native
+
+    if not native.available():
+        return None
+    ffi, lib = native.ffi, native.lib
+    res = []
+    for _, v, w in big:
+        v, w = np.ascontiguousarray(v, np.float64), np.ascontiguousarray(w, np.float64)
+        c = np.empty(k, np.float64)
+        rc = lib.anec_kmeans_1d(ffi.from_buffer("double[]", v), ffi.from_buffer("double[]", w), v.size, k,
+                                ffi.from_buffer("double[]", c, require_writable=True))
+        if rc != 0:
+            return None
+        res.append(c)
+    return res
+
+
+def _kmeans_numpy(big: list, k: int, out: list) -> list[np.ndarray]:
+    """The exact program of :func:`kmeans_1d_many` for the groups ``big`` in numpy, all at once."""
     # slots: group g's prefixes t = 0..n_g at base_g + t (prefix sums restart in each group)
     sizes = np.array([v.size for _, v, _ in big])
     base = np.concatenate([[0], np.cumsum(sizes + 1)[:-1]])
@@ -534,7 +714,8 @@ class Compressed:
         """Bytes of the payloads (sub-byte payloads packed)."""
         total = 0
         for role, a in self.parts.items():
-            bits = self.fmt.bits if (role == "indices") else a.dtype.itemsize * 8
+            sub = role == "indices" or (role in ("q", "zero_point") and self.fmt.bits < 8)
+            bits = self.fmt.bits if sub else a.dtype.itemsize * 8
             total += (a.size * bits + 7) // 8
         return total
 
@@ -547,13 +728,27 @@ def decompress(fmt: Format, axis: int, shape: Sequence[int], parts: Mapping[str,
     bshape[axis] = shape[axis]
     if fmt.kind == "linear":
         q = np.asarray(parts["q"]).reshape(shape).astype(np.float32)
+        if fmt.blockwise:  # scales of the weight's rank: each repeated over its block
+            sshape = scale_shape(fmt, axis, shape)
+
+            def expand(a: np.ndarray) -> np.ndarray:
+                a = np.asarray(a).reshape(sshape)
+                for d in range(rank):
+                    if a.shape[d] != shape[d]:
+                        a = np.repeat(a, shape[d] // a.shape[d], axis=d)
+                return a.astype(np.float32)
+            if "zero_point" in parts:
+                q = q - expand(parts["zero_point"])
+            return (q * expand(parts["scale"])).astype(np.float16)
         if "zero_point" in parts:
             q = q - np.asarray(parts["zero_point"]).astype(np.float32).reshape(bshape)
         scale = np.asarray(parts["scale"]).astype(np.float32).reshape(bshape)
         return (q * scale).astype(np.float16)
     if fmt.kind == "lut":
-        idx = np.asarray(parts["indices"]).reshape(shape).astype(np.int64)
         lut = np.asarray(parts["lut"], dtype=np.float16)
+        if lut.shape[0] == 1:  # one table: a gather
+            return lut.reshape(-1)[np.asarray(parts["indices"]).reshape(shape)]
+        idx = np.asarray(parts["indices"]).reshape(shape).astype(np.int64)
         groups = lut.shape[0]
         per = shape[axis] // groups
         ch = np.arange(shape[axis]) // per
@@ -567,6 +762,16 @@ def decompress(fmt: Format, axis: int, shape: Sequence[int], parts: Mapping[str,
 def compress_tensor(w: np.ndarray, fmt: Format, axis: int) -> Compressed:
     """``w`` (float) in ``fmt``, with its error against ``w``."""
     w = np.asarray(w)
+    native = _linear_native(w, axis, fmt) if fmt.kind == "linear" else None
+    if native is not None:  # the values and the error sums in one C pass
+        (q, scale, zp), st = native
+        parts = {"q": q, "scale": scale, **({"zero_point": zp} if zp is not None else {})}
+        c = Compressed(fmt, axis, tuple(w.shape), parts)
+        if not st["finite"]:
+            c.rel_l2 = c.max_abs = c.rel_abs = c.channel_rel_l2 = math.inf
+            return c
+        _set_errors(c, st["err_sq"], st["norm_sq"], st["max_err"], st["max_w"])
+        return c
     if fmt.kind == "linear":
         q, scale, zp = quantize_linear(w, axis, fmt)
         parts = {"q": q, "scale": scale}
@@ -579,6 +784,13 @@ def compress_tensor(w: np.ndarray, fmt: Format, axis: int) -> Compressed:
         raise ValueError(f"format {fmt.name} is not compressed")
     c = Compressed(fmt, axis, tuple(w.shape), parts)
     d = decompress(fmt, axis, w.shape, parts)
+    st = _errors_native(w, d, axis)
+    if st is not None:
+        if not st["finite"]:
+            c.rel_l2 = c.max_abs = c.rel_abs = c.channel_rel_l2 = math.inf
+        else:
+            _set_errors(c, st["err_sq"], st["norm_sq"], st["max_err"], st["max_w"])
+        return c
     if not np.all(np.isfinite(d)):
         c.rel_l2 = c.max_abs = c.rel_abs = c.channel_rel_l2 = math.inf
         return c
@@ -588,6 +800,14 @@ def compress_tensor(w: np.ndarray, fmt: Format, axis: int) -> Compressed:
     # per output channel sums of squares (float32 products, float64 totals)
     e_ch = np.einsum("ij,ij->i", err, err).astype(np.float64)
     n_ch = np.einsum("ij,ij->i", ref, ref).astype(np.float64)
+    _set_errors(c, e_ch, n_ch, float(np.max(np.abs(err))) if err.size else 0.0,
+                float(np.max(np.abs(ref))) if ref.size else 0.0)
+    return c
+
+
+def _set_errors(c: Compressed, e_ch: np.ndarray, n_ch: np.ndarray, max_err: float, top: float) -> None:
+    """The gate's errors of ``c`` from per-channel sums of squared errors and of squared
+    values, the largest absolute error and the largest |w|."""
     norm = float(np.sqrt(n_ch.sum()))
     c.rel_l2 = float(np.sqrt(e_ch.sum())) / norm if norm > 0 else float(e_ch.sum() > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -595,10 +815,8 @@ def compress_tensor(w: np.ndarray, fmt: Format, axis: int) -> Compressed:
     if rel_ch.size:
         c.worst_channel = int(np.argmax(rel_ch))
         c.channel_rel_l2 = float(rel_ch[c.worst_channel])
-    c.max_abs = float(np.max(np.abs(err))) if err.size else 0.0
-    top = float(np.max(np.abs(ref))) if ref.size else 0.0
+    c.max_abs = max_err
     c.rel_abs = c.max_abs / top if top > 0 else float(c.max_abs > 0)
-    return c
 
 
 # ---------------------------------------------------------------------------
@@ -628,9 +846,10 @@ class Decision:
         c = self.shape[self.axis]
         f = self.fmt
         if f.kind == "linear":
-            out = [("q", f.storage, self.shape), ("scale", "fp16", (c,))]
+            sshape = scale_shape(f, self.axis, self.shape)
+            out = [("q", f.storage, self.shape), ("scale", "fp16", sshape)]
             if f.affine:
-                out.append(("zero_point", f.storage, (c,)))
+                out.append(("zero_point", f.storage, sshape))
             return out
         if f.kind == "lut":
             groups = c // f.group if f.group else 1
@@ -689,6 +908,12 @@ def weight_axis(graph: "Graph", node: "Node") -> int | None:
 
 def _allowed(fmt: Format, shape: tuple[int, ...], axis: int, dialect: str) -> str | None:
     """Why ``fmt`` cannot store a tensor of ``shape`` in ``dialect`` (None: it can)."""
+    if fmt.blockwise:
+        if dialect == "ios16":
+            return "the ios16 constexpr_affine_dequantize has no 4-bit or per-block form"
+        ia = input_axis(axis, len(shape))
+        if fmt.block and shape[ia] % fmt.block:
+            return f"{shape[ia]} input channels do not split into blocks of {fmt.block}"
     if fmt.kind == "lut" and fmt.group:
         if dialect == "ios16":
             return "the ios16 constexpr_lut_to_dense has one table per tensor (no grouped LUT)"
@@ -798,6 +1023,67 @@ def fallback_lines(reports: Iterable[Mapping[str, Any]]) -> list[str]:
     warned = sorted({r["warning"] for r in reports if r.get("warning")})
     out += [f"warning: {w}" for w in warned]
     return out
+
+
+def model_check(compressed: Mapping[str, Any], dense: Mapping[str, Any], inputs: Any,
+                min_cosine: float) -> list[dict]:
+    """Each func's outputs with compressed weights against the same func without, on the
+    calibration ``inputs`` (a .npz path or a mapping: one array per func input, by name),
+    both run on the sim: per output ``{func, output, cosine, max_rel}`` (max_rel: the largest
+    absolute difference over the uncompressed output's largest magnitude). Funcs whose weights
+    all stayed fp16 are skipped. An output below ``min_cosine`` is an AnecError listing every
+    output's figures (the compile fails)."""
+    from anec.runtime import Runtime
+
+    if isinstance(inputs, (str, bytes)) or hasattr(inputs, "__fspath__"):
+        from anec.ranges import load_calibration
+
+        inputs = load_calibration(str(inputs))
+    rows: list[dict] = []
+    with Runtime("sim") as rt:
+        for name, art in compressed.items():
+            reports = [r for a in [art, *getattr(art, "stages", [])] for r in a.manifest.get("compression", [])]
+            if not any(r["format"] != "fp16" for r in reports):
+                continue
+            program = art.program_module().funcs[name]
+            missing = [v.name for v in program.inputs if v.name not in inputs]
+            if missing:
+                raise AnecError(f"--compress-check: the calibration inputs have no {', '.join(missing)} "
+                                f"for func '{name}'",
+                                hint=f"give one array per input of {name} by name: "
+                                     f"{', '.join(v.name for v in program.inputs)}")
+            feed = {v.name: np.asarray(inputs[v.name]) for v in program.inputs}
+            outs = []
+            for a in (art, dense[name]):
+                prog = rt.load(a)
+                try:
+                    outs.append(prog(**feed))
+                finally:
+                    prog.close()
+            for out, got in outs[0].items():
+                ref = np.asarray(outs[1][out], np.float64).ravel()
+                val = np.asarray(got, np.float64).ravel()
+                den = float(np.linalg.norm(val) * np.linalg.norm(ref))
+                cos = float(val @ ref / den) if den > 0 else float(np.array_equal(val, ref))
+                top = float(np.max(np.abs(ref))) if ref.size else 0.0
+                diff = float(np.max(np.abs(val - ref))) if ref.size else 0.0
+                rows.append({"func": name, "output": out, "cosine": cos,
+                             "max_rel": diff / top if top > 0 else float(diff > 0)})
+    bad = [r for r in rows if not r["cosine"] >= min_cosine]
+    if bad:
+        listing = "; ".join(f"{r['func']}:{r['output']} cosine {r['cosine']:.6f}, max rel {r['max_rel']:.4g}"
+                            for r in rows)
+        raise AnecError(f"--compress-check: {len(bad)} output(s) below cosine {min_cosine:g} against the "
+                        f"uncompressed program ({listing})",
+                        hint="compress fewer weights (e.g. fp16 for the sensitive ones: 'fp16:h.0.*,int8:*'), "
+                             "a wider format, a stricter --compress-gate, or a lower --compress-min-cosine")
+    return rows
+
+
+def check_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """``compress-check: mlp:y cosine 0.999981, max rel 0.0041`` per output."""
+    return [f"compress-check: {r['func']}:{r['output']} cosine {r['cosine']:.6f}, max rel {r['max_rel']:.4g}"
+            for r in rows]
 
 
 def parts_from_blobs(entry_parts: Mapping[str, tuple[dict, np.ndarray]]) -> dict[str, np.ndarray]:

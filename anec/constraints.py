@@ -841,17 +841,29 @@ _ENTRIES = (
                   "storage", "the constexpr ops, their argument rules and the sub-byte BLOBFILE dtypes "
                   "(int4, uint1-uint6: packed LSB first)", DOCUMENTED, _SPEC),
          Evidence("no public test", "the iOS18 forms (constexpr_blockwise_shift_scale over int8, "
-                  "constexpr_lut_to_dense over uint1-uint8 indices) on the in-memory path: no published "
-                  "program runs them there; python -m anec.selftest on a Mac settles it", HYPOTHESIS,
-                  _UNTRIED)),
-        "emitter", "anec/compress.py, anec/mil/emitter.py (op_compressed), csrc/sim_constexpr.c",
+                  "constexpr_lut_to_dense over uint1-uint8 indices) on the in-memory path, and "
+                  "constexpr_affine_dequantize with a per-channel scale there (the demonstrated program "
+                  "has one scalar scale): no published program runs them; python -m anec.selftest "
+                  "(check compressed: int8 in both forms and 4-/6-bit LUTs, as conv and as matmul "
+                  "weights) settles each on a Mac", HYPOTHESIS, _UNTRIED)),
+        "emitter", "anec/compress.py, anec/mil/emitter.py (op_compressed), csrc/sim_constexpr.c; "
+                   "Target.int8_form; anec/selftest.py (check_compressed)",
         "--compress stores matching conv/matmul weights as integer payload BLOBFILEs (byte-identical to "
-        "coremltools' writer) and a constexpr op: ios18 constexpr_blockwise_shift_scale / "
-        "constexpr_lut_to_dense, ios16 constexpr_affine_dequantize / constexpr_lut_to_dense; each "
-        "tensor passes an accuracy gate or falls back. The sim checks the ops as coremltools does "
-        "and decompresses at load.",
+        "coremltools' writer) and a constexpr op; each tensor passes an accuracy gate or falls back. "
+        "int8/uint8 weights are written as constexpr_affine_dequantize (per-channel scale, axis) in "
+        "both dialects: the one form a published program runs on the device (M4, program(1.3)), and "
+        "the one the blockwise op's report does not contest. The form is the target's int8_form "
+        "(affine on every profile); --compress-form blockwise (compile_module(compress_form=...)) "
+        "writes iOS18's constexpr_blockwise_shift_scale instead, for a Mac whose selftest shows it "
+        "runs. LUTs are constexpr_lut_to_dense (ios18: indices in the weight's shape; ios16: packed). "
+        "The sim checks the ops as coremltools does and decompresses at load; the selftest settles "
+        "which forms the device runs (the default form failing fails the check).",
         "compile", ("tests/compress/test_compress_differential.py::test_sim_matches_the_interpreter",
-                    "tests/compress/test_compress_hostile.py::test_lut_indices_wider_than_the_table_are_refused"),
+                    "tests/compress/test_compress_differential.py::test_coremltools_decompresses_bit_for_bit_as_anec",
+                    "tests/compress/test_compress_hostile.py::test_lut_indices_wider_than_the_table_are_refused",
+                    "tests/ane_protocol/test_anec_selftest.py::"
+                    "test_compressed_check_fails_when_the_targets_int8_form_is_rejected"),
+        target_fields=("int8_form",),
     ),
     Constraint(
         "ANE-COMPRESSED-STREAMING", "which compressed formats each chip family reads natively",
@@ -869,7 +881,9 @@ _ENTRIES = (
         "emitter", "anec/compress.py (for_target, not_streamed_warning); Target.streamed_weights",
         "--compress auto tries lut4 then int8, keeping only the kinds the target streams (lut4 -> fp16 "
         "on m1); an explicit format the target does not stream compiles with a warning in the "
-        "compile output and the manifest's compression report.",
+        "compile output and the manifest's compression report. A linear weight written as "
+        "constexpr_blockwise_shift_scale (4-bit, per block, --compress-form blockwise) is the kind "
+        "'blockwise', which ANEForge reports dequantized in the program: no profile lists it.",
         "compile", ("tests/compress/test_compress_spec.py::test_auto_picks_what_the_target_streams",),
         target_fields=("streamed_weights",),
     ),

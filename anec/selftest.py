@@ -56,6 +56,15 @@ spatial       the native spatial ops select-native writes (conv with a kernel,
               compile and match the reference interpreter; one step beyond the
               kernel limit is probed too and reported (accepted or rejected),
               which tells whether the limits can be raised on this machine.
+compressed    which compressed weight forms the device compiles and computes
+              right (ANE-COMPRESSED-WEIGHTS): a conv weight and a matmul weight
+              stored as int8 with constexpr_affine_dequantize (the form
+              anec writes by default) and with constexpr_blockwise_shift_scale
+              (--compress-form blockwise), and as 4- and 6-bit LUTs
+              (constexpr_lut_to_dense), each compared with the reference
+              interpreter on the decompressed weights. Passes when the target's
+              int8 form is right and no form computes wrong values; a rejected
+              other form is reported (do not compile with it on this machine).
 
 On a Mac with Apple silicon it runs on the ANE (``--backend auto`` picks it);
 on Linux it runs on the sim, where it must pass. It prints a plain-text
@@ -163,6 +172,26 @@ func one(%x: fp32[1, 64, 1, {N}]) {{
   return %y
 }}
 """
+
+COMPRESSED_IR = f"""\
+// selftest (compressed): a conv weight and a matmul weight, stored compressed
+func compressed(%x: fp32[1, 64, 1, {N}], %a: fp32[1, 1, {N}, 64]) {{
+  %xh = cast(%x, dtype=fp16)
+  %w = const(weight="conv.weight") : fp16[64, 64, 1, 1]
+  %h = conv1x1(%xh, %w)
+  %y = cast(%h, dtype=fp32)
+  %ah = cast(%a, dtype=fp16)
+  %wm = const(weight="matmul.weight") : fp16[1, 1, 64, 64]
+  %m = matmul(%ah, %wm)
+  %z = cast(%m, dtype=fp32)
+  return %y, %z
+}}
+"""
+
+COMPRESSED_PROBES: tuple[tuple[str, str | None], ...] = (
+    ("int8", "affine"), ("int8", "blockwise"), ("lut4", None), ("lut6", None))
+"""(format, int8 form) pairs the compressed check compiles: the two MIL ops of int8 weights
+(ANE-COMPRESSED-WEIGHTS) and two LUT widths."""
 
 NORMS_IR = f"""\
 // selftest (fp16-range): norms written as mean(x * x), made range-safe by the compiler
@@ -310,7 +339,8 @@ class _Env:
         return Runtime(backend=self.backend, reload_verified=reload_verified)
 
     def build(self, text: str, name: str, seed_offset: int = 0, pack_weights: bool = False,
-              concat: str = "rewrite", target_forms: bool = False):
+              concat: str = "rewrite", target_forms: bool = False, compress: str | None = None,
+              compress_form: str | None = None):
         """(module, graph, weights, artifact) for IR `text`, random weights; concat is rewritten
         unless ``concat="native"`` (no cached verdict steers a probe); ``target_forms`` reads
         the target-level ops (conv, max_pool, ...) the spatial probe writes directly."""
@@ -323,7 +353,8 @@ class _Env:
         store = random_weights(module, self.seed + seed_offset)
         # targets without fp32 I/O (m1, m2) take and return fp16; the runtime converts
         result = compile_module(module, weights=store, target=self.tgt, host_casts=not self.tgt.fp32_io,
-                                pack_weights=pack_weights and not self.tgt.one_file_per_weight, concat=concat)
+                                pack_weights=pack_weights and not self.tgt.one_file_per_weight, concat=concat,
+                                compress=compress, compress_form=compress_form)
         return module, module.funcs[func], store, result.artifacts[func], result
 
     def normal(self, shape: list[int] | tuple[int, ...]) -> np.ndarray:
@@ -801,6 +832,54 @@ def check_spatial(env: _Env, c: Check) -> None:
     c.data.update(max_abs_err=errs, beyond_kernel=beyond, beyond_compiled=beyond_ok)
 
 
+def _compressed_op(art, fmt: str) -> str:
+    """The constexpr op the artifact's MIL writes for ``fmt``."""
+    for op in ("constexpr_affine_dequantize", "constexpr_blockwise_shift_scale", "constexpr_lut_to_dense"):
+        if f"= {op}(" in art.mil_text:
+            return op
+    raise AnecError(f"selftest: the {fmt} probe wrote no constexpr op (its weights fell back)")
+
+
+def check_compressed(env: _Env, c: Check) -> None:
+    from anec.diagnostics import RuntimeFailure
+    from anec.ir.interp import interpret
+    from anec.mil.artifact import artifact_weights
+
+    default = env.tgt.int8_form if env.tgt.mil_dialect == "ios18" else "affine"
+    results: dict[str, dict[str, Any]] = {}
+    ok = True
+    x = {"x": env.normal((1, 64, 1, N)), "a": env.normal((1, 1, N, 64))}
+    for fmt, form in COMPRESSED_PROBES:
+        if form is not None and env.tgt.mil_dialect != "ios18" and form != "affine":
+            continue  # ios16 has only the affine op
+        # no fallback: the format itself must be written, and run
+        _, _, _, art, _ = env.build(COMPRESSED_IR, "compressed", compress=f"{fmt}>fp16", compress_form=form)
+        op = _compressed_op(art, fmt)
+        label = f"{fmt} ({op})"
+        program = art.program_module().funcs["compressed"]
+        ref = interpret(program, x, artifact_weights(art), mode="fp32")
+        try:
+            with env.runtime() as rt:
+                out = rt.load(art)(**x)
+        except RuntimeFailure as e:
+            results[label] = {"op": op, "verdict": "rejected"}
+            c.lines.append(f"{label}: rejected ({str(e.message).splitlines()[0]})")
+            if form is not None and form == default:
+                ok = False
+                c.lines.append(f"the target's int8 form is rejected here: compile with --compress-form "
+                               f"{'blockwise' if form == 'affine' else 'affine'} or without int8")
+            continue
+        errs = {k: _compare(out[k], ref[k]) for k in ref}
+        good = all(e[0] for e in errs.values())
+        worst = max(e[1] for e in errs.values())
+        results[label] = {"op": op, "verdict": "accepted" if good else "accepted but wrong", "max_abs_err": worst}
+        c.lines.append(f"{label}: {'compiled and ran' if good else 'compiled but computed WRONG values'}, "
+                       f"conv and matmul weights, max |err| {_fmt(worst)}")
+        ok = ok and good
+    c.passed = ok
+    c.data.update(probes=results, int8_form=default)
+
+
 CHECKS: list[tuple[str, str, Callable[[_Env, Check], None]]] = [
     ("legalized", "legalized program matches the reference interpreter", check_legalized),
     ("unlegalized", "unlegalized MIL (gelu, rsqrt) is rejected by the device compiler", check_unlegalized),
@@ -812,6 +891,7 @@ CHECKS: list[tuple[str, str, Callable[[_Env, Check], None]]] = [
     ("dialect", "MIL dialects the device compiler accepts", check_dialect),
     ("fp16-range", "norms of activations up to 60000 are right (range-safe)", check_fp16_range),
     ("spatial", "native conv, pool and upsample ops at anec's limits are right", check_spatial),
+    ("compressed", "compressed weight forms (int8 affine / blockwise, LUT) the device runs", check_compressed),
 ]
 
 

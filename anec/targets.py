@@ -62,8 +62,16 @@ class Target:
     streamed_weights: tuple[str, ...] = ("lut", "int8")
     """Compressed weight kinds the chip is reported to read natively (stream) rather than
     decompress at load (ANE-COMPRESSED-STREAMING): ``lut`` (constexpr_lut_to_dense),
-    ``int8`` (8-bit linear). ``--compress auto`` picks from these; a format outside them
-    still compiles, with a warning (a smaller file, no bandwidth saved)."""
+    ``int8`` (8-bit linear as constexpr_affine_dequantize), ``blockwise``
+    (constexpr_blockwise_shift_scale: 4-bit and per-block linear; on no profile, as it is
+    reported dequantized in the program). ``--compress auto`` picks from these; a format
+    outside them still compiles, with a warning (a smaller file, no bandwidth saved)."""
+    int8_form: str = "affine"
+    """The MIL op an 8-bit linear weight is written with in the ios18 dialect
+    (ANE-COMPRESSED-WEIGHTS): ``"affine"`` (``constexpr_affine_dequantize``, the form a
+    published program runs in ``program(1.3)``; every profile's default) or ``"blockwise"``
+    (``constexpr_blockwise_shift_scale``, iOS18's own op, reported not routable as a matmul
+    weight). ``--compress-form`` picks the other; ios16 has only the affine op."""
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
     """Field name -> where the value comes from."""
 
@@ -185,6 +193,13 @@ _STREAMED_M1 = (
     "reported: ANEForge's per-family table: A13 (M1) streams int4-LUT (2.37x measured there) and "
     "folds int8 (decompressed at load: a smaller file, no bandwidth saved)"
 )
+_INT8_FORM = (
+    "demonstrated: maderix's ane_int8_bench compiles and runs conv weights written as "
+    "constexpr_affine_dequantize over an int8 BLOBFILE inside program(1.3) on M4; reported: "
+    "ANEForge writes int8 the same way (per-row scale) and calls constexpr_blockwise_shift_scale "
+    "not routable as a matmul weight; no published program runs the blockwise form on the "
+    "in-memory path (python -m anec.selftest, check compressed, settles it on a Mac)"
+)
 _REDUCE_MEAN = (
     "reported: hollance/neural-engine#44 says reduce_mean is absent in raw MIL text; Orion's "
     "RMSNorm uses reduce_sum x 1/N (its LayerNorm emits reduce_mean, so the claim is "
@@ -215,6 +230,7 @@ _M4 = Target(
         "mil_dialect": _DIALECT_NEW, "softmax_pow2_only": _SOFTMAX,
         "reduce_mean_as_sum": _REDUCE_MEAN, "process_compile_budget": _BUDGET,
         "concat": _CONCAT, "streamed_weights": _STREAMED,
+        "int8_form": _INT8_FORM,
     },
 )
 # The M4 measurements, taken over unmeasured by the other chips.

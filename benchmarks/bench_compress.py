@@ -7,7 +7,8 @@ normal distribution scaled like trained GPT-2 weights (std 0.02), in fp16. Per f
 every matrix:
 
 * anec: :func:`anec.compress.compress_tensor` (what ``--compress`` runs per weight: the
-  quantizer, the decompression and the error the gate reads);
+  quantizer, the decompression and the error the gate reads; the C kernels of
+  csrc/host_compress.c when the runtime extension is built);
 * coremltools: ``linear_quantize_weights`` (mode ``linear_symmetric``, ``per_channel``) or
   ``palettize_weights`` (mode ``kmeans``, ``per_tensor``) on a pymil program holding one conv
   per matrix, the pass alone timed.
@@ -60,6 +61,7 @@ def _error(pairs) -> float:
 
 def measure_anec(fmt: str, layers: int) -> dict:
     from anec.compress import compress_tensor, decompress, get_format
+    from anec.runtime import native  # noqa: F401  (the C kernels' module: imported outside the timing, as coremltools is)
 
     ws = weights(layers)
     f = get_format(fmt)

@@ -200,6 +200,16 @@ void anec_f32_to_f16(const float *src, uint16_t *dst, size_t n);
 void anec_f16_to_f32(const uint16_t *src, float *dst, size_t n);
 uint32_t anec_max_magnitude_bits(const void *src, size_t width, size_t n);
 
+/* ---- compression (host_compress.c) ---- */
+#define ANEC_QUANT_SYMMETRIC_INT8 0
+#define ANEC_QUANT_AFFINE_INT8    1
+#define ANEC_QUANT_AFFINE_UINT8   2
+int anec_quantize_linear8(const uint16_t *w, size_t outer, size_t channels, size_t inner, int mode, void *q,
+                          uint16_t *scale, void *zero_point, double *err_sq, double *norm_sq, float *max_err,
+                          float *max_w);
+int anec_dense_errors(const uint16_t *w, const uint16_t *d, size_t outer, size_t channels, size_t inner,
+                      double *err_sq, double *norm_sq, float *max_err, float *max_w);
+int anec_kmeans_1d(const double *values, const double *weights, size_t n, size_t k, double *centroids);
 /* ---- host work of a training step (rt_host.c) ---- */
 typedef struct anec_adamw_coef {
     float grad_scale;

@@ -441,6 +441,39 @@ void anec_f16_to_f32(const uint16_t *src, float *dst, size_t n);
    other width: 0). One pass, 16 bytes at a time. */
 uint32_t anec_max_magnitude_bits(const void *src, size_t width, size_t n);
 
+/* ---- compression (host_compress.c) -------------------------------------------- */
+
+#define ANEC_QUANT_SYMMETRIC_INT8 0 /* int8 in [-127, 127], no zero point */
+#define ANEC_QUANT_AFFINE_INT8    1 /* int8 in [-128, 127] and a zero point */
+#define ANEC_QUANT_AFFINE_UINT8   2 /* uint8 in [0, 255] and a zero point */
+
+/* Per-channel linear 8-bit quantization of the fp16 tensor w, viewed as
+   [outer][channels][inner] (the channel axis in the middle), with coremltools'
+   arithmetic as numpy computes it on fp16 (anec/compress.py quantize_linear):
+   q (int8 or uint8, w's layout), scale[channels] (fp16 bits), zero_point[channels]
+   (int8 or uint8; not written, and may be NULL, for ANEC_QUANT_SYMMETRIC_INT8).
+   Also the gate's errors of the dequantized tensor d = fp16((q - z) * scale):
+   per channel err_sq = sum (d - w)^2 and norm_sq = sum w^2 (float64), and
+   max_err = max |d - w|, max_w = max |w|. Returns 0; 1 when a dequantized value
+   is not finite in fp16 (everything still written); 2, writing nothing useful,
+   when w holds a NaN or an infinity or a scale rounds to 0 (the caller's numpy
+   path decides those); ANEC_EINVAL for a bad argument or an empty tensor,
+   ANEC_ENOMEM. */
+int anec_quantize_linear8(const uint16_t *w, size_t outer, size_t channels, size_t inner, int mode, void *q,
+                          uint16_t *scale, void *zero_point, double *err_sq, double *norm_sq, float *max_err,
+                          float *max_w);
+/* The gate's errors of a decompressed fp16 tensor d against the fp16 original w,
+   both [outer][channels][inner], summed as anec_quantize_linear8 sums them. Returns 0;
+   1 when d holds a value that is not finite; 2 when w does (the sums are then not
+   meaningful: the caller's numpy path decides); ANEC_EINVAL for a bad argument. */
+int anec_dense_errors(const uint16_t *w, const uint16_t *d, size_t outer, size_t channels, size_t inner,
+                      double *err_sq, double *norm_sq, float *max_err, float *max_w);
+/* The k centroids (ascending) of the optimal 1-D k-means of n distinct ascending
+   values with weights (their counts): the dynamic program of anec/compress.py
+   kmeans_1d_many, its result bit for bit. ANEC_EINVAL unless k < n < 2^32,
+   ANEC_ENOMEM (it keeps (k - 1) * (n + 1) split points). */
+int anec_kmeans_1d(const double *values, const double *weights, size_t n, size_t k, double *centroids);
+
 /* ---- host work of a training step (rt_host.c) ------------------------------ */
 
 /* One AdamW step's constants (fp32, as the numpy optimizer rounds them). */

@@ -1216,15 +1216,21 @@ class ImportedModel:
             raise TorchImportError(f"{d / META_FILE}: missing or malformed field ({e})") from None
 
     def runner(self, backend: str = "auto", *, target: str | None = None, mode: str = "fp16",
-               seed: int = 0, artifact: str | os.PathLike | None = None) -> "TorchRunner":
+               seed: int = 0, artifact: str | os.PathLike | None = None, compress: Any = None,
+               compress_gate: Any = None, compress_form: str | None = None) -> "TorchRunner":
         """A callable running the whole model: host steps, then the program, then host steps.
 
         ``backend``: ``"sim"``, ``"ane"``, ``"auto"`` (compile + runtime) or
         ``"interp"`` (the reference interpreter in ``mode`` fp32/fp16).
         ``artifact``: run this compiled artifact of the program (``anec compile``'s
         output directory) instead of compiling it again.
+        ``compress``, ``compress_gate``, ``compress_form``: compile the program with
+        compressed weights, as :func:`anec.compiler.compile_module` takes them (a SPEC over
+        the imported weights' keys, e.g. ``"int8"``; docs/compression.md); the compiled
+        artifact (``runner.artifact``) reports what each weight got.
         """
-        return TorchRunner(self, backend=backend, target=target, mode=mode, seed=seed, artifact=artifact)
+        return TorchRunner(self, backend=backend, target=target, mode=mode, seed=seed, artifact=artifact,
+                           compress=compress, compress_gate=compress_gate, compress_form=compress_form)
 
     def check_ranges(self, *args: Any, **kwargs: Any) -> list:
         """The fp16 range analysis (:func:`anec.ranges.check_ranges`) on sample inputs given
@@ -1272,8 +1278,14 @@ class TorchRunner:
     numpy around the program."""
 
     def __init__(self, imported: ImportedModel, backend: str = "auto", target: str | None = None,
-                 mode: str = "fp16", seed: int = 0, artifact: str | os.PathLike | None = None) -> None:
+                 mode: str = "fp16", seed: int = 0, artifact: str | os.PathLike | None = None,
+                 compress: Any = None, compress_gate: Any = None, compress_form: str | None = None) -> None:
         from anec.weights import WeightStore
+
+        if compress is not None and (backend == "interp" or artifact is not None):
+            raise AnecError("compress= applies when the runner compiles the program",
+                            hint="use backend 'sim', 'ane' or 'auto' without artifact=, or compile the "
+                                 "artifact with anec compile --compress")
 
         self.im = imported
         self.backend = backend
@@ -1292,7 +1304,8 @@ class TorchRunner:
             if artifact is None:
                 from anec.compiler import compile_module
 
-                result = compile_module(imported.module, weights=self.store, target=target, host_casts=True)
+                result = compile_module(imported.module, weights=self.store, target=target, host_casts=True,
+                                        compress=compress, compress_gate=compress_gate, compress_form=compress_form)
                 self.artifact = result.artifacts[imported.name]
             else:
                 self.artifact = os.fspath(artifact)

@@ -565,19 +565,25 @@ class _Emitter:
 
         bshape = tuple(c if i == axis else 1 for i in range(rank))
         if fmt.kind == "linear":
-            blob("q", "quantized_data" if ios16 else "data", fmt.storage, t.shape)
-            blob("scale", "scale", "fp16", (c,) if ios16 else bshape)
+            # ios16 has only constexpr_affine_dequantize; in ios18 the target decides
+            # (ANE-COMPRESSED-WEIGHTS: the affine op is the form a published program runs)
+            # 4-bit and per-block scales have the weight's rank: only the blockwise op holds them
+            affine_op = ios16 or (int8_form(self.target) == "affine" and not fmt.blockwise)
+            sshape = dict((role, shape) for role, _, shape in d.part_types())["scale"] if fmt.blockwise else bshape
+            blob("q", "quantized_data" if affine_op else "data", fmt.storage, t.shape)
+            blob("scale", "scale", "fp16", (c,) if affine_op else sshape)
             if fmt.affine:
-                blob("zero_point", "zero_point" if ios16 else "offset", fmt.storage, (c,) if ios16 else bshape)
-            elif ios16:  # the iOS16 op needs a zero point: a literal 0 (weight-independent)
+                blob("zero_point", "zero_point" if affine_op else "offset", fmt.storage,
+                     (c,) if affine_op else sshape)
+            elif affine_op:  # the affine op needs a zero point: a literal 0 (weight-independent)
                 zp = self._claim(f"{name}_zero_point")
                 self._const(zp, self.sp.scalar_type(fmt.storage), self.sp.scalar(fmt.storage, "0"))
                 args["zero_point"] = zp
-            if ios16:
+            if affine_op:
                 ax = self._claim(f"{name}_axis")
                 self._const(ax, self.sp.scalar_type("int32"), self.sp.scalar("int32", str(axis)))
                 args["axis"] = ax
-            op = "constexpr_affine_dequantize" if ios16 else "constexpr_blockwise_shift_scale"
+            op = "constexpr_affine_dequantize" if affine_op else "constexpr_blockwise_shift_scale"
         elif fmt.kind == "lut":
             k = 1 << fmt.bits
             if ios16:
@@ -669,6 +675,20 @@ def _sanitize(name: str) -> str:
     if s in RESERVED:
         s += "_"
     return s
+
+
+INT8_FORMS = ("affine", "blockwise")
+"""The MIL ops an 8-bit linear weight can be written with in ios18 (``Target.int8_form``)."""
+
+
+def int8_form(target: "Target") -> str:
+    """``target.int8_form``, checked: ``affine`` (constexpr_affine_dequantize) or ``blockwise``
+    (constexpr_blockwise_shift_scale)."""
+    form = getattr(target, "int8_form", "affine")
+    if form not in INT8_FORMS:
+        raise ConstraintError(f"unknown int8 form '{form}' on target {target.name}",
+                              hint=f"int8 forms: {', '.join(INT8_FORMS)}", constraint="ANE-COMPRESSED-WEIGHTS")
+    return form
 
 
 def emit_mil(graph: Graph, target: "Target", *, pack_weights: bool = False,

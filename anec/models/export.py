@@ -350,7 +350,7 @@ def _reexport(info: dict[str, Any], d: Path) -> str:
 def compile_export(path: str | Path, out_dir: str | Path | None,
                    target: str | None = None, compress: Any = None,
                    compress_gate: Any = None, share_programs: str = "auto",
-                   plan: dict[str, Any] | None = None) -> list[tuple[str, Any, Any]]:
+                   plan: dict[str, Any] | None = None, compress_form: str | None = None) -> list[tuple[str, Any, Any]]:
     """Compile every func of an exported directory (weights from its weights file).
 
     Returns ``(func, artifact, written path or None)`` in file order; each
@@ -383,7 +383,7 @@ def compile_export(path: str | Path, out_dir: str | Path | None,
         arts: dict[str, Any] = {}
         for module in modules.values():  # each module alone stays within the budget (checked here)
             arts.update(compile_module(module, target=target, compress=compress, compress_gate=compress_gate,
-                                       share_programs="always" if shared else "never",
+                                       compress_form=compress_form, share_programs="always" if shared else "never",
                                        compile_budget=1 << 30).artifacts)
         return arts
 

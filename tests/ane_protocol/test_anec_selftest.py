@@ -32,7 +32,7 @@ def test_selftest_passes_on_the_sim(report: dict) -> None:
     assert report["driver"] == "sim"
     assert [c["id"] for c in report["checks"]] == [
         "legalized", "unlegalized", "concat", "binding", "min-surface", "reload", "shared", "dialect",
-        "fp16-range", "spatial"]
+        "fp16-range", "spatial", "compressed"]
     failed = [(c["id"], c["lines"]) for c in report["checks"] if not c["passed"]]
     assert not failed
     assert report["passed"] is True
@@ -76,6 +76,12 @@ def test_selftest_numbers(report: dict) -> None:
     # the sim refuses what anec assumes the device refuses (ANE-SPATIAL-LIMITS)
     assert sp["beyond_kernel"] == 17 and sp["beyond_compiled"] is False
     assert max(sp["max_abs_err"].values()) < 0.01
+    cp = _check(report, "compressed")["data"]
+    assert cp["int8_form"] == "affine"
+    assert {k: v["verdict"] for k, v in cp["probes"].items()} == {
+        "int8 (constexpr_affine_dequantize)": "accepted", "int8 (constexpr_blockwise_shift_scale)": "accepted",
+        "lut4 (constexpr_lut_to_dense)": "accepted", "lut6 (constexpr_lut_to_dense)": "accepted"}
+    assert max(v["max_abs_err"] for v in cp["probes"].values()) < 0.05
 
 
 def test_render_is_a_pasteable_report(report: dict) -> None:
@@ -83,7 +89,7 @@ def test_render_is_a_pasteable_report(report: dict) -> None:
     lines = text.splitlines()
     assert lines[0] == "anec selftest 0.1.0: driver sim (backend auto), target m4, seed 0"
     assert "PASS  binding       inputs and outputs bind in alphabetical order of MIL names" in lines
-    assert lines[-1] == "10/10 checks passed"
+    assert lines[-1] == "11/11 checks passed"
 
 
 def test_binding_check_fails_when_buffers_are_bound_in_declaration_order(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,6 +103,54 @@ def test_binding_check_fails_when_buffers_are_bound_in_declaration_order(monkeyp
     selftest.check_binding(selftest._Env("sim", "m4", 0), c)
     assert not c.passed
     assert c.data["max_abs_err"]["device level:zdiff"] > 1.0
+
+
+def test_compressed_check_fails_when_a_form_decompresses_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device decompressing otherwise than the MIL says (here: the reference's int8
+    weights off by 10%) is caught as wrong values."""
+    from anec.mil import artifact
+
+    real = artifact.decompress_parts
+
+    def off(parts):
+        d = real(parts)
+        linear = parts[0][0]["part"]["format"] == "int8"
+        return (d.astype(np.float32) * 1.1).astype(np.float16) if linear else d
+
+    monkeypatch.setattr(artifact, "decompress_parts", off)
+    c = selftest.Check("compressed", "")
+    selftest.check_compressed(selftest._Env("sim", "m4", 0), c)
+    assert not c.passed
+    verdicts = {k: v["verdict"] for k, v in c.data["probes"].items()}
+    assert verdicts["int8 (constexpr_affine_dequantize)"] == "accepted but wrong"
+    assert verdicts["lut4 (constexpr_lut_to_dense)"] == "accepted"
+
+
+def test_compressed_check_fails_when_the_targets_int8_form_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device that rejects the affine op (the default form) fails the check and names the
+    other form; one that rejects only the blockwise op passes with that reported."""
+    from anec.diagnostics import RuntimeFailure
+    from anec.runtime import Runtime
+
+    real = Runtime.load
+
+    def reject(op):
+        def load(self, art, *a, **k):
+            if f"= {op}(" in art.mil_text:
+                raise RuntimeFailure("InvalidMILProgram", code=5)
+            return real(self, art, *a, **k)
+        return load
+
+    monkeypatch.setattr(Runtime, "load", reject("constexpr_affine_dequantize"))
+    c = selftest.Check("compressed", "")
+    selftest.check_compressed(selftest._Env("sim", "m4", 0), c)
+    assert not c.passed
+    assert any("--compress-form blockwise" in line for line in c.lines)
+    monkeypatch.setattr(Runtime, "load", reject("constexpr_blockwise_shift_scale"))
+    c = selftest.Check("compressed", "")
+    selftest.check_compressed(selftest._Env("sim", "m4", 0), c)
+    assert c.passed, c.lines
+    assert c.data["probes"]["int8 (constexpr_blockwise_shift_scale)"]["verdict"] == "rejected"
 
 
 def test_reload_check_fails_when_the_runtime_reloads_stale(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -286,7 +340,7 @@ def test_python_dash_m() -> None:
                        capture_output=True, text=True, timeout=120,
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.rstrip().endswith("10/10 checks passed")
+    assert r.stdout.rstrip().endswith("11/11 checks passed")
     assert np.all([line.startswith("PASS") for line in r.stdout.splitlines() if line[:4] in ("PASS", "FAIL")])
 
 

@@ -85,6 +85,34 @@ def test_affine_equals_linear_quantize_weights_mode_linear(name, fmt, dtype):
     assert np.array_equal(zp, op.offset.val.reshape(-1))
 
 
+@pytest.mark.parametrize("name", list(_tensors()))
+@pytest.mark.parametrize("fmt,mode,dtype,block", [
+    ("int4/b8", "linear_symmetric", "int4", 8), ("int4-affine/b8", "linear", "int4", 8),
+    ("uint4-affine/b8", "linear", "uint4", 8), ("int8/b8", "linear_symmetric", "int8", 8),
+    ("int4", "linear_symmetric", "int4", 0)])
+def test_4_bit_and_per_block_equal_linear_quantize_weights_per_block(name, fmt, mode, dtype, block):
+    """coremltools' ``per_block`` (``block_size`` input channels per scale; per output channel
+    with the whole input: ``per_channel``): the same values, scales and offsets, in the shapes
+    of its constexpr_blockwise_shift_scale."""
+    import coremltools.optimize.coreml as cto
+
+    w = _tensors()[name]
+    if block:
+        cfg = cto.OpLinearQuantizerConfig(mode=mode, dtype=dtype, granularity="per_block", block_size=block,
+                                          weight_threshold=0)
+    else:
+        cfg = cto.OpLinearQuantizerConfig(mode=mode, dtype=dtype, granularity="per_channel", weight_threshold=0)
+    op = _ct_pass(w, cfg)
+    assert op.op_type == "constexpr_blockwise_shift_scale"
+    q, scale, zp = quantize_linear(w, 0, get_format(fmt))
+    assert np.array_equal(q, op.data.val)
+    assert scale.shape == op.scale.val.shape and np.array_equal(scale, op.scale.val)
+    if mode == "linear":
+        assert zp.shape == op.offset.val.shape and np.array_equal(zp, op.offset.val)
+    else:
+        assert zp is None and op.offset is None
+
+
 def test_the_artifact_payloads_are_coremltools_int8_values_and_scales_bit_for_bit():
     import coremltools.optimize.coreml as cto
 

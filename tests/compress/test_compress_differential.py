@@ -20,7 +20,12 @@ from anec.weights import resolve_weights
 from tests.mil.milcheck import check_mil
 from tolerances import assert_close
 
-FORMATS = ["int8", "int8-affine", "uint8-affine", "lut1", "lut2", "lut4", "lut6", "lut8", "lut4/g8"]
+FORMATS = ["int8", "int8-affine", "uint8-affine", "lut1", "lut2", "lut4", "lut6", "lut8", "lut4/g8",
+           "int8@blockwise", "int8-affine@blockwise", "uint8-affine@blockwise",
+           "int4", "int4/b16", "int4-affine/b8", "uint4-affine/b16", "int8/b16"]
+"""``FORMAT@FORM``: 8-bit linear weights written with that ios18 op (``--compress-form``);
+without one, the target's (constexpr_affine_dequantize)."""
+LINEAR_OP = {"affine": "constexpr_affine_dequantize", "blockwise": "constexpr_blockwise_shift_scale"}
 ULPS = 2
 """As the generated-graph differential (tests/runtime/test_rt_differential.py): the sim and the
 interpreter run the same program on the same (decompressed) weights, rounding every op to
@@ -32,8 +37,19 @@ def _spec(fmt: str) -> str:
 
 
 def _compile(small, fmt, dialect, seed=0):
+    fmt, _, form = fmt.partition("@")
     store = resolve_weights(small, None, seed)
-    return compile_module(small, store, compress=_spec(fmt), dialect=dialect), store
+    return compile_module(small, store, compress=_spec(fmt), dialect=dialect, compress_form=form or None), store
+
+
+def _linear_op(fmt: str, dialect: str) -> str | None:
+    """The MIL op a linear format must be written with (None: not a linear format)."""
+    name, _, form = fmt.partition("@")
+    if "lut" in name:
+        return None
+    if "/" in name or "int4" in name:  # scales of the weight's rank: the blockwise op only
+        return None if dialect == "ios16" else LINEAR_OP["blockwise"]
+    return LINEAR_OP["affine" if dialect == "ios16" else form or "affine"]
 
 
 @pytest.mark.parametrize("dialect", ["ios18", "ios16"])
@@ -42,11 +58,16 @@ def test_sim_matches_the_interpreter(rt, small, fmt, dialect):
     res, store = _compile(small, fmt, dialect)
     art = res.artifacts["f"]
     got_formats = {c["key"]: c["format"] for c in art.manifest["compression"]}
-    want = "fp16" if (dialect == "ios16" and "/g" in fmt) else fmt  # ios16 has no grouped LUT
+    # ios16 has no grouped LUT, no 4-bit and no per-block linear form
+    want = "fp16" if dialect == "ios16" and ("/" in fmt or "4" in fmt.split("/")[0] and "lut" not in fmt) \
+        else fmt.partition("@")[0]
     assert got_formats == {"blk.0.w": want, "blk.1.w": want, "head.w": want}
     assert "norm.g" not in got_formats
     if want != "fp16":
         assert "constexpr_" in art.mil_text
+    op = _linear_op(fmt, dialect)
+    if op is not None:
+        assert art.mil_text.count(f"= {op}(") == 3, op
     x = random_inputs(small.funcs["f"], 1)
     prog = rt.load(art)
     try:
@@ -60,7 +81,8 @@ def test_sim_matches_the_interpreter(rt, small, fmt, dialect):
 
 
 @pytest.mark.parametrize("dialect", ["ios18", "ios16"])
-@pytest.mark.parametrize("fmt", ["int8", "uint8-affine", "lut2", "lut6", "lut4/g8"])
+@pytest.mark.parametrize("fmt", ["int8", "uint8-affine", "lut2", "lut6", "lut4/g8", "int8@blockwise",
+                                 "uint8-affine@blockwise", "int4/b16", "uint4-affine/b8", "int4-affine"])
 def test_coremltools_decompresses_bit_for_bit_as_anec(small, fmt, dialect):
     """coremltools type-checks the MIL (each declared type equals its inference) and its
     constexpr ops materialize exactly the weights anec's interpreter uses."""
@@ -73,7 +95,10 @@ def test_coremltools_decompresses_bit_for_bit_as_anec(small, fmt, dialect):
         if w.get("part"):
             by_const.setdefault(w["part"]["of"], []).append(f"{w['file']}@{w['offset']}")
     ops = [op for op in prog.functions["main"].operations if op.op_type.startswith("constexpr_")]
-    assert len(ops) == (0 if (dialect == "ios16" and "/g" in fmt) else 3)
+    fell_back = dialect == "ios16" and ("/" in fmt or "int4" in fmt)
+    assert len(ops) == (0 if fell_back else 3)
+    op = _linear_op(fmt, dialect)
+    assert op is None or {o.op_type for o in ops} == {op}
     for op in ops:
         theirs = op.materialized_val_inference()
         ours = mine["+".join(by_const[op.name])]

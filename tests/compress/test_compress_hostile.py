@@ -138,17 +138,32 @@ def test_block_scales_that_do_not_divide_the_tensor_are_refused(rt):
         _run(rt, _mil(body), blobs)
 
 
-def test_a_compiled_artifact_with_a_swapped_payload_dtype_is_refused(rt, small):
-    """The same through an artifact anec wrote: its int8 payload relabelled uint8."""
-    art = compile_module(small, resolve_weights(small, None, 0), compress="int8").artifacts["f"]
+@pytest.mark.parametrize("spec,code,name,declared", [("int8", 3, "uint8", "int8"), ("int4/b16>fp16", 11, "uint4", "int4"),
+                                                     ("uint4-affine>fp16", 8, "int4", "uint4")])
+def test_a_compiled_artifact_with_a_swapped_payload_dtype_is_refused(rt, small, spec, code, name, declared):
+    """The same through an artifact anec wrote: its payload relabelled with another dtype code."""
+    art = compile_module(small, resolve_weights(small, None, 0), compress=spec).artifacts["f"]
     q = next(e for e in art.manifest["weights"] if e.get("part", {}) and e["part"]["role"] == "q")
     blobs = dict(art.blobs)
     data = bytearray(blobs[q["file"]])
-    struct.pack_into("<I", data, q["offset"] + 4, 3)
+    struct.pack_into("<I", data, q["offset"] + 4, code)
     blobs[q["file"]] = bytes(data)
     mil_blobs = {f"@model_path/{k}": v for k, v in blobs.items()}
-    with pytest.raises(AnecError, match=rf"{q['const']}.*dtype is uint8 but the const is declared int8"):
+    with pytest.raises(AnecError, match=rf"{q['const']}.*dtype is {name} but the const is declared {declared}"):
         rt.compile(art.mil_text, mil_blobs, limits=LIMITS).close()
+
+
+def test_a_truncated_int4_payload_is_refused(rt, small):
+    art = compile_module(small, resolve_weights(small, None, 0), compress="int4/b16>fp16").artifacts["f"]
+    q = next(e for e in art.manifest["weights"] if e.get("part", {}) and e["part"]["role"] == "q")
+    blobs = dict(art.blobs)
+    data = bytearray(blobs[q["file"]])
+    size = struct.unpack_from("<Q", data, q["offset"] + 8)[0]
+    struct.pack_into("<Q", data, q["offset"] + 8, size - 1)  # one byte short of the packed int4 values
+    blobs[q["file"]] = bytes(data)
+    with pytest.raises(AnecError, match=rf"const '{q['const']}'.*payload is 1535 bytes but the declared const type "
+                                        r"needs 1536 bytes"):
+        rt.compile(art.mil_text, {f"@model_path/{k}": v for k, v in blobs.items()}, limits=LIMITS).close()
 
 
 def test_the_budget_counts_a_compressed_weight_once(rt):

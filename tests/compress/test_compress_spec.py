@@ -173,3 +173,65 @@ def test_large_grouped_luts_take_the_binned_path_and_stay_better_than_one_table(
     again = compress_tensor(w.copy(), get_format("lut4/g16"), 0)
     assert again.parts["lut"].tobytes() == grouped.parts["lut"].tobytes()
     assert np.array_equal(again.parts["indices"], grouped.parts["indices"])
+
+
+def test_the_int8_form_is_the_targets_and_can_be_picked(small, tmp_path):
+    """ANE-COMPRESSED-WEIGHTS: int8 is written as constexpr_affine_dequantize by default (the
+    demonstrated form), as constexpr_blockwise_shift_scale when asked for; an unknown form
+    is a clear error, and the CLI takes --compress-form."""
+    from click.testing import CliRunner
+
+    from anec.cli import main
+    from anec.diagnostics import AnecError
+    from anec.targets import TARGETS
+
+    assert {t.int8_form for t in TARGETS.values()} == {"affine"}
+    store = resolve_weights(small, None, 0)
+    default = compile_module(small, store, compress="int8").artifacts["f"].mil_text
+    block = compile_module(small, store, compress="int8", compress_form="blockwise").artifacts["f"].mil_text
+    assert default.count("= constexpr_affine_dequantize(") == 3 and "blockwise" not in default
+    assert block.count("= constexpr_blockwise_shift_scale(") == 3 and "affine_dequantize" not in block
+    ios16 = compile_module(small, store, compress="int8", compress_form="blockwise", dialect="ios16")
+    assert ios16.artifacts["f"].mil_text.count("= constexpr_affine_dequantize(") == 3  # ios16 has no other
+    with pytest.raises(AnecError, match=r"(?s)unknown --compress-form 'blockwize'.*did you mean 'blockwise'"):
+        compile_module(small, store, compress="int8", compress_form="blockwize")
+    ir = tmp_path / "small.ir"
+    from tests.compress.conftest import SMALL_IR
+
+    ir.write_text(SMALL_IR)
+    r = CliRunner().invoke(main, ["mil", str(ir), "--compress", "int8", "--compress-form", "blockwise"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("= constexpr_blockwise_shift_scale(") == 3
+    r = CliRunner().invoke(main, ["mil", str(ir), "--compress", "int8"])
+    assert r.exit_code == 0 and r.output.count("= constexpr_affine_dequantize(") == 3
+
+
+def test_4_bit_and_per_block_formats_parse_fall_back_and_say_why(small):
+    """int4 falls back to int8 by default; ios16 has no 4-bit or per-block form; a block that
+    does not divide the input channels is refused per weight, with the reason."""
+    spec = parse_spec("int4/b16")
+    assert [f.name for f in spec.rules[0].chain] == ["int4/b16", "int8", "fp16"]
+    assert get_format("uint4-affine/b8").storage == "uint4" and get_format("int8/b32").block == 32
+    with pytest.raises(AnecError, match="unknown compression format 'int4/b0'"):
+        get_format("int4/b0")
+    store = resolve_weights(small, None, 0)
+    res = compile_module(small, store, compress="int4/b16", dialect="ios16").artifacts["f"]
+    fb = {r["key"]: r for r in res.manifest["compression"]}
+    assert {r["format"] for r in fb.values()} == {"int8"}
+    assert "no 4-bit or per-block form" in fb["blk.0.w"]["fallbacks"][0]["reason"]
+    res = compile_module(small, store, compress="int4/b32>fp16").artifacts["f"]  # 48 and 64 inputs
+    fb = {r["key"]: r for r in res.manifest["compression"]}
+    assert fb["blk.0.w"]["format"] == "fp16" and "48 input channels do not split into blocks of 32" in \
+        fb["blk.0.w"]["fallbacks"][0]["reason"]
+    assert fb["blk.1.w"]["format"] == "int4/b32"
+    assert "= constexpr_blockwise_shift_scale(" in res.mil_text
+
+
+def test_4_bit_payloads_count_half_a_byte_per_weight(small):
+    store = resolve_weights(small, None, 0)
+    art = compile_module(small, store, compress="int4/b16>fp16").artifacts["f"]
+    r = {c["key"]: c for c in art.manifest["compression"]}["blk.1.w"]  # [32, 64]: 4 blocks per channel
+    assert r["bytes"] == 32 * 64 // 2 + 32 * 4 * 2
+    payload = {e["part"]["role"]: e for e in art.manifest["weights"]
+               if e.get("part") and e["part"]["of"] == r["const"]}
+    assert payload["q"]["dtype"] == "int4"

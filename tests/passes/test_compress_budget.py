@@ -32,4 +32,4 @@ def test_the_budget_counts_a_compressed_weight_once():
     assert not hasattr(art, "stages")  # one program: the plan counted `cap` tensors
     blob_consts = art.mil_text.count("BLOBFILE(")
     assert blob_consts == 2 * cap  # every weight is an int8 payload and a scale
-    assert art.mil_text.count("constexpr_blockwise_shift_scale(") == cap
+    assert art.mil_text.count("constexpr_affine_dequantize(") == cap  # the target's int8 form
