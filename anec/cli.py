@@ -615,7 +615,7 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
     if result.artifacts:  # the planner's count (made before anything was written)
         click.echo(result.budget_line())
     if result.compress_check:
-        from anec.compress import check_lines
+        from anec.compress_check import check_lines
 
         for line in check_lines(result.compress_check):
             click.echo(line)
@@ -1165,7 +1165,8 @@ def generate_cmd(ctx, checkpoint, prompt, prompt_ids, max_new_tokens, temperatur
 @click.option("--target", metavar="NAME", help="Chip profile (default m4).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @_compress_option
-def embed_cmd(checkpoint, sentences, vectors, backend, target, quiet, compress, compress_gate) -> None:
+def embed_cmd(checkpoint, sentences, vectors, backend, target, quiet, compress, compress_gate,
+              compress_form) -> None:
     """Sentence embeddings with a BERT checkpoint (e.g. all-MiniLM-L6-v2) running as ANE programs.
 
     With two or more sentences, prints their cosine similarity matrix."""
@@ -1177,7 +1178,7 @@ def embed_cmd(checkpoint, sentences, vectors, backend, target, quiet, compress, 
         raise click.UsageError("--compress needs a compiled backend (sim or ane): the interpreter "
                                "reads the checkpoint's weights as they are")
     enc = load_sentence_encoder(checkpoint, backend=backend, target=target, progress=_progress(quiet),
-                                compress=compress, compress_gate=compress_gate)
+                                compress=compress, compress_gate=compress_gate, compress_form=compress_form)
     try:
         emb = enc.encode(list(sentences))
         if compress is not None and not quiet:

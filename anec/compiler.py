@@ -55,7 +55,7 @@ class CompileResult:
     compress_check: list[dict] = field(default_factory=list)
     """With ``compress_check``: per func output, the cosine and max relative error of the
     compressed program's output against the uncompressed program's, on the sim
-    (:func:`anec.compress.model_check`)."""
+    (:func:`anec.compress_check.model_check`)."""
     programs: int = 0
     """The compiles the runtime makes to load every artifact (:func:`count_programs`)."""
     budget: int = 0
@@ -326,7 +326,7 @@ def compile_module(
         result = CompileResult(dict(ctx.artifacts), work, tgt, timings, list(ctx.printed), list(ctx.rewrites),
                                programs=programs, budget=budget, shared=shared)
         if compress_check is not None:
-            from anec.compress import model_check
+            from anec.compress_check import model_check
 
             if spec is None:
                 raise AnecError("compress_check needs compress", hint="give --compress SPEC with --compress-check")

@@ -300,13 +300,14 @@ class SentenceEncoder:
 
     def __init__(self, bert: Bert, backend: str = "auto", target: str | None = None,
                  progress: Progress | None = None, tokenizer: Tokenizer | None = None,
-                 normalize: bool = True, compress: Any = None, compress_gate: Any = None) -> None:
+                 normalize: bool = True, compress: Any = None, compress_gate: Any = None,
+                 compress_form: str | None = None) -> None:
         self.bert = bert
         self.tokenizer = tokenizer
         self.normalize = normalize
         self.progress = progress or Progress(False)
         self.programs = ProgramCache(bert.weight, backend=backend, target=target, compress=compress,
-                                     compress_gate=compress_gate)
+                                     compress_gate=compress_gate, compress_form=compress_form)
 
     def tokenize(self, sentences: Iterable[str]) -> list[list[int]]:
         if self.tokenizer is None:
@@ -391,7 +392,7 @@ def cosine_matrix(e: np.ndarray) -> np.ndarray:
 
 def load_sentence_encoder(checkpoint: str, backend: str = "auto", target: str | None = None,
                           progress: Progress | None = None, compress: Any = None,
-                          compress_gate: Any = None) -> SentenceEncoder:
+                          compress_gate: Any = None, compress_form: str | None = None) -> SentenceEncoder:
     from anec.models.buckets import target_limits
     from anec.models.hf import load_checkpoint
 
@@ -403,5 +404,5 @@ def load_sentence_encoder(checkpoint: str, backend: str = "auto", target: str | 
     bert = Bert(ckpt, min_surface)
     bert.check_tensors()
     return SentenceEncoder(bert, backend=backend, target=target, progress=progress, compress=compress,
-                           compress_gate=compress_gate)
+                           compress_gate=compress_gate, compress_form=compress_form)
 

@@ -55,7 +55,7 @@ class ProgramCache:
     the compiler cut loads as one pipeline program). Names carry the bucket
     (``decode_w16_t128``), so each bucket compiles once per process.
     ``transform`` (e.g. adding LoRA inputs) runs on every built graph and what
-    it returns is kept in ``extras[name]``. ``compress`` and ``compress_gate`` are
+    it returns is kept in ``extras[name]``. ``compress``, ``compress_gate`` and ``compress_form`` are
     :func:`anec.compiler.compile_module`'s (weights stored compressed; docs/compression.md).
     Backend ``"interp"`` skips the compiler and runs graphs in the reference interpreter
     instead (uncompressed: the interpreter reads the checkpoint's weights).
@@ -64,10 +64,11 @@ class ProgramCache:
     def __init__(self, weight_fn: Callable[[str], np.ndarray], backend: str = "auto",
                  target: str | None = None, cache_dir: str | os.PathLike | None = None,
                  transform: Callable[[Graph], Any] | None = None, compress: Any = None,
-                 compress_gate: Any = None) -> None:
+                 compress_gate: Any = None, compress_form: str | None = None) -> None:
         self.weight_fn = weight_fn
         self.compress = compress
         self.compress_gate = compress_gate
+        self.compress_form = compress_form
         self.compression: list[dict[str, Any]] = []
         """The compression report of every weight compiled here (format, bytes, error)."""
         self.backend = backend
@@ -157,6 +158,7 @@ class ProgramCache:
         result = compile_module(Builder.module(*graphs), weights=store, target=self.target,
                                 out_dir=self.cache_dir, host_casts=True, keep_funcs=True,
                                 compress=self.compress, compress_gate=self.compress_gate,
+                                compress_form=self.compress_form,
                                 compile_budget=left if isinstance(left, int) and left >= 0 else None)
         for art in result.artifacts.values():
             for a in (art, *getattr(art, "stages", ())):
