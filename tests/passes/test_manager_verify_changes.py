@@ -252,7 +252,8 @@ def test_an_inferred_node_is_not_inferred_again(monkeypatch):
 
 def test_builtin_passes_that_edit_the_graph_are_tracked():
     tracked = {p.name for p in DEFAULT if p.tracked}
-    assert tracked == {"dce", "fuse-casts", "range-safe", "annotate-sram", "legalize"}
+    assert tracked == {"dce", "fuse-casts", "select-native", "range-safe", "annotate-sram",
+                       "legalize"}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
