@@ -168,6 +168,12 @@ def _changes_ok(g: Graph, changes: Changes) -> bool:
     return True
 
 
+_FEW_USES = 8
+"""Up to this many uses, :func:`_node_ok` counts a node in a value's use list directly; a
+longer list (a weight or a constant read by thousands of nodes) is counted once into a
+``Counter`` shared by all its readers, so the check stays linear."""
+
+
 def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[int],
              names: Counter, use_counts: dict[int, Counter], typed: bool = False) -> bool:
     """What :meth:`_GraphChecker.node` checks, for one node at position ``pos[id(node)]``, and
@@ -193,6 +199,13 @@ def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[in
             if uses[0] is not node or several and operands.count(v) != 1:
                 return False
             continue
+        if len(uses) <= _FEW_USES:  # counted in place: cheaper than building a Counter
+            for u in uses:
+                if id(u) not in alive:
+                    return False
+            if uses.count(node) != (operands.count(v) if several else 1):  # by identity
+                return False
+            continue
         counts = use_counts.get(id(v))
         if counts is None:
             if not all(id(u) in alive for u in uses):
@@ -205,7 +218,7 @@ def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[in
     for k, r in enumerate(results):
         t, name = r.type, r._name
         if (r.producer is not node or r.index != k or names.get(name, 0) != 1
-                or not (type(t) is TensorType and t in _GOOD_TYPES or _bad_type(t) is None)
+                or not (_GOOD_TYPE_IDS.get(id(t)) is t or _good_type(t))
                 or type(name) is not str or match(name) is None):
             return False
         for u in r.uses:  # every user comes later (a node added again keeps its users)
@@ -420,7 +433,8 @@ class _GraphChecker:
         for i, r in enumerate(node.results):
             name, t = r._name, r.type
             if (r.producer is node and r.index == i and type(name) is str and name not in names
-                    and type(t) is TensorType and t in _GOOD_TYPES and match(name)):
+                    and (_GOOD_TYPE_IDS.get(id(t)) is t or type(t) is TensorType
+                         and t in _GOOD_TYPES) and match(name)):
                 names[name] = r  # valid: what define() does without an error
                 defined[id(r)] = r
                 continue
@@ -593,6 +607,24 @@ def _is_ident(key: str) -> bool:
 _GOOD_TYPES: set[TensorType] = set()
 """Types already found valid (a graph has few distinct types)."""
 
+_GOOD_TYPE_IDS: dict[int, TensorType] = {}
+"""The TensorType objects already found valid, by ``id``: the per-node checks look a result
+type up here first, a dict lookup by an int, where ``t in _GOOD_TYPES`` calls the
+Python-level ``TensorType.__hash__`` and ``__eq__`` (rewrites share one type object among
+many nodes). The dict keeps each object alive, so its id is not reused while listed; a
+TensorType is immutable, so a listed object stays valid. A miss falls back to
+:data:`_GOOD_TYPES` and :func:`_bad_type` (:func:`_good_type`)."""
+
+
+def _good_type(t: Any) -> bool:
+    """Whether ``t`` is a valid result type, listing the object in :data:`_GOOD_TYPE_IDS`."""
+    if type(t) is TensorType and t in _GOOD_TYPES or _bad_type(t) is None:
+        if len(_GOOD_TYPE_IDS) < _INFERRED_MAX:
+            _GOOD_TYPE_IDS[id(t)] = t
+        return True
+    return False
+
+
 class _ReportedElsewhere(Exception):
     """A node is not checked further: its problem is reported at another node."""
 
@@ -700,6 +732,8 @@ def _bad_type(t: Any) -> str | None:
                     "(MIL shapes and strides are int32)")
     if len(_GOOD_TYPES) < _INFERRED_MAX:
         _GOOD_TYPES.add(t)
+    if len(_GOOD_TYPE_IDS) < _INFERRED_MAX:
+        _GOOD_TYPE_IDS[id(t)] = t
     return None
 
 

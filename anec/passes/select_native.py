@@ -697,6 +697,7 @@ class SelectNative(Pass):
     """
 
     name: ClassVar[str] = "select-native"
+    tracked: ClassVar[bool] = True  # edits only through the Rewriter and remove_dead_nodes
 
     def run(self, graph: "Graph", ctx: PassContext) -> None:
         rw = Rewriter(graph, ctx, self.name)

@@ -34,14 +34,16 @@ def _messages(target) -> list[str]:
 
 
 def _cold(target) -> list[str]:
-    saved = dict(verifier._INFERRED), set(verifier._GOOD_TYPES)
+    saved = dict(verifier._INFERRED), set(verifier._GOOD_TYPES), dict(verifier._GOOD_TYPE_IDS)
     verifier._INFERRED.clear()
     verifier._GOOD_TYPES.clear()
+    verifier._GOOD_TYPE_IDS.clear()
     try:
         return _messages(target)
     finally:
         verifier._INFERRED.update(saved[0])
         verifier._GOOD_TYPES.update(saved[1])
+        verifier._GOOD_TYPE_IDS.update(saved[2])
 
 
 @pytest.mark.parametrize("bad", [True, 1.0, 7, "1", None, [1], (1,), math.nan])

@@ -105,13 +105,26 @@ def _bad_bulk_annotation(g: Graph) -> None:  # annotations no IR text can spell,
     g.annotate_all([(_node(g, "a"), {"in_bytes": 1}), (_node(g, "b"), {"in_bytes": object()})])
 
 
+def _use_listed_twice(g: Graph) -> None:  # a rewired node listed twice among a few uses
+    a, c = _node(g, "a"), _node(g, "c")
+    g.set_operand(c, 0, a.result)  # recorded (reads %a once, as before)
+    a.result.uses.append(c)  # %a's use list: [b, c, c]
+
+
+def _typed_bad_dimension(g: Graph) -> None:  # a node built as inferred, with a 0 dimension
+    a = _node(g, "a")
+    g.create_node("relu", [a.result], {}, [TensorType(DType.fp16, (1, 0, 1, 8))], ["r"],
+                  before=_node(g, "y"), inferred=True)
+
+
 BREAKERS: dict[str, Callable[[Graph], None]] = {
     "bad-type": _bad_type, "dangling": _dangling, "cycle": _cycle, "wrong-order": _wrong_order,
     "duplicate-name": _duplicate_name, "bad-input-type": _bad_input_type,
     "returns-erased": _returns_erased, "bad-attribute": _bad_attribute, "moved": _moved,
     "rewired-after-rewrite": _rewired_after_rewrite,
     "input-retyped-under-rewrite": _input_retyped_under_rewrite,
-    "bad-bulk-annotation": _bad_bulk_annotation,
+    "bad-bulk-annotation": _bad_bulk_annotation, "use-listed-twice": _use_listed_twice,
+    "typed-bad-dimension": _typed_bad_dimension,
 }
 
 
@@ -252,7 +265,8 @@ def test_an_inferred_node_is_not_inferred_again(monkeypatch):
 
 def test_builtin_passes_that_edit_the_graph_are_tracked():
     tracked = {p.name for p in DEFAULT if p.tracked}
-    assert tracked == {"dce", "fuse-casts", "range-safe", "annotate-sram", "legalize"}
+    assert tracked == {"dce", "fuse-casts", "select-native", "range-safe", "annotate-sram",
+                       "legalize"}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
