@@ -51,7 +51,7 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def _origin(node: "Node", original: Mapping[int, "Node"]) -> str:
+def _origin(node: "Node", original: Mapping[int, Any]) -> str:
     """`` (added by legalize at file:line:col)`` for a node legalize created, else empty."""
     if id(node) in original or node.span is None:
         return ""
@@ -83,7 +83,9 @@ def _rejected(why: str, err) -> str:
 def _func_report(graph: "Graph", target, weights,
                  options: Mapping[str, Any]) -> tuple[list[str], int]:
     work = graph.clone()
-    original = {id(c): o for c, o in zip(work.nodes, graph.nodes)}
+    # id(clone) -> (clone, original): holding the clone keeps a node a pass drops alive until
+    # the report is written, so a node a later rewrite creates cannot reuse its id
+    original = {id(c): (c, o) for c, o in zip(work.nodes, graph.nodes)}
     status: dict[int, list[str]] = {}
     unfit = weight_errors(graph, weights) if weights is not None else []
     for node, err in unfit:  # as compile refuses them: missing key, shape or dtype
@@ -93,7 +95,7 @@ def _func_report(graph: "Graph", target, weights,
 
     def note_removed(label: str) -> None:
         present = {id(n) for n in work.nodes}
-        for cid, onode in original.items():
+        for cid, (_, onode) in original.items():
             if cid not in present and id(onode) not in status:
                 status[id(onode)] = [label]
 
@@ -109,7 +111,7 @@ def _func_report(graph: "Graph", target, weights,
     def on_rewrite(node, entry) -> None:
         text = f"rewritten [{entry['constraint']}] {entry['rule']}: {entry['detail']}"
         if node is not None and id(node) in original:
-            status.setdefault(id(original[id(node)]), []).append(text)
+            status.setdefault(id(original[id(node)][1]), []).append(text)
         else:
             func_notes.append(text)
 
@@ -118,13 +120,13 @@ def _func_report(graph: "Graph", target, weights,
     for node, err in rejections:
         text = _rejected(f"[{err.constraint}]", err)
         if node is not None and id(node) in original:
-            status.setdefault(id(original[id(node)]), []).append(text)
+            status.setdefault(id(original[id(node)][1]), []).append(text)
         else:
             where = f"{err.span.location}: " if err.span is not None else ""
             errors.append(f"{where}{text}")
     kept_keys = {n.attrs["weight"] for n in work.nodes if is_weight_const(n)}
     present = {id(n) for n in work.nodes}
-    for cid, onode in original.items():
+    for cid, (_, onode) in original.items():
         if cid not in present and id(onode) not in status:
             if onode.op == "const" and onode.attrs.get("weight") in kept_keys:
                 status[id(onode)] = [f"replaced by sliced/permuted views of weight "
