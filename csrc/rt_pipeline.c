@@ -298,6 +298,16 @@ int anec_pipeline_call(anec_pipeline *pl, const anec_io *inputs, size_t n_in, co
     return rc;
 }
 
+/* Count one reload of the pipeline by input-surface writes that took since t0. */
+static void count_inputs_reload(anec_pipeline *pl, uint64_t t0)
+{
+    struct anec_stats d = {0};
+    d.reloads = 1;
+    d.reloads_inputs = 1;
+    d.ns_reload = rt_now_ns() - t0;
+    rt_count(pl->rt, &d);
+}
+
 int anec_pipeline_set_inputs(anec_pipeline *pl, const anec_io *inputs, size_t n_in, int as_reload)
 {
     int rc = pl_enter(pl);
@@ -305,13 +315,8 @@ int anec_pipeline_set_inputs(anec_pipeline *pl, const anec_io *inputs, size_t n_
         return rc;
     uint64_t t0 = rt_now_ns();
     rc = feed_inputs(pl, inputs, n_in);
-    if (rc == ANEC_OK && as_reload) {
-        struct anec_stats d = {0};
-        d.reloads = 1;
-        d.reloads_inputs = 1;
-        d.ns_reload = rt_now_ns() - t0;
-        rt_count(pl->rt, &d);
-    }
+    if (rc == ANEC_OK && as_reload)
+        count_inputs_reload(pl, t0);
     pthread_mutex_unlock(&pl->lock);
     return rc;
 }
@@ -354,13 +359,8 @@ int anec_pipeline_set_stage_inputs(anec_pipeline *pl, const anec_io *const *inpu
             rt_fail(rc, "pipeline stage %zu: %s", s, msg);
         }
     }
-    if (rc == ANEC_OK && as_reload) {
-        struct anec_stats d = {0};
-        d.reloads = 1;
-        d.reloads_inputs = 1;
-        d.ns_reload = rt_now_ns() - t0;
-        rt_count(pl->rt, &d);
-    }
+    if (rc == ANEC_OK && as_reload)
+        count_inputs_reload(pl, t0);
     pthread_mutex_unlock(&pl->lock);
     return rc;
 }

@@ -115,21 +115,34 @@ static int spatial_limits(builder *B, const mil_stmt *st, const int64_t *k, cons
     return 0;
 }
 
-static int rule_conv(builder *B, const mil_stmt *st, int kind)
+/* The operands of a conv or conv_transpose statement: x and a constant weight, both float and
+   of rank 4 (the sim runs 2-D convolutions). x's index (the weight's in *w), or -1 after an error. */
+static int conv_operands(builder *B, const mil_stmt *st, sim_value *xv, sim_value *wv, int *w)
 {
     static const char *const args[] = {"x", "weight", "strides", "pad_type", "pad", "dilations", "groups", NULL};
     int x = sb_op_start(B, st, args);
-    int w = x < 0 ? -1 : sb_data(B, st, "weight", 1);
-    if (x < 0 || w < 0)
+    *w = x < 0 ? -1 : sb_data(B, st, "weight", 1);
+    if (x < 0 || *w < 0)
         return -1;
-    sim_value xv_ = B->p->vals[x], wv_ = B->p->vals[w], *xv = &xv_, *wv = &wv_;
+    *xv = B->p->vals[x];
+    *wv = B->p->vals[*w];
     if (sb_need_float(B, st, xv, "x") || sb_need_float(B, st, wv, "weight"))
         return -1;
     if (xv->rank != 4 || wv->rank != 4) {
-        sb_err(B, st->line, NULL, "conv: the sim supports 2-D convolution (x and weight of rank 4), got ranks %d and %d",
-             xv->rank, wv->rank);
+        sb_err(B, st->line, NULL, "%s: the sim supports 2-D convolution (x and weight of rank 4), got ranks %d and %d",
+               st->op, xv->rank, wv->rank);
         return -1;
     }
+    return x;
+}
+
+static int rule_conv(builder *B, const mil_stmt *st, int kind)
+{
+    sim_value xv_, wv_, *xv = &xv_, *wv = &wv_;
+    int w;
+    int x = conv_operands(B, st, xv, wv, &w);
+    if (x < 0)
+        return -1;
     sb_param_t p;
     int64_t v[4];
     size_t n;
@@ -282,19 +295,11 @@ static void set_window(sim_op *o, const int64_t *strides, const int64_t *dil, co
 /* conv_transpose: weight [Cin, Cout/groups, KH, KW]; pad crops the full output. */
 static int rule_conv_transpose(builder *B, const mil_stmt *st, int kind)
 {
-    static const char *const args[] = {"x", "weight", "strides", "pad_type", "pad", "dilations", "groups", NULL};
-    int x = sb_op_start(B, st, args);
-    int w = x < 0 ? -1 : sb_data(B, st, "weight", 1);
-    if (x < 0 || w < 0)
+    sim_value xv_, wv_, *xv = &xv_, *wv = &wv_;
+    int w;
+    int x = conv_operands(B, st, xv, wv, &w);
+    if (x < 0)
         return -1;
-    sim_value xv_ = B->p->vals[x], wv_ = B->p->vals[w], *xv = &xv_, *wv = &wv_;
-    if (sb_need_float(B, st, xv, "x") || sb_need_float(B, st, wv, "weight"))
-        return -1;
-    if (wv->rank != 4 || xv->rank != 4) {
-        sb_err(B, st->line, NULL, "conv_transpose: the sim supports 2-D (x and weight of rank 4), got ranks %d and %d",
-               xv->rank, wv->rank);
-        return -1;
-    }
     int64_t strides[2], dil[2], pads[4], groups = 1;
     sb_param_t p;
     if (window_pair(B, st, "strides", strides) || window_pair(B, st, "dilations", dil) || window_pads(B, st, 0, pads))
