@@ -115,6 +115,23 @@ static int spatial_limits(builder *B, const mil_stmt *st, const int64_t *k, cons
     return 0;
 }
 
+/* The x of a 2-D spatial statement (pooling, upsampling): its arguments known, x float and of
+   rank 4 (what the sim runs, named by ``what`` in the error). x's index, or -1 after an error. */
+static int spatial_x(builder *B, const mil_stmt *st, const char *const *args, const char *what, sim_value *xv)
+{
+    int x = sb_op_start(B, st, args);
+    if (x < 0)
+        return -1;
+    *xv = B->p->vals[x];
+    if (sb_need_float(B, st, xv, "x"))
+        return -1;
+    if (xv->rank != 4) {
+        sb_err(B, st->line, NULL, "%s: the sim supports %s, got rank %d", st->op, what, xv->rank);
+        return -1;
+    }
+    return x;
+}
+
 /* The operands of a conv or conv_transpose statement: x and a constant weight, both float and
    of rank 4 (the sim runs 2-D convolutions). x's index (the weight's in *w), or -1 after an error. */
 static int conv_operands(builder *B, const mil_stmt *st, sim_value *xv, sim_value *wv, int *w)
@@ -345,16 +362,10 @@ static int rule_pool(builder *B, const mil_stmt *st, int kind)
 {
     static const char *const args[] = {"x", "kernel_sizes", "strides", "pad_type", "pad", "ceil_mode",
                                        "exclude_padding_from_average", NULL};
-    int x = sb_op_start(B, st, args);
+    sim_value xv_, *xv = &xv_;
+    int x = spatial_x(B, st, args, "2-D pooling (x of rank 4)", xv);
     if (x < 0)
         return -1;
-    sim_value xv_ = B->p->vals[x], *xv = &xv_;
-    if (sb_need_float(B, st, xv, "x"))
-        return -1;
-    if (xv->rank != 4) {
-        sb_err(B, st->line, NULL, "%s: the sim supports 2-D pooling (x of rank 4), got rank %d", st->op, xv->rank);
-        return -1;
-    }
     sb_param_t p;
     int64_t k[2], strides[2], one[2] = {1, 1}, pads[4];
     size_t n;
@@ -425,16 +436,10 @@ static int upsample_scale(builder *B, const mil_stmt *st, const char *name, doub
 static int rule_upsample_nearest(builder *B, const mil_stmt *st, int kind)
 {
     static const char *const args[] = {"x", "scale_factor_height", "scale_factor_width", NULL};
-    int x = sb_op_start(B, st, args);
+    sim_value xv_, *xv = &xv_;
+    int x = spatial_x(B, st, args, "x of rank 4", xv);
     if (x < 0)
         return -1;
-    sim_value xv_ = B->p->vals[x], *xv = &xv_;
-    if (sb_need_float(B, st, xv, "x"))
-        return -1;
-    if (xv->rank != 4) {
-        sb_err(B, st->line, NULL, "%s: the sim supports x of rank 4, got rank %d", st->op, xv->rank);
-        return -1;
-    }
     double sc[2];
     if (upsample_scale(B, st, "scale_factor_height", &sc[0]) || upsample_scale(B, st, "scale_factor_width", &sc[1]))
         return -1;
@@ -455,16 +460,10 @@ static int rule_upsample_bilinear(builder *B, const mil_stmt *st, int kind)
 {
     static const char *const args[] = {"x", "scale_factor_height", "scale_factor_width", "align_corners",
                                        "half_pixel_centers", NULL};
-    int x = sb_op_start(B, st, args);
+    sim_value xv_, *xv = &xv_;
+    int x = spatial_x(B, st, args, "x of rank 4", xv);
     if (x < 0)
         return -1;
-    sim_value xv_ = B->p->vals[x], *xv = &xv_;
-    if (sb_need_float(B, st, xv, "x"))
-        return -1;
-    if (xv->rank != 4) {
-        sb_err(B, st->line, NULL, "%s: the sim supports x of rank 4, got rank %d", st->op, xv->rank);
-        return -1;
-    }
     double sc[2];
     if (upsample_scale(B, st, "scale_factor_height", &sc[0]) || upsample_scale(B, st, "scale_factor_width", &sc[1]))
         return -1;
