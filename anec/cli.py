@@ -440,6 +440,24 @@ def _parse_input_spec(ctx: click.Context, param: click.Parameter, values: tuple[
     return specs
 
 
+def _read_input(name: str, path: str):
+    """The array of ``--input name=path`` (a .npy file; no pickles)."""
+    import numpy as np
+
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise AnecError(f"cannot read input '{name}' from '{path}': {e}") from None
+
+
+def _require_inputs(names, given: dict) -> None:
+    """A usage error naming every input of ``names`` that ``given`` has no array for."""
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise click.UsageError(f"no value for input(s) {', '.join(missing)}: give --input NAME=PATH.npy "
+                               "or --random-inputs SEED")
+
+
 def _save_npz_atomic(path: str, arrays: dict) -> None:
     import numpy as np
 
@@ -805,14 +823,8 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
                 raise AnecError(f"program '{prog.name}' has no input '{name}'",
                                 hint=_torch_input_hint(target_path, name)
                                 or did_you_mean(name, names) or f"inputs: {', '.join(names)}")
-            try:
-                feeds[name] = np.load(path, allow_pickle=False)
-            except (OSError, ValueError) as e:
-                raise AnecError(f"cannot read input '{name}' from '{path}': {e}") from None
-        missing = [n for n in names if n not in feeds]
-        if missing:
-            raise click.UsageError(f"no value for input(s) {', '.join(missing)}: give --input NAME=PATH.npy "
-                                   "or --random-inputs SEED")
+            feeds[name] = _read_input(name, path)
+        _require_inputs(names, feeds)
         results = prog(**feeds)
         click.echo(f"backend: {rt.backend}  program: {prog.name}")
         for name, arr in results.items():
@@ -917,14 +929,8 @@ def _run_imported(run, inputs: dict, random_inputs, output, header: str) -> None
 
             raise AnecError(f"the imported model has no input '{name}'",
                             hint=did_you_mean(name, names) or f"its inputs (as torch takes them): {', '.join(names)}")
-        try:
-            arrays[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise AnecError(f"cannot read input '{name}' from '{path}': {e}") from None
-    missing = [n for n in names if n not in arrays]
-    if missing:
-        raise click.UsageError(f"no value for input(s) {', '.join(missing)}: give --input NAME=PATH.npy "
-                               "or --random-inputs SEED")
+        arrays[name] = _read_input(name, path)
+    _require_inputs(names, arrays)
     results = run.run(**arrays)
     click.echo(header)
     for name, arr in results.items():
