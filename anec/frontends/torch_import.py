@@ -80,6 +80,8 @@ META_FILE = "import.json"
 LINK_FILE = "imported.json"
 """Written by ``anec compile`` next to the artifacts of an import's model.ir: where the
 import is, so ``anec run`` applies its host steps around the compiled program."""
+LINK_MAX = 1 << 16
+"""The largest import link anec reads (it holds one relative path)."""
 LINK_FORMAT = "anec-import-link/1"
 
 KEEP_WHOLE = ("scaled_dot_product_attention.default", "pad.default", "upsample_nearest1d.vec",
@@ -405,13 +407,18 @@ def link_import(ir_file: Path, out_dir: Path) -> bool:
 
 def linked_import(out_dir: str | os.PathLike) -> Path | None:
     """The import directory ``OUT/imported.json`` names, or None when there is none."""
+    from anec.fsutil import read_regular
+
     link = Path(out_dir) / LINK_FILE
-    if not link.is_file():
+    if link.is_symlink():
+        raise TorchImportError(f"{link}: the import link is a symbolic link", hint="compile the import's model.ir again")
+    if not os.path.lexists(link):
         return None
+    data = read_regular(link, LINK_MAX, "import link")  # a regular file, bounded before it is read
     try:
-        meta = json.loads(link.read_text("utf-8"))
+        meta = json.loads(data.decode("utf-8"))
         rel = meta["import"] if meta.get("format") == LINK_FORMAT else None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         rel = None
     if not isinstance(rel, str):
         raise TorchImportError(f"{link}: not an anec import link", hint="compile the import's model.ir again")

@@ -254,3 +254,33 @@ def test_check_reads_the_weights_an_imported_model_ir_names(tmp_path):
     (tmp_path / "imp" / "weights.safetensors").unlink()  # a directive naming a missing file: not checked
     res = cli("check", tmp_path / "imp" / "model.ir")
     assert "weight values: not checked" in res.output
+
+
+def test_a_hostile_import_link_is_refused(tmp_path):
+    """OUT/imported.json is read as a hostile file: a symbolic link, a FIFO or an oversized file
+    is refused with the path named; one that is not a link object is refused too."""
+    import os
+
+    from anec.diagnostics import AnecError
+    from anec.frontends.torch_import import LINK_FILE, LINK_MAX, linked_import
+
+    out = tmp_path / "build"
+    out.mkdir()
+    assert linked_import(out) is None
+    real = tmp_path / "elsewhere.json"
+    real.write_text('{"format": "anec-import-link/1", "import": "../imp"}')
+    (out / LINK_FILE).symlink_to(real)
+    with pytest.raises(AnecError, match="symbolic link"):
+        linked_import(out)
+    (out / LINK_FILE).unlink()
+    (out / LINK_FILE).write_bytes(b" " * (LINK_MAX + 1))
+    with pytest.raises(AnecError, match="more than the"):
+        linked_import(out)
+    (out / LINK_FILE).unlink()
+    os.mkfifo(out / LINK_FILE)
+    with pytest.raises(AnecError):
+        linked_import(out)
+    (out / LINK_FILE).unlink()
+    (out / LINK_FILE).write_text("[1, 2]")
+    with pytest.raises(AnecError, match="not an anec import link"):
+        linked_import(out)
