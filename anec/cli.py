@@ -440,16 +440,6 @@ def _parse_input_spec(ctx: click.Context, param: click.Parameter, values: tuple[
     return specs
 
 
-def _read_input(name: str, path: str):
-    """The array of ``--input name=path`` (a .npy file; no pickles)."""
-    import numpy as np
-
-    try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise AnecError(f"cannot read input '{name}' from '{path}': {e}") from None
-
-
 def _require_inputs(names, given: dict) -> None:
     """A usage error naming every input of ``names`` that ``given`` has no array for."""
     missing = [n for n in names if n not in given]
@@ -823,7 +813,9 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
                 raise AnecError(f"program '{prog.name}' has no input '{name}'",
                                 hint=_torch_input_hint(target_path, name)
                                 or did_you_mean(name, names) or f"inputs: {', '.join(names)}")
-            feeds[name] = _read_input(name, path)
+            from anec.ir.interp import load_input
+
+            feeds[name] = load_input(name, path)
         _require_inputs(names, feeds)
         results = prog(**feeds)
         click.echo(f"backend: {rt.backend}  program: {prog.name}")
@@ -921,6 +913,8 @@ def _run_imported(run, inputs: dict, random_inputs, output, header: str) -> None
     --input arrays named as the torch module's inputs; print torch's output shapes."""
     import numpy as np
 
+    from anec.ir.interp import load_input
+
     names = run.im.input_names
     arrays = run.random_inputs(random_inputs) if random_inputs is not None else {}
     for name, path in inputs.items():
@@ -929,7 +923,7 @@ def _run_imported(run, inputs: dict, random_inputs, output, header: str) -> None
 
             raise AnecError(f"the imported model has no input '{name}'",
                             hint=did_you_mean(name, names) or f"its inputs (as torch takes them): {', '.join(names)}")
-        arrays[name] = _read_input(name, path)
+        arrays[name] = load_input(name, path)
     _require_inputs(names, arrays)
     results = run.run(**arrays)
     click.echo(header)

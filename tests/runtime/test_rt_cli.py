@@ -58,6 +58,9 @@ def test_run_artifact_dir_with_inputs(tmp_path):
     assert set(got.files) == {"left", "neg_right"} and np.all(got["left"] >= 0) and np.all(got["neg_right"] <= 0)
     r = invoke("run", str(art), "--func", "encode", "--input", f"q={tmp_path / 'x.npy'}")
     assert r.exit_code == 1 and "no input 'q'" in r.output
+    os.mkfifo(tmp_path / "fifo.npy")  # input arrays are read as hostile files, as anec interp does
+    r = invoke("run", str(art), "--func", "encode", "--input", f"x={tmp_path / 'fifo.npy'}")
+    assert r.exit_code == 1 and "a FIFO, not a regular file" in r.output
     r = invoke("run", str(art), "--func", "encode")
     assert r.exit_code == 2 and "--random-inputs" in r.output
     # an artifact dir carries program.ir: --compare-interp needs nothing else
