@@ -775,6 +775,10 @@ def worker(args) -> dict:
     return worker_raw_write(args.mib, args.tmp / "raw.bin", args.fsync)
 
 
+BASELINE = "8908afe"
+"""The commit before the weight-path work that the before/after row of compile.md is measured against."""
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes and a 2-layer GPT-2 body, 2 rounds (a smoke run)")
@@ -782,7 +786,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=["gpt2"], help="re-measure one section, keep the others' last results")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of every process (each side once per round)")
     ap.add_argument("--repeat", type=int, dest="rounds", help=argparse.SUPPRESS)  # the former name
-    ap.add_argument("--baseline", metavar="REV", help="also compile the GPT-2 body with this commit's anec/")
+    ap.add_argument("--baseline", metavar="REV",
+                    help=f"also compile the GPT-2 body with this commit's anec/ (default {BASELINE}, the commit "
+                         "the results file's before/after row names; '' to skip; --quick skips it unless given)")
     ap.add_argument("--worker", choices=["scaling", "coremltools-pipeline", "blobfile", "gpt2-coremltools",
                                          "gpt2-raw"], help=argparse.SUPPRESS)
     ap.add_argument("--sizes", help=argparse.SUPPRESS)
@@ -795,6 +801,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(worker(args)))
         return 0
+    if args.baseline is None:
+        args.baseline = "" if args.quick else BASELINE
     if args.quick:
         args.rounds = min(args.rounds, 2)
     sizes = [300, 1000, 3000] if args.quick else [1000, 10000, 100000]
