@@ -96,13 +96,13 @@ def alloc_bytes(sizes: Iterable[int], target: "Target") -> int:
     return (n + a - 1) // a * a
 
 
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
     """Graph metadata and rewrite records as plain JSON values."""
     if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
         items = sorted(obj, key=str) if isinstance(obj, (set, frozenset)) else obj
-        return [_jsonable(v) for v in items]
+        return [jsonable(v) for v in items]
     if isinstance(obj, DType):
         return obj.value
     if isinstance(obj, TensorType):
@@ -249,9 +249,9 @@ def build_manifest(graph: Graph, program: MilProgram, target: "Target", weights:
         "logical_inputs": _logical_inputs(graph),
         "logical_outputs": logical,
         "weights": weights,
-        "sram": _jsonable(graph.facts.sram),
-        "rewrites": [_jsonable(r) for r in rewrites],
-        "host_casts": _jsonable(graph.facts.host_casts),
+        "sram": jsonable(graph.facts.sram),
+        "rewrites": [jsonable(r) for r in rewrites],
+        "host_casts": jsonable(graph.facts.host_casts),
         "concat": {"reading": target.concat, "why": target.sources.get("concat", "the target's default")},
     }
 
@@ -473,11 +473,11 @@ def compression_report(program: MilProgram) -> list[dict]:
         if d is None or name in seen:
             continue
         seen.add(name)
-        out.append({"const": name, **_jsonable(d.report())})
+        out.append({"const": name, **jsonable(d.report())})
     for name, d in (program.uncompressed or {}).items():
         if name not in seen:
             seen.add(name)
-            out.append({"const": name, **_jsonable(d.report())})
+            out.append({"const": name, **jsonable(d.report())})
     return out
 
 
@@ -636,7 +636,7 @@ class Artifact:
         if sha256(mil_bytes) != manifest["mil"]["sha256"]:
             raise ArtifactError(f"{d.path / mil_rel} does not match the sha256 in {MANIFEST_FILE}",
                                 hint="the artifact was modified after compiling; recompile it")
-        mil_text = _utf8(mil_bytes, d.path / mil_rel, "MIL text")
+        mil_text = decode_utf8(mil_bytes, d.path / mil_rel, "MIL text")
         blobs: dict[str, bytes] = {}
         readers: dict[str, BlobReader] = {}
         for w in _all_weight_entries(manifest):
@@ -663,7 +663,7 @@ class Artifact:
         if sha256(ir_bytes) != manifest["program_ir"]["sha256"]:
             raise ArtifactError(f"{d.path / ir_rel} does not match the sha256 in {MANIFEST_FILE}",
                                 hint="the artifact was modified after compiling; recompile it")
-        ir_text = _utf8(ir_bytes, d.path / ir_rel, "program IR")
+        ir_text = decode_utf8(ir_bytes, d.path / ir_rel, "program IR")
         return cls(manifest["func"], mil_text, blobs, manifest, None, ir_text)
 
     def program_module(self) -> "Module":
@@ -688,7 +688,8 @@ def write_artifact_dir(directory: str | os.PathLike, files: Mapping[str, "bytes 
     return dest
 
 
-def _utf8(data: bytes, path: Path, what: str) -> str:
+def decode_utf8(data: bytes, path: Path, what: str) -> str:
+    """``data`` as text; ArtifactError naming ``path`` and the first bad byte otherwise."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
