@@ -30,7 +30,7 @@ from anec.diagnostics import AnecError
 from anec.ir.func_facts import Plan
 from anec.ir.graph import Graph, Module
 from anec.ir.printer import print_module
-from anec.mil.artifact import (PROGRAM_IR_FILE, Artifact, _jsonable, alloc_bytes, build_weight_inputs, io_entries,
+from anec.mil.artifact import (PROGRAM_IR_FILE, Artifact, jsonable, alloc_bytes, build_weight_inputs, io_entries,
                                logical_outputs, sha256, weight_keys)
 from anec.mil.emitter import emit_mil
 from anec.mil.multi_program import FORMAT, PipelineArtifact, count_compiles, stage_dir
@@ -113,16 +113,16 @@ def build_multi_program(graph: Graph, plan: Plan, target: Target, weights: Mappi
         "target": target.name,
         "inputs": inputs,
         "outputs": outputs,
-        "logical_inputs": _jsonable(graph.facts.logical_inputs),
+        "logical_inputs": jsonable(graph.facts.logical_inputs),
         "logical_outputs": logical,
-        "host_casts": _jsonable(graph.facts.host_casts),
+        "host_casts": jsonable(graph.facts.host_casts),
         "stages": entries,
         "outputs_from": outputs_from,
         "surface_bytes": alloc_bytes(sizes, target),
         "crossing_bytes": plan.crossing_bytes,
         "programs": count_compiles(stages),
-        "rewrites": [_jsonable(r) for r in rewrites],
-        "sram": _jsonable(graph.facts.sram),
+        "rewrites": [jsonable(r) for r in rewrites],
+        "sram": jsonable(graph.facts.sram),
     }
     if input_entries:
         manifest["weight_inputs"] = input_entries

@@ -52,7 +52,7 @@ import numpy as np
 from anec.diagnostics import ArtifactError
 from anec.ir.types import DType
 from anec.mil.artifact import (BLOB_MAX_BYTES, MANIFEST_FILE, OUTPUT_INDEX, PROGRAM_IR_FILE, PROGRAM_IR_MAX_BYTES,
-                               Artifact, _utf8, format_json, load_artifact, sha256, write_artifact_dir)
+                               Artifact, decode_utf8, format_json, load_artifact, sha256, write_artifact_dir)
 from anec.mil.beneath import check_rel
 from anec.mil.blobfile import BlobReader
 from anec.mil.manifest import MANIFEST_MAX_BYTES, WEIGHT_INPUT_ENTRY, ManifestFieldError, array, parse_json
@@ -150,7 +150,7 @@ class PipelineArtifact:
         if sha256(ir) != (manifest.get("program_ir") or {}).get("sha256"):
             raise ArtifactError(f"{d.path / PROGRAM_IR_FILE} does not match the sha256 in {MANIFEST_FILE}",
                                 hint="the artifact was modified after compiling; recompile it")
-        return cls(manifest["func"], stages, manifest, _utf8(ir, d.path / PROGRAM_IR_FILE, "program IR"), blobs)
+        return cls(manifest["func"], stages, manifest, decode_utf8(ir, d.path / PROGRAM_IR_FILE, "program IR"), blobs)
 
     def program_module(self) -> "Module":
         from anec.ir.parser import parse
