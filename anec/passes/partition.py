@@ -60,41 +60,33 @@ class Partition(Pass):
     program gets no plan. A node that alone reads more BLOBFILE tensors than a
     program holds, or a run with no legal cut, is a ConstraintError at that node.
 
-    Before: three conv1x1s on a target whose programs hold two BLOBFILE tensors.
-        // target: max_blob_tensors=2
+    Before: two conv1x1s on a target whose programs hold one BLOBFILE tensor.
+        // target: max_blob_tensors=1
         func f(%x: fp16[1, 8, 1, 16]) {
           %w0 = const(weight="w0") : fp16[8, 8, 1, 1]
           %c0 = conv1x1(%x, %w0) : fp16[1, 8, 1, 16]
-          %h0 = relu(%c0) : fp16[1, 8, 1, 16]
           %w1 = const(weight="w1") : fp16[8, 8, 1, 1]
-          %c1 = conv1x1(%h0, %w1) : fp16[1, 8, 1, 16]
-          %h1 = relu(%c1) : fp16[1, 8, 1, 16]
-          %w2 = const(weight="w2") : fp16[8, 8, 1, 1]
-          %c2 = conv1x1(%h1, %w2) : fp16[1, 8, 1, 16]
-          return %c2
+          %c1 = conv1x1(%c0, %w1) : fp16[1, 8, 1, 16]
+          return %c1
         }
     After: the same IR; ``graph.facts.partition`` holds the plan, as ``anec check`` prints it:
     ``func 'f' is cut into 2 programs (ANE-BLOB-BUDGET); 256 B cross stage boundaries``;
-    ``stage 0: 4 nodes, %c0 (f.ir:3:9) .. %h1 (f.ir:7:9); weights 2 of 2``, cut after
-    ``%h1`` because ``with %c2 (conv1x1) the stage would need 3 weight tensors (at most 2)``;
-    ``stage 1: 1 nodes, %c2 (f.ir:9:9) .. %c2 (f.ir:9:9); weights 1 of 2``.
+    ``stage 0: 1 nodes, %c0 (f.ir:3:9) .. %c0 (f.ir:3:9); weights 1 of 1``, cut after ``%c0``
+    because ``with %c1 (conv1x1) the stage would need 2 weight tensors (at most 1)``;
+    ``stage 1: 1 nodes, %c1 (f.ir:5:9) .. %c1 (f.ir:5:9); weights 1 of 1``.
         func f(%x: fp16[1, 8, 1, 16]) {
           %w0 = const(weight="w0") : fp16[8, 8, 1, 1]
           %c0 = conv1x1(%x, %w0) : fp16[1, 8, 1, 16]
-          %h0 = relu(%c0) : fp16[1, 8, 1, 16]
           %w1 = const(weight="w1") : fp16[8, 8, 1, 1]
-          %c1 = conv1x1(%h0, %w1) : fp16[1, 8, 1, 16]
-          %h1 = relu(%c1) : fp16[1, 8, 1, 16]
-          %w2 = const(weight="w2") : fp16[8, 8, 1, 1]
-          %c2 = conv1x1(%h1, %w2) : fp16[1, 8, 1, 16]
-          return %c2
+          %c1 = conv1x1(%c0, %w1) : fp16[1, 8, 1, 16]
+          return %c1
         }
 
     Unchanged: a func that fits one program (no plan).
         func f(%x: fp16[1, 8, 1, 16]) {
-          %w0 = const(weight="w0") : fp16[8, 8, 1, 1]
-          %c0 = conv1x1(%x, %w0) : fp16[1, 8, 1, 16]
-          return %c0
+          %w = const(weight="w") : fp16[8, 8, 1, 1]
+          %y = conv1x1(%x, %w) : fp16[1, 8, 1, 16]
+          return %y
         }
     """
 
