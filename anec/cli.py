@@ -831,7 +831,7 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
             logical: list[dict] = []
             if module is None:  # an artifact dir: its program.ir is the program the MIL encodes
                 from anec.mil.artifact import artifact_weight_inputs, artifact_weights
-                from anec.mil.pipeline import PipelineArtifact, load_any
+                from anec.mil.multi_program import PipelineArtifact, load_any
 
                 art = load_any(target_path, prog.name)
                 module = art.program_module()

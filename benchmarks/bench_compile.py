@@ -442,7 +442,7 @@ def worker_gpt2_coremltools(src: Path, tmp: Path) -> dict:
     """One coremltools build + passes + save of the compiled body at ``src``, in this process
     (coremltools and torch, which it imports, never load into a process that times anec: the
     threads they leave behind cost anec's compiles about a third more CPU there)."""
-    from anec.mil.pipeline import load_any
+    from anec.mil.multi_program import load_any
 
     try:
         art = load_any(src)

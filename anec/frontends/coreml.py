@@ -101,7 +101,7 @@ def find_artifact(directory: str | os.PathLike, func: str | None = None) -> Any:
     holding one func, or ``func``): an :class:`~anec.mil.artifact.Artifact` or a
     :class:`~anec.mil.pipeline.PipelineArtifact`."""
     from anec.mil.artifact import MANIFEST_FILE
-    from anec.mil.pipeline import load_any
+    from anec.mil.multi_program import load_any
 
     d = Path(directory)
     if not d.is_dir():
@@ -516,7 +516,7 @@ def _check_composition(pipe: Any, wiring: _Wiring) -> str:
     that the wiring is the func's dataflow.
     """
     from anec.mil.artifact import artifact_weights
-    from anec.mil.pipeline import stage_dir
+    from anec.mil.multi_program import stage_dir
 
     def bad(msg: str) -> CoreMLExportError:
         return CoreMLExportError(f"pipeline '{pipe.func}': {msg}",
@@ -753,7 +753,7 @@ def export_coreml(directory: str | os.PathLike, output: str | os.PathLike, *,
     A pipeline artifact becomes one package whose ``main`` function runs every
     stage in order (see the module docstring)."""
     from anec.diagnostics import AnecError
-    from anec.mil.pipeline import PipelineArtifact
+    from anec.mil.multi_program import PipelineArtifact
 
     ct = require("coremltools", "coreml", "anec export-coreml")
     art = find_artifact(directory, func)
@@ -906,7 +906,7 @@ def read_package(path: str | os.PathLike) -> tuple[Any, Any]:
 def verify_package(path: str | os.PathLike, art: Any) -> ExportReport:
     """Check the package at ``path`` against the artifact, one program or a pipeline
     (see the module docstring)."""
-    from anec.mil.pipeline import PipelineArtifact
+    from anec.mil.multi_program import PipelineArtifact
 
     if isinstance(art, PipelineArtifact):
         wiring = _wiring(art)
@@ -925,7 +925,7 @@ def _verify_program(path: str | os.PathLike, art: Any) -> ExportReport:
 
 
 def _verify_pipeline(path: str | os.PathLike, pipe: Any, wiring: _Wiring, proved: str) -> ExportReport:
-    from anec.mil.pipeline import stage_dir
+    from anec.mil.multi_program import stage_dir
 
     plan = _io_plan(pipe.manifest, pipe.stages)
     parts = [(art, plan.through(wiring.rename(k)), f"stage {k} ({stage_dir(k)}/model.mil): ")

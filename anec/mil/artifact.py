@@ -96,13 +96,13 @@ def alloc_bytes(sizes: Iterable[int], target: "Target") -> int:
     return (n + a - 1) // a * a
 
 
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
     """Graph metadata and rewrite records as plain JSON values."""
     if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
         items = sorted(obj, key=str) if isinstance(obj, (set, frozenset)) else obj
-        return [_jsonable(v) for v in items]
+        return [jsonable(v) for v in items]
     if isinstance(obj, DType):
         return obj.value
     if isinstance(obj, TensorType):
@@ -152,7 +152,8 @@ def _scalar_list(v: Any) -> bool:
     return isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v)
 
 
-def _io_entries(values, with_logical: dict[str, str] | None = None) -> list[dict]:
+def io_entries(values, with_logical: dict[str, str] | None = None) -> list[dict]:
+    """The manifest entries of func inputs or outputs: name, dtype, shape, binding, bytes."""
     order = {name: i for i, name in enumerate(sorted(v.name for v in values))}
     out = []
     for v in values:
@@ -164,11 +165,11 @@ def _io_entries(values, with_logical: dict[str, str] | None = None) -> list[dict
     return out
 
 
-def _logical_outputs(graph: Graph) -> tuple[list[dict], dict[str, str]]:
+def logical_outputs(graph: Graph) -> tuple[list[dict], dict[str, str]]:
     """Logical outputs (chunked ones reassembled) and physical name -> logical name."""
     by_name = {v.name: v for v in graph.outputs}
     chunked: dict[str, dict] = {}
-    for e in graph.meta.get("logical_outputs", []) or []:
+    for e in graph.facts.logical_outputs:
         pieces = list(e["pieces"])
         missing = [p for p in pieces if p not in by_name]
         if missing:
@@ -208,7 +209,7 @@ def _logical_outputs(graph: Graph) -> tuple[list[dict], dict[str, str]]:
 
 def _logical_inputs(graph: Graph) -> list[dict]:
     """Every input with the shape the caller passes (reshaped inputs, see ANE-IO-RANK4)."""
-    reshaped = {e["name"]: e for e in graph.meta.get("logical_inputs", []) or []}
+    reshaped = {e["name"]: e for e in graph.facts.logical_inputs}
     out = []
     for v in graph.inputs:
         shape = list(reshaped[v.name]["shape"]) if v.name in reshaped else list(v.type.shape)
@@ -222,9 +223,9 @@ def _logical_inputs(graph: Graph) -> list[dict]:
 def build_manifest(graph: Graph, program: MilProgram, target: "Target", weights: list[dict],
                    rewrites: Iterable[Mapping] = (), program_ir: str = "") -> dict:
     """The manifest dict of one compiled func (see the module docstring)."""
-    logical, of = _logical_outputs(graph)
-    inputs = _io_entries(graph.inputs)
-    outputs = _io_entries(graph.outputs, of)
+    logical, of = logical_outputs(graph)
+    inputs = io_entries(graph.inputs)
+    outputs = io_entries(graph.outputs, of)
     return {
         "format": FORMAT,
         "anec_version": __version__,
@@ -248,9 +249,9 @@ def build_manifest(graph: Graph, program: MilProgram, target: "Target", weights:
         "logical_inputs": _logical_inputs(graph),
         "logical_outputs": logical,
         "weights": weights,
-        "sram": _jsonable(graph.meta.get("sram")),
-        "rewrites": [_jsonable(r) for r in rewrites],
-        "host_casts": _jsonable(graph.meta.get("host_casts", [])),
+        "sram": jsonable(graph.facts.sram),
+        "rewrites": [jsonable(r) for r in rewrites],
+        "host_casts": jsonable(graph.facts.host_casts),
         "concat": {"reading": target.concat, "why": target.sources.get("concat", "the target's default")},
     }
 
@@ -472,11 +473,11 @@ def compression_report(program: MilProgram) -> list[dict]:
         if d is None or name in seen:
             continue
         seen.add(name)
-        out.append({"const": name, **_jsonable(d.report())})
+        out.append({"const": name, **jsonable(d.report())})
     for name, d in (program.uncompressed or {}).items():
         if name not in seen:
             seen.add(name)
-            out.append({"const": name, **_jsonable(d.report())})
+            out.append({"const": name, **jsonable(d.report())})
     return out
 
 
@@ -485,14 +486,14 @@ WEIGHT_INPUTS_DIR = "inputs"
 
 def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None
                         ) -> tuple[BlobFiles, list[dict]]:
-    """The initial values of the weights compiled as inputs (``graph.meta["weight_inputs"]``):
+    """The initial values of the weights compiled as inputs (``graph.facts.weight_inputs``):
     one BLOBFILE each under ``inputs/`` (never referenced by the MIL; the runtime writes them
     into the input surfaces), and their manifest entries."""
     from anec.weights import materialize_attrs
 
     blobs: dict[str, BlobWriter] = {}
     entries = []
-    for w in graph.meta.get("weight_inputs", []) or []:
+    for w in graph.facts.weight_inputs:
         file = f"{WEIGHT_INPUTS_DIR}/{w['input']}.bin"
         digest = None
         if store is not None:
@@ -635,7 +636,7 @@ class Artifact:
         if sha256(mil_bytes) != manifest["mil"]["sha256"]:
             raise ArtifactError(f"{d.path / mil_rel} does not match the sha256 in {MANIFEST_FILE}",
                                 hint="the artifact was modified after compiling; recompile it")
-        mil_text = _utf8(mil_bytes, d.path / mil_rel, "MIL text")
+        mil_text = decode_utf8(mil_bytes, d.path / mil_rel, "MIL text")
         blobs: dict[str, bytes] = {}
         readers: dict[str, BlobReader] = {}
         for w in _all_weight_entries(manifest):
@@ -662,7 +663,7 @@ class Artifact:
         if sha256(ir_bytes) != manifest["program_ir"]["sha256"]:
             raise ArtifactError(f"{d.path / ir_rel} does not match the sha256 in {MANIFEST_FILE}",
                                 hint="the artifact was modified after compiling; recompile it")
-        ir_text = _utf8(ir_bytes, d.path / ir_rel, "program IR")
+        ir_text = decode_utf8(ir_bytes, d.path / ir_rel, "program IR")
         return cls(manifest["func"], mil_text, blobs, manifest, None, ir_text)
 
     def program_module(self) -> "Module":
@@ -687,7 +688,8 @@ def write_artifact_dir(directory: str | os.PathLike, files: Mapping[str, "bytes 
     return dest
 
 
-def _utf8(data: bytes, path: Path, what: str) -> str:
+def decode_utf8(data: bytes, path: Path, what: str) -> str:
+    """``data`` as text; ArtifactError naming ``path`` and the first bad byte otherwise."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -859,7 +861,7 @@ def load_artifact(path: str | os.PathLike, func: str | None = None,
     output (``func`` picks one when it holds several). A temporary directory of a write is
     never taken; an output replaced by a newer compile while it is read is read again.
     ``loader(directory, manifest sha256 or None)`` reads one func's directory (default:
-    :meth:`Artifact._load`; :func:`anec.mil.pipeline.load_any` also reads pipelines)."""
+    :meth:`Artifact._load`; :func:`anec.mil.multi_program.load_any` also reads pipelines)."""
     p = Path(os.fspath(path))
     if p.name == MANIFEST_FILE and not os.path.isdir(p):
         p = p.parent

@@ -45,7 +45,7 @@ def _resolve(artifact: Any, func: str | None) -> Any:
     """The artifact (one program, or a pipeline) :meth:`Runtime.load` was given, its manifest
     validated: an object, a list of them, or a directory (read by :func:`anec.mil.pipeline.load_any`)."""
     from anec.mil.manifest import validate_manifest
-    from anec.mil.pipeline import PipelineArtifact, check_manifest, load_any
+    from anec.mil.multi_program import PipelineArtifact, check_manifest, load_any
 
     if isinstance(artifact, PipelineArtifact):
         check_manifest(artifact.manifest, f"the manifest of artifact {artifact.func!r:.60}")
@@ -237,7 +237,7 @@ class Runtime(_Closing):
         self._check_open()
         art = _resolve(artifact, func)
         if hasattr(art, "stages"):  # a func cut into several programs: run them as one
-            from anec.runtime.pipeline import load_pipeline
+            from anec.runtime.staged_program import load_pipeline
 
             return load_pipeline(self, art)
         mil, blobs, manifest = art.mil_text, dict(art.blobs), art.manifest

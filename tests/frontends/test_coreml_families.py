@@ -13,7 +13,7 @@ from anec.compiler import compile_module
 from anec.frontends import CoreMLExportError
 from anec.frontends import coreml
 from anec.frontends.coreml import export_coreml, read_package, verify_package
-from anec.mil.pipeline import load_any
+from anec.mil.multi_program import load_any
 from tests.frontends.conftest import CASES, assert_close, torch
 
 pytest.importorskip("coremltools")

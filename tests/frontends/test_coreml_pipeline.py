@@ -28,7 +28,7 @@ from anec.ir.interp import interpret
 from anec.ir.parser import parse
 from anec.mil.artifact import artifact_weights
 from anec.mil.blobfile import BlobReader
-from anec.mil.pipeline import PipelineArtifact, load_any
+from anec.mil.multi_program import PipelineArtifact, load_any
 from anec.targets import get_target
 from tests.frontends.conftest import assert_close
 from tests.passes.test_partition import chain, unet

@@ -52,7 +52,7 @@ def test_sim_cases_fit_one_program(imported_cases):
 @pytest.mark.parametrize("name", PIPELINES)
 def test_whole_models_compile_into_pipelines(imported_cases, name):
     from anec.compiler import compile_module
-    from anec.mil.pipeline import PipelineArtifact
+    from anec.mil.multi_program import PipelineArtifact
 
     im = imported_cases(name)[0]
     art = compile_module(im.module, weights=im.weights).artifacts["main"]

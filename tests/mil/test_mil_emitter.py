@@ -11,7 +11,8 @@ import pytest
 from anec.diagnostics import ConstraintError
 from anec.ir import Builder
 from anec.ir.types import DType
-from anec.mil.emitter import emit_mil, float_literal, is_mil_identifier
+from anec.mil.emitter import emit_mil, is_mil_identifier
+from anec.mil.float_literals import float_literal
 from anec.targets import get_target
 
 from .graphs import small_mlp, two_io

@@ -10,7 +10,7 @@ import pytest
 
 from anec.diagnostics import ConstraintError
 from anec.ir.types import DType
-from anec.passes import Legalize, PassContext
+from anec.passes import Legalize, PassContext, Partition
 from anec.passes.legalize_rules import GELU_TANH_MAX_ABS_ERROR
 from anec.targets import get_target
 from anec.weights import WeightStore
@@ -21,12 +21,12 @@ M4 = get_target("m4")
 
 
 def legalize(text: str, target=M4, weights=None, **options):
-    """Parse, legalize; (before, after, ctx)."""
+    """Parse, legalize and partition; (before, after, ctx)."""
     g = parse_func(text)
     before = g.clone()
     w = weights if weights is not None else weights_for(g)
     ctx = PassContext(target=target, weights=w, options=options)
-    run(Legalize(), g, ctx)
+    run((Legalize(), Partition()), g, ctx)
     return before, g, ctx
 
 
@@ -161,7 +161,7 @@ func f(%x: fp16[1, 4, 1, 8]) {
 }""", target=TIGHT)
     assert g.output_names() == ["y__c0", "y__c1", "y__c2"]
     assert [o.type.shape[1] for o in g.outputs] == [7, 7, 6]
-    assert g.meta["logical_outputs"] == [{"name": "y", "axis": 1,
+    assert g.facts.logical_outputs == [{"name": "y", "axis": 1,
                                           "pieces": ["y__c0", "y__c1", "y__c2"],
                                           "dtype": "fp32", "shape": [1, 20, 1, 8]}]
     slices = [n.attrs.get("slice") for n in g.nodes if n.op == "const"]
@@ -381,8 +381,8 @@ func f(%x: {t}, %m: fp16[1, 1, 8, 8]) {{
     assert list(g.outputs[0].type.shape) == device and g.outputs[0].producer.op == "reshape"
     # a scalar input is read back by a one-element reduce_sum (no empty reshape shape)
     assert ops_of(g) == ["reduce_sum" if not shape else "reshape", "tanh", "relu", "reshape"]
-    assert g.meta["logical_inputs"] == [{"name": "x", "dtype": "fp16", "shape": shape}]
-    assert g.meta["logical_outputs"] == [{"name": "y", "axis": None, "pieces": ["y"],
+    assert g.facts.logical_inputs == [{"name": "x", "dtype": "fp16", "shape": shape}]
+    assert g.facts.logical_outputs == [{"name": "y", "axis": None, "pieces": ["y"],
                                           "dtype": "fp16", "shape": shape}]
     assert rules(ctx) == [("reshape_io_to_rank4", "ANE-IO-RANK4")] * 2
     assert [r["node"] for r in ctx.rewrites] == ["x", "y"]
@@ -419,7 +419,7 @@ func f(%x: fp32[4, 8]) {
 }""", target=get_target("m1"), host_casts=True)
     assert [str(v.type) for v in (*g.inputs, *g.outputs)] == ["fp16[1, 4, 1, 8]", "fp16[1, 4, 1, 8]"]
     assert g.output_names() == ["y"]
-    assert [c["name"] for c in g.meta["host_casts"]] == ["x", "y"]
+    assert [c["name"] for c in g.facts.host_casts] == ["x", "y"]
     feeds = {"x": np.linspace(-3, 3, 32, dtype=np.float32).reshape(4, 8)}
     compare(before, g, WeightStore({}), rtol=2e-3, atol=2e-3, inputs=feeds)
 
@@ -494,7 +494,7 @@ def test_host_casts_rewrite_io():
     assert g.inputs[0].type.dtype == DType.fp16 and g.outputs[0].type.dtype == DType.fp16
     assert ops_of(g) == ["relu"]  # both casts cancelled
     assert g.output_names() == ["y"] and g.nodes[0].operands[0].name == "x"
-    assert g.meta["host_casts"] == [
+    assert g.facts.host_casts == [
         {"name": "x", "kind": "input", "host_dtype": "fp32", "program_dtype": "fp16"},
         {"name": "y", "kind": "output", "host_dtype": "fp32", "program_dtype": "fp16"},
     ]
@@ -559,9 +559,9 @@ def many_weights(n: int, scalar: bool) -> str:
 
 def test_blob_budget_cuts_the_func_into_programs():
     _, g, _ = legalize(many_weights(16, scalar=False))
-    assert "partition" not in g.meta  # 16 fit one m4 program
+    assert g.facts.partition is None  # 16 fit one m4 program
     _, g, ctx = legalize(many_weights(17, scalar=False))
-    plan = g.meta["partition"]
+    plan = g.facts.partition
     assert len(plan.stages) == 2 and sum(len(s.weights) for s in plan.stages) == 17
     rec = [r for r in ctx.rewrites if r["rule"] == "partition"]
     assert len(rec) == 1 and rec[0]["constraint"] == "ANE-BLOB-BUDGET"
@@ -570,9 +570,9 @@ def test_blob_budget_cuts_the_func_into_programs():
 
 def test_blob_budget_scalar_penalty():
     _, g, _ = legalize(many_weights(15, scalar=True))
-    assert "partition" not in g.meta
+    assert g.facts.partition is None
     _, g, _ = legalize(many_weights(16, scalar=True))  # 15 per program once a mul takes a scalar
-    plan = g.meta["partition"]
+    plan = g.facts.partition
     assert len(plan.stages) == 2
     assert all(len(s.weights) <= s.blob_cap for s in plan.stages)
     assert any(s.blob_cap == 15 for s in plan.stages)

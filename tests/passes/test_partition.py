@@ -16,7 +16,8 @@ from anec.compiler import compile_module
 from anec.diagnostics import ConstraintError
 from anec.ir.interp import interpret
 from anec.ir.parser import parse
-from anec.passes.partition import blob_cap_of, extract_stage, plan_partition
+from anec.passes.extract_stage import extract_stage
+from anec.passes.partition_search import blob_cap_of, plan_partition
 from anec.targets import get_target
 from anec.weights import random_weights
 

@@ -28,7 +28,7 @@ import pytest
 from anec.compiler import compile_module, count_programs
 from anec.diagnostics import ArtifactError, ConstraintError
 from anec.ir.parser import parse
-from anec.mil.pipeline import PipelineArtifact, load_any
+from anec.mil.multi_program import PipelineArtifact, load_any
 from anec.runtime import Runtime
 from anec.weights import random_weights
 from tests.runtime.test_rt_pipeline import inputs_for, residual_chain, target

@@ -1,8 +1,11 @@
-"""The artifact of a func compiled into a pipeline of ANE programs.
+"""The multi-program artifact: a func compiled into a pipeline of ANE programs, read and checked.
 
-A func that breaks a per-program budget is cut into stages
-(:mod:`anec.passes.partition`). Its artifact directory holds one ordinary
-program artifact per stage and a top-level manifest that wires them::
+A func that breaks a per-program budget is cut into stages (the partition
+pass); the compiler builds one program per stage (:mod:`anec.multi_program_build`).
+This module holds the result, :class:`PipelineArtifact`, its files, and the
+reading side: :func:`load_any` (either layout), :func:`check_manifest`. The
+artifact directory holds one ordinary program artifact per stage and a
+top-level manifest that wires them::
 
     out/gpt2/manifest.json            format anec-pipeline/1: the func's I/O, the stages,
                                       where every stage input comes from, the plan
@@ -42,25 +45,21 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anec import __version__
 from anec.diagnostics import ArtifactError
 from anec.ir.types import DType
-from anec.mil.artifact import (BLOB_MAX_BYTES, MANIFEST_FILE, OUTPUT_INDEX, PROGRAM_IR_FILE, PROGRAM_IR_MAX_BYTES, Artifact,
-                               _io_entries, _jsonable, _logical_outputs, _utf8, alloc_bytes, blob_key, weight_keys,
-                               build_weight_inputs, format_json, load_artifact, sha256, write_artifact_dir)
+from anec.mil.artifact import (BLOB_MAX_BYTES, MANIFEST_FILE, OUTPUT_INDEX, PROGRAM_IR_FILE, PROGRAM_IR_MAX_BYTES,
+                               Artifact, decode_utf8, format_json, load_artifact, sha256, write_artifact_dir)
 from anec.mil.beneath import check_rel
-from anec.mil.manifest import MANIFEST_MAX_BYTES, _Bad, _weight_input, array, parse_json
 from anec.mil.blobfile import BlobReader
+from anec.mil.manifest import MANIFEST_MAX_BYTES, WEIGHT_INPUT_ENTRY, ManifestFieldError, array, parse_json
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph, Module
+    from anec.ir.graph import Module
     from anec.mil.beneath import Beneath
-    from anec.passes.partition import Plan
-    from anec.targets import Target
 
 FORMAT = "anec-pipeline/1"
 MAX_STAGE_WEIGHT_INPUTS = 4096
@@ -84,93 +83,6 @@ class PipelineArtifact:
     """The whole legalized func in anec IR, weights keyed by the stage BLOBFILEs holding them."""
     blobs: dict[str, bytes] = field(default_factory=dict)
     """Top-level files other than the manifest: weights compiled as inputs (``inputs/*.bin``)."""
-
-    # ---- building -----------------------------------------------------------------
-    @classmethod
-    def build(cls, graph: "Graph", plan: "Plan", target: "Target", weights: Mapping[str, np.ndarray] | None,
-              rewrites: list[dict], pack_weights: bool = False,
-              compression: Mapping[int, Any] | None = None, share: bool = False) -> "PipelineArtifact":
-        from anec.mil.emitter import emit_mil
-        from anec.passes.partition import extract_stage
-
-        stages: list[Artifact] = []
-        blob_of: dict[int, str] = {}  # id(original const node) -> blob key in a stage
-        seen_mil: dict[str, int] = {}
-        entries = []
-        index = {id(v): (k, i) for k, s in enumerate(plan.stages) for i, v in enumerate(s.outputs)}
-        built = []
-        for k in range(len(plan.stages)):
-            sg = extract_stage(graph, plan, k)
-            origin = sg.meta["const_origin"]
-            stage_comp = {}
-            if compression:
-                for n in sg.nodes:
-                    node = origin.get(n.result.name) if n.op == "const" else None
-                    if node is not None and id(node) in compression:
-                        stage_comp[n.result.name] = compression[id(node)]
-            program = emit_mil(sg, target, pack_weights=pack_weights, compression=stage_comp)
-            built.append((sg, program, bool(stage_comp)))
-        shared = _share_groups(graph, plan, built, target, pack_weights) if share else {}
-        for k, st in enumerate(plan.stages):
-            sg, program, _ = shared.get(k) or built[k]
-            origin = sg.meta["const_origin"]
-            art = Artifact.build(sg, program, target, weights, [])
-            stages.append(art)
-            for name, key in weight_keys(program).items():
-                node = origin.get(name)
-                if node is not None:
-                    blob_of.setdefault(id(node), "+".join(f"{stage_dir(k)}/" + p for p in key.split("+")))
-            same = seen_mil.setdefault(art.manifest["mil"]["sha256"], k)
-            ins = []
-            for i, v in enumerate(st.inputs):
-                src = ({"input": v.name} if v.producer is None else
-                       {"stage": index[id(v)][0], "output": f"out{index[id(v)][1]}"})
-                ins.append({"name": f"in{i}", "value": v.name, "from": src})
-            first, last = plan.items[st.start], plan.items[st.end - 1]
-            entries.append({
-                "dir": stage_dir(k), "mil_sha256": art.manifest["mil"]["sha256"],
-                "same_as": same if same != k else None,
-                "inputs": ins, "outputs": [{"name": f"out{i}", "value": v.name} for i, v in enumerate(st.outputs)],
-                "nodes": st.end - st.start,
-                "first": first.span.location if first.span else None,
-                "last": last.span.location if last.span else None,
-                "weights": len(st.weights), "blob_cap": st.blob_cap, "peak_sram": st.peak_sram,
-                "in_bytes": st.in_bytes, "out_bytes": st.out_bytes, "reason": st.reason,
-                "shares": same if k in shared else None,
-                "weight_inputs": len(art.manifest.get("weight_inputs", [])),
-            })
-        outputs_from = {}
-        for v in graph.outputs:
-            k, i = index[id(v)]
-            outputs_from[v.name] = {"stage": k, "output": f"out{i}"}
-        logical, of = _logical_outputs(graph)
-        inputs = _io_entries(graph.inputs)
-        outputs = _io_entries(graph.outputs, of)
-        sizes = [e["bytes"] for a in stages for e in [*a.manifest["inputs"], *a.manifest["outputs"]]]
-        input_blobs, input_entries = build_weight_inputs(graph, weights)
-        manifest = {
-            "format": FORMAT,
-            "anec_version": __version__,
-            "func": graph.name,
-            "target": target.name,
-            "inputs": inputs,
-            "outputs": outputs,
-            "logical_inputs": _jsonable(graph.meta.get("logical_inputs", [])),
-            "logical_outputs": logical,
-            "host_casts": _jsonable(graph.meta.get("host_casts", [])),
-            "stages": entries,
-            "outputs_from": outputs_from,
-            "surface_bytes": alloc_bytes(sizes, target),
-            "crossing_bytes": plan.crossing_bytes,
-            "programs": count_compiles(stages),
-            "rewrites": [_jsonable(r) for r in rewrites],
-            "sram": _jsonable(graph.meta.get("sram")),
-        }
-        if input_entries:
-            manifest["weight_inputs"] = input_entries
-        ir_text = _program_ir(graph, blob_of)
-        manifest["program_ir"] = {"file": PROGRAM_IR_FILE, "sha256": sha256(ir_text)}
-        return cls(graph.name, stages, manifest, ir_text, input_blobs)
 
     # ---- summary --------------------------------------------------------------------
     @property
@@ -238,7 +150,7 @@ class PipelineArtifact:
         if sha256(ir) != (manifest.get("program_ir") or {}).get("sha256"):
             raise ArtifactError(f"{d.path / PROGRAM_IR_FILE} does not match the sha256 in {MANIFEST_FILE}",
                                 hint="the artifact was modified after compiling; recompile it")
-        return cls(manifest["func"], stages, manifest, _utf8(ir, d.path / PROGRAM_IR_FILE, "program IR"), blobs)
+        return cls(manifest["func"], stages, manifest, decode_utf8(ir, d.path / PROGRAM_IR_FILE, "program IR"), blobs)
 
     def program_module(self) -> "Module":
         from anec.ir.parser import parse
@@ -282,84 +194,9 @@ def count_compiles(programs: "list[Artifact]") -> int:
     return len({(a.manifest["mil"]["sha256"], _weights_identity(a)) for a in programs})
 
 
-def _share_groups(graph: "Graph", plan: "Plan", built: list, target: "Target",
-                  pack_weights: bool) -> dict[int, tuple]:
-    """Stage -> (graph, program, False) with its weights as inputs, for the groups of stages
-    that have the same MIL but other weights (see the module docstring). A weight every
-    stage of the group reads alike (a RoPE table, a mask) stays a BLOBFILE: the same bytes
-    in every stage, which the runtime's cache shares. A group whose stages cannot take their
-    weights as inputs (a compressed weight, an op that needs a constant, a result whose MIL
-    differs) keeps its BLOBFILEs."""
-    from anec.mil.emitter import emit_mil
-
-    groups: dict[str, list[int]] = {}
-    for k, (_, program, _) in enumerate(built):
-        groups.setdefault(sha256(program.text), []).append(k)
-    out: dict[int, tuple] = {}
-    for members in groups.values():
-        if len(members) < 2 or any(built[k][2] for k in members):
-            continue
-        views: dict[str, set] = {}  # canonical const name -> the views the members read there
-        for k in members:
-            for n in built[k][0].nodes:
-                if n.op == "const" and "weight" in n.attrs:
-                    views.setdefault(n.result.name, set()).add(
-                        (n.attrs["weight"], repr(n.attrs.get("perm")), repr(n.attrs.get("slice"))))
-        varying = {name for name, v in views.items() if len(v) > 1}
-        if not varying:
-            continue  # the same weights: one compile already
-        done = {}
-        for k in members:
-            sg = _weights_to_inputs(built[k][0], varying, target)
-            if sg is None:
-                break
-            done[k] = (sg, emit_mil(sg, target, pack_weights=pack_weights), False)
-        if len(done) == len(members) and len({sha256(p.text) for _, p, _ in done.values()}) == 1:
-            out.update(done)
-    return out
-
-
-def _weights_to_inputs(sg: "Graph", names: set[str], target: "Target") -> "Graph | None":
-    """A copy of stage graph ``sg`` with the weight consts ``names`` program inputs, legalized
-    again; None when it cannot be (an op that needs a constant weight, a new cut)."""
-    import glob
-
-    from anec.diagnostics import AnecError
-    from anec.passes.base import PassContext
-    from anec.passes.legalize import Legalize
-    from anec.passes.weights_as_inputs import WeightsAsInputs
-
-    keys = sorted({n.attrs["weight"] for n in sg.nodes if n.op == "const" and n.result.name in names})
-    g = sg.clone()
-    ctx = PassContext(target=target, options={"pack_weights": False})
-    try:
-        WeightsAsInputs(keys=tuple(glob.escape(k) for k in keys)).run(g, ctx)
-        Legalize().run(g, ctx)
-    except AnecError:
-        return None
-    if g.meta.get("partition") is not None or any(
-            n.op == "const" and n.attrs.get("weight") in keys for n in g.nodes):
-        return None
-    g.meta["const_origin"] = sg.meta["const_origin"]
-    return g
-
-
 def _rel(rel: str) -> str:
     check_rel(rel)
     return rel
-
-
-def _program_ir(graph: "Graph", blob_of: dict[int, str]) -> str:
-    """The whole func in anec IR with each weight const reading its stage BLOBFILE."""
-    from anec.ir.graph import Module
-    from anec.ir.printer import print_module
-
-    keyed = {id(n): {"weight": blob_of[id(n)]} for n in graph.nodes if id(n) in blob_of}  # weight consts only
-    module = Module()
-    module.add_func(graph)  # a module around the func, for the module's text: the func is not copied
-    return ("// The compiled pipeline in anec IR: the func before it was cut into stages;\n"
-            "// weights are keyed by the stage BLOBFILE and metadata offset that hold them.\n"
-            + print_module(module, attrs=keyed))
 
 
 def is_pipeline_manifest(manifest: Any) -> bool:
@@ -417,8 +254,8 @@ def check_manifest(m: Any, where: Path | str) -> None:
                 and 0 <= src["stage"] < len(m["stages"]) and isinstance(src.get("output"), str)):
             raise bad(f"outputs_from.{name}", "a stage output")
     try:  # read at load (file, offset, sha256) and by weight_inputs (dtype, shape, input)
-        wi = array(_weight_input)(m.get("weight_inputs", []), "weight_inputs")
-    except _Bad as e:
+        wi = array(WEIGHT_INPUT_ENTRY)(m.get("weight_inputs", []), "weight_inputs")
+    except ManifestFieldError as e:
         raise bad(e.path, e.expected) from None
     for i, w in enumerate(wi):
         if w["input"] not in names:

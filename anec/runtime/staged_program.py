@@ -1,12 +1,12 @@
-"""A func compiled into a pipeline of ANE programs, run as one program.
+"""The runtime program of a multi-program artifact: a func's stages, run as one program.
 
 ``Runtime.load`` returns a :class:`PipelineProgram` for a pipeline artifact
-(:mod:`anec.mil.pipeline`): it is called like any :class:`~anec.runtime.Program`
+(:mod:`anec.mil.multi_program`): it is called like any :class:`~anec.runtime.Program`
 (the func's inputs in, its outputs out); the C runtime runs every stage in
 order in one call (``anec_pipeline_call``), stage outputs feeding the next
 stages' inputs with no copy (every stage surface has the pipeline's one
 allocation size). A stage whose weights are inputs of its program (programs
-shared across layers, :mod:`anec.mil.pipeline`) gets them written once, at
+shared across layers, :mod:`anec.multi_program_build`) gets them written once, at
 load, into its own input surfaces; the C pipeline leaves those inputs alone
 (resident inputs). ``reload_weights`` routes each key to the stages that hold
 it and reloads them together (no call sees a mix of old and new weights);
@@ -26,7 +26,7 @@ from anec.runtime.program import FINITE_HINT, Program, _limits, nonfinite
 from anec.runtime.weights import changed_blobs, weight_input_values
 
 if TYPE_CHECKING:
-    from anec.mil.pipeline import PipelineArtifact
+    from anec.mil.multi_program import PipelineArtifact
     from anec.runtime import Runtime
 
 
