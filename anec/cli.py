@@ -12,13 +12,12 @@ makes anec print a Python traceback.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 
 import click
 
-from anec import __version__
-from anec.diagnostics import AnecError, signal_must_wait
+from anec import __version__, signals
+from anec.diagnostics import AnecError
 from anec.targets import DEFAULT_TARGET
 
 EXIT_INTERNAL = 3
@@ -30,7 +29,7 @@ class _Group(click.Group):
     instead of a traceback."""
 
     def invoke(self, ctx: click.Context):  # noqa: D102
-        _exit_on_signals()
+        signals.install_handlers(sigint=True)
         try:
             return super().invoke(ctx)
         except AnecError as e:
@@ -97,38 +96,6 @@ def _internal_error(ctx: click.Context, e: BaseException) -> None:
                "please report it with the command line and its input files."
                + ("" if show else f"\nRun again with 'anec --traceback ...' or {TRACEBACK_ENV}=1 for the details."),
                err=True)
-
-
-def _on_signal(signum: int, frame: object) -> None:
-    if signal_must_wait(signum, frame):
-        return
-    raise SystemExit(128 + signum)
-
-
-def _on_interrupt(signum: int, frame: object) -> None:
-    """Python's SIGINT handler (KeyboardInterrupt), except inside the import machinery, where the
-    interrupt would be printed and ignored by an import lock's weakref callback: there the
-    signal is sent again, to land a moment later."""
-    if signal_must_wait(signum, frame):
-        return
-    raise KeyboardInterrupt
-
-
-def _exit_on_signals() -> None:
-    """SIGTERM/SIGHUP exit through the normal unwinding (temporary directories removed,
-    runtimes closed), and SIGINT raises KeyboardInterrupt outside the import machinery,
-    unless the process installed handlers of its own."""
-    for name in ("SIGTERM", "SIGHUP", "SIGINT"):
-        sig = getattr(signal, name, None)
-        if sig is None:
-            continue
-        current = signal.getsignal(sig)
-        default = signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL
-        if current is default:
-            try:
-                signal.signal(sig, _on_interrupt if name == "SIGINT" else _on_signal)
-            except ValueError:  # not the main thread (click invoked from a thread)
-                return
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
