@@ -39,6 +39,7 @@ def test_selftest_passes_on_the_sim(report: dict) -> None:
     assert report["passed"] is True
 
 
+@pytest.mark.constraint("ANE-SPATIAL-LIMITS")
 def test_selftest_numbers(report: dict) -> None:
     leg = _check(report, "legalized")["data"]
     # every ANE-rejected op of the program was rewritten by legalize
@@ -127,6 +128,7 @@ def test_compressed_check_fails_when_a_form_decompresses_wrong(monkeypatch: pyte
     assert verdicts["lut4 (constexpr_lut_to_dense)"] == "accepted"
 
 
+@pytest.mark.constraint("ANE-COMPRESSED-WEIGHTS")
 def test_compressed_check_fails_when_the_targets_int8_form_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     """A device that rejects the affine op (the default form) fails the check and names the
     other form; one that rejects only the blockwise op passes with that reported."""
@@ -172,6 +174,7 @@ def test_reload_check_fails_when_the_runtime_reloads_stale(monkeypatch: pytest.M
     ("data=file,load=memory", ["new-object"], True),
     ("load=weights", ["data-patch", "new-object"], None),
 ])
+@pytest.mark.constraint("ANE-NEW-OBJECT-LOAD", "ANE-SAME-OBJECT-PATCH")
 def test_reload_probe_finds_what_each_device_allows(monkeypatch: pytest.MonkeyPatch, device, verdict, packed) -> None:
     monkeypatch.setenv("ANEC_SIM_DEVICE", device)
     c = checks.Check("reload", "")
@@ -190,6 +193,7 @@ def test_reload_probe_finds_what_each_device_allows(monkeypatch: pytest.MonkeyPa
 
 @pytest.mark.parametrize("device,found", [("", "rejected"), ("concat=reject", "rejected"),
                                           ("load=memory,concat=accept", "accepted")])
+@pytest.mark.constraint("ANE-CONCAT")
 def test_concat_probe_gives_each_sim_reading_its_verdict(monkeypatch: pytest.MonkeyPatch, device, found) -> None:
     monkeypatch.setenv("ANEC_SIM_DEVICE", device)
     c = checks.Check("concat", "")
@@ -204,6 +208,7 @@ def test_concat_probe_gives_each_sim_reading_its_verdict(monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize("broken", ["raw", "program"])
+@pytest.mark.constraint("ANE-CONCAT")
 def test_concat_probe_finds_a_concat_that_is_accepted_but_wrong(monkeypatch: pytest.MonkeyPatch, broken) -> None:
     monkeypatch.setenv("ANEC_SIM_DEVICE", "concat=accept")
     if broken == "raw":  # a device whose concat swaps its inputs
@@ -397,6 +402,7 @@ FAKE_READINGS = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize("reading,hex_content,verdict", FAKE_READINGS)
+@pytest.mark.constraint("ANE-SAME-OBJECT-PATCH")
 def test_the_reload_check_on_the_fake_finds_what_each_reading_allows(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_native, reading, hex_content, verdict) -> None:
     """The Python reload check, run on the ane driver against the fake of the macOS framework
