@@ -14,9 +14,14 @@ from pathlib import Path
 import click
 
 from anec.cli.options import compress_options, concat_option, share_option, weight_options
-from anec.cli.output import plural, print_compression, print_ranges
+from anec.cli.output import print_compression, print_ranges
 from anec.diagnostics import AnecError, did_you_mean
 from anec.targets import DEFAULT_TARGET, get_target
+
+
+def _plural(n: int, word: str) -> str:
+    """``"1 error"``, ``"2 errors"``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _read_ir(file: str) -> str:
@@ -119,10 +124,10 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
     for warning in report.warnings:
         click.echo(warning.render(), err=True)
     if report.errors:
-        click.echo(f"{file}: {plural(len(report.errors), 'error')}", err=True)
+        click.echo(f"{file}: {_plural(len(report.errors), 'error')}", err=True)
         ctx.exit(1)
     nodes = sum(len(g.nodes) for g in module.funcs.values())
-    click.echo(f"{file}: ok ({plural(len(module.funcs), 'func')}, {plural(nodes, 'node')})")
+    click.echo(f"{file}: ok ({_plural(len(module.funcs), 'func')}, {_plural(nodes, 'node')})")
     given = {}  # the weights to check: given, or named by the file's weights directives
     if weights_path is not None or random_weights is not None:
         given["weights"] = resolve_weights(module, weights=weights_path, random_seed=random_weights)
@@ -139,13 +144,13 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
             if inputs_path else 0
         if not result.legal:
             click.echo(f"{file}: not ANE-legal on {target_name}: "
-                       f"{plural(result.errors, 'error')} (see REJECTED above)", err=True)
+                       f"{_plural(result.errors, 'error')} (see REJECTED above)", err=True)
             ctx.exit(1)
         _budget_check(module, legal_target, concat, share_programs)
         if compress is not None:
             _compression_check(module, compress, compress_gate, given, legal_target, concat, compress_form)
         if overflows:
-            click.echo(f"{file}: {plural(overflows, 'node')} overflow fp16 on the calibration "
+            click.echo(f"{file}: {_plural(overflows, 'node')} overflow fp16 on the calibration "
                        "inputs (see ANE-FP16-RANGE above)", err=True)
             ctx.exit(1)
         return

@@ -1,17 +1,9 @@
-"""What several ``anec`` commands print or save the same way.
-
-Counted nouns, fp16 range findings, compression summaries and the progress bar of the
-model commands.
-"""
+"""What several ``anec`` commands print the same way: fp16 range findings, compression
+summaries, and the progress bar of the model commands."""
 
 from __future__ import annotations
 
 import click
-
-
-def plural(n: int, word: str) -> str:
-    """``"1 error"``, ``"2 errors"``."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def print_ranges(reports) -> int:
