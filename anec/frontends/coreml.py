@@ -99,7 +99,7 @@ class ExportReport:
 def find_artifact(directory: str | os.PathLike, func: str | None = None) -> Any:
     """The artifact in ``directory`` (a func directory, or a compile output directory
     holding one func, or ``func``): an :class:`~anec.mil.artifact.Artifact` or a
-    :class:`~anec.mil.pipeline.PipelineArtifact`."""
+    :class:`~anec.mil.multi_program.PipelineArtifact`."""
     from anec.mil.artifact import MANIFEST_FILE
     from anec.mil.multi_program import load_any
 

@@ -2,7 +2,7 @@
 
 A program maps names to binding slots, converts arrays into its surfaces in
 place (fp32 -> fp16 in C), reassembles chunked outputs from the manifest and
-reloads weights by checkpoint key. :class:`~anec.runtime.pipeline.PipelineProgram`
+reloads weights by checkpoint key. :class:`~anec.runtime.staged_program.PipelineProgram`
 gives a pipeline of programs the same interface.
 """
 

@@ -294,12 +294,15 @@ static void reload_case(int two, unsigned verified, int want_strategy, int want_
     CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
 }
 
+/* constraint: ANE-DATA-IS-BLOBFILE ANE-SAME-OBJECT-PATCH */
 static void test_reload_with_the_verdict(void)
 {
     int s = preferred(g_verdict);
     reload_case(0, VERDICT, s, s == ANEC_RELOAD_RECOMPILE);
 }
+/* constraint: ANE-BAKED-WEIGHTS */
 static void test_reload_falls_back_to_recompile_unverified(void) { reload_case(0, 0, ANEC_RELOAD_RECOMPILE, 1); }
+/* constraint: ANE-DATA-IS-BLOBFILE */
 static void test_reload_two_tensors_recompiles(void) { reload_case(1, VERDICT, ANEC_RELOAD_RECOMPILE, 1); }
 
 /* The selftest's probe of one strategy, forced on a runtime that verified
@@ -331,7 +334,9 @@ static void probe_case(int strategy)
     CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
 }
 
+/* constraint: ANE-BAKED-WEIGHTS ANE-SAME-OBJECT-PATCH */
 static void test_probe_data_patch(void) { probe_case(ANEC_RELOAD_DATA_PATCH); }
+/* constraint: ANE-BAKED-WEIGHTS ANE-NEW-OBJECT-LOAD */
 static void test_probe_new_object(void) { probe_case(ANEC_RELOAD_NEW_OBJECT); }
 static void test_probe_recompile(void) { probe_case(ANEC_RELOAD_RECOMPILE); }
 
@@ -421,6 +426,7 @@ static void cache_case(int two, unsigned verified, int same_weights, int want_co
 }
 
 static void test_cache_hit_same_weights(void) { cache_case(1, 0, 1, 0); }
+/* constraint: ANE-NEW-OBJECT-LOAD */
 static void test_cache_hit_other_weights_new_object(void)
 {
     cache_case(0, VERDICT, 0, !(g_verdict & ANEC_RELOAD_NEW_OBJECT));
@@ -511,6 +517,7 @@ static void test_caller_buffers(void)
    locks, nothing locked during the evaluation or after (ANE-SURFACE-LOCK; the
    fake poisons what the CPU sees of an unlocked surface, so a copy outside a
    lock gives wrong outputs) */
+/* constraint: ANE-SURFACE-LOCK */
 static void test_call_locks_only_around_copies(void)
 {
     anec_runtime *rt = open_rt(0);

@@ -378,6 +378,7 @@ static void test_compile_sequence(void)
     free_program(&p);
 }
 
+/* constraint: ANE-MIL-NSDATA */
 static void test_mil_is_nsdata_and_weights_dict(void)
 {
     void *ctx = NULL, *prog = NULL;
@@ -410,6 +411,7 @@ static void test_mil_is_nsdata_and_weights_dict(void)
     free_program(&p);
 }
 
+/* constraint: ANE-WEIGHTS-DICT */
 static void test_empty_weights_dict_not_nil(void)
 {
     void *ctx = NULL, *prog = NULL;
@@ -440,6 +442,7 @@ static void test_empty_weights_dict_not_nil(void)
     free_program(&p);
 }
 
+/* constraint: ANE-SURFACE-LOCK */
 static void test_surfaces(void)
 {
     void *ctx = NULL;
@@ -653,6 +656,7 @@ static uint8_t eval_byte(void *ctx, void *prog, size_t k, uint64_t *w_seen)
 
 /* Weights are baked at compile: rewriting the weight files and loading again
    changes nothing; the compiled data is what a load installs. */
+/* constraint: ANE-BAKED-WEIGHTS */
 static void test_weights_baked_at_compile(void)
 {
     void *ctx = NULL, *prog = NULL;
@@ -687,6 +691,7 @@ static void test_weights_baked_at_compile(void)
    BLOBFILE becomes the compiled data of a one-tensor program, then only load:
    equal to a fresh compile, no compile, under the readings where a load reads
    files (the in-memory readings are covered by test_ane_core.c). */
+/* constraint: ANE-SAME-OBJECT-PATCH */
 static void test_patch_data_then_load_equals_fresh_compile(void)
 {
     void *ctx = NULL, *prog = NULL, *fresh = NULL;
@@ -735,6 +740,7 @@ static void test_patch_data_then_load_equals_fresh_compile(void)
 }
 
 /* Compile without load, then a data patch: the first load uses the patch. */
+/* constraint: ANE-NEW-OBJECT-LOAD */
 static void test_patch_before_first_load(void)
 {
     void *ctx = NULL, *prog = NULL;
@@ -809,6 +815,7 @@ static void test_shared_hexid_directory(void)
 /* clone: a new model on the donor's compiled form, never compiled. It computes
    with the donor's weights (compiled data is copied) until patched; whatever
    hexId the framework gives it. */
+/* constraint: ANE-NEW-OBJECT-LOAD */
 static void test_clone_copies_the_compiled_form(void)
 {
     void *ctx = NULL, *donor = NULL, *copy = NULL;

@@ -31,6 +31,7 @@ def build(graph, target=None, seed=0, pack=False, rewrites=()):
     return Artifact.build(graph, emit_mil(graph, target, pack_weights=pack), target, store, rewrites)
 
 
+@pytest.mark.constraint("ANE-IO-ORDER")
 def test_manifest_io_and_bindings():
     g = two_io()
     m = build(g).manifest
@@ -50,6 +51,7 @@ def test_manifest_io_and_bindings():
     assert m["weights"] == [] and m["rewrites"] == [] and m["host_casts"] == []
 
 
+@pytest.mark.constraint("ANE-UNIFORM-SURFACES", "ANE-MIN-SURFACE", "ANE-SURFACE-ALIGN")
 def test_alloc_bytes_uniform_aligned():
     m4, m5 = get_target("m4"), get_target("m5")
     assert alloc_bytes([100, 196608], m4) == 196608

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from anec.ir.parser import parse
 from anec.ir.printer import print_module
 from anec.passes import AnnotateSram, Legalize, PassContext
@@ -50,6 +52,7 @@ func f(%x: fp16[1, 64, 1, 64]) {
     assert live == [2 * t, 2 * t, 3 * t, 3 * t]
 
 
+@pytest.mark.constraint("ANE-SRAM")
 def test_spill_is_marked_when_live_set_exceeds_sram():
     g = parse_func(MLP)
     small = get_target("m4").replace(sram_bytes=4 * 1024 * 1024)

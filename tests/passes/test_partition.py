@@ -161,6 +161,7 @@ def test_a_value_used_by_many_later_stages_is_an_input_of_each():
     check_plan(g, plan, target(3), random_weights(m, 0))
 
 
+@pytest.mark.constraint("ANE-BLOB-BUDGET")
 def test_a_node_that_fits_no_program_is_a_located_error(tmp_path):
     text = f"""func f(%x: {T}) {{
   %w = const(weight="w") : fp16[{C}, {C}, 1, 1]

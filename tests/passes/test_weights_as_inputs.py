@@ -60,6 +60,7 @@ def test_the_pass_sits_after_cleanup_and_before_legalize():
                      "annotate-sram", "legalize", "partition", "emit-mil"]
 
 
+@pytest.mark.constraint("ANE-CONV-CONST-WEIGHT")
 def test_conv_with_an_input_weight_becomes_matmul():
     m = parse(MLP, "mlp.ir")
     store = random_weights(m, 3)

@@ -1,299 +1,39 @@
-"""``python -m anec.selftest``: check on this machine the device claims anec relies on.
+"""The checks of ``python -m anec.selftest``: each one runs programs on the backend and
+records what it found.
 
-anec's compiler and runtime are built on a catalog of ANE constraints measured
-by others on a few chips (``anec constraints``). This self-test runs small
-programs through the public API on the chosen backend and checks the claims
-that decide whether results are right:
-
-legalized     a program using gelu, rsqrt (layer norm), conv bias, concat,
-              reduce_mean and softmax, compiled by the default pipeline with
-              random weights, matches the reference interpreter;
-unlegalized   raw MIL using gelu or rsqrt is rejected by the device
-              compiler, while the same MIL with relu instead compiles and runs;
-concat        whether the device takes concat (ANE-CONCAT is contested: Orion
-              reports it rejected, maderix's kernels run it): raw MIL joining
-              two tensors along channels is compiled and run, and compared
-              bit for bit with the inputs joined; if that holds, an anec
-              program compiled with --concat native must match the reference
-              interpreter. The verdict (accepted / rejected / accepted but
-              wrong) is cached with the reload verdict, and anec compile keeps
-              concat only for this Mac's target when it is "accepted";
-binding       inputs and outputs are bound in alphabetical order of their MIL
-              names: through the runtime (by name) and at the device level
-              (buffers passed in alphabetical order) a two-input, two-output
-              program whose declaration order is not alphabetical is right;
-min-surface   a program whose tensors are below the minimum surface size:
-              the runtime pads its surfaces and the result is right; exact-size
-              buffers either fail at evaluate or give the right result (which
-              one is reported);
-reload        which reload strategies really change outputs here, each
-              forced and probed on its own on a one-tensor and a packed
-              two-tensor program and compared with a fresh compile: the data
-              patch (the SAME model object unloaded, the new BLOBFILE written
-              as its compiled data, loaded again) and the new object (a NEW
-              never-compiled object whose directory holds the compiled network
-              and the new data, loaded; the path Orion's delta test shows).
-              Then the runtime's own choice, with that verdict, must equal a
-              fresh compile bit for bit. On a Mac the verdict is cached and
-              every later Runtime uses it;
-shared        two programs with the same MIL and weight paths but different
-              weights (the second served from the cache when it can be) are
-              loaded at the same time and each computes with its own weights;
-dialect       which MIL dialects the device compiler accepts (ios18, the
-              default, and ios16, the fallback `--dialect ios16` writes);
-fp16-range    RMSNorm and LayerNorm, written as mean(x * x), over rows whose
-              largest |x| is 1, 3000 and 60000 (x * x overflows fp16 past 256)
-              match float64 numpy: the range-safe pass's form (reduce_max,
-              pow(s, -1), rows scaled before squaring) computes on the device
-              as on the sim. Whether the device keeps fp16 subnormals (the
-              rstd a LayerNorm returns at |x| ~ 16000 and above is one) is a
-              hypothesis this check settles for the norms.
-spatial       the native spatial ops select-native writes (conv with a kernel,
-              stride, dilation and groups, conv_transpose, max_pool, avg_pool,
-              upsample_nearest_neighbor, upsample_bilinear), each at the limits
-              anec assumes (ANE-SPATIAL-LIMITS: kernel 16, stride 8, dilation
-              8, padding one below the kernel extent, upsample scale 16),
-              compile and match the reference interpreter; one step beyond the
-              kernel limit is probed too and reported (accepted or rejected),
-              which tells whether the limits can be raised on this machine.
-compressed    which compressed weight forms the device compiles and computes
-              right (ANE-COMPRESSED-WEIGHTS): a conv weight and a matmul weight
-              stored as int8 with constexpr_affine_dequantize (the form
-              anec writes by default) and with constexpr_blockwise_shift_scale
-              (--compress-form blockwise), and as 4- and 6-bit LUTs
-              (constexpr_lut_to_dense), each compared with the reference
-              interpreter on the decompressed weights. Passes when the target's
-              int8 form is right and no form computes wrong values; a rejected
-              other form is reported (do not compile with it on this machine).
-
-On a Mac with Apple silicon it runs on the ANE (``--backend auto`` picks it);
-on Linux it runs on the sim, where it must pass. It prints a plain-text
-report to paste into an issue (``--json`` for JSON); the exit status is 0
-if and only if every check passes.
+A check is a function ``(CheckEnv, Check) -> None`` that sets ``Check.passed`` and
+appends its findings (with numbers) to ``Check.lines`` and ``Check.data``; :data:`CHECKS`
+lists them in the order they run. :class:`CheckEnv` builds and runs programs on the
+chosen backend and target; outputs are compared with the reference interpreter within
+:data:`RTOL`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import platform
-import sys
-import time
-import traceback
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import click
 import numpy as np
 
-from anec import __version__
-from anec.diagnostics import AnecError
-from anec.verdict import VERDICT_FILE, cache_dir, cached_verdict, machine_key, platform_info, save_verdict
+from anec.compiler import compile_module
+from anec.diagnostics import AnecError, RuntimeFailure
+from anec.ir.interp import interpret
+from anec.ir.ops import SPATIAL_LIMITS
+from anec.ir.parser import parse
+from anec.mil.artifact import artifact_weights
+from anec.runtime import Runtime, backend_available
+from anec.runtime.weights import patched_blobs
+from anec.selftest.programs import (BINDING_IR, COMPRESSED_IR, COMPRESSED_PROBES, CONCAT_IR, DENSE_IR,
+                                    LEGALIZED_IR, NORMS_IR, ONE_IR, SMALL_IR, TRIVIAL_MIL, UNLEGALIZED_OPS, N,
+                                    raw_max_pool, raw_mil, spatial_ir)
+from anec.targets import get_target
+from anec.weights import random_weights
 
 RTOL = 0.02
 """Outputs must match the fp32 reference within RTOL * max(1, max |reference|):
 fp16 storage with fp32 accumulation stays far below it, a wrong binding or
 stale weights are far above it."""
-
-N = 192  # sequence length: fp32 [1, 64, 1, 192] = 49152 bytes, the minimum surface
-
-LEGALIZED_IR = f"""\
-// selftest (legalized): ops the ANE rejects, rewritten by legalize
-func block(%x: fp32[1, 64, 1, {N}]) {{
-  %xh = cast(%x, dtype=fp16)
-  %mu = reduce_mean(%xh, axes=[1], keep_dims=true)
-  %xc = sub(%xh, %mu)
-  %sq = mul(%xc, %xc)
-  %var = reduce_mean(%sq, axes=[1], keep_dims=true)
-  %eps = const(value=1e-05) : fp16[]
-  %ve = add(%var, %eps)
-  %rstd = rsqrt(%ve)
-  %xn = mul(%xc, %rstd)
-  %w1 = const(weight="fc.weight") : fp16[128, 64, 1, 1]
-  %b1 = const(weight="fc.bias") : fp16[1, 128, 1, 1]
-  %h = conv1x1(%xn, %w1, bias=%b1)
-  %a = gelu(%h, mode="tanh")
-  %cat = concat(%a, %h, axis=1)
-  %w2 = const(weight="proj.weight") : fp16[64, 256, 1, 1]
-  %o = conv1x1(%cat, %w2)
-  %s = softmax(%o, axis=1)
-  %r = add(%xh, %s)
-  %y = cast(%r, dtype=fp32)
-  return %y
-}}
-"""
-
-BINDING_IR = f"""\
-// selftest (binding): declaration order zeta, alpha / zdiff, ahalf; alphabetical is the reverse
-func bind(%zeta: fp32[1, 64, 1, {N}], %alpha: fp32[1, 64, 1, {N}]) {{
-  %zh = cast(%zeta, dtype=fp16)
-  %ah = cast(%alpha, dtype=fp16)
-  %d = sub(%zh, %ah)
-  %half = const(value=0.5) : fp16[]
-  %hh = mul(%ah, %half)
-  %zdiff = cast(%d, dtype=fp32)
-  %ahalf = cast(%hh, dtype=fp32)
-  return %zdiff, %ahalf
-}}
-"""
-
-SMALL_IR = """\
-// selftest (min-surface): 64-byte tensors, far below the minimum surface
-func small(%x: fp32[1, 4, 1, 4]) {
-  %xh = cast(%x, dtype=fp16)
-  %r = relu(%xh)
-  %two = const(value=2.0) : fp16[]
-  %m = mul(%r, %two)
-  %y = cast(%m, dtype=fp32)
-  return %y
-}
-"""
-
-DENSE_IR = f"""\
-// selftest (reload, shared): weights that a reload can swap
-func dense(%x: fp32[1, 64, 1, {N}]) {{
-  %xh = cast(%x, dtype=fp16)
-  %w = const(weight="dense.weight") : fp16[64, 64, 1, 1]
-  %b = const(weight="dense.bias") : fp16[1, 64, 1, 1]
-  %h = conv1x1(%xh, %w, bias=%b)
-  %y = cast(%h, dtype=fp32)
-  return %y
-}}
-"""
-
-ONE_IR = f"""\
-// selftest (reload): one weight tensor, so the compiled data is the BLOBFILE itself
-func one(%x: fp32[1, 64, 1, {N}]) {{
-  %xh = cast(%x, dtype=fp16)
-  %w = const(weight="one.weight") : fp16[64, 64, 1, 1]
-  %h = conv1x1(%xh, %w)
-  %y = cast(%h, dtype=fp32)
-  return %y
-}}
-"""
-
-COMPRESSED_IR = f"""\
-// selftest (compressed): a conv weight and a matmul weight, stored compressed
-func compressed(%x: fp32[1, 64, 1, {N}], %a: fp32[1, 1, {N}, 64]) {{
-  %xh = cast(%x, dtype=fp16)
-  %w = const(weight="conv.weight") : fp16[64, 64, 1, 1]
-  %h = conv1x1(%xh, %w)
-  %y = cast(%h, dtype=fp32)
-  %ah = cast(%a, dtype=fp16)
-  %wm = const(weight="matmul.weight") : fp16[1, 1, 64, 64]
-  %m = matmul(%ah, %wm)
-  %z = cast(%m, dtype=fp32)
-  return %y, %z
-}}
-"""
-
-COMPRESSED_PROBES: tuple[tuple[str, str | None], ...] = (
-    ("int8", "affine"), ("int8", "blockwise"), ("lut4", None), ("lut6", None))
-"""(format, int8 form) pairs the compressed check compiles: the two MIL ops of int8 weights
-(ANE-COMPRESSED-WEIGHTS) and two LUT widths."""
-
-NORMS_IR = f"""\
-// selftest (fp16-range): norms written as mean(x * x), made range-safe by the compiler
-func norms(%x: fp32[1, 64, 1, {N}]) {{
-  %xh = cast(%x, dtype=fp16)
-  %sq = mul(%xh, %xh)
-  %ms = reduce_mean(%sq, axes=[1], keep_dims=true)
-  %eps = const(value=1e-05) : fp16[]
-  %me = add(%ms, %eps)
-  %r = rsqrt(%me)
-  %rn = mul(%xh, %r)
-  %mu = reduce_mean(%xh, axes=[1], keep_dims=true)
-  %xc = sub(%xh, %mu)
-  %sq2 = mul(%xc, %xc)
-  %var = reduce_mean(%sq2, axes=[1], keep_dims=true)
-  %ve = add(%var, %eps)
-  %rs = rsqrt(%ve)
-  %ln = mul(%xc, %rs)
-  %rms = cast(%rn, dtype=fp32)
-  %lnorm = cast(%ln, dtype=fp32)
-  return %lnorm, %rms
-}}
-"""
-
-_T = "tensor<fp16, [1, 64, 1, 384]>"  # 49152 bytes: the surfaces are not the problem
-
-
-def _mil_header(dialect: str) -> str:
-    """The program header exactly as the emitter writes it for ``dialect``."""
-    from anec.mil.emitter import DIALECTS
-
-    d = DIALECTS[dialect]
-    return f"program({d.program_version})\n{d.build_info}\n{{\n"
-
-
-def raw_mil(op: str, dialect: str) -> str:
-    """Hand-written MIL using `op` ("concat", "gelu", "rsqrt", or the control
-    "relu") in the target's dialect: the emitter never writes these ops."""
-    old = dialect == "ios16"
-
-    def name(n: str) -> str:
-        return f'tensor<string, []>("{n}")' if old else f'string("{n}")'
-
-    def scalar(dtype: str, n: str, literal: str) -> str:
-        t = f"tensor<{dtype}, []>" if old else dtype
-        return f"        {t} {n} = const()[name = {name(n)}, val = {t}({literal})];\n"
-
-    body = {
-        "concat": (f"    func main<{dialect}>({_T} a, {_T} b) {{\n"
-                   + scalar("int32", "c_axis", "1") + scalar("bool", "c_interleave", "false")
-                   + "        tensor<fp16, [1, 128, 1, 384]> c = concat(axis = c_axis, interleave = c_interleave, "
-                   f"values = (a, b))[name = {name('c')}];\n    }} -> (c);\n}}\n"),
-        "gelu": (f"    func main<{dialect}>({_T} x) {{\n"
-                 + scalar("string", "g_mode", '"TANH_APPROXIMATION"')
-                 + f"        {_T} g = gelu(mode = g_mode, x = x)[name = {name('g')}];\n    }} -> (g);\n}}\n"),
-        "rsqrt": (f"    func main<{dialect}>({_T} x) {{\n"
-                  + scalar("fp16", "r_epsilon", "0x1.5p-17")
-                  + f"        {_T} r = rsqrt(epsilon = r_epsilon, x = x)[name = {name('r')}];\n    }} -> (r);\n}}\n"),
-        "relu": (f"    func main<{dialect}>({_T} x) {{\n"
-                 f"        {_T} r = relu(x = x)[name = {name('r')}];\n    }} -> (r);\n}}\n"),
-    }[op]
-    return _mil_header(dialect) + body
-
-
-def raw_max_pool(kernel: int, dialect: str) -> str:
-    """Hand-written MIL: one max_pool with a 1 x ``kernel`` window along W."""
-    old = dialect == "ios16"
-
-    def name(n: str) -> str:
-        return f'tensor<string, []>("{n}")' if old else f'string("{n}")'
-
-    def const(t: str, n: str, literal: str) -> str:
-        return f"        {t} {n} = const()[name = {name(n)}, val = {t}({literal})];\n"
-
-    s = "tensor<string, []>" if old else "string"
-    b = "tensor<bool, []>" if old else "bool"
-    return (_mil_header(dialect) + f"    func main<{dialect}>({_T} x) {{\n"
-            + const("tensor<int32, [2]>", "p_k", f"[1, {kernel}]") + const("tensor<int32, [2]>", "p_s", "[1, 1]")
-            + const("tensor<int32, [4]>", "p_pad", f"[0, 0, {kernel // 2}, {kernel - 1 - kernel // 2}]")
-            + const(s, "p_pt", '"custom"') + const(b, "p_ceil", "false")
-            + f"        {_T} p = max_pool(ceil_mode = p_ceil, kernel_sizes = p_k, pad = p_pad, pad_type = p_pt, "
-            f"strides = p_s, x = x)[name = {name('p')}];\n    }} -> (p);\n}}\n")
-
-
-RAW_OPS = ("concat", "gelu", "rsqrt", "relu")
-"""The ops :func:`raw_mil` writes: concat (contested, probed by the concat check), the ops the
-catalog verifies rejected, then the control (same shapes, an op the ANE accepts)."""
-
-UNLEGALIZED_OPS = ("gelu", "rsqrt")
-"""The ops the unlegalized check expects the device compiler to reject."""
-
-CONCAT_IR = f"""\
-// selftest (concat): a channel concat kept as MIL (the native reading of ANE-CONCAT)
-func cat(%a: fp32[1, 64, 1, {N}], %b: fp32[1, 32, 1, {N}]) {{
-  %ah = cast(%a, dtype=fp16)
-  %bh = cast(%b, dtype=fp16)
-  %c = concat(%ah, %bh, axis=1)
-  %r = relu(%c)
-  %y = cast(%r, dtype=fp32)
-  return %y
-}}
-"""
 
 
 @dataclass
@@ -313,12 +53,10 @@ class Check:
         return "PASS" if self.passed else "FAIL"
 
 
-class _Env:
+class CheckEnv:
     """What every check needs: the backend, the target and a seed."""
 
     def __init__(self, backend: str, target: str, seed: int) -> None:
-        from anec.targets import get_target
-
         self.backend = backend
         self.tgt = get_target(target)
         self.seed = seed
@@ -334,8 +72,6 @@ class _Env:
     def runtime(self, reload_verified: list[str] | None = None):
         """A runtime on the backend; ``reload_verified`` overrides the verdict
         (the probes use [] so that nothing cached steers them)."""
-        from anec.runtime import Runtime
-
         return Runtime(backend=self.backend, reload_verified=reload_verified)
 
     def build(self, text: str, name: str, seed_offset: int = 0, pack_weights: bool = False,
@@ -344,10 +80,6 @@ class _Env:
         """(module, graph, weights, artifact) for IR `text`, random weights; concat is rewritten
         unless ``concat="native"`` (no cached verdict steers a probe); ``target_forms`` reads
         the target-level ops (conv, max_pool, ...) the spatial probe writes directly."""
-        from anec.compiler import compile_module
-        from anec.ir.parser import parse
-        from anec.weights import random_weights
-
         module = parse(text, f"<selftest:{name}>", target_forms=target_forms)
         func = next(iter(module.funcs))
         store = random_weights(module, self.seed + seed_offset)
@@ -370,8 +102,6 @@ def _compare(got: np.ndarray, ref: np.ndarray) -> tuple[bool, float, float, floa
 
 
 def _reference(graph, inputs: dict[str, np.ndarray], store) -> dict[str, np.ndarray]:
-    from anec.ir.interp import interpret
-
     return interpret(graph, inputs, store, mode="fp32")
 
 
@@ -383,10 +113,7 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-# ---- the checks --------------------------------------------------------------------------
-
-
-def check_legalized(env: _Env, c: Check) -> None:
+def check_legalized(env: CheckEnv, c: Check) -> None:
     module, graph, store, art, result = env.build(LEGALIZED_IR, "legalized")
     rules = sorted({r["rule"] for r in result.rewrites})
     x = env.normal(graph.inputs[0].type.shape)
@@ -400,9 +127,7 @@ def check_legalized(env: _Env, c: Check) -> None:
     c.data.update(rewrites=len(result.rewrites), rules=rules, max_abs_err=err, tolerance=tol, max_abs_ref=scale)
 
 
-def check_unlegalized(env: _Env, c: Check) -> None:
-    from anec.diagnostics import RuntimeFailure
-
+def check_unlegalized(env: CheckEnv, c: Check) -> None:
     results: dict[str, dict[str, Any]] = {}
     dialect = env.tgt.mil_dialect
     with env.runtime() as rt:
@@ -448,9 +173,7 @@ def _declared_concat() -> str:
     return "accepted" if accept and accept[-1] else "rejected"
 
 
-def check_concat(env: _Env, c: Check) -> None:
-    from anec.diagnostics import RuntimeFailure
-
+def check_concat(env: CheckEnv, c: Check) -> None:
     dialect = env.tgt.mil_dialect
     a = env.normal((1, 64, 1, 384)).astype(np.float16)
     b = env.normal((1, 64, 1, 384)).astype(np.float16)
@@ -495,7 +218,7 @@ def check_concat(env: _Env, c: Check) -> None:
             c.lines.append(f"the sim declares concat {declared} but the probe found {verdict}")
 
 
-def check_binding(env: _Env, c: Check) -> None:
+def check_binding(env: CheckEnv, c: Check) -> None:
     module, graph, store, art, _ = env.build(BINDING_IR, "binding")
     shape = graph.inputs[0].type.shape
     zeta, alpha = env.normal(shape), env.normal(shape)
@@ -533,9 +256,7 @@ def check_binding(env: _Env, c: Check) -> None:
     c.data.update(inputs=order_in, outputs=order_out, max_abs_err=errs)
 
 
-def check_min_surface(env: _Env, c: Check) -> None:
-    from anec.diagnostics import RuntimeFailure
-
+def check_min_surface(env: CheckEnv, c: Check) -> None:
     module, graph, store, art, _ = env.build(SMALL_IR, "min-surface")
     x = env.normal(graph.inputs[0].type.shape)
     ref = _reference(graph, {"x": x}, store)["y"]
@@ -569,8 +290,6 @@ def check_min_surface(env: _Env, c: Check) -> None:
 
 def _blob_update(art, store2) -> dict[str, bytes]:
     """The artifact's BLOBFILEs with the weights of store2 (MIL path -> bytes)."""
-    from anec.runtime.weights import patched_blobs
-
     current = {w.get("path") or "@model_path/" + w["file"]: art.blobs[w["file"]] for w in art.manifest["weights"]}
     return patched_blobs(art.manifest, current, {w["key"]: store2[w["key"]] for w in art.manifest["weights"]})
 
@@ -579,14 +298,12 @@ PROBED = ("data-patch", "new-object")
 """The no-compile reload strategies the reload check probes, in the runtime's order of preference."""
 
 
-def _probe_data_patch(env: _Env, text: str, name: str, pack: bool, strategy: str = "data-patch") -> dict[str, Any]:
+def _probe_data_patch(env: CheckEnv, text: str, name: str, pack: bool, strategy: str = "data-patch") -> dict[str, Any]:
     """Force one no-compile reload strategy on one program ("data-patch": the same
     model object, unloaded, its data rewritten, loaded again; "new-object": a new,
     never-compiled object loading the new data) and compare with a fresh compile
     of the new weights: verified when the outputs changed, equal the fresh
     compile bit for bit, and nothing was compiled."""
-    from anec.weights import random_weights
-
     module, graph, store1, art, _ = env.build(text, name, pack_weights=pack)
     store2 = random_weights(module, env.seed + 1000)
     _, _, _, art2, _ = env.build(text, name, seed_offset=1000, pack_weights=pack)
@@ -622,7 +339,7 @@ def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
     return d if same_elsewhere else float("inf")
 
 
-def check_reload(env: _Env, c: Check) -> None:
+def check_reload(env: CheckEnv, c: Check) -> None:
     env.verdict = []
     # each no-compile strategy probed on its own, forced: on a one-tensor program and, where
     # the device also keeps a packed file as data, on a packed one too
@@ -645,8 +362,6 @@ def check_reload(env: _Env, c: Check) -> None:
                 c.lines.append(f"{strategy}, {label}: NOT effective here (changed by {_fmt(r.get('change', 0))}, "
                                f"{_fmt(r.get('vs_fresh', 0))} from a fresh compile): not used")
     # the runtime's own choice with this verdict, on a program of each kind, must equal a fresh compile
-    from anec.weights import random_weights
-
     ok = True
     auto: dict[str, Any] = {}
     for text, name in ((ONE_IR, "reload-auto-one"), (DENSE_IR, "reload-auto-dense")):
@@ -684,7 +399,7 @@ def check_reload(env: _Env, c: Check) -> None:
                    "verified here)")
 
 
-def check_shared(env: _Env, c: Check) -> None:
+def check_shared(env: CheckEnv, c: Check) -> None:
     for text, kind in ((ONE_IR, "one tensor"), (DENSE_IR, "two tensors")):
         module, graph, store1, art1, _ = env.build(text, f"shared-{kind}-1")
         _, _, store2, art2, _ = env.build(text, f"shared-{kind}-2", seed_offset=2000)
@@ -713,22 +428,11 @@ def check_shared(env: _Env, c: Check) -> None:
                         "max_abs_err": [err1, err2], "first_unchanged": ok1b}
 
 
-_TRIVIAL = {
-    "ios18": "program(1.3)\n{\n    func main<ios18>(tensor<fp16, [1, 64, 1, 384]> x) {\n"
-             '        tensor<fp16, [1, 64, 1, 384]> r = relu(x = x)[name = string("r")];\n    } -> (r);\n}\n',
-    "ios16": "program(1.0)\n{\n    func main<ios16>(tensor<fp16, [1, 64, 1, 384]> x) {\n"
-             '        tensor<fp16, [1, 64, 1, 384]> r = relu(x = x)[name = tensor<string, []>("r")];\n'
-             "    } -> (r);\n}\n",
-}
-
-
-def check_dialect(env: _Env, c: Check) -> None:
-    from anec.diagnostics import RuntimeFailure
-
+def check_dialect(env: CheckEnv, c: Check) -> None:
     accepted = []
     x = np.abs(env.normal((1, 64, 1, 384))).astype(np.float16)
     with env.runtime(reload_verified=[]) as rt:
-        for dialect, text in _TRIVIAL.items():
+        for dialect, text in TRIVIAL_MIL.items():
             try:
                 y = rt.compile(text, limits=env.limits())(x=x)["r"]
             except RuntimeFailure as e:
@@ -745,7 +449,7 @@ def check_dialect(env: _Env, c: Check) -> None:
     c.data.update(accepted=accepted)
 
 
-def check_fp16_range(env: _Env, c: Check) -> None:
+def check_fp16_range(env: CheckEnv, c: Check) -> None:
     _, graph, store, art, _ = env.build(NORMS_IR, "fp16-range")
     worst: dict[str, float] = {}
     ok = True
@@ -771,40 +475,8 @@ def check_fp16_range(env: _Env, c: Check) -> None:
     c.data.update(max_abs_err=worst)
 
 
-def _spatial_ir(kernel: int) -> str:
-    """Target forms at the limits (ANE-SPATIAL-LIMITS), kernel ``kernel`` along W."""
-    from anec.ir.ops import SPATIAL_LIMITS as L
-
-    k, s, d, up = kernel, L.stride, L.dilation, L.upsample_scale
-    n = 24 * s  # the pooled width times the stride
-    return f"""\
-// selftest (spatial): native spatial ops at anec's limits
-func spatial(%x: fp32[1, 64, 1, {n}]) {{
-  %xh = cast(%x, dtype=fp16)
-  %wk = const(weight="dw.weight") : fp16[64, 1, 1, {k}]
-  %a = conv(%xh, %wk, pad=[0, 0, {k - 1}, 0], groups=64)
-  %wd = const(weight="dil.weight") : fp16[64, 64, 1, 3]
-  %b = conv(%a, %wd, dilations=[1, {d}], pad=[0, 0, {2 * d}, 0])
-  %c = max_pool(%b, kernel_sizes=[1, {k}], strides=[1, {s}], pad=[0, 0, {k // 2}, {k - 1 - k // 2}])
-  %wt = const(weight="up.weight") : fp16[64, 64, 1, {2 * s}]
-  %t = conv_transpose(%c, %wt, strides=[1, {s}], pad=[0, 0, {s // 2}, {s // 2}])
-  %v = avg_pool(%t, kernel_sizes=[1, {k}], strides=[1, 1], pad=[0, 0, {k // 2}, {k - 1 - k // 2}],
-                exclude_padding_from_average=true)
-  %u = upsample_nearest(%c, scales=[1, {up}])
-  %z = upsample_bilinear(%c, size=[1, {n}])
-  %y = cast(%v, dtype=fp32)
-  %yu = cast(%u, dtype=fp32)
-  %yz = cast(%z, dtype=fp32)
-  return %y, %yu, %yz
-}}
-"""
-
-
-def check_spatial(env: _Env, c: Check) -> None:
-    from anec.diagnostics import RuntimeFailure
-    from anec.ir.ops import SPATIAL_LIMITS
-
-    _, graph, store, art, _ = env.build(_spatial_ir(SPATIAL_LIMITS.kernel), "spatial", target_forms=True)
+def check_spatial(env: CheckEnv, c: Check) -> None:
+    _, graph, store, art, _ = env.build(spatial_ir(SPATIAL_LIMITS.kernel), "spatial", target_forms=True)
     x = env.normal(graph.inputs[0].type.shape)
     with env.runtime() as rt:
         out = rt.load(art)(x=x)
@@ -840,11 +512,7 @@ def _compressed_op(art, fmt: str) -> str:
     raise AnecError(f"selftest: the {fmt} probe wrote no constexpr op (its weights fell back)")
 
 
-def check_compressed(env: _Env, c: Check) -> None:
-    from anec.diagnostics import RuntimeFailure
-    from anec.ir.interp import interpret
-    from anec.mil.artifact import artifact_weights
-
+def check_compressed(env: CheckEnv, c: Check) -> None:
     default = env.tgt.int8_form if env.tgt.mil_dialect == "ios18" else "affine"
     results: dict[str, dict[str, Any]] = {}
     ok = True
@@ -880,7 +548,7 @@ def check_compressed(env: _Env, c: Check) -> None:
     c.data.update(probes=results, int8_form=default)
 
 
-CHECKS: list[tuple[str, str, Callable[[_Env, Check], None]]] = [
+CHECKS: list[tuple[str, str, Callable[[CheckEnv, Check], None]]] = [
     ("legalized", "legalized program matches the reference interpreter", check_legalized),
     ("unlegalized", "unlegalized MIL (gelu, rsqrt) is rejected by the device compiler", check_unlegalized),
     ("concat", "concat: accepted and correct, rejected, or accepted but wrong", check_concat),
@@ -896,109 +564,4 @@ CHECKS: list[tuple[str, str, Callable[[_Env, Check], None]]] = [
 
 
 def native_ane() -> bool:
-    from anec.runtime import backend_available
-
     return backend_available("ane")[0]
-
-
-# ---- running and reporting -----------------------------------------------------------------------
-
-
-def default_target() -> str:
-    """The profile of this Mac's chip, else the default target."""
-    from anec.machine import detect_chip
-    from anec.targets import DEFAULT_TARGET, target_for_chip
-
-    return target_for_chip(detect_chip()) or DEFAULT_TARGET
-
-
-def run_selftest(backend: str = "auto", target: str | None = None, seed: int = 0,
-                 save: bool = True) -> dict[str, Any]:
-    """Run every check; the report as JSON-able data (``passed``: all passed).
-    On the ane driver the reload verdict is cached for later runtimes unless
-    ``save`` is False (docs/macos.md).
-
-    Raises AnecError when the backend cannot be opened at all."""
-    from anec.runtime import Runtime
-    from anec.targets import get_target
-
-    tgt = get_target(target or default_target()).name
-    with Runtime(backend=backend) as rt:
-        driver = rt.backend
-    env = _Env(backend, tgt, seed)
-    env.driver = driver
-    checks = []
-    for cid, title, fn in CHECKS:
-        c = Check(cid, title)
-        t0 = time.perf_counter()
-        try:
-            fn(env, c)
-        except AnecError as e:
-            c.passed = False
-            c.lines.append("error: " + e.render().replace("\n", "\n    "))
-        except Exception as e:  # noqa: BLE001 - a crash fails this check, the others still run
-            c.passed = False
-            c.lines.append(f"crashed: {type(e).__name__}: {e}")
-            c.data["traceback"] = traceback.format_exc()
-        c.data["seconds"] = time.perf_counter() - t0
-        checks.append(c)
-    report = {
-        "anec_selftest": 1,
-        "platform": platform_info(),
-        "backend": backend,
-        "driver": driver,
-        "target": tgt,
-        "seed": seed,
-        "checks": [asdict(c) | {"status": c.status} for c in checks],
-        "passed": all(c.passed for c in checks),
-    }
-    if driver == "ane" and save:
-        # every later Runtime on this Mac uses the reload strategies verified here
-        path = save_verdict(report)
-        report["verdict_file"] = str(path) if path else None
-    return report
-
-
-def render(report: dict[str, Any]) -> str:
-    """The plain-text report (paste it into an issue)."""
-    p = report["platform"]
-    lines = [f"anec selftest {p['anec']}: driver {report['driver']} (backend {report['backend']}), "
-             f"target {report['target']}, seed {report['seed']}"]
-    osline = f"{p['os']} {p['release']} {p['machine']}"
-    if p.get("macos"):
-        osline = f"macOS {p['macos']} ({p['machine']}), chip {p.get('chip') or 'unknown'}"
-    lines.append(f"{osline}; python {p['python']}, numpy {p['numpy']}")
-    lines.append("")
-    for c in report["checks"]:
-        lines.append(f"{c['status']}  {c['id']:<13} {c['title']}")
-        for line in c["lines"]:
-            lines.append(f"      {line}")
-    n_pass = sum(c["passed"] for c in report["checks"])
-    lines.append("")
-    if report.get("verdict_file"):
-        lines.append(f"reload and concat verdicts cached in {report['verdict_file']} (later runtimes and "
-                     "compiles on this Mac use them)")
-    lines.append(f"{n_pass}/{len(report['checks'])} checks passed")
-    return "\n".join(lines) + "\n"
-
-
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--backend", type=click.Choice(["auto", "sim", "ane"]), default="auto", show_default=True,
-              help="auto: the ANE on a Mac with Apple silicon, else the sim.")
-@click.option("--target", metavar="NAME", default=None,
-              help="Chip profile m1..m5 (default: this Mac's chip, else m4).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs and weights.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def main(backend: str, target: str | None, seed: int, as_json: bool) -> None:
-    """Check on this machine the ANE claims anec relies on; exit 0 iff all pass."""
-    try:
-        report = run_selftest(backend, target, seed)
-    except AnecError as e:
-        click.echo(e.render(), err=True)
-        sys.exit(2)
-    click.echo(json.dumps(report, indent=2) if as_json else render(report), nl=as_json)
-    sys.exit(0 if report["passed"] else 1)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
