@@ -92,7 +92,7 @@ def count_programs(artifacts: Iterable[Any]) -> int:
     return count_compiles(program_artifacts(artifacts))
 
 
-def _share_mode(share: str | bool) -> str:
+def share_mode(share: str | bool) -> str:
     if share is True or share is False:
         return "always" if share else "never"
     if share not in SHARE_MODES:
@@ -257,7 +257,7 @@ def compile_module(
     from anec.compress import parse_spec
 
     tgt = with_int8_form(with_concat(with_dialect(get_target(target), dialect), concat), compress_form)
-    share = _share_mode(share_programs)
+    share = share_mode(share_programs)
     budget = tgt.process_compile_budget if compile_budget is None else int(compile_budget)
     spec = parse_spec(compress, compress_gate)
     pipeline = resolve_passes(passes)

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping
 from anec import signals
 from anec.diagnostics import AnecError, ArtifactError, RuntimeFailure, did_you_mean
 from anec.runtime import native
-from anec.runtime.program import Program, _blob_array, _Closing, _limits
+from anec.runtime.program import Program, weight_input_array, NativeOwner, manifest_limits
 
 __all__ = ["Runtime", "Program", "RuntimeFailure", "backend_available"]
 
@@ -126,7 +126,7 @@ def _verdict_for(backend: str) -> list[str] | None:
     return cached_verdict("ane")
 
 
-class Runtime(_Closing):
+class Runtime(NativeOwner):
     """A C runtime on one backend; programs live until :meth:`close`.
 
     Safe to use from several threads: calls on one program are serialized,
@@ -236,11 +236,11 @@ class Runtime(_Closing):
         input_files = {w["file"] for w in manifest.get("weight_inputs", [])}
         mil_blobs = {paths.get(rel, "@model_path/" + rel): data for rel, data in blobs.items()
                      if rel not in input_files}
-        prog = self.compile(mil, mil_blobs, limits=_limits(manifest), manifest=manifest, load=False)
+        prog = self.compile(mil, mil_blobs, limits=manifest_limits(manifest), manifest=manifest, load=False)
         try:
             _check_io(manifest, prog)
             if manifest.get("weight_inputs"):
-                prog._set_weight_inputs({w["input"]: _blob_array(blobs[w["file"]], w)
+                prog._set_weight_inputs({w["input"]: weight_input_array(blobs[w["file"]], w)
                                          for w in manifest["weight_inputs"]}, reload=False)
             prog.load()
         except AnecError:

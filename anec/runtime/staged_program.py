@@ -22,7 +22,7 @@ import numpy as np
 
 from anec.diagnostics import ArtifactError, RuntimeFailure, WeightError, did_you_mean
 from anec.runtime import native
-from anec.runtime.program import FINITE_HINT, Program, _limits, nonfinite
+from anec.runtime.program import FINITE_HINT, Program, manifest_limits, nonfinite
 from anec.runtime.weights import changed_blobs, weight_input_values
 
 if TYPE_CHECKING:
@@ -88,16 +88,16 @@ def load_pipeline(rt: "Runtime", art: "PipelineArtifact") -> "PipelineProgram":
     progs: list["Program"] = []
     try:
         for st in art.stages:
-            limits = _limits(st.manifest)
+            limits = manifest_limits(st.manifest)
             if limits is not None:
                 limits["min_surface_bytes"] = max(int(limits.get("min_surface_bytes", 0)), int(m["surface_bytes"]))
             blobs = {w.get("path") or "@model_path/" + w["file"]: st.blobs[w["file"]] for w in st.manifest["weights"]}
             prog = rt.compile(st.mil_text, blobs, limits=limits, manifest=st.manifest, load=False)
             progs.append(prog)
             if st.manifest.get("weight_inputs"):  # this stage's own weights, into its own surfaces
-                from anec.runtime.program import _blob_array
+                from anec.runtime.program import weight_input_array
 
-                prog._set_weight_inputs({w["input"]: _blob_array(st.blobs[w["file"]], w)
+                prog._set_weight_inputs({w["input"]: weight_input_array(st.blobs[w["file"]], w)
                                          for w in st.manifest["weight_inputs"]}, reload=False)
             prog.load()
         inputs = [e["name"] for e in m["inputs"]]
