@@ -110,6 +110,7 @@ int ane_copy_compiled(ane_ctx *c, const char *from, const char *to, char *err, s
     return rc;
 }
 
+/* Where p's compiled form is now (caller holds p->dir->use): the hexId
    directory while p owns it, else p's own copy in its program directory. */
 const char *ane_compiled_home(const ane_prog *p)
 {

@@ -56,7 +56,6 @@ int rt_budget_set_process(const anec_driver *d, int budget)
 int rt_budget_reserve(anec_runtime *rt)
 {
     int di = row(rt);
-    int di = row(rt);
     pthread_mutex_lock(&g_proc);
     uint64_t proc = g_compiles[di];
     pthread_mutex_lock(&rt->st_lock);

@@ -292,11 +292,11 @@ static void test_core_options_accepted(void)
 }
 
 static const tap_test k_tests[] = {
-    {"a weight with a length and no bytes never reaches the framework", test_weight_without_bytes_refused},
-    {"patch paths outside the program are refused", test_patch_path_outside_the_program_refused},
-    {"the request follows the order the surfaces are bound in", test_request_follows_the_binding_order},
-    {"one surface bound twice is handed over once", test_one_surface_bound_twice},
-    {"the core's driver options are accepted", test_core_options_accepted},
+    {"a weight with a length and no bytes never reaches the framework", test_weight_without_bytes_refused, 0},
+    {"patch paths outside the program are refused", test_patch_path_outside_the_program_refused, 0},
+    {"the request follows the order the surfaces are bound in", test_request_follows_the_binding_order, 0},
+    {"one surface bound twice is handed over once", test_one_surface_bound_twice, 0},
+    {"the core's driver options are accepted", test_core_options_accepted, 0},
 };
 
 int main(void)

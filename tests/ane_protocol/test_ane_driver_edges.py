@@ -38,7 +38,7 @@ def test_ane_driver_edges_pass(tmp_path: Path) -> None:
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
-    declared = len(re.findall(r'^\s*\{"[^"]+", test_\w+\},$', SOURCES[-1].read_text(), re.M))
+    declared = len(re.findall(r'^\s*\{"[^"]+", test_\w+, 0\},$', SOURCES[-1].read_text(), re.M))
     assert declared >= 5
     # every test declared ran, and passed
     assert re.findall(r"^1\.\.(\d+)$", r.stdout, re.M) == [str(declared)], out
