@@ -1,5 +1,5 @@
 /* test_mil.c - MIL parser and sim compiler: accepted forms, rejections with line + constraint id. */
-#include "sim_mil.h"
+#include "mil_parse.h"
 #include "sim_plan.h"
 #include "tharness.h"
 

@@ -1,5 +1,7 @@
 /*
- * sim_mil.h - a recursive-descent parser for Apple MIL text (internal).
+ * mil_parse.h - a recursive-descent parser for Apple MIL text (internal):
+ * the grammar in mil_parse.c, the tokens in mil_lex.c. The runtime core reads a
+ * program's signature with it, the sim compiles the whole program.
  *
  * It reads the text our emitter writes and the forms other emitters and
  * coremlc use: program(1.0|1.3) with an optional [buildInfo = dict<..>(..)],
@@ -16,8 +18,8 @@
  * reported as "model.mil:LINE:COL: message". The parser never reads outside
  * the given bytes and bounds its recursion, so any input is safe.
  */
-#ifndef ANEC_SIM_MIL_H
-#define ANEC_SIM_MIL_H
+#ifndef ANEC_MIL_PARSE_H
+#define ANEC_MIL_PARSE_H
 
 #include <stddef.h>
 #include <stdint.h>
