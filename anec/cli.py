@@ -628,7 +628,7 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
         for line in check_lines(result.compress_check):
             click.echo(line)
     if result.artifacts:
-        from anec.frontends.torch_import import link_import
+        from anec.frontends.torch.imported import link_import
 
         linked = link_import(Path(file), out)
         if linked:
@@ -874,7 +874,7 @@ def _imported_at(path: str):
     import`` directory, or ``anec compile``'s output of one (or its func directory); else None."""
     from pathlib import Path
 
-    from anec.frontends.torch_import import META_FILE, ImportedModel, linked_import
+    from anec.frontends.torch.imported import META_FILE, ImportedModel, linked_import
 
     d = Path(path)
     if not d.is_dir():
@@ -895,7 +895,7 @@ def _torch_input_hint(path: str, name: str, command: str = "run") -> str | None:
     import json
     from pathlib import Path
 
-    from anec.frontends.torch_import import META_FILE
+    from anec.frontends.torch.imported import META_FILE
 
     d = Path(path).parent
     try:
@@ -1001,7 +1001,8 @@ def import_cmd(file, out_dir, name, target, list_ops, markdown) -> None:
         return
     if file is None or out_dir is None:
         raise click.UsageError("give FILE.pt2 and -o DIR (or --ops to list the supported ATen ops)")
-    from anec.frontends.torch_import import import_torch, load_pt2
+    from anec.frontends.torch import import_torch
+    from anec.frontends.torch.export import load_pt2
 
     im = import_torch(load_pt2(file), name=name, target=target)
     path = im.save(out_dir)
