@@ -245,7 +245,7 @@ class ImportedModel:
         return TorchRunner(self, backend=backend, target=target, mode=mode, seed=seed, artifact=artifact,
                            compress=compress, compress_gate=compress_gate, compress_form=compress_form)
 
-    def check_ranges(self, *args: Any, **kwargs: Any) -> RangeReport:
+    def check_ranges(self, *args: Any, **kwargs: Any) -> list[RangeReport]:
         """The fp16 range analysis (:func:`anec.ranges.check_ranges`) on sample inputs given
         as to the torch module (host steps applied): a :class:`~anec.ranges.RangeReport`
         whose ``findings`` name each node that overflows fp16 or is all subnormals."""
