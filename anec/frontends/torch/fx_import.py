@@ -509,7 +509,8 @@ def _flat(values: Iterable[Any]) -> Iterable[Any]:
             yield v
 
 
-def import_exported(ep: torch.export.ExportedProgram, *, name: str = "main", target: str | None = None) -> ImportedModel:
+def import_exported(ep: torch.export.ExportedProgram, *, name: str = "main",
+                    target: str | None = None) -> ImportedModel:
     """Import a ``torch.export.ExportedProgram`` (decomposed here)."""
     require("torch", "torch", "anec.import_torch")
     if not re.match(r"[A-Za-z_][A-Za-z0-9_]*\Z", name or ""):
