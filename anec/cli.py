@@ -1001,7 +1001,7 @@ def import_cmd(file, out_dir, name, target, list_ops, markdown) -> None:
         return
     if file is None or out_dir is None:
         raise click.UsageError("give FILE.pt2 and -o DIR (or --ops to list the supported ATen ops)")
-    from anec.frontends.torch import import_torch
+    from anec.frontends.torch.fx_import import import_torch
     from anec.frontends.torch.export import load_pt2
 
     im = import_torch(load_pt2(file), name=name, target=target)

@@ -114,7 +114,7 @@ class _Dataclass(torch.nn.Module):
 
 
 def test_nested_and_unregistered_output_pytrees_import(tmp_path):
-    from anec.frontends.torch import import_torch
+    from anec.frontends.torch.fx_import import import_torch
     from anec.frontends.torch.export import load_pt2
 
     x = torch.randn(2, 16, generator=torch.Generator().manual_seed(1))

@@ -20,42 +20,16 @@ The package holds one concern per module:
 
 * :mod:`~anec.frontends.torch.export` -- ``torch.export`` with anec's errors,
   the core-ATen decomposition, and reading a saved ``.pt2`` program safely;
-* :mod:`~anec.frontends.torch.fx_import` -- the walk of the exported FX graph
-  into one anec func (with :mod:`~anec.frontends.torch.fx_io`, the program's
-  I/O names and entry layouts, and :mod:`~anec.frontends.torch.fx_constants`,
-  constant folding);
-* :mod:`~anec.frontends.torch.imported` -- :class:`ImportedModel` and its saved
+* :mod:`~anec.frontends.torch.fx_import` -- ``import_torch`` and the walk of
+  the exported FX graph into one anec func, with
+  :mod:`~anec.frontends.torch.fx_io` (the program's I/O names and entry
+  layouts) and :mod:`~anec.frontends.torch.fx_constants` (constant folding);
+* :mod:`~anec.frontends.torch.imported` -- ``ImportedModel`` and its saved
   form (an import directory), and the link ``anec compile`` writes to it;
-* :mod:`~anec.frontends.torch.runner` -- :class:`TorchRunner`, the host steps
+* :mod:`~anec.frontends.torch.runner` -- ``TorchRunner``, the host steps
   around the compiled program.
 
-This module holds the entry point, :func:`import_torch`.
+This file holds no code: torch records the frames of files named
+``torch/__init__.py`` in the stack traces of exported nodes, which anec reads
+to locate errors in the user's source.
 """
-
-from __future__ import annotations
-
-from typing import Any, Mapping
-
-from anec.frontends import require
-from anec.frontends.fx import importing_from
-from anec.frontends.torch.export import export_module
-from anec.frontends.torch.fx_import import import_exported
-from anec.frontends.torch.imported import ImportedModel
-
-
-def import_torch(model: Any, example_inputs: Any = (), *, name: str = "main",
-                 example_kwargs: Mapping[str, Any] | None = None,
-                 target: str | None = None) -> ImportedModel:
-    """Import a PyTorch module (or a ``torch.export.ExportedProgram``) as one anec func.
-
-    ``example_inputs`` (a tuple of tensors, like ``torch.export.export``'s
-    ``args``) fixes every shape: ANE programs are static. ``target`` picks the
-    chip whose conv channel limit decides conv1x1 vs matmul for wide layers.
-    """
-    torch = require("torch", "torch", "anec.import_torch")
-    with importing_from():
-        if isinstance(model, torch.export.ExportedProgram):
-            ep = model
-        else:
-            ep = export_module(model, example_inputs, example_kwargs)
-        return import_exported(ep, name=name, target=target)

@@ -1,5 +1,6 @@
-"""The walk of an exported program's FX graph into one anec func.
+"""``import_torch``, and the walk of an exported program's FX graph into one anec func.
 
+:func:`import_torch` exports a PyTorch module (:mod:`~anec.frontends.torch.export`);
 :func:`import_exported` decomposes a ``torch.export`` program to core ATen
 and walks its FX graph once, in order:
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 import operator
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
@@ -32,10 +33,10 @@ from anec.diagnostics import AnecError
 from anec.frontends import TorchImportError, UnsupportedOpError, require
 from anec.frontends.aten.context import Lowering
 from anec.frontends.aten.values import Args, Const, Deferred, Device, HostValue, InputRef, Lowered, WeightRef
-from anec.frontends.fx import located_error, node_location, node_span, op_name
+from anec.frontends.fx import importing_from, located_error, node_location, node_span, op_name
 from anec.frontends.lowerings import HANDLERS
 from anec.frontends.tensor_views import Emitter, Expanded, View, as_view, materialize, natural, reshape_view
-from anec.frontends.torch.export import decompose
+from anec.frontends.torch.export import decompose, export_module
 from anec.frontends.torch.fx_constants import RANDOM_OPS, VIEW_OPS, fold
 from anec.frontends.torch.fx_io import (
     dtype_name,
@@ -517,3 +518,21 @@ def import_exported(ep: torch.export.ExportedProgram, *, name: str = "main",
         raise TorchImportError(f"invalid func name '{name}'", hint="use letters, digits and _")
     ep = decompose(ep)
     return FxImporter(ep, name, target).run()
+
+
+def import_torch(model: Any, example_inputs: Any = (), *, name: str = "main",
+                 example_kwargs: Mapping[str, Any] | None = None,
+                 target: str | None = None) -> ImportedModel:
+    """Import a PyTorch module (or a ``torch.export.ExportedProgram``) as one anec func.
+
+    ``example_inputs`` (a tuple of tensors, like ``torch.export.export``'s
+    ``args``) fixes every shape: ANE programs are static. ``target`` picks the
+    chip whose conv channel limit decides conv1x1 vs matmul for wide layers.
+    """
+    torch = require("torch", "torch", "anec.import_torch")
+    with importing_from():
+        if isinstance(model, torch.export.ExportedProgram):
+            ep = model
+        else:
+            ep = export_module(model, example_inputs, example_kwargs)
+        return import_exported(ep, name=name, target=target)
