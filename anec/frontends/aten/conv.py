@@ -16,19 +16,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from anec.frontends.aten.context import Lowering, weight_hint
-from anec.frontends.aten.spatial import (
-    SPATIAL_GROUP,
-    Window,
-    add_fold,
-    as_nchw,
-    conv_window,
-    form_op,
-    from_nchw,
-    layer_path,
-    pad_form,
-    size_arg,
-    slice_at,
-)
+from anec.frontends.aten.spatial import (SPATIAL_GROUP, Window, add_fold, as_nchw, conv_window, form_op, from_nchw,
+                                         layer_path, pad_form, size_arg, slice_at)
 from anec.frontends.aten.table import Family
 from anec.frontends.aten.values import FP16, Args, Const, Lowered
 from anec.frontends.fx import aten_base

@@ -19,20 +19,8 @@ import numpy as np
 from anec.frontends.aten.context import Lowering
 from anec.frontends.aten.reductions import reduce_over
 from anec.frontends.aten.shapes import lower_pad
-from anec.frontends.aten.spatial import (
-    SPATIAL_GROUP,
-    Window,
-    add_fold,
-    as_nchw,
-    conv_window,
-    form_op,
-    from_nchw,
-    layer_path,
-    pad_form,
-    pool_window,
-    size_arg,
-    slice_at,
-)
+from anec.frontends.aten.spatial import (SPATIAL_GROUP, Window, add_fold, as_nchw, conv_window, form_op, from_nchw,
+                                         layer_path, pad_form, pool_window, size_arg, slice_at)
 from anec.frontends.aten.table import Family
 from anec.frontends.aten.values import FP16, Args, Deferred, Lowered, Operand
 from anec.frontends.tensor_views import View, materialize, natural, reshape_view
