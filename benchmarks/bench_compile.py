@@ -401,7 +401,10 @@ def _coreml_build_passes_save(art, tmp: Path) -> dict | None:
         import coremltools as ct
         from coremltools.converters.mil.mil.passes.pass_pipeline import PassPipeline, PassPipelineManager
 
-        from anec.frontends.coreml import _assemble, _Builder, _quiet, _wiring
+        from anec.frontends.coreml import quiet_stderr as _quiet
+        from anec.frontends.coreml_program import ProgramBuilder as _Builder
+        from anec.frontends.coreml_program import assemble as _assemble
+        from anec.frontends.coreml_wiring import pipeline_wiring as _wiring
     except Exception as e:  # noqa: BLE001 - any import problem means "not measured"
         return {"skipped": f"coremltools unavailable: {e}"}
     import logging

@@ -290,7 +290,7 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
         for line in check_lines(result.compress_check):
             click.echo(line)
     if result.artifacts:
-        from anec.frontends.torch_import import link_import
+        from anec.frontends.torch.imported import link_import
 
         linked = link_import(Path(file), out)
         if linked:

@@ -35,7 +35,8 @@ def import_cmd(file, out_dir, name, target, list_ops, markdown) -> None:
         return
     if file is None or out_dir is None:
         raise click.UsageError("give FILE.pt2 and -o DIR (or --ops to list the supported ATen ops)")
-    from anec.frontends.torch_import import import_torch, load_pt2
+    from anec.frontends.torch.export import load_pt2
+    from anec.frontends.torch.fx_import import import_torch
 
     im = import_torch(load_pt2(file), name=name, target=target)
     path = im.save(out_dir)

@@ -274,7 +274,7 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
 def _imported_at(path: str):
     """``(ImportedModel, artifact dir or None)`` when PATH is an imported model: an ``anec
     import`` directory, or ``anec compile``'s output of one (or its func directory); else None."""
-    from anec.frontends.torch_import import META_FILE, ImportedModel, linked_import
+    from anec.frontends.torch.imported import META_FILE, ImportedModel, linked_import
 
     d = Path(path)
     if not d.is_dir():
@@ -294,7 +294,7 @@ def _torch_input_hint(path: str, name: str, command: str = "run") -> str | None:
     to run the import directory instead."""
     import json
 
-    from anec.frontends.torch_import import META_FILE
+    from anec.frontends.torch.imported import META_FILE
 
     d = Path(path).parent
     try:

@@ -23,7 +23,9 @@ from click.testing import CliRunner
 from anec.cli import main
 from anec.compiler import compile_module
 from anec.frontends import CoreMLExportError
-from anec.frontends.coreml import export_coreml, mil_statements, read_package, verify_package
+from anec.frontends.coreml import export_coreml
+from anec.frontends.coreml_mil import mil_statements
+from anec.frontends.coreml_verify import read_package, verify_package
 from anec.ir.interp import interpret
 from anec.ir.parser import parse
 from anec.mil.artifact import artifact_weights

@@ -113,7 +113,7 @@ def test_fp16_interpreter_is_the_sims_oracle(imported_cases):
     reduce_mean -> reduce_sum(x * 1/N) rounds once more than the interpreter's mean)."""
     im, _, args, _ = imported_cases("encoder_1layer")
     with im.runner(backend="sim") as run:
-        feed = run._prepare(run._bind(args, {}))
+        feed = run.prepare(run.bind(args, {}))
         sim = run.program(feed)
     interp = im.runner(backend="interp", mode="fp16").program(feed)
     for k in sim:

@@ -277,7 +277,8 @@ class Expanded:
         return self.src.kind
 
 
-def _ascending(seq: Sequence[int]) -> bool:
+def ascending(seq: Sequence[int]) -> bool:
+    """Whether ``seq`` strictly increases (an ``order`` that needs no transpose)."""
     return all(a < b for a, b in zip(seq, seq[1:]))
 
 
@@ -388,7 +389,7 @@ def materialize(em: Emitter, v: "View | Expanded") -> Value:
     hit = em.materialized.get(key)
     if hit is not None:
         return hit
-    if _ascending(v.order):
+    if ascending(v.order):
         out = em.reshape(v.phys, v.shape)
     else:
         rank = v.phys.type.rank
@@ -485,7 +486,7 @@ def to_channels(em: Emitter, v: "View | Expanded") -> Value:
         return em.reshape(materialize(em, v), [1, 1, 1, m])
     v, a = single_axis(em, v, len(v.shape) - 1)
     seq = [a] + [x for x in v.order if x != a]
-    if _ascending(seq):
+    if ascending(seq):
         return em.reshape(v.phys, [1, k, 1, m])
     rank = v.phys.type.rank
     perm = seq + [x for x in range(rank) if x not in seq]
