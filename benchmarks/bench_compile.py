@@ -401,31 +401,31 @@ def _coreml_build_passes_save(art, tmp: Path) -> dict | None:
         import coremltools as ct
         from coremltools.converters.mil.mil.passes.pass_pipeline import PassPipeline, PassPipelineManager
 
-        from anec.frontends.coreml import quiet_stderr as _quiet
-        from anec.frontends.coreml_program import ProgramBuilder as _Builder
-        from anec.frontends.coreml_program import assemble as _assemble
-        from anec.frontends.coreml_wiring import pipeline_wiring as _wiring
+        from anec.frontends.coreml import quiet_stderr
+        from anec.frontends.coreml_program import ProgramBuilder, assemble, io_plan
+        from anec.frontends.coreml_wiring import pipeline_wiring
     except Exception as e:  # noqa: BLE001 - any import problem means "not measured"
         return {"skipped": f"coremltools unavailable: {e}"}
     import logging
 
     logging.getLogger("coremltools").setLevel(logging.ERROR)
-    wiring = _wiring(art)
+    wiring = pipeline_wiring(art)
     # reading the artifact back and re-emitting its MIL is anec's work: not timed
-    builders = [_Builder(stage, wiring.rename(k)) for k, stage in enumerate(art.stages)]
+    plan = io_plan(art.manifest, art.stages)
+    builders = [ProgramBuilder(stage, plan.through(wiring.rename(k))) for k, stage in enumerate(art.stages)]
     path = tmp / "gpt2.mlpackage"
     shutil.rmtree(path, ignore_errors=True)  # the previous run's package: its removal is not timed
     _quiesce()
     c0 = time.process_time()
     t0 = time.perf_counter()
-    prog = _assemble(art.manifest, wiring, builders)
+    prog = assemble(plan, wiring, builders)
     t1 = time.perf_counter()
     pipeline = PassPipeline.DEFAULT
     # its elementwise -> batch_norm fusion fails on this fp16 program (fp16 gamma, fp32 mean)
     pipeline.remove_passes([UNFUSABLE])
-    _quiet(lambda: PassPipelineManager.apply_pipeline(prog, pipeline))
+    quiet_stderr(lambda: PassPipelineManager.apply_pipeline(prog, pipeline))
     t2 = time.perf_counter()
-    model = _quiet(lambda: ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS18,
+    model = quiet_stderr(lambda: ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS18,
                                       pass_pipeline=ct.PassPipeline.EMPTY,
                                       compute_precision=ct.precision.FLOAT32, skip_model_load=True))
     model.save(str(path))
