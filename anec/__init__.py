@@ -28,7 +28,7 @@ _LAZY = {
     "import_torch": "anec.frontends.torch.fx_import",
 }
 
-__all__ = ["__version__", *_LAZY]
+__all__ = ["__version__", *_LAZY]  # noqa: PLE0604 - _LAZY is a dict: its keys, the names
 
 
 __getattr__, __dir__ = lazy_exports("anec", _LAZY, globals())

@@ -354,7 +354,7 @@ def _vjp_normalize(c, xs, ys, gs, attrs):
     """``y = a * rstd``, ``rstd = (mean(a^2) + eps)^-1/2`` over ``axes``:
     ``da = rstd * (g - y * mean(g * y))``. Never forms ``rstd^3`` (which overflows fp16 for a
     variance below ~1e-3), unlike the op-by-op chain."""
-    a, y = xs[0], ys[0]
+    y = ys[0]
     axes = attrs["axes"]
     g = c.full(gs[0], y.type.shape)
     rstd = attrs["rstd"]

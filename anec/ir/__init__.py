@@ -48,7 +48,7 @@ _LAZY = {
 }
 """Text tools resolved on first use: name -> defining module."""
 
-__all__ = [
+__all__ = [  # noqa: PLE0604 - _LAZY is a dict: its keys, the names
     "ALL_DTYPES", "AttrDef", "BINARY", "Builder", "DType", "ELEMENTWISE", "FLOATS", "Graph",
     "InferError", "LINEAR", "MULTI_RESULT", "Module", "NOT_ON_ANE", "NUMERIC", "Node", "OPS",
     "OpDef", "OperandDef", "REDUCTIONS", "REQUIRED", "SHAPE_OPS", "TensorType", "UNARY", "Value",

@@ -397,7 +397,7 @@ def _range_findings(im: Any, xs: list) -> str:
     try:
         with _quiet():
             reports = im.check_ranges(*[x.numpy() for x in xs])
-    except Exception as e:  # the analysis itself failing is not a finding
+    except Exception:  # the analysis itself failing is not a finding
         return ""
     for rep in reports:
         for f in rep.findings:

@@ -226,7 +226,7 @@ def test_an_imported_whole_model_exports_as_one_package(imported_cases, tmp_path
 
 
 def test_verify_package_checks_any_package_against_any_pipeline(chain40, skips):
-    (c, crep), (u, urep) = chain40, skips
+    (c, crep), (u, _) = chain40, skips
     assert verify_package(crep.path, load_any(c)).stages == 3
     with pytest.raises(CoreMLExportError, match="operations"):
         verify_package(crep.path, load_any(u))

@@ -10,7 +10,6 @@ tolerance policy (tests/tolerances.py, check ids import/<model>:<output>:...).
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from tests.frontends.conftest import CASES, ONE_PROGRAM, PIPELINES, SIM_CASES, assert_close

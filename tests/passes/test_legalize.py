@@ -565,7 +565,7 @@ def test_nan_weight_is_rejected():
 
 
 def many_weights(n: int, scalar: bool) -> str:
-    lines = [f"func f(%x: fp16[1, 4, 1, 8]) {{", "  %h0 = relu(%x) : fp16[1, 4, 1, 8]"]
+    lines = ["func f(%x: fp16[1, 4, 1, 8]) {", "  %h0 = relu(%x) : fp16[1, 4, 1, 8]"]
     for i in range(n):
         lines.append(f'  %g{i} = const(weight="g{i}") : fp16[1, 4, 1, 1]')
         lines.append(f"  %h{i + 1} = mul(%h{i}, %g{i}) : fp16[1, 4, 1, 8]")

@@ -5,7 +5,6 @@ pipelines on the sim)."""
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -274,7 +273,7 @@ def test_a_func_input_counts_only_between_its_first_and_last_use():
     for i in range(40):
         lines += [f'  %w{i} = const(weight="l{i}.w") : fp16[{C}, {C}, 1, 1]', f"  %c{i} = conv1x1({prev}, %w{i})"]
         prev = f"%c{i}"
-    lines += [f"  %m = reduce_sum(%cache, axes=[2], keep_dims=true)", f"  %y = add({prev}, %m)", "  return %y\n}\n"]
+    lines += ["  %m = reduce_sum(%cache, axes=[2], keep_dims=true)", f"  %y = add({prev}, %m)", "  return %y\n}\n"]
     m = parse("\n".join(lines), "c.ir")
     plan = plan_partition(m.funcs["f"], target(16))
     assert len(plan.stages) == 3

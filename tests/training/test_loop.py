@@ -4,7 +4,6 @@ step, bad steps are skipped without a trace, long runs stay finite."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from anec.training import Trainer
 from anec.training.data import Batches, load_tokens
