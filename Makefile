@@ -10,13 +10,14 @@ ANEC   := $(VENV)/bin/anec
 # never pulls a CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: all demo test test-fast check-c bench clean distclean help
+.PHONY: all demo test test-fast lint check-c bench clean distclean help
 
 all: help
 
 help:
 	@echo "make demo      set up .venv, compile and run examples/gpt2_mlp.ir on the simulator"
 	@echo "make test      set up .venv with the test references and run the whole test suite"
+	@echo "make lint      ruff over anec/, tests/, benchmarks/ and mypy (strict on anec/ir/, anec/passes/)"
 	@echo "make check-c   sanitizer (ASan/UBSan) C tests, fuzz smoke run, macOS-target syntax check"
 	@echo "make test-asan the Python runtime tests on the extension built with ASan/UBSan"
 	@echo "make fuzz      longer libFuzzer runs (MIL parser, BLOBFILE reader, manifest path; FUZZ_RUNS=N)"
@@ -47,6 +48,11 @@ test: $(VENV)/.test
 	$(PIP) install -q --no-deps -e .
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
+# ruff's rules and mypy's scope are in pyproject.toml ([tool.ruff], [tool.mypy])
+lint: $(VENV)/.test
+	$(PY) -m ruff check anec tests benchmarks
+	$(PY) -m mypy
+
 test-fast: $(VENV)/.test
 	$(PY) -m pytest -q -x -m "not slow" tests
 
@@ -54,7 +60,7 @@ bench: $(VENV)/.bench
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf build out .pytest_cache .hypothesis
+	rm -rf build out .pytest_cache .hypothesis .mypy_cache .ruff_cache
 	find . -name __pycache__ -prune -exec rm -rf {} +
 
 distclean: clean

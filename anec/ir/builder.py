@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -45,7 +45,7 @@ def as_type(dtype_or_type: Any, shape: Sequence[int] | None = None) -> TensorTyp
     if isinstance(dtype_or_type, str) and shape is None:
         m = _TYPE.match(dtype_or_type)
         dt = parse_dtype(m.group(1)) if m else None
-        if dt is None:
+        if m is None or dt is None:
             raise VerifyError(
                 f"'{dtype_or_type}' is not a tensor type",
                 hint="write it as in the IR, e.g. fp16[1, 768, 1, 64] (fp16 or fp16[] for a scalar)",
@@ -91,13 +91,15 @@ class Builder:
 
     def const_weight(self, key: str, type: Any, name: str | None = None, **attrs: Any) -> Value:
         """``%name = const(weight="key", perm=..., slice=...) : type``."""
-        return self._emit("const", [], {}, {"weight": key, **attrs}, [name] if name else None,
-                          declared=as_type(type), hint=_key_hint(key))
+        v: Value = self._emit("const", [], {}, {"weight": key, **attrs}, [name] if name else None,
+                              declared=as_type(type), hint=_key_hint(key))
+        return v
 
     def const_value(self, value: Any, type: Any, name: str | None = None) -> Value:
         """``%name = const(value=literal) : type``."""
-        return self._emit("const", [], {}, {"value": value}, [name] if name else None,
-                          declared=as_type(type), hint="c")
+        v: Value = self._emit("const", [], {}, {"value": value}, [name] if name else None,
+                              declared=as_type(type), hint="c")
+        return v
 
     def op(self, opname: str, *operands: Value, name: str | None = None,
            names: Sequence[str] | None = None, **kw: Any) -> Value | tuple[Value, ...]:
@@ -135,7 +137,7 @@ class Builder:
                              hint=opname, many=True)
         return results[0] if len(results) == 1 else tuple(results)
 
-    def __getattr__(self, opname: str):
+    def __getattr__(self, opname: str) -> Callable[..., Value | tuple[Value, ...]]:
         """``b.add(x, y)`` is ``b.op("add", x, y)``."""
         if opname in OPS and opname != "const":
             return functools.partial(self.op, opname)
@@ -183,7 +185,7 @@ class Builder:
         if id(v) not in self._known:
             raise VerifyError(f"value %{v.name} does not belong to func '{self.graph.name}'")
 
-    def _emit(self, opname: str, operands: list[Value], optional: dict[str, Value], attrs: dict,
+    def _emit(self, opname: str, operands: list[Value], optional: dict[str, Value], attrs: dict[str, Any],
               names: list[str] | None, *, declared: TensorType | None, hint: str,
               many: bool = False) -> Any:
         for v in [*operands, *optional.values()]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:
     from anec.ir.graph import Node, Value
@@ -121,7 +121,7 @@ class Plan:
         sram = any(s.reason.startswith("SRAM") for s in self.stages)
         return (["ANE-BLOB-BUDGET"] if self.over_blobs else []) + (["ANE-SRAM"] if sram else [])
 
-    def __deepcopy__(self, memo: dict) -> "Plan":
+    def __deepcopy__(self, memo: dict[int, Any]) -> "Plan":
         return self
 
     def describe(self) -> list[str]:
@@ -164,7 +164,7 @@ class StageSource:
     const_origin: dict[str, "Node"]
     """Each const's name in the stage -> the func's const node."""
 
-    def __deepcopy__(self, memo: dict) -> "StageSource":
+    def __deepcopy__(self, memo: dict[int, Any]) -> "StageSource":
         return self
 
 

@@ -19,7 +19,7 @@ import gc
 import itertools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence, overload
 
 from anec.diagnostics import Source, Span
 from anec.ir.func_facts import FuncFacts
@@ -27,7 +27,7 @@ from anec.ir.types import TensorType
 
 
 @contextlib.contextmanager
-def no_cyclic_gc():
+def no_cyclic_gc() -> Iterator[None]:
     """Pause Python's cyclic garbage collector (parsing, verifying, the pass pipeline, a
     whole compile).
 
@@ -147,7 +147,13 @@ class NodeList(Sequence[Node]):
             g._settle()
         return self._list
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> Node: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Node]: ...
+
+    def __getitem__(self, i: int | slice) -> Node | list[Node]:
         return self._nodes[i]
 
     def __len__(self) -> int:
@@ -162,7 +168,7 @@ class NodeList(Sequence[Node]):
     def __contains__(self, node: object) -> bool:
         return any(n is node for n in self._nodes)
 
-    def index(self, node: Node, start: int = 0, stop: int | None = None) -> int:  # type: ignore[override]
+    def index(self, node: Node, start: int = 0, stop: int | None = None) -> int:
         nodes = self._nodes
         return nodes.index(node, start, len(nodes) if stop is None else stop)
 
@@ -379,6 +385,7 @@ class Graph:
     def _rewired(self, node: Node) -> None:
         """Log ``node`` as added or as reading other operands (its types are checked again)."""
         changes = self._changes
+        assert changes is not None  # called only while changes are logged
         changes.nodes[id(node)] = node
         changes.typed.discard(id(node))
 
@@ -435,8 +442,8 @@ class Graph:
                 v.uses.append(node)
             r = results[0]
             r.producer = node
-            names = self._names
-            names[r._name] = names.get(r._name, 0) + 1
+            counts = self._names
+            counts[r._name] = counts.get(r._name, 0) + 1
             self._node_ids.add(id(node))
             pending = self._before.get(key)
             if pending is None:
@@ -685,7 +692,7 @@ class Graph:
         return g
 
     # ---- comparison -----------------------------------------------------
-    def structure(self) -> tuple:
+    def structure(self) -> tuple[Any, ...]:
         """A hashable description of everything but source spans."""
         return (
             self.name,
@@ -756,7 +763,7 @@ class Module:
             return next(iter(self.funcs.values()))
         return self.funcs[name]
 
-    def structure(self) -> tuple:
+    def structure(self) -> tuple[Any, ...]:
         return (
             tuple(w.path for w in self.weight_sources),
             tuple(g.structure() for g in self.funcs.values()),

@@ -216,6 +216,7 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     out = {}
     for v in graph.inputs:
         t = v.type
+        arr: np.ndarray
         if t.dtype.is_float:
             arr = rng.standard_normal(t.shape)
         elif t.dtype == DType.bool:

@@ -167,7 +167,7 @@ class _Out:
 
     def item(
         self,
-        key: tuple,
+        key: tuple[Any, ...],
         text: str | None,
         indent: int,
         blank: bool = False,
@@ -177,7 +177,7 @@ class _Out:
         lead: list[Comment] = lay.leading.get(key, []) if lay else []
         trail: list[Comment] = lay.trailing.get(key, []) if lay else []
         cpad = INDENT * (indent if indent_comments is None else indent_comments)
-        own_blank = bool(lay) and key in lay.blank_before and key[0] != "close"
+        own_blank = lay is not None and key in lay.blank_before and key[0] != "close"
         for i, c in enumerate(lead):
             self._line(cpad + c.text, c.blank_before or (i == 0 and blank))
         if text is None:

@@ -73,7 +73,7 @@ class _Decline(Exception):
     """The fast path does not accept the text (Lark decides)."""
 
 
-def scan(text: str) -> tuple[list, list[tuple[str, int]]] | None:
+def scan(text: str) -> tuple[list[Any], list[tuple[str, int]]] | None:
     """The syntax form of ``text`` and its comments ``(text, start)``, or None."""
     pairs = _TOKEN.findall(text)
     texts = list(map(itemgetter(1), pairs))
@@ -102,7 +102,7 @@ def scan(text: str) -> tuple[list, list[tuple[str, int]]] | None:
 class _Recognizer:
     """Recursive descent over the token lists; raises _Decline on anything unexpected."""
 
-    def __init__(self, kinds: list[str], texts: list[str], starts: list[int]) -> None:
+    def __init__(self, kinds: list[str | None], texts: list[str], starts: list[int]) -> None:
         self.k = kinds
         self.x = texts
         self.s = starts
@@ -123,9 +123,9 @@ class _Recognizer:
         self.i = i + 1
         return i
 
-    def module(self) -> list:
+    def module(self) -> list[Any]:
         k, x = self.k, self.x
-        items: list = []
+        items: list[Any] = []
         while k[self.i] != "$":
             i = self.i
             if k[i] == "n" and x[i] == "weights" and k[i + 1] == "s":
@@ -137,7 +137,7 @@ class _Recognizer:
                 raise _Decline
         return items
 
-    def func(self) -> tuple:
+    def func(self) -> tuple[Any, ...]:
         k, x = self.k, self.x
         first = self.i
         self.i += 1
@@ -183,7 +183,7 @@ class _Recognizer:
         self.i = i + 1
         return ("func", name, self.s[first], self.end(i), params, stmts, ret)
 
-    def type(self) -> tuple:
+    def type(self) -> tuple[Any, ...]:
         k = self.k
         dtype = self.tok(self.expect("n"))
         dims = []
@@ -203,7 +203,7 @@ class _Recognizer:
             self.i = i + 1
         return (dtype, dims)
 
-    def stmt(self) -> tuple:
+    def stmt(self) -> tuple[Any, ...]:
         k, x, s = self.k, self.x, self.s
         i = first = self.i
         results = []
@@ -221,7 +221,7 @@ class _Recognizer:
         xi = x[i + 1]
         op = (xi, s[i + 1], s[i + 1] + len(xi))
         i += 3
-        args: list = []
+        args: list[Any] = []
         if k[i] != ")":
             while True:
                 ki = k[i]

@@ -6,12 +6,14 @@ prints as ``fp32[]``.
 
 from __future__ import annotations
 
+import builtins
 import enum
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 
 class DType(enum.Enum):
@@ -31,7 +33,7 @@ class DType(enum.Enum):
         return f"DType.{self.value}"
 
     @property
-    def np(self) -> np.dtype:
+    def np(self) -> np.dtype[Any]:
         """The numpy dtype holding values of this type."""
         return np.dtype(_NP[self])
 
@@ -40,15 +42,15 @@ class DType(enum.Enum):
         return _ITEMSIZE[self.value]
 
     @property
-    def is_float(self) -> bool:
+    def is_float(self) -> builtins.bool:
         return self in (DType.fp16, DType.fp32)
 
     @property
-    def is_int(self) -> bool:
+    def is_int(self) -> builtins.bool:
         return self in (DType.int32, DType.int8, DType.uint8)
 
     @staticmethod
-    def from_np(dt: np.dtype) -> "DType":
+    def from_np(dt: npt.DTypeLike) -> "DType":
         dt = np.dtype(dt)
         for k, v in _NP.items():
             if np.dtype(v) == dt:
@@ -132,12 +134,12 @@ class TensorType:
             return True
         if other.__class__ is not TensorType:
             return NotImplemented
-        return self.dtype is other.dtype and self.shape == other.shape  # type: ignore[attr-defined]
+        return self.dtype is other.dtype and self.shape == other.shape
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "shape": self.shape}  # not the cached hash (str hashes vary by process)
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         for k, v in state.items():
             object.__setattr__(self, k, v)
 

@@ -40,7 +40,7 @@ class PassContext:
     """The module being compiled (set by the manager)."""
     options: dict[str, Any] = field(default_factory=dict)
     """E.g. ``{"pack_weights": False, "host_casts": False}``."""
-    rewrites: list[dict] = field(default_factory=list)
+    rewrites: list[dict[str, Any]] = field(default_factory=list)
     """Every rewrite legalize applied: rule, constraint, node, location, detail (+ func)."""
     artifacts: dict[str, Any] = field(default_factory=dict)
     """Written by emit-mil, keyed by func name."""

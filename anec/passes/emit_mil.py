@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from anec.compress import decide
+from anec.compress import Decision, decide
 from anec.diagnostics import AnecError
 from anec.mil.artifact import Artifact
 from anec.mil.emitter import emit_mil
@@ -76,7 +76,7 @@ class EmitMil(Pass):
     def run(self, graph: "Graph", ctx: PassContext) -> None:
         rewrites = [r for r in ctx.rewrites if r.get("func", graph.name) == graph.name]
         spec = ctx.option("compress", None)
-        decisions: dict = {}
+        decisions: dict[int, Decision] = {}
         if spec is not None:
             decisions = decide(graph, spec, ctx.weights, ctx.target.mil_dialect, target=ctx.target)
         plan = graph.facts.partition

@@ -7,9 +7,12 @@ that stages doing the same computation on other weights get the same MIL.
 
 from __future__ import annotations
 
+from typing import Any
+
+from anec.diagnostics import Span
 from anec.ir.func_facts import Plan, StageSource
 from anec.ir.graph import Graph, Node, Value
-from anec.ir.types import device_shape
+from anec.ir.types import TensorType, device_shape
 
 
 def extract_stage(graph: Graph, plan: Plan, k: int) -> Graph:
@@ -38,7 +41,8 @@ def extract_stage(graph: Graph, plan: Plan, k: int) -> Graph:
         counter[prefix] += 1
         return name
 
-    def node(op: str, operands: list[Value], attrs: dict, rtype, span, name: str) -> Value:
+    def node(op: str, operands: list[Value], attrs: dict[str, Any], rtype: TensorType, span: Span | None,
+             name: str) -> Value:
         r = Value(name, rtype, span=span)  # add_node sets its producer
         g.add_node(Node(op, operands, attrs, [r], {}, span))
         return r

@@ -13,7 +13,7 @@ from anec.passes.base import Pass, PassContext
 from anec.passes.rewrite import Rewriter, rewrite_greedily
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Node, Value
+    from anec.ir.graph import Graph, Node, Value
 
 # dtype -> the dtypes whose every value it represents exactly (besides itself).
 # fp32 has a 24-bit significand: it holds fp16, the 8-bit ints and bool, not int32.
@@ -205,5 +205,5 @@ class FuseCasts(Pass):
     name: ClassVar[str] = "fuse-casts"
     tracked: ClassVar[bool] = True
 
-    def run(self, graph, ctx: PassContext) -> None:
+    def run(self, graph: Graph, ctx: PassContext) -> None:
         rewrite_greedily(graph, CAST_RULES, Rewriter(graph, ctx, self.name))

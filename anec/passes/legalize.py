@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import numpy as np
 
@@ -260,7 +260,7 @@ def check_weight_range(rw: LegalizeRewriter) -> None:
 
 def merge_duplicate_weights(graph: "Graph") -> int:
     """Weight consts with the same key, view and type become one (one BLOBFILE tensor)."""
-    first: dict[tuple, "Node"] = {}
+    first: dict[tuple[Any, ...], "Node"] = {}
     merged, dead = 0, []
     for n in list(graph.nodes):
         if not is_weight_const(n):
@@ -284,7 +284,7 @@ def blob_tensors(graph: "Graph") -> list["Node"]:
     perm, slice, type): consts with equal views are one tensor (legalize merges
     them). Value consts are inline literals in MIL and do not count.
     """
-    first: dict[tuple, "Node"] = {}
+    first: dict[tuple[Any, ...], "Node"] = {}
     for n in graph.nodes:
         if is_weight_const(n):
             first.setdefault(weight_view(n), n)
@@ -317,7 +317,7 @@ def check_weight_packing(rw: LegalizeRewriter) -> None:
 
 
 def legalize_graph(graph: "Graph", ctx: PassContext, *, collect: bool = False,
-                   on_rewrite: Callable[["Node", dict], None] | None = None,
+                   on_rewrite: Callable[["Node | None", dict[str, Any]], None] | None = None,
                    ) -> list[tuple["Node | None", ConstraintError]]:
     """Legalize ``graph`` in place; returns (node, error) for what cannot be legalized.
 

@@ -36,7 +36,9 @@ from anec.passes.registry import PASSES
 
 def _wants_dump(ctx: PassContext, name: str) -> bool:
     wanted = ctx.print_ir_after
-    return bool(wanted) and (name in wanted or "all" in wanted)
+    if not wanted:
+        return False
+    return name in wanted or "all" in wanted
 
 
 def _check_dump_names(ctx: PassContext, passes: Sequence[Pass]) -> None:

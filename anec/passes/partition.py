@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from anec.diagnostics import ConstraintError
 from anec.passes.base import Pass, PassContext
@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 
 def plan_stages(graph: "Graph", ctx: PassContext,
-                on_rewrite: Callable[["Node | None", dict], None] | None = None) -> list[tuple[None, ConstraintError]]:
+                on_rewrite: Callable[["Node | None", dict[str, Any]], None] | None = None,
+                ) -> list[tuple["Node | None", ConstraintError]]:
     """Store in ``graph.facts.partition`` how ``graph`` is cut (None: it fits one program).
 
     The planner (:func:`~anec.passes.partition_search.plan_partition`) is bounded by the SRAM

@@ -178,8 +178,9 @@ class _Sweep:
 def _weights_of(x: "Node") -> list["Node"]:
     seen: dict[int, "Node"] = {}
     for v in x.inputs():
-        if _is_weight(v):
-            seen.setdefault(id(v.producer), v.producer)
+        p = v.producer
+        if p is not None and _is_weight(v):
+            seen.setdefault(id(p), p)
     return list(seen.values())
 
 

@@ -24,6 +24,8 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from anec.diagnostics import AnecError, did_you_mean
 from anec.passes.annotate_sram import AnnotateSram
 from anec.passes.base import Pass
@@ -112,7 +114,7 @@ def parse_pass_list(text: str) -> tuple[Pass, ...]:
     return tuple(get_pass(n)() for n in names)
 
 
-def check_pass_names(names) -> set[str]:
+def check_pass_names(names: Iterable[str]) -> set[str]:
     """Validate names for ``--print-ir-after`` (pass names or ``all``)."""
     out = set()
     for n in names:

@@ -27,6 +27,8 @@ from anec.weights import weight_errors
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph, Module, Node
+    from anec.diagnostics import AnecError
+    from anec.targets import Target
     from anec.weights import WeightStore
 
 _REMOVED_BY = {
@@ -75,13 +77,13 @@ class LegalityReport:
         return self.errors == 0
 
 
-def _rejected(why: str, err) -> str:
+def _rejected(why: str, err: AnecError) -> str:
     """``REJECTED <why> <message>`` and, when the error has a hint, its ``fix:`` line."""
     text = f"REJECTED {why} {err.message}"
     return text + f"\n      fix: {err.hint}" if err.hint else text
 
 
-def _func_report(graph: "Graph", target, weights,
+def _func_report(graph: "Graph", target: Target, weights: WeightStore | None,
                  options: Mapping[str, Any]) -> tuple[list[str], int]:
     work = graph.clone()
     # id(clone) -> (clone, original): holding the clone keeps a node a pass drops alive until
@@ -89,8 +91,8 @@ def _func_report(graph: "Graph", target, weights,
     original = {id(c): (c, o) for c, o in zip(work.nodes, graph.nodes)}
     status: dict[int, list[str]] = {}
     unfit = weight_errors(graph, weights) if weights is not None else []
-    for node, err in unfit:  # as compile refuses them: missing key, shape or dtype
-        status[id(node)] = [_rejected("(weights)", err)]
+    for wnode, werr in unfit:  # as compile refuses them: missing key, shape or dtype
+        status[id(wnode)] = [_rejected("(weights)", werr)]
     # legalize reads weight values (the fp16 range, folds): only from a store that fits the func
     ctx = PassContext(target=target, weights=None if unfit else weights, options=dict(options))
 
@@ -109,7 +111,7 @@ def _func_report(graph: "Graph", target, weights,
 
     func_notes: list[str] = []
 
-    def on_rewrite(node, entry) -> None:
+    def on_rewrite(node: Node | None, entry: dict[str, Any]) -> None:
         text = f"rewritten [{entry['constraint']}] {entry['rule']}: {entry['detail']}"
         if node is not None and id(node) in original:
             status.setdefault(id(original[id(node)][1]), []).append(text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -99,6 +99,8 @@ def _pool_reads(values: list["Value"]) -> tuple["Value", list[list[range]]] | No
         if src is not source:
             return None
         reads.append(r)
+    if source is None:  # no values
+        return None
     return source, reads
 
 
@@ -162,7 +164,7 @@ def _const_array(rw: Rewriter, v: "Value") -> np.ndarray | None:
         return None
 
 
-def _rounded(a: np.ndarray, v: "Value") -> np.ndarray:
+def _rounded(a: np.ndarray | float, v: "Value") -> np.ndarray:
     return np.asarray(a).astype(v.type.dtype.np).astype(np.float64)
 
 
@@ -243,7 +245,8 @@ def upsample_nearest_from_broadcast(node: "Node", rw: Rewriter) -> "Value | None
     what = f"upsample_nearest %{node.results[0].name}"
     problems = SPATIAL_LIMITS.problems(scales=(sh, sw))
     if problems:
-        return record_declined(rw, what, problems, "ANE-SPATIAL-LIMITS")
+        record_declined(rw, what, problems, "ANE-SPATIAL-LIMITS")
+        return None
     y = rw.op("upsample_nearest", x, scales=[sh, sw], suffix="up")
     rw.record(None, f"{what}: nearest x{sh}x{sw} -> one upsample_nearest")
     return y
@@ -284,7 +287,7 @@ def upsample_bilinear_from_matrices(node: "Node", rw: Rewriter) -> "Value | None
     return y
 
 
-SELECT_RULES: dict[str, tuple] = {
+SELECT_RULES: dict[str, tuple[Any, ...]] = {
     "add": (conv_from_positions,),
     "conv1x1": (conv_from_positions,),
     "mul": (conv_from_positions, avg_pool_from_windows),
