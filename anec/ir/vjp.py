@@ -14,43 +14,44 @@ rules and the approximations stated below (relu, reduce_max, gelu).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from anec.ir.types import DType
 
 Value = Any  # a value of the backward func (anec.ir.graph.Value)
+Attrs = Mapping[str, Any]  # the forward node's attributes
 
 
 
 
-def vjp_identity(c, xs, ys, gs, attrs):
+def vjp_identity(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     return [gs[0]]
 
 
-def vjp_neg(c, xs, ys, gs, attrs):
+def vjp_neg(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     return [c.op("mul", gs[0], c.scalar(-1.0, gs[0]))]
 
 
-def vjp_exp(c, xs, ys, gs, attrs):
+def vjp_exp(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     return [c.op("mul", gs[0], ys[0])]
 
 
-def vjp_sqrt(c, xs, ys, gs, attrs):
+def vjp_sqrt(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     """d sqrt(x) = 0.5 / sqrt(x)."""
     inv = c.op("pow", ys[0], c.scalar(-1.0, ys[0]))
     return [c.op("mul", c.op("mul", gs[0], inv), c.scalar(0.5, inv))]
 
 
-def vjp_rsqrt(c, xs, ys, gs, attrs):
+def vjp_rsqrt(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     """d x**-0.5 = -0.5 * y**3."""
     y = ys[0]
     y3 = c.op("mul", c.op("mul", y, y), y)
     return [c.op("mul", c.op("mul", gs[0], y3), c.scalar(-0.5, y))]
 
 
-def vjp_relu(c, xs, ys, gs, attrs):
+def vjp_relu(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     """The step is ``sigmoid(x * K)`` (K = 2**15 in fp16, 2**60 in fp32): exactly 1 or 0 for
     ``|x| >= 2**-11`` (fp16), 1/2 at 0 (torch takes 0 there)."""
     x = xs[0]
@@ -59,13 +60,13 @@ def vjp_relu(c, xs, ys, gs, attrs):
     return [c.op("mul", gs[0], step)]
 
 
-def vjp_tanh(c, xs, ys, gs, attrs):
+def vjp_tanh(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     y = ys[0]
     one_m = c.op("sub", c.scalar(1.0, y), c.op("mul", y, y))
     return [c.op("mul", gs[0], one_m)]
 
 
-def vjp_sigmoid(c, xs, ys, gs, attrs):
+def vjp_sigmoid(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     y = ys[0]
     return [c.op("mul", gs[0], c.op("mul", y, c.op("sub", c.scalar(1.0, y), y)))]
 
@@ -74,7 +75,7 @@ _GELU_K0 = math.sqrt(2.0 / math.pi)
 _GELU_K1 = 0.044715
 
 
-def vjp_gelu(c, xs, ys, gs, attrs):
+def vjp_gelu(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     """Derivative of ``0.5 x (1 + tanh(k0 (x + k1 x^3)))``, the formula the ANE computes for both
     modes (max abs difference to the exact-GELU derivative: 8.7e-4, near |x| = 2)."""
     x = xs[0]
@@ -88,7 +89,7 @@ def vjp_gelu(c, xs, ys, gs, attrs):
     return [c.op("mul", gs[0], d)]
 
 
-def vjp_cast(c, xs, ys, gs, attrs):
+def vjp_cast(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     x = xs[0]
     if not x.type.dtype.is_float:
         return [None]
@@ -116,7 +117,7 @@ def _transposed_weight(c: Any, w: Value) -> Value:
     return c.op("transpose", w, perm=[1, 0, 2, 3])
 
 
-def vjp_conv1x1(c, xs, ys, gs, attrs):
+def vjp_conv1x1(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     """y = W x (+ b) over channels at every position: dx = W^T dy, dW = sum over positions of
     dy x^T, db = sum of dy over N, H, W."""
     x, w = xs[0], xs[1]
@@ -138,7 +139,7 @@ def vjp_conv1x1(c, xs, ys, gs, attrs):
     return out
 
 
-def vjp_matmul(c, xs, ys, gs, attrs):
+def vjp_matmul(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     """z = X' Y' (X' = X^T if transpose_x, ...): dX' = G Y'^T, dY' = X'^T G, as matmuls with
     transpose flags; summed over broadcast batch dims."""
     x, y = xs
@@ -162,11 +163,11 @@ def vjp_matmul(c, xs, ys, gs, attrs):
     return out
 
 
-def vjp_add(c, xs, ys, gs, attrs):
+def vjp_add(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     return [c.sum_to(gs[0], x.type.shape) if need else None for x, need in zip(xs, c.needs)]
 
 
-def vjp_sub(c, xs, ys, gs, attrs):
+def vjp_sub(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     out: list[Value | None] = [None, None]
     if c.needs[0]:
         out[0] = c.sum_to(gs[0], xs[0].type.shape)
@@ -175,7 +176,7 @@ def vjp_sub(c, xs, ys, gs, attrs):
     return out
 
 
-def vjp_mul(c, xs, ys, gs, attrs):
+def vjp_mul(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     x, y = xs
     out: list[Value | None] = [None, None]
     if c.needs[0]:
@@ -185,7 +186,7 @@ def vjp_mul(c, xs, ys, gs, attrs):
     return out
 
 
-def vjp_pow(c, xs, ys, gs, attrs):
+def vjp_pow(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     """d x**y / dx = y x**(y - 1); the exponent is not differentiable (the IR has no log)."""
     x, y = xs
     if c.needs[1]:
@@ -198,7 +199,7 @@ def vjp_pow(c, xs, ys, gs, attrs):
     return [c.sum_to(c.op("mul", gs[0], d), x.type.shape), None]
 
 
-def vjp_softmax(c, xs, ys, gs, attrs):
+def vjp_softmax(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     """dx = y (g - sum(g y)) over the axis."""
     y = ys[0]
     g = gs[0]
@@ -213,7 +214,7 @@ def _keep_shape(x: Value, axes: Sequence[int]) -> list[int]:
     return [1 if i in ax else d for i, d in enumerate(x.type.shape)]
 
 
-def vjp_reduce_sum(c, xs, ys, gs, attrs):
+def vjp_reduce_sum(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     g = gs[0]
     keep = _keep_shape(xs[0], attrs["axes"])
     if list(g.type.shape) != keep:
@@ -221,7 +222,7 @@ def vjp_reduce_sum(c, xs, ys, gs, attrs):
     return [g]  # broadcast-shaped: accumulation and elementwise rules broadcast it
 
 
-def vjp_reduce_mean(c, xs, ys, gs, attrs):
+def vjp_reduce_mean(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     x = xs[0]
     keep = _keep_shape(x, attrs["axes"])
     n = int(np.prod(x.type.shape)) // max(1, int(np.prod(keep)))
@@ -231,7 +232,7 @@ def vjp_reduce_mean(c, xs, ys, gs, attrs):
     return [c.op("mul", g, c.scalar(1.0 / n, g))]
 
 
-def vjp_reduce_max(c, xs, ys, gs, attrs):
+def vjp_reduce_max(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     """The gradient goes to the maximum, split evenly among ties (as torch's amax):
     ``e = exp((x - max) * K)``, ``dx = g e / sum(e)``, K = 2**15 (fp16) or 2**60 (fp32); exact
     except for values within 2**-11 (fp16) of the maximum."""
@@ -245,12 +246,12 @@ def vjp_reduce_max(c, xs, ys, gs, attrs):
     return [c.op("mul", c.op("mul", e, c.op("pow", z, c.scalar(-1.0, z))), g)]
 
 
-def vjp_reshape(c, xs, ys, gs, attrs):
+def vjp_reshape(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     g = c.full(gs[0], ys[0].type.shape)
     return [c.op("reshape", g, shape=list(xs[0].type.shape))]
 
 
-def vjp_transpose(c, xs, ys, gs, attrs):
+def vjp_transpose(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     perm = list(attrs["perm"])
     inv = [0] * len(perm)
     for i, p in enumerate(perm):
@@ -258,7 +259,7 @@ def vjp_transpose(c, xs, ys, gs, attrs):
     return [c.op("transpose", gs[0], perm=inv)]
 
 
-def vjp_slice(c, xs, ys, gs, attrs):
+def vjp_slice(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     x = xs[0]
     stride = attrs.get("stride") or [1] * x.type.rank
     if any(int(s) != 1 for s in stride):
@@ -276,7 +277,7 @@ def vjp_slice(c, xs, ys, gs, attrs):
     return [c.op("pad", g, before=before, after=after, value=0.0)]
 
 
-def vjp_split(c, xs, ys, gs, attrs):
+def vjp_split(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     x = xs[0]
     axis = int(attrs["axis"]) % x.type.rank
     total: Value | None = None
@@ -294,7 +295,7 @@ def vjp_split(c, xs, ys, gs, attrs):
     return [total]
 
 
-def vjp_pad(c, xs, ys, gs, attrs):
+def vjp_pad(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     x = xs[0]
     g = c.full(gs[0], ys[0].type.shape)
     begin = [int(b) for b in attrs["before"]]
@@ -302,7 +303,7 @@ def vjp_pad(c, xs, ys, gs, attrs):
     return [c.op("slice", g, begin=begin, end=end)]
 
 
-def vjp_concat(c, xs, ys, gs, attrs):
+def vjp_concat(c: Any, xs: Sequence[Value], ys: Sequence[Value], gs: Sequence[Value], attrs: Attrs) -> list[Value]:
     y = ys[0]
     axis = int(attrs["axis"]) % y.type.rank
     g = c.full(gs[0], y.type.shape)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from anec.diagnostics import PassError
+from anec.diagnostics import PassError, Span
 from anec.ir.ops import infer_types
 from anec.ir.types import DType, TensorType
 from anec.ir.verifier import literal_key, remembered_types
@@ -77,7 +77,7 @@ class Rewriter:
         """The node being rewritten: new nodes go before it and take its span."""
         self.rule_name = ""
         """Name of the rule being tried (recorded with each rewrite)."""
-        self.on_rewrite: Callable[["Node | None", dict], None] | None = None
+        self.on_rewrite: Callable[["Node | None", dict[str, Any]], None] | None = None
         """Observer called with (original node or None, record) for every recorded rewrite."""
         self.created: set[int] = set()
         """ids of the nodes created by the rule being applied."""
@@ -119,7 +119,9 @@ class Rewriter:
         types, plain = _infer_plain("const", [], {}, attrs, declared=type)
         return self._insert("const", [], dict(attrs), types, {}, None, suffix, at, plain)
 
-    def _insert(self, opname, operands, attrs, types, optional, name, suffix, at, inferred):
+    def _insert(self, opname: str, operands: list["Value"], attrs: dict[str, Any], types: list[TensorType],
+                optional: dict[str, "Value"], name: str | None, suffix: str, at: "Node | None",
+                inferred: bool) -> "Value":
         anchor = at or self.anchor
         if name is None:
             name = self.name_for(suffix or opname)
@@ -147,7 +149,7 @@ class Rewriter:
 
     # ---- bookkeeping -----------------------------------------------------------
     def record(self, constraint: str | None, detail: str, node: "Node | None" = None,
-               name: str | None = None, span=None) -> dict:
+               name: str | None = None, span: Span | None = None) -> dict[str, Any]:
         """Add a rewrite record to ``ctx.rewrites`` (rule, constraint, node, location, detail).
 
         ``node`` defaults to the anchor; ``name``/``span`` override what is
