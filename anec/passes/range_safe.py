@@ -65,16 +65,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Sequence, cast
 
 import numpy as np
 
 from anec.ir.ops import const_literal
 from anec.passes.base import Pass, PassContext
-from anec.passes.rewrite import HANDLED, Rewriter, erase_if_dead, rewrite_greedily
+from anec.passes.rewrite import HANDLED, Handled, Rewriter, erase_if_dead, rewrite_greedily
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Node, Value
+    from anec.ir.graph import Graph, Node, Value
 
 SQUARES = ("reduce_mean", "reduce_sum")
 """The reductions whose squared operand is scaled."""
@@ -185,18 +185,20 @@ def affine(v: "Value") -> tuple["Value", float, float, list["Node"]]:
     """``(m, k, eps, nodes)`` with ``v = k * m + eps`` (up to a reshape), peeling up to
     :data:`PEEL_DEPTH` steps (:func:`peel`: a variance's ``n / (n - 1)``, an eps, a reshape),
     and the nodes peeled; ``(v, 1, 0, [])`` if there are none."""
-    k, eps, nodes = 1.0, 0.0, []
+    k, eps = 1.0, 0.0
+    nodes: list["Node"] = []
     cur = v
     for _ in range(PEEL_DEPTH):
-        step = peel(cur.producer, cur)
-        if step is None:
+        p = cur.producer
+        step = peel(p, cur)
+        if p is None or step is None:
             break
         inner, kind, c = step
         if kind == "mul":
             k *= c
         elif kind == "add":
             eps += k * c
-        nodes.append(cur.producer)
+        nodes.append(p)
         cur = inner
     return cur, k, eps, nodes
 
@@ -217,7 +219,7 @@ def root_of(node: "Node") -> str | None:
 class SafeRewriter(Rewriter):
     """A :class:`Rewriter` that keeps the nodes a rewrite left behind (erased when dead)."""
 
-    def __init__(self, graph, ctx, pass_name: str) -> None:
+    def __init__(self, graph: Graph, ctx: PassContext, pass_name: str) -> None:
         super().__init__(graph, ctx, pass_name)
         self.left: list["Node"] = []
 
@@ -226,8 +228,9 @@ class SafeRewriter(Rewriter):
         for v in (sq.node.result, sq.node.operands[0], sq.x):
             if v.producer is not None:
                 self.left.append(v.producer)
-        if sq.centered is not None:
-            self.left.append(sq.x.producer.operands[1].producer)
+        if sq.centered is not None:  # x = sub(a, mean): its producer is the centering
+            center = cast("Node", sq.x.producer)
+            self.left.append(cast("Node", center.operands[1].producer))
 
     def k(self, value: float, like: "Value", suffix: str) -> "Value":
         return self.scalar(value, like.type.dtype, suffix)
@@ -330,7 +333,7 @@ def to_shape(rw: SafeRewriter, v: "Value", like: "Value") -> "Value":
 
 # rsqrt(r(x*x) + eps) -> rsqrt(mean(y*y) + eps/s^2) [* N^-1/2], its uses mul(x, .) -> mul(y, .)
 # sqrt(r(x*x) + eps)  -> sqrt(mean(y*y) + eps/s^2) [* N^1/2] * s
-def safe_root(node: "Node", rw: SafeRewriter) -> "Value | None":
+def safe_root(node: "Node", rw: SafeRewriter) -> "Value | Handled | None":
     op = root_of(node)
     if op is None:
         return None
@@ -401,7 +404,7 @@ def safe_long_mean(node: "Node", rw: SafeRewriter) -> "Value | None":
     return to_shape(rw, rw.op("mul", m, s, suffix="mean"), r)
 
 
-def _only_roots(v: "Value", outputs, depth: int = PEEL_DEPTH) -> bool:
+def _only_roots(v: "Value", outputs: Sequence["Value"], depth: int = PEEL_DEPTH) -> bool:
     """Every use of ``v`` reaches a root that :func:`safe_root` takes, directly or through steps
     :func:`peel` looks through (or is such a step a rewrite left unused)."""
     if not v.uses or _returned(v, outputs):
@@ -418,7 +421,7 @@ def _only_roots(v: "Value", outputs, depth: int = PEEL_DEPTH) -> bool:
     return True
 
 
-def _returned(v: "Value", outputs) -> bool:
+def _returned(v: "Value", outputs: Sequence["Value"]) -> bool:
     return any(o is v for o in outputs)
 
 
@@ -518,7 +521,7 @@ class RangeSafe(Pass):
     name: ClassVar[str] = "range-safe"
     tracked: ClassVar[bool] = True
 
-    def run(self, graph, ctx: PassContext) -> None:
+    def run(self, graph: Graph, ctx: PassContext) -> None:
         rw = SafeRewriter(graph, ctx, self.name)
         rewrite_greedily(graph, RULES, rw)
         for node in rw.left:  # the squares and reductions the rewrites replaced

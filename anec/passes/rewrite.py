@@ -18,7 +18,7 @@ errors and the rewrite list point at the user's source line.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Final, Mapping, TypeVar
 
 from anec.diagnostics import PassError, Span
 from anec.ir.ops import infer_types
@@ -51,16 +51,17 @@ def _infer_plain(op: str, operands: "list[Value]", optional: "dict[str, Value]",
         attrs_key is not None)
 
 
-class _Handled:
+class Handled:
     def __repr__(self) -> str:
         return "HANDLED"
 
 
-HANDLED: Any = _Handled()
+HANDLED: Final[Handled] = Handled()
 """Returned by a rule that rewired the node's uses itself."""
 
 Rule = Callable[["Node", "Rewriter"], Any]
 Rules = Mapping[str, tuple[Rule, ...]]
+R = TypeVar("R", bound="Rewriter")
 
 MAX_SWEEPS = 64
 """Fixpoint bound: more sweeps than this means two rules undo each other (a bug)."""
@@ -185,7 +186,7 @@ def erase_if_dead(graph: "Graph", node: "Node") -> bool:
     return True
 
 
-def rewrite_greedily(graph: "Graph", rules: Rules, rw: Rewriter) -> int:
+def rewrite_greedily(graph: "Graph", rules: Mapping[str, tuple[Callable[["Node", R], Any], ...]], rw: R) -> int:
     """Apply ``rules`` (op -> rules) until none matches; the number of rewrites."""
     count = 0
     for _ in range(MAX_SWEEPS):
