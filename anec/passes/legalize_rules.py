@@ -16,26 +16,31 @@ Each rewrite is recorded with ``rw.record(constraint, detail)``.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, cast
 
-from anec.diagnostics import ConstraintError
+from anec.diagnostics import ConstraintError, Span
 from anec.ir.ops import BINARY, ELEMENTWISE, GELU_TANH_C, OPS, SPATIAL_LIMITS, Mil, NotOnAne
 from anec.passes.layout import (can_slice, permute, reshape, slice_weight, transpose_weight_2d,
                                 weight_const)
 from anec.passes.rewrite import HANDLED, Rewriter
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Node, Value
+    from anec.ir.graph import Graph, Node, Value
+    from anec.passes.base import PassContext
     from anec.targets import Target
 
 GELU_TANH_MAX_ABS_ERROR = 4.74e-4
 """max |gelu_erf(x) - gelu_tanh(x)| over the reals (at |x| ~ 2.7; tests recompute it)."""
 
 
+LegalizeRule = Callable[["Node", "LegalizeRewriter"], Any]
+"""A legalize rule: rules for any Rewriter, and those that reject through LegalizeRewriter."""
+
+
 class LegalizeRewriter(Rewriter):
     """A Rewriter that also collects rejections (errors) for the nodes it cannot fix."""
 
-    def __init__(self, graph, ctx, pass_name: str) -> None:
+    def __init__(self, graph: Graph, ctx: PassContext, pass_name: str) -> None:
         super().__init__(graph, ctx, pass_name)
         self.target: "Target" = ctx.target
         self.rejections: list[tuple["Node | None", ConstraintError]] = []
@@ -45,7 +50,7 @@ class LegalizeRewriter(Rewriter):
         return id(node) in self._rejected
 
     def reject(self, constraint: str, message: str, hint: str, node: "Node | None" = None,
-               span=None) -> None:
+               span: Span | None = None) -> None:
         """Record that ``node`` cannot be made ANE-legal. A rejected node is settled, so no rule
         rejects it twice; the func-level checks may add other reasons (a node whose two
         results are both illegal outputs gets two errors)."""
@@ -82,7 +87,7 @@ def partial_convs(rw: Rewriter, conv: "Node", pieces: list[tuple["Value", int, i
 
     The caller checks ``can_slice(weight, 1)`` first.
     """
-    wnode = weight_const(conv.operands[1])
+    wnode = cast("Node", weight_const(conv.operands[1]))  # checked by the caller
     partials = []
     for x, c0, c1 in pieces:
         w = slice_weight(wnode, 1, c0, c1, rw)
@@ -137,12 +142,13 @@ def neg_to_mul(node: "Node", rw: Rewriter) -> "Value":
 
 
 # reduce_mean(x, axes) -> reduce_sum(x * (1/N), axes)   (scale first: the sum cannot overflow)
-def lower_reduce_mean(node: "Node", rw: Rewriter) -> "Value | None":
+def lower_reduce_mean(node: "Node", rw: LegalizeRewriter) -> "Value | None":
     x = node.operands[0]
     if not x.type.dtype.is_float:
-        return rw.reject(
+        rw.reject(
             "ANE-REDUCE-MEAN", f"reduce_mean of {x.type.dtype} {_name(x)} cannot be lowered to "
             "reduce_sum exactly on this target", "cast the operand to fp16 first", node)
+        return None
     axes = [a % x.type.rank for a in node.attrs["axes"]]
     count = math.prod(x.type.shape[a] for a in axes)
     scaled = rw.op("mul", x, rw.scalar(1.0 / count, x.type.dtype, "inv_n"), suffix="scaled")
@@ -235,7 +241,7 @@ def chunk_wide_conv_output(node: "Node", rw: Rewriter) -> Any:
     chain = _chunkable(node, rw)
     if chain is None:
         return None
-    x, wnode = node.operands[0], weight_const(node.operands[1])
+    x, wnode = node.operands[0], cast("Node", weight_const(node.operands[1]))  # checked by _chunkable
     bnode = weight_const(node.optional["bias"]) if "bias" in node.optional else None
     final = chain[-1].results[0] if chain else node.result
     logical = final.name
@@ -286,11 +292,12 @@ def split_wide_conv_input(node: "Node", rw: LegalizeRewriter) -> "Value | None":
     if cin <= limit:
         return None
     if not can_slice(weight_const(node.operands[1]), 1, rw):
-        return rw.reject(
+        rw.reject(
             "ANE-CONV-CHANNELS", f"conv1x1 {_name(node.result)} has {cin} input channels; "
             f"{rw.target.name} allows {limit} and its weight cannot be sliced",
             "use a weight const (optionally with perm) so anec can split the input channels",
             node)
+        return None
     pieces = []
     n, _, h, wd = x.type.shape
     for c0, c1 in _even_bounds(cin, limit):
@@ -408,7 +415,7 @@ def split_concat_into_partial_convs(node: "Node", rw: Rewriter) -> Any:
     rw.record("ANE-CONCAT", f"channel concat of {len(pieces)} tensors feeding {convs} removed: "
               "each conv reads the pieces directly")
     for u, total in plans:
-        key = weight_const(u.operands[1]).attrs["weight"]
+        key = cast("Node", weight_const(u.operands[1])).attrs["weight"]  # checked above
         rw.record("ANE-CONCAT", f"conv1x1 over concat {_name(out)} -> sum of {len(pieces)} "
                   f"partial convs over slices of weight '{key}'", node=u)
         rw.replace(u.result, total)
@@ -488,7 +495,7 @@ def check_target_form(node: "Node", rw: LegalizeRewriter) -> None:
                      "into smaller windows", node)
 
 
-DEVICE_RULES: dict[str, tuple] = {
+DEVICE_RULES: dict[str, tuple[LegalizeRule, ...]] = {
     "matmul": (matmul_const_to_conv,),
     "conv1x1": (conv_dynamic_weight_to_matmul, chunk_wide_conv_output, reject_wide_conv_output,
                 split_wide_conv_input),
@@ -498,7 +505,7 @@ DEVICE_RULES: dict[str, tuple] = {
 """op -> rules for ops the ANE runs, adapted to the target's limits (tried before
 the rules that remove what the ANE does not take)."""
 
-SWITCHED_RULES: dict[str, dict[str, tuple]] = {
+SWITCHED_RULES: dict[str, dict[str, tuple[LegalizeRule, ...]]] = {
     "reduce_mean_as_sum": {"reduce_mean": (lower_reduce_mean,)},
     "softmax_pow2_only": {"softmax": (check_softmax_axis,)},
 }
@@ -513,7 +520,7 @@ RULES_BY_NAME: dict[str, Any] = {
 """The rules the op table names (:attr:`anec.ir.ops.NotOnAne.rules`)."""
 
 
-def not_on_ane_rules(lowering: "Mil | NotOnAne | None") -> tuple:
+def not_on_ane_rules(lowering: "Mil | NotOnAne | None") -> tuple[LegalizeRule, ...]:
     """The rules that remove what a row's lowering says the ANE does not take."""
     if isinstance(lowering, NotOnAne):
         rejections = [lowering]
@@ -531,7 +538,7 @@ def not_on_ane_rules(lowering: "Mil | NotOnAne | None") -> tuple:
     return tuple(rules)
 
 
-def rules_for(target: "Target") -> dict[str, tuple]:
+def rules_for(target: "Target") -> dict[str, tuple[LegalizeRule, ...]]:
     """The rule table for ``target``: device rules, the op table's rules (except for a
     contested op the target keeps, :meth:`~anec.ir.ops.NotOnAne.kept_on`), and the switched
     rules the target enables, each op's tried in that order."""
