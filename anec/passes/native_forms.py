@@ -11,7 +11,7 @@ keeps the 27-op form.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Sequence, cast
 
 from anec.ir.ops import SPATIAL_LIMITS
 from anec.passes.rewrite import Rewriter
@@ -90,7 +90,7 @@ def window_of(reads: list[list[range]], kernel: tuple[int, int], source: "Value"
     dil = (reads[kw][2].start if kh > 1 else 1, reads[1][3].start if kw > 1 else 1)
     if min(dil) < 1:
         return None
-    strides = []
+    strides: list[int] = []
     for a, size in ((0, hp), (1, wp)):
         span = size - dil[a] * (kernel[a] - 1) - 1
         # one output: the smallest stride for which the native op also has one
@@ -98,7 +98,6 @@ def window_of(reads: list[list[range]], kernel: tuple[int, int], source: "Value"
         if span < 0 or span // s + 1 != out[a]:
             return None  # the native op's output size would differ from the form's
         strides.append(s)
-    strides = tuple(strides)
     for pos, r in enumerate(reads):
         i, j = divmod(pos, kw)
         want = [range(n), range(c),
@@ -106,7 +105,7 @@ def window_of(reads: list[list[range]], kernel: tuple[int, int], source: "Value"
                 range(j * dil[1], j * dil[1] + (out[1] - 1) * strides[1] + 1, strides[1])]
         if r != want:
             return None
-    return Window(kernel, strides, dil, out)
+    return Window(kernel, (strides[0], strides[1]), dil, out)
 
 
 def fold_terms(v: "Value") -> list["Value"]:
@@ -205,14 +204,16 @@ def conv_form(root: "Value") -> ConvMatch | None:
     last = producer_of(root, "add")
     if last is not None and conv_term(last.operands[1]) is None:
         return None  # not a sum of conv terms: no need to walk the chain back
-    terms = [conv_term(t) for t in fold_terms(root)]
-    if not terms or any(t is None for t in terms):
+    found = [conv_term(t) for t in fold_terms(root)]
+    terms = [t for t in found if t is not None]
+    if not terms or len(terms) != len(found):
         return None
     first = terms[0]
     w = first.weight
     if any(t.weight is not w or t.source is not first.source or t.kind != first.kind for t in terms):
         return None
-    kernel = tuple(w.type.shape[2:])
+    kh, kw = w.type.shape[2:]
+    kernel = (kh, kw)
     if [t.pos for t in terms] != [(i, j) for i in range(kernel[0]) for j in range(kernel[1])]:
         return None
     win = window_of([t.read for t in terms], kernel, first.source)
@@ -228,7 +229,7 @@ def _zero_inserted(v: "Value") -> tuple["Value", tuple[int, int]] | None:
     z4 = producer_of(zu.operands[0], "reshape") if zu is not None else None
     z6 = producer_of(z4.operands[0], "pad") if z4 is not None else None
     x6 = producer_of(z6.operands[0], "reshape") if z6 is not None else None
-    if x6 is None or float(z6.attrs.get("value", 0.0)) != 0.0:
+    if zu is None or z4 is None or z6 is None or x6 is None or float(z6.attrs.get("value", 0.0)) != 0.0:
         return None
     x = x6.operands[0]
     if x.type.rank != 4:
@@ -260,7 +261,8 @@ def _cropped(v: "Value") -> tuple["Value", list[int]]:
     return v, [0, 0, 0, 0]
 
 
-def limit_problems(kernel, strides, dilations, pad=()) -> list[str]:
+def limit_problems(kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+                   pad: Sequence[int] = ()) -> list[str]:
     return SPATIAL_LIMITS.problems(kernel=kernel, strides=strides, dilations=dilations, pad=pad)
 
 
@@ -296,10 +298,11 @@ def conv_node(rw: Rewriter, m: ConvMatch, groups: int = 1, weight: "Value | None
         # limits allow, a slice the rest
         native = [min(c, e) for c, e in zip(crop, ext)]
         rest = [c - k for c, k in zip(crop, native)]
-        what = f"conv_transpose %{rw.anchor.results[0].name}"
+        what = f"conv_transpose %{cast('Node', rw.anchor).results[0].name}"
         problems = limit_problems(win.kernel, strides, win.dilations, native)
         if problems:
-            return record_declined(rw, what, problems, "ANE-SPATIAL-LIMITS")
+            record_declined(rw, what, problems, "ANE-SPATIAL-LIMITS")
+            return None
         if not _channels_ok(rw, what, x.type.shape[1], w.type.shape[1] * groups):
             return None
         y = rw.op("conv_transpose", x, w, strides=list(strides), pad=native, dilations=list(win.dilations),
@@ -312,14 +315,15 @@ def conv_node(rw: Rewriter, m: ConvMatch, groups: int = 1, weight: "Value | None
                   f"(strides {list(strides)}, crop {crop}) -> one conv_transpose"
                   + (f", then a slice cropping {rest}" if any(rest) else ""))
         return y
-    what = f"conv %{rw.anchor.results[0].name}"
+    what = f"conv %{cast('Node', rw.anchor).results[0].name}"
     problems = limit_problems(win.kernel, win.strides, win.dilations, pad)
     if problems:
         if groups == 1:
-            y = _patchify(rw, what, problems, x, w, win, pad)
-            if y is not None:
-                return y
-        return record_declined(rw, what, problems, "ANE-SPATIAL-LIMITS")
+            patched = _patchify(rw, what, problems, x, w, win, pad)
+            if patched is not None:
+                return patched
+        record_declined(rw, what, problems, "ANE-SPATIAL-LIMITS")
+        return None
     cout = w.type.shape[0]
     if not _channels_ok(rw, what, x.type.shape[1], cout):
         return None
