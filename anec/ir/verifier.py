@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -161,7 +161,7 @@ def _changes_ok(g: Graph, changes: Changes) -> bool:
     if not todo:
         return True
     pos = {id(n): i for i, n in enumerate(nodes)}
-    use_counts: dict[int, Counter] = {}
+    use_counts: dict[int, Counter[int]] = {}
     for key, node in todo.items():
         if not _node_ok(node, pos, input_ids, alive, names, use_counts, key in typed):
             return False
@@ -175,7 +175,7 @@ longer list (a weight or a constant read by thousands of nodes) is counted once 
 
 
 def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[int],
-             names: Counter, use_counts: dict[int, Counter], typed: bool = False) -> bool:
+             names: Counter[str], use_counts: dict[int, Counter[int]], typed: bool = False) -> bool:
     """What :meth:`_GraphChecker.node` checks, for one node at position ``pos[id(node)]``, and
     that its operands are defined before it, its users after it and the use lists agree.
     ``typed``: the node's result types are known to be the inferred ones
@@ -422,11 +422,11 @@ class _GraphChecker:
         defined, readers = self.defined, self.readers
         for v in node.operands if not node.optional else node.inputs():
             vid = id(v)
-            r = readers.get(vid)
-            if r is None:
+            seen = readers.get(vid)
+            if seen is None:
                 readers[vid] = [node]
             else:
-                r.append(node)
+                seen.append(node)
             if vid not in defined:
                 ok = self.use(v, node, index) and ok
         names, match = self.names, VALUE_NAME.match
@@ -629,7 +629,7 @@ class _ReportedElsewhere(Exception):
     """A node is not checked further: its problem is reported at another node."""
 
 
-_INFERRED: dict[tuple, tuple[TensorType, ...]] = {}
+_INFERRED: dict[tuple[Any, ...], tuple[TensorType, ...]] = {}
 """Result types inferred for (op, operand types, optional operand types, attributes,
 declared type): every node is still checked, but nodes alike share one inference. Only
 successes are kept. The verifier and the rewriter's new nodes share it."""
@@ -640,7 +640,7 @@ def remembered_types(
     op: str,
     operands: Sequence[Value],
     optional: Mapping[str, Value],
-    attrs_key: tuple | None,
+    attrs_key: tuple[Any, ...] | None,
     declared: TensorType | None,
     infer: Callable[[list[TensorType], dict[str, TensorType]], Sequence[TensorType]],
 ) -> tuple[TensorType, ...]:
@@ -673,7 +673,7 @@ _SCALARS = (bool, np.bool_, DType, int, np.integer, str)
 _SHORT_LIST = 64
 
 
-def literal_key(attrs: dict[str, Any]) -> tuple | None:
+def literal_key(attrs: dict[str, Any]) -> tuple[Any, ...] | None:
     """A hashable key for ``attrs`` when every name and value is plainly valid, else None.
 
     None sends the node down the general path (which reports the problem, or
@@ -705,13 +705,13 @@ def literal_key(attrs: dict[str, Any]) -> tuple | None:
 _literal_key = literal_key
 
 
-def _scalar_key(v: Any) -> tuple | None:
+def _scalar_key(v: Any) -> tuple[Any, ...] | None:
     t = type(v)
     if t is float or isinstance(v, np.floating):
         return (t, repr(v))
     if isinstance(v, _SCALARS):
         if t is str:
-            return (t, v) if _printable_str(v) else None
+            return (t, v) if _printable_str(cast(str, v)) else None
         if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
             return (t, v) if -(10**18) < v < 10**18 else None
         return (t, v)
