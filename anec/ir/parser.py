@@ -103,12 +103,12 @@ class Layout:
     it, and each trailing comment after the item on whose line it stands.
     """
 
-    leading: dict[tuple, list[Comment]] = field(default_factory=dict)
-    trailing: dict[tuple, list[Comment]] = field(default_factory=dict)
-    blank_before: set[tuple] = field(default_factory=set)
+    leading: dict[tuple[Any, ...], list[Comment]] = field(default_factory=dict)
+    trailing: dict[tuple[Any, ...], list[Comment]] = field(default_factory=dict)
+    blank_before: set[tuple[Any, ...]] = field(default_factory=set)
 
 
-def item_key(kind: str, obj: Any = None) -> tuple:
+def item_key(kind: str, obj: Any = None) -> tuple[Any, ...]:
     """Key of a layout item: ``("weights", ws)``, ``("func", g)``, ``("node", n)``,
     ``("return", g)``, ``("close", g)`` or ``("eof",)``."""
     return (kind,) if obj is None else (kind, id(obj))
@@ -176,7 +176,7 @@ def _parse(text: str, filename: str, layout: bool, target_forms: bool = False) -
 # ---- Lark: syntax errors, and the texts the fast path declines ------------------------
 
 
-def _lark_syntax(source: Source) -> tuple[list, list[tuple[str, int]]]:
+def _lark_syntax(source: Source) -> tuple[list[Any], list[tuple[str, int]]]:
     """The syntax form (see :mod:`anec.ir.scanner`) of Lark's tree, or the ParseError."""
     comments: list[Token] = []
     _comments.sink = comments
@@ -195,7 +195,7 @@ def _tok(tok: Token) -> tuple[str, int, int]:
     return (str(tok), tok.start_pos, tok.end_pos)
 
 
-def _lark_item(tree: Tree) -> tuple:
+def _lark_item(tree: Tree) -> tuple[Any, ...]:
     meta = tree.meta
     if tree.data == "weights":
         return ("weights", _tok(tree.children[0]), meta.start_pos, meta.end_pos)
@@ -214,14 +214,14 @@ def _lark_item(tree: Tree) -> tuple:
     return ("func", _tok(name), meta.start_pos, meta.end_pos, params, stmts, ret)
 
 
-def _lark_type(tree: Tree) -> tuple:
+def _lark_type(tree: Tree) -> tuple[Any, ...]:
     dtype, *dims = tree.children
     return (_tok(dtype), [_tok(d) for d in dims if d is not None])
 
 
-def _lark_stmt(tree: Tree) -> tuple:
+def _lark_stmt(tree: Tree) -> tuple[Any, ...]:
     results, op, *rest = tree.children
-    args: list = []
+    args: list[Any] = []
     types = entries = None
     for c in rest:
         if c is None:
@@ -245,7 +245,7 @@ def _lark_stmt(tree: Tree) -> tuple:
             types, entries)
 
 
-def _lark_literal(x: Tree, depth: int) -> tuple:
+def _lark_literal(x: Tree, depth: int) -> tuple[Any, ...]:
     if x.data == "list":
         # below the depth limit only the span matters (the list is rejected there)
         children = [] if depth > MAX_LIST_DEPTH else x.children
@@ -259,12 +259,12 @@ def _lark_literal(x: Tree, depth: int) -> tuple:
 
 @dataclass(slots=True)
 class _Stmt:
-    results: list[tuple[str, tuple]]
+    results: list[tuple[str, tuple[Any, ...]]]
     """(name, token) of each result."""
     op: str
     op_span: Span
-    operands: list[tuple[str, tuple]]
-    keyword_operands: dict[str, tuple[str, tuple]]
+    operands: list[tuple[str, tuple[Any, ...]]]
+    keyword_operands: dict[str, tuple[str, tuple[Any, ...]]]
     attrs: dict[str, Any]
     types: list[TensorType] | None
     types_span: Span | None
@@ -292,21 +292,21 @@ class _Builder:
         self.layout = layout
         self.target_forms = target_forms
         """Accept the target-level forms (a compiled program's IR), not only the 27 ops."""
-        self.items: list[tuple[int, int, tuple]] = []
+        self.items: list[tuple[int, int, tuple[Any, ...]]] = []
         """(start, end, item key) of every layout item, in text order (statements
         only when ``layout``)."""
-        self.types: dict[tuple, TensorType] = {}
+        self.types: dict[tuple[Any, ...], TensorType] = {}
         """Types already read, by their (dtype, dims) text."""
         self.canonical: dict[TensorType, TensorType] = {}
         """One object per distinct type read or inferred (equal types have one id)."""
-        self.inferred: dict[tuple, tuple] = {}
+        self.inferred: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         """Inferred result types, by op, operand types and attributes (see :meth:`infer`)."""
 
-    def span(self, tok: tuple) -> Span:
+    def span(self, tok: tuple[Any, ...]) -> Span:
         return Span(self.source, tok[1], tok[2])
 
     # -- top level
-    def module(self, items: list) -> Module:
+    def module(self, items: list[Any]) -> Module:
         module = Module(self.source)
         first_def: dict[str, Span] = {}
         for item in items:
@@ -331,7 +331,7 @@ class _Builder:
         self.items.append((end, end, item_key("eof")))
         return module
 
-    def func(self, item: tuple) -> Graph:
+    def func(self, item: tuple[Any, ...]) -> Graph:
         _, name_tok, start, end, params, stmts, ret = item
         graph = Graph(name_tok[0], self.span(name_tok))
         ret_start, ret_end, returned = ret
@@ -368,7 +368,7 @@ class _Builder:
         return graph
 
     # -- statements
-    def stmt(self, s: tuple) -> _Stmt:
+    def stmt(self, s: tuple[Any, ...]) -> _Stmt:
         _, end, results, op_tok, args, types, entries = s
         st = _Stmt([(t[0][1:], t) for t in results], op_tok[0], self.span(op_tok), [], {}, {},
                    None, None, {}, "")
@@ -420,7 +420,7 @@ class _Builder:
         return st
 
     def node(
-        self, graph: Graph, env: dict[str, Value], st: _Stmt, stmts: list, index: int
+        self, graph: Graph, env: dict[str, Value], st: _Stmt, stmts: list[Any], index: int
     ) -> Node:
         lookup = self.lookup
         operands = [
@@ -466,7 +466,7 @@ class _Builder:
         node = Node(st.op, operands, st.attrs, results, optional, st.op_span, st.annotations)
         return graph.add_node(node)
 
-    def infer(self, st: _Stmt, operands: list[Value], optional: dict[str, Value]) -> list:
+    def infer(self, st: _Stmt, operands: list[Value], optional: dict[str, Value]) -> list[TensorType]:
         """The op table's result types. A statement like one inferred before reuses
         that answer (errors are never reused): the same op, the same text from its
         first keyword argument on (which fixes every attribute), and the same type
@@ -494,7 +494,7 @@ class _Builder:
             )
 
     def lookup(
-        self, env: dict[str, Value], name: str, tok: tuple, stmts: list, index: int
+        self, env: dict[str, Value], name: str, tok: tuple[Any, ...], stmts: list[Any], index: int
     ) -> Value:
         """The value ``%name`` used by statement ``index`` of ``stmts`` (or by the return)."""
         if name in env:
@@ -512,7 +512,7 @@ class _Builder:
         )
 
     # -- types and literals
-    def type(self, type_: tuple) -> TensorType:
+    def type(self, type_: tuple[Any, ...]) -> TensorType:
         dtype_tok, dims = type_
         key = (dtype_tok[0], *[d[0] for d in dims])
         known = self.types.get(key)
@@ -538,7 +538,7 @@ class _Builder:
         known = self.types[key] = self.canonical.setdefault(known, known)
         return known
 
-    def literal(self, x: tuple, depth: int = 0) -> Any:
+    def literal(self, x: tuple[Any, ...], depth: int = 0) -> Any:
         kind = x[0]
         if kind == "list":
             if depth >= MAX_LIST_DEPTH:
@@ -580,9 +580,9 @@ class _Builder:
             ),
         )
 
-    def string(self, tok: tuple) -> str:
+    def string(self, tok: tuple[Any, ...]) -> str:
         try:
-            value = json.loads(tok[0], strict=False)
+            value: str = json.loads(tok[0], strict=False)
         except ValueError:
             raise ParseError(
                 "invalid escape in string",
@@ -597,7 +597,7 @@ class _Builder:
             )
         return value
 
-    def _int(self, tok: tuple) -> int:
+    def _int(self, tok: tuple[Any, ...]) -> int:
         try:
             return int(tok[0])
         except ValueError:  # more digits than Python converts
@@ -626,7 +626,7 @@ def _blank_before(text: str, pos: int) -> bool:
 
 
 def _layout(
-    source: Source, items: list[tuple[int, int, tuple]], comments: list[tuple[str, int]]
+    source: Source, items: list[tuple[int, int, tuple[Any, ...]]], comments: list[tuple[str, int]]
 ) -> Layout:
     text = source.text
     layout = Layout()
@@ -942,7 +942,10 @@ def _line_ended_early(source: Source, tok: Token, before: list[Token]) -> ParseE
     was cut short; the earliest such break is reported.
     """
     text = source.text
-    line_of = lambda pos: source.line_col(pos)[0]  # noqa: E731
+
+    def line_of(pos: int) -> int:
+        return source.line_col(pos)[0]
+
     line = line_of(tok.start_pos)
     found: tuple[Token, set[str], int] | None = None
     k = len(before)
