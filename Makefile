@@ -48,8 +48,13 @@ test: $(VENV)/.test
 	$(PIP) install -q --no-deps -e .
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
-# ruff's rules and mypy's scope are in pyproject.toml ([tool.ruff], [tool.mypy])
-lint: $(VENV)/.test
+# ruff's rules and mypy's scope are in pyproject.toml ([tool.ruff], [tool.mypy]); the
+# test extra pins both
+$(VENV)/.lint: $(VENV)/.core
+	$(PIP) install -q -e ".[test]"
+	@touch $@
+
+lint: $(VENV)/.lint
 	$(PY) -m ruff check anec tests benchmarks
 	$(PY) -m mypy
 
