@@ -262,6 +262,23 @@ class Mil:
 
 
 @dataclass(frozen=True)
+class Aten:
+    """The ATen overloads that are an op applied one-to-one (``aten.exp.default`` -> ``exp``).
+
+    The importer generates their handlers (:mod:`anec.frontends.aten.direct`): the op on
+    the overload's tensor operands in schema order, a binary overload's ``alpha`` scaling
+    its second operand as ATen's ``add`` and ``sub`` define it. ``shown`` is what the import
+    table (``anec import --ops``) says the overloads become (default: the op's name);
+    ``integral``: a unary op whose result is integer-valued where its operand is (``neg``),
+    so the importer keeps the operand's kind (else the result counts as float).
+    """
+
+    overloads: tuple[str, ...]
+    shown: str | None = None
+    integral: bool = False
+
+
+@dataclass(frozen=True)
 class OpDef:
     """The declarative description of one op."""
 
@@ -282,6 +299,12 @@ class OpDef:
     vjp: Callable[..., list] | None = None
     """Its vector-Jacobian product as IR (:mod:`anec.ir.vjp`, run by :func:`anec.autodiff.grad`);
     None for const (its cotangent is a weight gradient)."""
+    vjp_reads_results: bool = False
+    """Whether :attr:`vjp` reads the op's results (``exp``: the cotangent times the result),
+    so reverse mode keeps them (:func:`anec.autodiff.grad`)."""
+    aten: "Aten | None" = None
+    """The ATen overloads that are this op applied one-to-one: the importer generates their
+    handlers from it (:mod:`anec.frontends.aten.direct`)."""
     attr_index: dict[str, AttrDef] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -1135,21 +1158,22 @@ def _on_ane(op: str, kernel: str, rule: str, **kw: Any) -> Mil:
 
 
 def _unary(name: str, fn: Callable, doc: str, attrs: tuple[AttrDef, ...] = (),
-           lowering: Mil | NotOnAne | None = None) -> OpDef:
+           lowering: Mil | NotOnAne | None = None, **kw: Any) -> OpDef:
     return OpDef(name, _X, attrs, FLOATS, _infer_same, _f64(fn), doc, traits=_T_UNARY,
-                 lowering=lowering or _on_ane(name, name.upper(), "unary"), vjp=getattr(vjp, f"vjp_{name}"))
+                 lowering=lowering or _on_ane(name, name.upper(), "unary"), vjp=getattr(vjp, f"vjp_{name}"), **kw)
 
 
-def _binary(name: str, ref: RefFn, doc: str) -> OpDef:
+def _binary(name: str, ref: RefFn, doc: str, **kw: Any) -> OpDef:
     return OpDef(name, _XY, (), NUMERIC, _infer_binary(name), ref, doc, traits=_T_BINARY,
-                 lowering=_on_ane(name, name.upper(), "binary"), vjp=getattr(vjp, f"vjp_{name}"))
+                 lowering=_on_ane(name, name.upper(), "binary"), vjp=getattr(vjp, f"vjp_{name}"), **kw)
 
 
-def _reduce(kind: str) -> OpDef:
+def _reduce(kind: str, **kw: Any) -> OpDef:
     name = f"reduce_{kind}"
     return OpDef(name, _X, (AttrDef("axes", "ints"), AttrDef("keep_dims", "bool", False)), NUMERIC,
                  _infer_reduce(name), _ref_reduce(kind), f"{kind} over axes", traits=_T_REDUCTION,
-                 lowering=_on_ane(name, name.upper(), "reduce", params=_mil_reduce), vjp=getattr(vjp, f"vjp_{name}"))
+                 lowering=_on_ane(name, name.upper(), "reduce", params=_mil_reduce), vjp=getattr(vjp, f"vjp_{name}"),
+                 **kw)
 
 
 _TABLE: list[OpDef] = [
@@ -1167,16 +1191,19 @@ _TABLE: list[OpDef] = [
     OpDef("identity", _X, (), ALL_DTYPES, _infer_same, _ref_identity, "x unchanged", traits=_T_UNARY,
           lowering=_on_ane("identity", "IDENTITY", "unary"), vjp=vjp.vjp_identity),
     _unary("neg", lambda x, **_: -x, "-x", lowering=NotOnAne(
-        "ANE-NEG", ("neg_to_mul",), "the ANE has no neg op", "multiply by -1 instead", "mul(x, -1)")),
-    _unary("exp", lambda x, **_: np.exp(x), "e ** x"),
-    _unary("sqrt", lambda x, **_: np.sqrt(x), "square root (NaN below 0)"),
+        "ANE-NEG", ("neg_to_mul",), "the ANE has no neg op", "multiply by -1 instead", "mul(x, -1)"),
+        aten=Aten(("neg.default",), integral=True)),
+    _unary("exp", lambda x, **_: np.exp(x), "e ** x", vjp_reads_results=True, aten=Aten(("exp.default",))),
+    _unary("sqrt", lambda x, **_: np.sqrt(x), "square root (NaN below 0)", vjp_reads_results=True,
+           aten=Aten(("sqrt.default",))),
     _unary("rsqrt", lambda x, **_: 1.0 / np.sqrt(x), "1 / sqrt(x)", lowering=NotOnAne(
         "ANE-RSQRT", ("rsqrt_to_pow",), "rsqrt is rejected by the ANE compiler", "use pow(x, -0.5)",
-        "pow(x, -0.5)")),
+        "pow(x, -0.5)"), vjp_reads_results=True, aten=Aten(("rsqrt.default",))),
     OpDef("relu", _X, (), FLOATS, _infer_same, _ref_relu, "max(x, 0)", traits=_T_UNARY,
-          lowering=_on_ane("relu", "RELU", "unary"), vjp=vjp.vjp_relu),
-    _unary("tanh", lambda x, **_: np.tanh(x), "hyperbolic tangent"),
-    _unary("sigmoid", _sigmoid, "1 / (1 + e ** -x)"),
+          lowering=_on_ane("relu", "RELU", "unary"), vjp=vjp.vjp_relu, aten=Aten(("relu.default",))),
+    _unary("tanh", lambda x, **_: np.tanh(x), "hyperbolic tangent", vjp_reads_results=True,
+           aten=Aten(("tanh.default",))),
+    _unary("sigmoid", _sigmoid, "1 / (1 + e ** -x)", vjp_reads_results=True, aten=Aten(("sigmoid.default",))),
     _unary(
         "gelu", _gelu,
         "x * Phi(x) with erf (exact) or the tanh approximation",
@@ -1208,16 +1235,20 @@ _TABLE: list[OpDef] = [
         "batched matrix product over the last two dims; batch dims broadcast",
         traits=_T_LINEAR, lowering=_on_ane("matmul", "MATMUL", "matmul"), vjp=vjp.vjp_matmul,
     ),
-    _binary("add", _arith(np.add), "x + y (broadcast)"),
-    _binary("sub", _arith(np.subtract), "x - y (broadcast)"),
-    _binary("mul", _arith(np.multiply), "x * y (broadcast)"),
-    _binary("pow", _ref_pow, "x ** y (broadcast)"),
+    _binary("add", _arith(np.add), "x + y (broadcast)", aten=Aten(
+        ("add.Tensor", "add.Scalar"), shown="add (broadcast; numbers become fp16 scalar consts)")),
+    _binary("sub", _arith(np.subtract), "x - y (broadcast)", aten=Aten(("sub.Tensor", "sub.Scalar"))),
+    _binary("mul", _arith(np.multiply), "x * y (broadcast)", aten=Aten(("mul.Tensor", "mul.Scalar"))),
+    _binary("pow", _ref_pow, "x ** y (broadcast)", aten=Aten(("pow.Tensor_Tensor",), shown="pow(x, y)")),
     OpDef(
         "softmax", _X, (AttrDef("axis", "int", -1),), FLOATS, _infer_softmax, _f64(_softmax),
         "exp(x - max) / sum over axis",
         lowering=_on_ane("softmax", "SOFTMAX", "softmax", params=_mil_softmax), vjp=vjp.vjp_softmax,
+        vjp_reads_results=True,
     ),
-    *[_reduce(k) for k in ("sum", "mean", "max")],
+    _reduce("sum"),
+    _reduce("mean"),
+    _reduce("max", vjp_reads_results=True),
     OpDef(
         "reshape", _X, (AttrDef("shape", "ints"),), ALL_DTYPES, _infer_reshape, _ref_reshape,
         "same elements, new shape (one dim may be -1)",
@@ -1274,10 +1305,10 @@ OPS: dict[str, OpDef] = {o.name: o for o in _TABLE}
 """Every op of the IR, in documentation order."""
 
 # ---------------------------------------------------------------------------
-# target forms: the ANE's native spatial ops, below the 27-op language
+# target forms: the ANE's native spatial ops, below the core-op language
 #
-# The user-facing IR is the 27 ops of :data:`OPS`. Compilation selects these
-# target-level forms from their canonical 27-op lowerings (the
+# The user-facing IR is the core ops of :data:`OPS`. Compilation selects these
+# target-level forms from their canonical core-op lowerings (the
 # ``select-native`` pass): each stands for one native MIL op. They have type
 # inference, a numpy reference (the interpreter runs a selected program), a MIL
 # lowering and a simulator kernel, but no VJP, and the parser refuses them in
@@ -1290,7 +1321,7 @@ class SpatialLimits:
 
     No public source demonstrates the ANE's limits on these (ANE-SPATIAL-LIMITS in
     :mod:`anec.constraints` is a hypothesis that ``python -m anec.selftest`` settles);
-    select-native leaves a layer beyond them in its 27-op form, legalize rejects a target
+    select-native leaves a layer beyond them in its core-op form, legalize rejects a target
     form beyond them, the simulator refuses its MIL (the values reach it through
     ``csrc/sim_ops.h``).
     """
@@ -1636,7 +1667,7 @@ _TARGET_TABLE: list[OpDef] = [
 ]
 
 TARGET_OPS: dict[str, OpDef] = {o.name: o for o in _TARGET_TABLE}
-"""The target-level forms (not part of the 27-op IR): written by select-native only."""
+"""The target-level forms (not part of the core-op IR): written by select-native only."""
 
 
 
@@ -1829,7 +1860,7 @@ def _lowering_text(op: OpDef) -> str:
 
 
 def op_rows(table: Mapping[str, OpDef] | None = None) -> list[tuple[str, str, str, str, str]]:
-    """(op, operands, attributes, dtypes, doc) for each op of ``table`` (default: the 27 IR
+    """(op, operands, attributes, dtypes, doc) for each op of ``table`` (default: the core IR
     ops), in table order."""
     rows = []
     for op in (OPS if table is None else table).values():
@@ -1879,7 +1910,7 @@ def format_table(markdown: bool = False) -> str:
             "## Target forms",
             "",
             "Not part of the IR language: compilation writes them (the `select-native` pass)",
-            "in place of the canonical 27-op forms of convolutions, pooling and upsampling,",
+            "in place of the canonical core-op forms of convolutions, pooling and upsampling,",
             "one per layer, so the device runs one native MIL op. The parser refuses them in",
             "user IR (a compiled program's `program.ir` holds them). They have no VJP; limits:",
             "`anec constraints ANE-SPATIAL-LIMITS`.",
