@@ -372,7 +372,7 @@ def _patterns(spec: Iterable[str] | str) -> list[str]:
 def with_weights_as_inputs(pipeline: Sequence[Pass], patterns: Sequence[str]) -> tuple[Pass, ...]:
     """``pipeline`` with the weights-as-inputs pass inserted after the cleanup
     passes (dce, fuse-casts), before select-native (a native conv reads a constant weight: a
-    weight input keeps its layer in the 27-op form) / range-safe / annotate-sram / legalize /
+    weight input keeps its layer in the core-op form) / range-safe / annotate-sram / legalize /
     partition / emit-mil."""
     from anec.passes import WeightsAsInputs
 
