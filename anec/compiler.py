@@ -30,7 +30,10 @@ from typing import Any, Iterable, Sequence
 
 from anec.diagnostics import AnecError, ConstraintError, did_you_mean
 from anec.ir.graph import Module, no_cyclic_gc
-from anec.mil.artifact import Artifact, deferred_hashes, hash_pool, write_output
+from anec.hashing import deferred_hashes
+from anec.mil.artifact import Artifact
+from anec.mil.output import write_output
+from anec.thread_pools import hash_pool
 from anec.passes.base import Pass, PassContext
 from anec.targets import Target, get_target
 

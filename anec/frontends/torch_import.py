@@ -393,7 +393,7 @@ class _torch_said:
 def link_import(ir_file: Path, out_dir: Path) -> bool:
     """After ``anec compile DIR/model.ir -o OUT``: when DIR is an import, write
     ``OUT/imported.json`` naming it (relative to OUT). Returns whether it did."""
-    from anec.mil.artifact import format_json
+    from anec.mil.json_format import format_json
     from anec.fsutil import replace_file
 
     src = Path(ir_file).resolve().parent
@@ -1172,7 +1172,8 @@ class ImportedModel:
         """
         from safetensors.numpy import save
 
-        from anec.mil.artifact import format_json, write_tree_atomic
+        from anec.fsutil import write_tree_atomic
+        from anec.mil.json_format import format_json
 
         dest = Path(directory)
         if dest.exists():

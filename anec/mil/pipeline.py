@@ -46,14 +46,19 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from anec import __version__
+from anec.version import __version__
 from anec.diagnostics import ArtifactError
 from anec.ir.types import DType
+from anec.fsutil import parse_json
+from anec.hashing import sha256
 from anec.mil.artifact import (BLOB_MAX_BYTES, MANIFEST_FILE, OUTPUT_INDEX, PROGRAM_IR_FILE, PROGRAM_IR_MAX_BYTES, Artifact,
-                               _io_entries, _jsonable, _logical_outputs, _utf8, alloc_bytes, blob_key, weight_keys,
-                               build_weight_inputs, format_json, load_artifact, sha256, write_artifact_dir)
+                               _io_entries, _logical_outputs, _utf8, alloc_bytes, blob_key, weight_keys,
+                               build_weight_inputs, write_artifact_dir)
 from anec.mil.beneath import check_rel
-from anec.mil.manifest import MANIFEST_MAX_BYTES, _Bad, _weight_input, array, parse_json
+from anec.mil.json_format import format_json
+from anec.mil.json_format import jsonable as _jsonable
+from anec.mil.manifest import MANIFEST_MAX_BYTES, _Bad, _weight_input, array
+from anec.mil.output import load_artifact
 from anec.mil.blobfile import BlobReader
 
 if TYPE_CHECKING:

@@ -88,7 +88,7 @@ def read_bytes(d: Beneath, rel: str, limit: int, error: type[AnecError] | None =
 def parse_json_file(data: bytes, where: str, error: type[AnecError] | None = None) -> Any:
     """Strict JSON (UTF-8, no NaN/Infinity, no duplicate keys, at most 32 levels) from the
     bytes of the file ``where``; ``error`` (CheckpointError by default) otherwise."""
-    from anec.mil.manifest import parse_json
+    from anec.fsutil import parse_json
 
     try:
         return parse_json(data, where, "file")

@@ -8,7 +8,8 @@ import numpy as np
 
 from anec.compiler import compile_module
 from anec.ir import Builder
-from anec.mil.artifact import Artifact, load_artifact
+from anec.mil.artifact import Artifact
+from anec.mil.output import load_artifact
 from anec.mil.blobfile import BlobFiles, BlobReader, BlobWriter
 from anec.mil.emitter import emit_mil
 from anec.targets import get_target
@@ -96,7 +97,7 @@ def test_artifact_build_and_write_match_bytes_written_from_the_mapping(tmp_path)
 def test_deferred_hashes_are_in_every_manifest_before_it_is_read_or_written(tmp_path):
     from concurrent.futures import Future
 
-    from anec.mil.artifact import deferred_hashes, sha256
+    from anec.hashing import deferred_hashes, sha256
     from anec.weights import random_weights
 
     g = small_mlp()

@@ -77,7 +77,7 @@ def _sim_error(rt, tmp_path, form: sf.Form, mil_edit) -> str:
     _, art = _compile(form, tmp_path)
     mil = mil_edit(art.mil_text)
     (tmp_path / "f" / "model.mil").write_text(mil)
-    from anec.mil.artifact import sha256  # the manifest pins the MIL's hash: refresh it
+    from anec.hashing import sha256  # the manifest pins the MIL's hash: refresh it
 
     import json
 
