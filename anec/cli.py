@@ -311,7 +311,7 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
     nodes = sum(len(g.nodes) for g in module.funcs.values())
     click.echo(f"{file}: ok ({_plural(len(module.funcs), 'func')}, {_plural(nodes, 'node')})")
     given = {}  # the weights to check: given, or named by the file's weights directives
-    from anec.weights import resolve_weights
+    from anec.ir.weight_binding import resolve_weights
 
     if weights_path is not None or random_weights is not None:
         given["weights"] = resolve_weights(module, weights=weights_path, random_seed=random_weights)
@@ -396,7 +396,7 @@ def _range_check(module, inputs_path: str, given: dict, target_name: str | None,
                  random_seed: int | None) -> int:
     """Print the fp16 range analysis on the calibration inputs; the number of overflows."""
     from anec.ranges import check_ranges, load_calibration
-    from anec.weights import resolve_weights
+    from anec.ir.weight_binding import resolve_weights
 
     inputs = load_calibration(inputs_path)
     weights = given.get("weights")
@@ -493,7 +493,7 @@ def interp_cmd(file, func_name, inputs, random_inputs, weights_path, random_weig
     from anec.ir.interp import interpret, load_input, random_inputs as make_random_inputs, select_func
     from anec.ir.parser import parse_file
     from anec.ir.verifier import verify
-    from anec.weights import check_weights, resolve_weights
+    from anec.ir.weight_binding import check_weights, resolve_weights
 
     module = parse_file(file)
     for warning in verify(module):
@@ -781,7 +781,7 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
     module = store = None
     if is_ir or (compare_interp and ir_path):
         from anec.ir.parser import parse_file
-        from anec.weights import resolve_weights
+        from anec.ir.weight_binding import resolve_weights
 
         module = parse_file(target_path if is_ir else ir_path)
         store = resolve_weights(module, weights=weights_path, random_seed=random_weights)

@@ -255,7 +255,8 @@ def compile_module(
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline
     from anec.passes.pipelines import check_pass_names
-    from anec.weights import check_weights, resolve_weights, touch_pages, weight_consts
+    from anec.ir.weight_binding import check_weights, resolve_weights, weight_consts
+    from anec.weight_store import touch_pages
 
     from anec.compress import parse_spec
 

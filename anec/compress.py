@@ -930,7 +930,7 @@ def decide(graph: "Graph", spec: Spec, store: Mapping[str, np.ndarray] | None, d
     result passes the gate is kept; without one (MIL only) the first allowed format
     is taken as it is.
     """
-    from anec.weights import materialize
+    from anec.ir.weight_binding import materialize
 
     mat = materialize_fn or materialize
     if target is not None:

@@ -346,7 +346,7 @@ class _Env:
         the target-level ops (conv, max_pool, ...) the spatial probe writes directly."""
         from anec.compiler import compile_module
         from anec.ir.parser import parse
-        from anec.weights import random_weights
+        from anec.ir.weight_binding import random_weights
 
         module = parse(text, f"<selftest:{name}>", target_forms=target_forms)
         func = next(iter(module.funcs))
@@ -585,7 +585,7 @@ def _probe_data_patch(env: _Env, text: str, name: str, pack: bool, strategy: str
     never-compiled object loading the new data) and compare with a fresh compile
     of the new weights: verified when the outputs changed, equal the fresh
     compile bit for bit, and nothing was compiled."""
-    from anec.weights import random_weights
+    from anec.ir.weight_binding import random_weights
 
     module, graph, store1, art, _ = env.build(text, name, pack_weights=pack)
     store2 = random_weights(module, env.seed + 1000)
@@ -645,7 +645,7 @@ def check_reload(env: _Env, c: Check) -> None:
                 c.lines.append(f"{strategy}, {label}: NOT effective here (changed by {_fmt(r.get('change', 0))}, "
                                f"{_fmt(r.get('vs_fresh', 0))} from a fresh compile): not used")
     # the runtime's own choice with this verdict, on a program of each kind, must equal a fresh compile
-    from anec.weights import random_weights
+    from anec.ir.weight_binding import random_weights
 
     ok = True
     auto: dict[str, Any] = {}

@@ -269,7 +269,7 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
     sub-byte payloads packed as coremltools packs them. Without a store (``anec mil``)
     there are no blobs and each entry's ``sha256`` is None.
     """
-    from anec.weights import materialize
+    from anec.ir.weight_binding import materialize
 
     entries = []
     writers: dict[str, BlobWriter] = {}
@@ -354,7 +354,7 @@ def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None
     """The initial values of the weights compiled as inputs (``graph.meta["weight_inputs"]``):
     one BLOBFILE each under ``inputs/`` (never referenced by the MIL; the runtime writes them
     into the input surfaces), and their manifest entries."""
-    from anec.weights import materialize_attrs
+    from anec.ir.weight_binding import materialize_attrs
 
     blobs: dict[str, BlobWriter] = {}
     entries = []

@@ -9,7 +9,7 @@ from anec.compiler import compile_module
 from anec.compress import Gate, decide, get_format, parse_spec, quantize_linear
 from anec.diagnostics import AnecError
 from anec.ir.printer import print_module
-from anec.weights import resolve_weights
+from anec.ir.weight_binding import resolve_weights
 
 
 def _formats(art) -> dict[str, str]:

@@ -11,7 +11,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from anec.diagnostics import WeightError
-from anec.weights import load_weights, map_safetensors, touch_pages
+from anec.weight_store import load_weights, map_safetensors, touch_pages
 
 
 def _tensors():

@@ -23,7 +23,8 @@ from anec.mil.json_format import format_json
 from anec.passes.base import PassContext
 from anec.passes.emit_mil import EmitMil
 from anec.targets import get_target
-from anec.weights import WeightStore, materialize, random_weights
+from anec.ir.weight_binding import materialize, random_weights
+from anec.weight_store import WeightStore
 
 from .graphs import small_mlp, two_io
 

@@ -82,7 +82,7 @@ def test_compile_in_memory_copies_the_weights_out(tmp_path):
 def test_artifact_build_and_write_match_bytes_written_from_the_mapping(tmp_path):
     g = small_mlp()
     t = get_target("m4")
-    from anec.weights import random_weights
+    from anec.ir.weight_binding import random_weights
 
     store = random_weights(g, 3)
     lazy = Artifact.build(g, emit_mil(g, t), t, store)
@@ -98,7 +98,7 @@ def test_deferred_hashes_are_in_every_manifest_before_it_is_read_or_written(tmp_
     from concurrent.futures import Future
 
     from anec.hashing import deferred_hashes, sha256
-    from anec.weights import random_weights
+    from anec.ir.weight_binding import random_weights
 
     g = small_mlp()
     t = get_target("m4")

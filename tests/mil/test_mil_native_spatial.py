@@ -19,7 +19,7 @@ from anec.ir.interp import interpret
 from anec.ir.parser import parse
 from anec.mil.artifact import Artifact, artifact_weights
 from anec.runtime import Runtime, backend_available
-from anec.weights import WeightStore
+from anec.weight_store import WeightStore
 from tests.passes import spatial_forms as sf
 from tests.passes.test_select_native import CASES
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from anec.passes import AnnotateSram, DeadCodeElimination, EmitMil, FuseCasts, Legalize, PassContext
-from anec.weights import random_weights
+from anec.ir.weight_binding import random_weights
 
 from .passes_util import parse_module, run
 from .test_partition import chain, target

@@ -18,7 +18,7 @@ from anec.ir.interp import interpret
 from anec.ir.parser import parse
 from anec.passes.partition import blob_cap_of, extract_stage, plan_partition
 from anec.targets import get_target
-from anec.weights import random_weights
+from anec.ir.weight_binding import random_weights
 
 C, S = 8, 16
 T = f"fp16[1, {C}, 1, {S}]"

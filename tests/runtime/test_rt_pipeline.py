@@ -34,7 +34,7 @@ from anec.mil.pipeline import PipelineArtifact, load_any
 from anec.runtime import Runtime, native
 from anec.runtime.pipeline import PipelineProgram
 from anec.targets import get_target
-from anec.weights import random_weights
+from anec.ir.weight_binding import random_weights
 from tests.passes.test_partition import dags
 from tests.runtime import milkit as mk
 from tolerances import assert_close
