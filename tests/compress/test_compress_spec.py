@@ -160,7 +160,7 @@ def test_large_grouped_luts_take_the_binned_path_and_stay_better_than_one_table(
     """Channel groups of a large tensor have nearly all values distinct: above EXACT_DISTINCT
     the groups are solved on 1024-bin histograms and refined by Lloyd steps. Each group's
     tables must still beat one table for the whole tensor, and the bytes stay stable."""
-    from anec import compress as cz
+    from anec.compress import palettize as cz
     from anec.compress import compress_tensor
 
     rng = np.random.default_rng(3)
