@@ -20,6 +20,8 @@ from anec.compress.formats import FORMATS, Format, input_axis, scale_shape
 from anec.compress.spec import Spec, for_target, not_streamed_warning
 from anec.compress.tensor import Compressed, compress_tensor
 from anec.ir.types import DType
+from anec.ir.weight_binding import materialize
+from anec.mil.blobfile import payload_bytes
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph, Node
@@ -68,8 +70,6 @@ class Decision:
         elif self.fmt.kind == "none":
             d["bytes"] = d["dense_bytes"]
         else:  # no weights: the payload sizes follow from the format and the shape alone
-            from anec.mil.blobfile import payload_bytes
-
             d["bytes"] = sum(payload_bytes(dt, math.prod(shape)) for _, dt, shape in self.part_types())
         if self.fallbacks:
             d["fallbacks"] = self.fallbacks
@@ -132,8 +132,6 @@ def decide(graph: "Graph", spec: Spec, store: Mapping[str, np.ndarray] | None, d
     result passes the gate is kept; without one (MIL only) the first allowed format
     is taken as it is.
     """
-    from anec.ir.weight_binding import materialize
-
     mat = materialize_fn or materialize
     if target is not None:
         spec = for_target(spec, target)

@@ -38,13 +38,18 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
+from anec.compress import decompress, get_format
 from anec.diagnostics import ArtifactError, PassError
 from anec.fsutil import TreeFile, real_dir, write_tree_atomic
 from anec.hashing import array_sha256, hashes_deferred, payload_digests, sha256
 from anec.ir.graph import Graph, Module
+from anec.ir.parser import parse
+from anec.ir.printer import print_graph
 from anec.ir.types import DType, TensorType
+from anec.ir.weight_binding import materialize, materialize_attrs
 from anec.mil.beneath import Beneath, check_rel
-from anec.mil.blobfile import HEADER_BYTES, BlobFiles, BlobReader, BlobWriter, pack_bits, payload_bytes
+from anec.mil.blobfile import (HEADER_BYTES, SUBBYTE_BITS, BlobFiles, BlobReader, BlobWriter, pack_bits, payload_bytes,
+                               unpack_bits)
 from anec.mil.emitter import MilProgram
 from anec.mil.json_format import format_json, jsonable
 from anec.mil.manifest import FORMAT, MANIFEST_MAX_BYTES, parse_manifest, validate_manifest
@@ -195,8 +200,6 @@ def program_ir_text(graph: Graph, program: MilProgram) -> str:
     payload the MIL's BLOBFILE reference points at (perm/slice already
     applied there).
     """
-    from anec.ir.printer import print_graph
-
     by_name = {n.results[0].name: n for n in graph.nodes if n.op == "const"}
     keyed = {id(by_name[name]): {"weight": key} for name, key in weight_keys(program).items()}
     return ("// The compiled program in anec IR: the same ops as model.mil; weights are\n"
@@ -243,9 +246,6 @@ def blob_np_name(dtype: str) -> str:
 def decompress_parts(parts: list[tuple[dict, np.ndarray]]) -> np.ndarray:
     """The dense fp16 tensor of one compressed weight from its manifest part entries and
     payloads (1-D arrays as read)."""
-    from anec.compress import decompress, get_format
-    from anec.mil.blobfile import unpack_bits
-
     first = parts[0][0]["part"]
     fmt = get_format(first["format"])
     shape = tuple(first["shape"])
@@ -269,8 +269,6 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
     sub-byte payloads packed as coremltools packs them. Without a store (``anec mil``)
     there are no blobs and each entry's ``sha256`` is None.
     """
-    from anec.ir.weight_binding import materialize
-
     entries = []
     writers: dict[str, BlobWriter] = {}
     payloads = []
@@ -320,8 +318,6 @@ def _part_payload(slot: Any) -> tuple[np.ndarray, np.ndarray, Any]:
         arr = np.frombuffer(pack_bits(arr, comp.fmt.bits)[0], np.uint8)
     arr = arr.reshape(slot.type.shape)
     if slot.storage is not None:
-        from anec.mil.blobfile import SUBBYTE_BITS
-
         raw, padding = pack_bits(arr, SUBBYTE_BITS[slot.storage])
         packed = np.frombuffer(raw, np.uint8)
         return arr, packed, (packed, padding)
@@ -354,8 +350,6 @@ def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None
     """The initial values of the weights compiled as inputs (``graph.meta["weight_inputs"]``):
     one BLOBFILE each under ``inputs/`` (never referenced by the MIL; the runtime writes them
     into the input surfaces), and their manifest entries."""
-    from anec.ir.weight_binding import materialize_attrs
-
     blobs: dict[str, BlobWriter] = {}
     entries = []
     for w in graph.meta.get("weight_inputs", []) or []:
@@ -533,8 +527,6 @@ class Artifact:
 
     def program_module(self) -> "Module":
         """``program.ir`` parsed (for the reference interpreter)."""
-        from anec.ir.parser import parse
-
         return parse(self.program_ir, filename=f"{self.func}/{PROGRAM_IR_FILE}", target_forms=True)
 
 

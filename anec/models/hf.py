@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from anec.diagnostics import AnecError, ArtifactError, WeightError
-from anec.fsutil import write_bytes_atomic
+from anec.fsutil import parse_json, write_bytes_atomic
 from anec.mil.beneath import Beneath, check_rel
 from anec.weight_store import SafetensorsFile
 
@@ -87,8 +87,6 @@ def read_bytes(d: Beneath, rel: str, limit: int, error: type[AnecError] | None =
 def parse_json_file(data: bytes, where: str, error: type[AnecError] | None = None) -> Any:
     """Strict JSON (UTF-8, no NaN/Infinity, no duplicate keys, at most 32 levels) from the
     bytes of the file ``where``; ``error`` (CheckpointError by default) otherwise."""
-    from anec.fsutil import parse_json
-
     try:
         return parse_json(data, where, "file")
     except ArtifactError as e:

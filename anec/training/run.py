@@ -36,7 +36,7 @@ from anec.training.data import Batches, load_tokens
 from anec.training.plot import loss_png
 from anec.training.state import load_state, save_state
 from anec.diagnostics import ArtifactError, TrainingError
-from anec.fsutil import is_temp_name, replace_file_at
+from anec.fsutil import is_temp_name, parse_json, replace_file_at
 from anec.mil.beneath import Beneath, kind_of
 from anec.training.trainer import Trainer
 
@@ -149,8 +149,6 @@ def _leftover(name: str) -> bool:
 
 
 def _read_json(rd: Beneath, name: str) -> dict[str, Any]:
-    from anec.fsutil import parse_json
-
     where = str(rd.path / name)
     try:
         obj = parse_json(rd.read(name, MAX_RUN_JSON, "run settings"), where, "run settings")
