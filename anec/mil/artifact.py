@@ -402,7 +402,7 @@ class Artifact:
     program_ir: str = ""
     """The compiled program in anec IR (``program.ir``), weights keyed by BLOBFILE."""
     pending: list = field(default_factory=list, repr=False, compare=False)
-    """Manifest weight entries whose sha256 is still being computed (see :func:`deferred_hashes`)."""
+    """Manifest weight entries whose sha256 is still being computed (see :func:`anec.hashing.deferred_hashes`)."""
 
     @classmethod
     def build(cls, graph: Graph, program: MilProgram, target: "Target",
