@@ -47,7 +47,7 @@ LAYERS = 40
 def residual_chain(n: int) -> str:
     """n pre-activation residual layers ``h{i} = h{i-1} + 0.25 * conv1x1(relu(h{i-1}), l{i}.w)``.
 
-    With the random weights of :func:`anec.weights.random_weights` (std 1/sqrt(fan in)) each
+    With the random weights of :func:`anec.ir.weight_binding.random_weights` (std 1/sqrt(fan in)) each
     layer adds a zero-mean branch of about a third of the value's RMS, so every layer's
     value keeps an RMS near 1 over 40 layers; changing one layer's weights changes the
     output by ~0.3 RMS."""
