@@ -24,7 +24,7 @@ _LAZY = {
     "compile_module": "anec.compiler",
     "Runtime": "anec.runtime",
     "AnecError": "anec.diagnostics",
-    "import_torch": "anec.frontends.torch_import",
+    "import_torch": "anec.frontends.torch.fx_import",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -32,7 +32,9 @@ from anec.diagnostics import AnecError, ConstraintError, did_you_mean
 from anec.ir.graph import Module, no_cyclic_gc
 from anec.hashing import deferred_hashes
 from anec.mil.artifact import Artifact
+from anec.mil.multi_program import count_compiles
 from anec.mil.output import write_output
+from anec.multi_program_build import build_multi_program
 from anec.thread_pools import hash_pool
 from anec.passes.base import Pass, PassContext
 from anec.targets import Target, get_target
@@ -90,12 +92,10 @@ def count_programs(artifacts: Iterable[Any]) -> int:
     weight reload strategy verified (the device until ``python -m anec.selftest`` verifies
     one): programs with the same MIL and the same weights are one compile (a cache hit), any
     other difference is a compile of its own."""
-    from anec.mil.pipeline import count_compiles
-
     return count_compiles(program_artifacts(artifacts))
 
 
-def _share_mode(share: str | bool) -> str:
+def share_mode(share: str | bool) -> str:
     if share is True or share is False:
         return "always" if share else "never"
     if share not in SHARE_MODES:
@@ -261,7 +261,7 @@ def compile_module(
     from anec.compress import parse_spec
 
     tgt = with_int8_form(with_concat(with_dialect(get_target(target), dialect), concat), compress_form)
-    share = _share_mode(share_programs)
+    share = share_mode(share_programs)
     budget = tgt.process_compile_budget if compile_budget is None else int(compile_budget)
     spec = parse_spec(compress, compress_gate)
     pipeline = resolve_passes(passes)
@@ -299,7 +299,8 @@ def compile_module(
             ctx = PassContext(target=tgt, weights=store, module=work,
                               options={"pack_weights": pack_weights, "host_casts": host_casts, "compress": spec,
                                        "share_programs": shared},
-                              print_ir_after=dump_after, verify_each=verify_each)
+                              print_ir_after=dump_after, verify_each=verify_each,
+                              build_stages=build_multi_program)
             with deferred_hashes() if out_dir is not None else contextlib.nullcontext():
                 # writing: the weights are hashed on worker threads while write_output streams them to disk
                 run_pipeline(work, pipeline, ctx, verify_input=False)  # a clone of the verified module
@@ -320,7 +321,7 @@ def compile_module(
         if timing:
             timings.append(("*", "verify", verified + ctx.verify_seconds))
         if patterns:
-            used = [w["key"] for g in work.funcs.values() for w in g.meta.get("weight_inputs", [])]
+            used = [w["key"] for g in work.funcs.values() for w in g.facts.weight_inputs]
             for p in patterns:
                 if not any(fnmatch.fnmatchcase(k, p) for k in used):
                     raise AnecError(f"--weights-as-inputs pattern '{p}' matches no weight of the module",
@@ -376,11 +377,12 @@ def with_weights_as_inputs(pipeline: Sequence[Pass], patterns: Sequence[str]) ->
     """``pipeline`` with the weights-as-inputs pass inserted after the cleanup
     passes (dce, fuse-casts), before select-native (a native conv reads a constant weight: a
     weight input keeps its layer in the 27-op form) / range-safe / annotate-sram / legalize /
-    emit-mil."""
+    partition / emit-mil."""
     from anec.passes import WeightsAsInputs
 
     passes = list(pipeline)
-    at = next((i for i, p in enumerate(passes) if p.name in ("select-native", "range-safe", "annotate-sram", "legalize", "emit-mil")), len(passes))
+    at = next((i for i, p in enumerate(passes) if p.name in ("select-native", "range-safe", "annotate-sram", "legalize",
+                                                              "partition", "emit-mil")), len(passes))
     passes.insert(at, WeightsAsInputs(keys=tuple(patterns)))
     return tuple(passes)
 

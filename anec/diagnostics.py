@@ -9,7 +9,7 @@ Every error a user can cause is an :class:`AnecError`. When it carries a
     hint: did you mean 'gelu'?
 
 The CLI prints :meth:`AnecError.render` to stderr and exits with status 1;
-any other exception is reported as a bug in anec (exit 3, see anec/cli.py).
+any other exception is reported as a bug in anec (exit 3, see anec/cli/group.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import bisect
 import difflib
 import functools
-import os
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -174,15 +173,3 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
     match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f"did you mean '{match[0]}'?" if match else None
 
-
-def signal_must_wait(signum: int, frame: object) -> bool:
-    """For a handler that ends the process on ``signum`` by raising: True (and the signal sent
-    again, to be handled a moment later) when it interrupted the import machinery. Its module
-    locks' weakref callbacks run there, and an exception raised in a callback is printed and
-    ignored, so the process would not end. The handlers of the CLI and the runtime ask this
-    first."""
-    code = getattr(frame, "f_code", None)
-    if code is not None and code.co_filename.startswith("<frozen importlib"):
-        os.kill(os.getpid(), signum)
-        return True
-    return False

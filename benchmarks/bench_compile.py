@@ -401,28 +401,31 @@ def _coreml_build_passes_save(art, tmp: Path) -> dict | None:
         import coremltools as ct
         from coremltools.converters.mil.mil.passes.pass_pipeline import PassPipeline, PassPipelineManager
 
-        from anec.frontends.coreml import _assemble, _Builder, _quiet, _wiring
+        from anec.frontends.coreml import quiet_stderr
+        from anec.frontends.coreml_program import ProgramBuilder, assemble, io_plan
+        from anec.frontends.coreml_wiring import pipeline_wiring
     except Exception as e:  # noqa: BLE001 - any import problem means "not measured"
         return {"skipped": f"coremltools unavailable: {e}"}
     import logging
 
     logging.getLogger("coremltools").setLevel(logging.ERROR)
-    wiring = _wiring(art)
+    wiring = pipeline_wiring(art)
     # reading the artifact back and re-emitting its MIL is anec's work: not timed
-    builders = [_Builder(stage, wiring.rename(k)) for k, stage in enumerate(art.stages)]
+    plan = io_plan(art.manifest, art.stages)
+    builders = [ProgramBuilder(stage, plan.through(wiring.rename(k))) for k, stage in enumerate(art.stages)]
     path = tmp / "gpt2.mlpackage"
     shutil.rmtree(path, ignore_errors=True)  # the previous run's package: its removal is not timed
     _quiesce()
     c0 = time.process_time()
     t0 = time.perf_counter()
-    prog = _assemble(art.manifest, wiring, builders)
+    prog = assemble(plan, wiring, builders)
     t1 = time.perf_counter()
     pipeline = PassPipeline.DEFAULT
     # its elementwise -> batch_norm fusion fails on this fp16 program (fp16 gamma, fp32 mean)
     pipeline.remove_passes([UNFUSABLE])
-    _quiet(lambda: PassPipelineManager.apply_pipeline(prog, pipeline))
+    quiet_stderr(lambda: PassPipelineManager.apply_pipeline(prog, pipeline))
     t2 = time.perf_counter()
-    model = _quiet(lambda: ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS18,
+    model = quiet_stderr(lambda: ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS18,
                                       pass_pipeline=ct.PassPipeline.EMPTY,
                                       compute_precision=ct.precision.FLOAT32, skip_model_load=True))
     model.save(str(path))
@@ -442,7 +445,7 @@ def worker_gpt2_coremltools(src: Path, tmp: Path) -> dict:
     """One coremltools build + passes + save of the compiled body at ``src``, in this process
     (coremltools and torch, which it imports, never load into a process that times anec: the
     threads they leave behind cost anec's compiles about a third more CPU there)."""
-    from anec.mil.pipeline import load_any
+    from anec.mil.multi_program import load_any
 
     try:
         art = load_any(src)
@@ -775,6 +778,10 @@ def worker(args) -> dict:
     return worker_raw_write(args.mib, args.tmp / "raw.bin", args.fsync)
 
 
+BASELINE = "8908afe"
+"""The commit before the weight-path work that the before/after row of compile.md is measured against."""
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes and a 2-layer GPT-2 body, 2 rounds (a smoke run)")
@@ -782,7 +789,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=["gpt2"], help="re-measure one section, keep the others' last results")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of every process (each side once per round)")
     ap.add_argument("--repeat", type=int, dest="rounds", help=argparse.SUPPRESS)  # the former name
-    ap.add_argument("--baseline", metavar="REV", help="also compile the GPT-2 body with this commit's anec/")
+    ap.add_argument("--baseline", metavar="REV",
+                    help=f"also compile the GPT-2 body with this commit's anec/ (default {BASELINE}, the commit "
+                         "the results file's before/after row names; '' to skip; --quick skips it unless given)")
     ap.add_argument("--worker", choices=["scaling", "coremltools-pipeline", "blobfile", "gpt2-coremltools",
                                          "gpt2-raw"], help=argparse.SUPPRESS)
     ap.add_argument("--sizes", help=argparse.SUPPRESS)
@@ -795,6 +804,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(worker(args)))
         return 0
+    if args.baseline is None:
+        args.baseline = "" if args.quick else BASELINE
     if args.quick:
         args.rounds = min(args.rounds, 2)
     sizes = [300, 1000, 3000] if args.quick else [1000, 10000, 100000]

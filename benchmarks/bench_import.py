@@ -86,7 +86,8 @@ def _timed(fn):
 def bench_anec(model, ids, tmp: Path) -> dict:
     import torch
 
-    from anec.frontends.torch_import import decompose, export_module, _Importer
+    from anec.frontends.torch.export import decompose, export_module
+    from anec.frontends.torch.fx_import import FxImporter as _Importer
 
     ep, t_export = _timed(lambda: export_module(model, (ids,)))
     dec, t_dec = _timed(lambda: decompose(ep))

@@ -93,7 +93,7 @@ def unet(n_nodes: int):
 
 
 def measure_plan(kind: str, n: int) -> dict:
-    from anec.passes.partition import plan_partition
+    from anec.passes.partition_search import plan_partition
     from anec.targets import get_target
 
     graph = (chain if kind == "chain" else unet)(n)

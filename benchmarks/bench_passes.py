@@ -154,12 +154,18 @@ def _table(rows: list[dict]) -> list[str]:
     return lines
 
 
+BASELINE = "52ef36e"
+"""The commit before the front-end work that benchmarks/results/passes.md's speed-up is measured against."""
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--sizes", default="1000,10000,100000")
-    ap.add_argument("--baseline", metavar="REV", help="also measure this commit's anec/")
-    ap.add_argument("--baseline-sizes", default="1000,2000,4000")
+    ap.add_argument("--baseline", metavar="REV",
+                    help=f"also measure this commit's anec/ (default {BASELINE}, the commit the "
+                         "results file's speed-up is quoted against; '' to skip; --quick skips it unless given)")
+    ap.add_argument("--baseline-sizes", default="1000,10000,100000")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every (variant, size) process")
     ap.add_argument("--budget", type=float, default=900.0, help="seconds per size")
     ap.add_argument("--quick", action="store_true", help="sizes 500 and 1000 (and so the baseline), 2 rounds: "
@@ -170,6 +176,8 @@ def main(argv: list[str]) -> int:
     if args.one:
         print(json.dumps(measure_one(args.one, verify_each=not args.no_verify_each)))
         return 0
+    if args.baseline is None:
+        args.baseline = "" if args.quick else BASELINE
     if args.quick:
         args.sizes = args.baseline_sizes = "500,1000"
         args.rounds = min(args.rounds, 2)

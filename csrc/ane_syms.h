@@ -1,5 +1,5 @@
 /*
- * ane_syms.h - the one table of symbols driver_ane.c uses (internal).
+ * ane_syms.h - the one table of symbols the ane driver uses (internal).
  *
  * The ane driver is plain C with no Apple headers: every Objective-C runtime,
  * CoreFoundation, IOSurface and Foundation symbol it touches is resolved at

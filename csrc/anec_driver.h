@@ -2,7 +2,7 @@
  * anec_driver.h - the internal interface between the runtime core and a driver.
  *
  * Not public: users include anec_rt.h only. A driver is a table of function
- * pointers (anec_driver). The core (rt_core.c, rt_reload.c) owns program
+ * pointers (anec_driver). The core (rt_*.c; rt_internal.h) owns program
  * caching, refcounted program directories, compile-budget accounting, I/O
  * binding in alphabetical order, surface sizing, locking and the choice of a
  * reload strategy; a driver only turns those decisions into device calls:
@@ -145,7 +145,12 @@ typedef struct anec_driver {
     void (*release)(void *ctx, void *prog);
 } anec_driver;
 
+/* The drivers, listed in the driver table (rt_drivers.c). */
 extern const anec_driver anec_driver_sim;
 extern const anec_driver anec_driver_ane;
+
+/* The sim's per-process state (its compile count and the weights it shares
+   between programs) forgotten, as in a new process: anec_process_reset_budget. */
+void anec_sim_reset_process(void);
 
 #endif /* ANEC_DRIVER_H */

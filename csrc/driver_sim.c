@@ -157,7 +157,6 @@ static uint8_t *shared_get(const char *id, size_t *len)
     return copy;
 }
 
-void anec_sim_reset_process(void);
 void anec_sim_reset_process(void)
 {
     atomic_store(&g_compiles, 0);

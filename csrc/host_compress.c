@@ -48,6 +48,53 @@
 
 static int h_is_zero(uint16_t h) { return (h & 0x7fffu) == 0; }
 
+#ifdef QUANT_AVX
+/* A row's error sums over eight lanes, kept in registers by the AVX loops: the sums of e^2
+   and w^2 per lane (in double, as the plain loop keeps them) and the largest |e| and |w|. */
+typedef struct {
+    __m256d e0, e1, n0, n1;
+    __m256 emax, wmax;
+} err_acc;
+
+#define AVX_INLINE static inline __attribute__((target("avx,f16c"), always_inline))
+
+AVX_INLINE void acc_load(err_acc *a, const double *e, const double *n, float emax, float wmax)
+{
+    a->e0 = _mm256_loadu_pd(e), a->e1 = _mm256_loadu_pd(e + 4);
+    a->n0 = _mm256_loadu_pd(n), a->n1 = _mm256_loadu_pd(n + 4);
+    a->emax = _mm256_set1_ps(emax), a->wmax = _mm256_set1_ps(wmax);
+}
+
+/* Eight values v and their errors e. */
+AVX_INLINE void acc_add(err_acc *a, __m256 v, __m256 e)
+{
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256d el = _mm256_cvtps_pd(_mm256_castps256_ps128(e)), eh = _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1));
+    __m256d vl = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), vh = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+    a->e0 = _mm256_add_pd(a->e0, _mm256_mul_pd(el, el));
+    a->e1 = _mm256_add_pd(a->e1, _mm256_mul_pd(eh, eh));
+    a->n0 = _mm256_add_pd(a->n0, _mm256_mul_pd(vl, vl));
+    a->n1 = _mm256_add_pd(a->n1, _mm256_mul_pd(vh, vh));
+    a->emax = _mm256_max_ps(a->emax, _mm256_and_ps(e, absmask));
+    a->wmax = _mm256_max_ps(a->wmax, _mm256_and_ps(v, absmask));
+}
+
+AVX_INLINE void acc_store(const err_acc *a, double *e, double *n, float *emax, float *wmax)
+{
+    _mm256_storeu_pd(e, a->e0);
+    _mm256_storeu_pd(e + 4, a->e1);
+    _mm256_storeu_pd(n, a->n0);
+    _mm256_storeu_pd(n + 4, a->n1);
+    float em[LANES], wm[LANES];
+    _mm256_storeu_ps(em, a->emax);
+    _mm256_storeu_ps(wm, a->wmax);
+    for (int j = 0; j < LANES; j++) {
+        *emax = em[j] > *emax ? em[j] : *emax;
+        *wmax = wm[j] > *wmax ? wm[j] : *wmax;
+    }
+}
+#endif
+
 /* One channel's constants and the running results of pass 2. */
 typedef struct {
     float s, z, qmin, qmax;
@@ -125,11 +172,9 @@ static void row_avx(qrow *r, const uint16_t *w, void *q, size_t n)
     size_t i = 0, nv = n & ~(size_t)(LANES - 1);
     const __m256 s = _mm256_set1_ps(r->s), z = _mm256_set1_ps(r->z);
     const __m256 qmin = _mm256_set1_ps(r->qmin), qmax = _mm256_set1_ps(r->qmax);
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m128i expo = _mm_set1_epi16(0x7c00);
-    __m256d e0 = _mm256_loadu_pd(r->e), e1 = _mm256_loadu_pd(r->e + 4);
-    __m256d n0 = _mm256_loadu_pd(r->n), n1 = _mm256_loadu_pd(r->n + 4);
-    __m256 emax = _mm256_set1_ps(r->emax), wmax = _mm256_set1_ps(r->wmax);
+    err_acc acc;
+    acc_load(&acc, r->e, r->n, r->emax, r->wmax);
     __m128i bad = _mm_setzero_si128();
     int32_t qi[LANES];
     for (; i < nv; i += LANES) {
@@ -150,26 +195,9 @@ static void row_avx(qrow *r, const uint16_t *w, void *q, size_t n)
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(dh, expo), expo));
         __m256 e = _mm256_sub_ps(_mm256_cvtph_ps(dh), v);
-        __m256d el = _mm256_cvtps_pd(_mm256_castps256_ps128(e)), eh = _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1));
-        __m256d vl = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), vh = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
-        e0 = _mm256_add_pd(e0, _mm256_mul_pd(el, el));
-        e1 = _mm256_add_pd(e1, _mm256_mul_pd(eh, eh));
-        n0 = _mm256_add_pd(n0, _mm256_mul_pd(vl, vl));
-        n1 = _mm256_add_pd(n1, _mm256_mul_pd(vh, vh));
-        emax = _mm256_max_ps(emax, _mm256_and_ps(e, absmask));
-        wmax = _mm256_max_ps(wmax, _mm256_and_ps(v, absmask));
+        acc_add(&acc, v, e);
     }
-    _mm256_storeu_pd(r->e, e0);
-    _mm256_storeu_pd(r->e + 4, e1);
-    _mm256_storeu_pd(r->n, n0);
-    _mm256_storeu_pd(r->n + 4, n1);
-    float em[LANES], wm[LANES];
-    _mm256_storeu_ps(em, emax);
-    _mm256_storeu_ps(wm, wmax);
-    for (int j = 0; j < LANES; j++) {
-        r->emax = em[j] > r->emax ? em[j] : r->emax;
-        r->wmax = wm[j] > r->wmax ? wm[j] : r->wmax;
-    }
+    acc_store(&acc, r->e, r->n, &r->emax, &r->wmax);
     if (_mm_movemask_epi8(bad))
         r->dense_finite = 0;
     row_scalar(r, w, q, i, n);
@@ -326,11 +354,9 @@ __attribute__((target("avx,f16c")))
 static void erow_avx(erow *r, const uint16_t *w, const uint16_t *d, size_t n)
 {
     size_t i = 0, nv = n & ~(size_t)(LANES - 1);
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m128i expo = _mm_set1_epi16(0x7c00);
-    __m256d e0 = _mm256_loadu_pd(r->e), e1 = _mm256_loadu_pd(r->e + 4);
-    __m256d n0 = _mm256_loadu_pd(r->n), n1 = _mm256_loadu_pd(r->n + 4);
-    __m256 emax = _mm256_set1_ps(r->emax), wmax = _mm256_set1_ps(r->wmax);
+    err_acc acc;
+    acc_load(&acc, r->e, r->n, r->emax, r->wmax);
     __m128i bw = _mm_setzero_si128(), bd = _mm_setzero_si128();
     for (; i < nv; i += LANES) {
         __m128i wh = _mm_loadu_si128((const __m128i *)(const void *)(w + i));
@@ -339,26 +365,9 @@ static void erow_avx(erow *r, const uint16_t *w, const uint16_t *d, size_t n)
         bd = _mm_or_si128(bd, _mm_cmpeq_epi16(_mm_and_si128(dh, expo), expo));
         __m256 v = _mm256_cvtph_ps(wh);
         __m256 e = _mm256_sub_ps(_mm256_cvtph_ps(dh), v);
-        __m256d el = _mm256_cvtps_pd(_mm256_castps256_ps128(e)), eh = _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1));
-        __m256d vl = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), vh = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
-        e0 = _mm256_add_pd(e0, _mm256_mul_pd(el, el));
-        e1 = _mm256_add_pd(e1, _mm256_mul_pd(eh, eh));
-        n0 = _mm256_add_pd(n0, _mm256_mul_pd(vl, vl));
-        n1 = _mm256_add_pd(n1, _mm256_mul_pd(vh, vh));
-        emax = _mm256_max_ps(emax, _mm256_and_ps(e, absmask));
-        wmax = _mm256_max_ps(wmax, _mm256_and_ps(v, absmask));
+        acc_add(&acc, v, e);
     }
-    _mm256_storeu_pd(r->e, e0);
-    _mm256_storeu_pd(r->e + 4, e1);
-    _mm256_storeu_pd(r->n, n0);
-    _mm256_storeu_pd(r->n + 4, n1);
-    float em[LANES], wm[LANES];
-    _mm256_storeu_ps(em, emax);
-    _mm256_storeu_ps(wm, wmax);
-    for (int j = 0; j < LANES; j++) {
-        r->emax = em[j] > r->emax ? em[j] : r->emax;
-        r->wmax = wm[j] > r->wmax ? wm[j] : r->wmax;
-    }
+    acc_store(&acc, r->e, r->n, &r->emax, &r->wmax);
     r->bad_w |= _mm_movemask_epi8(bw) != 0;
     r->bad_d |= _mm_movemask_epi8(bd) != 0;
     erow_scalar(r, w, d, i, n);

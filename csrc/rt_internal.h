@@ -1,9 +1,24 @@
 /*
  * rt_internal.h - the runtime core's shared structures (internal).
  *
- *   rt_core.c    runtimes, programs, compile + cache, evaluation, stats
- *   rt_dir.c     program directories (refcounted, shared by identical programs)
- *   rt_reload.c  delta reload and the choice of a reload strategy
+ * The core owns every decision that must not differ between the sim and the
+ * device, and hands drivers only device calls (anec_driver.h). It names no
+ * driver: it reaches them through the driver table (rt_drivers.c).
+ *
+ *   rt_drivers.c      the driver table ("auto" order, lookup, resets)
+ *   rt_runtime.c      runtimes: open, shutdown, close; program struct refs
+ *   rt_compile.c      anec_compile: describe, directory, cache hit or compile
+ *   rt_describe.c     I/O binding tables and weight consts from the MIL
+ *   rt_cache.c        cache keys, weight content hashes, cache entries
+ *   rt_budget.c       compile budget per process and driver, runtime caps
+ *   rt_surfaces.c     surfaces: sizing, CPU locks, host <-> surface copies
+ *   rt_program.c      load, unload, close, free, introspection
+ *   rt_eval.c         evaluation: anec_run, anec_call, anec_evaluate
+ *   rt_input_views.c  fp16 conversions and anec_reload_input_views
+ *   rt_stats.c        counters, anec_stats, anec_program_stats
+ *   rt_status.c       rt_fail / anec_last_error, status names, the clock
+ *   rt_dir.c          program directories (refcounted, shared by identical programs)
+ *   rt_reload.c       delta reload and the choice of a reload strategy
  *
  * Locking: every program has a mutex that serializes every call on it; the
  * runtime has `lock` for its structures (directories, cache, program list)
@@ -122,21 +137,78 @@ struct anec_program {
     struct anec_stats st;
 };
 
-/* ---- rt_core.c ---- */
+/* ---- rt_status.c ---- */
 
 /* Record a failure for anec_last_error (this thread) and return code. */
 int rt_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 uint64_t rt_now_ns(void);
+
+/* ---- rt_drivers.c: the driver table ---- */
+
+#define RT_MAX_DRIVERS 4
+/* The driver's row in the table (0 .. RT_MAX_DRIVERS - 1), -1 for an unknown name. */
+int rt_driver_index(const char *name);
+/* The driver named `name`, or NULL with *code (ANEC_EINVAL: unknown,
+   ANEC_EUNAVAIL: not in this build) and why. */
+const anec_driver *rt_driver_find(const char *name, int *code, char *why, size_t whylen);
+/* The first available driver in the order "auto" tries them. */
+const anec_driver *rt_driver_auto(void);
+/* Does d take the sim's device model from $ANEC_SIM_DEVICE when none is given? */
+int rt_driver_env_device(const anec_driver *d);
+/* Reset the per-process state of the driver in row `index` (a new process, for
+   tests): ANEC_OK, or ANEC_EINVAL (message set) where the process owns it. */
+int rt_driver_reset_process(int index);
+
+/* ---- rt_budget.c ---- */
+
 /* Reserve one compile of the process budget and the runtime's cap, or fail
    with ANEC_EBUDGET (message set). rt_budget_release undoes a reservation
    whose compile failed. */
 int rt_budget_reserve(anec_runtime *rt);
 void rt_budget_release(anec_runtime *rt);
+/* Take `budget` as d's compiles per process (the smallest given wins); returns the value in force. */
+int rt_budget_set_process(const anec_driver *d, int budget);
+/* The compile budget fields of out; `mine` is the runtime's own compiles. */
+void rt_budget_view(const anec_runtime *rt, struct anec_stats *out, uint64_t mine);
+
+/* ---- rt_stats.c ---- */
+
 /* Add to the runtime's counters (st_lock). */
 void rt_count(anec_runtime *rt, const struct anec_stats *delta);
+/* Count one load of p that took since t0, in the runtime's and the program's stats. */
 void rt_count_load(anec_program *p, uint64_t t0);
+/* Count one reload of p by input-surface writes that took since t0. */
+void rt_count_inputs_reload(anec_program *p, uint64_t t0);
+
+/* ---- rt_runtime.c ---- */
+
+/* A runtime used in a process other than the one that opened it (fork), and its error. */
+int rt_forked(const anec_runtime *rt);
+int rt_forked_error(const anec_runtime *rt);
+void rt_runtime_destroy(anec_runtime *rt);
+/* Free a program struct's tables (I/O, weight consts, files, directory paths, MIL). */
+void rt_program_free_tables(anec_program *p);
+/* Drop a reference on a program struct (rt->lock held); 1 if the runtime's
+   last reference went with it (the caller destroys the runtime after unlocking). */
+int rt_program_unref_locked(anec_program *p);
+/* A reference that keeps p's struct (and its runtime) alive, e.g. for a pipeline. */
+void rt_program_pin(anec_program *p);
+void rt_program_unpin(anec_program *p);
+
+/* ---- rt_describe.c ---- */
+
+/* Light parse shared by every driver: p's I/O tables (binding order), BLOBFILE
+   consts and weight files. Only syntax errors fail here. */
+int rt_describe(anec_program *p, const char *mil, size_t mil_len);
+/* After the driver accepted the program: every returned name is a tensor. */
+int rt_check_outputs(const anec_program *p);
 /* Check one blob against every const of p that reads it. */
 int rt_check_blob(const anec_program *p, const anec_blob *b, int check_finite, const char *what);
+
+/* ---- rt_cache.c ---- */
+
+/* sha256(sha256(MIL) || sorted weight paths). */
+void rt_cache_key(const char *mil, size_t mil_len, const anec_blob *blobs, size_t n, uint8_t key[32]);
 /* sha256 over sorted (path, sha256(bytes)) of the blobs. */
 void rt_content_hash(const anec_blob *blobs, size_t n, uint8_t out[32]);
 /* The cache entry of key (rt->lock held), or NULL. */
@@ -149,31 +221,46 @@ int rt_cache_content(anec_runtime *rt, cache_entry *e);
 /* Does the compiled data of dprog equal the one blob? (the observation that
    makes DATA_PATCH applicable). */
 int rt_observe_patchable(anec_runtime *rt, void *dprog, const anec_blob *blobs, size_t n_blobs, size_t n_files);
-/* A reference that keeps p's struct (and its runtime) alive, e.g. for a pipeline. */
-void rt_program_pin(anec_program *p);
-void rt_program_unpin(anec_program *p);
-/* Lock p for a call: ANEC_OK with p->lock held, else an error (closed,
-   forked) with nothing held. */
-int rt_enter(anec_program *p);
-int rt_load_locked(anec_program *p);
-/* Evaluate p (locked, loaded) on these surfaces; counts the evaluation. */
-int rt_eval_locked(anec_program *p, anec_surface *const *in, size_t n_in, anec_surface *const *out, size_t n_out);
-/* Host tensor -> surface (to_host 0) or surface -> host tensor (to_host 1), converting
-   fp32 <-> fp16 where the program is fp16; side is "input" or "output" for messages. */
-int rt_transfer(const io_desc *d, const anec_io *io, uint8_t *surface, int to_host, const char *side);
+
+/* ---- rt_surfaces.c ---- */
+
 /* CPU access to a surface (ANE-SURFACE-LOCK): lock it right before the core
    reads (read_only) or writes s->base, unlock right after; nested locks are
    counted, and evaluate needs none held. */
 int rt_surface_lock(anec_runtime *rt, anec_surface *s, int read_only);
 void rt_surface_unlock(anec_runtime *rt, anec_surface *s);
+/* Host tensor -> surface (to_host 0) or surface -> host tensor (to_host 1), converting
+   fp32 <-> fp16 where the program is fp16; side is "input" or "output" for messages. */
+int rt_transfer(const io_desc *d, const anec_io *io, uint8_t *surface, int to_host, const char *side);
 /* rt_transfer on surface s, locked for just that copy (read-only to the host). */
 int rt_transfer_surface(anec_runtime *rt, const io_desc *d, const anec_io *io, anec_surface *s, int to_host,
                         const char *side);
 /* Copy bytes from surface `from` to surface `to`, each locked for the copy. */
 int rt_surface_copy(anec_runtime *rt, anec_surface *to, anec_surface *from, size_t bytes);
+/* p's surfaces, uniform per direction (>= min_surface_bytes, aligned); freed unlocked. */
+int rt_make_surfaces(anec_program *p);
+void rt_free_surfaces(anec_program *p);
+/* The caller holds the raw pointers: every surface of p locked for writing
+   (rt_expose), unlocked around evaluations (rt_unexpose). */
+int rt_expose(anec_program *p);
+void rt_unexpose(anec_program *p);
+/* "fp16", "fp32", ... for messages. */
+const char *rt_dtype_name(int dtype);
+
+/* ---- rt_program.c ---- */
+
+/* Lock p for a call: ANEC_OK with p->lock held, else an error (closed,
+   forked) with nothing held. */
+int rt_enter(anec_program *p);
+int rt_load_locked(anec_program *p);
 int rt_unload_locked(anec_program *p);
 /* Point p at directory d (rt->lock held); ANEC_ENOMEM with nothing changed. */
 int rt_set_dir(anec_program *p, rt_dir *d);
+
+/* ---- rt_eval.c ---- */
+
+/* Evaluate p (locked, loaded) on these surfaces; counts the evaluation. */
+int rt_eval_locked(anec_program *p, anec_surface *const *in, size_t n_in, anec_surface *const *out, size_t n_out);
 
 /* ---- rt_dir.c (rt->lock held for every call) ---- */
 

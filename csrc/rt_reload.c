@@ -23,7 +23,7 @@
  *   recompile   compile the program again with the new files (one compile
  *               of the process budget), then switch the program to it.
  *   inputs      weights compiled as program inputs: anec_reload_inputs
- *               (rt_core.c) writes the surfaces; nothing here.
+ *               (rt_eval.c) writes the surfaces; nothing here.
  *
  * In auto mode a program uses data-patch if verified (it keeps its object and
  * directory), else new-object if verified, else recompile; a strategy that is

@@ -1,7 +1,32 @@
-/* rt_sha256.c - a small, portable SHA-256 (see rt_sha256.h). */
+/*
+ * rt_sha256.c - SHA-256 (see rt_sha256.h): on Apple platforms through
+ * CommonCrypto (CC_SHA256_*, fed in pieces of at most 1 GiB since it takes
+ * 32-bit lengths); elsewhere a small portable implementation with an x86
+ * SHA-NI path chosen at run time. rt_sha256 and rt_sha256_hex are the same
+ * on both.
+ */
 #include "rt_sha256.h"
 
 #include <string.h>
+
+#ifdef __APPLE__
+
+void rt_sha256_init(rt_sha256_ctx *s) { CC_SHA256_Init(&s->cc); }
+
+void rt_sha256_update(rt_sha256_ctx *s, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    while (n) {
+        CC_LONG take = n > ((size_t)1 << 30) ? (CC_LONG)1 << 30 : (CC_LONG)n;
+        CC_SHA256_Update(&s->cc, p, take);
+        p += take;
+        n -= take;
+    }
+}
+
+void rt_sha256_final(rt_sha256_ctx *s, uint8_t out[32]) { CC_SHA256_Final(out, &s->cc); }
+
+#else /* the hand-written SHA-256 */
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -152,6 +177,8 @@ void rt_sha256_final(rt_sha256_ctx *s, uint8_t out[32])
         out[4 * i + 2] = (uint8_t)(s->h[i] >> 8); out[4 * i + 3] = (uint8_t)s->h[i];
     }
 }
+
+#endif /* __APPLE__ */
 
 void rt_sha256(const void *data, size_t n, uint8_t out[32])
 {

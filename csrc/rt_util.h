@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "blobfile.h"
-#include "sim_mil.h"
+#include "mil_parse.h"
 
 /* A malloc'd copy of s (strdup is POSIX, not C11); NULL when out of memory. */
 static inline char *rt_strdup(const char *s)

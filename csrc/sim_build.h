@@ -4,7 +4,9 @@
  * sim_plan.c holds the machinery: the builder (values, the name table,
  * errors naming the MIL line and the constraint id), the parameter and
  * operand readers, and sim_plan_build, which walks the statements. Each op's
- * rule (checks, type inference, resolved parameters) is in sim_rules.c,
+ * rule (checks, type inference, resolved parameters) is in sim_rules.c
+ * (elementwise, matmul, softmax, reductions, const and the op table),
+ * sim_rules_spatial.c (conv, pooling, upsampling) or sim_rules_shape.c,
  * dispatched through the op table generated from the Python op table
  * (sim_ops.h).
  */
@@ -74,6 +76,20 @@ int sb_norm_axis(builder *B, const mil_stmt *st, int64_t axis, int rank, int lin
 int sb_broadcast(builder *B, const mil_stmt *st, const sim_value *x, const sim_value *y, int *rank, int64_t *shape);
 int sb_need_float(builder *B, const mil_stmt *st, const sim_value *v, const char *arg);
 int sb_op_start(builder *B, const mil_stmt *st, const char *const *args);
+
+/* ---- sim_rules_spatial.c, sim_rules_shape.c: rules the op table (sim_rules.c) dispatches to ---- */
+int rule_conv(builder *B, const mil_stmt *st, int kind);
+int rule_conv_transpose(builder *B, const mil_stmt *st, int kind);
+int rule_pool(builder *B, const mil_stmt *st, int kind);
+int rule_upsample_nearest(builder *B, const mil_stmt *st, int kind);
+int rule_upsample_bilinear(builder *B, const mil_stmt *st, int kind);
+int rule_reshape(builder *B, const mil_stmt *st, int kind);
+int rule_transpose(builder *B, const mil_stmt *st, int kind);
+int rule_slice_by_index(builder *B, const mil_stmt *st, int kind);
+int rule_slice_by_size(builder *B, const mil_stmt *st, int kind);
+int rule_split(builder *B, const mil_stmt *st, int kind);
+int rule_pad(builder *B, const mil_stmt *st, int kind);
+int rule_concat(builder *B, const mil_stmt *st, int kind);
 
 /* ---- sim_rules.c ---- */
 /* Compile one statement through the op table: its rule, or the rejection the ANE compiler gives. */

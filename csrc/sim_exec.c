@@ -1,10 +1,13 @@
 /*
- * sim_exec.c - the sim executor: load the baked weights and run a plan.
+ * sim_exec.c - the sim executor: every op's kernel (kernel_<id>, dispatched
+ * through the table generated from the op rows, SIM_KERNELS in sim_ops.h)
+ * and sim_state_run, which runs a plan's steps on a loaded state.
  *
  * Storage follows the device: fp16 tensors hold fp16 bit patterns (every op
  * result is rounded to fp16), fp32 tensors stay fp32, arithmetic is done in
- * fp32 (GEMMs accumulate in fp32). Weights are copied out of the compiled
- * data at load (driver_sim.c decides where it comes from) and never re-read.
+ * fp32 (GEMMs accumulate in fp32). The state, its weights and the fp32 views
+ * of its values are sim_state.c; reductions are sim_reduce.c; the GEMM and
+ * strided copies are sim_kernels.c.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -19,326 +22,11 @@
 #include "blobfile.h"
 #include "fp16.h"
 #include "rt_util.h"
+#include "sim_exec.h"
 #include "sim_kernels.h"
 #include "sim_plan.h"
 
-static float *scratch(sim_state *s, int slot, size_t n)
-{
-    if (slot < 3) {
-        if (s->scratch_cap[slot] < n) {
-            float *p = realloc(s->scratch[slot], n * sizeof(float));
-            if (!p)
-                return NULL;
-            s->scratch[slot] = p;
-            s->scratch_cap[slot] = n;
-        }
-        return s->scratch[slot];
-    }
-    return NULL;
-}
 
-sim_state *sim_state_new(sim_plan *plan, int threads)
-{
-    sim_state *s = calloc(1, sizeof *s);
-    if (!s)
-        return NULL;
-    s->store = calloc(plan->n_vals ? plan->n_vals : 1, sizeof(void *));
-    if (!s->store) {
-        free(s);
-        return NULL;
-    }
-    sim_plan_retain(plan);
-    s->plan = plan;
-    s->threads = threads < 1 ? 1 : threads;
-    return s;
-}
-
-/* Storage inside the adopted compiled data (not separately allocated). */
-static int held(const sim_state *s, const void *ptr)
-{
-    uintptr_t a = (uintptr_t)s->held, q = (uintptr_t)ptr;
-    return s->held && q >= a && q < a + s->held_len;
-}
-
-void sim_state_unload(sim_state *s)
-{
-    sim_plan *p = s->plan;
-    for (size_t i = 0; i < p->n_vals; i++) {
-        if (p->vals[i].kind != SV_CONST && !held(s, s->store[i]))
-            free(s->store[i]);
-        s->store[i] = NULL;
-    }
-    free(s->held);
-    s->held = NULL;
-    s->held_len = 0;
-    if (s->panels)
-        for (size_t i = 0; i < p->n_ops; i++) {
-            free(s->panels[i].f32);
-            free(s->panels[i].f16);
-        }
-    free(s->panels);
-    s->panels = NULL;
-    s->runs = 0;
-    for (int i = 0; i < 3; i++) {
-        free(s->scratch[i]);
-        s->scratch[i] = NULL;
-        s->scratch_cap[i] = 0;
-    }
-    s->loaded = 0;
-}
-
-void sim_state_free(sim_state *s)
-{
-    if (!s)
-        return;
-    sim_state_unload(s);
-    free(s->store);
-    sim_plan_release(s->plan);
-    free(s);
-}
-
-/* The products whose constant weight is packed once, when a program runs for the second time
-   since its load (a program loaded for a single call, as after each step's reload in a
-   training loop, never pays for it): a pointwise, ungrouped conv over a BLOBFILE weight, at
-   most PACK_MAX_COLS output columns wide (a decode step's block), where converting and
-   reordering the weight on every call is most of the work. An fp16 weight whose calls had at
-   most NARROW_COLS distinct columns is packed as fp16 slivers for sk_gemm_narrow (as many
-   bytes as the weight; such a product is bound by reading it), any other as fp32 panels for
-   sk_gemm_packed (twice the fp16 weight). Up to PACK_BUDGET bytes per program, and never
-   more than a quarter of the memory still free when it packs (so that many programs cannot
-   pack the machine full); beyond that, or if memory runs out, the weights are packed per
-   call as before. Either way the result is the same, bit for bit. */
-#define PACK_MAX_COLS 64
-#define NARROW_COLS 8
-#define PACK_BUDGET ((size_t)1 << 30)
-
-static int sk_dt(mil_dtype dt);
-
-/* A conv whose product is one GEMM over its input as laid out (no im2col): a 1x1 kernel,
-   stride 1, no padding. */
-static int pointwise_conv(const sim_op *o, const sim_value *wv)
-{
-    return wv->shape[2] == 1 && wv->shape[3] == 1 && o->strides[0] == 1 && o->strides[1] == 1 &&
-           o->pads[0] == 0 && o->pads[1] == 0 && o->pads[2] == 0 && o->pads[3] == 0;
-}
-
-/* A conv whose product is one GEMM of at most PACK_MAX_COLS columns: pointwise and
-   ungrouped (narrow_product runs it). */
-static int narrow_conv(const sim_plan *p, const sim_op *o)
-{
-    const sim_value *wv = &p->vals[o->y], *ov = &p->vals[o->outs[0]];
-    return o->groups == 1 && pointwise_conv(o, wv) && ov->shape[2] * ov->shape[3] <= PACK_MAX_COLS;
-}
-
-static int packable(const sim_plan *p, const sim_op *o)
-{
-    if (o->kind != SOP_CONV || o->x < 0 || o->y < 0)
-        return 0;
-    return p->vals[o->y].kind == SV_BLOB && narrow_conv(p, o);
-}
-
-/* PACK_BUDGET, or a quarter of the free memory if that is less (where the OS tells it) */
-static size_t pack_budget(void)
-{
-    size_t budget = PACK_BUDGET;
-#ifdef _SC_AVPHYS_PAGES
-    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && size > 0 && (size_t)pages / 4 < budget / (size_t)size)
-        budget = (size_t)pages / 4 * (size_t)size;
-#endif
-    return budget;
-}
-
-static void pack_weights(sim_state *s)
-{
-    const sim_plan *p = s->plan;
-    size_t used = 0, budget = pack_budget();
-    for (size_t i = 0; i < p->n_ops; i++) {
-        const sim_op *o = &p->ops[i];
-        if (!packable(p, o))
-            continue;
-        const sim_value *wv = &p->vals[o->y];
-        int64_t M = wv->shape[0], K = wv->shape[1];
-        if (M > INT_MAX || K > INT_MAX)
-            continue;
-        sim_panel *pn = &s->panels[i];
-        int narrow = wv->dt == MIL_DT_FP16 && pn->cols <= NARROW_COLS && sk_have_narrow();
-        size_t n = narrow ? sk_packed_narrow_halves((int)M, (int)K) : sk_packed_a_floats((int)M, (int)K);
-        size_t es = narrow ? sizeof(uint16_t) : sizeof(float);
-        if (n == 0 || n > (budget - used) / es)
-            continue;
-        void *dst = malloc(n * es);
-        sk_mat A = {s->store[o->y], sk_dt(wv->dt), (ptrdiff_t)K, 1};
-        if (!dst || (narrow ? sk_pack_narrow((int)M, (int)K, A, dst) : sk_pack_a((int)M, (int)K, A, dst)) != 0) {
-            free(dst);
-            return; /* the ops packed so far keep their panels; the others pack per call */
-        }
-        if (narrow)
-            pn->f16 = dst;
-        else
-            pn->f32 = dst;
-        used += n * es;
-    }
-}
-
-int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, void *adopt, size_t adopt_len, char *err,
-                   size_t errlen)
-{
-    sim_plan *p = s->plan;
-    if (s->loaded) {
-        free(adopt);
-        return ANEC_OK;
-    }
-    s->held = adopt;
-    s->held_len = adopt ? adopt_len : 0;
-    char *done = calloc(p->n_vals ? p->n_vals : 1, 1);
-    if (!done) {
-        sim_state_unload(s);
-        snprintf(err, errlen, "out of memory");
-        return ANEC_ENOMEM;
-    }
-    int rc = ANEC_OK;
-    for (size_t i = 0; i < p->n_vals && rc == ANEC_OK; i++) {
-        sim_value *v = &p->vals[i];
-        if (v->kind != SV_BLOB || done[i] || v->dec)
-            continue;
-        const sim_file *f = NULL;
-        for (size_t k = 0; k < n_files && !f; k++)
-            if (strcmp(files[k].path, v->blob_path) == 0)
-                f = &files[k];
-        if (!f) {
-            snprintf(err, errlen, "load: the compiled weights hold no file %s for const '%s' (model.mil:%d)",
-                     v->blob_path, v->name, v->line);
-            rc = ANEC_ELOAD;
-            break;
-        }
-        const uint8_t *file = f->data;
-        size_t len = f->len;
-    /* every const stored in this file */
-        for (size_t j = i; j < p->n_vals; j++) {
-            sim_value *w = &p->vals[j];
-            if (w->kind != SV_BLOB || done[j] || w->dec || strcmp(w->blob_path, v->blob_path) != 0)
-                continue;
-            blob_tensor t;
-            char berr_[400];
-            if (blob_read_tensor(file, len, w->blob_offset, rt_blob_dtype(w->dt), w->bytes, &t, berr_, sizeof berr_)) {
-                snprintf(err, errlen, "load: %s, const '%s' (model.mil:%d), offset %llu: %s", w->blob_path, w->name, w->line,
-                         (unsigned long long)w->blob_offset, berr_);
-                rc = ANEC_ELOAD;
-                break;
-            }
-            if (sim_dtype_subbyte(w->dt) && t.size * 8 - t.padding_bits != (uint64_t)w->numel * blob_dtype_bits(t.dtype)) {
-                snprintf(err, errlen, "load: %s, const '%s' (model.mil:%d), offset %llu: %llu padding bits make the "
-                         "payload hold %llu %s elements, the declared type has %zu", w->blob_path, w->name, w->line,
-                         (unsigned long long)w->blob_offset, (unsigned long long)t.padding_bits,
-                         (unsigned long long)((t.size * 8 - t.padding_bits) / blob_dtype_bits(t.dtype)),
-                         mil_dtype_name(w->dt), w->numel);
-                rc = ANEC_ELOAD;
-                break;
-            }
-            /* kernels read elements in place: an unaligned payload (a packed container) is copied */
-            int in_place = w->bytes && held(s, t.data) && (uintptr_t)t.data % 16 == 0;
-            void *copy = in_place ? (void *)t.data : malloc(w->bytes ? w->bytes : 1);
-            if (!copy) {
-                rc = ANEC_ENOMEM;
-                snprintf(err, errlen, "out of memory");
-                break;
-            }
-            if (!in_place)
-                memcpy(copy, t.data, w->bytes);
-            s->store[j] = copy;
-            done[j] = 1;
-        }
-    }
-    free(done);
-    for (size_t i = 0; i < p->n_vals && rc == ANEC_OK; i++) /* consts first: literal payload operands */
-        if (p->vals[i].kind == SV_CONST)
-            s->store[i] = p->vals[i].cdata;
-    for (size_t i = 0; i < p->n_vals && rc == ANEC_OK; i++) /* compressed weights, from their payloads */
-        if (p->vals[i].kind == SV_BLOB && p->vals[i].dec)
-            rc = sim_decompress(s, (int)i, err, errlen);
-    if (rc == ANEC_OK && !(s->panels = calloc(p->n_ops ? p->n_ops : 1, sizeof *s->panels))) {
-        rc = ANEC_ENOMEM;
-        snprintf(err, errlen, "out of memory");
-    }
-    for (size_t i = 0; i < p->n_vals && rc == ANEC_OK; i++) {
-        sim_value *v = &p->vals[i];
-        if (v->kind == SV_CONST) {
-            s->store[i] = v->cdata;
-        } else if (v->kind == SV_INPUT || v->kind == SV_OP) {
-            s->store[i] = malloc(v->bytes ? v->bytes : 1);
-            if (!s->store[i]) {
-                rc = ANEC_ENOMEM;
-                snprintf(err, errlen, "out of memory allocating '%s'", v->name);
-            }
-        }
-    }
-    if (rc != ANEC_OK) {
-        sim_state_unload(s);
-        return rc;
-    }
-    s->loaded = 1;
-    return ANEC_OK;
-}
-
-/* ---- element conversion --------------------------------------------------------- */
-
-static void to_float(const void *src, mil_dtype dt, size_t n, float *dst)
-{
-    switch (dt) {
-    case MIL_DT_FP16: anec_cvt_f16_to_f32(src, dst, n); break;
-    case MIL_DT_FP32: memcpy(dst, src, n * sizeof(float)); break;
-    case MIL_DT_INT32: for (size_t i = 0; i < n; i++) dst[i] = (float)((const int32_t *)src)[i]; break;
-    case MIL_DT_INT8: for (size_t i = 0; i < n; i++) dst[i] = (float)((const int8_t *)src)[i]; break;
-    case MIL_DT_UINT8:
-    case MIL_DT_BOOL: for (size_t i = 0; i < n; i++) dst[i] = (float)((const uint8_t *)src)[i]; break;
-    default: memset(dst, 0, n * sizeof(float)); break;
-    }
-}
-
-static double clampd(double v, double lo, double hi) { return v != v ? 0 : v < lo ? lo : v > hi ? hi : v; }
-
-static void from_float(const float *src, mil_dtype dt, size_t n, void *dst)
-{
-    switch (dt) {
-    case MIL_DT_FP16: anec_cvt_f32_to_f16(src, dst, n); break;
-    case MIL_DT_FP32: if (dst != (const void *)src) memcpy(dst, src, n * sizeof(float)); break;
-    case MIL_DT_INT32: for (size_t i = 0; i < n; i++) ((int32_t *)dst)[i] = (int32_t)clampd(trunc(src[i]), -2147483648.0, 2147483647.0); break;
-    case MIL_DT_INT8: for (size_t i = 0; i < n; i++) ((int8_t *)dst)[i] = (int8_t)clampd(trunc(src[i]), -128, 127); break;
-    case MIL_DT_UINT8: for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = (uint8_t)clampd(trunc(src[i]), 0, 255); break;
-    case MIL_DT_BOOL: for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = src[i] != 0; break;
-    default: break;
-    }
-}
-
-/* fp32 view of value v: the storage itself for fp32, else a converted copy in scratch slot. */
-static const float *fview(sim_state *s, int slot, int v)
-{
-    sim_value *val = &s->plan->vals[v];
-    if (val->dt == MIL_DT_FP32)
-        return s->store[v];
-    float *buf = scratch(s, slot, val->numel);
-    if (buf)
-        to_float(s->store[v], val->dt, val->numel, buf);
-    return buf;
-}
-
-/* Where to compute the fp32 result of value v: its storage for fp32, else scratch slot 2. */
-static float *fout(sim_state *s, int v)
-{
-    sim_value *val = &s->plan->vals[v];
-    if (val->dt == MIL_DT_FP32)
-        return s->store[v];
-    return scratch(s, 2, val->numel);
-}
-
-static void commit(sim_state *s, int v, const float *buf)
-{
-    sim_value *val = &s->plan->vals[v];
-    from_float(buf, val->dt, val->numel, s->store[v]);
-}
-
-static int sk_dt(mil_dtype dt) { return dt == MIL_DT_FP32 ? SK_F32 : SK_F16; }
 
 /* ---- ops --------------------------------------------------------------------------- */
 
@@ -346,7 +34,7 @@ static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* A unary kernel: its element loop, and the table of its fp16 -> fp16 results. An fp16 ->
    fp16 unary op has 65536 possible inputs: its results, computed once by the loop and rounded
-   as commit() rounds them, make a table that gives the same bits as computing each element
+   as sim_commit() rounds them, make a table that gives the same bits as computing each element
    (tanh and exp cost a libm call each, the lookup a load). Built on first use, for the
    process. */
 typedef struct unary_kernel {
@@ -391,12 +79,12 @@ static int run_unary(sim_state *s, const sim_op *o, unary_kernel *u)
             r[i] = tab[a[i]];
         return ANEC_OK;
     }
-    const float *a = fview(s, 0, o->x);
-    float *r = fout(s, o->outs[0]);
+    const float *a = sim_fview(s, 0, o->x);
+    float *r = sim_fout(s, o->outs[0]);
     if (!a || !r)
         return ANEC_ENOMEM;
     u->f32(a, r, n);
-    commit(s, o->outs[0], r);
+    sim_commit(s, o->outs[0], r);
     return ANEC_OK;
 }
 
@@ -479,9 +167,9 @@ typedef void (*binary_run)(const float *, const float *, float *, int64_t, int64
 static int run_binary(sim_state *s, const sim_op *o, binary_run run)
 {
     const sim_value *xv = &s->plan->vals[o->x], *yv = &s->plan->vals[o->y], *ov = &s->plan->vals[o->outs[0]];
-    const float *a = fview(s, 0, o->x);
-    const float *b = fview(s, 1, o->y);
-    float *r = fout(s, o->outs[0]);
+    const float *a = sim_fview(s, 0, o->x);
+    const float *b = sim_fview(s, 1, o->y);
+    float *r = sim_fout(s, o->outs[0]);
     if (!a || !b || !r)
         return ANEC_ENOMEM;
     int64_t sa[ANEC_MAX_RANK], sb[ANEC_MAX_RANK];
@@ -523,7 +211,7 @@ static int run_binary(sim_state *s, const sim_op *o, binary_run run)
         if (k < 0)
             break;
     }
-    commit(s, o->outs[0], r);
+    sim_commit(s, o->outs[0], r);
     return ANEC_OK;
 }
 
@@ -536,8 +224,8 @@ static int kernel_pow(sim_state *s, const sim_op *o) { return run_binary(s, o, b
 static int kernel_softmax(sim_state *s, const sim_op *o)
 {
     const sim_value *xv = &s->plan->vals[o->x];
-    const float *a = fview(s, 0, o->x);
-    float *r = fout(s, o->outs[0]);
+    const float *a = sim_fview(s, 0, o->x);
+    float *r = sim_fout(s, o->outs[0]);
     if (!a || !r)
         return ANEC_ENOMEM;
     size_t outer = 1, inner = 1, n = (size_t)xv->shape[o->axis];
@@ -563,121 +251,14 @@ static int kernel_softmax(sim_state *s, const sim_op *o)
             for (size_t i = 0; i < n; i++)
                 y[i * inner] *= inv;
         }
-    commit(s, o->outs[0], r);
+    sim_commit(s, o->outs[0], r);
     return ANEC_OK;
 }
 
-/* ro[i] += x[i], eight at a time where it can (vector instructions, the same sums) */
-static void add_into(float *restrict ro, const float *restrict x, size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            ro[i + j] += x[i + j];
-    for (; i < n; i++)
-        ro[i] += x[i];
-}
 
-/* ro[i] = max(ro[i], x[i]), a NaN in x winning */
-static void max_into(float *restrict ro, const float *restrict x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (x[i] > ro[i] || x[i] != x[i])
-            ro[i] = x[i];
-}
-
-/* Any reduction: the input walked in order, each element added (or compared) into its
-   result (ostr: the result's stride along each input dim, 0 where reduced). */
-static void reduce_walk(const sim_value *xv, const int64_t *ostr, const float *a, float *r, int is_max)
-{
-    int rank = xv->rank;
-    int64_t idx[ANEC_MAX_RANK] = {0};
-    int64_t off = 0;
-    for (size_t i = 0; i < xv->numel; i++) {
-        if (is_max) {
-            if (a[i] > r[off] || a[i] != a[i])
-                r[off] = a[i];
-        } else {
-            r[off] += a[i];
-        }
-        for (int d = rank - 1; d >= 0; d--) {
-            off += ostr[d];
-            if (++idx[d] < xv->shape[d])
-                break;
-            off -= ostr[d] * xv->shape[d];
-            idx[d] = 0;
-        }
-    }
-}
-
-enum { REDUCE_SUM, REDUCE_MEAN, REDUCE_MAX };
-
-static int run_reduce(sim_state *s, const sim_op *o, int how)
-{
-    const sim_value *xv = &s->plan->vals[o->x], *ov = &s->plan->vals[o->outs[0]];
-    const float *a = fview(s, 0, o->x);
-    float *r = fout(s, o->outs[0]);
-    if (!a || !r)
-        return ANEC_ENOMEM;
-    int rank = xv->rank;
-    /* output strides per input dim (0 for reduced dims) */
-    int64_t kept_shape[ANEC_MAX_RANK], kst[ANEC_MAX_RANK], ostr[ANEC_MAX_RANK];
-    int nk = 0;
-    size_t count = 1;
-    for (int d = 0; d < rank; d++) {
-        if (o->axes_mask & (1 << d))
-            count *= (size_t)xv->shape[d];
-        else
-            kept_shape[nk++] = xv->shape[d];
-    }
-    sk_strides(nk, kept_shape, kst);
-    for (int d = 0, k = 0; d < rank; d++)
-        ostr[d] = (o->axes_mask & (1 << d)) ? 0 : kst[k++];
-    float init = how == REDUCE_MAX ? -INFINITY : 0.0f;
-    for (size_t i = 0; i < ov->numel; i++)
-        r[i] = init;
-    int is_max = how == REDUCE_MAX;
-    /* reduced dims next to each other (a norm's channels, a softmax's last axis): the input is
-       [outer, count, inner], and each result takes its count elements in the walk's order */
-    int lo = 0, hi = rank - 1;
-    while (lo < rank && !(o->axes_mask & (1 << lo)))
-        lo++;
-    while (hi > lo && !(o->axes_mask & (1 << hi)))
-        hi--;
-    int run = lo < rank; /* some axis is reduced, and so is every axis between the first and last */
-    for (int d = lo + 1; d < hi && run; d++)
-        run = (o->axes_mask >> d) & 1;
-    if (!run) {
-        reduce_walk(xv, ostr, a, r, is_max);
-    } else {
-        size_t outer = 1, inner = 1;
-        for (int d = 0; d < lo; d++)
-            outer *= (size_t)xv->shape[d];
-        for (int d = hi + 1; d < rank; d++)
-            inner *= (size_t)xv->shape[d];
-        const float *x = a;
-        for (size_t p = 0; p < outer; p++) {
-            float *ro = r + p * inner;
-            for (size_t c = 0; c < count; c++, x += inner) {
-                if (is_max)
-                    max_into(ro, x, inner);
-                else
-                    add_into(ro, x, inner);
-            }
-        }
-    }
-    if (how == REDUCE_MEAN) {
-        float inv = 1.0f / (float)count;
-        for (size_t i = 0; i < ov->numel; i++)
-            r[i] *= inv;
-    }
-    commit(s, o->outs[0], r);
-    return ANEC_OK;
-}
-
-static int kernel_reduce_sum(sim_state *s, const sim_op *o) { return run_reduce(s, o, REDUCE_SUM); }
-static int kernel_reduce_mean(sim_state *s, const sim_op *o) { return run_reduce(s, o, REDUCE_MEAN); }
-static int kernel_reduce_max(sim_state *s, const sim_op *o) { return run_reduce(s, o, REDUCE_MAX); }
+static int kernel_reduce_sum(sim_state *s, const sim_op *o) { return sim_run_reduce(s, o, REDUCE_SUM); }
+static int kernel_reduce_mean(sim_state *s, const sim_op *o) { return sim_run_reduce(s, o, REDUCE_MEAN); }
+static int kernel_reduce_max(sim_state *s, const sim_op *o) { return sim_run_reduce(s, o, REDUCE_MAX); }
 
 static int kernel_cast(sim_state *s, const sim_op *o)
 {
@@ -686,11 +267,11 @@ static int kernel_cast(sim_state *s, const sim_op *o)
         memcpy(s->store[o->outs[0]], s->store[o->x], ov->bytes);
         return ANEC_OK;
     }
-    float *buf = scratch(s, 0, xv->numel);
+    float *buf = sim_scratch(s, 0, xv->numel);
     if (!buf)
         return ANEC_ENOMEM;
-    to_float(s->store[o->x], xv->dt, xv->numel, buf);
-    from_float(buf, ov->dt, ov->numel, s->store[o->outs[0]]);
+    sim_to_float(s->store[o->x], xv->dt, xv->numel, buf);
+    sim_from_float(buf, ov->dt, ov->numel, s->store[o->outs[0]]);
     return ANEC_OK;
 }
 
@@ -806,7 +387,7 @@ static int narrow_product(sim_state *s, sim_panel *pn, int M, int N, int K, sk_m
 static int kernel_conv(sim_state *s, const sim_op *o)
 {
     const sim_value *xv = &s->plan->vals[o->x], *wv = &s->plan->vals[o->y], *ov = &s->plan->vals[o->outs[0]];
-    float *r = fout(s, o->outs[0]);
+    float *r = sim_fout(s, o->outs[0]);
     if (!r)
         return ANEC_ENOMEM;
     int64_t N = xv->shape[0], Cin = xv->shape[1], H = xv->shape[2], W = xv->shape[3];
@@ -814,11 +395,11 @@ static int kernel_conv(sim_state *s, const sim_op *o)
     int64_t Ho = ov->shape[2], Wo = ov->shape[3];
     int g = o->groups;
     int64_t cin_g = Cin / g, cout_g = Cout / g, K = cin_g * kh * kw;
-    int pointwise = pointwise_conv(o, wv);
+    int pointwise = sim_pointwise_conv(o, wv);
     const float *xf = NULL;
     float *col = NULL;
     if (!pointwise) {
-        xf = fview(s, 0, o->x);
+        xf = sim_fview(s, 0, o->x);
         col = malloc((size_t)(K * Ho * Wo) * sizeof(float));
         if (!xf || !col) {
             free(col);
@@ -829,11 +410,11 @@ static int kernel_conv(sim_state *s, const sim_op *o)
     int rc = ANEC_OK;
     for (int64_t n = 0; n < N && rc == ANEC_OK; n++)
         for (int gi = 0; gi < g && rc == ANEC_OK; gi++) {
-            sk_mat A = {(const char *)s->store[o->y] + (size_t)(gi * cout_g * K) * wes, sk_dt(wv->dt), K, 1};
+            sk_mat A = {(const char *)s->store[o->y] + (size_t)(gi * cout_g * K) * wes, sim_sk_dt(wv->dt), K, 1};
             sk_mat Bm;
             if (pointwise) {
                 Bm.p = (const char *)s->store[o->x] + (size_t)((n * Cin + gi * cin_g) * H * W) * xes;
-                Bm.dt = sk_dt(xv->dt);
+                Bm.dt = sim_sk_dt(xv->dt);
                 Bm.rs = H * W;
                 Bm.cs = 1;
             } else {
@@ -856,14 +437,14 @@ static int kernel_conv(sim_state *s, const sim_op *o)
                 Bm.cs = 1;
             }
             float *C = r + (n * Cout + gi * cout_g) * Ho * Wo;
-            if (narrow_conv(s->plan, o))
+            if (sim_narrow_conv(s->plan, o))
                 rc = narrow_product(s, &s->panels[o - s->plan->ops], (int)cout_g, (int)(Ho * Wo), (int)K, A, Bm, C);
             else if (sk_gemm((int)cout_g, (int)(Ho * Wo), (int)K, A, Bm, C, Ho * Wo, s->threads))
                 rc = ANEC_ENOMEM;
         }
     free(col);
     if (rc == ANEC_OK)
-        commit(s, o->outs[0], r);
+        sim_commit(s, o->outs[0], r);
     return rc;
 }
 
@@ -872,8 +453,8 @@ static int kernel_conv(sim_state *s, const sim_op *o)
 static int kernel_conv_transpose(sim_state *s, const sim_op *o)
 {
     const sim_value *xv = &s->plan->vals[o->x], *wv = &s->plan->vals[o->y], *ov = &s->plan->vals[o->outs[0]];
-    const float *xf = fview(s, 0, o->x), *wf = fview(s, 1, o->y);
-    float *r = fout(s, o->outs[0]);
+    const float *xf = sim_fview(s, 0, o->x), *wf = sim_fview(s, 1, o->y);
+    float *r = sim_fout(s, o->outs[0]);
     if (!xf || !wf || !r)
         return ANEC_ENOMEM;
     int64_t N = xv->shape[0], Cin = xv->shape[1], H = xv->shape[2], W = xv->shape[3];
@@ -903,7 +484,7 @@ static int kernel_conv_transpose(sim_state *s, const sim_op *o)
                     }
             }
         }
-    commit(s, o->outs[0], r);
+    sim_commit(s, o->outs[0], r);
     return ANEC_OK;
 }
 
@@ -912,8 +493,8 @@ static int kernel_conv_transpose(sim_state *s, const sim_op *o)
 static int run_pool(sim_state *s, const sim_op *o, int is_max)
 {
     const sim_value *xv = &s->plan->vals[o->x], *ov = &s->plan->vals[o->outs[0]];
-    const float *xf = fview(s, 0, o->x);
-    float *r = fout(s, o->outs[0]);
+    const float *xf = sim_fview(s, 0, o->x);
+    float *r = sim_fout(s, o->outs[0]);
     if (!xf || !r)
         return ANEC_ENOMEM;
     int64_t planes = xv->shape[0] * xv->shape[1], H = xv->shape[2], W = xv->shape[3];
@@ -943,7 +524,7 @@ static int run_pool(sim_state *s, const sim_op *o, int is_max)
                 rc[oy * Wo + ox] = acc;
             }
     }
-    commit(s, o->outs[0], r);
+    sim_commit(s, o->outs[0], r);
     return ANEC_OK;
 }
 
@@ -984,8 +565,8 @@ static void bilinear_src(int64_t i, int64_t in, int64_t out, int align, int64_t 
 static int kernel_upsample_bilinear(sim_state *s, const sim_op *o)
 {
     const sim_value *xv = &s->plan->vals[o->x], *ov = &s->plan->vals[o->outs[0]];
-    const float *xf = fview(s, 0, o->x);
-    float *r = fout(s, o->outs[0]);
+    const float *xf = sim_fview(s, 0, o->x);
+    float *r = sim_fout(s, o->outs[0]);
     if (!xf || !r)
         return ANEC_ENOMEM;
     int64_t planes = xv->shape[0] * xv->shape[1], H = xv->shape[2], W = xv->shape[3];
@@ -1006,7 +587,7 @@ static int kernel_upsample_bilinear(sim_state *s, const sim_op *o)
             }
         }
     }
-    commit(s, o->outs[0], r);
+    sim_commit(s, o->outs[0], r);
     return ANEC_OK;
 }
 
@@ -1068,7 +649,7 @@ static void mm_part(void *jobs, int part, int parts)
 static int kernel_matmul(sim_state *s, const sim_op *o)
 {
     const sim_value *xv = &s->plan->vals[o->x], *yv = &s->plan->vals[o->y];
-    float *r = fout(s, o->outs[0]);
+    float *r = sim_fout(s, o->outs[0]);
     if (!r)
         return ANEC_ENOMEM;
     int64_t xs[ANEC_MAX_RANK + 1], ys[ANEC_MAX_RANK + 1];
@@ -1104,8 +685,8 @@ static int kernel_matmul(sim_state *s, const sim_op *o)
     m.y = (const char *)s->store[o->y];
     m.xes = mil_dtype_size(xv->dt);
     m.yes = mil_dtype_size(yv->dt);
-    m.xdt = sk_dt(xv->dt);
-    m.ydt = sk_dt(yv->dt);
+    m.xdt = sim_sk_dt(xv->dt);
+    m.ydt = sim_sk_dt(yv->dt);
     m.r = r;
 
     int threads = s->threads < MM_MAX_THREADS ? s->threads : MM_MAX_THREADS;
@@ -1116,7 +697,7 @@ static int kernel_matmul(sim_state *s, const sim_op *o)
         mm_job one = {&m, 0, nb, s->threads, ANEC_OK};
         mm_range(&one);
         if (one.rc == ANEC_OK)
-            commit(s, o->outs[0], r);
+            sim_commit(s, o->outs[0], r);
         return one.rc;
     }
     mm_job jobs[MM_MAX_THREADS];
@@ -1128,7 +709,7 @@ static int kernel_matmul(sim_state *s, const sim_op *o)
         if (jobs[t].rc)
             rc = jobs[t].rc;
     if (rc == ANEC_OK)
-        commit(s, o->outs[0], r);
+        sim_commit(s, o->outs[0], r);
     return rc;
 }
 
@@ -1257,7 +838,7 @@ int sim_state_run(sim_state *s, uint8_t *const *in, uint8_t *const *out, char *e
         return ANEC_ESTATE;
     }
     if (s->runs < 2 && ++s->runs == 2) /* the second run since load (runs: under the program lock) */
-        pack_weights(s);
+        sim_pack_weights(s);
     for (size_t i = 0; i < p->n_inputs; i++) {
         int v = p->in_bind[i];
         memcpy(s->store[v], in[i], p->vals[v].bytes);

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "anec_rt.h"
-#include "sim_mil.h"
+#include "mil_parse.h"
 #include "sim_ops.h"
 
 enum { SV_INPUT = 1, SV_CONST, SV_BLOB, SV_OP };

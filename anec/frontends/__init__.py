@@ -1,18 +1,19 @@
 """Frontends that bring models from other frameworks into anec, and back out.
 
-* :mod:`anec.frontends.torch_import` -- ``anec.import_torch``: a PyTorch module
+* :mod:`anec.frontends.torch` -- ``anec.import_torch``: a PyTorch module
   (through ``torch.export`` and its core-ATen decompositions) becomes one anec
   func plus its weights; host work (embedding lookups at the inputs,
   argmax/sampling at the outputs) is described next to it.
-* :mod:`anec.frontends.aten` -- the table of supported ATen ops and the IR each
-  one becomes.
-* :mod:`anec.frontends.layout` -- logical torch tensors held in physical IR
-  values of another layout (the ANE's ``[1, C, 1, S]``), and the IR emitter
+* :mod:`anec.frontends.lowerings` -- the table of supported ATen ops and the IR
+  each one becomes, assembled from the op families of :mod:`anec.frontends.aten`.
+* :mod:`anec.frontends.tensor_views` -- logical torch tensors held in physical
+  IR values of another layout (the ANE's ``[1, C, 1, S]``), and the IR emitter
   that folds layout ops as it builds.
 * :mod:`anec.frontends.coreml` -- ``anec export-coreml``: a compiled artifact
   as a Core ML ML Program (``.mlpackage``), op for op.
 
-torch and coremltools are optional extras (``pip install anec[torch]``,
+This module holds what they share: the errors and :func:`require` (optional
+extras). torch and coremltools are optional extras (``pip install anec[torch]``,
 ``pip install anec[coreml]``); importing this package needs neither.
 """
 
@@ -31,6 +32,10 @@ class MissingExtraError(AnecError):
 
 class TorchImportError(AnecError):
     """A PyTorch model (or a saved torch.export program) that anec cannot import."""
+
+
+class UnsupportedOpError(TorchImportError):
+    """An ATen op (or a use of one) that the 27 IR ops cannot express."""
 
 
 class CoreMLExportError(AnecError):

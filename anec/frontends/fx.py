@@ -125,14 +125,15 @@ def _module_note(node: Any) -> str | None:
     return f"in module '{path}' ({str(cls).rsplit('.', 1)[-1]})"
 
 
-def _op_name(node: Any) -> str:
+def op_name(node: Any) -> str:
+    """The FX node's target as text (``aten.add.Tensor``)."""
     t = getattr(node, "target", None)
     return str(t) if t is not None else str(node)
 
 
 def located_error(cls: type, node: Any, message: str, hint: str | None = None) -> AnecError:
     """An error about FX ``node``: the ATen op, the user's source line, the module path."""
-    op = _op_name(node)
+    op = op_name(node)
     notes = []
     mod = _module_note(node)
     if mod:
@@ -151,16 +152,16 @@ def repeat_kv_source(node: Any) -> Any:
     n = node
     if getattr(n, "op", None) != "call_function":
         return None
-    if _short(n) not in ("view", "_unsafe_view", "reshape"):
+    if aten_base(n) not in ("view", "_unsafe_view", "reshape"):
         return None
     n = n.args[0]
-    if _short(n) == "clone":
+    if aten_base(n) == "clone":
         n = n.args[0]
-    if _short(n) != "expand":
+    if aten_base(n) != "expand":
         return None
     e = n
     n = n.args[0]
-    if _short(n) != "unsqueeze":
+    if aten_base(n) != "unsqueeze":
         return None
     base = n.args[0]
     try:
@@ -179,7 +180,8 @@ def repeat_kv_source(node: Any) -> Any:
     return base
 
 
-def _short(node: Any) -> str | None:
+def aten_base(node: Any) -> str | None:
+    """The ATen op of a ``call_function`` node without namespace and overload (``add``), else None."""
     if getattr(node, "op", None) != "call_function":
         return None
     name = str(node.target)

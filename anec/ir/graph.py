@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
 from anec.diagnostics import Source, Span
+from anec.ir.func_facts import FuncFacts
 from anec.ir.types import TensorType
 
 
@@ -218,8 +219,11 @@ class Graph:
         self._nodes: list[Node] = []
         self._outputs: tuple[Value, ...] = ()
         self.return_span: Span | None = None
+        self.facts = FuncFacts()
+        """Typed facts passes hand to later stages, not printed (the partition plan, logical
+        I/O, host casts, weights compiled as inputs, the SRAM summary)."""
         self.meta: dict[str, Any] = {}
-        """Facts passes hand to later stages, not printed (e.g. chunked outputs)."""
+        """Free-form notes a front end keeps on the func, not printed (autodiff's weight shapes)."""
         self._counter = itertools.count()
         self._names: Counter[str] = Counter()
         self._node_ids: set[int] = set()
@@ -676,6 +680,7 @@ class Graph:
                 vmap[id(old)] = new
         g.set_outputs(vmap[id(v)] for v in self._outputs)
         g.return_span = self.return_span
+        g.facts = self.facts.copy()
         g.meta = copy.deepcopy(self.meta)
         return g
 

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from anec.mil.blobfile import BlobReader, BlobWriter
-from anec.mil.emitter import MilProgram, WeightSlot, emit_mil, float_literal
+from anec.mil.emitter import MilProgram, WeightSlot, emit_mil
+from anec.mil.float_literals import float_literal
 
 __all__ = ["BlobReader", "BlobWriter", "MilProgram", "WeightSlot", "emit_mil", "float_literal"]

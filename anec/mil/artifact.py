@@ -83,7 +83,8 @@ def alloc_bytes(sizes: Iterable[int], target: "Target") -> int:
     return (n + a - 1) // a * a
 
 
-def _io_entries(values, with_logical: dict[str, str] | None = None) -> list[dict]:
+def io_entries(values, with_logical: dict[str, str] | None = None) -> list[dict]:
+    """The manifest entries of func inputs or outputs: name, dtype, shape, binding, bytes."""
     order = {name: i for i, name in enumerate(sorted(v.name for v in values))}
     out = []
     for v in values:
@@ -95,11 +96,11 @@ def _io_entries(values, with_logical: dict[str, str] | None = None) -> list[dict
     return out
 
 
-def _logical_outputs(graph: Graph) -> tuple[list[dict], dict[str, str]]:
+def logical_outputs(graph: Graph) -> tuple[list[dict], dict[str, str]]:
     """Logical outputs (chunked ones reassembled) and physical name -> logical name."""
     by_name = {v.name: v for v in graph.outputs}
     chunked: dict[str, dict] = {}
-    for e in graph.meta.get("logical_outputs", []) or []:
+    for e in graph.facts.logical_outputs:
         pieces = list(e["pieces"])
         missing = [p for p in pieces if p not in by_name]
         if missing:
@@ -139,7 +140,7 @@ def _logical_outputs(graph: Graph) -> tuple[list[dict], dict[str, str]]:
 
 def _logical_inputs(graph: Graph) -> list[dict]:
     """Every input with the shape the caller passes (reshaped inputs, see ANE-IO-RANK4)."""
-    reshaped = {e["name"]: e for e in graph.meta.get("logical_inputs", []) or []}
+    reshaped = {e["name"]: e for e in graph.facts.logical_inputs}
     out = []
     for v in graph.inputs:
         shape = list(reshaped[v.name]["shape"]) if v.name in reshaped else list(v.type.shape)
@@ -153,9 +154,9 @@ def _logical_inputs(graph: Graph) -> list[dict]:
 def build_manifest(graph: Graph, program: MilProgram, target: "Target", weights: list[dict],
                    rewrites: Iterable[Mapping] = (), program_ir: str = "") -> dict:
     """The manifest dict of one compiled func (see the module docstring)."""
-    logical, of = _logical_outputs(graph)
-    inputs = _io_entries(graph.inputs)
-    outputs = _io_entries(graph.outputs, of)
+    logical, of = logical_outputs(graph)
+    inputs = io_entries(graph.inputs)
+    outputs = io_entries(graph.outputs, of)
     return {
         "format": FORMAT,
         "anec_version": __version__,
@@ -179,9 +180,9 @@ def build_manifest(graph: Graph, program: MilProgram, target: "Target", weights:
         "logical_inputs": _logical_inputs(graph),
         "logical_outputs": logical,
         "weights": weights,
-        "sram": jsonable(graph.meta.get("sram")),
+        "sram": jsonable(graph.facts.sram),
         "rewrites": [jsonable(r) for r in rewrites],
-        "host_casts": jsonable(graph.meta.get("host_casts", [])),
+        "host_casts": jsonable(graph.facts.host_casts),
         "concat": {"reading": target.concat, "why": target.sources.get("concat", "the target's default")},
     }
 
@@ -347,12 +348,12 @@ WEIGHT_INPUTS_DIR = "inputs"
 
 def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None
                         ) -> tuple[BlobFiles, list[dict]]:
-    """The initial values of the weights compiled as inputs (``graph.meta["weight_inputs"]``):
+    """The initial values of the weights compiled as inputs (``graph.facts.weight_inputs``):
     one BLOBFILE each under ``inputs/`` (never referenced by the MIL; the runtime writes them
     into the input surfaces), and their manifest entries."""
     blobs: dict[str, BlobWriter] = {}
     entries = []
-    for w in graph.meta.get("weight_inputs", []) or []:
+    for w in graph.facts.weight_inputs:
         file = f"{WEIGHT_INPUTS_DIR}/{w['input']}.bin"
         digest = None
         if store is not None:
@@ -495,7 +496,7 @@ class Artifact:
         if sha256(mil_bytes) != manifest["mil"]["sha256"]:
             raise ArtifactError(f"{d.path / mil_rel} does not match the sha256 in {MANIFEST_FILE}",
                                 hint="the artifact was modified after compiling; recompile it")
-        mil_text = _utf8(mil_bytes, d.path / mil_rel, "MIL text")
+        mil_text = decode_utf8(mil_bytes, d.path / mil_rel, "MIL text")
         blobs: dict[str, bytes] = {}
         readers: dict[str, BlobReader] = {}
         for w in _all_weight_entries(manifest):
@@ -522,7 +523,7 @@ class Artifact:
         if sha256(ir_bytes) != manifest["program_ir"]["sha256"]:
             raise ArtifactError(f"{d.path / ir_rel} does not match the sha256 in {MANIFEST_FILE}",
                                 hint="the artifact was modified after compiling; recompile it")
-        ir_text = _utf8(ir_bytes, d.path / ir_rel, "program IR")
+        ir_text = decode_utf8(ir_bytes, d.path / ir_rel, "program IR")
         return cls(manifest["func"], mil_text, blobs, manifest, None, ir_text)
 
     def program_module(self) -> "Module":
@@ -545,7 +546,8 @@ def write_artifact_dir(directory: str | os.PathLike, files: Mapping[str, TreeFil
     return dest
 
 
-def _utf8(data: bytes, path: Path, what: str) -> str:
+def decode_utf8(data: bytes, path: Path, what: str) -> str:
+    """``data`` as text; ArtifactError naming ``path`` and the first bad byte otherwise."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

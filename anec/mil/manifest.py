@@ -52,8 +52,8 @@ _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _MIL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-class _Bad(Exception):
-    """A field that is not what the schema expects (turned into an ArtifactError)."""
+class ManifestFieldError(Exception):
+    """A manifest field that is not what the schema expects (turned into an ArtifactError)."""
 
     def __init__(self, path: str, expected: str, got: Any = None, show_got: bool = True) -> None:
         super().__init__(path)
@@ -76,7 +76,7 @@ def parse_manifest(data: bytes, where: str) -> dict:
     return validate_manifest(parse_json(data, where), where)
 
 
-# ---- checkers: (value, path) -> value, raising _Bad ------------------------------------
+# ---- checkers: (value, path) -> value, raising ManifestFieldError ---------------------------
 
 Check = Callable[[Any, str], Any]
 
@@ -84,7 +84,7 @@ Check = Callable[[Any, str], Any]
 def integer(lo: int, hi: int, what: str | None = None) -> Check:
     def check(v: Any, path: str) -> int:
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            raise _Bad(path, what or f"an integer in [{_bound(lo)}, {_bound(hi)}]", v)
+            raise ManifestFieldError(path, what or f"an integer in [{_bound(lo)}, {_bound(hi)}]", v)
         return v
     return check
 
@@ -95,14 +95,14 @@ def _bound(n: int) -> str:
 
 def boolean(v: Any, path: str) -> bool:
     if not isinstance(v, bool):
-        raise _Bad(path, "true or false", v)
+        raise ManifestFieldError(path, "true or false", v)
     return v
 
 
 def string(max_len: int = MAX_NAME, pattern: re.Pattern | None = None, what: str | None = None) -> Check:
     def check(v: Any, path: str) -> str:
         if not isinstance(v, str) or not 0 < len(v) <= max_len or "\0" in v or (pattern and not pattern.match(v)):
-            raise _Bad(path, what or f"a non-empty string of at most {max_len} characters", v)
+            raise ManifestFieldError(path, what or f"a non-empty string of at most {max_len} characters", v)
         return v
     return check
 
@@ -110,14 +110,14 @@ def string(max_len: int = MAX_NAME, pattern: re.Pattern | None = None, what: str
 def one_of(*values: str) -> Check:
     def check(v: Any, path: str) -> str:
         if v not in values or not isinstance(v, str):
-            raise _Bad(path, "one of " + ", ".join(json.dumps(x) for x in values), v)
+            raise ManifestFieldError(path, "one of " + ", ".join(json.dumps(x) for x in values), v)
         return v
     return check
 
 
 def hex64(v: Any, path: str) -> str:
     if not isinstance(v, str) or not _HEX64.match(v):
-        raise _Bad(path, "a sha256 (64 lowercase hex digits)", v)
+        raise ManifestFieldError(path, "a sha256 (64 lowercase hex digits)", v)
     return v
 
 
@@ -126,10 +126,10 @@ def rel_path(under: str | None = None) -> Check:
     def check(v: Any, path: str) -> str:
         what = "a relative path inside the artifact" + (f", below {under}/" if under else "")
         if not isinstance(v, str) or not v or len(v) > 1024 or "\\" in v or "\0" in v or v.startswith("/"):
-            raise _Bad(path, what, v)
+            raise ManifestFieldError(path, what, v)
         parts = v.split("/")
         if any(p in ("", ".", "..") for p in parts) or (under and (len(parts) < 2 or parts[0] != under)):
-            raise _Bad(path, what + " (plain names, no '..')", v)
+            raise ManifestFieldError(path, what + " (plain names, no '..')", v)
         return v
     return check
 
@@ -143,9 +143,9 @@ def nullable(check: Check) -> Check:
 def array(item: Check, max_len: int = MAX_ENTRIES, min_len: int = 0) -> Check:
     def check(v: Any, path: str) -> list:
         if not isinstance(v, list):
-            raise _Bad(path, "an array", v)
+            raise ManifestFieldError(path, "an array", v)
         if not min_len <= len(v) <= max_len:
-            raise _Bad(path, f"an array of {min_len} to {max_len} items", f"{len(v)} items", show_got=False)
+            raise ManifestFieldError(path, f"an array of {min_len} to {max_len} items", f"{len(v)} items", show_got=False)
         return [item(x, f"{path}[{i}]") for i, x in enumerate(v)]
     return check
 
@@ -154,7 +154,7 @@ def shape(min_dim: int = 1) -> Check:
     def check(v: Any, path: str) -> list[int]:
         dims = array(integer(min_dim, MAX_DIM, f"a dimension in [{min_dim}, 2^31)"), MAX_RANK)(v, path)
         if math.prod(dims) > MAX_NUMEL:
-            raise _Bad(path, "a shape of at most 2^34 elements", v)
+            raise ManifestFieldError(path, "a shape of at most 2^34 elements", v)
         return dims
     return check
 
@@ -163,10 +163,10 @@ def obj(required: Mapping[str, Check], optional: Mapping[str, Check] = {}) -> Ch
     """A JSON object with these fields (unknown fields are kept and ignored)."""
     def check(v: Any, path: str) -> dict:
         if not isinstance(v, dict):
-            raise _Bad(path, "an object", v)
+            raise ManifestFieldError(path, "an object", v)
         for key, c in required.items():
             if key not in v:
-                raise _Bad(_join(path, key), "a value (the field is missing)", show_got=False)
+                raise ManifestFieldError(_join(path, key), "a value (the field is missing)", show_got=False)
             c(v[key], _join(path, key))
         for key, c in optional.items():
             if key in v:
@@ -200,10 +200,11 @@ _weight = obj({"key": _name, "file": rel_path(WEIGHTS_DIR), "offset": integer(64
                "dtype": one_of(*PART_DTYPES), "shape": shape(), "sha256": hex64},
               {"const": nullable(_name), "path": nullable(string(1100)), "perm": _perm, "slice": _slice,
                "part": nullable(_part)})
-_weight_input = obj({"key": _name, "input": _mil_name, "file": rel_path(WEIGHT_INPUTS_DIR),
-                     "offset": integer(64, 1 << 62), "dtype": one_of(*BLOB_DTYPES), "shape": shape(),
-                     "sha256": hex64},
-                    {"perm": _perm, "slice": _slice})
+WEIGHT_INPUT_ENTRY = obj({"key": _name, "input": _mil_name, "file": rel_path(WEIGHT_INPUTS_DIR),
+                          "offset": integer(64, 1 << 62), "dtype": one_of(*BLOB_DTYPES), "shape": shape(),
+                          "sha256": hex64},
+                         {"perm": _perm, "slice": _slice})
+"""The check of one ``weight_inputs`` entry (a weight compiled as an input), in either layout's manifest."""
 _INT = (1 << 31) - 1
 _limits = obj({}, {"max_blob_tensors": integer(0, _INT), "scalar_penalty": integer(0, _INT),
                    "max_conv_out_channels": integer(1, _INT), "min_surface_bytes": integer(0, 1 << 26),
@@ -241,7 +242,7 @@ def _schema() -> Check:
             "limits": _limits,
             "logical_inputs": array(_logical_input),
             "logical_outputs": array(_logical_output),
-            "weight_inputs": array(_weight_input),
+            "weight_inputs": array(WEIGHT_INPUT_ENTRY),
             "compression": array(obj({"const": _name, "key": _name, "format": string(64)})),
             "sram": any_json,
             "rewrites": array(any_json),
@@ -255,14 +256,14 @@ def validate_manifest(manifest: Any, where: str = "manifest.json") -> dict:
     """``manifest`` itself if it is a well-formed manifest, else ArtifactError naming the field."""
     try:
         if not isinstance(manifest, dict):
-            raise _Bad("", "a JSON object", manifest)
+            raise ManifestFieldError("", "a JSON object", manifest)
         if manifest.get("format") != FORMAT:  # checked first: another format gets a clear message
             if "format" not in manifest:
-                raise _Bad("format", f"{json.dumps(FORMAT)} (the field is missing)", show_got=False)
-            raise _Bad("format", json.dumps(FORMAT), manifest.get("format"))
+                raise ManifestFieldError("format", f"{json.dumps(FORMAT)} (the field is missing)", show_got=False)
+            raise ManifestFieldError("format", json.dumps(FORMAT), manifest.get("format"))
         _schema()(manifest, "")
         _cross_check(manifest)
-    except _Bad as e:
+    except ManifestFieldError as e:
         field = f"field '{e.path}'" if e.path else "the manifest"
         got = f", got {_show(e.got)}" if e.show_got else (f" ({e.got})" if e.got else "")
         raise ArtifactError(f"{where}: {field}: expected {e.expected}{got}",
@@ -279,98 +280,98 @@ def _cross_check(m: dict) -> None:
         for i, e in enumerate(entries):
             path = f"{direction}[{i}]"
             if names.count(e["name"]) > 1:
-                raise _Bad(f"{path}.name", f"a name used once in {direction}", e["name"])
+                raise ManifestFieldError(f"{path}.name", f"a name used once in {direction}", e["name"])
             if e["binding"] != order[e["name"]]:
-                raise _Bad(f"{path}.binding", f"{order[e['name']]} (the index of {_show(e['name'])} in "
+                raise ManifestFieldError(f"{path}.binding", f"{order[e['name']]} (the index of {_show(e['name'])} in "
                            "alphabetical order)", e["binding"])
             want = math.prod(e["shape"]) * ITEMSIZE[e["dtype"]]
             if e["bytes"] != want:
-                raise _Bad(f"{path}.bytes", f"{want} (elements x {e['dtype']} size)", e["bytes"])
+                raise ManifestFieldError(f"{path}.bytes", f"{want} (elements x {e['dtype']} size)", e["bytes"])
         alloc = m[f"{direction[:-1]}_alloc_bytes"]
         biggest = max((e["bytes"] for e in entries), default=0)
         if alloc < biggest:
-            raise _Bad(f"{direction[:-1]}_alloc_bytes", f"at least {biggest} (the largest {direction[:-1]})", alloc)
+            raise ManifestFieldError(f"{direction[:-1]}_alloc_bytes", f"at least {biggest} (the largest {direction[:-1]})", alloc)
     inputs = {e["name"]: e for e in m["inputs"]}
     outputs = {e["name"]: e for e in m["outputs"]}
     for i, e in enumerate(m.get("logical_inputs", [])):
         path = f"logical_inputs[{i}]"
         if e["name"] not in inputs:
-            raise _Bad(f"{path}.name", "the name of an input", e["name"])
+            raise ManifestFieldError(f"{path}.name", "the name of an input", e["name"])
         if math.prod(e["shape"]) != math.prod(inputs[e["name"]]["shape"]):
-            raise _Bad(f"{path}.shape", f"a shape of {math.prod(inputs[e['name']]['shape'])} elements "
+            raise ManifestFieldError(f"{path}.shape", f"a shape of {math.prod(inputs[e['name']]['shape'])} elements "
                        "(the input's)", e["shape"])
     used: set[str] = set()
     logical_names: set[str] = set()
     for i, lo in enumerate(m.get("logical_outputs", [])):
         path = f"logical_outputs[{i}]"
         if lo["name"] in logical_names:
-            raise _Bad(f"{path}.name", "a name used once in logical_outputs", lo["name"])
+            raise ManifestFieldError(f"{path}.name", "a name used once in logical_outputs", lo["name"])
         logical_names.add(lo["name"])
         _check_logical_output(lo, path, outputs, used)
     for i, e in enumerate(m["outputs"]):
         logical = e.get("logical")
         if logical is not None and (not isinstance(logical, str) or (logical_names and logical not in logical_names)):
-            raise _Bad(f"outputs[{i}].logical", "the name of a logical output", logical)
+            raise ManifestFieldError(f"outputs[{i}].logical", "the name of a logical output", logical)
     for i, w in enumerate(m["weights"]):
         if w.get("path") is not None and w["path"] != MODEL_PATH + w["file"]:
-            raise _Bad(f"weights[{i}].path", json.dumps(MODEL_PATH + w["file"]) + " (@model_path/ + file)", w["path"])
+            raise ManifestFieldError(f"weights[{i}].path", json.dumps(MODEL_PATH + w["file"]) + " (@model_path/ + file)", w["path"])
         _check_view(w, f"weights[{i}]")
     seen: set[str] = set()
     for i, w in enumerate(m.get("weight_inputs", [])):
         path = f"weight_inputs[{i}]"
         spec = inputs.get(w["input"])
         if spec is None:
-            raise _Bad(f"{path}.input", "the name of an input", w["input"])
+            raise ManifestFieldError(f"{path}.input", "the name of an input", w["input"])
         if w["input"] in seen:
-            raise _Bad(f"{path}.input", "an input given one initial value", w["input"])
+            raise ManifestFieldError(f"{path}.input", "an input given one initial value", w["input"])
         seen.add(w["input"])
         if math.prod(w["shape"]) != math.prod(spec["shape"]):
-            raise _Bad(f"{path}.shape", f"a shape of {math.prod(spec['shape'])} elements (input "
+            raise ManifestFieldError(f"{path}.shape", f"a shape of {math.prod(spec['shape'])} elements (input "
                        f"{_show(w['input'])})", w["shape"])
         _check_view(w, path)
     for i, h in enumerate(m.get("host_casts", [])):
         known = inputs.keys() if h["kind"] == "input" else outputs.keys() | logical_names
         if h["name"] not in known:
-            raise _Bad(f"host_casts[{i}].name", f"the name of an {h['kind']}", h["name"])
+            raise ManifestFieldError(f"host_casts[{i}].name", f"the name of an {h['kind']}", h["name"])
 
 
 def _check_logical_output(lo: dict, path: str, outputs: Mapping[str, dict], used: set[str]) -> None:
     pieces = lo["pieces"]
     for j, p in enumerate(pieces):
         if p not in outputs:
-            raise _Bad(f"{path}.pieces[{j}]", "the name of an output", p)
+            raise ManifestFieldError(f"{path}.pieces[{j}]", "the name of an output", p)
         if p in used:
-            raise _Bad(f"{path}.pieces[{j}]", "an output that belongs to one logical output", p)
+            raise ManifestFieldError(f"{path}.pieces[{j}]", "an output that belongs to one logical output", p)
         used.add(p)
     shapes = [outputs[p]["shape"] for p in pieces]
     axis = lo.get("axis")
     if axis is None:
         if len(pieces) != 1:
-            raise _Bad(f"{path}.axis", "an axis (the output has several pieces)", None)
+            raise ManifestFieldError(f"{path}.axis", "an axis (the output has several pieces)", None)
     else:
         rank = len(shapes[0])
         if not -rank <= axis < rank:
-            raise _Bad(f"{path}.axis", f"an axis in [{-rank}, {rank - 1}] (the pieces have rank {rank})", axis)
+            raise ManifestFieldError(f"{path}.axis", f"an axis in [{-rank}, {rank - 1}] (the pieces have rank {rank})", axis)
         a = axis % rank
         for j, s in enumerate(shapes[1:], 1):
             if len(s) != rank or any(x != y for k, (x, y) in enumerate(zip(s, shapes[0])) if k != a):
-                raise _Bad(f"{path}.pieces[{j}]", f"an output whose shape matches {shapes[0]} except on axis {axis}",
+                raise ManifestFieldError(f"{path}.pieces[{j}]", f"an output whose shape matches {shapes[0]} except on axis {axis}",
                            s)
     total = sum(math.prod(s) for s in shapes)
     if lo.get("shape") is not None and math.prod(lo["shape"]) != total:
-        raise _Bad(f"{path}.shape", f"a shape of {total} elements (its pieces)", lo["shape"])
+        raise ManifestFieldError(f"{path}.shape", f"a shape of {total} elements (its pieces)", lo["shape"])
     dtypes = {outputs[p]["dtype"] for p in pieces}
     if len(dtypes) != 1:
-        raise _Bad(f"{path}.pieces", "outputs of one dtype", sorted(dtypes))
+        raise ManifestFieldError(f"{path}.pieces", "outputs of one dtype", sorted(dtypes))
 
 
 def _check_view(w: dict, path: str) -> None:
     """``perm`` is a permutation; ``slice`` is [axis, start, stop] with 0 <= start < stop."""
     perm = w.get("perm")
     if perm and sorted(perm) != list(range(len(perm))):
-        raise _Bad(f"{path}.perm", f"a permutation of 0..{len(perm) - 1}", perm)
+        raise ManifestFieldError(f"{path}.perm", f"a permutation of 0..{len(perm) - 1}", perm)
     sl = w.get("slice")
     if sl:
         _axis, start, stop = sl
         if not 0 <= start < stop:
-            raise _Bad(f"{path}.slice", "[axis, start, stop] with 0 <= start < stop", sl)
+            raise ManifestFieldError(f"{path}.slice", "[axis, start, stop] with 0 <= start < stop", sl)

@@ -1,7 +1,7 @@
 """A compile output: one artifact directory per func and the output index, written whole.
 
 ``anec compile -o out`` writes ``out/<func>/`` for every func (an artifact,
-:mod:`anec.mil.artifact`, or a pipeline, :mod:`anec.mil.pipeline`) and the
+:mod:`anec.mil.artifact`, or a pipeline, :mod:`anec.mil.multi_program`) and the
 index ``out/.anec-output.json`` (format ``anec-output/1``) naming every func and
 the sha256 of its manifest. The index is written last, so an output is
 complete exactly when it has one. Writing is all or nothing for the whole
@@ -160,7 +160,7 @@ def load_artifact(path: str | os.PathLike, func: str | None = None,
     output (``func`` picks one when it holds several). A temporary directory of a write is
     never taken; an output replaced by a newer compile while it is read is read again.
     ``loader(directory, manifest sha256 or None)`` reads one func's directory (default:
-    :meth:`Artifact._load`; :func:`anec.mil.pipeline.load_any` also reads pipelines)."""
+    :meth:`Artifact._load`; :func:`anec.mil.multi_program.load_any` also reads pipelines)."""
     p = Path(os.fspath(path))
     if p.name == MANIFEST_FILE and not os.path.isdir(p):
         p = p.parent

@@ -362,13 +362,13 @@ def compile_export(path: str | Path, out_dir: str | Path | None,
     ``compile_module``, "auto" sharing programs across layers only when the funcs
     together need more compiles than the target's budget. ``plan`` (a dict) receives
     ``programs``, ``budget`` and ``shared``."""
-    from anec.compiler import _share_mode, count_programs, over_budget
+    from anec.compiler import share_mode, count_programs, over_budget
     from anec.ir.parser import parse_file
     from anec.targets import get_target
 
     d = Path(path)
     info = read_export(d)
-    share = _share_mode(share_programs)
+    share = share_mode(share_programs)
     budget = get_target(target).process_compile_budget
     modules = {}
     for f, funcs in info["files"].items():

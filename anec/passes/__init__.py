@@ -9,8 +9,7 @@ A pass is registered by being listed in :data:`ALL_PASSES`
 and the manager runs whole pipelines (:mod:`anec.passes.pipelines`)::
 
     from anec.passes import run_pipeline
-    from anec.passes.range_safe import RangeSafe
-from anec.passes.pipelines import DEFAULT
+    from anec.passes.pipelines import DEFAULT
     run_pipeline(module, DEFAULT, ctx)
 """
 
@@ -23,6 +22,7 @@ from anec.passes.emit_mil import EmitMil
 from anec.passes.fuse_casts import FuseCasts
 from anec.passes.legalize import Legalize
 from anec.passes.manager import run_passes, run_pipeline
+from anec.passes.partition import Partition
 from anec.passes.range_safe import RangeSafe
 from anec.passes.pipelines import PIPELINES, get_pass, get_pipeline, parse_pass_list, pass_name_hint
 from anec.passes.registry import ALL_PASSES, PASSES
@@ -31,6 +31,6 @@ from anec.passes.weights_as_inputs import WeightsAsInputs
 
 __all__ = [
     "ALL_PASSES", "AnnotateSram", "DeadCodeElimination", "EmitMil", "FuseCasts", "Legalize",
-    "PASSES", "PIPELINES", "Pass", "PassContext", "get_pass", "get_pipeline", "parse_pass_list",
+    "PASSES", "PIPELINES", "Partition", "Pass", "PassContext", "get_pass", "get_pipeline", "parse_pass_list",
     "pass_name_hint", "RangeSafe", "run_passes", "run_pipeline", "SelectNative", "WeightsAsInputs",
 ]

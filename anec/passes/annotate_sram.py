@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from anec.ir.func_facts import SramReport
 from anec.passes.base import Pass, PassContext
 
 if TYPE_CHECKING:
@@ -15,8 +16,8 @@ SRAM_KEYS = ("in_bytes", "out_bytes", "weight_bytes", "live_bytes", "spill")
 """Annotation keys this analysis owns (cleared before it writes them again)."""
 
 
-def sram_report(graph: "Graph", target: "Target") -> dict[str, Any]:
-    """Annotate ``graph``'s nodes and return the program summary (``graph.meta["sram"]``).
+def sram_report(graph: "Graph", target: "Target") -> SramReport:
+    """Annotate ``graph``'s nodes and return the program summary (``graph.facts.sram``).
 
     The schedule is the node order (topological). Steps are the non-const
     nodes. A value is live from the step that defines it (step 0 for func
@@ -128,7 +129,7 @@ class AnnotateSram(Pass):
     definition to their last use, returned values to the end, consts from
     their first to their last use), and ``spill=true`` when ``live_bytes``
     exceeds the target's SRAM. The program summary goes to
-    ``graph.meta["sram"]``: ``peak_bytes``, ``peak_node``, ``sram_bytes``,
+    ``graph.facts.sram``: ``peak_bytes``, ``peak_node``, ``sram_bytes``,
     ``spill_nodes``, ``weight_bytes`` (all weight consts), ``target``.
     Spills are a performance warning, never an error. Running the pass again
     replaces the annotations (legalize refreshes them after rewriting).
@@ -195,4 +196,4 @@ class AnnotateSram(Pass):
     tracked: ClassVar[bool] = True
 
     def run(self, graph: "Graph", ctx: PassContext) -> None:
-        graph.meta["sram"] = sram_report(graph, ctx.target)
+        graph.facts.sram = sram_report(graph, ctx.target)

@@ -10,7 +10,8 @@ it.
 Everything a pass needs besides the graph comes from the :class:`PassContext`:
 the target chip profile, the resolved weights, options, and the lists where
 passes record what they did (``rewrites``, ``artifacts``, ``timings``).
-Facts meant for later stages go in ``graph.meta`` (see docs/architecture.md).
+Facts meant for later stages go in ``graph.facts`` (:class:`~anec.ir.func_facts.FuncFacts`,
+typed; see docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import abc
 import inspect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from anec.targets import Target, get_target
 
@@ -51,6 +52,10 @@ class PassContext:
     """IR dumps produced by ``print_ir_after``."""
     verify_seconds: float = 0.0
     """Time the manager spent verifying (kept out of ``timings``, which lists passes)."""
+    build_stages: "Callable[..., Any] | None" = None
+    """How emit-mil builds the artifact of a func cut into stages (``graph.facts.partition``):
+    the compiler passes :func:`anec.multi_program_build.build_multi_program`, which runs passes
+    on every stage and so sits above them. None: emit-mil refuses a cut func."""
     verify_each: bool = True
     """Verify each func after every pass (MLIR's ``verify-each``), so a broken result names
     the pass; False verifies it once, after the last pass (the output is still checked)."""

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from anec.compress import decide
+from anec.diagnostics import AnecError
+from anec.mil.artifact import Artifact
+from anec.mil.emitter import emit_mil
 from anec.passes.base import Pass, PassContext
 
 if TYPE_CHECKING:
@@ -19,7 +23,7 @@ class EmitMil(Pass):
     the weight files without looking at weight values; the artifact then
     materializes each weight const from ``ctx.weights`` into its BLOBFILE and
     assembles the manifest (I/O bindings, allocation sizes, chunked outputs
-    from ``graph.meta``, SRAM report, this func's rewrites). The result is
+    from ``graph.facts``, SRAM report, this func's rewrites). The result is
     stored in ``ctx.artifacts[graph.name]``; the graph is not changed.
     With ``ctx.weights`` None the artifact has no weight files (MIL only).
     Options: ``ctx.options["pack_weights"]`` puts every weight into
@@ -27,8 +31,11 @@ class EmitMil(Pass):
     stores the matching conv/matmul weights compressed, each one the format of its rule
     that passes the accuracy gate (docs/compression.md): the IR is unchanged, the
     decision is written into the MIL (``constexpr_*`` ops) and the manifest;
-    ``ctx.options["share_programs"]`` gives the stages of a cut func that differ only
-    in their weights one program, their weights as its inputs (:mod:`anec.mil.pipeline`).
+    A func the partition pass cut (``graph.facts.partition``) becomes one program per
+    stage, built by ``ctx.build_stages`` (the compiler's
+    :func:`anec.multi_program_build.build_multi_program`); ``ctx.options["share_programs"]``
+    gives the stages of a cut func that differ only in their weights one program, their
+    weights as its inputs.
 
     Ops the ANE rejects must be gone (legalize); finding one here is a
     ConstraintError naming the constraint.
@@ -67,21 +74,19 @@ class EmitMil(Pass):
     name: ClassVar[str] = "emit-mil"
 
     def run(self, graph: "Graph", ctx: PassContext) -> None:
-        from anec.mil.artifact import Artifact
-        from anec.mil.emitter import emit_mil
-
         rewrites = [r for r in ctx.rewrites if r.get("func", graph.name) == graph.name]
         spec = ctx.option("compress", None)
         decisions: dict = {}
         if spec is not None:
-            from anec.compress import decide
-
             decisions = decide(graph, spec, ctx.weights, ctx.target.mil_dialect, target=ctx.target)
-        plan = graph.meta.get("partition")
-        if plan is not None:  # legalize cut the func: one program per stage
-            from anec.mil.pipeline import PipelineArtifact
-
-            ctx.artifacts[graph.name] = PipelineArtifact.build(
+        plan = graph.facts.partition
+        if plan is not None:  # the partition pass cut the func: one program per stage
+            if ctx.build_stages is None:
+                raise AnecError(f"func '{graph.name}' is cut into {len(plan.stages)} programs, and this pass "
+                                "context has no multi-program build", span=graph.span,
+                                hint="compile with anec.compiler.compile_module (anec compile), or set "
+                                     "PassContext.build_stages to anec.multi_program_build.build_multi_program")
+            ctx.artifacts[graph.name] = ctx.build_stages(
                 graph, plan, ctx.target, ctx.weights, rewrites, bool(ctx.option("pack_weights", False)),
                 compression=decisions, share=bool(ctx.option("share_programs", False)))
             return

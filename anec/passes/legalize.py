@@ -91,8 +91,8 @@ def reshape_io_to_rank4(rw: LegalizeRewriter) -> None:
     one-element ``reduce_sum``, as a reshape to rank 0 would need an empty
     shape tensor, which no reference writes); an output ``%y`` becomes
     ``%y = reshape(%y_logical)`` to the device shape, so the name the device
-    binds never changes. ``graph.meta["logical_inputs"]`` and
-    ``graph.meta["logical_outputs"]`` record the logical shapes (the bytes
+    binds never changes. ``graph.facts.logical_inputs`` and
+    ``graph.facts.logical_outputs`` record the logical shapes (the bytes
     are the same, so the host reshapes for free).
     """
     g = rw.graph
@@ -120,7 +120,7 @@ def reshape_io_to_rank4(rw: LegalizeRewriter) -> None:
             made.add(id(lv.producer))
             g.replace_uses(v, lv, others)
             g.rebuild_uses()  # use lists in node order, as the rules that follow iterate them
-        g.meta.setdefault("logical_inputs", []).append(
+        g.facts.logical_inputs.append(
             {"name": v.name, "dtype": str(logical.dtype), "shape": list(logical.shape)})
         rw.record("ANE-IO-RANK4", f"input %{v.name} {logical} is {v.type} on the device (the same "
                   "elements)", name=v.name, span=v.span)
@@ -140,7 +140,7 @@ def reshape_io_to_rank4(rw: LegalizeRewriter) -> None:
         g.rename_value(v, g.fresh_name(f"{name}_logical"))
         g.rename_value(y, name)
         g.replace_output(v, [y])
-        g.meta.setdefault("logical_outputs", []).append(
+        g.facts.logical_outputs.append(
             {"name": name, "axis": None, "pieces": [name], "dtype": str(logical.dtype),
              "shape": list(logical.shape)})
         rw.record("ANE-IO-RANK4", f"output %{name} {logical} is {y.type} on the device (the same "
@@ -155,7 +155,7 @@ def check_io_dtypes(rw: LegalizeRewriter) -> None:
     ``cast(%x, fp32)`` for its old uses, an fp32 output gets a final
     ``cast(.., fp16)`` under its name; the cast folding that follows removes
     the pairs that cancel (``cast(cast(x16, fp32), fp16) -> x16``).
-    ``graph.meta["host_casts"]`` lists what the host converts.
+    ``graph.facts.host_casts`` lists what the host converts.
     """
     g, target = rw.graph, rw.target
     if target.fp32_io:
@@ -172,7 +172,7 @@ def check_io_dtypes(rw: LegalizeRewriter) -> None:
                 f"I/O", f"declare %{v.name} as fp16 and convert on the host, or compile with "
                 "--host-casts to let anec do that", span=span)
         return
-    casts = g.meta.setdefault("host_casts", [])
+    casts = g.facts.host_casts
     rw.anchor, rw.rule_name = None, "use_host_casts"
     for kind, v in ios:
         if kind == "input":
@@ -304,35 +304,6 @@ def blob_count(graph: "Graph") -> tuple[int, list["Node"], "Node | None"]:
     return len(weights), weights, scalar_user
 
 
-def plan_stages(rw: LegalizeRewriter, peak_bound: int | None = None) -> None:
-    """A func over a per-program budget is cut into a pipeline of programs (ANE-BLOB-BUDGET, ANE-SRAM).
-
-    :func:`anec.passes.partition.plan_partition` finds the cut (fewest
-    programs, then fewest bytes between them); the plan goes to
-    ``graph.meta["partition"]`` and emit-mil writes one program per stage.
-    With ``ctx.options["share_programs"]`` the cuts are aligned to repeated
-    layers (programs shared across layers, :mod:`anec.mil.pipeline`).
-    A node that fits no program is an error naming it.
-    """
-    from anec.passes.partition import plan_partition
-
-    graph = rw.graph
-    graph.meta.pop("partition", None)
-    try:
-        plan = plan_partition(graph, rw.target, peak_bound=peak_bound,
-                              align=bool(rw.ctx.option("share_programs", False)))
-    except ConstraintError as e:
-        rw.rejections.append((None, e))
-        return
-    if plan is None:
-        return
-    graph.meta["partition"] = plan
-    rw.anchor, rw.rule_name = None, "partition"
-    rw.record(plan.constraints[0],  # a plan returned unforced was cut by at least one budget
-              f"func '{graph.name}' is cut into {len(plan.stages)} programs "
-              f"({plan.crossing_bytes} bytes cross stage boundaries)", name=graph.name, span=graph.span)
-
-
 def check_weight_packing(rw: LegalizeRewriter) -> None:
     """Packed BLOBFILEs on a one-file-per-weight target are errors (ANE-ONE-FILE-PER-WEIGHT)."""
     if rw.ctx.option("pack_weights") and rw.target.one_file_per_weight:
@@ -363,13 +334,8 @@ def legalize_graph(graph: "Graph", ctx: PassContext, *, collect: bool = False,
     merge_duplicate_weights(graph)
     remove_dead_nodes(graph)
     check_weight_packing(rw)
-    report = None
-    if "sram" in graph.meta:  # refreshed for the result (planning changes no node)
-        report = graph.meta["sram"] = sram_report(graph, ctx.target)
-    if not rw.rejections:
-        plan_stages(rw, report["peak_bytes"] if report is not None else None)
-    else:
-        graph.meta.pop("partition", None)
+    if graph.facts.sram is not None:  # refreshed for the result
+        graph.facts.sram = sram_report(graph, ctx.target)
     if rw.rejections and not collect:
         first = rw.rejections[0][1]
         for _, other in rw.rejections[1:]:
@@ -383,58 +349,16 @@ def legalize_graph(graph: "Graph", ctx: PassContext, *, collect: bool = False,
 class Legalize(Pass):
     """Rewrite what the target's ANE rejects; report what cannot be rewritten.
 
-    Rewrites (each recorded in ``ctx.rewrites`` with rule, constraint id,
-    node, ``file:line:col`` and detail; semantics preserved except where
-    recorded as an approximation):
-
-    * ``gelu`` -> tanh formula (ANE-GELU; for ``mode="exact"`` an
-      approximation, max abs error 4.7e-4);
-    * ``rsqrt(x)`` -> ``pow(x, -0.5)`` (ANE-RSQRT); ``neg(x)`` -> ``mul(x, -1)``
-      (ANE-NEG); ``conv1x1(x, w, bias=b)`` -> ``add(conv1x1(x, w), b)``
-      (ANE-CONV-BIAS);
-    * ``matmul`` with a constant 2-D weight operand -> ``conv1x1`` plus the
-      reshapes/transposes that move the contraction axis to channels, the
-      weight laid out by the const's ``perm`` (ANE-CONV-FASTER);
-    * a channel ``concat`` feeding only conv1x1s -> sums of partial convs over
-      weight slices ``slice=[1, c0, c1]`` (ANE-CONCAT, the conservative reading;
-      a target whose ``concat`` reading is ``"native"``, from ``--concat native``
-      or this Mac's selftest verdict, keeps every concat as it is);
-    * a conv1x1 with more output channels than the target allows, returned
-      directly or through unary ops -> chunked convs with weights
-      ``slice=[0, o0, o1]``, outputs ``name__c0, name__c1, ...`` and
-      ``graph.meta["logical_outputs"]`` (ANE-CONV-CHANNELS); too many input
-      channels -> a sum of convs over input slices;
-    * ``reduce_mean`` -> ``reduce_sum(x * 1/N)`` when the target enables
-      ANE-REDUCE-MEAN (scale first, so the fp16 sum cannot overflow);
-    * ``split`` -> one ``slice`` per used result, under the result's name
-      (ANE-SPLIT: the on-device references only slice);
-    * fp32 I/O on a target without it, with ``options["host_casts"]`` ->
-      fp16 I/O and ``graph.meta["host_casts"]`` (ANE-FP32-IO);
-    * func inputs and outputs of rank != 4 -> rank-4 ``[1, C, 1, S]`` I/O
-      with the same elements and a reshape inside the program, names
-      unchanged, ``graph.meta["logical_inputs"]`` / ``["logical_outputs"]``
-      giving the logical shapes (ANE-IO-RANK4).
-
-    Errors (ConstraintError with the constraint id, the node's span and a
-    suggestion): any other concat (ANE-CONCAT), a too-wide conv used inside
-    the program (ANE-CONV-CHANNELS), fp32 I/O without host casts
-    (ANE-FP32-IO), integer/bool func inputs and outputs (ANE-IO-TENSORS), NaN/Inf or out-of-fp16-range weights (ANE-FP16-RANGE),
-    packed weights on a one-file-per-weight target, softmax over a
-    non-power-of-2 axis when the target enables ANE-SOFTMAX-POW2.
-    Identical weight consts are merged; dead nodes are removed; SRAM
-    annotations, if present, are refreshed for the result.
-
-    Last, a func over a per-program budget (more BLOBFILE tensors than the
-    target allows after all rewrites, 15 instead of 16 if an add/sub/mul/pow
-    takes a rank-0 const, ANE-BLOB-BUDGET; more live bytes than the SRAM,
-    ANE-SRAM) is cut into a pipeline of programs by
-    :mod:`anec.passes.partition` (fewest programs, then fewest bytes between
-    them; the module docstring has the cost model). The nodes are unchanged:
-    the plan goes to ``graph.meta["partition"]`` and emit-mil writes one
-    program per stage. A node that alone reads more BLOBFILE tensors than a
-    program holds, or a run with no legal cut, is an error at that node.
-    For 40 convs on M4: ``func 'f' is cut into 3 programs; stage 0: %c0
-    (f.ir:3:9) .. %h12 (f.ir:39:9), weights 13 of 16; ...`` (``anec check``).
+    Each rewrite keeps the program's meaning (or is recorded as an approximation) and is
+    recorded in ``ctx.rewrites`` with its rule, constraint id, node, ``file:line:col`` and
+    detail; what cannot be rewritten is a ConstraintError with the constraint id, the
+    node's span and a suggestion. The rules (gelu, rsqrt, neg, conv bias, matmul with a
+    constant weight, channel concat, wide convs, reduce_mean, split, fp32 and rank != 4
+    I/O) and the errors are listed in docs/legalize.md. Identical weight consts are
+    merged, dead nodes removed, and the SRAM summary, if present, refreshed for the
+    result. Rank-4 and chunked I/O and host casts are recorded in
+    ``graph.facts.logical_inputs``, ``logical_outputs`` and ``host_casts``. A func still
+    over a per-program budget is cut by the next pass, partition.
 
     Before: conv bias and gelu (the tanh formula, exact for ``mode="tanh"``).
         func f(%x: fp16[1, 64, 1, 8]) {

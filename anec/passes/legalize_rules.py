@@ -252,7 +252,7 @@ def chunk_wide_conv_output(node: "Node", rw: Rewriter) -> Any:
     rw.graph.replace_output(final, pieces)
     for u in reversed(chain):
         rw.graph.erase_node(u)
-    rw.graph.meta.setdefault("logical_outputs", []).append({
+    rw.graph.facts.logical_outputs.append({
         "name": logical, "axis": 1, "pieces": [p.name for p in pieces],
         "dtype": str(final.type.dtype), "shape": list(final.type.shape),
     })

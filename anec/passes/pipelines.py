@@ -17,7 +17,9 @@
   refreshes it after rewriting, so the manifest describes what is emitted);
 * legalize last among the transformations: it needs the final op set to
   count BLOBFILE tensors and check the target's limits;
-* emit-mil only ever sees legal programs.
+* partition on the legal program: the BLOBFILE tensors and live bytes it
+  budgets are those of the ops emitted (legalize refreshed the SRAM summary);
+* emit-mil only ever sees legal programs, one per stage of a cut func.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from anec.passes.dce import DeadCodeElimination
 from anec.passes.emit_mil import EmitMil
 from anec.passes.fuse_casts import FuseCasts
 from anec.passes.legalize import Legalize
+from anec.passes.partition import Partition
 from anec.passes.range_safe import RangeSafe
 from anec.passes.select_native import SelectNative
 from anec.passes.registry import PASSES
@@ -49,8 +52,9 @@ PREPARE: tuple[Pass, ...] = CLEANUP + (
 
 OPTIMIZE: tuple[Pass, ...] = PREPARE + (
     Legalize(),              # rewrite for the target, then count BLOBFILEs on the final ops
+    Partition(),             # a func over a per-program budget: the plan of its programs
 )
-"""The legal program, without writing an artifact."""
+"""The legal program and its partition plan, without writing an artifact."""
 
 DEFAULT: tuple[Pass, ...] = OPTIMIZE + (
     EmitMil(),               # MIL text + BLOBFILEs + manifest, legal programs only

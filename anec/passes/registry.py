@@ -12,6 +12,7 @@ from anec.passes.dce import DeadCodeElimination
 from anec.passes.emit_mil import EmitMil
 from anec.passes.fuse_casts import FuseCasts
 from anec.passes.legalize import Legalize
+from anec.passes.partition import Partition
 from anec.passes.range_safe import RangeSafe
 from anec.passes.select_native import SelectNative
 from anec.passes.weights_as_inputs import WeightsAsInputs
@@ -24,6 +25,7 @@ ALL_PASSES: tuple[type[Pass], ...] = (
     RangeSafe,
     AnnotateSram,
     Legalize,
+    Partition,
     EmitMil,
 )
 """Every pass, in pipeline order."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from anec.ir.ops import is_weight_const
 from anec.passes.base import PassContext
 from anec.passes.legalize import blob_count, legalize_graph
+from anec.passes.partition import plan_stages
 from anec.passes.pipelines import PREPARE
 from anec.targets import get_target
 from anec.ir.weight_binding import weight_errors
@@ -116,6 +117,8 @@ def _func_report(graph: "Graph", target, weights,
             func_notes.append(text)
 
     rejections = legalize_graph(work, ctx, collect=True, on_rewrite=on_rewrite)
+    if not rejections:  # a legal func over a per-program budget is cut (the partition pass)
+        rejections = plan_stages(work, ctx, on_rewrite)
     errors: list[str] = []
     for node, err in rejections:
         text = _rejected(f"[{err.constraint}]", err)
@@ -158,13 +161,13 @@ def _func_report(graph: "Graph", target, weights,
         why = f"; {target.max_blob_tensors} minus {target.scalar_penalty} because " \
               f"%{scalar_user.results[0].name}{_origin(scalar_user, original)} takes an " \
               "inline scalar"
-    plan = work.meta.get("partition")
+    plan = work.facts.partition
     if plan is None:
         lines.append(f"  BLOBFILE tensors: {count} of {cap}{why}")
     else:  # the func is cut into a pipeline of programs: the plan, stage by stage
         lines.append(f"  BLOBFILE tensors: {count} in all; one program holds {cap}{why}")
         lines += [f"  {line}" for line in plan.describe()]
-    sram = work.meta.get("sram")
+    sram = work.facts.sram
     if sram is not None:
         spill = (f"spill risk at {', '.join('%' + s for s in sram['spill_nodes'])}"
                  if sram["spill_nodes"] else "no spill risk")

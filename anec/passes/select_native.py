@@ -4,358 +4,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from anec.ir.ops import SPATIAL_LIMITS, bilinear_matrix
 from anec.passes.base import Pass, PassContext
 from anec.passes.dce import remove_dead_nodes
+from anec.passes.native_forms import (Window, conv_form, conv_node, conv_term, const_node, fold_terms, limit_problems,
+                                     padded_source, producer_of, record_declined, slice_ranges, sliced_source,
+                                     window_of)
 from anec.passes.rewrite import Rewriter, rewrite_greedily
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph, Node, Value
-
-
-# ---- reading the pieces of a form -------------------------------------------------------
-
-
-def _prod(v: "Value | None", op: str) -> "Node | None":
-    """The producer of ``v`` when it is an ``op`` node."""
-    p = v.producer if v is not None else None
-    return p if p is not None and p.op == op else None
-
-
-def _ranges(node: "Node") -> list[range]:
-    """The indices a slice node takes per dim (python slice semantics resolved)."""
-    shape = node.operands[0].type.shape
-    stride = node.attrs.get("stride") or [1] * len(shape)
-    return [range(*slice(b, e, s).indices(d))
-            for b, e, s, d in zip(node.attrs["begin"], node.attrs["end"], stride, shape)]
-
-
-def _sliced(v: "Value") -> tuple["Value", list[range]]:
-    """(source, ranges): a window slice's operand and ranges (a slice keeping batch and
-    channels whole), or ``v`` itself read whole (a group's channel slice is a source)."""
-    p = _prod(v, "slice")
-    if p is not None:
-        r = _ranges(p)
-        shape = p.operands[0].type.shape
-        if len(r) < 2 or (r[0] == range(shape[0]) and r[1] == range(shape[1])):
-            return p.operands[0], r
-    return v, [range(d) for d in v.type.shape]
-
-
-def _const_node(v: "Value") -> "Node | None":
-    return _prod(v, "const")
-
-
-def _constant(v: "Value") -> bool:
-    """A const, or one group's slice of a const (the general grouped form)."""
-    s = _prod(v, "slice")
-    return _const_node(v) is not None or (s is not None and _const_node(s.operands[0]) is not None)
-
-
-def _padded(v: "Value", value: float) -> tuple["Value", list[int]]:
-    """(x, [pt, pb, pl, pr]) when ``v = pad(x)`` pads only H and W with ``value``, else (v, zeros)."""
-    p = _prod(v, "pad")
-    if p is not None and p.operands[0].type.rank == 4:
-        b, a = p.attrs["before"], p.attrs["after"]
-        if float(p.attrs.get("value", 0.0)) == value and b[:2] == [0, 0] and a[:2] == [0, 0]:
-            return p.operands[0], [b[2], a[2], b[3], a[3]]
-    return v, [0, 0, 0, 0]
-
-
-class Window(NamedTuple):
-    """What the strided slices of one form read: kernel, strides, dilations, output size."""
-
-    kernel: tuple[int, int]
-    strides: tuple[int, int]
-    dilations: tuple[int, int]
-    out: tuple[int, int]
-
-
-def _window(reads: list[list[range]], kernel: tuple[int, int], source: "Value") -> Window | None:
-    """The window the per-position slices ``reads`` (row-major kernel order) of ``source``
-    describe, or None when they are not exactly the spec's slices."""
-    kh, kw = kernel
-    if len(reads) != kh * kw or source.type.rank != 4:
-        return None  # the forms are NCHW: anything else is someone else's sum of slices
-    first = reads[0]
-    n, c, hp, wp = source.type.shape
-    out = (len(first[2]), len(first[3]))
-    dil = (reads[kw][2].start if kh > 1 else 1, reads[1][3].start if kw > 1 else 1)
-    if min(dil) < 1:
-        return None
-    strides = []
-    for a, size in ((0, hp), (1, wp)):
-        span = size - dil[a] * (kernel[a] - 1) - 1
-        # one output: the smallest stride for which the native op also has one
-        s = first[2 + a].step if out[a] > 1 else max(1, span + 1)
-        if span < 0 or span // s + 1 != out[a]:
-            return None  # the native op's output size would differ from the form's
-        strides.append(s)
-    strides = tuple(strides)
-    for pos, r in enumerate(reads):
-        i, j = divmod(pos, kw)
-        want = [range(n), range(c),
-                range(i * dil[0], i * dil[0] + (out[0] - 1) * strides[0] + 1, strides[0]),
-                range(j * dil[1], j * dil[1] + (out[1] - 1) * strides[1] + 1, strides[1])]
-        if r != want:
-            return None
-    return Window(kernel, strides, dil, out)
-
-
-def _fold(v: "Value") -> list["Value"]:
-    """The terms of a left fold ``add(add(t0, t1), t2)...`` ending at ``v`` (inner sums used
-    once), or ``[v]``."""
-    terms: list["Value"] = []
-    while True:
-        p = _prod(v, "add")
-        if p is None:
-            terms.append(v)
-            break
-        acc, t = p.operands
-        terms.append(t)
-        if _prod(acc, "add") is None or len(acc.uses) != 1:
-            terms.append(acc)
-            break
-        v = acc
-    return terms[::-1]
-
-
-# ---- conv terms -------------------------------------------------------------------------
-
-
-class Term(NamedTuple):
-    """One kernel position's product: the input slice, the weight const, (i, j), and kind."""
-
-    source: "Value"
-    read: list[range]
-    weight: "Value"
-    pos: tuple[int, int]
-    kind: str  # "conv" (form 1), "depthwise" (form 2), "transpose" (form 3)
-
-
-def _weight_pos(ws: "Node", w: "Value", flipped: bool) -> tuple[int, int] | None:
-    """(i, j) of a one-position weight slice covering dims 0 and 1 whole."""
-    if ws is None:
-        return None
-    r = _ranges(ws)
-    kh, kw = w.type.shape[2:]
-    if r[0] != range(w.type.shape[0]) or r[1] != range(w.type.shape[1]) or len(r[2]) != 1 or len(r[3]) != 1:
-        return None
-    i, j = r[2].start, r[3].start
-    return (kh - 1 - i, kw - 1 - j) if flipped else (i, j)
-
-
-def _term(v: "Value") -> Term | None:
-    """The conv term ``v`` is (forms 1, 2 depthwise, 3), or None."""
-    if v.producer is None or len(v.uses) > 1:
-        return None
-    n = v.producer
-    if n.op == "conv1x1" and not n.optional:
-        xs, wv = n.operands
-        kind, ws = "conv", _prod(wv, "slice")
-        t = _prod(wv, "transpose")
-        if t is not None and list(t.attrs["perm"]) == [1, 0, 2, 3]:
-            kind, ws = "transpose", _prod(t.operands[0], "slice")
-        if ws is None or not _constant(ws.operands[0]):
-            return None
-        pos = _weight_pos(ws, ws.operands[0], kind == "transpose")
-        if pos is None and kind == "conv" and _const_node(ws.operands[0]) is not None \
-                and tuple(wv.type.shape[2:]) == (1, 1):
-            # a group's 1x1 kernel read whole: conv1x1(slice(x), slice(W)) per group (form 2)
-            return Term(*_sliced(xs), wv, (0, 0), kind)
-    elif n.op == "mul":
-        for xs, wr in (n.operands, n.operands[::-1]):
-            r = _prod(wr, "reshape")
-            ws = _prod(r.operands[0], "slice") if r is not None else None
-            if ws is not None and _const_node(ws.operands[0]) is not None and ws.operands[0].type.rank == 4:
-                break
-        else:
-            return None
-        w = ws.operands[0]
-        c = w.type.shape[0]
-        if w.type.shape[1] != 1 or list(wr.type.shape) != [1, c, 1, 1] or xs.type.rank != 4 \
-                or xs.type.shape[1] != c:
-            return None
-        kind, pos = "depthwise", _weight_pos(ws, w, False)
-    else:
-        return None
-    if pos is None:
-        return None
-    source, read = _sliced(xs)
-    return Term(source, read, ws.operands[0], pos, kind)
-
-
-class ConvMatch(NamedTuple):
-    kind: str
-    x: "Value"
-    weight: "Value"
-    pad: list[int]
-    window: Window
-
-
-def _conv_form(root: "Value") -> ConvMatch | None:
-    """The form-1/2/3 conv whose sum is ``root`` (weight a const), or None."""
-    last = _prod(root, "add")
-    if last is not None and _term(last.operands[1]) is None:
-        return None  # not a sum of conv terms: no need to walk the chain back
-    terms = [_term(t) for t in _fold(root)]
-    if not terms or any(t is None for t in terms):
-        return None
-    first = terms[0]
-    w = first.weight
-    if any(t.weight is not w or t.source is not first.source or t.kind != first.kind for t in terms):
-        return None
-    kernel = tuple(w.type.shape[2:])
-    if [t.pos for t in terms] != [(i, j) for i in range(kernel[0]) for j in range(kernel[1])]:
-        return None
-    win = _window([t.read for t in terms], kernel, first.source)
-    if win is None:
-        return None
-    x, pad = _padded(first.source, 0.0)
-    return ConvMatch(first.kind, x, w, pad, win)
-
-
-def _zero_inserted(v: "Value") -> tuple["Value", tuple[int, int]] | None:
-    """(x, strides) when ``v`` is form 3's zero insertion of x, else None."""
-    zu = _prod(v, "slice")
-    z4 = _prod(zu.operands[0], "reshape") if zu is not None else None
-    z6 = _prod(z4.operands[0], "pad") if z4 is not None else None
-    x6 = _prod(z6.operands[0], "reshape") if z6 is not None else None
-    if x6 is None or float(z6.attrs.get("value", 0.0)) != 0.0:
-        return None
-    x = x6.operands[0]
-    if x.type.rank != 4:
-        return None
-    n, c, h, w = x.type.shape
-    if list(x6.result.type.shape) != [n, c, h, 1, w, 1] or z6.attrs["before"] != [0] * 6:
-        return None
-    a = z6.attrs["after"]
-    sh, sw = a[3] + 1, a[5] + 1
-    if a[:3] != [0, 0, 0] or a[4] != 0 or list(z4.result.type.shape) != [n, c, h * sh, w * sw]:
-        return None
-    want = [range(n), range(c), range((h - 1) * sh + 1), range((w - 1) * sw + 1)]
-    if _ranges(zu) != want:
-        return None
-    return x, (sh, sw)
-
-
-def _cropped(v: "Value") -> tuple["Value", list[int]]:
-    """(z, [top, bottom, left, right]) when ``v`` is a unit-stride slice cropping only H and W of
-    form 3's zero-inserted z (a transposed conv padded beyond its kernel extent), else
-    (v, zeros)."""
-    c = _prod(v, "slice")
-    if c is not None and c.operands[0].type.rank == 4 and _zero_inserted(c.operands[0]) is not None:
-        z = c.operands[0]
-        r = _ranges(c)
-        n, ch, h, w = z.type.shape
-        if r[0] == range(n) and r[1] == range(ch) and r[2].step == 1 and r[3].step == 1:
-            return z, [r[2].start, h - r[2].stop, r[3].start, w - r[3].stop]
-    return v, [0, 0, 0, 0]
-
-
-def _limit_problems(kernel, strides, dilations, pad=()) -> list[str]:
-    return SPATIAL_LIMITS.problems(kernel=kernel, strides=strides, dilations=dilations, pad=pad)
-
-
-def _declined(rw: Rewriter, what: str, problems: list[str], constraint: str) -> None:
-    rw.record(constraint, f"{what} {'; '.join(problems)}: left in its 27-op form")
-    return None
-
-
-def _channels_ok(rw: Rewriter, what: str, *counts: int) -> bool:
-    limit = rw.ctx.target.max_conv_out_channels
-    if max(counts) > limit:
-        _declined(rw, what, [f"{max(counts)} channels exceed {limit}"], "ANE-CONV-CHANNELS")
-        return False
-    return True
-
-
-def _conv_node(rw: Rewriter, m: ConvMatch, groups: int = 1, weight: "Value | None" = None,
-               x: "Value | None" = None, pad: list[int] | None = None) -> "Value | None":
-    """The target op for a matched conv form (None when a limit keeps the 27-op form)."""
-    win, w = m.window, weight or m.weight
-    x, pad = x or m.x, pad if pad is not None else m.pad
-    if m.kind == "transpose":
-        if win.strides != (1, 1):
-            return None
-        x, cropped = _cropped(x)
-        z = _zero_inserted(x)
-        x, strides = z if z is not None else (x, (1, 1))
-        ext = [win.dilations[a // 2] * (win.kernel[a // 2] - 1) for a in range(4)]
-        crop = [e - p + c for e, p, c in zip(ext, pad, cropped)]
-        if min(crop) < 0:
-            return None  # padding the output beyond a transposed conv's: not form 3
-        # padding beyond the kernel extent (the importer's crop): the native op crops what its
-        # limits allow, a slice the rest
-        native = [min(c, e) for c, e in zip(crop, ext)]
-        rest = [c - k for c, k in zip(crop, native)]
-        what = f"conv_transpose %{rw.anchor.results[0].name}"
-        problems = _limit_problems(win.kernel, strides, win.dilations, native)
-        if problems:
-            return _declined(rw, what, problems, "ANE-SPATIAL-LIMITS")
-        if not _channels_ok(rw, what, x.type.shape[1], w.type.shape[1] * groups):
-            return None
-        y = rw.op("conv_transpose", x, w, strides=list(strides), pad=native, dilations=list(win.dilations),
-                  groups=groups, suffix="convt")
-        if any(rest):
-            n, c, h, wd = y.type.shape
-            y = rw.op("slice", y, begin=[0, 0, rest[0], rest[2]], end=[n, c, h - rest[1], wd - rest[3]],
-                      suffix="crop")
-        rw.record(None, f"{what}: {win.kernel[0]}x{win.kernel[1]} transposed conv "
-                  f"(strides {list(strides)}, crop {crop}) -> one conv_transpose"
-                  + (f", then a slice cropping {rest}" if any(rest) else ""))
-        return y
-    what = f"conv %{rw.anchor.results[0].name}"
-    problems = _limit_problems(win.kernel, win.strides, win.dilations, pad)
-    if problems:
-        if groups == 1:
-            y = _patchify(rw, what, problems, x, w, win, pad)
-            if y is not None:
-                return y
-        return _declined(rw, what, problems, "ANE-SPATIAL-LIMITS")
-    cout = w.type.shape[0]
-    if not _channels_ok(rw, what, x.type.shape[1], cout):
-        return None
-    y = rw.op("conv", x, w, strides=list(win.strides), pad=list(pad), dilations=list(win.dilations),
-              groups=groups, suffix="conv")
-    rw.record(None, f"{what}: {win.kernel[0]}x{win.kernel[1]} conv (strides {list(win.strides)}, pad {pad}, "
-              f"dilations {list(win.dilations)}, groups {groups}) -> one conv")
-    return y
-
-
-def _patchify(rw: Rewriter, what: str, problems: list[str], x: "Value", w: "Value", win: Window,
-              pad: list[int]) -> "Value | None":
-    """A patch embedding beyond the limits (kernel == stride, no padding or dilation, batch 1,
-    e.g. ViT-B/16's stride 16) as the patches gathered into channels: reshape to
-    [Cin, Ho, KH, Wo, KW], transpose to [Cin, KH, KW, Ho, Wo], reshape to
-    [1, Cin*KH*KW, 1, Ho*Wo], one conv1x1 by the weight viewed as [Cout, Cin*KH*KW, 1, 1],
-    reshape to [1, Cout, Ho, Wo]. None when the conv is not such a patch embedding."""
-    (kh, kw), (ho, wo) = win.kernel, win.out
-    wc = _const_node(w)
-    if win.strides != win.kernel or win.dilations != (1, 1) or any(pad) or x.type.rank != 4 \
-            or x.type.shape[0] != 1 or wc is None or "weight" not in wc.attrs:
-        return None
-    _, cin, h, wd = x.type.shape
-    cout = w.type.shape[0]
-    if not _channels_ok(rw, what, cin * kh * kw, cout):
-        return None
-    if (h, wd) != (ho * kh, wo * kw):  # the rows and columns no patch reads
-        x = rw.op("slice", x, begin=[0, 0, 0, 0], end=[1, cin, ho * kh, wo * kw], suffix="patch_rows")
-    p = rw.op("reshape", x, shape=[cin, ho, kh, wo, kw], suffix="patches")
-    p = rw.op("transpose", p, perm=[0, 2, 4, 1, 3], suffix="patches_t")
-    p = rw.op("reshape", p, shape=[1, cin * kh * kw, 1, ho * wo], suffix="patches_c")
-    from anec.ir.types import TensorType
-
-    w2 = rw.const_weight(dict(wc.attrs), TensorType(w.type.dtype, (cout, cin * kh * kw, 1, 1)), suffix="w")
-    y = rw.op("conv1x1", p, w2, suffix="patch_conv")
-    y = rw.op("reshape", y, shape=[1, cout, ho, wo], suffix="patch_out")
-    rw.record("ANE-SPATIAL-LIMITS", f"{what} {'; '.join(problems)}: a {kh}x{kw} patch embedding -> "
-              f"patches as {cin * kh * kw} channels, one conv1x1")
-    return y
 
 
 # ---- rules ----------------------------------------------------------------------------
@@ -366,7 +28,7 @@ def _is_fold_root(node: "Node") -> bool:
     v = node.results[0]
     if len(v.uses) == 1:
         u = v.uses[0]
-        if u.op == "add" and u.operands[0] is v and _term(u.operands[1]) is not None:
+        if u.op == "add" and u.operands[0] is v and conv_term(u.operands[1]) is not None:
             return False
     return True
 
@@ -377,12 +39,12 @@ def _is_fold_root(node: "Node") -> bool:
 def conv_from_positions(node: "Node", rw: Rewriter) -> "Value | None":
     if not _is_fold_root(node):
         return None
-    m = _conv_form(node.results[0])
-    if m is None or _const_node(m.weight) is None:
+    m = conv_form(node.results[0])
+    if m is None or const_node(m.weight) is None:
         return None
     if m.kind == "depthwise":
-        return _conv_node(rw, m, groups=m.weight.type.shape[0])
-    return _conv_node(rw, m)
+        return conv_node(rw, m, groups=m.weight.type.shape[0])
+    return conv_node(rw, m)
 
 
 # concat(form 1 on group k's channels, ...) {axis=1} -> conv(x, W, groups=g)             (form 2)
@@ -396,14 +58,14 @@ def grouped_conv(node: "Node", rw: Rewriter) -> "Value | None":
     for v in node.operands:
         if len(v.uses) != 1 or v.producer is None:
             return None
-        m = _conv_form(v)
+        m = conv_form(v)
         if m is None or m.kind == "depthwise" or m.pad != [0, 0, 0, 0]:
             return None
         parts.append(m)
     first = parts[0]
-    wk = _prod(first.weight, "slice")
-    src = _prod(first.x, "slice")
-    if wk is None or src is None or _const_node(wk.operands[0]) is None:
+    wk = producer_of(first.weight, "slice")
+    src = producer_of(first.x, "slice")
+    if wk is None or src is None or const_node(wk.operands[0]) is None:
         return None
     w, xp = wk.operands[0], src.operands[0]
     kh, kw = w.type.shape[2:]
@@ -415,23 +77,23 @@ def grouped_conv(node: "Node", rw: Rewriter) -> "Value | None":
         return None
     rows, cin_g = w.type.shape[0] // g, cin // g
     for k, m in enumerate(parts):
-        ws, xs = _prod(m.weight, "slice"), _prod(m.x, "slice")
+        ws, xs = producer_of(m.weight, "slice"), producer_of(m.x, "slice")
         if m.kind != first.kind or ws is None or xs is None or ws.operands[0] is not w \
                 or xs.operands[0] is not xp or m.window != first.window:
             return None
-        if _ranges(ws) != [range(k * rows, (k + 1) * rows), range(w.type.shape[1]), range(kh), range(kw)]:
+        if slice_ranges(ws) != [range(k * rows, (k + 1) * rows), range(w.type.shape[1]), range(kh), range(kw)]:
             return None
         n, _, hp, wp = xp.type.shape
-        if _ranges(xs) != [range(n), range(k * cin_g, (k + 1) * cin_g), range(hp), range(wp)]:
+        if slice_ranges(xs) != [range(n), range(k * cin_g, (k + 1) * cin_g), range(hp), range(wp)]:
             return None
-    x, pad = _padded(xp, 0.0)
-    return _conv_node(rw, first, groups=g, weight=w, x=x, pad=pad)
+    x, pad = padded_source(xp, 0.0)
+    return conv_node(rw, first, groups=g, weight=w, x=x, pad=pad)
 
 
 def _pool_reads(values: list["Value"]) -> tuple["Value", list[list[range]]] | None:
     reads, source = [], None
     for v in values:
-        src, r = _sliced(v)
+        src, r = sliced_source(v)
         if source is None:
             source = src
         if src is not source:
@@ -444,16 +106,16 @@ def _square_kernel(count: int, source: "Value", reads: list[list[range]]) -> Win
     """The window of ``count`` positions: try every (kh, kw) with kh * kw == count."""
     for kh in range(1, count + 1):
         if count % kh == 0:
-            win = _window(reads, (kh, count // kh), source)
+            win = window_of(reads, (kh, count // kh), source)
             if win is not None and win.dilations == (1, 1):
                 return win
     return None
 
 
 def _pool_limits(rw: Rewriter, what: str, win: Window, pad: list[int]) -> bool:
-    problems = _limit_problems(win.kernel, win.strides, (1, 1), pad)
+    problems = limit_problems(win.kernel, win.strides, (1, 1), pad)
     if problems:
-        _declined(rw, what, problems, "ANE-SPATIAL-LIMITS")
+        record_declined(rw, what, problems, "ANE-SPATIAL-LIMITS")
         return False
     return True
 
@@ -461,13 +123,13 @@ def _pool_limits(rw: Rewriter, what: str, win: Window, pad: list[int]) -> bool:
 # reduce_max(concat(reshape(slice(pad(x, -inf)))...) {axis=2}) {axes=[2]} -> max_pool(x)   (form 4)
 def max_pool_from_windows(node: "Node", rw: Rewriter) -> "Value | None":
     st = node.operands[0]
-    cat = _prod(st, "concat")
+    cat = producer_of(st, "concat")
     if cat is None or st.type.rank != 5 or [a % 5 for a in node.attrs["axes"]] != [2] \
             or node.attrs.get("keep_dims", False) or cat.attrs["axis"] % 5 != 2 or len(st.uses) != 1:
         return None
     slices = []
     for r in cat.operands:
-        rp = _prod(r, "reshape")
+        rp = producer_of(r, "reshape")
         if rp is None or len(r.uses) != 1 or r.type.shape[2] != 1:
             return None
         slices.append(rp.operands[0])
@@ -477,7 +139,7 @@ def max_pool_from_windows(node: "Node", rw: Rewriter) -> "Value | None":
     win = _square_kernel(len(slices), *got)
     if win is None:
         return None
-    x, pad = _padded(got[0], -math.inf)
+    x, pad = padded_source(got[0], -math.inf)
     what = f"max_pool %{node.results[0].name}"
     if not _pool_limits(rw, what, win, pad):
         return None
@@ -489,7 +151,7 @@ def max_pool_from_windows(node: "Node", rw: Rewriter) -> "Value | None":
 
 def _const_array(rw: Rewriter, v: "Value") -> np.ndarray | None:
     """The value of a const (None when it is not a const or its weight is not available)."""
-    c = _const_node(v)
+    c = const_node(v)
     if c is None:
         return None
     from anec.ir.weight_binding import materialize
@@ -507,18 +169,18 @@ def _rounded(a: np.ndarray, v: "Value") -> np.ndarray:
 # mul(sum of slice(pad(x, 0)) windows, 1/(KH*KW) or 1/count) -> avg_pool(x)   (form 5)
 def avg_pool_from_windows(node: "Node", rw: Rewriter) -> "Value | None":
     for acc, d in (node.operands, node.operands[::-1]):
-        if _prod(acc, "add") is not None and len(acc.uses) == 1:
+        if producer_of(acc, "add") is not None and len(acc.uses) == 1:
             break
     else:
         return None
-    got = _pool_reads(_fold(acc))
+    got = _pool_reads(fold_terms(acc))
     if got is None:
         return None
     source, reads = got
     win = _square_kernel(len(reads), source, reads)
     if win is None:
         return None
-    x, pad = _padded(source, 0.0)
+    x, pad = padded_source(source, 0.0)
     div = _const_array(rw, d)
     if div is None or acc.type.rank != 4 or node.results[0].type != acc.type:
         return None
@@ -559,12 +221,12 @@ def avg_pool_from_windows(node: "Node", rw: Rewriter) -> "Value | None":
 # reshape(mul(reshape(x, [N,C,H,1,W,1]), ones[1,1,1,sh,1,sw]), [N,C,H*sh,W*sw]) -> upsample_nearest(x)  (form 7)
 def upsample_nearest_from_broadcast(node: "Node", rw: Rewriter) -> "Value | None":
     m6 = node.operands[0]
-    mul = _prod(m6, "mul")
+    mul = producer_of(m6, "mul")
     if mul is None or len(m6.uses) != 1 or m6.type.rank != 6 or node.results[0].type.rank != 4:
         return None
     for x6, o6 in (mul.operands, mul.operands[::-1]):
-        r = _prod(x6, "reshape")
-        if r is not None and _const_node(o6) is not None:
+        r = producer_of(x6, "reshape")
+        if r is not None and const_node(o6) is not None:
             break
     else:
         return None
@@ -581,7 +243,7 @@ def upsample_nearest_from_broadcast(node: "Node", rw: Rewriter) -> "Value | None
     what = f"upsample_nearest %{node.results[0].name}"
     problems = SPATIAL_LIMITS.problems(scales=(sh, sw))
     if problems:
-        return _declined(rw, what, problems, "ANE-SPATIAL-LIMITS")
+        return record_declined(rw, what, problems, "ANE-SPATIAL-LIMITS")
     y = rw.op("upsample_nearest", x, scales=[sh, sw], suffix="up")
     rw.record(None, f"{what}: nearest x{sh}x{sw} -> one upsample_nearest")
     return y
@@ -595,7 +257,7 @@ rounds weights <= 1 by at most 2**-12; a checkpoint in float32 is closer)."""
 # matmul(matmul(A_h, x), A_w) with bilinear weight matrices -> upsample_bilinear(x)   (form 8)
 def upsample_bilinear_from_matrices(node: "Node", rw: Rewriter) -> "Value | None":
     t, aw = node.operands
-    inner = _prod(t, "matmul")
+    inner = producer_of(t, "matmul")
     if inner is None or len(t.uses) != 1 or node.attrs.get("transpose_x") or node.attrs.get("transpose_y") \
             or inner.attrs.get("transpose_x") or inner.attrs.get("transpose_y"):
         return None

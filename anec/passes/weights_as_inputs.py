@@ -31,7 +31,7 @@ class WeightsAsInputs(Pass):
     maderix's dynamic training and LoRA adapters do it) changes by writing
     its input surface, with no compile, no unload and no load; the runtime
     fills these inputs itself (``Program.reload_weights`` writes them), so
-    callers still pass only the real inputs. ``graph.meta["weight_inputs"]``
+    callers still pass only the real inputs. ``graph.facts.weight_inputs``
     records, per input, the checkpoint key and the view (perm, slice, shape,
     dtype) the const read, so the artifact stores each initial value and a
     reload applies the same view. An fp32 weight on a target without fp32
@@ -76,7 +76,7 @@ class WeightsAsInputs(Pass):
     keys: tuple[str, ...] = ("*",)
 
     def run(self, graph: "Graph", ctx: PassContext) -> None:
-        entries = list(graph.meta.get("weight_inputs", []) or [])
+        entries = graph.facts.weight_inputs
         fp32_io = getattr(ctx.target, "fp32_io", True)
         for node in list(graph.nodes):
             if not is_weight_const(node):
@@ -102,4 +102,3 @@ class WeightsAsInputs(Pass):
             entries.append({"key": key, "input": name, "dtype": io_type.dtype.value, "shape": list(io_type.shape),
                             "perm": list(node.attrs["perm"]) if node.attrs.get("perm") is not None else None,
                             "slice": list(node.attrs["slice"]) if node.attrs.get("slice") is not None else None})
-        graph.meta["weight_inputs"] = entries

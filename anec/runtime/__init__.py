@@ -12,7 +12,8 @@
 The C runtime does the work (``csrc/anec_rt.h``): a program cache keyed by
 the MIL and weight paths, the compile budget, alphabetical I/O binding,
 uniform surfaces and delta reload. This layer opens runtimes, resolves
-artifacts (one program or a pipeline) and cleans up at exit and on signals;
+artifacts (one program or a pipeline) and cleans up at exit (and on SIGTERM/SIGHUP
+once the program opts in with :func:`anec.signals.install_handlers`);
 :mod:`anec.runtime.program` maps names to binding slots and reloads weights
 by key. C errors become :class:`~anec.diagnostics.RuntimeFailure`.
 """
@@ -21,15 +22,15 @@ from __future__ import annotations
 
 import atexit
 import os
-import signal
 import threading
 import weakref
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from anec.diagnostics import AnecError, ArtifactError, RuntimeFailure, did_you_mean, signal_must_wait
+from anec import signals
+from anec.diagnostics import AnecError, ArtifactError, RuntimeFailure, did_you_mean
 from anec.runtime import native
-from anec.runtime.program import Program, _blob_array, _Closing, _limits
+from anec.runtime.program import Program, weight_input_array, NativeOwner, manifest_limits
 
 __all__ = ["Runtime", "Program", "RuntimeFailure", "backend_available"]
 
@@ -43,9 +44,9 @@ def backend_available(name: str) -> tuple[bool, str]:
 
 def _resolve(artifact: Any, func: str | None) -> Any:
     """The artifact (one program, or a pipeline) :meth:`Runtime.load` was given, its manifest
-    validated: an object, a list of them, or a directory (read by :func:`anec.mil.pipeline.load_any`)."""
+    validated: an object, a list of them, or a directory (read by :func:`anec.mil.multi_program.load_any`)."""
     from anec.mil.manifest import validate_manifest
-    from anec.mil.pipeline import PipelineArtifact, check_manifest, load_any
+    from anec.mil.multi_program import PipelineArtifact, check_manifest, load_any
 
     if isinstance(artifact, PipelineArtifact):
         check_manifest(artifact.manifest, f"the manifest of artifact {artifact.func!r:.60}")
@@ -89,12 +90,13 @@ def _io_text(entry: tuple[str, str, list[int]] | None) -> str:
 #
 # A runtime's program directories (its temp root) go away when it closes. So that
 # they never outlive the process: every runtime still open closes at interpreter
-# exit, and SIGTERM/SIGHUP (when the process has no handler of its own) close
+# exit, and, in a program that installed anec's signal handlers
+# (anec.signals.install_handlers(); the anec command does), SIGTERM/SIGHUP close
 # them all and exit with status 128 + signal through the normal unwinding.
 # SIGINT is Python's KeyboardInterrupt, which unwinds too.
 
 _OPEN: "weakref.WeakSet[Runtime]" = weakref.WeakSet()
-_cleanup = {"atexit": False, "signals": False}
+_cleanup = {"registered": False}
 
 
 def _close_all() -> None:
@@ -105,24 +107,11 @@ def _close_all() -> None:
             pass
 
 
-def _exit_on_signal(signum: int, frame: object) -> None:
-    if signal_must_wait(signum, frame):
-        return
-    _close_all()
-    raise SystemExit(128 + signum)
-
-
 def _install_cleanup() -> None:
-    if not _cleanup["atexit"]:
+    if not _cleanup["registered"]:
         atexit.register(_close_all)
-        _cleanup["atexit"] = True
-    if _cleanup["signals"] or threading.current_thread() is not threading.main_thread():
-        return
-    for name in ("SIGTERM", "SIGHUP"):
-        sig = getattr(signal, name, None)
-        if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
-            signal.signal(sig, _exit_on_signal)
-    _cleanup["signals"] = True
+        signals.at_exit_signal(_close_all)  # runs only if the program installed the handlers
+        _cleanup["registered"] = True
 
 
 def _verdict_for(backend: str) -> list[str] | None:
@@ -137,15 +126,15 @@ def _verdict_for(backend: str) -> list[str] | None:
     return cached_verdict("ane")
 
 
-class Runtime(_Closing):
+class Runtime(NativeOwner):
     """A C runtime on one backend; programs live until :meth:`close`.
 
     Safe to use from several threads: calls on one program are serialized,
     calls on different programs run in parallel (docs/runtime.md). Bound to
     the process that opened it: after ``fork()`` open a new one in the child.
-    Runtimes still open close at interpreter exit, and on SIGTERM/SIGHUP when
-    the process has no handler of its own (it then exits with 128 + signal):
-    their program directories never outlive the process.
+    Runtimes still open close at interpreter exit, and on SIGTERM/SIGHUP in a
+    program that called :func:`anec.signals.install_handlers` (it then exits with
+    128 + signal): their program directories never outlive the process.
     """
 
     def __init__(self, backend: str = "auto", compile_budget: int | None = None, *,
@@ -237,7 +226,7 @@ class Runtime(_Closing):
         self._check_open()
         art = _resolve(artifact, func)
         if hasattr(art, "stages"):  # a func cut into several programs: run them as one
-            from anec.runtime.pipeline import load_pipeline
+            from anec.runtime.staged_program import load_pipeline
 
             return load_pipeline(self, art)
         mil, blobs, manifest = art.mil_text, dict(art.blobs), art.manifest
@@ -247,11 +236,11 @@ class Runtime(_Closing):
         input_files = {w["file"] for w in manifest.get("weight_inputs", [])}
         mil_blobs = {paths.get(rel, "@model_path/" + rel): data for rel, data in blobs.items()
                      if rel not in input_files}
-        prog = self.compile(mil, mil_blobs, limits=_limits(manifest), manifest=manifest, load=False)
+        prog = self.compile(mil, mil_blobs, limits=manifest_limits(manifest), manifest=manifest, load=False)
         try:
             _check_io(manifest, prog)
             if manifest.get("weight_inputs"):
-                prog._set_weight_inputs({w["input"]: _blob_array(blobs[w["file"]], w)
+                prog._set_weight_inputs({w["input"]: weight_input_array(blobs[w["file"]], w)
                                          for w in manifest["weight_inputs"]}, reload=False)
             prog.load()
         except AnecError:

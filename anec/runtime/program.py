@@ -2,7 +2,7 @@
 
 A program maps names to binding slots, converts arrays into its surfaces in
 place (fp32 -> fp16 in C), reassembles chunked outputs from the manifest and
-reloads weights by checkpoint key. :class:`~anec.runtime.pipeline.PipelineProgram`
+reloads weights by checkpoint key. :class:`~anec.runtime.staged_program.PipelineProgram`
 gives a pipeline of programs the same interface.
 """
 
@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from anec.runtime import Runtime
 
 
-def _limits(manifest: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def manifest_limits(manifest: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The runtime limits a manifest records (plus its target's surface alignment), or None."""
     if not manifest or "limits" not in manifest:
         return None
     lim = dict(manifest["limits"])
@@ -35,10 +36,10 @@ def _limits(manifest: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return lim
 
 
-_C = TypeVar("_C", bound="_Closing")
+_C = TypeVar("_C", bound="NativeOwner")
 
 
-class _Closing:
+class NativeOwner:
     """``with`` support and release-on-collection for the owners of native
     handles. ``close()`` (idempotent, thread-safe) releases the device objects;
     the handle itself goes back to C only when the Python object dies, so a
@@ -81,7 +82,7 @@ def nonfinite(arrays: Mapping[str, Any]) -> str:
     return ", ".join(found)
 
 
-def _blob_array(data: bytes, entry: Mapping[str, Any]) -> np.ndarray:
+def weight_input_array(data: bytes, entry: Mapping[str, Any]) -> np.ndarray:
     """The payload of a weight-input BLOBFILE as an array of the input's dtype and shape."""
     from anec.ir.types import DType
     from anec.mil.blobfile import HEADER_BYTES, BlobReader
@@ -91,7 +92,7 @@ def _blob_array(data: bytes, entry: Mapping[str, Any]) -> np.ndarray:
     return arr.reshape(entry["shape"])
 
 
-class Program(_Closing):
+class Program(NativeOwner):
     """One compiled program. Call it with named inputs; get named outputs."""
 
     def __init__(self, runtime: Runtime, nprog: native.NativeProgram, manifest: dict | None) -> None:

@@ -73,25 +73,26 @@ def _write_dir(dest: str | os.PathLike, files: Mapping[str, bytes]) -> Path:
 
 
 def save_state(tr: "Trainer", dest: str | os.PathLike) -> Path:
+    state = tr.state_dict()
+    adam = dict(state["adam"])
+    m, v = adam.pop("m"), adam.pop("v")
     meta = {
         "format": FORMAT,
         "checkpoint": str(tr.checkpoint_dir),
         "model_config_sha256": config_sha256(tr.checkpoint_dir),
-        "step": tr.step_index,
+        "step": state["step"],
         "seq_len": tr.seq_len,
         "batch_size": tr.batch_size,
         "lora_rank": tr.lora_rank,
-        "adam": {"lr": tr.opt.lr, "beta1": tr.opt.beta1, "beta2": tr.opt.beta2, "eps": tr.opt.eps,
-                 "weight_decay": tr.opt.weight_decay, "step_count": tr.opt.step_count},
-        "scaler": {"scale": tr.scaler.scale, "good_steps": tr.scaler.good_steps, "skipped": tr.scaler.skipped,
-                   "growth_interval": tr.scaler.growth_interval},
-        "grad_clip": tr.grad_clip,
+        "adam": adam,
+        "scaler": state["scaler"],
+        "grad_clip": state["grad_clip"],
     }
     files = {
         "trainer.json": (json.dumps(meta, indent=1) + "\n").encode(),
-        "params.safetensors": _st_bytes(tr.params),
-        "adam_m.safetensors": _st_bytes(tr.opt.m),
-        "adam_v.safetensors": _st_bytes(tr.opt.v),
+        "params.safetensors": _st_bytes(state["params"]),
+        "adam_m.safetensors": _st_bytes(m),
+        "adam_v.safetensors": _st_bytes(v),
     }
     return _write_dir(dest, files)
 
@@ -280,14 +281,9 @@ def _load(tr: "Trainer", d: Any) -> None:
                                 "(a second moment is a mean of squares, never negative)",
                                 hint="the state is damaged; resume from an earlier copy or start again")
     # all checked: apply
-    tr.params.update(params)
-    tr.opt.m, tr.opt.v = m, v
-    tr.opt.step_count = count
-    tr.scaler.scale, tr.scaler.good_steps, tr.scaler.skipped = scale, good, skipped
-    tr.step_index = step
-    tr._store = None
-    if tr._programs is not None:
-        tr._push_weights()
+    tr.load_state_dict({"step": step, "params": params,
+                        "adam": {"m": m, "v": v, "step_count": count},
+                        "scaler": {"scale": scale, "good_steps": good, "skipped": skipped}})
 
 
 def save_hf(tr: "Trainer", dest: str | os.PathLike) -> Path:
@@ -309,7 +305,7 @@ def save_hf(tr: "Trainer", dest: str | os.PathLike) -> Path:
 
 def save_peft(tr: "Trainer", dest: str | os.PathLike) -> Path:
     """The trained LoRA adapters in PEFT's format (loads with ``PeftModel.from_pretrained``)."""
-    tensors = {tr._peft_key(n): np.asarray(a, np.float32) for n, a in tr.params.items()}
+    tensors = {tr.peft_key(n): np.asarray(a, np.float32) for n, a in tr.params.items()}
     cfg = {
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": tr.lora_rank, "lora_alpha": tr.lora_alpha,
         "target_modules": sorted(tr.lora_targets), "lora_dropout": 0.0, "bias": "none",

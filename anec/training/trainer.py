@@ -33,7 +33,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -320,7 +320,7 @@ class Trainer:
         self.timings.update(forward_s=t_fwd, backward_s=t_bwd, host_s=t_host, embed_s=t_embed, loss_s=t_loss,
                             grads_s=t_host - t_embed - t_loss, weight_grads_wait_s=t_wait)
         if self.lora_rank:
-            return {self._peft_key(k): v for k, v in grads.items()}
+            return {self.peft_key(k): v for k, v in grads.items()}
         return {k: grads[k] for k in self.params}
 
     def _grad_plan(self) -> tuple[dict[str, str], list[str]]:
@@ -420,8 +420,43 @@ class Trainer:
             keys = _weight_keys(p)  # a program need not read every weight (saved activations)
             p.reload_weights({k: a for k, a in new.items() if k in keys})
 
+    # ---- state ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs, as live references (not copies): the step index, the fp32
+        parameters, AdamW's moments, step count and hyper-parameters, the loss scaler and the
+        gradient clip. :func:`anec.training.state.save_state` writes it to disk."""
+        o, s = self.opt, self.scaler
+        return {
+            "step": self.step_index, "params": self.params, "grad_clip": self.grad_clip,
+            "adam": {"lr": o.lr, "beta1": o.beta1, "beta2": o.beta2, "eps": o.eps,
+                     "weight_decay": o.weight_decay, "step_count": o.step_count, "m": o.m, "v": o.v},
+            "scaler": {"scale": s.scale, "good_steps": s.good_steps, "skipped": s.skipped,
+                       "growth_interval": s.growth_interval},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from ``state`` (the layout of :meth:`state_dict`; AdamW's hyper-parameters and
+        the scaler's growth interval are the run's own and are not read). The caller has checked
+        the values (:func:`anec.training.state.load_state` does). The arrays are copied, so
+        two trainers never share one; the programs get the new weights at once."""
+        adam, scaler = state["adam"], state["scaler"]
+
+        def own(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
+            return {k: np.array(a, np.float32) for k, a in arrays.items()}
+
+        self.params.update(own(state["params"]))
+        self.opt.m, self.opt.v = own(adam["m"]), own(adam["v"])
+        self.opt.step_count = adam["step_count"]
+        self.scaler.scale, self.scaler.good_steps = scaler["scale"], scaler["good_steps"]
+        self.scaler.skipped = scaler["skipped"]
+        self.step_index = state["step"]
+        self._store = None
+        if self._programs is not None:
+            self._push_weights()
+
     # ---- saving -------------------------------------------------------------------------
-    def _peft_key(self, input_name: str) -> str:
+    def peft_key(self, input_name: str) -> str:
+        """The PEFT tensor name of a LoRA adapter input of the programs."""
         for s in self.lora_slots:
             if input_name in (s.a_input, s.b_input):
                 part = "lora_A" if input_name == s.a_input else "lora_B"
@@ -431,7 +466,7 @@ class Trainer:
     def _param_of_peft(self, key: str) -> str:
         for s in self.lora_slots:
             for n in (s.a_input, s.b_input):
-                if self._peft_key(n) == key:
+                if self.peft_key(n) == key:
                     return n
         raise KeyError(key)
 

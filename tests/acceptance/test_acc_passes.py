@@ -112,13 +112,13 @@ func big(%x: fp16[1, 16384, 1, 2048]) {
     again = parse(print_module(module))
     assert again == module and verify_all(again) == []
     assert again.func().nodes[0].annotations == g.nodes[0].annotations
-    assert g.meta["sram"]["spill_nodes"] == ["y", "z"]
+    assert g.facts.sram["spill_nodes"] == ["y", "z"]
 
 
 def _logical(g, outputs):
     """Outputs as the caller sees them: chunks joined, rank-4 device outputs reshaped."""
     out = dict(outputs)
-    for entry in g.meta.get("logical_outputs", []):
+    for entry in g.facts.logical_outputs:
         pieces = [out.pop(p) for p in entry["pieces"]]
         whole = pieces[0] if entry["axis"] is None else np.concatenate(pieces, entry["axis"])
         out[entry["name"]] = whole.reshape(entry["shape"])
@@ -138,7 +138,7 @@ def test_legalize_preserves_results(path, target):
         assert {n.op for n in g.nodes}.isdisjoint({"gelu", "rsqrt", "neg", "concat"})
         feeds = random_inputs(old, 2)
         # the host's fp32 <-> fp16 conversions (host_casts) are part of the comparison
-        casted = {c["name"] for c in g.meta.get("host_casts", []) if c["kind"] == "input"}
+        casted = {c["name"] for c in g.facts.host_casts if c["kind"] == "input"}
         got_feeds = {k: (v.astype(np.float16) if k in casted else v) for k, v in feeds.items()}
         # rank-4 device inputs (ANE-IO-RANK4) hold the same elements: reshape freely
         got_feeds = {v.name: got_feeds[v.name].reshape(v.type.shape) for v in g.inputs}

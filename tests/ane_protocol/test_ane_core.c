@@ -1,5 +1,5 @@
 /*
- * test_ane_core.c - the runtime core (rt_core.c, rt_reload.c) on the ane
+ * test_ane_core.c - the runtime core (rt_*.c) on the ane
  * driver, against the recording fake of the Apple side.
  *
  * test_ane_protocol.c checks the driver alone; this program checks what the
@@ -27,13 +27,11 @@
 
 #include "anec_rt.h"
 #include "fake_apple.h"
+#include "tap_runner.h"
 
 /* the M4 limits (anec/targets.py), as a manifest records them */
 static const anec_limits LIM = {16, 1, 16384, 49152, 1, 0};
 
-static int g_failed_now;
-static char g_base[1024];
-static char g_root[1100];
 static int g_hex_content;
 static fk_reading g_reading;
 static unsigned g_verdict; /* the no-compile strategies the reading honours: what the selftest verifies */
@@ -294,12 +292,15 @@ static void reload_case(int two, unsigned verified, int want_strategy, int want_
     CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
 }
 
+/* constraint: ANE-DATA-IS-BLOBFILE ANE-SAME-OBJECT-PATCH */
 static void test_reload_with_the_verdict(void)
 {
     int s = preferred(g_verdict);
     reload_case(0, VERDICT, s, s == ANEC_RELOAD_RECOMPILE);
 }
+/* constraint: ANE-BAKED-WEIGHTS */
 static void test_reload_falls_back_to_recompile_unverified(void) { reload_case(0, 0, ANEC_RELOAD_RECOMPILE, 1); }
+/* constraint: ANE-DATA-IS-BLOBFILE */
 static void test_reload_two_tensors_recompiles(void) { reload_case(1, VERDICT, ANEC_RELOAD_RECOMPILE, 1); }
 
 /* The selftest's probe of one strategy, forced on a runtime that verified
@@ -331,7 +332,9 @@ static void probe_case(int strategy)
     CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
 }
 
+/* constraint: ANE-BAKED-WEIGHTS ANE-SAME-OBJECT-PATCH */
 static void test_probe_data_patch(void) { probe_case(ANEC_RELOAD_DATA_PATCH); }
+/* constraint: ANE-BAKED-WEIGHTS ANE-NEW-OBJECT-LOAD */
 static void test_probe_new_object(void) { probe_case(ANEC_RELOAD_NEW_OBJECT); }
 static void test_probe_recompile(void) { probe_case(ANEC_RELOAD_RECOMPILE); }
 
@@ -421,6 +424,7 @@ static void cache_case(int two, unsigned verified, int same_weights, int want_co
 }
 
 static void test_cache_hit_same_weights(void) { cache_case(1, 0, 1, 0); }
+/* constraint: ANE-NEW-OBJECT-LOAD */
 static void test_cache_hit_other_weights_new_object(void)
 {
     cache_case(0, VERDICT, 0, !(g_verdict & ANEC_RELOAD_NEW_OBJECT));
@@ -511,6 +515,7 @@ static void test_caller_buffers(void)
    locks, nothing locked during the evaluation or after (ANE-SURFACE-LOCK; the
    fake poisons what the CPU sees of an unlocked surface, so a copy outside a
    lock gives wrong outputs) */
+/* constraint: ANE-SURFACE-LOCK */
 static void test_call_locks_only_around_copies(void)
 {
     anec_runtime *rt = open_rt(0);
@@ -618,76 +623,43 @@ static void test_core_compile_error_on_ane(void)
     CHECK(hex_dirs(g_root) == 0);
 }
 
-typedef struct {
-    const char *name;
-    void (*fn)(void);
-} test_t;
-
-static const test_t k_tests[] = {
-    {"compile: the program runs the model that was compiled", test_compile_runs_the_compiled_model},
-    {"probe: a forced data patch is fresh or exactly stale", test_probe_data_patch},
-    {"probe: a forced new object is fresh or exactly stale", test_probe_new_object},
-    {"probe: a forced recompile is fresh", test_probe_recompile},
-    {"reload with the probe's verdict: preferred strategy, equals a fresh compile", test_reload_with_the_verdict},
-    {"reload from arrays with the verdict: converted, checked, equals a fresh compile", test_reload_arrays_data_patch},
-    {"reload, nothing verified: recompile, equals a fresh compile", test_reload_falls_back_to_recompile_unverified},
-    {"reload, two tensors (opaque data): recompile, equals a fresh compile", test_reload_two_tensors_recompiles},
-    {"cache hit, same weights: clone, no compile", test_cache_hit_same_weights},
-    {"cache hit, other weights, verdict: a new object where verified", test_cache_hit_other_weights_new_object},
-    {"cache hit, other weights, only data patch verified: compiled", test_cache_hit_other_weights_patch_only_compiles},
-    {"cache hit, other weights, unverified: compiled", test_cache_hit_other_weights_unverified_compiles},
-    {"cache hit, other weights, two tensors: compiled", test_cache_hit_other_weights_two_tensors_compiles},
-    {"cache hit after a compile with other weights: never stale", test_cache_hit_after_a_compile_with_other_weights},
-    {"cache keeps a closed program's compiled form", test_cache_keeps_a_closed_program},
-    {"caller buffers become IOSurfaces of their sizes", test_caller_buffers},
-    {"anec_call locks surfaces only around its copies", test_call_locks_only_around_copies},
-    {"input views lock surfaces only around their copies", test_input_views_lock_only_around_copies},
-    {"device compile error reaches anec_last_error", test_core_compile_error_on_ane},
+static const tap_test k_tests[] = {
+    {"compile: the program runs the model that was compiled", test_compile_runs_the_compiled_model, 0},
+    {"probe: a forced data patch is fresh or exactly stale", test_probe_data_patch, 0},
+    {"probe: a forced new object is fresh or exactly stale", test_probe_new_object, 0},
+    {"probe: a forced recompile is fresh", test_probe_recompile, 0},
+    {"reload with the probe's verdict: preferred strategy, equals a fresh compile", test_reload_with_the_verdict, 0},
+    {"reload from arrays with the verdict: converted, checked, equals a fresh compile", test_reload_arrays_data_patch, 0},
+    {"reload, nothing verified: recompile, equals a fresh compile", test_reload_falls_back_to_recompile_unverified, 0},
+    {"reload, two tensors (opaque data): recompile, equals a fresh compile", test_reload_two_tensors_recompiles, 0},
+    {"cache hit, same weights: clone, no compile", test_cache_hit_same_weights, 0},
+    {"cache hit, other weights, verdict: a new object where verified", test_cache_hit_other_weights_new_object, 0},
+    {"cache hit, other weights, only data patch verified: compiled", test_cache_hit_other_weights_patch_only_compiles, 0},
+    {"cache hit, other weights, unverified: compiled", test_cache_hit_other_weights_unverified_compiles, 0},
+    {"cache hit, other weights, two tensors: compiled", test_cache_hit_other_weights_two_tensors_compiles, 0},
+    {"cache hit after a compile with other weights: never stale", test_cache_hit_after_a_compile_with_other_weights, 0},
+    {"cache keeps a closed program's compiled form", test_cache_keeps_a_closed_program, 0},
+    {"caller buffers become IOSurfaces of their sizes", test_caller_buffers, 0},
+    {"anec_call locks surfaces only around its copies", test_call_locks_only_around_copies, 0},
+    {"input views lock surfaces only around their copies", test_input_views_lock_only_around_copies, 0},
+    {"device compile error reaches anec_last_error", test_core_compile_error_on_ane, 0},
 };
+
+/* every reading of what a load reads (fake_apple.h) x both hexId kinds */
+static void setup(size_t mode, size_t number, char *tag, size_t cap)
+{
+    (void)number;
+    g_reading = (fk_reading)(mode / 2);
+    g_hex_content = (int)(mode % 2);
+    g_verdict = honoured(g_reading, g_hex_content);
+    fk_set_device(g_reading, g_hex_content);
+    anec_process_reset_budget("ane"); /* a new process per test (allowed for the fake only) */
+    snprintf(tag, cap, "%s, hexId of %s", fk_reading_name(g_reading), g_hex_content ? "values" : "MIL+paths");
+}
 
 int main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_base, sizeof g_base, "%s/anec-ane-core-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_base)) {
-        perror("mkdtemp");
-        return 99;
-    }
-    size_t nt = sizeof k_tests / sizeof k_tests[0], n = nt * FK_N_READINGS * 2;
-    int failed = 0;
-    printf("1..%zu\n", n);
-    for (size_t t = 0; t < n; t++) {
-        size_t i = t % nt, mode = t / nt;
-        g_reading = (fk_reading)(mode / 2);
-        g_hex_content = (int)(mode % 2);
-        g_verdict = honoured(g_reading, g_hex_content);
-        snprintf(g_root, sizeof g_root, "%s/t%03zu", g_base, t + 1);
-        mkdir(g_root, 0755);
-        fk_init(g_root);
-        fk_set_device(g_reading, g_hex_content);
-        anec_process_reset_budget("ane"); /* a new process per test (allowed for the fake only) */
-        g_failed_now = 0;
-        k_tests[i].fn();
-        for (size_t v = 0; v < fk_nviolations(); v++) {
-            printf("#   protocol violation: %s\n", fk_violation(v));
-            g_failed_now = 1;
-        }
-        if (fk_pool_depth() != 0) {
-            printf("#   %d autorelease pool(s) left open\n", fk_pool_depth());
-            g_failed_now = 1;
-        }
-        printf("%sok %zu - %s [%s, hexId of %s]\n", g_failed_now ? "not " : "", t + 1, k_tests[i].name,
-               fk_reading_name(g_reading), g_hex_content ? "values" : "MIL+paths");
-        failed += g_failed_now;
-        fk_shutdown();
-    }
-    if (!failed) {
-        char cmd[1200];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_base);
-        if (system(cmd) != 0)
-            printf("# could not remove %s\n", g_base);
-    }
-    printf("# %zu tests, %d failed\n", n, failed);
-    return failed;
+    const tap_suite suite = {"anec-ane-core", k_tests, sizeof k_tests / sizeof k_tests[0], FK_N_READINGS * 2, 3, 0,
+                             setup};
+    return tap_run(&suite);
 }

@@ -26,10 +26,7 @@
 
 #include "anec_driver.h"
 #include "fake_apple.h"
-
-static int g_failed_now;
-static char g_base[1024];
-static char g_root[1100];
+#include "tap_runner.h"
 
 #define CHECK(cond)                                                                   \
     do {                                                                              \
@@ -294,59 +291,17 @@ static void test_core_options_accepted(void)
     D->close(ctx);
 }
 
-typedef struct {
-    const char *name;
-    void (*fn)(void);
-} test_t;
-
-static const test_t k_tests[] = {
-    {"a weight with a length and no bytes never reaches the framework", test_weight_without_bytes_refused},
-    {"patch paths outside the program are refused", test_patch_path_outside_the_program_refused},
-    {"the request follows the order the surfaces are bound in", test_request_follows_the_binding_order},
-    {"one surface bound twice is handed over once", test_one_surface_bound_twice},
-    {"the core's driver options are accepted", test_core_options_accepted},
+static const tap_test k_tests[] = {
+    {"a weight with a length and no bytes never reaches the framework", test_weight_without_bytes_refused, 0},
+    {"patch paths outside the program are refused", test_patch_path_outside_the_program_refused, 0},
+    {"the request follows the order the surfaces are bound in", test_request_follows_the_binding_order, 0},
+    {"one surface bound twice is handed over once", test_one_surface_bound_twice, 0},
+    {"the core's driver options are accepted", test_core_options_accepted, 0},
 };
 
 int main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_base, sizeof g_base, "%s/anec-ane-edges-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_base)) {
-        perror("mkdtemp");
-        return 99;
-    }
-    size_t n = sizeof k_tests / sizeof k_tests[0];
-    int failed = 0;
-    printf("1..%zu\n", n);
-    for (size_t t = 0; t < n; t++) {
-        snprintf(g_root, sizeof g_root, "%s/t%02zu", g_base, t + 1);
-        mkdir(g_root, 0755);
-        fk_init(g_root); /* the default device */
-        g_failed_now = 0;
-        k_tests[t].fn();
-        for (size_t v = 0; v < fk_nviolations(); v++) {
-            printf("#   protocol violation: %s\n", fk_violation(v));
-            g_failed_now = 1;
-        }
-        if (fk_pool_depth() != 0) {
-            printf("#   %d autorelease pool(s) left open\n", fk_pool_depth());
-            g_failed_now = 1;
-        }
-        if (!g_failed_now && fk_live() != 0) {
-            printf("#   %zu object(s) leaked\n", fk_live());
-            g_failed_now = 1;
-        }
-        printf("%sok %zu - %s\n", g_failed_now ? "not " : "", t + 1, k_tests[t].name);
-        failed += g_failed_now;
-        fk_shutdown();
-    }
-    if (!failed) {
-        char cmd[1200];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_base);
-        if (system(cmd) != 0)
-            printf("# could not remove %s\n", g_base);
-    }
-    printf("# %zu tests, %d failed\n", n, failed);
-    return failed;
+    /* each test once, on the fake's default device */
+    const tap_suite suite = {"anec-ane-edges", k_tests, sizeof k_tests / sizeof k_tests[0], 1, 2, 1, NULL};
+    return tap_run(&suite);
 }

@@ -20,7 +20,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "tests" / "ane_protocol"
-SOURCES = [ROOT / "csrc" / "driver_ane.c", HERE / "fake_apple.c", HERE / "test_ane_driver_edges.c"]
+# the driver (its entry points and the files they use), the fake, the shared runner, the tests
+DRIVER = [ROOT / "csrc" / "driver_ane.c", *sorted((ROOT / "csrc").glob("ane_*.c"))]
+SOURCES = [*DRIVER, HERE / "fake_apple.c", HERE / "tap_runner.c", HERE / "test_ane_driver_edges.c"]
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed to build the protocol tests")
@@ -36,7 +38,7 @@ def test_ane_driver_edges_pass(tmp_path: Path) -> None:
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
-    declared = len(re.findall(r'^\s*\{"[^"]+", test_\w+\},$', SOURCES[2].read_text(), re.M))
+    declared = len(re.findall(r'^\s*\{"[^"]+", test_\w+, 0\},$', SOURCES[-1].read_text(), re.M))
     assert declared >= 5
     # every test declared ran, and passed
     assert re.findall(r"^1\.\.(\d+)$", r.stdout, re.M) == [str(declared)], out

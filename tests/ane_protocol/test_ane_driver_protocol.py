@@ -4,7 +4,8 @@ The C program tests/ane_protocol/test_ane_protocol.c drives ``anec_driver_ane``
 against a recording fake of the Objective-C runtime, CoreFoundation and
 IOSurface (fake_apple.c); ``make -f mk/ane.mk ane-protocol-test`` builds it with
 ``-Wall -Wextra -Werror`` under ASan/UBSan and runs it. ``ane-macos-syntax``
-type-checks and compiles the driver for arm64-apple-macos14 with clang.
+type-checks and compiles the driver for arm64-apple-macos14 with clang, and
+the runtime's SHA-256, which is CommonCrypto's there.
 """
 
 from __future__ import annotations
@@ -65,5 +66,10 @@ def test_ane_protocol_suite_passes(tmp_path: Path) -> None:
 def test_ane_driver_builds_for_macos(tmp_path: Path) -> None:
     r = _make("ane-macos-syntax", tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    obj = tmp_path / "driver_ane.macos.o"
-    assert obj.read_bytes()[:4] == bytes.fromhex("cffaedfe")  # Mach-O 64-bit
+    for name in ("driver_ane", "ane_symbols", "ane_foundation", "ane_hexdirs", "ane_surfaces", "rt_sha256"):
+        obj = tmp_path / f"{name}.macos.o"
+        assert obj.read_bytes()[:4] == bytes.fromhex("cffaedfe"), name  # Mach-O 64-bit
+    if shutil.which("llvm-nm"):
+        # the driver links no Apple symbol; the runtime's SHA-256 is CommonCrypto's there
+        assert "only libc/libdl/libpthread symbols are linked" in r.stdout, r.stdout
+        assert "rt_sha256.macos.o: SHA-256 from CommonCrypto" in r.stdout, r.stdout

@@ -20,14 +20,11 @@
 
 #include "anec_driver.h"
 #include "fake_apple.h"
+#include "tap_runner.h"
 
 /* ------------------------------------------------------------------------ */
 /* harness                                                                   */
 
-static int g_failed_now;
-static char g_base[1024];  /* mkdtemp root of the whole run */
-static char g_root[1100];  /* per-test NSTemporaryDirectory() */
-static int g_test_no;
 static int g_optimistic;   /* the fake device re-reads weight files at load */
 static int g_hex_content;  /* the fake hexStringIdentifier covers weight values */
 
@@ -378,6 +375,7 @@ static void test_compile_sequence(void)
     free_program(&p);
 }
 
+/* constraint: ANE-MIL-NSDATA */
 static void test_mil_is_nsdata_and_weights_dict(void)
 {
     void *ctx = NULL, *prog = NULL;
@@ -410,6 +408,7 @@ static void test_mil_is_nsdata_and_weights_dict(void)
     free_program(&p);
 }
 
+/* constraint: ANE-WEIGHTS-DICT */
 static void test_empty_weights_dict_not_nil(void)
 {
     void *ctx = NULL, *prog = NULL;
@@ -440,6 +439,7 @@ static void test_empty_weights_dict_not_nil(void)
     free_program(&p);
 }
 
+/* constraint: ANE-SURFACE-LOCK */
 static void test_surfaces(void)
 {
     void *ctx = NULL;
@@ -653,6 +653,7 @@ static uint8_t eval_byte(void *ctx, void *prog, size_t k, uint64_t *w_seen)
 
 /* Weights are baked at compile: rewriting the weight files and loading again
    changes nothing; the compiled data is what a load installs. */
+/* constraint: ANE-BAKED-WEIGHTS */
 static void test_weights_baked_at_compile(void)
 {
     void *ctx = NULL, *prog = NULL;
@@ -687,6 +688,7 @@ static void test_weights_baked_at_compile(void)
    BLOBFILE becomes the compiled data of a one-tensor program, then only load:
    equal to a fresh compile, no compile, under the readings where a load reads
    files (the in-memory readings are covered by test_ane_core.c). */
+/* constraint: ANE-SAME-OBJECT-PATCH */
 static void test_patch_data_then_load_equals_fresh_compile(void)
 {
     void *ctx = NULL, *prog = NULL, *fresh = NULL;
@@ -735,6 +737,7 @@ static void test_patch_data_then_load_equals_fresh_compile(void)
 }
 
 /* Compile without load, then a data patch: the first load uses the patch. */
+/* constraint: ANE-NEW-OBJECT-LOAD */
 static void test_patch_before_first_load(void)
 {
     void *ctx = NULL, *prog = NULL;
@@ -809,6 +812,7 @@ static void test_shared_hexid_directory(void)
 /* clone: a new model on the donor's compiled form, never compiled. It computes
    with the donor's weights (compiled data is copied) until patched; whatever
    hexId the framework gives it. */
+/* constraint: ANE-NEW-OBJECT-LOAD */
 static void test_clone_copies_the_compiled_form(void)
 {
     void *ctx = NULL, *donor = NULL, *copy = NULL;
@@ -1031,13 +1035,7 @@ static void test_release_loaded_program_and_close(void)
 /* ------------------------------------------------------------------------ */
 /* runner                                                                    */
 
-typedef struct {
-    const char *name;
-    void (*fn)(void);
-    int real_symbols;   /* runs without the fake installed */
-} test_t;
-
-static const test_t k_tests[] = {
+static const tap_test k_tests[] = {
     {"unavailable without the framework (Linux)", test_unavailable_without_framework, 1},
     {"available with the fake; missing class named", test_available_with_fake_and_missing_class, 0},
     {"compile: descriptor, model, hexId dir, compileWithQoS 21", test_compile_sequence, 0},
@@ -1055,61 +1053,21 @@ static const test_t k_tests[] = {
     {"release and close leave nothing behind", test_release_loaded_program_and_close, 0},
 };
 
-static int rm_tree(const char *path)
+/* every test on the device each reading of the evidence describes:
+   baked or optimistic load, hexId of MIL + paths or of the values too */
+static void setup(size_t mode, size_t number, char *tag, size_t cap)
 {
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    return system(cmd);
+    static const char *const modes[4] = {"baked, hexId of MIL+paths", "baked, hexId of values",
+                                         "optimistic, hexId of MIL+paths", "optimistic, hexId of values"};
+    (void)number;
+    g_optimistic = mode >= 2;
+    g_hex_content = mode % 2;
+    fk_set_device(g_optimistic ? FK_LOAD_WEIGHTS : FK_LOAD_DATA, g_hex_content);
+    snprintf(tag, cap, "%s", modes[mode]);
 }
 
 int main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_base, sizeof g_base, "%s/anec-ane-protocol-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_base)) {
-        perror("mkdtemp");
-        return 99;
-    }
-    /* every test on the device each reading of the evidence describes:
-       baked or optimistic load, hexId of MIL + paths or of the values too */
-    static const char *const modes[4] = {"baked, hexId of MIL+paths", "baked, hexId of values",
-                                         "optimistic, hexId of MIL+paths", "optimistic, hexId of values"};
-    size_t n = N_OF(k_tests) * 4;
-    int failed = 0;
-    printf("1..%zu\n", n);
-    for (size_t t = 0; t < n; t++) {
-        size_t i = t % N_OF(k_tests), mode = t / N_OF(k_tests);
-        g_optimistic = mode >= 2;
-        g_hex_content = mode % 2;
-        g_test_no = (int)t + 1;
-        snprintf(g_root, sizeof g_root, "%s/t%02zu", g_base, t + 1);
-        mkdir(g_root, 0755);
-        fk_init(g_root);
-        fk_set_device(g_optimistic ? FK_LOAD_WEIGHTS : FK_LOAD_DATA, g_hex_content);
-        g_failed_now = 0;
-        if (k_tests[i].real_symbols)
-            ane_syms_install_fake(NULL);
-        k_tests[i].fn();
-        /* postconditions of every test */
-        for (size_t v = 0; v < fk_nviolations(); v++) {
-            printf("#   protocol violation: %s\n", fk_violation(v));
-            g_failed_now = 1;
-        }
-        if (fk_pool_depth() != 0) {
-            printf("#   %d autorelease pool(s) left open\n", fk_pool_depth());
-            g_failed_now = 1;
-        }
-        if (!g_failed_now && fk_live() != 0) {
-            printf("#   %zu object(s) leaked\n", fk_live());
-            g_failed_now = 1;
-        }
-        printf("%sok %d - %s [%s]\n", g_failed_now ? "not " : "", g_test_no, k_tests[i].name, modes[mode]);
-        failed += g_failed_now;
-        fk_shutdown();
-    }
-    if (!failed)
-        rm_tree(g_base);
-    printf("# %zu tests, %d failed\n", n, failed);
-    return failed;
+    const tap_suite suite = {"anec-ane-protocol", k_tests, N_OF(k_tests), 4, 2, 1, setup};
+    return tap_run(&suite);
 }

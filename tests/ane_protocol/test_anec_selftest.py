@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from anec import selftest, verdict
+from anec.selftest import checks, programs
 from anec.runtime import Program, native
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the C runtime extension is not built")
@@ -38,6 +39,7 @@ def test_selftest_passes_on_the_sim(report: dict) -> None:
     assert report["passed"] is True
 
 
+@pytest.mark.constraint("ANE-SPATIAL-LIMITS")
 def test_selftest_numbers(report: dict) -> None:
     leg = _check(report, "legalized")["data"]
     # every ANE-rejected op of the program was rewritten by legalize
@@ -99,8 +101,8 @@ def test_binding_check_fails_when_buffers_are_bound_in_declaration_order(monkeyp
         real(self, inputs[::-1], outputs)
 
     monkeypatch.setattr(Program, "evaluate_raw", declaration_order)
-    c = selftest.Check("binding", "")
-    selftest.check_binding(selftest._Env("sim", "m4", 0), c)
+    c = checks.Check("binding", "")
+    checks.check_binding(checks.CheckEnv("sim", "m4", 0), c)
     assert not c.passed
     assert c.data["max_abs_err"]["device level:zdiff"] > 1.0
 
@@ -118,14 +120,15 @@ def test_compressed_check_fails_when_a_form_decompresses_wrong(monkeypatch: pyte
         return (d.astype(np.float32) * 1.1).astype(np.float16) if linear else d
 
     monkeypatch.setattr(artifact, "decompress_parts", off)
-    c = selftest.Check("compressed", "")
-    selftest.check_compressed(selftest._Env("sim", "m4", 0), c)
+    c = checks.Check("compressed", "")
+    checks.check_compressed(checks.CheckEnv("sim", "m4", 0), c)
     assert not c.passed
     verdicts = {k: v["verdict"] for k, v in c.data["probes"].items()}
     assert verdicts["int8 (constexpr_affine_dequantize)"] == "accepted but wrong"
     assert verdicts["lut4 (constexpr_lut_to_dense)"] == "accepted"
 
 
+@pytest.mark.constraint("ANE-COMPRESSED-WEIGHTS")
 def test_compressed_check_fails_when_the_targets_int8_form_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     """A device that rejects the affine op (the default form) fails the check and names the
     other form; one that rejects only the blockwise op passes with that reported."""
@@ -142,21 +145,21 @@ def test_compressed_check_fails_when_the_targets_int8_form_is_rejected(monkeypat
         return load
 
     monkeypatch.setattr(Runtime, "load", reject("constexpr_affine_dequantize"))
-    c = selftest.Check("compressed", "")
-    selftest.check_compressed(selftest._Env("sim", "m4", 0), c)
+    c = checks.Check("compressed", "")
+    checks.check_compressed(checks.CheckEnv("sim", "m4", 0), c)
     assert not c.passed
     assert any("--compress-form blockwise" in line for line in c.lines)
     monkeypatch.setattr(Runtime, "load", reject("constexpr_blockwise_shift_scale"))
-    c = selftest.Check("compressed", "")
-    selftest.check_compressed(selftest._Env("sim", "m4", 0), c)
+    c = checks.Check("compressed", "")
+    checks.check_compressed(checks.CheckEnv("sim", "m4", 0), c)
     assert c.passed, c.lines
     assert c.data["probes"]["int8 (constexpr_blockwise_shift_scale)"]["verdict"] == "rejected"
 
 
 def test_reload_check_fails_when_the_runtime_reloads_stale(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Program, "reload_weights", lambda self, weights: None)
-    c = selftest.Check("reload", "")
-    selftest.check_reload(selftest._Env("sim", "m4", 0), c)
+    c = checks.Check("reload", "")
+    checks.check_reload(checks.CheckEnv("sim", "m4", 0), c)
     assert not c.passed
     assert not any(a["equals_fresh"] for a in c.data["auto"].values())
 
@@ -171,10 +174,11 @@ def test_reload_check_fails_when_the_runtime_reloads_stale(monkeypatch: pytest.M
     ("data=file,load=memory", ["new-object"], True),
     ("load=weights", ["data-patch", "new-object"], None),
 ])
+@pytest.mark.constraint("ANE-NEW-OBJECT-LOAD", "ANE-SAME-OBJECT-PATCH")
 def test_reload_probe_finds_what_each_device_allows(monkeypatch: pytest.MonkeyPatch, device, verdict, packed) -> None:
     monkeypatch.setenv("ANEC_SIM_DEVICE", device)
-    c = selftest.Check("reload", "")
-    selftest.check_reload(selftest._Env("sim", "m4", 0), c)
+    c = checks.Check("reload", "")
+    checks.check_reload(checks.CheckEnv("sim", "m4", 0), c)
     assert c.passed, c.lines  # whatever the device allows, the runtime's choice equals a fresh compile
     assert c.data["verdict"] == verdict == c.data["declared"]
     for strategy in ("data-patch", "new-object"):
@@ -189,10 +193,11 @@ def test_reload_probe_finds_what_each_device_allows(monkeypatch: pytest.MonkeyPa
 
 @pytest.mark.parametrize("device,found", [("", "rejected"), ("concat=reject", "rejected"),
                                           ("load=memory,concat=accept", "accepted")])
+@pytest.mark.constraint("ANE-CONCAT")
 def test_concat_probe_gives_each_sim_reading_its_verdict(monkeypatch: pytest.MonkeyPatch, device, found) -> None:
     monkeypatch.setenv("ANEC_SIM_DEVICE", device)
-    c = selftest.Check("concat", "")
-    selftest.check_concat(selftest._Env("sim", "m4", 0), c)
+    c = checks.Check("concat", "")
+    checks.check_concat(checks.CheckEnv("sim", "m4", 0), c)
     assert c.passed, c.lines
     assert c.data["verdict"] == found == c.data["declared"]
     if found == "accepted":
@@ -203,15 +208,16 @@ def test_concat_probe_gives_each_sim_reading_its_verdict(monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize("broken", ["raw", "program"])
+@pytest.mark.constraint("ANE-CONCAT")
 def test_concat_probe_finds_a_concat_that_is_accepted_but_wrong(monkeypatch: pytest.MonkeyPatch, broken) -> None:
     monkeypatch.setenv("ANEC_SIM_DEVICE", "concat=accept")
     if broken == "raw":  # a device whose concat swaps its inputs
-        monkeypatch.setattr(selftest, "_joined", lambda a, b: np.concatenate([b, a], axis=1))
+        monkeypatch.setattr(checks, "_joined", lambda a, b: np.concatenate([b, a], axis=1))
     else:  # a device whose concat is right in raw MIL but not in anec's program
-        real = selftest._reference
-        monkeypatch.setattr(selftest, "_reference", lambda g, x, s: {"y": real(g, x, s)["y"] + 1.0})
-    c = selftest.Check("concat", "")
-    selftest.check_concat(selftest._Env("sim", "m4", 0), c)
+        real = checks._reference
+        monkeypatch.setattr(checks, "_reference", lambda g, x, s: {"y": real(g, x, s)["y"] + 1.0})
+    c = checks.Check("concat", "")
+    checks.check_concat(checks.CheckEnv("sim", "m4", 0), c)
     assert c.data["verdict"] == "accepted but wrong"
     assert not c.passed  # the sim declares concat accepted (and right): the disagreement is reported
     assert any("accepted but wrong" in line for line in c.lines)
@@ -222,9 +228,9 @@ def test_the_concat_verdict_is_cached_with_the_reload_verdict(monkeypatch: pytes
     report = {"driver": "ane", "target": "m4",
               "checks": [{"id": "reload", "data": {"verdict": []}},
                          {"id": "concat", "data": {"verdict": "accepted"}}]}
-    selftest.save_verdict(report)
+    verdict.save_verdict(report)
     assert verdict.cached_concat("ane") == "accepted" and verdict.cached_concat("sim") is None
-    assert selftest.cached_verdict("ane") == []
+    assert verdict.cached_verdict("ane") == []
     monkeypatch.setattr(verdict, "this_mac_target", lambda: "m4")
     assert verdict.concat_reading("m4")[0] == "native"
     assert verdict.concat_reading("m5")[0] == "rewrite"
@@ -234,49 +240,49 @@ def test_the_concat_verdict_is_cached_with_the_reload_verdict(monkeypatch: pytes
 
 def test_the_verdict_is_cached_per_machine_and_read_back(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("ANEC_CACHE_DIR", str(tmp_path / "cache"))
-    assert selftest.cached_verdict("ane") is None
+    assert verdict.cached_verdict("ane") is None
     report = {"driver": "ane", "target": "m4",
               "checks": [{"id": "reload", "data": {"verdict": ["data-patch"]}},
                          {"id": "dialect", "data": {"accepted": ["ios18"]}}]}
-    path = selftest.save_verdict(report)
+    path = verdict.save_verdict(report)
     assert path == tmp_path / "cache" / "selftest-verdict.json"
-    assert selftest.cached_verdict("ane") == ["data-patch"]
-    assert selftest.cached_verdict("sim") is None  # per driver
+    assert verdict.cached_verdict("ane") == ["data-patch"]
+    assert verdict.cached_verdict("sim") is None  # per driver
     report["checks"][0]["data"]["verdict"] = ["new-object"]  # a machine where only a new object works
-    selftest.save_verdict(report)
-    assert selftest.cached_verdict("ane") == ["new-object"]
+    verdict.save_verdict(report)
+    assert verdict.cached_verdict("ane") == ["new-object"]
     report["checks"][0]["data"]["verdict"] = ["data-patch"]
-    selftest.save_verdict(report)
+    verdict.save_verdict(report)
     from anec import runtime
 
     assert runtime._verdict_for("ane") == ["data-patch"]
     # another machine, OS or anec version does not see it
     monkeypatch.setattr(verdict, "__version__", "9.9.9")
-    assert selftest.cached_verdict("ane") is None
+    assert verdict.cached_verdict("ane") is None
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"[]", b'{"entries": []}', b"\xff\xfe",
                                      b'{"entries": {"K": {"reload_verified": ["rewrite-and-pray"]}}}'])
 def test_a_hostile_verdict_file_verifies_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, content) -> None:
     monkeypatch.setenv("ANEC_CACHE_DIR", str(tmp_path))
-    (tmp_path / "selftest-verdict.json").write_bytes(content.replace(b"K", selftest.machine_key("ane").encode()))
-    assert selftest.cached_verdict("ane") is None
+    (tmp_path / "selftest-verdict.json").write_bytes(content.replace(b"K", verdict.machine_key("ane").encode()))
+    assert verdict.cached_verdict("ane") is None
 
 
 def test_a_symlinked_verdict_file_is_not_followed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("ANEC_CACHE_DIR", str(tmp_path))
     real = tmp_path / "elsewhere.json"
-    real.write_text(json.dumps({"entries": {selftest.machine_key("ane"): {"reload_verified": ["data-patch"]}}}))
+    real.write_text(json.dumps({"entries": {verdict.machine_key("ane"): {"reload_verified": ["data-patch"]}}}))
     (tmp_path / "selftest-verdict.json").symlink_to(real)
-    assert selftest.cached_verdict("ane") is None
+    assert verdict.cached_verdict("ane") is None
 
 
 def test_unlegalized_check_fails_when_an_op_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = selftest.raw_mil
+    real = programs.raw_mil
     # a device that accepts gelu: its program compiles like the control
-    monkeypatch.setattr(selftest, "raw_mil", lambda op, d: real("relu" if op == "gelu" else op, d))
-    c = selftest.Check("unlegalized", "")
-    selftest.check_unlegalized(selftest._Env("sim", "m4", 0), c)
+    monkeypatch.setattr(checks, "raw_mil", lambda op, d: real("relu" if op == "gelu" else op, d))
+    c = checks.Check("unlegalized", "")
+    checks.check_unlegalized(checks.CheckEnv("sim", "m4", 0), c)
     assert not c.passed
     assert any(line.startswith("gelu: ACCEPTED") for line in c.lines)
 
@@ -287,8 +293,8 @@ def test_min_surface_check_fails_when_small_surfaces_give_garbage(monkeypatch: p
             o[...] = 7.0
 
     monkeypatch.setattr(Program, "evaluate_raw", garbage)
-    c = selftest.Check("min-surface", "")
-    selftest.check_min_surface(selftest._Env("sim", "m4", 0), c)
+    c = checks.Check("min-surface", "")
+    checks.check_min_surface(checks.CheckEnv("sim", "m4", 0), c)
     assert not c.passed
     assert "WRONG" in c.lines[1]
 
@@ -297,7 +303,7 @@ def test_a_crashing_check_fails_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(env, c):
         raise ValueError("boom")
 
-    monkeypatch.setattr(selftest, "CHECKS", [("x", "crashes", boom), selftest.CHECKS[3]])
+    monkeypatch.setattr(checks, "CHECKS", [("x", "crashes", boom), checks.CHECKS[3]])
     rep = selftest.run_selftest("sim", "m4", 0)
     assert [c["passed"] for c in rep["checks"]] == [False, True]
     assert rep["checks"][0]["lines"] == ["crashed: ValueError: boom"]
@@ -314,7 +320,7 @@ def test_selftest_passes_for_every_target_profile(target: str) -> None:
 
 
 def test_raw_mil_dialects() -> None:
-    old, new = selftest.raw_mil("concat", "ios16"), selftest.raw_mil("concat", "ios18")
+    old, new = programs.raw_mil("concat", "ios16"), programs.raw_mil("concat", "ios18")
     assert old.startswith("program(1.0)") and "func main<ios16>" in old
     assert 'tensor<int32, []> c_axis = const()[name = tensor<string, []>("c_axis"), val = tensor<int32, []>(1)];' in old
     assert new.startswith("program(1.3)") and "func main<ios18>" in new
@@ -396,6 +402,7 @@ FAKE_READINGS = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize("reading,hex_content,verdict", FAKE_READINGS)
+@pytest.mark.constraint("ANE-SAME-OBJECT-PATCH")
 def test_the_reload_check_on_the_fake_finds_what_each_reading_allows(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_native, reading, hex_content, verdict) -> None:
     """The Python reload check, run on the ane driver against the fake of the macOS framework
@@ -411,10 +418,10 @@ def test_the_reload_check_on_the_fake_finds_what_each_reading_allows(
     try:
         lib.fk_set_device(getattr(lib, reading), hex_content)
         lib.anec_process_reset_budget(b"ane")
-        env = selftest._Env("ane", "m4", 0)
+        env = checks.CheckEnv("ane", "m4", 0)
         assert env.driver == "ane"
-        c = selftest.Check("reload", "")
-        selftest.check_reload(env, c)
+        c = checks.Check("reload", "")
+        checks.check_reload(env, c)
         violations = [ffi.string(lib.fk_violation(i)).decode() for i in range(lib.fk_nviolations())]
     finally:
         lib.fk_shutdown()

@@ -1,5 +1,5 @@
 /* test_mil.c - MIL parser and sim compiler: accepted forms, rejections with line + constraint id. */
-#include "sim_mil.h"
+#include "mil_parse.h"
 #include "sim_plan.h"
 #include "tharness.h"
 
@@ -154,6 +154,7 @@ static void concat_case(const char *body, const char *needle)
     sim_plan_release(p);
 }
 
+/* constraint: ANE-CONCAT */
 static void test_concat_only_where_the_device_accepts_it(void)
 {
     const char *y = "        tensor<fp16, [1, 8, 1, 8]> y = ";

@@ -54,6 +54,7 @@ def _linear_op(fmt: str, dialect: str) -> str | None:
 
 @pytest.mark.parametrize("dialect", ["ios18", "ios16"])
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.constraint("ANE-COMPRESSED-WEIGHTS")
 def test_sim_matches_the_interpreter(rt, small, fmt, dialect):
     res, store = _compile(small, fmt, dialect)
     art = res.artifacts["f"]
@@ -83,6 +84,7 @@ def test_sim_matches_the_interpreter(rt, small, fmt, dialect):
 @pytest.mark.parametrize("dialect", ["ios18", "ios16"])
 @pytest.mark.parametrize("fmt", ["int8", "uint8-affine", "lut2", "lut6", "lut4/g8", "int8@blockwise",
                                  "uint8-affine@blockwise", "int4/b16", "uint4-affine/b8", "int4-affine"])
+@pytest.mark.constraint("ANE-COMPRESSED-WEIGHTS")
 def test_coremltools_decompresses_bit_for_bit_as_anec(small, fmt, dialect):
     """coremltools type-checks the MIL (each declared type equals its inference) and its
     constexpr ops materialize exactly the weights anec's interpreter uses."""

@@ -100,6 +100,7 @@ def test_padding_bits_that_change_the_element_count_are_refused(rt):
             _run(rt, _mil(LUT18), blobs)
 
 
+@pytest.mark.constraint("ANE-COMPRESSED-WEIGHTS")
 def test_lut_indices_wider_than_the_table_are_refused(rt):
     """uint4 indices (values up to 15) over a 4-entry table: an index could read past it."""
     mil = _mil(LUT18.replace("uint2", "uint4"))
@@ -166,6 +167,7 @@ def test_a_truncated_int4_payload_is_refused(rt, small):
         rt.compile(art.mil_text, {f"@model_path/{k}": v for k, v in blobs.items()}, limits=LIMITS).close()
 
 
+@pytest.mark.constraint("ANE-COMPRESSED-BUDGET")
 def test_the_budget_counts_a_compressed_weight_once(rt):
     """ANE-COMPRESSED-BUDGET (a hypothesis the sim follows): a LUT weight is two payload
     BLOBFILEs and one weight tensor, so it fits a cap of one; a second weight does not."""

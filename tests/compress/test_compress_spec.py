@@ -128,6 +128,7 @@ def test_a_zero_channel_quantizes_to_zero():
     assert np.all(q[1] == 127)
 
 
+@pytest.mark.constraint("ANE-COMPRESSED-STREAMING")
 def test_auto_picks_what_the_target_streams(small):
     """ANE-COMPRESSED-STREAMING: auto is lut4 -> int8 -> fp16 where int8 streams (m4), lut4 ->
     fp16 on m1; an explicit format the target does not stream is kept, with a warning."""

@@ -1,9 +1,9 @@
 """PyTorch's own OpInfo samples through the importer, on the sim, at three magnitudes.
 
 Which ops: every OpInfo of ``torch.testing._internal.common_methods_invocations.op_db``
-that supports float32 and lowers to the importer's table (``anec.frontends.aten.HANDLERS``,
+that supports float32 and lowers to the importer's table (``anec.frontends.lowerings.HANDLERS``,
 the table of ``anec import --ops``): its first sample, run eagerly under a dispatch mode that
-applies the importer's own decompositions (core ATen, as ``torch_import.decompose``),
+applies the importer's own decompositions (core ATen, as ``anec.frontends.torch.export.decompose``),
 calls at least one ATen overload of the table and only overloads of the table. So an
 OpInfo named after a table op (``add``, ``var``, ``linalg.vector_norm``) is swept, and so
 is one that decomposes into table ops (``nn.functional.rms_norm``, ``nn.functional.layer_norm``,
@@ -123,10 +123,10 @@ def table() -> set[str]:
 
 
 def _decompositions() -> dict:
-    """The importer's decomposition table (torch_import.decompose's)."""
+    """The importer's decomposition table (anec.frontends.torch.export.decompose's)."""
     import torch
 
-    from anec.frontends.torch_import import KEEP_WHOLE
+    from anec.frontends.torch.export import KEEP_WHOLE
 
     decomp = dict(torch.export.default_decompositions())
     for name in KEEP_WHOLE:
@@ -319,7 +319,7 @@ def run_sample(name: str, index: int, info: Any, sample: Any, runtime: Any,
     import anec
     from anec.compiler import compile_module
     from anec.diagnostics import AnecError
-    from anec.frontends.torch_import import TorchRunner
+    from anec.frontends.torch.runner import TorchRunner
     from anec.runtime import native
     from anec.weight_store import WeightStore
 

@@ -18,7 +18,9 @@ from click.testing import CliRunner
 from anec.cli import main
 from anec.compiler import compile_module
 from anec.frontends import CoreMLExportError, MissingExtraError, require
-from anec.frontends.coreml import export_coreml, mil_statements, read_package, verify_package
+from anec.frontends.coreml import export_coreml
+from anec.frontends.coreml_mil import mil_statements
+from anec.frontends.coreml_verify import read_package, verify_package
 from anec.ir.parser import parse_file
 from anec.mil.artifact import Artifact
 from anec.mil.blobfile import BlobReader

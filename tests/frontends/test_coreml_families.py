@@ -11,9 +11,10 @@ import pytest
 
 from anec.compiler import compile_module
 from anec.frontends import CoreMLExportError
-from anec.frontends import coreml
-from anec.frontends.coreml import export_coreml, read_package, verify_package
-from anec.mil.pipeline import load_any
+from anec.frontends import coreml_fusions
+from anec.frontends.coreml import export_coreml
+from anec.frontends.coreml_verify import read_package, verify_package
+from anec.mil.multi_program import load_any
 from tests.frontends.conftest import CASES, assert_close, torch
 
 pytest.importorskip("coremltools")
@@ -94,7 +95,7 @@ def test_prediction_where_coremltools_can_run_it(tmp_path):
 
 def test_without_the_fusion_table_a_silu_model_is_refused_with_a_hint(tmp_path, monkeypatch):
     _, art_dir, _ = build("mlp", tmp_path)
-    monkeypatch.setattr(coreml, "FUSIONS", ())
+    monkeypatch.setattr(coreml_fusions, "FUSIONS", ())
     with pytest.raises(CoreMLExportError) as e:
         export_coreml(art_dir, tmp_path / "m.mlpackage")
     assert "1 more 'silu'" in str(e.value) and "1 fewer 'sigmoid'" in str(e.value)
@@ -123,9 +124,9 @@ def test_the_backend_passes_are_the_ones_coremltools_runs_under_empty():
     from coremltools.converters.mil.converter import _construct_other_pipelines
 
     _, backend = _construct_other_pipelines(ct.PassPipeline.EMPTY, "milinternal", "mlprogram")
-    assert list(backend.passes) == list(coreml.BACKEND_PASSES)
-    fusing = {p for p, what in coreml.BACKEND_PASSES.items() if what == "FUSIONS"}
-    assert fusing == {f.pass_name for f in coreml.FUSIONS}
+    assert list(backend.passes) == list(coreml_fusions.BACKEND_PASSES)
+    fusing = {p for p, what in coreml_fusions.BACKEND_PASSES.items() if what == "FUSIONS"}
+    assert fusing == {f.pass_name for f in coreml_fusions.FUSIONS}
 
 
 def test_anec_models_llama_programs_export(tmp_path):

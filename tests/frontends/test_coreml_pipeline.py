@@ -23,12 +23,14 @@ from click.testing import CliRunner
 from anec.cli import main
 from anec.compiler import compile_module
 from anec.frontends import CoreMLExportError
-from anec.frontends.coreml import export_coreml, mil_statements, read_package, verify_package
+from anec.frontends.coreml import export_coreml
+from anec.frontends.coreml_mil import mil_statements
+from anec.frontends.coreml_verify import read_package, verify_package
 from anec.ir.interp import interpret
 from anec.ir.parser import parse
 from anec.mil.artifact import artifact_weights
 from anec.mil.blobfile import BlobReader
-from anec.mil.pipeline import PipelineArtifact, load_any
+from anec.mil.multi_program import PipelineArtifact, load_any
 from anec.targets import get_target
 from tests.frontends.conftest import assert_close
 from tests.passes.test_partition import chain, unet

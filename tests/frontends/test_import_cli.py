@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from anec.cli import main
+from anec.frontends.torch.imported import ImportedModel
 from tests.frontends.conftest import torch
 from tolerances import assert_close as tol_close  # noqa: E402
 
@@ -113,7 +114,8 @@ class _Dataclass(torch.nn.Module):
 
 
 def test_nested_and_unregistered_output_pytrees_import(tmp_path):
-    from anec.frontends.torch_import import import_torch, load_pt2
+    from anec.frontends.torch.fx_import import import_torch
+    from anec.frontends.torch.export import load_pt2
 
     x = torch.randn(2, 16, generator=torch.Generator().manual_seed(1))
     torch.manual_seed(0)
@@ -174,7 +176,7 @@ def test_run_on_an_import_names_the_torch_inputs(tmp_path):
     res = cli("run", tmp_path / "imp", "--backend", "sim", "--random-inputs", "0")
     assert "(compiled now)" in res.output and "output  [1, 4, 8] float32" in res.output
     # the import's model.ir takes the looked-up rows: torch's input names point to the directory
-    name = anec.frontends.torch_import.ImportedModel.load(tmp_path / "imp").input_names[0]
+    name = ImportedModel.load(tmp_path / "imp").input_names[0]
     np.save(tmp_path / "ids.npy", ids.numpy())
     for cmd in ("run", "interp"):
         res = cli(cmd, tmp_path / "imp" / "model.ir", "--input", f"{name}={tmp_path / 'ids.npy'}", ok=False)
@@ -262,7 +264,7 @@ def test_a_hostile_import_link_is_refused(tmp_path):
     import os
 
     from anec.diagnostics import AnecError
-    from anec.frontends.torch_import import LINK_FILE, LINK_MAX, linked_import
+    from anec.frontends.torch.imported import LINK_FILE, LINK_MAX, linked_import
 
     out = tmp_path / "build"
     out.mkdir()

@@ -20,8 +20,8 @@ from click.testing import CliRunner
 import anec
 from anec.cli import main
 from anec.diagnostics import AnecError
-from anec.frontends import TorchImportError
-from anec.frontends.aten import UnsupportedOpError
+from anec.frontends import TorchImportError, UnsupportedOpError
+from anec.frontends.torch.export import load_pt2
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -326,7 +326,7 @@ def test_pt2_that_is_not_an_archive(tmp_path, content):
     p = tmp_path / "bad.pt2"
     p.write_bytes(content)
     with pytest.raises(TorchImportError, match="not a torch.export archive"):
-        anec.import_torch(anec.frontends.torch_import.load_pt2(p))
+        anec.import_torch(load_pt2(p))
 
 
 def test_missing_pt2(tmp_path):
@@ -356,7 +356,7 @@ def test_pt2_with_pickled_weights_is_refused(tmp_path):
     bad = tmp_path / "pickled.pt2"
     _rewrite_archive(pt2, bad, edit)
     with pytest.raises(TorchImportError, match="pickled"):
-        anec.frontends.torch_import.load_pt2(bad)
+        load_pt2(bad)
 
 
 def test_pt2_with_pickled_sample_inputs_is_refused(tmp_path):
@@ -379,7 +379,7 @@ def test_pt2_with_pickled_sample_inputs_is_refused(tmp_path):
     bad = tmp_path / "evil.pt2"
     _rewrite_archive(pt2, bad, edit)
     with pytest.raises(TorchImportError, match="not plain tensors"):
-        anec.frontends.torch_import.load_pt2(bad)
+        load_pt2(bad)
 
 
 class TooManyWeights(nn.Module):

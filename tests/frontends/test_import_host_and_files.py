@@ -19,7 +19,7 @@ from click.testing import CliRunner
 import anec
 from anec.cli import main
 from anec.frontends import TorchImportError
-from anec.frontends.torch_import import ImportedModel
+from anec.frontends.torch.imported import ImportedModel
 from anec.ir.printer import format_text
 from tests.frontends.conftest import assert_close, reference
 

@@ -52,7 +52,7 @@ def test_sim_cases_fit_one_program(imported_cases):
 @pytest.mark.parametrize("name", PIPELINES)
 def test_whole_models_compile_into_pipelines(imported_cases, name):
     from anec.compiler import compile_module
-    from anec.mil.pipeline import PipelineArtifact
+    from anec.mil.multi_program import PipelineArtifact
 
     im = imported_cases(name)[0]
     art = compile_module(im.module, weights=im.weights).artifacts["main"]
@@ -113,7 +113,7 @@ def test_fp16_interpreter_is_the_sims_oracle(imported_cases):
     reduce_mean -> reduce_sum(x * 1/N) rounds once more than the interpreter's mean)."""
     im, _, args, _ = imported_cases("encoder_1layer")
     with im.runner(backend="sim") as run:
-        feed = run._prepare(run._bind(args, {}))
+        feed = run.prepare(run.bind(args, {}))
         sim = run.program(feed)
     interp = im.runner(backend="interp", mode="fp16").program(feed)
     for k in sim:

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import anec
-from anec.frontends.torch_import import ImportedModel
+from anec.frontends.torch.imported import ImportedModel
 from anec.ir.printer import format_text
 from tests.frontends.conftest import reference
 from tolerances import assert_close as tol_close  # noqa: E402

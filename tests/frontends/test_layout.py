@@ -15,7 +15,7 @@ import random
 import numpy as np
 import pytest
 
-from anec.frontends.layout import (
+from anec.frontends.tensor_views import (
     Emitter,
     View,
     align_view,

@@ -1,7 +1,8 @@
-"""A small func that compiles into a pipeline, for the tests of anec/mil/pipeline.py.
+"""A small func that compiles into a pipeline, for the tests of the multi-program artifact
+(anec/mil/multi_program.py, anec/multi_program_build.py).
 
 Four conv1x1+relu layers on a target whose programs hold at most two BLOBFILE tensors:
-legalize cuts the func into two stages (layers 0-2, then layer 3), and the weight of
+partition cuts the func into two stages (layers 0-2, then layer 3), and the weight of
 layer 1 is compiled as an input (``inputs/w1.bin``), so the pipeline has every part.
 """
 

@@ -35,6 +35,7 @@ def build(graph, target=None, seed=0, pack=False, rewrites=()):
     return Artifact.build(graph, emit_mil(graph, target, pack_weights=pack), target, store, rewrites)
 
 
+@pytest.mark.constraint("ANE-IO-ORDER")
 def test_manifest_io_and_bindings():
     g = two_io()
     m = build(g).manifest
@@ -54,6 +55,7 @@ def test_manifest_io_and_bindings():
     assert m["weights"] == [] and m["rewrites"] == [] and m["host_casts"] == []
 
 
+@pytest.mark.constraint("ANE-UNIFORM-SURFACES", "ANE-MIN-SURFACE", "ANE-SURFACE-ALIGN")
 def test_alloc_bytes_uniform_aligned():
     m4, m5 = get_target("m4"), get_target("m5")
     assert alloc_bytes([100, 196608], m4) == 196608
@@ -81,7 +83,7 @@ def test_chunked_output_entries():
     c1 = b.conv1x1(x, w1, name="logits__c1")
     z = b.relu(x, name="z")
     b.ret(z, c0, c1)
-    b.graph.meta["logical_outputs"] = [{"name": "logits", "axis": 1, "pieces": ["logits__c0", "logits__c1"]}]
+    b.graph.facts.logical_outputs = [{"name": "logits", "axis": 1, "pieces": ["logits__c0", "logits__c1"]}]
     store = WeightStore({"proj": np.arange(80, dtype=np.float32).reshape(10, 8, 1, 1)})
     t = get_target("m4")
     art = Artifact.build(b.graph, emit_mil(b.graph, t), t, store)
@@ -339,7 +341,7 @@ def test_artifact_weight_inputs_have_the_manifest_shape_and_dtype():
     """A weight compiled as an input comes back in its input's shape; a dtype the blob does not hold
     is refused, naming the input's BLOBFILE."""
     g = two_io()
-    g.meta["weight_inputs"] = [{"key": "m", "input": "mask", "dtype": "fp16", "shape": [1, 4, 1, 8]}]
+    g.facts.weight_inputs = [{"key": "m", "input": "mask", "dtype": "fp16", "shape": [1, 4, 1, 8]}]
     value = np.arange(32, dtype=np.float32).reshape(1, 4, 1, 8)
     t = get_target("m4")
     art = Artifact.build(g, emit_mil(g, t), t, WeightStore({"m": value}))
@@ -453,7 +455,7 @@ def test_the_manifests_are_written_while_the_stages_are(tmp_path, monkeypatch):
     assert not any(rel.endswith("manifest.json") for rel in first)
     assert {"f/manifest.json", "f/stages/s00/manifest.json", artifact_mod.OUTPUT_INDEX} <= set(second)
     assert moved == ("moved", len(first) + len(second))  # every file written before the rename
-    from anec.mil.pipeline import PipelineArtifact
+    from anec.mil.multi_program import PipelineArtifact
 
     assert PipelineArtifact.load(tmp_path / "out" / "f").func == "f"
 
@@ -736,7 +738,7 @@ def test_a_logical_output_listing_a_piece_the_func_does_not_return_is_refused():
     from anec.diagnostics import PassError
 
     g = two_io()
-    g.meta["logical_outputs"] = [{"name": "both", "axis": 1, "pieces": ["a_out", "gone"]}]
+    g.facts.logical_outputs = [{"name": "both", "axis": 1, "pieces": ["a_out", "gone"]}]
     with pytest.raises(PassError) as e:
         build(g)
     assert e.value.message == "func 'two': logical output 'both' lists piece 'gone', which the func does not return"
@@ -747,7 +749,7 @@ def test_a_logical_output_shape_that_does_not_hold_its_pieces_is_refused():
     from anec.diagnostics import PassError
 
     g = two_io()
-    g.meta["logical_outputs"] = [{"name": "a", "axis": None, "pieces": ["a_out"], "shape": [4, 9]}]
+    g.facts.logical_outputs = [{"name": "a", "axis": None, "pieces": ["a_out"], "shape": [4, 9]}]
     with pytest.raises(PassError) as e:
         build(g)
     assert e.value.message == ("func 'two': logical output 'a' has shape [4, 9], "
@@ -805,7 +807,7 @@ def test_a_logical_input_shape_that_does_not_hold_the_input_is_refused():
     from anec.diagnostics import PassError
 
     g = two_io()
-    g.meta["logical_inputs"] = [{"name": "x", "dtype": "fp16", "shape": [4, 9]}]
+    g.facts.logical_inputs = [{"name": "x", "dtype": "fp16", "shape": [4, 9]}]
     with pytest.raises(PassError) as e:
         build(g)
     assert e.value.message == "func 'two': logical input 'x' has shape [4, 9], which does not hold fp16[1, 4, 1, 8]"
@@ -859,7 +861,7 @@ def test_a_weight_plan_the_blob_writer_disagrees_with_is_refused():
 def test_without_weights_there_are_no_blobs_and_no_digests():
     """build_blobs and build_weight_inputs without a store: no blob files, every sha256 None."""
     g = two_io()
-    g.meta["weight_inputs"] = [{"key": "m", "input": "mask", "dtype": "fp16", "shape": [1, 4, 1, 8]}]
+    g.facts.weight_inputs = [{"key": "m", "input": "mask", "dtype": "fp16", "shape": [1, 4, 1, 8]}]
     t = get_target("m4")
     blobs, entries = artifact_mod.build_blobs(emit_mil(small_mlp(), t), None)
     assert blobs is None and [e["sha256"] for e in entries] == [None, None]
@@ -877,7 +879,7 @@ def test_a_built_artifact_keeps_the_emitted_program():
 def test_a_weight_input_is_the_slice_of_its_stored_tensor():
     """A weight compiled as an input takes the slice its entry names, and the manifest records it."""
     g = two_io()
-    g.meta["weight_inputs"] = [{"key": "m", "input": "mask", "dtype": "fp16", "shape": [1, 4, 1, 8],
+    g.facts.weight_inputs = [{"key": "m", "input": "mask", "dtype": "fp16", "shape": [1, 4, 1, 8],
                                 "slice": [1, 2, 6]}]
     value = np.arange(64, dtype=np.float32).reshape(1, 8, 1, 8)
     t = get_target("m4")
@@ -890,7 +892,7 @@ def test_a_weight_input_is_the_slice_of_its_stored_tensor():
 def test_a_stored_weight_input_of_the_wrong_shape_names_the_input():
     """A stored tensor that cannot fill a weight input is refused, naming the weight and the input."""
     g = two_io()
-    g.meta["weight_inputs"] = [{"key": "m", "input": "mask", "dtype": "fp16", "shape": [1, 4, 1, 8]}]
+    g.facts.weight_inputs = [{"key": "m", "input": "mask", "dtype": "fp16", "shape": [1, 4, 1, 8]}]
     t = get_target("m4")
     with pytest.raises(WeightError) as e:
         Artifact.build(g, emit_mil(g, t), t, WeightStore({"m": np.zeros((1, 4, 1, 9), np.float32)}))

@@ -94,6 +94,7 @@ def test_coremltools_reads_our_files(tmp_path):
         np.testing.assert_array_equal(coreml_read(ours, off, a.dtype), a.reshape(-1))
 
 
+@pytest.mark.constraint("ANE-BLOBFILE-OFFSET")
 def test_layout_fields():
     w = BlobWriter()
     assert w.to_bytes() == struct.pack("<II", 0, 2) + bytes(56)

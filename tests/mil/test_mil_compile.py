@@ -88,6 +88,7 @@ def test_host_casts_on_m1(tmp_path):
 
 
 @pytest.mark.parametrize("target", ["m1", "m2", "m3", "m4", "m5"])
+@pytest.mark.constraint("ANE-MIL-DIALECT")
 def test_dialect_option(target, tmp_path):
     """ios18 by default on every chip; ios16 only when asked for, and the manifest says which."""
     module = parse_file(str(MULTI))

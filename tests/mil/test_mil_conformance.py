@@ -179,6 +179,7 @@ def graphs(draw):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graphs())
+@pytest.mark.constraint("ANE-SPLIT")
 def test_generated_graphs_typecheck_after_default_pipeline(case):
     module, nweights = case
     try:

@@ -31,6 +31,7 @@ from .milcheck import assert_proven, check_mil
 from .test_mil_golden import EXAMPLES, compiled
 
 @pytest.mark.parametrize("target", list(TARGETS))
+@pytest.mark.constraint("ANE-SPLIT")
 def test_examples_and_graphs_use_only_proven_constructs(target):
     """Every example on every target; the examples hold a split (gpt2_attention, multi_func),
     a rank-3 output (multi_func.classify) and fp16 literals (the range-safe LayerNorm's sqrt(eps), GELU constants).
@@ -92,6 +93,7 @@ def _sim():
 
 
 @pytest.mark.parametrize("target", ["m4", "m1"])
+@pytest.mark.constraint("ANE-IO-RANK4")
 def test_rank_n_funcs_run_on_the_sim_with_logical_shapes(target, tmp_path):
     module = parse(RANKS, "ranks.ir")
     store = resolve_weights(module, random_seed=0)

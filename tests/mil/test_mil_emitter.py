@@ -11,7 +11,8 @@ import pytest
 from anec.diagnostics import ConstraintError
 from anec.ir import Builder
 from anec.ir.types import DType
-from anec.mil.emitter import emit_mil, float_literal, is_mil_identifier
+from anec.mil.emitter import emit_mil, is_mil_identifier
+from anec.mil.float_literals import float_literal
 from anec.targets import get_target
 
 from .graphs import small_mlp, two_io
@@ -62,6 +63,7 @@ def test_program_layout(m4):
         assert keys == sorted(keys), line
 
 
+@pytest.mark.constraint("ANE-MATMUL-FLAGS")
 def test_every_param_is_a_named_const(m4):
     mil = parse_mil(emit_mil(small_mlp(), m4).text)
     consts = {s.results[0][1]: s for s in mil.stmts if s.op == "const"}
@@ -94,6 +96,7 @@ def test_scalar_and_small_tensor_literals(m4):
     assert "0x" not in text
 
 
+@pytest.mark.constraint("ANE-MATMUL-FLAGS")
 def test_matmul_flags_are_bool_consts(m4):
     b = Builder("f")
     q = b.input("q", "fp16", [1, 2, 8, 4])
@@ -167,6 +170,7 @@ def test_negative_axes_are_made_non_negative(m4):
     assert 'int32 sm_axis = const()[name = string("sm_axis"), val = int32(3)];' in text
 
 
+@pytest.mark.constraint("ANE-SPLIT")
 def test_split_is_refused(m4):
     """Legalize turns split into slices; a split reaching the emitter is an error."""
     b = Builder("f")
@@ -180,6 +184,7 @@ def test_split_is_refused(m4):
 
 @pytest.mark.parametrize("shape", [[8], [2, 4], [1, 2, 4], [1, 1, 2, 1, 4], []])
 @pytest.mark.parametrize("where", ["input", "output"])
+@pytest.mark.constraint("ANE-IO-RANK4")
 def test_io_rank_other_than_4_is_refused(m4, shape, where):
     b = Builder("f")
     if where == "input":
@@ -318,6 +323,7 @@ def test_bool_weight_refused(m4):
 # ---- weights ----------------------------------------------------------------
 
 
+@pytest.mark.constraint("ANE-ONE-FILE-PER-WEIGHT")
 def test_one_file_per_weight(m4):
     prog = emit_mil(small_mlp(), m4)
     assert [(w.const, w.key, w.file, w.offset) for w in prog.weights] == [
@@ -326,6 +332,7 @@ def test_one_file_per_weight(m4):
             '(BLOBFILE(path = string("@model_path/weights/w1.bin"), offset = uint64(64)))];') in prog.text
 
 
+@pytest.mark.constraint("ANE-BLOBFILE-OFFSET")
 def test_packed_weights_offsets(m4):
     prog = emit_mil(small_mlp(channels=8, hidden=10), m4, pack_weights=True)
     # w1: 10*8 fp16 = 160 bytes at 64 -> payload [128, 288) -> next record at 320
@@ -348,6 +355,7 @@ def test_deterministic(m4):
     assert emit_mil(g, m4).text == emit_mil(g.clone(), m4).text == emit_mil(small_mlp(), m4).text
 
 
+@pytest.mark.constraint("ANE-MIL-DIALECT")
 def test_ios16_dialect():
     old = get_target("m2").replace(mil_dialect="ios16")  # what --dialect ios16 selects
     b = Builder("f")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from anec.ir.types import DType
-from anec.mil.emitter import _BINARY
+from anec.mil.float_literals import BINARY_FORMATS
 
 from .test_mil_literals import _round_exact
 
@@ -48,7 +48,7 @@ def _threshold(np_type) -> Fraction:
 
 @pytest.mark.parametrize("dtype, np_type", [(DType.fp16, np.float16), (DType.fp32, np.float32)], ids=["fp16", "fp32"])
 def test_round_exact_rounds_the_decimal_not_its_nearest_double(dtype, np_type):
-    fmt = _BINARY[dtype]
+    fmt = BINARY_FORMATS[dtype]
     for text in _near_midpoints(np_type):
         want = _round_exact(Fraction(text), text.startswith("-"), np_type)
         got = fmt.round_exact(text)
@@ -59,5 +59,5 @@ def test_round_exact_rounds_the_decimal_not_its_nearest_double(dtype, np_type):
     below = _dec(top - Fraction(1, 10**60))  # its nearest double is the threshold itself
     assert fmt.round_exact(below) == float(np.finfo(np_type).max) == -fmt.round_exact("-" + below)
     # the case the fast path would get wrong: fp64 reads 1 + 2**-11 (a tie, to even: 1)
-    assert _BINARY[DType.fp16].round_exact("1.00048828125000000000001") == 1.0009765625
-    assert _BINARY[DType.fp16].round_exact("1.00048828125") == 1.0
+    assert BINARY_FORMATS[DType.fp16].round_exact("1.00048828125000000000001") == 1.0009765625
+    assert BINARY_FORMATS[DType.fp16].round_exact("1.00048828125") == 1.0

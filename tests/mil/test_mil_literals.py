@@ -20,7 +20,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from anec.ir.types import DType
-from anec.mil.emitter import DIALECTS, float_literal
+from anec.mil.emitter import DIALECTS
+from anec.mil.float_literals import float_literal
 from anec.runtime import Runtime, backend_available
 
 from .milcheck import parse_mil

@@ -18,7 +18,7 @@ from anec.mil import beneath, manifest as m
 
 
 def bad(check, value, path="f"):
-    with pytest.raises(m._Bad) as e:
+    with pytest.raises(m.ManifestFieldError) as e:
         check(value, path)
     return e.value
 

@@ -99,6 +99,7 @@ def _sim_error(rt, tmp_path, form: sf.Form, mil_edit) -> str:
     (CASES["maxpool3s2p1"], lambda t: t.replace('val = bool(false)', 'val = bool(true)', 1),
      "the sim runs ceil_mode = false only"),
 ])
+@pytest.mark.constraint("ANE-SPATIAL-LIMITS")
 def test_sim_refuses_native_ops_beyond_the_limits(form, edit, constraint, tmp_path, rt):
     msg = _sim_error(rt, tmp_path, form, edit)
     assert constraint in msg, msg

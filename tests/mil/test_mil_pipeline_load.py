@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from anec.diagnostics import ArtifactError
-from anec.mil.pipeline import PipelineArtifact, load_any, stage_dir
+from anec.mil.multi_program import PipelineArtifact, load_any, stage_dir
 from tests.mil.pipelines import compile_pipeline
 
 RECOMPILE = "the artifact was modified after compiling; recompile it"

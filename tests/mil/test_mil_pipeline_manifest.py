@@ -12,7 +12,8 @@ import copy
 import pytest
 
 from anec.diagnostics import ArtifactError
-from anec.mil.pipeline import FORMAT, PipelineArtifact, check_manifest
+from anec.mil.multi_program import FORMAT, PipelineArtifact, check_manifest
+from anec.multi_program_build import build_multi_program
 from tests.mil.pipelines import TARGET, compile_pipeline
 
 WHERE = "out/f/manifest.json"
@@ -43,8 +44,8 @@ def test_stages_record_where_they_start_and_end_in_the_source_and_their_wiring(m
 def test_building_from_the_plan_writes_one_blobfile_per_weight_unless_packing_is_asked(compiled):
     res, store = compiled
     graph = res.module.funcs["f"]
-    plain = PipelineArtifact.build(graph, graph.meta["partition"], TARGET, store, res.rewrites)
-    packed = PipelineArtifact.build(graph, graph.meta["partition"], TARGET, store, res.rewrites, pack_weights=True)
+    plain = build_multi_program(graph, graph.facts.partition, TARGET, store, res.rewrites)
+    packed = build_multi_program(graph, graph.facts.partition, TARGET, store, res.rewrites, pack_weights=True)
     weights = [r for r in plain.files() if "/weights/" in r]
     assert weights == [r for r in res.artifacts["f"].files() if "/weights/" in r] == [
         "stages/s00/weights/w0.bin", "stages/s00/weights/w1.bin", "stages/s01/weights/w0.bin"]

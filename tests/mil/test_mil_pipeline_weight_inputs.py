@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 from anec.diagnostics import ArtifactError
-from anec.mil.pipeline import check_manifest, load_any
+from anec.mil.multi_program import check_manifest, load_any
 from tests.mil.pipelines import compile_pipeline
 
 WHERE = "out/f/manifest.json"

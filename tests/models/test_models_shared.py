@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from anec.cli import main
-from anec.mil.pipeline import load_any
+from anec.mil.multi_program import load_any
 from anec.runtime import Runtime
 from tests.models.conftest import PROMPT, hf_greedy, hf_model, torch, transformers
 

@@ -54,10 +54,10 @@ def text_of(graph: Graph) -> str:
 
 
 def logical_outputs(graph: Graph, outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Outputs as the caller sees them (``graph.meta["logical_outputs"]``): chunked ones
+    """Outputs as the caller sees them (``graph.facts.logical_outputs``): chunked ones
     reassembled, rank-4 device outputs reshaped to their logical shape."""
     out = dict(outputs)
-    for entry in graph.meta.get("logical_outputs", []):
+    for entry in graph.facts.logical_outputs:
         pieces = [out.pop(p) for p in entry["pieces"]]
         axis = entry["axis"]
         whole = pieces[0] if axis is None else np.concatenate(pieces, axis=axis)

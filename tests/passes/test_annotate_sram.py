@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from anec.ir.parser import parse
 from anec.ir.printer import print_module
 from anec.passes import AnnotateSram, Legalize, PassContext
@@ -29,7 +31,7 @@ def test_bytes_and_live_bytes_of_each_node():
     assert relu.annotations == {"in_bytes": h, "weight_bytes": 0, "out_bytes": h,
                                 "live_bytes": 2 * h}
     assert g.nodes[0].annotations == {}  # consts are not computed
-    assert g.meta["sram"] == {"target": "m4", "sram_bytes": 32 * 1024 * 1024,
+    assert g.facts.sram == {"target": "m4", "sram_bytes": 32 * 1024 * 1024,
                               "peak_bytes": x + w + h, "peak_node": "h", "spill_nodes": [],
                               "weight_bytes": w}
 
@@ -50,13 +52,14 @@ func f(%x: fp16[1, 64, 1, 64]) {
     assert live == [2 * t, 2 * t, 3 * t, 3 * t]
 
 
+@pytest.mark.constraint("ANE-SRAM")
 def test_spill_is_marked_when_live_set_exceeds_sram():
     g = parse_func(MLP)
     small = get_target("m4").replace(sram_bytes=4 * 1024 * 1024)
     run(AnnotateSram(), g, PassContext(target=small))
     assert g.nodes[1].annotations["spill"] is True  # 5 MB at the conv
     assert "spill" not in g.nodes[2].annotations     # 0.75 MB at the relu
-    assert g.meta["sram"]["spill_nodes"] == ["h"]
+    assert g.facts.sram["spill_nodes"] == ["h"]
 
 
 def test_annotations_print_and_parse_back():
@@ -87,4 +90,4 @@ func f(%x: fp16[1, 64, 1, 64]) {
     run((AnnotateSram(), Legalize()), g)
     assert [n.op for n in g.nodes] == ["const", "const", "conv1x1", "add"]
     assert all("live_bytes" in n.annotations for n in g.nodes if n.op != "const")
-    assert g.meta["sram"]["peak_node"] == "y_conv"
+    assert g.facts.sram["peak_node"] == "y_conv"

@@ -7,6 +7,8 @@ payload BLOBFILEs not at all, so the plan and the sim agree.
 
 from __future__ import annotations
 
+import pytest
+
 from anec.compiler import compile_module
 from anec.ir.parser import parse
 from anec.targets import get_target
@@ -24,6 +26,7 @@ def _chain(n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.constraint("ANE-COMPRESSED-BUDGET")
 def test_the_budget_counts_a_compressed_weight_once():
     cap = get_target("m4").max_blob_tensors
     module = parse(_chain(cap), "chain.ir")

@@ -1,8 +1,12 @@
-"""The emit-mil pass on a func legalize cut into stages: what it hands the pipeline artifact."""
+"""The emit-mil pass on a func the partition pass cut into stages: what it hands the multi-program build."""
 
 from __future__ import annotations
 
-from anec.passes import AnnotateSram, DeadCodeElimination, EmitMil, FuseCasts, Legalize, PassContext
+import pytest
+
+from anec.diagnostics import AnecError
+from anec.multi_program_build import build_multi_program
+from anec.passes import AnnotateSram, DeadCodeElimination, EmitMil, FuseCasts, Legalize, PassContext, Partition
 from anec.ir.weight_binding import random_weights
 
 from .passes_util import parse_module, run
@@ -15,8 +19,9 @@ def emit(pack_weights: bool | None, with_weights: bool = True, rewrites: list[di
     g = m.func()
     options = {} if pack_weights is None else {"pack_weights": pack_weights}
     ctx = PassContext.default(target(2), random_weights(m, 0) if with_weights else None, **options)
-    run((DeadCodeElimination(), FuseCasts(), AnnotateSram(), Legalize()), g, ctx)
-    assert g.meta.get("partition") is not None  # cut into stages: the pipeline path
+    ctx.build_stages = build_multi_program
+    run((DeadCodeElimination(), FuseCasts(), AnnotateSram(), Legalize(), Partition()), g, ctx)
+    assert g.facts.partition is not None  # cut into stages: the pipeline path
     ctx.rewrites += rewrites or []
     run(EmitMil(), g, ctx)
     return ctx.artifacts["f"]
@@ -43,3 +48,16 @@ def test_a_partitioned_func_records_its_own_rewrites_and_the_unattributed_ones()
     anyone = {k: v for k, v in mine.items() if k != "func"} | {"rule": "r3"}
     rules = [r["rule"] for r in emit(False, rewrites=[mine, other, anyone]).manifest["rewrites"]]
     assert "r1" in rules and "r3" in rules and "r2" not in rules
+
+
+def test_a_cut_func_without_the_multi_program_build_is_a_clear_error():
+    """emit-mil sits below the multi-program build: a pass context that does not hand it over
+    gets an error naming the func and what to do, not a traceback or a one-program artifact."""
+    m = parse_module(chain(5), "c.ir")
+    g = m.func()
+    ctx = PassContext.default(target(2), random_weights(m, 0))
+    run((Legalize(), Partition()), g, ctx)
+    with pytest.raises(AnecError) as e:
+        EmitMil().run(g, ctx)
+    assert "func 'f' is cut into 3 programs" in e.value.message and "compile_module" in e.value.hint
+    assert "f" not in ctx.artifacts

@@ -31,7 +31,7 @@ def test_example_legalizes_on_m4_with_same_outputs(path):
         assert not ops & NOT_ON_ANE, (name, ops & NOT_ON_ANE)
         assert not any("bias" in n.optional for n in g.nodes)
         assert g.output_names() == before.funcs[name].output_names()
-        assert "sram" in g.meta
+        assert g.facts.sram is not None
         compare(before.funcs[name], g, weights, seed=1, rtol=2e-3, atol=2e-3)
     assert all(r["location"].startswith(str(path)) for r in ctx.rewrites)
 

@@ -20,6 +20,7 @@ RANK3 = """func f(%x: fp16[1, 4, 1, 1000000000]) {
 """
 
 
+@pytest.mark.constraint("ANE-INT32-SHAPE")
 def test_a_rank3_tensor_whose_device_layout_overflows_int32():
     errors = check(parse(RANK3, "big.ir")).errors
     assert len(errors) == 1

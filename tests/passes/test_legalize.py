@@ -10,7 +10,7 @@ import pytest
 
 from anec.diagnostics import ConstraintError
 from anec.ir.types import DType
-from anec.passes import Legalize, PassContext
+from anec.passes import Legalize, PassContext, Partition
 from anec.passes.legalize_rules import GELU_TANH_MAX_ABS_ERROR
 from anec.targets import get_target
 from anec.weight_store import WeightStore
@@ -21,12 +21,12 @@ M4 = get_target("m4")
 
 
 def legalize(text: str, target=M4, weights=None, **options):
-    """Parse, legalize; (before, after, ctx)."""
+    """Parse, legalize and partition; (before, after, ctx)."""
     g = parse_func(text)
     before = g.clone()
     w = weights if weights is not None else weights_for(g)
     ctx = PassContext(target=target, weights=w, options=options)
-    run(Legalize(), g, ctx)
+    run((Legalize(), Partition()), g, ctx)
     return before, g, ctx
 
 
@@ -51,6 +51,7 @@ func f(%x: fp16[1, 8, 1, 16]) {
 }"""
 
 
+@pytest.mark.constraint("ANE-GELU")
 def test_gelu_tanh_is_expanded():
     before, g, ctx = legalize(GELU.replace("MODE", "tanh"))
     assert "gelu" not in ops_of(g) and "tanh" in ops_of(g)
@@ -62,6 +63,7 @@ def test_gelu_tanh_is_expanded():
     compare(before, g, WeightStore({}), inputs={"x": x}, rtol=0, atol=2e-4)
 
 
+@pytest.mark.constraint("ANE-GELU")
 def test_exact_gelu_is_approximated():
     before, g, ctx = legalize(GELU.replace("MODE", "exact"))
     assert "gelu" not in ops_of(g)
@@ -81,6 +83,7 @@ def test_gelu_tanh_max_error_constant_is_right():
     assert abs(np.abs(exact - approx).max() - GELU_TANH_MAX_ABS_ERROR) < 1e-5
 
 
+@pytest.mark.constraint("ANE-RSQRT")
 def test_rsqrt_becomes_pow():
     before, g, ctx = legalize("""
 func f(%x: fp16[1, 8, 1, 8]) {
@@ -97,6 +100,7 @@ func f(%x: fp16[1, 8, 1, 8]) {
     compare(before, g, WeightStore({}), rtol=1e-6, atol=0)
 
 
+@pytest.mark.constraint("ANE-NEG")
 def test_neg_becomes_mul():
     before, g, ctx = legalize("""
 func f(%x: fp32[1, 8, 1, 8]) {
@@ -109,6 +113,7 @@ func f(%x: fp32[1, 8, 1, 8]) {
     compare(before, g, WeightStore({}), rtol=0, atol=0)
 
 
+@pytest.mark.constraint("ANE-LIVE-OUTPUTS")
 def test_rewrite_of_returned_value_keeps_its_name():
     _, g, _ = legalize("""
 func f(%x: fp16[1, 8, 1, 8]) {
@@ -122,6 +127,7 @@ func f(%x: fp16[1, 8, 1, 8]) {
 
 # ---- conv ----------------------------------------------------------------------------
 
+@pytest.mark.constraint("ANE-CONV-BIAS")
 def test_conv_bias_becomes_add():
     before, g, ctx = legalize("""
 func f(%x: fp16[1, 16, 1, 8]) {
@@ -150,6 +156,7 @@ func f(%x: fp16[1, 16, 1, 8]) {
 TIGHT = M4.replace(max_conv_out_channels=8)
 
 
+@pytest.mark.constraint("ANE-CONV-CHANNELS")
 def test_wide_returned_conv_is_chunked():
     before, g, ctx = legalize("""
 func f(%x: fp16[1, 4, 1, 8]) {
@@ -161,7 +168,7 @@ func f(%x: fp16[1, 4, 1, 8]) {
 }""", target=TIGHT)
     assert g.output_names() == ["y__c0", "y__c1", "y__c2"]
     assert [o.type.shape[1] for o in g.outputs] == [7, 7, 6]
-    assert g.meta["logical_outputs"] == [{"name": "y", "axis": 1,
+    assert g.facts.logical_outputs == [{"name": "y", "axis": 1,
                                           "pieces": ["y__c0", "y__c1", "y__c2"],
                                           "dtype": "fp32", "shape": [1, 20, 1, 8]}]
     slices = [n.attrs.get("slice") for n in g.nodes if n.op == "const"]
@@ -172,6 +179,7 @@ func f(%x: fp16[1, 4, 1, 8]) {
     compare(before, g, ctx.weights, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.constraint("ANE-CONV-CHANNELS")
 def test_wide_internal_conv_is_rejected():
     err = reject("""
 func f(%x: fp16[1, 4, 1, 8]) {
@@ -186,6 +194,7 @@ func f(%x: fp16[1, 4, 1, 8]) {
     assert "return the conv result as its own output" in err.hint
 
 
+@pytest.mark.constraint("ANE-CONV-CHANNELS")
 def test_wide_conv_input_is_split():
     before, g, ctx = legalize("""
 func f(%x: fp16[1, 20, 1, 8]) {
@@ -203,6 +212,7 @@ func f(%x: fp16[1, 20, 1, 8]) {
 # ---- matmul -> conv ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("tx,ty", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.constraint("ANE-CONV-FASTER")
 def test_matmul_with_const_weight_becomes_conv(tx, ty):
     xs = "[2, 16, 6]" if tx else "[2, 6, 16]"
     ws = "[12, 16]" if ty else "[16, 12]"
@@ -221,6 +231,7 @@ func f(%x: fp32{xs}) {{
     compare(before, g, ctx.weights, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.constraint("ANE-CONV-FASTER")
 def test_matmul_with_const_left_operand_becomes_conv():
     before, g, ctx = legalize("""
 func f(%x: fp16[1, 16, 8]) {
@@ -286,6 +297,7 @@ func f(%x: fp32[4, 16]) {
 
 # ---- concat ----------------------------------------------------------------------------
 
+@pytest.mark.constraint("ANE-CONCAT")
 def test_concat_feeding_convs_becomes_partial_convs():
     before, g, ctx = legalize("""
 func f(%a: fp16[1, 8, 1, 16], %b: fp16[1, 4, 1, 16]) {
@@ -313,6 +325,7 @@ func f(%a: fp16[1, 8, 1, 16], %b: fp16[1, 4, 1, 16]) {
   %y = relu(%c) : fp16[1, 16, 1, 16]""", "it feeds relu"),
     ("""%y = concat(%a, %a, axis=1) : fp16[1, 16, 1, 16]""", "it is returned"),
 ])
+@pytest.mark.constraint("ANE-CONCAT")
 def test_other_concat_is_rejected(body, why):
     err = reject(f"""
 func f(%a: fp16[1, 8, 1, 16]) {{
@@ -327,6 +340,7 @@ func f(%a: fp16[1, 8, 1, 16]) {{
 
 # ---- split --------------------------------------------------------------------------------
 
+@pytest.mark.constraint("ANE-SPLIT")
 def test_split_becomes_slices():
     before, g, ctx = legalize("""
 func f(%x: fp16[1, 12, 1, 8]) {
@@ -366,6 +380,7 @@ func f(%x: fp16[1, 4, 1, 10]) {
     ([], [1, 1, 1, 1]), ([5], [1, 1, 1, 5]), ([3, 5], [1, 3, 1, 5]), ([2, 3, 5], [1, 6, 1, 5]),
     ([2, 1, 3, 2, 5], [1, 12, 1, 5]),
 ])
+@pytest.mark.constraint("ANE-IO-RANK4")
 def test_io_of_other_ranks_becomes_rank4(shape, device):
     t = f"fp16{shape}"
     before, g, ctx = legalize(f"""
@@ -381,8 +396,8 @@ func f(%x: {t}, %m: fp16[1, 1, 8, 8]) {{
     assert list(g.outputs[0].type.shape) == device and g.outputs[0].producer.op == "reshape"
     # a scalar input is read back by a one-element reduce_sum (no empty reshape shape)
     assert ops_of(g) == ["reduce_sum" if not shape else "reshape", "tanh", "relu", "reshape"]
-    assert g.meta["logical_inputs"] == [{"name": "x", "dtype": "fp16", "shape": shape}]
-    assert g.meta["logical_outputs"] == [{"name": "y", "axis": None, "pieces": ["y"],
+    assert g.facts.logical_inputs == [{"name": "x", "dtype": "fp16", "shape": shape}]
+    assert g.facts.logical_outputs == [{"name": "y", "axis": None, "pieces": ["y"],
                                           "dtype": "fp16", "shape": shape}]
     assert rules(ctx) == [("reshape_io_to_rank4", "ANE-IO-RANK4")] * 2
     assert [r["node"] for r in ctx.rewrites] == ["x", "y"]
@@ -419,13 +434,14 @@ func f(%x: fp32[4, 8]) {
 }""", target=get_target("m1"), host_casts=True)
     assert [str(v.type) for v in (*g.inputs, *g.outputs)] == ["fp16[1, 4, 1, 8]", "fp16[1, 4, 1, 8]"]
     assert g.output_names() == ["y"]
-    assert [c["name"] for c in g.meta["host_casts"]] == ["x", "y"]
+    assert [c["name"] for c in g.facts.host_casts] == ["x", "y"]
     feeds = {"x": np.linspace(-3, 3, 32, dtype=np.float32).reshape(4, 8)}
     compare(before, g, WeightStore({}), rtol=2e-3, atol=2e-3, inputs=feeds)
 
 
 # ---- reduce_mean, softmax switches -----------------------------------------------------------
 
+@pytest.mark.constraint("ANE-REDUCE-MEAN")
 def test_reduce_mean_lowered_scale_first():
     before, g, ctx = legalize("""
 func f(%x: fp16[1, 768, 1, 4]) {
@@ -461,6 +477,7 @@ func f(%x: fp16[1, 4, 1, N]) {
 }"""
 
 
+@pytest.mark.constraint("ANE-SOFTMAX-POW2")
 def test_softmax_pow2_switch():
     on = M4.replace(softmax_pow2_only=True)
     err = reject(SOFTMAX.replace("N", "48"), target=on)
@@ -480,6 +497,7 @@ func f(%x: fp32[1, 64, 1, 64]) {
 }"""
 
 
+@pytest.mark.constraint("ANE-FP32-IO")
 def test_fp32_io_rejected_on_m1():
     err = reject(IO, target=get_target("m1"))
     assert err.constraint == "ANE-FP32-IO"
@@ -489,12 +507,13 @@ def test_fp32_io_rejected_on_m1():
     legalize(IO)  # m4 accepts fp32 I/O
 
 
+@pytest.mark.constraint("ANE-FP32-IO")
 def test_host_casts_rewrite_io():
     before, g, ctx = legalize(IO, target=get_target("m1"), host_casts=True)
     assert g.inputs[0].type.dtype == DType.fp16 and g.outputs[0].type.dtype == DType.fp16
     assert ops_of(g) == ["relu"]  # both casts cancelled
     assert g.output_names() == ["y"] and g.nodes[0].operands[0].name == "x"
-    assert g.meta["host_casts"] == [
+    assert g.facts.host_casts == [
         {"name": "x", "kind": "input", "host_dtype": "fp32", "program_dtype": "fp16"},
         {"name": "y", "kind": "output", "host_dtype": "fp32", "program_dtype": "fp16"},
     ]
@@ -525,6 +544,7 @@ func f(%x: fp16[1, 4, 1, 8]) {
 }"""
 
 
+@pytest.mark.constraint("ANE-FP16-RANGE")
 def test_weight_outside_fp16_range_is_rejected():
     w = np.ones((4, 4, 1, 1), np.float32)
     w[1, 2] = 7e4
@@ -535,6 +555,7 @@ def test_weight_outside_fp16_range_is_rejected():
     legalize(WEIGHTED, weights=WeightStore({"layer.w": np.full((4, 4, 1, 1), 65504.0)}))
 
 
+@pytest.mark.constraint("ANE-FP16-RANGE")
 def test_nan_weight_is_rejected():
     w = np.ones((4, 4, 1, 1), np.float32)
     w[0, 0] = np.nan
@@ -557,22 +578,24 @@ def many_weights(n: int, scalar: bool) -> str:
     return "\n".join(lines)
 
 
+@pytest.mark.constraint("ANE-BLOB-BUDGET")
 def test_blob_budget_cuts_the_func_into_programs():
     _, g, _ = legalize(many_weights(16, scalar=False))
-    assert "partition" not in g.meta  # 16 fit one m4 program
+    assert g.facts.partition is None  # 16 fit one m4 program
     _, g, ctx = legalize(many_weights(17, scalar=False))
-    plan = g.meta["partition"]
+    plan = g.facts.partition
     assert len(plan.stages) == 2 and sum(len(s.weights) for s in plan.stages) == 17
     rec = [r for r in ctx.rewrites if r["rule"] == "partition"]
     assert len(rec) == 1 and rec[0]["constraint"] == "ANE-BLOB-BUDGET"
     assert "cut into 2 programs" in rec[0]["detail"]
 
 
+@pytest.mark.constraint("ANE-BLOB-BUDGET")
 def test_blob_budget_scalar_penalty():
     _, g, _ = legalize(many_weights(15, scalar=True))
-    assert "partition" not in g.meta
+    assert g.facts.partition is None
     _, g, _ = legalize(many_weights(16, scalar=True))  # 15 per program once a mul takes a scalar
-    plan = g.meta["partition"]
+    plan = g.facts.partition
     assert len(plan.stages) == 2
     assert all(len(s.weights) <= s.blob_cap for s in plan.stages)
     assert any(s.blob_cap == 15 for s in plan.stages)
@@ -595,6 +618,7 @@ def test_identical_weight_consts_are_merged_before_counting():
     compare(before, g, weights_for(before), rtol=0, atol=0)
 
 
+@pytest.mark.constraint("ANE-ONE-FILE-PER-WEIGHT")
 def test_packed_weights_rejected_on_m1():
     text = """
 func f(%x: fp16[1, 4, 1, 8]) {
@@ -644,6 +668,7 @@ func f(%x: fp16[1, 8, 1, 8]) {
                              "func": "f"}]
 
 
+@pytest.mark.constraint("ANE-IO-TENSORS")
 def test_io_must_be_float_tensors():
     text = """
 func f(%n: int32[1, 4, 1, 2], %s: fp16[], %x: fp16[1, 4, 1, 2]) {
@@ -669,6 +694,7 @@ func f(%n: int32[1, 4, 1, 2], %s: fp16[], %x: fp16[1, 4, 1, 2]) {
     assert "%s" not in notes and "%t" not in notes
 
 
+@pytest.mark.constraint("ANE-FLOAT-COMPUTE")
 def test_integer_arithmetic_is_a_located_error():
     err = reject("""func f(%x: fp16[1, 4, 1, 8]) {
   %i = cast(%x, dtype=int32) : int32[1, 4, 1, 8]

@@ -68,6 +68,7 @@ def _inputs() -> dict[str, np.ndarray]:
 
 
 @pytest.mark.skipif(not native.available(), reason="the C runtime extension is not built")
+@pytest.mark.constraint("ANE-CONCAT")
 def test_native_concat_is_kept_and_runs_on_a_sim_that_accepts_it(no_mac: Path, tmp_path: Path) -> None:
     module = parse(BOTH, "both.ir")
     result = compile_module(module, random_seed=0, concat="native")
@@ -88,6 +89,7 @@ def test_native_concat_is_kept_and_runs_on_a_sim_that_accepts_it(no_mac: Path, t
     assert "ANE-CONCAT" in str(info.value)
 
 
+@pytest.mark.constraint("ANE-CONCAT")
 def test_without_a_verdict_concat_is_rewritten_or_rejected_as_before(no_mac: Path) -> None:
     result = compile_module(parse(CONV_ONLY, "g.ir"), random_seed=0)
     art = result.artifacts["g"]
@@ -167,6 +169,7 @@ def test_anec_compile_says_which_reading_it_used(no_mac: Path, tmp_path: Path) -
 
 @pytest.mark.skipif(not native.available(), reason="the C runtime extension is not built")
 @pytest.mark.parametrize("axis", [1, 3])
+@pytest.mark.constraint("ANE-CONCAT")
 def test_a_native_concat_of_three_unequal_pieces_is_the_inputs_joined_bit_for_bit(no_mac: Path, tmp_path: Path,
                                                                                   axis: int) -> None:
     c = (16, 8, 24) if axis == 1 else (16, 16, 16)

@@ -47,7 +47,7 @@ func f(%x: fp16[1, 4, 1, 8], %h: fp16[1, 4, 1, 8]) {
   return %z
 }
 """
-    assert g.meta["host_casts"] == [
+    assert g.facts.host_casts == [
         {"name": n, "kind": k, "host_dtype": "fp32", "program_dtype": "fp16"}
         for n, k in (("x", "input"), ("z", "output"))]
     assert [(r["rule"], r["constraint"], r["node"], r["location"], r["detail"]) for r in ctx.rewrites] == [

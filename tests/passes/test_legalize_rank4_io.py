@@ -35,7 +35,7 @@ func f(%x: fp16[1, 6, 1, 8], %s: fp16[1, 1, 1, 1]) {
   return %x4, %b, %c
 }
 """
-    assert g.meta["logical_inputs"] == [{"name": "x", "dtype": "fp16", "shape": [6, 8]},
+    assert g.facts.logical_inputs == [{"name": "x", "dtype": "fp16", "shape": [6, 8]},
                                         {"name": "s", "dtype": "fp16", "shape": []}]
     assert [(r["node"], r["location"], r["detail"]) for r in ctx.rewrites] == [
         ("x", "test.ir:2:8", "input %x fp16[6, 8] is fp16[1, 6, 1, 8] on the device (the same elements)"),
@@ -69,7 +69,7 @@ func f(%x: fp16[1, 6, 1, 8]) {
   return %z, %y, %v, %t
 }
 """
-    assert g.meta["logical_outputs"] == [
+    assert g.facts.logical_outputs == [
         {"name": n, "axis": None, "pieces": [n], "dtype": "fp16", "shape": s}
         for n, s in (("y", [6, 8]), ("v", [48]), ("t", [6, 8]))]
     assert [(r["node"], r["location"], r["detail"]) for r in ctx.rewrites] == [
@@ -97,4 +97,4 @@ func f(%x: fp16[1, 6, 1, 8]) {
     ctx = PassContext(target=get_target("m4"), weights=None, options={})
     assert legalize_graph(g, ctx, collect=True) == []
     assert print_graph(g) == print_graph(parse(text, "test.ir").func())
-    assert ctx.rewrites == [] and "logical_outputs" not in g.meta
+    assert ctx.rewrites == [] and g.facts.logical_outputs == []

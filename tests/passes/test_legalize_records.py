@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 
 from anec.diagnostics import ConstraintError
-from anec.passes import Legalize, PassContext
+from anec.passes import Legalize, PassContext, Partition
 from anec.targets import get_target
 
+from .passes_util import parse_func, weights_for
 from .test_legalize import IO, M4, TIGHT, legalize, many_weights
 
 
@@ -158,15 +159,22 @@ def test_a_cut_into_programs_names_the_func_and_the_bytes_between_them():
     ]
 
 
-def test_the_plan_in_meta_is_the_last_run_s():
-    """Legalizing the result again (another target) replaces the plan: none when the func now
-    fits one program, none when the run is rejected."""
+def test_the_plan_in_the_facts_is_the_last_run_s():
+    """Partitioning the result again (another target) replaces the plan: none when the func now
+    fits one program, none when no plan can cut it."""
     _, g, ctx = legalize(many_weights(17, scalar=False))
-    assert len(g.meta["partition"].stages) == 2
-    Legalize().run(g, PassContext(target=ctx.target.replace(max_blob_tensors=32), weights=ctx.weights))
-    assert "partition" not in g.meta
+    assert len(g.facts.partition.stages) == 2
+    Partition().run(g, PassContext(target=ctx.target.replace(max_blob_tensors=32), weights=ctx.weights))
+    assert g.facts.partition is None
     _, g, ctx = legalize(many_weights(17, scalar=False))
-    with pytest.raises(ConstraintError, match="packed weights"):
-        Legalize().run(g, PassContext(target=get_target("m1"), weights=ctx.weights,
-                                      options={"pack_weights": True}))
-    assert "partition" not in g.meta
+    with pytest.raises(ConstraintError, match="BLOBFILE"):
+        Partition().run(g, PassContext(target=ctx.target.replace(max_blob_tensors=0), weights=ctx.weights))
+    assert g.facts.partition is None
+
+
+def test_legalize_alone_plans_nothing():
+    """The plan is the partition pass's: legalize leaves a func over the budget uncut."""
+    g = parse_func(many_weights(17, scalar=False))
+    ctx = PassContext(target=M4, weights=weights_for(g))
+    Legalize().run(g, ctx)
+    assert g.facts.partition is None and not [r for r in ctx.rewrites if r["rule"] == "partition"]

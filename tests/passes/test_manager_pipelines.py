@@ -18,9 +18,9 @@ from .passes_util import parse_func, parse_module
 
 
 def test_registry_names_are_unique_and_documented():
-    assert len(PASSES) == len(ALL_PASSES) == 8
+    assert len(PASSES) == len(ALL_PASSES) == 9
     assert list(PASSES) == ["dce", "fuse-casts", "weights-as-inputs", "select-native", "range-safe", "annotate-sram", "legalize",
-                            "emit-mil"]
+                            "partition", "emit-mil"]
     for p in ALL_PASSES:
         doc = p.documentation()
         assert "Before:" in doc and "After" in doc, p.name
@@ -37,7 +37,7 @@ def test_get_pass_suggests_a_name():
 
 def test_pipelines_are_tuples_of_instances_in_documented_order():
     assert [p.name for p in DEFAULT] == ["dce", "fuse-casts", "dce", "select-native", "range-safe", "annotate-sram",
-                                        "legalize", "emit-mil"]
+                                        "legalize", "partition", "emit-mil"]
     assert [p.name for p in OPTIMIZE] == [p.name for p in DEFAULT[:-1]]
     assert [p.name for p in CLEANUP] == ["dce", "fuse-casts", "dce"]
     assert isinstance(DEFAULT[-1], EmitMil)

@@ -16,7 +16,8 @@ from anec.compiler import compile_module
 from anec.diagnostics import ConstraintError
 from anec.ir.interp import interpret
 from anec.ir.parser import parse
-from anec.passes.partition import blob_cap_of, extract_stage, plan_partition
+from anec.passes.extract_stage import extract_stage
+from anec.passes.partition_search import blob_cap_of, plan_partition
 from anec.targets import get_target
 from anec.ir.weight_binding import random_weights
 
@@ -160,6 +161,7 @@ def test_a_value_used_by_many_later_stages_is_an_input_of_each():
     check_plan(g, plan, target(3), random_weights(m, 0))
 
 
+@pytest.mark.constraint("ANE-BLOB-BUDGET")
 def test_a_node_that_fits_no_program_is_a_located_error(tmp_path):
     text = f"""func f(%x: {T}) {{
   %w = const(weight="w") : fp16[{C}, {C}, 1, 1]

@@ -13,7 +13,7 @@ import pytest
 
 from anec.compiler import compile_module
 from anec.ir.parser import parse
-from anec.passes.partition import plan_partition, signatures
+from anec.passes.partition_search import plan_partition, signatures
 from anec.targets import get_target
 from anec.ir.weight_binding import random_weights
 

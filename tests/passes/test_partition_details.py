@@ -11,7 +11,8 @@ import pytest
 from anec.diagnostics import ConstraintError
 from anec.ir.interp import interpret
 from anec.ir.parser import parse
-from anec.passes.partition import extract_stage, plan_partition
+from anec.passes.extract_stage import extract_stage
+from anec.passes.partition_search import plan_partition
 from anec.targets import get_target
 from anec.ir.weight_binding import random_weights
 

@@ -1,7 +1,7 @@
 """The partition planner against an exhaustive search: on small random funcs, every set of
 cuts is tried, and the plan must use the fewest stages, and among those cross the fewest
 bytes, that any legal set of cuts achieves; its crossing bytes, stage inputs, outputs,
-weights and caps must be what the definitions in anec/passes/partition.py's docstring
+weights and caps must be what the definitions in anec/passes/partition_search.py's docstring
 give when computed the slow way."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from anec.diagnostics import ConstraintError
 from anec.ir.parser import parse
-from anec.passes.partition import _Sweep, plan_partition
+from anec.passes.partition_search import _Sweep, plan_partition
 from anec.targets import get_target
 
 S = 4
@@ -361,7 +361,7 @@ def test_stages_of_rank2_values_are_funcs_with_rank4_io_that_compose_to_the_func
     from anec.ir.interp import interpret
     from anec.ir.printer import print_module
     from anec.ir.verifier import verify
-    from anec.passes.partition import extract_stage
+    from anec.passes.extract_stage import extract_stage
     from anec.ir.weight_binding import random_weights
 
     m = parse(_RANK2, "f.ir")
@@ -376,9 +376,9 @@ def test_stages_of_rank2_values_are_funcs_with_rank4_io_that_compose_to_the_func
         one.funcs[sg.name] = sg
         verify(one)
         assert print_module(one) == text
-    assert [sg.meta["origin"] for sg in stages] == [
+    assert [sg.facts.stage_source.origin for sg in stages] == [
         {"in0": "x", "out0": "r0"}, {"in0": "r0", "out0": "m1"}, {"in0": "m1", "in1": "b", "out0": "y"}]
-    assert [{k: c.results[0].name for k, c in sg.meta["const_origin"].items()} for sg in stages] == [
+    assert [{k: c.results[0].name for k, c in sg.facts.stage_source.const_origin.items()} for sg in stages] == [
         {"w0": "w0"}, {"w0": "w1"}, {"v2": "s"}]
     # spans point at the source: the func's, each input's definition, each node's statement;
     # a reshape added for an input or output sits where the value is defined
@@ -409,8 +409,8 @@ def test_stages_of_rank2_values_are_funcs_with_rank4_io_that_compose_to_the_func
 
 
 def test_plan_sizes_print_in_the_largest_unit_that_keeps_them_at_least_one():
-    from anec.passes.partition import _mb
+    from anec.ir.func_facts import size_text
 
     cases = {0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB", (1 << 20) - 1: "1024.0 KiB",
              1 << 20: "1.0 MiB", 5 * (1 << 20) + 384: "5.0 MiB", 3 << 30: "3072.0 MiB"}
-    assert {n: _mb(n) for n in cases} == cases
+    assert {n: size_text(n) for n in cases} == cases

@@ -33,7 +33,7 @@ def test_an_input_records_the_view_its_const_read_and_keeps_earlier_entries():
     g = m.funcs["f"]
     WeightsAsInputs(keys=("b.*",)).run(g, PassContext.default())
     WeightsAsInputs(keys=("a.*",)).run(g, PassContext.default())
-    assert g.meta["weight_inputs"] == [
+    assert g.facts.weight_inputs == [
         {"key": "b.w", "input": "w_3", "dtype": "fp16", "shape": [1, 4, 1, 8], "perm": None, "slice": None},
         {"key": "a.w", "input": "w", "dtype": "fp16", "shape": [4, 4, 1, 1], "perm": [1, 0, 2, 3],
          "slice": [0, 0, 4]},
@@ -47,7 +47,7 @@ def test_a_prefixed_input_name_that_is_taken_gets_a_fresh_one():
     WeightsAsInputs(keys=("b.*",)).run(g, PassContext.default())
     names = [v.name for v in g.inputs]
     assert names[:2] == ["x", "w_3"] and len(names) == 3 and names[2].startswith("w_3") and names[2] != "w_3"
-    assert g.meta["weight_inputs"][0]["input"] == names[2]
+    assert g.facts.weight_inputs[0]["input"] == names[2]
 
 
 def test_an_input_takes_the_const_name_or_a_fresh_one_and_its_span():
@@ -77,7 +77,7 @@ def test_an_fp32_weight_comes_in_as_fp16_where_fp32_io_is_missing(target, io_dty
     m = parse(FP32, "f.ir")
     g = m.funcs["f"]
     WeightsAsInputs().run(g, PassContext.default(get_target(target)))
-    assert g.meta["weight_inputs"][0]["dtype"] == io_dtype
+    assert g.facts.weight_inputs[0]["dtype"] == io_dtype
     assert g.inputs[1].type.dtype.value == io_dtype
     text = print_module(m)
     if cast:

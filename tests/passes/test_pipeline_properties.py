@@ -66,7 +66,7 @@ def test_chunking_under_a_tight_channel_limit(program, seed):
         return
     _check_legal(graph)
     assert all(n.result.type.shape[1] <= 8 for n in graph.nodes if n.op == "conv1x1")
-    assert graph.meta["logical_outputs"][0]["pieces"][0].endswith("__c0")
+    assert graph.facts.logical_outputs[0]["pieces"][0].endswith("__c0")
     tol = 1e-2 if exact_gelu else 2e-3
     compare(before, graph, weights, seed=seed, rtol=tol, atol=tol)
 

@@ -85,6 +85,7 @@ func f(%x: fp32[1, 16, 1, 4]) {
 """
 
 
+@pytest.mark.constraint("ANE-FP16-RANGE")
 def test_range_analysis_finds_the_first_overflow_and_the_lost_bits():
     m = parse(CALIB, "calib.ir")
     x = np.random.default_rng(0).standard_normal((1, 16, 1, 4)).astype(np.float32) * 30

@@ -227,6 +227,7 @@ def test_weights_unavailable_keep_the_checked_forms():
         assert not [n for n in g.nodes if n.op in TARGET_OPS]
 
 
+@pytest.mark.constraint("ANE-SPATIAL-LIMITS")
 def test_beyond_the_kernel_limit_the_form_stays_and_says_why():
     k = SPATIAL_LIMITS.kernel + 1
     form = sf.conv(cin=1, cout=1, k=(1, k), p=(0, 0, 0, 0), h=1, wd=k + 2)
@@ -237,6 +238,7 @@ def test_beyond_the_kernel_limit_the_form_stays_and_says_why():
 
 
 @pytest.mark.parametrize("k,s,wd", [((2, 16), (2, 16), 34), ((1, 17), (1, 17), 34)])
+@pytest.mark.constraint("ANE-SPATIAL-LIMITS")
 def test_a_patch_embedding_beyond_the_limits_becomes_one_conv1x1_over_the_patches(k, s, wd):
     """kernel == stride beyond ANE-SPATIAL-LIMITS (ViT-B/16's stride 16, a 17-wide kernel):
     the patches are gathered into Cin*KH*KW channels (reshape, transpose, reshape) for one
@@ -307,6 +309,7 @@ def _legalize_error(text: str) -> ConstraintError:
     ("max_pool(%x, kernel_sizes=[17, 1])", "ANE-SPATIAL-LIMITS", "kernel"),
     ("conv(%x, %x4)", "ANE-CONV-CONST-WEIGHT", "constant"),
 ])
+@pytest.mark.constraint("ANE-SPATIAL-LIMITS")
 def test_legalize_rejects_target_forms_beyond_the_limits(stmt, constraint, where):
     text = ("func f(%x: fp16[1, 2, 20, 20], %x4: fp16[4, 2, 3, 3]) {\n"
             "  %w = const(value=0.5) : fp16[4, 2, 3, 3]\n"

@@ -65,7 +65,7 @@ def test_every_node_gets_its_bytes_and_the_live_bytes_at_its_step():
     assert notes["r"] == {"in_bytes": P, "weight_bytes": 0, "out_bytes": R, "live_bytes": LIVE["r"]}
     # consts are not annotated, and stale SRAM annotations on them are removed
     assert [notes[c] for c in ("w", "b", "s")] == [{}, {}, {}]
-    assert g.meta["sram"] == {"target": "m4", "sram_bytes": 32 * 1024 * 1024, "peak_bytes": 16512,
+    assert g.facts.sram == {"target": "m4", "sram_bytes": 32 * 1024 * 1024, "peak_bytes": 16512,
                               "peak_node": "y", "spill_nodes": [], "weight_bytes": W + B}
 
 
@@ -95,9 +95,9 @@ def test_the_annotated_program_text():
 ])
 def test_a_spill_is_a_step_whose_live_bytes_exceed_the_sram(sram_bytes, spills):
     g = _annotated(sram_bytes)
-    assert g.meta["sram"]["spill_nodes"] == spills
+    assert g.facts.sram["spill_nodes"] == spills
     assert [n.results[0].name for n in g.nodes if n.annotations.get("spill")] == spills
-    assert g.meta["sram"]["peak_bytes"] == LIVE["y"] and g.meta["sram"]["sram_bytes"] == sram_bytes
+    assert g.facts.sram["peak_bytes"] == LIVE["y"] and g.facts.sram["sram_bytes"] == sram_bytes
 
 
 def test_a_program_without_steps_has_no_peak():
@@ -107,6 +107,6 @@ func f(%x: fp16[1, 4, 1, 8]) {
   return %c
 }""")
     run(AnnotateSram(), g)
-    assert g.meta["sram"] == {"target": "m4", "sram_bytes": 32 * 1024 * 1024, "peak_bytes": 0,
+    assert g.facts.sram == {"target": "m4", "sram_bytes": 32 * 1024 * 1024, "peak_bytes": 0,
                               "peak_node": None, "spill_nodes": [], "weight_bytes": 64}
     assert g.nodes[0].annotations == {}

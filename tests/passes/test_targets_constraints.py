@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from anec.constraints import (CONSTRAINTS, DEMONSTRATED, DOCUMENTED, HANDLINGS, HYPOTHESIS, KINDS, PATHS,
-                              REPORTED, STATUSES, Evidence, Scope, derive_status, get_constraint)
+                              REPORTED, STATUSES, Evidence, Scope, derive_status, get_constraint, marked_tests)
+from anec.constraints.markers import MarkerError
 from anec.diagnostics import AnecError
 from anec.targets import DEFAULT_TARGET, TARGETS, Target, get_target
 
@@ -134,17 +138,88 @@ def _test_names(path: Path) -> set[str]:
     return set(re.findall(pattern, path.read_text(), re.M))
 
 
-def test_compile_time_entries_are_triggered_by_named_tests():
-    """Every check the passes enforce names a test in tests/passes; every named test exists."""
+def test_every_entry_is_triggered_by_marked_tests():
+    """Every entry anec handles has tests marked with its id, and every check the passes
+    enforce one in tests/passes; an entry anec cannot meet has none; every marker names an
+    entry of the catalog and a test that exists."""
+    marked = marked_tests(ROOT)
+    assert sorted(set(marked) - set(CONSTRAINTS)) == []
     for c in CONSTRAINTS.values():
+        refs = marked.get(c.id, ())
         if c.handling == "n/a":
-            assert not c.tested_by
+            assert not refs, c.id
             continue
-        assert c.tested_by, c.id
+        assert refs, c.id
         if c.stage == "compile" and c.handling in ("rewrite", "rewrite or error", "error",
                                                     "analysis"):
-            assert any(ref.startswith("tests/passes/") for ref in c.tested_by), c.id
-        for ref in c.tested_by:
+            assert any(ref.startswith("tests/passes/") for ref in refs), c.id
+        for ref in refs:
             path, _, name = ref.partition("::")
-            assert name, (c.id, ref)
             assert name in _test_names(ROOT / path), (c.id, ref)
+
+
+MARKED_PY = """\
+import pytest
+from pytest import mark
+
+
+@pytest.mark.constraint("ANE-GELU", "ANE-NEG")
+@pytest.mark.parametrize("x", [1, 2])
+def test_one(x):
+    pass
+
+
+@pytest.mark.parametrize("x", [1])
+@mark.constraint("ANE-GELU")
+def test_two(x):
+    pass
+
+
+def test_unmarked():
+    pass
+"""
+
+
+def test_the_marker_reader_finds_python_and_c_markers(tmp_path: Path) -> None:
+    (tmp_path / "tests" / "c").mkdir(parents=True)
+    (tmp_path / "tests" / "test_a.py").write_text(MARKED_PY)
+    (tmp_path / "tests" / "c" / "test_b.c").write_text(
+        "/* a comment */\n/* constraint: ANE-NEG ANE-SPLIT */\nstatic void test_c(void)\n{\n}\n")
+    assert marked_tests(tmp_path) == {
+        "ANE-GELU": ("tests/test_a.py::test_one", "tests/test_a.py::test_two"),
+        "ANE-NEG": ("tests/c/test_b.c::test_c", "tests/test_a.py::test_one"),
+        "ANE-SPLIT": ("tests/c/test_b.c::test_c",),
+    }
+    assert marked_tests(tmp_path / "no-checkout") == {}  # anec installed without its tests
+
+
+@pytest.mark.parametrize("name, text, line", [
+    ("test_m.py", "import pytest\npytestmark = pytest.mark.constraint('ANE-GELU')\n", 2),
+    ("test_m.py", "import pytest\nIDS = ('ANE-GELU',)\n\n\n@pytest.mark.constraint(*IDS)\ndef test_x():\n"
+                  "    pass\n", 5),
+    ("test_m.py", "import pytest\n\n\n@pytest.mark.constraint\ndef test_x():\n    pass\n", 4),
+    ("test_m.py", "import pytest\n\n\nclass TestX:\n    @pytest.mark.constraint('ANE-GELU')\n"
+                  "    def test_x(self):\n        pass\n", 5),
+    ("test_m.py", "import pytest\n\n\n@pytest.mark.constraint('ANE-GELU')\ndef helper():\n    pass\n", 4),
+    ("test_m.c", "/* constraint: ANE-GELU */\n\nstatic void test_x(void) {}\n", 1),
+    ("test_m.c", "/* constraint: ANE-GELU */\nstatic int helper(void) { return 0; }\n", 1),
+])
+def test_a_marker_the_reader_cannot_read_is_an_error(tmp_path: Path, name: str, text: str, line: int) -> None:
+    """A marker that pytest might apply but the reader would not see (or one on no test) is an
+    error naming its file and line, never a test silently left out of the listing."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / name).write_text(text)
+    with pytest.raises(MarkerError, match=f"^tests/{name}:{line}: "):
+        marked_tests(tmp_path)
+
+
+def test_the_reader_agrees_with_pytest_on_marked_files() -> None:
+    """pytest's own collection selects by the constraint marker the tests the reader lists."""
+    files = ["tests/passes/test_dce.py", "tests/passes/test_legalize_concat.py", "tests/mil/test_mil_emitter.py"]
+    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          "-m", "constraint", *files], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert res.returncode == 0, res.stdout + res.stderr
+    collected = {line.split("[")[0] for line in res.stdout.splitlines() if "::" in line}
+    listed = {ref for refs in marked_tests(ROOT).values() for ref in refs if ref.split("::")[0] in files}
+    assert collected == listed and len(listed) >= 3

@@ -29,7 +29,7 @@ def test_the_docstring_example_records_the_view():
     """The docstring's Before/After runs in test_pass_docstrings; here: what it records."""
     m = parse(MLP_DOC, "before.ir")
     WeightsAsInputs(keys=("*.c_fc.weight",)).run(m.funcs["mlp"], PassContext.default())
-    assert m.funcs["mlp"].meta["weight_inputs"] == [
+    assert m.funcs["mlp"].facts.weight_inputs == [
         {"key": "h.0.mlp.c_fc.weight", "input": "w1", "dtype": "fp16", "shape": [3072, 768, 1, 1],
          "perm": None, "slice": None}]
 
@@ -51,15 +51,16 @@ def test_patterns_select_keys_and_keep_the_view():
     WeightsAsInputs(keys=("*.weight",)).run(g, PassContext.default())
     assert [v.name for v in g.inputs] == ["x", "w1", "w2"]
     assert [n.attrs.get("weight") for n in g.nodes if n.op == "const"] == ["h.0.fc.bias"]
-    assert g.meta["weight_inputs"][1]["perm"] == [1, 0, 2, 3]
+    assert g.facts.weight_inputs[1]["perm"] == [1, 0, 2, 3]
 
 
 def test_the_pass_sits_after_cleanup_and_before_legalize():
     names = [p.name for p in with_weights_as_inputs(DEFAULT, ["*"])]
     assert names == ["dce", "fuse-casts", "dce", "weights-as-inputs", "select-native", "range-safe",
-                     "annotate-sram", "legalize", "emit-mil"]
+                     "annotate-sram", "legalize", "partition", "emit-mil"]
 
 
+@pytest.mark.constraint("ANE-CONV-CONST-WEIGHT")
 def test_conv_with_an_input_weight_becomes_matmul():
     m = parse(MLP, "mlp.ir")
     store = random_weights(m, 3)

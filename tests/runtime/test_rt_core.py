@@ -33,6 +33,7 @@ def wblob(seed):
     return w, {"@model_path/weights/w.bin": mk.blobfile(w)}
 
 
+@pytest.mark.constraint("ANE-IO-ORDER")
 def test_binding_tables_are_alphabetical(rt):
     p = rt.compile(two_io_program())
     assert [i["name"] for i in p.inputs] == ["a", "z"]
@@ -46,6 +47,7 @@ def test_binding_tables_are_alphabetical(rt):
     p.close()
 
 
+@pytest.mark.constraint("ANE-IO-ORDER")
 def test_declaration_order_binding_gives_wrong_results_like_the_device(rt):
     p = rt.compile(two_io_program())
     nbytes = 49152
@@ -63,6 +65,7 @@ def test_declaration_order_binding_gives_wrong_results_like_the_device(rt):
     p.close()
 
 
+@pytest.mark.constraint("ANE-UNIFORM-SURFACES", "ANE-MIN-SURFACE", "ANE-PACKED-READ")
 def test_surface_rules(rt):
     p = rt.compile(two_io_program())
     assert p._native.input_surface_bytes == 49152 and p._native.output_surface_bytes == 49152
@@ -90,6 +93,7 @@ def test_surface_rules(rt):
     p.close()
 
 
+@pytest.mark.constraint("ANE-MIN-SURFACE", "ANE-SURFACE-ALIGN")
 def test_surface_alignment_and_minimum_from_limits(rt):
     p = rt.compile(two_io_program(), limits=mk.limits(min_surface_bytes=1000, surface_alignment=128))
     assert p._native.input_surface_bytes == 1024
@@ -264,6 +268,7 @@ def test_program_reload_tests_fail_when_the_reload_does_nothing(tmp_path, monkey
         reload_a_program(tmp_path, case)
 
 
+@pytest.mark.constraint("ANE-COMPILE-BUDGET")
 def test_compile_budget_exhaustion_and_cache(tmp_path):
     with Runtime("sim", compile_budget=2, temp_root=tmp_path) as rt:
         progs = [rt.compile(mk.program([("x", "fp16", S)], [mk.op("y", "fp16", S, op, x="x")], ["y"]))
@@ -383,6 +388,7 @@ rt.release()
 
 
 @pytest.mark.parametrize("budget,expect", [(5, "5 ANE-COMPILE-BUDGET 0"), (0, "130 none")])
+@pytest.mark.constraint("ANE-COMPILE-BUDGET")
 def test_the_process_budget_is_the_targets_field(tmp_path, budget, expect):
     """The budget is a target's field given to the runtime, not a number in the C core: a
     device that allows 5 compiles refuses the sixth; an unknown budget (0) refuses none."""
@@ -396,6 +402,7 @@ def test_the_process_budget_is_the_targets_field(tmp_path, budget, expect):
     assert proc.stdout.strip().startswith(expect)
 
 
+@pytest.mark.constraint("ANE-COMPILE-BUDGET")
 def test_the_compile_budget_belongs_to_the_process(tmp_path):
     """~119 compiles per process, as on the device: three runtimes share one budget."""
     def distinct(i):  # a different MIL text each time: no cache hit

@@ -30,6 +30,7 @@ def line_of(mil: str, needle: str) -> int:
 
 @pytest.mark.parametrize("op,cid", [("concat", "ANE-CONCAT"), ("gelu", "ANE-GELU"), ("rsqrt", "ANE-RSQRT"),
                                     ("neg", "ANE-NEG")])
+@pytest.mark.constraint("ANE-CONCAT", "ANE-GELU", "ANE-RSQRT", "ANE-NEG")
 def test_rejected_ops_name_constraint_and_line(rt, op, cid):
     args = {"values": "(x, x)", "axis": "ax", "interleave": "il"} if op == "concat" else {"x": "x"}
     body = [mk.const_scalar("ax", "int32", 1), mk.const_scalar("il", "bool", False)]
@@ -49,6 +50,7 @@ def test_unknown_and_unimplemented_ops(rt):
     assert "valid MIL but the anec sim does not implement it" in e.message
 
 
+@pytest.mark.constraint("ANE-CONV-BIAS")
 def test_conv_bias_rejected(rt):
     w = np.zeros((4, 4, 1, 1), np.float16)
     b = np.zeros((4,), np.float16)
@@ -58,6 +60,7 @@ def test_conv_bias_rejected(rt):
     assert e.constraint == "ANE-CONV-BIAS"
 
 
+@pytest.mark.constraint("ANE-MATMUL-FLAGS")
 def test_matmul_inline_flags_rejected_named_accepted(rt):
     y = np.ones((8, 3), np.float16)
     inline = [mk.const_tensor("w", y),
@@ -69,11 +72,13 @@ def test_matmul_inline_flags_rejected_named_accepted(rt):
     rt.compile(mk.program(X, named, ["z"])).close()
 
 
+@pytest.mark.constraint("ANE-LIVE-OUTPUTS")
 def test_live_outputs(rt):
     e = fails(rt, mk.program(X, [mk.op("y", "fp16", SHAPE, "relu", x="x")], ["y", "ghost"]))
     assert e.constraint == "ANE-LIVE-OUTPUTS" and "ghost" in e.message
 
 
+@pytest.mark.constraint("ANE-CONV-CHANNELS")
 def test_conv_channel_limit(rt):
     w = np.zeros((40, 4, 1, 1), np.float16)
     body = [mk.const_blob("w", "fp16", w.shape, "w.bin"), mk.op("y", "fp16", (1, 40, 1, 8), "conv", weight="w", x="x")]
@@ -99,6 +104,7 @@ def _blob_program(n, scalar):
     return mk.program(X, body, [acc]), blobs
 
 
+@pytest.mark.constraint("ANE-BLOB-BUDGET")
 def test_blob_budget_and_scalar_penalty(rt):
     mil, blobs = _blob_program(16, scalar=False)
     rt.compile(mil, blobs).close()
@@ -112,6 +118,7 @@ def test_blob_budget_and_scalar_penalty(rt):
     rt.compile(mil, blobs).close()
 
 
+@pytest.mark.constraint("ANE-FP32-IO")
 def test_fp32_io_rejected_when_not_allowed(rt):
     mil = mk.program([("x", "fp32", SHAPE)], [mk.op("y", "fp32", SHAPE, "relu", x="x")], ["y"])
     e = fails(rt, mil, limits=mk.limits(allow_fp32_io=False))
@@ -210,6 +217,7 @@ def test_blobfile_problems_at_compile(rt):
     assert "relative path" in e.message
 
 
+@pytest.mark.constraint("ANE-IO-TENSORS")
 def test_scalar_and_integer_io_rejected(rt):
     # a scalar output (reduce over every axis) and an int32 input: the ANE binds fp16/fp32 tensors only
     body = [mk.const_tensor("ax", np.array([0, 1, 2, 3], np.int32)), mk.const_scalar("kd", "bool", False),

@@ -30,9 +30,9 @@ from anec.compiler import compile_module
 from anec.diagnostics import ArtifactError, WeightError
 from anec.ir.interp import interpret
 from anec.ir.parser import parse
-from anec.mil.pipeline import PipelineArtifact, load_any
+from anec.mil.multi_program import PipelineArtifact, load_any
 from anec.runtime import Runtime, native
-from anec.runtime.pipeline import PipelineProgram
+from anec.runtime.staged_program import PipelineProgram
 from anec.targets import get_target
 from anec.ir.weight_binding import random_weights
 from tests.passes.test_partition import dags

@@ -28,7 +28,7 @@ import pytest
 from anec.compiler import compile_module, count_programs
 from anec.diagnostics import ArtifactError, ConstraintError
 from anec.ir.parser import parse
-from anec.mil.pipeline import PipelineArtifact, load_any
+from anec.mil.multi_program import PipelineArtifact, load_any
 from anec.runtime import Runtime
 from anec.ir.weight_binding import random_weights
 from tests.runtime.test_rt_pipeline import inputs_for, residual_chain, target
@@ -79,6 +79,7 @@ def test_doubling_the_layers_keeps_the_number_of_compiles():
     assert counts[80] == counts[40] <= 3
 
 
+@pytest.mark.constraint("ANE-COMPILE-BUDGET")
 def test_the_planner_count_is_what_the_runtime_compiles():
     for layers in (20, 40):
         m, store = chain(layers)
@@ -89,6 +90,7 @@ def test_the_planner_count_is_what_the_runtime_compiles():
                 assert rt.stats["compiles"] == r.programs == count_programs(r.artifacts.values())
 
 
+@pytest.mark.constraint("ANE-COMPILE-BUDGET")
 def test_auto_shares_over_the_budget_and_fails_located_when_still_over(tmp_path):
     m, store = chain(40)
     unshared = build(m, store, "never").programs

@@ -112,6 +112,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("form,device,strategy", CASES)
+@pytest.mark.constraint("ANE-NEW-OBJECT-LOAD")
 def test_reload_equals_a_fresh_compile_with_the_strategy_the_device_allows(tmp_path, form, device, strategy):
     w0, w1 = weights(0), weights(1)
     w1 = {k: w1[k] for k in keys_of(form)}
@@ -139,6 +140,7 @@ def test_reload_equals_a_fresh_compile_with_the_strategy_the_device_allows(tmp_p
 
 
 @pytest.mark.parametrize("device", ["", "load=memory"])
+@pytest.mark.constraint("ANE-BAKED-WEIGHTS", "ANE-LOAD-REREADS-WEIGHTS")
 def test_weights_are_baked_at_compile(fresh_rt, tmp_path, device):
     """Rewriting weights/ and loading again changes nothing (ANE-BAKED-WEIGHTS)."""
     w0, w1 = weights(0), weights(1)
@@ -154,6 +156,7 @@ def test_weights_are_baked_at_compile(fresh_rt, tmp_path, device):
         np.testing.assert_array_equal(p(x=X)["y"], y0)
 
 
+@pytest.mark.constraint("ANE-LOAD-REREADS-WEIGHTS")
 def test_a_device_that_rereads_weights_sees_rewritten_files(tmp_path):
     """The optimistic reading (Orion's paper): the sim can model it, and the runtime never relies on it."""
     w0, w1 = weights(0), weights(1)
@@ -168,6 +171,7 @@ def test_a_device_that_rereads_weights_sees_rewritten_files(tmp_path):
         assert not np.array_equal(p(x=X)["y"], y0)
 
 
+@pytest.mark.constraint("ANE-BAKED-WEIGHTS")
 def test_an_unverified_data_patch_can_be_stale_which_is_why_it_must_be_verified(tmp_path):
     """On a device whose model object keeps the weights of its compile
     (load=memory), a forced data patch changes nothing: exactly what
@@ -197,6 +201,7 @@ READINGS = {
 
 @pytest.mark.parametrize("device", sorted(READINGS))
 @pytest.mark.parametrize("strategy", ["data-patch", "new-object", "recompile"])
+@pytest.mark.constraint("ANE-BAKED-WEIGHTS")
 def test_every_forced_strategy_under_every_sim_reading_is_fresh_or_exactly_stale(tmp_path, device, strategy):
     """A forced reload either equals a fresh compile with the new weights bit
     for bit, or (where the reading defeats the strategy) leaves the old output
@@ -382,6 +387,7 @@ def test_the_cache_identity_of_a_reloaded_program_is_its_new_weights(tmp_path, s
         np.testing.assert_array_equal(t(x=X)["y"], load(other, w1, "single")(x=X)["y"])
 
 
+@pytest.mark.constraint("ANE-DATA-IS-BLOBFILE")
 def test_a_cache_hit_of_a_multi_tensor_program_with_other_weights_compiles(fresh_rt):
     p = load(fresh_rt, weights(0))
     q = load(fresh_rt, weights(1))
@@ -392,6 +398,7 @@ def test_a_cache_hit_of_a_multi_tensor_program_with_other_weights_compiles(fresh
     np.testing.assert_array_equal(r(x=X)["y"], p(x=X)["y"])
 
 
+@pytest.mark.constraint("ANE-COMPILE-BUDGET")
 def test_recompile_reloads_stop_at_the_process_budget_with_a_clear_error(tmp_path):
     with Runtime("sim", compile_budget=3, temp_root=tmp_path) as rt:
         p = load(rt, weights(0))

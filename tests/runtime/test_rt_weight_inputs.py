@@ -77,6 +77,7 @@ def reload_inputs(tmp_path, patterns) -> dict:
 
 
 @pytest.mark.parametrize("patterns", [["all"], ["l.fc.*"], ["l.proj.weight"]])
+@pytest.mark.constraint("ANE-CONV-CONST-WEIGHT")
 def test_weights_as_inputs_reload_without_compile_or_load(tmp_path, patterns):
     got = reload_inputs(tmp_path, patterns)
     before, st = got["before"], got["after"]

@@ -1,5 +1,7 @@
 """The CLI never prints a traceback (an unexpected exception is a bug report with the version,
-exit 3), and SIGINT/SIGTERM/SIGHUP leave no runtime or ``anec run`` temporary directory behind."""
+exit 3), and SIGINT/SIGTERM/SIGHUP leave no runtime or ``anec run`` temporary directory behind:
+the ``anec`` command installs anec's signal handlers, a library user opts in with
+``anec.signals.install_handlers()`` and otherwise keeps the process's own."""
 
 from __future__ import annotations
 
@@ -87,9 +89,12 @@ def test_anec_errors_keep_exit_1_and_usage_errors_2(tmp_path):
 
 SCRIPT = """
 import sys, time
+import anec.signals
 from anec.compiler import compile_module
 from anec.ir.parser import parse
 from anec.runtime import Runtime
+if "--opt-in" in sys.argv:
+    anec.signals.install_handlers()
 m = parse("func f(%x: fp16[1, 4, 1, 8]) {\\n  %e = relu(%x) : fp16[1, 4, 1, 8]\\n  return %e\\n}\\n", "f.ir")
 rt = Runtime("sim")
 p = rt.load(compile_module(m, random_seed=0).artifacts["f"])
@@ -111,9 +116,10 @@ def _env(tmp: Path) -> dict:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_removes_the_runtime_directories(tmp_path, sig):
+    """In a program that opted in (SIGINT needs no opt-in: it is Python's KeyboardInterrupt)."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, "--opt-in"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=_default_signals,
                             text=True, env=_env(tmp))
     prog_dir = Path(proc.stdout.readline().strip())
@@ -125,6 +131,64 @@ def test_a_signal_removes_the_runtime_directories(tmp_path, sig):
     else:
         assert proc.returncode == 128 + sig, err
     assert os.listdir(tmp) == []
+
+
+HANDLERS = """
+import signal, sys
+from anec.runtime import Runtime
+if sys.argv[1] == "cli":
+    from anec.cli import main
+    main(["ops"], standalone_mode=False)
+else:
+    Runtime("sim").close()
+print(" ".join("SIG_DFL" if signal.getsignal(s) is signal.SIG_DFL else signal.getsignal(s).__name__
+               for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)))
+"""
+
+
+@pytest.mark.parametrize("who", ["runtime", "cli"])
+def test_only_the_cli_installs_signal_handlers(tmp_path, who):
+    """Opening a Runtime leaves the process's signal handlers alone (a program embedding anec
+    keeps its own); the ``anec`` command installs anec's."""
+    res = subprocess.run([sys.executable, "-c", HANDLERS, who], capture_output=True, text=True, env=_env(tmp_path),
+                         preexec_fn=_default_signals, timeout=120)
+    assert res.returncode == 0, res.stderr
+    handlers = res.stdout.splitlines()[-1].split()
+    if who == "cli":
+        assert handlers == ["exit_on_signal", "exit_on_signal", "interrupt_on_signal"]
+    else:
+        assert handlers == ["SIG_DFL", "SIG_DFL", "default_int_handler"]
+
+
+def test_without_the_opt_in_sigterm_keeps_its_default_action(tmp_path):
+    """A program that did not opt in ends by SIGTERM as it would without anec (no handler ran,
+    so its runtime's directory stays: the cost the opt-in exists to avoid)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=_default_signals, text=True, env=_env(tmp))
+    prog_dir = Path(proc.stdout.readline().strip())
+    assert prog_dir.is_dir()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM
+    assert prog_dir.is_dir()
+
+
+def test_install_handlers_leaves_a_handler_of_the_program_alone(monkeypatch):
+    """Only signals still at their default get anec's handler; calling it again changes nothing."""
+    import anec.signals as signals
+
+    current = {signal.SIGTERM: signal.SIG_DFL, signal.SIGHUP: signal.SIG_IGN,
+               signal.SIGINT: signal.default_int_handler}
+    monkeypatch.setattr(signals.signal, "getsignal", lambda s: current[s])
+    monkeypatch.setattr(signals.signal, "signal", lambda s, h: current.__setitem__(s, h))
+    assert signals.install_handlers() == ["SIGTERM"]
+    assert current == {signal.SIGTERM: signals.exit_on_signal, signal.SIGHUP: signal.SIG_IGN,
+                       signal.SIGINT: signal.default_int_handler}
+    assert signals.install_handlers(sigint=True) == ["SIGINT"]
+    assert current[signal.SIGINT] is signals.interrupt_on_signal
+    assert signals.install_handlers(sigint=True) == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -166,40 +230,42 @@ class _Frame:
         self.f_code = type("Code", (), {"co_filename": filename})()
 
 
-@pytest.mark.parametrize("handler", ["cli", "runtime"])
-def test_a_signal_inside_the_import_machinery_is_sent_again_not_raised_there(monkeypatch, handler):
+def test_a_signal_inside_the_import_machinery_is_sent_again_not_raised_there(monkeypatch):
     """An exception raised in an import lock's weakref callback is printed and ignored (the
     process would go on): there the handler sends the signal again instead; anywhere else it
-    ends the process through SystemExit (the runtime's handler closes its runtimes first)."""
-    import anec.cli as cli
-    import anec.diagnostics as diagnostics
+    runs the cleanups (the runtime registers: close every open runtime) and ends the process
+    through SystemExit."""
     import anec.runtime as runtime
+    import anec.signals as signals
 
     sent, closed = [], []
-    monkeypatch.setattr(diagnostics.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    monkeypatch.setattr(signals.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    monkeypatch.setattr(signals, "_CLEANUPS", [])
+    monkeypatch.setattr(runtime, "_cleanup", {"registered": False})
     monkeypatch.setattr(runtime, "_close_all", lambda: closed.append(True))
-    on_signal = cli._on_signal if handler == "cli" else runtime._exit_on_signal
-    assert on_signal(signal.SIGTERM, _Frame("<frozen importlib._bootstrap>")) is None
+    monkeypatch.setattr(runtime.atexit, "register", lambda fn: None)
+    runtime._install_cleanup()  # what opening a Runtime does
+    assert signals.exit_on_signal(signal.SIGTERM, _Frame("<frozen importlib._bootstrap>")) is None
     assert sent == [(os.getpid(), signal.SIGTERM)] and closed == []
     with pytest.raises(SystemExit) as e:
-        on_signal(signal.SIGTERM, _Frame(str(ROOT / "anec" / "cli.py")))
+        signals.exit_on_signal(signal.SIGTERM, _Frame(str(ROOT / "anec" / "cli" / "group.py")))
     assert e.value.code == 128 + signal.SIGTERM and sent == [(os.getpid(), signal.SIGTERM)]
-    assert closed == ([True] if handler == "runtime" else [])
+    assert closed == [True]
     with pytest.raises(SystemExit):
-        on_signal(signal.SIGHUP, None)  # no frame: raised at once
+        signals.exit_on_signal(signal.SIGHUP, None)  # no frame: raised at once
+    assert closed == [True, True]
 
 
 def test_an_interrupt_inside_the_import_machinery_is_sent_again(monkeypatch):
     """SIGINT's KeyboardInterrupt, raised in an import lock's weakref callback, would be printed
     ('Exception ignored ... KeyboardInterrupt') and lost: the CLI's handler sends it again
     there, and raises KeyboardInterrupt anywhere else."""
-    import anec.cli as cli
-    import anec.diagnostics as diagnostics
+    import anec.signals as signals
 
     sent = []
-    monkeypatch.setattr(diagnostics.os, "kill", lambda pid, sig: sent.append((pid, sig)))
-    assert cli._on_interrupt(signal.SIGINT, _Frame("<frozen importlib._bootstrap>")) is None
+    monkeypatch.setattr(signals.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    assert signals.interrupt_on_signal(signal.SIGINT, _Frame("<frozen importlib._bootstrap>")) is None
     assert sent == [(os.getpid(), signal.SIGINT)]
     with pytest.raises(KeyboardInterrupt):
-        cli._on_interrupt(signal.SIGINT, _Frame(str(ROOT / "anec" / "cli.py")))
+        signals.interrupt_on_signal(signal.SIGINT, _Frame(str(ROOT / "anec" / "cli" / "group.py")))
     assert len(sent) == 1

@@ -34,6 +34,7 @@ EXPECTED = [
     ["check"], ["compile", "-o", "OUT"], ["mil"], ["interp", "--random-inputs", "0"],
     ["run", "--random-inputs", "0", "--backend", "sim"],
 ])
+@pytest.mark.constraint("ANE-INT32-SHAPE")
 def test_huge_reshapes_are_located_errors_in_every_command(tmp_path, monkeypatch, command):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "huge.ir").write_text(HUGE)

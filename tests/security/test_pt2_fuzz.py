@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from anec.frontends import TorchImportError  # noqa: E402
-from anec.frontends.torch_import import load_pt2  # noqa: E402
+from anec.frontends.torch.export import load_pt2  # noqa: E402
 
 from . import pt2_corpus as pc  # noqa: E402
 

@@ -26,7 +26,8 @@ torch = pytest.importorskip("torch")
 
 from anec.frontends import TorchImportError  # noqa: E402
 from anec.frontends.pt2_archive import read_pt2  # noqa: E402
-from anec.frontends.torch_import import import_torch, load_pt2  # noqa: E402
+from anec.frontends.torch.fx_import import import_torch  # noqa: E402
+from anec.frontends.torch.export import load_pt2  # noqa: E402
 
 from . import pt2_corpus as pc  # noqa: E402
 

@@ -55,7 +55,7 @@ def test_lora_gradients_match_peft(llama_ckpt):
         for s in tr.lora_slots:  # a nonzero B, or A's gradient is zero
             tr.params[s.b_input] = rng.standard_normal(tr.params[s.b_input].shape).astype(np.float32) * 0.1
         got = tr.gradients(ids)
-        values = {tr._peft_key(n): v for n, v in tr.params.items()}
+        values = {tr.peft_key(n): v for n, v in tr.params.items()}
     base = hf(llama_ckpt)
     cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     m = peft.get_peft_model(base, cfg)

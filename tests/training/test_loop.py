@@ -110,3 +110,26 @@ def test_steps_with_saved_activations_reload_each_program_with_its_own_weights(g
         cos = float(np.dot(ours[k].ravel(), theirs[k].ravel()) /
                     (np.linalg.norm(ours[k]) * np.linalg.norm(theirs[k]) + 1e-30))
         assert cos > 0.99 or np.linalg.norm(theirs[k]) < 1e-6, k
+
+
+def test_state_dict_resumes_a_trainer_to_the_same_steps(gpt2_ckpt, corpus):
+    """A second Trainer given the first's ``state_dict()`` after 3 steps takes the same next
+    steps: the same losses and bit-identical parameters and moments (interp backend: exact)."""
+    data = batches(gpt2_ckpt, corpus, 16, 2)
+    with Trainer(gpt2_ckpt, backend="interp", seq_len=16, lr=3e-3) as a, \
+            Trainer(gpt2_ckpt, backend="interp", seq_len=16, lr=3e-3) as b:
+        for k in range(3):
+            a.step(data.batch(k))
+        state = a.state_dict()
+        assert state["step"] == 3 and state["adam"]["step_count"] + state["scaler"]["skipped"] == 3
+        resumed = {k: v.copy() for k, v in state["params"].items()}
+        b.load_state_dict(state)
+        for k in range(3, 5):
+            assert a.step(data.batch(k)) == b.step(data.batch(k))
+        sa, sb = a.state_dict(), b.state_dict()
+        assert sa["step"] == sb["step"] == 5
+        for key in sa["params"]:
+            assert np.array_equal(sa["params"][key], sb["params"][key]), key
+            assert np.array_equal(sa["adam"]["m"][key], sb["adam"]["m"][key]), key
+        changed = [k for k in sa["params"] if not np.array_equal(sa["params"][k], resumed[k])]
+        assert changed  # the steps after the resume did move the weights
