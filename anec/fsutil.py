@@ -48,8 +48,8 @@ from anec.diagnostics import AnecError, ArtifactError
 from anec.thread_pools import write_pool
 
 __all__ = ["JSON_MAX_DEPTH", "JSON_MAX_INT_DIGITS", "discard", "fsync_dir", "is_temp_name", "json_depth",
-           "move_into_place", "parse_json", "read_regular", "real_dir", "replace_file", "replace_file_at", "write_bytes_atomic",
-           "write_text_atomic", "write_tree_atomic"]
+           "move_into_place", "parse_json", "read_regular", "real_dir", "replace_file", "replace_file_at",
+           "write_bytes_atomic", "write_new_file", "write_text_atomic", "write_tree_atomic"]
 
 TreeFile = Union[bytes, Any]
 """A file of :func:`write_tree_atomic`: bytes, or a streamed file (``size``, ``write_to(f)``,

@@ -282,7 +282,8 @@ class SafetensorsFile:
         if e.dtype == "BF16":
             if self._map is None or e.stop == e.start:
                 return np.zeros(e.shape, np.float32)
-            raw = np.frombuffer(self._map, dtype="<u2", count=(e.stop - e.start) // 2, offset=self.header.base + e.start)
+            raw = np.frombuffer(self._map, dtype="<u2", count=(e.stop - e.start) // 2,
+                                offset=self.header.base + e.start)
             return (raw.astype(np.uint32) << 16).view(np.float32).reshape(e.shape)
         if e.dtype not in ST_NUMPY:
             raise WeightError(f"tensor '{key}' in {self.path} has unsupported dtype {e.dtype}")
