@@ -30,9 +30,12 @@ from typing import Any, Iterable, Sequence
 
 from anec.diagnostics import AnecError, ConstraintError, did_you_mean
 from anec.ir.graph import Module, no_cyclic_gc
-from anec.mil.artifact import Artifact, deferred_hashes, hash_pool, write_output
+from anec.hashing import deferred_hashes
+from anec.mil.artifact import Artifact
 from anec.mil.multi_program import count_compiles
+from anec.mil.output import write_output
 from anec.multi_program_build import build_multi_program
+from anec.thread_pools import hash_pool
 from anec.passes.base import Pass, PassContext
 from anec.targets import Target, get_target
 
@@ -252,7 +255,8 @@ def compile_module(
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline
     from anec.passes.pipelines import check_pass_names
-    from anec.weights import check_weights, resolve_weights, touch_pages, weight_consts
+    from anec.ir.weight_binding import check_weights, resolve_weights, weight_consts
+    from anec.weight_store import touch_pages
 
     from anec.compress import parse_spec
 

@@ -154,7 +154,7 @@ def _const_array(rw: Rewriter, v: "Value") -> np.ndarray | None:
     c = const_node(v)
     if c is None:
         return None
-    from anec.weights import materialize
+    from anec.ir.weight_binding import materialize
 
     try:
         return np.asarray(materialize(c, rw.ctx.weights), dtype=np.float64)

@@ -19,7 +19,7 @@ from anec.ir.interp import interpret
 from anec.ir.parser import parse
 from anec.mil.artifact import Artifact, artifact_weights
 from anec.runtime import Runtime, backend_available
-from anec.weights import WeightStore
+from anec.weight_store import WeightStore
 from tests.passes import spatial_forms as sf
 from tests.passes.test_select_native import CASES
 
@@ -77,7 +77,7 @@ def _sim_error(rt, tmp_path, form: sf.Form, mil_edit) -> str:
     _, art = _compile(form, tmp_path)
     mil = mil_edit(art.mil_text)
     (tmp_path / "f" / "model.mil").write_text(mil)
-    from anec.mil.artifact import sha256  # the manifest pins the MIL's hash: refresh it
+    from anec.hashing import sha256  # the manifest pins the MIL's hash: refresh it
 
     import json
 

@@ -44,7 +44,7 @@ from anec.ir.interp import interpret
 from anec.ir.ops import BINARY, OPS, REDUCTIONS
 from anec.ir.parser import parse
 from anec.ir.printer import format_literal
-from anec.weights import WeightStore
+from anec.weight_store import WeightStore
 from tolerances import assert_close
 
 N_EXAMPLES = int(os.environ.get("ANEC_OP_EXAMPLES", "12"))
