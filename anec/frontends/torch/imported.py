@@ -157,7 +157,7 @@ class ImportedModel:
 
     def meta(self) -> dict:
         """The ``import.json`` content."""
-        from anec import __version__
+        from anec.version import __version__
 
         return {"format": FORMAT, "anec_version": __version__, "func": self.name,
                 "input_names": self.input_names, "output_names": self.output_names,
