@@ -21,7 +21,7 @@ help:
 	@echo "make test-asan the Python runtime tests on the extension built with ASan/UBSan"
 	@echo "make fuzz      longer libFuzzer runs (MIL parser, BLOBFILE reader, manifest path; FUZZ_RUNS=N)"
 	@echo "make bench     run the benchmarks (results in benchmarks/results/)"
-	@echo "make mutate    mutation testing by hand: mutmut + scripted C mutants (tests/mutation/REPORT.md)"
+	@echo "make mutate    mutation testing by hand: mutmut + scripted C mutants (tools/mutation/REPORT.md)"
 
 $(VENV)/.core: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
