@@ -15,7 +15,7 @@ is not changed), and write ``out_dir/<func>/`` for every func, all or nothing:
 ``out_dir`` is replaced as a whole (it then holds these funcs and the output
 index ``.anec-output.json``), readers see the complete previous output or the
 complete new one, and compiles to one ``out_dir`` take turns (see
-:func:`anec.mil.artifact.write_output`).
+:func:`anec.mil.output.write_output`).
 """
 
 from __future__ import annotations
