@@ -17,12 +17,12 @@ all: help
 help:
 	@echo "make demo      set up .venv, compile and run examples/gpt2_mlp.ir on the simulator"
 	@echo "make test      set up .venv with the test references and run the whole test suite"
-	@echo "make lint      ruff over anec/, tests/, benchmarks/ and mypy (strict on anec/ir/, anec/passes/)"
+	@echo "make lint      ruff over anec/, tests/, benchmarks/, tools/ and mypy (strict on anec/ir/, anec/passes/)"
 	@echo "make check-c   sanitizer (ASan/UBSan) C tests, fuzz smoke run, macOS-target syntax check"
 	@echo "make test-asan the Python runtime tests on the extension built with ASan/UBSan"
 	@echo "make fuzz      longer libFuzzer runs (MIL parser, BLOBFILE reader, manifest path; FUZZ_RUNS=N)"
 	@echo "make bench     run the benchmarks (results in benchmarks/results/)"
-	@echo "make mutate    mutation testing by hand: mutmut + scripted C mutants (tests/mutation/REPORT.md)"
+	@echo "make mutate    mutation testing by hand: mutmut + scripted C mutants (tools/mutation/REPORT.md)"
 
 $(VENV)/.core: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -55,7 +55,7 @@ $(VENV)/.lint: $(VENV)/.core
 	@touch $@
 
 lint: $(VENV)/.lint
-	$(PY) -m ruff check anec tests benchmarks
+	$(PY) -m ruff check anec tests benchmarks tools
 	$(PY) -m mypy
 
 test-fast: $(VENV)/.test

@@ -14,8 +14,7 @@ first use::
 from __future__ import annotations
 
 from anec._lazy import lazy_exports
-
-__version__ = "0.1.0"
+from anec.version import __version__
 
 _LAZY = {
     "parse": "anec.ir",

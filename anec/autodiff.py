@@ -559,7 +559,7 @@ def grad(graph: Graph, *, weights: "str | Iterable[str] | None" = "all",
                 continue
         ctx = Ctx(b, node, needs)
         xs = [get(v) for v in operands]
-        ys = [get(r) if _reads_results(node.op) else fwd.get(id(r), r) for r in node.results]
+        ys = [get(r) if OPS[node.op].vjp_reads_results else fwd.get(id(r), r) for r in node.results]
         outs = rule(ctx, xs, list(ys), gs, dict(node.attrs))
         for v, g, need in zip(operands, outs, needs):
             if need and g is not None:
@@ -627,10 +627,6 @@ def grad(graph: Graph, *, weights: "str | Iterable[str] | None" = "all",
         forward.set_outputs(list(forward.outputs) + [v for v in extra if v not in forward.outputs])
     return Backward(forward, b.graph, cot_in, input_grads, wgrads,
                     [v.name for v in saved], mode, hgrads)
-
-
-def _reads_results(op: str) -> bool:
-    return op in {"exp", "sqrt", "rsqrt", "tanh", "sigmoid", "softmax", "reduce_max"}
 
 
 def _tup(v: Any) -> Any:

@@ -15,7 +15,7 @@ is not changed), and write ``out_dir/<func>/`` for every func, all or nothing:
 ``out_dir`` is replaced as a whole (it then holds these funcs and the output
 index ``.anec-output.json``), readers see the complete previous output or the
 complete new one, and compiles to one ``out_dir`` take turns (see
-:func:`anec.mil.artifact.write_output`).
+:func:`anec.mil.output.write_output`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,12 @@ from typing import Any, Iterable, Sequence
 
 from anec.diagnostics import AnecError, ConstraintError, did_you_mean
 from anec.ir.graph import Module, no_cyclic_gc
-from anec.mil.artifact import Artifact, deferred_hashes, hash_pool, write_output
+from anec.hashing import deferred_hashes
+from anec.mil.artifact import Artifact
 from anec.mil.multi_program import count_compiles
+from anec.mil.output import write_output
 from anec.multi_program_build import build_multi_program
+from anec.thread_pools import hash_pool
 from anec.passes.base import Pass, PassContext
 from anec.targets import Target, get_target
 
@@ -252,7 +255,8 @@ def compile_module(
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline
     from anec.passes.pipelines import check_pass_names
-    from anec.weights import check_weights, resolve_weights, touch_pages, weight_consts
+    from anec.ir.weight_binding import check_weights, resolve_weights, weight_consts
+    from anec.weight_store import touch_pages
 
     from anec.compress import parse_spec
 
@@ -372,7 +376,7 @@ def _patterns(spec: Iterable[str] | str) -> list[str]:
 def with_weights_as_inputs(pipeline: Sequence[Pass], patterns: Sequence[str]) -> tuple[Pass, ...]:
     """``pipeline`` with the weights-as-inputs pass inserted after the cleanup
     passes (dce, fuse-casts), before select-native (a native conv reads a constant weight: a
-    weight input keeps its layer in the 27-op form) / range-safe / annotate-sram / legalize /
+    weight input keeps its layer in the core-op form) / range-safe / annotate-sram / legalize /
     partition / emit-mil."""
     from anec.passes import WeightsAsInputs
 

@@ -25,13 +25,15 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from anec import __version__
+from anec.version import __version__
 from anec.diagnostics import AnecError
 from anec.ir.func_facts import Plan
 from anec.ir.graph import Graph, Module
 from anec.ir.printer import print_module
-from anec.mil.artifact import (PROGRAM_IR_FILE, Artifact, jsonable, alloc_bytes, build_weight_inputs, io_entries,
-                               logical_outputs, sha256, weight_keys)
+from anec.hashing import sha256
+from anec.mil.artifact import (PROGRAM_IR_FILE, Artifact, alloc_bytes, build_weight_inputs, io_entries, logical_outputs,
+                               weight_keys)
+from anec.mil.json_format import jsonable
 from anec.mil.emitter import emit_mil
 from anec.mil.multi_program import FORMAT, PipelineArtifact, count_compiles, stage_dir
 from anec.passes.base import PassContext

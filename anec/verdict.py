@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from anec import __version__
+from anec.version import __version__
 from anec.fsutil import write_text_atomic
 
 VERDICT_FILE = "selftest-verdict.json"

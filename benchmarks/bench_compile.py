@@ -186,7 +186,7 @@ def emit_only(sizes: list[int]) -> dict:
     from anec.mil.artifact import Artifact
     from anec.mil.emitter import emit_mil
     from anec.targets import get_target
-    from anec.weights import resolve_weights
+    from anec.ir.weight_binding import resolve_weights
 
     target = get_target()
     runs = []

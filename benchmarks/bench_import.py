@@ -106,7 +106,7 @@ def bench_compile(im, model, ids) -> dict:
     import anec
     from anec.compiler import compile_module
     from anec.diagnostics import AnecError
-    from anec.weights import WeightStore
+    from anec.weight_store import WeightStore
 
     store = WeightStore(im.weights)
     _, t_front = _timed(lambda: compile_module(im.module, weights=store, passes="dce,fuse-casts,annotate-sram"))

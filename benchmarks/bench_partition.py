@@ -170,7 +170,7 @@ def measure_gpt2(variant: str, tokens: int, out_npz: str, tiny: bool = False) ->
     from anec.ir.builder import Builder
     from anec.models.layout import MASK_NEG
     from anec.runtime import Runtime, native
-    from anec.weights import WeightStore
+    from anec.weight_store import WeightStore
     from tests.models.synthetic import random_weights
 
     with tempfile.TemporaryDirectory(prefix="anec-bench-") as tmp:

@@ -58,7 +58,7 @@ from anec.compiler import compile_module  # noqa: E402
 from anec.ir.parser import parse  # noqa: E402
 from anec.runtime import Runtime, native  # noqa: E402
 from anec.runtime.weights import changed_blobs  # noqa: E402
-from anec.weights import resolve_weights  # noqa: E402
+from anec.ir.weight_binding import resolve_weights  # noqa: E402
 
 DIM, HIDDEN, SEQ = 768, 2048, 64
 

@@ -1,14 +1,14 @@
 # mk/mutate.mk - mutation testing, run by hand (not part of `make test` or CI).
 #
-#   make mutate          every scope below, the C mutants, then tests/mutation/REPORT.md
+#   make mutate          every scope below, the C mutants, then tools/mutation/REPORT.md
 #   make mutate-py SCOPE=interp   mutmut over one scope: interp (anec/ir/interp.py),
 #                        passes (anec/passes/), mil (anec/mil/); each mutant meets
-#                        the scope's covering tests (SCOPES in tests/mutation/stage.py)
-#   make mutate-c        the scripted C mutations (tests/mutation/c_mutants.py) over the
+#                        the scope's covering tests (SCOPES in tools/mutation/stage.py)
+#   make mutate-c        the scripted C mutations (tools/mutation/c_mutants.py) over the
 #                        sim (kernels, executor, rules, plan, driver), the runtime core,
 #                        reload and pipelines, and the ane driver (csrc/driver_ane.c, run
 #                        against the fake of the Apple side as mk/ane.mk builds it)
-#   make mutate-report   REPORT.md from the kept results (tests/mutation/results.json)
+#   make mutate-report   REPORT.md from the kept results (tools/mutation/results.json)
 #                        merged with the runs in build/mutate/ (results.json is rewritten)
 #
 # Narrower runs while iterating:
@@ -45,13 +45,13 @@ mutate:
 # The copy keeps file times: mutmut regenerates the mutants of files that changed.
 mutate-py: $(VENV)/.mutmut
 	$(PIP) install -q --no-deps -e .
-	$(PY) tests/mutation/stage.py $(SCOPE) $(MUTATE_DIR)/py-$(SCOPE)
+	$(PY) tools/mutation/stage.py $(SCOPE) $(MUTATE_DIR)/py-$(SCOPE)
 	@date +%s > $(MUTATE_DIR)/py-$(SCOPE)-start
 	cd $(MUTATE_DIR)/py-$(SCOPE) && OMP_NUM_THREADS=1 $(abspath $(VENV))/bin/mutmut run --max-children $(MUTATE_JOBS) $(MUTANTS)
 	@echo "$(SCOPE):$$(echo '$(or $(if $(word 5,$(MUTANTS)),$(words $(MUTANTS))-named-mutants,$(MUTANTS)),all)' | tr ' ' ',') $$(( $$(date +%s) - $$(cat $(MUTATE_DIR)/py-$(SCOPE)-start) )) $(MUTATE_JOBS)" >> $(MUTATE_DIR)/py-runs
 
 mutate-c: $(VENV)/.test
-	$(PY) tests/mutation/cmutate.py --out $(MUTATE_DIR)/c-results.json $(if $(C_MUTANTS),--only $(C_MUTANTS))
+	$(PY) tools/mutation/cmutate.py --out $(MUTATE_DIR)/c-results.json $(if $(C_MUTANTS),--only $(C_MUTANTS))
 
 mutate-report: $(VENV)/.test
-	$(PY) tests/mutation/report.py --py $(MUTATE_DIR) --c $(MUTATE_DIR)/c-results.json -o tests/mutation/REPORT.md
+	$(PY) tools/mutation/report.py --py $(MUTATE_DIR) --c $(MUTATE_DIR)/c-results.json -o tools/mutation/REPORT.md

@@ -114,7 +114,7 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
     """Parse and verify FILE; print warnings and, when available, ANE legality per node."""
     from anec.ir.parser import parse_file
     from anec.ir.verifier import check
-    from anec.weights import resolve_weights
+    from anec.ir.weight_binding import resolve_weights
 
     target_name = get_target(target).name
     module = parse_file(file)
@@ -210,7 +210,7 @@ def _range_check(module, inputs_path: str, given: dict, target_name: str | None,
                  random_seed: int | None) -> int:
     """Print the fp16 range analysis on the calibration inputs; the number of overflows."""
     from anec.ranges import check_ranges, load_calibration
-    from anec.weights import resolve_weights
+    from anec.ir.weight_binding import resolve_weights
 
     inputs = load_calibration(inputs_path)
     weights = given.get("weights")

@@ -99,7 +99,7 @@ def interp_cmd(file, func_name, inputs, random_inputs, weights_path, random_weig
     from anec.ir.interp import interpret, load_input, random_inputs as make_random_inputs, select_func
     from anec.ir.parser import parse_file
     from anec.ir.verifier import verify
-    from anec.weights import check_weights, resolve_weights
+    from anec.ir.weight_binding import check_weights, resolve_weights
 
     module = parse_file(file)
     for warning in verify(module):
@@ -190,7 +190,7 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
     module = store = None
     if is_ir or (compare_interp and ir_path):
         from anec.ir.parser import parse_file
-        from anec.weights import resolve_weights
+        from anec.ir.weight_binding import resolve_weights
 
         module = parse_file(target_path if is_ir else ir_path)
         store = resolve_weights(module, weights=weights_path, random_seed=random_weights)

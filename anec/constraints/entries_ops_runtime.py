@@ -119,12 +119,12 @@ ENTRIES = (
                   "word on spatial limits is a community FAQ's guess (hollance/neural-engine) that dilated "
                   "convolutions may not run on the ANE under Core ML",
                   HYPOTHESIS, UNTRIED),),
-        "rewrite or error", "select-native (keeps the 27-op form; a patch embedding: patches as channels, "
+        "rewrite or error", "select-native (keeps the core-op form; a patch embedding: patches as channels, "
         "one conv1x1); legalize: check_target_form",
         "The ops and their parameters are coremltools' MIL definitions (iOS15 conv.py, pool.py, "
         "image_resizing.py, reused by iOS17/iOS18), which state no size limits. "
         "select-native writes a native op only within the limits (anec.ir.ops.SPATIAL_LIMITS) and records "
-        "the layers it leaves in their 27-op form (a patch embedding, kernel == stride without padding, "
+        "the layers it leaves in their core-op form (a patch embedding, kernel == stride without padding, "
         "beyond them becomes its patches gathered into Cin*KH*KW channels and one conv1x1 instead); "
         "legalize rejects a target form beyond them at its "
         "line, and the sim refuses such MIL.",

@@ -35,7 +35,7 @@ class TorchImportError(AnecError):
 
 
 class UnsupportedOpError(TorchImportError):
-    """An ATen op (or a use of one) that the 27 IR ops cannot express."""
+    """An ATen op (or a use of one) that the core IR ops cannot express."""
 
 
 class CoreMLExportError(AnecError):

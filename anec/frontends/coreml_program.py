@@ -113,48 +113,6 @@ class ProgramBuilder:
 
                 val = np.asarray(self.weights[blob_key(slot["file"], slot["offset"])]).reshape(t.shape)
             out = mb.const(val=val, name=self.pkg(nn))
-        elif op in ("identity", "exp", "sqrt", "relu", "tanh", "sigmoid"):
-            out = getattr(mb, op)(x=x[0], name=self.pkg(nn))
-        elif op in ("add", "sub", "mul", "pow", "real_div"):
-            out = getattr(mb, op)(x=x[0], y=x[1], name=self.pkg(nn))
-        elif op == "cast":
-            out = mb.cast(x=x[0], dtype=self.param(nn, "dtype", str(DType(a["dtype"]))), name=self.pkg(nn))
-        elif op == "conv1x1":
-            if n.optional:
-                raise CoreMLExportError(f"%{r.name}: conv bias= reached the compiled program")
-            kw = {
-                "dilations": self.param(nn, "dilations", np.array([1, 1], np.int32)),
-                "groups": self.param(nn, "groups", np.int32(1)),
-                "pad": self.param(nn, "pad", np.array([0, 0, 0, 0], np.int32)),
-                "pad_type": self.param(nn, "pad_type", "valid"),
-                "strides": self.param(nn, "strides", np.array([1, 1], np.int32)),
-            }
-            out = mb.conv(x=x[0], weight=x[1], name=self.pkg(nn), **kw)
-        elif op == "matmul":
-            tx = self.param(nn, "transpose_x", bool(a["transpose_x"]))
-            ty = self.param(nn, "transpose_y", bool(a["transpose_y"]))
-            out = mb.matmul(x=x[0], y=x[1], transpose_x=tx, transpose_y=ty, name=self.pkg(nn))
-        elif op == "softmax":
-            axis = self.param(nn, "axis", np.int32(a["axis"] % n.operands[0].type.rank))
-            out = mb.softmax(x=x[0], axis=axis, name=self.pkg(nn))
-        elif op in ("reduce_sum", "reduce_mean", "reduce_max"):
-            rank = n.operands[0].type.rank
-            axes = self.param(nn, "axes", np.array([ax % rank for ax in a["axes"]], np.int32))
-            keep = self.param(nn, "keep_dims", bool(a["keep_dims"]))
-            out = getattr(mb, op)(x=x[0], axes=axes, keep_dims=keep, name=self.pkg(nn))
-        elif op == "reshape":
-            shape = self.param(nn, "shape", np.array(r.type.shape, np.int32))
-            out = mb.reshape(x=x[0], shape=shape, name=self.pkg(nn))
-        elif op == "transpose":
-            out = mb.transpose(x=x[0], perm=self.param(nn, "perm", np.array(a["perm"], np.int32)), name=self.pkg(nn))
-        elif op == "slice":
-            xt = n.operands[0].type
-            stride = a.get("stride") or [1] * xt.rank
-            bounds = [slice(b, e, s).indices(d) for b, e, s, d in zip(a["begin"], a["end"], stride, xt.shape)]
-            kw = {"begin": self.param(nn, "begin", np.array([b for b, _, _ in bounds], np.int32)),
-                  "end": self.param(nn, "end", np.array([e for _, e, _ in bounds], np.int32)),
-                  "stride": self.param(nn, "stride", np.array([s for _, _, s in bounds], np.int32))}
-            out = mb.slice_by_index(x=x[0], name=self.pkg(nn), **kw)
         elif op == "split":
             op_name = self.claim(f"{nn}_split")
             axis = self.param(op_name, "axis", np.int32(a["axis"] % n.operands[0].type.rank))
@@ -164,15 +122,6 @@ class ProgramBuilder:
                 var.name = self.pkg(self.name(res))
                 self.env[id(res)] = var
             return
-        elif op == "pad":
-            xt = n.operands[0].type
-            before, after = list(a["before"]), list(a["after"])
-            first = next((i for i in range(xt.rank) if before[i] or after[i]), xt.rank - 1)
-            pad = [p for i in range(first, xt.rank) for p in (before[i], after[i])]
-            kw = {"constant_val": self.param(nn, "constant_val", np.asarray(a["value"], xt.dtype.np)[()]),
-                  "mode": self.param(nn, "mode", "constant"),
-                  "pad": self.param(nn, "pad", np.array(pad, np.int32))}
-            out = mb.pad(x=x[0], name=self.pkg(nn), **kw)
         else:
             out = self.from_lowering(n, a, x, nn, mb)
         self.env[id(r)] = out
@@ -180,8 +129,8 @@ class ProgramBuilder:
     def from_lowering(self, n: Any, a: dict, x: list[Any], nn: str, mb: Any) -> Any:
         """An op translated as its row's MIL lowering writes it (``get_op(op).lowering``): the
         same MIL op, operands under their MIL argument names, and the same parameters as
-        named consts (the target forms: conv, conv_transpose, max_pool, avg_pool,
-        upsample_nearest_neighbor, upsample_bilinear)."""
+        named consts, in name order (every op but const and split: those the emitter writes
+        as MIL statements of their own)."""
         from anec.ir.ops import Mil, MilScalar, lookup_op
 
         r = n.results[0]

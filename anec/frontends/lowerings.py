@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 from anec.frontends.aten.conv import CONVOLUTION
+from anec.frontends.aten.direct import unplaced
 from anec.frontends.aten.elementwise import ELEMENTWISE, LOGIC
 from anec.frontends.aten.host import HOST
 from anec.frontends.aten.matmul import ATTENTION, LINEAR_ALGEBRA
@@ -26,6 +27,10 @@ FAMILIES: tuple[Family, ...] = (ELEMENTWISE, LOGIC, REDUCTIONS, LINEAR_ALGEBRA, 
 
 
 def _join(families: tuple[Family, ...]) -> dict[str, Row]:
+    missing = unplaced()
+    if missing:
+        raise AssertionError(f"the rows of {', '.join(missing)} name ATen overloads that no family places "
+                             "(anec.frontends.aten.direct.place)")
     table: dict[str, Row] = {}
     for fam in families:
         for name, row in fam.rows.items():

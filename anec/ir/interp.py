@@ -102,7 +102,7 @@ def interpret(
     ``weights`` is a WeightStore (or any key -> array mapping) for weight consts.
     ``observe(node, results)`` is called after every non-const node (range analysis).
     """
-    from anec.weights import materialize
+    from anec.ir.weight_binding import materialize
 
     if mode not in MODES:
         raise AnecError(f"unknown interpreter mode '{mode}'", hint="use fp32 or fp16")

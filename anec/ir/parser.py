@@ -122,7 +122,7 @@ def parse(text: str, filename: str = "<string>", *, target_forms: bool = False) 
 
     ``target_forms`` also accepts the target-level forms (``conv``, ``max_pool``, ...:
     :data:`anec.ir.ops.TARGET_OPS`) that compilation writes; they are not part of the
-    27-op IR and user text using them is refused with a hint."""
+    core-op IR and user text using them is refused with a hint."""
     with no_cyclic_gc():
         return _parse(text, filename, layout=False, target_forms=target_forms)  # type: ignore[return-value]
 
@@ -291,7 +291,7 @@ class _Builder:
         self.source = source
         self.layout = layout
         self.target_forms = target_forms
-        """Accept the target-level forms (a compiled program's IR), not only the 27 ops."""
+        """Accept the target-level forms (a compiled program's IR), not only the core ops."""
         self.items: list[tuple[int, int, tuple[Any, ...]]] = []
         """(start, end, item key) of every layout item, in text order (statements
         only when ``layout``)."""
@@ -374,9 +374,9 @@ class _Builder:
                    None, None, {}, "")
         if st.op in TARGET_OPS and not self.target_forms:
             raise VerifyError(
-                f"'{st.op}' is a target-level form, not one of the 27 IR ops",
+                f"'{st.op}' is a target-level form, not one of the core IR ops",
                 st.op_span,
-                hint=f"write the layer in its 27-op form (slice, conv1x1, mul, add, ...: docs/ops.md, "
+                hint=f"write the layer in its core-op form (slice, conv1x1, mul, add, ...: docs/ops.md, "
                      f"'Target forms'); compilation selects {st.op} from it (the select-native pass). "
                      "A compiled artifact's program.ir is read through its directory: "
                      "anec run DIR --compare-interp",

@@ -4,7 +4,9 @@
   (the only code writing MIL text);
 * :mod:`anec.mil.blobfile` — the BLOBFILE (MILBlob storage v2) writer and reader;
 * :mod:`anec.mil.artifact` — :class:`Artifact`: MIL + weight files + manifest,
-  written and loaded atomically.
+  written and loaded atomically;
+* :mod:`anec.mil.output` — a compile output: an artifact per func and the output index;
+* :mod:`anec.mil.json_format` — the JSON layout of manifests and indexes.
 """
 
 from __future__ import annotations

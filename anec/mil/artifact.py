@@ -16,16 +16,12 @@ alphabetical order of MIL names), one uniform allocation size per direction
 reassemble them, each weight's key, file, offset and sha256, the SRAM report,
 the rewrites legalize applied and the sha256 of the MIL text.
 
-A compile output (``anec compile -o out``) is one directory per func plus an
-index, ``out/.anec-output.json``, naming every func and the sha256 of its
-manifest; it is written last, so an output is complete exactly when it has
-one. Writing is all or nothing for the whole output (:func:`write_output`;
-:meth:`Artifact.write` for one func): every file is written and fsynced into a
-temporary directory ``.out.anec-tmp-*`` next to the destination, which then
-replaces the destination in one rename; writers of one destination take turns
-(a lock file ``.out.anec-lock``) and each removes the temporary directories
-killed writers left. Readers (:func:`load_artifact`, the runtime, ``anec run``)
-never take a temporary directory.
+:meth:`Artifact.write` writes the directory all or nothing
+(:func:`anec.fsutil.write_tree_atomic`); a compile output, one such directory
+per func plus the output index, is :mod:`anec.mil.output`. The manifest is laid
+out by :func:`anec.mil.json_format.format_json`; weight payloads are hashed by
+:mod:`anec.hashing` (on worker threads within
+:func:`anec.hashing.deferred_hashes`).
 
 :meth:`Artifact.load` reads through :class:`~anec.mil.beneath.Beneath` (no
 symbolic link followed, regular files of bounded size only), validates the
@@ -34,34 +30,31 @@ manifest before anything else reads it, and checks every file against it.
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import hashlib
-import json
 import math
 import os
-import re
-import secrets
-import shutil
-import stat
-from concurrent import futures
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
-from anec import __version__
-from anec.diagnostics import ArtifactError, PassError, Span, did_you_mean
+from anec.compress import decompress, get_format
+from anec.diagnostics import ArtifactError, PassError
+from anec.fsutil import TreeFile, real_dir, write_tree_atomic
+from anec.hashing import array_sha256, hashes_deferred, payload_digests, sha256
 from anec.ir.graph import Graph, Module
+from anec.ir.parser import parse
+from anec.ir.printer import print_graph
 from anec.ir.types import DType, TensorType
-from anec.fsutil import discard, fsync_dir, move_into_place
+from anec.ir.weight_binding import materialize, materialize_attrs
 from anec.mil.beneath import Beneath, check_rel
-from anec.mil.blobfile import HEADER_BYTES, BlobFiles, BlobReader, BlobWriter, pack_bits, payload_bytes
+from anec.mil.blobfile import (HEADER_BYTES, SUBBYTE_BITS, BlobFiles, BlobReader, BlobWriter, pack_bits, payload_bytes,
+                               unpack_bits)
 from anec.mil.emitter import MilProgram
-from anec.mil.manifest import FORMAT, MANIFEST_MAX_BYTES, parse_json, parse_manifest, validate_manifest
+from anec.mil.json_format import format_json, jsonable
+from anec.mil.manifest import FORMAT, MANIFEST_MAX_BYTES, parse_manifest, validate_manifest
+from anec.thread_pools import hash_pool
+from anec.version import __version__
 
 if TYPE_CHECKING:
     from anec.targets import Target
@@ -77,12 +70,6 @@ BLOB_MAX_BYTES = 1 << 36
 """Bounds of the files an artifact may hold (weight files: the C runtime's bound)."""
 
 
-def sha256(data: bytes | str) -> str:
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    return hashlib.sha256(data).hexdigest()
-
-
 def alloc_bytes(sizes: Iterable[int], target: "Target") -> int:
     """The uniform surface size for tensors of these byte sizes.
 
@@ -94,62 +81,6 @@ def alloc_bytes(sizes: Iterable[int], target: "Target") -> int:
     n = max([target.min_surface_bytes, *sizes])
     a = max(1, target.surface_alignment)
     return (n + a - 1) // a * a
-
-
-def jsonable(obj: Any) -> Any:
-    """Graph metadata and rewrite records as plain JSON values."""
-    if isinstance(obj, Mapping):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        items = sorted(obj, key=str) if isinstance(obj, (set, frozenset)) else obj
-        return [jsonable(v) for v in items]
-    if isinstance(obj, DType):
-        return obj.value
-    if isinstance(obj, TensorType):
-        return str(obj)
-    if isinstance(obj, Span):
-        return obj.location
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    return str(obj)
-
-
-_ONE_LINE = (", ", ": ")
-
-
-def format_json(obj: Any, indent: int = 0) -> str:
-    """JSON with 2-space indents, but lists of numbers and small flat dicts on one line.
-
-    Shapes such as ``[1, 768, 1, 64]`` stay readable instead of taking a line
-    per dimension; the result is ordinary JSON (``json.loads`` reads it).
-    """
-    pad, inner = "  " * indent, "  " * (indent + 1)
-    if isinstance(obj, dict):
-        if not obj:
-            return "{}"
-        if all(not isinstance(v, (dict, list)) or _scalar_list(v) for v in obj.values()):
-            one = json.dumps(obj, separators=_ONE_LINE)  # what the pieces below join to, in C
-            if len(one) <= 120:
-                return one
-        items = [f"{inner}{json.dumps(k)}: {format_json(v, indent + 1)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
-    if isinstance(obj, list):
-        if not obj:
-            return "[]"
-        if _scalar_list(obj):
-            return json.dumps(obj, separators=_ONE_LINE)
-        return "[\n" + ",\n".join(inner + format_json(v, indent + 1) for v in obj) + "\n" + pad + "]"
-    return json.dumps(obj)
-
-
-def _scalar_list(v: Any) -> bool:
-    return isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v)
 
 
 def io_entries(values, with_logical: dict[str, str] | None = None) -> list[dict]:
@@ -270,8 +201,6 @@ def program_ir_text(graph: Graph, program: MilProgram) -> str:
     payload the MIL's BLOBFILE reference points at (perm/slice already
     applied there).
     """
-    from anec.ir.printer import print_graph
-
     by_name = {n.results[0].name: n for n in graph.nodes if n.op == "const"}
     keyed = {id(by_name[name]): {"weight": key} for name, key in weight_keys(program).items()}
     return ("// The compiled program in anec IR: the same ops as model.mil; weights are\n"
@@ -318,9 +247,6 @@ def blob_np_name(dtype: str) -> str:
 def decompress_parts(parts: list[tuple[dict, np.ndarray]]) -> np.ndarray:
     """The dense fp16 tensor of one compressed weight from its manifest part entries and
     payloads (1-D arrays as read)."""
-    from anec.compress import decompress, get_format
-    from anec.mil.blobfile import unpack_bits
-
     first = parts[0][0]["part"]
     fmt = get_format(first["format"])
     shape = tuple(first["shape"])
@@ -335,66 +261,6 @@ def decompress_parts(parts: list[tuple[dict, np.ndarray]]) -> np.ndarray:
     return decompress(fmt, int(first["axis"]), shape, roles)
 
 
-_PARALLEL_BYTES = 1 << 20
-"""Payloads at least this large are hashed (and files this large written) on worker threads:
-hashlib and file writes release the GIL."""
-
-
-def _workers(sizes: list[int]) -> int:
-    big = sum(1 for n in sizes if n >= _PARALLEL_BYTES)
-    return min(big, os.cpu_count() or 1, 8)
-
-
-def _digest(a: np.ndarray) -> str:
-    a = np.ascontiguousarray(a)
-    return hashlib.sha256(memoryview(a.reshape(-1)).cast("B")).hexdigest()
-
-
-def payload_digests(arrays: list[np.ndarray]) -> list[str]:
-    """sha256 of each array's bytes (row-major), hashed in place, large ones in parallel."""
-    workers = _workers([a.nbytes for a in arrays])
-    if workers < 2:
-        return [_digest(a) for a in arrays]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(_digest, arrays))
-
-
-_deferring: ContextVar[bool] = ContextVar("anec_defer_weight_hashes", default=False)
-_pools: dict[str, tuple[int, Any]] = {}  # name -> (pid, ThreadPoolExecutor)
-
-
-@contextmanager
-def deferred_hashes() -> Iterator[None]:
-    """Within this block :meth:`Artifact.build` hashes the weights on worker threads and
-    returns at once: each manifest's weight ``sha256`` is filled in by
-    :meth:`Artifact.finish` (which :meth:`Artifact.files`, and so every write, calls first).
-    :func:`anec.compiler.compile_module` builds its artifacts so, and
-    :func:`write_output` streams the weights to disk while they are hashed."""
-    token = _deferring.set(True)
-    try:
-        yield
-    finally:
-        _deferring.reset(token)
-
-
-def _pool(name: str, workers: int) -> Any:
-    """The process's worker threads ``anec-<name>``: made on first use and kept (a compile
-    would otherwise start dozens of threads, each a wait on a busy machine); made again in a
-    forked child."""
-    kept = _pools.get(name)
-    if kept is None or kept[0] != os.getpid():
-        kept = _pools[name] = (os.getpid(), futures.ThreadPoolExecutor(workers, thread_name_prefix=f"anec-{name}"))
-    return kept[1]
-
-
-def hash_pool() -> Any:
-    """The process's worker threads for work on the cores that releases the GIL: the deferred
-    weight hashes, and the page prefault of :func:`anec.weights.touch_pages` (one per core)."""
-    return _pool("hash", os.cpu_count() or 1)
-
-
 def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
                 ) -> tuple[dict[str, BlobWriter] | None, list[dict]]:
     """The BLOBFILEs of ``program``'s weight plan (a writer per file, its payloads views of
@@ -404,8 +270,6 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
     sub-byte payloads packed as coremltools packs them. Without a store (``anec mil``)
     there are no blobs and each entry's ``sha256`` is None.
     """
-    from anec.weights import materialize
-
     entries = []
     writers: dict[str, BlobWriter] = {}
     payloads = []
@@ -425,9 +289,9 @@ def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
             payloads.append(hashed)
     if store is None:
         digests: list[Any] = [None] * len(program.weights)
-    elif _deferring.get():  # Futures: Artifact.build leaves them to Artifact.finish
+    elif hashes_deferred():  # Futures: Artifact.build leaves them to Artifact.finish
         pool = hash_pool()
-        digests = [pool.submit(_digest, a) for a in payloads]
+        digests = [pool.submit(array_sha256, a) for a in payloads]
     else:
         digests = payload_digests(payloads)
     for slot, digest in zip(program.weights, digests):
@@ -455,8 +319,6 @@ def _part_payload(slot: Any) -> tuple[np.ndarray, np.ndarray, Any]:
         arr = np.frombuffer(pack_bits(arr, comp.fmt.bits)[0], np.uint8)
     arr = arr.reshape(slot.type.shape)
     if slot.storage is not None:
-        from anec.mil.blobfile import SUBBYTE_BITS
-
         raw, padding = pack_bits(arr, SUBBYTE_BITS[slot.storage])
         packed = np.frombuffer(raw, np.uint8)
         return arr, packed, (packed, padding)
@@ -489,8 +351,6 @@ def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None
     """The initial values of the weights compiled as inputs (``graph.facts.weight_inputs``):
     one BLOBFILE each under ``inputs/`` (never referenced by the MIL; the runtime writes them
     into the input surfaces), and their manifest entries."""
-    from anec.weights import materialize_attrs
-
     blobs: dict[str, BlobWriter] = {}
     entries = []
     for w in graph.facts.weight_inputs:
@@ -509,7 +369,7 @@ def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None
     return BlobFiles(blobs), entries
 
 
-def file_source(blobs: Mapping[str, bytes], rel: str) -> "bytes | BlobWriter":
+def file_source(blobs: Mapping[str, bytes], rel: str) -> TreeFile:
     """What writes weight file ``rel`` of ``blobs``: its bytes, or the writer streaming them."""
     return blobs.source(rel) if isinstance(blobs, BlobFiles) else blobs[rel]
 
@@ -543,7 +403,7 @@ class Artifact:
     program_ir: str = ""
     """The compiled program in anec IR (``program.ir``), weights keyed by BLOBFILE."""
     pending: list = field(default_factory=list, repr=False, compare=False)
-    """Manifest weight entries whose sha256 is still being computed (see :func:`deferred_hashes`)."""
+    """Manifest weight entries whose sha256 is still being computed (see :func:`anec.hashing.deferred_hashes`)."""
 
     @classmethod
     def build(cls, graph: Graph, program: MilProgram, target: "Target",
@@ -586,7 +446,7 @@ class Artifact:
         return sum(1 for line in self.mil_text.splitlines() if line.startswith(" " * 8))
 
     # ---- files ---------------------------------------------------------------
-    def files(self) -> dict[str, "bytes | BlobWriter"]:
+    def files(self) -> dict[str, TreeFile]:
         """Every file of the artifact directory, relative path -> bytes (a weight file not
         read yet: the :class:`~anec.mil.blobfile.BlobWriter` that writes it)."""
         self.finish()
@@ -668,17 +528,15 @@ class Artifact:
 
     def program_module(self) -> "Module":
         """``program.ir`` parsed (for the reference interpreter)."""
-        from anec.ir.parser import parse
-
         return parse(self.program_ir, filename=f"{self.func}/{PROGRAM_IR_FILE}", target_forms=True)
 
 
-def write_artifact_dir(directory: str | os.PathLike, files: Mapping[str, "bytes | BlobWriter"]) -> Path:
+def write_artifact_dir(directory: str | os.PathLike, files: Mapping[str, TreeFile]) -> Path:
     """Make ``directory`` hold exactly ``files`` (an artifact), atomically. An existing artifact
     is replaced; a non-empty directory that is not one is refused (ArtifactError)."""
     dest = Path(directory)
-    if _exists(dest):
-        with Beneath.open(_real_dir(dest)) as d:
+    if os.path.lexists(dest):
+        with Beneath.open(real_dir(dest)) as d:
             if d.names() and d.kind(MANIFEST_FILE) != "file":
                 raise ArtifactError(
                     f"refusing to replace '{dest}': it is a non-empty directory without {MANIFEST_FILE}",
@@ -697,436 +555,3 @@ def decode_utf8(data: bytes, path: Path, what: str) -> str:
                             hint="the artifact is damaged or was not written by anec; recompile it") from None
 
 
-# ---------------------------------------------------------------------------
-# compile outputs: one directory per func and the output index
-
-
-def _func_dir_name(name: Any) -> str:
-    if not isinstance(name, str) or not name or name.startswith(".") or any(c in name for c in "/\\\0"):
-        raise ArtifactError(f"func name {name!r:.60} cannot name a directory of the output")
-    return name
-
-
-def write_output(out: str | os.PathLike, artifacts: Mapping[str, "Artifact"],
-                 keep_funcs: bool = False) -> dict[str, Path]:
-    """Write every func's artifact to ``out/<func>/`` and the output index, all or nothing.
-
-    ``out`` is replaced as a whole, and a reader sees the complete previous
-    output or the complete new one. Afterwards it holds exactly these funcs;
-    with ``keep_funcs`` also the funcs of the previous output that these do
-    not replace (hard-linked into the new tree, so adding one func costs no
-    copy). An existing ``out`` must be empty, an anec output or an artifact,
-    so a mistyped ``-o`` never deletes user files. Returns func -> directory.
-    """
-    dest = Path(out)
-    early: dict[str, "bytes | BlobWriter"] = {}
-    for name, art in artifacts.items():
-        d = _func_dir_name(name)
-        if not art.complete:
-            art.files()  # the error naming the missing weight file
-        for rel, data in _early_files(art):
-            early[f"{d}/{rel}"] = data
-    index: dict[str, str] = {}
-
-    def last(tmp: Path) -> dict[str, bytes]:
-        """While the weight files, MIL and program.ir are written: every other file (the
-        manifests wait for the weight hashes computed meanwhile) and the output index, with
-        the kept funcs linked in first; runs under the write lock, so the previous output is
-        stable. (The order of the writes into the temporary directory does not matter: the
-        output appears whole, by a rename, once every file is fsynced.)"""
-        rest: dict[str, "bytes | BlobWriter"] = {}
-        for name, art in artifacts.items():
-            d = _func_dir_name(name)
-            for rel, data in art.files().items():
-                if f"{d}/{rel}" not in early:
-                    rest[f"{d}/{rel}"] = data
-            index[d] = sha256(rest[f"{d}/{MANIFEST_FILE}"])
-        kept = _link_funcs(dest, tmp, exclude=index) if keep_funcs and _exists(dest) else {}
-        marker = {"format": OUTPUT_FORMAT, "anec_version": __version__, "funcs": {**kept, **index}}
-        return {**rest, OUTPUT_INDEX: (format_json(marker) + "\n").encode("utf-8")}
-
-    if _exists(dest):
-        _check_replaceable_output(dest)
-    write_tree_atomic(dest, early, last)
-    return {name: dest / name for name in artifacts}
-
-
-def _early_files(art: Any) -> list[tuple[str, "bytes | BlobWriter"]]:
-    """The files of an artifact (and of a pipeline's stages) that do not wait for the weight
-    hashes, relative path -> bytes or the writer streaming them: the weight files, the MIL and
-    program.ir. :func:`write_output` writes them first, so their fsyncs overlap; the manifests
-    follow once the hashes are known."""
-    out = []
-    stages = getattr(art, "stages", None)
-    if stages is not None:  # a pipeline: its manifest names each stage's directory
-        for entry, stage in zip(art.manifest["stages"], stages):
-            check_rel(entry["dir"], "stage directory")
-            out += [(f"{entry['dir']}/{rel}", data) for rel, data in _early_files(stage)]
-    else:
-        out.append((MIL_FILE, art.mil_text.encode("utf-8")))
-    out.append((PROGRAM_IR_FILE, art.program_ir.encode("utf-8")))
-    for rel in art.blobs:
-        check_rel(rel, "weight file")
-        out.append((rel, file_source(art.blobs, rel)))
-    return out
-
-
-def _link_funcs(dest: Path, tmp: Path, exclude: Mapping[str, str]) -> dict[str, str]:
-    """Hard-link the func directories of the output ``dest`` (all but ``exclude``) into
-    ``tmp``; func -> manifest sha256. Only plain directories and regular files are taken."""
-    kept: dict[str, str] = {}
-    with Beneath.open(_real_dir(dest)) as d:
-        if d.kind(MANIFEST_FILE) is not None:
-            return kept  # a single artifact, not an output: nothing to keep
-        for name, digest in output_funcs(d).items():
-            if name in exclude:
-                continue
-            with d.subdir(name, "func directory") as sub:
-                _link_tree(sub, tmp / name)
-                kept[name] = digest or sha256(sub.read(MANIFEST_FILE, MANIFEST_MAX_BYTES, "manifest"))
-    return kept
-
-
-def _link_tree(src: Beneath, to: Path) -> None:
-    to.mkdir()
-    for name in src.names():
-        kind = src.kind(name)
-        if kind == "directory":
-            with src.subdir(name) as sub:
-                _link_tree(sub, to / name)
-        elif kind == "file":
-            try:
-                os.link(name, to / name, src_dir_fd=src.fileno, follow_symlinks=False)
-            except OSError:  # no hard links here: copy
-                _write_file(to / name, src.read(name, BLOB_MAX_BYTES, "file"))
-        else:
-            raise ArtifactError(f"cannot keep '{src.path / name}' in the output: it is a {kind}",
-                                hint="recompile that func, or write the output without keeping funcs")
-
-
-def _check_replaceable_output(dest: Path) -> None:
-    """ArtifactError unless ``dest`` is empty, an anec output or an artifact (outputs of
-    older versions: func directories with a manifest, and their writers' temporary
-    directories)."""
-    with Beneath.open(_real_dir(dest)) as d:
-        names = d.names()
-        if not names or d.kind(OUTPUT_INDEX) == "file" or d.kind(MANIFEST_FILE) == "file":
-            return
-        for n in names:
-            if is_temp_name(n):
-                continue
-            if d.kind(n) == "directory":
-                with d.subdir(n) as sub:
-                    if sub.kind(MANIFEST_FILE) == "file":
-                        continue
-            raise ArtifactError(f"refusing to replace '{dest}': it holds '{n}', which is not part of an anec output",
-                                hint="choose an empty or new output directory")
-
-
-def _exists(path: Path) -> bool:
-    return os.path.lexists(path)
-
-
-def _real_dir(dest: Path) -> Path:
-    """``dest`` if it is a real directory (not a link to one); ArtifactError otherwise."""
-    st = os.lstat(dest)
-    if stat.S_ISLNK(st.st_mode):
-        raise ArtifactError(f"cannot write to '{dest}': it is a symbolic link",
-                            hint="give the real directory: a write replaces the path it is given")
-    if not stat.S_ISDIR(st.st_mode):
-        raise ArtifactError(f"cannot write artifact to '{dest}': it is a file")
-    return dest
-
-
-_TEMP = re.compile(r"\..+\.(anec-tmp-[A-Za-z0-9_]+|[A-Za-z0-9_]{8}\.(tmp|old))\Z")
-
-
-def is_temp_name(name: str) -> bool:
-    """True for the temporary directories of a write (``.out.anec-tmp-*``; older versions
-    wrote ``.out.XXXXXXXX.tmp``/``.old``): never an output or an artifact."""
-    return bool(_TEMP.match(name))
-
-
-def _temp_of(dest_name: str, name: str) -> bool:
-    """True if ``name`` is a temporary directory of a write of ``dest_name``."""
-    if not name.startswith(f".{dest_name}."):
-        return False
-    rest = name[len(dest_name) + 2:]
-    return rest.startswith("anec-tmp-") or bool(re.fullmatch(r"[A-Za-z0-9_]{8}\.(tmp|old)", rest))
-
-
-def load_artifact(path: str | os.PathLike, func: str | None = None,
-                  loader: "Callable[[Beneath, str | None], Any] | None" = None) -> "Artifact":
-    """The artifact at ``path``: an artifact directory, its ``manifest.json``, or a compile
-    output (``func`` picks one when it holds several). A temporary directory of a write is
-    never taken; an output replaced by a newer compile while it is read is read again.
-    ``loader(directory, manifest sha256 or None)`` reads one func's directory (default:
-    :meth:`Artifact._load`; :func:`anec.mil.multi_program.load_any` also reads pipelines)."""
-    p = Path(os.fspath(path))
-    if p.name == MANIFEST_FILE and not os.path.isdir(p):
-        p = p.parent
-    for part in (p.name, p.parent.name):
-        if part and is_temp_name(part):
-            raise ArtifactError(f"'{p}' is a temporary directory of an unfinished or replaced compile; "
-                                "it is never loaded", hint="load the output directory the compile was given (-o)")
-    for attempt in range(3):
-        with Beneath.open(p) as d:
-            try:
-                return _load_from(d, func, loader or Artifact._load)
-            except ArtifactError:
-                if d.replaced and attempt < 2:  # a newer compile replaced the output meanwhile
-                    continue
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _load_from(d: Beneath, func: str | None, loader: Callable[[Beneath, str | None], Any]) -> "Artifact":
-    if d.kind(MANIFEST_FILE) is not None:
-        art = loader(d, None)
-        if func is not None and art.func != func:
-            raise ArtifactError(f"'{d.path}' holds func '{art.func}', not '{func}'")
-        return art
-    funcs = output_funcs(d)
-    if not funcs:
-        raise ArtifactError(f"'{d.path}' is not an artifact directory (no manifest.json in it or its subdirectories)",
-                            hint="compile first: anec compile model.ir -o DIR")
-    names = sorted(funcs)
-    if func is None:
-        if len(names) > 1:
-            raise ArtifactError(f"'{d.path}' holds several funcs ({', '.join(names)}); choose one",
-                                hint="pass func=NAME (CLI: --func NAME)")
-        func = names[0]
-    if func not in funcs:
-        raise ArtifactError(f"'{d.path}' has no func '{func}' (funcs: {', '.join(names)})",
-                            hint=did_you_mean(func, names))
-    with d.subdir(_func_dir_name(func), "func directory") as sub:
-        art = loader(sub, funcs[func])
-    if art.func != func:
-        raise ArtifactError(f"'{d.path / func}' holds func '{art.func}', not '{func}'")
-    return art
-
-
-def output_funcs(d: Beneath) -> dict[str, str | None]:
-    """Func -> manifest sha256 of the compile output in ``d``, from its index (outputs of
-    older versions have none: every plain subdirectory holding a manifest, sha256 None)."""
-    if d.kind(OUTPUT_INDEX) is not None:
-        where = d.path / OUTPUT_INDEX
-        index = parse_json(d.read(OUTPUT_INDEX, MANIFEST_MAX_BYTES, "output index"), str(where), "output index")
-        funcs = index.get("funcs") if isinstance(index, dict) else None
-        if not isinstance(index, dict) or index.get("format") != OUTPUT_FORMAT or not isinstance(funcs, dict) or \
-                not all(isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) for v in funcs.values()):
-            raise ArtifactError(f'{where}: expected {{"format": "{OUTPUT_FORMAT}", "funcs": {{name: sha256}}}}',
-                                hint="the output is damaged or was not written by anec; recompile it")
-        for name in funcs:
-            _func_dir_name(name)
-        return dict(funcs)
-    found: dict[str, str | None] = {}
-    for n in d.names():
-        if n.startswith(".") or d.kind(n) != "directory":
-            continue
-        with d.subdir(n) as sub:
-            if sub.kind(MANIFEST_FILE) is not None:
-                found[n] = None
-    return found
-
-
-# ---------------------------------------------------------------------------
-# atomic directory replacement
-
-
-def _start_writes(root: Path, files: Mapping[str, "bytes | BlobWriter"], jobs: list) -> None:
-    """Start writing and fsyncing every file under ``root`` (bytes, or a BLOBFILE streamed by
-    its writer), largest first, on the writer threads, adding their jobs to ``jobs`` (for
-    :func:`_finish`); a few files are written here and now. A write or an fsync releases the
-    GIL, so the disk's latencies overlap each other and the caller's work. The directories are
-    made here first (a file's creation never stats or makes its parents: on the writer threads
-    that was one more call per file, each waiting for the directory that other threads were
-    creating files in)."""
-    for parent in sorted({(root / rel).parent for rel in files}):
-        parent.mkdir(parents=True, exist_ok=True)
-    if len(files) < 4:
-        for rel, data in files.items():
-            _write_file(root / rel, data)
-        return
-    for rel in sorted(files, key=lambda rel: -_size(files[rel])):
-        jobs.append(_write_pool().submit(_write_file, root / rel, files[rel]))
-
-
-def _finish(jobs: list) -> None:
-    """Wait for every job of ``jobs``; then raise the first error among them (in their order)."""
-    errors = [job.exception() for job in jobs]
-    first = next((e for e in errors if e is not None), None)
-    if first is not None:
-        raise first
-
-
-def _fsync_dirs(dirs: list[Path]) -> None:
-    """fsync every directory of ``dirs`` (their entries are durable when this returns),
-    on worker threads when there are several."""
-    if len(dirs) < 4:
-        for d in dirs:
-            fsync_dir(d)
-        return
-    _on_writers(fsync_dir, [(d,) for d in dirs])
-
-
-_WRITERS = 16
-"""Threads writing an output: mostly waiting on fsync, so more than the cores."""
-
-
-def _write_pool() -> Any:
-    """The worker threads writing and fsyncing outputs (shared by every write of the process:
-    none of their jobs waits for another)."""
-    return _pool("write", _WRITERS)
-
-
-def _on_writers(fn: Callable[..., Any], calls: list[tuple]) -> None:
-    """``fn(*args)`` for every ``args`` of ``calls`` on the writer threads; once all have
-    finished, the first error (in the order of ``calls``) is raised."""
-    _finish([_write_pool().submit(fn, *args) for args in calls])
-
-
-def _size(data: "bytes | BlobWriter") -> int:
-    return data.size if isinstance(data, BlobWriter) else len(data)
-
-
-def _write_file(path: Path, data: "bytes | BlobWriter") -> None:
-    """Create ``path`` (its directory exists), write ``data`` and fsync it."""
-    mode = os.O_RDWR if isinstance(data, BlobWriter) else os.O_WRONLY  # readable: mapped once written
-    fd = os.open(path, mode | os.O_CREAT | os.O_EXCL, 0o666)  # not inherited (os.open: PEP 446)
-    with os.fdopen(fd, "wb") as f:
-        if isinstance(data, BlobWriter):
-            data.write_to(f)
-        else:
-            f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-        if isinstance(data, BlobWriter):
-            data.written(f.fileno())  # its bytes are now this file's, not the weights'
-
-
-class _WriteLock:
-    """The exclusive right to write ``dest``: ``flock`` on ``.<name>.anec-lock`` next to it.
-
-    Writers wait for each other. The holder deletes the lock file when done;
-    a writer that locked a file deleted meanwhile locks the new one. A killed
-    writer's lock is released by the kernel (the next writer removes its file).
-    """
-
-    def __init__(self, dest: Path) -> None:
-        self.path = dest.parent / f".{dest.name}.anec-lock"
-        self.fd = -1
-
-    def __enter__(self) -> "_WriteLock":
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
-        while True:
-            try:
-                fd = os.open(self.path, flags, 0o600)
-            except OSError as e:
-                raise ArtifactError(f"cannot lock '{self.path}': {e.strerror}") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                try:
-                    same = os.stat(self.path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
-                except FileNotFoundError:
-                    same = False
-            except BaseException:
-                os.close(fd)
-                raise
-            if same:
-                self.fd = fd
-                return self
-            os.close(fd)
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
-        os.close(self.fd)
-
-
-def _remove_stale(dest: Path) -> None:
-    """Remove the temporary directories that earlier, killed writes of ``dest`` left."""
-    try:
-        names = os.listdir(dest.parent)
-    except OSError:
-        return
-    for n in names:
-        if _temp_of(dest.name, n):
-            p = dest.parent / n
-            if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                try:
-                    os.unlink(p)
-                except OSError:
-                    pass
-
-
-def write_tree_atomic(dest: Path, files: Mapping[str, "bytes | BlobWriter"],
-                      last: Callable[[Path], Mapping[str, bytes]] | None = None) -> None:
-    """Make ``dest`` a directory holding exactly ``files``, all or nothing.
-
-    Under the write lock of ``dest``, the temporary directories of killed
-    writes are removed, then the files go to a fresh temporary directory next
-    to ``dest`` (same file system); while they are written, ``last(tmp)`` makes
-    the files that complete the tree (it may also add to ``tmp``), which go
-    there too; once every file and directory is fsynced, the directory is
-    renamed into place. An
-    existing ``dest`` is swapped out atomically where the OS allows it
-    (renameat2), otherwise moved aside and replaced (a reader may then find
-    no ``dest`` for a moment, never a partial one) and then deleted. On any
-    error the temporary directory is removed and ``dest`` is left as it was.
-    """
-    parent = dest.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ArtifactError(f"cannot create '{parent}': {e.strerror}") from None
-    with _WriteLock(dest):
-        _remove_stale(dest)
-        _swap_in(dest, files, last)
-
-
-def _temp_dir(dest: Path) -> Path:
-    """A new directory ``.<name>.anec-tmp-XXXXXXXX`` next to ``dest``, with the mode a plain
-    ``mkdir`` gives (the umask applies, as for the directory it becomes)."""
-    for _ in range(100):
-        p = dest.parent / f".{dest.name}.anec-tmp-{secrets.token_hex(4)}"
-        try:
-            os.mkdir(p, 0o777)
-            return p
-        except FileExistsError:
-            continue
-    raise OSError(errno.EEXIST, "no free temporary name", str(dest.parent))
-
-
-def _swap_in(dest: Path, files: Mapping[str, "bytes | BlobWriter"], last: Callable[[Path], Mapping[str, bytes]] | None) -> None:
-    parent = dest.parent
-    try:
-        tmp = _temp_dir(dest)
-    except OSError as e:
-        raise ArtifactError(f"cannot write to '{parent}': {e.strerror}") from None
-    old: Path | None = None
-    jobs: list = []
-    try:
-        try:
-            _start_writes(tmp, files, jobs)
-            # while those are written and fsynced, last() makes the files that complete the
-            # tree (the manifests wait for the weight hashes), and their writes start too
-            _start_writes(tmp, last(tmp) if last is not None else {}, jobs)
-        except BaseException:
-            futures.wait(jobs)  # nothing may still write into tmp when it is removed
-            raise
-        _finish(jobs)
-        dirs = {tmp} | {Path(root) for root, _, _ in os.walk(tmp)}
-        _fsync_dirs(sorted(dirs, key=lambda p: -len(p.parts)))
-        old = move_into_place(tmp, dest, aside=_temp_dir)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise ArtifactError(f"cannot write artifact '{dest}': {e.strerror or e}") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    discard(old)

@@ -27,11 +27,10 @@ import re
 from typing import Any, Callable, Mapping
 
 from anec.diagnostics import ArtifactError
+from anec.fsutil import json_depth, parse_json
 
 FORMAT = "anec-artifact/1"
 MANIFEST_MAX_BYTES = 16 << 20
-MAX_DEPTH = 32
-"""Nesting of JSON objects and arrays (the writer needs 4)."""
 MAX_ENTRIES = 1 << 16
 """Inputs, outputs, weights ... per program."""
 MAX_RANK = 8
@@ -39,7 +38,6 @@ MAX_DIM = (1 << 31) - 1
 MAX_NUMEL = 1 << 34
 MAX_BYTES = 1 << 40
 MAX_NAME = 256
-MAX_INT_DIGITS = 20
 
 DTYPES = ("fp16", "fp32", "int32", "bool", "int8", "uint8")
 BLOB_DTYPES = ("fp16", "fp32", "uint8", "int8")
@@ -65,72 +63,12 @@ class ManifestFieldError(Exception):
 def _show(value: Any) -> str:
     """A value from the manifest, shortened for a message (never more than 60 characters)."""
     if isinstance(value, (dict, list)):
-        s = json.dumps(value) if _depth(value) <= 2 else ""
+        s = json.dumps(value) if json_depth(value) <= 2 else ""
         if s and len(s) <= 60:
             return s
         return f"a JSON {'object' if isinstance(value, dict) else 'array'} of {len(value)} items"
     s = json.dumps(value) if isinstance(value, str) else repr(value)
     return s if len(s) <= 60 else s[:57] + "..."
-
-
-# ---- JSON --------------------------------------------------------------------------
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise ValueError(f"integer of {len(text)} digits is too large")
-    return int(text)
-
-
-def _float(text: str) -> float:
-    v = float(text)
-    if not math.isfinite(v):
-        raise ValueError(f"number {text[:40]} is out of range")
-    return v
-
-
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"key {_show(k)} appears twice in one object")
-        out[k] = v
-    return out
-
-
-def _depth(obj: Any) -> int:
-    """Nesting depth of a JSON value (iterative: a hostile value cannot exhaust the stack)."""
-    deepest, stack = 0, [(obj, 1)]
-    while stack:
-        v, d = stack.pop()
-        if isinstance(v, (dict, list)):
-            deepest = max(deepest, d)
-            if d > MAX_DEPTH:
-                return d
-            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
-    return deepest
-
-
-def parse_json(data: bytes, where: str, what: str = "manifest") -> Any:
-    """Strict JSON from untrusted bytes (see the module docstring); ArtifactError otherwise."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ArtifactError(f"{where}: the {what} is not valid UTF-8 (byte {e.start})") from None
-    try:
-        obj = json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constant, parse_int=_int,
-                         parse_float=_float)
-    except RecursionError:
-        raise ArtifactError(f"{where}: the {what} is nested too deeply (at most {MAX_DEPTH} levels)") from None
-    except ValueError as e:  # JSONDecodeError included: its message has line and column, not content
-        raise ArtifactError(f"{where}: the {what} is not valid JSON ({str(e)[:200]})") from None
-    if _depth(obj) > MAX_DEPTH:
-        raise ArtifactError(f"{where}: the {what} is nested too deeply (at most {MAX_DEPTH} levels)")
-    return obj
 
 
 def parse_manifest(data: bytes, where: str) -> dict:

@@ -50,12 +50,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from anec.diagnostics import ArtifactError
+from anec.fsutil import parse_json
+from anec.hashing import sha256
 from anec.ir.types import DType
 from anec.mil.artifact import (BLOB_MAX_BYTES, MANIFEST_FILE, OUTPUT_INDEX, PROGRAM_IR_FILE, PROGRAM_IR_MAX_BYTES,
-                               Artifact, decode_utf8, format_json, load_artifact, sha256, write_artifact_dir)
+                               Artifact, decode_utf8, write_artifact_dir)
 from anec.mil.beneath import check_rel
+from anec.mil.json_format import format_json
+from anec.mil.output import load_artifact
 from anec.mil.blobfile import BlobReader
-from anec.mil.manifest import MANIFEST_MAX_BYTES, WEIGHT_INPUT_ENTRY, ManifestFieldError, array, parse_json
+from anec.mil.manifest import MANIFEST_MAX_BYTES, WEIGHT_INPUT_ENTRY, ManifestFieldError, array
 
 if TYPE_CHECKING:
     from anec.ir.graph import Module

@@ -120,7 +120,7 @@ def write_export(out_dir: str | Path, kind: str, groups: dict[str, list["Graph"]
 
     Every func is built and verified before anything is written. The files then go to a
     temporary directory ``.OUT.anec-tmp-*`` next to ``out_dir``, are fsynced, and the
-    directory replaces ``out_dir`` in one rename (:func:`anec.mil.artifact.write_tree_atomic`,
+    directory replaces ``out_dir`` in one rename (:func:`anec.fsutil.write_tree_atomic`,
     as ``anec compile -o`` writes): a reader, a kill or a full disk never leaves a mix of two
     exports. Writers of one ``out_dir`` take turns (``.OUT.anec-lock``) and remove what killed
     writers left. Entries of a previous ``out_dir`` that are not part of its export (the
@@ -130,7 +130,7 @@ def write_export(out_dir: str | Path, kind: str, groups: dict[str, list["Graph"]
     from anec.ir.graph import Module, WeightSource
     from anec.ir.printer import print_module
     from anec.ir.verifier import verify
-    from anec.mil.artifact import write_tree_atomic
+    from anec.fsutil import write_tree_atomic
 
     out = Path(out_dir)
     _check_destination(out)
@@ -230,7 +230,8 @@ def _link_entry(dir_fd: int, name: str, to: Path, shown: Path) -> None:
 def _listed(d: Any) -> set[str]:
     """The ``.ir`` files the previous export's ``model.json`` lists (any format; none if it is
     unreadable: then its files are kept like any other)."""
-    from anec.mil.manifest import MANIFEST_MAX_BYTES, parse_json
+    from anec.fsutil import parse_json
+    from anec.mil.manifest import MANIFEST_MAX_BYTES
 
     try:
         files = parse_json(d.read(MODEL_JSON, MANIFEST_MAX_BYTES, MODEL_JSON), str(d.path / MODEL_JSON),

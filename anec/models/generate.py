@@ -190,7 +190,7 @@ class CausalLM:
         loses bits on this prompt (the base model: LoRA inputs are not part of it)."""
         from anec.ir.builder import Builder
         from anec.ranges import check_ranges
-        from anec.weights import WeightStore
+        from anec.weight_store import WeightStore
 
         ids = self._check_ids(ids)
         s = pick_bucket(ids.size, self.fe.buckets, "prompt")

@@ -5,18 +5,17 @@ A checkpoint directory holds ``config.json`` and the weights as
 plus tokenizer files when present. Nothing here ever contacts a model hub:
 the caller gives a local directory, or gets a clear :class:`CheckpointError`.
 
-The safetensors reader is our own (a JSON header followed by raw
-little-endian arrays, memory-mapped) because numpy has no bfloat16 and
+Shards are read by :class:`anec.weight_store.SafetensorsFile`, anec's one
+safetensors reader (our own: a checked JSON header followed by raw
+little-endian arrays, memory-mapped), because numpy has no bfloat16 and
 Llama-family checkpoints are often stored in it; bf16 is widened to fp32
-here. Writing uses the ``safetensors`` package.
+there. Writing uses the ``safetensors`` package.
 """
 
 from __future__ import annotations
 
-import mmap
 import json
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -24,9 +23,9 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from anec.diagnostics import AnecError, ArtifactError, WeightError
-from anec.fsutil import write_bytes_atomic
+from anec.fsutil import parse_json, write_bytes_atomic
 from anec.mil.beneath import Beneath, check_rel
-from anec.weights import read_safetensors_header
+from anec.weight_store import SafetensorsFile
 
 
 class CheckpointError(AnecError):
@@ -88,8 +87,6 @@ def read_bytes(d: Beneath, rel: str, limit: int, error: type[AnecError] | None =
 def parse_json_file(data: bytes, where: str, error: type[AnecError] | None = None) -> Any:
     """Strict JSON (UTF-8, no NaN/Infinity, no duplicate keys, at most 32 levels) from the
     bytes of the file ``where``; ``error`` (CheckpointError by default) otherwise."""
-    from anec.mil.manifest import parse_json
-
     try:
         return parse_json(data, where, "file")
     except ArtifactError as e:
@@ -106,78 +103,6 @@ def read_json(d: Beneath, rel: str, limit: int = JSON_MAX, error: type[AnecError
     return obj
 
 
-class SafetensorsFile:
-    """A memory-mapped ``.safetensors`` file: ``keys()``, ``shape(key)``, ``dtype(key)``, ``get(key)``.
-
-    The header is checked by :func:`anec.weights.read_safetensors_header` (one parser
-    for every safetensors file anec reads). Give ``fd`` (an open descriptor, which
-    is closed here) to read a file reached beneath a checkpoint directory."""
-
-    def __init__(self, path: str | os.PathLike, fd: int | None = None) -> None:
-        self.path = Path(path)
-        if fd is None:
-            try:
-                fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-            except OSError as e:
-                raise WeightError(f"cannot read safetensors file {self.path}: {e.strerror}") from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise WeightError(f"cannot read safetensors file {self.path}: it is not a regular file")
-            header = read_safetensors_header(fd, str(self.path), st.st_size)
-            self._base = header.base
-            self._meta = header.tensors
-            self.metadata = header.metadata
-            self._mm: mmap.mmap | None = None
-            if any(e.stop > e.start for e in self._meta.values()):
-                try:
-                    self._mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-                except (OSError, ValueError) as e:
-                    raise WeightError(f"cannot map safetensors file {self.path}: {e}") from None
-                if len(self._mm) != st.st_size:
-                    raise WeightError(f"safetensors file {self.path} changed while it was read")
-        except OSError as e:
-            raise WeightError(f"cannot read safetensors file {self.path}: {e.strerror}") from None
-        finally:
-            os.close(fd)
-
-    def keys(self) -> list[str]:
-        return list(self._meta)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._meta
-
-    def shape(self, key: str) -> tuple[int, ...]:
-        return self._meta[key].shape
-
-    def dtype(self, key: str) -> str:
-        """The safetensors dtype name (``F32``, ``BF16``...)."""
-        return self._meta[key].dtype
-
-    def get(self, key: str) -> np.ndarray:
-        """The tensor ``key`` as a numpy array (bf16 widened to fp32)."""
-        info = self._meta.get(key)
-        if info is None:
-            raise WeightError(f"tensor '{key}' is not in {self.path}")
-        dt = info.dtype
-        if dt not in _ST_NUMPY:
-            raise WeightError(f"tensor '{key}' in {self.path} has unsupported dtype {dt}")
-        n = info.stop - info.start
-        if n == 0:
-            return np.zeros(info.shape, np.float32 if dt == "BF16" else np.dtype(_ST_NUMPY[dt]))
-        if dt == "BF16":
-            raw = np.frombuffer(self._mm, dtype="<u2", count=n // 2, offset=self._base + info.start)
-            arr = (raw.astype(np.uint32) << 16).view(np.float32)
-        else:
-            want = np.dtype(_ST_NUMPY[dt])
-            arr = np.frombuffer(self._mm, dtype=want, count=n // want.itemsize, offset=self._base + info.start)
-        return np.array(arr.reshape(info.shape))
-
-
-_ST_NUMPY = {
-    "F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": None,
-    "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?",
-}
 FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
 """The safetensors dtypes a model weight may have."""
 

@@ -145,7 +145,7 @@ class ProgramCache:
 
     def _compile(self, graphs: list[Graph]) -> Any:
         from anec.compiler import compile_module
-        from anec.weights import WeightStore
+        from anec.weight_store import WeightStore
 
         weights: dict[str, np.ndarray] = {}
         for g in graphs:

@@ -25,7 +25,7 @@ from anec.targets import Target, get_target
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph, Module
-    from anec.weights import WeightStore
+    from anec.weight_store import WeightStore
 
 
 @dataclass

@@ -460,7 +460,7 @@ def reject_concat(node: "Node", rw: LegalizeRewriter) -> None:
 
 
 # a target form beyond the spatial limits, with a weight that is not a const, or wider than the
-# channel limit: an error at the node (select-native keeps such layers in their 27-op form, so
+# channel limit: an error at the node (select-native keeps such layers in their core-op form, so
 # only a compiled program's IR read back or a hand-made pipeline reaches this)
 def check_target_form(node: "Node", rw: LegalizeRewriter) -> None:
     a, x = node.attrs, node.operands[0]
@@ -472,12 +472,12 @@ def check_target_form(node: "Node", rw: LegalizeRewriter) -> None:
                                            dilations=a.get("dilations", [1, 1]), pad=a.get("pad", [0] * 4))
         if w.producer is None or w.producer.op != "const":
             return rw.reject("ANE-CONV-CONST-WEIGHT", f"{what} reads the weight {_name(w)}, which is not a "
-                             "constant", "keep the layer in its 27-op form (conv1x1 over slices), which "
+                             "constant", "keep the layer in its core-op form (conv1x1 over slices), which "
                              "legalize turns into matmuls for a non-constant weight", node)
         channels = max(x.type.shape[1], node.result.type.shape[1])
         if channels > rw.target.max_conv_out_channels:
             return rw.reject("ANE-CONV-CHANNELS", f"{what} has {channels} channels; {rw.target.name} allows "
-                             f"{rw.target.max_conv_out_channels}", "keep the layer in its 27-op form, "
+                             f"{rw.target.max_conv_out_channels}", "keep the layer in its core-op form, "
                              "whose conv1x1s legalize splits", node)
     elif node.op in ("max_pool", "avg_pool"):
         problems = SPATIAL_LIMITS.problems(kernel=a["kernel_sizes"], strides=a.get("strides", [1, 1]),
@@ -491,7 +491,7 @@ def check_target_form(node: "Node", rw: LegalizeRewriter) -> None:
         return None
     return rw.reject("ANE-SPATIAL-LIMITS", f"{what}: {'; '.join(problems)} (the limits of {node.op} on the "
                      "ANE are a hypothesis: python -m anec.selftest settles them)",
-                     "keep the layer in its 27-op form (select-native leaves it so), or split it "
+                     "keep the layer in its core-op form (select-native leaves it so), or split it "
                      "into smaller windows", node)
 
 

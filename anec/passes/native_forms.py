@@ -1,12 +1,12 @@
-"""The canonical 27-op forms of spatial layers, read back: windows, conv terms, the native conv.
+"""The canonical core-op forms of spatial layers, read back: windows, conv terms, the native conv.
 
 The importer writes a convolution, pooling or upsampling layer as a fixed
-form of the 27 IR ops (docs/torch.md); the select-native pass
+form of the core IR ops (docs/torch.md); the select-native pass
 (:mod:`anec.passes.select_native`) replaces each form with one target op. This
 module holds what its rules share: reading the pieces of a form (strided
 window slices, padding, left folds of adds, the per-position conv terms) and
 writing the native ``conv`` a matched form becomes, or recording why a limit
-keeps the 27-op form.
+keeps the core-op form.
 """
 
 from __future__ import annotations
@@ -267,7 +267,7 @@ def limit_problems(kernel: Sequence[int], strides: Sequence[int], dilations: Seq
 
 
 def record_declined(rw: Rewriter, what: str, problems: list[str], constraint: str) -> None:
-    rw.record(constraint, f"{what} {'; '.join(problems)}: left in its 27-op form")
+    rw.record(constraint, f"{what} {'; '.join(problems)}: left in its core-op form")
     return None
 
 
@@ -281,7 +281,7 @@ def _channels_ok(rw: Rewriter, what: str, *counts: int) -> bool:
 
 def conv_node(rw: Rewriter, m: ConvMatch, groups: int = 1, weight: "Value | None" = None,
                x: "Value | None" = None, pad: list[int] | None = None) -> "Value | None":
-    """The target op for a matched conv form (None when a limit keeps the 27-op form)."""
+    """The target op for a matched conv form (None when a limit keeps the core-op form)."""
     win, w = m.window, weight or m.weight
     x, pad = x or m.x, pad if pad is not None else m.pad
     if m.kind == "transpose":

@@ -23,13 +23,13 @@ from anec.passes.legalize import blob_count, legalize_graph
 from anec.passes.partition import plan_stages
 from anec.passes.pipelines import PREPARE
 from anec.targets import get_target
-from anec.weights import weight_errors
+from anec.ir.weight_binding import weight_errors
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph, Module, Node
     from anec.diagnostics import AnecError
     from anec.targets import Target
-    from anec.weights import WeightStore
+    from anec.weight_store import WeightStore
 
 _REMOVED_BY = {
     "dce": "removed: never reaches a returned value (dce)",

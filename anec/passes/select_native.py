@@ -1,4 +1,4 @@
-"""select-native: the canonical 27-op forms of spatial layers become the ANE's native ops."""
+"""select-native: the canonical core-op forms of spatial layers become the ANE's native ops."""
 
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ def _const_array(rw: Rewriter, v: "Value") -> np.ndarray | None:
     c = const_node(v)
     if c is None:
         return None
-    from anec.weights import materialize
+    from anec.ir.weight_binding import materialize
 
     try:
         return np.asarray(materialize(c, rw.ctx.weights), dtype=np.float64)
@@ -301,9 +301,9 @@ SELECT_RULES: dict[str, tuple[Any, ...]] = {
 
 @dataclass(frozen=True)
 class SelectNative(Pass):
-    """Replace the canonical 27-op forms of spatial layers with one native target op each.
+    """Replace the canonical core-op forms of spatial layers with one native target op each.
 
-    The importer writes convolutions, pooling and upsampling in the 27 IR ops
+    The importer writes convolutions, pooling and upsampling in the core IR ops
     (a readable, interpretable model.ir); the ANE runs each as one native MIL
     op. This pass recognizes exactly those canonical forms and writes the
     target-level op (``conv``, ``conv_transpose``, ``max_pool``, ``avg_pool``,

@@ -1,4 +1,5 @@
-"""Thin, typed wrappers over the C runtime (the only importer of ``_native``).
+"""Thin, typed wrappers over the C runtime's entry points (the extension loaded by
+:mod:`anec.c_extension`).
 
 Everything here maps C calls one to one: status codes become
 :class:`~anec.diagnostics.RuntimeFailure` carrying the C message (with the
@@ -13,16 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from anec import c_extension
 from anec.diagnostics import RuntimeFailure
 from anec.ir.types import DType
 
-try:  # pragma: no cover - exercised by every runtime test
-    from anec.runtime._native import ffi, lib
-except ImportError as _e:  # pragma: no cover - only without a built extension
-    ffi = lib = None
-    _IMPORT_ERROR: ImportError | None = _e
-else:
-    _IMPORT_ERROR = None
+ffi, lib = c_extension.ffi, c_extension.lib
+"""The extension's cffi module (:mod:`anec.c_extension` loads it); None when it is not built."""
+_IMPORT_ERROR: ImportError | None = c_extension.load_error
 
 DTYPE_CODES: dict[str, int] = (
     {d.value: int(getattr(lib, f"ANEC_DTYPE_{d.value.upper()}")) for d in DType} if lib is not None else {}

@@ -24,7 +24,7 @@ import numpy as np
 from anec.diagnostics import RuntimeFailure, WeightError, did_you_mean
 from anec.ir.types import FP16_MAX, DType, TensorType
 from anec.mil.blobfile import CODE_NAMES, METADATA_BYTES, SENTINEL, SUBBYTE_CODES, dtype_code
-from anec.weights import view_stored
+from anec.ir.weight_binding import view_stored
 
 
 # |x| as an unsigned bit pattern: for IEEE floats the order of magnitudes is the

@@ -28,7 +28,7 @@ from anec.selftest.programs import (BINDING_IR, COMPRESSED_IR, COMPRESSED_PROBES
                                     LEGALIZED_IR, NORMS_IR, ONE_IR, SMALL_IR, TRIVIAL_MIL, UNLEGALIZED_OPS, N,
                                     raw_max_pool, raw_mil, spatial_ir)
 from anec.targets import get_target
-from anec.weights import random_weights
+from anec.ir.weight_binding import random_weights
 
 RTOL = 0.02
 """Outputs must match the fp32 reference within RTOL * max(1, max |reference|):

@@ -36,7 +36,7 @@ from anec.training.data import Batches, load_tokens
 from anec.training.plot import loss_png
 from anec.training.state import load_state, save_state
 from anec.diagnostics import ArtifactError, TrainingError
-from anec.mil.artifact import is_temp_name
+from anec.fsutil import is_temp_name, parse_json, replace_file_at
 from anec.mil.beneath import Beneath, kind_of
 from anec.training.trainer import Trainer
 
@@ -70,7 +70,9 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _OWN_FILES = ("run.json", "log.jsonl", "loss.png")
-_OWN_TEMP = re.compile(r"\.(run\.json|log\.jsonl|loss\.png)\.tmp[0-9]+-[0-9a-f]+\Z")
+_OWN_TEMP = re.compile(r"\.(run\.json|log\.jsonl|loss\.png)\.([0-9a-f]{8}\.tmp|tmp[0-9]+-[0-9a-f]+)\Z")
+"""The temporary files of a killed write of the run's own files (``.log.jsonl.XXXXXXXX.tmp``;
+older versions wrote ``.log.jsonl.tmpPID-XXXX``)."""
 
 
 def _open_in(rd: Beneath, name: str, flags: int, what: str) -> int:
@@ -109,27 +111,11 @@ def _lock(rd: Beneath) -> int:
 
 
 def _write_atomic(rd: Beneath, name: str, data: bytes) -> None:
-    """Replace RUN_DIR/name by ``data``: a new temporary file (never an existing one, never
-    through a link), fsynced, renamed over ``name`` (a link there is replaced, not followed)."""
-    import secrets
-
-    tmp = f".{name}.tmp{os.getpid()}-{secrets.token_hex(4)}"
-    fd_dir = rd.fileno
+    """Replace RUN_DIR/name by ``data`` (:func:`anec.fsutil.replace_file_at`: a new temporary
+    file, never an existing one nor through a link, fsynced, renamed over ``name``; a link
+    there is replaced, not followed)."""
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o666, dir_fd=fd_dir)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, name, src_dir_fd=fd_dir, dst_dir_fd=fd_dir)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=fd_dir)
-            except OSError:
-                pass
-            raise
-        os.fsync(fd_dir)
+        replace_file_at(rd.fileno, name, lambda f: f.write(data), mode=0o666)
     except OSError as e:
         raise TrainingError(f"cannot write '{rd.path / name}': {e.strerror or e}") from None
 
@@ -139,7 +125,7 @@ _WRITE_TEMP = re.compile(r"\.(state|model)\.(anec-tmp-[A-Za-z0-9_]+|anec-lock|[A
 
 
 def _remove_own_temps(rd: Beneath) -> None:
-    """The leftovers of killed runs: temporary files (``.log.jsonl.tmpPID-XXXX``) and the
+    """The leftovers of killed runs: temporary files (``.log.jsonl.XXXXXXXX.tmp``) and the
     temporary directories and lock files of ``state/`` and ``model/`` writes. Removed (the
     run's lock is held, so no writer of this folder is alive), never followed."""
     import shutil
@@ -163,8 +149,6 @@ def _leftover(name: str) -> bool:
 
 
 def _read_json(rd: Beneath, name: str) -> dict[str, Any]:
-    from anec.mil.manifest import parse_json
-
     where = str(rd.path / name)
     try:
         obj = parse_json(rd.read(name, MAX_RUN_JSON, "run settings"), where, "run settings")

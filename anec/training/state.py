@@ -55,7 +55,7 @@ def _st_bytes(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | N
 
 
 def _write_dir(dest: str | os.PathLike, files: Mapping[str, bytes]) -> Path:
-    from anec.mil.artifact import write_tree_atomic
+    from anec.fsutil import write_tree_atomic
 
     from anec.diagnostics import ArtifactError
 
@@ -213,7 +213,7 @@ def load_state(tr: "Trainer", src: str | os.PathLike) -> None:
 
 def _load(tr: "Trainer", d: Any) -> None:
     from anec.diagnostics import ArtifactError
-    from anec.mil.manifest import parse_json
+    from anec.fsutil import parse_json
 
     from anec.training.optim import FP16_MAX, LossScaler
 

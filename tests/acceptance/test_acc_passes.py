@@ -25,7 +25,7 @@ from anec.passes import (AnnotateSram, DeadCodeElimination, FuseCasts, PassConte
 from anec.passes.manager import run_passes
 from anec.passes.pipelines import CLEANUP, OPTIMIZE
 from anec.targets import TARGETS
-from anec.weights import random_weights
+from anec.ir.weight_binding import random_weights
 
 from .acc_util import CORPUS, EXAMPLES, HERE, cli
 

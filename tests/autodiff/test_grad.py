@@ -22,7 +22,7 @@ from anec.ir.graph import Module  # noqa: E402
 from anec.ir.interp import interpret  # noqa: E402
 from anec.ir.parser import parse, parse_file  # noqa: E402
 from anec.runtime import Runtime  # noqa: E402
-from anec.weights import random_weights  # noqa: E402
+from anec.ir.weight_binding import random_weights  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

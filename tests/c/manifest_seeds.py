@@ -46,7 +46,7 @@ def compiled_seeds() -> dict[str, bytes]:
     from anec.mil.artifact import Artifact
     from anec.mil.emitter import emit_mil
     from anec.targets import get_target
-    from anec.weights import random_weights
+    from anec.ir.weight_binding import random_weights
     from tests.mil.graphs import small_mlp, two_io
 
     seeds = {}

@@ -11,7 +11,7 @@ from anec.compiler import compile_module
 from anec.compress import Gate
 from anec.diagnostics import AnecError
 from anec.ir.interp import random_inputs
-from anec.weights import resolve_weights
+from anec.ir.weight_binding import resolve_weights
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 from anec.compiler import compile_module
 from anec.ir.interp import interpret, random_inputs
 from anec.mil.artifact import artifact_weights
-from anec.weights import resolve_weights
+from anec.ir.weight_binding import resolve_weights
 from tests.mil.milcheck import check_mil
 from tolerances import assert_close
 
@@ -167,7 +167,7 @@ def test_a_func_cut_into_a_pipeline_runs_compressed(rt):
     weights are compressed by the func's decisions, and the pipeline on the sim matches the
     interpreter running the whole func on the stages' decompressed weights."""
     from anec.ir.parser import parse
-    from anec.weights import resolve_weights as rw
+    from anec.ir.weight_binding import resolve_weights as rw
 
     lines = ["func f(%x: fp16[1, 16, 1, 8]) {"]
     cur = "%x"

@@ -17,7 +17,7 @@ import pytest
 from anec.compiler import compile_module
 from anec.diagnostics import AnecError
 from anec.mil.blobfile import BlobWriter
-from anec.weights import resolve_weights
+from anec.ir.weight_binding import resolve_weights
 
 LIMITS = {"max_blob_tensors": 16, "scalar_penalty": 1, "max_conv_out_channels": 16384,
           "min_surface_bytes": 49152, "allow_fp32_io": True, "surface_alignment": 64}

@@ -13,7 +13,7 @@ import pytest
 from anec.compiler import compile_module
 from anec.diagnostics import WeightError
 from anec.ir.interp import random_inputs
-from anec.weights import resolve_weights
+from anec.ir.weight_binding import resolve_weights
 
 
 @pytest.mark.parametrize("spec,dialect", [("int8", "ios18"), ("uint8-affine", "ios16"), ("lut4>fp16", "ios18"),

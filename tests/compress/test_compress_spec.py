@@ -9,7 +9,7 @@ from anec.compiler import compile_module
 from anec.compress import Gate, decide, get_format, parse_spec, quantize_linear
 from anec.diagnostics import AnecError
 from anec.ir.printer import print_module
-from anec.weights import resolve_weights
+from anec.ir.weight_binding import resolve_weights
 
 
 def _formats(art) -> dict[str, str]:
@@ -161,7 +161,7 @@ def test_large_grouped_luts_take_the_binned_path_and_stay_better_than_one_table(
     """Channel groups of a large tensor have nearly all values distinct: above EXACT_DISTINCT
     the groups are solved on 1024-bin histograms and refined by Lloyd steps. Each group's
     tables must still beat one table for the whole tensor, and the bytes stay stable."""
-    from anec import compress as cz
+    from anec.compress import palettize as cz
     from anec.compress import compress_tensor
 
     rng = np.random.default_rng(3)

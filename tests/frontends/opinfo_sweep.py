@@ -321,7 +321,7 @@ def run_sample(name: str, index: int, info: Any, sample: Any, runtime: Any,
     from anec.diagnostics import AnecError
     from anec.frontends.torch.runner import TorchRunner
     from anec.runtime import native
-    from anec.weights import WeightStore
+    from anec.weight_store import WeightStore
 
     runs: list[Run] = []
     try:

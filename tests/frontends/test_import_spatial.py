@@ -9,7 +9,7 @@
   padding, dilated max pooling), where the compiled MIL must hold exactly one
   native conv / conv_transpose / max_pool / avg_pool / upsample statement per
   torch layer. Hypothesis draws further conv and pooling geometries.
-* Each layer is lowered to EXACTLY its canonical 27-op form (docs/torch.md,
+* Each layer is lowered to EXACTLY its canonical core-op form (docs/torch.md,
   "Spatial layers"): the expected statements are derived here, independently,
   from the forms' definitions, and compared statement by statement.
 * Derived tensors (folded batch norms, interpolation matrices, divisor maps)
@@ -258,7 +258,7 @@ def test_model_interpreter_matches_torch(imported, name):
 def test_model_sim_matches_torch_with_one_native_statement_per_layer(imported, name):
     """On the sim within the tolerance policy, and the compiled MIL holds exactly one native
     conv / conv_transpose / max_pool / avg_pool / upsample statement per torch layer (a form
-    the native-op selection misses leaves its 27-op pieces instead, and fails the count)."""
+    the native-op selection misses leaves its core-op pieces instead, and fails the count)."""
     im, module, args = imported(name)
     check(module, args, name, ("sim",), im=im, native=torch_native_counts(module))
 
@@ -434,7 +434,7 @@ NOT_NATIVE = {
     # not by 5/7 as the native op would: the two matmuls again
     "bilinear_x1_5": {"conv": 2},
 }
-"""Layers the sim runs in their 27-op form, not as the native op (docs/torch.md, limits):
+"""Layers the sim runs in their core-op form, not as the native op (docs/torch.md, limits):
 the change from one native statement per layer."""
 
 

@@ -12,7 +12,7 @@ from anec.ir.interp import interpret, random_inputs
 from anec.ir.ops import OPS, TARGET_OPS
 from anec.ir.parser import parse_file
 from anec.passes.manager import device_form
-from anec.weights import resolve_weights
+from anec.ir.weight_binding import resolve_weights
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = str(ROOT / "examples" / "gpt2_mlp.ir")

@@ -14,7 +14,7 @@ from anec.ir.builder import Builder
 import anec.ir.interp as interp_module
 from anec.ir.interp import interpret, interpret_module, load_input, random_inputs, select_func
 from anec.ir.parser import parse, parse_file
-from anec.weights import resolve_weights
+from anec.ir.weight_binding import resolve_weights
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""The interpreter against PyTorch CPU, an independent implementation, for all 27 ops.
+"""The interpreter against PyTorch CPU, an independent implementation, for every core op.
 
 Tolerances:
 * fp32 mode vs torch in float32: rtol 1e-5, atol 1e-6. The interpreter evaluates

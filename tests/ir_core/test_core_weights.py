@@ -14,14 +14,8 @@ from anec.ir.builder import Builder
 from anec.ir.graph import Module
 from anec.ir.parser import parse, parse_file
 from anec.ir.types import DType, TensorType
-from anec.weights import (
-    WeightStore,
-    check_weights,
-    load_weights,
-    materialize,
-    random_weights,
-    resolve_weights,
-)
+from anec.ir.weight_binding import check_weights, materialize, random_weights, resolve_weights
+from anec.weight_store import WeightStore, load_weights
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from anec.diagnostics import WeightError
-from anec.weights import load_weights, map_safetensors, touch_pages
+from anec.weight_store import load_weights, map_safetensors, touch_pages
 
 
 def _tensors():
@@ -138,3 +138,27 @@ def test_touch_pages_maps_every_page_of_a_mapped_tensor(tmp_path):
     assert _mapped_kib(cold) >= 16 * 1024
     np.testing.assert_array_equal(cold, big)
     assert path.read_bytes() == before
+
+
+def test_load_weights_parses_the_header_once_and_reads_through_the_one_reader(tmp_path, monkeypatch):
+    """load_weights reads a .safetensors file with SafetensorsFile (anec's one reader): one
+    header parse, and the arrays it returns are views of that reader's map."""
+    from anec import weight_store
+
+    path = tmp_path / "w.safetensors"
+    save_file({"a": np.arange(6, dtype=np.float32).reshape(2, 3)}, str(path))
+    calls = []
+    real = weight_store.read_safetensors_header
+    monkeypatch.setattr(weight_store, "read_safetensors_header", lambda *a: calls.append(a[1]) or real(*a))
+    store = load_weights(path)
+    assert calls == [str(path)]
+    np.testing.assert_array_equal(store["a"], np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert not store["a"].flags.owndata  # a view of the map, not a copy
+
+
+def test_the_one_reader_refuses_a_fifo_at_once(tmp_path):
+    """A FIFO named .safetensors is refused (opened without blocking), never waited on."""
+    path = tmp_path / "w.safetensors"
+    os.mkfifo(path)
+    with pytest.raises(WeightError, match="it is not a regular file"):
+        load_weights(path)

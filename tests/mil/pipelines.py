@@ -11,7 +11,7 @@ from __future__ import annotations
 from anec.compiler import compile_module
 from anec.ir.parser import parse
 from anec.targets import get_target
-from anec.weights import random_weights
+from anec.ir.weight_binding import random_weights
 
 SOURCE = """func f(%x: fp16[1, 8, 1, 16]) {
   %w0 = const(weight="l0.w") : fp16[8, 8, 1, 1]

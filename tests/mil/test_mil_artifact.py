@@ -10,17 +10,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anec import fsutil
+from anec import fsutil, hashing, thread_pools
 from anec.diagnostics import ArtifactError, WeightError
 from anec.ir import Builder
+from anec.hashing import sha256
 from anec.mil import artifact as artifact_mod
-from anec.mil.artifact import Artifact, alloc_bytes, sha256
+from anec.mil import output as output_mod
+from anec.mil.artifact import Artifact, alloc_bytes
 from anec.mil.blobfile import BlobReader
 from anec.mil.emitter import emit_mil
+from anec.mil.json_format import format_json
 from anec.passes.base import PassContext
 from anec.passes.emit_mil import EmitMil
 from anec.targets import get_target
-from anec.weights import WeightStore, materialize, random_weights
+from anec.ir.weight_binding import materialize, random_weights
+from anec.weight_store import WeightStore
 
 from .graphs import small_mlp, two_io
 
@@ -186,7 +190,7 @@ def test_failed_write_leaves_destination_unchanged(tmp_path, monkeypatch):
     d = tmp_path / "mlp"
     build(small_mlp(), seed=1).write(d)
     before = _tree(d)
-    real = artifact_mod._write_file
+    real = fsutil.write_new_file
     calls = []
 
     def failing(path, data):
@@ -195,7 +199,7 @@ def test_failed_write_leaves_destination_unchanged(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         real(path, data)
 
-    monkeypatch.setattr(artifact_mod, "_write_file", failing)
+    monkeypatch.setattr(fsutil, "write_new_file", failing)
     with pytest.raises(ArtifactError, match="No space left"):
         build(small_mlp(), seed=2).write(d)
     assert _tree(d) == before
@@ -360,19 +364,19 @@ def test_the_hash_pool_is_one_per_process_with_a_thread_per_core(monkeypatch):
     per core (one when the count is unknown), named anec-hash."""
     import threading
 
-    monkeypatch.setattr(artifact_mod, "_pools", {})
-    pool = artifact_mod.hash_pool()
+    monkeypatch.setattr(thread_pools, "_pools", {})
+    pool = thread_pools.hash_pool()
     made = [pool]
     try:
-        assert artifact_mod.hash_pool() is pool
+        assert thread_pools.hash_pool() is pool
         assert pool._max_workers == os.cpu_count()
         assert pool.submit(lambda: threading.current_thread().name).result().startswith("anec-hash_")
-        monkeypatch.setattr(artifact_mod, "_pools", {"hash": (os.getpid() + 1, pool)})  # what a forked child inherits
-        made.append(artifact_mod.hash_pool())
+        monkeypatch.setattr(thread_pools, "_pools", {"hash": (os.getpid() + 1, pool)})  # what a forked child inherits
+        made.append(thread_pools.hash_pool())
         assert made[-1] is not pool
         monkeypatch.setattr(os, "cpu_count", lambda: None)
-        monkeypatch.setattr(artifact_mod, "_pools", {})
-        made.append(artifact_mod.hash_pool())
+        monkeypatch.setattr(thread_pools, "_pools", {})
+        made.append(thread_pools.hash_pool())
         assert made[-1]._max_workers == 1
     finally:
         for p in made:
@@ -384,27 +388,27 @@ def test_the_write_pool_is_one_per_process_and_not_the_hash_pool(monkeypatch, tm
     child), named anec-write: a write starts no threads of its own."""
     import threading
 
-    monkeypatch.setattr(artifact_mod, "_pools", {})
-    pool = artifact_mod._write_pool()
+    monkeypatch.setattr(thread_pools, "_pools", {})
+    pool = thread_pools.write_pool()
     made = [pool]
     try:
-        assert artifact_mod._write_pool() is pool
-        assert pool is not artifact_mod.hash_pool()
-        made.append(artifact_mod.hash_pool())
-        assert pool._max_workers == artifact_mod._WRITERS == 16
+        assert thread_pools.write_pool() is pool
+        assert pool is not thread_pools.hash_pool()
+        made.append(thread_pools.hash_pool())
+        assert pool._max_workers == thread_pools.WRITERS == 16
         assert pool.submit(lambda: threading.current_thread().name).result().startswith("anec-write_")
         started = threading.Thread.start
         starts = []
         monkeypatch.setattr(threading.Thread, "start", lambda t: (starts.append(t.name), started(t))[1])
         for i in range(2):  # more files than writers: the pool takes them all
             arts = {f"f{j}": build(small_mlp(), seed=j) for j in range(6)}
-            artifact_mod.write_output(tmp_path / "out", arts)
+            output_mod.write_output(tmp_path / "out", arts)
         assert not [n for n in starts if not n.startswith("anec-write_")]
         assert len(starts) <= 16
         monkeypatch.setattr(threading.Thread, "start", started)
-        assert artifact_mod._write_pool() is pool
-        monkeypatch.setattr(artifact_mod, "_pools", {"write": (os.getpid() + 1, pool)})  # a forked child's
-        made.append(artifact_mod._write_pool())
+        assert thread_pools.write_pool() is pool
+        monkeypatch.setattr(thread_pools, "_pools", {"write": (os.getpid() + 1, pool)})  # a forked child's
+        made.append(thread_pools.write_pool())
         assert made[-1] is not pool and made[-1]._max_workers == 16
     finally:
         for p in made:
@@ -422,7 +426,7 @@ def test_the_manifests_are_written_while_the_stages_are(tmp_path, monkeypatch):
     res, _ = compile_pipeline()
     batches = []
     release = threading.Event()
-    real_start, real_write, real_move = artifact_mod._start_writes, artifact_mod._write_file, artifact_mod.move_into_place
+    real_start, real_write, real_move = fsutil._start_writes, fsutil.write_new_file, fsutil.move_into_place
     written = []
 
     def start(root, files, jobs):
@@ -441,10 +445,10 @@ def test_the_manifests_are_written_while_the_stages_are(tmp_path, monkeypatch):
         batches.append(("moved", len(written)))
         return real_move(src, dest, **kw)
 
-    monkeypatch.setattr(artifact_mod, "_start_writes", start)
-    monkeypatch.setattr(artifact_mod, "_write_file", write)
-    monkeypatch.setattr(artifact_mod, "move_into_place", move)
-    artifact_mod.write_output(tmp_path / "out", res.artifacts)
+    monkeypatch.setattr(fsutil, "_start_writes", start)
+    monkeypatch.setattr(fsutil, "write_new_file", write)
+    monkeypatch.setattr(fsutil, "move_into_place", move)
+    output_mod.write_output(tmp_path / "out", res.artifacts)
     first, second, moved = batches
     assert {"f/stages/s00/model.mil", "f/stages/s01/model.mil", "f/stages/s00/program.ir",
             "f/stages/s01/program.ir", "f/program.ir", "f/inputs/w1.bin"} <= set(first)
@@ -462,7 +466,7 @@ def test_a_pipeline_stage_directory_outside_the_func_is_refused_before_writing(t
     res, _ = compile_pipeline()
     res.artifacts["f"].manifest["stages"][0]["dir"] = "../../escaped"
     with pytest.raises(ArtifactError) as e:
-        artifact_mod.write_output(tmp_path / "out", res.artifacts)
+        output_mod.write_output(tmp_path / "out", res.artifacts)
     assert e.value.message == ("stage directory '../../escaped' points outside the artifact directory "
                                "(every component must be a plain name)")
     assert os.listdir(tmp_path) == []
@@ -499,9 +503,9 @@ def test_a_weight_file_outside_the_artifact_is_never_written(tmp_path):
 
 def test_loading_an_artifact_directory_for_another_func_is_refused(tmp_path):
     d = build(small_mlp()).write(tmp_path / "mlp")
-    assert artifact_mod.load_artifact(d, "mlp").func == "mlp"
+    assert output_mod.load_artifact(d, "mlp").func == "mlp"
     with pytest.raises(ArtifactError) as e:
-        artifact_mod.load_artifact(d, "other")
+        output_mod.load_artifact(d, "other")
     assert e.value.message == f"'{d}' holds func 'mlp', not 'other'"
 
 
@@ -511,21 +515,21 @@ def test_func_names_that_cannot_name_an_output_directory_are_refused(tmp_path):
     art = build(small_mlp())
     for bad in ("", ".hidden", "a/b", "a\\b", "a\0b", 5, None):
         with pytest.raises(ArtifactError) as e:
-            artifact_mod.write_output(tmp_path / "out", {bad: art})
+            output_mod.write_output(tmp_path / "out", {bad: art})
         assert e.value.message == f"func name {bad!r:.60} cannot name a directory of the output"
     assert not (tmp_path / "out").exists()
-    paths = artifact_mod.write_output(tmp_path / "out", {"XmlpX": art})
+    paths = output_mod.write_output(tmp_path / "out", {"XmlpX": art})
     assert paths == {"XmlpX": tmp_path / "out" / "XmlpX"} and (paths["XmlpX"] / "manifest.json").is_file()
 
 
 def test_an_output_index_naming_an_empty_func_is_refused(tmp_path):
     out = tmp_path / "out"
-    artifact_mod.write_output(out, {"mlp": build(small_mlp())})
+    output_mod.write_output(out, {"mlp": build(small_mlp())})
     index = json.loads((out / ".anec-output.json").read_text())
     index["funcs"] = {"": index["funcs"]["mlp"]}
     (out / ".anec-output.json").write_text(json.dumps(index))
     with pytest.raises(ArtifactError) as e:
-        artifact_mod.load_artifact(out)
+        output_mod.load_artifact(out)
     assert e.value.message == "func name '' cannot name a directory of the output"
 
 
@@ -534,41 +538,41 @@ def test_loading_an_output_without_naming_the_func_needs_exactly_one(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(ArtifactError) as e:
-        artifact_mod.load_artifact(empty)
+        output_mod.load_artifact(empty)
     assert e.value.message == (f"'{empty}' is not an artifact directory (no manifest.json in it or its "
                                "subdirectories)")
     assert e.value.hint == "compile first: anec compile model.ir -o DIR"
     out = tmp_path / "out"
-    artifact_mod.write_output(out, {"b": build(small_mlp("b")), "a": build(small_mlp("a"))})
+    output_mod.write_output(out, {"b": build(small_mlp("b")), "a": build(small_mlp("a"))})
     with pytest.raises(ArtifactError) as e:
-        artifact_mod.load_artifact(out)
+        output_mod.load_artifact(out)
     assert e.value.message == f"'{out}' holds several funcs (a, b); choose one"
     assert e.value.hint == "pass func=NAME (CLI: --func NAME)"
-    assert artifact_mod.load_artifact(out, "b").func == "b"
+    assert output_mod.load_artifact(out, "b").func == "b"
 
 
 def test_loading_a_func_an_output_does_not_hold_as_named(tmp_path):
     """A missing func (with a suggestion), a func directory that is a link, a directory holding another func."""
     out = tmp_path / "out"
-    artifact_mod.write_output(out, {"mlp": build(small_mlp()), "other": build(small_mlp("b"))})
+    output_mod.write_output(out, {"mlp": build(small_mlp()), "other": build(small_mlp("b"))})
     with pytest.raises(ArtifactError) as e:
-        artifact_mod.load_artifact(out, "mlq")
+        output_mod.load_artifact(out, "mlq")
     assert e.value.message == f"'{out}' has no func 'mlq' (funcs: mlp, other)"
     assert e.value.hint == "did you mean 'mlp'?"
     with pytest.raises(ArtifactError) as e:
-        artifact_mod.load_artifact(out, "other")
+        output_mod.load_artifact(out, "other")
     assert e.value.message == f"'{out / 'other'}' holds func 'b', not 'other'"
     os.rename(out / "mlp", tmp_path / "elsewhere")
     os.symlink(tmp_path / "elsewhere", out / "mlp")
     with pytest.raises(ArtifactError) as e:
-        artifact_mod.load_artifact(out, "mlp")
+        output_mod.load_artifact(out, "mlp")
     assert e.value.message == f"cannot read func directory '{out / 'mlp'}' (it is a symbolic link)"
 
 
 def test_a_temporary_directory_is_never_loaded(tmp_path):
     tmp = build(small_mlp()).write(tmp_path / ".out.anec-tmp-1a2b3c4d")
     with pytest.raises(ArtifactError) as e:
-        artifact_mod.load_artifact(tmp)
+        output_mod.load_artifact(tmp)
     assert e.value.message == (f"'{tmp}' is a temporary directory of an unfinished or replaced compile; "
                                "it is never loaded")
     assert e.value.hint == "load the output directory the compile was given (-o)"
@@ -590,11 +594,11 @@ def test_an_output_replaced_while_it_is_loaded_is_read_again_up_to_three_times(t
         return Artifact._load(d, sha)
 
     fail_times = 3
-    assert artifact_mod.load_artifact(out, loader=replacing_loader).func == "mlp" and len(calls) == 3
+    assert output_mod.load_artifact(out, loader=replacing_loader).func == "mlp" and len(calls) == 3
     calls.clear()
     fail_times = 4
     with pytest.raises(ArtifactError, match="damaged"):
-        artifact_mod.load_artifact(out, loader=replacing_loader)
+        output_mod.load_artifact(out, loader=replacing_loader)
     assert len(calls) == 3
 
 
@@ -610,11 +614,11 @@ def test_an_artifact_manifest_must_be_there_be_a_file_and_be_the_one_the_index_n
         Artifact.load(d)
     assert e.value.message == f"cannot read manifest '{d / 'manifest.json'}' (it is a directory); expected a regular file"
     out = tmp_path / "out"
-    artifact_mod.write_output(out, {"mlp": build(small_mlp())})
+    output_mod.write_output(out, {"mlp": build(small_mlp())})
     manifest = out / "mlp" / "manifest.json"
     manifest.write_text(manifest.read_text() + " ")
     with pytest.raises(ArtifactError) as e:
-        artifact_mod.load_artifact(out)
+        output_mod.load_artifact(out)
     assert e.value.message == f"{manifest} is not the manifest the output index .anec-output.json names"
     assert e.value.hint == "the output was modified after compiling; recompile it"
 
@@ -721,7 +725,7 @@ def test_rewrite_records_become_plain_json_values():
 def test_a_flat_dict_stays_on_one_line_up_to_120_characters(n):
     """format_json puts a flat dict on one line when that line is at most 120 characters."""
     obj = {"k": "x" * n}  # one line: {"k": "xxx..."} is n + 9 characters
-    got = artifact_mod.format_json(obj)
+    got = format_json(obj)
     assert json.loads(got) == obj
     if n + 9 <= 120:
         assert got == '{"k": "' + "x" * n + '"}'
@@ -755,17 +759,17 @@ def test_a_logical_output_shape_that_does_not_hold_its_pieces_is_refused():
 def test_the_hashing_threads_are_one_per_large_payload_up_to_the_cores_and_eight(monkeypatch):
     """A thread per payload of at least 1 MiB, but no more than the cores (one when the count is
     unknown) and never more than eight."""
-    big = artifact_mod._PARALLEL_BYTES
+    big = hashing.PARALLEL_BYTES
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert artifact_mod._workers([]) == 0
-    assert artifact_mod._workers([big - 1]) == 0
-    assert artifact_mod._workers([big, big - 1]) == 1
-    assert artifact_mod._workers([big] * 4) == 4
-    assert artifact_mod._workers([big] * 10) == 8
+    assert hashing.parallel_workers([]) == 0
+    assert hashing.parallel_workers([big - 1]) == 0
+    assert hashing.parallel_workers([big, big - 1]) == 1
+    assert hashing.parallel_workers([big] * 4) == 4
+    assert hashing.parallel_workers([big] * 10) == 8
     monkeypatch.setattr(os, "cpu_count", lambda: 3)
-    assert artifact_mod._workers([big] * 5) == 3
+    assert hashing.parallel_workers([big] * 5) == 3
     monkeypatch.setattr(os, "cpu_count", lambda: None)
-    assert artifact_mod._workers([big] * 5) == 1
+    assert hashing.parallel_workers([big] * 5) == 1
 
 
 def test_two_large_payloads_are_hashed_on_two_threads_and_one_without_a_pool(monkeypatch):
@@ -783,18 +787,18 @@ def test_two_large_payloads_are_hashed_on_two_threads_and_one_without_a_pool(mon
 
     monkeypatch.setattr(concurrent.futures, "ThreadPoolExecutor", Recording)
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
-    n = artifact_mod._PARALLEL_BYTES // 2
+    n = hashing.PARALLEL_BYTES // 2
     arrays = [np.full(n, 1, np.float16), np.arange(6, dtype=np.float32).reshape(2, 3), np.full(n, 2, np.float16)]
-    assert artifact_mod.payload_digests(arrays) == [hashlib.sha256(a.tobytes()).hexdigest() for a in arrays]
+    assert hashing.payload_digests(arrays) == [hashlib.sha256(a.tobytes()).hexdigest() for a in arrays]
     assert pools == [2]
-    assert artifact_mod.payload_digests(arrays[:2]) == [hashlib.sha256(a.tobytes()).hexdigest() for a in arrays[:2]]
+    assert hashing.payload_digests(arrays[:2]) == [hashlib.sha256(a.tobytes()).hexdigest() for a in arrays[:2]]
     assert pools == [2]
 
 
 def test_an_empty_payload_of_any_rank_hashes_as_no_bytes():
     """An array with no elements, however many dimensions, is the sha256 of empty bytes."""
     empty = sha256(b"")
-    assert artifact_mod.payload_digests([np.zeros((0, 4), np.float16), np.zeros((2, 0, 3), np.float32),
+    assert hashing.payload_digests([np.zeros((0, 4), np.float16), np.zeros((2, 0, 3), np.float32),
                                          np.zeros(0, np.float16)]) == [empty] * 3
 
 

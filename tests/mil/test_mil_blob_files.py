@@ -8,7 +8,8 @@ import numpy as np
 
 from anec.compiler import compile_module
 from anec.ir import Builder
-from anec.mil.artifact import Artifact, load_artifact
+from anec.mil.artifact import Artifact
+from anec.mil.output import load_artifact
 from anec.mil.blobfile import BlobFiles, BlobReader, BlobWriter
 from anec.mil.emitter import emit_mil
 from anec.targets import get_target
@@ -81,7 +82,7 @@ def test_compile_in_memory_copies_the_weights_out(tmp_path):
 def test_artifact_build_and_write_match_bytes_written_from_the_mapping(tmp_path):
     g = small_mlp()
     t = get_target("m4")
-    from anec.weights import random_weights
+    from anec.ir.weight_binding import random_weights
 
     store = random_weights(g, 3)
     lazy = Artifact.build(g, emit_mil(g, t), t, store)
@@ -96,8 +97,8 @@ def test_artifact_build_and_write_match_bytes_written_from_the_mapping(tmp_path)
 def test_deferred_hashes_are_in_every_manifest_before_it_is_read_or_written(tmp_path):
     from concurrent.futures import Future
 
-    from anec.mil.artifact import deferred_hashes, sha256
-    from anec.weights import random_weights
+    from anec.hashing import deferred_hashes, sha256
+    from anec.ir.weight_binding import random_weights
 
     g = small_mlp()
     t = get_target("m4")

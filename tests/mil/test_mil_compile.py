@@ -18,7 +18,7 @@ from anec.ir.parser import parse_file
 from anec.mil.artifact import Artifact
 from anec.mil.blobfile import BlobReader
 from anec.targets import get_target
-from anec.weights import resolve_weights
+from anec.ir.weight_binding import resolve_weights
 
 from .graphs import small_mlp
 from .milcheck import check_mil
@@ -265,7 +265,7 @@ def test_compile_maps_the_pages_of_exactly_the_weights_the_module_reads(monkeypa
     """compile_module hands touch_pages every array a weight const reads (and no other) on the
     hash workers, before the passes."""
     import anec.compiler as compiler_mod
-    import anec.weights as weights_mod
+    import anec.weight_store as weights_mod
 
     class Workers:  # the hash workers, run in place: what was submitted is known on return
         def submit(self, fn, *args):

@@ -25,7 +25,7 @@ from anec.ir.parser import parse
 from anec.mil.artifact import Artifact
 from anec.runtime import Runtime, backend_available
 from anec.targets import TARGETS
-from anec.weights import resolve_weights
+from anec.ir.weight_binding import resolve_weights
 
 from .milcheck import assert_proven, check_mil
 from .test_mil_golden import EXAMPLES, compiled

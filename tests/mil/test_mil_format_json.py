@@ -8,7 +8,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from anec.mil.artifact import format_json
+from anec.mil.json_format import format_json
 
 
 def reference(obj, indent=0):

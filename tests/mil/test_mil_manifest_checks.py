@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from anec import fsutil
 from anec.diagnostics import ArtifactError
 from anec.mil import beneath, manifest as m
 
@@ -104,9 +105,9 @@ def test_validation_messages_put_the_pieces_together():
 def test_numbers_beyond_the_float_range_are_refused_with_the_text_shortened():
     text = "1" + "0" * 400
     with pytest.raises(ArtifactError, match=r"number 1e999 is out of range"):
-        m.parse_json(b'{"a": 1e999}', "m.json")
+        fsutil.parse_json(b'{"a": 1e999}', "m.json")
     with pytest.raises(ArtifactError) as e:
-        m.parse_json(('{"a": ' + text + '.5}').encode(), "m.json")
+        fsutil.parse_json(('{"a": ' + text + '.5}').encode(), "m.json")
     assert f"number {(text + '.5')[:40]} is out of range" in str(e.value)
 
 
@@ -246,37 +247,37 @@ def test_an_object_checks_its_required_and_present_optional_fields():
 
 def test_json_nested_exactly_to_the_limit_is_read():
     """32 levels are read, 33 are refused."""
-    deepest = b"[" * m.MAX_DEPTH + b"]" * m.MAX_DEPTH
-    assert m._depth(m.parse_json(deepest, "m.json")) == m.MAX_DEPTH
+    deepest = b"[" * fsutil.JSON_MAX_DEPTH + b"]" * fsutil.JSON_MAX_DEPTH
+    assert fsutil.json_depth(fsutil.parse_json(deepest, "m.json")) == fsutil.JSON_MAX_DEPTH
     with pytest.raises(ArtifactError) as e:
-        m.parse_json(b"[" + deepest + b"]", "m.json")
+        fsutil.parse_json(b"[" + deepest + b"]", "m.json")
     assert e.value.message == "m.json: the manifest is nested too deeply (at most 32 levels)"
 
 
 def test_json_errors_name_what_was_read_and_quote_the_parser():
     """The reader's own message is quoted after the file and what it holds."""
     with pytest.raises(ArtifactError) as e:
-        m.parse_json(b"", "m.json")
+        fsutil.parse_json(b"", "m.json")
     assert e.value.message == "m.json: the manifest is not valid JSON (Expecting value: line 1 column 1 (char 0))"
     with pytest.raises(ArtifactError) as e:
-        m.parse_json(b'{"a": 1, "a": 2}', "s.json", "stage index")
+        fsutil.parse_json(b'{"a": 1, "a": 2}', "s.json", "stage index")
     assert e.value.message == 's.json: the stage index is not valid JSON (key "a" appears twice in one object)'
     with pytest.raises(ArtifactError) as e:
-        m.parse_json(b'[NaN]', "m.json")
+        fsutil.parse_json(b'[NaN]', "m.json")
     assert e.value.message == "m.json: the manifest is not valid JSON (NaN is not a JSON number)"
     with pytest.raises(ArtifactError) as e:
-        m.parse_json(b"[" + b"1" * 21 + b"]", "m.json")
+        fsutil.parse_json(b"[" + b"1" * 21 + b"]", "m.json")
     assert e.value.message == "m.json: the manifest is not valid JSON (integer of 21 digits is too large)"
-    assert m.parse_json(b'{"a": [1, 2.5, "\xc3\xa9"]}', "m.json") == {"a": [1, 2.5, "\u00e9"]}
+    assert fsutil.parse_json(b'{"a": [1, 2.5, "\xc3\xa9"]}', "m.json") == {"a": [1, 2.5, "\u00e9"]}
 
 
 def test_depth_counts_the_nested_objects_and_arrays_of_a_value():
     """A scalar has depth 0, each enclosing object or array adds one."""
-    assert [m._depth(v) for v in (7, "a", None, [], {}, [1, [2]], {"a": [{"b": 1}]})] == [0, 0, 0, 1, 1, 2, 3]
+    assert [fsutil.json_depth(v) for v in (7, "a", None, [], {}, [1, [2]], {"a": [{"b": 1}]})] == [0, 0, 0, 1, 1, 2, 3]
 
 
 def test_bytes_that_are_not_utf8_are_refused_with_the_offset_of_the_first_bad_byte():
     """The offset is that of the first byte that does not decode."""
     with pytest.raises(ArtifactError) as e:
-        m.parse_json(b'{"a": "\xc3"}', "ir.json", "program IR")
+        fsutil.parse_json(b'{"a": "\xc3"}', "ir.json", "program IR")
     assert e.value.message == "ir.json: the program IR is not valid UTF-8 (byte 7)"

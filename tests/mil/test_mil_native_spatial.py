@@ -4,7 +4,7 @@ For each canonical form of tests/passes/spatial_forms.py: the compiled MIL holds
 one native statement for the layer (conv, conv_transpose, max_pool, avg_pool,
 upsample_nearest_neighbor, upsample_bilinear), coremltools' own op definitions accept
 the MIL and infer the declared types, and the sim's result agrees with the reference
-interpreter on the 27-op form (and on the selected program read back from the artifact).
+interpreter on the core-op form (and on the selected program read back from the artifact).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from anec.ir.interp import interpret
 from anec.ir.parser import parse
 from anec.mil.artifact import Artifact, artifact_weights
 from anec.runtime import Runtime, backend_available
-from anec.weights import WeightStore
+from anec.weight_store import WeightStore
 from tests.passes import spatial_forms as sf
 from tests.passes.test_select_native import CASES
 
@@ -77,7 +77,7 @@ def _sim_error(rt, tmp_path, form: sf.Form, mil_edit) -> str:
     _, art = _compile(form, tmp_path)
     mil = mil_edit(art.mil_text)
     (tmp_path / "f" / "model.mil").write_text(mil)
-    from anec.mil.artifact import sha256  # the manifest pins the MIL's hash: refresh it
+    from anec.hashing import sha256  # the manifest pins the MIL's hash: refresh it
 
     import json
 
@@ -156,9 +156,9 @@ def test_a_program_of_target_forms_compiles_to_the_fuzz_seed_and_runs(tmp_path, 
     assert_close(got, want, "native-spatial/chain", ulps=4)
 
 
-def test_a_weight_compiled_as_an_input_keeps_the_27_op_form(tmp_path, rt):
+def test_a_weight_compiled_as_an_input_keeps_the_core_op_form(tmp_path, rt):
     """A native conv reads a constant weight: with the weight as a program input the layer
-    stays in its 27-op form (legalize turns its conv1x1s into matmuls), and still runs right."""
+    stays in its core-op form (legalize turns its conv1x1s into matmuls), and still runs right."""
     from tolerances import assert_close
 
     form = CASES["conv3x3-stride2"]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from anec.models import export
-from anec.models.hf import SafetensorsFile
+from anec.weight_store import SafetensorsFile
 
 
 def tensors():

@@ -9,7 +9,8 @@ import pytest
 
 from anec.diagnostics import WeightError
 from anec.models.generate import CausalLM, decoder_frontend
-from anec.models.hf import Checkpoint, CheckpointError, SafetensorsFile, load_checkpoint, load_tokenizer
+from anec.models.hf import Checkpoint, CheckpointError, load_checkpoint, load_tokenizer
+from anec.weight_store import SafetensorsFile
 from anec.models.llama import rotate_half_matrix, rope_theta
 from anec.models.buckets import bucket_list, min_bucket, pick_bucket
 from anec.models.common import ModelError

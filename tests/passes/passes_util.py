@@ -12,7 +12,8 @@ from anec.ir.parser import parse
 from anec.ir.printer import print_graph
 from anec.ir.verifier import verify
 from anec.passes import Pass, PassContext, run_pipeline
-from anec.weights import WeightStore, random_weights
+from anec.ir.weight_binding import random_weights
+from anec.weight_store import WeightStore
 
 
 CAST_CHAIN = """

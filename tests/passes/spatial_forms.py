@@ -1,4 +1,4 @@
-"""IR text of the canonical 27-op forms of spatial layers, written from their specification.
+"""IR text of the canonical core-op forms of spatial layers, written from their specification.
 
 Each builder returns a :class:`Form`: one func ``f(%x)`` holding one layer in its
 canonical form (the statements, in the order and spelling the importer writes

@@ -12,7 +12,7 @@ import pytest
 from anec.compiler import compile_module
 from anec.ir.parser import parse
 from anec.targets import get_target
-from anec.weights import resolve_weights
+from anec.ir.weight_binding import resolve_weights
 
 
 def _chain(n: int) -> str:

@@ -7,7 +7,7 @@ import pytest
 from anec.diagnostics import AnecError
 from anec.multi_program_build import build_multi_program
 from anec.passes import AnnotateSram, DeadCodeElimination, EmitMil, FuseCasts, Legalize, PassContext, Partition
-from anec.weights import random_weights
+from anec.ir.weight_binding import random_weights
 
 from .passes_util import parse_module, run
 from .test_partition import chain, target

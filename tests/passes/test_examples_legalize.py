@@ -11,7 +11,7 @@ from anec.ir.parser import parse_file
 from anec.passes import PassContext, run_pipeline
 from anec.passes.pipelines import DEFAULT, OPTIMIZE
 from anec.targets import TARGETS
-from anec.weights import random_weights
+from anec.ir.weight_binding import random_weights
 
 from .passes_util import compare
 

@@ -8,7 +8,7 @@ import pytest
 from anec.ir.types import DType
 from anec.passes import DeadCodeElimination, FuseCasts, PassContext
 from anec.passes.fuse_casts import folds, holds_all
-from anec.weights import WeightStore
+from anec.weight_store import WeightStore
 
 from .passes_util import compare, ops_of, parse_func, run, weights_for
 

@@ -14,7 +14,7 @@ from anec.ir.parser import parse
 from anec.passes import PassContext
 from anec.passes.layout import can_slice, slice_weight, transpose_weight_2d, view_shape
 from anec.passes.rewrite import Rewriter
-from anec.weights import materialize
+from anec.ir.weight_binding import materialize
 
 
 def _setup(stored_shape, perm, sl, declared):

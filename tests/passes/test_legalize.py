@@ -13,7 +13,7 @@ from anec.ir.types import DType
 from anec.passes import Legalize, PassContext, Partition
 from anec.passes.legalize_rules import GELU_TANH_MAX_ABS_ERROR
 from anec.targets import get_target
-from anec.weights import WeightStore
+from anec.weight_store import WeightStore
 
 from .passes_util import compare, ops_of, parse_func, run, text_of, weights_for
 

@@ -22,7 +22,7 @@ from anec.diagnostics import AnecError, ConstraintError, RuntimeFailure
 from anec.ir.interp import interpret
 from anec.ir.parser import parse
 from anec.runtime import Runtime, native
-from anec.weights import random_weights
+from anec.ir.weight_binding import random_weights
 from tolerances import assert_close
 
 # a concat that feeds a conv (the rewrite turns it into partial convs) and a relu (which no

@@ -8,7 +8,7 @@ import numpy as np
 
 from anec.ir.printer import print_graph
 from anec.targets import get_target
-from anec.weights import WeightStore
+from anec.weight_store import WeightStore
 
 from .passes_util import compare
 from .test_legalize import legalize, reject

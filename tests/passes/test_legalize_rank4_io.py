@@ -6,7 +6,7 @@ name in their device shape (ANE-IO-RANK4)."""
 from __future__ import annotations
 
 from anec.ir.printer import print_graph
-from anec.weights import WeightStore
+from anec.weight_store import WeightStore
 
 from .passes_util import compare
 from .test_legalize import legalize

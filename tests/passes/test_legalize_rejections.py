@@ -14,7 +14,7 @@ from anec.passes import Legalize, PassContext
 from anec.passes.legalize import legalize_graph
 from anec.passes.legalize_rules import NATIVE_CONCAT_HINT, not_on_ane_rules
 from anec.targets import get_target
-from anec.weights import WeightStore
+from anec.weight_store import WeightStore
 
 from .passes_util import compare, parse_func, text_of, weights_for
 from .test_legalize import IO, M4, SAME_WEIGHT_TWICE, TIGHT, WEIGHTED, legalize, reject, rules

@@ -15,7 +15,7 @@ from anec.compiler import compile_module
 from anec.ir.parser import parse
 from anec.passes.partition_search import plan_partition, signatures
 from anec.targets import get_target
-from anec.weights import random_weights
+from anec.ir.weight_binding import random_weights
 
 WEIGHTS_PER_LAYER = 4
 NODES_PER_LAYER = 7  # relu, four convs, mul, add

@@ -14,7 +14,7 @@ from anec.ir.parser import parse
 from anec.passes.extract_stage import extract_stage
 from anec.passes.partition_search import plan_partition
 from anec.targets import get_target
-from anec.weights import random_weights
+from anec.ir.weight_binding import random_weights
 
 T = "fp16[1, 8, 1, 4]"  # one activation: 64 B; an [8, 8, 1, 1] weight: 128 B; a [1, 8, 1, 1] bias: 16 B
 

@@ -362,7 +362,7 @@ def test_stages_of_rank2_values_are_funcs_with_rank4_io_that_compose_to_the_func
     from anec.ir.printer import print_module
     from anec.ir.verifier import verify
     from anec.passes.extract_stage import extract_stage
-    from anec.weights import random_weights
+    from anec.ir.weight_binding import random_weights
 
     m = parse(_RANK2, "f.ir")
     graph = m.funcs["f"]

@@ -19,7 +19,7 @@ from anec.passes.legalize import legalize_graph
 from anec.passes.pipelines import CLEANUP, OPTIMIZE
 from anec.passes.annotate_sram import AnnotateSram
 from anec.targets import get_target
-from anec.weights import random_weights
+from anec.ir.weight_binding import random_weights
 
 from ir_text.strategies import graphs  # tests/ is on sys.path (rootdir-relative packages)
 from .ane_strategies import ane_programs

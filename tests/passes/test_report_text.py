@@ -13,7 +13,7 @@ import numpy as np
 from anec.ir.builder import Builder
 from anec.ir.graph import Module
 from anec.passes.report import _size, legality, legality_report
-from anec.weights import WeightStore
+from anec.weight_store import WeightStore
 
 from .passes_util import parse_module
 

@@ -17,7 +17,7 @@ from anec.cli import main
 from anec.compiler import compile_module
 from anec.diagnostics import WeightError
 from anec.passes.report import legality
-from anec.weights import resolve_weights
+from anec.ir.weight_binding import resolve_weights
 
 from .passes_util import parse_module
 

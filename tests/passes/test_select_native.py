@@ -1,9 +1,9 @@
-"""select-native: each canonical 27-op spatial form becomes exactly one target op.
+"""select-native: each canonical core-op spatial form becomes exactly one target op.
 
 For every form (tests/passes/spatial_forms.py, written from the forms' specification)
 across kernel, stride, padding, dilation, groups, ceil-mode padding and align_corners:
 the selected program holds one target op with the expected attributes, the interpreter
-gives the same result on the 27-op form and on the selected one, and forms that differ
+gives the same result on the core-op form and on the selected one, and forms that differ
 from the specification in any detail are left alone. Limits give the constraint id.
 """
 
@@ -108,7 +108,7 @@ def test_the_incremental_check_alone_accepts_each_selection(name):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_interp_agrees_before_and_after_selection(name):
-    """interp(27-op form) == interp(selected): the same computation (fp64 references, one
+    """interp(core-op form) == interp(selected): the same computation (fp64 references, one
     rounding to fp16 each; the sum order differs, so a few fp16 ulps)."""
     from tolerances import assert_close
 

@@ -11,7 +11,7 @@ from anec.ir.interp import interpret
 from anec.ir.parser import parse
 from anec.passes import PassContext, WeightsAsInputs
 from anec.passes.pipelines import DEFAULT
-from anec.weights import random_weights
+from anec.ir.weight_binding import random_weights
 
 MLP = """\
 func mlp(%x: fp16[1, 64, 1, 8]) {

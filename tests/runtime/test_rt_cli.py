@@ -13,7 +13,7 @@ pytest.importorskip("anec.compiler")
 from anec.cli import main  # noqa: E402
 from anec.ir.interp import interpret  # noqa: E402
 from anec.ir.parser import parse_file  # noqa: E402
-from anec.weights import resolve_weights  # noqa: E402
+from anec.ir.weight_binding import resolve_weights  # noqa: E402
 from tolerances import assert_close  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

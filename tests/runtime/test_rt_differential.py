@@ -30,7 +30,7 @@ from anec.ir.interp import interpret, random_inputs  # noqa: E402
 from anec.ir.parser import parse, parse_file  # noqa: E402
 from anec.mil.artifact import artifact_weights  # noqa: E402
 from anec.runtime import Runtime  # noqa: E402
-from anec.weights import resolve_weights  # noqa: E402
+from anec.ir.weight_binding import resolve_weights  # noqa: E402
 from tolerances import assert_close, check_close  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

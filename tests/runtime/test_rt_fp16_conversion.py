@@ -16,7 +16,7 @@ from anec.compiler import compile_module
 from anec.ir.interp import interpret
 from anec.ir.parser import parse
 from anec.runtime import native
-from anec.weights import WeightStore
+from anec.weight_store import WeightStore
 
 INF = np.inf
 SPECIAL_F32 = np.float32([

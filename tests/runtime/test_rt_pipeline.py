@@ -34,7 +34,7 @@ from anec.mil.multi_program import PipelineArtifact, load_any
 from anec.runtime import Runtime, native
 from anec.runtime.staged_program import PipelineProgram
 from anec.targets import get_target
-from anec.weights import random_weights
+from anec.ir.weight_binding import random_weights
 from tests.passes.test_partition import dags
 from tests.runtime import milkit as mk
 from tolerances import assert_close
@@ -47,7 +47,7 @@ LAYERS = 40
 def residual_chain(n: int) -> str:
     """n pre-activation residual layers ``h{i} = h{i-1} + 0.25 * conv1x1(relu(h{i-1}), l{i}.w)``.
 
-    With the random weights of :func:`anec.weights.random_weights` (std 1/sqrt(fan in)) each
+    With the random weights of :func:`anec.ir.weight_binding.random_weights` (std 1/sqrt(fan in)) each
     layer adds a zero-mean branch of about a third of the value's RMS, so every layer's
     value keeps an RMS near 1 over 40 layers; changing one layer's weights changes the
     output by ~0.3 RMS."""

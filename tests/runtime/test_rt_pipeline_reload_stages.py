@@ -21,7 +21,7 @@ from anec.diagnostics import RuntimeFailure
 from anec.ir.parser import parse
 from anec.runtime import Runtime
 from anec.targets import get_target
-from anec.weights import random_weights
+from anec.ir.weight_binding import random_weights
 from tests.passes.test_partition import chain
 
 LAYERS = 6

@@ -30,7 +30,7 @@ from anec.diagnostics import ArtifactError, ConstraintError
 from anec.ir.parser import parse
 from anec.mil.multi_program import PipelineArtifact, load_any
 from anec.runtime import Runtime
-from anec.weights import random_weights
+from anec.ir.weight_binding import random_weights
 from tests.runtime.test_rt_pipeline import inputs_for, residual_chain, target
 
 

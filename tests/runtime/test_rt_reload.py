@@ -467,7 +467,7 @@ def _chain_pipeline(seed_weights, weights_as_inputs=()):
     from anec.compiler import compile_module
     from anec.ir.parser import parse
     from anec.targets import get_target
-    from anec.weights import random_weights
+    from anec.ir.weight_binding import random_weights
 
     m = parse(_residual_chain(), "c.ir")
     store = random_weights(m, seed_weights)

@@ -16,7 +16,7 @@ from anec.ir.parser import parse
 from anec.ir.types import DType, TensorType
 from anec.runtime import Runtime, native
 from anec.runtime.weights import strided_2d
-from anec.weights import view_stored
+from anec.ir.weight_binding import view_stored
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="needs the C runtime")
 

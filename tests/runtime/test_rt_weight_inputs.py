@@ -20,7 +20,7 @@ from anec.diagnostics import WeightError
 from anec.ir.interp import interpret
 from anec.ir.parser import parse, parse_file
 from anec.runtime import Runtime, native
-from anec.weights import random_weights, resolve_weights
+from anec.ir.weight_binding import random_weights, resolve_weights
 from tests.runtime import milkit as mk
 from tolerances import assert_close
 

@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 from anec.diagnostics import AnecError, WeightError
 from anec.models.bert import bert_config
 from anec.models.gpt2 import gpt2_config
-from anec.models.hf import SafetensorsFile
+from anec.weight_store import SafetensorsFile
 from anec.models.llama import llama_config, rope_theta
-from anec.weights import ST_ITEMSIZE, map_safetensors
+from anec.weight_store import ST_ITEMSIZE, map_safetensors
 
 from .checkpoint_corpus import (ADAPTER_CONFIG, BERT_CONFIG, LLAMA_CONFIG, Case, make_adapter, make_bert,
                                 make_gpt2, make_llama, read_st)

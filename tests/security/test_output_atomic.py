@@ -33,8 +33,10 @@ from anec.compiler import compile_module
 from anec.diagnostics import ArtifactError
 from anec.ir.graph import Module
 from anec.ir.parser import parse
-from anec.mil.artifact import (BLOB_MAX_BYTES, OUTPUT_INDEX, Artifact, is_temp_name, load_artifact, sha256,
-                               write_output, write_tree_atomic)
+from anec.fsutil import is_temp_name, write_tree_atomic
+from anec.hashing import sha256
+from anec.mil.artifact import BLOB_MAX_BYTES, OUTPUT_INDEX, Artifact
+from anec.mil.output import load_artifact, write_output
 from anec.mil.beneath import Beneath
 from anec.mil.manifest import MANIFEST_MAX_BYTES
 
@@ -172,14 +174,14 @@ def test_stale_temporary_directories_are_removed(tmp_path):
 
 
 def test_a_failed_write_leaves_the_previous_output(tmp_path, monkeypatch):
-    import anec.mil.artifact as artifact_mod
+    from anec import fsutil
 
     out = tmp_path / "out"
     module = parse(many_funcs(4), "a.ir")
     compile_module(module, random_seed=0, out_dir=out)
     before = _reference(out)
     calls = []
-    real = artifact_mod._write_file
+    real = fsutil.write_new_file
 
     def failing(path, data):
         calls.append(path)
@@ -187,7 +189,7 @@ def test_a_failed_write_leaves_the_previous_output(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         real(path, data)
 
-    monkeypatch.setattr(artifact_mod, "_write_file", failing)
+    monkeypatch.setattr(fsutil, "write_new_file", failing)
     with pytest.raises(ArtifactError, match="No space left on device"):
         compile_module(module, random_seed=1, out_dir=out)
     assert _reference(out) == before
@@ -393,7 +395,7 @@ def test_stale_temporary_directories_with_capital_letters_are_removed(tmp_path):
 def test_a_failed_directory_fsync_fails_the_write(tmp_path, monkeypatch):
     """An output of several directories: an fsync error on any of them fails the write, and the
     previous output stays."""
-    import anec.mil.artifact as artifact_mod
+    from anec import fsutil
 
     out = tmp_path / "out"
     module = parse(many_funcs(3), "a.ir")
@@ -403,7 +405,7 @@ def test_a_failed_directory_fsync_fails_the_write(tmp_path, monkeypatch):
     def failing(path):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(artifact_mod, "fsync_dir", failing)
+    monkeypatch.setattr(fsutil, "fsync_dir", failing)
     with pytest.raises(ArtifactError, match="Input/output error"):
         compile_module(module, random_seed=1, out_dir=out)
     assert _reference(out) == before
@@ -605,7 +607,7 @@ def test_a_taken_temporary_name_is_skipped_and_a_hundred_give_up(tmp_path, monke
         return "taken" if len(draws) == 1 else "fresh"
 
     monkeypatch.setattr(secrets, "token_hex", token_hex)
-    monkeypatch.setattr("anec.mil.artifact._remove_stale", lambda dest: None)  # keep the taken name
+    monkeypatch.setattr("anec.fsutil._remove_stale", lambda dest: None)  # keep the taken name
     write_tree_atomic(tmp_path / "tree", {"a.txt": b"a"})
     assert draws == [4, 4] and (tmp_path / "tree" / "a.txt").read_bytes() == b"a"
     draws.clear()
@@ -665,29 +667,29 @@ def test_a_lock_that_cannot_be_taken_fails_the_write_and_closes_its_file(tmp_pat
 
 
 def test_every_directory_of_the_tree_is_fsynced_deepest_first(tmp_path, monkeypatch):
-    """Each directory's entries are made durable after those of the directories below it."""
-    import anec.mil.artifact as artifact_mod
+    """Each directory's entries are made durable after those of the directories below it, and
+    the parent's once the tree is renamed into it."""
+    from anec import fsutil
 
     synced = []
-    real = artifact_mod.fsync_dir
-    monkeypatch.setattr(artifact_mod, "fsync_dir", lambda d: (synced.append(Path(d)), real(d)))
+    real = fsutil.fsync_dir
+    monkeypatch.setattr(fsutil, "fsync_dir", lambda d: (synced.append(Path(d)), real(d)))
     write_tree_atomic(tmp_path / "tree", {"a/b/c.txt": b"c"})
-    tmp = synced[-1]
-    assert is_temp_name(tmp.name) and synced == [tmp / "a" / "b", tmp / "a", tmp]
+    tmp = synced[-2]
+    assert is_temp_name(tmp.name) and synced == [tmp / "a" / "b", tmp / "a", tmp, tmp_path]
 
 
 def test_the_previous_tree_is_moved_aside_to_a_temporary_directory(tmp_path, monkeypatch):
     """Without an atomic exchange the previous tree goes aside under a ``.<name>.anec-tmp-`` name
     (never loaded, removed by the next write) before it is deleted."""
-    import anec.mil.artifact as artifact_mod
     from anec import fsutil
 
     dest = tmp_path / "tree"
     write_tree_atomic(dest, {"a.txt": b"a"})
     monkeypatch.setattr(fsutil, "_exchange", lambda a, b: False)
     aside = []
-    real = artifact_mod.discard
-    monkeypatch.setattr(artifact_mod, "discard", lambda p: (aside.append(p), real(p)))
+    real = fsutil.discard
+    monkeypatch.setattr(fsutil, "discard", lambda p: (aside.append(p), real(p)))
     write_tree_atomic(dest, {"a.txt": b"b"})
     assert len(aside) == 1 and re.fullmatch(r"\.tree\.anec-tmp-[0-9a-f]{8}", aside[0].name)
     assert (dest / "a.txt").read_bytes() == b"b" and sorted(os.listdir(tmp_path)) == ["tree"]
@@ -697,7 +699,7 @@ def test_the_previous_tree_is_moved_aside_to_a_temporary_directory(tmp_path, mon
 def test_a_failed_write_reports_its_error_even_if_its_temporary_directory_stays(tmp_path, monkeypatch, error):
     """Removing the temporary directory of a failed write is best effort: the write's own error is
     what is raised."""
-    import anec.mil.artifact as artifact_mod
+    from anec import fsutil
 
     def failing(path, data):
         raise error
@@ -709,7 +711,7 @@ def test_a_failed_write_reports_its_error_even_if_its_temporary_directory_stays(
             raise PermissionError(errno.EPERM, "Operation not permitted", str(path))
         real_rmdir(path, *args, **kwargs)
 
-    monkeypatch.setattr(artifact_mod, "_write_file", failing)
+    monkeypatch.setattr(fsutil, "write_new_file", failing)
     monkeypatch.setattr(os, "rmdir", rmdir)
     dest = tmp_path / "tree"
     with pytest.raises(ArtifactError if isinstance(error, OSError) else KeyboardInterrupt) as e:
@@ -739,7 +741,7 @@ def _snapshot(out: Path) -> set[int] | None:
     except ArtifactError:
         return None
     try:
-        from anec.mil.artifact import output_funcs
+        from anec.mil.output import output_funcs
 
         funcs = output_funcs(d)
         seeds = set()

@@ -343,7 +343,7 @@ class Lowering:
         if kind_of(x) == "float" and not isinstance(x, (Const, int, float, bool)):
             raise self.fail(
                 f"{what} of real-valued (float) activations has no exact form in the IR "
-                "(its 27 ops have no comparison or rounding)",
+                "(its core ops have no comparison or rounding)",
                 "compute it on the host, or from integer/bool inputs (masks, ids), which the "
                 "device holds exactly",
             )

@@ -1,7 +1,8 @@
 """ATen lowerings of elementwise ops: arithmetic, activations, comparisons, logic, casts.
 
 Arithmetic and activations become the IR's elementwise ops (``add``, ``mul``,
-``pow``, ``exp``, ``gelu``...) or short compositions of them (``abs`` =
+``pow``, ``exp``, ``gelu``...; the one-to-one ones are generated from the op
+rows and placed here, :mod:`anec.frontends.aten.direct`) or short compositions of them (``abs`` =
 ``relu(x) + relu(-x)``, ``clamp``, ``elu``), applied in the layout of a
 full-size operand with torch broadcasting (:meth:`Lowering.binary`).
 
@@ -17,27 +18,25 @@ import math
 from typing import Callable
 
 from anec.frontends.aten.context import Lowering
+from anec.frontends.aten.direct import place, scaled_by_alpha
 from anec.frontends.aten.reductions import reduce_over
 from anec.frontends.aten.table import Family
-from anec.frontends.aten.values import Args, Const, HostValue, InputRef, Lowered, Operand, kind_of
+from anec.frontends.aten.values import (
+    Args,
+    Const,
+    HostValue,
+    InputRef,
+    Lowered,
+    Operand,
+    kind_of,
+)
 from anec.frontends.tensor_views import Expanded, View
 
 ELEMENTWISE = Family("elementwise")
 LOGIC = Family("logic")
 
 
-for _op in ("relu", "tanh", "sigmoid", "exp", "sqrt", "rsqrt"):
-    def _mk(op: str) -> Callable:
-        def fn(lw: Lowering, a: Args) -> Lowered:
-            return lw.unary(op, a["self"])
-        fn.__name__ = f"lower_{op}"
-        return fn
-    ELEMENTWISE.op(f"{_op}.default", ir=_op)(_mk(_op))
-
-
-@ELEMENTWISE.op("neg.default", ir="neg")
-def lower_neg(lw: Lowering, a: Args) -> Lowered:
-    return lw.unary("neg", a["self"], kind_of(a["self"]))
+place(ELEMENTWISE, "relu", "tanh", "sigmoid", "exp", "sqrt", "rsqrt", "neg")
 
 
 @ELEMENTWISE.op("gelu.default", ir='gelu(mode="exact"), or mode="tanh" for approximate="tanh"')
@@ -90,9 +89,7 @@ def lower_pow_scalar(lw: Lowering, a: Args) -> Lowered:
     return lw.binary("pow", x, e, "float")
 
 
-@ELEMENTWISE.op("pow.Tensor_Tensor", ir="pow(x, y)")
-def lower_pow_tensor(lw: Lowering, a: Args) -> Lowered:
-    return lw.binary("pow", a["self"], a["exponent"], "float")
+place(ELEMENTWISE, "pow")
 
 
 @ELEMENTWISE.op("pow.Scalar", ir="exp(x * ln c) (c > 0)")
@@ -103,30 +100,15 @@ def lower_pow_base(lw: Lowering, a: Args) -> Lowered:
     return lw.unary("exp", lw.binary("mul", a["exponent"], math.log(c)))
 
 
-def _alpha(lw: Lowering, y: Operand, alpha: float | None) -> Operand:
-    if alpha in (None, 1, 1.0):
-        return y
-    return lw.binary("mul", y, float(alpha), kind_of(y))
-
-
-@ELEMENTWISE.op("add.Tensor", "add.Scalar", ir="add (broadcast; numbers become fp16 scalar consts)")
-def lower_add(lw: Lowering, a: Args) -> Lowered:
-    return lw.binary("add", a["self"], _alpha(lw, a["other"], a.get("alpha")))
-
-
-@ELEMENTWISE.op("sub.Tensor", "sub.Scalar", ir="sub")
-def lower_sub(lw: Lowering, a: Args) -> Lowered:
-    return lw.binary("sub", a["self"], _alpha(lw, a["other"], a.get("alpha")))
+place(ELEMENTWISE, "add", "sub")
 
 
 @ELEMENTWISE.op("rsub.Tensor", "rsub.Scalar", ir="sub(other, x)")
 def lower_rsub(lw: Lowering, a: Args) -> Lowered:
-    return lw.binary("sub", a["other"], _alpha(lw, a["self"], a.get("alpha")))
+    return lw.binary("sub", a["other"], scaled_by_alpha(lw, a["self"], a.get("alpha")))
 
 
-@ELEMENTWISE.op("mul.Tensor", "mul.Scalar", ir="mul")
-def lower_mul(lw: Lowering, a: Args) -> Lowered:
-    return lw.binary("mul", a["self"], a["other"])
+place(ELEMENTWISE, "mul")
 
 
 @ELEMENTWISE.op("div.Tensor", "div.Scalar", "div.Tensor_mode", "div.Scalar_mode",

@@ -74,7 +74,7 @@ def _unsupported(node: torch.fx.Node) -> UnsupportedOpError:
         "gather": "the IR has no gather: index with constants, or look up on the host",
         "scatter": "the IR has no scatter; restructure the model or do it on the host",
     }
-    hint = hints.get(base, "the 27 IR ops cannot express it: compute this part on the host (before "
+    hint = hints.get(base, "the core IR ops cannot express it: compute this part on the host (before "
                            "or after the model), replace it with supported ops (see docs/torch.md), "
                            "or run it through Core ML")
     return located_error(UnsupportedOpError, node, "this ATen op is not supported by anec", hint)

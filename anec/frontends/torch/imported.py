@@ -44,7 +44,7 @@ LINK_FORMAT = "anec-import-link/1"
 def link_import(ir_file: Path, out_dir: Path) -> bool:
     """After ``anec compile DIR/model.ir -o OUT``: when DIR is an import, write
     ``OUT/imported.json`` naming it (relative to OUT). Returns whether it did."""
-    from anec.mil.artifact import format_json
+    from anec.mil.json_format import format_json
     from anec.fsutil import replace_file
 
     src = Path(ir_file).resolve().parent
@@ -157,7 +157,7 @@ class ImportedModel:
 
     def meta(self) -> dict:
         """The ``import.json`` content."""
-        from anec import __version__
+        from anec.version import __version__
 
         return {"format": FORMAT, "anec_version": __version__, "func": self.name,
                 "input_names": self.input_names, "output_names": self.output_names,
@@ -176,7 +176,8 @@ class ImportedModel:
         """
         from safetensors.numpy import save
 
-        from anec.mil.artifact import format_json, write_tree_atomic
+        from anec.fsutil import write_tree_atomic
+        from anec.mil.json_format import format_json
 
         dest = Path(directory)
         if dest.exists():
@@ -203,7 +204,7 @@ class ImportedModel:
     def load(cls, directory: str | os.PathLike) -> "ImportedModel":
         """Read a directory written by :meth:`save`."""
         from anec.ir.parser import parse_file
-        from anec.weights import load_weights
+        from anec.weight_store import load_weights
 
         d = Path(directory)
         try:

@@ -28,7 +28,7 @@ class TorchRunner:
     def __init__(self, imported: ImportedModel, backend: str = "auto", target: str | None = None,
                  mode: str = "fp16", seed: int = 0, artifact: str | os.PathLike | None = None,
                  compress: Any = None, compress_gate: Any = None, compress_form: str | None = None) -> None:
-        from anec.weights import WeightStore
+        from anec.weight_store import WeightStore
 
         if compress is not None and (backend == "interp" or artifact is not None):
             raise AnecError("compress= applies when the runner compiles the program",

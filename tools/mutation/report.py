@@ -1,6 +1,6 @@
-"""Write the mutation report (tests/mutation/REPORT.md) from the kept results and the last runs.
+"""Write the mutation report (tools/mutation/REPORT.md) from the kept results and the last runs.
 
-    python tests/mutation/report.py --py build/mutate --c build/mutate/c-results.json -o tests/mutation/REPORT.md
+    python tools/mutation/report.py --py build/mutate --c build/mutate/c-results.json -o tools/mutation/REPORT.md
 
 The results behind the report are kept in the repository (``results.json`` beside this file),
 so a report can be written again, and a run added to it, on any machine: a full mutmut run of
@@ -315,9 +315,9 @@ def render(py_counts_: dict[str, dict[str, int]], py_rows: list[dict], c_rows: l
     lines = [
         "# Mutation testing report",
         "",
-        "Written by `make mutate` (`tests/mutation/report.py`, from the results kept in",
-        "`tests/mutation/results.json` and the last runs); do not edit by hand. How the runs work and",
-        "how to read this: `tests/mutation/README.md`.",
+        "Written by `make mutate` (`tools/mutation/report.py`, from the results kept in",
+        "`tools/mutation/results.json` and the last runs); do not edit by hand. How the runs work and",
+        "how to read this: `tools/mutation/README.md`.",
         "",
         f"Goal: at most {GOAL:.0%} survivors per module (survived + no tests, over the mutants that are",
         "not equivalent). A ✗ marks a module over the goal.",
@@ -349,7 +349,7 @@ def render(py_counts_: dict[str, dict[str, int]], py_rows: list[dict], c_rows: l
                   "baseline run before them not included):", ""]
         lines += [f"- `{f}` ({len(secs)}): {sum(secs) / 60:.1f} min" for f, secs in sorted(timed.items())] + [""]
     if notes.strip():
-        lines += ["Notes on the runs (from `tests/mutation/notes.md`, written by whoever ran them):", "",
+        lines += ["Notes on the runs (from `tools/mutation/notes.md`, written by whoever ran them):", "",
                   notes.strip(), ""]
     if py_counts_:
         lines += ["## Python (mutmut)", "", "By area:", ""] + table(py_counts_, group_of, changed)
@@ -358,7 +358,7 @@ def render(py_counts_: dict[str, dict[str, int]], py_rows: list[dict], c_rows: l
         c_counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for r in c_rows:
             c_counts[r["module"]][r["status"]] += 1
-        lines += ["## C (scripted mutants, `tests/mutation/c_mutants.py`)", ""] + table(c_counts, lambda m: m) + [""]
+        lines += ["## C (scripted mutants, `tools/mutation/c_mutants.py`)", ""] + table(c_counts, lambda m: m) + [""]
     for title, rows in (("Python", py_rows), ("C", c_rows)):
         surv = [r for r in rows if r["status"] in ("survived", "no tests")]
         if surv:

@@ -1,4 +1,4 @@
-"""The mutation report's kept results (tests/mutation/results.json) and how a run merges into them."""
+"""The mutation report's kept results (tools/mutation/results.json) and how a run merges into them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[2] / "tools" / "mutation"
 sys.path.insert(0, str(HERE))
 
 import report  # noqa: E402

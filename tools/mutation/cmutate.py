@@ -1,6 +1,6 @@
 """Run the scripted C mutations (``c_mutants.py``) one at a time against the tests that cover them.
 
-    python tests/mutation/cmutate.py [--only ID,ID] [--out FILE]
+    python tools/mutation/cmutate.py [--only ID,ID] [--out FILE]
 
 The runtime is built once, unmutated, into ``build/mutate/c`` (objects of every
 csrc/*.c, the cffi wrapper, the C test programs' own sources; the runtime once

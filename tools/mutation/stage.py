@@ -1,11 +1,11 @@
 """Mirror the project into mutmut's working copy of one scope (``make mutate-py``).
 
-    python tests/mutation/stage.py SCOPE DEST
+    python tools/mutation/stage.py SCOPE DEST
 
 Copies the files mutmut and the selected tests need into DEST, keeping file
 times (mutmut regenerates the mutants of a source file only when it is newer
 than its mutated copy), copying only files that changed, deleting files that are
-gone, and writing ``tests/mutation/mutmut.cfg`` plus the scope's modules and
+gone, and writing ``tools/mutation/mutmut.cfg`` plus the scope's modules and
 covering tests (``SCOPES``) as DEST/setup.cfg. Caches and mutmut's own output
 (DEST/mutants) are left alone.
 """
