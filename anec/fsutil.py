@@ -222,6 +222,24 @@ def move_into_place(src: str | os.PathLike, dest: str | os.PathLike, *,
     return old
 
 
+def remove_tree_at(dir_fd: int, name: str) -> None:
+    """Remove ``name`` (a file, a link, or a directory and all it holds) in the directory open
+    as ``dir_fd``, never following a link: a link is removed, not what it names. Unlike
+    ``shutil.rmtree(dir_fd=...)`` it runs on Python 3.10. Raises OSError when an entry cannot
+    be removed (or a directory turns into a link meanwhile: it is opened with O_NOFOLLOW)."""
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=dir_fd)
+        return
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0), dir_fd=dir_fd)
+    try:
+        for entry in os.listdir(fd):
+            remove_tree_at(fd, entry)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dir_fd)
+
+
 def discard(path: str | os.PathLike | None) -> None:
     """Remove what :func:`move_into_place` moved aside (a tree, or a link itself); best effort."""
     if path is None:

@@ -36,7 +36,7 @@ from anec.training.data import Batches, load_tokens
 from anec.training.plot import loss_png
 from anec.training.state import load_state, save_state
 from anec.diagnostics import ArtifactError, TrainingError
-from anec.fsutil import is_temp_name, parse_json, replace_file_at
+from anec.fsutil import is_temp_name, parse_json, remove_tree_at, replace_file_at
 from anec.mil.beneath import Beneath, kind_of
 from anec.training.trainer import Trainer
 
@@ -128,16 +128,11 @@ def _remove_own_temps(rd: Beneath) -> None:
     """The leftovers of killed runs: temporary files (``.log.jsonl.XXXXXXXX.tmp``) and the
     temporary directories and lock files of ``state/`` and ``model/`` writes. Removed (the
     run's lock is held, so no writer of this folder is alive), never followed."""
-    import shutil
-
     for n in rd.names():
         if not (_OWN_TEMP.match(n) or _WRITE_TEMP.match(n)):
             continue
         try:
-            if stat.S_ISDIR(os.stat(n, dir_fd=rd.fileno, follow_symlinks=False).st_mode):
-                shutil.rmtree(n, dir_fd=rd.fileno)
-            else:
-                os.unlink(n, dir_fd=rd.fileno)
+            remove_tree_at(rd.fileno, n)
         except OSError:
             pass
 
