@@ -449,7 +449,7 @@ uint32_t anec_max_magnitude_bits(const void *src, size_t width, size_t n);
 
 /* Per-channel linear 8-bit quantization of the fp16 tensor w, viewed as
    [outer][channels][inner] (the channel axis in the middle), with coremltools'
-   arithmetic as numpy computes it on fp16 (anec/compress.py quantize_linear):
+   arithmetic as numpy computes it on fp16 (anec/compress/linear.py quantize_linear):
    q (int8 or uint8, w's layout), scale[channels] (fp16 bits), zero_point[channels]
    (int8 or uint8; not written, and may be NULL, for ANEC_QUANT_SYMMETRIC_INT8).
    Also the gate's errors of the dequantized tensor d = fp16((q - z) * scale):
@@ -469,7 +469,7 @@ int anec_quantize_linear8(const uint16_t *w, size_t outer, size_t channels, size
 int anec_dense_errors(const uint16_t *w, const uint16_t *d, size_t outer, size_t channels, size_t inner,
                       double *err_sq, double *norm_sq, float *max_err, float *max_w);
 /* The k centroids (ascending) of the optimal 1-D k-means of n distinct ascending
-   values with weights (their counts): the dynamic program of anec/compress.py
+   values with weights (their counts): the dynamic program of anec/compress/palettize.py
    kmeans_1d_many, its result bit for bit. ANEC_EINVAL unless k < n < 2^32,
    ANEC_ENOMEM (it keeps (k - 1) * (n + 1) split points). */
 int anec_kmeans_1d(const double *values, const double *weights, size_t n, size_t k, double *centroids);

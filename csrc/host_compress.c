@@ -1,7 +1,7 @@
 /*
  * host_compress.c - per-channel 8-bit linear quantization of an fp16 weight, in two passes.
  *
- * anec/compress.py quantizes a weight with coremltools' arithmetic (linear_quantize_weights,
+ * anec/compress/linear.py quantizes a weight with coremltools' arithmetic (linear_quantize_weights,
  * per channel): numpy's fp16 operations, each computed in fp32 and rounded to fp16. Written
  * with numpy that is a dozen passes over the tensor, most of them fp16 <-> fp32 conversions;
  * anec_quantize_linear8 does the same operations on each value, in the same order and at the
@@ -412,7 +412,7 @@ int anec_dense_errors(const uint16_t *w, const uint16_t *d, size_t outer, size_t
 
 /* ---- exact 1-D k-means ------------------------------------------------------------------- */
 
-/* The dynamic program of anec/compress.py kmeans_1d_many for one group, with its arithmetic
+/* The dynamic program of anec/compress/palettize.py kmeans_1d_many for one group, with its arithmetic
    (float64 prefix sums added in order; the cost of a run [a, b) is
    (S2[b] - S2[a]) - (s * s) / w, s = S1[b] - S1[a], w = W[b] - W[a], at least 0) and its
    search: each layer's row minima by divide and conquer over the same midpoints, the

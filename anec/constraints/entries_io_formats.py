@@ -189,7 +189,7 @@ ENTRIES = (
                   "has one scalar scale): no published program runs them; python -m anec.selftest "
                   "(check compressed: int8 in both forms and 4-/6-bit LUTs, as conv and as matmul "
                   "weights) settles each on a Mac", HYPOTHESIS, UNTRIED)),
-        "emitter", "anec/compress.py, anec/mil/emitter.py (op_compressed), csrc/sim_constexpr.c; "
+        "emitter", "anec/compress/, anec/mil/emitter.py (op_compressed), csrc/sim_constexpr.c; "
                    "Target.int8_form; anec/selftest/checks.py (check_compressed)",
         "--compress stores matching conv/matmul weights as integer payload BLOBFILEs (byte-identical to "
         "coremltools' writer) and a constexpr op; each tensor passes an accuracy gate or falls back. "
@@ -217,7 +217,7 @@ ENTRIES = (
                   DEMONSTRATED, Scope("in-memory", "M4", "not stated")),
          Evidence("no public test", "LUT widths other than 4 bits, and any format on the in-memory path "
                   "outside M4 int8: streamed or decompressed at load", HYPOTHESIS, UNTRIED)),
-        "emitter", "anec/compress.py (for_target, not_streamed_warning); Target.streamed_weights",
+        "emitter", "anec/compress/spec.py (for_target, not_streamed_warning); Target.streamed_weights",
         "--compress auto tries lut4 then int8, keeping only the kinds the target streams (lut4 -> fp16 "
         "on m1); an explicit format the target does not stream compiles with a warning in the "
         "compile output and the manifest's compression report. A linear weight written as "

@@ -35,8 +35,8 @@ Const
     and ``slice`` form) and returns ``[T]``; without ``declared`` it raises.
     The const entry's ``infer`` and ``ref`` therefore take the keyword-only
     argument ``declared`` (its ``OpDef.declared_type`` is True). The values of
-    *weight* consts live in a :class:`~anec.weights.WeightStore`; the
-    interpreter obtains them through :func:`anec.weights.materialize`.
+    *weight* consts live in a :class:`~anec.weight_store.WeightStore`; the
+    interpreter obtains them through :func:`anec.ir.weight_binding.materialize`.
 
 Reference semantics
     ``ref(operands, optional, attrs)`` takes numpy arrays and attributes with
@@ -717,10 +717,10 @@ def _infer_const(operands, optional, attrs, *, declared: TensorType | None) -> l
 
 def _ref_const(operands, optional, attrs, *, declared: TensorType) -> list[np.ndarray]:
     """A value const's literal. Weight consts hold checkpoint tensors: their values
-    come from a WeightStore through :func:`anec.weights.materialize`."""
+    come from a WeightStore through :func:`anec.ir.weight_binding.materialize`."""
     if "value" not in attrs:
         raise ValueError(f"const(weight={attrs.get('weight')!r}) has no value in the op table; "
-                         "use anec.weights.materialize with a WeightStore")
+                         "use anec.ir.weight_binding.materialize with a WeightStore")
     return [const_literal(attrs["value"], declared)]
 
 

@@ -5,7 +5,7 @@ compiler accepts, plus the *weight plan*: which BLOBFILE and offset each weight
 const refers to. It never looks at weight values, so the same IR always gives
 byte-identical MIL (the runtime keys compiled programs by MIL text, and delta
 reload relies on new weights leaving the text unchanged). Building the blob
-bytes from a :class:`~anec.weights.WeightStore` is a separate step
+bytes from a :class:`~anec.weight_store.WeightStore` is a separate step
 (:mod:`anec.mil.artifact`).
 
 The text form (docs/mil.md has the full contract)::

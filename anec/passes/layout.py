@@ -3,7 +3,7 @@
 Legalize never copies or rewrites weight values: a rewrite that needs a
 transposed or partial weight declares a new ``const(weight=...)`` that views
 the stored checkpoint tensor through ``perm`` and ``slice`` (applied in that
-order, then a reshape to the declared type; see ``anec.weights.materialize``).
+order, then a reshape to the declared type; see ``anec.ir.weight_binding.materialize``).
 These helpers decide whether such a view exists and build it, and build the
 reshapes/transposes that move activations in and out of the conv layout,
 folding them with the layout ops already there.
