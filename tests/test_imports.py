@@ -205,7 +205,7 @@ def _opening_paragraph(path: Path) -> bool:
     return text.lstrip().startswith("/*")
 
 
-OVERSIZE_PENDING = {"anec/ir/graph.py"}
+OVERSIZE_PENDING: set[str] = set()
 """Modules still over the limit, to be split by concern (each is checked to still be over it,
 so an entry goes once its file is split)."""
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from anec.diagnostics import AnecError, ParseError, Source, Span, VerifyError, did_you_mean
-from anec.ir.graph import Graph, Module, Node, Value, WeightSource
+from anec.ir.graph import Graph, Module, WeightSource
+from anec.ir.nodes import Node, Value
 from anec.ir.lexical import MAX_LIST_DEPTH
 from anec.ir.ops import TARGET_OPS, infer_node_types
 from anec.ir.text_layout import item_key

@@ -43,7 +43,8 @@ from typing import Any
 
 from anec.diagnostics import Span, VerifyError
 from anec.ir import ops
-from anec.ir.graph import Changes, Graph, Module, Node, Value, no_cyclic_gc
+from anec.ir.graph import Graph, Module, no_cyclic_gc
+from anec.ir.nodes import Changes, Node, Value
 from anec.ir.lexical import IDENT, VALUE_NAME
 from anec.ir.ops import infer_node_types
 from anec.ir.types import TensorType
@@ -171,7 +172,7 @@ def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[in
     """What :meth:`GraphChecker.node` checks, for one node at position ``pos[id(node)]``, and
     that its operands are defined before it, its users after it and the use lists agree.
     ``typed``: the node's result types are known to be the inferred ones
-    (:attr:`~anec.ir.graph.Changes.typed`), only the rest is checked."""
+    (:attr:`~anec.ir.nodes.Changes.typed`), only the rest is checked."""
     opdef = ops.lookup_op(node.op)
     if opdef is None:
         return False

@@ -16,7 +16,8 @@ from typing import Sequence
 
 from anec.diagnostics import AnecError, Span, VerifyError, did_you_mean
 from anec.ir import ops
-from anec.ir.graph import Graph, Node, Value
+from anec.ir.graph import Graph
+from anec.ir.nodes import Node, Value
 from anec.ir.lexical import IDENT, VALUE_NAME
 from anec.ir.ops import infer_node_types
 from anec.ir.types import TensorType

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
-from anec.ir.graph import Value
+from anec.ir.nodes import Value
 from anec.ir.lexical import IDENT, MAX_LIST_DEPTH
 from anec.ir.types import DType, TensorType, device_shape
 

@@ -26,7 +26,8 @@ from anec.ir.types import DType, TensorType
 from anec.ir.verify_types import literal_key, remembered_types
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph, Node, Value
+    from anec.ir.graph import Graph
+    from anec.ir.nodes import Node, Value
     from anec.passes.base import PassContext
 
 
