@@ -75,7 +75,8 @@ import numpy as np
 
 from anec.diagnostics import AnecError
 from anec.ir.builder import Builder
-from anec.ir.graph import Graph, Node, Value
+from anec.ir.graph import Graph
+from anec.ir.nodes import Node, Value
 from anec.ir.ops import OPS
 
 

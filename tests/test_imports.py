@@ -112,7 +112,8 @@ def test_the_cycle_finder_finds_cycles():
     assert cycles({"a": {"a"}}) == [["a"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
     edges = import_graph()
-    assert "anec.ir.ops" in edges["anec.ir.parser"]  # lazy and module-level imports both count
+    assert "anec.ir.ops" in edges["anec.ir.module_builder"]  # a module-level import counts
+    assert "anec.fsutil" in edges["anec.ir.parser"]  # and so does a function-local one
     assert "anec.ir.graph" in edges["anec.ir.verifier"]
 
 
@@ -204,7 +205,7 @@ def _opening_paragraph(path: Path) -> bool:
     return text.lstrip().startswith("/*")
 
 
-OVERSIZE_PENDING = {"anec/ir/parser.py", "anec/ir/graph.py", "anec/ir/verifier.py"}
+OVERSIZE_PENDING: set[str] = set()
 """Modules still over the limit, to be split by concern (each is checked to still be over it,
 so an entry goes once its file is split)."""
 

@@ -24,7 +24,8 @@ from anec.ir.weight_binding import materialize
 from anec.mil.blobfile import payload_bytes
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph, Node
+    from anec.ir.graph import Graph
+    from anec.ir.nodes import Node
 
 
 @dataclass

@@ -46,7 +46,7 @@ import numpy as np
 
 from anec.diagnostics import Span
 from anec.ir.builder import Builder
-from anec.ir.graph import Value
+from anec.ir.nodes import Value
 from anec.ir.types import DType, TensorType
 
 MAX_PHYS_RANK = 4

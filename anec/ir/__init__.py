@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from anec._lazy import lazy_exports
 from anec.ir.builder import Builder, as_type
-from anec.ir.graph import Graph, Module, Node, Value, WeightSource
+from anec.ir.graph import Graph, Module, WeightSource
+from anec.ir.nodes import Node, Value
 from anec.ir.ops import (
     BINARY,
     ELEMENTWISE,

@@ -28,7 +28,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from anec.diagnostics import VerifyError
-from anec.ir.graph import Graph, Module, Value, WeightSource
+from anec.ir.graph import Graph, Module, WeightSource
+from anec.ir.nodes import Value
 from anec.ir.ops import OPS, InferError, get_op, infer_types
 from anec.ir.types import DType, TensorType, parse_dtype
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Node, Value
+    from anec.ir.nodes import Node, Value
 
 
 class LogicalInput(TypedDict):

@@ -31,7 +31,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from anec.diagnostics import AnecError
-from anec.ir.graph import Graph, Module, Value
+from anec.ir.graph import Graph, Module
+from anec.ir.nodes import Value
 from anec.ir.ops import get_op, with_defaults
 from anec.ir.types import DType, TensorType
 

@@ -33,8 +33,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from anec.ir import ops
-from anec.ir.graph import Graph, Module, Node
-from anec.ir.parser import Comment, Layout, item_key
+from anec.ir.graph import Graph, Module
+from anec.ir.nodes import Node
+from anec.ir.text_layout import Comment, Layout, item_key
 from anec.ir.types import DType
 
 __all__ = ["format_literal", "format_text", "print_graph", "print_module"]

@@ -39,7 +39,8 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 
 from anec.diagnostics import Span, WeightError, did_you_mean
-from anec.ir.graph import Graph, Module, Node
+from anec.ir.graph import Graph, Module
+from anec.ir.nodes import Node
 from anec.ir.ops import InferError, const_literal, is_weight_const
 from anec.ir.types import DType, TensorType
 from anec.weight_store import RANDOM_HINT, WeightStore, load_weights

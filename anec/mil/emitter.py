@@ -53,7 +53,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from anec.diagnostics import ConstraintError, PassError
-from anec.ir.graph import Graph, Node, Value
+from anec.ir.graph import Graph
+from anec.ir.nodes import Node, Value
 from anec.ir.ops import MilScalar, NotOnAne, const_literal, get_op, with_defaults
 from anec.ir.types import DType, TensorType
 from anec.mil import blobfile

@@ -33,7 +33,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from anec.ir.graph import Graph, Value
+from anec.ir.graph import Graph
+from anec.ir.nodes import Value
 from anec.models.blocks import ModelBuilder
 from anec.models.buckets import bucket_list, min_bucket, pick_bucket
 from anec.models.common import ModelError

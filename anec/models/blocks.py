@@ -24,7 +24,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from anec.ir.builder import Builder
-from anec.ir.graph import Value
+from anec.ir.nodes import Value
 from anec.models.common import ModelError
 
 

@@ -38,7 +38,7 @@ import re
 
 import numpy as np
 
-from anec.ir.graph import Value
+from anec.ir.nodes import Value
 from anec.models.blocks import ModelBuilder
 from anec.models.common import ModelError
 from anec.models.decoder import DecoderConfig, DecoderFrontend

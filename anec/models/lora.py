@@ -42,7 +42,8 @@ from typing import Iterable
 
 import numpy as np
 
-from anec.ir.graph import Graph, Node, Value
+from anec.ir.graph import Graph
+from anec.ir.nodes import Node, Value
 from anec.ir.ops import infer_types, is_weight_const
 from anec.ir.types import TensorType
 from anec.models.common import ModelError

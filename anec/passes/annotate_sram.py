@@ -9,7 +9,8 @@ from anec.ir.func_facts import SramReport
 from anec.passes.base import Pass, PassContext
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph, Node
+    from anec.ir.graph import Graph
+    from anec.ir.nodes import Node
     from anec.targets import Target
 
 SRAM_KEYS = ("in_bytes", "out_bytes", "weight_bytes", "live_bytes", "spill")

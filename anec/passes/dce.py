@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, ClassVar
 from anec.passes.base import Pass, PassContext
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph, Node
+    from anec.ir.graph import Graph
+    from anec.ir.nodes import Node
 
 
 def remove_dead_nodes(graph: "Graph") -> int:

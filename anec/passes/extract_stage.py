@@ -11,7 +11,8 @@ from typing import Any
 
 from anec.diagnostics import Span
 from anec.ir.func_facts import Plan, StageSource
-from anec.ir.graph import Graph, Node, Value
+from anec.ir.graph import Graph
+from anec.ir.nodes import Node, Value
 from anec.ir.types import TensorType, device_shape
 
 

@@ -13,7 +13,8 @@ from anec.passes.base import Pass, PassContext
 from anec.passes.rewrite import Rewriter, rewrite_greedily
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph, Node, Value
+    from anec.ir.graph import Graph
+    from anec.ir.nodes import Node, Value
 
 # dtype -> the dtypes whose every value it represents exactly (besides itself).
 # fp32 has a 24-bit significand: it holds fp16, the 8-bit ints and bool, not int32.

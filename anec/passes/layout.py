@@ -19,7 +19,7 @@ from anec.ir.types import TensorType
 from anec.passes.rewrite import Rewriter
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Node, Value
+    from anec.ir.nodes import Node, Value
 
 
 def weight_const(v: "Value") -> "Node | None":

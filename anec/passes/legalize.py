@@ -20,7 +20,8 @@ from anec.passes.legalize_rules import LegalizeRewriter, rules_for
 from anec.passes.rewrite import erase_if_dead, rewrite_greedily
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph, Node
+    from anec.ir.graph import Graph
+    from anec.ir.nodes import Node
 
 SCALAR_OPS = BINARY
 """Elementwise ops whose inline scalar operand lowers the BLOBFILE cap (ANE-BLOB-BUDGET)."""

@@ -25,7 +25,8 @@ from anec.passes.layout import (can_slice, permute, reshape, slice_weight, trans
 from anec.passes.rewrite import HANDLED, Rewriter
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph, Node, Value
+    from anec.ir.graph import Graph
+    from anec.ir.nodes import Node, Value
     from anec.passes.base import PassContext
     from anec.targets import Target
 

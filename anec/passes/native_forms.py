@@ -17,7 +17,7 @@ from anec.ir.ops import SPATIAL_LIMITS
 from anec.passes.rewrite import Rewriter
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Node, Value
+    from anec.ir.nodes import Node, Value
 
 
 # ---- reading the pieces of a form -------------------------------------------------------

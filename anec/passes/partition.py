@@ -11,7 +11,8 @@ from anec.passes.partition_search import plan_partition
 from anec.passes.rewrite import Rewriter
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph, Node
+    from anec.ir.graph import Graph
+    from anec.ir.nodes import Node
 
 
 def plan_stages(graph: "Graph", ctx: PassContext,

@@ -98,7 +98,8 @@ from anec.ir.ops import BINARY as SCALAR_OPS
 from anec.ir.types import DType
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph, Node, Value
+    from anec.ir.graph import Graph
+    from anec.ir.nodes import Node, Value
     from anec.targets import Target
 
 

@@ -74,7 +74,8 @@ from anec.passes.base import Pass, PassContext
 from anec.passes.rewrite import HANDLED, Handled, Rewriter, erase_if_dead, rewrite_greedily
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph, Node, Value
+    from anec.ir.graph import Graph
+    from anec.ir.nodes import Node, Value
 
 SQUARES = ("reduce_mean", "reduce_sum")
 """The reductions whose squared operand is scaled."""

@@ -26,7 +26,8 @@ from anec.targets import get_target
 from anec.ir.weight_binding import weight_errors
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph, Module, Node
+    from anec.ir.graph import Graph, Module
+    from anec.ir.nodes import Node
     from anec.diagnostics import AnecError
     from anec.targets import Target
     from anec.weight_store import WeightStore

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any, Callable, Final, Mapping, TypeVar
 from anec.diagnostics import PassError, Span
 from anec.ir.ops import infer_types
 from anec.ir.types import DType, TensorType
-from anec.ir.verifier import literal_key, remembered_types
+from anec.ir.verify_types import literal_key, remembered_types
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph, Node, Value
+    from anec.ir.graph import Graph
+    from anec.ir.nodes import Node, Value
     from anec.passes.base import PassContext
 
 

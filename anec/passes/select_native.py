@@ -17,7 +17,8 @@ from anec.passes.native_forms import (Window, conv_form, conv_node, conv_term, c
 from anec.passes.rewrite import Rewriter, rewrite_greedily
 
 if TYPE_CHECKING:
-    from anec.ir.graph import Graph, Node, Value
+    from anec.ir.graph import Graph
+    from anec.ir.nodes import Node, Value
 
 
 # ---- rules ----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import fnmatch
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from anec.ir.graph import Value
+from anec.ir.nodes import Value
 from anec.ir.ops import is_weight_const
 from anec.ir.types import DType, TensorType
 from anec.passes.base import Pass, PassContext

@@ -27,7 +27,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from anec.ir.graph import Graph, Value
+from anec.ir.graph import Graph
+from anec.ir.nodes import Value
 from anec.models.blocks import ModelBuilder
 from anec.runtime import native
 

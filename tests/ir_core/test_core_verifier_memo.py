@@ -1,7 +1,7 @@
 """The verifier shares one type inference between alike nodes; it must still check each node.
 
 Nodes whose op, operand types, attributes and declared type are equal share
-an inference (see anec/ir/verifier.py). These tests edit graphs after a
+an inference (see anec/ir/verify_types.py). These tests edit graphs after a
 verification has filled that memo and check that every edit is still caught,
 and that a warm memo reports exactly what a cold one does.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from anec.ir import verifier
+from anec.ir import verify_types
 from anec.ir.parser import parse, parse_file
 from anec.ir.types import DType, TensorType
 from anec.ir.verifier import verify, verify_all
@@ -34,16 +34,16 @@ def _messages(target) -> list[str]:
 
 
 def _cold(target) -> list[str]:
-    saved = dict(verifier._INFERRED), set(verifier._GOOD_TYPES), dict(verifier._GOOD_TYPE_IDS)
-    verifier._INFERRED.clear()
-    verifier._GOOD_TYPES.clear()
-    verifier._GOOD_TYPE_IDS.clear()
+    saved = dict(verify_types.INFERRED), set(verify_types.GOOD_TYPES), dict(verify_types.GOOD_TYPE_IDS)
+    verify_types.INFERRED.clear()
+    verify_types.GOOD_TYPES.clear()
+    verify_types.GOOD_TYPE_IDS.clear()
     try:
         return _messages(target)
     finally:
-        verifier._INFERRED.update(saved[0])
-        verifier._GOOD_TYPES.update(saved[1])
-        verifier._GOOD_TYPE_IDS.update(saved[2])
+        verify_types.INFERRED.update(saved[0])
+        verify_types.GOOD_TYPES.update(saved[1])
+        verify_types.GOOD_TYPE_IDS.update(saved[2])
 
 
 @pytest.mark.parametrize("bad", [True, 1.0, 7, "1", None, [1], (1,), math.nan])
@@ -83,7 +83,7 @@ def test_an_invalid_type_object_is_reported_not_raised():
 
 
 def test_negative_zero_and_zero_are_different_attributes():
-    key = verifier._literal_key
+    key = verify_types.literal_key
     assert key({"v": 0.0}) != key({"v": -0.0})
     assert key({"v": 1}) != key({"v": True}) != key({"v": 1.0})
     assert key({"v": [1, 2]}) != key({"v": (1, 2)})

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from anec.diagnostics import AnecError, ParseError, VerifyError
-from anec.ir.parser import MAX_LIST_DEPTH, parse, parse_file
+from anec.ir.lexical import MAX_LIST_DEPTH
+from anec.ir.parser import parse, parse_file
 from anec.ir.types import DType, TensorType
 from anec.ir.printer import print_module
 from anec.ir.verifier import verify, verify_all

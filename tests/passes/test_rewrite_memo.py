@@ -10,7 +10,7 @@ import pytest
 from anec.ir.ops import InferError, infer_types
 from anec.ir.parser import parse_file
 from anec.ir.printer import print_module
-from anec.ir import verifier
+from anec.ir import verify_types
 from anec.ir.types import DType, TensorType
 from anec.passes import PassContext, run_pipeline
 from anec.passes import rewrite
@@ -28,9 +28,9 @@ def _legalized(path):
 
 @pytest.mark.parametrize("path", EXAMPLES[:6], ids=lambda p: p.name)
 def test_legalize_gives_the_same_program_on_a_cold_and_a_warm_cache(path, monkeypatch):
-    monkeypatch.setattr(verifier, "_INFERRED", {})
+    monkeypatch.setattr(verify_types, "INFERRED", {})
     cold = _legalized(path)
-    assert verifier._INFERRED  # the cold run filled it
+    assert verify_types.INFERRED  # the cold run filled it
     warm = _legalized(path)
     assert cold == warm
 
@@ -44,7 +44,7 @@ F16 = TensorType(DType.fp16, (1, 4, 1, 8))
 
 
 def test_each_answer_is_the_op_tables_cold_and_warm(monkeypatch):
-    monkeypatch.setattr(verifier, "_INFERRED", {})
+    monkeypatch.setattr(verify_types, "INFERRED", {})
     cases = [("add", [F16, F16], {}, {}, None),
              ("mul", [F16, TensorType(DType.fp16, ())], {}, {}, None),
              ("cast", [F16], {}, {"dtype": DType.fp32}, None),
@@ -56,30 +56,30 @@ def test_each_answer_is_the_op_tables_cold_and_warm(monkeypatch):
         for op, ops, opt, attrs, declared in cases:
             got = rewrite._infer(op, [_V(t) for t in ops], {k: _V(t) for k, t in opt.items()}, attrs, declared)
             assert got == infer_types(op, ops, opt, attrs, declared=declared), (op, attrs)
-    assert len(verifier._INFERRED) == len(cases)
+    assert len(verify_types.INFERRED) == len(cases)
 
 
 def test_unhashable_attributes_are_inferred_every_time(monkeypatch):
-    monkeypatch.setattr(verifier, "_INFERRED", {})
+    monkeypatch.setattr(verify_types, "INFERRED", {})
     attrs = {"axes": [[1]], "keep_dims": True}  # a nested list: no plain key
     with pytest.raises(InferError, match="must be a list of ints"):
         rewrite._infer("reduce_sum", [_V(F16)], {}, attrs)
-    assert verifier._INFERRED == {}
+    assert verify_types.INFERRED == {}
 
 
 def test_the_cache_is_bounded(monkeypatch):
-    monkeypatch.setattr(verifier, "_INFERRED", {})
-    monkeypatch.setattr(verifier, "_INFERRED_MAX", 3)
+    monkeypatch.setattr(verify_types, "INFERRED", {})
+    monkeypatch.setattr(verify_types, "_INFERRED_MAX", 3)
     for v in (1.0, 2.0, 3.0):
         rewrite._infer("const", [], {}, {"value": v}, TensorType(DType.fp16, ()))
-    assert len(verifier._INFERRED) == 3
+    assert len(verify_types.INFERRED) == 3
     rewrite._infer("const", [], {}, {"value": 4.0}, TensorType(DType.fp16, ()))
-    assert len(verifier._INFERRED) == 1  # full: emptied, then the new answer
+    assert len(verify_types.INFERRED) == 1  # full: emptied, then the new answer
 
 
 def test_two_ops_on_the_same_operands_are_remembered_apart(monkeypatch):
     """add and matmul of [1, 4] and [4, 1]: a broadcast [4, 4], then a [1, 1] product, cold and warm."""
-    monkeypatch.setattr(verifier, "_INFERRED", {})
+    monkeypatch.setattr(verify_types, "INFERRED", {})
     a, b = _V(TensorType(DType.fp16, (1, 4))), _V(TensorType(DType.fp16, (4, 1)))
     for _ in range(2):
         assert rewrite._infer("add", [a, b], {}, {}) == [TensorType(DType.fp16, (4, 4))]

@@ -56,7 +56,7 @@ from anec.frontends.tensor_views import (
     same_frame,
     to_channels,
 )
-from anec.ir.graph import Value
+from anec.ir.nodes import Value
 from anec.ir.types import TensorType
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from anec.frontends.aten.table import Family
 from anec.frontends.aten.values import FP16, Args, Const, Lowered
 from anec.frontends.fx import aten_base
 from anec.frontends.tensor_views import View, channel_view, natural, permute_view, reshape_view, to_channels
-from anec.ir.graph import Value
+from anec.ir.nodes import Value
 from anec.ir.types import TensorType
 
 if TYPE_CHECKING:

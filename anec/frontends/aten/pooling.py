@@ -24,7 +24,7 @@ from anec.frontends.aten.spatial import (SPATIAL_GROUP, Window, add_fold, as_nch
 from anec.frontends.aten.table import Family
 from anec.frontends.aten.values import FP16, Args, Deferred, Lowered, Operand
 from anec.frontends.tensor_views import View, materialize, natural, reshape_view
-from anec.ir.graph import Value
+from anec.ir.nodes import Value
 from anec.ir.types import TensorType
 
 POOLING = Family(SPATIAL_GROUP)

@@ -31,7 +31,7 @@ from anec.frontends.tensor_views import (
     reshape_view,
     single_axis,
 )
-from anec.ir.graph import Value
+from anec.ir.nodes import Value
 
 SHAPES = Family("shapes and data movement")
 

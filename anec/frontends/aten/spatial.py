@@ -38,7 +38,7 @@ from typing import Any, Sequence
 from anec.frontends.aten.context import Lowering
 from anec.frontends.aten.values import Operand
 from anec.frontends.tensor_views import View, materialize, natural, reshape_view
-from anec.ir.graph import Value
+from anec.ir.nodes import Value
 
 SPATIAL_GROUP = "convolution, pooling and upsampling"
 """The docs table's group of every spatial layer."""

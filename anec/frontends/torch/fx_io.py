@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from anec.frontends.fx import aten_base
 from anec.frontends.tensor_views import Emitter, View, channel_view, natural, to_channels
-from anec.ir.graph import Graph, Value
+from anec.ir.graph import Graph
+from anec.ir.nodes import Value
 
 if TYPE_CHECKING:
     import torch
