@@ -38,6 +38,15 @@ def _type_checking_only(tree: ast.AST) -> set[int]:
     return out
 
 
+def _from_module(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a ``from ... import`` names, relative imports resolved against ``package``."""
+    base = node.module or ""
+    if node.level:
+        up = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join(up + ([base] if base else []))
+    return base
+
+
 def import_graph() -> dict[str, set[str]]:
     """anec module -> the anec modules it imports."""
     mods = _modules()
@@ -52,10 +61,7 @@ def import_graph() -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 edges[mod] |= {a.name for a in node.names if a.name in mods}
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(up + ([base] if base else []))
+                base = _from_module(node, package)
                 for a in node.names:
                     if f"{base}.{a.name}" in mods:
                         edges[mod].add(f"{base}.{a.name}")
@@ -182,10 +188,7 @@ def private_imports() -> list[str]:
         for node in ast.walk(tree):
             if not isinstance(node, ast.ImportFrom):
                 continue
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(up + ([base] if base else []))
+            base = _from_module(node, package)
             if not base.startswith("anec") or base == mod:
                 continue
             found += [f"{path.relative_to(ROOT)}:{node.lineno}: from {base} import {a.name}"
