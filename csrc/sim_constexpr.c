@@ -12,13 +12,19 @@
  *          constexpr_lut_to_dense(indices, lut)
  *          indices uint1..uint8 in the output shape; lut [g0..g(r-1), 2^bits, 1], each
  *          dim dividing the indices' (the channel groups sharing a table)
+ *   sparse constexpr_sparse_to_dense(nonzero_data, mask)            (ios18)
+ *          constexpr_sparse_to_dense(nonzero_data, mask, shape)     (ios16)
+ *          mask: uint1 in the output shape (ios18) or uint8 bytes, ceil(numel/8), with
+ *          the uint32 shape (ios16), bit i (LSB first) set where element i is read from
+ *          nonzero_data [D], in order; the set bits must number D, padding bits be 0
  *
  * The argument rules follow coremltools' op definitions (iOS16 constexpr_ops.py, iOS18
  * compression.py); what they reject the sim rejects, naming the MIL line. The operands
  * must be consts (BLOBFILE or literal). A constexpr result counts as one weight tensor
  * for the BLOBFILE budget, its payload consts do not (sim_plan.c). At load every
  * payload is read with its declared dtype and packed size (blobfile.c refuses a wrong
- * dtype code, a truncated payload, padding bits that do not match the element count).
+ * dtype code, a truncated payload, padding bits that do not match the element count);
+ * a sparse mask whose set bits do not number the values is refused then too.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -104,8 +110,8 @@ static int result(builder *B, const mil_stmt *st, sim_decomp *d, mil_dtype dt, i
     v->kind = SV_BLOB; /* a constant weight for the ops that read it (conv, matmul) */
     v->dec = copy;
     B->p->n_decomp++;
-    int parts[4] = {d->data, d->scale, d->offset, d->lut};
-    for (int i = 0; i < 4; i++)
+    int parts[5] = {d->data, d->scale, d->offset, d->lut, d->mask};
+    for (int i = 0; i < 5; i++)
         if (parts[i] >= 0 && B->p->vals[parts[i]].kind == SV_BLOB && !B->p->vals[parts[i]].part) {
             B->p->vals[parts[i]].part = 1;
             B->p->n_parts++;
@@ -122,7 +128,7 @@ static int rule_affine(builder *B, const mil_stmt *st)
     static const mil_dtype ZP[] = {MIL_DT_UINT8, MIL_DT_INT8, MIL_DT_FP32, 0};
     if (sb_check_args(B, st, args))
         return -1;
-    sim_decomp d = {DEC_AFFINE, -1, -1, -1, -1, 0, 0};
+    sim_decomp d = {DEC_AFFINE, -1, -1, -1, -1, 0, 0, -1};
     d.data = const_operand(B, st, "quantized_data", 1);
     d.offset = d.data < 0 ? -2 : const_operand(B, st, "zero_point", 1);
     d.scale = d.offset < 0 ? -2 : const_operand(B, st, "scale", 1);
@@ -161,7 +167,7 @@ static int rule_shift_scale(builder *B, const mil_stmt *st)
     static const mil_dtype OFF[] = {MIL_DT_INT4, MIL_DT_UINT4, MIL_DT_INT8, MIL_DT_UINT8, MIL_DT_FP16, MIL_DT_FP32, 0};
     if (sb_check_args(B, st, args))
         return -1;
-    sim_decomp d = {DEC_SHIFT_SCALE, -1, -1, -1, -1, 0, 0};
+    sim_decomp d = {DEC_SHIFT_SCALE, -1, -1, -1, -1, 0, 0, -1};
     d.data = const_operand(B, st, "data", 1);
     d.scale = d.data < 0 ? -2 : const_operand(B, st, "scale", 1);
     if (d.data < 0 || d.scale < 0)
@@ -210,7 +216,7 @@ static int rule_lut(builder *B, const mil_stmt *st)
     int ios16 = mil_find_arg(st, "shape") != NULL;
     if (sb_check_args(B, st, ios16 ? a16 : a18))
         return -1;
-    sim_decomp d = {ios16 ? DEC_LUT_PACKED : DEC_LUT, -1, -1, -1, -1, 0, 0};
+    sim_decomp d = {ios16 ? DEC_LUT_PACKED : DEC_LUT, -1, -1, -1, -1, 0, 0, -1};
     d.data = const_operand(B, st, "indices", 1);
     d.lut = d.data < 0 ? -2 : const_operand(B, st, "lut", 1);
     if (d.data < 0 || d.lut < 0)
@@ -297,6 +303,80 @@ static int rule_lut(builder *B, const mil_stmt *st)
     return result(B, st, &d, lut->dt, ix->rank, ix->shape);
 }
 
+static int rule_sparse(builder *B, const mil_stmt *st)
+{
+    static const char *const a16[] = {"nonzero_data", "mask", "shape", NULL};
+    static const char *const a18[] = {"nonzero_data", "mask", NULL};
+    static const mil_dtype T[] = {MIL_DT_INT4, MIL_DT_UINT4, MIL_DT_INT8, MIL_DT_UINT8, MIL_DT_FP16, MIL_DT_FP32, 0};
+    int ios16 = mil_find_arg(st, "shape") != NULL;
+    if (sb_check_args(B, st, ios16 ? a16 : a18))
+        return -1;
+    sim_decomp d = {DEC_SPARSE, -1, -1, -1, -1, 0, 0, -1};
+    d.data = const_operand(B, st, "nonzero_data", 1);
+    d.mask = d.data < 0 ? -2 : const_operand(B, st, "mask", 1);
+    if (d.data < 0 || d.mask < 0)
+        return -1;
+    const sim_value *nz = &B->p->vals[d.data], *mk = &B->p->vals[d.mask];
+    if (need_dtype(B, st, "nonzero_data", nz, T, "int4, uint4, int8, uint8, fp16, fp32"))
+        return -1;
+    if (nz->rank != 1) {
+        sb_err(B, st->line, NULL, "%s: 'nonzero_data' must be a vector (rank 1), got rank %d", st->op, nz->rank);
+        return -1;
+    }
+    int64_t shape[ANEC_MAX_RANK];
+    int rank = mk->rank;
+    uint64_t numel = 1;
+    if (ios16) {
+        static const mil_dtype U8[] = {MIL_DT_UINT8, 0};
+        sb_param_t ps;
+        size_t r16;
+        if (need_dtype(B, st, "mask", mk, U8, "uint8 (the packed bit mask)") || sb_required_param(B, st, "shape", &ps))
+            return -1;
+        if (ps.dt != MIL_DT_UINT32) {
+            sb_err(B, st->line, NULL, "%s: 'shape' must be uint32, got %s", st->op, mil_dtype_name(ps.dt));
+            return -1;
+        }
+        if (sb_param_ints(B, st, "shape", &ps, shape, ANEC_MAX_RANK, &r16))
+            return -1;
+        rank = (int)r16;
+        if (mk->rank != 1) {
+            sb_err(B, st->line, NULL, "%s: 'mask' must be a vector of bytes", st->op);
+            return -1;
+        }
+    } else {
+        if (mk->dt != MIL_DT_UINT1) {
+            sb_err(B, st->line, NULL, "%s: 'mask' has element type %s, expected uint1 (one bit per element)", st->op,
+                   mil_dtype_name(mk->dt));
+            return -1;
+        }
+        for (int i = 0; i < rank; i++)
+            shape[i] = mk->shape[i];
+    }
+    if (rank < 1) {
+        sb_err(B, st->line, NULL, "%s: the dense tensor must have rank 1 or more", st->op);
+        return -1;
+    }
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] <= 0 || (uint64_t)shape[i] > MIL_MAX_NUMEL || numel > MIL_MAX_NUMEL / (uint64_t)shape[i]) {
+            sb_err(B, st->line, NULL, "%s: the dense shape has a dimension out of range", st->op);
+            return -1;
+        }
+        numel *= (uint64_t)shape[i];
+    }
+    if (ios16 && (uint64_t)mk->shape[0] != (numel + 7) / 8) {
+        sb_err(B, st->line, NULL, "%s: %llu elements need a mask of %llu bytes, but 'mask' has %lld", st->op,
+               (unsigned long long)numel, (unsigned long long)((numel + 7) / 8), (long long)mk->shape[0]);
+        return -1;
+    }
+    if ((uint64_t)nz->shape[0] > numel) {
+        sb_err(B, st->line, NULL, "%s: %lld values for a tensor of %llu elements", st->op, (long long)nz->shape[0],
+               (unsigned long long)numel);
+        return -1;
+    }
+    d.bits = 1;
+    return result(B, st, &d, nz->dt, rank, shape);
+}
+
 int sb_constexpr(builder *B, const mil_stmt *st)
 {
     if (strcmp(st->op, "constexpr_affine_dequantize") == 0)
@@ -305,6 +385,8 @@ int sb_constexpr(builder *B, const mil_stmt *st)
         return rule_shift_scale(B, st);
     if (strcmp(st->op, "constexpr_lut_to_dense") == 0)
         return rule_lut(B, st);
+    if (strcmp(st->op, "constexpr_sparse_to_dense") == 0)
+        return rule_sparse(B, st);
     sb_err(B, st->line, NULL, "op '%s' is valid MIL but the anec sim does not implement it", st->op);
     return -1;
 }
@@ -357,6 +439,37 @@ static void put(void *dst, mil_dtype dt, uint64_t i, double v)
         ((float *)dst)[i] = (float)v;
 }
 
+/* constexpr_sparse_to_dense: element i is the next value where bit i of the mask is set,
+ * else 0. The set bits must number the values and the padding bits be 0 (coremltools'
+ * rules; the mask's contents are known only now). */
+static int sparse_to_dense(const sim_state *s, const sim_value *v, const sim_decomp *d, void *out, char *err,
+                           size_t errlen)
+{
+    const sim_plan *p = s->plan;
+    const sim_value *nz = &p->vals[d->data], *mk = &p->vals[d->mask];
+    const uint8_t *m = s->store[d->mask];
+    uint64_t n = v->numel, want = (uint64_t)nz->shape[0], set = 0;
+    for (uint64_t i = 0; i < n; i++)
+        set += (m[i >> 3] >> (i & 7)) & 1u;
+    unsigned pad = n % 8 ? (unsigned)m[n >> 3] >> (n % 8) : 0;
+    if (pad) {
+        snprintf(err, errlen, "load: '%s' (model.mil:%d): the mask '%s' has padding bits set after element %llu "
+                 "(they must be 0)", v->name, v->line, mk->name, (unsigned long long)n);
+        return ANEC_ELOAD;
+    }
+    if (set != want) {
+        snprintf(err, errlen, "load: '%s' (model.mil:%d): the mask '%s' sets %llu elements, but 'nonzero_data' "
+                 "has %llu values (they must be equal)", v->name, v->line, mk->name, (unsigned long long)set,
+                 (unsigned long long)want);
+        return ANEC_ELOAD;
+    }
+    const void *vd = s->store[d->data];
+    uint64_t j = 0;
+    for (uint64_t i = 0; i < n; i++)
+        put(out, v->dt, i, (m[i >> 3] >> (i & 7)) & 1u ? elem(nz, vd, j++) : 0.0);
+    return ANEC_OK;
+}
+
 int sim_decompress(sim_state *s, int vi, char *err, size_t errlen)
 {
     const sim_plan *p = s->plan;
@@ -370,7 +483,13 @@ int sim_decompress(sim_state *s, int vi, char *err, size_t errlen)
     const sim_value *q = &p->vals[d->data];
     const void *qd = s->store[d->data];
     uint64_t n = v->numel;
-    if (d->form == DEC_AFFINE) {
+    if (d->form == DEC_SPARSE) {
+        int rc = sparse_to_dense(s, v, d, out, err, errlen);
+        if (rc != ANEC_OK) {
+            free(out);
+            return rc;
+        }
+    } else if (d->form == DEC_AFFINE) {
         const sim_value *sc = &p->vals[d->scale], *zp = &p->vals[d->offset];
         const void *sd = s->store[d->scale], *zd = s->store[d->offset];
         uint64_t inner = 1;

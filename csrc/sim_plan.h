@@ -23,7 +23,7 @@
 enum { SV_INPUT = 1, SV_CONST, SV_BLOB, SV_OP };
 
 /* A compressed weight (sim_constexpr.c): the constexpr_* op that makes it at load. */
-enum { DEC_AFFINE = 1, DEC_SHIFT_SCALE, DEC_LUT, DEC_LUT_PACKED };
+enum { DEC_AFFINE = 1, DEC_SHIFT_SCALE, DEC_LUT, DEC_LUT_PACKED, DEC_SPARSE };
 typedef struct sim_decomp {
     int form;                    /* DEC_* */
     int data;                    /* quantized data / indices (value index) */
@@ -32,6 +32,7 @@ typedef struct sim_decomp {
     int lut;                     /* -1 if none */
     int axis;                    /* DEC_AFFINE: the channel axis */
     int bits;                    /* DEC_LUT*: bits per index */
+    int mask;                    /* DEC_SPARSE: the mask (uint1, or ios16 packed uint8), -1 if none */
 } sim_decomp;
 
 typedef struct sim_value {

@@ -1,6 +1,6 @@
 """One tensor compressed: :func:`compress_tensor`, :class:`Compressed` and :func:`decompress`.
 
-:func:`compress_tensor` stores a float tensor in one format (linear or LUT)
+:func:`compress_tensor` stores a float tensor in one format (linear, LUT or sparse)
 and measures the error the gate reads (relative L2 over the tensor and each
 output channel, max abs error; infinite when the dequantized values are not
 finite in fp16). :func:`decompress` is the numpy reference of the dequantized
@@ -18,6 +18,7 @@ import numpy as np
 from anec.compress.formats import Format, scale_shape
 from anec.compress.linear import errors_kernel, quantize_linear, quantize_linear_kernel
 from anec.compress.palettize import quantize_lut
+from anec.compress.sparse import densify, prune
 
 
 @dataclass
@@ -29,7 +30,8 @@ class Compressed:
     shape: tuple[int, ...]
     parts: dict[str, np.ndarray]
     """``linear``: q (the shape), scale [C], zero_point [C] (affine); ``lut``: indices (the
-    shape, values < 2^bits), lut [groups, 2^bits]."""
+    shape, values < 2^bits), lut [groups, 2^bits]; ``sparse``: mask (0/1 in the shape), values
+    (fp16 [D], D fixed by the shape and the sparsity)."""
     rel_l2: float = 0.0
     """||w - w'|| / ||w|| over the tensor."""
     max_abs: float = 0.0
@@ -44,7 +46,7 @@ class Compressed:
         """Bytes of the payloads (sub-byte payloads packed)."""
         total = 0
         for role, a in self.parts.items():
-            sub = role == "indices" or (role in ("q", "zero_point") and self.fmt.bits < 8)
+            sub = role in ("indices", "mask") or (role in ("q", "zero_point") and self.fmt.bits < 8)
             bits = self.fmt.bits if sub else a.dtype.itemsize * 8
             total += (a.size * bits + 7) // 8
         return total
@@ -86,6 +88,8 @@ def decompress(fmt: Format, axis: int, shape: Sequence[int], parts: Mapping[str,
         gshape[axis] = shape[axis]
         g = np.broadcast_to(ch.reshape(gshape), shape)
         return lut[g, idx]
+    if fmt.kind == "sparse":
+        return densify(parts["mask"], parts["values"], shape)
     raise ValueError(f"format {fmt.name} is not compressed")
 
 
@@ -110,6 +114,9 @@ def compress_tensor(w: np.ndarray, fmt: Format, axis: int) -> Compressed:
     elif fmt.kind == "lut":
         idx, lut = quantize_lut(w, axis, fmt)
         parts = {"indices": idx, "lut": lut}
+    elif fmt.kind == "sparse":
+        mask, values = prune(w, fmt.sparsity)
+        parts = {"mask": mask, "values": values}
     else:
         raise ValueError(f"format {fmt.name} is not compressed")
     c = Compressed(fmt, axis, tuple(w.shape), parts)
