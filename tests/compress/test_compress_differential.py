@@ -22,7 +22,7 @@ from tolerances import assert_close
 
 FORMATS = ["int8", "int8-affine", "uint8-affine", "lut1", "lut2", "lut4", "lut6", "lut8", "lut4/g8",
            "int8@blockwise", "int8-affine@blockwise", "uint8-affine@blockwise",
-           "int4", "int4/b16", "int4-affine/b8", "uint4-affine/b16", "int8/b16"]
+           "int4", "int4/b16", "int4-affine/b8", "uint4-affine/b16", "int8/b16", "sparse50", "sparse90"]
 """``FORMAT@FORM``: 8-bit linear weights written with that ios18 op (``--compress-form``);
 without one, the target's (constexpr_affine_dequantize)."""
 LINEAR_OP = {"affine": "constexpr_affine_dequantize", "blockwise": "constexpr_blockwise_shift_scale"}
@@ -45,7 +45,7 @@ def _compile(small, fmt, dialect, seed=0):
 def _linear_op(fmt: str, dialect: str) -> str | None:
     """The MIL op a linear format must be written with (None: not a linear format)."""
     name, _, form = fmt.partition("@")
-    if "lut" in name:
+    if "lut" in name or "sparse" in name:
         return None
     if "/" in name or "int4" in name:  # scales of the weight's rank: the blockwise op only
         return None if dialect == "ios16" else LINEAR_OP["blockwise"]
@@ -83,7 +83,8 @@ def test_sim_matches_the_interpreter(rt, small, fmt, dialect):
 
 @pytest.mark.parametrize("dialect", ["ios18", "ios16"])
 @pytest.mark.parametrize("fmt", ["int8", "uint8-affine", "lut2", "lut6", "lut4/g8", "int8@blockwise",
-                                 "uint8-affine@blockwise", "int4/b16", "uint4-affine/b8", "int4-affine"])
+                                 "uint8-affine@blockwise", "int4/b16", "uint4-affine/b8", "int4-affine",
+                                 "sparse50", "sparse90"])
 @pytest.mark.constraint("ANE-COMPRESSED-WEIGHTS")
 def test_coremltools_decompresses_bit_for_bit_as_anec(small, fmt, dialect):
     """coremltools type-checks the MIL (each declared type equals its inference) and its
@@ -101,6 +102,8 @@ def test_coremltools_decompresses_bit_for_bit_as_anec(small, fmt, dialect):
     assert len(ops) == (0 if fell_back else 3)
     op = _linear_op(fmt, dialect)
     assert op is None or {o.op_type for o in ops} == {op}
+    if "sparse" in fmt:
+        assert {o.op_type for o in ops} == {"constexpr_sparse_to_dense"}
     for op in ops:
         theirs = op.materialized_val_inference()
         ours = mine["+".join(by_const[op.name])]
