@@ -506,7 +506,8 @@ def check_spatial(env: CheckEnv, c: Check) -> None:
 
 def _compressed_op(art, fmt: str) -> str:
     """The constexpr op the artifact's MIL writes for ``fmt``."""
-    for op in ("constexpr_affine_dequantize", "constexpr_blockwise_shift_scale", "constexpr_lut_to_dense"):
+    for op in ("constexpr_affine_dequantize", "constexpr_blockwise_shift_scale", "constexpr_lut_to_dense",
+               "constexpr_sparse_to_dense"):
         if f"= {op}(" in art.mil_text:
             return op
     raise AnecError(f"selftest: the {fmt} probe wrote no constexpr op (its weights fell back)")
@@ -559,7 +560,8 @@ CHECKS: list[tuple[str, str, Callable[[CheckEnv, Check], None]]] = [
     ("dialect", "MIL dialects the device compiler accepts", check_dialect),
     ("fp16-range", "norms of activations up to 60000 are right (range-safe)", check_fp16_range),
     ("spatial", "native conv, pool and upsample ops at anec's limits are right", check_spatial),
-    ("compressed", "compressed weight forms (int8 affine / blockwise, LUT) the device runs", check_compressed),
+    ("compressed", "compressed weight forms (int8 affine / blockwise, LUT, sparse) the device runs",
+     check_compressed),
 ]
 
 

@@ -104,9 +104,10 @@ func compressed(%x: fp32[1, 64, 1, {N}], %a: fp32[1, 1, {N}, 64]) {{
 """
 
 COMPRESSED_PROBES: tuple[tuple[str, str | None], ...] = (
-    ("int8", "affine"), ("int8", "blockwise"), ("lut4", None), ("lut6", None))
+    ("int8", "affine"), ("int8", "blockwise"), ("lut4", None), ("lut6", None), ("sparse50", None))
 """(format, int8 form) pairs the compressed check compiles: the two MIL ops of int8 weights
-(ANE-COMPRESSED-WEIGHTS) and two LUT widths."""
+(ANE-COMPRESSED-WEIGHTS), two LUT widths and a sparse weight (ANE-COMPRESSED-SPARSE:
+constexpr_sparse_to_dense over a uint1 mask, or the ios16 packed mask)."""
 
 NORMS_IR = f"""\
 // selftest (fp16-range): norms written as mean(x * x), made range-safe by the compiler
