@@ -21,6 +21,8 @@ and written into the MIL. Formats (docs/compression.md):
                     2^n entries for the whole tensor (``lutN``) or per group of G output
                     channels (``lutN/gG``); deterministic 1-D k-means, so the same tensor
                     always gives the same bytes
+``sparseP``         magnitude pruning: P% of the elements zero (1..99), a uint1 mask and
+                    the fp16 values kept, their number fixed by the size (a reload keeps it)
 ``fp16``            no compression (to exclude weights: ``fp16:*.ln_*,int8:*``)
 ==================  =================================================================
 

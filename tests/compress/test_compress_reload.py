@@ -52,3 +52,34 @@ def test_a_reload_that_does_not_dequantize_to_fp16_is_refused(rt, small):
             prog.reload_weights({"blk.0.w": bad})
     finally:
         prog.close()
+
+
+@pytest.mark.parametrize("dialect", ["ios18", "ios16"])
+def test_a_sparse_reload_keeps_the_count_whatever_the_new_values(rt, small, dialect):
+    """The number of values a sparse weight keeps is fixed by its size: new weights with
+    70% exact zeros (coremltools' percentile rule would prune them all, a shorter
+    nonzero_data) are pruned to the recorded count, zeros kept as values, so the MIL is
+    the same as the old program's and as a fresh compile's, whose outputs the reload equals."""
+    from anec.compress.sparse import kept_count
+
+    old = resolve_weights(small, None, 0)
+    rng = np.random.default_rng(5)
+    keys = ("blk.0.w", "blk.1.w", "head.w")
+    new = {**old, **{k: np.where(rng.random(np.shape(old[k])) < 0.7, 0, np.asarray(old[k], np.float32) * 2
+                                 ).astype(np.float16) for k in keys}}
+    x = random_inputs(small.funcs["f"], 3)
+    art = compile_module(small, old, compress="sparse50>fp16", dialect=dialect).artifacts["f"]
+    fresh = compile_module(small, new, compress="sparse50>fp16", dialect=dialect).artifacts["f"]
+    assert fresh.mil_text == art.mil_text and f"tensor<fp16, [{kept_count(64 * 48, 50)}]>" in art.mil_text
+    prog, ref = rt.load(art), rt.load(fresh)
+    try:
+        before = prog(**x)
+        prog.reload_weights({k: new[k] for k in keys})
+        after = prog(**x)
+        want = ref(**x)
+    finally:
+        prog.close()
+        ref.close()
+    for k in after:
+        assert not np.array_equal(after[k], before[k])
+        assert np.array_equal(after[k], want[k]), k
