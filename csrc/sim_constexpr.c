@@ -209,6 +209,31 @@ static int rule_shift_scale(builder *B, const mil_stmt *st)
     return result(B, st, &d, sc->dt, q->rank, q->shape);
 }
 
+/* ios16: the uint32 'shape' param of a packed constexpr op, its rank and element count. */
+static int ios16_shape(builder *B, const mil_stmt *st, int64_t *shape, int *rank, uint64_t *numel)
+{
+    sb_param_t ps;
+    size_t r;
+    if (sb_required_param(B, st, "shape", &ps))
+        return -1;
+    if (ps.dt != MIL_DT_UINT32) {
+        sb_err(B, st->line, NULL, "%s: 'shape' must be uint32, got %s", st->op, mil_dtype_name(ps.dt));
+        return -1;
+    }
+    if (sb_param_ints(B, st, "shape", &ps, shape, ANEC_MAX_RANK, &r))
+        return -1;
+    *rank = (int)r;
+    *numel = 1;
+    for (size_t i = 0; i < r; i++) {
+        if (shape[i] <= 0 || (uint64_t)shape[i] > MIL_MAX_NUMEL || *numel > MIL_MAX_NUMEL / (uint64_t)shape[i]) {
+            sb_err(B, st->line, NULL, "%s: 'shape' has a dimension out of range", st->op);
+            return -1;
+        }
+        *numel *= (uint64_t)shape[i];
+    }
+    return 0;
+}
+
 static int rule_lut(builder *B, const mil_stmt *st)
 {
     static const char *const a16[] = {"indices", "lut", "shape", NULL};
@@ -226,18 +251,10 @@ static int rule_lut(builder *B, const mil_stmt *st)
         return -1;
     if (ios16) {
         static const mil_dtype U8[] = {MIL_DT_UINT8, 0};
-        sb_param_t ps;
         int64_t shape[ANEC_MAX_RANK];
-        size_t rank;
-        if (need_dtype(B, st, "indices", ix, U8, "uint8 (packed indices)"))
-            return -1;
-        if (sb_required_param(B, st, "shape", &ps))
-            return -1;
-        if (ps.dt != MIL_DT_UINT32) {
-            sb_err(B, st->line, NULL, "%s: 'shape' must be uint32, got %s", st->op, mil_dtype_name(ps.dt));
-            return -1;
-        }
-        if (sb_param_ints(B, st, "shape", &ps, shape, ANEC_MAX_RANK, &rank))
+        int rank;
+        uint64_t numel;
+        if (need_dtype(B, st, "indices", ix, U8, "uint8 (packed indices)") || ios16_shape(B, st, shape, &rank, &numel))
             return -1;
         if (ix->rank != 1 || lut->rank != 1) {
             sb_err(B, st->line, NULL, "%s: 'indices' and 'lut' must be vectors", st->op);
@@ -249,14 +266,6 @@ static int rule_lut(builder *B, const mil_stmt *st)
             sb_err(B, st->line, NULL, "%s: the lut has %lld entries; it must have 2, 4, 16, 64 or 256", st->op, (long long)k);
             return -1;
         }
-        uint64_t numel = 1;
-        for (size_t i = 0; i < rank; i++) {
-            if (shape[i] <= 0 || (uint64_t)shape[i] > MIL_MAX_NUMEL || numel > MIL_MAX_NUMEL / (uint64_t)shape[i]) {
-                sb_err(B, st->line, NULL, "%s: 'shape' has a dimension out of range", st->op);
-                return -1;
-            }
-            numel *= (uint64_t)shape[i];
-        }
         uint64_t need = (numel * (uint64_t)bits + 7) / 8;
         if ((uint64_t)ix->shape[0] != need) {
             sb_err(B, st->line, NULL, "%s: %llu %d-bit indices pack into %llu bytes, but 'indices' has %lld", st->op,
@@ -265,7 +274,7 @@ static int rule_lut(builder *B, const mil_stmt *st)
         }
         d.bits = bits;
         d.axis = 0;
-        return result(B, st, &d, lut->dt, (int)rank, shape);
+        return result(B, st, &d, lut->dt, rank, shape);
     }
     if (mil_find_arg(st, "vector_axis")) {
         sb_err(B, st->line, NULL, "%s: vector palettization (vector_axis) is valid MIL but the anec sim does not implement it",
@@ -328,17 +337,8 @@ static int rule_sparse(builder *B, const mil_stmt *st)
     uint64_t numel = 1;
     if (ios16) {
         static const mil_dtype U8[] = {MIL_DT_UINT8, 0};
-        sb_param_t ps;
-        size_t r16;
-        if (need_dtype(B, st, "mask", mk, U8, "uint8 (the packed bit mask)") || sb_required_param(B, st, "shape", &ps))
+        if (need_dtype(B, st, "mask", mk, U8, "uint8 (the packed bit mask)") || ios16_shape(B, st, shape, &rank, &numel))
             return -1;
-        if (ps.dt != MIL_DT_UINT32) {
-            sb_err(B, st->line, NULL, "%s: 'shape' must be uint32, got %s", st->op, mil_dtype_name(ps.dt));
-            return -1;
-        }
-        if (sb_param_ints(B, st, "shape", &ps, shape, ANEC_MAX_RANK, &r16))
-            return -1;
-        rank = (int)r16;
         if (mk->rank != 1) {
             sb_err(B, st->line, NULL, "%s: 'mask' must be a vector of bytes", st->op);
             return -1;
@@ -351,17 +351,11 @@ static int rule_sparse(builder *B, const mil_stmt *st)
         }
         for (int i = 0; i < rank; i++)
             shape[i] = mk->shape[i];
+        numel = mk->numel; /* a declared const type: its dims are checked already */
     }
     if (rank < 1) {
         sb_err(B, st->line, NULL, "%s: the dense tensor must have rank 1 or more", st->op);
         return -1;
-    }
-    for (int i = 0; i < rank; i++) {
-        if (shape[i] <= 0 || (uint64_t)shape[i] > MIL_MAX_NUMEL || numel > MIL_MAX_NUMEL / (uint64_t)shape[i]) {
-            sb_err(B, st->line, NULL, "%s: the dense shape has a dimension out of range", st->op);
-            return -1;
-        }
-        numel *= (uint64_t)shape[i];
     }
     if (ios16 && (uint64_t)mk->shape[0] != (numel + 7) / 8) {
         sb_err(B, st->line, NULL, "%s: %llu elements need a mask of %llu bytes, but 'mask' has %lld", st->op,
