@@ -60,8 +60,14 @@ class Decision:
             groups = c // f.group if f.group else 1
             return [("indices", f.storage, self.shape), ("lut", "fp16", (groups, 1 << f.bits))]
         if f.kind == "sparse":  # the number of values is fixed by the shape (anec.compress.sparse)
-            return [("values", "fp16", (kept_count(math.prod(self.shape), f.sparsity),)),
-                    ("mask", "uint1", self.shape)]
+            kept = (kept_count(math.prod(self.shape), f.sparsity),)
+            if f.joint == "int8":
+                bshape = tuple(c if i == self.axis else 1 for i in range(len(self.shape)))
+                return [("mask", "uint1", self.shape), ("q", "int8", kept), ("scale", "fp16", bshape)]
+            if f.joint:
+                lshape = (1,) * len(self.shape) + (1 << f.bits, 1)
+                return [("mask", "uint1", self.shape), ("indices", f.storage, kept), ("lut", "fp16", lshape)]
+            return [("values", "fp16", kept), ("mask", "uint1", self.shape)]
         return []
 
     def report(self) -> dict:
@@ -120,6 +126,9 @@ def _allowed(fmt: Format, shape: tuple[int, ...], axis: int, dialect: str) -> st
         ia = input_axis(axis, len(shape))
         if fmt.block and shape[ia] % fmt.block:
             return f"{shape[ia]} input channels do not split into blocks of {fmt.block}"
+    if fmt.kind == "sparse" and fmt.joint and dialect == "ios16":
+        return f"ios16 has no sparse {fmt.joint} form (constexpr_sparse_blockwise_shift_scale and " \
+               "constexpr_lut_to_sparse are iOS18 ops)"
     if fmt.kind == "sparse" and kept_count(math.prod(shape), fmt.sparsity) == 0:
         return f"{fmt.sparsity}% of {math.prod(shape)} elements prunes every one"
     if fmt.kind == "lut" and fmt.group:

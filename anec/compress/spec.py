@@ -32,8 +32,10 @@ class Gate:
 
     def limits(self, fmt: Format) -> tuple[float, float]:
         base = fmt.name.split("/")[0]
-        if fmt.kind == "sparse":
+        if fmt.kind == "sparse":  # the values' own format adds its error
             rel, ab = sparse_gate(fmt.sparsity)
+            if fmt.joint:
+                rel = min(1.0, rel + DEFAULT_GATES[fmt.joint][0])
         else:
             rel, ab = DEFAULT_GATES[base if base in DEFAULT_GATES else f"lut{fmt.bits}"]
         return (self.max_rel_l2 if self.max_rel_l2 is not None else rel,
@@ -107,8 +109,9 @@ AUTO_CHAIN: tuple[str, ...] = ("lut4", "int8", "fp16")
 def streamed(fmt: Format, target: Any) -> bool:
     """Whether ``target`` is reported to read ``fmt`` natively (ANE-COMPRESSED-STREAMING); a
     linear weight written as constexpr_blockwise_shift_scale (4-bit, per block, or
-    ``--compress-form blockwise``) is the kind ``blockwise``, which no profile streams."""
-    kind = {"lut": "lut", "linear": "int8", "sparse": "sparse"}.get(fmt.kind)
+    ``--compress-form blockwise``) is the kind ``blockwise``, and a sparse weight whose values
+    are int8 or a LUT the kind ``sparse-joint``: no profile streams either (no source shows them)."""
+    kind = {"lut": "lut", "linear": "int8", "sparse": "sparse-joint" if fmt.joint else "sparse"}.get(fmt.kind)
     if kind == "int8" and (fmt.blockwise or (getattr(target, "int8_form", "affine") == "blockwise"
                                              and getattr(target, "mil_dialect", "ios18") == "ios18")):
         kind = "blockwise"  # constexpr_blockwise_shift_scale: reported dequantized in the program

@@ -487,6 +487,24 @@ class _Emitter:
                 blob("indices", "indices", fmt.storage, t.shape)
                 blob("lut", "lut", "fp16", lshape)
             op = "constexpr_lut_to_dense"
+        elif fmt.kind == "sparse" and fmt.joint:
+            # ios18: the kept values as int8 or LUT indices, dequantized sparse to sparse (a mask
+            # and fp16 values), then made dense; the values' length is fixed by the shape
+            shapes = {role: (dt, sh) for role, dt, sh in d.part_types()}
+            linear = fmt.joint == "int8"
+            roles = ("mask", "q", "scale") if linear else ("mask", "indices", "lut")
+            argn = (("data_mask", "nonzero_data", "scale") if linear else
+                    ("indices_mask", "indices_nonzero_data", "lut"))
+            for role, arg in zip(roles, argn):
+                blob(role, arg, *shapes[role])
+            smask, svalues = self._claim(f"{name}_smask"), self._claim(f"{name}_svalues")
+            kept = shapes[roles[1]][1][0]
+            dims = ", ".join(str(x) for x in t.shape)
+            self._stmt(f"tensor<uint1, [{dims}]> {smask}, tensor<fp16, [{kept}]> {svalues}",
+                       "constexpr_sparse_blockwise_shift_scale" if linear else "constexpr_lut_to_sparse",
+                       args, self._claim(f"{name}_sparse"))
+            args = {"mask": smask, "nonzero_data": svalues}
+            op = "constexpr_sparse_to_dense"
         elif fmt.kind == "sparse":
             # the values' length is fixed by the shape and the sparsity (a reload keeps it)
             blob("values", "nonzero_data", "fp16", dict((role, sh) for role, _, sh in d.part_types())["values"])
