@@ -63,7 +63,8 @@ class Target:
     """Compressed weight kinds the chip is reported to read natively (stream) rather than
     decompress at load (ANE-COMPRESSED-STREAMING): ``lut`` (constexpr_lut_to_dense),
     ``int8`` (8-bit linear as constexpr_affine_dequantize), ``sparse``
-    (constexpr_sparse_to_dense; ANE-COMPRESSED-SPARSE), ``blockwise``
+    (constexpr_sparse_to_dense; ANE-COMPRESSED-SPARSE), ``sparse-joint`` (sparse int8/LUT
+    values through an iOS18 sparse-to-sparse op; on no profile), ``blockwise``
     (constexpr_blockwise_shift_scale: 4-bit and per-block linear; on no profile, as it is
     reported dequantized in the program). ``--compress auto`` picks from these; a format
     outside them still compiles, with a warning (a smaller file, no bandwidth saved)."""

@@ -83,7 +83,9 @@ def test_selftest_numbers(report: dict) -> None:
     assert {k: v["verdict"] for k, v in cp["probes"].items()} == {
         "int8 (constexpr_affine_dequantize)": "accepted", "int8 (constexpr_blockwise_shift_scale)": "accepted",
         "lut4 (constexpr_lut_to_dense)": "accepted", "lut6 (constexpr_lut_to_dense)": "accepted",
-        "sparse50 (constexpr_sparse_to_dense)": "accepted"}
+        "sparse50 (constexpr_sparse_to_dense)": "accepted",
+        "sparse50+int8 (constexpr_sparse_blockwise_shift_scale)": "accepted",
+        "sparse50+lut4 (constexpr_lut_to_sparse)": "accepted"}
     assert max(v["max_abs_err"] for v in cp["probes"].values()) < 0.05
 
 

@@ -262,3 +262,47 @@ def test_a_sparse_shape_mismatch_is_refused(rt):
     padded[1] |= 0x80  # bit 15: after the 12th element
     with pytest.raises(AnecError, match=r"mask 'wm' has padding bits set after element 12"):
         _run(rt, _mil(_sparse16(), "ios16"), {**values, **_blob("wm.bin", None, padded)})
+
+
+LUT_SPARSE = ('        tensor<uint1, [3, 4, 1, 1]> wm = const()[name = string("wm"), val = tensor<uint1, [3, 4, 1, 1]>'
+              '(BLOBFILE(path = string("@model_path/weights/wm.bin"), offset = uint64(64)))];\n'
+              '        tensor<uint2, [8]> wi = const()[name = string("wi"), val = tensor<uint2, [8]>'
+              '(BLOBFILE(path = string("@model_path/weights/wi.bin"), offset = uint64(64)))];\n'
+              '        tensor<fp16, [1, 1, 1, 1, 4, 1]> wl = const()[name = string("wl"), val = tensor<fp16, [1, 1, 1, 1, 4, 1]>'
+              '(BLOBFILE(path = string("@model_path/weights/wl.bin"), offset = uint64(64)))];\n'
+              '        tensor<uint1, [3, 4, 1, 1]> sm, tensor<fp16, [8]> sv = constexpr_lut_to_sparse(indices_mask = wm, '
+              'indices_nonzero_data = wi, lut = wl)[name = string("sp")];\n'
+              '        tensor<fp16, [3, 4, 1, 1]> w = constexpr_sparse_to_dense(mask = sm, nonzero_data = sv)'
+              '[name = string("w")];\n')
+
+
+def _lut_sparse_blobs(mask=SPARSE_MASK):
+    return {**_blob("wm.bin", "uint1", mask.reshape(3, 4, 1, 1)),
+            **_blob("wi.bin", "uint2", np.array([0, 1, 2, 3, 3, 2, 1, 0], np.uint8)),
+            **_blob("wl.bin", None, np.array([-1, 0, 0.5, 2], np.float16).reshape(1, 1, 1, 1, 4, 1))}
+
+
+@pytest.mark.constraint("ANE-COMPRESSED-SPARSE")
+def test_a_sparse_lut_pair_runs_and_its_mask_is_checked(rt):
+    """constexpr_lut_to_sparse into constexpr_sparse_to_dense: values -1, 0, 0.5, 2, 2, 0.5, 0, -1
+    where the mask's bits are set (rows: -1 + 0, 0.5 + 2, 2 + 0.5 + 0 - 1). A mask setting 9
+    elements for 8 indices is refused at the pair, before any index is read."""
+    got = _run(rt, _mil(LUT_SPARSE), _lut_sparse_blobs())
+    assert np.array_equal(got["y"][0, :, 0, 0], np.array([-1, 2.5, 1.5], np.float16))
+    mask = SPARSE_MASK.copy()
+    mask[3] = 1
+    with pytest.raises(AnecError, match=r"'sv' \(model.mil:\d+\).*mask 'wm' sets 9 elements, but 'nonzero_data' has 8"):
+        _run(rt, _mil(LUT_SPARSE), _lut_sparse_blobs(mask))
+    wider = LUT_SPARSE.replace("tensor<uint2, [8]>", "tensor<uint4, [8]>")
+    with pytest.raises(AnecError, match=r"constexpr_lut_to_sparse: 'indices' are uint4 \(values up to 15\), but the lut "
+                                        r"has 4 entries"):
+        _run(rt, _mil(wider), {**_lut_sparse_blobs(), **_blob("wi.bin", "uint4", np.zeros(8, np.uint8))})
+
+
+def test_only_sparse_to_dense_reads_a_sparse_pair(rt):
+    """A sparse-to-sparse op's values are not a weight: another op reading them is refused."""
+    mil = _mil(LUT_SPARSE.replace("constexpr_sparse_to_dense(mask = sm, nonzero_data = sv)",
+                                  "constexpr_lut_to_dense(indices = sm, lut = wl)"))
+    with pytest.raises(AnecError, match=r"constexpr_lut_to_dense: 'indices' is itself a constexpr result; only "
+                                        r"constexpr_sparse_to_dense reads one"):
+        _run(rt, mil, _lut_sparse_blobs())

@@ -19,7 +19,8 @@ from anec.ir.weight_binding import resolve_weights
 @pytest.mark.parametrize("spec,dialect", [("int8", "ios18"), ("uint8-affine", "ios16"), ("lut4>fp16", "ios18"),
                                           ("lut6>fp16", "ios16"), ("lut2/g8>fp16", "ios18"),
                                           ("int4-affine/b16>fp16", "ios18"), ("int8", "ios16"),
-                                          ("sparse50>fp16", "ios18"), ("sparse90>fp16", "ios16")])
+                                          ("sparse50>fp16", "ios18"), ("sparse90>fp16", "ios16"),
+                                          ("sparse50+int8>fp16", "ios18"), ("sparse50+lut4>fp16", "ios18")])
 def test_reload_recompresses_with_the_recorded_scheme(rt, small, spec, dialect):
     old = resolve_weights(small, None, 0)
     new = resolve_weights(small, None, 1)

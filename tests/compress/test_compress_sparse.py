@@ -195,3 +195,28 @@ def test_a_size_that_prunes_everything_falls_back():
     rep = compile_module(module, resolve_weights(module, None, 0), compress="sparse50>fp16"
                          ).artifacts["f"].manifest["compression"][0]
     assert rep["format"] == "fp16" and "prunes every one" in rep["fallbacks"][0]["reason"]
+
+
+def test_sparse_with_int8_or_lut_values():
+    """``sparseP+int8`` / ``sparseP+lutN``: the same mask as ``sparseP``, the kept values as
+    int8 (the pruned tensor's per-channel int8) or as indices into one table; ios16 has no
+    form for them (the reason is reported); bad spellings are refused."""
+    assert get_format("sparse50+lut4").bits == 4 and get_format("sparse50+int8").storage == "int8"
+    for bad, why in (("sparse50+lut3", "1, 2, 4, 6 or 8 bits"), ("sparse50+int4", "unknown compression format"),
+                     ("sparse0+int8", "1 to 99")):
+        with pytest.raises(AnecError, match=why):
+            parse_spec(bad)
+    w = _fp16_tensors()["normal"]
+    plain = compress_tensor(w, get_format("sparse50"), 0)
+    for name in ("sparse50+int8", "sparse50+lut4"):
+        c = compress_tensor(w, get_format(name), 0)
+        assert np.array_equal(c.parts["mask"], plain.parts["mask"])
+        assert c.rel_l2 > plain.rel_l2 and c.nbytes < plain.nbytes
+    q = compress_tensor(w, get_format("sparse50+int8"), 0).parts
+    pruned = np.where(plain.parts["mask"] == 1, w, np.float16(0))
+    from anec.compress import quantize_linear
+    qd, scale, _ = quantize_linear(pruned, 0, get_format("int8"))
+    assert np.array_equal(q["q"], qd[plain.parts["mask"] == 1]) and np.array_equal(q["scale"].reshape(-1), scale)
+    rep = compile_module(parse(ONE_CONV, "one.ir"), {"w": w}, compress="sparse50+lut4",
+                         dialect="ios16").artifacts["f"].manifest["compression"][0]
+    assert rep["format"] == "int8" and "ios16 has no sparse lut4 form" in rep["fallbacks"][0]["reason"]
