@@ -168,6 +168,15 @@ def test_the_corpus_programs_decompress_as_computed_by_hand(rt):
     assert np.array_equal(got["y"][0, :, 0, 0], np.array([-1, -1.5, -14.125], np.float16))
     assert np.array_equal(got["z"][0, :, 0, 0], np.array([0 + 1 + 2 + 3, 20 + 21 + 22 + 23, 40 + 41 + 42 + 43],
                                                           np.float16))
+    mask = BlobWriter()
+    mask.add(np.array([1, 0, 1, 0, 0, 1, 1, 0, 1, 1, 1, 1], np.uint8).reshape(3, 4, 1, 1), dtype="uint1")
+    with open(os.path.join(root, "constexpr_sparse.mil")) as f:
+        prog = rt.compile(f.read(), {"@model_path/weights/sm.bin": mask.to_bytes()}, limits=limits)
+    got = prog(x=x)
+    prog.close()
+    # the mask picks values 1, 2 | 3, 4 | 5..8; the int8 ones scaled per row by 0.5, 0.25, 0.125
+    assert np.array_equal(got["y"][0, :, 0, 0], np.array([1 + 2, 3 + 4, 5 + 6 + 7 + 8], np.float16))
+    assert np.array_equal(got["z"][0, :, 0, 0], np.array([(2 + 4) / 2, (-2 + 8) / 4, (1 + 1 + 1 - 1) / 8], np.float16))
 
 
 def test_a_func_cut_into_a_pipeline_runs_compressed(rt):

@@ -185,7 +185,7 @@ def test_the_gate_refuses_a_channel_pruned_to_nothing():
     ok = compile_module(parse(ONE_CONV, "one.ir"), {"w": rng.standard_normal((41, 25, 1, 1)).astype(np.float16)},
                         compress="sparse50").artifacts["f"].manifest["compression"][0]
     assert ok["format"] == "sparse50" and ok["rel_l2"] < 0.3
-    # bytes: 513 fp16 values and a 1025-bit mask
+    # bytes: 512 fp16 values and a 1025-bit mask
     assert ok["bytes"] == 2 * kept_count(1025, 50) + math.ceil(1025 / 8) and ok["dense_bytes"] == 2050
 
 
