@@ -47,13 +47,16 @@ def prune(w: np.ndarray, sparsity: int) -> tuple[np.ndarray, np.ndarray]:
     k = pruned_count(flat.size, sparsity)
     mag = np.abs(flat.astype(np.float32))
     mag[np.isnan(mag)] = np.inf  # a NaN is kept (the gate refuses the tensor)
-    mask = np.ones(flat.size, np.uint8)
+    keep = np.ones(flat.size, bool)
     if k:
-        # the k smallest magnitudes, ties broken by position: a stable sort of the magnitudes
-        order = np.argsort(mag, kind="stable")
-        mask[order[:k]] = 0
-    values = flat[mask.astype(bool)].astype(np.float16)
-    return mask.reshape(w.shape), values
+        # the k smallest magnitudes (what a stable sort's first k are): all below the k-th
+        # smallest, and as many of those equal to it as remain, first positions first
+        t = np.partition(mag, k - 1)[k - 1]
+        below = mag < t
+        keep = ~below
+        keep[np.flatnonzero(mag == t)[:k - int(np.count_nonzero(below))]] = False
+    values = flat[keep].astype(np.float16)
+    return keep.astype(np.uint8).reshape(w.shape), values
 
 
 def densify(mask: np.ndarray, values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

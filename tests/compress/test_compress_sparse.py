@@ -65,6 +65,23 @@ def test_ties_are_pruned_in_row_major_order():
     assert np.array_equal(values, w[perm][mask == 1])
 
 
+@pytest.mark.parametrize("pct", [1, 30, 50, 90, 99])
+def test_prune_zeroes_the_first_k_of_a_stable_sort_of_the_magnitudes(pct):
+    """Tie-heavy tensors (values from a set of 7, signs mixed, some NaN kept last): the
+    elements pruned are exactly the first pruned_count of a stable argsort of |w|."""
+    rng = np.random.default_rng(pct)
+    for n in (10, 97, 1000):
+        w = (rng.choice([0, 0.5, 1, 2, 3, 4, 5], n) * rng.choice([-1, 1], n)).astype(np.float16)
+        w[rng.integers(0, n, 2)] = np.nan
+        mag = np.abs(w.astype(np.float32))
+        mag[np.isnan(mag)] = np.inf
+        want = np.ones(n, np.uint8)
+        want[np.argsort(mag, kind="stable")[:pruned_count(n, pct)]] = 0
+        mask, values = prune(w, pct)
+        assert np.array_equal(mask, want)
+        assert np.array_equal(values, w[want == 1], equal_nan=True)
+
+
 def _ct_prune(w: np.ndarray, sparsity: float):
     """coremltools' prune_weights (OpMagnitudePrunerConfig) on a conv reading ``w``: its op."""
     ct = pytest.importorskip("coremltools")
