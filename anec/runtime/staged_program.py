@@ -4,8 +4,9 @@
 (:mod:`anec.mil.multi_program`): it is called like any :class:`~anec.runtime.Program`
 (the func's inputs in, its outputs out); the C runtime runs every stage in
 order in one call (``anec_pipeline_call``), stage outputs feeding the next
-stages' inputs with no copy (every stage surface has the pipeline's one
-allocation size). A stage whose weights are inputs of its program (programs
+stages' inputs with no copy where the two stages' surfaces have the same size
+(each stage's surfaces are sized for that stage: the manifest's per-stage
+``surface_bytes``; an edge between two sizes copies its packed bytes). A stage whose weights are inputs of its program (programs
 shared across layers, :mod:`anec.multi_program_build`) gets them written once, at
 load, into its own input surfaces; the C pipeline leaves those inputs alone
 (resident inputs). ``reload_weights`` routes each key to the stages that hold
@@ -87,10 +88,11 @@ def load_pipeline(rt: "Runtime", art: "PipelineArtifact") -> "PipelineProgram":
     m = art.manifest
     progs: list["Program"] = []
     try:
-        for st in art.stages:
+        for st, entry in zip(art.stages, m["stages"]):
             limits = manifest_limits(st.manifest)
-            if limits is not None:
-                limits["min_surface_bytes"] = max(int(limits.get("min_surface_bytes", 0)), int(m["surface_bytes"]))
+            if limits is not None:  # this stage's own size (older manifests: one size for every stage)
+                size = int(entry.get("surface_bytes", m["surface_bytes"]))
+                limits["min_surface_bytes"] = max(int(limits.get("min_surface_bytes", 0)), size)
             blobs = {w.get("path") or "@model_path/" + w["file"]: st.blobs[w["file"]] for w in st.manifest["weights"]}
             prog = rt.compile(st.mil_text, blobs, limits=limits, manifest=st.manifest, load=False)
             progs.append(prog)
