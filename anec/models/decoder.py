@@ -117,11 +117,14 @@ class DecoderFrontend(ABC):
 
     # ---- weights ---------------------------------------------------------------
     def weight(self, key: str) -> np.ndarray:
-        """The tensor for ``key`` in the layout the IR declares (fp32)."""
+        """The tensor for ``key`` in the layout the IR declares: a checkpoint tensor is a view of
+        the memory-mapped file in its stored dtype (bf16 widened to fp32), so no copy of the
+        model is ever held; a generated tensor (``anec.*``) is made once."""
+        if not key.startswith("anec."):
+            return self._layout(key, self.ckpt.stored(key))
         arr = self._cache.get(key)
         if arr is None:
-            arr = self._generated(key) if key.startswith("anec.") else self._layout(key, self.ckpt.get_f32(key))
-            self._cache[key] = arr
+            arr = self._cache[key] = self._generated(key)
         return arr
 
     def _layout(self, key: str, arr: np.ndarray) -> np.ndarray:

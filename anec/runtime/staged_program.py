@@ -83,6 +83,16 @@ def _specs(entries: list[dict], logical: list[dict] | None) -> list[dict[str, An
     return out
 
 
+def _blob_bytes(blobs: Mapping[str, bytes], rel: str) -> bytes:
+    """Weight file ``rel``'s bytes, built for this load only: a compiled artifact's
+    :class:`~anec.mil.blobfile.BlobFiles` would otherwise keep every stage's bytes for the
+    artifact's life (a second copy of the model's weights next to the runtime's)."""
+    from anec.mil.artifact import file_source
+
+    src = file_source(blobs, rel)
+    return src if isinstance(src, bytes) else src.to_bytes()
+
+
 def load_pipeline(rt: "Runtime", art: "PipelineArtifact") -> "PipelineProgram":
     """Compile and load every stage, wire them in C, fill weights compiled as inputs."""
     m = art.manifest
@@ -93,13 +103,15 @@ def load_pipeline(rt: "Runtime", art: "PipelineArtifact") -> "PipelineProgram":
             if limits is not None:  # this stage's own size (older manifests: one size for every stage)
                 size = int(entry.get("surface_bytes", m["surface_bytes"]))
                 limits["min_surface_bytes"] = max(int(limits.get("min_surface_bytes", 0)), size)
-            blobs = {w.get("path") or "@model_path/" + w["file"]: st.blobs[w["file"]] for w in st.manifest["weights"]}
+            blobs = {w.get("path") or "@model_path/" + w["file"]: _blob_bytes(st.blobs, w["file"])
+                     for w in st.manifest["weights"]}
             prog = rt.compile(st.mil_text, blobs, limits=limits, manifest=st.manifest, load=False)
+            del blobs  # the runtime has its own copy: this stage's bytes go before the next stage's
             progs.append(prog)
             if st.manifest.get("weight_inputs"):  # this stage's own weights, into its own surfaces
                 from anec.runtime.program import weight_input_array
 
-                prog._set_weight_inputs({w["input"]: weight_input_array(st.blobs[w["file"]], w)
+                prog._set_weight_inputs({w["input"]: weight_input_array(_blob_bytes(st.blobs, w["file"]), w)
                                          for w in st.manifest["weight_inputs"]}, reload=False)
             prog.load()
         inputs = [e["name"] for e in m["inputs"]]
