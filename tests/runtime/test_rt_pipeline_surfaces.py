@@ -19,24 +19,19 @@ from anec.ir.weight_binding import random_weights
 from anec.mil.multi_program import PipelineArtifact
 from anec.runtime import Runtime
 from anec.targets import get_target
+from tests.runtime.test_rt_pipeline import residual_chain
 
 WIDE = 8192
 MIN = 49152
 
 
 def small_then_wide(layers: int) -> str:
-    lines = ["func f(%x: fp16[1, 8, 1, 16]) {", "  %k = const(value=0.25) : fp16[]"]
-    prev = "%x"
-    for i in range(layers):
-        lines += [f"  %a{i} = relu({prev})",
-                  f'  %w{i} = const(weight="l{i}.w") : fp16[8, 8, 1, 1]',
-                  f"  %c{i} = conv1x1(%a{i}, %w{i})",
-                  f"  %s{i} = mul(%c{i}, %k)",
-                  f"  %h{i} = add({prev}, %s{i})"]
-        prev = f"%h{i}"
-    lines += [f'  %wide_w = const(weight="wide.w") : fp16[{WIDE}, 8, 1, 1]',
-              f"  %y = conv1x1({prev}, %wide_w)", "  return %y\n}\n"]
-    return "\n".join(lines)
+    """The residual chain of test_rt_pipeline, then a conv to ``WIDE`` channels."""
+    tail = f"  return %h{layers - 1}\n}}\n"
+    text = residual_chain(layers)
+    assert text.endswith(tail)
+    return text[:-len(tail)] + "\n".join([f'  %wide_w = const(weight="wide.w") : fp16[{WIDE}, 8, 1, 1]',
+                                           f"  %y = conv1x1(%h{layers - 1}, %wide_w)", "  return %y\n}\n"])
 
 
 def compiled(blobs: int):
