@@ -33,15 +33,17 @@ measures the decode case, results in ``benchmarks/results/partition.md``):
   stack's 10.9 GFLOP);
 * the head's weight (the 77 MB tied embedding, split into 4 chunks) would be
   held, and compiled, once per bucket func instead of once;
-* a pipeline gives every surface of every stage one allocation size (so stage
-  outputs feed stage inputs with no copy): the logits pieces (``[1, 50257, 1, S]``
-  fp32 in 4 chunks) would set that size for every KV cache and residual surface
-  of the body: the decode pipeline's surfaces grow from 11.7 MiB (body and
-  head) to 72.9 MiB, the prefill pipeline's from 20 MiB to 187 MiB.
+* when a pipeline gave every surface of every stage one allocation size, the
+  logits pieces (``[1, 50257, 1, S]`` fp32 in 4 chunks) set that size for every
+  KV cache and residual surface of the body: the decode pipeline's surfaces grew
+  from 11.7 MiB (body and head) to 72.9 MiB, the prefill pipeline's from 20 MiB
+  to 187 MiB (surfaces are now sized per stage, so only the head's stage would
+  be that large).
 
 A joined head adds no program (it fits the last stage's BLOBFILE budget) and
 saves one host round trip per step: measured on the sim, the same CPU time per
-token (0.159 s) and 10% less wall time, for 6x the surface memory.
+token (0.159 s) and 10% less wall time, for 6x the surface memory (measured
+with one surface size per pipeline).
 
 The per-layer funcs (``L{i}_attn_p{S}``, ``L{i}_attn_d{W}_t{T}``,
 ``L{i}_mlp_s{S}``) are the same layer code as funcs of their own: building
