@@ -169,11 +169,13 @@ class PipelineProgram(Program):
 
     @property
     def stats(self) -> dict[str, Any]:
-        """Pipeline counters (calls, zero_copy_edges, copied_edges, ...) and ``stages``:
-        every stage program's own counters."""
+        """Pipeline counters (calls, zero_copy_edges, copied_edges, surface_bytes, ...) and
+        ``stages``: every stage program's own counters, with the allocation size of its input
+        and output surfaces (``input_surface_bytes``, ``output_surface_bytes``)."""
         self._check()
         st: dict[str, Any] = self._native.pipe.stats()
-        st["stages"] = [p.stats for p in self.stages]
+        st["stages"] = [{**p.stats, "input_surface_bytes": p._native.input_surface_bytes,
+                         "output_surface_bytes": p._native.output_surface_bytes} for p in self.stages]
         return st
 
     @property
