@@ -129,6 +129,12 @@ class DecoderFrontend(ABC):
             arr = self._cache[key] = self._generated(key)
         return arr
 
+    def release_pages(self) -> None:
+        """Give the checkpoint's mapped pages back to the kernel (after a compile has copied
+        what it needs): views stay valid and read their pages again when used."""
+        for key in self.ckpt.keys():
+            self.ckpt.drop_pages(key)
+
     def _layout(self, key: str, arr: np.ndarray) -> np.ndarray:
         """Checkpoint layout -> IR layout: vectors to [1, C, 1, 1], matrices [out, in] to [out, in, 1, 1]."""
         if arr.ndim == 1:
