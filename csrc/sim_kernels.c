@@ -666,33 +666,44 @@ static void narrow_sliver(int K, const uint16_t *as, const float *bp, float out[
 #endif
 
 #ifdef SK_NEON
-/* narrow_sliver with NEON: eight vectors of 4 rows per column, the fp16 rows widened
-   exactly (FCVTL), a fused multiply-add per k as above */
+/* narrow_sliver with NEON: eight vectors of 4 rows per column (named, so that they stay in
+   registers), the fp16 rows widened exactly (FCVTL), a fused multiply-add per k as above */
+static inline void add_neon(float *o, int acc, float32x4_t v)
+{
+    vst1q_f32(o, acc ? vaddq_f32(vld1q_f32(o), v) : v);
+}
+
 static void narrow_sliver(int K, const uint16_t *as, const float *bp, float out[2][NW])
 {
     for (int pc = 0; pc < K; pc += KC) {
         int kc = K - pc < KC ? K - pc : KC;
-        float32x4_t s0[NW / 4], s1[NW / 4];
-        for (int q = 0; q < NW / 4; q++)
-            s0[q] = s1[q] = vdupq_n_f32(0.0f);
+        const float32x4_t z = vdupq_n_f32(0.0f);
+        float32x4_t s00 = z, s01 = z, s02 = z, s03 = z, s04 = z, s05 = z, s06 = z, s07 = z;
+        float32x4_t s10 = z, s11 = z, s12 = z, s13 = z, s14 = z, s15 = z, s16 = z, s17 = z;
         const uint16_t *a = as + (size_t)pc * NW;
         const float *b = bp + (size_t)pc * 2;
         for (int k = 0; k < kc; k++) {
+            const uint16_t *ak = a + (size_t)k * NW;
             float32x2_t bk = vld1_f32(b + 2 * k);
-            for (int q = 0; q < NW / 8; q++) {
-                float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(a + (size_t)k * NW + 8 * q));
-                float32x4_t lo = vcvt_f32_f16(vget_low_f16(h)), hi = vcvt_high_f32_f16(h);
-                s0[2 * q] = vfmaq_lane_f32(s0[2 * q], lo, bk, 0);
-                s0[2 * q + 1] = vfmaq_lane_f32(s0[2 * q + 1], hi, bk, 0);
-                s1[2 * q] = vfmaq_lane_f32(s1[2 * q], lo, bk, 1);
-                s1[2 * q + 1] = vfmaq_lane_f32(s1[2 * q + 1], hi, bk, 1);
-            }
+#define ROWS8(i, x, y)                                                                             \
+    do {                                                                                           \
+        float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(ak + 8 * (i)));                            \
+        float32x4_t lo = vcvt_f32_f16(vget_low_f16(h)), hi = vcvt_high_f32_f16(h);                 \
+        s0##x = vfmaq_lane_f32(s0##x, lo, bk, 0);                                                  \
+        s0##y = vfmaq_lane_f32(s0##y, hi, bk, 0);                                                  \
+        s1##x = vfmaq_lane_f32(s1##x, lo, bk, 1);                                                  \
+        s1##y = vfmaq_lane_f32(s1##y, hi, bk, 1);                                                  \
+    } while (0)
+            ROWS8(0, 0, 1); ROWS8(1, 2, 3); ROWS8(2, 4, 5); ROWS8(3, 6, 7);
+#undef ROWS8
         }
-        for (int q = 0; q < NW / 4; q++) {
-            float *o0 = out[0] + 4 * q, *o1 = out[1] + 4 * q;
-            vst1q_f32(o0, pc > 0 ? vaddq_f32(vld1q_f32(o0), s0[q]) : s0[q]);
-            vst1q_f32(o1, pc > 0 ? vaddq_f32(vld1q_f32(o1), s1[q]) : s1[q]);
-        }
+        int acc = pc > 0;
+        add_neon(out[0], acc, s00); add_neon(out[0] + 4, acc, s01); add_neon(out[0] + 8, acc, s02);
+        add_neon(out[0] + 12, acc, s03); add_neon(out[0] + 16, acc, s04); add_neon(out[0] + 20, acc, s05);
+        add_neon(out[0] + 24, acc, s06); add_neon(out[0] + 28, acc, s07);
+        add_neon(out[1], acc, s10); add_neon(out[1] + 4, acc, s11); add_neon(out[1] + 8, acc, s12);
+        add_neon(out[1] + 12, acc, s13); add_neon(out[1] + 16, acc, s14); add_neon(out[1] + 20, acc, s15);
+        add_neon(out[1] + 24, acc, s16); add_neon(out[1] + 28, acc, s17);
     }
 }
 #endif

@@ -24,12 +24,16 @@ A64_TESTS  := test_simd_portable $(C_TESTS)
 
 .PHONY: check-simd check-arm64 arm64-tools
 
-# the portable kernels: sim_kernels.c alone, without its vector paths
-$(C_BUILD)/opt/test_simd_portable: tests/c/test_simd.c csrc/sim_kernels.c $(C_RT_HDR)
+# test_simd needs sim_kernels.c only: built with its vector paths, and without them
+$(C_BUILD)/simd/test_simd: tests/c/test_simd.c csrc/sim_kernels.c $(C_RT_HDR)
+	@mkdir -p $(@D)
+	$(C_CC) $(C_FLAGS_opt) tests/c/test_simd.c csrc/sim_kernels.c -o $@ $(C_LIBS)
+
+$(C_BUILD)/simd/test_simd_portable: tests/c/test_simd.c csrc/sim_kernels.c $(C_RT_HDR)
 	@mkdir -p $(@D)
 	$(C_CC) $(C_FLAGS_opt) -DANEC_SIM_SCALAR tests/c/test_simd.c csrc/sim_kernels.c -o $@ $(C_LIBS)
 
-check-simd: $(C_BUILD)/opt/test_simd $(C_BUILD)/opt/test_simd_portable
+check-simd: $(C_BUILD)/simd/test_simd $(C_BUILD)/simd/test_simd_portable
 	@set -e; for t in $^; do $$t; done
 
 arm64-tools:
