@@ -5,22 +5,24 @@
 #                      portable kernels only)
 #   make check-arm64   the runtime (every csrc/*.c) cross-compiled for aarch64 Linux with
 #                      -Wall -Wextra -Werror, then run under qemu-aarch64: the C unit tests
-#                      (mk/c.mk's list: test_simd there checks the NEON paths) and test_simd
-#                      with the portable kernels
+#                      (mk/c.mk's list: test_simd there checks the NEON paths), test_simd
+#                      with the portable kernels, and test_simd built by clang (the compiler
+#                      of macOS, with its own arm_neon.h and contraction default)
 #
-# check-arm64 needs gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-user (Debian
-# packages; .ci/run installs them): without them it stops with an error naming them.
-# These targets check bits only: a time measured under qemu says nothing about a device.
+# check-arm64 needs clang, gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-user
+# (Debian packages; .ci/run installs them): without them it stops with an error naming them.
+# These targets check bits only: a time measured under qemu says nothing about arm64 speed.
 # Included from the top Makefile after mk/c.mk, whose source and test lists it uses.
 
 A64_CC     ?= aarch64-linux-gnu-gcc
+A64_CLANG  ?= clang --target=aarch64-linux-gnu
 A64_QEMU   ?= qemu-aarch64
 A64_ROOT   ?= /usr/aarch64-linux-gnu
 A64_BUILD  ?= build/arm64
 A64_PKGS   := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 A64_FLAGS  := $(C_WARN) -O2 $(C_DEFS) $(C_INC)
 A64_OBJ    := $(patsubst csrc/%.c,$(A64_BUILD)/obj/%.o,$(C_RT_SRC))
-A64_TESTS  := test_simd_portable $(C_TESTS)
+A64_TESTS  := test_simd_portable test_simd_clang $(C_TESTS)
 
 .PHONY: check-simd check-arm64 arm64-tools
 
@@ -37,8 +39,8 @@ check-simd: $(C_BUILD)/simd/test_simd $(C_BUILD)/simd/test_simd_portable
 	@set -e; for t in $^; do $$t; done
 
 arm64-tools:
-	@for t in $(A64_CC) $(A64_QEMU); do command -v $$t >/dev/null 2>&1 || { \
-		echo "check-arm64: $$t not found; install $(A64_PKGS) (Debian: apt-get install $(A64_PKGS))" >&2; exit 1; }; done
+	@for t in $(A64_CC) $(A64_QEMU) $(firstword $(A64_CLANG)); do command -v $$t >/dev/null 2>&1 || { \
+		echo "check-arm64: $$t not found; it needs clang and $(A64_PKGS) (Debian: apt-get install clang $(A64_PKGS))" >&2; exit 1; }; done
 	@test -e $(A64_ROOT)/lib/ld-linux-aarch64.so.1 || { \
 		echo "check-arm64: no aarch64 C library under $(A64_ROOT); install libc6-dev-arm64-cross (or set A64_ROOT)" >&2; exit 1; }
 
@@ -49,6 +51,11 @@ $(A64_BUILD)/obj/%.o: csrc/%.c $(C_RT_HDR) | arm64-tools
 $(A64_BUILD)/test_simd_portable: tests/c/test_simd.c csrc/sim_kernels.c $(C_RT_HDR) | arm64-tools
 	@mkdir -p $(@D)
 	$(A64_CC) $(A64_FLAGS) -DANEC_SIM_SCALAR tests/c/test_simd.c csrc/sim_kernels.c -o $@ $(C_LIBS)
+
+# the product's flags (anec/runtime/_ffi_build.py: -ffp-contract=off)
+$(A64_BUILD)/test_simd_clang: tests/c/test_simd.c csrc/sim_kernels.c $(C_RT_HDR) | arm64-tools
+	@mkdir -p $(@D)
+	$(A64_CLANG) $(A64_FLAGS) -ffp-contract=off tests/c/test_simd.c csrc/sim_kernels.c -o $@ $(C_LIBS)
 
 $(A64_BUILD)/%: tests/c/%.c $(A64_OBJ) $(C_RT_HDR) | arm64-tools
 	$(A64_CC) $(A64_FLAGS) $< $(A64_OBJ) -o $@ $(C_LIBS)
