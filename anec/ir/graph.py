@@ -331,7 +331,7 @@ class Graph:
                 names.append(self.fresh_name(op, exclude=names))
         results = [Value(n, t, None, 0, [], span) for n, t in zip(names, result_types)]
         node = Node(op, list(operands), dict(attrs), results, dict(optional) if optional else {},
-                    span)
+                    span, {})
         if before is None:
             self.add_node(node)
         elif optional or len(results) != 1:
@@ -348,7 +348,8 @@ class Graph:
             r.producer = node
             counts = self._names
             counts[r._name] = counts.get(r._name, 0) + 1
-            self._node_ids.add(id(node))
+            nid = id(node)
+            self._node_ids.add(nid)
             pending = self._before.get(key)
             if pending is None:
                 self._before[key] = [node]
@@ -357,9 +358,12 @@ class Graph:
             self._pending = True
             changes = self._changes
             if changes is not None:
-                changes.nodes[id(node)] = node
-                if not inferred:
-                    changes.typed.discard(id(node))
+                changes.nodes[nid] = node
+                if inferred:
+                    changes.typed.add(nid)
+                else:
+                    changes.typed.discard(nid)
+            return node
         if inferred and self._changes is not None:
             self._changes.typed.add(id(node))
         return node
