@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
 from anec.ir.func_facts import SramReport
 from anec.passes.base import Pass, PassContext
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph
-    from anec.ir.nodes import Node
+    from anec.ir.nodes import Node, Value
     from anec.targets import Target
 
 SRAM_KEYS = ("in_bytes", "out_bytes", "weight_bytes", "live_bytes", "spill")
@@ -48,30 +48,16 @@ def sram_report(graph: "Graph", target: "Target") -> SramReport:
             last_use[key] = steps
     last = steps
 
-    # live bytes per step: a sweep over the [start, end] step interval of each live value
+    # live bytes per step: a sweep over the [start, end] step interval of each live value, in
+    # the same scan as the annotations (every interval reaching step i starts at i or before,
+    # at a node already scanned, so delta[i] is complete when step i is reached)
     delta = [0] * (last + 2)
     if last >= 0:
         for v in graph.inputs:
             end = last if id(v) in outputs else last_use.get(id(v), 0)
             delta[0] += v.type.nbytes
             delta[end + 1] -= v.type.nbytes
-        i = -1
-        for n in nodes:
-            if n.op == "const":
-                for r in n.results:  # resident from its first to its last use
-                    key = id(r)
-                    if key in first:
-                        nbytes = r.type.nbytes
-                        delta[first[key]] += nbytes
-                        delta[(last if key in outputs else last_use[key]) + 1] -= nbytes
-                continue
-            i += 1
-            for r in n.results:
-                key = id(r)
-                nbytes = r.type.nbytes
-                delta[i] += nbytes
-                delta[(last if key in outputs else last_use.get(key, i)) + 1] -= nbytes
-
+    sizes: dict[int, int] = {}  # bytes of each type object (alive: the graph's values hold them)
     spills: list[str] = []
     peak, peak_node = 0, None
     sram_bytes = target.sram_bytes
@@ -81,24 +67,48 @@ def sram_report(graph: "Graph", target: "Target") -> SramReport:
     i = -1
     for n in nodes:
         if n.op == "const":
+            for r in n.results:  # resident from its first to its last use
+                key = id(r)
+                if key in first:
+                    resident = r.type.nbytes
+                    delta[first[key]] += resident
+                    delta[(last if key in outputs else last_use[key]) + 1] -= resident
             if n.annotations:
                 notes_of.append((n, {}))
             if "weight" in n.attrs:
                 weights += n.results[0].type.nbytes
             continue
         i += 1
+        results = n.results
+        out_bytes = 0
+        for r in results:
+            key = id(r)
+            t = r.type
+            nbytes = sizes.get(id(t))
+            if nbytes is None:
+                nbytes = sizes[id(t)] = t.nbytes
+            out_bytes += nbytes
+            delta[i] += nbytes
+            delta[(last if key in outputs else last_use.get(key, i)) + 1] -= nbytes
         here += delta[i]
         in_bytes = weight_bytes = 0
         operands = n.operands if not n.optional else n.inputs()
-        for v in (operands if len(operands) < 2 else {id(v): v for v in operands}.values()):
+        distinct: "Iterable[Value]" = operands  # each operand once (mul(%x, %x) reads %x once)
+        if len(operands) == 2:
+            if operands[0] is operands[1]:
+                distinct = operands[:1]
+        elif len(operands) > 2:
+            distinct = {id(v): v for v in operands}.values()
+        for v in distinct:
+            t = v.type
+            nbytes = sizes.get(id(t))
+            if nbytes is None:
+                nbytes = sizes[id(t)] = t.nbytes
             p = v.producer
             if p is not None and p.op == "const" and "weight" in p.attrs:
-                weight_bytes += v.type.nbytes
+                weight_bytes += nbytes
             else:
-                in_bytes += v.type.nbytes
-        results = n.results
-        out_bytes = results[0].type.nbytes if len(results) == 1 else sum(
-            r.type.nbytes for r in results)
+                in_bytes += nbytes
         notes = {"in_bytes": in_bytes, "out_bytes": out_bytes, "weight_bytes": weight_bytes,
                  "live_bytes": here}
         if here > sram_bytes:

@@ -68,13 +68,18 @@ def check_float_compute(rw: LegalizeRewriter) -> None:
     """
     from anec.ir.types import NUMERIC
 
+    computes: dict[str, bool] = {}  # op -> whether its dtype domain is NUMERIC (int32 admitted)
     for node in rw.graph.nodes:
-        if node.op == "const" or not node.results or rw.settled(node):
+        op = node.op
+        if op == "const" or not node.results or rw.settled(node):
             continue
-        opdef = get_op(node.op)
+        numeric = computes.get(op)
+        if numeric is None:
+            opdef = get_op(op)
+            numeric = computes[op] = DType.int32 in opdef.dtypes and opdef.dtypes == NUMERIC
+        if not numeric or node.results[0].type.dtype.is_float:
+            continue
         t = node.results[0].type
-        if t.dtype.is_float or DType.int32 not in opdef.dtypes or opdef.dtypes != NUMERIC:
-            continue
         rw.reject("ANE-FLOAT-COMPUTE", f"%{node.results[0].name} = {node.op} computes on {t.dtype} "
                   f"({t}); the ANE computes on fp16/fp32 tensors",
                   f"cast the operands to fp16 first, e.g. cast(%{node.operands[0].name}, dtype=fp16), "

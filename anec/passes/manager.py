@@ -18,7 +18,9 @@ After a pass declared ``tracked`` (it edits only through the graph methods,
 which log what they change), the verify after it re-checks only what the
 log lists (:func:`~anec.ir.verifier.verify_changes`): the same errors as a
 full verify, in time proportional to the change. Any other pass is
-followed by a full verify.
+followed by a full verify. Without ``verify_each``, a pipeline of tracked
+passes keeps one log from its first pass to its last, and the check at the
+end re-checks what that log lists.
 """
 
 from __future__ import annotations
@@ -59,27 +61,39 @@ def run_passes(graph: Graph, passes: Sequence[Pass], ctx: PassContext) -> None:
     (or after the last one when ``ctx.verify_each`` is off)."""
     from anec.ir.printer import print_graph  # the text tools load only when IR is printed
 
-    for i, p in enumerate(passes):
-        start = time.perf_counter()
-        # a pipeline run inside a pass on the same graph leaves the outer log alone (and its
-        # passes are verified whole)
-        tracking = ctx.verify_each and p.tracked and graph.changes is None
-        changes = graph.track_changes() if tracking else None
-        try:
-            p.run(graph, ctx)
-        finally:
-            if changes is not None:
-                graph.stop_tracking()
-        ctx.timings.append((graph.name, p.name, time.perf_counter() - start))
-        if ctx.verify_each:
-            _verify_after(graph, ctx, f"pass '{p.name}'", changes=changes)
-        elif i == len(passes) - 1:
-            names = ", ".join(q.name for q in passes)
-            _verify_after(graph, ctx, f"the pipeline ({names})",
-                          "verify_each=True verifies after every pass and names the one at fault")
-        if _wants_dump(ctx, p.name):
-            ctx.printed.append(f"// ----- IR after {p.name} (func {graph.name}) -----\n"
-                               + print_graph(graph))
+    # without verify_each, one log spans the whole pipeline when every pass is tracked: the
+    # check at the end re-checks what any of them changed
+    whole = (not ctx.verify_each and bool(passes) and all(p.tracked for p in passes)
+             and graph.changes is None)
+    log = graph.track_changes() if whole else None
+    try:
+        for i, p in enumerate(passes):
+            start = time.perf_counter()
+            # a pipeline run inside a pass on the same graph leaves the outer log alone (and its
+            # passes are verified whole)
+            tracking = ctx.verify_each and p.tracked and graph.changes is None
+            changes = graph.track_changes() if tracking else None
+            try:
+                p.run(graph, ctx)
+            finally:
+                if changes is not None:
+                    graph.stop_tracking()
+            ctx.timings.append((graph.name, p.name, time.perf_counter() - start))
+            if ctx.verify_each:
+                _verify_after(graph, ctx, f"pass '{p.name}'", changes=changes)
+            elif i == len(passes) - 1:
+                if log is not None:
+                    graph.stop_tracking()
+                names = ", ".join(q.name for q in passes)
+                _verify_after(graph, ctx, f"the pipeline ({names})",
+                              "verify_each=True verifies after every pass and names the one at fault",
+                              changes=log)
+            if _wants_dump(ctx, p.name):
+                ctx.printed.append(f"// ----- IR after {p.name} (func {graph.name}) -----\n"
+                                   + print_graph(graph))
+    finally:
+        if log is not None and graph.changes is log:
+            graph.stop_tracking()
 
 
 def _verify_after(graph: Graph, ctx: PassContext, culprit: str, note: str | None = None,

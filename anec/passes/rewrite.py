@@ -52,6 +52,11 @@ def _infer_plain(op: str, operands: "list[Value]", optional: "dict[str, Value]",
         attrs_key is not None)
 
 
+_SCALAR_TYPES: dict[DType, TensorType] = {}
+"""One rank-0 type object per dtype for :meth:`Rewriter.scalar` (a rewrite makes thousands of
+scalar consts; a shared type is built, hashed and checked once)."""
+
+
 class Handled:
     def __repr__(self) -> str:
         return "HANDLED"
@@ -113,7 +118,10 @@ class Rewriter:
     def scalar(self, value: float, dtype: DType, suffix: str = "c",
                at: "Node | None" = None) -> "Value":
         """Insert a rank-0 ``const(value=...) : dtype[]``."""
-        return self.const_value(value, TensorType(dtype, ()), suffix, at)
+        t = _SCALAR_TYPES.get(dtype)
+        if t is None:
+            t = _SCALAR_TYPES[dtype] = TensorType(dtype, ())
+        return self.const_value(value, t, suffix, at)
 
     def const_weight(self, attrs: dict[str, Any], type: TensorType, suffix: str = "w",
                      at: "Node | None" = None) -> "Value":
