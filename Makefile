@@ -44,9 +44,11 @@ demo: $(VENV)/.core
 	$(ANEC) compile examples/gpt2_mlp.ir --random-weights 0 -o build/demo
 	$(ANEC) run build/demo/mlp --random-inputs 0 --compare-interp
 
+# one pytest-xdist worker per CPU (the test extra installs pytest-xdist); tests/README.md
+# says what keeps a test safe to run beside the others
 test: $(VENV)/.test
 	$(PIP) install -q --no-deps -e .
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider -n auto tests
 
 # ruff's rules and mypy's scope are in pyproject.toml ([tool.ruff], [tool.mypy]); the
 # test extra pins both
