@@ -16,7 +16,7 @@ all: help
 
 help:
 	@echo "make demo      set up .venv, compile and run examples/gpt2_mlp.ir on the simulator"
-	@echo "make test      set up .venv with the test references and run the whole test suite"
+	@echo "make test      set up .venv with the test references and run the whole test suite in parallel"
 	@echo "make lint      ruff over anec/, tests/, benchmarks/, tools/ and mypy (strict on anec/ir/, anec/passes/)"
 	@echo "make check-c   sanitizer (ASan/UBSan) C tests, fuzz smoke run, macOS-target syntax check"
 	@echo "make test-asan the Python runtime tests on the extension built with ASan/UBSan"

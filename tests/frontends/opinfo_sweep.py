@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import math
 import sys
@@ -207,6 +208,12 @@ def opinfo_name(info: Any) -> str:
 
 def swept_opinfos(only: set[str] | None = None) -> list[tuple[str, Any]]:
     """(name, OpInfo) of every float32 OpInfo whose first sample lowers to table ops only."""
+    return list(_swept_opinfos(frozenset(only) if only else None))
+
+
+@functools.lru_cache(maxsize=None)
+def _swept_opinfos(only: frozenset[str] | None) -> tuple[tuple[str, Any], ...]:
+    """:func:`swept_opinfos`, traced once per process (the sweep and its test both ask)."""
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
 
@@ -228,7 +235,7 @@ def swept_opinfos(only: set[str] | None = None) -> list[tuple[str, Any]]:
             continue
         if ops and ops <= mapped:
             picked.append((name, info))
-    return picked
+    return tuple(picked)
 
 
 # ---------------------------------------------------------------------------
@@ -432,7 +439,6 @@ def _cia_ops_computed_once() -> Iterator[None]:
     and every decomposition (0.4 s of the ~1 s an OpInfo sample takes to import here); the
     set does not change while the sweep runs, so it is computed once. Only speed: the
     importer's decompositions are the same."""
-    import functools
     import importlib
 
     names = ("_collect_all_valid_cia_ops", "_collect_all_valid_cia_ops_for_aten_namespace")
