@@ -16,7 +16,7 @@ all: help
 
 help:
 	@echo "make demo      set up .venv, compile and run examples/gpt2_mlp.ir on the simulator"
-	@echo "make test      set up .venv with the test references and run the whole test suite"
+	@echo "make test      set up .venv with the test references and run the whole test suite in parallel"
 	@echo "make lint      ruff over anec/, tests/, benchmarks/, tools/ and mypy (strict on anec/ir/, anec/passes/)"
 	@echo "make check-c   sanitizer (ASan/UBSan) C tests, fuzz smoke run, macOS-target syntax check"
 	@echo "make check-simd the sim's AVX2/F16C paths against its portable kernels, bit for bit"
@@ -46,9 +46,11 @@ demo: $(VENV)/.core
 	$(ANEC) compile examples/gpt2_mlp.ir --random-weights 0 -o build/demo
 	$(ANEC) run build/demo/mlp --random-inputs 0 --compare-interp
 
+# one pytest-xdist worker per CPU (the test extra installs pytest-xdist); tests/README.md
+# says what keeps a test safe to run beside the others
 test: $(VENV)/.test
 	$(PIP) install -q --no-deps -e .
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider -n auto tests
 
 # ruff's rules and mypy's scope are in pyproject.toml ([tool.ruff], [tool.mypy]); the
 # test extra pins both

@@ -147,6 +147,9 @@ def pytest_make_collect_report(collector):
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not session.config.getoption("--record-tolerances"):
         return
+    if hasattr(session.config, "workeroutput"):  # a pytest-xdist worker: the controller writes
+        session.config.workeroutput["tolerances"] = tolerances.observed()
+        return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if exitstatus != 0:  # a failed check must not become the recorded baseline
         message = f"tests failed: {tolerances.RECORD_FILE.name} left unchanged"
@@ -154,6 +157,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         message = f"recorded {tolerances.write_record()} numeric checks in {tolerances.RECORD_FILE}"
     if reporter is not None:
         reporter.write_line(message)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist: fold a finished worker's recorded checks into the controller's."""
+    if node.config.getoption("--record-tolerances"):
+        tolerances.merge_observed(getattr(node, "workeroutput", {}).get("tolerances", {}))
 
 
 @pytest.fixture

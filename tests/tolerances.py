@@ -49,6 +49,8 @@ _observed: dict[str, dict] = {}
 """check -> {"ulps": allowed, "worst_ulps": .., "max_abs_error": ..} of this session."""
 _recording = False
 _recorded: dict[str, dict] | None = None
+_COMBINE = {"worst_ulps": max, "max_abs_error": max, "worst_cosine": min}
+"""How two observations of a check's measured values combine; its other keys are allowed errors."""
 
 
 def ulp16(x) -> np.ndarray:
@@ -169,6 +171,25 @@ def _note(check: str, allowed: dict, worst: dict) -> None:
                 f"(observed {shown}); a changed tolerance must be re-recorded: {RECORD_COMMAND}")
 
 
+def observed() -> dict[str, dict]:
+    """This session's checks: what a pytest-xdist worker hands back to the controlling process."""
+    return _observed
+
+
+def merge_observed(other: dict[str, dict]) -> None:
+    """Fold the checks another process observed (a pytest-xdist worker's) into this session's."""
+    for check, theirs in other.items():
+        mine = _observed.get(check)
+        if mine is None:
+            _observed[check] = dict(theirs)
+            continue
+        for k, v in theirs.items():
+            if k in _COMBINE:
+                mine[k] = _COMBINE[k](mine[k], v)
+            else:
+                assert mine[k] == v, f"check {check!r} is used with two tolerances: {k}={mine[k]} and {v}"
+
+
 def _rounded(key: str, x: float) -> float:
     """Observed values with few digits (stable diffs); cosines keep 7 decimals; tolerances as given."""
     if key == "worst_cosine":
@@ -215,5 +236,5 @@ def assert_cosine(got, ref, check: str, min_cosine: float, what: str = "") -> fl
     return c
 
 
-__all__ = ["RECORD_FILE", "assert_close", "assert_cosine", "check_close", "cosine", "error_ulps", "ulp16",
-           "ulp32", "write_record"]
+__all__ = ["RECORD_FILE", "assert_close", "assert_cosine", "check_close", "cosine", "error_ulps", "merge_observed",
+           "observed", "ulp16", "ulp32", "write_record"]

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import math
 import sys
@@ -166,12 +167,33 @@ def traced_ops(fn: Any, args: tuple, kwargs: dict, mapped: set[str], decomp: dic
     return mode.ops
 
 
+@contextlib.contextmanager
+def _no_test_fn_lookup() -> Iterator[None]:
+    """torch's OpInfo samples look for the running unittest.TestCase method (to key their seed
+    and a debugging record) by ``inspect.stack()``, which under pytest costs ~0.15 s a call:
+    most of the sweep's time. No frame of a pytest function or of this script holds a
+    TestCase, so the lookup finds nothing either way; answering None at once is only speed:
+    the samples and their seeds are the same."""
+    import importlib
+
+    mods = [importlib.import_module(m) for m in ("torch.testing._internal.common_utils",
+                                                 "torch.testing._internal.opinfo.core")]
+    saved = [(m, m.extract_test_fn) for m in mods if hasattr(m, "extract_test_fn")]
+    for m, _ in saved:
+        m.extract_test_fn = lambda: None
+    try:
+        yield
+    finally:
+        for m, orig in saved:
+            m.extract_test_fn = orig
+
+
 def _samples(info: Any, n: int) -> list:
     import torch
 
     torch.manual_seed(0)
     out = []
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _no_test_fn_lookup():
         warnings.simplefilter("ignore")
         for s in info.sample_inputs("cpu", torch.float32, requires_grad=False):
             out.append(s)
@@ -186,6 +208,12 @@ def opinfo_name(info: Any) -> str:
 
 def swept_opinfos(only: set[str] | None = None) -> list[tuple[str, Any]]:
     """(name, OpInfo) of every float32 OpInfo whose first sample lowers to table ops only."""
+    return list(_swept_opinfos(frozenset(only) if only else None))
+
+
+@functools.lru_cache(maxsize=None)
+def _swept_opinfos(only: frozenset[str] | None) -> tuple[tuple[str, Any], ...]:
+    """:func:`swept_opinfos`, traced once per process (the sweep and its test both ask)."""
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
 
@@ -207,7 +235,7 @@ def swept_opinfos(only: set[str] | None = None) -> list[tuple[str, Any]]:
             continue
         if ops and ops <= mapped:
             picked.append((name, info))
-    return picked
+    return tuple(picked)
 
 
 # ---------------------------------------------------------------------------
@@ -411,7 +439,6 @@ def _cia_ops_computed_once() -> Iterator[None]:
     and every decomposition (0.4 s of the ~1 s an OpInfo sample takes to import here); the
     set does not change while the sweep runs, so it is computed once. Only speed: the
     importer's decompositions are the same."""
-    import functools
     import importlib
 
     names = ("_collect_all_valid_cia_ops", "_collect_all_valid_cia_ops_for_aten_namespace")
