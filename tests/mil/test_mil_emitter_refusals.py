@@ -170,7 +170,7 @@ def test_refusal_word_for_word(case):
 # ---- an op row that is not finished: the emitter names what is missing -------------------
 
 def _row(name, lowering, n_results=1):
-    """A throwaway unary op row (as tests/ir_core/test_core_op_table.py adds them)."""
+    """A throwaway unary op row (as tests/ir/test_core_op_table.py adds them)."""
     def infer(operands, optional, attrs):
         return [operands[0]] * n_results
 

@@ -15,7 +15,7 @@ from anec.compiler import compile_module
 from anec.diagnostics import ArtifactError
 from anec.ir.parser import parse
 from anec.mil.manifest import MAX_BYTES, validate_manifest
-from tests.security.hostile import FFN
+from tests.runtime.hostile import FFN
 
 WHERE = "out/ffn/manifest.json"
 HINT = "the artifact is damaged or was not written by anec; recompile it"

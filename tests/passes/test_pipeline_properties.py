@@ -21,7 +21,7 @@ from anec.passes.annotate_sram import AnnotateSram
 from anec.targets import get_target
 from anec.ir.weight_binding import random_weights
 
-from ir_text.strategies import graphs  # tests/ is on sys.path (rootdir-relative packages)
+from tests.ir.strategies import graphs  # tests/ is on sys.path (rootdir-relative packages)
 from .ane_strategies import ane_programs
 from .passes_util import compare
 

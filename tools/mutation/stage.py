@@ -27,23 +27,24 @@ SKIP = {"__pycache__", ".hypothesis", ".pytest_cache"}
 SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "interp": (
         ("anec/ir/interp.py",),
-        ("tests/ir_core", "tests/passes/test_pipeline_properties.py", "tests/acceptance/test_acc_passes.py",
+        ("tests/ir", "tests/passes/test_pipeline_properties.py", "tests/acceptance/test_acc_passes.py",
          "tests/runtime/test_rt_every_op.py", "tests/runtime/test_rt_differential.py"),
     ),
     "passes": (
         ("anec/passes/*",),
-        ("tests/passes", "tests/acceptance", "tests/mil", "tests/ir_core/test_core_cli_ir_tools.py",
+        ("tests/passes", "tests/acceptance", "tests/mil", "tests/ir/test_core_cli_ir_tools.py",
          "tests/runtime/test_rt_every_op.py", "tests/runtime/test_rt_differential.py"),
     ),
     "mil": (
         ("anec/mil/*",),
-        ("tests/mil", "tests/security", "tests/acceptance", "tests/passes",
+        ("tests/mil", "tests/runtime/test_hostile_artifacts.py", "tests/runtime/test_mutations.py",
+         "tests/fsutil", "tests/acceptance", "tests/passes",
          "tests/runtime/test_rt_every_op.py", "tests/runtime/test_rt_pipeline.py",
          "tests/runtime/test_rt_weight_inputs.py", "tests/runtime/test_rt_reload.py",
          # 75 s of the 95 s a survivor of the artifact writer would spend: killing compiles at
          # random points, and concurrent compiles. They stay in `make test`; the file's other
          # tests (whole replace, keep-funcs, a failed write, stale temporaries) stay here.
-         *(f"--deselect=tests/security/test_output_atomic.py::{t}" for t in (
+         *(f"--deselect=tests/mil/test_output_atomic.py::{t}" for t in (
              "test_kill_at_random_points_never_leaves_a_partial_output",
              "test_concurrent_compiles_take_turns_and_readers_see_whole_outputs"))),
     ),

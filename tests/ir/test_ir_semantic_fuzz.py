@@ -22,7 +22,7 @@ the whole pipeline down to MIL text.
 
 The default run draws 300 inputs; for the long run (10,000 inputs, a few minutes)::
 
-    ANEC_FUZZ_EXAMPLES=10000 .venv/bin/python -m pytest -q tests/ir_text/test_ir_semantic_fuzz.py
+    ANEC_FUZZ_EXAMPLES=10000 .venv/bin/python -m pytest -q tests/ir/test_ir_semantic_fuzz.py
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Fuzzing anec's ``.pt2`` reader: genuine ``torch.export.save`` archives with bytes flipped,
 members renamed, central directory fields (sizes, flags, method) edited, JSON values
 replaced, or the file cut, go through ``load_pt2`` under the code guard of
-tests/security/pt2_corpus.py. Every outcome is a program or a ``TorchImportError``, never
+tests/frontends/pt2_corpus.py. Every outcome is a program or a ``TorchImportError``, never
 another exception, never a guard trip, within a time bound.
 
 The number of inputs per test is ANEC_FUZZ_EXAMPLES (default 40); the long run::
 
-    ANEC_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest tests/security/test_pt2_fuzz.py -q
+    ANEC_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest tests/frontends/test_pt2_fuzz.py -q
 """
 
 from __future__ import annotations

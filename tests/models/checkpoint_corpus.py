@@ -16,7 +16,7 @@ adapters with a NaN alpha, a zero rank, or tensors for layers and modules the
 model lacks. Every case names the error (a regex naming the file and the field)
 that loading it must raise, or None for the valid ones.
 
-Run ``python -m tests.security.checkpoint_corpus DIR`` to write the corpus to
+Run ``python -m tests.models.checkpoint_corpus DIR`` to write the corpus to
 DIR and list it.
 """
 

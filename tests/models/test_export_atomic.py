@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from anec.cli import main
-from tests.security.hostile import go, ready_child, small_tmpfs
+from tests.runtime.hostile import go, ready_child, small_tmpfs
 from tests.training.conftest import corpus, gpt2_ckpt  # noqa: F401 - fixtures
 
 KILL_TRIALS = int(os.environ.get("ANEC_KILL_TRIALS", "4"))

@@ -1,4 +1,4 @@
-"""Hostile checkpoint folders: every case of the corpus (tests/security/checkpoint_corpus.py) is
+"""Hostile checkpoint folders: every case of the corpus (tests/models/checkpoint_corpus.py) is
 refused with its expected error, naming the file and the field, through the Python API that
 ``anec generate`` / ``anec embed`` use (in-process, under an audit hook: nothing outside the
 folder is opened) and, for a representative subset, through the CLI in subprocesses (exit 1,
@@ -19,7 +19,7 @@ import pytest
 from anec.diagnostics import AnecError
 
 from .checkpoint_corpus import SECRET, Case, build_corpus
-from .hostile import Hang, child_env, opens_outside, watched
+from tests.runtime.hostile import Hang, child_env, opens_outside, watched
 
 HANG_SECONDS = 20
 CLI_SECONDS = 120

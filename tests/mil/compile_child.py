@@ -1,7 +1,7 @@
 """A compile that waits for a go: the kill tests start it, let it import and parse, then
 kill it at a chosen moment of the compile itself.
 
-    python tests/security/compile_child.py MODEL.ir OUT SEED
+    python tests/mil/compile_child.py MODEL.ir OUT SEED
     (prints "ready", compiles when a line arrives on stdin, prints "done")
 """
 

@@ -3,7 +3,7 @@
 Whatever parses also prints, re-parses to the same module, and formats to a
 fixed point. The default run checks a few thousand inputs; for a longer run::
 
-    ANEC_FUZZ_EXAMPLES=100000 pytest -q tests/ir_text/test_ir_fuzz.py
+    ANEC_FUZZ_EXAMPLES=100000 pytest -q tests/ir/test_ir_fuzz.py
 """
 
 from __future__ import annotations

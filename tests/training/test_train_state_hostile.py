@@ -28,7 +28,7 @@ import pytest
 from click.testing import CliRunner
 
 from anec.cli import main
-from tests.security.hostile import go, ready_child, small_tmpfs, watched
+from tests.runtime.hostile import go, ready_child, small_tmpfs, watched
 from tests.training.conftest import corpus, gpt2_ckpt  # noqa: F401 - fixtures
 
 HANG_SECONDS = 20

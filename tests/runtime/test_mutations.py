@@ -4,7 +4,7 @@ running it (the runtime and ``anec run``) ends in success or an AnecError, never
 The number of inputs per test is ANEC_FUZZ_EXAMPLES (default 150); the documented long
 run takes 10,000 each (about 20 minutes on 2 cores)::
 
-    ANEC_FUZZ_EXAMPLES=10000 .venv/bin/python -m pytest tests/security/test_mutations.py -q
+    ANEC_FUZZ_EXAMPLES=10000 .venv/bin/python -m pytest tests/runtime/test_mutations.py -q
 """
 
 from __future__ import annotations

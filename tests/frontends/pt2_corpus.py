@@ -12,7 +12,7 @@ sizes), damaged zips, FIFOs, devices, directories, a 2 GiB sparse file, malforme
 hostile JSON (10^5 levels, huge numbers, symbolic shapes and guards that torch evaluates).
 Every case names the error anec must report and the exit code of ``anec import``.
 
-Run ``python -m tests.security.pt2_corpus DIR`` to write the corpus to DIR and list it.
+Run ``python -m tests.frontends.pt2_corpus DIR`` to write the corpus to DIR and list it.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ accepts that differs from a complete compile.
 The kill test runs ANEC_KILL_TRIALS compiles (default 12); the documented long run takes 100
 (about 6 minutes on 2 cores)::
 
-    ANEC_KILL_TRIALS=100 .venv/bin/python -m pytest tests/security/test_output_atomic.py -q -k kill -s
+    ANEC_KILL_TRIALS=100 .venv/bin/python -m pytest tests/mil/test_output_atomic.py -q -k kill -s
 """
 
 from __future__ import annotations

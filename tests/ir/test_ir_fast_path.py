@@ -36,7 +36,7 @@ from .test_ir_semantic_fuzz import broken_programs
 ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted(
     [*(ROOT / "examples").glob("*.ir"), *(ROOT / "tests/acceptance/ir").glob("*.ir"),
-     *(ROOT / "tests/ir_text/errors").glob("*.ir")]
+     *(ROOT / "tests/ir/errors").glob("*.ir")]
 )
 SETTINGS = settings(max_examples=150, deadline=None, database=None,
                     suppress_health_check=list(HealthCheck))

@@ -1,4 +1,4 @@
-"""Hostile artifacts: every case of the corpus (tests/security/hostile.py) is refused with its
+"""Hostile artifacts: every case of the corpus (tests/runtime/hostile.py) is refused with its
 expected error, through the runtime and through ``anec run``: no traceback, no hang, and
 nothing outside the artifact opened (an audit hook watches the Python side; strace, when
 the machine has it, watches the whole process, C runtime included)."""

@@ -1,6 +1,6 @@
 """Load every case of a hostile corpus in one process (run under strace by the tests).
 
-    python tests/security/load_corpus.py CASES.json RESULTS.json
+    python tests/runtime/load_corpus.py CASES.json RESULTS.json
 
 CASES.json is a list of {"name", "path", "func"}; RESULTS.json gets, per case,
 the error message (or null when the artifact loaded and ran) and whether

@@ -10,7 +10,7 @@ the manifest and must be refused by the C runtime, and damaged compile
 outputs (func links, a bad output index, temporary directories). Every case
 names the error the runtime must raise.
 
-Run ``python -m tests.security.hostile DIR`` to write the corpus to DIR and
+Run ``python -m tests.runtime.hostile DIR`` to write the corpus to DIR and
 list it.
 """
 

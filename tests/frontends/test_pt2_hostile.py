@@ -1,4 +1,4 @@
-"""Hostile ``.pt2`` files: every case of tests/security/pt2_corpus.py is refused by
+"""Hostile ``.pt2`` files: every case of tests/frontends/pt2_corpus.py is refused by
 ``load_pt2`` with its expected error, while torch's loader is guarded (no unpickling, no
 shared library, no ``eval``/``exec`` of shape expressions or guards, no process) and no
 payload's marker file appears; a handful run through ``anec import`` in a subprocess under

@@ -5,7 +5,7 @@ exception. Successes are checked too: a header that parses gives arrays of its s
 
 The number of inputs per test is ANEC_FUZZ_EXAMPLES (default 150)::
 
-    ANEC_FUZZ_EXAMPLES=10000 .venv/bin/python -m pytest tests/security/test_checkpoint_fuzz.py -q
+    ANEC_FUZZ_EXAMPLES=10000 .venv/bin/python -m pytest tests/models/test_checkpoint_fuzz.py -q
 """
 
 from __future__ import annotations
