@@ -161,8 +161,8 @@ class ProgramCache:
                                 compress_form=self.compress_form,
                                 compile_budget=left if isinstance(left, int) and left >= 0 else None)
         for art in result.artifacts.values():
-            for a in (art, *getattr(art, "stages", ())):
-                self.compression.extend(a.manifest.get("compression", ()))
+            for a in getattr(art, "stages", [art]):  # a pipeline's stages record their own
+                self.compression.extend(a.manifest.compression)
         return result
 
     def stats(self) -> dict[str, Any]:

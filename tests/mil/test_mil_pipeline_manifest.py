@@ -26,7 +26,7 @@ def compiled():
 
 @pytest.fixture(scope="module")
 def manifest(compiled):
-    return compiled[0].artifacts["f"].manifest
+    return compiled[0].artifacts["f"].manifest.document
 
 
 def test_stages_record_where_they_start_and_end_in_the_source_and_their_wiring(manifest):
@@ -163,7 +163,7 @@ def test_host_casts_and_logical_inputs_are_the_funcs_as_in_one_program():
     piped = compile_io().artifacts["h"]
     whole = compile_io(TARGET.replace(fp32_io=False, max_blob_tensors=64)).artifacts["h"]
     assert isinstance(piped, PipelineArtifact) and len(piped.stages) == 2
-    m, one = piped.manifest, whole.manifest
+    m, one = piped.manifest.document, whole.manifest.document
     assert m["host_casts"] == one["host_casts"] == [
         {"name": "x", "kind": "input", "host_dtype": "fp32", "program_dtype": "fp16"}]
     # the caller passes b as [8, 16]; the program reads it as [1, 8, 1, 16]

@@ -41,7 +41,7 @@ def _setup():
     m = parse(VIEWS, "sv.ir")
     s0, s1 = _weights(0), _weights(1)
     art = compile_module(m, weights=s0, weights_as_inputs=["all"]).artifacts["sv"]
-    assert len(art.manifest["weight_inputs"]) == 4
+    assert len(art.manifest.document["weight_inputs"]) == 4
     return m, s0, s1, art
 
 
