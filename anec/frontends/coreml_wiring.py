@@ -87,7 +87,7 @@ def _read_wiring(man: "PipelineManifest", stages: list[Any]) -> Wiring:
         raise bad(f"outputs_from names {sorted(out_of)}, the func's outputs are {sorted(func_out)}")
     for name in func_out:
         src = out_of[name]
-        key = (int(src.stage), str(src.output))  # type: ignore[arg-type] - checked at load
+        key = (int(src.stage), str(src.output))  # type: ignore[arg-type]  # checked at load
         if key in holder:
             raise bad(f"func outputs '{holder[key]}' and '{name}' both come from stage {key[0]} {key[1]}")
         holder[key] = name
@@ -123,7 +123,7 @@ def _read_wiring(man: "PipelineManifest", stages: list[Any]) -> Wiring:
                 have, fixed[i.name] = func_in[src[1]], src[1]
                 what = f"func input '{src[1]}'"
             else:
-                src = ("stage", int(f.stage), str(f.output))  # type: ignore[arg-type] - checked at load
+                src = ("stage", int(f.stage), str(f.output))  # type: ignore[arg-type]  # checked at load
                 j, out = src[1], src[2]
                 if not 0 <= j < k or out not in stage_out[j]:
                     raise bad(f"{where} input {i.name}: stage {j} has no output '{out}' before stage {k}")
@@ -142,7 +142,7 @@ def _read_wiring(man: "PipelineManifest", stages: list[Any]) -> Wiring:
     outputs = []
     for e in man.outputs:
         name = str(e.name)
-        k, out = int(out_of[name].stage), str(out_of[name].output)  # type: ignore[arg-type] - checked at load
+        k, out = int(out_of[name].stage), str(out_of[name].output)  # type: ignore[arg-type]  # checked at load
         if not 0 <= k < len(stages) or out not in stage_out[k]:
             raise bad(f"outputs_from.{name}: stage {k} has no output '{out}'")
         if stage_out[k][out] != sig(e):

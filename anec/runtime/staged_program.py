@@ -146,7 +146,7 @@ class PipelineProgram(Program):
                  art: "PipelineArtifact") -> None:
         self.runtime = runtime
         self._native = stages
-        self.manifest = manifest  # type: ignore[assignment] - read as a program's where they agree
+        self.manifest = manifest  # type: ignore[assignment]  # read as a program's where they agree
         self.artifact = art
         self.name = manifest.func
         self.inputs = _specs(manifest.inputs, manifest.logical_inputs)

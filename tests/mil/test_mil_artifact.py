@@ -21,6 +21,7 @@ from anec.mil.artifact import Artifact, alloc_bytes
 from anec.mil.blobfile import BlobReader
 from anec.mil.emitter import emit_mil
 from anec.mil.json_format import format_json
+from anec.mil.manifest_types import IOEntry
 from anec.passes.base import PassContext
 from anec.passes.emit_mil import EmitMil
 from anec.targets import get_target
@@ -54,6 +55,36 @@ def test_manifest_io_and_bindings():
     assert m["limits"]["min_surface_bytes"] == 49152 and m["limits"]["allow_fp32_io"] is True
     assert m["mil"] == {"file": "model.mil", "sha256": sha256(build(g).mil_text), "dialect": "ios18"}
     assert m["weights"] == [] and m["rewrites"] == [] and m["host_casts"] == []
+
+
+def test_the_manifest_is_read_as_typed_objects(tmp_path):
+    """Artifact.load types the manifest once (parse_manifest): every entry by attribute, JSON
+    arrays as tuples, unknown keys ignored, and equal to what the compile built."""
+    art = build(small_mlp())
+    d = art.write(tmp_path / "a")
+    doc = json.loads((d / "manifest.json").read_text())
+    (d / "manifest.json").write_text(json.dumps({**doc, "from_a_newer_anec": {"x": 1}}))
+    m = Artifact.load(d).manifest
+    assert m == art.manifest and m.document["from_a_newer_anec"] == {"x": 1}
+    assert (m.func, m.target, m.mil.file, m.mil.dialect) == ("mlp", "m4", "model.mil", "ios18")
+    assert m.inputs[0] == IOEntry("x", "fp32", (1, 8, 1, 4), 0, 128)
+    w1 = m.weights[0]
+    assert (w1.key, w1.file, w1.offset, w1.shape, w1.perm, w1.part) == ("l0.w1", "weights/w1.bin", 64,
+                                                                        (16, 8, 1, 1), None, None)
+    assert w1.mil_path == "@model_path/weights/w1.bin" and w1.sha256 == doc["weights"][0]["sha256"]
+    assert m.limits is not None and m.limits.given() == doc["limits"]
+    assert m.sram is None and doc["sram"] is None  # built without annotate-sram
+
+
+def test_a_typed_manifest_changed_apart_from_its_document_is_never_written(tmp_path):
+    """The writer writes a manifest's JSON document: a typed manifest changed without it
+    (dataclasses.replace) would be written as something else, so files() refuses it."""
+    art = build(small_mlp())
+    art.manifest = dataclasses.replace(art.manifest, weights=art.manifest.weights[:1])
+    with pytest.raises(ArtifactError) as e:
+        art.write(tmp_path / "a")
+    assert e.value.message == "the manifest of 'mlp' differs from the JSON document it would be written as"
+    assert not (tmp_path / "a").exists()
 
 
 @pytest.mark.constraint("ANE-UNIFORM-SURFACES", "ANE-MIN-SURFACE", "ANE-SURFACE-ALIGN")
