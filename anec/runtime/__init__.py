@@ -264,7 +264,7 @@ class Runtime(NativeOwner):
         from anec.mil.manifest_types import Manifest
 
         if manifest is not None and not isinstance(manifest, Manifest):
-            manifest = Manifest.of(dict(manifest))
+            manifest = Manifest.of({"func": "main", **manifest})
         self._check_open()
         data = mil.encode("utf-8") if isinstance(mil, str) else bytes(mil)
         nprog = self._native.compile(data, {k: bytes(v) for k, v in (blobs or {}).items()},

@@ -116,7 +116,7 @@ def test_compressed_check_fails_when_a_form_decompresses_wrong(monkeypatch: pyte
 
     def off(parts):
         d = real(parts)
-        linear = parts[0][0]["part"]["format"] == "int8"
+        linear = parts[0][0].part.format == "int8"
         return (d.astype(np.float32) * 1.1).astype(np.float16) if linear else d
 
     monkeypatch.setattr(artifact, "decompress_parts", off)
