@@ -19,6 +19,8 @@ help:
 	@echo "make test      set up .venv with the test references and run the whole test suite"
 	@echo "make lint      ruff over anec/, tests/, benchmarks/, tools/ and mypy (strict on anec/ir/, anec/passes/)"
 	@echo "make check-c   sanitizer (ASan/UBSan) C tests, fuzz smoke run, macOS-target syntax check"
+	@echo "make check-simd the sim's AVX2/F16C paths against its portable kernels, bit for bit"
+	@echo "make check-arm64 the runtime built for aarch64 and its C tests (NEON paths) under qemu-user"
 	@echo "make test-asan the Python runtime tests on the extension built with ASan/UBSan"
 	@echo "make fuzz      longer libFuzzer runs (MIL parser, BLOBFILE reader, manifest path; FUZZ_RUNS=N)"
 	@echo "make bench     run the benchmarks (results in benchmarks/results/)"
@@ -76,5 +78,6 @@ distclean: clean
 -include mk/ane.mk
 -include mk/asan.mk
 -include mk/mutate.mk
+-include mk/simd.mk
 
 check-c: c-asan fuzz-smoke ane-protocol-test ane-macos-syntax

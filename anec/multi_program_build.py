@@ -108,6 +108,8 @@ def build_multi_program(graph: Graph, plan: Plan, target: Target, weights: Mappi
     inputs = io_entries(graph.inputs)
     outputs = io_entries(graph.outputs, of)
     sizes = [e.bytes for a in stages for e in [*a.manifest.inputs, *a.manifest.outputs]]
+    for entry, size in zip(entries, stage_surfaces(stages, entries, target)):
+        entry["surface_bytes"] = size
     input_blobs, input_entries = build_weight_inputs(graph, weights)
     manifest = {
         "format": FORMAT,
@@ -132,6 +134,42 @@ def build_multi_program(graph: Graph, plan: Plan, target: Target, weights: Mappi
     ir_text = _program_ir(graph, blob_of)
     manifest["program_ir"] = {"file": PROGRAM_IR_FILE, "sha256": sha256(ir_text)}
     return PipelineArtifact(graph.name, stages, PipelineManifest.of(manifest), ir_text, input_blobs)
+
+
+SURFACE_SLACK = 2
+"""How much larger than its own largest tensor a stage's surfaces may be made so that a
+neighbour's output surface binds to its input with no copy."""
+
+
+def stage_surfaces(stages: list[Artifact], entries: list[dict], target: Target) -> list[int]:
+    """The surface size of every stage (one per program: ANE-UNIFORM-SURFACES).
+
+    Each stage needs its own largest tensor (:func:`alloc_bytes`); a stage output feeds the
+    next stage with no copy only when the two have the same size. Stages joined by an edge
+    share one size when it stays within ``SURFACE_SLACK`` times every member's own need, so
+    similar layers keep their zero-copy edges while a stage with large inputs (weights as
+    inputs, a KV cache, the LM head's logits) no longer inflates every other surface; an
+    edge between two sizes is a copy of its packed bytes."""
+    need = [alloc_bytes([e.bytes for e in (*a.manifest.inputs, *a.manifest.outputs)], target)
+            for a in stages]
+    parent = list(range(len(stages)))
+    lo, hi = list(need), list(need)  # per group root: the smallest and largest need
+
+    def root(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for k, entry in enumerate(entries):
+        for e in entry["inputs"]:
+            if "stage" not in e["from"]:
+                continue
+            a, b = root(e["from"]["stage"]), root(k)
+            if a != b and max(hi[a], hi[b]) <= SURFACE_SLACK * min(lo[a], lo[b]):
+                parent[b] = a
+                lo[a], hi[a] = min(lo[a], lo[b]), max(hi[a], hi[b])
+    return [hi[root(k)] for k in range(len(stages))]
 
 
 def _share_groups(graph: Graph, plan: Plan, built: list, target: Target,

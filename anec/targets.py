@@ -59,10 +59,12 @@ class Target:
     """How concat is compiled (ANE-CONCAT, contested): ``"rewrite"`` (partial convs, else an
     error; the conservative reading and every profile's default) or ``"native"`` (a MIL
     concat: chosen with ``--concat native``, or from this Mac's selftest verdict)."""
-    streamed_weights: tuple[str, ...] = ("lut", "int8")
+    streamed_weights: tuple[str, ...] = ("lut", "int8", "sparse")
     """Compressed weight kinds the chip is reported to read natively (stream) rather than
     decompress at load (ANE-COMPRESSED-STREAMING): ``lut`` (constexpr_lut_to_dense),
-    ``int8`` (8-bit linear as constexpr_affine_dequantize), ``blockwise``
+    ``int8`` (8-bit linear as constexpr_affine_dequantize), ``sparse``
+    (constexpr_sparse_to_dense; ANE-COMPRESSED-SPARSE), ``sparse-joint`` (sparse int8/LUT
+    values through an iOS18 sparse-to-sparse op; on no profile), ``blockwise``
     (constexpr_blockwise_shift_scale: 4-bit and per-block linear; on no profile, as it is
     reported dequantized in the program). ``--compress auto`` picks from these; a format
     outside them still compiles, with a warning (a smaller file, no bandwidth saved)."""
@@ -184,14 +186,14 @@ _CONCAT = (
     "finds it accepted and correct (anec compile --concat)"
 )
 _STREAMED = (
-    "reported: ANEForge's per-family table (A14/M2 and later stream int4-LUT and int8); maderix's "
+    "reported: ANEForge's per-family table (A14/M2 and later stream int4-LUT, int8 and sparse); maderix's "
     "ane_int8_bench runs constexpr_affine_dequantize int8 weights on M4 at 1.85-1.88x fp16 (W8A8, "
     "activations int8 too, so weight streaming alone is not isolated); LUT widths other than 4 bits "
     "are a hypothesis"
 )
 _STREAMED_M1 = (
     "reported: ANEForge's per-family table: A13 (M1) streams int4-LUT (2.37x measured there) and "
-    "folds int8 (decompressed at load: a smaller file, no bandwidth saved)"
+    "sparse, and folds int8 (decompressed at load: a smaller file, no bandwidth saved)"
 )
 _INT8_FORM = (
     "demonstrated: maderix's ane_int8_bench compiles and runs conv weights written as "
@@ -246,7 +248,7 @@ _M2 = _derive(
 TARGETS: dict[str, Target] = {t.name: t for t in (
     _derive(_M2, "m1", {"fp32_io": _FP32_IO_M1, "one_file_per_weight": _ONE_FILE_M1,
                         "streamed_weights": _STREAMED_M1},
-            one_file_per_weight=True, streamed_weights=("lut",)),
+            one_file_per_weight=True, streamed_weights=("lut", "sparse")),
     _M2,
     _derive(_M4, "m3", {**_AS_M4, "max_conv_out_channels": _CHANNELS_M3}),
     _M4,

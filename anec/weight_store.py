@@ -210,7 +210,8 @@ def _short(value: Any, limit: int = 60) -> str:
 
 class SafetensorsFile:
     """A ``.safetensors`` file over a private memory map: ``keys()``, ``shape(key)``,
-    ``dtype(key)``, ``view(key)``, ``get(key)``.
+    ``dtype(key)``, ``view(key)``, ``get(key)``, ``stored(key)``, ``rows(key, index)``,
+    ``drop_pages(key)``.
 
     The one reader of safetensors files in anec: every header is checked by
     :func:`read_safetensors_header` (each tensor's bytes lie inside the data section,
@@ -288,6 +289,40 @@ class SafetensorsFile:
         if e.dtype not in ST_NUMPY:
             raise WeightError(f"tensor '{key}' in {self.path} has unsupported dtype {e.dtype}")
         return np.array(self.view(key))
+
+
+    def stored(self, key: str) -> np.ndarray:
+        """The tensor ``key`` without a copy where numpy holds its dtype (:meth:`view`); BF16
+        widened into a new fp32 array (:meth:`get`)."""
+        return self.get(key) if self.header.tensors[key].dtype == "BF16" else self.view(key)
+
+    def rows(self, key: str, index: Any) -> np.ndarray:
+        """Rows ``index`` of the tensor's first axis as a new fp32 array (BF16 widened): only
+        those rows' pages are read (an embedding lookup that never maps the whole table)."""
+        e = self.header.tensors[key]
+        if e.dtype != "BF16":
+            return np.asarray(self.view(key)[index], np.float32)
+        if self._map is None or e.stop == e.start:
+            return np.zeros(e.shape, np.float32)[index]
+        raw = np.frombuffer(self._map, dtype="<u2", count=(e.stop - e.start) // 2,
+                            offset=self.header.base + e.start).reshape(e.shape)[index]
+        return (raw.astype(np.uint32) << 16).view(np.float32)
+
+    def drop_pages(self, key: str) -> None:
+        """Give the pages of tensor ``key`` back to the kernel (``MADV_DONTNEED``): a streaming
+        reader's resident memory then stays near one tensor, not the file. The views stay
+        valid: a later read maps the pages from the file again. For readers only: a value
+        written through a view of these pages is lost."""
+        e = self.header.tensors[key]
+        if not isinstance(self._map, mmap.mmap) or e.stop == e.start or not hasattr(self._map, "madvise"):
+            return
+        page = mmap.PAGESIZE
+        start = (self.header.base + e.start) // page * page
+        stop = min(len(self._map), -(-(self.header.base + e.stop) // page) * page)
+        try:
+            self._map.madvise(mmap.MADV_DONTNEED, start, stop - start)
+        except (OSError, ValueError, AttributeError):  # a hint: a platform without it keeps the pages
+            pass
 
 
 def map_safetensors(path: str) -> dict[str, np.ndarray]:

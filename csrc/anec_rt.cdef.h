@@ -180,6 +180,7 @@ struct anec_pipeline_stats {
     uint64_t host_inputs;
     uint64_t resident_inputs;
     uint64_t ns_call;
+    uint64_t surface_bytes;
 };
 int anec_pipeline_create(anec_runtime *rt, const anec_pipe_stage *stages, size_t n_stages,
                          size_t n_inputs, const anec_pipe_src *outputs, size_t n_outputs,

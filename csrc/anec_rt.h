@@ -360,8 +360,8 @@ int anec_program_stats(const anec_program *p, struct anec_stats *out);
    programs (anec/passes/partition.py); the runtime runs it as one program.
    Each stage input comes from a pipeline input or an earlier stage's output.
    A stage output feeds a later stage with no copy when the two surfaces have
-   the same allocation size (give every stage the same min_surface_bytes to
-   make that the rule); otherwise its packed bytes are copied. Calls are
+   the same allocation size (each stage's size is its program's own, set by
+   its min_surface_bytes); otherwise its packed bytes are copied. Calls are
    serialized per pipeline (a reload never lands between two stages of one
    call); stages run in order, each under its program's lock. */
 typedef struct anec_pipeline anec_pipeline;
@@ -389,6 +389,7 @@ struct anec_pipeline_stats {
     uint64_t host_inputs;         /* stage inputs written from host tensors */
     uint64_t resident_inputs;     /* stage inputs filled once by the host (weights as inputs) */
     uint64_t ns_call;
+    uint64_t surface_bytes;       /* bytes of the stages' own I/O surfaces, allocated per stage */
 };
 
 /* Wire stages into a pipeline with n_inputs pipeline inputs (every one must

@@ -3,9 +3,15 @@
  *
  * The sim stores fp16 tensors as uint16 bit patterns and computes in fp32, so
  * these conversions run on every op: scalar versions are exact and portable
- * (round to nearest even, subnormals, inf, NaN), the buffer versions use the
- * x86 F16C instructions when the CPU has them (checked once at run time, so
- * the build needs no -mf16c) and fall back to the scalar code otherwise.
+ * (round to nearest even, subnormals, inf, NaN), the buffer versions convert 8
+ * values at a time with the x86 F16C instructions when the CPU has them
+ * (checked once at run time, so the build needs no -mf16c) or with NEON on
+ * arm64 (always there), and fall back to the scalar code otherwise. Every path
+ * gives the scalar code's bits: the hardware rounds as it does (the default
+ * floating-point mode: nearest even, no flush to zero), and a block of 8 that
+ * holds a NaN goes through the scalar code, so a NaN's bits never depend on
+ * the FPU (F16C and NEON quiet a signalling fp16 NaN; the scalar code keeps it,
+ * as numpy does).
  */
 #ifndef ANEC_FP16_H
 #define ANEC_FP16_H
@@ -18,6 +24,9 @@
 #define ANEC_HAVE_F16C_PATH 1
 #include <cpuid.h>
 #include <immintrin.h>
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#define ANEC_HAVE_NEON_PATH 1
+#include <arm_neon.h>
 #endif
 
 static inline uint32_t anec_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -92,9 +101,15 @@ static inline void anec__f32_to_f16_f16c(const float *src, uint16_t *dst, size_t
 __attribute__((target("f16c,avx")))
 static inline void anec__f16_to_f32_f16c(const uint16_t *src, float *dst, size_t n)
 {
+    const __m128i mag = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(0x7c00);
     size_t i = 0, nv = n & ~(size_t)7;
     for (; i < nv; i += 8) {
         __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
+        if (_mm_movemask_epi8(_mm_cmpgt_epi16(_mm_and_si128(h, mag), inf))) { /* a NaN: scalar */
+            for (size_t j = i; j < i + 8; j++)
+                dst[j] = anec_f_from_h(src[j]);
+            continue;
+        }
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
     }
     for (; i < n; i++)
@@ -119,6 +134,46 @@ static inline int anec__have_f16c(void)
 }
 #endif
 
+#ifdef ANEC_HAVE_NEON_PATH
+static inline void anec__f32_to_f16_neon(const float *src, uint16_t *dst, size_t n)
+{
+    const uint32x4_t mag = vdupq_n_u32(0x7fffffffu), inf = vdupq_n_u32(0x7f800000u);
+    size_t i = 0, nv = n & ~(size_t)7;
+    for (; i < nv; i += 8) {
+        float32x4_t lo = vld1q_f32(src + i), hi = vld1q_f32(src + i + 4);
+        uint32x4_t nan = vorrq_u32(vcgtq_u32(vandq_u32(vreinterpretq_u32_f32(lo), mag), inf),
+                                   vcgtq_u32(vandq_u32(vreinterpretq_u32_f32(hi), mag), inf));
+        if (vmaxvq_u32(nan)) { /* a NaN: scalar */
+            for (size_t j = i; j < i + 8; j++)
+                dst[j] = anec_h_from_f(src[j]);
+            continue;
+        }
+        vst1q_u16(dst + i, vreinterpretq_u16_f16(vcvt_high_f16_f32(vcvt_f16_f32(lo), hi)));
+    }
+    for (; i < n; i++)
+        dst[i] = anec_h_from_f(src[i]);
+}
+
+static inline void anec__f16_to_f32_neon(const uint16_t *src, float *dst, size_t n)
+{
+    const uint16x8_t mag = vdupq_n_u16(0x7fffu), inf = vdupq_n_u16(0x7c00u);
+    size_t i = 0, nv = n & ~(size_t)7;
+    for (; i < nv; i += 8) {
+        uint16x8_t h = vld1q_u16(src + i);
+        if (vmaxvq_u16(vcgtq_u16(vandq_u16(h, mag), inf))) { /* a NaN: scalar */
+            for (size_t j = i; j < i + 8; j++)
+                dst[j] = anec_f_from_h(src[j]);
+            continue;
+        }
+        float16x8_t hf = vreinterpretq_f16_u16(h);
+        vst1q_f32(dst + i, vcvt_f32_f16(vget_low_f16(hf)));
+        vst1q_f32(dst + i + 4, vcvt_high_f32_f16(hf));
+    }
+    for (; i < n; i++)
+        dst[i] = anec_f_from_h(src[i]);
+}
+#endif
+
 static inline void anec_cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n)
 {
 #ifdef ANEC_HAVE_F16C_PATH
@@ -126,6 +181,9 @@ static inline void anec_cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n
         anec__f32_to_f16_f16c(src, dst, n);
         return;
     }
+#elif defined(ANEC_HAVE_NEON_PATH)
+    anec__f32_to_f16_neon(src, dst, n);
+    return;
 #endif
     for (size_t i = 0; i < n; i++)
         dst[i] = anec_h_from_f(src[i]);
@@ -138,6 +196,9 @@ static inline void anec_cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n
         anec__f16_to_f32_f16c(src, dst, n);
         return;
     }
+#elif defined(ANEC_HAVE_NEON_PATH)
+    anec__f16_to_f32_neon(src, dst, n);
+    return;
 #endif
     for (size_t i = 0; i < n; i++)
         dst[i] = anec_f_from_h(src[i]);

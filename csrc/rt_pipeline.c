@@ -12,7 +12,9 @@
  *     consumer directly (no copy: the device reads the packed tensor from
  *     byte 0 of whatever surface is bound, and every surface of a direction
  *     must have one size, ANE-UNIFORM-SURFACES); otherwise its packed bytes
- *     are copied into the consumer's own surface. The surface arrays handed
+ *     are copied into the consumer's own surface. Each stage's surfaces have
+ *     its own program's size (the compiler sizes stages of one pipeline alike
+ *     only where that stays near each stage's need). The surface arrays handed
  *     to the driver never change, so the device request of each stage is
  *     built once.
  *   - a resident input (stage -2) is a weight the stage's program takes as an
@@ -124,6 +126,7 @@ int anec_pipeline_create(anec_runtime *rt, const anec_pipe_stage *stages, size_t
         }
         for (size_t j = 0; j < p->n_out; j++)
             st->out[j] = &p->out_s[j];
+        pl->st.surface_bytes += (uint64_t)p->in_bytes * p->n_in + (uint64_t)p->out_bytes * p->n_out;
         for (size_t i = 0; i < p->n_in && rc == ANEC_OK; i++) {
             anec_pipe_src src = stages[s].inputs[i];
             st->src[i] = src;

@@ -1,7 +1,11 @@
-/* sim_kernels.c - GEMM and strided copies for the sim executor (see sim_kernels.h). */
+/* sim_kernels.c - GEMM and strided copies for the sim executor (see sim_kernels.h).
+   Micro-kernels: portable C, AVX2+FMA (x86, chosen at run time) and NEON (arm64); every one
+   gives the portable kernel's bits. ANEC_SIM_SCALAR builds the portable kernels only (a test
+   builds the file so to check them against the same reference as the vector ones). */
 #define _POSIX_C_SOURCE 200809L
 #include "sim_kernels.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -9,6 +13,12 @@
 #include <time.h>
 
 #include "fp16.h"
+
+#if defined(ANEC_HAVE_F16C_PATH) && !defined(ANEC_SIM_SCALAR)
+#define SK_AVX2 1
+#elif defined(ANEC_HAVE_NEON_PATH) && !defined(ANEC_SIM_SCALAR)
+#define SK_NEON 1
+#endif
 
 #define MR 6
 #define NR 16
@@ -51,6 +61,8 @@ static void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
 #endif
 }
 
@@ -195,6 +207,11 @@ void sk_parallel(int threads, int parts, void (*fn)(void *arg, int part, int par
 
 /* ---- micro-kernels: c[MR x NR] (+)= a-sliver[kc x MR]^T * b-sliver[kc x NR] */
 
+/* The product's arithmetic, which every kernel follows: each element of the tile is a fused
+   multiply-add per k (one rounding), in k order, from +0; the tile is then added to C (K
+   blocks after the first) or stored. fmaf says so on every compiler: `t += a * b` rounds once
+   or twice as the compiler's contraction setting decides (GCC in ISO C mode does not fuse,
+   clang does), and on x86 without FMA fmaf is a library call, slow but exact. */
 static void ukr_c(int kc, const float *restrict a, const float *restrict b, float *restrict c, ptrdiff_t ldc, int acc)
 {
     float t[MR][NR];
@@ -204,7 +221,7 @@ static void ukr_c(int kc, const float *restrict a, const float *restrict b, floa
         for (int r = 0; r < MR; r++) {
             float ar = a[(size_t)k * MR + r];
             for (int j = 0; j < NR; j++)
-                t[r][j] += ar * bk[j];
+                t[r][j] = fmaf(ar, bk[j], t[r][j]);
         }
     }
     for (int r = 0; r < MR; r++)
@@ -212,7 +229,7 @@ static void ukr_c(int kc, const float *restrict a, const float *restrict b, floa
             c[r * ldc + j] = acc ? c[r * ldc + j] + t[r][j] : t[r][j];
 }
 
-#ifdef ANEC_HAVE_F16C_PATH
+#ifdef SK_AVX2
 __attribute__((target("avx2,fma")))
 static void ukr_avx2(int kc, const float *restrict a, const float *restrict b, float *restrict c, ptrdiff_t ldc, int acc)
 {
@@ -249,9 +266,56 @@ static void ukr_avx2(int kc, const float *restrict a, const float *restrict b, f
 }
 #endif
 
+#ifdef SK_NEON
+/* a row of the tile: four vectors of 4 */
+static inline void st_neon(float *cr, int acc, float32x4_t v0, float32x4_t v1, float32x4_t v2, float32x4_t v3)
+{
+    if (acc) {
+        v0 = vaddq_f32(vld1q_f32(cr), v0);
+        v1 = vaddq_f32(vld1q_f32(cr + 4), v1);
+        v2 = vaddq_f32(vld1q_f32(cr + 8), v2);
+        v3 = vaddq_f32(vld1q_f32(cr + 12), v3);
+    }
+    vst1q_f32(cr, v0);
+    vst1q_f32(cr + 4, v1);
+    vst1q_f32(cr + 8, v2);
+    vst1q_f32(cr + 12, v3);
+}
+
+/* 24 accumulators, a fused multiply-add (FMLA by lane) per element and k, as ukr_avx2 */
+static void ukr_neon(int kc, const float *restrict a, const float *restrict b, float *restrict c, ptrdiff_t ldc, int acc)
+{
+    const float32x4_t z = vdupq_n_f32(0.0f);
+    float32x4_t c00 = z, c01 = z, c02 = z, c03 = z, c10 = z, c11 = z, c12 = z, c13 = z;
+    float32x4_t c20 = z, c21 = z, c22 = z, c23 = z, c30 = z, c31 = z, c32 = z, c33 = z;
+    float32x4_t c40 = z, c41 = z, c42 = z, c43 = z, c50 = z, c51 = z, c52 = z, c53 = z;
+    for (int k = 0; k < kc; k++, a += MR, b += NR) {
+        float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4), b2 = vld1q_f32(b + 8), b3 = vld1q_f32(b + 12);
+        float32x4_t a03 = vld1q_f32(a);
+        float32x2_t a45 = vld1_f32(a + 4);
+#define ROW(r, op, av, lane)                                                                       \
+    do {                                                                                           \
+        c##r##0 = op(c##r##0, b0, av, lane);                                                       \
+        c##r##1 = op(c##r##1, b1, av, lane);                                                       \
+        c##r##2 = op(c##r##2, b2, av, lane);                                                       \
+        c##r##3 = op(c##r##3, b3, av, lane);                                                       \
+    } while (0)
+        ROW(0, vfmaq_laneq_f32, a03, 0); ROW(1, vfmaq_laneq_f32, a03, 1); ROW(2, vfmaq_laneq_f32, a03, 2);
+        ROW(3, vfmaq_laneq_f32, a03, 3); ROW(4, vfmaq_lane_f32, a45, 0); ROW(5, vfmaq_lane_f32, a45, 1);
+#undef ROW
+    }
+    st_neon(c, acc, c00, c01, c02, c03);
+    st_neon(c + ldc, acc, c10, c11, c12, c13);
+    st_neon(c + 2 * ldc, acc, c20, c21, c22, c23);
+    st_neon(c + 3 * ldc, acc, c30, c31, c32, c33);
+    st_neon(c + 4 * ldc, acc, c40, c41, c42, c43);
+    st_neon(c + 5 * ldc, acc, c50, c51, c52, c53);
+}
+#endif
+
 int sk_have_avx2(void)
 {
-#ifdef ANEC_HAVE_F16C_PATH
+#ifdef SK_AVX2
     static int have = -1;
     if (have < 0) {
         __builtin_cpu_init();
@@ -267,9 +331,11 @@ typedef void (*ukr_fn)(int, const float *, const float *, float *, ptrdiff_t, in
 
 static ukr_fn pick_ukr(void)
 {
-#ifdef ANEC_HAVE_F16C_PATH
+#if defined(SK_AVX2)
     if (sk_have_avx2())
         return ukr_avx2;
+#elif defined(SK_NEON)
+    return ukr_neon;
 #endif
     return ukr_c;
 }
@@ -513,10 +579,16 @@ static int gemm_run(gemm_job base, int threads)
 
 #define NW 32 /* rows per narrow sliver: four vectors of 8, so eight independent sums per column pair */
 
+#if defined(SK_AVX2) || defined(SK_NEON)
+#define SK_NARROW 1
+#endif
+
 int sk_have_narrow(void)
 {
-#ifdef ANEC_HAVE_F16C_PATH
+#if defined(SK_AVX2)
     return sk_have_avx2() && anec__have_f16c();
+#elif defined(SK_NEON)
+    return 1;
 #else
     return 0;
 #endif
@@ -558,7 +630,7 @@ typedef struct narrow_job {
     size_t slivers;
 } narrow_job;
 
-#ifdef ANEC_HAVE_F16C_PATH
+#ifdef SK_AVX2
 /* one sliver x one column pair: out[j][r] = sum over k of A[r][k] * B[k][j], summed as the
    micro-kernel sums (a fused multiply-add per k from zero within each K block of KC, the
    blocks added in order) */
@@ -593,10 +665,53 @@ static void narrow_sliver(int K, const uint16_t *as, const float *bp, float out[
 }
 #endif
 
+#ifdef SK_NEON
+/* narrow_sliver with NEON: eight vectors of 4 rows per column (named, so that they stay in
+   registers), the fp16 rows widened exactly (FCVTL), a fused multiply-add per k as above */
+static inline void add_neon(float *o, int acc, float32x4_t v)
+{
+    vst1q_f32(o, acc ? vaddq_f32(vld1q_f32(o), v) : v);
+}
+
+static void narrow_sliver(int K, const uint16_t *as, const float *bp, float out[2][NW])
+{
+    for (int pc = 0; pc < K; pc += KC) {
+        int kc = K - pc < KC ? K - pc : KC;
+        const float32x4_t z = vdupq_n_f32(0.0f);
+        float32x4_t s00 = z, s01 = z, s02 = z, s03 = z, s04 = z, s05 = z, s06 = z, s07 = z;
+        float32x4_t s10 = z, s11 = z, s12 = z, s13 = z, s14 = z, s15 = z, s16 = z, s17 = z;
+        const uint16_t *a = as + (size_t)pc * NW;
+        const float *b = bp + (size_t)pc * 2;
+        for (int k = 0; k < kc; k++) {
+            const uint16_t *ak = a + (size_t)k * NW;
+            float32x2_t bk = vld1_f32(b + 2 * k);
+#define ROWS8(i, x, y)                                                                             \
+    do {                                                                                           \
+        float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(ak + 8 * (i)));                            \
+        float32x4_t lo = vcvt_f32_f16(vget_low_f16(h)), hi = vcvt_high_f32_f16(h);                 \
+        s0##x = vfmaq_lane_f32(s0##x, lo, bk, 0);                                                  \
+        s0##y = vfmaq_lane_f32(s0##y, hi, bk, 0);                                                  \
+        s1##x = vfmaq_lane_f32(s1##x, lo, bk, 1);                                                  \
+        s1##y = vfmaq_lane_f32(s1##y, hi, bk, 1);                                                  \
+    } while (0)
+            ROWS8(0, 0, 1); ROWS8(1, 2, 3); ROWS8(2, 4, 5); ROWS8(3, 6, 7);
+#undef ROWS8
+        }
+        int acc = pc > 0;
+        add_neon(out[0], acc, s00); add_neon(out[0] + 4, acc, s01); add_neon(out[0] + 8, acc, s02);
+        add_neon(out[0] + 12, acc, s03); add_neon(out[0] + 16, acc, s04); add_neon(out[0] + 20, acc, s05);
+        add_neon(out[0] + 24, acc, s06); add_neon(out[0] + 28, acc, s07);
+        add_neon(out[1], acc, s10); add_neon(out[1] + 4, acc, s11); add_neon(out[1] + 8, acc, s12);
+        add_neon(out[1] + 12, acc, s13); add_neon(out[1] + 16, acc, s14); add_neon(out[1] + 20, acc, s15);
+        add_neon(out[1] + 24, acc, s16); add_neon(out[1] + 28, acc, s17);
+    }
+}
+#endif
+
 /* part of parts: its share of the slivers */
 static void narrow_part(void *arg, int part, int parts)
 {
-#ifdef ANEC_HAVE_F16C_PATH
+#ifdef SK_NARROW
     const narrow_job *J = arg;
     float out[2][NW];
     size_t s0 = J->slivers * (size_t)part / (size_t)parts, s1 = J->slivers * (size_t)(part + 1) / (size_t)parts;

@@ -4,10 +4,13 @@
  * The executor stores fp16 tensors as fp16 bit patterns and computes in fp32.
  * The GEMM (used by conv and matmul) packs cache-sized panels of both operands
  * into fp32 (converting fp16 on the fly), accumulates in fp32 with a 6x16
- * register-blocked micro-kernel (AVX2+FMA when the CPU has it, portable C
- * otherwise) and splits large problems over the threads of a process-wide
- * pool (sk_parallel). The k loop order never depends on the thread count, so
- * results are bit-identical for any number of threads.
+ * register-blocked micro-kernel (AVX2+FMA when the CPU has it, NEON on arm64,
+ * portable C otherwise) and splits large problems over the threads of a
+ * process-wide pool (sk_parallel). Every element is one fused multiply-add per
+ * k, in k order, within each K block of 256, the blocks added in order: every
+ * kernel does exactly that, so results are bit-identical on every host and for
+ * any number of threads (tests/c/test_simd.c; a NaN result's payload is the
+ * CPU's).
  */
 #ifndef ANEC_SIM_KERNELS_H
 #define ANEC_SIM_KERNELS_H
@@ -42,7 +45,7 @@ int sk_gemm_packed(int M, int N, int K, const float *Ap, sk_mat B, float *C, ptr
    they compute with it, so their A is packed once as fp16 (half the bytes of sk_pack_a's fp32
    panels): slivers of 32 rows, k-major (sk_packed_narrow_halves(M, K) halves; A must be
    SK_F16). sk_gemm_narrow then equals sk_gemm bit for bit: the same fused multiply-adds in the
-   same k order, per K block, for each element. It needs AVX2, FMA and F16C
+   same k order, per K block, for each element. It needs AVX2, FMA and F16C, or NEON
    (sk_have_narrow()); both return -1 without them, or if memory runs out. */
 int sk_have_narrow(void);
 size_t sk_packed_narrow_halves(int M, int K);

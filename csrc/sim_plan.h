@@ -23,7 +23,8 @@
 enum { SV_INPUT = 1, SV_CONST, SV_BLOB, SV_OP };
 
 /* A compressed weight (sim_constexpr.c): the constexpr_* op that makes it at load. */
-enum { DEC_AFFINE = 1, DEC_SHIFT_SCALE, DEC_LUT, DEC_LUT_PACKED };
+enum { DEC_AFFINE = 1, DEC_SHIFT_SCALE, DEC_LUT, DEC_LUT_PACKED, DEC_SPARSE,
+       DEC_MASK_COPY, DEC_SPARSE_SHIFT_SCALE, DEC_LUT_SPARSE }; /* the last 3: sparse-to-sparse ops */
 typedef struct sim_decomp {
     int form;                    /* DEC_* */
     int data;                    /* quantized data / indices (value index) */
@@ -32,6 +33,8 @@ typedef struct sim_decomp {
     int lut;                     /* -1 if none */
     int axis;                    /* DEC_AFFINE: the channel axis */
     int bits;                    /* DEC_LUT*: bits per index */
+    int mask;                    /* DEC_SPARSE*, DEC_MASK_COPY, DEC_LUT_SPARSE: the mask (uint1, or ios16
+                                    packed uint8), -1 if none */
 } sim_decomp;
 
 typedef struct sim_value {

@@ -31,7 +31,7 @@ else
 C_DEFS      := -DANEC_NO_ANE_DRIVER
 endif
 C_RT_HDR    := $(wildcard csrc/*.h) tests/c/tharness.h
-C_TESTS     := test_mil test_blob test_kernels test_rt
+C_TESTS     := test_mil test_blob test_kernels test_rt test_simd
 C_FUZZERS   := fuzz_mil fuzz_blob fuzz_manifest
 
 .PHONY: c-test c-asan fuzz-smoke fuzz c-clean

@@ -21,6 +21,8 @@ and written into the MIL. Formats (docs/compression.md):
                     2^n entries for the whole tensor (``lutN``) or per group of G output
                     channels (``lutN/gG``); deterministic 1-D k-means, so the same tensor
                     always gives the same bytes
+``sparseP``         magnitude pruning: P% of the elements zero (1..99), a uint1 mask and
+                    the fp16 values kept, their number fixed by the size (a reload keeps it)
 ``fp16``            no compression (to exclude weights: ``fp16:*.ln_*,int8:*``)
 ==================  =================================================================
 
@@ -34,7 +36,8 @@ default) and the report says which gate failed.
 
 The package: :mod:`~anec.compress.formats` (the formats), :mod:`~anec.compress.spec`
 (the SPEC and the gate), :mod:`~anec.compress.linear` and
-:mod:`~anec.compress.palettize` (the quantizers), :mod:`~anec.compress.tensor` (one
+:mod:`~anec.compress.palettize` (the quantizers), :mod:`~anec.compress.sparse`
+(magnitude pruning to a count fixed by the size), :mod:`~anec.compress.tensor` (one
 tensor compressed, and decompressed), :mod:`~anec.compress.decisions` (the decision
 per weight const and its report). Its public names are importable from here.
 """
@@ -45,6 +48,7 @@ from anec.compress.decisions import Decision, decide, fallback_lines, report_sum
 from anec.compress.formats import FORMATS, Format, format_of, get_format, input_axis, scale_shape
 from anec.compress.linear import quantize_linear, quantize_linear_numpy
 from anec.compress.palettize import kmeans_1d, kmeans_1d_many, quantize_lut
+from anec.compress.sparse import kept_count, prune, pruned_count
 from anec.compress.spec import Gate, Rule, Spec, for_target, not_streamed_warning, parse_spec, streamed
 from anec.compress.tensor import Compressed, compress_tensor, decompress, parts_from_blobs
 from anec.mil.blobfile import pack_bits, unpack_bits
@@ -65,12 +69,15 @@ __all__ = [
     "format_of",
     "get_format",
     "input_axis",
+    "kept_count",
     "kmeans_1d",
     "kmeans_1d_many",
     "not_streamed_warning",
     "pack_bits",
     "parse_spec",
     "parts_from_blobs",
+    "prune",
+    "pruned_count",
     "quantize_linear",
     "quantize_linear_numpy",
     "quantize_lut",

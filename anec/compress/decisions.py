@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 import numpy as np
 
 from anec.compress.formats import FORMATS, Format, input_axis, scale_shape
+from anec.compress.sparse import kept_count
 from anec.compress.spec import Spec, for_target, not_streamed_warning
 from anec.compress.tensor import Compressed, compress_tensor
 from anec.ir.types import DType
@@ -58,6 +59,15 @@ class Decision:
         if f.kind == "lut":
             groups = c // f.group if f.group else 1
             return [("indices", f.storage, self.shape), ("lut", "fp16", (groups, 1 << f.bits))]
+        if f.kind == "sparse":  # the number of values is fixed by the shape (anec.compress.sparse)
+            kept = (kept_count(math.prod(self.shape), f.sparsity),)
+            if f.joint == "int8":
+                bshape = tuple(c if i == self.axis else 1 for i in range(len(self.shape)))
+                return [("mask", "uint1", self.shape), ("q", "int8", kept), ("scale", "fp16", bshape)]
+            if f.joint:
+                lshape = (1,) * len(self.shape) + (1 << f.bits, 1)
+                return [("mask", "uint1", self.shape), ("indices", f.storage, kept), ("lut", "fp16", lshape)]
+            return [("values", "fp16", kept), ("mask", "uint1", self.shape)]
         return []
 
     def report(self) -> dict:
@@ -116,6 +126,11 @@ def _allowed(fmt: Format, shape: tuple[int, ...], axis: int, dialect: str) -> st
         ia = input_axis(axis, len(shape))
         if fmt.block and shape[ia] % fmt.block:
             return f"{shape[ia]} input channels do not split into blocks of {fmt.block}"
+    if fmt.kind == "sparse" and fmt.joint and dialect == "ios16":
+        return f"ios16 has no sparse {fmt.joint} form (constexpr_sparse_blockwise_shift_scale and " \
+               "constexpr_lut_to_sparse are iOS18 ops)"
+    if fmt.kind == "sparse" and kept_count(math.prod(shape), fmt.sparsity) == 0:
+        return f"{fmt.sparsity}% of {math.prod(shape)} elements prunes every one"
     if fmt.kind == "lut" and fmt.group:
         if dialect == "ios16":
             return "the ios16 constexpr_lut_to_dense has one table per tensor (no grouped LUT)"

@@ -4,7 +4,10 @@ A format is ``int8``, ``int8-affine``, ``uint8-affine``, ``int4``, ``int4-affine
 ``uint4-affine`` (linear: an integer payload and a scale, and zero point, per
 output channel; ``FORMAT/bB`` per block of B input channels too), ``lut1`` ..
 ``lut8`` (palettization: indices into a table of 2^n fp16 entries, ``lutN/gG``
-one table per G output channels) or ``fp16`` (no compression). The table of
+one table per G output channels), ``sparseP`` (magnitude pruning: P% of the
+elements zero, a 1-bit mask and the fp16 values kept; ``sparseP+int8`` and
+``sparseP+lutN`` store the values kept as int8 or LUT indices) or ``fp16`` (no
+compression). The table of
 formats is docs/compression.md; the shapes of a linear format's scale are
 :func:`scale_shape` (on the :func:`input_axis` for per-block scales).
 """
@@ -22,7 +25,8 @@ FP16_MAX = 65504.0
 
 @dataclass(frozen=True)
 class Format:
-    """One compressed form: ``kind`` ``linear`` (int8/uint8 + scale [+ zero point]) or ``lut``."""
+    """One compressed form: ``kind`` ``linear`` (int8/uint8 + scale [+ zero point]), ``lut``
+    or ``sparse`` (a 1-bit mask and the fp16 values it keeps)."""
 
     name: str
     kind: str
@@ -34,6 +38,11 @@ class Format:
     """lut: output channels per table (0: one table for the tensor)."""
     block: int = 0
     """linear: input channels per scale (0: one scale per output channel)."""
+    sparsity: int = 0
+    """sparse: the percentage of elements pruned (1..99); ``bits`` is the mask's (1)."""
+    joint: str = ""
+    """sparse: the format of the values kept (``int8`` or ``lutN``; ``bits`` is then its
+    width), or empty for fp16 values."""
 
     @property
     def blockwise(self) -> bool:
@@ -45,9 +54,11 @@ class Format:
         """The BLOBFILE dtype of the payload (``int8``, ``uint8``, ``uint4``, ...)."""
         if self.kind == "linear":
             return f"{'' if self.signed else 'u'}int{self.bits}"
-        if self.kind == "lut":
+        if self.kind == "lut" or self.joint.startswith("lut"):
             return f"uint{self.bits}"
-        return "fp16"
+        if self.joint:
+            return "int8"
+        return "fp16"  # none; sparse: the values (the mask is uint1)
 
 
 _LUT_BITS = (1, 2, 4, 6, 8)
@@ -66,19 +77,35 @@ FORMATS: dict[str, Format] = {
 
 DEFAULT_FALLBACK: dict[str, tuple[str, ...]] = {
     "lut": ("int8", "fp16"),
+    "sparse": ("int8", "fp16"),
     "linear": ("fp16",),
     "none": (),
 }
 
 _LUT_NAME = re.compile(r"lut(\d+)(?:/g(\d+))?\Z")
+_SPARSE_NAME = re.compile(r"sparse(\d+)(?:\+(int8|lut(\d+)))?\Z")
 _BLOCK_NAME = re.compile(r"((?:u?int)[48](?:-affine)?)/b(\d+)\Z")
 
 
 def get_format(name: str) -> Format:
-    """The format called ``name`` (``int8``, ``lut4``, ``lut4/g16``, ...); AnecError otherwise."""
+    """The format called ``name`` (``int8``, ``lut4``, ``lut4/g16``, ``sparse50``, ...); AnecError
+    otherwise."""
     name = name.strip()
     if name in FORMATS:
         return FORMATS[name]
+    sp = _SPARSE_NAME.match(name)
+    if sp:
+        pct = int(sp.group(1))
+        if not 1 <= pct <= 99 or sp.group(1) != str(pct):
+            raise AnecError(f"unknown compression format '{name}'",
+                            hint="sparseP prunes P percent of the elements, P a whole number from 1 to 99 "
+                                 "(e.g. sparse50)")
+        if sp.group(3) and int(sp.group(3)) not in _LUT_BITS:
+            raise AnecError(f"unknown compression format '{name}'",
+                            hint=f"a LUT has 1, 2, 4, 6 or 8 bits per index (lut{sp.group(3)} is not one)")
+        joint = sp.group(2) or ""
+        bits = 8 if joint == "int8" else int(sp.group(3)) if joint else 1
+        return Format(name, "sparse", bits, joint == "int8", sparsity=pct, joint=joint)
     m = _LUT_NAME.match(name)
     if m and int(m.group(1)) in _LUT_BITS and m.group(2) and int(m.group(2)) > 0:
         return Format(name, "lut", int(m.group(1)), group=int(m.group(2)))
@@ -86,8 +113,8 @@ def get_format(name: str) -> Format:
     if b and b.group(1) in FORMATS and int(b.group(2)) > 0:
         base = FORMATS[b.group(1)]
         return Format(name, "linear", base.bits, base.signed, base.affine, block=int(b.group(2)))
-    known = [*FORMATS, "lutN/gG", "int4/bB"]
-    hint = did_you_mean(name, list(FORMATS)) or f"formats: {', '.join(known)}"
+    known = [*FORMATS, "lutN/gG", "int4/bB", "sparseP", "sparseP+int8", "sparseP+lutN"]
+    hint = did_you_mean(name, [*FORMATS, "sparse50"]) or f"formats: {', '.join(known)}"
     if m and int(m.group(1)) not in _LUT_BITS:
         hint = f"a LUT has 1, 2, 4, 6 or 8 bits per index (lut{m.group(1)} is not one)"
     raise AnecError(f"unknown compression format '{name}'", hint=hint)

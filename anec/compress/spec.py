@@ -5,7 +5,8 @@ means ``FORMAT:*``; ``auto`` is ``lut4 -> int8 -> fp16`` narrowed to what the
 target streams, :func:`for_target`); the first item whose glob matches a
 weight's checkpoint key decides it. The gate (:class:`Gate`) bounds the relative
 L2 error (over the tensor and each output channel) and the max abs error
-relative to the tensor's max; :data:`DEFAULT_GATES` per format.
+relative to the tensor's max; :data:`DEFAULT_GATES` per format (:func:`sparse_gate`
+for ``sparseP``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 from anec.compress.formats import DEFAULT_FALLBACK, FORMATS, Format, get_format
@@ -30,7 +32,12 @@ class Gate:
 
     def limits(self, fmt: Format) -> tuple[float, float]:
         base = fmt.name.split("/")[0]
-        rel, ab = DEFAULT_GATES[base if base in DEFAULT_GATES else f"lut{fmt.bits}"]
+        if fmt.kind == "sparse":  # the values' own format adds its error
+            rel, ab = sparse_gate(fmt.sparsity)
+            if fmt.joint:
+                rel = min(1.0, rel + DEFAULT_GATES[fmt.joint][0])
+        else:
+            rel, ab = DEFAULT_GATES[base if base in DEFAULT_GATES else f"lut{fmt.bits}"]
         return (self.max_rel_l2 if self.max_rel_l2 is not None else rel,
                 self.max_rel_abs if self.max_rel_abs is not None else ab)
 
@@ -56,6 +63,18 @@ DEFAULT_GATES: dict[str, tuple[float, float]] = {
     "lut1": (0.9, 1.0),
     "fp16": (math.inf, math.inf),
 }
+
+
+def sparse_gate(sparsity: int) -> tuple[float, float]:
+    """The default gate of ``sparseP``: twice the relative L2 error of pruning P% of a
+    normal-distributed tensor (capped at 1: pruning never errs by more than the tensor),
+    and no bound on the max abs error (a pruned element errs by at most the threshold,
+    below max|w|). sparse50 allows 0.53 (a normal tensor loses 0.27), which a channel
+    pruned to nothing (1.0) fails; from sparse73 on the cap makes it 1."""
+    s = sparsity / 100
+    a = NormalDist().inv_cdf((1 + s) / 2)  # the threshold, in standard deviations
+    lost = s - 2 * a * math.exp(-a * a / 2) / math.sqrt(2 * math.pi)  # E[w^2; |w| < a]
+    return min(1.0, 2 * math.sqrt(max(lost, 0.0))), 1.0
 
 
 @dataclass(frozen=True)
@@ -90,8 +109,9 @@ AUTO_CHAIN: tuple[str, ...] = ("lut4", "int8", "fp16")
 def streamed(fmt: Format, target: Any) -> bool:
     """Whether ``target`` is reported to read ``fmt`` natively (ANE-COMPRESSED-STREAMING); a
     linear weight written as constexpr_blockwise_shift_scale (4-bit, per block, or
-    ``--compress-form blockwise``) is the kind ``blockwise``, which no profile streams."""
-    kind = "lut" if fmt.kind == "lut" else "int8" if fmt.kind == "linear" else None
+    ``--compress-form blockwise``) is the kind ``blockwise``, and a sparse weight whose values
+    are int8 or a LUT the kind ``sparse-joint``: no profile streams either (no source shows them)."""
+    kind = {"lut": "lut", "linear": "int8", "sparse": "sparse-joint" if fmt.joint else "sparse"}.get(fmt.kind)
     if kind == "int8" and (fmt.blockwise or (getattr(target, "int8_form", "affine") == "blockwise"
                                              and getattr(target, "mil_dialect", "ios18") == "ios18")):
         kind = "blockwise"  # constexpr_blockwise_shift_scale: reported dequantized in the program

@@ -1,6 +1,6 @@
 """One tensor compressed: :func:`compress_tensor`, :class:`Compressed` and :func:`decompress`.
 
-:func:`compress_tensor` stores a float tensor in one format (linear or LUT)
+:func:`compress_tensor` stores a float tensor in one format (linear, LUT or sparse)
 and measures the error the gate reads (relative L2 over the tensor and each
 output channel, max abs error; infinite when the dequantized values are not
 finite in fp16). :func:`decompress` is the numpy reference of the dequantized
@@ -15,9 +15,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from anec.compress.formats import Format, scale_shape
+from anec.compress.formats import FORMATS, Format, get_format, scale_shape
 from anec.compress.linear import errors_kernel, quantize_linear, quantize_linear_kernel
 from anec.compress.palettize import quantize_lut
+from anec.compress.sparse import densify, prune
 
 
 @dataclass
@@ -29,7 +30,8 @@ class Compressed:
     shape: tuple[int, ...]
     parts: dict[str, np.ndarray]
     """``linear``: q (the shape), scale [C], zero_point [C] (affine); ``lut``: indices (the
-    shape, values < 2^bits), lut [groups, 2^bits]."""
+    shape, values < 2^bits), lut [groups, 2^bits]; ``sparse``: mask (0/1 in the shape), values
+    (fp16 [D], D fixed by the shape and the sparsity)."""
     rel_l2: float = 0.0
     """||w - w'|| / ||w|| over the tensor."""
     max_abs: float = 0.0
@@ -45,7 +47,7 @@ class Compressed:
         total = 0
         for role, a in self.parts.items():
             sub = role == "indices" or (role in ("q", "zero_point") and self.fmt.bits < 8)
-            bits = self.fmt.bits if sub else a.dtype.itemsize * 8
+            bits = 1 if role == "mask" else self.fmt.bits if sub else a.dtype.itemsize * 8
             total += (a.size * bits + 7) // 8
         return total
 
@@ -86,6 +88,8 @@ def decompress(fmt: Format, axis: int, shape: Sequence[int], parts: Mapping[str,
         gshape[axis] = shape[axis]
         g = np.broadcast_to(ch.reshape(gshape), shape)
         return lut[g, idx]
+    if fmt.kind == "sparse":
+        return densify(parts["mask"], _kept_values(fmt, axis, shape, parts), shape)
     raise ValueError(f"format {fmt.name} is not compressed")
 
 
@@ -110,6 +114,9 @@ def compress_tensor(w: np.ndarray, fmt: Format, axis: int) -> Compressed:
     elif fmt.kind == "lut":
         idx, lut = quantize_lut(w, axis, fmt)
         parts = {"indices": idx, "lut": lut}
+    elif fmt.kind == "sparse":
+        mask, values = prune(w, fmt.sparsity)
+        parts = {"mask": mask, **_joint_parts(fmt, axis, mask, values)}
     else:
         raise ValueError(f"format {fmt.name} is not compressed")
     c = Compressed(fmt, axis, tuple(w.shape), parts)
@@ -133,6 +140,34 @@ def compress_tensor(w: np.ndarray, fmt: Format, axis: int) -> Compressed:
     _set_errors(c, e_ch, n_ch, float(np.max(np.abs(err))) if err.size else 0.0,
                 float(np.max(np.abs(ref))) if ref.size else 0.0)
     return c
+
+
+def _joint_parts(fmt: Format, axis: int, mask: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
+    """The parts that hold a sparse tensor's kept ``values``: ``values`` (fp16), or for
+    ``sparseP+int8`` ``q`` [D] and ``scale`` (per output channel, in the weight's rank: the
+    int8 quantization of the pruned tensor), for ``sparseP+lutN`` ``indices`` [D] and ``lut``
+    [1, 2^N] (k-means over the kept values only)."""
+    if not fmt.joint:
+        return {"values": values}
+    if fmt.joint == "int8":
+        q, scale, _ = quantize_linear(densify(mask, values, mask.shape), axis, FORMATS["int8"])
+        bshape = tuple(n if d == axis else 1 for d, n in enumerate(mask.shape))
+        return {"q": q.reshape(-1)[mask.reshape(-1) != 0], "scale": scale.reshape(bshape)}
+    idx, lut = quantize_lut(values, 0, get_format(fmt.joint))
+    return {"indices": idx, "lut": lut}
+
+
+def _kept_values(fmt: Format, axis: int, shape: tuple[int, ...], parts: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The fp16 values a sparse tensor keeps (1-D), dequantized as constexpr_sparse_blockwise_shift_scale
+    or constexpr_lut_to_sparse does: each value with the scale of its element's channel."""
+    if not fmt.joint:
+        return np.asarray(parts["values"])
+    if fmt.joint == "int8":
+        mask = np.asarray(parts["mask"]).reshape(shape) != 0
+        scale = np.broadcast_to(np.asarray(parts["scale"]).astype(np.float32).reshape(
+            tuple(n if d == axis else 1 for d, n in enumerate(shape))), shape)
+        return (np.asarray(parts["q"]).astype(np.float32).reshape(-1) * scale[mask]).astype(np.float16)
+    return np.asarray(parts["lut"], np.float16).reshape(-1)[np.asarray(parts["indices"]).reshape(-1)]
 
 
 def _set_errors(c: Compressed, e_ch: np.ndarray, n_ch: np.ndarray, max_err: float, top: float) -> None:

@@ -227,6 +227,35 @@ ENTRIES = (
         target_fields=("streamed_weights",),
     ),
     Constraint(
+        "ANE-COMPRESSED-SPARSE", "a sparse weight (uint1 mask and its values) is read natively",
+        "a sparse weight the device rejects fails to compile; one it decompresses at load saves file "
+        "size but no bandwidth",
+        (Evidence("sbryngelson/ANEForge compression (compress='sparse', per-family streaming table)",
+                  "writes a weight with at least 50% zeros as constexpr_sparse_to_dense over a uint1 mask "
+                  "BLOBFILE (dtype code 9) and the fp16 nonzero values; its table reports sparse streamed on "
+                  "A13 (M1), A14 (M2) and A15 and later. It shows no measurement for sparse (the one "
+                  "measured gain is the 4-bit LUT on M1), no program on the in-memory path, no iOS16 form "
+                  "(uint8 mask with shape), no sparsity below 50% and no sparse weight combined with int8 "
+                  "or a LUT", REPORTED, Scope("e5rt", "M1 to M5", "not stated")),
+         Evidence("no public test", "constexpr_sparse_to_dense in either dialect on the in-memory path, "
+                  "as a conv or a matmul weight, and whether it streams there; the iOS18 sparse-to-sparse "
+                  "ops with two results (constexpr_sparse_blockwise_shift_scale, constexpr_lut_to_sparse) "
+                  "anywhere on the device: python -m anec.selftest (check compressed, probes sparse50, "
+                  "sparse50+int8, sparse50+lut4) settles them on a Mac", HYPOTHESIS, UNTRIED)),
+        "emitter", "anec/compress/sparse.py, anec/mil/emitter.py (op_compressed), csrc/sim_constexpr.c; "
+                   "Target.streamed_weights; anec/selftest/checks.py (check_compressed)",
+        "--compress sparseP prunes P% of a weight's elements by magnitude to a count fixed by its size "
+        "(so a reload keeps the MIL) and writes constexpr_sparse_to_dense as coremltools' op definitions "
+        "give it (ios18: a uint1 mask in the weight's shape; ios16: packed uint8 bytes and the shape; "
+        "bits LSB first, as many set as values), blobs byte-identical to coremltools'. "
+        "Every profile lists 'sparse' as streamed, as ANEForge reports; sparseP+int8 and sparseP+lutN "
+        "(ios18 only) go through a sparse-to-sparse op, the kind 'sparse-joint' that no profile lists "
+        "(they compile with a warning). The sim refuses a mask whose set bits do not number the values. The selftest reports whether the device runs it (a "
+        "rejection is reported, wrong values fail the check).",
+        "compile",
+        target_fields=("streamed_weights",),
+    ),
+    Constraint(
         "ANE-COMPRESSED-BUDGET", "a compressed weight counts as one tensor of the BLOBFILE budget",
         "a program over the budget fails to compile",
         (Evidence("no public test", "whether the device counts a constexpr weight, or each of its payload "

@@ -160,8 +160,8 @@ class WeightSlot:
     slice: list[int] | None
     part: dict | None = None
     """For one BLOBFILE of a compressed weight: ``{"of": weight const, "role": "q" | "scale" |
-    "zero_point" | "indices" | "lut", "format", "axis", "shape": the dense shape,
-    "packed": ios16 LUT indices as packed bytes}`` (docs/compression.md); None otherwise."""
+    "zero_point" | "indices" | "lut" | "values" | "mask", "format", "axis", "shape": the dense
+    shape, "packed": ios16 LUT indices or sparse mask as packed bytes}`` (docs/compression.md); None otherwise."""
     storage: str | None = None
     """The BLOBFILE dtype when it is not ``type.dtype`` (sub-byte: ``uint4``, ...)."""
     decision: Any = field(default=None, repr=False, compare=False)
@@ -447,6 +447,12 @@ class _Emitter:
             self._blob_const(n, a, pname, type_text, pt, storage, {**base, "role": role, **extra}, d)
             args[arg] = pname
 
+        def shape_const() -> str:  # ios16: the dense shape as a uint32 vector
+            sh = self._claim(f"{name}_shape")
+            dims = ", ".join(str(x) for x in t.shape)
+            self._const(sh, f"tensor<uint32, [{rank}]>", f"tensor<uint32, [{rank}]>([{dims}])")
+            return sh
+
         bshape = tuple(c if i == axis else 1 for i in range(rank))
         if fmt.kind == "linear":
             # ios16 has only constexpr_affine_dequantize; in ios18 the target decides
@@ -474,16 +480,40 @@ class _Emitter:
                 nbytes = (t.numel * fmt.bits + 7) // 8
                 blob("indices", "indices", "uint8", (nbytes,), packed=True)
                 blob("lut", "lut", "fp16", (k,))
-                sh = self._claim(f"{name}_shape")
-                dims = ", ".join(str(x) for x in t.shape)
-                self._const(sh, f"tensor<uint32, [{rank}]>", f"tensor<uint32, [{rank}]>([{dims}])")
-                args["shape"] = sh
+                args["shape"] = shape_const()
             else:
                 groups = c // fmt.group if fmt.group else 1
                 lshape = tuple(groups if i == axis else 1 for i in range(rank)) + (k, 1)
                 blob("indices", "indices", fmt.storage, t.shape)
                 blob("lut", "lut", "fp16", lshape)
             op = "constexpr_lut_to_dense"
+        elif fmt.kind == "sparse" and fmt.joint:
+            # ios18: the kept values as int8 or LUT indices, dequantized sparse to sparse (a mask
+            # and fp16 values), then made dense; the values' length is fixed by the shape
+            shapes = {role: (dt, sh) for role, dt, sh in d.part_types()}
+            linear = fmt.joint == "int8"
+            roles = ("mask", "q", "scale") if linear else ("mask", "indices", "lut")
+            argn = (("data_mask", "nonzero_data", "scale") if linear else
+                    ("indices_mask", "indices_nonzero_data", "lut"))
+            for role, arg in zip(roles, argn):
+                blob(role, arg, *shapes[role])
+            smask, svalues = self._claim(f"{name}_smask"), self._claim(f"{name}_svalues")
+            kept = shapes[roles[1]][1][0]
+            dims = ", ".join(str(x) for x in t.shape)
+            self._stmt(f"tensor<uint1, [{dims}]> {smask}, tensor<fp16, [{kept}]> {svalues}",
+                       "constexpr_sparse_blockwise_shift_scale" if linear else "constexpr_lut_to_sparse",
+                       args, self._claim(f"{name}_sparse"))
+            args = {"mask": smask, "nonzero_data": svalues}
+            op = "constexpr_sparse_to_dense"
+        elif fmt.kind == "sparse":
+            # the values' length is fixed by the shape and the sparsity (a reload keeps it)
+            blob("values", "nonzero_data", "fp16", dict((role, sh) for role, _, sh in d.part_types())["values"])
+            if ios16:  # the mask as packed uint8 bytes and the dense shape
+                blob("mask", "mask", "uint8", ((t.numel + 7) // 8,), packed=True)
+                args["shape"] = shape_const()
+            else:  # a uint1 mask in the weight's shape
+                blob("mask", "mask", "uint1", t.shape)
+            op = "constexpr_sparse_to_dense"
         else:  # pragma: no cover - decide() makes only these
             raise PassError(f"emit-mil: no MIL form for compression format {fmt.name}", span=n.span)
         self._stmt(f"{self.sp.type(t)} {name}", op, args, name)

@@ -196,7 +196,7 @@ IO_ENTRY = obj({"name": _mil_name, "dtype": one_of(*DTYPES), "shape": shape(), "
 """The check of one ``inputs``/``outputs`` entry, in either layout's manifest."""
 _perm = nullable(array(integer(0, MAX_RANK - 1), MAX_RANK))
 _slice = nullable(array(integer(-MAX_RANK, MAX_DIM), 3, 3))
-_part = obj({"of": _name, "role": one_of("q", "scale", "zero_point", "indices", "lut"),
+_part = obj({"of": _name, "role": one_of("q", "scale", "zero_point", "indices", "lut", "values", "mask"),
              "format": string(64), "axis": integer(0, MAX_RANK - 1), "shape": shape()},
             {"packed": boolean})
 _weight = obj({"key": _name, "file": rel_path(WEIGHTS_DIR), "offset": integer(64, 1 << 62),

@@ -288,6 +288,8 @@ class StageEntry:
     shares: int | None = None
     weight_inputs: int = 0
     """How many weight inputs the stage program has."""
+    surface_bytes: int | None = None
+    """This stage's surface size (older manifests: None, the top-level ``surface_bytes``)."""
     inputs: tuple[StagePort, ...] = many(StagePort)
     outputs: tuple[StagePort, ...] = many(StagePort)
     nodes: int | None = None

@@ -19,9 +19,10 @@ A func that fits one program keeps the single-program layout
 (:mod:`anec.mil.artifact`). Stages with byte-identical MIL (the layers of a
 transformer, cut the same way) are marked ``same_as`` the first of them; the
 runtime's program cache then compiles the text once wherever the compiled
-form can be shared (docs/runtime.md). ``surface_bytes`` is one allocation
-size for every stage surface, so that a stage output feeds the next stage's
-input with no copy.
+form can be shared (docs/runtime.md). Each stage entry's ``surface_bytes``
+is the allocation size of that stage's surfaces (stages of one size pass
+outputs to inputs with no copy); the top-level ``surface_bytes`` is the
+largest, and sizes every stage of a manifest without per-stage sizes.
 
 Programs shared across layers (``share=True``): stages with the same MIL but
 other weights (the layers of a transformer, cut at the layer boundaries by
@@ -259,6 +260,9 @@ def check_manifest(m: Any, where: Path | str) -> None:
                                     and isinstance(m["stages"][ref], dict)
                                     and m["stages"][ref].get("mil_sha256") == e["mil_sha256"]):
             raise bad(f"stages[{k}].shares", "null or a stage (this one or an earlier) with the same mil_sha256")
+        size = e.get("surface_bytes", 1)  # this stage's own size (older manifests: the top-level one)
+        if not (isinstance(size, int) and not isinstance(size, bool) and 0 < size < 1 << 40):
+            raise bad(f"stages[{k}].surface_bytes", "a positive integer")
         n_wi = e.get("weight_inputs", 0)
         if not (isinstance(n_wi, int) and not isinstance(n_wi, bool) and 0 <= n_wi <= MAX_STAGE_WEIGHT_INPUTS):
             raise bad(f"stages[{k}].weight_inputs", f"an integer in [0, {MAX_STAGE_WEIGHT_INPUTS}]")

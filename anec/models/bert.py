@@ -142,12 +142,8 @@ class Bert:
 
     def weight(self, key: str) -> np.ndarray:
         """Tensor ``key`` in the IR layout: [C] -> [1, C, 1, 1], [out, in] -> [out, in, 1, 1]."""
-        arr = self._cache.get(key)
-        if arr is None:
-            arr = self.ckpt.get_f32(key)
-            arr = arr.reshape(1, -1, 1, 1) if arr.ndim == 1 else arr.reshape(*arr.shape, 1, 1)
-            self._cache[key] = arr
-        return arr
+        arr = self.ckpt.stored(key)  # a view of the memory-mapped file (bf16: widened), not a copy
+        return arr.reshape(1, -1, 1, 1) if arr.ndim == 1 else arr.reshape(*arr.shape, 1, 1)
 
     # ---- programs
     @staticmethod

@@ -33,15 +33,17 @@ measures the decode case, results in ``benchmarks/results/partition.md``):
   stack's 10.9 GFLOP);
 * the head's weight (the 77 MB tied embedding, split into 4 chunks) would be
   held, and compiled, once per bucket func instead of once;
-* a pipeline gives every surface of every stage one allocation size (so stage
-  outputs feed stage inputs with no copy): the logits pieces (``[1, 50257, 1, S]``
-  fp32 in 4 chunks) would set that size for every KV cache and residual surface
-  of the body: the decode pipeline's surfaces grow from 11.7 MiB (body and
-  head) to 72.9 MiB, the prefill pipeline's from 20 MiB to 187 MiB.
+* when a pipeline gave every surface of every stage one allocation size, the
+  logits pieces (``[1, 50257, 1, S]`` fp32 in 4 chunks) set that size for every
+  KV cache and residual surface of the body: the decode pipeline's surfaces grew
+  from 11.7 MiB (body and head) to 72.9 MiB, the prefill pipeline's from 20 MiB
+  to 187 MiB (surfaces are now sized per stage, so only the head's stage would
+  be that large).
 
 A joined head adds no program (it fits the last stage's BLOBFILE budget) and
 saves one host round trip per step: measured on the sim, the same CPU time per
-token (0.159 s) and 10% less wall time, for 6x the surface memory.
+token (0.159 s) and 10% less wall time, for 6x the surface memory (measured
+with one surface size per pipeline).
 
 The per-layer funcs (``L{i}_attn_p{S}``, ``L{i}_attn_d{W}_t{T}``,
 ``L{i}_mlp_s{S}``) are the same layer code as funcs of their own: building
@@ -117,12 +119,21 @@ class DecoderFrontend(ABC):
 
     # ---- weights ---------------------------------------------------------------
     def weight(self, key: str) -> np.ndarray:
-        """The tensor for ``key`` in the layout the IR declares (fp32)."""
+        """The tensor for ``key`` in the layout the IR declares: a checkpoint tensor is a view of
+        the memory-mapped file in its stored dtype (bf16 widened to fp32), so no copy of the
+        model is ever held; a generated tensor (``anec.*``) is made once."""
+        if not key.startswith("anec."):
+            return self._layout(key, self.ckpt.stored(key))
         arr = self._cache.get(key)
         if arr is None:
-            arr = self._generated(key) if key.startswith("anec.") else self._layout(key, self.ckpt.get_f32(key))
-            self._cache[key] = arr
+            arr = self._cache[key] = self._generated(key)
         return arr
+
+    def release_pages(self) -> None:
+        """Give the checkpoint's mapped pages back to the kernel (after a compile has copied
+        what it needs): views stay valid and read their pages again when used."""
+        for key in self.ckpt.keys():
+            self.ckpt.drop_pages(key)
 
     def _layout(self, key: str, arr: np.ndarray) -> np.ndarray:
         """Checkpoint layout -> IR layout: vectors to [1, C, 1, 1], matrices [out, in] to [out, in, 1, 1]."""

@@ -26,13 +26,14 @@ half) are refused by :func:`read_export` with the command that re-exports them.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
 import struct
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -79,7 +80,27 @@ def export_checkpoint(kind: str, checkpoint: str | Path, out_dir: str | Path,
         fe = decoder_frontend(ckpt, min_surface)
         groups, info = fe.export_funcs(list(prefill) if prefill else None, list(cache) if cache else None)
     lora = (list(lora_targets), lora_rank) if lora_targets else None
-    return write_export(out_dir, kind, groups, fe.weight, info, lora=lora)
+    return write_export(out_dir, kind, groups, fe.weight, info, lora=lora,
+                        release=lambda k: ckpt.drop_pages(k) if k in ckpt else None)
+
+
+class _Lazy(Mapping[str, np.ndarray]):
+    """``keys`` -> ``weight(key)``, looked up when read (nothing held)."""
+
+    def __init__(self, keys: Iterable[str], weight: Callable[[str], np.ndarray]) -> None:
+        self._keys = list(keys)
+        self._weight = weight
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._keys:
+            raise KeyError(key)
+        return self._weight(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
 
 def _kind_of(model_type: str) -> str:
@@ -114,9 +135,14 @@ def _lora_texts(texts: dict[str, str], targets: list[str], rank: int) -> dict[st
 
 def write_export(out_dir: str | Path, kind: str, groups: dict[str, list["Graph"]],
                  weight: Callable[[str], Any], info: dict[str, Any],
-                 lora: tuple[list[str], int] | None = None) -> dict[str, Any]:
+                 lora: tuple[list[str], int] | None = None,
+                 release: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Write one ``<group>.ir`` per group of funcs, the weights they reference and ``model.json``,
     all or nothing.
+
+    ``weight(key)`` is looked up one tensor at a time while the weights file is written
+    (views of a memory-mapped checkpoint: the model is never materialized), and
+    ``release(key)`` called after each (:func:`save_fp16`).
 
     Every func is built and verified before anything is written. The files then go to a
     temporary directory ``.OUT.anec-tmp-*`` next to ``out_dir``, are fsynced, and the
@@ -160,7 +186,8 @@ def write_export(out_dir: str | Path, kind: str, groups: dict[str, list["Graph"]
         _keep_foreign(out, tmp, ours)
         path = tmp / WEIGHTS
         try:
-            save_fp16(path, {k: weight(k) for k in keys}, {"format": "anec-weights", "model": kind}, atomic=False)
+            save_fp16(path, _Lazy(keys, weight), {"format": "anec-weights", "model": kind}, atomic=False,
+                      release=release)
         except OSError as e:
             raise ModelError(f"cannot write '{out / WEIGHTS}': {e.strerror or e}",
                              hint="nothing was changed; free space (or fix the folder) and export again") from None
@@ -246,23 +273,30 @@ def _listed(d: Any) -> set[str]:
 _CHUNK = 1 << 20
 
 
-def save_fp16(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict[str, str], *,
-              atomic: bool = True) -> None:
+def save_fp16(path: str | Path, tensors: Mapping[str, np.ndarray], metadata: dict[str, str], *,
+              atomic: bool = True, release: Callable[[str], None] | None = None) -> None:
     """Write ``tensors`` as fp16 safetensors, atomically: each tensor converted once,
     in cache-sized chunks, straight into the file (no copy of the whole file in memory).
     ``atomic=False`` writes a new file ``path`` (it must not exist) and fsyncs it: for a
     file of a temporary directory that is renamed into place as a whole.
 
+    ``tensors`` may be a lazy mapping (arrays over a memory-mapped checkpoint, made when
+    looked up): each tensor is looked up once for the header and once for its data, and
+    never all at once; a strided array (a transposed view) is copied a block of rows at a
+    time. ``release(key)`` is called after each tensor is written (to give its pages back),
+    so the resident memory stays near one chunk, not the model.
+
     Tensors are laid out by name, as the safetensors library orders tensors of one
     dtype; the conversion rounds like numpy (the runtime's F16C converter when it is
     built, else numpy itself)."""
     names = sorted(tensors)
-    arrays = [np.asarray(tensors[k]) for k in names]
     header: dict[str, Any] = {"__metadata__": dict(metadata)}
     offset = 0
-    for k, a in zip(names, arrays):
-        header[k] = {"dtype": "F16", "shape": list(a.shape), "data_offsets": [offset, offset + 2 * a.size]}
-        offset += 2 * a.size
+    for k in names:
+        shape = np.shape(tensors[k])
+        size = math.prod(shape)
+        header[k] = {"dtype": "F16", "shape": list(shape), "data_offsets": [offset, offset + 2 * size]}
+        offset += 2 * size
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)
     convert = _f32_to_f16()
@@ -270,16 +304,23 @@ def save_fp16(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict[s
     def write(f: Any) -> None:
         f.write(struct.pack("<Q", len(head)) + head)
         buf = np.empty(_CHUNK, np.float16)
-        for a in arrays:
-            flat = a.reshape(-1)
-            if flat.dtype == np.float16:
-                f.write(memoryview(np.ascontiguousarray(flat)).cast("B"))
-                continue
-            for i in range(0, flat.size, _CHUNK):
-                part = flat[i:i + _CHUNK]
-                out = buf[:part.size]
-                convert(part, out)
-                f.write(memoryview(out).cast("B"))
+        for k in names:
+            a = np.asarray(tensors[k])
+            a = a.reshape(1, -1) if a.ndim < 2 or a.size == 0 else a.reshape(a.shape[0], -1)
+            step = max(1, _CHUNK // max(1, a.shape[1]))
+            for r in range(0, a.shape[0], step):
+                block = np.ascontiguousarray(a[r:r + step]).reshape(-1)  # a copy only when strided
+                if block.dtype == np.float16:
+                    f.write(memoryview(block).cast("B"))
+                    continue
+                for i in range(0, block.size, _CHUNK):
+                    part = block[i:i + _CHUNK]
+                    out = buf[:part.size]
+                    convert(part, out)
+                    f.write(memoryview(out).cast("B"))
+            del a
+            if release is not None:
+                release(k)
 
     if atomic:
         replace_file(path, write)

@@ -101,7 +101,7 @@ class CausalLM:
         if lora is not None:
             transform = lambda g: apply_lora(g, lora.targets, lora.rank)  # noqa: E731
         self.programs = ProgramCache(frontend.weight, backend=backend, target=target, cache_dir=cache_dir,
-                                     transform=transform)
+                                     transform=transform, release=frontend.release_pages)
         self.cache: KVCache | None = None
         self.pos = 0
 

@@ -117,15 +117,9 @@ class GPT2(DecoderFrontend):
             raise ModelError(f"token ids must be in [0, {self.cfg.vocab})")
         if positions.size and positions.max() >= self.cfg.max_pos:
             raise ModelError(f"position {int(positions.max())} exceeds the model's {self.cfg.max_pos} positions")
-        wte = self._table("wte.weight")
-        wpe = self._table("wpe.weight")
-        return (wte[ids] + wpe[positions]).astype(np.float32)
-
-    def _table(self, name: str) -> np.ndarray:
-        key = "host." + name
-        if key not in self._cache:
-            self._cache[key] = self.ckpt.get_f32(self._k(name))
-        return self._cache[key]
+        # only the rows looked up are read from the memory-mapped tables
+        return (self.ckpt.rows(self._k("wte.weight"), ids)
+                + self.ckpt.rows(self._k("wpe.weight"), positions)).astype(np.float32)
 
     # ---- hooks
     def _norm(self, b: ModelBuilder, x: Value, keys: tuple[str, str | None], name: str) -> Value:

@@ -166,15 +166,31 @@ class Checkpoint:
     def file_of(self, key: str) -> Path:
         return self._index[key].path
 
-    def get(self, key: str) -> np.ndarray:
-        """Tensor ``key`` as stored (fp32 for bf16), or a WeightError naming it."""
+    def _file(self, key: str) -> SafetensorsFile:
         f = self._index.get(key)
         if f is None:
             from anec.diagnostics import did_you_mean
 
             raise WeightError(f"checkpoint {self.path} has no tensor '{key}'",
                               hint=did_you_mean(key, self._index))
-        return f.get(key)
+        return f
+
+    def get(self, key: str) -> np.ndarray:
+        """Tensor ``key`` as stored (fp32 for bf16), or a WeightError naming it."""
+        return self._file(key).get(key)
+
+    def stored(self, key: str) -> np.ndarray:
+        """Tensor ``key`` as stored, a view of the memory-mapped file where numpy holds the dtype
+        (nothing read until used, nothing copied); bf16 widened to a new fp32 array."""
+        return self._file(key).stored(key)
+
+    def rows(self, key: str, index: Any) -> np.ndarray:
+        """Rows ``index`` of tensor ``key`` in fp32, reading only those rows."""
+        return self._file(key).rows(key, index)
+
+    def drop_pages(self, key: str) -> None:
+        """Unmap the pages of tensor ``key`` read so far (a streaming reader's memory)."""
+        self._file(key).drop_pages(key)
 
     def get_f32(self, key: str) -> np.ndarray:
         return self.get(key).astype(np.float32, copy=False)  # get() returns a fresh array

@@ -175,10 +175,7 @@ class Llama(DecoderFrontend):
         ids = np.asarray(ids)
         if ids.size and (ids.min() < 0 or ids.max() >= self.cfg.vocab):
             raise ModelError(f"token ids must be in [0, {self.cfg.vocab})")
-        key = "host.embed"
-        if key not in self._cache:
-            self._cache[key] = self.ckpt.get_f32("model.embed_tokens.weight")
-        return self._cache[key][ids].astype(np.float32)
+        return self.ckpt.rows("model.embed_tokens.weight", ids)  # only these rows are read
 
     def rope_tables(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``cos, sin [len(positions), D]`` in fp32, as Hugging Face computes them."""

@@ -64,8 +64,12 @@ class ProgramCache:
     def __init__(self, weight_fn: Callable[[str], np.ndarray], backend: str = "auto",
                  target: str | None = None, cache_dir: str | os.PathLike | None = None,
                  transform: Callable[[Graph], Any] | None = None, compress: Any = None,
-                 compress_gate: Any = None, compress_form: str | None = None) -> None:
+                 compress_gate: Any = None, compress_form: str | None = None,
+                 release: Callable[[], None] | None = None) -> None:
         self.weight_fn = weight_fn
+        self.release = release
+        """Called after each compile: the weight files compiled hold their own bytes, so the
+        pages of the memory-mapped checkpoint the compile read can go (see :meth:`_compile`)."""
         self.compress = compress
         self.compress_gate = compress_gate
         self.compress_form = compress_form
@@ -163,6 +167,10 @@ class ProgramCache:
         for art in result.artifacts.values():
             for a in getattr(art, "stages", [art]):  # a pipeline's stages record their own
                 self.compression.extend(a.manifest.compression)
+        if self.release is not None:
+            # the artifacts hold their weight files' own bytes (or read the files they wrote),
+            # no view of the checkpoint: its pages need not stay resident while programs load
+            self.release()
         return result
 
     def stats(self) -> dict[str, Any]:

@@ -477,7 +477,7 @@ def reset_process_budget(driver: str = "sim") -> None:
 
 
 PIPELINE_STATS = ("calls", "stages", "zero_copy_edges", "copied_edges", "host_inputs", "resident_inputs",
-                  "ns_call")
+                  "ns_call", "surface_bytes")
 PIPE_RESIDENT = -2
 """The source of a stage input that is a weight of the stage's own program (anec_pipe_src)."""
 

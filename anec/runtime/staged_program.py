@@ -4,8 +4,9 @@
 (:mod:`anec.mil.multi_program`): it is called like any :class:`~anec.runtime.Program`
 (the func's inputs in, its outputs out); the C runtime runs every stage in
 order in one call (``anec_pipeline_call``), stage outputs feeding the next
-stages' inputs with no copy (every stage surface has the pipeline's one
-allocation size). A stage whose weights are inputs of its program (programs
+stages' inputs with no copy where the two stages' surfaces have the same size
+(each stage's surfaces are sized for that stage: the manifest's per-stage
+``surface_bytes``; an edge between two sizes copies its packed bytes). A stage whose weights are inputs of its program (programs
 shared across layers, :mod:`anec.multi_program_build`) gets them written once, at
 load, into its own input surfaces; the C pipeline leaves those inputs alone
 (resident inputs). ``reload_weights`` routes each key to the stages that hold
@@ -83,22 +84,34 @@ def _specs(entries: "Iterable[IOEntry]", logical: "Iterable[LogicalInput]") -> l
     return out
 
 
+def _blob_bytes(blobs: Mapping[str, bytes], rel: str) -> bytes:
+    """Weight file ``rel``'s bytes, built for this load only: a compiled artifact's
+    :class:`~anec.mil.blobfile.BlobFiles` would otherwise keep every stage's bytes for the
+    artifact's life (a second copy of the model's weights next to the runtime's)."""
+    from anec.mil.artifact import file_source
+
+    src = file_source(blobs, rel)
+    return src if isinstance(src, bytes) else src.to_bytes()
+
+
 def load_pipeline(rt: "Runtime", art: "PipelineArtifact") -> "PipelineProgram":
     """Compile and load every stage, wire them in C, fill weights compiled as inputs."""
     m = art.manifest
     progs: list["Program"] = []
     try:
-        for st in art.stages:
+        for st, entry in zip(art.stages, m.stages):
             limits = manifest_limits(st.manifest)
-            if limits is not None:
-                limits["min_surface_bytes"] = max(int(limits.get("min_surface_bytes", 0)), m.surface_bytes)
-            blobs = {w.mil_path: st.blobs[w.file] for w in st.manifest.weights}
+            if limits is not None:  # this stage's own size (older manifests: one size for every stage)
+                size = entry.surface_bytes if entry.surface_bytes is not None else m.surface_bytes
+                limits["min_surface_bytes"] = max(int(limits.get("min_surface_bytes", 0)), size)
+            blobs = {w.mil_path: _blob_bytes(st.blobs, w.file) for w in st.manifest.weights}
             prog = rt.compile(st.mil_text, blobs, limits=limits, manifest=st.manifest, load=False)
+            del blobs  # the runtime has its own copy: this stage's bytes go before the next stage's
             progs.append(prog)
             if st.manifest.weight_inputs:  # this stage's own weights, into its own surfaces
                 from anec.runtime.program import weight_input_array
 
-                prog._set_weight_inputs({w.input: weight_input_array(st.blobs[w.file], w)
+                prog._set_weight_inputs({w.input: weight_input_array(_blob_bytes(st.blobs, w.file), w)
                                          for w in st.manifest.weight_inputs}, reload=False)
             prog.load()
         inputs = [e.name for e in m.inputs]
@@ -160,11 +173,13 @@ class PipelineProgram(Program):
 
     @property
     def stats(self) -> dict[str, Any]:
-        """Pipeline counters (calls, zero_copy_edges, copied_edges, ...) and ``stages``:
-        every stage program's own counters."""
+        """Pipeline counters (calls, zero_copy_edges, copied_edges, surface_bytes, ...) and
+        ``stages``: every stage program's own counters, with the allocation size of its input
+        and output surfaces (``input_surface_bytes``, ``output_surface_bytes``)."""
         self._check()
         st: dict[str, Any] = self._native.pipe.stats()
-        st["stages"] = [p.stats for p in self.stages]
+        st["stages"] = [{**p.stats, "input_surface_bytes": p._native.input_surface_bytes,
+                         "output_surface_bytes": p._native.output_surface_bytes} for p in self.stages]
         return st
 
     @property

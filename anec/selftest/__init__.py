@@ -60,11 +60,13 @@ compressed    which compressed weight forms the device compiles and computes
               right (ANE-COMPRESSED-WEIGHTS): a conv weight and a matmul weight
               stored as int8 with constexpr_affine_dequantize (the form
               anec writes by default) and with constexpr_blockwise_shift_scale
-              (--compress-form blockwise), and as 4- and 6-bit LUTs
-              (constexpr_lut_to_dense), each compared with the reference
-              interpreter on the decompressed weights. Passes when the target's
-              int8 form is right and no form computes wrong values; a rejected
-              other form is reported (do not compile with it on this machine).
+              (--compress-form blockwise), as 4- and 6-bit LUTs
+              (constexpr_lut_to_dense) and 50% sparse (constexpr_sparse_to_dense,
+              ANE-COMPRESSED-SPARSE; with int8 and 4-bit LUT values too), each
+              compared with the reference interpreter on the decompressed
+              weights. Passes when the target's int8 form is right and no form
+              computes wrong values; a rejected other form is reported (do not
+              compile with it on this machine).
 
 On a Mac with Apple silicon it runs on the ANE (``--backend auto`` picks it);
 on Linux it runs on the sim, where it must pass. It prints a plain-text

@@ -506,7 +506,8 @@ def check_spatial(env: CheckEnv, c: Check) -> None:
 
 def _compressed_op(art, fmt: str) -> str:
     """The constexpr op the artifact's MIL writes for ``fmt``."""
-    for op in ("constexpr_affine_dequantize", "constexpr_blockwise_shift_scale", "constexpr_lut_to_dense"):
+    for op in ("constexpr_affine_dequantize", "constexpr_blockwise_shift_scale", "constexpr_lut_to_dense",
+               "constexpr_sparse_blockwise_shift_scale", "constexpr_lut_to_sparse", "constexpr_sparse_to_dense"):
         if f"= {op}(" in art.mil_text:
             return op
     raise AnecError(f"selftest: the {fmt} probe wrote no constexpr op (its weights fell back)")
@@ -518,8 +519,8 @@ def check_compressed(env: CheckEnv, c: Check) -> None:
     ok = True
     x = {"x": env.normal((1, 64, 1, N)), "a": env.normal((1, 1, N, 64))}
     for fmt, form in COMPRESSED_PROBES:
-        if form is not None and env.tgt.mil_dialect != "ios18" and form != "affine":
-            continue  # ios16 has only the affine op
+        if env.tgt.mil_dialect != "ios18" and ((form is not None and form != "affine") or "+" in fmt):
+            continue  # ios16 has only the affine op, and no sparse int8/LUT values
         # no fallback: the format itself must be written, and run
         _, _, _, art, _ = env.build(COMPRESSED_IR, "compressed", compress=f"{fmt}>fp16", compress_form=form)
         op = _compressed_op(art, fmt)
@@ -559,7 +560,8 @@ CHECKS: list[tuple[str, str, Callable[[CheckEnv, Check], None]]] = [
     ("dialect", "MIL dialects the device compiler accepts", check_dialect),
     ("fp16-range", "norms of activations up to 60000 are right (range-safe)", check_fp16_range),
     ("spatial", "native conv, pool and upsample ops at anec's limits are right", check_spatial),
-    ("compressed", "compressed weight forms (int8 affine / blockwise, LUT) the device runs", check_compressed),
+    ("compressed", "compressed weight forms (int8 affine / blockwise, LUT, sparse) the device runs",
+     check_compressed),
 ]
 
 

@@ -104,9 +104,12 @@ func compressed(%x: fp32[1, 64, 1, {N}], %a: fp32[1, 1, {N}, 64]) {{
 """
 
 COMPRESSED_PROBES: tuple[tuple[str, str | None], ...] = (
-    ("int8", "affine"), ("int8", "blockwise"), ("lut4", None), ("lut6", None))
+    ("int8", "affine"), ("int8", "blockwise"), ("lut4", None), ("lut6", None), ("sparse50", None),
+    ("sparse50+int8", None), ("sparse50+lut4", None))
 """(format, int8 form) pairs the compressed check compiles: the two MIL ops of int8 weights
-(ANE-COMPRESSED-WEIGHTS) and two LUT widths."""
+(ANE-COMPRESSED-WEIGHTS), two LUT widths and sparse weights (ANE-COMPRESSED-SPARSE:
+constexpr_sparse_to_dense over a uint1 mask, or the ios16 packed mask; with int8 or LUT
+values through constexpr_sparse_blockwise_shift_scale / constexpr_lut_to_sparse, ios18 only)."""
 
 NORMS_IR = f"""\
 // selftest (fp16-range): norms written as mean(x * x), made range-safe by the compiler

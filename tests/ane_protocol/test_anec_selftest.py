@@ -82,7 +82,10 @@ def test_selftest_numbers(report: dict) -> None:
     assert cp["int8_form"] == "affine"
     assert {k: v["verdict"] for k, v in cp["probes"].items()} == {
         "int8 (constexpr_affine_dequantize)": "accepted", "int8 (constexpr_blockwise_shift_scale)": "accepted",
-        "lut4 (constexpr_lut_to_dense)": "accepted", "lut6 (constexpr_lut_to_dense)": "accepted"}
+        "lut4 (constexpr_lut_to_dense)": "accepted", "lut6 (constexpr_lut_to_dense)": "accepted",
+        "sparse50 (constexpr_sparse_to_dense)": "accepted",
+        "sparse50+int8 (constexpr_sparse_blockwise_shift_scale)": "accepted",
+        "sparse50+lut4 (constexpr_lut_to_sparse)": "accepted"}
     assert max(v["max_abs_err"] for v in cp["probes"].values()) < 0.05
 
 
@@ -108,16 +111,16 @@ def test_binding_check_fails_when_buffers_are_bound_in_declaration_order(monkeyp
 
 
 def test_compressed_check_fails_when_a_form_decompresses_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The device decompressing otherwise than the MIL says (here: the reference's int8
-    weights off by 10%) is caught as wrong values."""
+    """The device decompressing otherwise than the MIL says (here: the reference's int8 and
+    sparse weights off by 10%) is caught as wrong values."""
     from anec.mil import artifact
 
     real = artifact.decompress_parts
 
     def off(parts):
         d = real(parts)
-        linear = parts[0][0].part.format == "int8"
-        return (d.astype(np.float32) * 1.1).astype(np.float16) if linear else d
+        off = parts[0][0].part.format in ("int8", "sparse50")
+        return (d.astype(np.float32) * 1.1).astype(np.float16) if off else d
 
     monkeypatch.setattr(artifact, "decompress_parts", off)
     c = checks.Check("compressed", "")
@@ -125,6 +128,7 @@ def test_compressed_check_fails_when_a_form_decompresses_wrong(monkeypatch: pyte
     assert not c.passed
     verdicts = {k: v["verdict"] for k, v in c.data["probes"].items()}
     assert verdicts["int8 (constexpr_affine_dequantize)"] == "accepted but wrong"
+    assert verdicts["sparse50 (constexpr_sparse_to_dense)"] == "accepted but wrong"
     assert verdicts["lut4 (constexpr_lut_to_dense)"] == "accepted"
 
 
@@ -154,6 +158,12 @@ def test_compressed_check_fails_when_the_targets_int8_form_is_rejected(monkeypat
     checks.check_compressed(checks.CheckEnv("sim", "m4", 0), c)
     assert c.passed, c.lines
     assert c.data["probes"]["int8 (constexpr_blockwise_shift_scale)"]["verdict"] == "rejected"
+    # ANE-COMPRESSED-SPARSE is a hypothesis: a device that rejects the sparse op is reported, not failed
+    monkeypatch.setattr(Runtime, "load", reject("constexpr_sparse_to_dense"))
+    c = checks.Check("compressed", "")
+    checks.check_compressed(checks.CheckEnv("sim", "m4", 0), c)
+    assert c.passed, c.lines
+    assert c.data["probes"]["sparse50 (constexpr_sparse_to_dense)"]["verdict"] == "rejected"
 
 
 def test_reload_check_fails_when_the_runtime_reloads_stale(monkeypatch: pytest.MonkeyPatch) -> None:

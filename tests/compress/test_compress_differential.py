@@ -22,7 +22,8 @@ from tolerances import assert_close
 
 FORMATS = ["int8", "int8-affine", "uint8-affine", "lut1", "lut2", "lut4", "lut6", "lut8", "lut4/g8",
            "int8@blockwise", "int8-affine@blockwise", "uint8-affine@blockwise",
-           "int4", "int4/b16", "int4-affine/b8", "uint4-affine/b16", "int8/b16"]
+           "int4", "int4/b16", "int4-affine/b8", "uint4-affine/b16", "int8/b16", "sparse50", "sparse90",
+           "sparse50+int8", "sparse50+lut4", "sparse75+lut2"]
 """``FORMAT@FORM``: 8-bit linear weights written with that ios18 op (``--compress-form``);
 without one, the target's (constexpr_affine_dequantize)."""
 LINEAR_OP = {"affine": "constexpr_affine_dequantize", "blockwise": "constexpr_blockwise_shift_scale"}
@@ -45,7 +46,7 @@ def _compile(small, fmt, dialect, seed=0):
 def _linear_op(fmt: str, dialect: str) -> str | None:
     """The MIL op a linear format must be written with (None: not a linear format)."""
     name, _, form = fmt.partition("@")
-    if "lut" in name:
+    if "lut" in name or "sparse" in name:
         return None
     if "/" in name or "int4" in name:  # scales of the weight's rank: the blockwise op only
         return None if dialect == "ios16" else LINEAR_OP["blockwise"]
@@ -59,8 +60,8 @@ def test_sim_matches_the_interpreter(rt, small, fmt, dialect):
     res, store = _compile(small, fmt, dialect)
     art = res.artifacts["f"]
     got_formats = {c["key"]: c["format"] for c in art.manifest.document["compression"]}
-    # ios16 has no grouped LUT, no 4-bit and no per-block linear form
-    want = "fp16" if dialect == "ios16" and ("/" in fmt or "4" in fmt.split("/")[0] and "lut" not in fmt) \
+    # ios16 has no grouped LUT, no 4-bit and no per-block linear form, no sparse int8/LUT values
+    want = "fp16" if dialect == "ios16" and ("/" in fmt or "+" in fmt or "4" in fmt.split("/")[0] and "lut" not in fmt) \
         else fmt.partition("@")[0]
     assert got_formats == {"blk.0.w": want, "blk.1.w": want, "head.w": want}
     assert "norm.g" not in got_formats
@@ -83,7 +84,8 @@ def test_sim_matches_the_interpreter(rt, small, fmt, dialect):
 
 @pytest.mark.parametrize("dialect", ["ios18", "ios16"])
 @pytest.mark.parametrize("fmt", ["int8", "uint8-affine", "lut2", "lut6", "lut4/g8", "int8@blockwise",
-                                 "uint8-affine@blockwise", "int4/b16", "uint4-affine/b8", "int4-affine"])
+                                 "uint8-affine@blockwise", "int4/b16", "uint4-affine/b8", "int4-affine",
+                                 "sparse50", "sparse90", "sparse50+int8", "sparse50+lut4"])
 @pytest.mark.constraint("ANE-COMPRESSED-WEIGHTS")
 def test_coremltools_decompresses_bit_for_bit_as_anec(small, fmt, dialect):
     """coremltools type-checks the MIL (each declared type equals its inference) and its
@@ -96,11 +98,17 @@ def test_coremltools_decompresses_bit_for_bit_as_anec(small, fmt, dialect):
     for w in art.manifest.document["weights"]:
         if w.get("part"):
             by_const.setdefault(w["part"]["of"], []).append(f"{w['file']}@{w['offset']}")
-    ops = [op for op in prog.functions["main"].operations if op.op_type.startswith("constexpr_")]
-    fell_back = dialect == "ios16" and ("/" in fmt or "int4" in fmt)
+    every = [op for op in prog.functions["main"].operations if op.op_type.startswith("constexpr_")]
+    ops = [op for op in every if op.name in by_const]  # the ops that make a weight
+    fell_back = dialect == "ios16" and ("/" in fmt or "int4" in fmt or "+" in fmt)
     assert len(ops) == (0 if fell_back else 3)
     op = _linear_op(fmt, dialect)
     assert op is None or {o.op_type for o in ops} == {op}
+    if "sparse" in fmt and not fell_back:
+        assert {o.op_type for o in ops} == {"constexpr_sparse_to_dense"}
+        pair = {"+int8": {"constexpr_sparse_blockwise_shift_scale"}, "+lut": {"constexpr_lut_to_sparse"}}
+        assert {o.op_type for o in every if o not in ops} == next(
+            (v for k, v in pair.items() if k in fmt), set())
     for op in ops:
         theirs = op.materialized_val_inference()
         ours = mine["+".join(by_const[op.name])]
@@ -160,6 +168,15 @@ def test_the_corpus_programs_decompress_as_computed_by_hand(rt):
     assert np.array_equal(got["y"][0, :, 0, 0], np.array([-1, -1.5, -14.125], np.float16))
     assert np.array_equal(got["z"][0, :, 0, 0], np.array([0 + 1 + 2 + 3, 20 + 21 + 22 + 23, 40 + 41 + 42 + 43],
                                                           np.float16))
+    mask = BlobWriter()
+    mask.add(np.array([1, 0, 1, 0, 0, 1, 1, 0, 1, 1, 1, 1], np.uint8).reshape(3, 4, 1, 1), dtype="uint1")
+    with open(os.path.join(root, "constexpr_sparse.mil")) as f:
+        prog = rt.compile(f.read(), {"@model_path/weights/sm.bin": mask.to_bytes()}, limits=limits)
+    got = prog(x=x)
+    prog.close()
+    # the mask picks values 1, 2 | 3, 4 | 5..8; the int8 ones scaled per row by 0.5, 0.25, 0.125
+    assert np.array_equal(got["y"][0, :, 0, 0], np.array([1 + 2, 3 + 4, 5 + 6 + 7 + 8], np.float16))
+    assert np.array_equal(got["z"][0, :, 0, 0], np.array([(2 + 4) / 2, (-2 + 8) / 4, (1 + 1 + 1 - 1) / 8], np.float16))
 
 
 def test_a_func_cut_into_a_pipeline_runs_compressed(rt):

@@ -3,7 +3,8 @@
 Payload BLOBFILEs with a wrong dtype code, cut short, or whose padding bits do not match
 the declared element count; constexpr ops whose payloads disagree with each other (LUT
 indices wider than the table, packed indices of the wrong length, block scales that do not
-divide the tensor, sizes that overflow): the runtime's weight check or the sim's compiler
+divide the tensor, sizes that overflow, a sparse mask whose set bits do not number the
+values or whose shape is not the result's): the runtime's weight check or the sim's compiler
 or loader names the const, the MIL line and what is wrong.
 """
 
@@ -181,3 +182,127 @@ def test_the_budget_counts_a_compressed_weight_once(rt):
     blobs = {**_lut_blobs(), **_blob("b.bin", None, np.zeros((1, 3, 1, 1), np.float16))}
     with pytest.raises(AnecError, match=r"ANE-BLOB-BUDGET.*2 BLOBFILE weight tensors, but at most 1"):
         rt.compile(mil, blobs, limits=one).close()
+
+
+SPARSE18 = ('        tensor<fp16, [8]> wv = const()[name = string("wv"), val = tensor<fp16, [8]>'
+            '(BLOBFILE(path = string("@model_path/weights/wv.bin"), offset = uint64(64)))];\n'
+            '        tensor<uint1, [3, 4, 1, 1]> wm = const()[name = string("wm"), val = tensor<uint1, [3, 4, 1, 1]>'
+            '(BLOBFILE(path = string("@model_path/weights/wm.bin"), offset = uint64(64)))];\n'
+            '        tensor<fp16, [3, 4, 1, 1]> w = constexpr_sparse_to_dense(mask = wm, nonzero_data = wv)'
+            '[name = string("w")];\n')
+SPARSE_MASK = np.array([1, 0, 1, 0, 0, 1, 1, 0, 1, 1, 1, 1], np.uint8)
+"""8 bits set: row 0 reads values 1, 2; row 1 values 3, 4; row 2 values 5..8."""
+
+
+def _sparse_blobs(mask=SPARSE_MASK, values=np.arange(1, 9, dtype=np.float16)):
+    return {**_blob("wv.bin", None, values), **_blob("wm.bin", "uint1", mask.reshape(3, 4, 1, 1))}
+
+
+def _sparse16(mask_bytes: int = 2) -> str:
+    return ('        tensor<fp16, [8]> wv = const()[name = tensor<string, []>("wv"), val = tensor<fp16, [8]>'
+            '(BLOBFILE(path = tensor<string, []>("@model_path/weights/wv.bin"), offset = tensor<uint64, []>(64)))];\n'
+            f'        tensor<uint8, [{mask_bytes}]> wm = const()[name = tensor<string, []>("wm"), '
+            f'val = tensor<uint8, [{mask_bytes}]>(BLOBFILE(path = tensor<string, []>("@model_path/weights/wm.bin"), '
+            'offset = tensor<uint64, []>(64)))];\n'
+            '        tensor<uint32, [4]> sh = const()[name = tensor<string, []>("sh"), val = tensor<uint32, [4]>([3, 4, 1, 1])];\n'
+            '        tensor<fp16, [3, 4, 1, 1]> w = constexpr_sparse_to_dense(mask = wm, nonzero_data = wv, shape = sh)'
+            '[name = tensor<string, []>("w")];\n')
+
+
+@pytest.mark.constraint("ANE-COMPRESSED-SPARSE")
+def test_a_valid_handwritten_sparse_program_runs_in_both_dialects(rt):
+    """The baseline of the sparse variants: each row sums the values its mask bits pick."""
+    want = np.array([1 + 2, 3 + 4, 5 + 6 + 7 + 8], np.float16)
+    got = _run(rt, _mil(SPARSE18), _sparse_blobs())
+    assert np.array_equal(got["y"][0, :, 0, 0], want)
+    packed = np.packbits(SPARSE_MASK, bitorder="little")
+    blobs16 = {**_blob("wv.bin", None, np.arange(1, 9, dtype=np.float16)), **_blob("wm.bin", None, packed)}
+    got = _run(rt, _mil(_sparse16(), "ios16"), blobs16)
+    assert np.array_equal(got["y"][0, :, 0, 0], want)
+
+
+@pytest.mark.constraint("ANE-COMPRESSED-SPARSE")
+def test_a_mask_that_does_not_count_the_values_is_refused(rt):
+    for bits in (7, 9):
+        mask = SPARSE_MASK.copy()
+        mask[3] = 1 if bits == 9 else 0
+        mask[0] = 0 if bits == 7 else 1
+        with pytest.raises(AnecError, match=rf"(?s)'w' \(model.mil:\d+\).*mask 'wm' sets {bits} elements, but "
+                                            r"'nonzero_data' has 8 values"):
+            _run(rt, _mil(SPARSE18), _sparse_blobs(mask))
+
+
+def test_a_sparse_mask_with_a_wrong_dtype_code_or_cut_short_is_refused(rt):
+    blobs = _patch_record(_sparse_blobs(), "@model_path/weights/wm.bin", 4, "<I", 10)  # uint2, declared uint1
+    with pytest.raises(AnecError, match=r"(?s)wm.*dtype is uint2 but the const is declared uint1"):
+        _run(rt, _mil(SPARSE18), blobs)
+    p = "@model_path/weights/wm.bin"
+    blobs = _sparse_blobs()
+    with pytest.raises(AnecError, match=r"(?s)wm.*outside the file"):
+        _run(rt, _mil(SPARSE18), {**blobs, p: blobs[p][:-1]})
+    mil = _mil(SPARSE18.replace("tensor<uint1, [3, 4, 1, 1]>", "tensor<uint8, [3, 4, 1, 1]>"))
+    with pytest.raises(AnecError, match=r"'mask' has element type uint8, expected uint1"):
+        _run(rt, mil, {**_sparse_blobs(), **_blob("wm.bin", None, SPARSE_MASK.reshape(3, 4, 1, 1))})
+
+
+def test_a_sparse_shape_mismatch_is_refused(rt):
+    """The declared result is not the mask's shape; more values than elements; an ios16 mask
+    of the wrong byte count or with padding bits set."""
+    mil = _mil(SPARSE18.replace("tensor<fp16, [3, 4, 1, 1]> w =", "tensor<fp16, [4, 3, 1, 1]> w ="))
+    with pytest.raises(AnecError, match=r"model.mil:\d+: constexpr_sparse_to_dense: 'w' is declared "
+                                        r"tensor<fp16, \[4, 3, 1, 1\]> but the op produces tensor<fp16, \[3, 4, 1, 1\]>"):
+        _run(rt, mil, _sparse_blobs())
+    mil = _mil(SPARSE18.replace("[8]", "[13]"))
+    with pytest.raises(AnecError, match=r"13 values for a tensor of 12 elements"):
+        _run(rt, mil, _sparse_blobs(values=np.ones(13, np.float16)))
+    values = _blob("wv.bin", None, np.arange(1, 9, dtype=np.float16))
+    with pytest.raises(AnecError, match=r"12 elements need a mask of 2 bytes, but 'mask' has 1"):
+        _run(rt, _mil(_sparse16(1), "ios16"), {**values, **_blob("wm.bin", None, np.zeros(1, np.uint8))})
+    padded = np.packbits(SPARSE_MASK, bitorder="little")
+    padded[1] |= 0x80  # bit 15: after the 12th element
+    with pytest.raises(AnecError, match=r"mask 'wm' has padding bits set after element 12"):
+        _run(rt, _mil(_sparse16(), "ios16"), {**values, **_blob("wm.bin", None, padded)})
+
+
+LUT_SPARSE = ('        tensor<uint1, [3, 4, 1, 1]> wm = const()[name = string("wm"), val = tensor<uint1, [3, 4, 1, 1]>'
+              '(BLOBFILE(path = string("@model_path/weights/wm.bin"), offset = uint64(64)))];\n'
+              '        tensor<uint2, [8]> wi = const()[name = string("wi"), val = tensor<uint2, [8]>'
+              '(BLOBFILE(path = string("@model_path/weights/wi.bin"), offset = uint64(64)))];\n'
+              '        tensor<fp16, [1, 1, 1, 1, 4, 1]> wl = const()[name = string("wl"), val = tensor<fp16, [1, 1, 1, 1, 4, 1]>'
+              '(BLOBFILE(path = string("@model_path/weights/wl.bin"), offset = uint64(64)))];\n'
+              '        tensor<uint1, [3, 4, 1, 1]> sm, tensor<fp16, [8]> sv = constexpr_lut_to_sparse(indices_mask = wm, '
+              'indices_nonzero_data = wi, lut = wl)[name = string("sp")];\n'
+              '        tensor<fp16, [3, 4, 1, 1]> w = constexpr_sparse_to_dense(mask = sm, nonzero_data = sv)'
+              '[name = string("w")];\n')
+
+
+def _lut_sparse_blobs(mask=SPARSE_MASK):
+    return {**_blob("wm.bin", "uint1", mask.reshape(3, 4, 1, 1)),
+            **_blob("wi.bin", "uint2", np.array([0, 1, 2, 3, 3, 2, 1, 0], np.uint8)),
+            **_blob("wl.bin", None, np.array([-1, 0, 0.5, 2], np.float16).reshape(1, 1, 1, 1, 4, 1))}
+
+
+@pytest.mark.constraint("ANE-COMPRESSED-SPARSE")
+def test_a_sparse_lut_pair_runs_and_its_mask_is_checked(rt):
+    """constexpr_lut_to_sparse into constexpr_sparse_to_dense: values -1, 0, 0.5, 2, 2, 0.5, 0, -1
+    where the mask's bits are set (rows: -1 + 0, 0.5 + 2, 2 + 0.5 + 0 - 1). A mask setting 9
+    elements for 8 indices is refused at the pair, before any index is read."""
+    got = _run(rt, _mil(LUT_SPARSE), _lut_sparse_blobs())
+    assert np.array_equal(got["y"][0, :, 0, 0], np.array([-1, 2.5, 1.5], np.float16))
+    mask = SPARSE_MASK.copy()
+    mask[3] = 1
+    with pytest.raises(AnecError, match=r"'sv' \(model.mil:\d+\).*mask 'wm' sets 9 elements, but 'nonzero_data' has 8"):
+        _run(rt, _mil(LUT_SPARSE), _lut_sparse_blobs(mask))
+    wider = LUT_SPARSE.replace("tensor<uint2, [8]>", "tensor<uint4, [8]>")
+    with pytest.raises(AnecError, match=r"constexpr_lut_to_sparse: 'indices' are uint4 \(values up to 15\), but the lut "
+                                        r"has 4 entries"):
+        _run(rt, _mil(wider), {**_lut_sparse_blobs(), **_blob("wi.bin", "uint4", np.zeros(8, np.uint8))})
+
+
+def test_only_sparse_to_dense_reads_a_sparse_pair(rt):
+    """A sparse-to-sparse op's values are not a weight: another op reading them is refused."""
+    mil = _mil(LUT_SPARSE.replace("constexpr_sparse_to_dense(mask = sm, nonzero_data = sv)",
+                                  "constexpr_lut_to_dense(indices = sm, lut = wl)"))
+    with pytest.raises(AnecError, match=r"constexpr_lut_to_dense: 'indices' is itself a constexpr result; only "
+                                        r"constexpr_sparse_to_dense reads one"):
+        _run(rt, mil, _lut_sparse_blobs())

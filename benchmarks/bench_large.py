@@ -1,0 +1,211 @@
+"""Billion-parameter checkpoints: peak memory per phase, programs compiled, generation speed.
+
+Random-weight fp16 Llama checkpoints (tests/models/synthetic.py, written a block at a time)
+shaped like a 28-layer 0.6B GQA model (hidden 1024, 16 heads, 8 KV heads, intermediate
+3072, vocab 151936, tied embeddings) and like Llama-3.2-1B (hidden 2048, 16 layers, 32
+heads, 8 KV heads, intermediate 8192, vocab 128256, tied). Each phase runs in its own
+process, which reports its peak resident memory (``VmHWM``; ``ru_maxrss`` where /proc is
+missing):
+
+- ``export``: ``anec models export llama`` at its default buckets (memory-mapped views, fp16
+  written in chunks);
+- ``compile``: ``anec models compile`` of the export (the planner's program count first);
+- ``generate``: ``load_causal_lm`` on the sim, a prompt, then greedy decode steps: time to
+  first token (compile + prefill + head), decode tokens/s, and the bytes the host moves
+  to and from the programs' surfaces per decode step (the decode func's and the LM head's
+  inputs and outputs, KV cache included).
+
+Memory is judged against the fp16 weight bytes: the target is each phase <= 1.3x the fp16
+weights plus ``CONSTANT`` (the interpreter, numpy and anec, measured as the peak of a
+process that only imports them). ``--quick``: a 4-layer model of the same structure
+(hidden 256), 4 decode steps. Usage::
+
+    python benchmarks/bench_large.py [--models 0.6b,1b] [--tokens 32] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+import harness  # noqa: E402
+
+TARGET = 1.3
+"""Each phase's peak resident memory should stay <= TARGET x the fp16 weights + the constant."""
+PROMPT = 8
+CACHE = 64
+QUICK = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "intermediate_size": 768, "vocab_size": 4096,
+         "max_position_embeddings": 512, "tie_word_embeddings": True, "rms_norm_eps": 1e-6}
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory in bytes."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r if sys.platform == "darwin" else r * 1024
+
+
+def worker_baseline() -> dict:
+    """The constant: a process that imports what the phases import."""
+    import anec.compiler  # noqa: F401
+    import anec.models.export  # noqa: F401
+    import anec.models.generate  # noqa: F401
+    from anec.runtime import Runtime
+
+    Runtime(backend="sim").close()  # the C extension loaded, as every phase loads it
+    return {"peak_rss": peak_rss()}
+
+
+def worker_export(ckpt: Path, out: Path) -> dict:
+    from anec.models.export import export_checkpoint
+
+    t0 = time.perf_counter()
+    export_checkpoint("llama", ckpt, out)  # the default buckets
+    return {"seconds": time.perf_counter() - t0, "peak_rss": peak_rss()}
+
+
+def worker_compile(out: Path, build: Path) -> dict:
+    from anec.models.export import compile_export
+
+    plan: dict = {}
+    t0 = time.perf_counter()
+    done = compile_export(out, build, plan=plan)
+    programs = sum(len(getattr(art, "stages", None) or [art]) for _, art, _ in done)
+    return {"seconds": time.perf_counter() - t0, "peak_rss": peak_rss(), "planned_compiles": plan.get("programs"),
+            "budget": plan.get("budget"), "shared": plan.get("shared"), "stages": programs}
+
+
+def io_bytes(prog) -> int:
+    return sum(int(e.bytes) for e in (*prog.manifest.inputs, *prog.manifest.outputs))
+
+
+def worker_generate(ckpt: Path, tokens: int) -> dict:
+    from anec.models.generate import load_causal_lm
+
+    lm = load_causal_lm(str(ckpt), backend="sim")
+    try:
+        prompt = [int(x) for x in np.random.default_rng(0).integers(0, lm.cfg.vocab, PROMPT)]
+        t0 = time.perf_counter()
+        lm.compile(lm.program_names(len(prompt), CACHE))
+        compile_s = time.perf_counter() - t0
+        out = [int(np.argmax(lm.prefill(prompt, CACHE)))]
+        first_s = time.perf_counter() - t0
+        times = []
+        for _ in range(tokens):
+            t1 = time.perf_counter()
+            out.append(int(np.argmax(lm.decode(out[-1]))))
+            times.append(time.perf_counter() - t1)
+        st = lm.stats()
+        per_step = sum(io_bytes(p) for name, p in lm.programs.programs.items() if not name.startswith("prefill"))
+    finally:
+        lm.close()
+    return {"compile_s": compile_s, "first_token_s": first_s, "decode_s": times,
+            "tokens_per_s": len(times) / sum(times) if times else None, "compiles": st.get("compiles"),
+            "programs": st.get("programs"), "host_io_bytes_per_step": per_step, "peak_rss": peak_rss(),
+            "tokens": out}
+
+
+def run_model(name: str, config: dict, tokens: int, me: str, constant: int) -> dict:
+    from tests.models.synthetic import write_random_llama
+
+    with tempfile.TemporaryDirectory(prefix="anec-bench-large-") as d:
+        ckpt, out, build = Path(d) / "ckpt", Path(d) / "export", Path(d) / "build"
+        n = write_random_llama(ckpt, config)
+        os.sync()
+        row: dict = {"model": name, "config": config, "params": n, "fp16_bytes": 2 * n}
+        for phase, argv in (("export", ["--ckpt", str(ckpt), "--out", str(out)]),
+                            ("compile", ["--out", str(out), "--build", str(build)]),
+                            ("generate", ["--ckpt", str(ckpt), "--tokens", str(tokens)])):
+            r = harness.run_worker([me, "--worker", phase, *argv])
+            r["within_target"] = r["peak_rss"] <= TARGET * 2 * n + constant
+            row[phase] = r
+    return row
+
+
+def to_md(results: dict) -> list[str]:
+    lines = harness.header("Billion-parameter checkpoints: memory and speed", results["load_start"],
+                           results["load_end"], 1,
+                           f"Random fp16 Llama checkpoints; each phase in its own process; peak RSS from VmHWM. "
+                           f"Target: each phase <= {TARGET}x the fp16 weights + {results['constant'] >> 20} MiB "
+                           "(the peak of a process that only imports anec).", scheme="one process per phase")
+    lines += ["| model | fp16 weights | phase | peak RSS | x weights | within target | seconds |",
+              "|---|---|---|---|---|---|---|"]
+    for row in results["models"]:
+        w = row["fp16_bytes"]
+        for phase in ("export", "compile", "generate"):
+            r = row[phase]
+            secs = r.get("seconds", r.get("first_token_s"))
+            lines.append(f"| {row['model']} | {w / 2**20:.0f} MiB | {phase} | {r['peak_rss'] / 2**20:.0f} MiB | "
+                         f"{r['peak_rss'] / w:.2f} | {'yes' if r['within_target'] else 'no'} | {secs:.1f} |")
+    lines += ["", "| model | compiles planned (budget) | shared | compiles in generate | time to first token | "
+              "decode tokens/s | host I/O bytes per decode step |", "|---|---|---|---|---|---|---|"]
+    for row in results["models"]:
+        c, g = row["compile"], row["generate"]
+        tps = f"{g['tokens_per_s']:.2f}" if g["tokens_per_s"] else "n/a"
+        lines.append(f"| {row['model']} | {c['planned_compiles']} ({c['budget']}) | {c['shared']} | {g['compiles']} | "
+                     f"{g['first_token_s']:.1f} s | {tps} | {g['host_io_bytes_per_step']} |")
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="billion-parameter checkpoints: memory per phase and speed")
+    ap.add_argument("--models", default="0.6b,1b", help="comma-separated: 0.6b, 1b")
+    ap.add_argument("--tokens", type=int, default=32, help="greedy decode steps")
+    ap.add_argument("--quick", action="store_true", help="a 4-layer hidden-256 model of the same structure")
+    ap.add_argument("--worker", choices=["baseline", "export", "compile", "generate"], help=argparse.SUPPRESS)
+    ap.add_argument("--ckpt", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--build", type=Path, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        result = {"baseline": worker_baseline, "export": lambda: worker_export(a.ckpt, a.out),
+                  "compile": lambda: worker_compile(a.out, a.build),
+                  "generate": lambda: worker_generate(a.ckpt, a.tokens)}[a.worker]()
+        print(json.dumps(result))
+        return 0
+    from tests.models.synthetic import LLAMA_06B, LLAMA_1B
+
+    shapes = {"0.6b": LLAMA_06B, "1b": LLAMA_1B}
+    if a.quick:
+        todo = {"quick": QUICK}
+        a.tokens = min(a.tokens, 4)
+    else:
+        names = [m.strip() for m in a.models.split(",") if m.strip()]
+        bad = [m for m in names if m not in shapes]
+        if bad:
+            ap.error(f"unknown model {bad[0]!r}: one of {', '.join(shapes)}")
+        todo = {m: shapes[m] for m in names}
+    me = str(Path(__file__).relative_to(ROOT))
+    load_start = harness.load_average()
+    constant = harness.run_worker([me, "--worker", "baseline"])["peak_rss"]
+    results: dict = {**harness.machine(), "target": TARGET, "constant": constant,
+                     "models": [run_model(name, cfg, a.tokens, me, constant) for name, cfg in todo.items()]}
+    results.update(load_start=load_start, load_end=harness.load_average())
+    lines = to_md(results)
+    harness.write_results("large", results, lines)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
