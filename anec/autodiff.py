@@ -474,7 +474,7 @@ def grad(graph: Graph, *, weights: "str | Iterable[str] | None" = "all",
     bname = f"{graph.name}_grad"
     b = Builder(bname)
     b.graph.span = graph.span
-    b.graph.meta["weight_shapes"] = {k: tuple(getattr(v, "shape", v)) for k, v in (weight_shapes or {}).items()}
+    b.graph.facts.weight_shapes = {k: tuple(getattr(v, "shape", v)) for k, v in (weight_shapes or {}).items()}
     fwd: dict[int, Value] = {}
     saved: list[Value] = []
     for v in graph.inputs:
@@ -617,7 +617,7 @@ def grad(graph: Graph, *, weights: "str | Iterable[str] | None" = "all",
     if not results:
         raise AutodiffError("no requested weight or input reaches a differentiated output", graph.span)
     b.ret(*results)
-    b.graph.meta.pop("weight_shapes", None)
+    b.graph.facts.weight_shapes = {}
 
     forward = graph
     if mode == "save" and saved:

@@ -6,7 +6,7 @@ One call compiles every func of a module into its own ANE program::
     from anec.compiler import compile_module
 
     result = compile_module(parse_file("examples/gpt2_mlp.ir"), random_seed=0, out_dir="out/gpt2_mlp")
-    result.artifacts["mlp"].manifest["inputs"]
+    result.artifacts["mlp"].manifest.inputs
 
 Steps: resolve the weights (``--weights`` file, the module's ``weights``
 directives, or random tensors), check every weight const against them before
@@ -32,6 +32,7 @@ from anec.diagnostics import AnecError, ConstraintError, did_you_mean
 from anec.ir.graph import Module, no_cyclic_gc
 from anec.hashing import deferred_hashes
 from anec.mil.artifact import Artifact
+from anec.mil.manifest_types import Manifest
 from anec.mil.multi_program import count_compiles
 from anec.mil.output import write_output
 from anec.multi_program_build import build_multi_program
@@ -410,10 +411,10 @@ def _mb(n: int | float) -> str:
     return f"{int(n)} B"
 
 
-def _weight_count(manifest: dict) -> int:
+def _weight_count(manifest: Manifest) -> int:
     """Weight consts of a program: a compressed weight's payloads count once."""
-    parts = {w["part"]["of"] for w in manifest["weights"] if w.get("part")}
-    return sum(1 for w in manifest["weights"] if not w.get("part")) + len(parts)
+    parts = {w.part.of for w in manifest.weights if w.part}
+    return sum(1 for w in manifest.weights if not w.part) + len(parts)
 
 
 def summarize(name: str, art: Artifact, path: Path | None = None) -> str:
@@ -424,23 +425,23 @@ def summarize(name: str, art: Artifact, path: Path | None = None) -> str:
     stages = getattr(art, "stages", None)
     n_weights = sum(_weight_count(a.manifest) for a in stages) if stages is not None else _weight_count(m)
     parts = [f"{ops} ops", f"{n_weights} weights ({_mb(art.weight_bytes())})"]
-    as_inputs = [w for a in (stages if stages is not None else [art]) for w in a.manifest.get("weight_inputs", [])]
+    as_inputs = [w for a in (stages if stages is not None else [art]) for w in a.manifest.weight_inputs]
     if stages is not None and as_inputs:
         import math
 
-        nbytes = sum(math.prod(w["shape"]) * (2 if w["dtype"] == "fp16" else 4) for w in as_inputs)
+        nbytes = sum(math.prod(w.shape) * (2 if w.dtype == "fp16" else 4) for w in as_inputs)
         parts[1] += f" + {len(as_inputs)} as program inputs ({_mb(nbytes)})"
     if stages is not None:
-        shared = sum(1 for e in m["stages"] if e.get("same_as") is not None)
-        inputs = sum(1 for e in m["stages"] if e.get("shares") is not None)
+        shared = sum(1 for e in m.stages if e.same_as is not None)
+        inputs = sum(1 for e in m.stages if e.shares is not None)
         same = (f" ({shared} identical to an earlier one" + (f", {inputs} sharing a program with their weights "
                                                                "as inputs" if inputs else "") + ")") if shared else ""
         parts.insert(0, f"{len(stages)} programs" + same)
-    sram = m.get("sram") or {}
-    if "peak_bytes" in sram:
-        spill = f", {len(sram.get('spill_nodes') or [])} spill risks" if sram.get("spill_nodes") else ""
-        parts.append(f"peak SRAM {_mb(sram['peak_bytes'])}{spill}")
-    parts.append(f"{len(m['rewrites'])} rewrites")
+    sram = m.sram
+    if sram is not None and sram.peak_bytes is not None:
+        spill = f", {len(sram.spill_nodes)} spill risks" if sram.spill_nodes else ""
+        parts.append(f"peak SRAM {_mb(sram.peak_bytes)}{spill}")
+    parts.append(f"{len(m.rewrites)} rewrites")
     line = f"{name}: " + ", ".join(parts)
     if path is not None:
         line += f" -> {path}"

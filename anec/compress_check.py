@@ -34,8 +34,8 @@ def model_check(compressed: Mapping[str, Any], dense: Mapping[str, Any], inputs:
     rows: list[dict] = []
     with Runtime("sim") as rt:
         for name, art in compressed.items():
-            reports = [r for a in [art, *getattr(art, "stages", [])] for r in a.manifest.get("compression", [])]
-            if not any(r["format"] != "fp16" for r in reports):
+            reports = [r for a in getattr(art, "stages", [art]) for r in a.manifest.compression]
+            if not any(r.format != "fp16" for r in reports):
                 continue
             program = art.program_module().funcs[name]
             missing = [v.name for v in program.inputs if v.name not in inputs]

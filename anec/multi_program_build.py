@@ -35,6 +35,7 @@ from anec.mil.artifact import (PROGRAM_IR_FILE, Artifact, alloc_bytes, build_wei
                                weight_keys)
 from anec.mil.json_format import jsonable
 from anec.mil.emitter import emit_mil
+from anec.mil.manifest_types import PipelineManifest
 from anec.mil.multi_program import FORMAT, PipelineArtifact, count_compiles, stage_dir
 from anec.passes.base import PassContext
 from anec.passes.extract_stage import extract_stage
@@ -80,7 +81,7 @@ def build_multi_program(graph: Graph, plan: Plan, target: Target, weights: Mappi
             node = origin.get(name)
             if node is not None:
                 blob_of.setdefault(id(node), "+".join(f"{stage_dir(k)}/" + p for p in key.split("+")))
-        same = seen_mil.setdefault(art.manifest["mil"]["sha256"], k)
+        same = seen_mil.setdefault(art.manifest.mil.sha256, k)
         ins = []
         for i, v in enumerate(st.inputs):
             src = ({"input": v.name} if v.producer is None else
@@ -88,7 +89,7 @@ def build_multi_program(graph: Graph, plan: Plan, target: Target, weights: Mappi
             ins.append({"name": f"in{i}", "value": v.name, "from": src})
         first, last = plan.items[st.start], plan.items[st.end - 1]
         entries.append({
-            "dir": stage_dir(k), "mil_sha256": art.manifest["mil"]["sha256"],
+            "dir": stage_dir(k), "mil_sha256": art.manifest.mil.sha256,
             "same_as": same if same != k else None,
             "inputs": ins, "outputs": [{"name": f"out{i}", "value": v.name} for i, v in enumerate(st.outputs)],
             "nodes": st.end - st.start,
@@ -97,7 +98,7 @@ def build_multi_program(graph: Graph, plan: Plan, target: Target, weights: Mappi
             "weights": len(st.weights), "blob_cap": st.blob_cap, "peak_sram": st.peak_sram,
             "in_bytes": st.in_bytes, "out_bytes": st.out_bytes, "reason": st.reason,
             "shares": same if k in shared else None,
-            "weight_inputs": len(art.manifest.get("weight_inputs", [])),
+            "weight_inputs": len(art.manifest.weight_inputs),
         })
     outputs_from = {}
     for v in graph.outputs:
@@ -106,7 +107,7 @@ def build_multi_program(graph: Graph, plan: Plan, target: Target, weights: Mappi
     logical, of = logical_outputs(graph)
     inputs = io_entries(graph.inputs)
     outputs = io_entries(graph.outputs, of)
-    sizes = [e["bytes"] for a in stages for e in [*a.manifest["inputs"], *a.manifest["outputs"]]]
+    sizes = [e.bytes for a in stages for e in [*a.manifest.inputs, *a.manifest.outputs]]
     for entry, size in zip(entries, stage_surfaces(stages, entries, target)):
         entry["surface_bytes"] = size
     input_blobs, input_entries = build_weight_inputs(graph, weights)
@@ -132,7 +133,7 @@ def build_multi_program(graph: Graph, plan: Plan, target: Target, weights: Mappi
         manifest["weight_inputs"] = input_entries
     ir_text = _program_ir(graph, blob_of)
     manifest["program_ir"] = {"file": PROGRAM_IR_FILE, "sha256": sha256(ir_text)}
-    return PipelineArtifact(graph.name, stages, manifest, ir_text, input_blobs)
+    return PipelineArtifact(graph.name, stages, PipelineManifest.of(manifest), ir_text, input_blobs)
 
 
 SURFACE_SLACK = 2
@@ -149,7 +150,7 @@ def stage_surfaces(stages: list[Artifact], entries: list[dict], target: Target) 
     similar layers keep their zero-copy edges while a stage with large inputs (weights as
     inputs, a KV cache, the LM head's logits) no longer inflates every other surface; an
     edge between two sizes is a copy of its packed bytes."""
-    need = [alloc_bytes([e["bytes"] for e in (*a.manifest["inputs"], *a.manifest["outputs"])], target)
+    need = [alloc_bytes([e.bytes for e in (*a.manifest.inputs, *a.manifest.outputs)], target)
             for a in stages]
     parent = list(range(len(stages)))
     lo, hi = list(need), list(need)  # per group root: the smallest and largest need

@@ -134,7 +134,7 @@ def bench_compile(im, model, ids) -> dict:
     art = res.artifacts["main"]
     return {"front_passes_whole_s": t_front, "default_pipeline_whole_s": t_whole, "whole_result": whole,
             "block_import_s": t_bimport, "block_compile_s": t_bcompile,
-            "block_mil_statements": art.op_count(), "block_weights": len(art.manifest["weights"])}
+            "block_mil_statements": art.op_count(), "block_weights": len(art.manifest.document["weights"])}
 
 
 def bench_coremltools(model, ids, tmp: Path) -> dict:

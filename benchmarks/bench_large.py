@@ -96,7 +96,7 @@ def worker_compile(out: Path, build: Path) -> dict:
 
 
 def io_bytes(prog) -> int:
-    return sum(int(e["bytes"]) for e in (*prog.manifest["inputs"], *prog.manifest["outputs"]))
+    return sum(int(e.bytes) for e in (*prog.manifest.inputs, *prog.manifest.outputs))
 
 
 def worker_generate(ckpt: Path, tokens: int) -> dict:

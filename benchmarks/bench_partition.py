@@ -152,14 +152,14 @@ def _edge_bytes(art) -> int:
     if stages is None:
         return 0
     total = 0
-    for k, e in enumerate(art.manifest["stages"]):
-        sizes = {i["name"]: i["bytes"] for i in stages[k].manifest["inputs"]}
+    for k, e in enumerate(art.manifest.document["stages"]):
+        sizes = {i["name"]: i["bytes"] for i in stages[k].manifest.document["inputs"]}
         total += sum(sizes[i["name"]] for i in e["inputs"] if "stage" in i["from"])
     return total
 
 
 def _surface_memory(art) -> int:
-    m = art.manifest
+    m = art.manifest.document
     if "stages" not in m:
         return int(m["input_alloc_bytes"]) * len(m["inputs"]) + int(m["output_alloc_bytes"]) * len(m["outputs"])
     return sum(int(e.get("surface_bytes", m["surface_bytes"])) * (len(e["inputs"]) + len(e["outputs"]))
@@ -190,7 +190,7 @@ def measure_gpt2(variant: str, tokens: int, out_npz: str, tiny: bool = False) ->
         row: dict = {"variant": variant, "funcs": len(arts), "compile_module_s": compile_s,
                      "compile_module_cpu_s": compile_cpu,
                      "programs": sum(len(getattr(a, "stages", [a])) for a in arts.values()),
-                     "distinct_mil": len({s.manifest["mil"]["sha256"] for a in arts.values()
+                     "distinct_mil": len({s.manifest.document["mil"]["sha256"] for a in arts.values()
                                           for s in getattr(a, "stages", [a])})}
         rng = np.random.default_rng(0)
         x = rng.standard_normal((1, fe.cfg.d_model, 1, W)).astype(np.float32)
@@ -261,19 +261,19 @@ def measure_gpt2(variant: str, tokens: int, out_npz: str, tiny: bool = False) ->
             c = fe.cfg.d_model * 4  # fp32 hidden state per position, out of one program and into the next
             row["crossing_bytes_per_step"] = {"prefill": (2 * n_layer - 1) * c * S, "decode": (2 * n_layer - 1) * c * W}
         row["surface"] = {name: {"programs": len(getattr(a, "stages", [a])),
-                                 "surface_bytes": int(a.manifest.get("surface_bytes")
-                                                      or max(a.manifest["input_alloc_bytes"],
-                                                             a.manifest["output_alloc_bytes"])),
+                                 "surface_bytes": int(a.manifest.document.get("surface_bytes")
+                                                      or max(a.manifest.document["input_alloc_bytes"],
+                                                             a.manifest.document["output_alloc_bytes"])),
                                  "surface_memory": _surface_memory(a)}
                           for name, a in arts.items() if not name.startswith("L")}
         if variant == "joined":  # the prefill bucket with the head: structure only
             g = _joined_head(fe, fe.prefill(S))
             a = compile_module(Builder.module(g), with_weights=False).artifacts[g.name]
-            row["surface"][g.name] = {"programs": len(a.stages), "surface_bytes": int(a.manifest["surface_bytes"]),
+            row["surface"][g.name] = {"programs": len(a.stages), "surface_bytes": int(a.manifest.document["surface_bytes"]),
                                       "surface_memory": _surface_memory(a)}
             g = fe.prefill(S)
             a = compile_module(Builder.module(g), with_weights=False).artifacts[g.name]
-            row["surface"][g.name] = {"programs": len(a.stages), "surface_bytes": int(a.manifest["surface_bytes"]),
+            row["surface"][g.name] = {"programs": len(a.stages), "surface_bytes": int(a.manifest.document["surface_bytes"]),
                                       "surface_memory": _surface_memory(a)}
     return row
 

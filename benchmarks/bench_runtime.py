@@ -175,7 +175,7 @@ def _reload_rounds(rt: Runtime, arts: dict, news: list[dict], blobs: dict | None
         for _ in range(reps):
             t0 = time.perf_counter()
             for n, p in progs.items():
-                if p.manifest.get("weights"):
+                if p.manifest.document.get("weights"):
                     changed_blobs(p.manifest, p.dir, other[n])
             best = min(best, time.perf_counter() - t0)
         out[f"python_{dt}_s"] = best
@@ -224,7 +224,7 @@ def _stack(layers: int):
     w0 = resolve_weights(module, None, 0)
     w1 = resolve_weights(module, None, 1)
     arts0 = compile_module(module, w0).artifacts
-    keys = {n: sorted({w["key"] for w in a.manifest["weights"]}) for n, a in arts0.items()}
+    keys = {n: sorted({w["key"] for w in a.manifest.document["weights"]}) for n, a in arts0.items()}
     payloads = {n: [np.ascontiguousarray(w1[k], dtype=np.float16) for k in ks] for n, ks in keys.items()}
     return module, w0, w1, arts0, payloads
 
@@ -262,13 +262,13 @@ def worker_strategy(name: str, layers: int, reps: int) -> dict:
     try:
         native.reset_process_budget("sim")
         a0 = compile_module(module, w0, **opts).artifacts
-        news = [{n: {k: w[k] for k in {w_["key"] for w_ in a.manifest["weights"]}
-                     | {w_["key"] for w_ in a.manifest.get("weight_inputs", [])}} for n, a in a0.items()}
+        news = [{n: {k: w[k] for k in {w_["key"] for w_ in a.manifest.document["weights"]}
+                     | {w_["key"] for w_ in a.manifest.document.get("weight_inputs", [])}} for n, a in a0.items()}
                 for w in (w0, w1)]
         blobs = None
         if name != "inputs":  # the C path alone: whole files, alternating between the two weight sets
             a1 = compile_module(module, w1, **opts).artifacts
-            blobs = [{n: {"@model_path/" + w["file"]: a.blobs[w["file"]] for w in a.manifest["weights"]}
+            blobs = [{n: {"@model_path/" + w["file"]: a.blobs[w["file"]] for w in a.manifest.document["weights"]}
                       for n, a in arts.items()} for arts in (a1, a0)]
         with Runtime("sim", temp_root=os.path.join(root, name), sim_device=device) as rt:
             r = _reload_rounds(rt, a0, news, blobs, reps)

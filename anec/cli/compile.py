@@ -187,18 +187,18 @@ def _compression_check(module, compress: str, gate, given: dict, target, concat:
                             compress_gate=gate, compress_form=form, with_weights="weights" in given)
     click.echo("compression:")
     for name, art in result.artifacts.items():
-        reports = [r for a in [art, *getattr(art, "stages", [])] for r in a.manifest.get("compression", [])]
+        reports = [r for a in getattr(art, "stages", [art]) for r in a.manifest.compression]
         seen = set()
         for r in reports:
-            if (r["key"], r["const"]) in seen:
+            if (r.key, r.const) in seen:
                 continue
-            seen.add((r["key"], r["const"]))
-            saved = r["dense_bytes"] - r["bytes"]
-            err = (f"rel L2 {r['rel_l2']:.3g}, max abs {r['max_abs']:.3g}" if isinstance(r.get("rel_l2"), float)
+            seen.add((r.key, r.const))
+            saved = r.dense_bytes - (r.bytes or 0)
+            err = (f"rel L2 {r.rel_l2:.3g}, max abs {r.max_abs:.3g}" if isinstance(r.rel_l2, float)
                    else "error not measured (no weights: give --weights or --random-weights)")
             size = f"{saved} bytes saved"
-            click.echo(f"  {name}: {r['key']}: {r['format']}"
-                       + (f" (asked {r['requested']})" if r["requested"] != r["format"] else "")
+            click.echo(f"  {name}: {r.key}: {r.format}"
+                       + (f" (asked {r.requested})" if r.requested != r.format else "")
                        + f", {size}, {err}")
         if reports:
             click.echo(f"  {name}: {report_summary(reports)}")

@@ -21,7 +21,7 @@ def print_compression(name: str, art) -> None:
     """One line per compiled func with compressed weights, plus one per weight that fell back."""
     from anec.compress import fallback_lines, report_summary
 
-    reports = [r for a in [art, *getattr(art, "stages", [])] for r in a.manifest.get("compression", [])]
+    reports = [r for a in getattr(art, "stages", [art]) for r in a.manifest.compression]
     if not reports:
         return
     click.echo(f"{name}: compressed {report_summary(reports)}")

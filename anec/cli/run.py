@@ -244,7 +244,7 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
                 else:
                     store, extra = artifact_weights(art), artifact_weight_inputs(art)
                 feeds = {**feeds, **extra}
-                logical = [lo for lo in art.manifest.get("logical_outputs", []) if lo.get("axis") is not None]
+                logical = [lo for lo in art.manifest.logical_outputs if lo.axis is not None]
             graph = select_func(module, prog.name)
             # program.ir has the device's rank-4 I/O shapes: same elements, so reshape freely
             ir_feeds = dict(feeds)
@@ -255,8 +255,8 @@ def run_cmd(target_path, func_name, inputs, random_inputs, weights_path, random_
             for mode in ("fp32", "fp16"):
                 ref = interpret(device_form(graph) if mode == "fp16" else graph, ir_feeds, store, mode=mode)
                 for lo in logical:  # chunked outputs: reassemble the pieces like the runtime does
-                    pieces = [ref.pop(p) for p in lo["pieces"]]
-                    ref[lo["name"]] = np.concatenate(pieces, axis=lo["axis"])
+                    pieces = [ref.pop(p) for p in lo.pieces]
+                    ref[lo.name] = np.concatenate(pieces, axis=lo.axis)
                 for name, r in ref.items():
                     got = results[name].astype(np.float64)
                     rr = np.asarray(r, dtype=np.float64)

@@ -211,30 +211,30 @@ def decide(graph: "Graph", spec: Spec, store: Mapping[str, np.ndarray] | None, d
     return out
 
 
-def report_summary(reports: Iterable[Mapping[str, Any]]) -> str:
+def report_summary(reports: Iterable[Any]) -> str:
     """``4 weights (int8 2, lut4 2), 9437184 -> 3545088 bytes (0.38x), 1 fell back`` from the
-    manifest ``compression`` entries."""
+    manifest ``compression`` records (:class:`anec.mil.manifest_types.CompressionRecord`)."""
     rs = list(reports)
     by: dict[str, int] = {}
     dense = comp = fell = 0
     for r in rs:
-        by[r["format"]] = by.get(r["format"], 0) + 1
-        dense += int(r.get("dense_bytes", 0))
-        comp += int(r.get("bytes", r.get("dense_bytes", 0)))
-        fell += bool(r.get("fallbacks"))
+        by[r.format] = by.get(r.format, 0) + 1
+        dense += int(r.dense_bytes)
+        comp += int(r.bytes if r.bytes is not None else r.dense_bytes)
+        fell += bool(r.fallbacks)
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(by.items()))
     return (f"{len(rs)} weights ({kinds}), {dense} -> {comp} bytes ({comp / max(dense, 1):.2f}x)"
             + (f", {fell} fell back" if fell else ""))
 
 
-def fallback_lines(reports: Iterable[Mapping[str, Any]]) -> list[str]:
-    """``fallback: h.0.mlp.c_fc.weight: lut2 -> int8 (lut2: relative L2 error 0.34 > 0.3)``."""
+def fallback_lines(reports: Iterable[Any]) -> list[str]:
+    """``fallback: h.0.mlp.c_fc.weight: lut2 -> int8 (lut2: relative L2 error 0.34 > 0.3)``
+    from the manifest ``compression`` records."""
     out = []
     for r in reports:
-        fb = r.get("fallbacks") or []
-        if fb:
-            why = "; ".join(f"{f['format']}: {f['reason']}" for f in fb)
-            out.append(f"fallback: {r['key']}: {r['requested']} -> {r['format']} ({why})")
-    warned = sorted({r["warning"] for r in reports if r.get("warning")})
+        if r.fallbacks:
+            why = "; ".join(f"{f['format']}: {f['reason']}" for f in r.fallbacks)
+            out.append(f"fallback: {r.key}: {r.requested} -> {r.format} ({why})")
+    warned = sorted({r.warning for r in reports if r.warning})
     out += [f"warning: {w}" for w in warned]
     return out

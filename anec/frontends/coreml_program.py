@@ -19,6 +19,7 @@ from anec.frontends.coreml_mil import MilStatement, mil_statements
 from anec.frontends.coreml_wiring import Wiring, program_wiring, stage_name
 from anec.ir.ops import const_literal, with_defaults
 from anec.ir.types import DType
+from anec.mil.manifest_types import Manifest, PipelineManifest
 
 
 def opset(dialect: str) -> Any:
@@ -49,15 +50,15 @@ class ProgramBuilder:
         from anec.targets import DEFAULT_TARGET, get_target
 
         self.art = art
-        if any(w.get("part") for w in art.manifest["weights"]):
+        if any(w.part for w in art.manifest.weights):
             raise CoreMLExportError(
                 f"artifact '{art.func}' holds compressed weights, which the Core ML export does not write yet",
                 hint="export an artifact compiled without --compress (docs/compression.md)")
         module = art.program_module()
         self.graph = module.func(art.func)
         self.weights = artifact_weights(art)
-        target = get_target(art.manifest.get("target", DEFAULT_TARGET))
-        packed = len({w["file"] for w in art.manifest["weights"]}) == 1 and len(art.manifest["weights"]) > 1
+        target = get_target(art.manifest.target or DEFAULT_TARGET)
+        packed = len({w.file for w in art.manifest.weights}) == 1 and len(art.manifest.weights) > 1
         program = emit_mil(self.graph, target, pack_weights=packed)
         if program.text != art.mil_text:
             raise CoreMLExportError(
@@ -108,10 +109,10 @@ class ProgramBuilder:
                 if t.dtype == DType.bool and t.rank == 0:
                     val = bool(val)
             else:
-                slot = next(w for w in self.art.manifest["weights"] if w["const"] == nn)
+                slot = next(w for w in self.art.manifest.weights if w.const == nn)
                 from anec.mil.artifact import blob_key
 
-                val = np.asarray(self.weights[blob_key(slot["file"], slot["offset"])]).reshape(t.shape)
+                val = np.asarray(self.weights[blob_key(slot.file, slot.offset)]).reshape(t.shape)
             out = mb.const(val=val, name=self.pkg(nn))
         elif op == "split":
             op_name = self.claim(f"{nn}_split")
@@ -201,27 +202,29 @@ class IOPlan:
         return lambda name: self.inner.get(rename(name), rename(name))
 
 
-def io_plan(man: dict, arts: list[Any]) -> IOPlan:
+def io_plan(man: "Manifest | PipelineManifest", arts: list[Any]) -> IOPlan:
     from anec.mil.emitter import claim_name
 
     try:
         return _read_io_plan(man, arts, claim_name)
     except (KeyError, TypeError, ValueError) as e:
-        raise CoreMLExportError(f"'{man.get('func')}': malformed logical I/O in the manifest "
+        raise CoreMLExportError(f"'{man.func}': malformed logical I/O in the manifest "
                                 f"({type(e).__name__}: {e})",
                                 hint="the artifact was modified after compiling; recompile it") from None
 
 
-def _read_io_plan(man: dict, arts: list[Any], claim_name: Callable) -> IOPlan:
-    taken = {e["name"] for e in [*man["inputs"], *man["outputs"]]}
-    taken |= {e["name"] for e in man.get("logical_outputs") or []}
+def _read_io_plan(man: "Manifest | PipelineManifest", arts: list[Any], claim_name: Callable) -> IOPlan:
+    from anec.mil.manifest_types import LogicalOutput
+
+    taken = {e.name for e in [*man.inputs, *man.outputs]}
+    taken |= {e.name for e in man.logical_outputs}
     for a in arts:  # model.mil's own names (a pipeline's stage names are sNN_ prefixed: taken too)
         taken |= {name for st in mil_statements(a.mil_text)[1] for _, name in st.results}
     if len(arts) > 1:
         taken |= {stage_name(k, name) for k, a in enumerate(arts)
                   for st in mil_statements(a.mil_text)[1] for _, name in st.results}
-    device = {e["name"]: e for e in [*man["inputs"], *man["outputs"]]}
-    logical_in = {e["name"]: [int(d) for d in e["shape"]] for e in man.get("logical_inputs") or []}
+    device = {e.name: e for e in [*man.inputs, *man.outputs]}
+    logical_in = {e.name: [int(d) for d in e.shape] for e in man.logical_inputs}
     inner: dict[str, str] = {}
     before: list[MilStatement] = []
     after: list[MilStatement] = []
@@ -232,27 +235,26 @@ def _read_io_plan(man: dict, arts: list[Any], claim_name: Callable) -> IOPlan:
         return name
 
     inputs = []
-    for e in man["inputs"]:
-        name, dev = e["name"], [int(d) for d in e["shape"]]
+    for e in man.inputs:
+        name, dev = e.name, [int(d) for d in e.shape]
         shape = logical_in.get(name, dev)
         if int(np.prod(shape)) != int(np.prod(dev)):
             raise ValueError(f"input '{name}': logical shape {shape} is not {dev}'s elements")
-        inputs.append((name, e["dtype"], shape))
+        inputs.append((name, e.dtype, shape))
         if shape != dev:
             inner[name] = claim_name(f"{name}_device", taken)
             sc = shape_const(inner[name], dev, before)
             before.append(MilStatement([("tensor", inner[name])], "reshape", {"x": name, "shape": sc}))
     outputs = []
-    los = man.get("logical_outputs") or [{"name": e["name"], "pieces": [e["name"]], "axis": None,
-                                          "shape": e["shape"]} for e in man["outputs"]]
+    los = man.logical_outputs or tuple(LogicalOutput(e.name, (e.name,), shape=e.shape) for e in man.outputs)
     for lo in los:
-        name, pieces, axis = lo["name"], [str(p) for p in lo["pieces"]], lo.get("axis")
+        name, pieces, axis = lo.name, [str(p) for p in lo.pieces], lo.axis
         specs = [device[p] for p in pieces]
-        dtype = specs[0]["dtype"]
-        dev = [int(d) for d in specs[0]["shape"]]
+        dtype = specs[0].dtype
+        dev = [int(d) for d in specs[0].shape]
         if axis is not None and len(pieces) > 1:
-            dev[axis] = sum(int(sp["shape"][axis]) for sp in specs)
-        shape = [int(d) for d in lo["shape"]] if lo.get("shape") is not None else dev
+            dev[axis] = sum(int(sp.shape[axis]) for sp in specs)
+        shape = [int(d) for d in lo.shape] if lo.shape is not None else dev
         if int(np.prod(shape)) != int(np.prod(dev)):
             raise ValueError(f"output '{name}': logical shape {shape} is not {dev}'s elements")
         outputs.append((name, dtype, shape))

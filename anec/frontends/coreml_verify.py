@@ -64,7 +64,7 @@ def verify_package(path: str | os.PathLike, art: Any) -> ExportReport:
 def verify_program(path: str | os.PathLike, art: Any) -> ExportReport:
     inputs, _, outputs = mil_statements(art.mil_text)
     man = art.manifest
-    if [name for _, name in inputs] != [e["name"] for e in man["inputs"]] or outputs != [e["name"] for e in man["outputs"]]:
+    if [name for _, name in inputs] != [e.name for e in man.inputs] or outputs != [e.name for e in man.outputs]:
         raise CoreMLExportError("model.mil's I/O differ from the manifest")  # pragma: no cover
     plan = io_plan(man, [art])
     rename = plan.through(lambda name: name)
@@ -96,13 +96,13 @@ def _expected(plan: IOPlan, parts: list[tuple[Any, Callable[[str], str], str]],
             if isinstance(value, tuple) and value[0] == "BLOBFILE":
                 _, bpath, offset = value
                 rel = bpath.removeprefix("@model_path/")
-                w = next((w for w in art.manifest["weights"] if w["file"] == rel and w["offset"] == offset), None)
+                w = next((w for w in art.manifest.weights if w.file == rel and w.offset == offset), None)
                 if w is None or rel not in art.blobs:
                     raise CoreMLExportError(f"{where}const '{res[0][1]}' reads {rel}@{offset}, which the manifest "
                                             "does not list")
                 if rel not in readers:
                     readers[rel] = BlobReader(art.blobs[rel], name=rel)
-                value, blob = readers[rel].read(offset, DType(w["dtype"]).np).reshape(w["shape"]), True
+                value, blob = readers[rel].read(offset, DType(w.dtype).np).reshape(w.shape), True
             out.append(Expected(MilStatement(res, st.op, args, value), where, blob))
     out += [Expected(st, "") for st in plan.after]
     applied: dict[str, int] = {}

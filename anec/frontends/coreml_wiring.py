@@ -20,6 +20,7 @@ import numpy as np
 from anec.frontends import CoreMLExportError
 from anec.ir.ops import const_literal
 from anec.mil.artifact import artifact_weights
+from anec.mil.manifest_types import IOEntry, PipelineManifest
 from anec.mil.multi_program import stage_dir
 
 
@@ -62,84 +63,86 @@ def pipeline_wiring(pipe: Any) -> Wiring:
                                 hint="the artifact was modified after compiling; recompile it") from None
 
 
-def _read_wiring(man: dict, stages: list[Any]) -> Wiring:
+def _read_wiring(man: "PipelineManifest", stages: list[Any]) -> Wiring:
     def bad(msg: str) -> CoreMLExportError:
-        return CoreMLExportError(f"pipeline '{man['func']}': {msg}",
+        return CoreMLExportError(f"pipeline '{man.func}': {msg}",
                                  hint="the artifact was modified after compiling; recompile it")
 
-    def sig(e: dict) -> tuple[str, list[int]]:
-        return str(e["dtype"]), [int(d) for d in e["shape"]]
+    def sig(e: "IOEntry") -> tuple[str, list[int]]:
+        return str(e.dtype), [int(d) for d in e.shape]
 
-    func_in = {str(e["name"]): sig(e) for e in man["inputs"]}
-    func_out = [str(e["name"]) for e in man["outputs"]]
+    func_in = {str(e.name): sig(e) for e in man.inputs}
+    func_out = [str(e.name) for e in man.outputs]
     for name in [*func_in, *func_out]:
         if _STAGE_NAME.match(name):
             raise CoreMLExportError(
-                f"func '{man['func']}': I/O name '{name}' has the form the package gives stage values (sNN_...)",
+                f"func '{man.func}': I/O name '{name}' has the form the package gives stage values (sNN_...)",
                 hint="rename it in the source and recompile")
-    if len(stages) != len(man["stages"]):
-        raise bad(f"{len(man['stages'])} stages in the manifest, {len(stages)} loaded")
+    if len(stages) != len(man.stages):
+        raise bad(f"{len(man.stages)} stages in the manifest, {len(stages)} loaded")
     stage_out: list[dict[str, tuple[str, list[int]]]] = []
     holder: dict[tuple[int, str], str] = {}  # (stage, outM) -> func output it is
-    out_of: dict[str, dict] = man["outputs_from"]
+    out_of = man.outputs_from
     if sorted(out_of) != sorted(func_out):
         raise bad(f"outputs_from names {sorted(out_of)}, the func's outputs are {sorted(func_out)}")
     for name in func_out:
         src = out_of[name]
-        key = (int(src["stage"]), str(src["output"]))
+        key = (int(src.stage), str(src.output))  # type: ignore[arg-type]  # checked at load
         if key in holder:
             raise bad(f"func outputs '{holder[key]}' and '{name}' both come from stage {key[0]} {key[1]}")
         holder[key] = name
     sources: list[dict[str, tuple]] = []
     names: list[dict[str, str]] = []
-    for k, (entry, art) in enumerate(zip(man["stages"], stages)):
-        where = f"stage {k} ({entry['dir']})"
-        if not all(isinstance(x.get("value"), str) for x in [*entry["inputs"], *entry["outputs"]]):
+    for k, (entry, art) in enumerate(zip(man.stages, stages)):
+        where = f"stage {k} ({entry.dir})"
+        if not all(isinstance(x.value, str) for x in [*entry.inputs, *entry.outputs]):
             raise KeyError(f"{where}: a stage input or output without its func 'value'")
-        if art.manifest.get("weight_inputs"):
+        if art.manifest.weight_inputs:
             raise CoreMLExportError(
-                f"func '{man['func']}' {where}: the stage takes its weights as program inputs (a program "
+                f"func '{man.func}' {where}: the stage takes its weights as program inputs (a program "
                 "shared across repeated layers); a Core ML package holds them as constants",
                 hint="recompile with --share-programs never for the export")
-        ins = [str(i["name"]) for i in entry["inputs"]]
-        if ins != [str(e["name"]) for e in art.manifest["inputs"]]:
+        ins = [str(i.name) for i in entry.inputs]
+        if ins != [str(e.name) for e in art.manifest.inputs]:
             raise bad(f"{where}: the manifest wires inputs {ins}; the stage has "
-                      f"{[e['name'] for e in art.manifest['inputs']]}")
-        outs = [str(o["name"]) for o in entry["outputs"]]
-        if outs != [str(e["name"]) for e in art.manifest["outputs"]]:
+                      f"{[e.name for e in art.manifest.inputs]}")
+        outs = [str(o.name) for o in entry.outputs]
+        if outs != [str(e.name) for e in art.manifest.outputs]:
             raise bad(f"{where}: the manifest lists outputs {outs}; the stage has "
-                      f"{[e['name'] for e in art.manifest['outputs']]}")
+                      f"{[e.name for e in art.manifest.outputs]}")
         src_of: dict[str, tuple] = {}
         fixed: dict[str, str] = {}
-        for i, e in zip(entry["inputs"], art.manifest["inputs"]):
-            f = i["from"]
-            if "input" in f:
-                src: tuple = ("input", str(f["input"]))
+        for i, e in zip(entry.inputs, art.manifest.inputs):
+            f = i.source
+            if f is None:
+                raise KeyError(f"{where} input {i.name}: no 'from'")
+            if f.input is not None:
+                src: tuple = ("input", str(f.input))
                 if src[1] not in func_in:
-                    raise bad(f"{where} input {i['name']}: no func input '{src[1]}'")
-                have, fixed[i["name"]] = func_in[src[1]], src[1]
+                    raise bad(f"{where} input {i.name}: no func input '{src[1]}'")
+                have, fixed[i.name] = func_in[src[1]], src[1]
                 what = f"func input '{src[1]}'"
             else:
-                src = ("stage", int(f["stage"]), str(f["output"]))
+                src = ("stage", int(f.stage), str(f.output))  # type: ignore[arg-type]  # checked at load
                 j, out = src[1], src[2]
                 if not 0 <= j < k or out not in stage_out[j]:
-                    raise bad(f"{where} input {i['name']}: stage {j} has no output '{out}' before stage {k}")
-                have, fixed[i["name"]] = stage_out[j][out], holder.get((j, out)) or stage_name(j, out)
+                    raise bad(f"{where} input {i.name}: stage {j} has no output '{out}' before stage {k}")
+                have, fixed[i.name] = stage_out[j][out], holder.get((j, out)) or stage_name(j, out)
                 what = f"stage {j} {out}"
             if have != sig(e):
-                raise bad(f"{where} input {i['name']} is {sig(e)[0]}{sig(e)[1]} but is wired to {what}, "
+                raise bad(f"{where} input {i.name} is {sig(e)[0]}{sig(e)[1]} but is wired to {what}, "
                           f"{have[0]}{have[1]}")
-            src_of[i["name"]] = src
-        stage_out.append({str(e["name"]): sig(e) for e in art.manifest["outputs"]})
+            src_of[i.name] = src
+        stage_out.append({str(e.name): sig(e) for e in art.manifest.outputs})
         for o in outs:
             if (k, o) in holder:
                 fixed[o] = holder[(k, o)]
         sources.append(src_of)
         names.append(fixed)
     outputs = []
-    for e in man["outputs"]:
-        name = str(e["name"])
-        k, out = int(out_of[name]["stage"]), str(out_of[name]["output"])
+    for e in man.outputs:
+        name = str(e.name)
+        k, out = int(out_of[name].stage), str(out_of[name].output)  # type: ignore[arg-type]  # checked at load
         if not 0 <= k < len(stages) or out not in stage_out[k]:
             raise bad(f"outputs_from.{name}: stage {k} has no output '{out}'")
         if stage_out[k][out] != sig(e):
@@ -226,7 +229,7 @@ def check_composition(pipe: Any, wiring: Wiring) -> str:
     if whole is None:
         raise bad(f"program.ir has no func '{pipe.func}'")
     ios = [(v.name, str(v.type.dtype), list(v.type.shape)) for v in whole.inputs]
-    if ios != [(e["name"], e["dtype"], list(e["shape"])) for e in man["inputs"]]:
+    if ios != [(e.name, e.dtype, list(e.shape)) for e in man.inputs]:
         raise bad(f"the manifest's inputs differ from program.ir's {ios}")
     terms = _Terms()
     values = {v.name: v for v in whole.inputs}
@@ -240,27 +243,27 @@ def check_composition(pipe: Any, wiring: Wiring) -> str:
 
     produced: dict[tuple[int, str], int] = {}
     n_edges = 0
-    for k, (entry, art) in enumerate(zip(man["stages"], pipe.stages)):
+    for k, (entry, art) in enumerate(zip(man.stages, pipe.stages)):
         where = f"stage {k} ({stage_dir(k)})"
         sg = art.program_module().funcs.get(art.func)
         if sg is None:
             raise bad(f"{where}: program.ir has no func '{art.func}'")
         io = ([v.name for v in sg.inputs], [v.name for v in sg.outputs])
-        if io != (list(wiring.sources[k]), [str(o["name"]) for o in entry["outputs"]]):
+        if io != (list(wiring.sources[k]), [str(o.name) for o in entry.outputs]):
             raise bad(f"{where}: program.ir's inputs and outputs {io} differ from the manifest's")
         bound = {}
-        for i, v in zip(entry["inputs"], sg.inputs):
+        for i, v in zip(entry.inputs, sg.inputs):
             src = wiring.sources[k][v.name]
             t = terms.input(src[1], values[src[1]].type) if src[0] == "input" else produced[src[1:]]
             what = f"func input '{src[1]}'" if src[0] == "input" else f"stage {src[1]} {src[2]}"
-            if not same(t, str(i["value"])):
-                raise bad(f"{where} input {v.name} is wired to {what}, which is not %{i['value']} of the func")
+            if not same(t, str(i.value)):
+                raise bad(f"{where} input {v.name} is wired to {what}, which is not %{i.value} of the func")
             bound[v.name] = terms.reshape(t, v.type)
             n_edges += src[0] == "stage"
         env = terms.graph(sg, artifact_weights(art), bound, f"{where}/program.ir")
-        for o, v in zip(entry["outputs"], sg.outputs):
-            if not same(env[v.name], str(o["value"])):
-                raise bad(f"{where} output {v.name} does not compute %{o['value']} of the func (program.ir)")
+        for o, v in zip(entry.outputs, sg.outputs):
+            if not same(env[v.name], str(o.value)):
+                raise bad(f"{where} output {v.name} does not compute %{o.value} of the func (program.ir)")
             produced[(k, v.name)] = env[v.name]
     for name, k, out in wiring.outputs:
         if not same(produced[(k, out)], name):
@@ -274,5 +277,5 @@ def program_wiring(art: Any) -> Wiring:
     """A single program as a one-stage pipeline: its inputs are the func's, its outputs too
     (its names are model.mil's, unprefixed)."""
     man = art.manifest
-    return Wiring([{e["name"]: ("input", e["name"]) for e in man["inputs"]}], [{}],
-                   [(e["name"], 0, e["name"]) for e in man["outputs"]])
+    return Wiring([{e.name: ("input", e.name) for e in man.inputs}], [{}],
+                   [(e.name, 0, e.name) for e in man.outputs])

@@ -5,8 +5,10 @@ show writes it here: how the func is cut into programs (:class:`Plan`, written
 by the partition pass), the shapes callers see when legalize gave the program
 rank-4 or chunked I/O (``logical_inputs``/``logical_outputs``), the I/O the
 host converts (``host_casts``), the weights compiled as inputs
-(``weight_inputs``), the SRAM summary (``sram``) and, for a stage graph cut
-out of a func, where its names come from (:class:`StageSource`). The entries
+(``weight_inputs``), the SRAM summary (``sram``), for a stage graph cut
+out of a func, where its names come from (:class:`StageSource`), and, while
+autodiff builds a backward func, the stored shapes of its weights
+(``weight_shapes``). The entries
 are plain dicts with a declared shape (TypedDicts): the artifact writes them
 into the manifest as they are.
 """
@@ -182,6 +184,9 @@ class FuncFacts:
     """The SRAM summary; None until annotate-sram runs."""
     stage_source: StageSource | None = None
     """For a stage graph cut out of a func: where its names come from."""
+    weight_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """While autodiff builds a backward func: checkpoint key -> the stored tensor's shape (a
+    weight's transpose is then the same tensor under another ``perm=``); empty otherwise."""
 
     def copy(self) -> "FuncFacts":
         """A copy for a cloned graph: the lists are copied, the plan and the stage source

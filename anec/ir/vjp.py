@@ -101,7 +101,7 @@ def _transposed_weight(c: Any, w: Value) -> Value:
     ``perm=`` when the const's view allows it (the stored tensor, permuted, is ``[Cout, Cin]`` or
     ``[Cout, Cin, 1, 1]``, and no slice), else a transpose op."""
     p = w.producer
-    shapes = c.b.graph.meta.get("weight_shapes") or {}
+    shapes = c.b.graph.facts.weight_shapes
     if p is not None and p.op == "const" and "weight" in p.attrs and p.attrs.get("slice") is None \
             and p.attrs["weight"] in shapes:
         shape = tuple(int(d) for d in shapes[p.attrs["weight"]])

@@ -23,7 +23,7 @@ out by :func:`anec.mil.json_format.format_json`; weight payloads are hashed by
 :mod:`anec.hashing` (on worker threads within
 :func:`anec.hashing.deferred_hashes`).
 
-:meth:`Artifact.load` reads through :class:`~anec.mil.beneath.Beneath` (no
+:meth:`Artifact.load` (:meth:`Artifact.read` from an open directory) reads through :class:`~anec.mil.beneath.Beneath` (no
 symbolic link followed, regular files of bounded size only), validates the
 manifest before anything else reads it, and checks every file against it.
 """
@@ -53,6 +53,7 @@ from anec.mil.blobfile import (HEADER_BYTES, SUBBYTE_BITS, BlobFiles, BlobReader
 from anec.mil.emitter import MilProgram
 from anec.mil.json_format import format_json, jsonable
 from anec.mil.manifest import FORMAT, MANIFEST_MAX_BYTES, parse_manifest, validate_manifest
+from anec.mil.manifest_types import Manifest, WeightEntry, WeightInputEntry, check_written
 from anec.thread_pools import hash_pool
 from anec.version import __version__
 
@@ -223,18 +224,18 @@ def artifact_weights(artifact: "Artifact") -> dict[str, np.ndarray]:
     their MIL ``constexpr_*`` op says."""
     readers: dict[str, BlobReader] = {}
     out: dict[str, np.ndarray] = {}
-    groups: dict[str, list[tuple[dict, np.ndarray]]] = {}
-    for w in artifact.manifest["weights"]:
-        rel = w["file"]
+    groups: dict[str, list[tuple[WeightEntry, np.ndarray]]] = {}
+    for w in artifact.manifest.weights:
+        rel = w.file
         if rel not in readers:
             readers[rel] = BlobReader(artifact.blobs[rel], name=rel)
-        arr = readers[rel].read(w["offset"], blob_np_name(w["dtype"]))
-        if w.get("part"):
-            groups.setdefault(w["part"]["of"], []).append((w, arr))
+        arr = readers[rel].read(w.offset, blob_np_name(w.dtype))
+        if w.part:
+            groups.setdefault(w.part.of, []).append((w, arr))
             continue
-        out[blob_key(rel, w["offset"])] = arr.reshape(w["shape"])
+        out[blob_key(rel, w.offset)] = arr.reshape(w.shape)
     for of, parts in groups.items():
-        out["+".join(blob_key(w["file"], w["offset"]) for w, _ in parts)] = decompress_parts(parts)
+        out["+".join(blob_key(w.file, w.offset) for w, _ in parts)] = decompress_parts(parts)
     return out
 
 
@@ -244,21 +245,23 @@ def blob_np_name(dtype: str) -> str:
     return {"fp16": "float16", "fp32": "float32"}.get(dtype, dtype)
 
 
-def decompress_parts(parts: list[tuple[dict, np.ndarray]]) -> np.ndarray:
+def decompress_parts(parts: list[tuple[WeightEntry, np.ndarray]]) -> np.ndarray:
     """The dense fp16 tensor of one compressed weight from its manifest part entries and
     payloads (1-D arrays as read)."""
-    first = parts[0][0]["part"]
-    fmt = get_format(first["format"])
-    shape = tuple(first["shape"])
+    first = parts[0][0].part
+    assert first is not None
+    fmt = get_format(first.format)
+    shape = tuple(first.shape)
     roles = {}
     for w, arr in parts:
-        p = w["part"]
-        if p.get("packed"):
+        p = w.part
+        assert p is not None
+        if p.packed:
             arr = unpack_bits(np.ascontiguousarray(arr).tobytes(), fmt.bits, int(math.prod(shape)))
-        roles[p["role"]] = arr
+        roles[p.role] = arr
     if "lut" in roles:
         roles["lut"] = roles["lut"].reshape(-1, 1 << fmt.bits)
-    return decompress(fmt, int(first["axis"]), shape, roles)
+    return decompress(fmt, int(first.axis), shape, roles)
 
 
 def build_blobs(program: MilProgram, store: Mapping[str, np.ndarray] | None
@@ -377,14 +380,14 @@ def file_source(blobs: Mapping[str, bytes], rel: str) -> TreeFile:
 def artifact_weight_inputs(artifact: "Artifact") -> dict[str, np.ndarray]:
     """Input name -> initial value of every weight compiled as an input."""
     out = {}
-    for w in artifact.manifest.get("weight_inputs", []):
-        arr = BlobReader(artifact.blobs[w["file"]], name=w["file"]).read(w["offset"], DType(w["dtype"]).np)
-        out[w["input"]] = arr.reshape(w["shape"])
+    for w in artifact.manifest.weight_inputs:
+        arr = BlobReader(artifact.blobs[w.file], name=w.file).read(w.offset, DType(w.dtype).np)
+        out[w.input] = arr.reshape(w.shape)
     return out
 
 
-def _all_weight_entries(manifest: Mapping[str, Any]) -> list[dict]:
-    return list(manifest["weights"]) + list(manifest.get("weight_inputs", []))
+def _all_weight_entries(manifest: Manifest) -> list[WeightEntry | WeightInputEntry]:
+    return [*manifest.weights, *manifest.weight_inputs]
 
 
 @dataclass
@@ -397,13 +400,15 @@ class Artifact:
     """Weight file path relative to the artifact dir (``weights/w1.bin``) -> bytes. A
     compiled artifact holds a :class:`~anec.mil.blobfile.BlobFiles`: each file's bytes are
     built when first read, and writing the artifact streams the weights to disk instead."""
-    manifest: dict
+    manifest: Manifest
+    """The manifest, typed (its JSON object, as written: ``manifest.document``)."""
     program: MilProgram | None = field(default=None, repr=False, compare=False)
     """The emitter's result (names, weight plan) when built in this process."""
     program_ir: str = ""
     """The compiled program in anec IR (``program.ir``), weights keyed by BLOBFILE."""
     pending: list = field(default_factory=list, repr=False, compare=False)
-    """Manifest weight entries whose sha256 is still being computed (see :func:`anec.hashing.deferred_hashes`)."""
+    """(manifest weight entry, Future of its sha256) while the hashes are computed (see
+    :func:`anec.hashing.deferred_hashes`); the entries say None until :meth:`finish`."""
 
     @classmethod
     def build(cls, graph: Graph, program: MilProgram, target: "Target",
@@ -423,23 +428,27 @@ class Artifact:
         if report:
             manifest["compression"] = report
         files = BlobFiles({**(blobs or {}), **{rel: input_blobs.source(rel) for rel in input_blobs}})
-        pending = [e for e in entries if not (e["sha256"] is None or isinstance(e["sha256"], str))]
-        return cls(graph.name, program.text, files, manifest, program, ir_text, pending)
+        pending = [(e, e["sha256"]) for e in entries if not (e["sha256"] is None or isinstance(e["sha256"], str))]
+        for e, _ in pending:
+            e["sha256"] = None
+        return cls(graph.name, program.text, files, Manifest.of(manifest), program, ir_text, pending)
 
     def finish(self) -> None:
         """Wait for the weight hashes still being computed and put them in the manifest."""
-        for entry in self.pending:
-            entry["sha256"] = entry["sha256"].result()
-        self.pending = []
+        if self.pending:
+            for entry, digest in self.pending:
+                entry["sha256"] = digest.result()
+            self.pending = []
+            self.manifest = Manifest.of(self.manifest.document)
 
     @property
     def complete(self) -> bool:
         """True when every weight file (the MIL's and the weight inputs') is present."""
-        return all(w["file"] in self.blobs for w in _all_weight_entries(self.manifest))
+        return all(w.file in self.blobs for w in _all_weight_entries(self.manifest))
 
     # ---- summary ------------------------------------------------------------
     def weight_bytes(self) -> int:
-        return sum(payload_bytes(w["dtype"], math.prod(w["shape"])) for w in self.manifest["weights"])
+        return sum(payload_bytes(w.dtype, math.prod(w.shape)) for w in self.manifest.weights)
 
     def op_count(self) -> int:
         """MIL statements, consts included."""
@@ -451,17 +460,19 @@ class Artifact:
         read yet: the :class:`~anec.mil.blobfile.BlobWriter` that writes it)."""
         self.finish()
         if not self.complete:
-            missing = next(w["file"] for w in _all_weight_entries(self.manifest) if w["file"] not in self.blobs)
+            missing = next(w.file for w in _all_weight_entries(self.manifest) if w.file not in self.blobs)
             raise ArtifactError(
                 f"artifact '{self.func}' has no weight data ({missing} is missing)",
                 hint="compile with weights: --weights FILE or --random-weights SEED",
             )
-        validate_manifest(self.manifest, f"the manifest of '{self.func}'")  # never write what load refuses
+        document = self.manifest.document
+        validate_manifest(document, f"the manifest of '{self.func}'")  # never write what load refuses
+        check_written(self.manifest, Manifest.of(document), self.func)
         out = {MIL_FILE: self.mil_text.encode("utf-8"), PROGRAM_IR_FILE: self.program_ir.encode("utf-8")}
         for rel in sorted(self.blobs):
             check_rel(rel, "weight file")
             out[rel] = file_source(self.blobs, rel)
-        out[MANIFEST_FILE] = (format_json(self.manifest) + "\n").encode("utf-8")
+        out[MANIFEST_FILE] = (format_json(document) + "\n").encode("utf-8")
         return out
 
     def write(self, directory: str | os.PathLike) -> Path:
@@ -477,10 +488,10 @@ class Artifact:
     def load(cls, directory: str | os.PathLike) -> "Artifact":
         """Read an artifact directory and check it against its manifest."""
         with Beneath.open(directory) as d:
-            return cls._load(d)
+            return cls.read(d)
 
     @classmethod
-    def _load(cls, d: Beneath, manifest_sha: str | None = None) -> "Artifact":
+    def read(cls, d: Beneath, manifest_sha: str | None = None) -> "Artifact":
         """The artifact in ``d``; with ``manifest_sha``, its manifest must have that sha256."""
         where = d.path / MANIFEST_FILE
         if d.kind(MANIFEST_FILE) is None:
@@ -491,40 +502,40 @@ class Artifact:
             raise ArtifactError(f"{where} is not the manifest the output index {OUTPUT_INDEX} names",
                                 hint="the output was modified after compiling; recompile it")
         manifest = parse_manifest(data, str(where))  # the one validation, before anything reads it
-        mil_rel = manifest["mil"]["file"]
+        mil_rel = manifest.mil.file
         mil_bytes = d.read(mil_rel, MIL_MAX_BYTES, "MIL text")
-        if sha256(mil_bytes) != manifest["mil"]["sha256"]:
+        if sha256(mil_bytes) != manifest.mil.sha256:
             raise ArtifactError(f"{d.path / mil_rel} does not match the sha256 in {MANIFEST_FILE}",
                                 hint="the artifact was modified after compiling; recompile it")
         mil_text = decode_utf8(mil_bytes, d.path / mil_rel, "MIL text")
         blobs: dict[str, bytes] = {}
         readers: dict[str, BlobReader] = {}
         for w in _all_weight_entries(manifest):
-            rel = w["file"]
+            rel = w.file
             if rel not in readers:
                 readers[rel] = BlobReader(d.read(rel, BLOB_MAX_BYTES, "weight file"), name=str(d.path / rel))
                 blobs[rel] = readers[rel].data
             r = readers[rel]
-            entry = r.entry(w["offset"])
-            numel = math.prod(w["shape"])
-            if entry.dtype != blob_np_name(w["dtype"]) or entry.size != payload_bytes(w["dtype"], numel) or \
+            entry = r.entry(w.offset)
+            numel = math.prod(w.shape)
+            if entry.dtype != blob_np_name(w.dtype) or entry.size != payload_bytes(w.dtype, numel) or \
                     entry.count != numel:
                 raise ArtifactError(
-                    f"{r.name} offset {w['offset']}: holds {entry.size} bytes of {entry.dtype}, the manifest "
-                    f"says {w['dtype']}{w['shape']} for weight '{w['key']}'"
+                    f"{r.name} offset {w.offset}: holds {entry.size} bytes of {entry.dtype}, the manifest "
+                    f"says {w.dtype}{list(w.shape)} for weight '{w.key}'"
                 )
-            if sha256(r.payload(w["offset"])) != w["sha256"]:
+            if sha256(r.payload(w.offset)) != w.sha256:
                 raise ArtifactError(
-                    f"{r.name} offset {w['offset']}: weight '{w['key']}' does not match its sha256",
+                    f"{r.name} offset {w.offset}: weight '{w.key}' does not match its sha256",
                     hint="the weight file was modified after compiling; recompile it",
                 )
-        ir_rel = manifest["program_ir"]["file"]
+        ir_rel = manifest.program_ir.file
         ir_bytes = d.read(ir_rel, PROGRAM_IR_MAX_BYTES, "program IR")
-        if sha256(ir_bytes) != manifest["program_ir"]["sha256"]:
+        if sha256(ir_bytes) != manifest.program_ir.sha256:
             raise ArtifactError(f"{d.path / ir_rel} does not match the sha256 in {MANIFEST_FILE}",
                                 hint="the artifact was modified after compiling; recompile it")
         ir_text = decode_utf8(ir_bytes, d.path / ir_rel, "program IR")
-        return cls(manifest["func"], mil_text, blobs, manifest, None, ir_text)
+        return cls(manifest.func, mil_text, blobs, manifest, None, ir_text)
 
     def program_module(self) -> "Module":
         """``program.ir`` parsed (for the reference interpreter)."""

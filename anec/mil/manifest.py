@@ -12,11 +12,12 @@ field and what was expected::
 
     out/mlp/manifest.json: field 'weights[0].offset': expected an integer in [64, 2^62], got '64'
 
-Fields the code never reads (``sram``, ``rewrites``, ``anec_version``) are
-only bounded; unknown fields are ignored, so newer manifests stay readable.
+Fields the code only reports (``rewrites``, ``anec_version``, most of
+``sram``) are only bounded; unknown fields are ignored, so newer manifests stay readable.
 Optional fields older artifacts lack (``logical_inputs``, ``logical_outputs``,
 ``weight_inputs``, ``limits``, ``target``, ``mil.dialect``, ``concat``) may be absent.
-The writer validates what it writes with the same function.
+The writer validates what it writes with the same function. Readers get the
+typed :class:`~anec.mil.manifest_types.Manifest` (:func:`parse_manifest`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, Callable, Mapping
 
 from anec.diagnostics import ArtifactError
 from anec.fsutil import json_depth, parse_json
+from anec.mil.manifest_types import MODEL_PATH, Manifest
 
 FORMAT = "anec-artifact/1"
 MANIFEST_MAX_BYTES = 16 << 20
@@ -46,7 +48,6 @@ PART_DTYPES = BLOB_DTYPES + ("uint1", "uint2", "uint3", "uint4", "uint6", "int4"
 ITEMSIZE = {"fp16": 2, "fp32": 4, "int32": 4, "bool": 1, "int8": 1, "uint8": 1}
 WEIGHTS_DIR = "weights"
 WEIGHT_INPUTS_DIR = "inputs"
-MODEL_PATH = "@model_path/"
 
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _MIL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -71,9 +72,10 @@ def _show(value: Any) -> str:
     return s if len(s) <= 60 else s[:57] + "..."
 
 
-def parse_manifest(data: bytes, where: str) -> dict:
-    """The validated manifest from the bytes of ``manifest.json`` (``where`` names it in errors)."""
-    return validate_manifest(parse_json(data, where), where)
+def parse_manifest(data: bytes, where: str) -> Manifest:
+    """The manifest in the bytes of ``manifest.json``, validated and typed (``where`` names it
+    in errors): the one parser every reader goes through."""
+    return Manifest.of(validate_manifest(parse_json(data, where), where))
 
 
 # ---- checkers: (value, path) -> value, raising ManifestFieldError ---------------------------
@@ -189,8 +191,9 @@ _name = string(1024)
 _mil_name = string(MAX_NAME, _MIL_NAME, "a MIL identifier ([A-Za-z_][A-Za-z0-9_]*)")
 _func = string(MAX_NAME, re.compile(r"[^./\\\0][^/\\\0]*\Z"),
                "a func name (no '/', not starting with '.')")
-_io = obj({"name": _mil_name, "dtype": one_of(*DTYPES), "shape": shape(), "binding": integer(0, MAX_ENTRIES),
-           "bytes": integer(0, MAX_BYTES)})
+IO_ENTRY = obj({"name": _mil_name, "dtype": one_of(*DTYPES), "shape": shape(), "binding": integer(0, MAX_ENTRIES),
+                "bytes": integer(0, MAX_BYTES)})
+"""The check of one ``inputs``/``outputs`` entry, in either layout's manifest."""
 _perm = nullable(array(integer(0, MAX_RANK - 1), MAX_RANK))
 _slice = nullable(array(integer(-MAX_RANK, MAX_DIM), 3, 3))
 _part = obj({"of": _name, "role": one_of("q", "scale", "zero_point", "indices", "lut", "values", "mask"),
@@ -210,11 +213,13 @@ _limits = obj({}, {"max_blob_tensors": integer(0, _INT), "scalar_penalty": integ
                    "max_conv_out_channels": integer(1, _INT), "min_surface_bytes": integer(0, 1 << 26),
                    "allow_fp32_io": boolean, "surface_alignment": integer(0, 1 << 20),
                    "sram_bytes": integer(0, MAX_BYTES)})
-_logical_input = obj({"name": _mil_name, "dtype": one_of(*DTYPES), "shape": shape()})
-_logical_output = obj({"name": _name, "pieces": array(_mil_name, MAX_ENTRIES, 1)},
+LOGICAL_INPUT_ENTRY = obj({"name": _mil_name, "dtype": one_of(*DTYPES), "shape": shape()})
+LOGICAL_OUTPUT_ENTRY = obj({"name": _name, "pieces": array(_mil_name, MAX_ENTRIES, 1)},
                       {"dtype": one_of(*DTYPES), "shape": nullable(shape(0)), "axis": nullable(integer(-MAX_RANK,
                                                                                                        MAX_RANK - 1))})
-_host_cast = obj({"name": _name, "kind": one_of("input", "output"), "host_dtype": one_of(*DTYPES)})
+SRAM_REPORT = nullable(obj({}, {"peak_bytes": integer(0, 1 << 62), "spill_nodes": array(any_json)}))
+"""The check of ``sram``: the fields a reader counts with (the rest is only reported)."""
+HOST_CAST_ENTRY = obj({"name": _name, "kind": one_of("input", "output"), "host_dtype": one_of(*DTYPES)})
 
 
 def _dialects() -> tuple[str, ...]:
@@ -230,8 +235,8 @@ def _schema() -> Check:
             "func": _func,
             "mil": obj({"file": rel_path(), "sha256": hex64}, {"dialect": one_of(*_dialects())}),
             "program_ir": obj({"file": rel_path(), "sha256": hex64}),
-            "inputs": array(_io),
-            "outputs": array(_io),
+            "inputs": array(IO_ENTRY),
+            "outputs": array(IO_ENTRY),
             "input_alloc_bytes": integer(1, MAX_BYTES),
             "output_alloc_bytes": integer(1, MAX_BYTES),
             "weights": array(_weight),
@@ -240,13 +245,13 @@ def _schema() -> Check:
             "anec_version": string(64),
             "target": string(64),
             "limits": _limits,
-            "logical_inputs": array(_logical_input),
-            "logical_outputs": array(_logical_output),
+            "logical_inputs": array(LOGICAL_INPUT_ENTRY),
+            "logical_outputs": array(LOGICAL_OUTPUT_ENTRY),
             "weight_inputs": array(WEIGHT_INPUT_ENTRY),
             "compression": array(obj({"const": _name, "key": _name, "format": string(64)})),
-            "sram": any_json,
+            "sram": SRAM_REPORT,
             "rewrites": array(any_json),
-            "host_casts": array(_host_cast),
+            "host_casts": array(HOST_CAST_ENTRY),
             "concat": obj({"reading": one_of("rewrite", "native"), "why": string(1000)}),
         },
     )

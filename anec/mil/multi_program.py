@@ -60,7 +60,9 @@ from anec.mil.beneath import check_rel
 from anec.mil.json_format import format_json
 from anec.mil.output import load_artifact
 from anec.mil.blobfile import BlobReader
-from anec.mil.manifest import MANIFEST_MAX_BYTES, WEIGHT_INPUT_ENTRY, ManifestFieldError, array
+from anec.mil.manifest import (HOST_CAST_ENTRY, IO_ENTRY, LOGICAL_INPUT_ENTRY, LOGICAL_OUTPUT_ENTRY, MANIFEST_MAX_BYTES,
+                               SRAM_REPORT, WEIGHT_INPUT_ENTRY, Check, ManifestFieldError, array)
+from anec.mil.manifest_types import PipelineManifest, check_written
 
 if TYPE_CHECKING:
     from anec.ir.graph import Module
@@ -83,7 +85,8 @@ class PipelineArtifact:
 
     func: str
     stages: list[Artifact]
-    manifest: dict
+    manifest: PipelineManifest
+    """The wiring, typed (its JSON object, as written: ``manifest.document``)."""
     program_ir: str = ""
     """The whole legalized func in anec IR, weights keyed by the stage BLOBFILEs holding them."""
     blobs: dict[str, bytes] = field(default_factory=dict)
@@ -93,7 +96,7 @@ class PipelineArtifact:
     @property
     def complete(self) -> bool:
         return all(a.complete for a in self.stages) and all(
-            w["file"] in self.blobs for w in self.manifest.get("weight_inputs", []))
+            w.file in self.blobs for w in self.manifest.weight_inputs)
 
     def weight_bytes(self) -> int:
         return sum(a.weight_bytes() for a in self.stages)
@@ -115,7 +118,8 @@ class PipelineArtifact:
         for rel, data in self.blobs.items():
             out[rel] = data
         out[PROGRAM_IR_FILE] = self.program_ir.encode("utf-8")
-        out[MANIFEST_FILE] = (format_json(self.manifest) + "\n").encode("utf-8")
+        check_written(self.manifest, PipelineManifest.of(self.manifest.document), self.func)
+        out[MANIFEST_FILE] = (format_json(self.manifest.document) + "\n").encode("utf-8")
         return out
 
     def write(self, directory: str | os.PathLike) -> Path:
@@ -131,31 +135,29 @@ class PipelineArtifact:
         return art
 
     @classmethod
-    def _load(cls, d: "Beneath", manifest: dict, raw: bytes) -> "PipelineArtifact":
+    def _read(cls, d: "Beneath", manifest: PipelineManifest) -> "PipelineArtifact":
         """The pipeline in ``d`` (read beneath it, nothing followed through links): the wiring,
         every stage as an artifact, each stage's MIL against the wiring's sha256, program.ir."""
-        where = d.path / MANIFEST_FILE
-        check_manifest(manifest, where)
         stages = []
-        for k, e in enumerate(manifest["stages"]):
-            with d.subdir(e["dir"], "stage directory") as sub:
-                art = Artifact._load(sub)
-            if art.manifest["mil"]["sha256"] != e["mil_sha256"]:
-                raise ArtifactError(f"{d.path / e['dir']}: stage {k} is not the program the pipeline manifest names",
+        for k, e in enumerate(manifest.stages):
+            with d.subdir(e.dir, "stage directory") as sub:
+                art = Artifact.read(sub)
+            if art.manifest.mil.sha256 != e.mil_sha256:
+                raise ArtifactError(f"{d.path / e.dir}: stage {k} is not the program the pipeline manifest names",
                                     hint="the artifact was modified after compiling; recompile it")
             stages.append(art)
         blobs = {}
-        for w in manifest.get("weight_inputs", []):
-            rel = _rel(w["file"])
+        for w in manifest.weight_inputs:
+            rel = _rel(w.file)
             blobs[rel] = d.read(rel, BLOB_MAX_BYTES, "weight input file")
-            if sha256(BlobReader(blobs[rel], name=rel).payload(int(w["offset"]))) != w.get("sha256"):
-                raise ArtifactError(f"{d.path / rel}: weight '{w['key']}' does not match its sha256",
+            if sha256(BlobReader(blobs[rel], name=rel).payload(w.offset)) != w.sha256:
+                raise ArtifactError(f"{d.path / rel}: weight '{w.key}' does not match its sha256",
                                     hint="the weight file was modified after compiling; recompile it")
         ir = d.read(PROGRAM_IR_FILE, PROGRAM_IR_MAX_BYTES, "program IR")
-        if sha256(ir) != (manifest.get("program_ir") or {}).get("sha256"):
+        if sha256(ir) != (manifest.program_ir.sha256 if manifest.program_ir else None):
             raise ArtifactError(f"{d.path / PROGRAM_IR_FILE} does not match the sha256 in {MANIFEST_FILE}",
                                 hint="the artifact was modified after compiling; recompile it")
-        return cls(manifest["func"], stages, manifest, decode_utf8(ir, d.path / PROGRAM_IR_FILE, "program IR"), blobs)
+        return cls(manifest.func, stages, manifest, decode_utf8(ir, d.path / PROGRAM_IR_FILE, "program IR"), blobs)
 
     def program_module(self) -> "Module":
         from anec.ir.parser import parse
@@ -175,20 +177,19 @@ class PipelineArtifact:
     def weight_inputs(self) -> dict[str, np.ndarray]:
         """Input name -> initial value of every weight compiled as an input."""
         out = {}
-        for w in self.manifest.get("weight_inputs", []):
-            arr = BlobReader(self.blobs[w["file"]], name=w["file"]).read(w["offset"], DType(w["dtype"]).np)
-            if arr.size != math.prod(w["shape"]):
-                raise ArtifactError(f"{w['file']} offset {w['offset']}: blob holds {arr.size} values, the shape "
-                                    f"{w['shape']} of weight '{w['key']}' needs {math.prod(w['shape'])}",
+        for w in self.manifest.weight_inputs:
+            arr = BlobReader(self.blobs[w.file], name=w.file).read(w.offset, DType(w.dtype).np)
+            if arr.size != math.prod(w.shape):
+                raise ArtifactError(f"{w.file} offset {w.offset}: blob holds {arr.size} values, the shape "
+                                    f"{list(w.shape)} of weight '{w.key}' needs {math.prod(w.shape)}",
                                     hint="the artifact was modified after compiling; recompile it")
-            out[w["input"]] = arr.reshape(w["shape"])
+            out[w.input] = arr.reshape(w.shape)
         return out
 
 
 def _weights_identity(art: Artifact) -> tuple:
     """What a program's compiled form bakes besides its MIL: its weights (key and view)."""
-    return tuple(sorted((str(w.get("path") or w.get("file")), str(w.get("key")), repr(w.get("perm")),
-                         repr(w.get("slice"))) for w in art.manifest.get("weights", [])))
+    return tuple(sorted((w.path or w.file, w.key, repr(w.perm), repr(w.slice)) for w in art.manifest.weights))
 
 
 def count_compiles(programs: "list[Artifact]") -> int:
@@ -196,7 +197,7 @@ def count_compiles(programs: "list[Artifact]") -> int:
     verified (the device's state until ``python -m anec.selftest`` verifies one): programs
     with the same MIL and the same weights share a compile (a cache hit), any other
     difference compiles again."""
-    return len({(a.manifest["mil"]["sha256"], _weights_identity(a)) for a in programs})
+    return len({(a.manifest.mil.sha256, _weights_identity(a)) for a in programs})
 
 
 def _rel(rel: str) -> str:
@@ -208,10 +209,23 @@ def is_pipeline_manifest(manifest: Any) -> bool:
     return isinstance(manifest, dict) and manifest.get("format") == FORMAT
 
 
+def parse_pipeline_manifest(m: Any, where: Path | str) -> PipelineManifest:
+    """The pipeline manifest in the JSON value ``m``, checked (:func:`check_manifest`) and
+    typed: the one parser every reader of a pipeline goes through."""
+    check_manifest(m, where)
+    return PipelineManifest.of(m)
+
+
 def check_manifest(m: Any, where: Path | str) -> None:
     """Every field the runtime reads of a pipeline manifest, with its type (ArtifactError otherwise)."""
     def bad(field_: str, expected: str) -> ArtifactError:
         return ArtifactError(f"{where}: field '{field_}' must be {expected}")
+
+    def checked(key: str, check: Check, default: Any = None) -> Any:
+        try:
+            return check(m.get(key, default), key)
+        except ManifestFieldError as e:
+            raise bad(e.path, e.expected) from None
 
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise bad("format", repr(FORMAT))
@@ -225,7 +239,15 @@ def check_manifest(m: Any, where: Path | str) -> None:
         raise bad("stages", "a non-empty list")
     if not isinstance(m.get("surface_bytes"), int) or not 0 < m["surface_bytes"] < 1 << 40:
         raise bad("surface_bytes", "a positive integer")
-    names = {e.get("name") for e in m["inputs"] if isinstance(e, dict)}
+    for key, check in (("inputs", IO_ENTRY), ("outputs", IO_ENTRY), ("logical_inputs", LOGICAL_INPUT_ENTRY),
+                       ("logical_outputs", LOGICAL_OUTPUT_ENTRY), ("host_casts", HOST_CAST_ENTRY)):
+        checked(key, array(check), [])
+    checked("sram", SRAM_REPORT)
+    ir = m.get("program_ir")
+    if ir is not None and not (isinstance(ir, dict) and isinstance(ir.get("file"), str)
+                               and isinstance(ir.get("sha256"), str)):
+        raise bad("program_ir", "an object with 'file' and 'sha256'")
+    names = {e["name"] for e in m["inputs"]}
     for k, e in enumerate(m["stages"]):
         if not isinstance(e, dict) or not isinstance(e.get("dir"), str) or not isinstance(e.get("mil_sha256"), str):
             raise bad(f"stages[{k}]", "an object with 'dir' and 'mil_sha256'")
@@ -244,6 +266,9 @@ def check_manifest(m: Any, where: Path | str) -> None:
         n_wi = e.get("weight_inputs", 0)
         if not (isinstance(n_wi, int) and not isinstance(n_wi, bool) and 0 <= n_wi <= MAX_STAGE_WEIGHT_INPUTS):
             raise bad(f"stages[{k}].weight_inputs", f"an integer in [0, {MAX_STAGE_WEIGHT_INPUTS}]")
+        for direction in ("inputs", "outputs"):
+            if not isinstance(e.get(direction, []), list):
+                raise bad(f"stages[{k}].{direction}", "a list")
         for i, src in enumerate(e.get("inputs") or []):
             f = src.get("from") if isinstance(src, dict) else None
             ok = isinstance(f, dict) and (
@@ -251,6 +276,11 @@ def check_manifest(m: Any, where: Path | str) -> None:
                 (isinstance(f.get("stage"), int) and 0 <= f["stage"] < k and isinstance(f.get("output"), str)))
             if not ok:
                 raise bad(f"stages[{k}].inputs[{i}].from", "a func input or an output of an earlier stage")
+        for direction in ("inputs", "outputs"):
+            for i, port in enumerate(e.get(direction) or []):
+                if not (isinstance(port, dict) and isinstance(port.get("name"), str)
+                        and isinstance(port.get("value", ""), str)):
+                    raise bad(f"stages[{k}].{direction}[{i}]", "an object with a 'name' (and a 'value') string")
     programs = m.get("programs", 1)
     if not (isinstance(programs, int) and not isinstance(programs, bool) and 1 <= programs <= len(m["stages"])):
         raise bad("programs", f"an integer in [1, {len(m['stages'])}] (the stages' distinct compiles)")
@@ -261,11 +291,8 @@ def check_manifest(m: Any, where: Path | str) -> None:
         if not (isinstance(src, dict) and isinstance(src.get("stage"), int)
                 and 0 <= src["stage"] < len(m["stages"]) and isinstance(src.get("output"), str)):
             raise bad(f"outputs_from.{name}", "a stage output")
-    try:  # read at load (file, offset, sha256) and by weight_inputs (dtype, shape, input)
-        wi = array(WEIGHT_INPUT_ENTRY)(m.get("weight_inputs", []), "weight_inputs")
-    except ManifestFieldError as e:
-        raise bad(e.path, e.expected) from None
-    for i, w in enumerate(wi):
+    # read at load (file, offset, sha256) and by weight_inputs (dtype, shape, input)
+    for i, w in enumerate(checked("weight_inputs", array(WEIGHT_INPUT_ENTRY), [])):
         if w["input"] not in names:
             raise bad(f"weight_inputs[{i}].input", "the name of a func input")
 
@@ -278,8 +305,8 @@ def _load_dir(d: "Beneath", manifest_sha: str | None) -> "Artifact | PipelineArt
                             hint="the output was modified after compiling; recompile it")
     manifest = parse_json(raw, str(d.path / MANIFEST_FILE))
     if is_pipeline_manifest(manifest):
-        return PipelineArtifact._load(d, manifest, raw)
-    return Artifact._load(d, manifest_sha)
+        return PipelineArtifact._read(d, parse_pipeline_manifest(manifest, d.path / MANIFEST_FILE))
+    return Artifact.read(d, manifest_sha)
 
 
 def load_any(path: str | os.PathLike, func: str | None = None) -> "Artifact | PipelineArtifact":
@@ -288,5 +315,6 @@ def load_any(path: str | os.PathLike, func: str | None = None) -> "Artifact | Pi
     return load_artifact(path, func, loader=_load_dir)
 
 
-__all__ = ["FORMAT", "PipelineArtifact", "check_manifest", "is_pipeline_manifest", "load_any", "stage_dir"]
+__all__ = ["FORMAT", "PipelineArtifact", "check_manifest", "is_pipeline_manifest", "load_any", "parse_pipeline_manifest",
+           "stage_dir"]
 

@@ -90,9 +90,9 @@ def _early_files(art: Any) -> list[tuple[str, TreeFile]]:
     out = []
     stages = getattr(art, "stages", None)
     if stages is not None:  # a pipeline: its manifest names each stage's directory
-        for entry, stage in zip(art.manifest["stages"], stages):
-            check_rel(entry["dir"], "stage directory")
-            out += [(f"{entry['dir']}/{rel}", data) for rel, data in _early_files(stage)]
+        for entry, stage in zip(art.manifest.stages, stages):
+            check_rel(entry.dir, "stage directory")
+            out += [(f"{entry.dir}/{rel}", data) for rel, data in _early_files(stage)]
     else:
         out.append((MIL_FILE, art.mil_text.encode("utf-8")))
     out.append((PROGRAM_IR_FILE, art.program_ir.encode("utf-8")))
@@ -160,7 +160,7 @@ def load_artifact(path: str | os.PathLike, func: str | None = None,
     output (``func`` picks one when it holds several). A temporary directory of a write is
     never taken; an output replaced by a newer compile while it is read is read again.
     ``loader(directory, manifest sha256 or None)`` reads one func's directory (default:
-    :meth:`Artifact._load`; :func:`anec.mil.multi_program.load_any` also reads pipelines)."""
+    :meth:`Artifact.read`; :func:`anec.mil.multi_program.load_any` also reads pipelines)."""
     p = Path(os.fspath(path))
     if p.name == MANIFEST_FILE and not os.path.isdir(p):
         p = p.parent
@@ -171,7 +171,7 @@ def load_artifact(path: str | os.PathLike, func: str | None = None,
     for attempt in range(3):
         with Beneath.open(p) as d:
             try:
-                return _load_from(d, func, loader or Artifact._load)
+                return _load_from(d, func, loader or Artifact.read)
             except ArtifactError:
                 if d.replaced and attempt < 2:  # a newer compile replaced the output meanwhile
                     continue

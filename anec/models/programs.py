@@ -165,8 +165,8 @@ class ProgramCache:
                                 compress_form=self.compress_form,
                                 compile_budget=left if isinstance(left, int) and left >= 0 else None)
         for art in result.artifacts.values():
-            for a in (art, *getattr(art, "stages", ())):
-                self.compression.extend(a.manifest.get("compression", ()))
+            for a in getattr(art, "stages", [art]):  # a pipeline's stages record their own
+                self.compression.extend(a.manifest.compression)
         if self.release is not None:
             # the artifacts hold their weight files' own bytes (or read the files they wrote),
             # no view of the checkpoint: its pages need not stay resident while programs load

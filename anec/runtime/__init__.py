@@ -25,12 +25,15 @@ import os
 import threading
 import weakref
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from anec import signals
 from anec.diagnostics import AnecError, ArtifactError, RuntimeFailure, did_you_mean
 from anec.runtime import native
 from anec.runtime.program import Program, weight_input_array, NativeOwner, manifest_limits
+
+if TYPE_CHECKING:
+    from anec.mil.manifest_types import Manifest
 
 __all__ = ["Runtime", "Program", "RuntimeFailure", "backend_available"]
 
@@ -45,19 +48,24 @@ def backend_available(name: str) -> tuple[bool, str]:
 def _resolve(artifact: Any, func: str | None) -> Any:
     """The artifact (one program, or a pipeline) :meth:`Runtime.load` was given, its manifest
     validated: an object, a list of them, or a directory (read by :func:`anec.mil.multi_program.load_any`)."""
+    from anec.mil.artifact import Artifact
     from anec.mil.manifest import validate_manifest
+    from anec.mil.manifest_types import Manifest
     from anec.mil.multi_program import PipelineArtifact, check_manifest, load_any
 
     if isinstance(artifact, PipelineArtifact):
-        check_manifest(artifact.manifest, f"the manifest of artifact {artifact.func!r:.60}")
+        check_manifest(artifact.manifest.document, f"the manifest of artifact {artifact.func!r:.60}")
         if func is not None and artifact.func != func:
             raise ArtifactError(f"the artifact is for func '{artifact.func}', not '{func}'")
         return artifact
     if all(hasattr(artifact, a) for a in ("mil_text", "blobs", "manifest")):
-        manifest = validate_manifest(artifact.manifest, f"the manifest of artifact {getattr(artifact, 'func', '?')!r:.60}")
-        if func is not None and manifest["func"] != func:
-            raise ArtifactError(f"the artifact is for func '{manifest['func']}', not '{func}'")
-        return artifact
+        typed = isinstance(artifact.manifest, Manifest)  # else a JSON object: typed here, once
+        document = artifact.manifest.document if typed else artifact.manifest
+        where = f"the manifest of artifact {getattr(artifact, 'func', '?')!r:.60}"
+        manifest = Manifest.of(validate_manifest(document, where))
+        if func is not None and manifest.func != func:
+            raise ArtifactError(f"the artifact is for func '{manifest.func}', not '{func}'")
+        return artifact if typed else Artifact(manifest.func, artifact.mil_text, artifact.blobs, manifest)
     if isinstance(artifact, (list, tuple)):
         arts = {getattr(a, "func", None): a for a in artifact}
         if func is None and len(arts) == 1:
@@ -69,12 +77,13 @@ def _resolve(artifact: Any, func: str | None) -> Any:
     return load_any(Path(os.fspath(artifact)), func)
 
 
-def _check_io(manifest: Mapping[str, Any], prog: "Program") -> None:
+def _check_io(manifest: "Manifest", prog: "Program") -> None:
     """The manifest's inputs and outputs are the MIL program's (names, dtypes, shapes)."""
-    for direction, actual in (("inputs", prog.inputs), ("outputs", prog.outputs)):
-        declared = sorted(manifest[direction], key=lambda e: e["binding"])
+    for direction, entries, actual in (("inputs", manifest.inputs, prog.inputs),
+                                       ("outputs", manifest.outputs, prog.outputs)):
+        declared = sorted(entries, key=lambda e: e.binding)
         got = [(t["name"], t["dtype"], list(t["shape"])) for t in actual]
-        want = [(e["name"], e["dtype"], list(e["shape"])) for e in declared]
+        want = [(e.name, e.dtype, list(e.shape)) for e in declared]
         if got != want:
             bad = next((w, g) for w, g in zip(want + [None] * len(got), got + [None] * len(want)) if w != g)
             raise ArtifactError(f"the manifest's {direction} do not match the MIL program's: the manifest has "
@@ -230,18 +239,16 @@ class Runtime(NativeOwner):
 
             return load_pipeline(self, art)
         mil, blobs, manifest = art.mil_text, dict(art.blobs), art.manifest
-        paths = {}
-        for w in manifest.get("weights", []):
-            paths[w["file"]] = w.get("path") or "@model_path/" + w["file"]
-        input_files = {w["file"] for w in manifest.get("weight_inputs", [])}
+        paths = {w.file: w.mil_path for w in manifest.weights}
+        input_files = {w.file for w in manifest.weight_inputs}
         mil_blobs = {paths.get(rel, "@model_path/" + rel): data for rel, data in blobs.items()
                      if rel not in input_files}
         prog = self.compile(mil, mil_blobs, limits=manifest_limits(manifest), manifest=manifest, load=False)
         try:
             _check_io(manifest, prog)
-            if manifest.get("weight_inputs"):
-                prog._set_weight_inputs({w["input"]: weight_input_array(blobs[w["file"]], w)
-                                         for w in manifest["weight_inputs"]}, reload=False)
+            if manifest.weight_inputs:
+                prog._set_weight_inputs({w.input: weight_input_array(blobs[w.file], w)
+                                         for w in manifest.weight_inputs}, reload=False)
             prog.load()
         except AnecError:
             prog.close()
@@ -249,15 +256,20 @@ class Runtime(NativeOwner):
         return prog
 
     def compile(self, mil: str | bytes, blobs: Mapping[str, bytes] | None = None, *,
-                limits: Mapping[str, Any] | None = None, manifest: Mapping[str, Any] | None = None,
+                limits: Mapping[str, Any] | None = None, manifest: "Manifest | Mapping[str, Any] | None" = None,
                 load: bool = True) -> "Program":
         """Compile raw MIL text with weight files keyed by MIL path
-        (``"@model_path/weights/w.bin"``); loads it unless ``load=False``."""
+        (``"@model_path/weights/w.bin"``); loads it unless ``load=False``. ``manifest`` (a
+        typed one, or at least ``{"func", "weights": [...]}`` as JSON) maps weight keys to files."""
+        from anec.mil.manifest_types import Manifest
+
+        if manifest is not None and not isinstance(manifest, Manifest):
+            manifest = Manifest.of({"func": "main", **manifest})
         self._check_open()
         data = mil.encode("utf-8") if isinstance(mil, str) else bytes(mil)
         nprog = self._native.compile(data, {k: bytes(v) for k, v in (blobs or {}).items()},
                                      dict(limits) if limits is not None else None)
-        prog = Program(self, nprog, dict(manifest) if manifest is not None else None)
+        prog = Program(self, nprog, manifest)
         with self._lock:
             self._programs.add(prog)
         if load:

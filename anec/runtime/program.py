@@ -19,18 +19,19 @@ from anec.runtime import native
 from anec.runtime.weights import changed_blobs, payloads, stream_plan, weight_input_values, weight_input_views
 
 if TYPE_CHECKING:
+    from anec.mil.manifest_types import Manifest, WeightInputEntry
     from anec.runtime import Runtime
 
 
-def manifest_limits(manifest: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def manifest_limits(manifest: "Manifest | None") -> dict[str, Any] | None:
     """The runtime limits a manifest records (plus its target's surface alignment), or None."""
-    if not manifest or "limits" not in manifest:
+    if manifest is None or manifest.limits is None:
         return None
-    lim = dict(manifest["limits"])
+    lim = manifest.limits.given()
     try:
         from anec.targets import DEFAULT_TARGET, get_target
 
-        lim.setdefault("surface_alignment", get_target(manifest.get("target", DEFAULT_TARGET)).surface_alignment)
+        lim.setdefault("surface_alignment", get_target(manifest.target or DEFAULT_TARGET).surface_alignment)
     except Exception:  # noqa: BLE001 - an unknown target only loses the alignment hint
         lim.setdefault("surface_alignment", 0)
     return lim
@@ -82,34 +83,33 @@ def nonfinite(arrays: Mapping[str, Any]) -> str:
     return ", ".join(found)
 
 
-def weight_input_array(data: bytes, entry: Mapping[str, Any]) -> np.ndarray:
+def weight_input_array(data: bytes, entry: "WeightInputEntry") -> np.ndarray:
     """The payload of a weight-input BLOBFILE as an array of the input's dtype and shape."""
     from anec.ir.types import DType
-    from anec.mil.blobfile import HEADER_BYTES, BlobReader
+    from anec.mil.blobfile import BlobReader
 
-    arr = BlobReader(data, name=entry.get("file")).read(int(entry.get("offset", HEADER_BYTES)),
-                                                        DType(entry["dtype"]).np)
-    return arr.reshape(entry["shape"])
+    arr = BlobReader(data, name=entry.file).read(entry.offset, DType(entry.dtype).np)
+    return arr.reshape(entry.shape)
 
 
 class Program(NativeOwner):
     """One compiled program. Call it with named inputs; get named outputs."""
 
-    def __init__(self, runtime: Runtime, nprog: native.NativeProgram, manifest: dict | None) -> None:
+    def __init__(self, runtime: Runtime, nprog: native.NativeProgram, manifest: "Manifest | None") -> None:
         self.runtime = runtime
         self._native = nprog
         self.manifest = manifest
         self.inputs = [dict(i) for i in nprog.inputs]    # binding (alphabetical) order
         self.outputs = [dict(o) for o in nprog.outputs]
-        self.name = (manifest or {}).get("func", "main")
+        self.name = manifest.func if manifest is not None else "main"
         self._input_specs = {spec["name"]: spec for spec in self.inputs}
         self._input_index = {spec["name"]: i for i, spec in enumerate(self.inputs)}
         self._view_plans: dict = {}  # weight_input_views' walks, by input and array layout
         self._reload_lock = threading.Lock()  # reload_weights reads, patches and reloads as one step
-        self._weight_inputs = {w["input"]: w for w in (manifest or {}).get("weight_inputs", [])}
+        self._weight_inputs = {w.input: w for w in manifest.weight_inputs} if manifest is not None else {}
         # the shape the caller passes: the manifest's logical shape (a rank-4 device input may
         # hold a tensor of another rank, byte for byte), else the device shape (older manifests)
-        logical = {e["name"]: e["shape"] for e in (manifest or {}).get("logical_inputs", [])}
+        logical = {e.name: e.shape for e in manifest.logical_inputs} if manifest is not None else {}
         for spec in self.inputs:
             spec["logical_shape"] = list(logical.get(spec["name"], spec["shape"]))
 
@@ -145,7 +145,7 @@ class Program(NativeOwner):
         weights compiled as inputs), ``data_patchable``, ``verified`` and ``why``."""
         self._check()
         info = self._native.reload_info()
-        if self._weight_inputs and not any(w for w in (self.manifest or {}).get("weights", [])):
+        if self._weight_inputs and not (self.manifest is not None and self.manifest.weights):
             info["strategy"] = "inputs"
             info["why"] = "inputs: the weights are program inputs; a reload writes their surfaces"
         return info
@@ -159,8 +159,8 @@ class Program(NativeOwner):
     @property
     def output_names(self) -> list[str]:
         """Logical outputs (chunks reassembled) in declaration order."""
-        if self.manifest and self.manifest.get("logical_outputs"):
-            return [lo["name"] for lo in self.manifest["logical_outputs"]]
+        if self.manifest is not None and self.manifest.logical_outputs:
+            return [lo.name for lo in self.manifest.logical_outputs]
         return [o["name"] for o in sorted(self.outputs, key=lambda o: o["decl_index"])]
 
     def load(self) -> None:
@@ -237,24 +237,23 @@ class Program(NativeOwner):
         return native.DTYPE_CODES[spec["dtype"]], arr
 
     def _collect(self, phys: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        los = (self.manifest or {}).get("logical_outputs")
+        los = self.manifest.logical_outputs if self.manifest is not None else ()
         if not los:
             return {n: phys[n] for n in self.output_names}
         # targets without fp32 I/O: the manifest asks the host to cast some outputs back
-        host = {h["name"]: h["host_dtype"] for h in (self.manifest or {}).get("host_casts", [])
-                if h.get("kind") == "output"}
+        host = {h.name: h.host_dtype for h in self.manifest.host_casts if h.kind == "output"}
         res = {}
         for lo in los:
-            pieces = [phys[p] for p in lo.get("pieces", [lo["name"]])]
-            axis = lo.get("axis")
+            pieces = [phys[p] for p in lo.pieces]
+            axis = lo.axis
             a = pieces[0] if axis is None or len(pieces) == 1 else np.concatenate(pieces, axis=axis)
-            if lo.get("shape") is not None:
-                if math.prod(lo["shape"]) != a.size:
-                    raise ArtifactError(f"the manifest gives output '{lo['name']}' the shape {lo['shape']}, "
+            if lo.shape is not None:
+                if math.prod(lo.shape) != a.size:
+                    raise ArtifactError(f"the manifest gives output '{lo.name}' the shape {list(lo.shape)}, "
                                         f"but the program returns {a.size} elements")
-                a = a.reshape(lo["shape"])  # the logical shape of a rank-4 device output (free)
-            dt = host.get(lo["name"], lo.get("dtype"))
-            res[lo["name"]] = a.astype(native.NP_DTYPES[dt], copy=False) if dt in native.NP_DTYPES else a
+                a = a.reshape(lo.shape)  # the logical shape of a rank-4 device output (free)
+            dt = host.get(lo.name, lo.dtype)
+            res[lo.name] = a.astype(native.NP_DTYPES[dt], copy=False) if dt in native.NP_DTYPES else a
         return res
 
     def evaluate_raw(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
@@ -277,11 +276,11 @@ class Program(NativeOwner):
         weights the previous one left.
         """
         self._check()
-        if not self.manifest:
+        if self.manifest is None:
             raise WeightError(f"program '{self.name}' has no manifest to map weight keys to files",
                               hint="use reload_blobs({mil_path: bytes}) for raw MIL programs")
-        as_inputs = {w["key"]: w for w in self._weight_inputs.values()}
-        blob_keys = {w["key"] for w in self.manifest.get("weights", [])}
+        as_inputs = {w.key: w for w in self._weight_inputs.values()}
+        blob_keys = {w.key for w in self.manifest.weights}
         for k in weights:
             if k not in as_inputs and k not in blob_keys:
                 raise WeightError(f"unknown weight '{k}' for program '{self.name}'",

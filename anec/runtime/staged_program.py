@@ -17,7 +17,7 @@ it and reloads them together (no call sees a mix of old and new weights);
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from anec.runtime.program import FINITE_HINT, Program, manifest_limits, nonfinit
 from anec.runtime.weights import changed_blobs, weight_input_values
 
 if TYPE_CHECKING:
+    from anec.mil.manifest_types import IOEntry, LogicalInput, PipelineManifest
     from anec.mil.multi_program import PipelineArtifact
     from anec.runtime import Runtime
 
@@ -74,12 +75,12 @@ class _Stages:
             p._native.release()
 
 
-def _specs(entries: list[dict], logical: list[dict] | None) -> list[dict[str, Any]]:
-    shapes = {e["name"]: e["shape"] for e in (logical or [])}
+def _specs(entries: "Iterable[IOEntry]", logical: "Iterable[LogicalInput]") -> list[dict[str, Any]]:
+    shapes = {e.name: e.shape for e in logical}
     out = []
     for i, e in enumerate(entries):
-        out.append({"name": e["name"], "dtype": e["dtype"], "shape": list(e["shape"]), "bytes": e["bytes"],
-                    "binding": i, "decl_index": i, "logical_shape": list(shapes.get(e["name"], e["shape"]))})
+        out.append({"name": e.name, "dtype": e.dtype, "shape": list(e.shape), "bytes": e.bytes,
+                    "binding": i, "decl_index": i, "logical_shape": list(shapes.get(e.name, e.shape))})
     return out
 
 
@@ -98,26 +99,25 @@ def load_pipeline(rt: "Runtime", art: "PipelineArtifact") -> "PipelineProgram":
     m = art.manifest
     progs: list["Program"] = []
     try:
-        for st, entry in zip(art.stages, m["stages"]):
+        for st, entry in zip(art.stages, m.stages):
             limits = manifest_limits(st.manifest)
             if limits is not None:  # this stage's own size (older manifests: one size for every stage)
-                size = int(entry.get("surface_bytes", m["surface_bytes"]))
+                size = entry.surface_bytes if entry.surface_bytes is not None else m.surface_bytes
                 limits["min_surface_bytes"] = max(int(limits.get("min_surface_bytes", 0)), size)
-            blobs = {w.get("path") or "@model_path/" + w["file"]: _blob_bytes(st.blobs, w["file"])
-                     for w in st.manifest["weights"]}
+            blobs = {w.mil_path: _blob_bytes(st.blobs, w.file) for w in st.manifest.weights}
             prog = rt.compile(st.mil_text, blobs, limits=limits, manifest=st.manifest, load=False)
             del blobs  # the runtime has its own copy: this stage's bytes go before the next stage's
             progs.append(prog)
-            if st.manifest.get("weight_inputs"):  # this stage's own weights, into its own surfaces
+            if st.manifest.weight_inputs:  # this stage's own weights, into its own surfaces
                 from anec.runtime.program import weight_input_array
 
-                prog._set_weight_inputs({w["input"]: weight_input_array(_blob_bytes(st.blobs, w["file"]), w)
-                                         for w in st.manifest["weight_inputs"]}, reload=False)
+                prog._set_weight_inputs({w.input: weight_input_array(_blob_bytes(st.blobs, w.file), w)
+                                         for w in st.manifest.weight_inputs}, reload=False)
             prog.load()
-        inputs = [e["name"] for e in m["inputs"]]
+        inputs = [e.name for e in m.inputs]
         stages = []
-        for k, (entry, prog) in enumerate(zip(m["stages"], progs)):
-            by_name = {e["name"]: e for e in entry["inputs"]}
+        for k, (entry, prog) in enumerate(zip(m.stages, progs)):
+            by_name = {e.name: e for e in entry.inputs}
             srcs = []
             for spec in prog.inputs:  # binding order
                 if spec["name"] in prog._weight_inputs:
@@ -127,24 +127,27 @@ def load_pipeline(rt: "Runtime", art: "PipelineArtifact") -> "PipelineProgram":
                     raise ArtifactError(f"{art.func}: stage {k} input '{spec['name']}' has no source in the "
                                         "pipeline manifest and is not a weight input of the stage",
                                         hint="the artifact was modified after compiling; recompile it")
-                f = by_name[spec["name"]]["from"]
-                if "input" in f:
-                    srcs.append((-1, inputs.index(f["input"])))
+                f = by_name[spec["name"]].source
+                assert f is not None  # check_manifest: every stage input has a source
+                if f.input is not None:
+                    srcs.append((-1, inputs.index(f.input)))
                 else:
-                    producer = progs[f["stage"]]
-                    srcs.append((f["stage"], [o["name"] for o in producer.outputs].index(f["output"])))
+                    assert f.stage is not None
+                    producer = progs[f.stage]
+                    srcs.append((f.stage, [o["name"] for o in producer.outputs].index(f.output)))
             stages.append((prog._native, srcs))
         outs = []
-        for e in m["outputs"]:
-            src = m["outputs_from"][e["name"]]
-            outs.append((src["stage"], [o["name"] for o in progs[src["stage"]].outputs].index(src["output"])))
+        for e in m.outputs:
+            src = m.outputs_from[e.name]
+            assert src.stage is not None
+            outs.append((src.stage, [o["name"] for o in progs[src.stage].outputs].index(src.output)))
         pipe = native.NativePipeline(rt._native, stages, len(inputs), outs)
     except BaseException:
         for p in progs:
             p.close()
         raise
     prog = PipelineProgram(rt, _Stages(progs, pipe), m, art)
-    if m.get("weight_inputs"):
+    if m.weight_inputs:
         prog._set_weight_inputs(art.weight_inputs(), reload=False)
     return prog
 
@@ -152,15 +155,16 @@ def load_pipeline(rt: "Runtime", art: "PipelineArtifact") -> "PipelineProgram":
 class PipelineProgram(Program):
     """A pipeline of stage programs with the interface of one :class:`Program`."""
 
-    def __init__(self, runtime: "Runtime", stages: _Stages, manifest: dict, art: "PipelineArtifact") -> None:
+    def __init__(self, runtime: "Runtime", stages: _Stages, manifest: "PipelineManifest",
+                 art: "PipelineArtifact") -> None:
         self.runtime = runtime
         self._native = stages
-        self.manifest = manifest
+        self.manifest = manifest  # type: ignore[assignment]  # read as a program's where they agree
         self.artifact = art
-        self.name = manifest["func"]
-        self.inputs = _specs(manifest["inputs"], manifest.get("logical_inputs"))
-        self.outputs = _specs(manifest["outputs"], None)
-        self._weight_inputs = {w["input"]: w for w in manifest.get("weight_inputs", [])}
+        self.name = manifest.func
+        self.inputs = _specs(manifest.inputs, manifest.logical_inputs)
+        self.outputs = _specs(manifest.outputs, ())
+        self._weight_inputs = {w.input: w for w in manifest.weight_inputs}
 
     @property
     def stages(self) -> list["Program"]:
@@ -198,18 +202,18 @@ class PipelineProgram(Program):
 
     def _first_nonfinite_stage(self, given: Mapping[str, Any]) -> tuple[int, str, str] | None:
         values: dict[tuple, np.ndarray] = {}
-        for k, (entry, prog) in enumerate(zip(self.manifest["stages"], self.stages)):
+        for k, (entry, prog) in enumerate(zip(self.artifact.manifest.stages, self.stages)):
             feed = {}
-            for e in entry["inputs"]:
-                f = e["from"]
-                if e["name"] in prog._weight_inputs:
+            for e in entry.inputs:
+                f = e.source
+                if e.name in prog._weight_inputs or f is None:
                     continue
-                if "input" in f:
-                    if f["input"] not in given:
+                if f.input is not None:
+                    if f.input not in given:
                         return None  # a weight input of the pipeline: not replayable here
-                    feed[e["name"]] = given[f["input"]]
+                    feed[e.name] = given[f.input]
                 else:
-                    feed[e["name"]] = values[(f["stage"], f["output"])]
+                    feed[e.name] = values[(f.stage, f.output)]
             outs = prog._call_unchecked(feed)
             bad = nonfinite(outs)
             if bad:
@@ -226,19 +230,20 @@ class PipelineProgram(Program):
         """Delta reload by checkpoint key, routed to every stage that holds the key; all stages
         change together (validated first; no call sees a mix)."""
         self._check()
-        as_inputs = {w["key"]: w for w in self._weight_inputs.values()}
+        as_inputs = {w.key: w for w in self._weight_inputs.values()}
         per_stage: list[dict[str, Any]] = [{} for _ in self.stages]
         known = set(as_inputs)
         stage_inputs: list[dict[str, Any]] = [{} for _ in self.stages]
         for k, prog in enumerate(self.stages):
-            for w in prog.manifest.get("weights", []):
-                known.add(w["key"])
-                if w["key"] in weights:
-                    per_stage[k][w["key"]] = weights[w["key"]]
-            for w in prog.manifest.get("weight_inputs", []):
-                known.add(w["key"])
-                if w["key"] in weights:
-                    stage_inputs[k][w["key"]] = weights[w["key"]]
+            assert prog.manifest is not None  # a stage program is compiled with its manifest
+            for w in prog.manifest.weights:
+                known.add(w.key)
+                if w.key in weights:
+                    per_stage[k][w.key] = weights[w.key]
+            for wi in prog.manifest.weight_inputs:
+                known.add(wi.key)
+                if wi.key in weights:
+                    stage_inputs[k][wi.key] = weights[wi.key]
         for key in weights:
             if key not in known:
                 raise WeightError(f"unknown weight '{key}' for program '{self.name}'",

@@ -17,7 +17,8 @@ import errno
 import os
 import struct
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+import dataclasses
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Union
 
 import numpy as np
 
@@ -25,6 +26,12 @@ from anec.diagnostics import RuntimeFailure, WeightError, did_you_mean
 from anec.ir.types import FP16_MAX, DType, TensorType
 from anec.mil.blobfile import CODE_NAMES, METADATA_BYTES, SENTINEL, SUBBYTE_CODES, dtype_code
 from anec.ir.weight_binding import view_stored
+
+if TYPE_CHECKING:
+    from anec.mil.manifest_types import Manifest, WeightEntry, WeightInputEntry
+
+Entry = Union["WeightEntry", "WeightInputEntry"]
+"""A manifest entry storing a weight: in a BLOBFILE, or as a program input's value."""
 
 
 # |x| as an unsigned bit pattern: for IEEE floats the order of magnitudes is the
@@ -68,7 +75,7 @@ def _fast_valid(arr: np.ndarray, dtype: DType) -> bool:
     return top < _MAGNITUDE[arr.dtype][2]
 
 
-def materialize(key: str, value: Any, entry: Mapping[str, Any]) -> np.ndarray:
+def materialize(key: str, value: Any, entry: Entry) -> np.ndarray:
     """The payload array of one manifest entry from a checkpoint-shaped array."""
     try:
         arr = np.asarray(value)
@@ -76,7 +83,7 @@ def materialize(key: str, value: Any, entry: Mapping[str, Any]) -> np.ndarray:
         raise WeightError(f"weight '{key}': cannot convert {type(value).__name__} to an array ({e})") from None
     if arr.dtype.kind not in "fiub":
         raise WeightError(f"weight '{key}' has dtype {arr.dtype}; expected a numeric array")
-    dtype = DType(entry["dtype"])
+    dtype = DType(entry.dtype)
     if _fast_valid(arr, dtype):
         # fp16/fp32 arrays: one bit-pattern pass replaces the finite and range checks
         return _cast(_view(key, arr, entry), dtype)
@@ -98,19 +105,21 @@ def materialize(key: str, value: Any, entry: Mapping[str, Any]) -> np.ndarray:
     return _cast(a, dtype)
 
 
-def _view(key: str, arr: np.ndarray, entry: Mapping[str, Any]) -> np.ndarray:
+def _view(key: str, arr: np.ndarray, entry: Entry) -> np.ndarray:
     """``arr`` seen as the stored tensor of ``entry`` (its perm, slice and shape; no copy
     where numpy can view); WeightError when the array does not fit."""
-    stored = TensorType(DType(entry["dtype"]), tuple(int(d) for d in entry["shape"]))
-    return view_stored(key, arr, entry.get("perm") or None, entry.get("slice") or None, stored, "the program",
+    stored = TensorType(DType(entry.dtype), tuple(int(d) for d in entry.shape))
+    perm = list(entry.perm) if entry.perm else None
+    sl = list(entry.slice) if entry.slice else None
+    return view_stored(key, arr, perm, sl, stored, "the program",
                        hint="pass an array of the shape the model was compiled with", wants="expects")
 
 
-def _by_key(manifest: Mapping[str, Any]) -> dict[str, list[Mapping[str, Any]]]:
+def _by_key(manifest: "Manifest") -> dict[str, list["WeightEntry"]]:
     """Checkpoint key -> the manifest weight entries storing it (a key may be stored in several views)."""
-    by_key: dict[str, list[Mapping[str, Any]]] = {}
-    for e in manifest.get("weights", []):
-        by_key.setdefault(e["key"], []).append(e)
+    by_key: dict[str, list[WeightEntry]] = {}
+    for e in manifest.weights:
+        by_key.setdefault(e.key, []).append(e)
     return by_key
 
 
@@ -126,7 +135,7 @@ def _cast(a: np.ndarray, dtype: DType) -> np.ndarray:
     return np.ascontiguousarray(a.astype(dtype.np))
 
 
-def stream_plan(manifest: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, list[tuple[int, np.ndarray]]] | None:
+def stream_plan(manifest: "Manifest", new: Mapping[str, Any]) -> tuple[str, list[tuple[int, np.ndarray]]] | None:
     """For the C data patch from arrays (``anec_reload_arrays``): the MIL path of the
     program's one weight file and a (metadata record offset, payload source) pair per
     place a key of ``new`` is stored, each source the checked view of the array,
@@ -136,7 +145,7 @@ def stream_plan(manifest: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[st
     be used: several files, a dtype C does not convert, a shape or key error
     (that path raises it with the message and precedence it always has).
     """
-    paths = {_path(e) for e in manifest.get("weights", [])}
+    paths = {e.mil_path for e in manifest.weights}
     if len(paths) != 1:
         return None
     by_key = _by_key(manifest)
@@ -145,22 +154,18 @@ def stream_plan(manifest: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[st
         if key not in by_key or not isinstance(value, np.ndarray) or value.dtype not in _MAGNITUDE:
             return None
         for e in by_key[key]:
-            dtype = DType(e["dtype"])
+            dtype = DType(e.dtype)
             if dtype not in (DType.fp16, DType.fp32) or (dtype == DType.fp32 and value.dtype != np.float32):
                 return None
             try:
                 a = _view(key, value, e)
             except WeightError:
                 return None
-            out.append((int(e["offset"]), np.ascontiguousarray(a)))
+            out.append((e.offset, np.ascontiguousarray(a)))
     return paths.pop(), out
 
 
-def _path(e: Mapping[str, Any]) -> str:
-    return e.get("path") or "@model_path/" + e["file"]
-
-
-def payloads(manifest: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], np.ndarray]]:
+def payloads(manifest: "Manifest", new: Mapping[str, Any]) -> list[tuple["WeightEntry", np.ndarray]]:
     """(manifest entry, payload) for every place a key of ``new`` is stored; raises
     WeightError (naming the key) for unknown keys and bad arrays."""
     by_key = _by_key(manifest)
@@ -170,15 +175,15 @@ def payloads(manifest: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[
             hint = did_you_mean(key, known) or (f"weights of this program: {', '.join(known[:8])}"
                                                 + (" ..." if len(known) > 8 else "") if known else
                                                 "this program has no weights")
-            raise WeightError(f"unknown weight '{key}' for program '{manifest.get('func', '?')}'", hint=hint)
+            raise WeightError(f"unknown weight '{key}' for program '{manifest.func}'", hint=hint)
     out = []
     for key, value in new.items():
-        out += [(e, materialize(key, value, e)) for e in by_key[key] if not e.get("part")]
-        out += _recompressed(key, value, [e for e in by_key[key] if e.get("part")])
+        out += [(e, materialize(key, value, e)) for e in by_key[key] if not e.part]
+        out += _recompressed(key, value, [e for e in by_key[key] if e.part])
     return out
 
 
-def _recompressed(key: str, value: Any, entries: list[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], np.ndarray]]:
+def _recompressed(key: str, value: Any, entries: list["WeightEntry"]) -> list[tuple["WeightEntry", np.ndarray]]:
     """(entry, payload) for the payload BLOBFILEs of the compressed weights that store ``key``:
     the new value compressed with each weight's recorded scheme (its format, channel axis and
     payload shapes; docs/compression.md), so the MIL stays the same and only payloads change."""
@@ -186,24 +191,27 @@ def _recompressed(key: str, value: Any, entries: list[Mapping[str, Any]]) -> lis
     from anec.mil.blobfile import pack_bits
     from anec.mil.blobfile import SUBBYTE_BITS
 
-    groups: dict[str, list[Mapping[str, Any]]] = {}
+    groups: dict[str, list[WeightEntry]] = {}
     for e in entries:
-        groups.setdefault(e["part"]["of"], []).append(e)
+        assert e.part is not None
+        groups.setdefault(e.part.of, []).append(e)
     out = []
     for of, parts in groups.items():
-        p = parts[0]["part"]
-        fmt = get_format(p["format"])
-        dense = {"dtype": "fp16", "shape": p["shape"], "perm": parts[0].get("perm"), "slice": parts[0].get("slice")}
-        comp = compress_tensor(materialize(key, value, dense), fmt, int(p["axis"]))
+        p = parts[0].part
+        assert p is not None
+        fmt = get_format(p.format)
+        dense = dataclasses.replace(parts[0], dtype="fp16", shape=p.shape)  # the weight before compression
+        comp = compress_tensor(materialize(key, value, dense), fmt, int(p.axis))
         if not np.isfinite(comp.rel_l2):
             raise WeightError(f"weight '{key}' in {fmt.name} does not dequantize to finite fp16 values",
                               constraint="ANE-FP16-RANGE", hint="the program keeps its old weights")
         for e in parts:
-            arr = np.ascontiguousarray(comp.parts[e["part"]["role"]])
-            if e["part"].get("packed"):
+            assert e.part is not None
+            arr = np.ascontiguousarray(comp.parts[e.part.role])
+            if e.part.packed:
                 arr = np.frombuffer(pack_bits(arr, fmt.bits)[0], np.uint8)
-            elif e["dtype"] in SUBBYTE_BITS:
-                arr = np.frombuffer(pack_bits(arr, SUBBYTE_BITS[e["dtype"]])[0], np.uint8)
+            elif e.dtype in SUBBYTE_BITS:
+                arr = np.frombuffer(pack_bits(arr, SUBBYTE_BITS[e.dtype])[0], np.uint8)
             out.append((e, arr))
     return out
 
@@ -241,7 +249,7 @@ def _patch(buf: bytearray, file: str, offset: int, payload: np.ndarray, dtype: s
     return True
 
 
-def patched_blobs(manifest: Mapping[str, Any], current: Mapping[str, bytes],
+def patched_blobs(manifest: "Manifest", current: Mapping[str, bytes],
                   new: Mapping[str, Any]) -> dict[str, bytes]:
     """MIL path -> new file bytes for every file touched by ``new`` (key -> array).
 
@@ -251,12 +259,12 @@ def patched_blobs(manifest: Mapping[str, Any], current: Mapping[str, bytes],
     """
     out: dict[str, bytearray] = {}
     for e, arr in payloads(manifest, new):
-        path = _path(e)
+        path = e.mil_path
         if path not in out:
             if path not in current:
-                raise WeightError(f"weight '{e['key']}': file {path} is not part of the program")
+                raise WeightError(f"weight '{e.key}': file {path} is not part of the program")
             out[path] = bytearray(current[path])
-        _patch(out[path], path, int(e["offset"]), arr, e["dtype"], e["key"])
+        _patch(out[path], path, e.offset, arr, e.dtype, e.key)
     return {p: bytes(b) for p, b in out.items()}
 
 
@@ -283,7 +291,7 @@ def _pread(fd: int, view: memoryview, offset: int) -> None:
 _PROBE = 1 << 12
 
 
-def _patched_file(path: Path, file: str, items: list[tuple[Mapping[str, Any], np.ndarray]]) -> tuple[bytearray, bool]:
+def _patched_file(path: Path, file: str, items: list[tuple["WeightEntry", np.ndarray]]) -> tuple[bytearray, bool]:
     """The bytes of the weight file at ``path`` with the payloads of ``items`` written
     over their blobs, and whether any byte changed. The old payload of a blob is
     read only as far as it equals the new one: a file whose every tensor changes
@@ -294,10 +302,10 @@ def _patched_file(path: Path, file: str, items: list[tuple[Mapping[str, Any], np
         view = memoryview(buf)
         regions = []
         for e, arr in items:
-            off = int(e["offset"])
+            off = e.offset
             if off + METADATA_BYTES <= len(buf):
                 _pread(fd, view[off:off + METADATA_BYTES], off)
-            regions.append((_record(buf, file, off, arr, e["dtype"], e["key"]), arr.nbytes, off, arr))
+            regions.append((_record(buf, file, off, arr, e.dtype, e.key), arr.nbytes, off, arr))
         regions.sort(key=lambda r: r[0])
         records = [(r[2], r[2] + METADATA_BYTES) for r in regions]
         spans = [(r[0], r[0] + r[1]) for r in regions]
@@ -307,7 +315,7 @@ def _patched_file(path: Path, file: str, items: list[tuple[Mapping[str, Any], np
             _pread(fd, view, 0)
             changed = False
             for e, arr in items:
-                changed |= _patch(buf, file, int(e["offset"]), arr, e["dtype"], e["key"])
+                changed |= _patch(buf, file, e.offset, arr, e.dtype, e.key)
             return buf, changed
         pos = 0
         for start, end in spans:  # every byte outside the new payloads, as it is
@@ -328,7 +336,7 @@ def _patched_file(path: Path, file: str, items: list[tuple[Mapping[str, Any], np
     return buf, changed
 
 
-def changed_blobs(manifest: Mapping[str, Any], directory: str | Path,
+def changed_blobs(manifest: "Manifest", directory: str | Path,
                   new: Mapping[str, Any]) -> dict[str, bytearray]:
     """MIL path -> new file bytes for each weight file in the program ``directory``
     whose bytes ``new`` (key -> array) changes: each touched file is read (the old
@@ -339,10 +347,10 @@ def changed_blobs(manifest: Mapping[str, Any], directory: str | Path,
     Arrays are checked before any file is read; raises WeightError or
     RuntimeFailure (an unreadable program file).
     """
-    files = {_path(e): e["file"] for e in manifest.get("weights", [])}
-    by_file: dict[str, list[tuple[Mapping[str, Any], np.ndarray]]] = {}
+    files = {e.mil_path: e.file for e in manifest.weights}
+    by_file: dict[str, list[tuple[WeightEntry, np.ndarray]]] = {}
     for e, arr in payloads(manifest, new):
-        by_file.setdefault(_path(e), []).append((e, arr))
+        by_file.setdefault(e.mil_path, []).append((e, arr))
     out: dict[str, bytearray] = {}
     for path, items in by_file.items():
         try:
@@ -355,10 +363,10 @@ def changed_blobs(manifest: Mapping[str, Any], directory: str | Path,
     return out
 
 
-def weight_input_values(entries: Iterable[Mapping[str, Any]], weights: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def weight_input_values(entries: Iterable["WeightInputEntry"], weights: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Input name -> new value of every weight compiled as an input whose key is in ``weights``
     (a key read under several views, e.g. a weight and its transpose, fills each view's input)."""
-    return {w["input"]: materialize(w["key"], weights[w["key"]], w) for w in entries if w["key"] in weights}
+    return {w.input: materialize(w.key, weights[w.key], w) for w in entries if w.key in weights}
 
 
 
@@ -388,7 +396,7 @@ Walk = tuple[int, int, int, int]
 """A 2-D walk of an array's elements: (rows, cols, row stride, col stride) in elements."""
 
 
-def weight_input_views(entries: Iterable[Mapping[str, Any]], weights: Mapping[str, Any],
+def weight_input_views(entries: Iterable["WeightInputEntry"], weights: Mapping[str, Any],
                        specs: Mapping[str, Mapping[str, Any]],
                        plans: dict[tuple[Any, ...], tuple[int, Walk, bool] | None] | None = None,
                        ) -> dict[str, tuple[np.ndarray, int, Walk]] | None:
@@ -405,18 +413,18 @@ def weight_input_views(entries: Iterable[Mapping[str, Any]], weights: Mapping[st
     plans = {} if plans is None else plans
     out = {}
     for w in entries:
-        if w["key"] not in weights:
+        if w.key not in weights:
             continue
-        arr = weights[w["key"]]
+        arr = weights[w.key]
         if not isinstance(arr, np.ndarray) or arr.dtype not in _MAGNITUDE or not arr.size:
             return None
-        sig = (w["input"], arr.shape, arr.strides, arr.dtype)
+        sig = (w.input, arr.shape, arr.strides, arr.dtype)
         plan = plans.get(sig, False)
         if plan is False:
-            plan = _view_plan(w, arr, specs[w["input"]])
+            plan = _view_plan(w, arr, specs[w.input])
             if plan is not None and plan[0] < 0:  # numpy copied: this array's view, not cached
-                v = _view(w["key"], arr, w)
-                out[w["input"]] = (v, 0, plan[1])
+                v = _view(w.key, arr, w)
+                out[w.input] = (v, 0, plan[1])
                 continue
             plans[sig] = plan
         if plan is None:
@@ -424,16 +432,16 @@ def weight_input_views(entries: Iterable[Mapping[str, Any]], weights: Mapping[st
         offset, walk, partial = plan
         if partial and not _fast_valid(arr, DType.fp16):
             return None  # a view of part of the array: the rest is checked as materialize does
-        out[w["input"]] = (arr, offset, walk)
+        out[w.input] = (arr, offset, walk)
     return out
 
 
-def _view_plan(w: Mapping[str, Any], arr: np.ndarray, spec: Mapping[str, Any]) -> tuple[int, Walk, bool] | None:
+def _view_plan(w: "WeightInputEntry", arr: np.ndarray, spec: Mapping[str, Any]) -> tuple[int, Walk, bool] | None:
     """(byte offset in ``arr``, 2-D walk, covers only part of ``arr``) of entry ``w``'s view of
     ``arr`` (offset -1 when numpy could only copy); None when C does not take it."""
-    if spec["dtype"] != "fp16" or w["dtype"] != "fp16":
+    if spec["dtype"] != "fp16" or w.dtype != "fp16":
         return None
-    v = _view(w["key"], arr, w)
+    v = _view(w.key, arr, w)
     walk = strided_2d(v)
     if walk is None or v.shape != tuple(spec["logical_shape"]):
         return None

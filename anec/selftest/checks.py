@@ -230,7 +230,7 @@ def check_binding(env: CheckEnv, c: Check) -> None:
         order_out = [o["name"] for o in prog.outputs]
         # device level: buffers in alphabetical order of MIL names, each of the
         # uniform allocation size, tensors packed at byte 0 in the device dtype
-        alloc_in, alloc_out = prog.manifest["input_alloc_bytes"], prog.manifest["output_alloc_bytes"]
+        alloc_in, alloc_out = prog.manifest.input_alloc_bytes, prog.manifest.output_alloc_bytes
         ins = []
         for a, spec in zip((alpha, zeta), prog.inputs):
             buf = np.zeros(alloc_in, np.uint8)
@@ -262,7 +262,7 @@ def check_min_surface(env: CheckEnv, c: Check) -> None:
     ref = _reference(graph, {"x": x}, store)["y"]
     with env.runtime() as rt:
         prog = rt.load(art)
-        alloc_in = prog.manifest["input_alloc_bytes"]
+        alloc_in = prog.manifest.input_alloc_bytes
         padded = prog(x=x)["y"]
         xd = np.ascontiguousarray(x, dtype=_np_dtype(prog.inputs[0]["dtype"]))
         exact = np.zeros(tuple(prog.outputs[0]["shape"]), _np_dtype(prog.outputs[0]["dtype"]))
@@ -290,8 +290,8 @@ def check_min_surface(env: CheckEnv, c: Check) -> None:
 
 def _blob_update(art, store2) -> dict[str, bytes]:
     """The artifact's BLOBFILEs with the weights of store2 (MIL path -> bytes)."""
-    current = {w.get("path") or "@model_path/" + w["file"]: art.blobs[w["file"]] for w in art.manifest["weights"]}
-    return patched_blobs(art.manifest, current, {w["key"]: store2[w["key"]] for w in art.manifest["weights"]})
+    current = {w.mil_path: art.blobs[w.file] for w in art.manifest.weights}
+    return patched_blobs(art.manifest, current, {w.key: store2[w.key] for w in art.manifest.weights})
 
 
 PROBED = ("data-patch", "new-object")
@@ -311,7 +311,7 @@ def _probe_data_patch(env: CheckEnv, text: str, name: str, pack: bool, strategy:
     with env.runtime(reload_verified=[]) as rt:
         prog = rt.load(art)
         info = prog.reload_info
-        res: dict[str, Any] = {"files": len(art.manifest["weights"]) and len({w["file"] for w in art.manifest["weights"]}),
+        res: dict[str, Any] = {"files": len(art.manifest.weights) and len({w.file for w in art.manifest.weights}),
                                "data_patchable": info["data_patchable"]}
         if not info["data_patchable"]:
             res["verified"] = None  # nothing to probe: the compiled data is not the BLOBFILE here
@@ -374,7 +374,7 @@ def check_reload(env: CheckEnv, c: Check) -> None:
             y1 = prog(x=x)["y"]
             strategy = prog.reload_info["strategy"]
             before = rt.stats["compiles"]
-            prog.reload_weights({w["key"]: store2[w["key"]] for w in art.manifest["weights"]})
+            prog.reload_weights({w.key: store2[w.key] for w in art.manifest.weights})
             y2 = prog(x=x)["y"]
             compiles = rt.stats["compiles"] - before
         with env.runtime(reload_verified=[]) as rt2:

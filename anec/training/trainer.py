@@ -40,6 +40,7 @@ import numpy as np
 from anec.autodiff import Backward, grad
 from anec.diagnostics import TrainingError
 from anec.ir.graph import Graph, Module
+from anec.mil.manifest_types import Manifest
 from anec.models.layout import from_bc1s, to_bc1s
 from anec.training.graphs import (Layout, causal_lm_graph, cross_entropy_bc1s, embed, embed_adjoint,
                                   embedding_keys)
@@ -179,7 +180,7 @@ class Trainer:
             for p in self._programs:
                 for st in getattr(p, "stages", [p]):
                     info = st.reload_info
-                    if st.manifest.get("weights") and info["strategy"] != "data-patch":
+                    if st.manifest.weights and info["strategy"] != "data-patch":
                         raise TrainingError(
                             f"program '{st.name}' would recompile on every step ({info['why']})",
                             hint="train with weights='inputs' (the default): a step is then a surface write")
@@ -500,8 +501,11 @@ def _weight_keys(prog: Any) -> set[str]:
     """The checkpoint keys a loaded program (or pipeline of programs) reads, by its manifest."""
     keys: set[str] = set()
     for p in [prog, *getattr(prog, "stages", [])]:
-        for section in ("weight_inputs", "weights"):
-            keys.update(w["key"] for w in (p.manifest or {}).get(section, []))
+        m = p.manifest
+        if m is not None:
+            keys.update(w.key for w in m.weight_inputs)
+            if isinstance(m, Manifest):  # a pipeline's weights are its stages'
+                keys.update(w.key for w in m.weights)
     return keys
 
 

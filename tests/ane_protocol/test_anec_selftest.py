@@ -119,7 +119,7 @@ def test_compressed_check_fails_when_a_form_decompresses_wrong(monkeypatch: pyte
 
     def off(parts):
         d = real(parts)
-        off = parts[0][0]["part"]["format"] in ("int8", "sparse50")
+        off = parts[0][0].part.format in ("int8", "sparse50")
         return (d.astype(np.float32) * 1.1).astype(np.float16) if off else d
 
     monkeypatch.setattr(artifact, "decompress_parts", off)

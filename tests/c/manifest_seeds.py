@@ -55,7 +55,7 @@ def compiled_seeds() -> dict[str, bytes]:
                               ("mlp_packed", small_mlp(channels=4, hidden=8, seq=4), True),
                               ("two_io", two_io(), False)]:
         art = Artifact.build(graph, emit_mil(graph, m4, pack_weights=pack), m4, random_weights(graph, 0))
-        paths = {w["file"]: w["path"] for w in art.manifest["weights"]}
+        paths = {w.file: w.mil_path for w in art.manifest.weights}
         blobs = {paths[rel]: data for rel, data in art.blobs.items() if rel in paths}
         seeds[name] = encode(art.mil_text.encode(), blobs)
     return seeds

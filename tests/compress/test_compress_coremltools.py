@@ -120,7 +120,7 @@ def test_the_artifact_payloads_are_coremltools_int8_values_and_scales_bit_for_bi
     module = parse('func f(%x: fp16[1, 48, 1, 4]) {\n  %w = const(weight="w") : fp16[64, 48, 1, 1]\n'
                    '  %y = conv1x1(%x, %w) : fp16[1, 64, 1, 4]\n  return %y\n}\n', "one.ir")
     art = compile_module(module, {"w": w}, compress="int8").artifacts["f"]
-    parts = {e["part"]["role"]: e for e in art.manifest["weights"] if e.get("part")}
+    parts = {e["part"]["role"]: e for e in art.manifest.document["weights"] if e.get("part")}
     q = BlobReader(art.blobs[parts["q"]["file"]]).read(parts["q"]["offset"], "int8").reshape(w.shape)
     s = BlobReader(art.blobs[parts["scale"]["file"]]).read(parts["scale"]["offset"], "float16")
     op = _ct_pass(w, cto.OpLinearQuantizerConfig(mode="linear_symmetric", dtype="int8", granularity="per_channel",

@@ -59,7 +59,7 @@ def _linear_op(fmt: str, dialect: str) -> str | None:
 def test_sim_matches_the_interpreter(rt, small, fmt, dialect):
     res, store = _compile(small, fmt, dialect)
     art = res.artifacts["f"]
-    got_formats = {c["key"]: c["format"] for c in art.manifest["compression"]}
+    got_formats = {c["key"]: c["format"] for c in art.manifest.document["compression"]}
     # ios16 has no grouped LUT, no 4-bit and no per-block linear form, no sparse int8/LUT values
     want = "fp16" if dialect == "ios16" and ("/" in fmt or "+" in fmt or "4" in fmt.split("/")[0] and "lut" not in fmt) \
         else fmt.partition("@")[0]
@@ -95,7 +95,7 @@ def test_coremltools_decompresses_bit_for_bit_as_anec(small, fmt, dialect):
     prog = check_mil(art.mil_text, art.blobs)
     mine = artifact_weights(art)
     by_const = {}
-    for w in art.manifest["weights"]:
+    for w in art.manifest.document["weights"]:
         if w.get("part"):
             by_const.setdefault(w["part"]["of"], []).append(f"{w['file']}@{w['offset']}")
     every = [op for op in prog.functions["main"].operations if op.op_type.startswith("constexpr_")]
@@ -196,7 +196,7 @@ def test_a_func_cut_into_a_pipeline_runs_compressed(rt):
     module = parse("\n".join(lines) + "\n", "deep.ir")
     art = compile_module(module, rw(module, None, 0), compress="lut4:l.1*,int8:*").artifacts["f"]
     assert len(art.stages) >= 3
-    formats = {r["key"]: r["format"] for s in art.stages for r in s.manifest["compression"]}
+    formats = {r["key"]: r["format"] for s in art.stages for r in s.manifest.document["compression"]}
     assert formats["l.12.w"] == "lut4" and formats["l.3.w"] == "int8" and len(formats) == 40
     x = random_inputs(module.funcs["f"], 4)
     prog = rt.load(art)

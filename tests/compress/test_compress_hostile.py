@@ -145,7 +145,7 @@ def test_block_scales_that_do_not_divide_the_tensor_are_refused(rt):
 def test_a_compiled_artifact_with_a_swapped_payload_dtype_is_refused(rt, small, spec, code, name, declared):
     """The same through an artifact anec wrote: its payload relabelled with another dtype code."""
     art = compile_module(small, resolve_weights(small, None, 0), compress=spec).artifacts["f"]
-    q = next(e for e in art.manifest["weights"] if e.get("part", {}) and e["part"]["role"] == "q")
+    q = next(e for e in art.manifest.document["weights"] if e.get("part", {}) and e["part"]["role"] == "q")
     blobs = dict(art.blobs)
     data = bytearray(blobs[q["file"]])
     struct.pack_into("<I", data, q["offset"] + 4, code)
@@ -157,7 +157,7 @@ def test_a_compiled_artifact_with_a_swapped_payload_dtype_is_refused(rt, small, 
 
 def test_a_truncated_int4_payload_is_refused(rt, small):
     art = compile_module(small, resolve_weights(small, None, 0), compress="int4/b16>fp16").artifacts["f"]
-    q = next(e for e in art.manifest["weights"] if e.get("part", {}) and e["part"]["role"] == "q")
+    q = next(e for e in art.manifest.document["weights"] if e.get("part", {}) and e["part"]["role"] == "q")
     blobs = dict(art.blobs)
     data = bytearray(blobs[q["file"]])
     size = struct.unpack_from("<Q", data, q["offset"] + 8)[0]

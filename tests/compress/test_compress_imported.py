@@ -42,7 +42,7 @@ def test_an_imported_model_runs_with_int8_weights(imported):
         want = m(x).numpy()
     with im.runner(backend="sim", compress="int8") as run:
         got = run(x.numpy())[0]
-        reports = run.artifact.manifest["compression"]
+        reports = run.artifact.manifest.document["compression"]
         mil = run.artifact.mil_text
     assert {r["format"] for r in reports} == {"int8"} and len(reports) == 2  # both Linear weights
     assert mil.count("= constexpr_affine_dequantize(") == 2

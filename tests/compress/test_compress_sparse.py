@@ -170,7 +170,7 @@ def test_the_artifact_blobs_are_coremltools_bytes(tmp_path, dialect):
     op = _ct_prune(w, 0.5)
     art = compile_module(parse(ONE_CONV, "one.ir"), {"w": w}, compress="sparse50>fp16",
                          dialect=dialect).artifacts["f"]
-    parts = {e["part"]["role"]: e for e in art.manifest["weights"] if e.get("part")}
+    parts = {e["part"]["role"]: e for e in art.manifest.document["weights"] if e.get("part")}
     assert set(parts) == {"mask", "values"}
     for role in ("mask", "values"):
         path = os.path.join(tmp_path, f"{role}.bin")
@@ -195,12 +195,12 @@ def test_the_gate_refuses_a_channel_pruned_to_nothing():
     w = rng.standard_normal((41, 25, 1, 1)).astype(np.float16)
     w[7] *= np.float16(0.01)
     res = compile_module(parse(ONE_CONV, "one.ir"), {"w": w}, compress="sparse50")
-    rep = res.artifacts["f"].manifest["compression"][0]
+    rep = res.artifacts["f"].manifest.document["compression"][0]
     assert rep["format"] == "int8" and rep["requested"] == "sparse50"
     assert rep["fallbacks"][0]["format"] == "sparse50"
     assert "output channel 7" in rep["fallbacks"][0]["reason"]
     ok = compile_module(parse(ONE_CONV, "one.ir"), {"w": rng.standard_normal((41, 25, 1, 1)).astype(np.float16)},
-                        compress="sparse50").artifacts["f"].manifest["compression"][0]
+                        compress="sparse50").artifacts["f"].manifest.document["compression"][0]
     assert ok["format"] == "sparse50" and ok["rel_l2"] < 0.3
     # bytes: 512 fp16 values and a 1025-bit mask
     assert ok["bytes"] == 2 * kept_count(1025, 50) + math.ceil(1025 / 8) and ok["dense_bytes"] == 2050
@@ -210,7 +210,7 @@ def test_a_size_that_prunes_everything_falls_back():
     module = parse('func f(%x: fp16[1, 1, 1, 4]) {\n  %w = const(weight="w") : fp16[1, 1, 1, 1]\n'
                    '  %y = conv1x1(%x, %w) : fp16[1, 1, 1, 4]\n  return %y\n}\n', "tiny.ir")
     rep = compile_module(module, resolve_weights(module, None, 0), compress="sparse50>fp16"
-                         ).artifacts["f"].manifest["compression"][0]
+                         ).artifacts["f"].manifest.document["compression"][0]
     assert rep["format"] == "fp16" and "prunes every one" in rep["fallbacks"][0]["reason"]
 
 
@@ -235,5 +235,5 @@ def test_sparse_with_int8_or_lut_values():
     qd, scale, _ = quantize_linear(pruned, 0, get_format("int8"))
     assert np.array_equal(q["q"], qd[plain.parts["mask"] == 1]) and np.array_equal(q["scale"].reshape(-1), scale)
     rep = compile_module(parse(ONE_CONV, "one.ir"), {"w": w}, compress="sparse50+lut4",
-                         dialect="ios16").artifacts["f"].manifest["compression"][0]
+                         dialect="ios16").artifacts["f"].manifest.document["compression"][0]
     assert rep["format"] == "int8" and "ios16 has no sparse lut4 form" in rep["fallbacks"][0]["reason"]

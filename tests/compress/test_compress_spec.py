@@ -13,14 +13,14 @@ from anec.ir.weight_binding import resolve_weights
 
 
 def _formats(art) -> dict[str, str]:
-    return {c["key"]: c["format"] for c in art.manifest["compression"]}
+    return {c["key"]: c["format"] for c in art.manifest.document["compression"]}
 
 
 def test_first_matching_glob_wins_and_only_conv_and_matmul_weights_are_compressed(small):
     store = resolve_weights(small, None, 0)
     art = compile_module(small, store, compress="lut4:blk.1.*,int8:blk.*,lut6:*").artifacts["f"]
     assert _formats(art) == {"blk.1.w": "lut4", "blk.0.w": "int8", "head.w": "lut6"}
-    norm = next(w for w in art.manifest["weights"] if w["key"] == "norm.g")
+    norm = next(w for w in art.manifest.document["weights"] if w["key"] == "norm.g")
     assert norm["dtype"] == "fp16" and "part" not in norm
 
 
@@ -48,14 +48,14 @@ def test_a_tensor_failing_the_gate_falls_back_and_the_report_says_why(small):
     falls back to int8, under 1e-4 everything to fp16, each step with its reason."""
     store = resolve_weights(small, None, 0)
     art = compile_module(small, store, compress="lut4", compress_gate=Gate(max_rel_l2=0.05)).artifacts["f"]
-    r = {c["key"]: c for c in art.manifest["compression"]}["blk.0.w"]
+    r = {c["key"]: c for c in art.manifest.document["compression"]}["blk.0.w"]
     assert (r["requested"], r["format"]) == ("lut4", "int8")
     assert [f["format"] for f in r["fallbacks"]] == ["lut4"]
     assert "relative L2 error" in r["fallbacks"][0]["reason"] and "> 0.05" in r["fallbacks"][0]["reason"]
     art = compile_module(small, store, compress="lut4", compress_gate=Gate(max_rel_l2=1e-4)).artifacts["f"]
-    r = {c["key"]: c for c in art.manifest["compression"]}["blk.0.w"]
+    r = {c["key"]: c for c in art.manifest.document["compression"]}["blk.0.w"]
     assert r["format"] == "fp16" and [f["format"] for f in r["fallbacks"]] == ["lut4", "int8"]
-    dense = next(e for e in art.manifest["weights"] if e["key"] == "blk.0.w")
+    dense = next(e for e in art.manifest.document["weights"] if e["key"] == "blk.0.w")
     assert dense["dtype"] == "fp16" and "part" not in dense  # stored as it is
 
 
@@ -67,7 +67,7 @@ def test_the_gate_measures_the_worst_channel(small):
     w = np.array(store["blk.0.w"], dtype=np.float32)
     w[5] *= 1e-3
     store["blk.0.w"] = w.astype(np.float16)
-    r = {c["key"]: c for c in compile_module(small, store, compress="lut4").artifacts["f"].manifest["compression"]}
+    r = {c["key"]: c for c in compile_module(small, store, compress="lut4").artifacts["f"].manifest.document["compression"]}
     assert r["blk.0.w"]["format"] == "int8"
     assert "channel 5" in r["blk.0.w"]["fallbacks"][0]["reason"]
 
@@ -86,7 +86,7 @@ def test_grouped_luts_fall_back_in_ios16_and_when_channels_do_not_split(small):
     art = compile_module(small, store, compress="lut4/g8>fp16", dialect="ios16").artifacts["f"]
     assert set(_formats(art).values()) == {"fp16"}
     art = compile_module(small, store, compress="lut4/g24>int8").artifacts["f"]
-    rep = {c["key"]: c for c in art.manifest["compression"]}
+    rep = {c["key"]: c for c in art.manifest.document["compression"]}
     assert rep["blk.1.w"]["format"] == "int8"  # 32 channels do not split into groups of 24
     assert "groups of 24" in rep["blk.1.w"]["fallbacks"][0]["reason"]
     assert rep["blk.0.w"]["format"] == "int8"  # nor 64
@@ -139,9 +139,9 @@ def test_auto_picks_what_the_target_streams(small):
     m1 = compile_module(small, store, target="m1", compress="auto", compress_gate=strict).artifacts["f"]
     assert set(_formats(m1).values()) == {"fp16"}
     assert set(_formats(compile_module(small, store, target="m1", compress="auto").artifacts["f"]).values()) == {"lut4"}
-    warned = compile_module(small, store, target="m1", compress="int8").artifacts["f"].manifest["compression"]
+    warned = compile_module(small, store, target="m1", compress="int8").artifacts["f"].manifest.document["compression"]
     assert all(r["format"] == "int8" and "ANE-COMPRESSED-STREAMING" in r["warning"] for r in warned)
-    assert not any("warning" in r for r in m4.manifest["compression"])
+    assert not any("warning" in r for r in m4.manifest.document["compression"])
     with pytest.raises(AnecError, match="auto is a chain of its own"):
         parse_spec("lut4>auto")
 
@@ -217,11 +217,11 @@ def test_4_bit_and_per_block_formats_parse_fall_back_and_say_why(small):
         get_format("int4/b0")
     store = resolve_weights(small, None, 0)
     res = compile_module(small, store, compress="int4/b16", dialect="ios16").artifacts["f"]
-    fb = {r["key"]: r for r in res.manifest["compression"]}
+    fb = {r["key"]: r for r in res.manifest.document["compression"]}
     assert {r["format"] for r in fb.values()} == {"int8"}
     assert "no 4-bit or per-block form" in fb["blk.0.w"]["fallbacks"][0]["reason"]
     res = compile_module(small, store, compress="int4/b32>fp16").artifacts["f"]  # 48 and 64 inputs
-    fb = {r["key"]: r for r in res.manifest["compression"]}
+    fb = {r["key"]: r for r in res.manifest.document["compression"]}
     assert fb["blk.0.w"]["format"] == "fp16" and "48 input channels do not split into blocks of 32" in \
         fb["blk.0.w"]["fallbacks"][0]["reason"]
     assert fb["blk.1.w"]["format"] == "int4/b32"
@@ -231,8 +231,8 @@ def test_4_bit_and_per_block_formats_parse_fall_back_and_say_why(small):
 def test_4_bit_payloads_count_half_a_byte_per_weight(small):
     store = resolve_weights(small, None, 0)
     art = compile_module(small, store, compress="int4/b16>fp16").artifacts["f"]
-    r = {c["key"]: c for c in art.manifest["compression"]}["blk.1.w"]  # [32, 64]: 4 blocks per channel
+    r = {c["key"]: c for c in art.manifest.document["compression"]}["blk.1.w"]  # [32, 64]: 4 blocks per channel
     assert r["bytes"] == 32 * 64 // 2 + 32 * 4 * 2
-    payload = {e["part"]["role"]: e for e in art.manifest["weights"]
+    payload = {e["part"]["role"]: e for e in art.manifest.document["weights"]
                if e.get("part") and e["part"]["of"] == r["const"]}
     assert payload["q"]["dtype"] == "int4"

@@ -43,15 +43,15 @@ def test_export_matches_the_artifact_op_for_op(built, tmp_path):
     art = Artifact.load(built)
     _, stmts, _ = mil_statements(art.mil_text)
     assert rep.ops + rep.consts == len(stmts)
-    assert rep.weights == len(art.manifest["weights"]) > 0
+    assert rep.weights == len(art.manifest.document["weights"]) > 0
     spec, prog = read_package(rep.path)
-    assert [i.name for i in spec.description.input] == [e["name"] for e in art.manifest["inputs"]]
+    assert [i.name for i in spec.description.input] == [e["name"] for e in art.manifest.document["inputs"]]
     ops = [op for op in prog.functions["main"].operations if op.op_type != "const"]
     mil_ops = [s for s in stmts if s.op != "const"]
     assert [(o.op_type, o.outputs[0].name) for o in ops] == [(s.op, s.results[0][1]) for s in mil_ops]
     # every weight of the package is the artifact's blob, bit for bit
     consts = {op.outputs[0].name: op.val.val for op in prog.functions["main"].operations if op.op_type == "const"}
-    for w in art.manifest["weights"]:
+    for w in art.manifest.document["weights"]:
         want = BlobReader(art.blobs[w["file"]]).read(w["offset"], np.float16).reshape(w["shape"])
         np.testing.assert_array_equal(np.asarray(consts[w["const"]]).view(np.uint16), want.view(np.uint16))
 
@@ -89,7 +89,7 @@ def test_verification_catches_a_different_artifact(built, tmp_path):
 def test_verification_catches_changed_weights(built, tmp_path):
     rep = export_coreml(built, tmp_path / "a.mlpackage")
     art = Artifact.load(built)
-    w = art.manifest["weights"][0]
+    w = art.manifest.document["weights"][0]
     data = bytearray(art.blobs[w["file"]])
     data[-2] ^= 0x7F  # flip bits in the last payload value
     art.blobs[w["file"]] = bytes(data)

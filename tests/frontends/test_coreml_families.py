@@ -179,7 +179,7 @@ def test_a_chunked_output_is_one_package_output(tmp_path):
     out = tmp_path / "b"
     compile_module(parse(WIDE), random_seed=0, out_dir=out)
     art = load_any(out / "wide")
-    assert [e["name"] for e in art.manifest["outputs"]] == ["z__c0", "z__c1"]
+    assert [e["name"] for e in art.manifest.document["outputs"]] == ["z__c0", "z__c1"]
     rep = export_coreml(out, tmp_path / "w.mlpackage")
     spec, prog = read_package(rep.path)
     assert [(f.name, list(f.type.multiArrayType.shape)) for f in [*spec.description.input, *spec.description.output]] \

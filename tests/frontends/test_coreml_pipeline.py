@@ -68,7 +68,7 @@ def skips(tmp_path_factory):
 def package_name(pipe: PipelineArtifact, k: int, name: str) -> str:
     """The documented naming: a func output keeps the func's name, a stage input is its
     source's name, every other value of stage k is ``sKK_<name>``."""
-    m = pipe.manifest
+    m = pipe.manifest.document
     for out, src in m["outputs_from"].items():
         if src["stage"] == k and src["output"] == name:
             return out
@@ -100,27 +100,27 @@ def package_ops(path) -> list[tuple[str, list[str], dict[str, str]]]:
 def run_stages(pipe: PipelineArtifact, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Interpret every stage's program.ir in order, each input bound as the top manifest wires it."""
     produced = {}
-    for k, (entry, art) in enumerate(zip(pipe.manifest["stages"], pipe.stages)):
+    for k, (entry, art) in enumerate(zip(pipe.manifest.document["stages"], pipe.stages)):
         feed = {}
         for i in entry["inputs"]:
             f = i["from"]
             feed[i["name"]] = inputs[f["input"]] if "input" in f else produced[(f["stage"], f["output"])]
         out = interpret(art.program_module().func(art.func), feed, artifact_weights(art), mode="fp16")
         produced.update({(k, name): np.asarray(a) for name, a in out.items()})
-    return {name: produced[(s["stage"], s["output"])] for name, s in pipe.manifest["outputs_from"].items()}
+    return {name: produced[(s["stage"], s["output"])] for name, s in pipe.manifest.document["outputs_from"].items()}
 
 
 def random_inputs(pipe: PipelineArtifact, seed: int = 7) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {e["name"]: rng.standard_normal(e["shape"]).astype(np.dtype({"fp16": np.float16, "fp32": np.float32}[e["dtype"]]))
-            for e in pipe.manifest["inputs"]}
+            for e in pipe.manifest.document["inputs"]}
 
 
 def io_adapters(pipe: PipelineArtifact) -> tuple[list, dict[str, str], list]:
     """The documented I/O adapters: an input ``x`` whose logical shape is not its device shape
     is read by ``x_device = reshape(x, shape=x_device_shape)``; an output ``y`` is
     ``y = reshape(y_device, shape=y_shape)`` of the program's value, renamed ``y_device``."""
-    man = pipe.manifest
+    man = pipe.manifest.document
     logical_in = {e["name"]: e["shape"] for e in man.get("logical_inputs", [])}
     before, inner, after = [], {}, []
     for e in man["inputs"]:
@@ -145,17 +145,17 @@ def check_package(path, pipe: PipelineArtifact) -> None:
     consts = {op.outputs[0].name: op.val.val for op in prog.functions["main"].operations if op.op_type == "const"}
     n = 0
     for k, art in enumerate(pipe.stages):
-        for w in art.manifest["weights"]:
+        for w in art.manifest.document["weights"]:
             want = BlobReader(art.blobs[w["file"]]).read(w["offset"], np.float16).reshape(w["shape"])
             got = np.asarray(consts[package_name(pipe, k, w["const"])])
             np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
             n += 1
     assert n > 0
     io = [(f.name, list(f.type.multiArrayType.shape)) for f in [*spec.description.input, *spec.description.output]]
-    logical = {e["name"]: e["shape"] for e in [*pipe.manifest.get("logical_inputs", []),
-                                               *pipe.manifest.get("logical_outputs", [])]}
+    logical = {e["name"]: e["shape"] for e in [*pipe.manifest.document.get("logical_inputs", []),
+                                               *pipe.manifest.document.get("logical_outputs", [])]}
     assert io == [(e["name"], logical.get(e["name"], e["shape"]))
-                  for e in [*pipe.manifest["inputs"], *pipe.manifest["outputs"]]]
+                  for e in [*pipe.manifest.document["inputs"], *pipe.manifest.document["outputs"]]]
     x = random_inputs(pipe)
     whole = interpret(pipe.program_module().func(pipe.func), x, pipe.interp_weights(), mode="fp16")
     staged = run_stages(pipe, x)
@@ -186,11 +186,11 @@ def test_a_chain_of_three_stages_is_one_function(chain40):
 def test_a_dag_with_skips_and_shared_crossings(skips):
     d, rep = skips
     pipe = load_any(d)
-    wires = {(k, i["name"]): i["from"] for k, e in enumerate(pipe.manifest["stages"]) for i in e["inputs"]}
+    wires = {(k, i["name"]): i["from"] for k, e in enumerate(pipe.manifest.document["stages"]) for i in e["inputs"]}
     # the shape this test is about: a skip over two cuts, one value read by several later stages,
     # and a func output that a later stage reads too
     assert wires[(3, "in1")] == {"stage": 0, "output": "out1"} == wires[(1, "in0")]
-    assert pipe.manifest["outputs_from"]["d2"] == {"stage": 1, "output": "out0"} == wires[(2, "in1")]
+    assert pipe.manifest.document["outputs_from"]["d2"] == {"stage": 1, "output": "out0"} == wires[(2, "in1")]
     check_package(rep.path, pipe)
     args = {names[0]: a for op, names, a in package_ops(rep.path) if op != "const"}
     assert args["s03_v1"] == {"x": "s03_v0", "y": "s00_out1"}  # the skip from stage 0 into stage 3
@@ -213,7 +213,7 @@ def test_an_imported_whole_model_exports_as_one_package(imported_cases, tmp_path
     check_package(tmp_path / "m.mlpackage", pipe)
     # the stages chained as the package chains them compute what the torch module computes
     run = im.runner(backend="interp")
-    dev = {e["name"]: e for e in pipe.manifest["inputs"]}
+    dev = {e["name"]: e for e in pipe.manifest.document["inputs"]}
 
     def program(feed):
         x = {k: np.asarray(v, np.dtype(dev[k]["dtype"].replace("fp", "float"))).reshape(dev[k]["shape"])
@@ -232,7 +232,7 @@ def test_verify_package_checks_any_package_against_any_pipeline(chain40, skips):
         verify_package(crep.path, load_any(u))
     pipe = load_any(c)
     art = pipe.stages[2]
-    w = art.manifest["weights"][3]
+    w = art.manifest.document["weights"][3]
     data = bytearray(art.blobs[w["file"]])
     data[-2] ^= 0x7F  # flip bits in the last payload value of stage 2's w3
     art.blobs[w["file"]] = bytes(data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ from anec.mil.artifact import Artifact, alloc_bytes
 from anec.mil.blobfile import BlobReader
 from anec.mil.emitter import emit_mil
 from anec.mil.json_format import format_json
+from anec.mil.manifest_types import IOEntry
 from anec.passes.base import PassContext
 from anec.passes.emit_mil import EmitMil
 from anec.targets import get_target
@@ -38,7 +40,7 @@ def build(graph, target=None, seed=0, pack=False, rewrites=()):
 @pytest.mark.constraint("ANE-IO-ORDER")
 def test_manifest_io_and_bindings():
     g = two_io()
-    m = build(g).manifest
+    m = build(g).manifest.document
     assert m["format"] == "anec-artifact/1" and m["func"] == "two" and m["target"] == "m4"
     assert [(e["name"], e["binding"]) for e in m["inputs"]] == [("x", 1), ("mask", 0)]
     assert [(e["name"], e["binding"], e["logical"]) for e in m["outputs"]] == [
@@ -55,6 +57,36 @@ def test_manifest_io_and_bindings():
     assert m["weights"] == [] and m["rewrites"] == [] and m["host_casts"] == []
 
 
+def test_the_manifest_is_read_as_typed_objects(tmp_path):
+    """Artifact.load types the manifest once (parse_manifest): every entry by attribute, JSON
+    arrays as tuples, unknown keys ignored, and equal to what the compile built."""
+    art = build(small_mlp())
+    d = art.write(tmp_path / "a")
+    doc = json.loads((d / "manifest.json").read_text())
+    (d / "manifest.json").write_text(json.dumps({**doc, "from_a_newer_anec": {"x": 1}}))
+    m = Artifact.load(d).manifest
+    assert m == art.manifest and m.document["from_a_newer_anec"] == {"x": 1}
+    assert (m.func, m.target, m.mil.file, m.mil.dialect) == ("mlp", "m4", "model.mil", "ios18")
+    assert m.inputs[0] == IOEntry("x", "fp32", (1, 8, 1, 4), 0, 128)
+    w1 = m.weights[0]
+    assert (w1.key, w1.file, w1.offset, w1.shape, w1.perm, w1.part) == ("l0.w1", "weights/w1.bin", 64,
+                                                                        (16, 8, 1, 1), None, None)
+    assert w1.mil_path == "@model_path/weights/w1.bin" and w1.sha256 == doc["weights"][0]["sha256"]
+    assert m.limits is not None and m.limits.given() == doc["limits"]
+    assert m.sram is None and doc["sram"] is None  # built without annotate-sram
+
+
+def test_a_typed_manifest_changed_apart_from_its_document_is_never_written(tmp_path):
+    """The writer writes a manifest's JSON document: a typed manifest changed without it
+    (dataclasses.replace) would be written as something else, so files() refuses it."""
+    art = build(small_mlp())
+    art.manifest = dataclasses.replace(art.manifest, weights=art.manifest.weights[:1])
+    with pytest.raises(ArtifactError) as e:
+        art.write(tmp_path / "a")
+    assert e.value.message == "the manifest of 'mlp' differs from the JSON document it would be written as"
+    assert not (tmp_path / "a").exists()
+
+
 @pytest.mark.constraint("ANE-UNIFORM-SURFACES", "ANE-MIN-SURFACE", "ANE-SURFACE-ALIGN")
 def test_alloc_bytes_uniform_aligned():
     m4, m5 = get_target("m4"), get_target("m5")
@@ -68,7 +100,7 @@ def test_alloc_bytes_uniform_aligned():
     y = b.cast(b.relu(b.cast(x, dtype="fp16"), name="r"), dtype="fp32", name="y")
     s = b.sigmoid(m, name="s")
     b.ret(y, s)
-    man = build(b.graph, m5).manifest
+    man = build(b.graph, m5).manifest.document
     assert [e["bytes"] for e in man["inputs"]] == [196608, 8192]
     assert man["input_alloc_bytes"] == man["output_alloc_bytes"] == 196608
     assert man["input_alloc_bytes"] % m5.surface_alignment == 0
@@ -87,7 +119,7 @@ def test_chunked_output_entries():
     store = WeightStore({"proj": np.arange(80, dtype=np.float32).reshape(10, 8, 1, 1)})
     t = get_target("m4")
     art = Artifact.build(b.graph, emit_mil(b.graph, t), t, store)
-    m = art.manifest
+    m = art.manifest.document
     assert [(o["name"], o["logical"], o["binding"]) for o in m["outputs"]] == [
         ("z", "z", 2), ("logits__c0", "logits", 0), ("logits__c1", "logits", 1)]
     assert m["logical_outputs"][1] == {"name": "logits", "dtype": "fp16", "shape": [1, 10, 1, 4], "axis": 1,
@@ -104,7 +136,7 @@ def test_weights_blobs_and_sha(tmp_path):
     t = get_target("m4")
     art = Artifact.build(g, emit_mil(g, t), t, store)
     assert sorted(art.blobs) == ["weights/w1.bin", "weights/w2.bin"]
-    for w in art.manifest["weights"]:
+    for w in art.manifest.document["weights"]:
         node = next(n for n in g.nodes if n.results[0].name == w["const"])
         want = materialize(node, store)
         got = BlobReader(art.blobs[w["file"]]).read(w["offset"], np.float16).reshape(w["shape"])
@@ -117,12 +149,12 @@ def test_packed_weights_one_file():
     art = build(small_mlp(), pack=True)
     assert list(art.blobs) == ["weights/weight.bin"]
     r = BlobReader(art.blobs["weights/weight.bin"])
-    assert [e.offset for e in r.entries()] == [w["offset"] for w in art.manifest["weights"]]
+    assert [e.offset for e in r.entries()] == [w["offset"] for w in art.manifest.document["weights"]]
 
 
 def test_mil_does_not_depend_on_weight_values():
     a, b = build(small_mlp(), seed=1), build(small_mlp(), seed=2)
-    assert a.mil_text == b.mil_text and a.manifest["mil"] == b.manifest["mil"]
+    assert a.mil_text == b.mil_text and a.manifest.document["mil"] == b.manifest.document["mil"]
     assert a.blobs != b.blobs
 
 
@@ -138,7 +170,7 @@ def test_text_only_artifact_cannot_be_written(tmp_path):
     t = get_target("m4")
     art = Artifact.build(g, emit_mil(g, t), t, None)
     assert not art.complete and art.blobs == {}
-    assert all(w["sha256"] is None for w in art.manifest["weights"])
+    assert all(w["sha256"] is None for w in art.manifest.document["weights"])
     with pytest.raises(ArtifactError, match="no weight data") as e:
         art.write(tmp_path / "mlp")
     assert "--random-weights" in e.value.hint
@@ -151,7 +183,7 @@ def test_emit_mil_pass_stores_artifact_with_own_rewrites():
     ctx.rewrites += [{"rule": "r1", "func": "mlp", "node": "h"}, {"rule": "r2", "func": "other", "node": "q"}]
     EmitMil().run(g, ctx)
     art = ctx.artifacts["mlp"]
-    assert art.manifest["rewrites"] == [{"rule": "r1", "func": "mlp", "node": "h"}]
+    assert art.manifest.document["rewrites"] == [{"rule": "r1", "func": "mlp", "node": "h"}]
     assert art.complete and art.mil_text.startswith("program(1.3)")
 
 
@@ -166,7 +198,7 @@ def test_write_and_load_roundtrip(tmp_path):
     art = build(small_mlp())
     d = art.write(tmp_path / "out" / "mlp")
     assert sorted(_tree(d)) == ["manifest.json", "model.mil", "program.ir", "weights/w1.bin", "weights/w2.bin"]
-    assert json.loads((d / "manifest.json").read_text()) == art.manifest
+    assert json.loads((d / "manifest.json").read_text()) == art.manifest.document
     back = Artifact.load(d)
     assert (back.func, back.mil_text, back.blobs, back.manifest, back.program_ir) == (
         art.func, art.mil_text, art.blobs, art.manifest, art.program_ir)
@@ -331,7 +363,8 @@ def test_artifact_weights_have_the_manifest_shape_and_dtype():
     w1 = next(n for n in g.nodes if n.results[0].name == "w1")
     assert got["weights/w1.bin@64"].shape == (16, 8, 1, 1) and got["weights/w2.bin@64"].shape == (8, 16, 1, 1)
     np.testing.assert_array_equal(got["weights/w1.bin@64"], materialize(w1, store))
-    art.manifest["weights"][1]["dtype"] = "fp32"
+    w2 = dataclasses.replace(art.manifest.weights[1], dtype="fp32")
+    art.manifest = dataclasses.replace(art.manifest, weights=(art.manifest.weights[0], w2))
     with pytest.raises(ArtifactError) as e:
         artifact_mod.artifact_weights(art)
     assert e.value.message == "weights/w2.bin offset 64: blob holds float16, expected float32"
@@ -348,7 +381,8 @@ def test_artifact_weight_inputs_have_the_manifest_shape_and_dtype():
     got = artifact_mod.artifact_weight_inputs(art)
     assert list(got) == ["mask"] and got["mask"].shape == (1, 4, 1, 8) and got["mask"].dtype == np.float16
     np.testing.assert_array_equal(got["mask"], value.astype(np.float16))
-    art.manifest["weight_inputs"][0]["dtype"] = "fp32"
+    wi = dataclasses.replace(art.manifest.weight_inputs[0], dtype="fp32")
+    art.manifest = dataclasses.replace(art.manifest, weight_inputs=(wi,))
     with pytest.raises(ArtifactError) as e:
         artifact_mod.artifact_weight_inputs(art)
     assert e.value.message == "inputs/mask.bin offset 64: blob holds float16, expected float32"
@@ -464,7 +498,9 @@ def test_a_pipeline_stage_directory_outside_the_func_is_refused_before_writing(t
     from .pipelines import compile_pipeline
 
     res, _ = compile_pipeline()
-    res.artifacts["f"].manifest["stages"][0]["dir"] = "../../escaped"
+    pipe = res.artifacts["f"]
+    escaped = dataclasses.replace(pipe.manifest.stages[0], dir="../../escaped")
+    pipe.manifest = dataclasses.replace(pipe.manifest, stages=(escaped, *pipe.manifest.stages[1:]))
     with pytest.raises(ArtifactError) as e:
         output_mod.write_output(tmp_path / "out", res.artifacts)
     assert e.value.message == ("stage directory '../../escaped' points outside the artifact directory "
@@ -484,7 +520,7 @@ def test_files_name_the_missing_weight_file_and_how_to_get_weights():
 
 def test_files_refuse_a_manifest_that_load_would_refuse_naming_the_func():
     art = build(small_mlp())
-    art.manifest["format"] = "other/9"
+    art.manifest.document["format"] = "other/9"
     with pytest.raises(ArtifactError) as e:
         art.files()
     assert e.value.message.startswith("the manifest of 'mlp': field 'format': expected \"anec-artifact/1\"")
@@ -591,7 +627,7 @@ def test_an_output_replaced_while_it_is_loaded_is_read_again_up_to_three_times(t
         shutil.copytree(src, out)
         if len(calls) < fail_times:
             raise ArtifactError("damaged")
-        return Artifact._load(d, sha)
+        return Artifact.read(d, sha)
 
     fail_times = 3
     assert output_mod.load_artifact(out, loader=replacing_loader).func == "mlp" and len(calls) == 3
@@ -716,7 +752,7 @@ def test_rewrite_records_become_plain_json_values():
     record = {"pass": "p", "ids": {10, 9}, "mixed": frozenset({"a", 1}),
               "type": TensorType(DType("fp16"), (1, 4)), "scale": 0.5,
               "big": float("inf"), "nan": float("nan"), "path": Path("a/b")}
-    m = build(two_io(), rewrites=[record]).manifest
+    m = build(two_io(), rewrites=[record]).manifest.document
     assert m["rewrites"] == [{"pass": "p", "ids": [10, 9], "mixed": [1, "a"], "type": "fp16[1, 4]",
                               "scale": 0.5, "big": "inf", "nan": "nan", "path": "a/b"}]
 
@@ -866,7 +902,7 @@ def test_without_weights_there_are_no_blobs_and_no_digests():
     blobs, entries = artifact_mod.build_blobs(emit_mil(small_mlp(), t), None)
     assert blobs is None and [e["sha256"] for e in entries] == [None, None]
     art = Artifact.build(g, emit_mil(g, t), t, None)
-    assert art.manifest["weight_inputs"][0]["sha256"] is None and not art.complete
+    assert art.manifest.document["weight_inputs"][0]["sha256"] is None and not art.complete
 
 
 def test_a_built_artifact_keeps_the_emitted_program():
@@ -884,7 +920,7 @@ def test_a_weight_input_is_the_slice_of_its_stored_tensor():
     value = np.arange(64, dtype=np.float32).reshape(1, 8, 1, 8)
     t = get_target("m4")
     art = Artifact.build(g, emit_mil(g, t), t, WeightStore({"m": value}))
-    assert art.manifest["weight_inputs"][0]["slice"] == [1, 2, 6]
+    assert art.manifest.document["weight_inputs"][0]["slice"] == [1, 2, 6]
     np.testing.assert_array_equal(artifact_mod.artifact_weight_inputs(art)["mask"],
                                   value[:, 2:6].astype(np.float16))
 

@@ -103,15 +103,16 @@ def test_deferred_hashes_are_in_every_manifest_before_it_is_read_or_written(tmp_
     g = small_mlp()
     t = get_target("m4")
     store = random_weights(g, 5)
-    want = Artifact.build(g, emit_mil(g, t), t, store).manifest["weights"]
+    want = Artifact.build(g, emit_mil(g, t), t, store).manifest.document["weights"]
     assert all(isinstance(w["sha256"], str) for w in want)  # outside the block: hashed at once
     with deferred_hashes():
         art = Artifact.build(g, emit_mil(g, t), t, store)
-    assert art.pending and all(isinstance(w["sha256"], Future) for w in art.manifest["weights"])
+    assert len(art.pending) == 2 and all(isinstance(digest, Future) for _, digest in art.pending)
+    assert all(w.sha256 is None for w in art.manifest.weights)  # not known yet
     art.write(tmp_path / "a")  # writing finishes the manifest first
-    assert not art.pending and art.manifest["weights"] == want
+    assert not art.pending and art.manifest.document["weights"] == want
     loaded = Artifact.load(tmp_path / "a")
-    assert loaded.manifest["weights"] == want
+    assert loaded.manifest.document["weights"] == want
     for w in want:
         payload = BlobReader(loaded.blobs[w["file"]]).payload(w["offset"])
         assert sha256(payload) == w["sha256"]
@@ -120,5 +121,5 @@ def test_deferred_hashes_are_in_every_manifest_before_it_is_read_or_written(tmp_
 def test_compile_to_disk_returns_finished_manifests(tmp_path):
     res = compile_module(fp16_module(), weights=store16(), out_dir=tmp_path / "out")
     art = res.artifacts["f"]
-    assert not art.pending and all(isinstance(w["sha256"], str) for w in art.manifest["weights"])
+    assert not art.pending and all(isinstance(w["sha256"], str) for w in art.manifest.document["weights"])
     assert load_artifact(tmp_path / "out").manifest == art.manifest

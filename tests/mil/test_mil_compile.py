@@ -42,9 +42,9 @@ def test_compile_module_writes_one_dir_per_func(tmp_path):
         assert path == tmp_path / "out" / func
         art = Artifact.load(path)
         assert art.mil_text == result.artifacts[func].mil_text
-        assert {w["file"] for w in art.manifest["weights"]} == set(art.blobs)
+        assert {w["file"] for w in art.manifest.document["weights"]} == set(art.blobs)
     assert {r["func"] for r in result.rewrites} == {"encode", "classify"}
-    enc = result.artifacts["encode"].manifest
+    enc = result.artifacts["encode"].manifest.document
     assert [r["constraint"] for r in enc["rewrites"]] == ["ANE-SPLIT", "ANE-NEG"]
 
 
@@ -81,7 +81,7 @@ def test_host_casts_on_m1(tmp_path):
     assert e.value.constraint == "ANE-FP32-IO"
     result = compile_module(_module(small_mlp()), random_seed=0, target="m1", host_casts=True)
     art = result.artifacts["mlp"]
-    m = art.manifest
+    m = art.manifest.document
     assert m["target"] == "m1" and m["inputs"][0]["dtype"] == "fp16" and m["host_casts"]
     assert art.mil_text.startswith("program(1.3)\n") and m["mil"]["dialect"] == "ios18"
     check_mil(art.mil_text, art.blobs)
@@ -98,9 +98,9 @@ def test_dialect_option(target, tmp_path):
     for func in module.funcs:
         new_art, old_art = default.artifacts[func], Artifact.load(tmp_path / func)
         assert new_art.mil_text.startswith("program(1.3)\n") and "func main<ios18>" in new_art.mil_text
-        assert new_art.manifest["mil"]["dialect"] == "ios18"
+        assert new_art.manifest.document["mil"]["dialect"] == "ios18"
         assert old_art.mil_text.startswith("program(1.0)\n") and "func main<ios16>" in old_art.mil_text
-        assert old_art.manifest["mil"]["dialect"] == "ios16" and old_art.manifest["target"] == target
+        assert old_art.manifest.document["mil"]["dialect"] == "ios16" and old_art.manifest.document["target"] == target
     assert old.target.mil_dialect == "ios16" and old.target.name == target
     for func in module.funcs:  # last: it needs coremltools
         old_art = Artifact.load(tmp_path / func)
@@ -132,7 +132,7 @@ def test_chunked_output_artifact(tmp_path):
     target = get_target("m4").replace(max_conv_out_channels=16)
     compile_module(_module(b.graph), random_seed=3, target=target, out_dir=tmp_path)
     art = Artifact.load(tmp_path / "head")
-    m = art.manifest
+    m = art.manifest.document
     pieces = [o["name"] for o in m["outputs"]]
     assert pieces == ["logits__c0", "logits__c1", "logits__c2"]
     assert all(o["logical"] == "logits" for o in m["outputs"])

@@ -104,7 +104,7 @@ def test_rank_n_funcs_run_on_the_sim_with_logical_shapes(target, tmp_path):
         for name, graph in module.funcs.items():
             art = Artifact.load(tmp_path / name)
             arts.append(art)
-            m = art.manifest
+            m = art.manifest.document
             assert_proven(art.mil_text)
             # the manifest: device shapes in inputs/outputs, the IR's shapes in logical_*
             assert [e["name"] for e in m["logical_inputs"]] == [v.name for v in graph.inputs]

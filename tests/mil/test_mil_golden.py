@@ -66,8 +66,8 @@ def test_mil_independent_of_weight_values(example):
         assert a.artifacts[func].mil_text == b.artifacts[func].mil_text == text_only.artifacts[func].mil_text
         if a.artifacts[func].blobs:
             assert a.artifacts[func].blobs != b.artifacts[func].blobs
-        wa = [{k: v for k, v in w.items() if k != "sha256"} for w in a.artifacts[func].manifest["weights"]]
-        wb = [{k: v for k, v in w.items() if k != "sha256"} for w in b.artifacts[func].manifest["weights"]]
+        wa = [{k: v for k, v in w.items() if k != "sha256"} for w in a.artifacts[func].manifest.document["weights"]]
+        wb = [{k: v for k, v in w.items() if k != "sha256"} for w in b.artifacts[func].manifest.document["weights"]]
         assert wa == wb
 
 
@@ -79,12 +79,12 @@ def test_io_names_preserved(example):
         art = result.artifacts[func]
         ins = [v.name for v in graph.inputs]
         outs = [v.name for v in graph.outputs]
-        assert [e["name"] for e in art.manifest["inputs"]] == ins
-        assert [e["logical"] for e in art.manifest["outputs"]] == outs
+        assert [e["name"] for e in art.manifest.document["inputs"]] == ins
+        assert [e["logical"] for e in art.manifest.document["outputs"]] == outs
         mil = parse_mil(art.mil_text)
         assert [name for _, name in mil.inputs] == ins
-        assert mil.outputs == [e["name"] for e in art.manifest["outputs"]]
-        by_binding = sorted(art.manifest["inputs"], key=lambda e: e["binding"])
+        assert mil.outputs == [e["name"] for e in art.manifest.document["outputs"]]
+        by_binding = sorted(art.manifest.document["inputs"], key=lambda e: e["binding"])
         assert [e["name"] for e in by_binding] == sorted(ins)
 
 

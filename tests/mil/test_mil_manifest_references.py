@@ -24,7 +24,7 @@ HINT = "the artifact is damaged or was not written by anec; recompile it"
 @pytest.fixture(scope="module")
 def compiled():
     res = compile_module(parse(FFN, "ffn.ir"), random_seed=0, weights_as_inputs=["l.proj.weight"])
-    return res.artifacts["ffn"].manifest
+    return res.artifacts["ffn"].manifest.document
 
 
 @pytest.fixture

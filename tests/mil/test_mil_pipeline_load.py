@@ -1,4 +1,4 @@
-"""Reading a written pipeline back (PipelineArtifact._load through load_any): what it reads,
+"""Reading a written pipeline back (PipelineArtifact._read through load_any): what it reads,
 the weights compiled as inputs, and every tampering it refuses, word for word (docs/mil.md:
 "A pipeline load checks the wiring, ..., every stage as an artifact, each stage's MIL
 against mil_sha256, and program.ir"; weight inputs against their sha256).

@@ -12,7 +12,8 @@ import copy
 import pytest
 
 from anec.diagnostics import ArtifactError
-from anec.mil.multi_program import FORMAT, PipelineArtifact, check_manifest
+from anec.mil.manifest_types import IOEntry, Source, StagePort
+from anec.mil.multi_program import FORMAT, PipelineArtifact, check_manifest, parse_pipeline_manifest
 from anec.multi_program_build import build_multi_program
 from tests.mil.pipelines import TARGET, compile_pipeline
 
@@ -26,7 +27,20 @@ def compiled():
 
 @pytest.fixture(scope="module")
 def manifest(compiled):
-    return compiled[0].artifacts["f"].manifest
+    return compiled[0].artifacts["f"].manifest.document
+
+
+def test_the_parsed_pipeline_manifest_is_typed_and_is_the_artifacts(compiled, manifest):
+    """parse_pipeline_manifest: the checked JSON as typed objects, read by attribute, equal to
+    what the compile built; unknown keys are ignored."""
+    m = parse_pipeline_manifest({**copy.deepcopy(manifest), "from_a_newer_anec": 1}, WHERE)
+    assert m == compiled[0].artifacts["f"].manifest
+    s0, s1 = m.stages
+    assert (s0.dir, s0.first, s0.nodes, s1.same_as) == ("stages/s00", "c.ir:3:9", 9, None)
+    assert s1.inputs == (StagePort("in0", "h2", Source(stage=0, output="out0")),)
+    assert m.outputs_from == {"h3": Source(stage=1, output="out0")}
+    assert m.inputs[0] == IOEntry("x", "fp16", (1, 8, 1, 16), 1, 256)
+    assert (m.surface_bytes, m.programs) == (manifest["surface_bytes"], 2)
 
 
 def test_stages_record_where_they_start_and_end_in_the_source_and_their_wiring(manifest):
@@ -110,6 +124,21 @@ BROKEN = {
                                                  "outputs_from.h3", "a stage output"),
     "an output that is a path": (_set(["outputs_from", "h3"], "stages/s01/out0"), "outputs_from.h3",
                                  "a stage output"),
+    # what the typed objects are built from is checked too (anec.mil.manifest_types)
+    "an input without a dtype": (_set(["inputs", 0, "dtype"], DELETE), "inputs[0].dtype",
+                                 "a value (the field is missing)"),
+    "an output shape of strings": (_set(["outputs", 0, "shape"], ["1"]), "outputs[0].shape[0]",
+                                   "a dimension in [1, 2^31)"),
+    "a logical output without pieces": (_set(["logical_outputs", 0, "pieces"], DELETE), "logical_outputs[0].pieces",
+                                        "a value (the field is missing)"),
+    "an sram peak that is a string": (_set(["sram"], {"peak_bytes": "1"}), "sram.peak_bytes",
+                                      "an integer in [0, 2^62]"),
+    "program_ir a list": (_set(["program_ir"], []), "program_ir", "an object with 'file' and 'sha256'"),
+    "a stage's outputs an object": (_set(["stages", 0, "outputs"], {"name": "out0"}), "stages[0].outputs", "a list"),
+    "a stage output without a name": (_set(["stages", 0, "outputs", 0, "name"], DELETE), "stages[0].outputs[0]",
+                                      "an object with a 'name' (and a 'value') string"),
+    "a stage input value a number": (_set(["stages", 1, "inputs", 0, "value"], 3), "stages[1].inputs[0]",
+                                     "an object with a 'name' (and a 'value') string"),
 }
 
 
@@ -163,7 +192,7 @@ def test_host_casts_and_logical_inputs_are_the_funcs_as_in_one_program():
     piped = compile_io().artifacts["h"]
     whole = compile_io(TARGET.replace(fp32_io=False, max_blob_tensors=64)).artifacts["h"]
     assert isinstance(piped, PipelineArtifact) and len(piped.stages) == 2
-    m, one = piped.manifest, whole.manifest
+    m, one = piped.manifest.document, whole.manifest.document
     assert m["host_casts"] == one["host_casts"] == [
         {"name": "x", "kind": "input", "host_dtype": "fp32", "program_dtype": "fp16"}]
     # the caller passes b as [8, 16]; the program reads it as [1, 8, 1, 16]

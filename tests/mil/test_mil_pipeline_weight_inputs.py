@@ -22,7 +22,7 @@ WHERE = "out/f/manifest.json"
 def written(tmp_path_factory):
     out = tmp_path_factory.mktemp("pipe") / "out"
     res, _ = compile_pipeline(out_dir=out)
-    return res.artifacts["f"].manifest, out / "f"
+    return res.artifacts["f"].manifest.document, out / "f"
 
 
 def _entry(**change):

@@ -59,7 +59,7 @@ def many_funcs(n: int = N_FUNCS) -> str:
 
 
 def _art_key(art: Artifact) -> tuple:
-    return art.mil_text, tuple(sorted(art.blobs.items())), json.dumps(art.manifest, sort_keys=True)
+    return art.mil_text, tuple(sorted(art.blobs.items())), json.dumps(art.manifest.document, sort_keys=True)
 
 
 def _reference(out: Path) -> dict[str, tuple]:
@@ -747,7 +747,7 @@ def _snapshot(out: Path) -> set[int] | None:
         seeds = set()
         for f, manifest_sha in funcs.items():
             with d.subdir(f) as sub:
-                art = Artifact._load(sub, manifest_sha)
+                art = Artifact.read(sub, manifest_sha)
             seeds.add(_art_key(art))
         return seeds
     except ArtifactError:

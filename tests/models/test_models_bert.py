@@ -125,11 +125,11 @@ def test_int8_weights_keep_the_embeddings(minilm_dir, reference):
     finally:
         enc.close()
     reports = enc.programs.compression
-    formats = [r["format"] for r in reports]
+    formats = [r.format for r in reports]
     assert len(formats) == 36 and formats.count("int8") >= 18, formats  # 6 layers x 6 linears
     assert set(formats) <= {"int8", "fp16"}
-    dense = sum(r["dense_bytes"] for r in reports)
-    assert sum(r["bytes"] for r in reports) <= 0.85 * dense
+    dense = sum(r.dense_bytes for r in reports)
+    assert sum(r.bytes for r in reports) <= 0.85 * dense
     want = reference.encode(SENTENCES[:4], convert_to_numpy=True)
     for s, a, b in zip(SENTENCES[:4], got, want):
         assert_cosine(a, b, "models/minilm:int8-embedding-cosine", INT8_MIN_COSINE, s)

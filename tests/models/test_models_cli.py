@@ -53,7 +53,7 @@ def test_export_gpt2_files_compile_and_match_the_frontend(gpt2_dir, tmp_path):
     # the exported file compiles on its own (weights directive) and computes what the engine does
     module = parse_file(out / "prefill_s128.ir")
     art = compile_module(module).artifacts["prefill_s128"]
-    assert len(art.manifest["stages"]) == 2  # 25 weights: the compiler cuts the two layers apart
+    assert len(art.manifest.document["stages"]) == 2  # 25 weights: the compiler cuts the two layers apart
     fe = decoder_frontend(load_checkpoint(gpt2_dir), 49152)
     g = fe.prefill(128)
     mem = compile_module(fe_module(g), weights={k: fe.weight(k) for k in _keys(g)})

@@ -94,7 +94,7 @@ def test_every_program_stays_under_the_blob_budget(case):
         assert (len(stages) > 1) == (name != fe.lm_head_name(w)), name
         for m in stages:
             # 16 BLOBFILE tensors, minus the scalar penalty: every program has a norm eps
-            assert len(m["weights"]) <= 15, name
+            assert len(m.weights) <= 15, name
         n_programs += len(stages)
     assert n_programs <= 4 * lm.cfg.n_layer + 1  # the per-layer program set: attn + mlp, prefill + decode
 
@@ -137,5 +137,5 @@ def test_target_without_fp32_io_uses_host_casts(llama_dir):
     finally:
         m1.close()
         m4.close()
-    assert manifest["target"] == "m1"
-    assert all(i["dtype"] == "fp16" for i in manifest["inputs"])
+    assert manifest.target == "m1"
+    assert all(i.dtype == "fp16" for i in manifest.inputs)

@@ -88,7 +88,7 @@ def test_lm_head_wider_than_a_conv_is_chunked(tmp_path):
         ids = [1, 19999, 5, 12345]
         got = lm.logits(ids)
         head = lm.programs.programs[lm.fe.lm_head_name(lm.fe.buckets[0])]
-        (lo,) = head.manifest["logical_outputs"]
+        (lo,) = head.manifest.document["logical_outputs"]
     finally:
         lm.close()
     assert lo["name"] == "logits" and lo["axis"] == 1 and len(lo["pieces"]) == 2

@@ -44,7 +44,7 @@ def _ckpt(tmp_path, config, keys):
 
 
 def _compile(graph):
-    return compile_module(Builder.module(graph), with_weights=False).artifacts[graph.name].manifest
+    return compile_module(Builder.module(graph), with_weights=False).artifacts[graph.name].manifest.document
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))

@@ -42,7 +42,7 @@ def test_gpt2_small_body_as_one_func_matches_the_interpreter_and_the_per_layer_p
     weights = random_weights(fe, [body])
     res = compile_module(Builder.module(body), weights=weights, target="m4")
     art = res.artifacts[body.name]
-    stages = art.manifest["stages"]
+    stages = art.manifest.document["stages"]
     # 144 layer weights + the causal mask, at most 15 BLOBFILE tensors per program
     assert len(stages) == 11 < len(blocks)
     assert all(e["weights"] <= e["blob_cap"] <= 15 for e in stages)

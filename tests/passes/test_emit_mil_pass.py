@@ -46,7 +46,7 @@ def test_a_partitioned_func_records_its_own_rewrites_and_the_unattributed_ones()
     mine = {"rule": "r1", "constraint": "ANE-X", "node": "a", "location": "", "detail": "d1", "func": "f"}
     other = {**mine, "rule": "r2", "func": "g"}
     anyone = {k: v for k, v in mine.items() if k != "func"} | {"rule": "r3"}
-    rules = [r["rule"] for r in emit(False, rewrites=[mine, other, anyone]).manifest["rewrites"]]
+    rules = [r["rule"] for r in emit(False, rewrites=[mine, other, anyone]).manifest.document["rewrites"]]
     assert "r1" in rules and "r3" in rules and "r2" not in rules
 
 

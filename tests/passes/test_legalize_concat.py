@@ -75,7 +75,7 @@ def test_native_concat_is_kept_and_runs_on_a_sim_that_accepts_it(no_mac: Path, t
     art = result.artifacts["f"]
     assert "concat(axis = c_axis, interleave = c_interleave, values = (a, b))" in art.mil_text
     assert not [r for r in result.rewrites if r["constraint"] == "ANE-CONCAT"]
-    assert art.manifest["concat"] == {"reading": "native", "why": "asked for (--concat native)"}
+    assert art.manifest.document["concat"] == {"reading": "native", "why": "asked for (--concat native)"}
     x = _inputs()
     ref = interpret(module.funcs["f"], x, random_weights(module, 0), mode="fp32")
     with Runtime("sim", temp_root=tmp_path / "accept", sim_device="concat=accept") as rt:
@@ -96,8 +96,8 @@ def test_without_a_verdict_concat_is_rewritten_or_rejected_as_before(no_mac: Pat
     assert "concat(" not in art.mil_text
     assert {r["rule"] for r in result.rewrites if r["constraint"] == "ANE-CONCAT"} \
         == {"split_concat_into_partial_convs"}
-    assert art.manifest["concat"]["reading"] == "rewrite"
-    assert "cross-compiling" in art.manifest["concat"]["why"]
+    assert art.manifest.document["concat"]["reading"] == "rewrite"
+    assert "cross-compiling" in art.manifest.document["concat"]["why"]
     with pytest.raises(ConstraintError) as info:
         compile_module(parse(BOTH, "both.ir"), random_seed=0)
     assert info.value.constraint == "ANE-CONCAT" and "it feeds conv1x1, relu" in str(info.value)
@@ -109,11 +109,11 @@ def test_an_accepted_verdict_keeps_concat_for_this_macs_target_only(monkeypatch,
     _write_verdict(no_mac, {"reload_verified": [], "concat": "accepted"})
     art = compile_module(parse(CONV_ONLY, "g.ir"), random_seed=0, target="m4").artifacts["g"]
     assert "concat(" in art.mil_text
-    assert art.manifest["concat"] == {"reading": "native",
+    assert art.manifest.document["concat"] == {"reading": "native",
                                       "why": "the selftest found concat accepted and correct on this Mac"}
     # another target from this Mac is cross-compiling: conservative
     other = compile_module(parse(CONV_ONLY, "g.ir"), random_seed=0, target="m1").artifacts["g"]
-    assert "concat(" not in other.mil_text and "this Mac is m4" in other.manifest["concat"]["why"]
+    assert "concat(" not in other.mil_text and "this Mac is m4" in other.manifest.document["concat"]["why"]
     # an explicit --concat rewrite wins over the verdict
     forced = compile_module(parse(CONV_ONLY, "g.ir"), random_seed=0, target="m4", concat="rewrite")
     assert "concat(" not in forced.artifacts["g"].mil_text
@@ -130,7 +130,7 @@ def test_any_other_verdict_keeps_concat_conservative(monkeypatch, no_mac: Path, 
     monkeypatch.setattr(verdict, "this_mac_target", lambda: "m4")
     _write_verdict(no_mac, entry)
     art = compile_module(parse(CONV_ONLY, "g.ir"), random_seed=0, target="m4").artifacts["g"]
-    assert "concat(" not in art.mil_text and art.manifest["concat"]["reading"] == "rewrite"
+    assert "concat(" not in art.mil_text and art.manifest.document["concat"]["reading"] == "rewrite"
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"[]", b'{"entries": {"K": "accepted"}}', b"\xff\xfe",
@@ -220,7 +220,7 @@ def test_a_target_made_native_by_hand_says_so(no_mac: Path) -> None:
     tgt = get_target("m4").replace(concat="native")
     art = compile_module(parse(CONV_ONLY, "g.ir"), random_seed=0, target=tgt).artifacts["g"]
     assert "concat(" in art.mil_text
-    assert art.manifest["concat"] == {"reading": "native", "why": "the target's concat field is native"}
+    assert art.manifest.document["concat"] == {"reading": "native", "why": "the target's concat field is native"}
     with pytest.raises(AnecError, match="unknown concat reading 'nativ'") as info:
         compile_module(parse(CONV_ONLY, "g.ir"), random_seed=0, concat="nativ")
     assert "did you mean 'native'?" in info.value.hint

@@ -48,7 +48,7 @@ def legalized(n: int, share: bool):
 
 
 def distinct_mil(r) -> int:
-    return len({e["mil_sha256"] for e in r.artifacts["f"].manifest["stages"]})
+    return len({e["mil_sha256"] for e in r.artifacts["f"].manifest.document["stages"]})
 
 
 @pytest.mark.parametrize("n", [12, 24, 48])

@@ -66,9 +66,9 @@ def test_conv_with_an_input_weight_becomes_matmul():
     store = random_weights(m, 3)
     res = compile_module(m, weights=store, weights_as_inputs=["h.0.fc.weight"])
     art = res.artifacts["mlp"]
-    rules = [r["rule"] for r in art.manifest["rewrites"]]
+    rules = [r["rule"] for r in art.manifest.document["rewrites"]]
     assert "conv_dynamic_weight_to_matmul" in rules
-    assert "ANE-CONV-CONST-WEIGHT" in {r["constraint"] for r in art.manifest["rewrites"]}
+    assert "ANE-CONV-CONST-WEIGHT" in {r["constraint"] for r in art.manifest.document["rewrites"]}
     g = res.module.funcs["mlp"]
     convs = [n for n in g.nodes if n.op == "conv1x1"]
     assert all(n.operands[1].producer is not None and n.operands[1].producer.op == "const" for n in convs)
@@ -97,5 +97,5 @@ def test_fp32_weights_come_in_as_fp16_on_targets_without_fp32_io():
     m = parse(text, "mlp.ir")
     res = compile_module(m, random_seed=0, target="m1", weights_as_inputs=["h.0.proj.weight"])
     art = res.artifacts["mlp"]
-    (w,) = art.manifest["weight_inputs"]
-    assert w["dtype"] == "fp16" and {i["name"]: i["dtype"] for i in art.manifest["inputs"]}[w["input"]] == "fp16"
+    (w,) = art.manifest.document["weight_inputs"]
+    assert w["dtype"] == "fp16" and {i["name"]: i["dtype"] for i in art.manifest.document["inputs"]}[w["input"]] == "fp16"

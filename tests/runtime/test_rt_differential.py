@@ -128,7 +128,7 @@ def test_reload_on_emitted_artifacts_equals_a_fresh_compile(tmp_path):
             prog = rt.load(tmp_path / "a0", func=name)
             expected_compiles += 2 if prog.reload_info["strategy"] == "recompile" else 1
             before = prog(**x)
-            keys = {w["key"] for w in prog.manifest["weights"]}
+            keys = {w["key"] for w in prog.manifest.document["weights"]}
             prog.reload_weights({k: w1[k] for k in keys})
             after = prog(**x)
             fresh = rt.load(res1.artifacts[name])
@@ -221,7 +221,7 @@ def test_other_targets_dialects_and_host_casts(rt, target):
     graph = module.funcs["mlp"]
     x = random_inputs(graph, 3)
     prog = rt.load(art)
-    assert prog._native.input_surface_bytes == art.manifest["input_alloc_bytes"]
+    assert prog._native.input_surface_bytes == art.manifest.document["input_alloc_bytes"]
     got = prog(**x)
     prog.close()
     assert got["y"].dtype == np.float32
@@ -236,8 +236,8 @@ def test_chunked_output_and_sliced_weight_reload(rt):
     module = parse(text, "big.ir")
     s0, s1 = resolve_weights(module, None, 0), resolve_weights(module, None, 1)
     art = compiler.compile_module(module, s0).artifacts["big"]
-    assert art.manifest["logical_outputs"][0]["axis"] == 1
-    assert sorted(w["slice"][1] for w in art.manifest["weights"]) == [0, 8200]
+    assert art.manifest.document["logical_outputs"][0]["axis"] == 1
+    assert sorted(w["slice"][1] for w in art.manifest.document["weights"]) == [0, 8200]
     graph = module.funcs["big"]
     x = random_inputs(graph, 1)
     prog = rt.load(art)

@@ -245,7 +245,7 @@ def test_check_finite_names_the_first_stage_of_a_pipeline(tmp_path):
     store = {f"l{i}.w": (np.eye(8, dtype=np.float32) * 2).reshape(8, 8, 1, 1) for i in range(6)}
     art = compile_module(m, weights=store, target=get_target("m4").replace(max_blob_tensors=3),
                          out_dir=tmp_path).artifacts["p"]
-    assert [st["weights"] for st in art.manifest["stages"]] == [2, 2, 2]  # layers 0-1, 2-3, 4-5
+    assert [st["weights"] for st in art.manifest.document["stages"]] == [2, 2, 2]  # layers 0-1, 2-3, 4-5
     x = np.full((1, 8, 1, 16), 1.0, np.float16)
     with Runtime(backend="sim", check_finite=True) as rt:
         prog = rt.load(art)

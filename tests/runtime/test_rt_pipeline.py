@@ -92,7 +92,7 @@ def stage_outputs(p: PipelineProgram, feeds) -> dict[str, np.ndarray]:
     """Each stage program run on its own, fed as the manifest wires the stages: {value name: output}."""
     by_port: dict[tuple[int, str], np.ndarray] = {}
     named: dict[str, np.ndarray] = {}
-    for k, (entry, stage) in enumerate(zip(p.manifest["stages"], p.stages)):
+    for k, (entry, stage) in enumerate(zip(p.manifest.document["stages"], p.stages)):
         ins = {}
         for e in entry["inputs"]:
             f = e["from"]
@@ -188,7 +188,7 @@ def test_identical_stages_share_mil_and_the_compile(tmp_path):
     # down projections at half the random scale: the residual stream stays O(1) over 8 blocks
     store = {k: v / 2 if k.endswith(".down") else v for k, v in random_weights(m, 0).items()}
     piped, whole = both(m, store, 4)
-    entries = piped.manifest["stages"]
+    entries = piped.manifest.document["stages"]
     assert len(entries) == 4 and [e["same_as"] for e in entries] == [None, 0, 0, 0]
     assert len({a.mil_text for a in piped.stages}) == 1
     x = inputs_for(m.funcs["t"])
@@ -225,7 +225,7 @@ def reload_a_pipeline(tmp_path, strategy: str) -> dict:
     new = {k: s1[k] for k in RELOADED}
     piped = compile_module(m, weights=s0, target=target(16), **opts).artifacts["f"]
     assert isinstance(piped, PipelineArtifact) and len(piped.stages) == 3
-    holder = {w["key"]: k for k, a in enumerate(piped.stages) for w in a.manifest["weights"]}
+    holder = {w["key"]: k for k, a in enumerate(piped.stages) for w in a.manifest.document["weights"]}
     x = inputs_for(m.funcs["f"])
     with Runtime("sim", temp_root=tmp_path / "rt", sim_device=device) as rt:
         p = rt.load(piped)
@@ -258,7 +258,7 @@ def test_reload_routes_each_key_to_its_stage_and_equals_a_fresh_compile(tmp_path
 def test_weights_as_inputs_in_a_pipeline_reload_by_surface_write(tmp_path):
     got = reload_a_pipeline(tmp_path, "inputs")
     p = got["pipeline"]
-    assert {w["key"] for w in p.manifest["weight_inputs"]} == set(RELOADED)
+    assert {w["key"] for w in p.manifest.document["weight_inputs"]} == set(RELOADED)
     (before, after), (rt0, rt1) = got["stages"], got["runtime"]
     assert after == before  # no stage's BLOBFILEs changed
     assert rt1["compiles"] == rt0["compiles"] and rt1["loads"] == rt0["loads"] and rt1["unloads"] == rt0["unloads"]

@@ -55,14 +55,14 @@ def test_shared_stages_compute_the_unshared_outputs_bit_for_bit():
     plain, shared = build(m, store, "never"), build(m, store, "always")
     sa = shared.artifacts["f"]
     assert isinstance(sa, PipelineArtifact) and shared.shared
-    entries = sa.manifest["stages"]
+    entries = sa.manifest.document["stages"]
     assert any(e["shares"] is not None for e in entries) and any(e["weight_inputs"] for e in entries)
     with Runtime("sim", reload_verified=[]) as rt:
         y0, _ = run(plain.artifacts["f"], x, rt)
         assert rt.stats["compiles"] == plain.programs
     with Runtime("sim", reload_verified=[]) as rt:
         y1, p1 = run(sa, x, rt)
-        assert rt.stats["compiles"] == shared.programs == sa.manifest["programs"] < plain.programs
+        assert rt.stats["compiles"] == shared.programs == sa.manifest.document["programs"] < plain.programs
         assert p1.stats["resident_inputs"] == sum(e["weight_inputs"] for e in entries)
     assert np.array_equal(y0[out], y1[out])  # bit for bit
     assert np.abs(y0[out]).max() > 0.1
@@ -198,7 +198,7 @@ def test_the_c_pipeline_writes_only_resident_inputs_and_checks_all_first():
     with Runtime("sim") as rt:
         p = rt.load(build(m, store, "always").artifacts["f"])
         before = p(**x)["h39"]
-        k = next(j for j, e in enumerate(p.manifest["stages"]) if e["weight_inputs"])
+        k = next(j for j, e in enumerate(p.manifest.document["stages"]) if e["weight_inputs"])
         stage = p.stages[k]
         fed = next(s for s in stage.inputs if s["name"] not in stage._weight_inputs)
         weight = next(s for s in stage.inputs if s["name"] in stage._weight_inputs)

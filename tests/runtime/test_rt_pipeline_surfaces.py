@@ -16,6 +16,7 @@ import numpy as np
 from anec.compiler import compile_module
 from anec.ir.parser import parse
 from anec.ir.weight_binding import random_weights
+from anec.mil.manifest_types import PipelineManifest
 from anec.mil.multi_program import PipelineArtifact
 from anec.runtime import Runtime
 from anec.targets import get_target
@@ -52,8 +53,8 @@ def test_each_stage_gets_its_own_surface_size_and_the_outputs_do_not_change(tmp_
     piped, whole = compiled(3), compiled(64)
     assert isinstance(piped, PipelineArtifact) and len(piped.stages) == 3
     wide = WIDE * 16 * 2
-    assert [e["surface_bytes"] for e in piped.manifest["stages"]] == [MIN, MIN, wide]
-    assert piped.manifest["surface_bytes"] == wide  # the largest: what a manifest without per-stage sizes uses
+    assert [e.surface_bytes for e in piped.manifest.stages] == [MIN, MIN, wide]
+    assert piped.manifest.surface_bytes == wide  # the largest: what a manifest without per-stage sizes uses
     x = {"x": np.random.default_rng(3).standard_normal((1, 8, 1, 16)).astype(np.float16)}
     with Runtime("sim", temp_root=tmp_path) as rt:
         p = rt.load(piped)
@@ -66,8 +67,9 @@ def test_each_stage_gets_its_own_surface_size_and_the_outputs_do_not_change(tmp_
         per_stage = st["surface_bytes"]
         # the same artifact read as an older manifest (one size for every stage): same outputs,
         # every stage at the wide size
-        for e in piped.manifest["stages"]:
+        for e in piped.manifest.document["stages"]:
             del e["surface_bytes"]
+        piped.manifest = PipelineManifest.of(piped.manifest.document)
         q = rt.load(piped)
         np.testing.assert_array_equal(q(**x)["y"], y)
         assert set(sizes(q)) == {(wide, wide)}

@@ -516,7 +516,7 @@ def test_a_weights_as_inputs_pipeline_reload_writes_the_surfaces_of_each_stage(t
     art, s0, x = _chain_pipeline(0, weights_as_inputs=["l1.w", "l3.w"])
     _, s1, _ = _chain_pipeline(1)
     new = {"l1.w": s1["l1.w"], "l3.w": s1["l3.w"]}
-    assert len(art.stages) == 2 and [w["key"] for w in art.manifest["weight_inputs"]] == ["l1.w", "l3.w"]
+    assert len(art.stages) == 2 and [w["key"] for w in art.manifest.document["weight_inputs"]] == ["l1.w", "l3.w"]
     with Runtime("sim", temp_root=tmp_path / "a") as rt:
         p = rt.load(art)
         y0 = p(x=x)["y"]

@@ -4,6 +4,7 @@ reload from either dtype equals a fresh compile."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -11,26 +12,28 @@ import pytest
 
 from anec.diagnostics import WeightError
 from anec.ir.types import FP16_MAX
+from anec.mil.manifest_types import Manifest, WeightEntry
 from anec.runtime import Runtime
 from anec.runtime.weights import materialize
 from tests.runtime.test_rt_reload import CASES, X, blobs_for, keys_of, load, weights
 
 
 def entry(shape, dtype="fp16", perm=None, slice_=None):
-    return {"key": "k", "dtype": dtype, "shape": list(shape), "perm": perm, "slice": slice_}
+    return WeightEntry(key="k", file="weights/w.bin", offset=64, dtype=dtype, shape=tuple(shape),
+                       perm=tuple(perm) if perm else None, slice=tuple(slice_) if slice_ else None)
 
 
 def reference(arr, e):
     """The payload by plain numpy: transpose, slice, reshape, cast."""
     a = np.asarray(arr)
-    if e["perm"]:
-        a = np.transpose(a, e["perm"])
-    if e["slice"]:
-        axis, start, stop = e["slice"]
+    if e.perm:
+        a = np.transpose(a, e.perm)
+    if e.slice:
+        axis, start, stop = e.slice
         idx = [slice(None)] * a.ndim
         idx[axis] = slice(start, stop)
         a = a[tuple(idx)]
-    return np.ascontiguousarray(a.reshape(e["shape"]).astype({"fp16": np.float16, "fp32": np.float32}[e["dtype"]]))
+    return np.ascontiguousarray(a.reshape(e.shape).astype({"fp16": np.float16, "fp32": np.float32}[e.dtype]))
 
 
 ENTRIES = [
@@ -145,7 +148,7 @@ def _packed_file(tmp_path, tensors, offsets=None):
     entries = [{"key": f"t{i}", "file": "weights/w.bin", "path": "@model_path/weights/w.bin", "offset": off,
                 "dtype": "fp16", "shape": list(t.shape), "perm": None, "slice": None}
                for i, (t, off) in enumerate(zip(tensors, offsets or offs))]
-    return data, {"func": "f", "weights": entries}
+    return data, Manifest.of({"func": "f", "weights": entries})
 
 
 def test_changed_blobs_reads_only_what_it_needs_and_equals_the_plain_patch(tmp_path):
@@ -185,16 +188,16 @@ def test_changed_blobs_of_a_hostile_manifest_is_refused_or_plain(tmp_path):
     path = "@model_path/weights/w.bin"
     new = {"t0": t[0] + 1, "t1": t[1] * 2}
     assert bytes(changed_blobs(manifest, tmp_path, new)[path]) == patched_blobs(manifest, {path: data}, new)[path]
-    bad = {"func": "f", "weights": [dict(manifest["weights"][0], offset=len(data))]}
+    w0, w1 = manifest.weights
+    bad = dataclasses.replace(manifest, weights=(dataclasses.replace(w0, offset=len(data)),))
     with pytest.raises(WeightError, match="outside the file"):
         changed_blobs(bad, tmp_path, {"t0": t[0] + 1})
     # the record of t1 claims t0's payload region: refused the same way by both paths
     b = bytearray(data)
-    b[manifest["weights"][1]["offset"] + 16:manifest["weights"][1]["offset"] + 24] = \
-        (manifest["weights"][0]["offset"] + 64).to_bytes(8, "little")
-    b[manifest["weights"][1]["offset"] + 8:manifest["weights"][1]["offset"] + 16] = (128).to_bytes(8, "little")
+    b[w1.offset + 16:w1.offset + 24] = (w0.offset + 64).to_bytes(8, "little")
+    b[w1.offset + 8:w1.offset + 16] = (128).to_bytes(8, "little")
     (tmp_path / "weights" / "w.bin").write_bytes(bytes(b))
-    one = {"func": "f", "weights": [dict(manifest["weights"][1], shape=[64, 1, 1, 1]), manifest["weights"][0]]}
+    one = dataclasses.replace(manifest, weights=(dataclasses.replace(w1, shape=(64, 1, 1, 1)), w0))
     new = {"t1": np.full((64, 1, 1, 1), 3, np.float16), "t0": t[0]}
     want = patched_blobs(one, {path: bytes(b)}, new)
     assert bytes(changed_blobs(one, tmp_path, new)[path]) == want[path]

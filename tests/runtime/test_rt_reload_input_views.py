@@ -20,6 +20,11 @@ from anec.ir.weight_binding import view_stored
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="needs the C runtime")
 
+
+def _list(t):
+    """A manifest entry's perm or slice as the list view_stored takes."""
+    return None if t is None else list(t)
+
 # a fused projection read as two transposed slices, a weight read as itself and transposed
 VIEWS = """\
 func sv(%x: fp16[1, 8, 1, 16]) {
@@ -41,7 +46,7 @@ def _setup():
     m = parse(VIEWS, "sv.ir")
     s0, s1 = _weights(0), _weights(1)
     art = compile_module(m, weights=s0, weights_as_inputs=["all"]).artifacts["sv"]
-    assert len(art.manifest["weight_inputs"]) == 4
+    assert len(art.manifest.document["weight_inputs"]) == 4
     return m, s0, s1, art
 
 
@@ -103,11 +108,11 @@ def test_transposed_and_sliced_views_are_written_exactly(tmp_path):
         entries = list(p._weight_inputs.values())
     kinds = set()
     for e in entries:
-        want = view_stored(e["key"], np.asarray(s1[e["key"]]), e.get("perm"), e.get("slice"),
-                           TensorType(DType.fp16, tuple(e["shape"])), "test").astype(np.float16)
-        kinds.add((bool(e.get("perm")), bool(e.get("slice"))))
+        want = view_stored(e.key, np.asarray(s1[e.key]), _list(e.perm), _list(e.slice),
+                           TensorType(DType.fp16, tuple(e.shape)), "test").astype(np.float16)
+        kinds.add((bool(e.perm), bool(e.slice)))
         n = want.size
-        assert np.array_equal(got[e["input"]][:2 * n].view(np.float16), want.reshape(-1)), e["input"]
+        assert np.array_equal(got[e.input][:2 * n].view(np.float16), want.reshape(-1)), e.input
     assert kinds == {(True, True), (False, False), (True, False)}
 
 
@@ -153,16 +158,16 @@ def test_native_views_refuse_a_bad_view_before_writing(tmp_path):
         p = rt.load(art)
         before = _surfaces(p)
         index = {spec["name"]: i for i, spec in enumerate(p.inputs)}
-        good = [(index[e["input"]], a, 0, (8, 8, 8, 1)) for e in p._weight_inputs.values()]
+        good = [(index[e.input], a, 0, (8, 8, 8, 1)) for e in p._weight_inputs.values()]
         for bad in ([*good[:-1], (good[-1][0], a, 0, (8, 7, 8, 1))], [*good, good[0]]):
             with pytest.raises(Exception, match="elements|given twice"):
                 p._native.reload_input_views(bad)
             after = _surfaces(p)
             for name in before:
                 assert np.array_equal(before[name], after[name]), f"input '{name}' was written"
-        p._native.reload_input_views([(index[e["input"]], a.T, 0, strided_2d(a.T)) for e in p._weight_inputs.values()])
+        p._native.reload_input_views([(index[e.input], a.T, 0, strided_2d(a.T)) for e in p._weight_inputs.values()])
         for e in p._weight_inputs.values():
-            assert np.array_equal(_surfaces(p)[e["input"]][:128].view(np.float16), a.T.reshape(-1))
+            assert np.array_equal(_surfaces(p)[e.input][:128].view(np.float16), a.T.reshape(-1))
 
 
 def test_strided_2d_describes_numpy_views():
@@ -216,6 +221,6 @@ def test_the_same_shape_in_another_layout_is_walked_anew(tmp_path):
         got = _surfaces(p)
         entries = list(p._weight_inputs.values())
     for e in entries:
-        want = view_stored(e["key"], new[e["key"]], e.get("perm"), e.get("slice"),
-                           TensorType(DType.fp16, tuple(e["shape"])), "test")
-        assert np.array_equal(got[e["input"]][:2 * want.size].view(np.float16), want.reshape(-1)), e["input"]
+        want = view_stored(e.key, new[e.key], _list(e.perm), _list(e.slice),
+                           TensorType(DType.fp16, tuple(e.shape)), "test")
+        assert np.array_equal(got[e.input][:2 * want.size].view(np.float16), want.reshape(-1)), e.input

@@ -54,7 +54,7 @@ def reload_inputs(tmp_path, patterns) -> dict:
     m = parse(FFN, "ffn.ir")
     s0, s1 = random_weights(m, 0), random_weights(m, 1)
     _, art = _compile(s0, patterns)
-    as_inputs = {w["key"] for w in art.manifest["weight_inputs"]}
+    as_inputs = {w["key"] for w in art.manifest.document["weight_inputs"]}
     x = np.random.default_rng(5).standard_normal((1, 64, 1, 32)).astype(np.float32)
     with Runtime("sim", temp_root=tmp_path / "rt") as rt:
         p = rt.load(art)
@@ -197,7 +197,7 @@ def two_views_reload(tmp_path) -> None:
     m = parse(TWO_VIEWS, "tv.ir")
     s0, s1 = random_weights(m, 0), random_weights(m, 1)
     art = compile_module(m, weights=s0, weights_as_inputs=["all"]).artifacts["tv"]
-    assert len(art.manifest["weight_inputs"]) == 2
+    assert len(art.manifest.document["weight_inputs"]) == 2
     x = np.random.default_rng(3).standard_normal((1, 8, 1, 16)).astype(np.float16)
     with Runtime("sim", temp_root=tmp_path / "rt") as rt:
         p = rt.load(art)
