@@ -179,7 +179,7 @@ class CausalLM:
     def prefill(self, ids: Iterable[int], cache_len: int | None = None) -> np.ndarray:
         """Run the prompt, fill the KV cache; returns the last position's logits ``[vocab]``
         (fp32; :meth:`generate` reads the head's chunks instead)."""
-        return np.concatenate(self._prefill_chunks(ids, cache_len)).astype(np.float32)
+        return np.concatenate(self._prefill_chunks(ids, cache_len), dtype=np.float32)
 
     def _prefill_chunks(self, ids: Iterable[int], cache_len: int | None) -> list[np.ndarray]:
         ids = self._check_ids(ids)
@@ -225,7 +225,7 @@ class CausalLM:
     def decode(self, token: int) -> np.ndarray:
         """Feed one token at the next position; returns its logits ``[vocab]`` (fp32;
         :meth:`generate` reads the head's chunks instead)."""
-        return np.concatenate(self._decode_chunks(token)).astype(np.float32)
+        return np.concatenate(self._decode_chunks(token), dtype=np.float32)
 
     def _decode_chunks(self, token: int) -> list[np.ndarray]:
         if self.cache is None:
@@ -265,6 +265,7 @@ class CausalLM:
         logits = self._prefill_chunks(ids, cache_len)
         while True:
             tok = sample_chunks(logits, temperature, top_k, rng)
+            del logits  # this step's head outputs go before the next step's arrive
             out.append(tok)
             self.progress.step()
             if on_token is not None:
