@@ -7,7 +7,7 @@ with the head in several chunks (a test profile with a small channel limit, and
 the real limit with a tiny hidden size); greedy picks bit-identical to
 ``np.argmax`` over the concatenation; sampled tokens equal to a plain numpy
 sampler over the concatenated float64 logits on the same seed; and the sampler's
-own allocations stay below one fp32 logits vector.
+own allocations stay within about one chunk in float64.
 """
 
 from __future__ import annotations
@@ -148,9 +148,10 @@ def test_non_finite_logits_are_a_clear_error():
         sample_chunks(split(x, 100), 0.8, 0, np.random.default_rng(0))
 
 
-def test_sampling_allocates_less_than_one_fp32_logits_vector():
+def test_sampling_holds_at_most_one_chunk_in_float64():
     """Vocabulary 151936 (a 152k tokenizer) in the head's chunks under the m4 limit: the
-    sampler's peak allocation stays below one fp32 logits vector (608 KB)."""
+    sampler's peak allocation is one chunk in float64 (122 KB) plus a mask, below 1.5 chunks
+    (two chunks at once, or any whole-vocabulary copy, 608 KB in fp32, would exceed it)."""
     vocab = 151936
     x = np.random.default_rng(2).standard_normal(vocab).astype(np.float16)
     chunks = split(x, get_target("m4").max_conv_out_channels)
@@ -162,4 +163,4 @@ def test_sampling_allocates_less_than_one_fp32_logits_vector():
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-        assert peak < vocab * 4, (temperature, top_k, peak)
+        assert peak < 1.5 * max(c.size for c in chunks) * 8, (temperature, top_k, peak)
