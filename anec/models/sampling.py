@@ -17,8 +17,9 @@ a 152k vocabulary never becomes one fp32 (or float64) vector:
 
 The result is the token ``numpy.random.Generator.choice(p=softmax)`` picks over
 the concatenated float64 logits with the same generator: the same one uniform
-draw, the same per-entry weights, the same sequential cumulative sum. Only the
-normalization differs (the running total instead of ``p.sum()``), by a few ulps,
+draw, the same per-entry weights summed in the same order. Only the rounding of
+the normalization differs (the cumulative sum of the weights divided by its total,
+where the reference divides each weight by ``p.sum()`` first), by a few ulps,
 which can change the token only when the draw lands within those ulps of a
 boundary between two tokens.
 """
