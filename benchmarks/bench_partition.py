@@ -166,6 +166,11 @@ def _surface_memory(art) -> int:
                for e in m["stages"])  # each stage's own size
 
 
+def _head_logits(out: dict) -> np.ndarray:
+    """The LM head's chunk outputs (``logits_c0``, ... in vocabulary order) as one fp32 array."""
+    return np.concatenate(list(out.values()), axis=1).astype(np.float32)
+
+
 def measure_gpt2(variant: str, tokens: int, out_npz: str, tiny: bool = False) -> dict:
     from anec.compiler import compile_module
     from anec.ir.builder import Builder
@@ -221,7 +226,7 @@ def measure_gpt2(variant: str, tokens: int, out_npz: str, tiny: bool = False) ->
                     for i in range(n_layer):
                         kc[i][:, :, pos] = o[f"L{i}_k"][:, :, 0]
                         vc[i][:, :, pos] = o[f"L{i}_v"][:, :, 0]
-                    return head(x=o["h"])["logits"]
+                    return _head_logits(head(x=o["h"]))
             elif variant == "joined":
                 dec = progs[fe.decode_name(W, T) + "_head"]
                 caches = {f"L{i}_{kv}c": a[i] for i in range(n_layer) for kv, a in (("k", kc), ("v", vc))}
@@ -242,7 +247,7 @@ def measure_gpt2(variant: str, tokens: int, out_npz: str, tiny: bool = False) ->
                         kc[i][:, :, pos] = o["k"][:, :, 0]
                         vc[i][:, :, pos] = o["v"][:, :, 0]
                         h = progs[fe.mlp_name(i, W)](x=o["h"])["h"]
-                    return head(x=h)["logits"]
+                    return _head_logits(head(x=h))
             # the cache rows written by a step are not read by the next one (mask), so
             # every step computes the same logits
             logits = step()

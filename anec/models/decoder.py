@@ -12,9 +12,9 @@ pipeline as one program:
                         cache of T past positions
                         in:  x, mask fp16[1, 1, W, T], L{i}_kc, L{i}_vc fp16[1, KV, T, D]
                         out: h, L{i}_k, L{i}_v (the new block's keys and values)
-``lm_head_s{S}``        final norm + LM head (a 1x1 conv with vocab output
-                        channels; legalize chunks it past the target's
-                        maximum conv output channels)
+``lm_head_s{S}``        final norm + LM head: one 1x1 conv per vocabulary
+                        chunk within the target's conv channel limit
+                        out: logits_c0, logits_c1, ... fp16[1, V_i, 1, S]
 
 K and V leave the programs already in the cache layout ``[1, KV, S, D]``, so
 the host only copies rows into its cache. The embedding lookup, the KV cache
@@ -65,7 +65,7 @@ import numpy as np
 from anec.ir.graph import Graph
 from anec.ir.nodes import Value
 from anec.models.blocks import ModelBuilder
-from anec.models.buckets import bucket_list, min_bucket
+from anec.models.buckets import bucket_list, head_channel_limit, min_bucket, vocab_chunks
 from anec.models.common import ModelError
 from anec.models.layout import causal_mask
 from anec.models.hf import Checkpoint, CheckpointError
@@ -159,8 +159,9 @@ class DecoderFrontend(ABC):
         return {}
 
     # ---- programs ------------------------------------------------------------------
-    def program(self, name: str) -> Graph:
-        """Build the func called ``name`` (see the module docstring)."""
+    def program(self, name: str, head_limit: int | None = None) -> Graph:
+        """Build the func called ``name`` (see the module docstring); ``head_limit`` is the LM
+        head's chunk size (:meth:`lm_head`)."""
         m = _NAME.match(name) or _LAYER.match(name)
         if not m:
             raise ModelError(f"'{name}' is not a program of this model",
@@ -172,7 +173,7 @@ class DecoderFrontend(ABC):
             raise ModelError(f"'{name}': a bucket must hold at least one position")
         if layer is None:
             s, w, t, h = sizes
-            return self.prefill(s) if s is not None else self.decode(w, t) if w is not None else self.lm_head(h)
+            return self.prefill(s) if s is not None else self.decode(w, t) if w is not None else self.lm_head(h, head_limit)
         if not 0 <= layer < self.cfg.n_layer:
             raise ModelError(f"'{name}': no such layer (the model has {self.cfg.n_layer})")
         p, dw, dt, ms = sizes
@@ -255,15 +256,25 @@ class DecoderFrontend(ABC):
         b.ret(b.cast(r, dtype="fp32", name="h"))
         return b.graph
 
-    def lm_head(self, s: int) -> Graph:
-        """Final norm and the LM head: logits fp32[1, vocab, 1, s]."""
+    def lm_head(self, s: int, limit: int | None = None) -> Graph:
+        """Final norm and the LM head, the vocabulary in chunks of at most ``limit`` channels
+        (default: the default target's conv channel limit): outputs ``logits_c0``,
+        ``logits_c1``, ... fp16 ``[1, V_i, 1, s]`` in vocabulary order
+        (:func:`~anec.models.buckets.vocab_chunks`). Each chunk is a 1x1 conv over a row
+        slice of the head matrix, so no chunk reaches ANE-CONV-CHANNELS and the host reads
+        the chunks where they land (:mod:`anec.models.sampling`): the logits are never
+        concatenated, and stay fp16 (a cast to fp32 would not change a value)."""
         c = self.cfg
         b = ModelBuilder(self.lm_head_name(s))
         x = b.input("x", "fp32", [1, c.d_model, 1, s])
         xh = b.cast(x, dtype="fp16", name="xh")
         n = self._norm(b, xh, self._final_norm_keys(), "lnf")
-        logits = b.linear(n, self._lm_head_key(), c.vocab, None, "head")
-        b.ret(b.cast(logits, dtype="fp32", name="logits"))
+        key, outs = self._lm_head_key(), []
+        for i, (o0, o1) in enumerate(vocab_chunks(c.vocab, limit or head_channel_limit(None))):
+            w = b.const_weight(key, f"fp16[{o1 - o0}, {c.d_model}, 1, 1]", name=f"head_w{i}",
+                               slice=[0, o0, o1])
+            outs.append(b.conv1x1(n, w, name=f"logits_c{i}"))
+        b.ret(*outs)
         return b.graph
 
     # ---- layers (fp16 residual stream in, out) ---------------------------------------

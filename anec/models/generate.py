@@ -13,9 +13,11 @@ Flow for a prompt of n tokens and N new tokens, one program call per step:
    keys/values come back as outputs and the host writes them into the cache.
    T is one bucket chosen per generation (>= n + N - 1), so a generation
    compiles each program once.
-3. The LM head (``lm_head_s{W}``) turns the last hidden column into logits;
-   :func:`sample` picks the token (greedy, or temperature + top-k with a
-   seeded numpy generator).
+3. The LM head (``lm_head_s{W}``) turns the last hidden column into logits,
+   returned in vocabulary chunks within the target's conv channel limit (fp16);
+   :func:`~anec.models.sampling.sample_chunks` picks the token from the chunks
+   where they are (greedy, or temperature + top-k with a seeded numpy
+   generator), so a 152k vocabulary is never one fp32 vector.
 
 The compiler cuts ``prefill_s{S}`` and ``decode_w{W}_t{T}`` into pipelines of
 ANE programs; the runtime runs each pipeline as one call. Programs are built,
@@ -31,30 +33,23 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from anec.models.buckets import pick_bucket
+from anec.ir.graph import Graph
+from anec.models.buckets import head_channel_limit, pick_bucket, vocab_chunks
 from anec.models.common import ModelError
 from anec.models.layout import MASK_NEG, from_bc1s, to_bc1s
 from anec.models.programs import ProgramCache
 from anec.models.progress import Progress
 from anec.models.decoder import DecoderFrontend
 from anec.models.lora import LoraAdapter, LoraSlot, apply_lora
+from anec.models.sampling import sample_chunks
 
 
 def sample(logits: np.ndarray, temperature: float = 0.0, top_k: int = 0,
            rng: np.random.Generator | None = None) -> int:
     """Next token from ``logits``: argmax when ``temperature <= 0``, else softmax
-    of ``logits / temperature`` restricted to the ``top_k`` largest (0 = all)."""
-    z = np.asarray(logits, dtype=np.float64).reshape(-1)
-    if temperature <= 0:
-        return int(np.argmax(z))
-    z = z / temperature
-    if 0 < top_k < z.size:
-        kth = np.partition(z, -top_k)[-top_k]
-        z = np.where(z >= kth, z, -np.inf)
-    p = np.exp(z - z.max())
-    p /= p.sum()
-    rng = rng if rng is not None else np.random.default_rng()
-    return int(rng.choice(z.size, p=p))
+    of ``logits / temperature`` restricted to the ``top_k`` largest (0 = all): the vector
+    as one chunk of :func:`~anec.models.sampling.sample_chunks`."""
+    return sample_chunks([np.asarray(logits).reshape(-1)], temperature, top_k, rng)
 
 
 class KVCache:
@@ -104,6 +99,9 @@ class CausalLM:
                                      transform=transform, release=frontend.release_pages)
         self.cache: KVCache | None = None
         self.pos = 0
+        self.head_limit = head_channel_limit(target)
+        """The LM head's chunk size: the target's conv channel limit (ANE-CONV-CHANNELS)."""
+        self._head_outputs = [f"logits_c{i}" for i in range(len(vocab_chunks(self.cfg.vocab, self.head_limit)))]
 
     # ---- adapters ----------------------------------------------------------------------
     def set_adapter(self, adapter: LoraAdapter | None) -> None:
@@ -138,8 +136,11 @@ class CausalLM:
 
     # ---- programs ----------------------------------------------------------------------
     def _run(self, name: str, **inputs: Any) -> dict[str, np.ndarray]:
-        prog = self.programs.get(name, lambda: self.fe.program(name))
+        prog = self.programs.get(name, lambda: self._program(name))
         return prog(**inputs, **self._adapter_inputs(name))
+
+    def _program(self, name: str) -> Graph:
+        return self.fe.program(name, self.head_limit)
 
     def program_names(self, prompt_len: int, cache_len: int | None) -> list[str]:
         """Programs a prefill of ``prompt_len`` (and decode with a ``cache_len`` cache) uses."""
@@ -152,7 +153,7 @@ class CausalLM:
 
     def compile(self, names: Iterable[str]) -> None:
         """Build, compile and load ``names`` now (with a progress bar)."""
-        self.programs.get_all(names, self.fe.program, self.progress)
+        self.programs.get_all(names, self._program, self.progress)
 
     # ---- forward ---------------------------------------------------------------------------
     def _check_ids(self, ids: Any) -> np.ndarray:
@@ -176,7 +177,11 @@ class CausalLM:
         return o["h"], s
 
     def prefill(self, ids: Iterable[int], cache_len: int | None = None) -> np.ndarray:
-        """Run the prompt, fill the KV cache; returns the last position's logits ``[vocab]``."""
+        """Run the prompt, fill the KV cache; returns the last position's logits ``[vocab]``
+        (fp32; :meth:`generate` reads the head's chunks instead)."""
+        return np.concatenate(self._prefill_chunks(ids, cache_len), dtype=np.float32)
+
+    def _prefill_chunks(self, ids: Iterable[int], cache_len: int | None) -> list[np.ndarray]:
         ids = self._check_ids(ids)
         cache_len = cache_len or pick_bucket(ids.size, self.fe.buckets)
         if cache_len < ids.size:
@@ -204,17 +209,25 @@ class CausalLM:
         """Logits ``[n, vocab]`` for every prompt position (prefill + the LM head at the prompt bucket)."""
         ids = self._check_ids(ids)
         x, s = self._prefill_hidden(ids, pick_bucket(ids.size, self.fe.buckets))
-        out = self._run(self.fe.lm_head_name(s), x=x)["logits"]
-        return from_bc1s(out, ids.size)
+        out = self._run(self.fe.lm_head_name(s), x=x)
+        return np.concatenate([from_bc1s(out[n], ids.size) for n in self._head_outputs], axis=1,
+                              dtype=np.float32)
 
-    def _head_column(self, col: np.ndarray) -> np.ndarray:
+    def _head_column(self, col: np.ndarray) -> list[np.ndarray]:
+        """The LM head on one hidden column: its logits as views of the head's chunk outputs
+        (column 0 of each ``[1, V_i, 1, W]``), in vocabulary order, nothing copied."""
         w = self.fe.width
         x = np.zeros((1, self.cfg.d_model, 1, w), np.float32)
         x[:, :, :, 0] = col
-        return from_bc1s(self._run(self.fe.lm_head_name(w), x=x)["logits"], 1)[0]
+        out = self._run(self.fe.lm_head_name(w), x=x)
+        return [out[n][0, :, 0, 0] for n in self._head_outputs]
 
     def decode(self, token: int) -> np.ndarray:
-        """Feed one token at the next position; returns its logits ``[vocab]``."""
+        """Feed one token at the next position; returns its logits ``[vocab]`` (fp32;
+        :meth:`generate` reads the head's chunks instead)."""
+        return np.concatenate(self._decode_chunks(token), dtype=np.float32)
+
+    def _decode_chunks(self, token: int) -> list[np.ndarray]:
         if self.cache is None:
             raise ModelError("decode needs a prefill first")
         pos, w, t = self.pos, self.fe.width, self.cache.t
@@ -249,16 +262,17 @@ class CausalLM:
         rng = np.random.default_rng(seed)
         self.progress.start("generate", max_new_tokens)
         out: list[int] = []
-        logits = self.prefill(ids, cache_len)
+        logits = self._prefill_chunks(ids, cache_len)
         while True:
-            tok = sample(logits, temperature, top_k, rng)
+            tok = sample_chunks(logits, temperature, top_k, rng)
+            del logits  # this step's head outputs go before the next step's arrive
             out.append(tok)
             self.progress.step()
             if on_token is not None:
                 on_token(tok)
             if len(out) >= max_new_tokens or (eos_id is not None and tok == eos_id):
                 break
-            logits = self.decode(tok)
+            logits = self._decode_chunks(tok)
         self.progress.finish()
         return out
 

@@ -68,10 +68,11 @@ def test_decoder_programs_at_full_size(tmp_path, name):
         m = _compile(g)
         assert len(m["weights"]) <= 15, g.name
         assert m["input_alloc_bytes"] >= 49152 and m["output_alloc_bytes"] >= 49152
-    m = _compile(fe.lm_head(width))
-    (lo,) = m["logical_outputs"]
-    assert lo["shape"] == [1, config["vocab_size"], 1, width]
-    assert len(lo["pieces"]) == head_pieces
+    m = _compile(fe.lm_head(width))  # one output per vocabulary chunk, none of them split again
+    los = m["logical_outputs"]
+    assert [lo["name"] for lo in los] == [f"logits_c{i}" for i in range(head_pieces)]
+    assert sum(lo["shape"][1] for lo in los) == config["vocab_size"]
+    assert all(lo["shape"] == [1, lo["shape"][1], 1, width] and lo["shape"][1] <= 16384 for lo in los)
 
 
 def test_minilm_programs_at_full_size(minilm_dir):
