@@ -27,15 +27,55 @@ def at_exit_signal(cleanup: Callable[[], None]) -> None:
 
 
 def must_wait(signum: int, frame: object) -> bool:
-    """For a handler that ends the process on ``signum`` by raising: True (and the signal sent
-    again, to be handled a moment later) when it interrupted the import machinery. Its module
-    locks' weakref callbacks run there, and an exception raised in a callback is printed and
-    ignored, so the process would not end. Both handlers here ask this first."""
+    """For a handler that ends the process on ``signum`` by raising: True (and the signal
+    handled again a moment later, :func:`_again`) when raising now would leave the process
+    unable to end. Both handlers here ask this first. Two places:
+
+    * the import machinery: its module locks' weakref callbacks run there, and an exception
+      raised in a callback is printed and ignored;
+    * a thread pool starting a worker (``ThreadPoolExecutor._adjust_thread_count``, the new
+      thread's start included): raised between the start and the pool's record of the
+      thread, the exception leaves a worker that the interpreter's exit waits for and that
+      nothing wakes, so the process hangs after its cleanups.
+    """
     code = getattr(frame, "f_code", None)
-    if code is not None and code.co_filename.startswith("<frozen importlib"):
-        os.kill(os.getpid(), signum)
+    if code is not None and str(code.co_filename).startswith("<frozen importlib") or _starting_a_worker(frame):
+        _again(signum)
         return True
     return False
+
+
+def _starting_a_worker(frame: object, depth: int = 200) -> bool:
+    """Whether ``frame`` or one of its callers is a ThreadPoolExecutor starting a thread."""
+    f = frame
+    for _ in range(depth):
+        code = getattr(f, "f_code", None)
+        if code is None:
+            return False
+        if getattr(code, "co_name", None) == "_adjust_thread_count" and str(code.co_filename).endswith(
+                os.path.join("concurrent", "futures", "thread.py")):
+            return True
+        f = getattr(f, "f_back", None)
+    return False
+
+
+def _again(signum: int) -> None:
+    """Handle ``signum`` again a millisecond from now, by a one-shot timer (SIGALRM) whose
+    handler calls ``signum``'s and then puts SIGALRM's back. A signal sent to the process at
+    once would be handled inside the handler still running, each nested call deferring
+    again. Without timers (or a Python-level handler) the signal is sent again."""
+    handler = signal.getsignal(signum)
+    if not callable(handler) or not hasattr(signal, "setitimer"):
+        os.kill(os.getpid(), signum)
+        return
+    previous = signal.getsignal(signal.SIGALRM)
+
+    def fire(_alarm: int, frame: object) -> None:
+        signal.signal(signal.SIGALRM, previous)
+        handler(signum, frame)  # type: ignore[operator]
+
+    signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, 0.001)
 
 
 def exit_on_signal(signum: int, frame: object) -> None:

@@ -239,7 +239,7 @@ def test_a_signal_inside_the_import_machinery_is_sent_again_not_raised_there(mon
     import anec.signals as signals
 
     sent, closed = [], []
-    monkeypatch.setattr(signals.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    monkeypatch.setattr(signals, "_again", lambda sig: sent.append((os.getpid(), sig)))
     monkeypatch.setattr(signals, "_CLEANUPS", [])
     monkeypatch.setattr(runtime, "_cleanup", {"registered": False})
     monkeypatch.setattr(runtime, "_close_all", lambda: closed.append(True))
@@ -263,9 +263,59 @@ def test_an_interrupt_inside_the_import_machinery_is_sent_again(monkeypatch):
     import anec.signals as signals
 
     sent = []
-    monkeypatch.setattr(signals.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    monkeypatch.setattr(signals, "_again", lambda sig: sent.append((os.getpid(), sig)))
     assert signals.interrupt_on_signal(signal.SIGINT, _Frame("<frozen importlib._bootstrap>")) is None
     assert sent == [(os.getpid(), signal.SIGINT)]
     with pytest.raises(KeyboardInterrupt):
         signals.interrupt_on_signal(signal.SIGINT, _Frame(str(ROOT / "anec" / "cli" / "group.py")))
     assert len(sent) == 1
+
+
+def test_a_deferred_signal_is_handled_once_a_moment_later_by_a_timer():
+    """_again: the signal's own handler runs once, about a millisecond later, from a one-shot
+    SIGALRM whose previous handler is then put back (not nested in the running handler)."""
+    from anec import signals
+
+    got = []
+    old = signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
+    alarm = signal.getsignal(signal.SIGALRM)
+    try:
+        signals._again(signal.SIGUSR1)
+        assert got == [] and signal.getsignal(signal.SIGALRM) is not alarm
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert got == [signal.SIGUSR1] and signal.getsignal(signal.SIGALRM) is alarm
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+
+
+def test_a_signal_while_a_pool_starts_a_worker_is_sent_again(monkeypatch):
+    """Raised between a ThreadPoolExecutor's start of a worker and its record of it, an
+    interrupt would leave a worker that the interpreter's exit waits for forever; the
+    handlers send the signal again instead (to land a moment later), as inside an import."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from anec import signals
+
+    frames = []
+    start = threading.Thread.start
+
+    def spy(self):
+        frames.append(sys._getframe())  # the frame a signal handler would get here
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", spy)
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(lambda: None).result()
+    sent = []
+    monkeypatch.setattr(signals, "_again", sent.append)
+    assert signals.must_wait(signal.SIGINT, frames[0]) and sent == [signal.SIGINT]
+    signals.interrupt_on_signal(signal.SIGINT, frames[0])  # returns instead of raising
+    assert sent == [signal.SIGINT, signal.SIGINT]
+    # anywhere else the handler raises at once
+    assert not signals.must_wait(signal.SIGINT, sys._getframe())
+    with pytest.raises(KeyboardInterrupt):
+        signals.interrupt_on_signal(signal.SIGINT, sys._getframe())
+    assert sent == [signal.SIGINT, signal.SIGINT]
