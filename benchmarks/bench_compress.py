@@ -235,13 +235,13 @@ def measure_minilm_sim(fmt: str, gate_off: bool) -> dict:
     finally:
         enc.close()
     reports = enc.programs.compression
-    dense = sum(int(r["dense_bytes"]) for r in reports)
+    dense = sum(r.dense_bytes for r in reports)
     formats: dict[str, int] = {}
     for r in reports:
-        formats[r["format"]] = formats.get(r["format"], 0) + 1
+        formats[r.format] = formats.get(r.format, 0) + 1
     cos = [float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b))) for a, b in zip(got, ref)]
     return {"compile_seconds": (t1 - t0) - (t2 - t1), "cosines": cos, "min_cosine": min(cos),
-            "size": (sum(int(r["bytes"]) for r in reports) / dense) if dense else 1.0, "formats": formats}
+            "size": (sum(r.dense_bytes if r.bytes is None else r.bytes for r in reports) / dense) if dense else 1.0, "formats": formats}
 
 
 def measure_minilm_weights(side: str, fmt: str) -> dict:
