@@ -391,7 +391,7 @@ def main(argv: list[str]) -> int:
                   f"{harness.median(a['rel_l2']):.4g} | {harness.median(c['rel_l2']):.4g} |")
     md += ["", "Sizes are payload bytes over the fp16 bytes of the same matrices; rel L2 is "
            "||w - w'|| / ||w|| over all matrices."]
-    why = "skipped (--no-minilm)" if args.no_minilm or args.quick else minilm_available()
+    why = ("skipped (--quick)" if args.quick else "skipped (--no-minilm)") if args.no_minilm or args.quick else minilm_available()
     if why is None:
         result["minilm"], lines = minilm_section(me, formats, args.minilm_rounds, args.budget)
         md += lines
