@@ -13,7 +13,13 @@ missing):
 - ``generate``: ``load_causal_lm`` on the sim, a prompt, then greedy decode steps: time to
   first token (compile + prefill + head), decode tokens/s, and the bytes the host moves
   to and from the programs' surfaces per decode step (the decode func's and the LM head's
-  inputs and outputs, KV cache included).
+  inputs and outputs, KV cache included);
+- ``transformers``: the same checkpoint in transformers' ``LlamaForCausalLM`` on the CPU in
+  fp32 (torch's default threads), the same prompt, the same number of greedy steps with
+  its KV cache: time to first token, decode tokens/s and the tokens, so the table shows
+  anec's decode speed on the sim next to it and how many greedy tokens agree (random
+  weights give small logit gaps, so a late disagreement is expected; the tests check
+  tokens on shapes where the gaps are checked).
 
 Memory is judged against the fp16 weight bytes: the target is each phase <= 1.3x the fp16
 weights plus ``CONSTANT`` (the interpreter, numpy and anec, measured as the peak of a
@@ -26,6 +32,7 @@ process that only imports them). ``--quick``: a 4-layer model of the same struct
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -125,6 +132,31 @@ def worker_generate(ckpt: Path, tokens: int) -> dict:
             "tokens": out}
 
 
+def worker_transformers(ckpt: Path, tokens: int) -> dict:
+    import torch
+    import transformers
+
+    t0 = time.perf_counter()
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(ckpt), torch_dtype=torch.float32).eval()
+    load_s = time.perf_counter() - t0
+    vocab = model.config.vocab_size
+    prompt = [int(x) for x in np.random.default_rng(0).integers(0, vocab, PROMPT)]
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        res = model(torch.tensor([prompt]), use_cache=True)
+        out = [int(torch.argmax(res.logits[0, -1]))]
+        first_s = time.perf_counter() - t0
+        past, times = res.past_key_values, []
+        for _ in range(tokens):
+            t1 = time.perf_counter()
+            res = model(torch.tensor([[out[-1]]]), past_key_values=past, use_cache=True)
+            past = res.past_key_values
+            out.append(int(torch.argmax(res.logits[0, -1])))
+            times.append(time.perf_counter() - t1)
+    return {"load_s": load_s, "first_token_s": first_s, "decode_s": times,
+            "tokens_per_s": len(times) / sum(times) if times else None, "peak_rss": peak_rss(), "tokens": out}
+
+
 def run_model(name: str, config: dict, tokens: int, me: str, constant: int) -> dict:
     from tests.models.synthetic import write_random_llama
 
@@ -139,6 +171,9 @@ def run_model(name: str, config: dict, tokens: int, me: str, constant: int) -> d
             r = harness.run_worker([me, "--worker", phase, *argv])
             r["within_target"] = r["peak_rss"] <= TARGET * 2 * n + constant
             row[phase] = r
+        if importlib.util.find_spec("transformers") is not None:
+            row["transformers"] = harness.run_worker([me, "--worker", "transformers", "--ckpt", str(ckpt),
+                                                      "--tokens", str(tokens)])
     return row
 
 
@@ -164,6 +199,20 @@ def to_md(results: dict) -> list[str]:
         tps = f"{g['tokens_per_s']:.2f}" if g["tokens_per_s"] else "n/a"
         lines.append(f"| {row['model']} | {c['planned_compiles']} ({c['budget']}) | {c['shared']} | {g['compiles']} | "
                      f"{g['first_token_s']:.1f} s | {tps} | {g['host_io_bytes_per_step']} |")
+    lines += ["", "Next to transformers (CPU, fp32, same checkpoint, prompt and greedy steps; its own process):", "",
+              "| model | anec decode tokens/s (sim) | transformers decode tokens/s | anec / transformers | "
+              "transformers time to first token | greedy tokens equal (leading) |", "|---|---|---|---|---|---|"]
+    for row in results["models"]:
+        g, t = row["generate"], row.get("transformers")
+        if t is None:
+            lines.append(f"| {row['model']} | | not run: transformers is not installed | | | |")
+            continue
+        same = next((i for i, (a, b) in enumerate(zip(g["tokens"], t["tokens"])) if a != b),
+                    min(len(g["tokens"]), len(t["tokens"])))
+        ratio = (f"{g['tokens_per_s'] / t['tokens_per_s']:.2f}x"
+                 if g["tokens_per_s"] and t["tokens_per_s"] else "n/a")
+        lines.append(f"| {row['model']} | {g['tokens_per_s'] or 0:.2f} | {t['tokens_per_s'] or 0:.2f} | {ratio} | "
+                     f"{t['first_token_s']:.2f} s | {same} of {len(t['tokens'])} |")
     return lines
 
 
@@ -172,7 +221,7 @@ def main() -> int:
     ap.add_argument("--models", default="0.6b,1b", help="comma-separated: 0.6b, 1b")
     ap.add_argument("--tokens", type=int, default=32, help="greedy decode steps")
     ap.add_argument("--quick", action="store_true", help="a 4-layer hidden-256 model of the same structure")
-    ap.add_argument("--worker", choices=["baseline", "export", "compile", "generate"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["baseline", "export", "compile", "generate", "transformers"], help=argparse.SUPPRESS)
     ap.add_argument("--ckpt", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--build", type=Path, help=argparse.SUPPRESS)
@@ -180,7 +229,8 @@ def main() -> int:
     if a.worker:
         result = {"baseline": worker_baseline, "export": lambda: worker_export(a.ckpt, a.out),
                   "compile": lambda: worker_compile(a.out, a.build),
-                  "generate": lambda: worker_generate(a.ckpt, a.tokens)}[a.worker]()
+                  "generate": lambda: worker_generate(a.ckpt, a.tokens),
+                  "transformers": lambda: worker_transformers(a.ckpt, a.tokens)}[a.worker]()
         print(json.dumps(result))
         return 0
     from tests.models.synthetic import LLAMA_06B, LLAMA_1B
