@@ -168,7 +168,12 @@ def run_model(name: str, config: dict, tokens: int, me: str, constant: int) -> d
         for phase, argv in (("export", ["--ckpt", str(ckpt), "--out", str(out)]),
                             ("compile", ["--out", str(out), "--build", str(build)]),
                             ("generate", ["--ckpt", str(ckpt), "--tokens", str(tokens)])):
-            r = harness.run_worker([me, "--worker", phase, *argv])
+            try:
+                r = harness.run_worker([me, "--worker", phase, *argv])
+            except RuntimeError as e:  # e.g. over the compile budget: the row says so, the next model runs
+                errors = [ln for ln in str(e).splitlines() if "error:" in ln] or str(e).splitlines()[-1:]
+                row["failed"] = {"phase": phase, "error": errors[-1].strip()}
+                return row
             r["within_target"] = r["peak_rss"] <= TARGET * 2 * n + constant
             row[phase] = r
         if importlib.util.find_spec("transformers") is not None:
@@ -188,13 +193,20 @@ def to_md(results: dict) -> list[str]:
     for row in results["models"]:
         w = row["fp16_bytes"]
         for phase in ("export", "compile", "generate"):
+            if phase not in row:
+                break
             r = row[phase]
             secs = r.get("seconds", r.get("first_token_s"))
             lines.append(f"| {row['model']} | {w / 2**20:.0f} MiB | {phase} | {r['peak_rss'] / 2**20:.0f} MiB | "
                          f"{r['peak_rss'] / w:.2f} | {'yes' if r['within_target'] else 'no'} | {secs:.1f} |")
+    for row in results["models"]:
+        if "failed" in row:
+            lines.append(f"| {row['model']} | {row['fp16_bytes'] / 2**20:.0f} MiB | {row['failed']['phase']} | "
+                         f"failed: {row['failed']['error']} | | | |")
+    done = [row for row in results["models"] if "failed" not in row]
     lines += ["", "| model | compiles planned (budget) | shared | compiles in generate | time to first token | "
               "decode tokens/s | host I/O bytes per decode step |", "|---|---|---|---|---|---|---|"]
-    for row in results["models"]:
+    for row in done:
         c, g = row["compile"], row["generate"]
         tps = f"{g['tokens_per_s']:.2f}" if g["tokens_per_s"] else "n/a"
         lines.append(f"| {row['model']} | {c['planned_compiles']} ({c['budget']}) | {c['shared']} | {g['compiles']} | "
@@ -202,7 +214,7 @@ def to_md(results: dict) -> list[str]:
     lines += ["", "Next to transformers (CPU, fp32, same checkpoint, prompt and greedy steps; its own process):", "",
               "| model | anec decode tokens/s (sim) | transformers decode tokens/s | anec / transformers | "
               "transformers time to first token | greedy tokens equal (leading) |", "|---|---|---|---|---|---|"]
-    for row in results["models"]:
+    for row in done:
         g, t = row["generate"], row.get("transformers")
         if t is None:
             lines.append(f"| {row['model']} | | not run: transformers is not installed | | | |")
