@@ -61,16 +61,22 @@ def worker_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def _shown(argv: Sequence[str]) -> str:
+    """A worker's command line for an error: a long argument keeps its head and its tail
+    (a script's file name is at the end of its path)."""
+    return " ".join(a if len(a) < 80 else f"{a[:30]}...{a[-40:]}" for a in argv)
+
+
 def run_worker(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 3600) -> dict:
     """Run one worker process; its result is the JSON object on its last line of output."""
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, *argv], cwd=ROOT, env=worker_env(env), capture_output=True,
                           text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise RuntimeError(f"worker {' '.join(a if len(a) < 80 else a[:60] + '...' for a in argv)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"worker {_shown(argv)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     if not lines:
-        raise RuntimeError(f"worker {' '.join(a if len(a) < 80 else a[:60] + '...' for a in argv)} printed no result")
+        raise RuntimeError(f"worker {_shown(argv)} printed no result")
     out = json.loads(lines[-1])
     out.setdefault("process_s", round(time.perf_counter() - t0, 3))
     return out

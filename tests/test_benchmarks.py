@@ -67,7 +67,9 @@ def test_a_side_over_its_budget_is_stopped_and_not_run_again(fake):
 
 
 def test_a_failing_worker_is_an_error_naming_it(tmp_path):
-    bad = tmp_path / "bad.py"
+    # a long path (CI's temporary folders are long): the script's name must still show
+    (tmp_path / ("d" * 90)).mkdir()
+    bad = tmp_path / ("d" * 90) / "bad.py"
     bad.write_text("import sys; sys.exit('it broke')")
     with pytest.raises(RuntimeError, match="(?s)bad.py failed .*it broke"):
         harness.run_worker([str(bad)])
