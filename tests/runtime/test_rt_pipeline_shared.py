@@ -79,6 +79,34 @@ def test_doubling_the_layers_keeps_the_number_of_compiles():
     assert counts[80] == counts[40] <= 3
 
 
+def wide_chain(layers: int, c: int = 64):
+    """Residual layers whose conv1x1 weight (c x c fp16) is 4x an activation (c x 16)."""
+    lines = [f"func f(%x: fp16[1, {c}, 1, 16]) {{", "  %k = const(value=0.25) : fp16[]"]
+    prev = "%x"
+    for i in range(layers):
+        lines += [f"  %a{i} = relu({prev})", f'  %w{i} = const(weight="l{i}.w") : fp16[{c}, {c}, 1, 1]',
+                  f"  %c{i} = conv1x1(%a{i}, %w{i})", f"  %s{i} = mul(%c{i}, %k)", f"  %h{i} = add({prev}, %s{i})"]
+        prev = f"%h{i}"
+    m = parse("\n".join([*lines, f"  return {prev}", "}"]), "wide.ir")
+    return m, random_weights(m, 0)
+
+
+def test_a_shared_stage_whose_input_weights_overflow_the_sram_is_still_shared():
+    # ANE-SRAM is soft: a stage whose weights, once inputs, keep more bytes live than the
+    # SRAM is one program with a spill risk, not a reason to give up sharing (a 1B model's
+    # 32 MiB projections made every layer its own compile and the model over the budget)
+    m, store = wide_chain(24)
+    x = inputs_for(m.funcs["f"])
+    small = target(4).replace(sram_bytes=24 * 1024)  # the activations fit; a weight input does not
+    plain = compile_module(m, weights=store, target=small, share_programs="never")
+    shared = compile_module(m, weights=store, target=small, share_programs="always")
+    assert plain.programs >= 3 and shared.shared and shared.programs <= 3 < plain.programs
+    with Runtime("sim", reload_verified=[]) as rt:
+        y0 = rt.load(plain.artifacts["f"])(**x)["h23"]
+        y1 = rt.load(shared.artifacts["f"])(**x)["h23"]
+    assert np.array_equal(y0, y1) and np.abs(y0).max() > 0.1
+
+
 @pytest.mark.constraint("ANE-COMPILE-BUDGET")
 def test_the_planner_count_is_what_the_runtime_compiles():
     for layers in (20, 40):
