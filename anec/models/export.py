@@ -404,6 +404,7 @@ def compile_export(path: str | Path, out_dir: str | Path | None,
     together need more compiles than the target's budget. ``plan`` (a dict) receives
     ``programs``, ``budget`` and ``shared``."""
     from anec.compiler import share_mode, count_programs, over_budget
+    from anec.mil.output import write_output
     from anec.ir.parser import parse_file
     from anec.targets import get_target
 
@@ -443,5 +444,7 @@ def compile_export(path: str | Path, out_dir: str | Path | None,
         raise over_budget(programs, budget, module, per, shared)
     if plan is not None:
         plan.update(programs=programs, budget=budget, shared=shared)
-    # written once every func compiled: a failure leaves out_dir as it was
-    return [(name, art, None if out_dir is None else art.write(Path(out_dir) / name)) for name, art in arts.items()]
+    # written once every func compiled, all or nothing: out_dir is replaced as a whole (the
+    # complete previous build or the complete new one; see anec.mil.output.write_output)
+    paths = {} if out_dir is None else write_output(out_dir, arts)
+    return [(name, art, paths.get(name)) for name, art in arts.items()]

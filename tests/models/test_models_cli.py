@@ -75,6 +75,17 @@ def test_models_compile_plans_every_func_and_refuses_old_exports(gpt2_dir, tmp_p
     assert [ln.split(":")[0] for ln in lines] == ["prefill_s128", "decode_w128_t128", "lm_head_s128"]
     assert "2 programs" in lines[0] and "2 programs" in lines[1] and "programs" not in lines[2]
     assert (tmp_path / "build" / "prefill_s128" / "stages" / "s01" / "model.mil").is_file()
+    # the build is one output, written all or nothing: a rebuild replaces it as a whole, and
+    # a folder of the user's is never taken for one
+    (tmp_path / "build" / "stale_func").mkdir()
+    run("models", "compile", out, "-o", tmp_path / "build")
+    assert not (tmp_path / "build" / "stale_func").exists()
+    assert (tmp_path / "build" / ".anec-output.json").is_file()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the user's\n")
+    res = run("models", "compile", out, "-o", tmp_path / "mine", ok=False)
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]
     # a directory from an older anec: one func per layer half, refused with the command to re-export
     info = json.loads((out / "model.json").read_text())
     old = {**info, "format": "anec-model/1",
