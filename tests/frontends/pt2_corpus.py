@@ -276,7 +276,10 @@ def build_corpus(work: Path, marker: Path) -> list[Case]:
     # -- pickles in every member position
     case("weights_use_pickle", write_zip(edit_json(replace(items, w0, ts), WEIGHTS_CFG, _set_meta("use_pickle", True))),
          pickled, member="use_pickle", cli=True)
-    case("weights_raw_pickle", write_zip(replace(items, w0, pk)), "its config needs", member=w0)
+    # a pickle's length follows the marker's path; one a multiple of 4 and over the tensor's
+    # bytes is a valid larger storage (read as raw floats, never unpickled), so pad it off 4
+    odd = pk + b"\0" * ((2 - len(pk)) % 4)
+    case("weights_raw_pickle", write_zip(replace(items, w0, odd)), "its config needs", member=w0)
     case("weights_torch_save", write_zip(replace(items, w0, ts)), "its config needs", member=w0)
     case("constants_use_pickle", write_zip(edit_json(replace(items, t0, ts), CONSTANTS_CFG, _set_meta("use_pickle", True))),
          pickled, member="use_pickle")

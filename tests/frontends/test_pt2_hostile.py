@@ -83,6 +83,21 @@ def test_case_is_refused_in_process(corpus, name):
     assert took < CASE_SECONDS, f"{name}: {took:.1f} s"
 
 
+def test_a_pickle_sized_as_a_larger_storage_is_read_as_raw_bytes(tmp_path):
+    # a weight member may hold more bytes than its tensor needs (a larger storage): a pickle
+    # of such a size is data, read as floats, and nothing in it runs
+    marker = tmp_path / "MARKER"
+    base = pc.save_genuine(*pc.genuine_modules()["small"], tmp_path / "genuine.pt2").read_bytes()
+    items = pc.members(base)
+    pk = pc.pickle_payload(marker)
+    pk += b"\0" * (-len(pk) % 4)
+    path = tmp_path / "larger.pt2"
+    path.write_bytes(pc.write_zip(pc.replace(items, "data/weights/weight_0", pk)))
+    with pc.code_guard() as trips:
+        load_pt2(path)
+    assert trips == [] and not marker.exists()
+
+
 # ---- genuine archives ---------------------------------------------------------------
 
 
