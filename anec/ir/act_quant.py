@@ -111,8 +111,9 @@ def scale_for(max_abs: float) -> tuple[float | None, str | None]:
 
 
 def quantize(x: np.ndarray, scale: float) -> np.ndarray:
-    """MIL ``quantize(input = x, scale, output_dtype = "int8")`` of an fp16 tensor: the
-    quotient in fp16, rounded half to even, clipped to -128..127 (NaN gives 0)."""
+    """MIL ``quantize(input = x, scale, output_dtype = "int8")`` of an fp16 tensor (``scale``
+    rounded to fp16): the quotient in fp16, rounded half to even, clipped to -128..127 (NaN
+    gives 0)."""
     xh = np.asarray(x).astype(np.float16)
     with np.errstate(all="ignore"):
         t = np.rint(xh / np.float16(scale)).astype(np.float32)
@@ -122,8 +123,9 @@ def quantize(x: np.ndarray, scale: float) -> np.ndarray:
 
 
 def dequantize(q: np.ndarray, scale: float) -> np.ndarray:
-    """MIL ``dequantize(input = q, scale)`` with an fp16 scale: ``fp16(q * scale)``."""
-    out: np.ndarray = (np.asarray(q).astype(np.float32) * np.float32(scale)).astype(np.float16)
+    """MIL ``dequantize(input = q, scale)`` with an fp16 scale (``scale`` rounded to one):
+    ``fp16(q * scale)``."""
+    out: np.ndarray = (np.asarray(q).astype(np.float32) * np.float32(np.float16(scale))).astype(np.float16)
     return out
 
 
