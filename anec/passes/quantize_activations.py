@@ -40,9 +40,9 @@ class QuantizeActivations(Pass):
 
     A candidate is the non-weight operand of a conv1x1, conv or matmul whose other operand
     is a weight (a const, or a weight compiled as an input), when it is fp16 and computed
-    inside the program: the func's inputs, and for a cut func the values crossing between its
-    programs, stay fp16 (maderix quantizes between layers, never a program input), and so
-    does a product of two activations (attention scores).
+    inside the program: the func's inputs (and their casts to fp16), and for a cut func the
+    values crossing between its programs, stay fp16 (maderix quantizes between layers, never
+    a program input), and so does a product of two activations (attention scores).
 
     The gate: the quantized func's outputs are compared with the unquantized ones on every
     sample; while an output's cosine is below ``min_cosine`` on some sample, the activation
@@ -231,11 +231,14 @@ def candidates(graph: "Graph") -> tuple[list[tuple["Value", "Users"]], list[tupl
         found.setdefault(id(v), (v, []))[1].append((n, i))
     ok, skipped = [], []
     for v, users in found.values():
+        src = v
+        while src.producer is not None and src.producer.op == "cast":  # the input's fp16 copy is the input
+            src = src.producer.operands[0]
         if v.type.dtype != DType.fp16:
             skipped.append((v, users, f"{v.type.dtype}, not fp16"))
-        elif v.producer is None:
+        elif src.producer is None:
             skipped.append((v, users, "a program input (int8 activations go between layers, as maderix runs them)"))
-        elif id(v) in crossing:
+        elif id(v) in crossing or id(src) in crossing:
             skipped.append((v, users, "crosses between the programs of the cut func (a program input)"))
         else:
             ok.append((v, users))

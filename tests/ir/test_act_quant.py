@@ -26,7 +26,7 @@ X = np.array([[[[1.0, -2.0]], [[0.5, 3.0]]]], np.float32)
 
 
 def test_quantize_rounds_an_fp16_quotient_half_to_even_and_clips():
-    s = float(np.float16(0.3))  # 0.2998046875
+    s = float(np.float16(0.3))  # 0.300048828125
     x = np.array([-36.15625, -35.25, 0.5 * s, 1.5 * s, 2.5 * s, -0.5 * s, 100.0, -100.0, np.inf, -np.inf, np.nan],
                  np.float16)
     # -36.15625 / s = -120.5012: exactly -121, but its fp16 value is -120.5, which rounds to -120

@@ -18,7 +18,7 @@ from tests.runtime import milkit as mk
 
 SHAPE = (1, 2, 1, 8)
 X = [("x", "fp16", SHAPE)]
-SCALE = float(np.float16(0.3))  # 0.2998046875: quotients land between fp16 values
+SCALE = float(np.float16(0.3))  # 0.300048828125: quotients land between fp16 values
 
 
 def qdq(scale: float = SCALE, dtype: str = "int8", zero: int | None = None, scale_dtype: str = "fp16",
