@@ -49,9 +49,10 @@ class QuantizeActivations(Pass):
     whose int8 round trip loses the most (the largest relative L2 error ``||x - q(x)|| /
     ||x||`` on a sample) goes back to fp16, and the gate runs again. The report
     (``graph.facts.activations``, the manifest's ``activations``) lists every candidate:
-    int8 with its scale, or fp16 and why. The IR op set does not change; the annotations
-    are the decision. Without the weights it reads (``ctx.weights`` None, a MIL-only compile)
-    the pass cannot calibrate and refuses to run.
+    int8 with its scale, or fp16 and why (all fp16 in a func none of whose inputs the
+    calibration names: they are another func's). The IR op set does not change; the
+    annotations are the decision. Without the weights it reads (``ctx.weights`` None, a
+    MIL-only compile) the pass cannot calibrate and refuses to run.
 
     Before:
         // pass: calibration={"x": [[[[1.0, -2.0]], [[0.5, 3.0]]]]}
@@ -95,8 +96,19 @@ class QuantizeActivations(Pass):
             old = [k for k in n.annotations if k.startswith(PREFIX)]
             if old:
                 graph.annotate(n, drop=old)
-        feeds = self._feeds(graph, ctx)
         cands, skipped = candidates(graph)
+        order = {id(v): i for i, v in enumerate(graph.values())}
+        as_inputs = {w["input"] for w in graph.facts.weight_inputs}
+        data = [v.name for v in graph.inputs if v.name not in as_inputs]
+        if data and not any(name in self.calibration for name in data):  # another func's inputs
+            why = f"no calibration inputs for func '{graph.name}' (it takes {', '.join(data)})"
+            found = [(v, users, why) for v, users in cands] + skipped
+            found.sort(key=lambda f: order.get(id(f[0]), 0))
+            graph.facts.activations = ActivationReport(
+                dtype="int8", min_cosine=self.min_cosine, samples=0, outputs=[],
+                tensors=[_row(v, users, "fp16", None, None, r) for v, users, r in found])
+            return
+        feeds = self._feeds(graph, ctx)
         refs = []
         maxes = {id(v): 0.0 for v, _ in cands}
 
@@ -124,7 +136,6 @@ class QuantizeActivations(Pass):
         outputs = self._gate(graph, ctx, feeds, refs, kept, rows, users_of)
         for v, users, why in skipped:
             rows[id(v)] = _row(v, users, "fp16", None, None, why)
-        order = {id(v): i for i, v in enumerate(graph.values())}
         graph.facts.activations = ActivationReport(
             dtype="int8", min_cosine=self.min_cosine, samples=len(feeds),
             tensors=[rows[k] for k in sorted(rows, key=lambda k: order.get(k, 0))], outputs=outputs)

@@ -152,3 +152,13 @@ def test_the_pass_runs_right_before_emit_mil():
     spec = ActivationSpec("int8", {"x": np.zeros(1)})
     names = [p.name for p in with_activation_quant(DEFAULT, spec)]
     assert names[-2:] == ["quantize-activations", "emit-mil"] and names[-3] == "partition"
+
+
+def test_a_func_whose_inputs_the_calibration_does_not_name_stays_fp16():
+    """Calibration inputs for another func of the module: nothing is quantized, and the report
+    says why for every candidate."""
+    g = _run(CHAIN, {"other": np.ones((1, 2, 1, 2), np.float32)})
+    assert not _scales(g)
+    rows = {t["value"]: t for t in g.facts.activations["tensors"]}
+    assert rows["g"]["dtype"] == "fp16" and rows["g"]["reason"] == "no calibration inputs for func 'f' (it takes x)"
+    assert "program input" in rows["x"]["reason"] and g.facts.activations["samples"] == 0
