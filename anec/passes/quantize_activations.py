@@ -86,8 +86,8 @@ class QuantizeActivations(Pass):
     """
 
     name: ClassVar[str] = "quantize-activations"
-    calibration: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    """Func input name -> calibration array(s)."""
+    calibration: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """Func input name -> calibration array(s) (not compared: arrays have no truth value)."""
     min_cosine: float = DEFAULT_MIN_COSINE
     """The gate: the least cosine of every output against the unquantized func, per sample."""
 
@@ -164,6 +164,9 @@ class QuantizeActivations(Pass):
               users_of: dict[int, "Users"]) -> list[ActivationOutput]:
         """Annotate ``kept``; drop the worst activation while an output is below the gate."""
         names = [v.name for v in graph.outputs]
+        if not kept:  # nothing in int8: the program is the unquantized one
+            _annotate(graph, kept, users_of)
+            return [ActivationOutput(output=n, cosine=1.0, max_rel=0.0) for n in names]
         while True:
             _annotate(graph, kept, users_of)
             errors = {k: 0.0 for k in kept}
@@ -179,7 +182,7 @@ class QuantizeActivations(Pass):
 
             figures = {n: (math.inf, 0.0) for n in names}
             for feed, ref in zip(feeds, refs):
-                got = interpret(graph, feed, ctx.weights, mode="fp16", observe=observe_error if kept else None)
+                got = interpret(graph, feed, ctx.weights, mode="fp16", observe=observe_error)
                 for n in names:
                     cos, rel = agreement(got[n], ref[n])
                     figures[n] = (min(figures[n][0], cos), max(figures[n][1], rel))

@@ -233,3 +233,18 @@ def test_a_hostile_activation_report_is_refused(path, value, expected):
     with pytest.raises(ArtifactError) as e:
         validate_manifest(doc)
     assert f"field '{field}': expected {expected}" in str(e.value)
+
+
+@pytest.mark.constraint("ANE-INT8-ACTIVATIONS")
+def test_the_emitter_refuses_int8_in_the_ios16_dialect():
+    """An int8 annotation written by hand (or a program.ir) compiled to ios16: no quantize there."""
+    from anec.diagnostics import ConstraintError
+
+    _, weights, _, _ = _chain()
+    text = CHAIN.replace("%h2 = conv1x1(%a1, %w2) : fp16[1, 8, 1, 16]",
+                         "%h2 = conv1x1(%a1, %w2) : fp16[1, 8, 1, 16] @{int8_x=0.125}")
+    art = compile_module(parse(text, "hand.ir"), weights).artifacts["f"]
+    assert art.mil_text.count("= quantize(input = a1,") == 1
+    with pytest.raises(ConstraintError, match="the ios16 dialect has no quantize/dequantize") as e:
+        compile_module(parse(text, "hand.ir"), weights, dialect="ios16")
+    assert e.value.constraint == "ANE-INT8-ACTIVATIONS" and e.value.span.line == 8
