@@ -101,8 +101,8 @@ class QuantizeActivations(Pass):
         as_inputs = {w["input"] for w in graph.facts.weight_inputs}
         data = [v.name for v in graph.inputs if v.name not in as_inputs]
         if data and not any(name in self.calibration for name in data):  # another func's inputs
-            why = f"no calibration inputs for func '{graph.name}' (it takes {', '.join(data)})"
-            found = [(v, users, why) for v, users in cands] + skipped
+            none = f"no calibration inputs for func '{graph.name}' (it takes {', '.join(data)})"
+            found = [(v, users, none) for v, users in cands] + skipped
             found.sort(key=lambda f: order.get(id(f[0]), 0))
             graph.facts.activations = ActivationReport(
                 dtype="int8", min_cosine=self.min_cosine, samples=0, outputs=[],
@@ -128,8 +128,8 @@ class QuantizeActivations(Pass):
         rows: dict[int, ActivationTensor] = {}
         kept: dict[int, float] = {}
         for v, users in cands:
-            scale, why = scale_for(maxes[id(v)])
-            rows[id(v)] = _row(v, users, "int8" if scale is not None else "fp16", scale, maxes[id(v)], why)
+            scale, no_scale = scale_for(maxes[id(v)])
+            rows[id(v)] = _row(v, users, "int8" if scale is not None else "fp16", scale, maxes[id(v)], no_scale)
             if scale is not None:
                 kept[id(v)] = scale
         users_of = {id(v): users for v, users in cands}
