@@ -169,3 +169,21 @@ def test_the_smallest_and_largest_fp16_scales_compile(rt, scale):
     x = np.full(SHAPE, 1.0, np.float16)
     got = run(rt, qdq(scale=scale), x)
     assert np.array_equal(got["qf"].astype(np.float32), reference(x, scale))
+
+
+def test_the_fuzz_corpus_seed_computes_the_values_worked_out_by_hand(rt):
+    """tests/c/corpus/mil/quantize.mil (the MIL fuzzer's seed for these ops): maderix's scale
+    0x1p-3, int8 and uint8 with zero point 128. x / 0.125: 0.5 and -0.5 are ties (to 0), 1.5
+    goes to 2, 160 and -160 clip (int8 to 127 / -128; uint8 288 to 255 and -32 to 0), 8 stays,
+    fp16(0.3) / 0.125 = 2.4 goes to 2, fp16(3.14) = 3.140625 / 0.125 = 25.125 to 25."""
+    from pathlib import Path
+
+    mil = (Path(__file__).resolve().parents[1] / "c" / "corpus" / "mil" / "quantize.mil").read_text()
+    x = np.array([0.0625, 0.1875, -0.0625, 20, -20, 1.0, 0.3, 3.14], np.float16).reshape(1, 4, 1, 2)
+    prog = rt.compile(mil, limits=mk.limits())
+    try:
+        got = prog(x=x)
+    finally:
+        prog.close()
+    assert got["y"].ravel().tolist() == [0, 0.25, 0, 15.875, -16, 1.0, 0.25, 3.125]
+    assert got["z"].ravel().tolist() == [0, 0.25, 0, 15.875, -16, 1.0, 0.25, 3.125]
