@@ -210,6 +210,9 @@ def compile_module(
     compress_form: str | None = None,
     compress_check: Any = None,
     compress_min_cosine: float = 0.999,
+    activations: str | None = None,
+    calibration: Any = None,
+    activations_min_cosine: float = 0.999,
 ) -> CompileResult:
     """Compile every func of ``module``; see the module docstring.
 
@@ -252,6 +255,13 @@ def compile_module(
     without compression on the sim and compares their outputs (``result.compress_check``);
     an output whose cosine is below ``compress_min_cosine`` fails the compile (AnecError,
     nothing written).
+    ``activations="int8"`` with ``calibration`` (a .npz path or a mapping: one array per func
+    input by name, optionally with a leading axis of samples) gives the activation operand of
+    every conv/matmul that reads a weight an int8 round trip (MIL quantize/dequantize, ios18
+    only) whose scale the calibration inputs set, kept only where every output's cosine
+    against the unquantized func stays at or above ``activations_min_cosine`` (the
+    quantize-activations pass, docs/compression.md); the manifest's ``activations`` says
+    which activations got int8 and why the others did not.
     """
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline
@@ -260,12 +270,23 @@ def compile_module(
     from anec.weight_store import touch_pages
 
     from anec.compress import parse_spec
+    from anec.compress.activations import parse_activations
 
     tgt = with_int8_form(with_concat(with_dialect(get_target(target), dialect), concat), compress_form)
     share = share_mode(share_programs)
     budget = tgt.process_compile_budget if compile_budget is None else int(compile_budget)
     spec = parse_spec(compress, compress_gate)
+    if calibration is not None and (isinstance(calibration, (str, bytes)) or hasattr(calibration, "__fspath__")):
+        from anec.ranges import load_calibration
+
+        calibration = load_calibration(os.fsdecode(calibration))
+    act = parse_activations(activations, calibration, tgt.mil_dialect, activations_min_cosine)
+    if act is not None and not with_weights:
+        raise AnecError(f"--activations {act.dtype} calibrates by running the program, which needs its weights",
+                        hint="give the weights (--weights, --random-weights or the file's weights directives)")
     pipeline = resolve_passes(passes)
+    if act is not None:
+        pipeline = with_activation_quant(pipeline, act)
     patterns: tuple[str, ...] = ()
     if weights_as_inputs is not None:
         patterns = tuple(_patterns(weights_as_inputs))
@@ -334,8 +355,9 @@ def compile_module(
         if compress_check is not None:
             from anec.compress_check import model_check
 
-            if spec is None:
-                raise AnecError("compress_check needs compress", hint="give --compress SPEC with --compress-check")
+            if spec is None and act is None:
+                raise AnecError("compress_check needs compress or activations",
+                                hint="give --compress SPEC or --activations int8 with --compress-check")
             dense = compile_module(module, weights=store, target=tgt, passes=passes, pack_weights=pack_weights,
                                    host_casts=host_casts, weights_as_inputs=weights_as_inputs, concat=tgt.concat,
                                    share_programs=share_programs, compile_budget=compile_budget)
@@ -385,6 +407,18 @@ def with_weights_as_inputs(pipeline: Sequence[Pass], patterns: Sequence[str]) ->
     at = next((i for i, p in enumerate(passes) if p.name in ("select-native", "range-safe", "annotate-sram", "legalize",
                                                               "partition", "emit-mil")), len(passes))
     passes.insert(at, WeightsAsInputs(keys=tuple(patterns)))
+    return tuple(passes)
+
+
+def with_activation_quant(pipeline: Sequence[Pass], spec: Any) -> tuple[Pass, ...]:
+    """``pipeline`` with the quantize-activations pass (for ``spec``, an
+    :class:`anec.compress.activations.ActivationSpec`) right before emit-mil, or at its end:
+    it calibrates the legal program that is emitted (after legalize and partition)."""
+    from anec.passes import QuantizeActivations
+
+    passes = list(pipeline)
+    at = next((i for i, p in enumerate(passes) if p.name == "emit-mil"), len(passes))
+    passes.insert(at, QuantizeActivations(calibration=spec.calibration, min_cosine=spec.min_cosine))
     return tuple(passes)
 
 

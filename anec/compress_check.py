@@ -1,7 +1,7 @@
 """The model-level check of compressed weights: ``--compress-check INPUTS.npz``.
 
 :func:`anec.compiler.compile_module` compiles a module twice, with and without
-compression; :func:`model_check` runs both on the sim with the same calibration
+compression (weights, and int8 activations); :func:`model_check` runs both on the sim with the same calibration
 inputs and compares every output (cosine and max relative error), failing the
 compile below the user's threshold. It lives apart from :mod:`anec.compress`,
 which the artifact writer and the runtime's reload use, because it runs
@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from anec.compress.activations import agreement
 from anec.diagnostics import AnecError
 
 
@@ -23,7 +24,7 @@ def model_check(compressed: Mapping[str, Any], dense: Mapping[str, Any], inputs:
     calibration ``inputs`` (a .npz path or a mapping: one array per func input, by name),
     both run on the sim: per output ``{func, output, cosine, max_rel}`` (max_rel: the largest
     absolute difference over the uncompressed output's largest magnitude). Funcs whose weights
-    all stayed fp16 are skipped. An output below ``min_cosine`` is an AnecError listing every
+    and activations all stayed fp16 are skipped. An output below ``min_cosine`` is an AnecError listing every
     output's figures (the compile fails)."""
     from anec.runtime import Runtime
 
@@ -35,7 +36,8 @@ def model_check(compressed: Mapping[str, Any], dense: Mapping[str, Any], inputs:
     with Runtime("sim") as rt:
         for name, art in compressed.items():
             reports = [r for a in getattr(art, "stages", [art]) for r in a.manifest.compression]
-            if not any(r.format != "fp16" for r in reports):
+            acts = art.manifest.activations
+            if not any(r.format != "fp16" for r in reports) and not (acts is not None and acts.quantized):
                 continue
             program = art.program_module().funcs[name]
             missing = [v.name for v in program.inputs if v.name not in inputs]
@@ -53,14 +55,8 @@ def model_check(compressed: Mapping[str, Any], dense: Mapping[str, Any], inputs:
                 finally:
                     prog.close()
             for out, got in outs[0].items():
-                ref = np.asarray(outs[1][out], np.float64).ravel()
-                val = np.asarray(got, np.float64).ravel()
-                den = float(np.linalg.norm(val) * np.linalg.norm(ref))
-                cos = float(val @ ref / den) if den > 0 else float(np.array_equal(val, ref))
-                top = float(np.max(np.abs(ref))) if ref.size else 0.0
-                diff = float(np.max(np.abs(val - ref))) if ref.size else 0.0
-                rows.append({"func": name, "output": out, "cosine": cos,
-                             "max_rel": diff / top if top > 0 else float(diff > 0)})
+                cos, rel = agreement(got, outs[1][out])
+                rows.append({"func": name, "output": out, "cosine": cos, "max_rel": rel})
     bad = [r for r in rows if not r["cosine"] >= min_cosine]
     if bad:
         listing = "; ".join(f"{r['func']}:{r['output']} cosine {r['cosine']:.6f}, max rel {r['max_rel']:.4g}"

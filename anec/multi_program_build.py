@@ -27,6 +27,7 @@ import numpy as np
 
 from anec.version import __version__
 from anec.diagnostics import AnecError
+from anec.ir.act_quant import has_quantized
 from anec.ir.func_facts import Plan
 from anec.ir.graph import Graph, Module
 from anec.ir.printer import print_module
@@ -70,7 +71,8 @@ def build_multi_program(graph: Graph, plan: Plan, target: Target, weights: Mappi
                 if node is not None and id(node) in compression:
                     stage_comp[n.result.name] = compression[id(node)]
         program = emit_mil(sg, target, pack_weights=pack_weights, compression=stage_comp)
-        built.append((sg, program, bool(stage_comp)))
+        # a stage with compressed weights or int8 activations keeps its constants (not shared)
+        built.append((sg, program, bool(stage_comp) or any(has_quantized(n) for n in sg.nodes)))
     shared = _share_groups(graph, plan, built, target, pack_weights) if share else {}
     for k, st in enumerate(plan.stages):
         sg, program, _ = shared.get(k) or built[k]
@@ -131,6 +133,8 @@ def build_multi_program(graph: Graph, plan: Plan, target: Target, weights: Mappi
     }
     if input_entries:
         manifest["weight_inputs"] = input_entries
+    if graph.facts.activations is not None:
+        manifest["activations"] = jsonable(graph.facts.activations)
     ir_text = _program_ir(graph, blob_of)
     manifest["program_ir"] = {"file": PROGRAM_IR_FILE, "sha256": sha256(ir_text)}
     return PipelineArtifact(graph.name, stages, PipelineManifest.of(manifest), ir_text, input_blobs)
@@ -178,8 +182,8 @@ def _share_groups(graph: Graph, plan: Plan, built: list, target: Target,
     that have the same MIL but other weights (see the module docstring). A weight every
     stage of the group reads alike (a RoPE table, a mask) stays a BLOBFILE: the same bytes
     in every stage, which the runtime's cache shares. A group whose stages cannot take their
-    weights as inputs (a compressed weight, an op that needs a constant, a result whose MIL
-    differs) keeps its BLOBFILEs."""
+    weights as inputs (a compressed weight, int8 activations, an op that needs a constant, a
+    result whose MIL differs) keeps its BLOBFILEs."""
     groups: dict[str, list[int]] = {}
     for k, (_, program, _) in enumerate(built):
         groups.setdefault(sha256(program.text), []).append(k)

@@ -6,7 +6,7 @@
  * operand readers, and sim_plan_build, which walks the statements. Each op's
  * rule (checks, type inference, resolved parameters) is in sim_rules.c
  * (elementwise, matmul, softmax, reductions, const and the op table),
- * sim_rules_spatial.c (conv, pooling, upsampling) or sim_rules_shape.c,
+ * sim_rules_spatial.c (conv, pooling, upsampling), sim_rules_shape.c or sim_quant.c,
  * dispatched through the op table generated from the Python op table
  * (sim_ops.h).
  */
@@ -94,6 +94,10 @@ int rule_concat(builder *B, const mil_stmt *st, int kind);
 /* ---- sim_rules.c ---- */
 /* Compile one statement through the op table: its rule, or the rejection the ANE compiler gives. */
 int sb_statement(builder *B, const mil_stmt *st);
+
+/* ---- sim_quant.c: quantize and dequantize (int8 activations) ---- */
+int rule_quantize(builder *B, const mil_stmt *st, int kind);
+int rule_dequantize(builder *B, const mil_stmt *st, int kind);
 
 /* ---- sim_constexpr.c ---- */
 /* A constexpr_* statement: a compressed weight, checked now, decompressed at load. */

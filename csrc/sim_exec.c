@@ -259,6 +259,8 @@ static int kernel_softmax(sim_state *s, const sim_op *o)
 static int kernel_reduce_sum(sim_state *s, const sim_op *o) { return sim_run_reduce(s, o, REDUCE_SUM); }
 static int kernel_reduce_mean(sim_state *s, const sim_op *o) { return sim_run_reduce(s, o, REDUCE_MEAN); }
 static int kernel_reduce_max(sim_state *s, const sim_op *o) { return sim_run_reduce(s, o, REDUCE_MAX); }
+static int kernel_quantize(sim_state *s, const sim_op *o) { return sim_run_quantize(s, o); }
+static int kernel_dequantize(sim_state *s, const sim_op *o) { return sim_run_dequantize(s, o); }
 
 static int kernel_cast(sim_state *s, const sim_op *o)
 {

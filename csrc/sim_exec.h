@@ -2,7 +2,8 @@
  * sim_exec.h - what the sim executor's files share (internal): a value's
  * elements as fp32 and back (sim_state.c; fp16 storage rounds every result
  * like the device), the scratch buffers of a state, the weight packing of
- * narrow pointwise products (sim_state.c), and the reductions (sim_reduce.c).
+ * narrow pointwise products (sim_state.c), the reductions (sim_reduce.c) and
+ * quantize/dequantize (sim_quant.c).
  * The kernels and their dispatch are sim_exec.c.
  */
 #ifndef ANEC_SIM_EXEC_H
@@ -37,6 +38,10 @@ int sim_pointwise_conv(const sim_op *o, const sim_value *wv);
 int sim_narrow_conv(const sim_plan *p, const sim_op *o);
 /* Pack the constant weights of the narrow products (on a program's second run since its load). */
 void sim_pack_weights(sim_state *s);
+
+/* quantize / dequantize of op o (sim_quant.c). */
+int sim_run_quantize(sim_state *s, const sim_op *o);
+int sim_run_dequantize(sim_state *s, const sim_op *o);
 
 enum { REDUCE_SUM, REDUCE_MEAN, REDUCE_MAX };
 /* reduce_sum / reduce_mean / reduce_max (how) of op o. */

@@ -41,6 +41,8 @@ enum {
     SOP_SILU,
     SOP_DIV,
     SOP_SPLIT,
+    SOP_QUANTIZE,
+    SOP_DEQUANTIZE,
     SOP_COUNT
 };
 
@@ -85,7 +87,9 @@ enum {
     X("silu", SOP_SILU, unary) \
     X("real_div", SOP_DIV, binary) \
     X("slice_by_size", SOP_SLICE, slice_by_size) \
-    X("split", SOP_SPLIT, split)
+    X("split", SOP_SPLIT, split) \
+    X("quantize", SOP_QUANTIZE, quantize) \
+    X("dequantize", SOP_DEQUANTIZE, dequantize)
 
 /* Kernel id, kernel (kernel_<kernel> in sim_exec.c: without it, it does not compile). */
 #define SIM_KERNELS(X) \
@@ -118,7 +122,9 @@ enum {
     X(SOP_UPSAMPLE_BILINEAR, upsample_bilinear) \
     X(SOP_SILU, silu) \
     X(SOP_DIV, div) \
-    X(SOP_SPLIT, split)
+    X(SOP_SPLIT, split) \
+    X(SOP_QUANTIZE, quantize) \
+    X(SOP_DEQUANTIZE, dequantize)
 
 /* MIL op the ANE compiler rejects, constraint id, message, and the device switch <switch>=accept under which the sim accepts it (contested: NULL if none). */
 #define SIM_REJECTED_OPS(X) \

@@ -80,6 +80,8 @@ typedef struct sim_op {
     int n_ins;
     int64_t pad_before[ANEC_MAX_RANK]; /* pad */
     double pad_value;
+    float qscale;                /* quantize, dequantize (sim_quant.c): the scale as stored */
+    int qzero;                   /* and the zero point */
 } sim_op;
 
 typedef struct sim_plan {

@@ -6,7 +6,8 @@
  * dispatches a statement through the generated table in sim_ops.h (which
  * rule a MIL op gets, and which ops and arguments the ANE compiler rejects).
  * The spatial ops' rules are sim_rules_spatial.c, the data movers'
- * sim_rules_shape.c; the machinery the rules use is sim_plan.c (sim_build.h).
+ * sim_rules_shape.c, quantize and dequantize sim_quant.c; the machinery the rules
+ * use is sim_plan.c (sim_build.h).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -283,7 +284,7 @@ static const char *const KNOWN_MIL_OPS[] = {
     "relu6", "prelu", "hard_sigmoid", "hard_swish", "scaled_tanh", "sigmoid_hard", "linear_activation",
     "thresholded_relu", "softmax_nd", "log_softmax", "l2_pool", "resize_bilinear", "crop", "crop_resize",
     "constexpr_affine_dequantize", "constexpr_blockwise_shift_scale", "constexpr_lut_to_dense",
-    "constexpr_sparse_to_dense", "constexpr_cast", "quantize", "dequantize", "band_part", "cumsum", "topk",
+    "constexpr_sparse_to_dense", "constexpr_cast", "band_part", "cumsum", "topk",
     "argsort", "einsum", "fill", "fill_like", "range_1d", "sliding_windows", "pixel_shuffle",
     "pixel_unshuffle", "space_to_depth", "depth_to_space", "space_to_batch", "batch_to_space", "one_hot",
     "non_zero", "non_maximum_suppression", "shape", "while_loop", "cond", "list_read", "list_write",

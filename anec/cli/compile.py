@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from anec.cli.options import compress_options, concat_option, share_option, weight_options
+from anec.cli.options import activation_options, compress_options, concat_option, share_option, weight_options
 from anec.cli.output import print_compression, print_ranges
 from anec.diagnostics import AnecError, did_you_mean
 from anec.targets import DEFAULT_TARGET, get_target
@@ -105,11 +105,13 @@ def _concat_target(module, target: str, concat: str):
               help="Calibration inputs (one array per func input, by name): run each func on them "
                    "and report every node whose values leave the fp16 range [ANE-FP16-RANGE].")
 @compress_options
+@activation_options
 @concat_option
 @share_option
 @click.pass_context
 def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: str | None,
               random_weights: int | None, inputs_path: str | None, compress: str | None, compress_gate, compress_form,
+              activations: str | None, calibration: str | None, activations_min_cosine: float,
               concat: str, share_programs: str) -> None:
     """Parse and verify FILE; print warnings and, when available, ANE legality per node."""
     from anec.ir.parser import parse_file
@@ -149,6 +151,9 @@ def check_cmd(ctx: click.Context, file: str, target: str | None, weights_path: s
         _budget_check(module, legal_target, concat, share_programs)
         if compress is not None:
             _compression_check(module, compress, compress_gate, given, legal_target, concat, compress_form)
+        if activations is not None or calibration is not None:
+            _activation_check(module, activations, calibration, activations_min_cosine, given, legal_target,
+                              concat, random_weights)
         if overflows:
             click.echo(f"{file}: {_plural(overflows, 'node')} overflow fp16 on the calibration "
                        "inputs (see ANE-FP16-RANGE above)", err=True)
@@ -206,6 +211,30 @@ def _compression_check(module, compress: str, gate, given: dict, target, concat:
             click.echo(f"  {name}: {line}")
 
 
+def _activation_check(module, activations: str | None, calibration: str | None, min_cosine: float, given: dict,
+                      target, concat: str, random_seed: int | None) -> None:
+    """``anec check --activations int8 --calibration X``: per func which activations go through
+    int8 (scale, error) and which stay fp16 and why, and the outputs' agreement."""
+    from anec.compiler import compile_module
+    from anec.compress.activations import activation_summary
+
+    result = compile_module(module, weights=given.get("weights"), random_seed=random_seed, target=target,
+                            concat=concat, activations=activations, calibration=calibration,
+                            activations_min_cosine=min_cosine)
+    click.echo("activations:")
+    for name, art in result.artifacts.items():
+        acts = art.manifest.activations
+        if acts is None:
+            continue
+        for t in acts.tensors:
+            how = (f"int8, scale {t.scale:.6g} (max|x| {t.max_abs:.4g}, int8 error {t.rel_l2:.3g})"
+                   if t.dtype == acts.dtype else f"fp16 ({t.reason})")
+            click.echo(f"  {name}: %{t.value} -> {', '.join(t.consumers)}: {how}")
+        for o in acts.outputs:
+            click.echo(f"  {name}: output {o.output}: cosine {o.cosine:.6f}, max rel {o.max_rel:.4g}")
+        click.echo(f"  {name}: {activation_summary(acts)}")
+
+
 def _range_check(module, inputs_path: str, given: dict, target_name: str | None,
                  random_seed: int | None) -> int:
     """Print the fp16 range analysis on the calibration inputs; the number of overflows."""
@@ -253,11 +282,13 @@ def _pipeline_from(passes: str | None, pipeline: str | None):
                    "relative error; the compile fails below --compress-min-cosine.")
 @click.option("--compress-min-cosine", "compress_min_cosine", type=click.FloatRange(-1.0, 1.0), default=0.999,
               show_default=True, metavar="COS", help="The least output cosine --compress-check accepts.")
+@activation_options
 @concat_option
 @share_option
 def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pipeline, print_after, timing,
                 pack_weights, host_casts, dialect, weights_as_inputs, compress, compress_gate, compress_form,
-                compress_check, compress_min_cosine, concat, share_programs) -> None:
+                compress_check, compress_min_cosine, activations, calibration, activations_min_cosine, concat,
+                share_programs) -> None:
     """Compile FILE into DIR/<func>/{model.mil, weights/*.bin, manifest.json}."""
     from anec.compiler import compile_module, format_timings, summarize
     from anec.ir.parser import parse_file
@@ -273,7 +304,8 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
                             dialect=dialect, weights_as_inputs=weights_as_inputs, concat=concat,
                             compress=compress, compress_gate=compress_gate, compress_form=compress_form,
                             compress_check=compress_check, compress_min_cosine=compress_min_cosine,
-                            share_programs=share_programs)
+                            activations=activations, calibration=calibration,
+                            activations_min_cosine=activations_min_cosine, share_programs=share_programs)
     for dump in result.printed_ir:
         click.echo(dump.rstrip("\n"), err=True)
     if not result.artifacts:
@@ -310,15 +342,18 @@ def compile_cmd(file, out_dir, weights_path, random_weights, target, passes, pip
               help="MIL dialect (default: the target's, ios18 on every chip); ios16 writes "
                    "program(1.0) with verbose scalars, the fallback for M1/M2.")
 @compress_options
+@activation_options
 @concat_option
 def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights, host_casts, dialect,
-            compress, compress_gate, compress_form, concat) -> None:
+            compress, compress_gate, compress_form, activations, calibration, activations_min_cosine,
+            concat) -> None:
     """Print the MIL text of one func of FILE after the default pipeline.
 
     MIL never depends on weight values, so no weights are needed; with
     --weights or --random-weights every weight const is also checked against
     the tensors (and with --compress each weight's format is the one its gate
-    keeps; without weights, the first format of its rule)."""
+    keeps; without weights, the first format of its rule). --activations int8
+    calibrates on the weights (the file's weights directives when none is given)."""
     from anec.compiler import compile_module
     from anec.ir.graph import Module
     from anec.ir.parser import parse_file
@@ -338,10 +373,11 @@ def mil_cmd(file, func_name, weights_path, random_weights, target, pack_weights,
     one = Module(module.source, module.path)
     one.weight_sources = list(module.weight_sources)
     one.add_func(module.funcs[func_name])
-    with_weights = weights_path is not None or random_weights is not None
+    with_weights = weights_path is not None or random_weights is not None or activations is not None
     tgt = _concat_target(one, target, concat)
     result = compile_module(one, weights=weights_path, random_seed=random_weights, target=tgt,
                             pack_weights=pack_weights, host_casts=host_casts, with_weights=with_weights,
                             dialect=dialect, concat=concat, compress=compress, compress_gate=compress_gate,
-                            compress_form=compress_form)
+                            compress_form=compress_form, activations=activations, calibration=calibration,
+                            activations_min_cosine=activations_min_cosine)
     click.echo(result.artifacts[func_name].mil_text, nl=False)

@@ -1,7 +1,8 @@
 """Options and option parsers that several ``anec`` commands share.
 
 The concat reading (``--concat``), program sharing (``--share-programs``), weight
-compression (``--compress``, ``--compress-gate``, ``--compress-form``), weight files
+compression (``--compress``, ``--compress-gate``, ``--compress-form``), int8 activations
+(``--activations``, ``--calibration``, ``--activations-min-cosine``), weight files
 (``--weights``, ``--random-weights``), the model backends and comma-separated integer lists.
 """
 
@@ -43,6 +44,24 @@ def compress_options(f):
              "per block of B input channels, lut1..lut8, lutN/gG, fp16), e.g. "
              "'lut4:h.*.mlp.*,int8:*'. Each tensor must pass an accuracy gate, else falls back "
              "(lutN -> int8 -> fp16); see docs/compression.md.")(f)
+
+
+def activation_options(f):
+    """--activations, --calibration and --activations-min-cosine (docs/compression.md, "int8 activations")."""
+    f = click.option(
+        "--activations-min-cosine", "activations_min_cosine", type=click.FloatRange(-1.0, 1.0), default=0.999,
+        show_default=True, metavar="COS",
+        help="The gate of --activations: the least cosine every output may keep against the unquantized "
+             "program on each calibration sample; activations fall back to fp16 until it holds.")(f)
+    f = click.option(
+        "--calibration", "calibration", type=click.Path(dir_okay=False), metavar="INPUTS.npz",
+        help="Calibration inputs for --activations: one array per func input by name, the input's shape "
+             "or that shape with a leading axis of samples.")(f)
+    return click.option(
+        "--activations", "activations", type=click.Choice(["int8"]), metavar="int8",
+        help="Run the activation operand of each conv/matmul that reads a weight through int8 (MIL "
+             "quantize/dequantize, ios18; W8A8 with --compress int8), each tensor's scale measured on "
+             "--calibration; see docs/compression.md.")(f)
 
 
 def parse_gate(ctx: click.Context, param: click.Parameter, value: str | None):

@@ -18,15 +18,22 @@ def print_ranges(reports) -> int:
 
 
 def print_compression(name: str, art) -> None:
-    """One line per compiled func with compressed weights, plus one per weight that fell back."""
+    """One line per compiled func with compressed weights, plus one per weight that fell back;
+    the same for int8 activations (one line per activation kept fp16)."""
     from anec.compress import fallback_lines, report_summary
 
     reports = [r for a in getattr(art, "stages", [art]) for r in a.manifest.compression]
-    if not reports:
-        return
-    click.echo(f"{name}: compressed {report_summary(reports)}")
-    for line in fallback_lines(reports):
-        click.echo(f"  {line}", err=True)
+    if reports:
+        click.echo(f"{name}: compressed {report_summary(reports)}")
+        for line in fallback_lines(reports):
+            click.echo(f"  {line}", err=True)
+    acts = art.manifest.activations
+    if acts is not None:
+        from anec.compress.activations import activation_lines, activation_summary
+
+        click.echo(f"{name}: {activation_summary(acts)}")
+        for line in activation_lines(acts):
+            click.echo(f"  {line}", err=True)
 
 
 def progress_bar(quiet: bool):

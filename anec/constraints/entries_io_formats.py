@@ -1,7 +1,7 @@
 """Catalog entries: numerics, program I/O, file formats, compression and the MIL dialect.
 
 The fp16 range, conv over matmul, SRAM, I/O dtypes and ranks, integer shapes, split,
-the BLOBFILE layout, compressed weights, one file per weight, softmax and reduce_mean
+the BLOBFILE layout, compressed weights, int8 activations, one file per weight, softmax and reduce_mean
 forms, the dialect and surface alignment, listed after :mod:`anec.constraints.entries_ops_runtime`.
 """
 
@@ -254,6 +254,32 @@ ENTRIES = (
         "rejection is reported, wrong values fail the check).",
         "compile",
         target_fields=("streamed_weights",),
+    ),
+    Constraint(
+        "ANE-INT8-ACTIVATIONS", "quantize -> int8 -> dequantize between convs runs (W8A8)",
+        "a device without the iOS17 ops rejects the program; one that rounds quantize otherwise "
+        "than the reference computes activations one int8 step off where the roundings differ",
+        (Evidence("maderix/ANE ane_int8_bench.m (README INT8 W8A8 table)",
+                  "chains of 1x1 convs [1, C, 64, 64] over constexpr_affine_dequantize int8 weights, with "
+                  "quantize(input, output_dtype = \"int8\", scale = fp16(0x1p-3)) and dequantize(input, scale) "
+                  "after every conv but the last, compile and run in program(1.3) on M4 (\"H16G\"), 1.85-1.88x "
+                  "the fp16 throughput (35.1 vs 18.6 TOPS, 128 convs of 512 channels); it reports throughput, "
+                  "not outputs", REPORTED, Scope("in-memory", "M4", "not stated")),
+         Evidence("no public test", "the ops on other chips (M1-M3, M5), after ops other than a conv (a norm, "
+                  "gelu) and before a matmul, with scales other than 0.125, and how the device rounds "
+                  "quantize (coremltools' reference, optimize/_utils.py quantize_by_scale_and_zp: the "
+                  "quotient in the input's dtype, np.around half to even, clip): python -m anec.selftest "
+                  "(check int8-activations: a W8A8 chain against the interpreter, and the rounding read off "
+                  "an identity conv) settles them on a Mac", HYPOTHESIS, UNTRIED)),
+        "emitter", "anec/passes/quantize_activations.py, anec/ir/act_quant.py, anec/mil/emitter.py (_int8), "
+                   "csrc/sim_quant.c; anec/selftest/checks.py (check_int8_activations)",
+        "Opt-in: --activations int8 --calibration INPUTS.npz sets a per-tensor scale fp16(max|x| / 127) "
+        "for the activation operand of each conv/matmul over a weight (not program inputs) and writes "
+        "quantize/dequantize before it, as coremltools prints the iOS17 ops; an accuracy gate on the "
+        "calibration outputs sends activations back to fp16. ios18 only (--dialect ios16 with it is an "
+        "error). The interpreter and the sim round as coremltools' reference; the sim refuses a scale "
+        "that is not a positive finite scalar const, other output dtypes and iOS16 opsets.",
+        "compile",
     ),
     Constraint(
         "ANE-COMPRESSED-BUDGET", "a compressed weight counts as one tensor of the BLOBFILE budget",

@@ -5,7 +5,8 @@ show writes it here: how the func is cut into programs (:class:`Plan`, written
 by the partition pass), the shapes callers see when legalize gave the program
 rank-4 or chunked I/O (``logical_inputs``/``logical_outputs``), the I/O the
 host converts (``host_casts``), the weights compiled as inputs
-(``weight_inputs``), the SRAM summary (``sram``), for a stage graph cut
+(``weight_inputs``), the SRAM summary (``sram``), the int8 activation report
+(``activations``, the quantize-activations pass), for a stage graph cut
 out of a func, where its names come from (:class:`StageSource`), and, while
 autodiff builds a backward func, the stored shapes of its weights
 (``weight_shapes``). The entries
@@ -74,6 +75,37 @@ class SramReport(TypedDict):
     peak_node: str | None
     spill_nodes: list[str]
     weight_bytes: int
+
+
+class ActivationTensor(TypedDict):
+    """One activation the quantize-activations pass considered: int8 with its scale (its
+    consumers carry ``int8_<operand>`` annotations), or fp16 and why."""
+
+    value: str
+    consumers: list[str]
+    dtype: str
+    scale: float | None
+    max_abs: float | None
+    rel_l2: float | None
+    reason: str | None
+
+
+class ActivationOutput(TypedDict):
+    """An output's agreement with the unquantized func on the calibration inputs (worst sample)."""
+
+    output: str
+    cosine: float
+    max_rel: float
+
+
+class ActivationReport(TypedDict):
+    """What the quantize-activations pass decided, and the gate it held."""
+
+    dtype: str
+    min_cosine: float
+    samples: int
+    tensors: list[ActivationTensor]
+    outputs: list[ActivationOutput]
 
 
 @dataclass
@@ -182,6 +214,8 @@ class FuncFacts:
     weight_inputs: list[WeightInput] = field(default_factory=list)
     sram: SramReport | None = None
     """The SRAM summary; None until annotate-sram runs."""
+    activations: ActivationReport | None = None
+    """The int8 activation report; None unless quantize-activations ran."""
     stage_source: StageSource | None = None
     """For a stage graph cut out of a func: where its names come from."""
     weight_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
@@ -194,5 +228,5 @@ class FuncFacts:
         return copy.deepcopy(self)
 
 
-__all__ = ["FuncFacts", "HostCast", "LogicalInput", "LogicalOutput", "Plan", "SramReport", "Stage", "StageSource",
-           "WeightInput", "size_text"]
+__all__ = ["ActivationOutput", "ActivationReport", "ActivationTensor", "FuncFacts", "HostCast", "LogicalInput",
+           "LogicalOutput", "Plan", "SramReport", "Stage", "StageSource", "WeightInput", "size_text"]

@@ -21,6 +21,10 @@ adds; comparing a backend against ``"fp16"`` checks it bit-closely, against
 
 Integer and bool values are exact in both modes. Overflow to inf and NaN are
 results, not errors (legalize reports fp16 range problems).
+
+An operand a conv or matmul reads through int8 (an ``int8_<operand>`` annotation, the
+quantize-activations pass, :mod:`anec.ir.act_quant`) is quantized and dequantized on its
+way in, in both modes: like a cast, the int8 round trip is the program's meaning.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from anec.diagnostics import AnecError
+from anec.ir.act_quant import fake_quant, has_quantized, quantized_operands
 from anec.ir.graph import Graph, Module
 from anec.ir.nodes import Value
 from anec.ir.ops import get_op, with_defaults
@@ -135,6 +140,9 @@ def interpret(
                 continue
             opdef = get_op(node.op)
             args = [_compute(env[id(v)]) for v in node.operands]
+            if has_quantized(node):
+                for i, scale in quantized_operands(node).items():
+                    args[i] = _compute(fake_quant(args[i], scale))
             opt = {k: _compute(env[id(v)]) for k, v in node.optional.items()}
             outs = opdef.ref(args, opt, with_defaults(node.op, node.attrs))
             if node.op == "cast":

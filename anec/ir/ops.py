@@ -1683,6 +1683,8 @@ SIM_ONLY_MIL_OPS: dict[str, SimKernel] = {
     "real_div": SimKernel("binary", "DIV"),
     "slice_by_size": SimKernel("slice_by_size", "SLICE"),
     "split": SimKernel("split", "SPLIT"),
+    "quantize": SimKernel("quantize", "QUANTIZE"),      # int8 activations (anec.ir.act_quant)
+    "dequantize": SimKernel("dequantize", "DEQUANTIZE"),
 }
 """MIL ops the C simulator also runs although no IR op lowers to them (hand-written
 MIL, the programs of other frontends): MIL op -> kernel."""

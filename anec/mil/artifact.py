@@ -427,6 +427,8 @@ class Artifact:
         report = compression_report(program)
         if report:
             manifest["compression"] = report
+        if graph.facts.activations is not None:
+            manifest["activations"] = jsonable(graph.facts.activations)
         files = BlobFiles({**(blobs or {}), **{rel: input_blobs.source(rel) for rel in input_blobs}})
         pending = [(e, e["sha256"]) for e in entries if not (e["sha256"] is None or isinstance(e["sha256"], str))]
         for e, _ in pending:

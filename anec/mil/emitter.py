@@ -31,6 +31,11 @@ projects that run on the device (maderix/ANE, Orion) feed the ANE compiler:
 * func input and output names are the IR names, unchanged: the device binds
   I/O surfaces in alphabetical order of these names;
 * func inputs and outputs are rank-4 tensors, and every op has one result;
+* an operand a conv or matmul reads through int8 (an ``int8_<operand>`` annotation of
+  the quantize-activations pass, :mod:`anec.ir.act_quant`) is written as coremltools
+  prints the iOS17 ops, once per tensor and scale, before its first reader:
+  ``quantize(input, output_dtype = "int8", scale: fp16)`` to an int8 tensor, then
+  ``dequantize(input, scale: fp16)``; the reader takes the dequantized tensor;
 * each op is written as its op-table row's lowering says
   (:class:`~anec.ir.ops.Mil`: the MIL op, argument names, parameters); what
   the table marks not on the ANE (:class:`~anec.ir.ops.NotOnAne`: gelu,
@@ -53,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from anec.diagnostics import ConstraintError, PassError
+from anec.ir.act_quant import has_quantized, quantized_operands
 from anec.ir.graph import Graph
 from anec.ir.nodes import Node, Value
 from anec.ir.ops import MilScalar, NotOnAne, const_literal, get_op, with_defaults
@@ -271,6 +277,7 @@ class _Emitter:
         self.files_taken: set[str] = set()
         self.file_end: dict[str, int] = {}
         self.uncompressed: dict[str, Any] = {}
+        self.int8: dict[tuple[int, float], str] = {}  # (id(Value), scale) -> its dequantized MIL name
 
     # ---- names ----------------------------------------------------------
     def _claim(self, base: str) -> str:
@@ -355,17 +362,40 @@ class _Emitter:
                             span=n.span)
         r = n.result
         nn = self.name(r)
+        through = {i: self._int8(n.operands[i], scale, n)  # before the op's own params
+                   for i, scale in (quantized_operands(n) if has_quantized(n) else {}).items()}
         params = low.params([v.type for v in n.operands], [r.type], attrs)
         args = {p: self._param(nn, p, params[p], n) for p in sorted(params)}
         positional = get_op(n.op).positional
         if any(o.variadic for o in positional):  # one variadic operand: a MIL tuple (concat's values)
             args[low.arg(positional[0].name)] = "(" + ", ".join(self.name(v) for v in n.operands) + ")"
         else:
-            for operand, v in zip((o.name for o in positional), n.operands):
-                args[low.arg(operand)] = self.name(v)
+            for i, (operand, v) in enumerate(zip((o.name for o in positional), n.operands)):
+                args[low.arg(operand)] = through.get(i) or self.name(v)
         for operand, v in n.optional.items():
             args[low.arg(operand)] = self.name(v)
         self._stmt(f"{self.sp.type(r.type)} {nn}", low.op, args, nn)
+
+    def _int8(self, v: Value, scale: float, n: Node) -> str:
+        """``v`` through int8: its quantize and dequantize (written once per scale); the
+        dequantized tensor's MIL name."""
+        key = (id(v), scale)
+        if key in self.int8:
+            return self.int8[key]
+        if self.dialect.name == "ios16":
+            raise ConstraintError(f"{n.op} reads %{v.name} through int8, and the ios16 dialect has no "
+                                  "quantize/dequantize (iOS17 ops)", span=n.span,
+                                  hint="write ios18 (the default dialect), or compile without --activations",
+                                  constraint="ANE-INT8-ACTIVATIONS")
+        src = self.name(v)
+        q, dq = self._claim(f"{src}_q"), self._claim(f"{src}_dq")
+        qargs = {"input": src, "output_dtype": self._param(q, "output_dtype", "int8", n),
+                 "scale": self._param(q, "scale", MilScalar(DType.fp16, scale), n)}
+        self._stmt(f"{self.sp.type(v.type.with_dtype(DType.int8))} {q}", "quantize", qargs, q)
+        dqargs = {"input": q, "scale": self._param(dq, "scale", MilScalar(DType.fp16, scale), n)}
+        self._stmt(f"{self.sp.type(v.type)} {dq}", "dequantize", dqargs, dq)
+        self.int8[key] = dq
+        return dq
 
     def _param(self, node_name: str, param: str, value: Any, n: Node) -> str:
         """The named const ``<node>_<param>`` holding one non-tensor parameter."""

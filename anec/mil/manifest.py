@@ -15,7 +15,8 @@ field and what was expected::
 Fields the code only reports (``rewrites``, ``anec_version``, most of
 ``sram``) are only bounded; unknown fields are ignored, so newer manifests stay readable.
 Optional fields older artifacts lack (``logical_inputs``, ``logical_outputs``,
-``weight_inputs``, ``limits``, ``target``, ``mil.dialect``, ``concat``) may be absent.
+``weight_inputs``, ``limits``, ``target``, ``mil.dialect``, ``concat``) may be absent, and
+so may those of features not used (``compression``, ``activations``).
 The writer validates what it writes with the same function. Readers get the
 typed :class:`~anec.mil.manifest_types.Manifest` (:func:`parse_manifest`).
 """
@@ -115,6 +116,12 @@ def one_of(*values: str) -> Check:
             raise ManifestFieldError(path, "one of " + ", ".join(json.dumps(x) for x in values), v)
         return v
     return check
+
+
+def number(v: Any, path: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ManifestFieldError(path, "a number", v)
+    return v
 
 
 def hex64(v: Any, path: str) -> str:
@@ -220,6 +227,13 @@ LOGICAL_OUTPUT_ENTRY = obj({"name": _name, "pieces": array(_mil_name, MAX_ENTRIE
 SRAM_REPORT = nullable(obj({}, {"peak_bytes": integer(0, 1 << 62), "spill_nodes": array(any_json)}))
 """The check of ``sram``: the fields a reader counts with (the rest is only reported)."""
 HOST_CAST_ENTRY = obj({"name": _name, "kind": one_of("input", "output"), "host_dtype": one_of(*DTYPES)})
+ACTIVATIONS = obj({"dtype": one_of("int8"), "tensors": array(obj(
+    {"value": _name, "dtype": one_of("int8", "fp16")},
+    {"consumers": array(_name), "scale": nullable(number), "max_abs": nullable(number), "rel_l2": nullable(number),
+     "reason": nullable(string(2000))}))},
+    {"min_cosine": number, "samples": integer(0, (1 << 31) - 1),
+     "outputs": array(obj({"output": _name}, {"cosine": number, "max_rel": number}))})
+"""The check of ``activations``, the int8 activation report (only reported: the MIL is what runs)."""
 
 
 def _dialects() -> tuple[str, ...]:
@@ -249,6 +263,7 @@ def _schema() -> Check:
             "logical_outputs": array(LOGICAL_OUTPUT_ENTRY),
             "weight_inputs": array(WEIGHT_INPUT_ENTRY),
             "compression": array(obj({"const": _name, "key": _name, "format": string(64)})),
+            "activations": ACTIVATIONS,
             "sram": SRAM_REPORT,
             "rewrites": array(any_json),
             "host_casts": array(HOST_CAST_ENTRY),

@@ -195,6 +195,44 @@ class CompressionRecord:
 
 
 @dataclass(frozen=True)
+class ActivationEntry:
+    """One activation the quantize-activations pass considered: int8 with its scale, or fp16 and why."""
+
+    value: str
+    dtype: str
+    consumers: tuple[str, ...] = ()
+    scale: float | None = None
+    max_abs: float | None = None
+    rel_l2: float | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ActivationAgreement:
+    """An output's worst cosine and max relative error against the unquantized func (calibration)."""
+
+    output: str
+    cosine: float | None = None
+    max_rel: float | None = None
+
+
+@dataclass(frozen=True)
+class Activations:
+    """The int8 activation report (docs/compression.md, "int8 activations")."""
+
+    dtype: str
+    min_cosine: float | None = None
+    samples: int | None = None
+    tensors: tuple[ActivationEntry, ...] = many(ActivationEntry)
+    outputs: tuple[ActivationAgreement, ...] = many(ActivationAgreement)
+
+    @property
+    def quantized(self) -> int:
+        """How many activations go through the report's dtype."""
+        return sum(1 for t in self.tensors if t.dtype == self.dtype)
+
+
+@dataclass(frozen=True)
 class Limits:
     """The target limits the program was compiled for (the runtime applies them)."""
 
@@ -243,6 +281,7 @@ class Manifest:
     logical_outputs: tuple[LogicalOutput, ...] = many(LogicalOutput)
     weight_inputs: tuple[WeightInputEntry, ...] = many(WeightInputEntry)
     compression: tuple[CompressionRecord, ...] = many(CompressionRecord)
+    activations: Activations | None = one(Activations)
     host_casts: tuple[HostCast, ...] = many(HostCast)
     concat: Concat | None = one(Concat)
     sram: SramSummary | None = one(SramSummary)
@@ -322,6 +361,7 @@ class PipelineManifest:
     host_casts: tuple[HostCast, ...] = many(HostCast)
     weight_inputs: tuple[WeightInputEntry, ...] = many(WeightInputEntry)
     program_ir: FileRef | None = one(FileRef)
+    activations: Activations | None = one(Activations)
     crossing_bytes: int | None = None
     sram: SramSummary | None = one(SramSummary)
     rewrites: tuple[Any, ...] = ()

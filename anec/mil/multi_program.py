@@ -60,8 +60,9 @@ from anec.mil.beneath import check_rel
 from anec.mil.json_format import format_json
 from anec.mil.output import load_artifact
 from anec.mil.blobfile import BlobReader
-from anec.mil.manifest import (HOST_CAST_ENTRY, IO_ENTRY, LOGICAL_INPUT_ENTRY, LOGICAL_OUTPUT_ENTRY, MANIFEST_MAX_BYTES,
-                               SRAM_REPORT, WEIGHT_INPUT_ENTRY, Check, ManifestFieldError, array)
+from anec.mil.manifest import (ACTIVATIONS, HOST_CAST_ENTRY, IO_ENTRY, LOGICAL_INPUT_ENTRY, LOGICAL_OUTPUT_ENTRY,
+                               MANIFEST_MAX_BYTES, SRAM_REPORT, WEIGHT_INPUT_ENTRY, Check, ManifestFieldError, array,
+                               nullable)
 from anec.mil.manifest_types import PipelineManifest, check_written
 
 if TYPE_CHECKING:
@@ -243,6 +244,7 @@ def check_manifest(m: Any, where: Path | str) -> None:
                        ("logical_outputs", LOGICAL_OUTPUT_ENTRY), ("host_casts", HOST_CAST_ENTRY)):
         checked(key, array(check), [])
     checked("sram", SRAM_REPORT)
+    checked("activations", nullable(ACTIVATIONS))
     ir = m.get("program_ir")
     if ir is not None and not (isinstance(ir, dict) and isinstance(ir.get("file"), str)
                                and isinstance(ir.get("sha256"), str)):

@@ -24,6 +24,7 @@ from anec.passes.legalize import Legalize
 from anec.passes.manager import run_passes, run_pipeline
 from anec.passes.partition import Partition
 from anec.passes.range_safe import RangeSafe
+from anec.passes.quantize_activations import QuantizeActivations
 from anec.passes.pipelines import PIPELINES, get_pass, get_pipeline, parse_pass_list, pass_name_hint
 from anec.passes.registry import ALL_PASSES, PASSES
 from anec.passes.select_native import SelectNative
@@ -32,5 +33,5 @@ from anec.passes.weights_as_inputs import WeightsAsInputs
 __all__ = [
     "ALL_PASSES", "AnnotateSram", "DeadCodeElimination", "EmitMil", "FuseCasts", "Legalize",
     "PASSES", "PIPELINES", "Partition", "Pass", "PassContext", "get_pass", "get_pipeline", "parse_pass_list",
-    "pass_name_hint", "RangeSafe", "run_passes", "run_pipeline", "SelectNative", "WeightsAsInputs",
+    "pass_name_hint", "QuantizeActivations", "RangeSafe", "run_passes", "run_pipeline", "SelectNative", "WeightsAsInputs",
 ]

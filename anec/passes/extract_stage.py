@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from anec.diagnostics import Span
+from anec.ir.act_quant import PREFIX as INT8_PREFIX
 from anec.ir.func_facts import Plan, StageSource
 from anec.ir.graph import Graph
 from anec.ir.nodes import Node, Value
@@ -26,7 +27,8 @@ def extract_stage(graph: Graph, plan: Plan, k: int) -> Graph:
     transformer) get byte-identical MIL. Stage I/O is rank 4 (ANE-IO-RANK4):
     a crossing value of another rank travels in its device shape
     (:func:`anec.ir.types.device_shape`, the same bytes) with a reshape
-    on each side. Spans are kept, so errors still point at the source.
+    on each side. Spans are kept, so errors still point at the source, and so are the
+    ``int8_*`` annotations of int8 activations (the other annotations are the func's analyses).
     ``facts.stage_source`` maps each canonical I/O name to the func's value name
     and each const's name to the func's const node.
     """
@@ -64,8 +66,9 @@ def extract_stage(graph: Graph, plan: Plan, k: int) -> Graph:
                 vmap[id(v)] = r
                 const_origin[r.name] = c
         results = [Value(fresh("v"), r.type, span=r.span) for r in x.results]
+        notes = {k: v for k, v in x.annotations.items() if k.startswith(INT8_PREFIX)}  # the int8 decisions
         g.add_node(Node(x.op, [vmap[id(v)] for v in x.operands], dict(x.attrs), results,
-                        {key: vmap[id(v)] for key, v in x.optional.items()}, x.span))
+                        {key: vmap[id(v)] for key, v in x.optional.items()}, x.span, notes))
         for r, nr in zip(x.results, results):
             vmap[id(r)] = nr
     outs = []

@@ -13,6 +13,7 @@ from anec.passes.emit_mil import EmitMil
 from anec.passes.fuse_casts import FuseCasts
 from anec.passes.legalize import Legalize
 from anec.passes.partition import Partition
+from anec.passes.quantize_activations import QuantizeActivations
 from anec.passes.range_safe import RangeSafe
 from anec.passes.select_native import SelectNative
 from anec.passes.weights_as_inputs import WeightsAsInputs
@@ -26,6 +27,7 @@ ALL_PASSES: tuple[type[Pass], ...] = (
     AnnotateSram,
     Legalize,
     Partition,
+    QuantizeActivations,
     EmitMil,
 )
 """Every pass, in pipeline order."""

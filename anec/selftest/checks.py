@@ -25,8 +25,9 @@ from anec.mil.artifact import artifact_weights
 from anec.runtime import Runtime, backend_available
 from anec.runtime.weights import patched_blobs
 from anec.selftest.programs import (BINDING_IR, COMPRESSED_IR, COMPRESSED_PROBES, CONCAT_IR, DENSE_IR,
-                                    LEGALIZED_IR, NORMS_IR, ONE_IR, SMALL_IR, TRIVIAL_MIL, UNLEGALIZED_OPS, N,
-                                    raw_max_pool, raw_mil, spatial_ir)
+                                    INT8_ROUND_IR, INT8_ROUND_X, LEGALIZED_IR, NORMS_IR, ONE_IR, ROUND_SCALE,
+                                    SMALL_IR, TRIVIAL_MIL, UNLEGALIZED_OPS, W8A8_IR, N, raw_max_pool, raw_mil,
+                                    spatial_ir)
 from anec.targets import get_target
 from anec.ir.weight_binding import random_weights
 
@@ -76,17 +77,21 @@ class CheckEnv:
 
     def build(self, text: str, name: str, seed_offset: int = 0, pack_weights: bool = False,
               concat: str = "rewrite", target_forms: bool = False, compress: str | None = None,
-              compress_form: str | None = None):
-        """(module, graph, weights, artifact) for IR `text`, random weights; concat is rewritten
-        unless ``concat="native"`` (no cached verdict steers a probe); ``target_forms`` reads
-        the target-level ops (conv, max_pool, ...) the spatial probe writes directly."""
+              compress_form: str | None = None, weights: Any = None, calibration: Any = None):
+        """(module, graph, weights, artifact) for IR `text`, random weights (or ``weights``);
+        concat is rewritten unless ``concat="native"`` (no cached verdict steers a probe);
+        ``target_forms`` reads the target-level ops (conv, max_pool, ...) the spatial probe
+        writes directly; ``calibration`` compiles every activation it can as int8 (no gate:
+        a probe tests the device, not the accuracy)."""
         module = parse(text, f"<selftest:{name}>", target_forms=target_forms)
         func = next(iter(module.funcs))
-        store = random_weights(module, self.seed + seed_offset)
+        store = random_weights(module, self.seed + seed_offset) if weights is None else weights
         # targets without fp32 I/O (m1, m2) take and return fp16; the runtime converts
         result = compile_module(module, weights=store, target=self.tgt, host_casts=not self.tgt.fp32_io,
                                 pack_weights=pack_weights and not self.tgt.one_file_per_weight, concat=concat,
-                                compress=compress, compress_form=compress_form)
+                                compress=compress, compress_form=compress_form,
+                                activations="int8" if calibration is not None else None, calibration=calibration,
+                                activations_min_cosine=-1.0)
         return module, module.funcs[func], store, result.artifacts[func], result
 
     def normal(self, shape: list[int] | tuple[int, ...]) -> np.ndarray:
@@ -549,6 +554,75 @@ def check_compressed(env: CheckEnv, c: Check) -> None:
     c.data.update(probes=results, int8_form=default)
 
 
+ANEC_ROUNDING = "half to even, fp16 quotient"
+"""How anec's interpreter and sim round ``quantize`` (coremltools' reference)."""
+
+
+def int8_roundings(x: np.ndarray, scale: float) -> dict[str, np.ndarray]:
+    """The int8 round trip of ``x`` (fp16 values) under each rounding a device might use:
+    mode -> ``fp16(clip(round(x / scale)) * scale)``."""
+    xh = np.asarray(x, np.float16)
+    with np.errstate(all="ignore"):
+        quotients = {"fp16 quotient": (xh / np.float16(scale)).astype(np.float64),
+                     "exact quotient": xh.astype(np.float64) / float(np.float16(scale))}
+    rounds = {"half to even": np.rint, "half away from zero": lambda t: np.sign(t) * np.floor(np.abs(t) + 0.5),
+              "toward zero": np.trunc}
+    out = {}
+    for rname, rnd in rounds.items():
+        for qname, t in quotients.items():
+            q = np.clip(rnd(t), -128, 127)
+            out[f"{rname}, {qname}"] = (q.astype(np.float32) * np.float32(np.float16(scale))).astype(np.float16)
+    return out
+
+
+def rounding_matches(x: np.ndarray, scale: float, y: np.ndarray) -> list[str]:
+    """The roundings (:func:`int8_roundings`) whose round trip of ``x`` is ``y``, bit for bit."""
+    yh = np.asarray(y).astype(np.float16)
+    return [mode for mode, want in int8_roundings(x, scale).items() if np.array_equal(want, yh)]
+
+
+def check_int8_activations(env: CheckEnv, c: Check) -> None:
+    """A W8A8 conv chain against the interpreter, and the rounding of ``quantize`` read off an
+    identity conv. A device that rejects the ops is reported (int8 activations are opt-in);
+    one that runs them with other values fails."""
+    if env.tgt.mil_dialect != "ios18":
+        c.passed = True
+        c.lines.append(f"skipped: {env.tgt.mil_dialect} has no quantize/dequantize")
+        c.data.update(verdict="not in the dialect")
+        return
+    x = {"x": env.normal((1, 64, 1, N))}
+    calibration = {"x": np.stack([env.normal((1, 64, 1, N)) for _ in range(2)])}
+    _, _, _, art, _ = env.build(W8A8_IR, "int8-activations", compress="int8>fp16", calibration=calibration)
+    quantized = art.manifest.activations.quantized if art.manifest.activations is not None else 0
+    if quantized != 2 or "constexpr_affine_dequantize" not in art.mil_text:
+        raise AnecError(f"selftest: the W8A8 probe compiled {quantized} int8 activations (2 expected)")
+    eye = np.eye(64, dtype=np.float16).reshape(64, 64, 1, 1)
+    _, _, _, rart, _ = env.build(INT8_ROUND_IR, "int8-round", weights={"eye": eye})
+    xr = np.resize(np.asarray(INT8_ROUND_X, np.float32), (1, 64, 1, N))
+    try:
+        with env.runtime() as rt:
+            out = rt.load(art)(**x)
+            y = rt.load(rart)(x=xr)["y"]
+    except RuntimeFailure as e:
+        c.passed = True
+        c.lines.append(f"quantize/dequantize: rejected ({str(e.message).splitlines()[0]}); do not compile "
+                       "with --activations int8 on this machine")
+        c.data.update(verdict="rejected")
+        return
+    ref = interpret(art.program_module().funcs["w8a8"], x, artifact_weights(art), mode="fp32")
+    good, err, tol, _ = _compare(out["y"], ref["y"])
+    modes = rounding_matches(xr, ROUND_SCALE, y)
+    c.lines.append(f"W8A8 chain (int8 weights, 2 int8 activations): "
+                   f"{'compiled and ran' if good else 'compiled but computed WRONG values'}, max |err| {_fmt(err)} "
+                   f"(tolerance {_fmt(tol)})")
+    c.lines.append(f"quantize rounds: {', '.join(modes) if modes else 'like none of ' + ', '.join(int8_roundings(xr, ROUND_SCALE))}")
+    if ANEC_ROUNDING not in modes:
+        c.lines.append(f"anec's interpreter and sim round {ANEC_ROUNDING}: int8 activations differ by one "
+                       "step where the roundings do")
+    c.passed = good and ANEC_ROUNDING in modes
+    c.data.update(verdict="accepted" if c.passed else "accepted but wrong", max_abs_err=err, roundings=modes)
+
+
 CHECKS: list[tuple[str, str, Callable[[CheckEnv, Check], None]]] = [
     ("legalized", "legalized program matches the reference interpreter", check_legalized),
     ("unlegalized", "unlegalized MIL (gelu, rsqrt) is rejected by the device compiler", check_unlegalized),
@@ -562,6 +636,8 @@ CHECKS: list[tuple[str, str, Callable[[CheckEnv, Check], None]]] = [
     ("spatial", "native conv, pool and upsample ops at anec's limits are right", check_spatial),
     ("compressed", "compressed weight forms (int8 affine / blockwise, LUT, sparse) the device runs",
      check_compressed),
+    ("int8-activations", "int8 activations (quantize/dequantize between convs) and how quantize rounds",
+     check_int8_activations),
 ]
 
 

@@ -1,7 +1,8 @@
 """The small programs ``python -m anec.selftest`` compiles and runs, as IR and hand-written MIL.
 
 Each IR text exercises one device claim (legalized ops, binding order, small surfaces,
-reloadable weights, compressed weights, norms near the fp16 limit, a native concat);
+reloadable weights, compressed weights, int8 activations, norms near the fp16 limit, a
+native concat);
 :func:`raw_mil` and :func:`raw_max_pool` write MIL the emitter never writes (rejected
 ops, a pooling window one step beyond the limits), in either dialect.
 """
@@ -110,6 +111,49 @@ COMPRESSED_PROBES: tuple[tuple[str, str | None], ...] = (
 (ANE-COMPRESSED-WEIGHTS), two LUT widths and sparse weights (ANE-COMPRESSED-SPARSE:
 constexpr_sparse_to_dense over a uint1 mask, or the ios16 packed mask; with int8 or LUT
 values through constexpr_sparse_blockwise_shift_scale / constexpr_lut_to_sparse, ios18 only)."""
+
+W8A8_IR = f"""\
+// selftest (int8-activations): three 1x1 convs, int8 weights, int8 activations between them
+func w8a8(%x: fp32[1, 64, 1, {N}]) {{
+  %xh = cast(%x, dtype=fp16)
+  %w1 = const(weight="c1.weight") : fp16[64, 64, 1, 1]
+  %h1 = conv1x1(%xh, %w1)
+  %a1 = relu(%h1)
+  %w2 = const(weight="c2.weight") : fp16[64, 64, 1, 1]
+  %h2 = conv1x1(%a1, %w2)
+  %a2 = relu(%h2)
+  %w3 = const(weight="c3.weight") : fp16[64, 64, 1, 1]
+  %h3 = conv1x1(%a2, %w3)
+  %y = cast(%h3, dtype=fp32)
+  return %y
+}}
+"""
+"""The maderix W8A8 form (ane_int8_bench.m): quantize/dequantize between convs over int8
+weights; compiled with --compress int8 --activations int8 (ANE-INT8-ACTIVATIONS)."""
+
+ROUND_SCALE = 0.300048828125
+"""fp16(0.3): quotients by it fall between fp16 values, so the fp16 quotient and the exact
+one round apart on some inputs."""
+
+INT8_ROUND_IR = f"""\
+// selftest (int8-activations): x through int8 into an identity 1x1 conv: y is x dequantized
+func int8_round(%x: fp32[1, 64, 1, {N}]) {{
+  %xh = cast(%x, dtype=fp16)
+  %eye = const(weight="eye") : fp16[64, 64, 1, 1]
+  %h = conv1x1(%xh, %eye) @{{int8_x={ROUND_SCALE!r}}}
+  %y = cast(%h, dtype=fp32)
+  return %y
+}}
+"""
+"""How the device rounds ``quantize``: each output is one input's int8 round trip."""
+
+INT8_ROUND_X = (-1.5, -1.3505859375, -0.75, -0.1688232421875, -0.1500244140625, 0.1500244140625, 0.75,
+                -36.15625, 100.0, -100.0, 0.0, 1.0)
+"""Inputs of the rounding probe (tiled over x), chosen so that every two of the roundings
+the check tells apart (half to even, half away from zero or toward zero, of the fp16 or the
+exact quotient by :data:`ROUND_SCALE`) give another result on one of them: -0.75 / s is
+-2.4996 exact and -2.5 in fp16, +-s/2 is an exact tie, -36.15625 / s is -120.5012 exact and
+-120.5 in fp16; and values past the int8 range."""
 
 NORMS_IR = f"""\
 // selftest (fp16-range): norms written as mean(x * x), made range-safe by the compiler

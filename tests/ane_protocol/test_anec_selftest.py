@@ -33,7 +33,7 @@ def test_selftest_passes_on_the_sim(report: dict) -> None:
     assert report["driver"] == "sim"
     assert [c["id"] for c in report["checks"]] == [
         "legalized", "unlegalized", "concat", "binding", "min-surface", "reload", "shared", "dialect",
-        "fp16-range", "spatial", "compressed"]
+        "fp16-range", "spatial", "compressed", "int8-activations"]
     failed = [(c["id"], c["lines"]) for c in report["checks"] if not c["passed"]]
     assert not failed
     assert report["passed"] is True
@@ -78,6 +78,8 @@ def test_selftest_numbers(report: dict) -> None:
     # the sim refuses what anec assumes the device refuses (ANE-SPATIAL-LIMITS)
     assert sp["beyond_kernel"] == 17 and sp["beyond_compiled"] is False
     assert max(sp["max_abs_err"].values()) < 0.01
+    i8 = _check(report, "int8-activations")["data"]
+    assert i8["verdict"] == "accepted" and i8["roundings"] == [checks.ANEC_ROUNDING] and i8["max_abs_err"] < 0.01
     cp = _check(report, "compressed")["data"]
     assert cp["int8_form"] == "affine"
     assert {k: v["verdict"] for k, v in cp["probes"].items()} == {
@@ -94,7 +96,7 @@ def test_render_is_a_pasteable_report(report: dict) -> None:
     lines = text.splitlines()
     assert lines[0] == "anec selftest 0.1.0: driver sim (backend auto), target m4, seed 0"
     assert "PASS  binding       inputs and outputs bind in alphabetical order of MIL names" in lines
-    assert lines[-1] == "11/11 checks passed"
+    assert lines[-1] == "12/12 checks passed"
 
 
 def test_binding_check_fails_when_buffers_are_bound_in_declaration_order(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,6 +166,56 @@ def test_compressed_check_fails_when_the_targets_int8_form_is_rejected(monkeypat
     checks.check_compressed(checks.CheckEnv("sim", "m4", 0), c)
     assert c.passed, c.lines
     assert c.data["probes"]["sparse50 (constexpr_sparse_to_dense)"]["verdict"] == "rejected"
+
+
+@pytest.mark.constraint("ANE-INT8-ACTIVATIONS")
+def test_the_rounding_probe_tells_every_two_roundings_apart() -> None:
+    x = np.resize(np.asarray(programs.INT8_ROUND_X, np.float32), (1, 64, 1, programs.N))
+    modes = checks.int8_roundings(x, programs.ROUND_SCALE)
+    assert len(modes) == 6 and checks.ANEC_ROUNDING in modes
+    for name, y in modes.items():
+        assert checks.rounding_matches(x, programs.ROUND_SCALE, y) == [name]
+    from anec.ir.act_quant import fake_quant
+
+    assert np.array_equal(modes[checks.ANEC_ROUNDING], fake_quant(x, programs.ROUND_SCALE))
+
+
+def _int8_device(monkeypatch: pytest.MonkeyPatch, rounding: str | None) -> None:
+    """Runtime.load on a device that rejects quantize (``rounding`` None) or rounds it ``rounding``."""
+    from anec.diagnostics import RuntimeFailure
+    from anec.runtime import Runtime
+
+    real = Runtime.load
+
+    def load(self, art, *a, **k):
+        if "= quantize(" not in art.mil_text:
+            return real(self, art, *a, **k)
+        if rounding is None:
+            raise RuntimeFailure("InvalidMILProgram", code=5)
+        prog = real(self, art, *a, **k)
+        if "eye" not in art.mil_text:
+            return prog
+        return lambda x: {"y": checks.int8_roundings(x, programs.ROUND_SCALE)[rounding].astype(np.float32)}
+
+    monkeypatch.setattr(Runtime, "load", load)
+
+
+@pytest.mark.constraint("ANE-INT8-ACTIVATIONS")
+def test_int8_activation_check_fails_when_the_device_rounds_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    _int8_device(monkeypatch, "half away from zero, fp16 quotient")
+    c = checks.Check("int8-activations", "")
+    checks.check_int8_activations(checks.CheckEnv("sim", "m4", 0), c)
+    assert not c.passed and c.data["roundings"] == ["half away from zero, fp16 quotient"]
+    assert any("differ by one step" in line for line in c.lines)
+
+
+@pytest.mark.constraint("ANE-INT8-ACTIVATIONS")
+def test_int8_activation_check_reports_a_device_that_rejects_the_ops(monkeypatch: pytest.MonkeyPatch) -> None:
+    _int8_device(monkeypatch, None)
+    c = checks.Check("int8-activations", "")
+    checks.check_int8_activations(checks.CheckEnv("sim", "m4", 0), c)
+    assert c.passed and c.data["verdict"] == "rejected"
+    assert any("do not compile with --activations int8" in line for line in c.lines)
 
 
 def test_reload_check_fails_when_the_runtime_reloads_stale(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -356,7 +408,7 @@ def test_python_dash_m() -> None:
                        capture_output=True, text=True, timeout=120,
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.rstrip().endswith("11/11 checks passed")
+    assert r.stdout.rstrip().endswith("12/12 checks passed")
     assert np.all([line.startswith("PASS") for line in r.stdout.splitlines() if line[:4] in ("PASS", "FAIL")])
 
 

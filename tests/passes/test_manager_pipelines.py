@@ -18,9 +18,9 @@ from .passes_util import parse_func, parse_module
 
 
 def test_registry_names_are_unique_and_documented():
-    assert len(PASSES) == len(ALL_PASSES) == 9
+    assert len(PASSES) == len(ALL_PASSES) == 10
     assert list(PASSES) == ["dce", "fuse-casts", "weights-as-inputs", "select-native", "range-safe", "annotate-sram", "legalize",
-                            "partition", "emit-mil"]
+                            "partition", "quantize-activations", "emit-mil"]
     for p in ALL_PASSES:
         doc = p.documentation()
         assert "Before:" in doc and "After" in doc, p.name
