@@ -93,6 +93,7 @@ struct anec_stats {
     uint64_t reloads_data_patch, reloads_recompile, reloads_inputs;
     uint64_t reloads_new_object;
     uint64_t process_compiles;
+    uint64_t host_in_bytes, host_out_bytes, surface_copy_bytes;
 };
 
 typedef struct anec_reload_info {
@@ -104,6 +105,7 @@ typedef struct anec_reload_info {
 
 typedef struct anec_runtime anec_runtime;
 typedef struct anec_program anec_program;
+typedef struct anec_pipeline anec_pipeline;
 
 int anec_runtime_open(const char *driver, const anec_options *opts, anec_runtime **out);
 void anec_runtime_shutdown(anec_runtime *rt);
@@ -163,7 +165,12 @@ int anec_reload_arrays(anec_program *p, const char *path, const anec_weight_arra
 int anec_program_reload_info(const anec_program *p, anec_reload_info *out);
 int anec_program_stats(const anec_program *p, struct anec_stats *out);
 
-typedef struct anec_pipeline anec_pipeline;
+typedef struct anec_slice {
+    uint64_t outer, extent, inner;
+    uint64_t start, count;
+} anec_slice;
+int anec_write_input_slice(anec_program *p, anec_pipeline *pl, size_t input, const anec_slice *slice,
+                           const anec_io *data);
 typedef struct anec_pipe_src {
     int stage;
     size_t index;
@@ -181,6 +188,7 @@ struct anec_pipeline_stats {
     uint64_t resident_inputs;
     uint64_t ns_call;
     uint64_t surface_bytes;
+    uint64_t host_in_bytes, host_out_bytes, surface_copy_bytes;
 };
 int anec_pipeline_create(anec_runtime *rt, const anec_pipe_stage *stages, size_t n_stages,
                          size_t n_inputs, const anec_pipe_src *outputs, size_t n_outputs,

@@ -195,6 +195,12 @@ struct anec_stats {
     uint64_t reloads_data_patch, reloads_recompile, reloads_inputs;  /* reloads per strategy */
     uint64_t reloads_new_object;
     uint64_t process_compiles;    /* compiles made by every runtime of this process on this driver */
+    /* Bytes the CPU moves, as they land: written into input surfaces from host
+       memory (calls, set/reload inputs, slice writes; fp16 bytes for an fp16
+       input fed fp32), read from output surfaces into host memory, and copied
+       between surfaces (a pipeline input fed to several stages, a stage edge
+       between surfaces of two sizes). */
+    uint64_t host_in_bytes, host_out_bytes, surface_copy_bytes;
 };
 
 /* Why a program reloads the way it does. */
@@ -207,6 +213,7 @@ typedef struct anec_reload_info {
 
 typedef struct anec_runtime anec_runtime;
 typedef struct anec_program anec_program;
+typedef struct anec_pipeline anec_pipeline;   /* a pipeline of programs (below) */
 
 /* ---- runtime ----------------------------------------------------------- */
 
@@ -354,6 +361,33 @@ int anec_program_reload_info(const anec_program *p, anec_reload_info *out);
    came from the cache; reloads by recompile add theirs). */
 int anec_program_stats(const anec_program *p, struct anec_stats *out);
 
+/* ---- state inputs: writes of part of an input ---------------------------- */
+
+/* An input's packed elements viewed row-major as [outer][extent][inner]
+   (outer * extent * inner must be its element count), and the rows
+   start .. start + count of the middle axis: e.g. positions pos .. pos + n of
+   a [1, KV, T, D] input are outer KV, extent T, inner D; column c of a
+   [1, 1, W, T] input is outer W, extent T, inner 1, start c, count 1. */
+typedef struct anec_slice {
+    uint64_t outer, extent, inner;
+    uint64_t start, count;
+} anec_slice;
+
+/* Write rows of one input without evaluating: data holds outer * count * inner
+   packed elements (the input's dtype, or fp32 for an fp16 input: converted),
+   written into rows slice->start .. + count of the surfaces that hold input
+   `input`; every other byte keeps what the surface holds (surfaces start
+   zeroed; anec_call with that input's data NULL leaves it as written). Give
+   exactly one of p (its input `input`, binding order) and pl (pipeline input
+   `input`: written into every stage surface it feeds). Under the program's or
+   the pipeline's lock; each surface locked for writing around its copy. The
+   view, range and byte count are checked (overflow included) before anything
+   is written: ANEC_EINVAL with the reason otherwise. Counted in
+   host_in_bytes. Inputs that live in their surfaces across calls this way are
+   state (a KV cache: each step writes its new rows, not the whole cache). */
+int anec_write_input_slice(anec_program *p, anec_pipeline *pl, size_t input, const anec_slice *slice,
+                           const anec_io *data);
+
 /* ---- pipelines ---------------------------------------------------------- */
 
 /* A func too large for one ANE program is compiled into a pipeline of stage
@@ -364,7 +398,6 @@ int anec_program_stats(const anec_program *p, struct anec_stats *out);
    its min_surface_bytes); otherwise its packed bytes are copied. Calls are
    serialized per pipeline (a reload never lands between two stages of one
    call); stages run in order, each under its program's lock. */
-typedef struct anec_pipeline anec_pipeline;
 
 /* Where a stage input comes from: stage -1 is pipeline input `index`;
    stage -2 is a resident input of the stage's own program (a weight compiled
@@ -390,6 +423,7 @@ struct anec_pipeline_stats {
     uint64_t resident_inputs;     /* stage inputs filled once by the host (weights as inputs) */
     uint64_t ns_call;
     uint64_t surface_bytes;       /* bytes of the stages' own I/O surfaces, allocated per stage */
+    uint64_t host_in_bytes, host_out_bytes, surface_copy_bytes; /* as in anec_stats, for this pipeline */
 };
 
 /* Wire stages into a pipeline with n_inputs pipeline inputs (every one must

@@ -2,8 +2,8 @@
  * rt_eval.c - evaluation: rt_eval_locked (the driver's evaluate on unlocked
  * surfaces, counted), anec_run on the program's surfaces, anec_call and
  * anec_set_inputs / anec_reload_inputs (host tensors written into the input
- * surfaces), and anec_evaluate on surfaces of exactly the caller's buffer
- * sizes.
+ * surfaces), anec_write_input_slice (rows of one input, in place), and
+ * anec_evaluate on surfaces of exactly the caller's buffer sizes.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -79,7 +79,7 @@ static int write_inputs(anec_program *p, const anec_io *inputs, size_t n_in)
         return rt_fail(ANEC_EINVAL, "NULL input array");
     for (size_t i = 0; i < n_in; i++)
         if (inputs[i].data) {
-            int rc = rt_transfer_surface(p->rt, &p->in[i], &inputs[i], &p->in_s[i], 0, "input");
+            int rc = rt_transfer_surface(p, &p->in[i], &inputs[i], &p->in_s[i], 0, "input");
             if (rc != ANEC_OK)
                 return rc;
         }
@@ -99,7 +99,7 @@ int anec_call(anec_program *p, const anec_io *inputs, size_t n_in, const anec_io
         rc = run_locked(p);
     for (size_t j = 0; rc == ANEC_OK && j < n_out; j++)
         if (outputs[j].data)
-            rc = rt_transfer_surface(p->rt, &p->out[j], &outputs[j], &p->out_s[j], 1, "output");
+            rc = rt_transfer_surface(p, &p->out[j], &outputs[j], &p->out_s[j], 1, "output");
     pthread_mutex_unlock(&p->lock);
     return rc;
 }
@@ -123,6 +123,24 @@ int anec_reload_inputs(anec_program *p, const anec_io *inputs, size_t n_in)
     rc = write_inputs(p, inputs, n_in);
     if (rc == ANEC_OK)
         rt_count_inputs_reload(p, t0);
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+int anec_write_input_slice(anec_program *p, anec_pipeline *pl, size_t input, const anec_slice *slice,
+                           const anec_io *data)
+{
+    if (!p == !pl)
+        return rt_fail(ANEC_EINVAL, "anec_write_input_slice: give one program or one pipeline");
+    if (pl)
+        return rt_pipeline_write_slice(pl, input, slice, data);
+    int rc = rt_enter(p);
+    if (rc != ANEC_OK)
+        return rc;
+    if (input >= p->n_in)
+        rc = rt_fail(ANEC_EINVAL, "the program has %zu inputs; got input %zu", p->n_in, input);
+    else
+        rc = rt_slice_write(p, &p->in[input], slice, data, &p->in_s[input], NULL);
     pthread_mutex_unlock(&p->lock);
     return rc;
 }
@@ -163,6 +181,7 @@ int anec_evaluate(anec_program *p, const anec_buffer *inputs, size_t n_in, anec_
         if (i < n_in && bytes && (rc = rt_surface_lock(rt, &s[i], 0)) == ANEC_OK) {
             memcpy(s[i].base, inputs[i].data, bytes);
             rt_surface_unlock(rt, &s[i]);
+            rt_count_bytes(p, bytes, 0, 0);
         }
     }
     if (rc == ANEC_OK)
@@ -171,6 +190,7 @@ int anec_evaluate(anec_program *p, const anec_buffer *inputs, size_t n_in, anec_
         if (outputs[j].bytes && (rc = rt_surface_lock(rt, &s[n_in + j], 1)) == ANEC_OK) {
             memcpy(outputs[j].data, s[n_in + j].base, outputs[j].bytes);
             rt_surface_unlock(rt, &s[n_in + j]);
+            rt_count_bytes(p, 0, outputs[j].bytes, 0);
         }
     for (size_t i = 0; i < made; i++)
         rt->drv->surface_free(rt->ctx, &s[i]);

@@ -247,6 +247,7 @@ int anec_reload_input_views(anec_program *p, const anec_input_view *views, size_
             break;
         write_view(&views[k], (uint16_t *)(void *)s->base);
         rt_surface_unlock(p->rt, s);
+        rt_count_bytes(p, p->in[views[k].input].bytes, 0, 0);
     }
     if (rc == ANEC_OK)
         rt_count_inputs_reload(p, t0);

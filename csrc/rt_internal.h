@@ -11,9 +11,9 @@
  *   rt_describe.c     I/O binding tables and weight consts from the MIL
  *   rt_cache.c        cache keys, weight content hashes, cache entries
  *   rt_budget.c       compile budget per process and driver, runtime caps
- *   rt_surfaces.c     surfaces: sizing, CPU locks, host <-> surface copies
+ *   rt_surfaces.c     surfaces: sizing, CPU locks, host <-> surface copies (whole, rows)
  *   rt_program.c      load, unload, close, free, introspection
- *   rt_eval.c         evaluation: anec_run, anec_call, anec_evaluate
+ *   rt_eval.c         evaluation: anec_run, anec_call, anec_evaluate, anec_write_input_slice
  *   rt_input_views.c  fp16 conversions and anec_reload_input_views
  *   rt_stats.c        counters, anec_stats, anec_program_stats
  *   rt_status.c       rt_fail / anec_last_error, status names, the clock
@@ -179,6 +179,9 @@ void rt_count(anec_runtime *rt, const struct anec_stats *delta);
 void rt_count_load(anec_program *p, uint64_t t0);
 /* Count one reload of p by input-surface writes that took since t0. */
 void rt_count_inputs_reload(anec_program *p, uint64_t t0);
+/* Count bytes the CPU moved for p (p->lock held): written into its input surfaces from
+   host memory, read from its output surfaces, copied into its input surfaces from others. */
+void rt_count_bytes(anec_program *p, uint64_t in, uint64_t out, uint64_t copied);
 
 /* ---- rt_runtime.c ---- */
 
@@ -232,9 +235,17 @@ void rt_surface_unlock(anec_runtime *rt, anec_surface *s);
 /* Host tensor -> surface (to_host 0) or surface -> host tensor (to_host 1), converting
    fp32 <-> fp16 where the program is fp16; side is "input" or "output" for messages. */
 int rt_transfer(const io_desc *d, const anec_io *io, uint8_t *surface, int to_host, const char *side);
-/* rt_transfer on surface s, locked for just that copy (read-only to the host). */
-int rt_transfer_surface(anec_runtime *rt, const io_desc *d, const anec_io *io, anec_surface *s, int to_host,
+/* rt_transfer on surface s of p (p->lock held), locked for just that copy (read-only to the
+   host), counted in p's host_in_bytes / host_out_bytes. */
+int rt_transfer_surface(anec_program *p, const io_desc *d, const anec_io *io, anec_surface *s, int to_host,
                         const char *side);
+/* A write of rows of input d (anec_write_input_slice): rt_slice_check checks the view,
+   range, dtype and byte count and writes nothing; rt_slice_write (checked first) writes
+   the rows into surface s of p (p->lock held), locked for the copy, and counts them.
+   *written (may be NULL) gets the bytes written. */
+int rt_slice_check(const io_desc *d, const anec_slice *sl, const anec_io *io);
+int rt_slice_write(anec_program *p, const io_desc *d, const anec_slice *sl, const anec_io *io, anec_surface *s,
+                   uint64_t *written);
 /* Copy bytes from surface `from` to surface `to`, each locked for the copy. */
 int rt_surface_copy(anec_runtime *rt, anec_surface *to, anec_surface *from, size_t bytes);
 /* p's surfaces, uniform per direction (>= min_surface_bytes, aligned); freed unlocked. */
@@ -256,6 +267,11 @@ int rt_load_locked(anec_program *p);
 int rt_unload_locked(anec_program *p);
 /* Point p at directory d (rt->lock held); ANEC_ENOMEM with nothing changed. */
 int rt_set_dir(anec_program *p, rt_dir *d);
+
+/* ---- rt_pipeline.c ---- */
+
+/* anec_write_input_slice on pipeline input `input`: every stage surface it feeds. */
+int rt_pipeline_write_slice(anec_pipeline *pl, size_t input, const anec_slice *sl, const anec_io *io);
 
 /* ---- rt_eval.c ---- */
 

@@ -25,6 +25,9 @@
  *   - a call holds the pipeline's lock (calls and reloads of one pipeline are
  *     serialized: no call sees some stages with old weights and others with
  *     new ones) and each stage's lock while it runs.
+ *   - a pipeline input a call passes as NULL keeps what its consumers'
+ *     surfaces hold (state, e.g. a KV cache); anec_write_input_slice writes
+ *     rows of it into every consumer's surface, under the pipeline's lock.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -235,20 +238,24 @@ static int feed_inputs(anec_pipeline *pl, const anec_io *inputs, size_t n_in)
         int rc = rt_enter(p);
         if (rc != ANEC_OK)
             return rc;
-        rc = rt_transfer_surface(p->rt, &p->in[f->index], &inputs[i], &p->in_s[f->index], 0, "input");
+        rc = rt_transfer_surface(p, &p->in[f->index], &inputs[i], &p->in_s[f->index], 0, "input");
         anec_surface *from = &p->in_s[f->index];
         size_t bytes = p->in[f->index].bytes;
         pthread_mutex_unlock(&p->lock);
         if (rc != ANEC_OK)
             return rc;
+        pl->st.host_in_bytes += bytes;
         for (size_t k = 0; k < f->n_more; k++) {
             anec_program *q = pl->stages[f->more[k].stage].p;
             if ((rc = rt_enter(q)) != ANEC_OK)
                 return rc;
             rc = rt_surface_copy(q->rt, &q->in_s[f->more[k].index], from, bytes);
+            if (rc == ANEC_OK)
+                rt_count_bytes(q, 0, 0, bytes);
             pthread_mutex_unlock(&q->lock);
             if (rc != ANEC_OK)
                 return rc;
+            pl->st.surface_copy_bytes += bytes;
         }
     }
     return ANEC_OK;
@@ -273,6 +280,10 @@ int anec_pipeline_call(anec_pipeline *pl, const anec_io *inputs, size_t n_in, co
             if (st->src[i].stage >= 0 && !st->zero_copy[i]) {
                 const pipe_stage *from = &pl->stages[st->src[i].stage];
                 rc = rt_surface_copy(p->rt, &p->in_s[i], &from->p->out_s[st->src[i].index], p->in[i].bytes);
+                if (rc == ANEC_OK) {
+                    rt_count_bytes(p, 0, 0, p->in[i].bytes);
+                    pl->st.surface_copy_bytes += p->in[i].bytes;
+                }
             }
         if (rc == ANEC_OK)
             rc = rt_eval_locked(p, st->in, p->n_in, st->out, p->n_out);
@@ -290,12 +301,44 @@ int anec_pipeline_call(anec_pipeline *pl, const anec_io *inputs, size_t n_in, co
         size_t j = pl->outputs[o].index;
         if ((rc = rt_enter(p)) != ANEC_OK)
             break;
-        rc = rt_transfer_surface(p->rt, &p->out[j], &outputs[o], &p->out_s[j], 1, "output");
+        rc = rt_transfer_surface(p, &p->out[j], &outputs[o], &p->out_s[j], 1, "output");
         pthread_mutex_unlock(&p->lock);
+        if (rc == ANEC_OK)
+            pl->st.host_out_bytes += p->out[j].bytes;
     }
     if (rc == ANEC_OK) {
         pl->st.calls++;
         pl->st.ns_call += rt_now_ns() - t0;
+    }
+    pthread_mutex_unlock(&pl->lock);
+    return rc;
+}
+
+int rt_pipeline_write_slice(anec_pipeline *pl, size_t input, const anec_slice *sl, const anec_io *io)
+{
+    int rc = pl_enter(pl);
+    if (rc != ANEC_OK)
+        return rc;
+    if (input >= pl->n_inputs) {
+        pthread_mutex_unlock(&pl->lock);
+        return rt_fail(ANEC_EINVAL, "the pipeline has %zu inputs; got input %zu", pl->n_inputs, input);
+    }
+    const pipe_feed *f = &pl->feeds[input];
+    /* checked once before any surface is written: every consumer has the first one's dtype and size */
+    anec_program *first = pl->stages[f->stage].p;
+    if ((rc = rt_enter(first)) == ANEC_OK) {
+        rc = rt_slice_check(&first->in[f->index], sl, io);
+        pthread_mutex_unlock(&first->lock);
+    }
+    for (size_t k = 0; rc == ANEC_OK && k <= f->n_more; k++) {
+        anec_pipe_src c = k == 0 ? (anec_pipe_src){f->stage, f->index} : f->more[k - 1];
+        anec_program *q = pl->stages[c.stage].p;
+        uint64_t bytes = 0;
+        if ((rc = rt_enter(q)) != ANEC_OK)
+            break;
+        rc = rt_slice_write(q, &q->in[c.index], sl, io, &q->in_s[c.index], &bytes);
+        pthread_mutex_unlock(&q->lock);
+        pl->st.host_in_bytes += bytes;
     }
     pthread_mutex_unlock(&pl->lock);
     return rc;

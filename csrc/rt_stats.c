@@ -1,8 +1,8 @@
 /*
  * rt_stats.c - the runtime's and each program's counters (compiles, cache
- * hits, loads, reloads by strategy, evaluations, time per phase) and the
- * public anec_stats / anec_program_stats, which add the compile budget's view
- * (rt_budget.c).
+ * hits, loads, reloads by strategy, evaluations, time per phase, bytes the
+ * CPU moves to and from surfaces) and the public anec_stats /
+ * anec_program_stats, which add the compile budget's view (rt_budget.c).
  */
 #include <stdint.h>
 
@@ -30,7 +30,22 @@ void rt_count(anec_runtime *rt, const struct anec_stats *d)
     s->reloads_recompile += d->reloads_recompile;
     s->reloads_inputs += d->reloads_inputs;
     s->reloads_new_object += d->reloads_new_object;
+    s->host_in_bytes += d->host_in_bytes;
+    s->host_out_bytes += d->host_out_bytes;
+    s->surface_copy_bytes += d->surface_copy_bytes;
     pthread_mutex_unlock(&rt->st_lock);
+}
+
+void rt_count_bytes(anec_program *p, uint64_t in, uint64_t out, uint64_t copied)
+{
+    struct anec_stats d = {0};
+    d.host_in_bytes = in;
+    d.host_out_bytes = out;
+    d.surface_copy_bytes = copied;
+    rt_count(p->rt, &d);
+    p->st.host_in_bytes += in;
+    p->st.host_out_bytes += out;
+    p->st.surface_copy_bytes += copied;
 }
 
 /* Count one load of p that took since t0, in the runtime's and the program's stats. */

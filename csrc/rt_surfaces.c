@@ -4,7 +4,8 @@
  * while the CPU reads or writes them (ANE-SURFACE-LOCK; nested locks counted,
  * read-only for reads), kept locked while the caller holds their raw
  * pointers except around evaluations, and the copies between host tensors and
- * surfaces (fp32 <-> fp16 converted where the program is fp16).
+ * surfaces (fp32 <-> fp16 converted where the program is fp16), whole or rows
+ * of one input (anec_write_input_slice).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -40,15 +41,80 @@ void rt_surface_unlock(anec_runtime *rt, anec_surface *s)
         rt->drv->surface_unlock(rt->ctx, s, s->lock_read_only);
 }
 
-int rt_transfer_surface(anec_runtime *rt, const io_desc *d, const anec_io *io, anec_surface *s, int to_host,
+int rt_transfer_surface(anec_program *p, const io_desc *d, const anec_io *io, anec_surface *s, int to_host,
                         const char *side)
 {
-    int rc = rt_surface_lock(rt, s, to_host);
+    int rc = rt_surface_lock(p->rt, s, to_host);
     if (rc != ANEC_OK)
         return rc;
     rc = rt_transfer(d, io, s->base, to_host, side);
-    rt_surface_unlock(rt, s);
+    rt_surface_unlock(p->rt, s);
+    if (rc == ANEC_OK)
+        rt_count_bytes(p, to_host ? 0 : d->bytes, to_host ? d->bytes : 0, 0);
     return rc;
+}
+
+/* ---- rows of an input (anec_write_input_slice) ------------------------------------------------ */
+
+int rt_slice_check(const io_desc *d, const anec_slice *sl, const anec_io *io)
+{
+    if (!sl || !io || !io->data)
+        return rt_fail(ANEC_EINVAL, "input '%s': a slice write needs a slice and data", d->name);
+    size_t whole, part, in_size;
+    const char *what = NULL;
+    if (sl->outer == 0 || sl->extent == 0 || sl->inner == 0)
+        what = "a view with an empty axis";
+    else if (sl->outer > SIZE_MAX || sl->extent > SIZE_MAX || sl->inner > SIZE_MAX ||
+             rt_mul_size((size_t)sl->outer, (size_t)sl->extent, &whole) || rt_mul_size(whole, (size_t)sl->inner, &whole) ||
+             whole != d->numel)
+        what = "a view whose element count is not the input's";
+    if (what)
+        return rt_fail(ANEC_EINVAL, "input '%s' has %zu elements; got %s ([%llu][%llu][%llu])", d->name, d->numel,
+                       what, (unsigned long long)sl->outer, (unsigned long long)sl->extent,
+                       (unsigned long long)sl->inner);
+    if (sl->count == 0 || sl->start >= sl->extent || sl->count > sl->extent - sl->start)
+        return rt_fail(ANEC_EINVAL, "input '%s': %llu rows from row %llu do not fit its %llu rows (1 or more rows, "
+                       "start + count <= rows)", d->name, (unsigned long long)sl->count,
+                       (unsigned long long)sl->start, (unsigned long long)sl->extent);
+    if (io->dtype == d->dtype)
+        in_size = d->bytes / d->numel;
+    else if (d->dtype == ANEC_DTYPE_FP16 && io->dtype == ANEC_DTYPE_FP32)
+        in_size = 4;
+    else
+        return rt_fail(ANEC_EINVAL, "input '%s' is %s; got %s rows (only fp32 -> fp16 is converted)", d->name,
+                       rt_dtype_name(d->dtype), rt_dtype_name(io->dtype));
+    /* outer * count * inner <= the element count: no overflow from here on */
+    part = (size_t)sl->outer * (size_t)sl->count * (size_t)sl->inner;
+    if (io->bytes / in_size != part || io->bytes % in_size)
+        return rt_fail(ANEC_EINVAL, "input '%s': %llu rows of [%llu][..][%llu] are %zu elements of %s; got %zu bytes",
+                       d->name, (unsigned long long)sl->count, (unsigned long long)sl->outer,
+                       (unsigned long long)sl->inner, part, rt_dtype_name(io->dtype), io->bytes);
+    return ANEC_OK;
+}
+
+int rt_slice_write(anec_program *p, const io_desc *d, const anec_slice *sl, const anec_io *io, anec_surface *s,
+                   uint64_t *written)
+{
+    int rc = rt_slice_check(d, sl, io);
+    if (rc != ANEC_OK || (rc = rt_surface_lock(p->rt, s, 0)) != ANEC_OK)
+        return rc;
+    size_t esz = d->bytes / d->numel, in_size = io->dtype == d->dtype ? esz : 4;
+    size_t run = (size_t)sl->count * (size_t)sl->inner; /* elements per outer index */
+    const uint8_t *src = io->data;
+    for (size_t o = 0; o < (size_t)sl->outer; o++) {
+        uint8_t *dst = s->base + ((o * (size_t)sl->extent + (size_t)sl->start) * (size_t)sl->inner) * esz;
+        const uint8_t *from = src + o * run * in_size;
+        if (in_size == esz)
+            memcpy(dst, from, run * esz);
+        else
+            anec_cvt_f32_to_f16((const float *)(const void *)from, (uint16_t *)(void *)dst, run);
+    }
+    rt_surface_unlock(p->rt, s);
+    uint64_t bytes = (uint64_t)sl->outer * run * esz;
+    rt_count_bytes(p, bytes, 0, 0);
+    if (written)
+        *written = bytes;
+    return ANEC_OK;
 }
 
 int rt_surface_copy(anec_runtime *rt, anec_surface *to, anec_surface *from, size_t bytes)

@@ -33,6 +33,7 @@ STATS_FIELDS = (
     "reloads", "evaluations", "blobs_patched", "programs_live", "dirs_live",
     "ns_compile", "ns_load", "ns_unload", "ns_reload", "ns_evaluate",
     "reloads_data_patch", "reloads_recompile", "reloads_inputs", "reloads_new_object", "process_compiles",
+    "host_in_bytes", "host_out_bytes", "surface_copy_bytes",
 )
 STRATEGIES = {"data-patch": 1, "new-object": 8, "recompile": 2, "inputs": 4}
 """Reload strategy names -> ANEC_RELOAD_* bits."""
@@ -166,6 +167,18 @@ def _out_array(outputs: list[np.ndarray]) -> tuple[Any, list[Any]]:
         ob[j].data = c
         ob[j].bytes = a.nbytes
     return ob, keep
+
+
+def _slice_args(view: tuple[int, int, int, int, int], item: tuple[int, np.ndarray]) -> tuple[Any, Any, list[Any]]:
+    """``anec_slice *`` from (outer, extent, inner, start, count) and ``anec_io *`` from
+    (dtype code, C-contiguous array), plus the buffers to keep alive."""
+    sl = ffi.new("anec_slice *")
+    sl.outer, sl.extent, sl.inner, sl.start, sl.count = view
+    code, a = item
+    io = ffi.new("anec_io *")
+    c = ffi.from_buffer("uint8_t[]", a.reshape(-1).view(np.uint8), require_writable=False)
+    io.dtype, io.data, io.bytes = code, c, a.nbytes
+    return sl, io, [c, a]
 
 
 def _io_array(items: list[tuple[int, Any] | None]) -> tuple[Any, list[Any]]:
@@ -342,6 +355,15 @@ class NativeProgram:
         del keep
         self.rt.check(rc)
 
+    def write_slice(self, index: int, view: tuple[int, int, int, int, int], item: tuple[int, np.ndarray]) -> None:
+        """anec_write_input_slice: rows ``start .. start + count`` of input ``index`` (binding
+        order) viewed as ``[outer][extent][inner]``; ``view`` is (outer, extent, inner, start,
+        count), ``item`` (dtype code, C-contiguous array of outer * count * inner elements)."""
+        sl, io, keep = _slice_args(view, item)
+        rc = lib.anec_write_input_slice(self.ptr, ffi.NULL, index, sl, io)
+        del keep
+        self.rt.check(rc)
+
     def evaluate(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         """anec_evaluate with caller buffers (contiguous, any dtype; sizes as given)."""
         ib = ffi.new("anec_buffer[]", max(1, len(inputs)))
@@ -477,7 +499,7 @@ def reset_process_budget(driver: str = "sim") -> None:
 
 
 PIPELINE_STATS = ("calls", "stages", "zero_copy_edges", "copied_edges", "host_inputs", "resident_inputs",
-                  "ns_call", "surface_bytes")
+                  "ns_call", "surface_bytes", "host_in_bytes", "host_out_bytes", "surface_copy_bytes")
 PIPE_RESIDENT = -2
 """The source of a stage input that is a weight of the stage's own program (anec_pipe_src)."""
 
@@ -519,6 +541,13 @@ class NativePipeline:
     def set_inputs(self, inputs: list[tuple[int, np.ndarray] | None], reload: bool) -> None:
         arr, keep = _io_array(inputs)
         rc = lib.anec_pipeline_set_inputs(self.ptr, arr, len(inputs), 1 if reload else 0)
+        del keep
+        self.rt.check(rc)
+
+    def write_slice(self, index: int, view: tuple[int, int, int, int, int], item: tuple[int, np.ndarray]) -> None:
+        """anec_write_input_slice on pipeline input ``index``: every stage surface it feeds."""
+        sl, io, keep = _slice_args(view, item)
+        rc = lib.anec_write_input_slice(ffi.NULL, self.ptr, index, sl, io)
         del keep
         self.rt.check(rc)
 
