@@ -2,7 +2,10 @@
 
 A program maps names to binding slots, converts arrays into its surfaces in
 place (fp32 -> fp16 in C), reassembles chunked outputs from the manifest and
-reloads weights by checkpoint key. :class:`~anec.runtime.staged_program.PipelineProgram`
+reloads weights by checkpoint key. Inputs written with ``write_input`` /
+``write_input_slice`` are *state*: they stay in the program's surfaces across
+calls, a call may leave them out, and a slice write changes only some rows (a
+KV cache's new positions). :class:`~anec.runtime.staged_program.PipelineProgram`
 gives a pipeline of programs the same interface.
 """
 
@@ -107,6 +110,7 @@ class Program(NativeOwner):
         self._view_plans: dict = {}  # weight_input_views' walks, by input and array layout
         self._reload_lock = threading.Lock()  # reload_weights reads, patches and reloads as one step
         self._weight_inputs = {w.input: w for w in manifest.weight_inputs} if manifest is not None else {}
+        self._state: set[str] = set()  # inputs written by write_input(_slice): a call may leave them out
         # the shape the caller passes: the manifest's logical shape (a rank-4 device input may
         # hold a tensor of another rank, byte for byte), else the device shape (older manifests)
         logical = {e.name: e.shape for e in manifest.logical_inputs} if manifest is not None else {}
@@ -197,12 +201,14 @@ class Program(NativeOwner):
                                      hint=did_you_mean(k, names))
         items: list[tuple[int, np.ndarray] | None] = []
         for spec in self.inputs:
-            if spec["name"] in self._weight_inputs:
+            if spec["name"] in self._weight_inputs or (spec["name"] in self._state and spec["name"] not in given):
                 items.append(None)  # stays in its surface
                 continue
             if spec["name"] not in given:
                 raise RuntimeFailure(f"missing input '{spec['name']}' for program '{self.name}' "
-                                     f"(inputs: {', '.join(self.input_names)})")
+                                     f"(inputs: {', '.join(self.input_names)})",
+                                     hint="pass it, or write it once with write_input() to keep it in the "
+                                          "program between calls")
             items.append(self._host_input(spec, given[spec["name"]]))
         outs = [np.empty(tuple(spec["shape"]), native.NP_DTYPES[spec["dtype"]]) for spec in self.outputs]
         self._native.call(items, outs)
@@ -235,6 +241,58 @@ class Program(NativeOwner):
             return native.DTYPE_CODES["fp32"], arr
         arr = np.ascontiguousarray(arr, dtype=native.NP_DTYPES[spec["dtype"]])
         return native.DTYPE_CODES[spec["dtype"]], arr
+
+    # ---- state inputs ----------------------------------------------------------
+    @property
+    def state_inputs(self) -> frozenset[str]:
+        """Inputs written with :meth:`write_input` or :meth:`write_input_slice`: they live in
+        the program's surfaces across calls, and a call that leaves one out computes with what
+        its surface holds (a call that passes one writes it whole, and it stays state)."""
+        return frozenset(self._state)
+
+    def _state_spec(self, name: str) -> dict[str, Any]:
+        names = [i["name"] for i in self.inputs if i["name"] not in self._weight_inputs]
+        if name not in names:
+            what = "a weight compiled as an input (use reload_weights)" if name in self._weight_inputs else "no input"
+            raise RuntimeFailure(f"program '{self.name}' has {what} '{name}' (inputs: {', '.join(self.input_names)})",
+                                 hint=did_you_mean(name, names))
+        return next(i for i in self.inputs if i["name"] == name)
+
+    def write_input(self, name: str, value: Any) -> None:
+        """Write input ``name`` whole into the program without evaluating (every stage that
+        reads it, for a pipeline). It becomes state: later calls may leave it out."""
+        self._check()
+        spec = self._state_spec(name)
+        item = self._host_input(spec, value)
+        self._native.set_inputs([item if i is spec else None for i in self.inputs], False)
+        self._state.add(name)
+
+    def write_input_slice(self, name: str, value: Any, axis: int, start: int) -> None:
+        """Write rows ``start .. start + n`` of input ``name`` along ``axis`` of its logical
+        shape, in place: ``value`` has the input's shape except ``n`` along ``axis`` (e.g. the
+        new position of a ``[1, KV, T, D]`` cache: ``value [1, KV, 1, D]``, ``axis=2``,
+        ``start=pos``). Every other element keeps what the surface holds (zero until first
+        written). Written into every surface that holds the input (each stage that reads it,
+        for a pipeline) under the program's lock; the input becomes state."""
+        self._check()
+        spec = self._state_spec(name)
+        shape = list(spec["logical_shape"])
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -len(shape) <= axis < len(shape):
+            raise RuntimeFailure(f"input '{name}' has {len(shape)} axes; got axis {axis!r}")
+        axis = int(axis) % len(shape)
+        arr = np.asarray(value)
+        want = shape[:axis] + [arr.shape[axis] if arr.ndim == len(shape) else -1] + shape[axis + 1:]
+        if arr.ndim != len(shape) or list(arr.shape) != want or arr.shape[axis] < 1:
+            raise RuntimeFailure(f"rows of input '{name}' {shape} along axis {axis} must have the shape "
+                                 f"{shape[:axis] + ['n'] + shape[axis + 1:]} (n >= 1); got {list(arr.shape)}")
+        count = arr.shape[axis]
+        if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or not 0 <= start <= shape[axis] - count:
+            raise RuntimeFailure(f"input '{name}': {count} rows from row {start!r} do not fit its {shape[axis]} "
+                                 f"rows along axis {axis}")
+        code, flat = self._host_input({**spec, "shape": [arr.size], "logical_shape": list(arr.shape)}, arr)
+        view = (math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:]), int(start), count)
+        self._native.write_slice(self.inputs.index(spec), view, (code, flat))
+        self._state.add(name)
 
     def _collect(self, phys: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         los = self.manifest.logical_outputs if self.manifest is not None else ()

@@ -55,6 +55,9 @@ class _Stages:
     def set_inputs(self, items: list, reload: bool) -> None:
         self.pipe.set_inputs(items, reload)
 
+    def write_slice(self, index: int, view: tuple[int, int, int, int, int], item: tuple[int, np.ndarray]) -> None:
+        self.pipe.write_slice(index, view, item)
+
     def load(self) -> None:
         for p in self.programs:
             p.load()
@@ -165,6 +168,7 @@ class PipelineProgram(Program):
         self.inputs = _specs(manifest.inputs, manifest.logical_inputs)
         self.outputs = _specs(manifest.outputs, ())
         self._weight_inputs = {w.input: w for w in manifest.weight_inputs}
+        self._state: set[str] = set()
 
     @property
     def stages(self) -> list["Program"]:

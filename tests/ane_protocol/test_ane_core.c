@@ -603,6 +603,76 @@ static void test_input_views_lock_only_around_copies(void)
     CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
 }
 
+/* anec_write_input_slice: a refused slice locks nothing; a good one locks the
+   surface that holds the input once for writing around its rows (every
+   stage's, for a pipeline), and the next call, which leaves the input out,
+   makes the device see the old content with the new rows (ANE-SURFACE-LOCK) */
+/* constraint: ANE-SURFACE-LOCK */
+static void test_slice_writes_lock_only_around_their_rows(void)
+{
+    anec_runtime *rt = open_rt(0);
+    CHECK(rt);
+    prog_t a;
+    make_prog(&a, 0, 0x4200, 0);
+    anec_program *p = NULL, *q = NULL;
+    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &p));
+    CHECK_RC(anec_compile(rt, a.mil, strlen(a.mil), a.blobs, a.n, &LIM, &q));
+    CHECK_RC(anec_load(p));
+    CHECK_RC(anec_load(q));
+    static uint16_t alpha[N_W], zeta[N_W], col[64], y[N_W];
+    for (size_t i = 0; i < N_W; i++) {
+        alpha[i] = (uint16_t)(0x3C00 + i);
+        zeta[i] = (uint16_t)(0x4000 + 3 * i);
+    }
+    for (size_t c = 0; c < 64; c++)
+        col[c] = (uint16_t)(0x5000 + c);
+    anec_io ins[2] = {{ANEC_DTYPE_FP16, alpha, sizeof alpha}, {ANEC_DTYPE_FP16, zeta, sizeof zeta}};
+    /* one program, then a pipeline of two stages that both read both inputs */
+    anec_pipe_src srcs[2] = {{-1, 0}, {-1, 1}};
+    anec_pipe_stage stages[2] = {{p, srcs}, {q, srcs}};
+    anec_pipe_src outs[1] = {{1, 0}};
+    anec_pipeline *pl = NULL;
+    CHECK_RC(anec_pipeline_create(rt, stages, 2, 2, outs, 1, &pl));
+    for (int piped = 0; piped < 2; piped++) {
+        anec_program *target = piped ? NULL : p;
+        anec_pipeline *ptarget = piped ? pl : NULL;
+        CHECK_RC(piped ? anec_pipeline_set_inputs(pl, ins, 2, 0) : anec_set_inputs(p, ins, 2));
+        /* column 3 of zeta [1, 64, 1, 8]: 64 rows of 8, one element each */
+        anec_slice bad = {64, 8, 1, 8, 1}, good = {64, 8, 1, 3, 1};
+        anec_io rows = {ANEC_DTYPE_FP16, col, sizeof col};
+        size_t mark = fk_ncalls();
+        CHECK(anec_write_input_slice(target, ptarget, 1, &bad, &rows) == ANEC_EINVAL);
+        CHECK(count_calls(mark, "IOSurfaceLock") == 0);
+        mark = fk_ncalls();
+        CHECK_RC(anec_write_input_slice(target, ptarget, 1, &good, &rows));
+        CHECK(count_calls(mark, "IOSurfaceLock IOSurface(49152) 0") == 1 + piped);
+        CHECK(count_calls(mark, "IOSurfaceLock IOSurface(49152) 1") == 0);
+        CHECK(count_calls(mark, "IOSurfaceUnlock") == 1 + piped);
+        anec_io keep[2] = {{ANEC_DTYPE_FP16, NULL, 0}, {ANEC_DTYPE_FP16, NULL, 0}};
+        anec_io out[1] = {{ANEC_DTYPE_FP16, y, sizeof y}};
+        CHECK_RC(piped ? anec_pipeline_call(pl, keep, 2, out, 1) : anec_call(p, keep, 2, out, 1));
+        static uint16_t z2[N_W];
+        memcpy(z2, zeta, sizeof zeta);
+        for (size_t c = 0; c < 64; c++)
+            z2[c * 8 + 3] = col[c];
+        static uint8_t iv0[49152], iv1[49152];
+        memcpy(iv0, alpha, sizeof alpha);
+        memcpy(iv1, z2, sizeof z2);
+        const uint8_t *iv[2] = {iv0, iv1};
+        size_t il[2] = {49152, 49152};
+        const uint8_t *yb = (const uint8_t *)y;
+        for (size_t k = 0; k < sizeof y; k += 7)
+            CHECK(yb[k] == fk_expected_output(iv, il, 2, fresh_hash(&a), 0, k));
+        fk_obj *last = fk_last(FK_SURFACE);
+        CHECK(last && last->locks == 0);
+    }
+    anec_pipeline_free(pl);
+    anec_program_free(p);
+    anec_program_free(q);
+    anec_runtime_close(rt);
+    CHECK(fk_live() == 0 && hex_dirs(g_root) == 0);
+}
+
 static void test_core_compile_error_on_ane(void)
 {
     anec_runtime *rt = open_rt(0);
@@ -642,6 +712,7 @@ static const tap_test k_tests[] = {
     {"caller buffers become IOSurfaces of their sizes", test_caller_buffers, 0},
     {"anec_call locks surfaces only around its copies", test_call_locks_only_around_copies, 0},
     {"input views lock surfaces only around their copies", test_input_views_lock_only_around_copies, 0},
+    {"slice writes lock surfaces only around their rows", test_slice_writes_lock_only_around_their_rows, 0},
     {"device compile error reaches anec_last_error", test_core_compile_error_on_ane, 0},
 };
 
