@@ -17,8 +17,9 @@ pipeline as one program:
                         out: logits_c0, logits_c1, ... fp16[1, V_i, 1, S]
 
 K and V leave the programs already in the cache layout ``[1, KV, S, D]``, so
-the host only copies rows into its cache. The embedding lookup, the KV cache
-and sampling stay on the host. The causal mask of a block is a generated
+a decode step writes its new row straight into the decode program's cache
+inputs, which keep the cache between steps (anec.models.generate). The
+embedding lookup and sampling stay on the host. The causal mask of a block is a generated
 weight (``anec.mask.causal.S``), one const per func (each program of the
 pipeline holds a copy); generated tensors are added to the exported weights
 next to the checkpoint tensors.

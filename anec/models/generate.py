@@ -10,9 +10,15 @@ Flow for a prompt of n tokens and N new tokens, one program call per step:
    smallest width whose surface reaches the ANE minimum, 16 for GPT-2 small)
    through ``decode_w{W}_t{T}``: every layer's cache of T past positions is
    an input (``L{i}_kc``, ``L{i}_vc``; a mask hides the unused tail), the new
-   keys/values come back as outputs and the host writes them into the cache.
-   T is one bucket chosen per generation (>= n + N - 1), so a generation
-   compiles each program once.
+   keys/values come back as outputs. The cache stays put: those inputs are
+   *state* of the decode program (docs/runtime.md, "State inputs"). The first
+   decode step of a generation writes the prompt's rows (the rest zero) and the
+   mask into the program once; every step after that passes only the token's
+   block (``x``, and ``cos``/``sin`` for RoPE) and writes, in place, its new
+   keys/values (one row per layer) and the one mask column that opens its
+   position, so the bytes a step moves do not grow with T. T is one bucket
+   chosen per generation (>= n + N - 1), so a generation compiles each program
+   once.
 3. The LM head (``lm_head_s{W}``) turns the last hidden column into logits,
    returned in vocabulary chunks within the target's conv channel limit (fp16);
    :func:`~anec.models.sampling.sample_chunks` picks the token from the chunks
@@ -53,19 +59,33 @@ def sample(logits: np.ndarray, temperature: float = 0.0, top_k: int = 0,
 
 
 class KVCache:
-    """Per-layer keys and values ``[1, KV, T, D]`` (fp16, the programs' input layout)."""
+    """A generation's KV cache of ``t`` positions: it lives in the decode program's cache
+    inputs (``L{i}_kc``, ``L{i}_vc`` ``[1, KV, t, D]``), not on the host.
 
-    def __init__(self, n_layer: int, n_kv: int, t: int, head_dim: int) -> None:
+    Until the first decode step the prompt's rows wait here (``prompt``: per layer the
+    ``[1, KV, n, D]`` keys and values prefill returned); that step writes them into the
+    program, with the rest of the cache zeroed, and drops them (``program`` then names the
+    program that holds the cache). The host keeps no copy: a generation's bucket is fixed,
+    so no other program ever needs the rows, and a new generation starts from its own
+    prefill."""
+
+    def __init__(self, t: int, prompt: list[tuple[np.ndarray, np.ndarray]]) -> None:
         self.t = t
-        self.k = [np.zeros((1, n_kv, t, head_dim), np.float16) for _ in range(n_layer)]
-        self.v = [np.zeros((1, n_kv, t, head_dim), np.float16) for _ in range(n_layer)]
+        self.prompt: list[tuple[np.ndarray, np.ndarray]] | None = prompt
+        self.program: str | None = None
 
-    def write(self, layer: int, k: np.ndarray, v: np.ndarray, pos: int, n: int) -> None:
-        """Store the first ``n`` rows of a block's ``[1, KV, W, D]`` keys/values at ``pos``."""
-        if pos + n > self.t:
-            raise ModelError(f"KV cache of {self.t} positions is full")
-        self.k[layer][:, :, pos:pos + n, :] = k[:, :, :n, :]
-        self.v[layer][:, :, pos:pos + n, :] = v[:, :, :n, :]
+    def install(self, prog: Any, name: str, pos: int, width: int) -> None:
+        """Write the prompt's rows (the rest zero) and the mask of position ``pos`` into ``prog``."""
+        assert self.prompt is not None
+        for i, (k, v) in enumerate(self.prompt):
+            for key, rows in ((f"L{i}_kc", k), (f"L{i}_vc", v)):
+                whole = np.zeros(rows.shape[:2] + (self.t, rows.shape[3]), np.float16)
+                whole[:, :, :rows.shape[2], :] = rows
+                prog.write_input(key, whole)
+        mask = np.full((1, 1, width, self.t), MASK_NEG, np.float16)
+        mask[..., :pos] = 0
+        prog.write_input("mask", mask)
+        self.prompt, self.program = None, name
 
 
 @dataclass
@@ -167,12 +187,12 @@ class CausalLM:
     def _prefill_hidden(self, ids: np.ndarray, cache_len: int) -> tuple[np.ndarray, int]:
         n = ids.size
         s = pick_bucket(n, self.fe.buckets, "prompt")
-        self.cache = KVCache(self.cfg.n_layer, self.cfg.n_kv_head, cache_len, self.cfg.head_dim)
+        self.cache = None
         x = to_bc1s(self.fe.embed(ids, np.arange(n)), s)
         extra = self.fe.position_inputs(np.arange(s), s)
         o = self._run(self.fe.prefill_name(s), x=x, **extra)
-        for i in range(self.cfg.n_layer):
-            self.cache.write(i, o[f"L{i}_k"], o[f"L{i}_v"], 0, n)
+        self.cache = KVCache(cache_len, [(o[f"L{i}_k"][:, :, :n, :].copy(), o[f"L{i}_v"][:, :, :n, :].copy())
+                                         for i in range(self.cfg.n_layer)])
         self.pos = n
         return o["h"], s
 
@@ -234,15 +254,18 @@ class CausalLM:
         if pos >= t:
             raise ModelError(f"the KV cache holds {t} positions; position {pos} does not fit")
         tok = self._check_ids([token])
+        name = self.fe.decode_name(w, t)
+        prog = self.programs.get(name, lambda: self._program(name))
+        if self.cache.program != name:  # this generation's first step: the prompt's rows go in once
+            self.cache.install(prog, name, pos, w)
         x = to_bc1s(self.fe.embed(tok, np.array([pos])), w)
-        mask = np.full((1, 1, w, t), MASK_NEG, np.float16)
-        mask[..., :pos] = 0
         extra = self.fe.position_inputs(np.arange(pos, pos + w), w)
+        o = prog(x=x, **extra, **self._adapter_inputs(name))  # the cache and the mask stay in the program
+        # this position's keys and values, and the mask column that opens it to the next steps
         for i in range(self.cfg.n_layer):
-            extra[f"L{i}_kc"], extra[f"L{i}_vc"] = self.cache.k[i], self.cache.v[i]
-        o = self._run(self.fe.decode_name(w, t), x=x, mask=mask, **extra)
-        for i in range(self.cfg.n_layer):
-            self.cache.write(i, o[f"L{i}_k"], o[f"L{i}_v"], pos, 1)
+            prog.write_input_slice(f"L{i}_kc", o[f"L{i}_k"][:, :, :1, :], axis=2, start=pos)
+            prog.write_input_slice(f"L{i}_vc", o[f"L{i}_v"][:, :, :1, :], axis=2, start=pos)
+        prog.write_input_slice("mask", np.zeros((1, 1, w, 1), np.float16), axis=3, start=pos)
         self.pos = pos + 1
         return self._head_column(o["h"][:, :, :, 0])
 

@@ -17,6 +17,7 @@ import numpy as np
 from anec.ir.builder import Builder
 from anec.ir.graph import Graph
 from anec.ir.ops import is_weight_const
+from anec.models.common import ModelError
 
 
 def weight_keys(graph: Graph) -> list[str]:
@@ -32,17 +33,44 @@ class InterpProgram:
     """A graph run by the reference interpreter in fp16 mode (the sim's numerics).
 
     Used as the ``"interp"`` backend: the same call convention as a runtime
-    program, ``prog(**inputs) -> {output: array}``, with fp32 outputs."""
+    program, ``prog(**inputs) -> {output: array}``, with fp32 outputs, and the same
+    state inputs (:meth:`write_input`, :meth:`write_input_slice`: kept here as arrays
+    of the input's dtype, which a call that leaves the input out reads)."""
 
     def __init__(self, graph: Graph, weights: Any) -> None:
         self.graph = graph
         self.weights = weights
+        self._state: dict[str, np.ndarray] = {}
 
     def __call__(self, **inputs: Any) -> dict[str, np.ndarray]:
         from anec.ir.interp import interpret
 
-        out = interpret(self.graph, inputs, self.weights, mode="fp16")
+        out = interpret(self.graph, {**self._state, **inputs}, self.weights, mode="fp16")
+        for name, value in inputs.items():
+            if name in self._state:  # a state input passed whole is written, as on a device
+                self.write_input(name, value)
         return {k: np.asarray(v, dtype=np.float32) for k, v in out.items()}
+
+    def _input(self, name: str) -> Any:
+        for v in self.graph.inputs:
+            if v.name == name:
+                return v
+        raise ModelError(f"program '{self.graph.name}' has no input '{name}'")
+
+    def write_input(self, name: str, value: Any) -> None:
+        v = self._input(name)
+        self._state[name] = np.array(value, dtype=v.type.dtype.np).reshape(v.type.shape)
+
+    def write_input_slice(self, name: str, value: Any, axis: int, start: int) -> None:
+        v = self._input(name)
+        arr = self._state.setdefault(name, np.zeros(v.type.shape, v.type.dtype.np))
+        rows = np.asarray(value)
+        index = [slice(None)] * arr.ndim
+        index[axis] = slice(start, start + rows.shape[axis])
+        if start < 0 or start + rows.shape[axis] > arr.shape[axis]:
+            raise ModelError(f"input '{name}': rows {start}..{start + rows.shape[axis]} do not fit its "
+                             f"{arr.shape[axis]} rows")
+        arr[tuple(index)] = rows
 
 
 class ProgramCache:
