@@ -319,6 +319,30 @@ ENTRIES = (
         "runtime",
     ),
     Constraint(
+        "ANE-INPUT-RESIDENT", "an input surface keeps what the CPU wrote across evaluations",
+        "unknown: stale state if an evaluation changed its input surfaces",
+        (Evidence("maderix/ANE training_dynamic (staged input surfaces, one request per layer)",
+                  "each layer's input IOSurface, bound to its own request, holds weights written once "
+                  "per Adam update next to the activation columns, which each step rewrites before "
+                  "evaluating; training runs on it", DEMONSTRATED, MADERIX),
+         Evidence("ANEForge ane_e5rt_program_share_buffer (e5rt_io_port_bind_buffer_object)",
+                  "resident KV and optimizer state: a state output bound to the buffer of its input, "
+                  "seeded once, then execute_sync in a loop with no host copies",
+                  REPORTED, Scope("e5rt", "not stated", "not stated")),
+         Evidence("no public test",
+                  "on _ANEInMemoryModel, an output surface bound as an input of the same program (in "
+                  "one request, or swapped between two): whether the device allows it; the references "
+                  "on this path never try it", HYPOTHESIS, UNTRIED)),
+        "runtime", "C runtime core (anec_write_input_slice, state inputs) and python -m anec.selftest (state)",
+        "State inputs (a decode step's KV cache and mask) stay in the program's own input surfaces "
+        "between calls, and the host writes only the rows that change, under a lock, between "
+        "evaluations, as maderix's staged surfaces do. No output is aliased onto an input: that is "
+        "shown only on the e5rt path, and the decode func returns the new rows, not a whole new "
+        "cache. The selftest checks on each machine that rows written in place compute what whole "
+        "inputs compute.",
+        "runtime",
+    ),
+    Constraint(
         "ANE-COMPILE-BUDGET", "about 119 compiles per process",
         "compiles start failing after ~119 per process",
         (Evidence("maderix/ANE README and training code (MAX_COMPILES 100, exec() restart)",

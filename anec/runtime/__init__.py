@@ -203,7 +203,9 @@ class Runtime(NativeOwner):
         """compiles, compile_budget(_left), cache_hits, loads, unloads, reloads
         (and per strategy: reloads_data_patch, reloads_new_object,
         reloads_recompile, reloads_inputs), evaluations, blobs_patched, programs_live, dirs_live,
-        process_compiles, ns_* per phase, and ``reload_strategy``: the
+        process_compiles, ns_* per phase, the bytes the CPU moved (host_in_bytes into input
+        surfaces, host_out_bytes out of output surfaces, surface_copy_bytes between
+        surfaces), and ``reload_strategy``: the
         strategy each open program reloads with, by program name."""
         self._check_open()
         st: dict[str, Any] = self._native.stats()

@@ -177,7 +177,8 @@ class PipelineProgram(Program):
 
     @property
     def stats(self) -> dict[str, Any]:
-        """Pipeline counters (calls, zero_copy_edges, copied_edges, surface_bytes, ...) and
+        """Pipeline counters (calls, zero_copy_edges, copied_edges, surface_bytes, the bytes its
+        calls and input writes moved: host_in_bytes, host_out_bytes, surface_copy_bytes, ...) and
         ``stages``: every stage program's own counters, with the allocation size of its input
         and output surfaces (``input_surface_bytes``, ``output_surface_bytes``)."""
         self._check()

@@ -39,6 +39,11 @@ reload        which reload strategies really change outputs here, each
 shared        two programs with the same MIL and weight paths but different
               weights (the second served from the cache when it can be) are
               loaded at the same time and each computes with its own weights;
+state         inputs that stay in their surfaces between calls (ANE-INPUT-RESIDENT): a
+              cache and a mask written into a program once, then one row and one
+              mask column at a time in place (a KV cache's decode steps), give
+              the same outputs bit for bit as a second program of the artifact
+              given both whole on every call, and match the reference;
 dialect       which MIL dialects the device compiler accepts (ios18, the
               default, and ios16, the fallback `--dialect ios16` writes);
 fp16-range    RMSNorm and LayerNorm, written as mean(x * x), over rows whose

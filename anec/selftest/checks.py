@@ -26,8 +26,8 @@ from anec.runtime import Runtime, backend_available
 from anec.runtime.weights import patched_blobs
 from anec.selftest.programs import (BINDING_IR, COMPRESSED_IR, COMPRESSED_PROBES, CONCAT_IR, DENSE_IR,
                                     INT8_ROUND_IR, INT8_ROUND_X, LEGALIZED_IR, NORMS_IR, ONE_IR, ROUND_SCALE,
-                                    SMALL_IR, TRIVIAL_MIL, UNLEGALIZED_OPS, W8A8_IR, N, raw_max_pool, raw_mil,
-                                    spatial_ir)
+                                    SMALL_IR, STATE_IR, STATE_T, TRIVIAL_MIL, UNLEGALIZED_OPS, W8A8_IR, N,
+                                    raw_max_pool, raw_mil, spatial_ir)
 from anec.targets import get_target
 from anec.ir.weight_binding import random_weights
 
@@ -433,6 +433,41 @@ def check_shared(env: CheckEnv, c: Check) -> None:
                         "max_abs_err": [err1, err2], "first_unchanged": ok1b}
 
 
+def check_state(env: CheckEnv, c: Check) -> None:
+    """A cache and a mask written into one program once, then a row and a column at a time in
+    place between calls that leave them out (ANE-INPUT-RESIDENT), against a second program of
+    the same artifact given both whole on every call, and the fp32 reference."""
+    _, graph, store, art, _ = env.build(STATE_IR, "state")
+    first, steps = 8, 16
+    kc = np.zeros((1, 1, STATE_T, 64), np.float16)
+    kc[:, :, :first] = env.normal((1, 1, first, 64))
+    mask = np.full((1, 1, 16, STATE_T), -1e4, np.float16)
+    mask[..., :first] = 0
+    worst, tol, same = 0.0, 0.0, 0
+    ok = True
+    with env.runtime() as rt:
+        state, whole = rt.load(art), rt.load(art)
+        state.write_input("kc", kc)
+        state.write_input("mask", mask)
+        for pos in range(first, first + steps):
+            q = env.normal((1, 1, 16, 64)).astype(np.float16)
+            got = state(q=q)["y"]
+            want = whole(q=q, kc=kc, mask=mask)["y"]
+            good, err, tol, _ = _compare(got, _reference(graph, {"q": q, "kc": kc, "mask": mask}, store)["y"])
+            worst = max(worst, err)
+            same += int(np.array_equal(got, want))
+            ok = ok and good
+            row = env.normal((1, 1, 1, 64)).astype(np.float16)
+            state.write_input_slice("kc", row, axis=2, start=pos)
+            state.write_input_slice("mask", np.zeros((1, 1, 16, 1), np.float16), axis=3, start=pos)
+            kc[:, :, pos] = row[:, :, 0]
+            mask[..., pos] = 0
+    c.passed = ok and same == steps
+    c.lines.append(f"{steps} calls with the cache written once and a row + a mask column per call: "
+                   f"{same} equal to whole inputs bit for bit; max |err| {_fmt(worst)} (tolerance {_fmt(tol)})")
+    c.data.update(steps=steps, equal_to_whole=same, max_abs_err=worst)
+
+
 def check_dialect(env: CheckEnv, c: Check) -> None:
     accepted = []
     x = np.abs(env.normal((1, 64, 1, 384))).astype(np.float16)
@@ -631,6 +666,7 @@ CHECKS: list[tuple[str, str, Callable[[CheckEnv, Check], None]]] = [
     ("min-surface", "surfaces below the minimum size are padded or fail", check_min_surface),
     ("reload", "reload strategies that really change outputs, and the runtime's choice", check_reload),
     ("shared", "programs with the same MIL and other weights each compute with their own", check_shared),
+    ("state", "inputs stay in their surfaces; rows written in place between calls are seen", check_state),
     ("dialect", "MIL dialects the device compiler accepts", check_dialect),
     ("fp16-range", "norms of activations up to 60000 are right (range-safe)", check_fp16_range),
     ("spatial", "native conv, pool and upsample ops at anec's limits are right", check_spatial),

@@ -1,8 +1,8 @@
 """The small programs ``python -m anec.selftest`` compiles and runs, as IR and hand-written MIL.
 
 Each IR text exercises one device claim (legalized ops, binding order, small surfaces,
-reloadable weights, compressed weights, int8 activations, norms near the fp16 limit, a
-native concat);
+reloadable weights, inputs that stay in their surfaces, compressed weights, int8
+activations, norms near the fp16 limit, a native concat);
 :func:`raw_mil` and :func:`raw_max_pool` write MIL the emitter never writes (rejected
 ops, a pooling window one step beyond the limits), in either dialect.
 """
@@ -85,6 +85,20 @@ func one(%x: fp32[1, 64, 1, {N}]) {{
   %w = const(weight="one.weight") : fp16[64, 64, 1, 1]
   %h = conv1x1(%xh, %w)
   %y = cast(%h, dtype=fp32)
+  return %y
+}}
+"""
+
+STATE_T = 256
+"""Cache positions of STATE_IR."""
+
+STATE_IR = f"""\
+// selftest (state): queries against a cache and a mask that stay in the program between calls
+func state(%q: fp16[1, 1, 16, 64], %kc: fp16[1, 1, {STATE_T}, 64], %mask: fp16[1, 1, 16, {STATE_T}]) {{
+  %s = matmul(%q, %kc, transpose_y=true)
+  %m = add(%s, %mask)
+  %e = softmax(%m, axis=-1)
+  %y = matmul(%e, %kc)
   return %y
 }}
 """

@@ -607,7 +607,7 @@ static void test_input_views_lock_only_around_copies(void)
    surface that holds the input once for writing around its rows (every
    stage's, for a pipeline), and the next call, which leaves the input out,
    makes the device see the old content with the new rows (ANE-SURFACE-LOCK) */
-/* constraint: ANE-SURFACE-LOCK */
+/* constraint: ANE-SURFACE-LOCK ANE-INPUT-RESIDENT */
 static void test_slice_writes_lock_only_around_their_rows(void)
 {
     anec_runtime *rt = open_rt(0);

@@ -32,7 +32,7 @@ def _check(report: dict, cid: str) -> dict:
 def test_selftest_passes_on_the_sim(report: dict) -> None:
     assert report["driver"] == "sim"
     assert [c["id"] for c in report["checks"]] == [
-        "legalized", "unlegalized", "concat", "binding", "min-surface", "reload", "shared", "dialect",
+        "legalized", "unlegalized", "concat", "binding", "min-surface", "reload", "shared", "state", "dialect",
         "fp16-range", "spatial", "compressed", "int8-activations"]
     failed = [(c["id"], c["lines"]) for c in report["checks"] if not c["passed"]]
     assert not failed
@@ -96,7 +96,20 @@ def test_render_is_a_pasteable_report(report: dict) -> None:
     lines = text.splitlines()
     assert lines[0] == "anec selftest 0.1.0: driver sim (backend auto), target m4, seed 0"
     assert "PASS  binding       inputs and outputs bind in alphabetical order of MIL names" in lines
-    assert lines[-1] == "12/12 checks passed"
+    assert lines[-1] == "13/13 checks passed"
+
+
+@pytest.mark.constraint("ANE-INPUT-RESIDENT")
+def test_state_check_fails_when_rows_written_in_place_do_not_reach_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device that does not see rows written between calls (here: the writes dropped) fails."""
+    c = checks.Check("state", "")
+    checks.check_state(checks.CheckEnv("sim", "m4", 0), c)
+    assert c.passed and c.data["equal_to_whole"] == c.data["steps"] == 16, c.lines
+    monkeypatch.setattr(Program, "write_input_slice", lambda self, name, value, axis, start: None)
+    c = checks.Check("state", "")
+    checks.check_state(checks.CheckEnv("sim", "m4", 0), c)
+    assert not c.passed
+    assert c.data["equal_to_whole"] == 1  # only the first call, before any row was written
 
 
 def test_binding_check_fails_when_buffers_are_bound_in_declaration_order(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -408,7 +421,7 @@ def test_python_dash_m() -> None:
                        capture_output=True, text=True, timeout=120,
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.rstrip().endswith("12/12 checks passed")
+    assert r.stdout.rstrip().endswith("13/13 checks passed")
     assert np.all([line.startswith("PASS") for line in r.stdout.splitlines() if line[:4] in ("PASS", "FAIL")])
 
 

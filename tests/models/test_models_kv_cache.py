@@ -88,6 +88,7 @@ class OldDecode:
                               dtype=np.float32)
 
 
+@pytest.mark.constraint("ANE-INPUT-RESIDENT")
 @pytest.mark.parametrize("blobs", [None, 6], ids=["m4", "cut-small"])
 def test_every_decode_step_is_bit_identical_to_passing_the_whole_cache(llama_dir, blobs):
     new, old = make_lm(llama_dir, blobs=blobs), make_lm(llama_dir, blobs=blobs)

@@ -79,6 +79,7 @@ def steps(t: int, n: int, seed: int = 0):
              rng.standard_normal((1, 1, 1, D)).astype(np.float16)) for _ in range(n)]
 
 
+@pytest.mark.constraint("ANE-INPUT-RESIDENT")
 @pytest.mark.parametrize("cut", [False, True], ids=["program", "pipeline"])
 def test_rows_written_in_place_compute_what_whole_inputs_compute(rt, cut):
     t, first = 64, 5
@@ -116,6 +117,7 @@ def test_rows_written_in_place_compute_what_whole_inputs_compute(rt, cut):
     whole.close()
 
 
+@pytest.mark.constraint("ANE-INPUT-RESIDENT")
 @pytest.mark.parametrize("cut", [False, True], ids=["program", "pipeline"])
 def test_bytes_per_step_do_not_grow_with_the_cache(rt, cut):
     per_step, old_per_step = {}, {}
