@@ -146,10 +146,10 @@ def test_bytes_per_step_do_not_grow_with_the_cache(rt, cut):
     assert per_step[64] == per_step[256]
     # the whole cache and mask every step: the host writes each once (a pipeline copies it to
     # the other stages that read it), so the bytes grow with T
-    grown = (256 - 64) * (D * 2 + W * 2)
-    assert old_per_step[256]["host_in_bytes"] - old_per_step[64]["host_in_bytes"] == grown
+    kc_grown, mask_grown = (256 - 64) * D * 2, (256 - 64) * W * 2
+    assert old_per_step[256]["host_in_bytes"] - old_per_step[64]["host_in_bytes"] == kc_grown + mask_grown
     assert old_per_step[256]["surface_copy_bytes"] - old_per_step[64]["surface_copy_bytes"] == \
-        (consumers(prog, "kc") - 1) * grown
+        (consumers(prog, "kc") - 1) * kc_grown + (consumers(prog, "mask") - 1) * mask_grown
 
 
 def test_a_call_counts_the_bytes_it_moves(rt):
