@@ -213,6 +213,7 @@ def compile_module(
     activations: str | None = None,
     calibration: Any = None,
     activations_min_cosine: float = 0.999,
+    keep_views: bool = False,
 ) -> CompileResult:
     """Compile every func of ``module``; see the module docstring.
 
@@ -262,6 +263,13 @@ def compile_module(
     against the unquantized func stays at or above ``activations_min_cosine`` (the
     quantize-activations pass, docs/compression.md); the manifest's ``activations`` says
     which activations got int8 and why the others did not.
+    ``keep_views`` (without ``out_dir``): the artifacts' weight files stay views of the
+    weights, their hashes computed on worker threads meanwhile, for a caller that writes
+    them itself with :func:`anec.mil.output.write_output` (which fills the hashes in), as
+    :func:`anec.models.export.compile_export` writes the artifacts of several modules as
+    one output: nothing is copied out of a memory-mapped checkpoint, whose pages are then
+    the only copy of the weights the process holds. The weights must not change until the
+    artifacts are written. Without it the weight files are copied out of the weights.
     """
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline
@@ -296,6 +304,7 @@ def compile_module(
     dump_after = check_pass_names(print_ir_after) if print_ir_after else None
     if out_dir is not None and with_weights is False:
         raise AnecError("an artifact without weights cannot be written", hint="drop with_weights=False")
+    streamed = out_dir is not None or keep_views  # the weight files stream from the views when written
 
     # the cyclic collector stays off for the whole compile (as for parsing and the passes,
     # see no_cyclic_gc): its graphs, clones and artifacts are large and nearly acyclic, and
@@ -323,8 +332,8 @@ def compile_module(
                                        "share_programs": shared},
                               print_ir_after=dump_after, verify_each=verify_each,
                               build_stages=build_multi_program)
-            with deferred_hashes() if out_dir is not None else contextlib.nullcontext():
-                # writing: the weights are hashed on worker threads while write_output streams them to disk
+            with deferred_hashes() if streamed else contextlib.nullcontext():
+                # written: the weights are hashed on worker threads while write_output streams them to disk
                 run_pipeline(work, pipeline, ctx, verify_input=False)  # a clone of the verified module
             return work, ctx
 
@@ -333,6 +342,7 @@ def compile_module(
         programs = count_programs(ctx.artifacts.values())
         if programs > budget and share == "auto":  # the planner: share, then count again
             timings.extend(ctx.timings)
+            discard(ctx.artifacts.values())
             shared = True
             work, ctx = run(True)
             programs = count_programs(ctx.artifacts.values())
@@ -370,7 +380,7 @@ def compile_module(
             if timing:
                 result.timings.append(("*", "write", time.perf_counter() - start))
             _settle(result.artifacts.values(), pin=False)
-        else:  # the weight files hold views of the store until written: copy them out of it now
+        elif not keep_views:  # the weight files hold views of the store until written: copy them out of it now
             _settle(result.artifacts.values(), pin=True)
         return result
 
@@ -386,6 +396,15 @@ def _settle(artifacts: Iterable[Any], pin: bool) -> None:
                 a.finish()
             if pin and isinstance(a.blobs, BlobFiles):
                 a.blobs.pin()
+
+
+def discard(artifacts: Iterable[Any]) -> None:
+    """Drop artifacts a compile planned again (shared programs): the hashes of their weights
+    that have not started yet are never computed."""
+    for art in artifacts:
+        for a in [art, *getattr(art, "stages", [])]:
+            if hasattr(a, "cancel"):
+                a.cancel()
 
 
 def _patterns(spec: Iterable[str] | str) -> list[str]:

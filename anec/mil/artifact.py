@@ -443,6 +443,13 @@ class Artifact:
             self.pending = []
             self.manifest = Manifest.of(self.manifest.document)
 
+    def cancel(self) -> None:
+        """Let go of the weight hashes not yet computed: for an artifact that is never
+        written or loaded (a compile planned again without it); its entries stay None."""
+        for _, digest in self.pending:
+            digest.cancel()
+        self.pending = []
+
     @property
     def complete(self) -> bool:
         """True when every weight file (the MIL's and the weight inputs') is present."""

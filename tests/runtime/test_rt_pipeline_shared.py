@@ -127,6 +127,15 @@ def test_auto_shares_over_the_budget_and_fails_located_when_still_over(tmp_path)
     assert not fits.shared and fits.programs == unshared  # within the budget: nothing changes
     auto = build(m, store, "auto", compile_budget=unshared - 1)
     assert auto.shared and auto.programs < unshared
+    # written: the first plan's weight hashes are dropped, the shared plan's written (and
+    # checked against the weight files when loaded)
+    written = build(m, store, "auto", compile_budget=unshared - 1, out_dir=tmp_path / "shared")
+    assert written.shared and written.programs == auto.programs
+    x = inputs_for(m.funcs["f"])
+    with Runtime("sim", reload_verified=[]) as rt:
+        y0 = rt.load(load_any(tmp_path / "shared" / "f"))(**x)["h39"]
+        y1 = rt.load(auto.artifacts["f"])(**x)["h39"]
+    assert np.array_equal(y0, y1) and np.abs(y0).max() > 0.1
     with pytest.raises(ConstraintError) as ei:
         build(m, store, "auto", compile_budget=1, out_dir=tmp_path / "out")
     e = ei.value
