@@ -402,8 +402,15 @@ def compile_export(path: str | Path, out_dir: str | Path | None,
     func together (one process loads them all): ``share_programs`` as for
     ``compile_module``, "auto" sharing programs across layers only when the funcs
     together need more compiles than the target's budget. ``plan`` (a dict) receives
-    ``programs``, ``budget`` and ``shared``."""
-    from anec.compiler import share_mode, count_programs, over_budget
+    ``programs``, ``budget`` and ``shared``.
+
+    The funcs share one memory map of the weights file, and their weight files stay
+    views of it until written (``compile_module(keep_views=True)``): the weights the
+    process holds are the file's pages, each once, never a copy per func (prefill and
+    decode name the same layer weights). Without ``out_dir`` the artifacts are returned
+    with their weight files copied out."""
+    from anec.compiler import discard, share_mode, count_programs, over_budget
+    from anec.ir.weight_binding import resolve_weights
     from anec.mil.output import write_output
     from anec.ir.parser import parse_file
     from anec.targets import get_target
@@ -420,20 +427,31 @@ def compile_export(path: str | Path, out_dir: str | Path | None,
                              hint=_reexport(info, d))
         modules[f] = module
 
+    stores: dict[tuple[str, ...], Any] = {}
+
+    def weights_of(module: Any) -> Any:
+        """The store of the module's weight files, loaded once for every module naming them."""
+        key = tuple(ws.path for ws in module.weight_sources)  # every module is in d: the same paths
+        if key not in stores:
+            stores[key] = resolve_weights(module)
+        return stores[key]
+
     def compile_all(shared: bool) -> dict[str, Any]:
         from anec.compiler import compile_module
 
         arts: dict[str, Any] = {}
         for module in modules.values():  # each module alone stays within the budget (checked here)
-            arts.update(compile_module(module, target=target, compress=compress, compress_gate=compress_gate,
-                                       compress_form=compress_form, share_programs="always" if shared else "never",
-                                       compile_budget=1 << 30).artifacts)
+            arts.update(compile_module(module, weights=weights_of(module), target=target, compress=compress,
+                                       compress_gate=compress_gate, compress_form=compress_form,
+                                       share_programs="always" if shared else "never", compile_budget=1 << 30,
+                                       keep_views=out_dir is not None).artifacts)
         return arts
 
     shared = share == "always"
     arts = compile_all(shared)
     programs = count_programs(arts.values())
     if programs > budget and share == "auto":
+        discard(arts.values())
         shared = True
         arts = compile_all(True)
         programs = count_programs(arts.values())
