@@ -371,7 +371,7 @@ def compile_module(
             dense = compile_module(module, weights=store, target=tgt, passes=passes, pack_weights=pack_weights,
                                    host_casts=host_casts, weights_as_inputs=weights_as_inputs, concat=tgt.concat,
                                    share_programs=share_programs, compile_budget=compile_budget)
-            _settle(result.artifacts.values(), pin=False)  # the deferred weight hashes, for loading
+            settle(result.artifacts.values(), pin=False)  # the deferred weight hashes, for loading
             result.compress_check = model_check(result.artifacts, dense.artifacts, compress_check,
                                                 compress_min_cosine)
         if out_dir is not None and result.artifacts:
@@ -379,13 +379,13 @@ def compile_module(
             result.paths = write_output(Path(out_dir), result.artifacts, keep_funcs=keep_funcs)
             if timing:
                 result.timings.append(("*", "write", time.perf_counter() - start))
-            _settle(result.artifacts.values(), pin=False)
+            settle(result.artifacts.values(), pin=False)
         elif not keep_views:  # the weight files hold views of the store until written: copy them out of it now
-            _settle(result.artifacts.values(), pin=True)
+            settle(result.artifacts.values(), pin=True)
         return result
 
 
-def _settle(artifacts: Iterable[Any], pin: bool) -> None:
+def settle(artifacts: Iterable[Any], pin: bool) -> None:
     """Every manifest complete (deferred weight hashes in), and with ``pin`` every weight
     file's bytes built (no view of the weights left)."""
     from anec.mil.blobfile import BlobFiles

@@ -408,8 +408,8 @@ def compile_export(path: str | Path, out_dir: str | Path | None,
     views of it until written (``compile_module(keep_views=True)``): the weights the
     process holds are the file's pages, each once, never a copy per func (prefill and
     decode name the same layer weights). Without ``out_dir`` the artifacts are returned
-    with their weight files copied out."""
-    from anec.compiler import discard, share_mode, count_programs, over_budget
+    so, a weight file's bytes built when read."""
+    from anec.compiler import discard, settle, share_mode, count_programs, over_budget
     from anec.ir.weight_binding import resolve_weights
     from anec.mil.output import write_output
     from anec.ir.parser import parse_file
@@ -444,7 +444,7 @@ def compile_export(path: str | Path, out_dir: str | Path | None,
             arts.update(compile_module(module, weights=weights_of(module), target=target, compress=compress,
                                        compress_gate=compress_gate, compress_form=compress_form,
                                        share_programs="always" if shared else "never", compile_budget=1 << 30,
-                                       keep_views=out_dir is not None).artifacts)
+                                       keep_views=True).artifacts)
         return arts
 
     shared = share == "always"
@@ -464,5 +464,7 @@ def compile_export(path: str | Path, out_dir: str | Path | None,
         plan.update(programs=programs, budget=budget, shared=shared)
     # written once every func compiled, all or nothing: out_dir is replaced as a whole (the
     # complete previous build or the complete new one; see anec.mil.output.write_output)
+    if out_dir is None:
+        settle(arts.values(), pin=False)  # the weight hashes in (write_output fills them in itself)
     paths = {} if out_dir is None else write_output(out_dir, arts)
     return [(name, art, paths.get(name)) for name, art in arts.items()]
