@@ -265,11 +265,12 @@ def compile_module(
     which activations got int8 and why the others did not.
     ``keep_views`` (without ``out_dir``): the artifacts' weight files stay views of the
     weights, their hashes computed on worker threads meanwhile, for a caller that writes
-    them itself with :func:`anec.mil.output.write_output` (which fills the hashes in), as
-    :func:`anec.models.export.compile_export` writes the artifacts of several modules as
-    one output: nothing is copied out of a memory-mapped checkpoint, whose pages are then
-    the only copy of the weights the process holds. The weights must not change until the
-    artifacts are written. Without it the weight files are copied out of the weights.
+    them itself with :func:`anec.mil.output.write_output` (which fills the hashes in) or
+    completes them with :func:`settle`, as :func:`anec.models.export.compile_export` does
+    with the artifacts of several modules: nothing is copied out of a memory-mapped
+    checkpoint, whose pages are then the only copy of the weights the process holds. The
+    weights must not change while the artifacts are used. Without it the weight files are
+    copied out of the weights.
     """
     from anec.ir.verifier import verify
     from anec.passes import run_pipeline

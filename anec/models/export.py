@@ -456,6 +456,7 @@ def compile_export(path: str | Path, out_dir: str | Path | None,
         arts = compile_all(True)
         programs = count_programs(arts.values())
     if programs > budget:
+        discard(arts.values())
         per = {name: count_programs([a]) for name, a in arts.items()}
         worst = max(per, key=lambda n: per[n])
         module = next(m for m in modules.values() if worst in m.funcs)
