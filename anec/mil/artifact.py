@@ -349,11 +349,13 @@ def compression_report(program: MilProgram) -> list[dict]:
 WEIGHT_INPUTS_DIR = "inputs"
 
 
-def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None
+def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None, defer: bool = False
                         ) -> tuple[BlobFiles, list[dict]]:
     """The initial values of the weights compiled as inputs (``graph.facts.weight_inputs``):
     one BLOBFILE each under ``inputs/`` (never referenced by the MIL; the runtime writes them
-    into the input surfaces), and their manifest entries."""
+    into the input surfaces), and their manifest entries. With ``defer`` (for
+    :meth:`Artifact.build`, whose :meth:`~Artifact.finish` waits for them) each entry's
+    ``sha256`` is a Future within :func:`anec.hashing.deferred_hashes`."""
     blobs: dict[str, BlobWriter] = {}
     entries = []
     for w in graph.facts.weight_inputs:
@@ -361,11 +363,12 @@ def build_weight_inputs(graph: Graph, store: Mapping[str, np.ndarray] | None
         digest = None
         if store is not None:
             attrs = {"weight": w["key"], "perm": w.get("perm"), "slice": w.get("slice")}
-            arr = materialize_attrs(attrs, TensorType(DType(w["dtype"]), tuple(w["shape"])), store, w["input"])
+            arr = materialize_attrs(attrs, TensorType(DType(w["dtype"]), tuple(w["shape"])), store, w["input"],
+                                    copy=False)  # a view of the store where no conversion is needed
             writer = BlobWriter()
             writer.add(arr)
             blobs[file] = writer
-            digest = payload_digests([arr])[0]
+            digest = hash_pool().submit(array_sha256, arr) if defer and hashes_deferred() else array_sha256(arr)
         entries.append({"key": w["key"], "input": w["input"], "file": file, "offset": HEADER_BYTES, "dtype": w["dtype"],
                         "shape": list(w["shape"]), "perm": w.get("perm"), "slice": w.get("slice"),
                         "sha256": digest})
@@ -419,7 +422,7 @@ class Artifact:
         weight files (:attr:`complete` is False) and cannot be written.
         """
         blobs, entries = build_blobs(program, weights)
-        input_blobs, input_entries = build_weight_inputs(graph, weights)
+        input_blobs, input_entries = build_weight_inputs(graph, weights, defer=True)
         ir_text = program_ir_text(graph, program)
         manifest = build_manifest(graph, program, target, entries, rewrites, ir_text)
         if input_entries:
@@ -430,7 +433,8 @@ class Artifact:
         if graph.facts.activations is not None:
             manifest["activations"] = jsonable(graph.facts.activations)
         files = BlobFiles({**(blobs or {}), **{rel: input_blobs.source(rel) for rel in input_blobs}})
-        pending = [(e, e["sha256"]) for e in entries if not (e["sha256"] is None or isinstance(e["sha256"], str))]
+        pending = [(e, e["sha256"]) for e in [*entries, *input_entries]
+                   if not (e["sha256"] is None or isinstance(e["sha256"], str))]
         for e, _ in pending:
             e["sha256"] = None
         return cls(graph.name, program.text, files, Manifest.of(manifest), program, ir_text, pending)

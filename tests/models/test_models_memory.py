@@ -16,6 +16,8 @@ pages, once, and no copy of a weight. Its peak grows by the fp16 weights plus un
 (the compiler's own structures), where copying every func's weight files out of the map
 (prefill and decode each name the layer weights) grew by 2.8x the weights; and the build
 is byte for byte the one each module compiled alone (its weight files copied out) writes.
+The same with programs shared across layers, whose weights are program inputs: each
+input's weight file is a view of the map too (copied, they grew by 2.9x).
 
 Generation compiles from the same views; once compiled, the programs hold their own
 weights, and the checkpoint's pages the compile read are given back: the process's
@@ -71,7 +73,7 @@ def status(field):
             return int(line.split()[1]) * 1024
 
 base = status("VmRSS")
-compile_export(sys.argv[1], sys.argv[2])
+compile_export(sys.argv[1], sys.argv[2], share_programs=sys.argv[3])
 print(json.dumps({"base": base, "peak": status("VmHWM")}))
 """
 
@@ -93,7 +95,7 @@ print(json.dumps({"base": base, "after": after, "tokens": lm.generate([1, 2, 3, 
 """
 
 
-def run_worker(code: str, *args: Path) -> dict:
+def run_worker(code: str, *args: Path | str) -> dict:
     proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=ROOT, capture_output=True,
                           text=True, timeout=600, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -118,7 +120,8 @@ def test_exporting_a_checkpoint_grows_memory_by_a_chunk_not_by_the_model(tmp_pat
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
-def test_compiling_an_export_holds_the_weights_once(tmp_path):
+@pytest.mark.parametrize("share", ["never", "always"])
+def test_compiling_an_export_holds_the_weights_once(tmp_path, share):
     from anec.compiler import compile_module
     from anec.ir.parser import parse_file
     from anec.mil.output import write_output
@@ -127,19 +130,20 @@ def test_compiling_an_export_holds_the_weights_once(tmp_path):
     n = write_random_llama(tmp_path / "ckpt", SMALL)
     weights = 2 * n
     export_checkpoint("llama", tmp_path / "ckpt", tmp_path / "out", prefill=[64], cache=[128])
-    r = run_worker(COMPILE, tmp_path / "out", tmp_path / "build")
+    r = run_worker(COMPILE, tmp_path / "out", tmp_path / "build", share)
     grew = r["peak"] - r["base"]
     assert grew < weights + CONSTANT, f"compile grew by {grew >> 20} MiB for {weights >> 20} MiB of fp16 weights"
     # the same bytes as every module compiled alone, its weight files copied out of its own map
     copied = {}
     for f in read_export(tmp_path / "out")["files"]:
-        copied.update(compile_module(parse_file(tmp_path / "out" / f)).artifacts)
+        copied.update(compile_module(parse_file(tmp_path / "out" / f), share_programs=share).artifacts)
     write_output(tmp_path / "copied", copied)
-    returned = {name: art for name, art, _ in compile_export(tmp_path / "out", None)}  # views, hashes in
+    returned = {name: art for name, art, _ in compile_export(tmp_path / "out", None, share_programs=share)}
     assert {n: a.manifest.document for n, a in returned.items()} == {n: a.manifest.document for n, a in copied.items()}
     streamed = sorted(p.relative_to(tmp_path / "build") for p in (tmp_path / "build").rglob("*"))
     assert streamed == sorted(p.relative_to(tmp_path / "copied") for p in (tmp_path / "copied").rglob("*"))
     assert any(p.suffix == ".bin" for p in streamed)
+    assert any("inputs" in p.parts for p in streamed) == (share == "always")  # weights as stage inputs
     for rel in streamed:
         if (tmp_path / "build" / rel).is_file():
             assert (tmp_path / "build" / rel).read_bytes() == (tmp_path / "copied" / rel).read_bytes(), rel
