@@ -153,7 +153,8 @@ def stage_surfaces(stages: list[Artifact], entries: list[dict], target: Target) 
     share one size when it stays within ``SURFACE_SLACK`` times every member's own need, so
     similar layers keep their zero-copy edges while a stage with large inputs (weights as
     inputs, a KV cache, the LM head's logits) no longer inflates every other surface; an
-    edge between two sizes is a copy of its packed bytes."""
+    edge between two sizes is a copy of its packed bytes. Stages with the same MIL (one
+    compiled program) take the largest size of theirs."""
     need = [alloc_bytes([e.bytes for e in (*a.manifest.inputs, *a.manifest.outputs)], target)
             for a in stages]
     parent = list(range(len(stages)))
@@ -173,7 +174,14 @@ def stage_surfaces(stages: list[Artifact], entries: list[dict], target: Target) 
             if a != b and max(hi[a], hi[b]) <= SURFACE_SLACK * min(lo[a], lo[b]):
                 parent[b] = a
                 lo[a], hi[a] = min(lo[a], lo[b]), max(hi[a], hi[b])
-    return [hi[root(k)] for k in range(len(stages))]
+    sizes = [hi[root(k)] for k in range(len(stages))]
+    # stages with the same MIL are one compiled program (a cache hit takes the first one's
+    # limits), so they take one size: the largest of theirs (an edge that then differs in
+    # size is a copy, not a surface below the program's minimum)
+    by_mil: dict[str, int] = {}
+    for a, size in zip(stages, sizes):
+        by_mil[a.manifest.mil.sha256] = max(by_mil.get(a.manifest.mil.sha256, 0), size)
+    return [by_mil[a.manifest.mil.sha256] for a in stages]
 
 
 def _share_groups(graph: Graph, plan: Plan, built: list, target: Target,

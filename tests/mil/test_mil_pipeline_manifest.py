@@ -198,3 +198,23 @@ def test_host_casts_and_logical_inputs_are_the_funcs_as_in_one_program():
     # the caller passes b as [8, 16]; the program reads it as [1, 8, 1, 16]
     assert {"name": "b", "dtype": "fp16", "shape": [8, 16]} in m["logical_inputs"]
     assert all(e in one["logical_inputs"] for e in m["logical_inputs"])
+
+
+def test_stages_of_one_compiled_program_get_one_surface_size():
+    # stages with the same MIL are one compile (a cache hit keeps the first one's limits), so
+    # a size chosen per neighbourhood must not differ between them: the 1B-shaped decode
+    # evaluated a shared stage on a surface below its program's minimum
+    from types import SimpleNamespace as NS
+
+    from anec.multi_program_build import stage_surfaces
+    from anec.targets import get_target
+
+    def stage(mil: str, need: int):
+        io = [NS(bytes=need)]
+        return NS(manifest=NS(inputs=io, outputs=io, mil=NS(sha256=mil)))
+
+    stages = [stage("stem", 2048), stage("A", 1024), stage("B", 8192), stage("A", 1024)]
+    entries = [{"inputs": []}] + [{"inputs": [{"from": {"stage": k}}]} for k in range(3)]
+    t = get_target("m4").replace(min_surface_bytes=512)
+    sizes = stage_surfaces(stages, entries, t)  # s1 joins the stem's size; s3 would stay alone
+    assert sizes[1] == sizes[3] == 2048 and sizes[2] == 8192
