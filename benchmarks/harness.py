@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import statistics
+import signal
 import subprocess
 import sys
 import time
@@ -67,13 +68,25 @@ def _shown(argv: Sequence[str]) -> str:
     return " ".join(a if len(a) < 80 else f"{a[:30]}...{a[-40:]}" for a in argv)
 
 
+def _status(rc: int) -> str:
+    """A worker's exit status: its code, or the signal that ended it (SIGKILL with nothing on
+    stderr is most often the kernel's out-of-memory killer)."""
+    if rc >= 0:
+        return str(rc)
+    try:
+        name = signal.Signals(-rc).name
+    except ValueError:
+        return str(rc)
+    return f"killed by {name}" + (", most likely out of memory" if name == "SIGKILL" else "")
+
+
 def run_worker(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 3600) -> dict:
     """Run one worker process; its result is the JSON object on its last line of output."""
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, *argv], cwd=ROOT, env=worker_env(env), capture_output=True,
                           text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise RuntimeError(f"worker {_shown(argv)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"worker {_shown(argv)} failed ({_status(proc.returncode)}):\n{proc.stderr[-4000:]}")
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     if not lines:
         raise RuntimeError(f"worker {_shown(argv)} printed no result")

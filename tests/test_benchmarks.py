@@ -147,3 +147,10 @@ def test_help_and_a_quick_mode(script):
                           text=True, timeout=120, env=harness.worker_env())
     assert proc.returncode == 0, proc.stderr
     assert "--quick" in proc.stdout
+
+
+def test_a_worker_killed_by_a_signal_says_which(tmp_path):
+    bad = tmp_path / "killed.py"
+    bad.write_text("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    with pytest.raises(RuntimeError, match="killed.py failed .killed by SIGKILL, most likely out of memory"):
+        harness.run_worker([str(bad)])
