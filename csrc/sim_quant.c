@@ -115,6 +115,24 @@ static int quant_start(builder *B, const mil_stmt *st, const char *const *args)
     return x < 0 ? -1 : x;
 }
 
+/* What both ops end with: the scale (of dtype scale_dt) and zero point (zero_dt) read and
+   checked, then the op with input x's shape and result dtype out_dt. */
+static int quant_op(builder *B, const mil_stmt *st, int kind, int x, mil_dtype scale_dt, mil_dtype zero_dt,
+                    mil_dtype out_dt)
+{
+    float scale;
+    int zero;
+    if (read_scale(B, st, scale_dt, &scale) || read_zero_point(B, st, zero_dt, &zero))
+        return -1;
+    sim_value xv = B->p->vals[x];
+    sim_op *o = sb_op_out(B, st, kind, x, out_dt, xv.rank, xv.shape);
+    if (!o)
+        return -1;
+    o->qscale = scale;
+    o->qzero = zero;
+    return 0;
+}
+
 int rule_quantize(builder *B, const mil_stmt *st, int kind)
 {
     static const char *const args[] = {"input", "scale", "output_dtype", "zero_point", "axis", NULL};
@@ -137,16 +155,7 @@ int rule_quantize(builder *B, const mil_stmt *st, int kind)
         sb_err(B, pd.line, NULL, "quantize: output_dtype \"%s\" is not \"int8\" or \"uint8\"", s);
         return -1;
     }
-    float scale;
-    int zero;
-    if (read_scale(B, st, xv.dt, &scale) || read_zero_point(B, st, dt, &zero))
-        return -1;
-    sim_op *o = sb_op_out(B, st, kind, x, dt, xv.rank, xv.shape);
-    if (!o)
-        return -1;
-    o->qscale = scale;
-    o->qzero = zero;
-    return 0;
+    return quant_op(B, st, kind, x, xv.dt, dt, dt);
 }
 
 int rule_dequantize(builder *B, const mil_stmt *st, int kind)
@@ -170,16 +179,7 @@ int rule_dequantize(builder *B, const mil_stmt *st, int kind)
                mil_dtype_name(dt));
         return -1;
     }
-    float scale;
-    int zero;
-    if (read_scale(B, st, dt, &scale) || read_zero_point(B, st, xv.dt, &zero))
-        return -1;
-    sim_op *o = sb_op_out(B, st, kind, x, dt, xv.rank, xv.shape);
-    if (!o)
-        return -1;
-    o->qscale = scale;
-    o->qzero = zero;
-    return 0;
+    return quant_op(B, st, kind, x, dt, xv.dt, dt);
 }
 
 int sim_run_quantize(sim_state *s, const sim_op *o)
