@@ -7,18 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from anec.cli import main
-
-TWO = """\
-func f(%x1: fp16[1, 8, 1, 16], %x2: fp16[1, 8, 1, 16]) {
-  %wa = const(weight="wa") : fp16[8, 8, 1, 1]
-  %wb = const(weight="wb") : fp16[8, 8, 1, 1]
-  %a = relu(%x1) : fp16[1, 8, 1, 16]
-  %ya = conv1x1(%a, %wa) : fp16[1, 8, 1, 16]
-  %b = relu(%x2) : fp16[1, 8, 1, 16]
-  %yb = conv1x1(%b, %wb) : fp16[1, 8, 1, 16]
-  return %ya, %yb
-}
-"""
+from tests.passes.test_quantize_activations import TWO
 
 
 @pytest.fixture
