@@ -6,7 +6,8 @@ the registered cleanups (every open :class:`~anec.runtime.Runtime` closes) and r
 ``SystemExit(128 + signal)``: ``with`` blocks and ``finally`` clauses run, temporary
 directories go away and the exit status tells which signal ended the process. With
 ``sigint=True`` SIGINT raises ``KeyboardInterrupt`` as Python's own handler does, except
-inside the import machinery (see :func:`must_wait`). A signal whose handler the process has
+inside the import machinery (see :func:`must_wait`) and once the process is ending (see
+:func:`ending`). A signal whose handler the process has
 already set (anything but the default) is left alone.
 """
 
@@ -39,21 +40,31 @@ def must_wait(signum: int, frame: object) -> bool:
       nothing wakes, so the process hangs after its cleanups.
     """
     code = getattr(frame, "f_code", None)
-    if code is not None and str(code.co_filename).startswith("<frozen importlib") or _starting_a_worker(frame):
+    if code is not None and str(code.co_filename).startswith("<frozen importlib") or _called_from(
+            frame, "_adjust_thread_count", os.path.join("concurrent", "futures", "thread.py")):
         _again(signum)
         return True
     return False
 
 
-def _starting_a_worker(frame: object, depth: int = 200) -> bool:
-    """Whether ``frame`` or one of its callers is a ThreadPoolExecutor starting a thread."""
+def ending(frame: object) -> bool:
+    """Whether ``frame`` is the interpreter's exit waiting for threads to end
+    (``threading._shutdown``, which joins the thread pools' workers): the program's main has
+    returned, and an exception raised there is printed ("Exception ignored ...") and lost.
+    Both handlers let the exit go on instead: the work is done, and the process ends in
+    moments with the status its main gave."""
+    return _called_from(frame, "_shutdown", "threading.py")
+
+
+def _called_from(frame: object, name: str, file_suffix: str, depth: int = 200) -> bool:
+    """Whether ``frame`` or one of its callers runs the function ``name`` of a file whose
+    path ends with ``file_suffix``."""
     f = frame
     for _ in range(depth):
         code = getattr(f, "f_code", None)
         if code is None:
             return False
-        if getattr(code, "co_name", None) == "_adjust_thread_count" and str(code.co_filename).endswith(
-                os.path.join("concurrent", "futures", "thread.py")):
+        if getattr(code, "co_name", None) == name and str(code.co_filename).endswith(file_suffix):
             return True
         f = getattr(f, "f_back", None)
     return False
@@ -79,8 +90,9 @@ def _again(signum: int) -> None:
 
 
 def exit_on_signal(signum: int, frame: object) -> None:
-    """The SIGTERM/SIGHUP handler: the cleanups, then ``SystemExit(128 + signum)``."""
-    if must_wait(signum, frame):
+    """The SIGTERM/SIGHUP handler: the cleanups, then ``SystemExit(128 + signum)`` (nothing
+    once the process is :func:`ending`)."""
+    if ending(frame) or must_wait(signum, frame):
         return
     for cleanup in list(_CLEANUPS):
         try:
@@ -93,8 +105,9 @@ def exit_on_signal(signum: int, frame: object) -> None:
 def interrupt_on_signal(signum: int, frame: object) -> None:
     """The SIGINT handler: Python's KeyboardInterrupt, except inside the import machinery,
     where the interrupt would be printed and ignored by an import lock's weakref callback:
-    there the signal is sent again, to land a moment later."""
-    if must_wait(signum, frame):
+    there the signal is sent again, to land a moment later. Nothing once the process is
+    :func:`ending`."""
+    if ending(frame) or must_wait(signum, frame):
         return
     raise KeyboardInterrupt
 

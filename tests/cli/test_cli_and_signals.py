@@ -226,8 +226,9 @@ def test_a_signal_during_anec_run_leaves_no_temporary_directory(tmp_path, sig):
 class _Frame:
     """A stand-in for the frame a signal handler is given."""
 
-    def __init__(self, filename: str) -> None:
-        self.f_code = type("Code", (), {"co_filename": filename})()
+    def __init__(self, filename: str, name: str = "<module>") -> None:
+        self.f_code = type("Code", (), {"co_filename": filename, "co_name": name})()
+        self.f_back = None
 
 
 def test_a_signal_inside_the_import_machinery_is_sent_again_not_raised_there(monkeypatch):
@@ -319,3 +320,43 @@ def test_a_signal_while_a_pool_starts_a_worker_is_sent_again(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         signals.interrupt_on_signal(signal.SIGINT, sys._getframe())
     assert sent == [signal.SIGINT, signal.SIGINT]
+
+
+ENDING_SCRIPT = """
+import os, signal, sys, time
+from concurrent.futures import ThreadPoolExecutor
+from anec import signals
+
+signals.install_handlers(sigint=True)
+pool = ThreadPoolExecutor(1)
+
+def late():  # still running when main returns: the exit waits for it, then the signal lands
+    time.sleep(0.3)
+    os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+    time.sleep(0.3)
+
+pool.submit(late)
+print("main done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_exit_waits_for_a_pool_is_not_a_traceback(sig):
+    """A signal that lands after main returned, while the interpreter's exit joins a thread
+    pool's workers, used to raise inside threading's shutdown, which printed 'Exception
+    ignored ... Traceback' to the user. The handlers let the exit finish instead."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", ENDING_SCRIPT, sig], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.stdout == "main done\n"
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+    assert done.returncode == 0, done.stderr
+
+
+def test_ending_is_the_exit_waiting_for_threads():
+    """signals.ending: true inside threading._shutdown's callers only."""
+    from anec import signals
+
+    assert signals.ending(_Frame("/usr/lib/python3/threading.py", "_shutdown"))
+    assert not signals.ending(_Frame("/usr/lib/python3/threading.py", "join"))
+    assert not signals.ending(sys._getframe())
