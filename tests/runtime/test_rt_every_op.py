@@ -316,8 +316,10 @@ def reduce_case(draw, op: str) -> Case:
     if op == "reduce_max":
         x = arrays(draw, dt, shape, elements(dt, -65504, 65504, ALL_SPECIALS))
     else:
-        x = sum_safe(draw, dt, shape, nonneg=op == "reduce_mean")
-    # reduce_mean: legalize scales each element by 1/N, rounded to fp16, before summing
+        # reduce_mean: legalize scales each element by 1/N, rounded to fp16, before summing;
+        # fp16 subnormals lose bits in that scaling beyond any ulp bound (their own test below)
+        x = sum_safe(draw, dt, shape, nonneg=op == "reduce_mean",
+                     modes=("grid", "large") if op == "reduce_mean" else ("grid", "tiny", "large"))
     ulps = 3 if op == "reduce_mean" else 1
     lines = [f"%y = {op}(%x, axes={axes}{keep})"]
     if "true" not in keep and len(axes) == rank:  # a scalar: program outputs are tensors
@@ -487,6 +489,30 @@ def test_op_through_the_sim_matches_the_interpreter(rt, op):
         run_case(rt, op, case)
 
     check()
+
+
+@pytest.mark.parametrize("k,n", [(128, 256), (4, 16), (3, 4), (1023, 64)])
+def test_reduce_mean_of_fp16_subnormals_loses_at_most_half_an_ulp_per_element(rt, k, n):
+    """legalize's reduce_sum(x * 1/N) rounds each scaled subnormal to the fp16 grid
+    (2**-24) before the sum: the mean is off by at most N/2 subnormal ulps plus the
+    final rounding (the price of a sum that cannot overflow; ANE-REDUCE-MEAN), and
+    the sim computes exactly what the compiled program says."""
+    x = np.full((1, n), k * 2.0**-24, np.float16)
+    case = Case({"x": ("fp16", (1, n))}, ["%y = reduce_mean(%x, axes=[1], keep_dims=true)"], ["y"], {"x": x})
+    module = parse(case.text(), "mean.ir")
+    result = compile_module(module, WeightStore({}))
+    prog = rt.load(result.artifacts["f"])
+    try:
+        got = prog(x=x)["y"].astype(np.float64)
+    finally:
+        prog.close()
+    compiled = result.module.funcs["f"]
+    want_compiled = interpret(compiled, {"x": x.reshape(compiled.inputs[0].type.shape)}, WeightStore({}), "fp16")
+    assert got.ravel().tolist() == want_compiled["y"].astype(np.float64).ravel().tolist()
+    exact = k * 2.0**-24  # the mean of N equal values
+    assert abs(float(got.ravel()[0]) - exact) <= (n / 2 + 0.5) * 2.0**-24
+    scaled = float(np.float16(np.float16(k * 2.0**-24) * np.float16(1.0 / n)))
+    assert float(got.ravel()[0]) == float(np.float16(scaled * n))  # each term rounded, then summed
 
 
 def test_slice_with_a_stride_beyond_int32_runs(rt):
