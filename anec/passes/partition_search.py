@@ -213,11 +213,19 @@ def _attr_key(v: object) -> object:
     return v
 
 
-def signatures(items: list["Node"], outside: int | None = None, lo: int = 0, hi: int | None = None) -> list[int]:
+def positions(items: list["Node"]) -> dict[int, int]:
+    """id(item) -> its index in ``items`` (what :func:`signatures` reads)."""
+    return {id(x): i for i, x in enumerate(items)}
+
+
+def signatures(items: list["Node"], outside: int | None = None, lo: int = 0, hi: int | None = None,
+               pos: dict[int, int] | None = None) -> list[int]:
     """Per item of ``items[lo:hi]``, a hash of its structure that ignores weight keys (the
     module docstring). With ``outside``, an operand defined before item ``outside`` (or a
-    func input) is only its type: what enters a stage from elsewhere is a stage input."""
-    pos = {id(x): i for i, x in enumerate(items)}
+    func input) is only its type: what enters a stage from elsewhere is a stage input.
+    ``pos``: :func:`positions` of ``items``, when a caller asks for many ranges of one list."""
+    if pos is None:
+        pos = positions(items)
     out = []
     for i in range(lo, len(items) if hi is None else hi):
         x = items[i]
@@ -269,13 +277,15 @@ def _repetition(sig: list[int]) -> tuple[int, int, int] | None:
 def _layer_bounds(items: list["Node"], sweep: "_Sweep", target: "Target") -> list[int]:
     """The forced cuts at the boundaries of repeated layers (several layers per period when
     they fit one program's BLOBFILE budget), or [] when the func does not repeat."""
-    rep = _repetition(signatures(items))
+    pos = positions(items)
+    rep = _repetition(signatures(items, pos=pos))
     if rep is None:
         return []
     start, p, end = rep
     # the first layer reads the func's inputs where the others read the layer before: the
     # same stage once both are stage inputs
-    while start >= p and signatures(items, start - p, start - p, start) == signatures(items, start, start, start + p):
+    while start >= p and (signatures(items, start - p, start - p, start, pos)
+                          == signatures(items, start, start, start + p, pos)):
         start -= p
     n = len(items)
     for phase in range(p):
@@ -332,7 +342,8 @@ def distinct_stages(plan: Plan) -> int:
     """How many structurally different stages ``plan`` has (what enters a stage from before
     it seen as a stage input): the programs it compiles into when the stages that differ only
     in their weights share one."""
-    return len({tuple(signatures(plan.items, s.start, s.start, s.end)) for s in plan.stages})
+    pos = positions(plan.items)
+    return len({tuple(signatures(plan.items, s.start, s.start, s.end, pos)) for s in plan.stages})
 
 
 def _plan(graph: "Graph", items: list["Node"], sweep: "_Sweep", target: "Target", force: bool,
