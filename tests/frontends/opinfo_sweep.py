@@ -463,13 +463,14 @@ def _cia_ops_computed_once() -> Iterator[None]:
 
 
 def sweep(only: set[str] | None = None, samples: int = SAMPLES, magnitudes: tuple = MAGNITUDES,
-          progress: Any = None) -> list[Run]:
-    """Every swept OpInfo's first ``samples`` samples at each magnitude, on one sim runtime."""
+          progress: Any = None, picked: list[tuple[str, Any]] | None = None) -> list[Run]:
+    """Every swept OpInfo's first ``samples`` samples at each magnitude, on one sim runtime
+    (``picked``: these (name, OpInfo) of :func:`swept_opinfos` instead, e.g. a shard of them)."""
     from anec.runtime import Runtime
 
     runs: list[Run] = []
     with Runtime(backend="sim") as rt, _cia_ops_computed_once():
-        for name, info in swept_opinfos(only):
+        for name, info in swept_opinfos(only) if picked is None else picked:
             try:
                 picked = _samples(info, samples)
             except Exception as e:  # pragma: no cover - torch's generators run for the first sample

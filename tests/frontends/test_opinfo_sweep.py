@@ -25,7 +25,7 @@ pytest.importorskip("expecttest")  # torch's OpInfo database imports it
 from tests.frontends import opinfo_sweep as S  # noqa: E402
 
 SAMPLES = int(os.environ.get("ANEC_OPINFO_SAMPLES", "1"))
-"""Samples per OpInfo here: 1 keeps the test near 2 minutes on two cores (each sample is a
+"""Samples per OpInfo here: 1 keeps the sweep near 2 minutes of CPU (each sample is a
 torch.export, a decomposition and a compile: about 0.6 s); the sweep's default and the
 acceptance run (docs/torch.md) is ANEC_OPINFO_SAMPLES=3."""
 
@@ -37,9 +37,16 @@ of the 50 before it). The test fails on any silently wrong sample not listed her
 entry here that no longer is one."""
 
 
-@pytest.fixture(scope="module")
-def runs() -> list[S.Run]:
-    return S.sweep(samples=SAMPLES)
+SHARDS = 4
+"""The sweep runs in this many shards (every SHARDS-th OpInfo), each a group of its own
+(``xdist_group``: ``make test`` runs ``--dist loadgroup``), so that parallel workers share
+it; each shard's runs pass every test below."""
+
+
+@pytest.fixture(scope="module", params=[pytest.param(k, id=f"shard{k}", marks=pytest.mark.xdist_group(f"opinfo-sweep-{k}"))
+                                        for k in range(SHARDS)])
+def runs(request: pytest.FixtureRequest) -> list[S.Run]:
+    return S.sweep(samples=SAMPLES, picked=S.swept_opinfos()[request.param::SHARDS])
 
 
 def test_the_swept_ops_come_from_the_importer_table():
