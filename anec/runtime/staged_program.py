@@ -143,7 +143,7 @@ def load_pipeline(rt: "Runtime", art: "PipelineArtifact",
         for p in progs:
             p.close()
         raise
-    prog = PipelineProgram(rt, _Stages(progs, pipe), m)
+    prog = PipelineProgram(rt, _Stages(progs, pipe), m, art)
     if m.weight_inputs:
         prog._set_weight_inputs(art.weight_inputs(), reload=False)
     return prog
@@ -152,10 +152,14 @@ def load_pipeline(rt: "Runtime", art: "PipelineArtifact",
 class PipelineProgram(Program):
     """A pipeline of stage programs with the interface of one :class:`Program`."""
 
-    def __init__(self, runtime: "Runtime", stages: _Stages, manifest: "PipelineManifest") -> None:
+    def __init__(self, runtime: "Runtime", stages: _Stages, manifest: "PipelineManifest",
+                 art: "PipelineArtifact") -> None:
         self.runtime = runtime
         self._native = stages
         self.manifest = manifest  # type: ignore[assignment]  # read as a program's where they agree
+        self.artifact = art
+        """The artifact loaded: its weight files as it holds them (views of the weights, for an
+        artifact compiled with ``keep_views``; a load builds their bytes for itself only)."""
         self.name = manifest.func
         self.inputs = _specs(manifest.inputs, manifest.logical_inputs)
         self.outputs = _specs(manifest.outputs, ())
