@@ -347,30 +347,40 @@ static void put_u32(uint8_t *b, uint32_t v) { memcpy(b, &v, 4); }
 static void put_u64(uint8_t *b, uint64_t v) { memcpy(b, &v, 8); }
 
 /* The opaque container: magic, u32 version 1, u32 count, per file
-   {u32 path length, path, u64 length, bytes}. */
-static uint8_t *container(const sim_file *f, size_t n, size_t *len)
+   {u32 path length, path, u64 length, bytes}, as 1 + 2n parts (the file bytes
+   are f[i].data itself, written from where they are); *head holds the other
+   parts' bytes (free it). NULL when out of memory. */
+static rt_part *container(const sim_file *f, size_t n, uint8_t **head, size_t *len)
 {
-    size_t total = 16;
+    size_t total = 16, heads = 16;
     for (size_t i = 0; i < n; i++)
-        if (rt_add_size(total, 12 + strlen(f[i].path), &total) || rt_add_size(total, f[i].len, &total))
+        if (rt_add_size(heads, 12 + strlen(f[i].path), &heads) || rt_add_size(total, 12 + strlen(f[i].path), &total) ||
+            rt_add_size(total, f[i].len, &total))
             return NULL;
-    uint8_t *b = malloc(total);
-    if (!b)
+    uint8_t *b = malloc(heads);
+    rt_part *parts = malloc((1 + 2 * n) * sizeof *parts);
+    if (!b || !parts) {
+        free(b);
+        free(parts);
         return NULL;
+    }
     memcpy(b, CONTAINER_MAGIC, 8);
     put_u32(b + 8, 1);
     put_u32(b + 12, (uint32_t)n);
+    parts[0] = (rt_part){b, 16};
     size_t o = 16;
     for (size_t i = 0; i < n; i++) {
         size_t pl = strlen(f[i].path);
         put_u32(b + o, (uint32_t)pl);
         memcpy(b + o + 4, f[i].path, pl);
         put_u64(b + o + 4 + pl, f[i].len);
-        memcpy(b + o + 12 + pl, f[i].data, f[i].len);
-        o += 12 + pl + f[i].len;
+        parts[1 + 2 * i] = (rt_part){b + o, 12 + pl};
+        parts[2 + 2 * i] = (rt_part){f[i].data, f[i].len};
+        o += 12 + pl;
     }
+    *head = b;
     *len = total;
-    return b;
+    return parts;
 }
 
 /* Split `data` into files (pointers into data); *n set. -1 if malformed. */
@@ -424,7 +434,8 @@ bad:
     return -1;
 }
 
-static int write_compiled(const sim_prog *p, int single, const uint8_t *data, size_t len, char *err, size_t errlen)
+static int write_compiled(const sim_prog *p, int single, const rt_part *parts, size_t n_parts, char *err,
+                          size_t errlen)
 {
     char net[512];
     int n = snprintf(net, sizeof net, "anec-sim-net 1\nmil %s\nlayout %s\n", p->mil_hex, single ? "file" : "container");
@@ -433,7 +444,8 @@ static int write_compiled(const sim_prog *p, int single, const uint8_t *data, si
     int rc = ANEC_OK;
     if (!np || !dp)
         rc = ANEC_ENOMEM;
-    else if (rt_write_atomic(dp, data, len, why, sizeof why) || rt_write_atomic(np, net, (size_t)n, why, sizeof why))
+    else if (rt_write_atomic_parts(dp, parts, n_parts, why, sizeof why) ||
+             rt_write_atomic(np, net, (size_t)n, why, sizeof why))
         rc = ANEC_EIO;
     if (rc != ANEC_OK)
         snprintf(err, errlen, "sim compile: cannot write the compiled form: %s", rc == ANEC_EIO ? why : "out of memory");
@@ -511,28 +523,33 @@ static int sim_compile(void *ctx, const anec_compile_args *args, void **prog, ch
         }
     }
     int single = single_layout(c, p->st->plan, p->n_paths);
-    uint8_t *data = NULL;
+    uint8_t *head = NULL;
     size_t len = 0;
-    if (rc == ANEC_OK && !single && !(data = container(files, p->n_paths, &len)))
+    rt_part one = {files ? files[0].data : NULL, files ? files[0].len : 0}, *parts = single ? &one : NULL;
+    if (rc == ANEC_OK && !single && !(parts = container(files, p->n_paths, &head, &len)))
         rc = ANEC_ENOMEM;
+    size_t n_parts = single ? 1 : 1 + 2 * p->n_paths;
     if (rc == ANEC_OK) {
-        const uint8_t *bytes = single ? files[0].data : data;
-        size_t blen = single ? files[0].len : len;
-        rc = write_compiled(p, single, bytes, blen, err, errlen);
+        /* the compiled data is written from the weights where they are: no copy of them is made */
+        rc = write_compiled(p, single, parts, n_parts, err, errlen);
         if (rc == ANEC_OK && (c->load_mode == LOAD_MEMORY || c->load_mode == LOAD_MEMORY_SHARED)) {
+            size_t blen = single ? files[0].len : len;
             p->baked = malloc(blen ? blen : 1);
             if (!p->baked)
                 rc = ANEC_ENOMEM;
-            else
-                memcpy(p->baked, bytes, blen);
+            for (size_t i = 0, o = 0; rc == ANEC_OK && i < n_parts; o += parts[i].len, i++)
+                if (parts[i].len)
+                    memcpy(p->baked + o, parts[i].data, parts[i].len);
             p->baked_len = blen;
-            if (rc == ANEC_OK && c->load_mode == LOAD_MEMORY_SHARED && shared_put(p->mil_hex, bytes, blen))
+            if (rc == ANEC_OK && c->load_mode == LOAD_MEMORY_SHARED && shared_put(p->mil_hex, p->baked, blen))
                 rc = ANEC_ENOMEM;
         }
     }
     if (rc == ANEC_ENOMEM)
         snprintf(err, errlen, "out of memory");
-    free(data);
+    free(head);
+    if (!single)
+        free(parts);
     free(files);
     if (rc != ANEC_OK) {
         prog_free(p);
@@ -634,7 +651,9 @@ static int sim_load(void *ctx, void *prog, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return ANEC_ENOMEM;
     }
-    size_t n = 0, data_len = 0;
+    size_t n = 0;
+    const uint8_t *mapped = NULL; /* load=data: the compiled data, mapped while the state takes its weights */
+    size_t mapped_len = 0;
     int rc = ANEC_OK;
     char why[512];
     if (p->load_mode == LOAD_WEIGHTS) {
@@ -653,34 +672,32 @@ static int sim_load(void *ctx, void *prog, char *err, size_t errlen)
         size_t len = p->baked_len;
         if (layout < 0) {
             rc = ANEC_ELOAD;
-        } else if (!data) {
-            /* load=data; or an object that keeps nothing yet: the identifier's
-               shared weights (load=memory-shared), else the directory's data */
-            if (p->load_mode == LOAD_MEMORY_SHARED)
-                owned[0] = shared_get(p->mil_hex, &len);
-            if (!owned[0] && rt_read_beneath(p->dir, "data", DATA_MAX_BYTES, &owned[0], &len, why, sizeof why)) {
+        } else if (!data && !memory) {
+            if (rt_map_beneath(p->dir, "data", DATA_MAX_BYTES, &mapped, &mapped_len, why, sizeof why)) {
                 snprintf(err, errlen, "load: compiled data: %s", why);
                 rc = ANEC_ELOAD;
             }
-            data = owned[0];
-            data_len = len;
-            if (rc == ANEC_OK && memory) { /* the object keeps what it loaded first */
-                p->baked = owned[0];
-                p->baked_len = len;
-                owned[0] = NULL;
+            data = mapped;
+            len = mapped_len;
+        } else if (!data) {
+            /* an object that keeps nothing yet: the identifier's shared weights
+               (load=memory-shared), else the directory's data; it keeps what it loaded first */
+            if (p->load_mode == LOAD_MEMORY_SHARED)
+                p->baked = shared_get(p->mil_hex, &len);
+            if (!p->baked && rt_read_beneath(p->dir, "data", DATA_MAX_BYTES, &p->baked, &len, why, sizeof why)) {
+                snprintf(err, errlen, "load: compiled data: %s", why);
+                rc = ANEC_ELOAD;
             }
+            data = p->baked;
+            p->baked_len = len;
         }
         if (rc == ANEC_OK && decode(p, layout, data, len, files, &n, err, errlen))
             rc = ANEC_ELOAD;
     }
-    if (rc == ANEC_OK) {
-        /* the compiled data read from the file is the device's copy: the state keeps it */
-        void *adopt = p->load_mode == LOAD_WEIGHTS ? NULL : owned[0];
-        if (adopt)
-            owned[0] = NULL;
-        rc = sim_state_load(p->st, files, n, adopt, data_len, err, errlen);
-    }
-    /* owned[0] holds the compiled data even when the program reads no weight file */
+    /* the state takes its own (shared) copy of every weight: nothing read here is kept */
+    if (rc == ANEC_OK)
+        rc = sim_state_load(p->st, files, n, mapped != NULL, err, errlen);
+    rt_unmap(mapped, mapped_len);
     for (size_t k = 0; k <= p->n_paths; k++)
         free(owned[k]);
     free(owned);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -88,11 +89,10 @@ static int open_beneath(const char *dir, const char *rel)
     }
 }
 
-int rt_read_beneath(const char *dir, const char *rel, uint64_t max_bytes, uint8_t **out, size_t *len,
-                    char *why, size_t whylen)
+/* dir/rel opened as in rt_read_beneath, a regular file of at most max_bytes (*size set);
+   the fd, or -1 and why. */
+static int open_bounded(const char *dir, const char *rel, uint64_t max_bytes, size_t *size, char *why, size_t whylen)
 {
-    *out = NULL;
-    *len = 0;
     int fd = open_beneath(dir, rel);
     if (fd < 0) {
         if (errno == ELOOP || errno == ENOTDIR)
@@ -113,10 +113,22 @@ int rt_read_beneath(const char *dir, const char *rel, uint64_t max_bytes, uint8_
         close(fd);
         return -1;
     }
+    *size = (size_t)st.st_size;
+    return fd;
+}
+
+int rt_read_beneath(const char *dir, const char *rel, uint64_t max_bytes, uint8_t **out, size_t *len,
+                    char *why, size_t whylen)
+{
+    *out = NULL;
+    *len = 0;
+    size_t n;
+    int fd = open_bounded(dir, rel, max_bytes, &n, why, whylen);
+    if (fd < 0)
+        return -1;
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0)
         fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-    size_t n = (size_t)st.st_size;
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf) {
         snprintf(why, whylen, "out of memory reading %s (%zu bytes)", rel, n);
@@ -140,6 +152,33 @@ int rt_read_beneath(const char *dir, const char *rel, uint64_t max_bytes, uint8_
     *out = buf;
     *len = n;
     return 0;
+}
+
+int rt_map_beneath(const char *dir, const char *rel, uint64_t max_bytes, const uint8_t **out, size_t *len,
+                   char *why, size_t whylen)
+{
+    *out = NULL;
+    *len = 0;
+    size_t n;
+    int fd = open_bounded(dir, rel, max_bytes, &n, why, whylen);
+    if (fd < 0)
+        return -1;
+    void *m = n ? mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    int e = errno;
+    close(fd);
+    if (m == MAP_FAILED) {
+        snprintf(why, whylen, "cannot map %s: %s", rel, strerror(e));
+        return -1;
+    }
+    *out = m;
+    *len = n;
+    return 0;
+}
+
+void rt_unmap(const uint8_t *data, size_t len)
+{
+    if (data && len)
+        munmap((void *)data, len);
 }
 
 int rt_open_beneath(const char *dir, const char *rel) { return open_beneath(dir, rel); }
@@ -256,19 +295,26 @@ int rt_open_for_write(const char *tmp, uint64_t len, int spare)
     return open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
 }
 
-int rt_write_temp(const char *tmp, const void *data, size_t len, int spare, char *why, size_t whylen)
+int rt_write_temp_parts(const char *tmp, const rt_part *parts, size_t n, int spare, char *why, size_t whylen)
 {
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        if (rt_add_size(len, parts[i].len, &len)) {
+            snprintf(why, whylen, "%s would be too large", tmp);
+            return -1;
+        }
     int fd = rt_open_for_write(tmp, len, spare);
     if (fd < 0) {
         snprintf(why, whylen, "cannot create %s: %s", tmp, strerror(errno));
         return -1;
     }
-    if (rt_write_all(fd, data, len)) {
-        snprintf(why, whylen, "write to %s failed: %s", tmp, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        return -1;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (rt_write_all(fd, parts[i].data, parts[i].len)) {
+            snprintf(why, whylen, "write to %s failed: %s", tmp, strerror(errno));
+            close(fd);
+            unlink(tmp);
+            return -1;
+        }
     if (fsync(fd) || close(fd)) {
         snprintf(why, whylen, "fsync/close of %s failed: %s", tmp, strerror(errno));
         unlink(tmp);
@@ -277,14 +323,20 @@ int rt_write_temp(const char *tmp, const void *data, size_t len, int spare, char
     return 0;
 }
 
-int rt_write_atomic(const char *path, const void *data, size_t len, char *why, size_t whylen)
+int rt_write_temp(const char *tmp, const void *data, size_t len, int spare, char *why, size_t whylen)
+{
+    rt_part part = {data, len};
+    return rt_write_temp_parts(tmp, &part, 1, spare, why, whylen);
+}
+
+int rt_write_atomic_parts(const char *path, const rt_part *parts, size_t n, char *why, size_t whylen)
 {
     char *tmp = rt_temp_name(path);
     if (!tmp) {
         snprintf(why, whylen, "out of memory");
         return -1;
     }
-    if (rt_write_temp(tmp, data, len, 0, why, whylen)) {
+    if (rt_write_temp_parts(tmp, parts, n, 0, why, whylen)) {
         free(tmp);
         return -1;
     }
@@ -296,6 +348,12 @@ int rt_write_atomic(const char *path, const void *data, size_t len, char *why, s
     }
     free(tmp);
     return 0;
+}
+
+int rt_write_atomic(const char *path, const void *data, size_t len, char *why, size_t whylen)
+{
+    rt_part part = {data, len};
+    return rt_write_atomic_parts(path, &part, 1, why, whylen);
 }
 
 int rt_link_or_copy(const char *from, const char *to, char *why, size_t whylen)

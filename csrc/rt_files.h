@@ -32,6 +32,12 @@ char *rt_join(const char *a, const char *b);
 int rt_read_beneath(const char *dir, const char *rel, uint64_t max_bytes, uint8_t **out, size_t *len,
                     char *why, size_t whylen);
 
+/* As rt_read_beneath, but the file mapped read-only (private) instead of read:
+   *out is the mapping (NULL for an empty file), given back with rt_unmap. */
+int rt_map_beneath(const char *dir, const char *rel, uint64_t max_bytes, const uint8_t **out, size_t *len,
+                   char *why, size_t whylen);
+void rt_unmap(const uint8_t *data, size_t len);
+
 /* Open dir/rel read-only without following any symlink (as rt_read_beneath
    walks it); the fd, or -1 with errno. The caller checks the file type. */
 int rt_open_beneath(const char *dir, const char *rel);
@@ -56,10 +62,17 @@ char *rt_temp_name(const char *target);
    freed); otherwise a new file created exclusively (a spare that cannot be
    reused is removed first). An fd, or -1 with errno. */
 int rt_open_for_write(const char *tmp, uint64_t len, int spare);
+/* Bytes written from several places, one after the other. */
+typedef struct rt_part {
+    const void *data;
+    size_t len;
+} rt_part;
 /* Write data to tmp (rt_open_for_write), fsync, close; removed on failure. */
 int rt_write_temp(const char *tmp, const void *data, size_t len, int spare, char *why, size_t whylen);
-/* Atomic write: temp + fsync + rename over path. */
+int rt_write_temp_parts(const char *tmp, const rt_part *parts, size_t n, int spare, char *why, size_t whylen);
+/* Atomic write: temp + fsync + rename over path (parts: their bytes in order). */
 int rt_write_atomic(const char *path, const void *data, size_t len, char *why, size_t whylen);
+int rt_write_atomic_parts(const char *path, const rt_part *parts, size_t n, char *why, size_t whylen);
 
 /* Make `to` hold the bytes of `from` (a hard link when possible, else an
    atomic copy); both must be regular files. */

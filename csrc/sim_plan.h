@@ -125,9 +125,7 @@ typedef struct sim_panel {
 /* Per-program executor state. */
 typedef struct sim_state {
     sim_plan *plan;
-    void **store;                /* per value: storage (NULL for params) */
-    uint8_t *held;               /* compiled data aligned BLOBFILE consts point into (adopted at load), or NULL */
-    size_t held_len;
+    void **store;                /* per value: storage (NULL for params); BLOBFILE consts in sim_weights */
     int loaded;
     float *scratch[3];
     size_t scratch_cap[3];
@@ -146,14 +144,22 @@ typedef struct sim_file {
 } sim_file;
 
 /* Take every BLOBFILE const out of files[] (validated: header, record,
-   dtype, size) and allocate activation storage. adopt: NULL (each const is
-   copied), or a malloc'd buffer of adopt_len bytes holding every
-   files[].data that the state takes over: a const whose payload in it is
-   16-byte aligned points into it, others are copied (freed at unload, or
-   here on failure). */
-int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, void *adopt, size_t adopt_len, char *err,
-                   size_t errlen);
+   dtype, size) into the process's shared weights (sim_weight_acquire: one
+   copy of identical payloads across programs) and allocate activation
+   storage; files[] is not used after the call. drop_pages: files[].data lie
+   in a private read-only mapping of a file, whose pages each payload taken
+   gives back to the kernel (the mapping's resident size stays near one
+   payload). */
+int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, int drop_pages, char *err, size_t errlen);
 void sim_state_unload(sim_state *s);
+
+/* The process's constant weights (sim_weights.c): a 64-byte aligned buffer equal to
+   data[0..len), shared with every identical payload already held (one more reference),
+   or NULL out of memory; release gives one reference back (1), or returns 0 for a
+   pointer that is not one of them. sim_weight_bytes: the bytes held. */
+void *sim_weight_acquire(const void *data, size_t len);
+int sim_weight_release(void *ptr);
+size_t sim_weight_bytes(void);
 /* Decompress constexpr value v from its (loaded) operands into s->store[v] (sim_constexpr.c). */
 int sim_decompress(sim_state *s, int v, char *err, size_t errlen);
 /* 1 for the packed sub-byte integer dtypes (uint1..uint6, int4). */

@@ -1,14 +1,18 @@
 /*
  * sim_state.c - a sim program's run-time state and its values: created for a
- * plan, loaded with the baked weights (each BLOBFILE tensor read in place
- * from the adopted compiled data when aligned, else copied out; compressed
- * weights decompressed from their payloads; driver_sim.c decides where the
- * data comes from, and it is never re-read), unloaded and freed; the fp32
- * views of its values and their rounding back to storage (sim_exec.h); and
- * the packing of the constant weights of narrow pointwise products on a
- * program's second run since its load. The kernels are sim_exec.c.
+ * plan, loaded with the baked weights (each BLOBFILE tensor taken into the
+ * process's shared weights, sim_weights.c, one aligned copy of identical
+ * payloads across programs, the pages of a mapped compiled data given back as
+ * each is taken; compressed weights decompressed from their payloads;
+ * driver_sim.c decides where the data comes from, and it is never re-read),
+ * unloaded and freed; the fp32 views of its values and their rounding back to
+ * storage (sim_exec.h); and the packing of the constant weights of narrow
+ * pointwise products on a program's second run since its load. The kernels
+ * are sim_exec.c.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
+#define _DARWIN_C_SOURCE
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -16,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "blobfile.h"
@@ -41,24 +46,14 @@ sim_state *sim_state_new(sim_plan *plan, int threads)
     return s;
 }
 
-/* Storage inside the adopted compiled data (not separately allocated). */
-static int held(const sim_state *s, const void *ptr)
-{
-    uintptr_t a = (uintptr_t)s->held, q = (uintptr_t)ptr;
-    return s->held && q >= a && q < a + s->held_len;
-}
-
 void sim_state_unload(sim_state *s)
 {
     sim_plan *p = s->plan;
     for (size_t i = 0; i < p->n_vals; i++) {
-        if (p->vals[i].kind != SV_CONST && !held(s, s->store[i]))
+        if (p->vals[i].kind != SV_CONST && !(p->vals[i].kind == SV_BLOB && sim_weight_release(s->store[i])))
             free(s->store[i]);
         s->store[i] = NULL;
     }
-    free(s->held);
-    s->held = NULL;
-    s->held_len = 0;
     if (s->panels)
         for (size_t i = 0; i < p->n_ops; i++) {
             free(s->panels[i].f32);
@@ -85,16 +80,21 @@ void sim_state_free(sim_state *s)
     free(s);
 }
 
-int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, void *adopt, size_t adopt_len, char *err,
-                   size_t errlen)
+/* Give back the whole pages of data[0..len) (a private read-only file mapping). */
+static void drop(const void *data, size_t len)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)data, start = (a + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t stop = (a + len) / (uintptr_t)page * (uintptr_t)page;
+    if (page > 0 && stop > start)
+        (void)madvise((void *)start, stop - start, MADV_DONTNEED); /* a hint: the pages are read again if used */
+}
+
+int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, int drop_pages, char *err, size_t errlen)
 {
     sim_plan *p = s->plan;
-    if (s->loaded) {
-        free(adopt);
+    if (s->loaded)
         return ANEC_OK;
-    }
-    s->held = adopt;
-    s->held_len = adopt ? adopt_len : 0;
     char *done = calloc(p->n_vals ? p->n_vals : 1, 1);
     if (!done) {
         sim_state_unload(s);
@@ -140,16 +140,15 @@ int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, void *ad
                 rc = ANEC_ELOAD;
                 break;
             }
-            /* kernels read elements in place: an unaligned payload (a packed container) is copied */
-            int in_place = w->bytes && held(s, t.data) && (uintptr_t)t.data % 16 == 0;
-            void *copy = in_place ? (void *)t.data : malloc(w->bytes ? w->bytes : 1);
+            /* one aligned copy per process of each distinct payload (kernels read it in place) */
+            void *copy = sim_weight_acquire(t.data, w->bytes);
             if (!copy) {
                 rc = ANEC_ENOMEM;
                 snprintf(err, errlen, "out of memory");
                 break;
             }
-            if (!in_place)
-                memcpy(copy, t.data, w->bytes);
+            if (drop_pages)
+                drop(t.data, w->bytes);
             s->store[j] = copy;
             done[j] = 1;
         }

@@ -96,8 +96,9 @@ class ProgramCache:
                  release: Callable[[], None] | None = None) -> None:
         self.weight_fn = weight_fn
         self.release = release
-        """Called after each compile: the weight files compiled hold their own bytes, so the
-        pages of the memory-mapped checkpoint the compile read can go (see :meth:`_compile`)."""
+        """Called after each compile and after each program (each stage) loads: the programs
+        hold their own copies of the weights, so the pages of the memory-mapped checkpoint
+        read meanwhile can go (see :meth:`_compile`, :meth:`_load`)."""
         self.compress = compress
         self.compress_gate = compress_gate
         self.compress_form = compress_form
@@ -156,9 +157,9 @@ class ProgramCache:
             return
         t0 = time.perf_counter()
         graphs = [self._build(n, lambda n=n: build(n)) for n in todo]
-        result = self._compile(graphs)
+        artifacts = self._compile(graphs)
         for n in todo:
-            self.programs[n] = self.runtime.load(result.artifacts[n])
+            self.programs[n] = self._load(artifacts.pop(n))
             progress.step(n)
         self.compile_seconds += time.perf_counter() - t0
         progress.finish()
@@ -173,10 +174,19 @@ class ProgramCache:
         return graph
 
     def _compile_and_load(self, graph: Graph) -> Any:
-        return self.runtime.load(self._compile([graph]).artifacts[graph.name])
+        return self._load(self._compile([graph]).pop(graph.name))
 
-    def _compile(self, graphs: list[Graph]) -> Any:
-        from anec.compiler import compile_module
+    def _load(self, artifact: Any) -> Any:
+        """Load one compiled func. Its weight files are views of the checkpoint: each program
+        (each stage of a pipeline) holds its own copy of its weights once loaded, so the
+        checkpoint's pages it read are given back after each (``release``)."""
+        return self.runtime.load(artifact, release=self.release)
+
+    def _compile(self, graphs: list[Graph]) -> dict[str, Any]:
+        """The artifacts of ``graphs`` by func name, their weight files views of the weights
+        (``keep_views``: nothing copied out of the checkpoint; the runtime reads each
+        program's weights as it loads it)."""
+        from anec.compiler import compile_module, settle
         from anec.weight_store import WeightStore
 
         weights: dict[str, np.ndarray] = {}
@@ -190,16 +200,17 @@ class ProgramCache:
         result = compile_module(Builder.module(*graphs), weights=store, target=self.target,
                                 out_dir=self.cache_dir, host_casts=True, keep_funcs=True,
                                 compress=self.compress, compress_gate=self.compress_gate,
-                                compress_form=self.compress_form,
+                                compress_form=self.compress_form, keep_views=True,
                                 compile_budget=left if isinstance(left, int) and left >= 0 else None)
+        settle(result.artifacts.values(), pin=False)  # the weight hashes in, for loading
         for art in result.artifacts.values():
             for a in getattr(art, "stages", [art]):  # a pipeline's stages record their own
                 self.compression.extend(a.manifest.compression)
         if self.release is not None:
-            # the artifacts hold their weight files' own bytes (or read the files they wrote),
-            # no view of the checkpoint: its pages need not stay resident while programs load
+            # the compile read every weight: its pages need not stay resident while programs
+            # load, each reads its own again (or the files the compile wrote)
             self.release()
-        return result
+        return dict(result.artifacts)
 
     def stats(self) -> dict[str, Any]:
         """Runtime counters (compiles, loads, reloads, evaluations...) plus ``funcs``

@@ -25,12 +25,12 @@ import os
 import threading
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from anec import signals
 from anec.diagnostics import AnecError, ArtifactError, RuntimeFailure, did_you_mean
 from anec.runtime import native
-from anec.runtime.program import Program, weight_input_array, NativeOwner, manifest_limits
+from anec.runtime.program import Program, file_bytes, weight_input_array, NativeOwner, manifest_limits
 
 if TYPE_CHECKING:
     from anec.mil.manifest_types import Manifest
@@ -227,34 +227,42 @@ class Runtime(NativeOwner):
         return self._native.closed
 
     # ---- programs ----------------------------------------------------------
-    def load(self, artifact: Any, func: str | None = None) -> "Program":
+    def load(self, artifact: Any, func: str | None = None, *,
+             release: Callable[[], None] | None = None) -> "Program":
         """Compile (or take from the cache) and load an artifact.
 
         ``artifact``: an artifact directory (``manifest.json`` + ``model.mil`` +
         ``weights/``), a parent directory of several (pick with ``func``), an
-        ``Artifact`` object, or a list of them.
+        ``Artifact`` object, or a list of them. Each weight file's bytes are built for the
+        load only (an artifact compiled with ``keep_views`` keeps its views, not a copy):
+        ``release``, if given, is called each time a program (each stage of a pipeline) has
+        taken its own copy of its weights, the caller's chance to give back the memory the
+        artifact's weight files are views of (the pages of a memory-mapped checkpoint).
         """
         self._check_open()
         art = _resolve(artifact, func)
         if hasattr(art, "stages"):  # a func cut into several programs: run them as one
             from anec.runtime.staged_program import load_pipeline
 
-            return load_pipeline(self, art)
-        mil, blobs, manifest = art.mil_text, dict(art.blobs), art.manifest
+            return load_pipeline(self, art, release)
+        manifest = art.manifest
         paths = {w.file: w.mil_path for w in manifest.weights}
         input_files = {w.file for w in manifest.weight_inputs}
-        mil_blobs = {paths.get(rel, "@model_path/" + rel): data for rel, data in blobs.items()
+        mil_blobs = {paths.get(rel, "@model_path/" + rel): file_bytes(art.blobs, rel) for rel in art.blobs
                      if rel not in input_files}
-        prog = self.compile(mil, mil_blobs, limits=manifest_limits(manifest), manifest=manifest, load=False)
+        prog = self.compile(art.mil_text, mil_blobs, limits=manifest_limits(manifest), manifest=manifest, load=False)
+        del mil_blobs  # the runtime wrote its own files: these bytes go before the program loads
         try:
             _check_io(manifest, prog)
             if manifest.weight_inputs:
-                prog._set_weight_inputs({w.input: weight_input_array(blobs[w.file], w)
+                prog._set_weight_inputs({w.input: weight_input_array(file_bytes(art.blobs, w.file), w)
                                          for w in manifest.weight_inputs}, reload=False)
             prog.load()
         except AnecError:
             prog.close()
             raise
+        if release is not None:
+            release()
         return prog
 
     def compile(self, mil: str | bytes, blobs: Mapping[str, bytes] | None = None, *,

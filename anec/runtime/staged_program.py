@@ -17,13 +17,13 @@ it and reloads them together (no call sees a mix of old and new weights);
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import numpy as np
 
 from anec.diagnostics import ArtifactError, RuntimeFailure, WeightError, did_you_mean
 from anec.runtime import native
-from anec.runtime.program import FINITE_HINT, Program, manifest_limits, nonfinite
+from anec.runtime.program import FINITE_HINT, Program, file_bytes, manifest_limits, nonfinite
 from anec.runtime.weights import changed_blobs, weight_input_values
 
 if TYPE_CHECKING:
@@ -87,18 +87,10 @@ def _specs(entries: "Iterable[IOEntry]", logical: "Iterable[LogicalInput]") -> l
     return out
 
 
-def _blob_bytes(blobs: Mapping[str, bytes], rel: str) -> bytes:
-    """Weight file ``rel``'s bytes, built for this load only: a compiled artifact's
-    :class:`~anec.mil.blobfile.BlobFiles` would otherwise keep every stage's bytes for the
-    artifact's life (a second copy of the model's weights next to the runtime's)."""
-    from anec.mil.artifact import file_source
-
-    src = file_source(blobs, rel)
-    return src if isinstance(src, bytes) else src.to_bytes()
-
-
-def load_pipeline(rt: "Runtime", art: "PipelineArtifact") -> "PipelineProgram":
-    """Compile and load every stage, wire them in C, fill weights compiled as inputs."""
+def load_pipeline(rt: "Runtime", art: "PipelineArtifact",
+                  release: Callable[[], None] | None = None) -> "PipelineProgram":
+    """Compile and load every stage, wire them in C, fill weights compiled as inputs;
+    ``release`` is called after each stage loads (see :meth:`anec.runtime.Runtime.load`)."""
     m = art.manifest
     progs: list["Program"] = []
     try:
@@ -107,16 +99,18 @@ def load_pipeline(rt: "Runtime", art: "PipelineArtifact") -> "PipelineProgram":
             if limits is not None:  # this stage's own size (older manifests: one size for every stage)
                 size = entry.surface_bytes if entry.surface_bytes is not None else m.surface_bytes
                 limits["min_surface_bytes"] = max(int(limits.get("min_surface_bytes", 0)), size)
-            blobs = {w.mil_path: _blob_bytes(st.blobs, w.file) for w in st.manifest.weights}
+            blobs = {w.mil_path: file_bytes(st.blobs, w.file) for w in st.manifest.weights}
             prog = rt.compile(st.mil_text, blobs, limits=limits, manifest=st.manifest, load=False)
             del blobs  # the runtime has its own copy: this stage's bytes go before the next stage's
             progs.append(prog)
             if st.manifest.weight_inputs:  # this stage's own weights, into its own surfaces
                 from anec.runtime.program import weight_input_array
 
-                prog._set_weight_inputs({w.input: weight_input_array(_blob_bytes(st.blobs, w.file), w)
+                prog._set_weight_inputs({w.input: weight_input_array(file_bytes(st.blobs, w.file), w)
                                          for w in st.manifest.weight_inputs}, reload=False)
             prog.load()
+            if release is not None:  # this stage holds its own weights now
+                release()
         inputs = [e.name for e in m.inputs]
         stages = []
         for k, (entry, prog) in enumerate(zip(m.stages, progs)):
@@ -164,6 +158,8 @@ class PipelineProgram(Program):
         self._native = stages
         self.manifest = manifest  # type: ignore[assignment]  # read as a program's where they agree
         self.artifact = art
+        """The artifact loaded: its weight files as it holds them (views of the weights, for an
+        artifact compiled with ``keep_views``; a load builds their bytes for itself only)."""
         self.name = manifest.func
         self.inputs = _specs(manifest.inputs, manifest.logical_inputs)
         self.outputs = _specs(manifest.outputs, ())
@@ -207,7 +203,7 @@ class PipelineProgram(Program):
 
     def _first_nonfinite_stage(self, given: Mapping[str, Any]) -> tuple[int, str, str] | None:
         values: dict[tuple, np.ndarray] = {}
-        for k, (entry, prog) in enumerate(zip(self.artifact.manifest.stages, self.stages)):
+        for k, (entry, prog) in enumerate(zip(self.manifest.stages, self.stages)):
             feed = {}
             for e in entry.inputs:
                 f = e.source

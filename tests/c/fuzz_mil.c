@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         total += p->vals[i].bytes;
     if (p->n_blobs == 0 && total <= (1u << 20) && p->n_inputs <= 16 && p->n_outputs <= 16) {
         sim_state *s = sim_state_new(p, 1);
-        if (s && sim_state_load(s, NULL, 0, NULL, 0, err, sizeof err) == ANEC_OK) {
+        if (s && sim_state_load(s, NULL, 0, 0, err, sizeof err) == ANEC_OK) {
             uint8_t *in[16], *out[16];
             for (size_t i = 0; i < p->n_inputs; i++) {
                 size_t n = p->vals[p->in_bind[i]].bytes;

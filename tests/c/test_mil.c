@@ -117,7 +117,7 @@ static void test_a_step_without_a_kernel_is_an_error(void)
     uint16_t in[32] = {0}, out[32];
     uint8_t *ins[] = {(uint8_t *)in}, *outs[] = {(uint8_t *)out};
     sim_state *s = sim_state_new(p, 1);
-    CHECK(s && sim_state_load(s, NULL, 0, NULL, 0, err, sizeof err) == ANEC_OK);
+    CHECK(s && sim_state_load(s, NULL, 0, 0, err, sizeof err) == ANEC_OK);
     CHECK(sim_state_run(s, ins, outs, err, sizeof err) == ANEC_OK);
     int kinds[] = {SOP_NONE, SOP_COUNT, -1};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
@@ -175,8 +175,29 @@ static void test_concat_only_where_the_device_accepts_it(void)
     concat_case(b, "declared");
 }
 
+/* The sim's constant weights: one aligned copy per distinct payload, shared by reference;
+   payloads that differ in one byte (or only in length) get buffers of their own. */
+static void test_identical_weights_are_held_once(void)
+{
+    uint8_t a[200], b[200];
+    for (int i = 0; i < 200; i++)
+        a[i] = b[i] = (uint8_t)(i * 7);
+    b[199] ^= 1;
+    size_t before = sim_weight_bytes();
+    void *x = sim_weight_acquire(a, sizeof a), *y = sim_weight_acquire(a, sizeof a);
+    void *z = sim_weight_acquire(b, sizeof b), *w = sim_weight_acquire(a, 100);
+    CHECK(x && x == y && z && z != x && w && w != x && w != z);
+    CHECK(x && (uintptr_t)x % 64 == 0 && memcmp(x, a, sizeof a) == 0 && memcmp(z, b, sizeof b) == 0);
+    CHECK(sim_weight_bytes() == before + 500);
+    CHECK(sim_weight_release(x) == 1 && sim_weight_bytes() == before + 500); /* y still holds it */
+    CHECK(sim_weight_release(y) == 1 && sim_weight_release(z) == 1 && sim_weight_release(w) == 1);
+    CHECK(sim_weight_bytes() == before);
+    CHECK(sim_weight_release(a) == 0); /* not one of them: the caller's to free */
+}
+
 int main(void)
 {
+    test_identical_weights_are_held_once();
     test_decimal_literals_read_back_exactly();
     test_a_step_without_a_kernel_is_an_error();
     test_concat_only_where_the_device_accepts_it();
