@@ -665,11 +665,12 @@ static void rows_part(void *arg, int part, int parts)
         for (int pc = 0; pc < J->K; pc += KC) {
             int kc = J->K - pc < KC ? J->K - pc : KC;
             /* the next group's rows on their way from memory while this one multiplies: the
-               columns of this K block, row by row */
+               columns of this K block, row by row, into the second-level cache (the first
+               would lose them to this group's converted rows and B before they are read) */
             for (int r = 0; g + 1 < g1 && r < MR && i + MR + r < J->M; r++) {
                 const char *next = mat_at(&J->A, i + MR + r, pc);
                 for (size_t off = 0; off < (size_t)kc * es; off += 64)
-                    __builtin_prefetch(next + off, 0, 0);
+                    __builtin_prefetch(next + off, 0, 2);
             }
             for (int jr = 0; jr < J->N; jr += NR) {
                 int n = J->N - jr < NR ? J->N - jr : NR;
