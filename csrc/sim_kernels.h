@@ -64,7 +64,7 @@ int sk_gemm_narrow(int M, int N, int K, const uint16_t *Ah, sk_mat B, float *C, 
    use and kept for later calls, so a small product does not pay for starting threads). Parts
    are handed out as threads come free, and the caller takes any part no worker has started,
    so a worker that wakes late costs little; a call made while another thread's call has the
-   workers runs all its parts itself. Returns once every part is done. */
+   workers runs all its parts itself. Returns once every part is done. (sim_pool.c) */
 #define SK_POOL_MAX 7
 void sk_parallel(int threads, int parts, void (*fn)(void *arg, int part, int parts), void *arg);
 
