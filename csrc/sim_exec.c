@@ -346,7 +346,7 @@ static int distinct_columns(const sk_mat *B, int K, int N, int *rep, int *first)
    columns wide. Each column of the product depends on its own column of B alone, so columns
    of B that repeat (a decode block's padding columns: all of them but the token's) are
    computed once and copied, with the same bits. The GEMM is the op's packed panel's, if it
-   has one. */
+   has one, else one over the weight's rows where they are. */
 static int narrow_product(sim_state *s, sim_panel *pn, int M, int N, int K, sk_mat A, sk_mat B, float *C)
 {
     int rep[PACK_MAX_COLS], first[PACK_MAX_COLS];
@@ -374,7 +374,7 @@ static int narrow_product(sim_state *s, sim_panel *pn, int M, int N, int K, sk_m
     }
     int rc = pn->f16   ? sk_gemm_narrow(M, u, K, pn->f16, Bv, Cu, u, s->threads)
              : pn->f32 ? sk_gemm_packed(M, u, K, pn->f32, Bv, Cu, u, s->threads)
-                       : sk_gemm(M, u, K, A, Bv, Cu, u, s->threads);
+                       : sk_gemm_rows(M, u, K, A, Bv, Cu, u, s->threads);
     if (u < N) {
         if (rc == 0)
             for (int i = 0; i < M; i++)

@@ -13,9 +13,10 @@
 
 #include "sim_plan.h"
 
-/* Products at most PACK_MAX_COLS output columns wide have their weight packed once (see
-   sim_pack_weights); an fp16 weight whose calls had at most NARROW_COLS distinct columns is
-   packed as fp16 slivers. */
+/* Products at most PACK_MAX_COLS output columns wide never convert their whole weight per
+   call (see sim_pack_weights): an fp16 weight whose calls had at most NARROW_COLS distinct
+   columns is packed once as fp16 slivers, a wider product's fp16 weight is read where it is,
+   an fp32 weight is packed once as fp32 panels. */
 #define PACK_MAX_COLS 64
 #define NARROW_COLS 8
 

@@ -1,4 +1,5 @@
-/* sim_kernels.c - GEMM and strided copies for the sim executor (see sim_kernels.h).
+/* sim_kernels.c - GEMM and strided copies for the sim executor (see sim_kernels.h; the thread
+   pool that splits them is sim_pool.c).
    Micro-kernels: portable C, AVX2+FMA (x86, chosen at run time) and NEON (arm64); every one
    gives the portable kernel's bits. ANEC_SIM_SCALAR builds the portable kernels only (a test
    builds the file so to check them against the same reference as the vector ones). */
@@ -6,11 +7,8 @@
 #include "sim_kernels.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "fp16.h"
 
@@ -28,198 +26,25 @@
 /* below this many multiply-adds one thread is faster than starting another */
 #define PAR_MIN_MACS (1ll << 21)
 
-/* ---- worker pool ------------------------------------------------------------ */
+/* ---- micro-kernels: c[MR x NR] (+)= a[MR x kc] * b-sliver[kc x NR] ------------------------
 
-static struct {
-    pthread_mutex_t owner;      /* held by the call whose parts the workers run */
-    pthread_mutex_t lock;       /* guards the fields below */
-    pthread_cond_t wake, done;
-    int workers;                /* started */
-    unsigned long job;          /* bumped for each call */
-    void (*fn)(void *, int, int);
-    void *arg;
-    int parts, next;            /* parts handed out so far */
-    atomic_int pending;         /* parts not yet finished (changed under lock, read spinning) */
-    atomic_ulong posted;        /* = job, for workers spinning without the lock */
-    int helpers;                /* workers the call may use (its threads - 1), and ... */
-    int joined;                 /* ... how many have joined it */
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, 0, 0, 0};
-
-/* A thread about to sleep on a condition first polls it for up to SPIN_NS: a futex wake-up
-   costs tens of microseconds on a virtual machine, as much as a decode step's GEMM. */
-#define SPIN_NS 100000L
-
-static long elapsed_ns(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
-}
-
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-static int job_posted(const void *seen)
-{
-    return atomic_load_explicit(&pool.posted, memory_order_acquire) != *(const unsigned long *)seen;
-}
-
-static int parts_done(const void *unused)
-{
-    (void)unused;
-    return atomic_load_explicit(&pool.pending, memory_order_acquire) == 0;
-}
-
-/* Poll done(arg), without the lock, until it holds or SPIN_NS pass. */
-static void spin_until(int (*done)(const void *), const void *arg)
-{
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 1; !done(arg); i++) {
-        cpu_relax();
-        if (i % 64 == 0 && elapsed_ns(&t0) > SPIN_NS)
-            return;
-    }
-}
-
-static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
-
-/* fork() copies only the calling thread: the child has no workers, and no call in flight
-   (the parent's pool is quiet while it forks) */
-static void pool_prepare(void)
-{
-    pthread_mutex_lock(&pool.owner);
-    pthread_mutex_lock(&pool.lock);
-}
-
-static void pool_parent(void)
-{
-    pthread_mutex_unlock(&pool.lock);
-    pthread_mutex_unlock(&pool.owner);
-}
-
-static void pool_child(void)
-{
-    pool.workers = 0;
-    pool_parent();
-}
-
-static void pool_init(void)
-{
-    pthread_atfork(pool_prepare, pool_parent, pool_child);
-}
-
-/* Under pool.lock: run the parts not yet taken. */
-static void take_parts(void)
-{
-    while (pool.next < pool.parts) {
-        int part = pool.next++;
-        void (*fn)(void *, int, int) = pool.fn;
-        void *arg = pool.arg;
-        int parts = pool.parts;
-        pthread_mutex_unlock(&pool.lock);
-        fn(arg, part, parts);
-        pthread_mutex_lock(&pool.lock);
-        if (atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_acq_rel) == 1)
-            pthread_cond_broadcast(&pool.done);
-    }
-}
-
-static void *pool_worker(void *unused)
-{
-    (void)unused;
-    pthread_mutex_lock(&pool.lock);
-    unsigned long seen = 0; /* a job already finished has no part left to take */
-    for (;;) {
-        if (pool.job == seen) {
-            pthread_mutex_unlock(&pool.lock);
-            spin_until(job_posted, &seen);
-            pthread_mutex_lock(&pool.lock);
-        }
-        while (pool.job == seen)
-            pthread_cond_wait(&pool.wake, &pool.lock);
-        seen = pool.job;
-        if (pool.joined < pool.helpers) {
-            pool.joined++;
-            take_parts();
-        }
-    }
-    return NULL;
-}
-
-void sk_parallel(int threads, int parts, void (*fn)(void *arg, int part, int parts), void *arg)
-{
-    if (threads > 1 && parts > 1 && pthread_once(&pool_once, pool_init) == 0 && pthread_mutex_trylock(&pool.owner) == 0) {
-        pthread_mutex_lock(&pool.lock);
-        int want = threads - 1 < parts - 1 ? threads - 1 : parts - 1;
-        if (want > SK_POOL_MAX)
-            want = SK_POOL_MAX;
-        while (pool.workers < want) {
-            pthread_t t;
-            pthread_attr_t at;
-            int ok = pthread_attr_init(&at) == 0;
-            if (ok) {
-                pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-                ok = pthread_create(&t, &at, pool_worker, NULL) == 0;
-                pthread_attr_destroy(&at);
-            }
-            if (!ok)
-                break; /* fewer workers: the caller takes their parts */
-            pool.workers++;
-        }
-        pool.fn = fn;
-        pool.arg = arg;
-        pool.parts = parts;
-        pool.next = 1;
-        atomic_store_explicit(&pool.pending, parts - 1, memory_order_relaxed);
-        pool.helpers = want;
-        pool.joined = 0;
-        pool.job++;
-        atomic_store_explicit(&pool.posted, pool.job, memory_order_release);
-        pthread_cond_broadcast(&pool.wake);
-        pthread_mutex_unlock(&pool.lock);
-        fn(arg, 0, parts);
-        pthread_mutex_lock(&pool.lock);
-        take_parts();
-        if (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0) {
-            pthread_mutex_unlock(&pool.lock);
-            spin_until(parts_done, NULL);
-            pthread_mutex_lock(&pool.lock);
-        }
-        while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0)
-            pthread_cond_wait(&pool.done, &pool.lock);
-        pool.fn = NULL;
-        pool.arg = NULL;
-        pthread_mutex_unlock(&pool.lock);
-        pthread_mutex_unlock(&pool.owner);
-        return;
-    }
-    for (int part = 0; part < parts; part++)
-        fn(arg, part, parts);
-}
-
-/* ---- micro-kernels: c[MR x NR] (+)= a-sliver[kc x MR]^T * b-sliver[kc x NR] */
+   a's element (r, k) is at a[r * ars + k * aks]: a packed sliver (ars 1, aks MR) or rows as
+   stored (ars the row stride, aks 1); b's (k, j) at b[k * NR + j]. */
 
 /* The product's arithmetic, which every kernel follows: each element of the tile is a fused
    multiply-add per k (one rounding), in k order, from +0; the tile is then added to C (K
    blocks after the first) or stored. fmaf says so on every compiler: `t += a * b` rounds once
    or twice as the compiler's contraction setting decides (GCC in ISO C mode does not fuse,
    clang does), and on x86 without FMA fmaf is a library call, slow but exact. */
-static void ukr_c(int kc, const float *restrict a, const float *restrict b, float *restrict c, ptrdiff_t ldc, int acc)
+static void ukr_c(int kc, const float *restrict a, ptrdiff_t ars, ptrdiff_t aks, const float *restrict b,
+                  float *restrict c, ptrdiff_t ldc, int acc)
 {
     float t[MR][NR];
     memset(t, 0, sizeof t);
     for (int k = 0; k < kc; k++) {
         const float *bk = b + (size_t)k * NR;
         for (int r = 0; r < MR; r++) {
-            float ar = a[(size_t)k * MR + r];
+            float ar = a[r * ars + k * aks];
             for (int j = 0; j < NR; j++)
                 t[r][j] = fmaf(ar, bk[j], t[r][j]);
         }
@@ -231,8 +56,10 @@ static void ukr_c(int kc, const float *restrict a, const float *restrict b, floa
 
 #ifdef SK_AVX2
 __attribute__((target("avx2,fma")))
-static void ukr_avx2(int kc, const float *restrict a, const float *restrict b, float *restrict c, ptrdiff_t ldc, int acc)
+static void ukr_avx2(int kc, const float *restrict a, ptrdiff_t ars, ptrdiff_t aks, const float *restrict b,
+                     float *restrict c, ptrdiff_t ldc, int acc)
 {
+    const float *a0 = a, *a1 = a + ars, *a2 = a + 2 * ars, *a3 = a + 3 * ars, *a4 = a + 4 * ars, *a5 = a + 5 * ars;
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
     __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
@@ -242,13 +69,13 @@ static void ukr_avx2(int kc, const float *restrict a, const float *restrict b, f
     for (int k = 0; k < kc; k++) {
         __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
         __m256 av;
-        av = _mm256_broadcast_ss(a + 0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01);
-        av = _mm256_broadcast_ss(a + 1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11);
-        av = _mm256_broadcast_ss(a + 2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21);
-        av = _mm256_broadcast_ss(a + 3); c30 = _mm256_fmadd_ps(av, b0, c30); c31 = _mm256_fmadd_ps(av, b1, c31);
-        av = _mm256_broadcast_ss(a + 4); c40 = _mm256_fmadd_ps(av, b0, c40); c41 = _mm256_fmadd_ps(av, b1, c41);
-        av = _mm256_broadcast_ss(a + 5); c50 = _mm256_fmadd_ps(av, b0, c50); c51 = _mm256_fmadd_ps(av, b1, c51);
-        a += MR;
+        av = _mm256_broadcast_ss(a0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01);
+        av = _mm256_broadcast_ss(a1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11);
+        av = _mm256_broadcast_ss(a2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21);
+        av = _mm256_broadcast_ss(a3); c30 = _mm256_fmadd_ps(av, b0, c30); c31 = _mm256_fmadd_ps(av, b1, c31);
+        av = _mm256_broadcast_ss(a4); c40 = _mm256_fmadd_ps(av, b0, c40); c41 = _mm256_fmadd_ps(av, b1, c41);
+        av = _mm256_broadcast_ss(a5); c50 = _mm256_fmadd_ps(av, b0, c50); c51 = _mm256_fmadd_ps(av, b1, c51);
+        a0 += aks; a1 += aks; a2 += aks; a3 += aks; a4 += aks; a5 += aks;
         b += NR;
     }
 #define ST(r, v0, v1)                                                                              \
@@ -282,17 +109,26 @@ static inline void st_neon(float *cr, int acc, float32x4_t v0, float32x4_t v1, f
     vst1q_f32(cr + 12, v3);
 }
 
-/* 24 accumulators, a fused multiply-add (FMLA by lane) per element and k, as ukr_avx2 */
-static void ukr_neon(int kc, const float *restrict a, const float *restrict b, float *restrict c, ptrdiff_t ldc, int acc)
+/* 24 accumulators, a fused multiply-add (FMLA by lane) per element and k, as ukr_avx2; a
+   packed sliver's four and two rows are loaded as vectors, rows as stored one by one */
+static void ukr_neon(int kc, const float *restrict a, ptrdiff_t ars, ptrdiff_t aks, const float *restrict b,
+                     float *restrict c, ptrdiff_t ldc, int acc)
 {
     const float32x4_t z = vdupq_n_f32(0.0f);
     float32x4_t c00 = z, c01 = z, c02 = z, c03 = z, c10 = z, c11 = z, c12 = z, c13 = z;
     float32x4_t c20 = z, c21 = z, c22 = z, c23 = z, c30 = z, c31 = z, c32 = z, c33 = z;
     float32x4_t c40 = z, c41 = z, c42 = z, c43 = z, c50 = z, c51 = z, c52 = z, c53 = z;
-    for (int k = 0; k < kc; k++, a += MR, b += NR) {
+    for (int k = 0; k < kc; k++, a += aks, b += NR) {
         float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4), b2 = vld1q_f32(b + 8), b3 = vld1q_f32(b + 12);
-        float32x4_t a03 = vld1q_f32(a);
-        float32x2_t a45 = vld1_f32(a + 4);
+        float32x4_t a03;
+        float32x2_t a45;
+        if (ars == 1) {
+            a03 = vld1q_f32(a);
+            a45 = vld1_f32(a + 4);
+        } else {
+            a03 = vsetq_lane_f32(a[3 * ars], vsetq_lane_f32(a[2 * ars], vsetq_lane_f32(a[ars], vdupq_n_f32(a[0]), 1), 2), 3);
+            a45 = vset_lane_f32(a[5 * ars], vdup_n_f32(a[4 * ars]), 1);
+        }
 #define ROW(r, op, av, lane)                                                                       \
     do {                                                                                           \
         c##r##0 = op(c##r##0, b0, av, lane);                                                       \
@@ -327,7 +163,7 @@ int sk_have_avx2(void)
 #endif
 }
 
-typedef void (*ukr_fn)(int, const float *, const float *, float *, ptrdiff_t, int);
+typedef void (*ukr_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *, float *, ptrdiff_t, int);
 
 static ukr_fn pick_ukr(void)
 {
@@ -475,9 +311,9 @@ static void gemm_range(gemm_job *J)
                         const float *a = As + (size_t)ir * kc;
                         const float *b = Bp + (size_t)jr * kc;
                         if (m == MR && n == NR) {
-                            ukr(kc, a, b, c, J->ldc, pc > 0);
+                            ukr(kc, a, 1, MR, b, c, J->ldc, pc > 0);
                         } else {
-                            ukr(kc, a, b, edge, NR, 0);
+                            ukr(kc, a, 1, MR, b, edge, NR, 0);
                             for (int r = 0; r < m; r++)
                                 for (int j = 0; j < n; j++)
                                     c[r * J->ldc + j] = pc > 0 ? c[r * J->ldc + j] + edge[r * NR + j] : edge[r * NR + j];
@@ -573,6 +409,139 @@ static int gemm_run(gemm_job base, int threads)
         if (jobs[t].rc)
             rc = jobs[t].rc;
     return rc;
+}
+
+/* How many parts a product bound by reading its weight is cut into for `threads` threads (at
+   most `units`, the blocks of rows it has): PARTS_PER_THREAD each, handed out as threads come
+   free, so that a thread the OS runs late (another process on its core) leaves its share to the
+   others instead of holding up the whole product. */
+#define PARTS_PER_THREAD 4
+static int share_parts(int threads, int units)
+{
+    return threads * PARTS_PER_THREAD < units ? threads * PARTS_PER_THREAD : units;
+}
+
+/* ---- products over A's rows as stored ---------------------------------------- */
+
+/* the row stride of a group's converted rows: K rounded up to whole cache lines, and 16 floats
+   more, so that the rows do not start at the same offset in a 4 KiB page */
+#define ALD(K) (((size_t)(K) + 15) / 16 * 16 + 16)
+
+typedef struct rows_job {
+    int M, N, K;
+    sk_mat A;
+    const float *Bp;    /* B packed as pack_B lays out one block, for each K block: at pc * npad */
+    size_t npad;        /* N rounded up to whole slivers of NR */
+    float *C;
+    ptrdiff_t ldc;
+    int groups;         /* of MR rows */
+    float *abuf;        /* per part: MR rows of ald floats */
+    size_t ald;
+} rows_job;
+
+/* n elements of an fp16 row as fp32 (load_vec without its scalar path for NaNs: a NaN's
+   payload, which F16C may change, is the CPU's in a product anyway) */
+#ifdef SK_AVX2
+__attribute__((target("avx2,f16c")))
+static void load_row_f16c(const uint16_t *src, int n, float *dst)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(src + i))));
+    for (; i < n; i++)
+        dst[i] = anec_f_from_h(src[i]);
+}
+#endif
+
+static void load_row(const sk_mat *A, int i, int k0, int n, float *dst)
+{
+#ifdef SK_AVX2
+    if (A->dt == SK_F16 && sk_have_narrow()) {
+        load_row_f16c(mat_at(A, i, k0), n, dst);
+        return;
+    }
+#endif
+    load_vec(mat_at(A, i, k0), A->dt, 1, n, dst);
+}
+
+/* part of parts: its share of the groups of MR rows. A group's rows, one block of memory, are
+   read in order and converted to fp32 whole (into the part's buffer, abuf), then multiplied
+   with every sliver of B a K block at a time. */
+static void rows_part(void *arg, int part, int parts)
+{
+    const rows_job *J = arg;
+    ukr_fn ukr = pick_ukr();
+    float edge[MR * NR];
+    int g0 = (int)((long long)J->groups * part / parts), g1 = (int)((long long)J->groups * (part + 1) / parts);
+    float *abuf = J->abuf + (size_t)part * MR * J->ald;
+    size_t es = J->A.dt == SK_F32 ? 4 : 2;
+    for (int g = g0; g < g1; g++) {
+        int i = g * MR, m = J->M - i < MR ? J->M - i : MR;
+        for (int r = 0; r < MR; r++) {
+            if (r < m)
+                load_row(&J->A, i + r, 0, J->K, abuf + r * J->ald);
+            else
+                memset(abuf + r * J->ald, 0, (size_t)J->K * sizeof(float));
+        }
+        for (int pc = 0; pc < J->K; pc += KC) {
+            int kc = J->K - pc < KC ? J->K - pc : KC;
+            /* the next group's rows on their way from memory while this one multiplies: the
+               columns of this K block, row by row, into the second-level cache (the first
+               would lose them to this group's converted rows and B before they are read) */
+            for (int r = 0; g + 1 < g1 && r < MR && i + MR + r < J->M; r++) {
+                const char *next = mat_at(&J->A, i + MR + r, pc);
+                for (size_t off = 0; off < (size_t)kc * es; off += 64)
+                    __builtin_prefetch(next + off, 0, 2);
+            }
+            for (int jr = 0; jr < J->N; jr += NR) {
+                int n = J->N - jr < NR ? J->N - jr : NR;
+                float *c = J->C + (ptrdiff_t)i * J->ldc + jr;
+                const float *b = J->Bp + (size_t)pc * J->npad + (size_t)jr * kc;
+                if (m == MR && n == NR) {
+                    ukr(kc, abuf + pc, J->ald, 1, b, c, J->ldc, pc > 0);
+                } else {
+                    ukr(kc, abuf + pc, J->ald, 1, b, edge, NR, 0);
+                    for (int r = 0; r < m; r++)
+                        for (int j = 0; j < n; j++)
+                            c[r * J->ldc + j] = pc > 0 ? c[r * J->ldc + j] + edge[r * NR + j] : edge[r * NR + j];
+                }
+            }
+        }
+    }
+}
+
+int sk_gemm_rows(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ldc, int threads)
+{
+    if (M <= 0 || N <= 0 || K <= 0 || A.cs != 1) /* the empty sum, or rows not contiguous */
+        return sk_gemm(M, N, K, A, B, C, ldc, threads);
+    size_t npad = ((size_t)N + NR - 1) / NR * NR;
+    float *Bp = aligned_alloc(64, sizeof(float) * npad * (((size_t)K + KC - 1) / KC * KC));
+    float *tmp = malloc(sizeof(float) * (size_t)(N > KC ? N : KC));
+    if (!Bp || !tmp) {
+        free(Bp);
+        free(tmp);
+        return -1;
+    }
+    for (int pc = 0; pc < K; pc += KC)
+        pack_B(K - pc < KC ? K - pc : KC, N, &B, pc, 0, Bp + (size_t)pc * npad, tmp);
+    free(tmp);
+    rows_job job = {M, N, K, A, Bp, npad, C, ldc, (M + MR - 1) / MR, NULL, ALD(K)};
+    if (threads > 8)
+        threads = 8;
+    if (threads > job.groups)
+        threads = job.groups;
+    if ((long long)M * N * K < PAR_MIN_MACS)
+        threads = 1;
+    int parts = threads > 1 ? share_parts(threads, job.groups) : 1;
+    job.abuf = aligned_alloc(64, sizeof(float) * (size_t)parts * MR * job.ald);
+    if (!job.abuf) {
+        free(Bp);
+        return -1;
+    }
+    sk_parallel(threads, parts, rows_part, &job);
+    free(job.abuf);
+    free(Bp);
+    return 0;
 }
 
 /* ---- narrow products over fp16 slivers -------------------------------------- */
@@ -770,7 +739,7 @@ int sk_gemm_narrow(int M, int N, int K, const uint16_t *Ah, sk_mat B, float *C, 
         threads = (int)job.slivers;
     if ((long long)M * N * K < PAR_MIN_MACS)
         threads = 1;
-    sk_parallel(threads, threads, narrow_part, &job);
+    sk_parallel(threads, threads > 1 ? share_parts(threads, (int)job.slivers) : 1, narrow_part, &job);
     free(Bp);
     return 0;
 }

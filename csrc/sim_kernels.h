@@ -41,6 +41,13 @@ size_t sk_packed_a_floats(int M, int K);
 int sk_pack_a(int M, int K, sk_mat A, float *dst);
 int sk_gemm_packed(int M, int N, int K, const float *Ap, sk_mat B, float *C, ptrdiff_t ldc, int threads);
 
+/* C = A * B reading A's rows where they are (A.cs == 1; any other A goes to sk_gemm): no
+   packed copy of A, each group of rows converted to fp32 a K block at a time and multiplied
+   with every column of B, which is packed once per call. For products of a few columns
+   (a decode step's block), where A is read once and the work is the multiply-adds; equals
+   sk_gemm bit for bit. 0, or -1 if memory ran out. */
+int sk_gemm_rows(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ldc, int threads);
+
 /* Narrow products (a decode step's few distinct columns) read the weight more often than
    they compute with it, so their A is packed once as fp16 (half the bytes of sk_pack_a's fp32
    panels): slivers of 32 rows, k-major (sk_packed_narrow_halves(M, K) halves; A must be
@@ -57,7 +64,7 @@ int sk_gemm_narrow(int M, int N, int K, const uint16_t *Ah, sk_mat B, float *C, 
    use and kept for later calls, so a small product does not pay for starting threads). Parts
    are handed out as threads come free, and the caller takes any part no worker has started,
    so a worker that wakes late costs little; a call made while another thread's call has the
-   workers runs all its parts itself. Returns once every part is done. */
+   workers runs all its parts itself. Returns once every part is done. (sim_pool.c) */
 #define SK_POOL_MAX 7
 void sk_parallel(int threads, int parts, void (*fn)(void *arg, int part, int parts), void *arg);
 

@@ -261,14 +261,16 @@ int sim_sk_dt(mil_dtype dt) { return dt == MIL_DT_FP32 ? SK_F32 : SK_F16; }
 /* The products whose constant weight is packed once, when a program runs for the second time
    since its load (a program loaded for a single call, as after each step's reload in a
    training loop, never pays for it): a pointwise, ungrouped conv over a BLOBFILE weight, at
-   most PACK_MAX_COLS output columns wide (a decode step's block), where converting and
-   reordering the weight on every call is most of the work. An fp16 weight whose calls had at
-   most NARROW_COLS distinct columns is packed as fp16 slivers for sk_gemm_narrow (as many
-   bytes as the weight; such a product is bound by reading it), any other as fp32 panels for
-   sk_gemm_packed (twice the fp16 weight). Up to PACK_BUDGET bytes per program, and never
-   more than a quarter of the memory still free when it packs (so that many programs cannot
-   pack the machine full); beyond that, or if memory runs out, the weights are packed per
-   call as before. Either way the result is the same, bit for bit. */
+   most PACK_MAX_COLS output columns wide (a decode step's block). An fp16 weight whose calls
+   had at most NARROW_COLS distinct columns is packed as fp16 slivers for sk_gemm_narrow (as
+   many bytes as the weight; such a product is bound by reading it, and the slivers let one
+   kernel read it at memory speed); an fp16 weight of a wider product is not packed at all:
+   its multiply-adds are the work, and sk_gemm_rows does them over the weight's rows where
+   they are, with no copy. An fp32 weight is packed as fp32 panels for sk_gemm_packed. Up to
+   PACK_BUDGET bytes per program, and never more than a quarter of the memory still free when
+   it packs (so that many programs cannot pack the machine full); beyond that, or if memory
+   runs out, the weights are read where they are (sk_gemm_rows) as before packing. Either way
+   the result is the same, bit for bit. */
 #define PACK_BUDGET ((size_t)1 << 30)
 
 /* A conv whose product is one GEMM over its input as laid out (no im2col): a 1x1 kernel,
@@ -320,6 +322,8 @@ void sim_pack_weights(sim_state *s)
             continue;
         sim_panel *pn = &s->panels[i];
         int narrow = wv->dt == MIL_DT_FP16 && pn->cols <= NARROW_COLS && sk_have_narrow();
+        if (wv->dt == MIL_DT_FP16 && !narrow)
+            continue; /* read where it is (sk_gemm_rows) */
         size_t n = narrow ? sk_packed_narrow_halves((int)M, (int)K) : sk_packed_a_floats((int)M, (int)K);
         size_t es = narrow ? sizeof(uint16_t) : sizeof(float);
         if (n == 0 || n > (budget - used) / es)

@@ -23,17 +23,18 @@ A64_PKGS   := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 A64_FLAGS  := $(C_WARN) -O2 $(C_DEFS) $(C_INC)
 A64_OBJ    := $(patsubst csrc/%.c,$(A64_BUILD)/obj/%.o,$(C_RT_SRC))
 A64_TESTS  := test_simd_portable test_simd_clang $(C_TESTS)
+SIMD_SRC   := csrc/sim_kernels.c csrc/sim_pool.c
 
 .PHONY: check-simd check-arm64 arm64-tools
 
-# test_simd needs sim_kernels.c only: built with its vector paths, and without them
-$(C_BUILD)/simd/test_simd: tests/c/test_simd.c csrc/sim_kernels.c $(C_RT_HDR)
+# test_simd needs the kernels and their thread pool only: built with the vector paths, and without them
+$(C_BUILD)/simd/test_simd: tests/c/test_simd.c $(SIMD_SRC) $(C_RT_HDR)
 	@mkdir -p $(@D)
-	$(C_CC) $(C_FLAGS_opt) tests/c/test_simd.c csrc/sim_kernels.c -o $@ $(C_LIBS)
+	$(C_CC) $(C_FLAGS_opt) tests/c/test_simd.c $(SIMD_SRC) -o $@ $(C_LIBS)
 
-$(C_BUILD)/simd/test_simd_portable: tests/c/test_simd.c csrc/sim_kernels.c $(C_RT_HDR)
+$(C_BUILD)/simd/test_simd_portable: tests/c/test_simd.c $(SIMD_SRC) $(C_RT_HDR)
 	@mkdir -p $(@D)
-	$(C_CC) $(C_FLAGS_opt) -DANEC_SIM_SCALAR tests/c/test_simd.c csrc/sim_kernels.c -o $@ $(C_LIBS)
+	$(C_CC) $(C_FLAGS_opt) -DANEC_SIM_SCALAR tests/c/test_simd.c $(SIMD_SRC) -o $@ $(C_LIBS)
 
 check-simd: $(C_BUILD)/simd/test_simd $(C_BUILD)/simd/test_simd_portable
 	@set -e; for t in $^; do $$t; done
@@ -48,14 +49,14 @@ $(A64_BUILD)/obj/%.o: csrc/%.c $(C_RT_HDR) | arm64-tools
 	@mkdir -p $(@D)
 	$(A64_CC) $(A64_FLAGS) -c $< -o $@
 
-$(A64_BUILD)/test_simd_portable: tests/c/test_simd.c csrc/sim_kernels.c $(C_RT_HDR) | arm64-tools
+$(A64_BUILD)/test_simd_portable: tests/c/test_simd.c $(SIMD_SRC) $(C_RT_HDR) | arm64-tools
 	@mkdir -p $(@D)
-	$(A64_CC) $(A64_FLAGS) -DANEC_SIM_SCALAR tests/c/test_simd.c csrc/sim_kernels.c -o $@ $(C_LIBS)
+	$(A64_CC) $(A64_FLAGS) -DANEC_SIM_SCALAR tests/c/test_simd.c $(SIMD_SRC) -o $@ $(C_LIBS)
 
 # the product's flags (anec/runtime/_ffi_build.py: -ffp-contract=off)
-$(A64_BUILD)/test_simd_clang: tests/c/test_simd.c csrc/sim_kernels.c $(C_RT_HDR) | arm64-tools
+$(A64_BUILD)/test_simd_clang: tests/c/test_simd.c $(SIMD_SRC) $(C_RT_HDR) | arm64-tools
 	@mkdir -p $(@D)
-	$(A64_CLANG) $(A64_FLAGS) -ffp-contract=off tests/c/test_simd.c csrc/sim_kernels.c -o $@ $(C_LIBS)
+	$(A64_CLANG) $(A64_FLAGS) -ffp-contract=off tests/c/test_simd.c $(SIMD_SRC) -o $@ $(C_LIBS)
 
 $(A64_BUILD)/%: tests/c/%.c $(A64_OBJ) $(C_RT_HDR) | arm64-tools
 	$(A64_CC) $(A64_FLAGS) $< $(A64_OBJ) -o $@ $(C_LIBS)

@@ -95,8 +95,9 @@ int main(void)
         free(a); free(b); free(c1); free(c2);
     }
 
-    /* A packed once (sk_pack_a) gives sk_gemm's result bit for bit: rows not a multiple of MR,
-       K over several KC blocks, skinny and wide N, A in fp16 and fp32, one and two threads */
+    /* A packed once (sk_pack_a), and A read where it is (sk_gemm_rows), give sk_gemm's result
+       bit for bit: rows not a multiple of MR, K over several KC blocks, skinny and wide N, A in
+       fp16 and fp32, one and two threads */
     {
         int shapes[][3] = {{1, 1, 1}, {7, 16, 9}, {768, 16, 768}, {121, 17, 513}, {250, 70, 300}, {64, 1, 1030}};
         for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
@@ -119,6 +120,9 @@ int main(void)
                     CHECK(unwritten == 0);
                     CHECK(sk_gemm(M, N, K, A, B, c1, N, threads) == 0);
                     CHECK(sk_gemm_packed(M, N, K, ap, B, c2, N, threads) == 0);
+                    CHECK(memcmp(c1, c2, (size_t)M * N * 4) == 0);
+                    memset(c2, 0xff, (size_t)M * N * 4);
+                    CHECK(sk_gemm_rows(M, N, K, A, B, c2, N, threads) == 0); /* A's rows where they are */
                     CHECK(memcmp(c1, c2, (size_t)M * N * 4) == 0);
                     free(ah); free(af); free(b); free(c1); free(c2); free(ap);
                 }

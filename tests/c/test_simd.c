@@ -3,10 +3,10 @@
  * fp16 <-> fp32: the buffer converters (8 values at a time) against the scalar functions, on
  * every fp16 bit pattern, every fp16 value's rounding boundaries in fp32 (ties, one ulp either
  * side), NaNs and random fp32 bit patterns, at every offset and tail length. GEMM: sk_gemm,
- * sk_gemm_packed and sk_gemm_narrow against the product's definition written out here (a fused
- * multiply-add per k from +0 within each K block of 256, the blocks added in order), on shapes
- * with remainders of the 6x16 tile and of the K block, fp16 and fp32 operands, transposed views,
- * one and two threads, and inputs with +-0, subnormals, +-inf, NaN and overflowing products.
+ * sk_gemm_packed, sk_gemm_rows and sk_gemm_narrow against the product's definition written out
+ * here (a fused multiply-add per k from +0 within each K block of 256, the blocks added in
+ * order), on shapes with remainders of the 6x16 tile and of the K block, fp16 and fp32
+ * operands, transposed views, one and two threads, and inputs with +-0, subnormals, +-inf, NaN and overflowing products.
  * Results are compared bit for bit (a NaN result with any NaN: which of several NaN operands a
  * multiply-add passes on is the CPU's and the compiler's choice of operand order).
  *
@@ -209,8 +209,8 @@ typedef struct {
     int M, N, K, dta, dtb, ta, tb, threads, specials;
 } gcase;
 
-/* one product through sk_gemm, sk_gemm_packed and (fp16 A, when the build has it)
-   sk_gemm_narrow; the number of results that differ from the definition */
+/* one product through sk_gemm, sk_gemm_packed, sk_gemm_rows and (fp16 A, when the build has
+   it) sk_gemm_narrow; the number of results that differ from the definition */
 static int run_case(gcase g)
 {
     int M = g.M, N = g.N, K = g.K;
@@ -250,6 +250,11 @@ static int run_case(gcase g)
     bad += gemm_diffs(M, N, got, want, ldc);
     free(ap);
 
+    for (size_t i = 0; i < nc; i++)
+        memcpy(&got[i], &pad, 4);
+    bad += sk_gemm_rows(M, N, K, A, B, got, ldc, g.threads) != 0;
+    bad += gemm_diffs(M, N, got, want, ldc);
+
     if (g.dta == SK_F16 && sk_have_narrow()) {
         uint16_t *ah = malloc((sk_packed_narrow_halves(M, K) + 1) * 2);
         for (size_t i = 0; i < nc; i++)
@@ -280,6 +285,9 @@ static void test_gemm(void)
             }
     /* large enough to be split over two threads (rows, then columns) */
     CHECK(run_case((gcase){130, 70, 300, SK_F16, SK_F16, 0, 0, 2, 1}) == 0);
+    /* a decode block's width: 16 columns, rows not a multiple of 6, K blocks of 256 and a tail */
+    CHECK(run_case((gcase){301, 16, 700, SK_F16, SK_F32, 0, 0, 2, 1}) == 0);
+    CHECK(run_case((gcase){97, 16, 512, SK_F32, SK_F16, 0, 0, 2, 0}) == 0);
     CHECK(run_case((gcase){14, 400, 400, SK_F32, SK_F16, 1, 1, 2, 0}) == 0);
     CHECK(run_case((gcase){200, 8, 1400, SK_F16, SK_F32, 0, 1, 2, 0}) == 0);
 }

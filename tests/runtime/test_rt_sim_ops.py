@@ -351,8 +351,9 @@ def test_conv1x1_blob_weight(rt, cin, cout, s, n):
 def test_conv1x1_repeated_columns_give_the_bits_of_distinct_ones(rt, wdt):
     """A decode block repeats its padding column: the sim computes each distinct column once
     and copies it. Every column must have the bits it has among distinct columns, whichever
-    panel the weight was packed into at the second run (fp16 slivers when the first run had
-    few distinct columns, fp32 panels when it had many) and before any packing."""
+    way the weight is read from the second run on (fp16 slivers when the first run had few
+    distinct columns; when it had many, an fp16 weight where it is, an fp32 one as fp32
+    panels) and before any packing."""
     rng = own_rng(11)
     cin, cout = 300, 70
     d = rand((1, cin, 1, 16), rng=rng)
@@ -379,6 +380,41 @@ def test_conv1x1_repeated_columns_give_the_bits_of_distinct_ones(rt, wdt):
         for which, y in runs:
             want = base[..., idx] if which == "rep" else base
             np.testing.assert_array_equal(y.view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.parametrize("xdt", [np.float16, np.float32])
+@pytest.mark.parametrize("wdt", [np.float16, np.float32])
+def test_conv1x1_decode_width_gives_the_bits_of_a_wide_product(rt, xdt, wdt):
+    """A decode block's product (16 distinct columns: an fp16 weight is read where it is, an
+    fp32 one packed at the second run) gives, column for column, the bits of the same conv over
+    80 columns (too wide to be a narrow product: the plain GEMM), before and after packing.
+    Rows not a multiple of the 6-row tile, K past four blocks of 256 with a remainder, enough
+    multiply-adds to be split over threads."""
+    rng = own_rng(17)
+    cin, cout = 1100, 125
+    wide = rand((1, cin, 1, 80), dtype=xdt, rng=rng)
+    x = np.ascontiguousarray(wide[..., 16:32])
+    w = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(wdt)
+    ydt = mk.DT[np.dtype(xdt)]
+    blobs = {"@model_path/weights/w.bin": mk.blobfile(w)}
+    outs = {}
+    for name, xs in (("x16", x), ("x80", wide)):
+        body = [mk.const_blob("w", mk.DT[np.dtype(wdt)], w.shape, "w.bin"),
+                mk.op("y", ydt, (1, cout, 1, xs.shape[3]), "conv", weight="w", x="x")]
+        prog = rt.compile(mk.program([("x", ydt, xs.shape)], body, ["y"]), blobs)
+        try:
+            outs[name] = [prog(x=xs)["y"] for _ in range(3)]
+        finally:
+            prog.close()
+    want = outs["x80"][0][..., 16:32]
+    for y in outs["x16"] + [o[..., 16:32] for o in outs["x80"]]:
+        np.testing.assert_array_equal(y.view(np.uint16 if xdt == np.float16 else np.uint32),
+                                      want.view(np.uint16 if xdt == np.float16 else np.uint32))
+    ref = conv_ref(x, w)
+    if xdt == np.float16:
+        close16(want, ref, "conv1x1")
+    else:
+        np.testing.assert_allclose(want, ref, rtol=1e-5, atol=1e-5)
 
 
 def test_conv1x1_weight_given_as_an_input_is_read_on_every_call(rt):

@@ -86,11 +86,11 @@ TESTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     **{f"csrc/{f}": _EXEC_TESTS for f in _EXEC_FILES},
     **{f"csrc/{f}": _RULES_TESTS for f in _RULES_FILES},
     **{f"csrc/{f}": _CORE_TESTS for f in _CORE_FILES},
-    "csrc/sim_kernels.c": (
+    **{f"csrc/{f}": (
         ("test_kernels",),
         ("tests/runtime/test_rt_sim_ops.py", "tests/runtime/test_rt_every_op.py",
          "tests/runtime/test_rt_differential.py"),
-    ),
+    ) for f in ("sim_kernels.c", "sim_pool.c")},
     "csrc/rt_reload.c": (
         ("test_rt", "test_ane_core"),
         ("tests/runtime/test_rt_reload.py", "tests/runtime/test_rt_weight_inputs.py",
@@ -132,6 +132,7 @@ TESTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 K, X, R, P, F = "csrc/sim_kernels.c", "csrc/sim_exec.c", "csrc/rt_reload.c", "csrc/rt_patch.c", "csrc/rt_files.c"
+K_POOL = "csrc/sim_pool.c"
 X_STATE, X_RED = "csrc/sim_state.c", "csrc/sim_reduce.c"
 S, B_, U, L, A = "csrc/driver_sim.c", "csrc/sim_plan.c", "csrc/sim_rules.c", "csrc/rt_pipeline.c", "csrc/driver_ane.c"
 U_SPAT, U_SHAPE = "csrc/sim_rules_spatial.c", "csrc/sim_rules_shape.c"
@@ -143,8 +144,8 @@ MUTANTS: list[CMutant] = [
     # ---- sim_kernels.c: the blocked GEMM and the strided copies
     CMutant("k-avx2-acc", K, "        if (acc) {", "        if (0) {",
             "the AVX2 micro-kernel overwrites C instead of accumulating over K blocks"),
-    CMutant("k-avx2-advance-a", K, "        a += MR;\n", "        a += MR - 1;\n",
-            "the AVX2 micro-kernel walks the A sliver with the wrong stride"),
+    CMutant("k-avx2-advance-a", K, "        a0 += aks; a1 += aks;", "        a0 += aks; a1 += aks - 1;",
+            "the AVX2 micro-kernel walks one row of A with the wrong stride"),
     CMutant("k-load-f32-stride", K, "                dst[i] = s[i * stride];", "                dst[i] = s[i];",
             "strided fp32 loads ignore the stride"),
     CMutant("k-load-f16-stride", K, "dst[i] = anec_f_from_h(s[i * stride]);", "dst[i] = anec_f_from_h(s[i]);",
@@ -154,10 +155,25 @@ MUTANTS: list[CMutant] = [
     CMutant("k-packb-trans-stride", K, "load_vec(mat_at(B, k0, j0 + jb + j), B->dt, B->rs, kc, tmp);",
             "load_vec(mat_at(B, k0, j0 + jb + j), B->dt, 1, kc, tmp);",
             "a transposed B operand is packed along the wrong axis"),
-    CMutant("k-kblock-acc", K, "ukr(kc, a, b, c, J->ldc, pc > 0);", "ukr(kc, a, b, c, J->ldc, 0);",
+    CMutant("k-kblock-acc", K, "ukr(kc, a, 1, MR, b, c, J->ldc, pc > 0);", "ukr(kc, a, 1, MR, b, c, J->ldc, 0);",
             "full tiles forget the earlier K blocks (K > 256)"),
-    CMutant("k-edge-acc", K, "pc > 0 ? c[r * J->ldc + j] + edge[r * NR + j] : edge[r * NR + j];",
-            "edge[r * NR + j];", "edge tiles forget the earlier K blocks (K > 256)"),
+    CMutant("k-edge-acc", K, "                                    c[r * J->ldc + j] = pc > 0 ? c[r * J->ldc + j] + edge",
+            "                                    c[r * J->ldc + j] = 0 ? c[r * J->ldc + j] + edge",
+            "edge tiles forget the earlier K blocks (K > 256)"),
+    CMutant("k-rows-kblock-acc", K, "ukr(kc, abuf + pc, J->ald, 1, b, c, J->ldc, pc > 0);",
+            "ukr(kc, abuf + pc, J->ald, 1, b, c, J->ldc, 0);",
+            "a product over A's rows forgets the earlier K blocks in full tiles"),
+    CMutant("k-rows-edge-acc", K, "\n                            c[r * J->ldc + j] = pc > 0 ? c[r * J->ldc + j] + edge",
+            "\n                            c[r * J->ldc + j] = 0 ? c[r * J->ldc + j] + edge",
+            "a product over A's rows forgets the earlier K blocks in edge tiles"),
+    CMutant("k-rows-b-block", K, "const float *b = J->Bp + (size_t)pc * J->npad + (size_t)jr * kc;",
+            "const float *b = J->Bp + (size_t)pc * J->npad + (size_t)jr * KC;",
+            "a product over A's rows finds the slivers of a short K block of B at a full block's stride"),
+    CMutant("k-rows-split", K, "int g0 = (int)((long long)J->groups * part / parts), g1",
+            "int g0 = (int)((long long)J->groups * part / parts) + (part > 0), g1",
+            "the threaded split of a product over A's rows skips a group per part"),
+    CMutant("k-rows-ars", K, "const float *a0 = a, *a1 = a + ars,", "const float *a0 = a, *a1 = a + 1,",
+            "the AVX2 micro-kernel reads A's second row one element on instead of one row on"),
     CMutant("k-kblock-size", K, "            int kc = K - pc < KC ? K - pc : KC;",
             "            int kc = K - pc < KC ? K - pc : KC - 1;",
             "the K loop steps by KC but packs KC - 1: one column of every full block is lost"),
@@ -189,7 +205,7 @@ MUTANTS: list[CMutant] = [
     CMutant("k-narrow-pack", K, "d[(size_t)k * NW + r] = i < M ? row[(ptrdiff_t)k * A.cs] : 0;",
             "d[(size_t)r * K + k] = i < M ? row[(ptrdiff_t)k * A.cs] : 0;",
             "the fp16 slivers are written row-major instead of k-major"),
-    CMutant("k-pool-wait", K, "        if (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0) {\n"
+    CMutant("k-pool-wait", K_POOL, "        if (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0) {\n"
             "            pthread_mutex_unlock(&pool.lock);\n            spin_until(parts_done, NULL);\n"
             "            pthread_mutex_lock(&pool.lock);\n        }\n"
             "        while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0)\n"
