@@ -68,8 +68,10 @@
  *                and after it succeed.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -714,6 +716,25 @@ static int sim_unload(void *ctx, void *prog, char *err, size_t errlen)
     return ANEC_OK;
 }
 
+/* Surfaces of SURFACE_MAP_MIN bytes or more are anonymous mappings: zero pages that become
+   resident as they are first written, so a surface allocated at its program's uniform size
+   (ANE-UNIFORM-SURFACES: every surface as large as the largest tensor, a weight given as an
+   input, say) holds in memory only what its own tensor uses. Smaller ones are zeroed heap
+   memory. Either way a new surface reads as zeros. */
+#define SURFACE_MAP_MIN ((size_t)1 << 18)
+
+static uint8_t *surface_memory(size_t n)
+{
+    if (n < SURFACE_MAP_MIN) {
+        uint8_t *b = aligned_alloc(64, n);
+        if (b)
+            memset(b, 0, n);
+        return b;
+    }
+    void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return m == MAP_FAILED ? NULL : m;
+}
+
 static int sim_surface_create(void *ctx, size_t bytes, anec_surface *out, char *err, size_t errlen)
 {
     (void)ctx;
@@ -722,12 +743,11 @@ static int sim_surface_create(void *ctx, size_t bytes, anec_surface *out, char *
         snprintf(err, errlen, "surface of %zu bytes is too large", bytes);
         return ANEC_ENOMEM;
     }
-    uint8_t *b = aligned_alloc(64, n);
+    uint8_t *b = surface_memory(n);
     if (!b) {
         snprintf(err, errlen, "out of memory allocating a %zu-byte surface", bytes);
         return ANEC_ENOMEM;
     }
-    memset(b, 0, n);
     memset(out, 0, sizeof *out);
     out->handle = b; /* the memory; base only while CPU-locked, so an access outside a lock faults */
     out->bytes = bytes;
@@ -737,7 +757,11 @@ static int sim_surface_create(void *ctx, size_t bytes, anec_surface *out, char *
 static void sim_surface_free(void *ctx, anec_surface *s)
 {
     (void)ctx;
-    free(s->handle);
+    size_t n;
+    if (s->handle && !rt_round_up(s->bytes ? s->bytes : 1, 64, &n) && n >= SURFACE_MAP_MIN)
+        munmap(s->handle, n);
+    else
+        free(s->handle);
     memset(s, 0, sizeof *s);
 }
 
