@@ -10,7 +10,8 @@ pipeline as one program:
                         out: h fp32[1, C, 1, S], L{i}_k, L{i}_v fp16[1, KV, S, D]
 ``decode_w{W}_t{T}``    W new positions (the token in column 0) against a KV
                         cache of T past positions
-                        in:  x, mask fp16[1, 1, W, T], L{i}_kc, L{i}_vc fp16[1, KV, T, D]
+                        in:  x, mask fp16[1, 1, W, T], mask_new fp16[1, 1, W, W],
+                             L{i}_kc, L{i}_vc fp16[1, KV, T, D]
                         out: h, L{i}_k, L{i}_v (the new block's keys and values)
 ``lm_head_s{S}``        final norm + LM head: one 1x1 conv per vocabulary
                         chunk within the target's conv channel limit
@@ -19,10 +20,15 @@ pipeline as one program:
 K and V leave the programs already in the cache layout ``[1, KV, S, D]``, so
 a decode step writes its new row straight into the decode program's cache
 inputs, which keep the cache between steps (anec.models.generate). The
-embedding lookup and sampling stay on the host. The causal mask of a block is a generated
-weight (``anec.mask.causal.S``), one const per func (each program of the
+embedding lookup and sampling stay on the host. The causal mask of a prefill block is a
+generated weight (``anec.mask.causal.S``), one const per func (each program of the
 pipeline holds a copy); generated tensors are added to the exported weights
-next to the checkpoint tensors.
+next to the checkpoint tensors. A decode func's new-block mask is its ``mask_new``
+input instead: a one-token step (the token in column 0, padding after it) passes the
+step mask (:func:`~anec.models.layout.step_mask`: every row opens column 0 alone), so
+the padding columns, given equal inputs, stay equal at every layer and the sim computes
+each product's padding once (2 distinct columns instead of W) while column 0 computes
+what the causal mask gives; a block of several real tokens passes the causal mask.
 
 The LM head stays its own func, shared by every bucket, rather than joining
 the bucket funcs. By cost (GPT-2 small; ``benchmarks/bench_partition.py``
@@ -214,10 +220,11 @@ class DecoderFrontend(ABC):
         c = self.cfg
         b = ModelBuilder(name)
         x = b.input("x", "fp32", [1, c.d_model, 1, s])
-        shared = self._shared(b, s)
+        shared = self._shared(b, s, t is not None)
         caches: list[tuple[Value, Value] | None] = [None] * c.n_layer
         if t is not None:
             mask = b.input("mask", "fp16", [1, 1, s, t])
+            shared["causal"] = b.input("mask_new", "fp16", [1, 1, s, s])
             caches = [(b.input(f"L{i}_kc", "fp16", [1, c.n_kv_head, t, c.head_dim]),
                        b.input(f"L{i}_vc", "fp16", [1, c.n_kv_head, t, c.head_dim])) for i in range(c.n_layer)]
         h = b.cast(x, dtype="fp16", name="xh")
@@ -237,12 +244,13 @@ class DecoderFrontend(ABC):
         c = self.cfg
         b = ModelBuilder(self.attn_name(layer, s, t))
         x = b.input("x", "fp32", [1, c.d_model, 1, s])
-        shared = self._shared(b, s)
+        shared = self._shared(b, s, t is not None)
         cache = None
         if t is not None:
             cache = (b.input("kc", "fp16", [1, c.n_kv_head, t, c.head_dim]),
                      b.input("vc", "fp16", [1, c.n_kv_head, t, c.head_dim]),
                      b.input("mask", "fp16", [1, 1, s, t]))
+            shared["causal"] = b.input("mask_new", "fp16", [1, 1, s, s])
         xh = b.cast(x, dtype="fp16", name="xh")
         r, k, v = self._attn_block(b, xh, layer, shared, cache)
         b.ret(b.cast(r, dtype="fp32", name="h"), k, v)
@@ -279,12 +287,14 @@ class DecoderFrontend(ABC):
         return b.graph
 
     # ---- layers (fp16 residual stream in, out) ---------------------------------------
-    def _shared(self, b: ModelBuilder, s: int) -> dict[str, Value]:
-        """What every layer of a func reads: the block's causal mask (a generated
-        weight) and the position inputs. Built once per func, so a stage of the
-        partitioned func holds one copy whatever layers it covers."""
+    def _shared(self, b: ModelBuilder, s: int, decode: bool) -> dict[str, Value]:
+        """What every layer of a func reads: the position inputs and, for prefill, the
+        block's causal mask (a generated weight; a decode func's new-block mask is its
+        ``mask_new`` input, which the caller adds as ``"causal"``). Built once per func, so a
+        stage of the partitioned func holds one copy whatever layers it covers."""
         shared = self._position_input_values(b, s)
-        shared["causal"] = b.weight(f"anec.mask.causal.{s}", [1, 1, s, s], "causal")
+        if not decode:
+            shared["causal"] = b.weight(f"anec.mask.causal.{s}", [1, 1, s, s], "causal")
         return shared
 
     def _attn_block(self, b: ModelBuilder, xh: Value, layer: int, shared: dict[str, Value],

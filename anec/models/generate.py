@@ -10,10 +10,14 @@ Flow for a prompt of n tokens and N new tokens, one program call per step:
    smallest width whose surface reaches the ANE minimum, 16 for GPT-2 small)
    through ``decode_w{W}_t{T}``: every layer's cache of T past positions is
    an input (``L{i}_kc``, ``L{i}_vc``; a mask hides the unused tail), the new
-   keys/values come back as outputs. The cache stays put: those inputs are
+   keys/values come back as outputs. The 15 padding columns are made equal:
+   zero ``x``, the token's ``cos``/``sin``, and a new-block mask (``mask_new``,
+   :func:`~anec.models.layout.step_mask`) under which each sees column 0 alone
+   (as column 0 does), so every layer's product has 2 distinct columns and the
+   sim computes the padding once. The cache stays put: those inputs are
    *state* of the decode program (docs/runtime.md, "State inputs"). The first
    decode step of a generation writes the prompt's rows (the rest zero) and the
-   mask into the program once; every step after that passes only the token's
+   masks into the program once; every step after that passes only the token's
    block (``x``, and ``cos``/``sin`` for RoPE) and writes, in place, its new
    keys/values (one row per layer) and the one mask column that opens its
    position, so the bytes a step moves do not grow with T. T is one bucket
@@ -42,7 +46,7 @@ import numpy as np
 from anec.ir.graph import Graph
 from anec.models.buckets import head_channel_limit, pick_bucket, vocab_chunks
 from anec.models.common import ModelError
-from anec.models.layout import MASK_NEG, from_bc1s, to_bc1s
+from anec.models.layout import MASK_NEG, from_bc1s, step_mask, to_bc1s
 from anec.models.programs import ProgramCache
 from anec.models.progress import Progress
 from anec.models.decoder import DecoderFrontend
@@ -75,7 +79,8 @@ class KVCache:
         self.program: str | None = None
 
     def install(self, prog: Any, name: str, pos: int, width: int) -> None:
-        """Write the prompt's rows (the rest zero) and the mask of position ``pos`` into ``prog``."""
+        """Write the prompt's rows (the rest zero), the mask of position ``pos`` and the
+        one-token step's new-block mask (:func:`~anec.models.layout.step_mask`) into ``prog``."""
         assert self.prompt is not None
         for i, (k, v) in enumerate(self.prompt):
             for key, rows in ((f"L{i}_kc", k), (f"L{i}_vc", v)):
@@ -85,6 +90,7 @@ class KVCache:
         mask = np.full((1, 1, width, self.t), MASK_NEG, np.float16)
         mask[..., :pos] = 0
         prog.write_input("mask", mask)
+        prog.write_input("mask_new", step_mask(width))
         self.prompt, self.program = None, name
 
 
@@ -248,6 +254,11 @@ class CausalLM:
         return np.concatenate(self._decode_chunks(token), dtype=np.float32)
 
     def _decode_chunks(self, token: int) -> list[np.ndarray]:
+        return self._head_column(self._decode_block(token)["h"][:, :, :, 0])
+
+    def _decode_block(self, token: int) -> dict[str, np.ndarray]:
+        """Run the decode program on ``token`` at the next position and advance: its outputs
+        (the token's hidden column and keys/values in column 0, the padding after it)."""
         if self.cache is None:
             raise ModelError("decode needs a prefill first")
         pos, w, t = self.pos, self.fe.width, self.cache.t
@@ -258,16 +269,18 @@ class CausalLM:
         prog = self.programs.get(name, lambda: self._program(name))
         if self.cache.program != name:  # this generation's first step: the prompt's rows go in once
             self.cache.install(prog, name, pos, w)
+        # padding columns get equal inputs (zero x, the token's position) and, through the
+        # step mask, the same attention, so every layer computes them as one column
         x = to_bc1s(self.fe.embed(tok, np.array([pos])), w)
-        extra = self.fe.position_inputs(np.arange(pos, pos + w), w)
-        o = prog(x=x, **extra, **self._adapter_inputs(name))  # the cache and the mask stay in the program
+        extra = self.fe.position_inputs(np.full(w, pos), w)
+        o = prog(x=x, **extra, **self._adapter_inputs(name))  # the cache and the masks stay in the program
         # this position's keys and values, and the mask column that opens it to the next steps
         for i in range(self.cfg.n_layer):
             prog.write_input_slice(f"L{i}_kc", o[f"L{i}_k"][:, :, :1, :], axis=2, start=pos)
             prog.write_input_slice(f"L{i}_vc", o[f"L{i}_v"][:, :, :1, :], axis=2, start=pos)
         prog.write_input_slice("mask", np.zeros((1, 1, w, 1), np.float16), axis=3, start=pos)
         self.pos = pos + 1
-        return self._head_column(o["h"][:, :, :, 0])
+        return o
 
     def generate(self, ids: Iterable[int], max_new_tokens: int = 32, temperature: float = 0.0,
                  top_k: int = 0, seed: int | None = 0, eos_id: int | None = None,

@@ -43,3 +43,14 @@ def causal_mask(s: int) -> np.ndarray:
     """``[1, 1, s, s]`` additive mask: 0 where key j <= query i, else MASK_NEG."""
     m = np.triu(np.full((s, s), MASK_NEG, dtype=np.float32), k=1)
     return m.reshape(1, 1, s, s).astype(np.float16)
+
+
+def step_mask(s: int) -> np.ndarray:
+    """``[1, 1, s, s]`` new-block mask of a one-token decode step (the token in column 0):
+    every row opens column 0 alone. Row 0 is the causal mask's, so the token's column
+    computes what it would under :func:`causal_mask`; the padding rows equal it, so padding
+    columns with equal inputs stay equal at every layer (the sim computes a product's
+    repeated columns once), and no softmax row is all masked."""
+    m = np.full((1, 1, s, s), MASK_NEG, dtype=np.float16)
+    m[..., 0] = 0
+    return m

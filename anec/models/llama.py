@@ -200,8 +200,8 @@ class Llama(DecoderFrontend):
         d = self.cfg.head_dim
         return b.weight(f"anec.rope.rotate_half.{d}", [d, d, 1, 1], "rot")  # one const per func
 
-    def _shared(self, b: ModelBuilder, s: int) -> dict[str, Value]:
-        shared = super()._shared(b, s)
+    def _shared(self, b: ModelBuilder, s: int, decode: bool) -> dict[str, Value]:
+        shared = super()._shared(b, s, decode)
         shared["rot"] = self._rotation(b)
         return shared
 

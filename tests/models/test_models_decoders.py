@@ -80,8 +80,9 @@ def test_every_program_stays_under_the_blob_budget(case):
     kind, _, lm, _ = case
     fe, w = lm.fe, lm.fe.width
     graphs = [fe.attn(0, w), fe.attn(0, w, 2 * w), fe.mlp(0, w), fe.lm_head(w)]
-    # per-layer blocks: norm (2|1) + projections (4|4) + causal mask (+ RoPE rotation for Llama)
-    assert [len(blob_tensors(g)) for g in graphs] == ([7, 7, 6, 3] if kind == "gpt2" else [7, 7, 4, 2])
+    # per-layer blocks: norm (2|1) + projections (4|4) + causal mask (+ RoPE rotation for Llama);
+    # decode reads its new-block mask as an input (mask_new), not a weight
+    assert [len(blob_tensors(g)) for g in graphs] == ([7, 6, 6, 3] if kind == "gpt2" else [7, 6, 4, 2])
     # the whole stack: both layers, one shared mask (and rotation)
     assert len(blob_tensors(fe.prefill(w))) == (25 if kind == "gpt2" else 20)
     lm.generate(PROMPT, max_new_tokens=2)

@@ -1,10 +1,11 @@
 """The KV cache stays put: decode writes the prompt's rows into the decode program once, then
 per step only the new position's keys and values and one mask column, in place.
 
-References: the decode path before state inputs, written out here (:func:`old_step`: the host
-keeps the whole cache and passes it, with a fresh mask, to every step) and run on another
+References: the decode path before state inputs, written out here (:class:`OldDecode`: the
+host keeps the whole cache and passes it, with a fresh mask, to every step, and gives the
+padding columns the causal new-block mask and their own positions) and run on another
 CausalLM of the same checkpoint (its own runtime and programs): every step's logits must be
-equal bit for bit, since both feed the program the same values. The bytes a step moves are
+equal bit for bit, since both feed the token's column the same values. The bytes a step moves are
 read from the runtime's counters and computed here by hand from the shapes.
 """
 
@@ -16,7 +17,7 @@ import pytest
 from anec.models.buckets import pick_bucket
 from anec.models.generate import CausalLM, decoder_frontend
 from anec.models.hf import load_checkpoint
-from anec.models.layout import MASK_NEG, to_bc1s
+from anec.models.layout import MASK_NEG, causal_mask, to_bc1s
 from anec.runtime.staged_program import PipelineProgram
 from anec.targets import get_target
 from tests.models.conftest import BACKEND, PROMPT
@@ -24,7 +25,7 @@ from tests.models.conftest import BACKEND, PROMPT
 MIN_SURFACE = 32768
 """Decode width 64 for hidden 128, so the cache buckets are 64, 128 and 256."""
 CONT = [11, 250, 3, 77, 100, 9, 401, 42]
-STAGES_M4, STAGES_SMALL = 2, 5
+STAGES_M4, STAGES_SMALL = 2, 4
 """Stages of the 2-layer decode func: the M4 blob budget, and a budget of 6 BLOBFILE tensors."""
 
 
@@ -50,7 +51,9 @@ def consumers(prog, name: str) -> int:
 
 
 class OldDecode:
-    """The decode path before state inputs: a host cache passed whole to every step."""
+    """The decode path before state inputs and the one-token step mask: a host cache passed
+    whole to every step, the causal new-block mask and each column's own position (so the
+    padding columns differ), as the decode func's constant mask and the host gave them."""
 
     def __init__(self, lm: CausalLM, t: int) -> None:
         self.lm, self.t, n, cfg = lm, t, len(PROMPT), lm.cfg
@@ -76,7 +79,7 @@ class OldDecode:
         extra = lm.fe.position_inputs(np.arange(pos, pos + w), w)
         for i in range(lm.cfg.n_layer):
             extra[f"L{i}_kc"], extra[f"L{i}_vc"] = self.k[i], self.v[i]
-        o = self.prog(x=x, mask=mask, **extra)
+        o = self.prog(x=x, mask=mask, mask_new=causal_mask(w), **extra)
         for i in range(lm.cfg.n_layer):
             self.k[i][:, :, pos] = o[f"L{i}_k"][:, :, 0]
             self.v[i][:, :, pos] = o[f"L{i}_v"][:, :, 0]
@@ -102,10 +105,50 @@ def test_every_decode_step_is_bit_identical_to_passing_the_whole_cache(llama_dir
         prog = decode_program(new, t)
         assert isinstance(prog, PipelineProgram)  # the decode func is cut into stages
         assert len(prog.stages) == (STAGES_M4 if blobs is None else STAGES_SMALL)
-        assert prog.state_inputs == {"mask"} | {f"L{i}_{kv}c" for i in range(new.cfg.n_layer) for kv in "kv"}
+        assert prog.state_inputs == {"mask", "mask_new"} | {f"L{i}_{kv}c" for i in range(new.cfg.n_layer) for kv in "kv"}
     finally:
         new.close()
         old.close()
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_the_step_mask_leaves_the_token_column_bit_identical(gpt2_dir, llama_dir, kind):
+    """Padding columns that see column 0 alone and the token's position change nothing the
+    token's column computes: every step's logits equal those under the causal new-block mask
+    and per-column positions, bit for bit (GPT-2: learned positions; Llama: RoPE inputs)."""
+    path = gpt2_dir if kind == "gpt2" else llama_dir
+    new, old = make_lm(path), make_lm(path)
+    try:
+        new.prefill(PROMPT, cache_len=64)
+        ref = OldDecode(old, 64)
+        for tok in CONT:
+            assert np.array_equal(new.decode(tok), ref.step(tok)), f"decode at position {new.pos - 1}"
+    finally:
+        new.close()
+        old.close()
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_a_decode_steps_padding_columns_are_equal_at_every_layer(gpt2_dir, llama_dir, kind):
+    """The padding columns of a one-token step get equal inputs and the same attention, so
+    every layer's keys, values and the final hidden state hold one padding column repeated
+    (the sim then computes each product's padding once): 2 distinct columns, not W."""
+    lm = make_lm(gpt2_dir if kind == "gpt2" else llama_dir)
+    try:
+        lm.prefill(PROMPT, cache_len=64)
+        w = lm.fe.width
+        for tok in CONT[:3]:
+            o = lm._decode_block(tok)
+            blocks = [o["h"].transpose(0, 3, 1, 2)] + [o[f"L{i}_{kv}"].transpose(0, 2, 1, 3)
+                                                      for i in range(lm.cfg.n_layer) for kv in "kv"]
+            for blk in blocks:  # positions first: [1, W, ...]
+                assert np.isfinite(blk).all()
+                pad = blk[:, 1:].view(np.uint16 if blk.dtype == np.float16 else np.uint32)
+                assert (pad == pad[:, :1]).all(), f"padding columns differ at position {lm.pos - 1}"
+                assert not np.array_equal(blk[:, 0], blk[:, 1])
+            assert blocks[0].shape[1] == w
+    finally:
+        lm.close()
 
 
 def test_a_new_generation_starts_from_its_own_prompt(llama_dir):

@@ -18,6 +18,7 @@ from anec.compiler import compile_module
 from anec.ir.builder import Builder
 from anec.ir.interp import interpret
 from anec.models.common import ModelError
+from anec.models.layout import causal_mask
 from anec.models.programs import ProgramCache
 from anec.models.generate import CausalLM, decoder_frontend
 from anec.models.hf import load_checkpoint
@@ -95,7 +96,7 @@ def test_tiny_models_whole_funcs_equal_the_per_layer_programs(gpt2_dir, llama_di
         if t is not None:
             mask = np.zeros((1, 1, w, t), np.float16)
             mask[..., 40:] = -1e4
-            cache = {"mask": mask}
+            cache = {"mask": mask, "mask_new": causal_mask(w)}  # W real columns: the causal new block
             for i in range(c.n_layer):
                 for kv in "kv":
                     cache[f"L{i}_{kv}c"] = rng.standard_normal((1, c.n_kv_head, t, c.head_dim)).astype(np.float16)
@@ -106,7 +107,8 @@ def test_tiny_models_whole_funcs_equal_the_per_layer_programs(gpt2_dir, llama_di
             h = x
             for i in range(c.n_layer):
                 name = fe.attn_name(i, w, t)
-                per = {} if t is None else {"kc": cache[f"L{i}_kc"], "vc": cache[f"L{i}_vc"], "mask": cache["mask"]}
+                per = {} if t is None else {"kc": cache[f"L{i}_kc"], "vc": cache[f"L{i}_vc"], "mask": cache["mask"],
+                                            "mask_new": cache["mask_new"]}
                 o = programs.get(name, lambda: fe.program(name))(x=h, **extra, **per)
                 np.testing.assert_array_equal(got[f"L{i}_k"], o["k"])
                 np.testing.assert_array_equal(got[f"L{i}_v"], o["v"])
@@ -137,12 +139,13 @@ def test_layer_code_builds_every_layer_under_its_prefix(llama_dir):
     fe = decoder_frontend(load_checkpoint(llama_dir), 49152)
     g = fe.decode(fe.width, 2 * fe.width)
     names = g.value_names()
-    assert [v.name for v in g.inputs] == ["x", "cos", "sin", "mask", "L0_kc", "L0_vc", "L1_kc", "L1_vc"]
+    assert [v.name for v in g.inputs] == ["x", "cos", "sin", "mask", "mask_new", "L0_kc", "L0_vc", "L1_kc", "L1_vc"]
     assert g.output_names() == ["h", "L0_k", "L0_v", "L1_k", "L1_v"]
-    assert {"L0_q", "L1_q", "L0_ra", "L1_rm", "causal", "rot"} <= names
+    assert {"L0_q", "L1_q", "L0_ra", "L1_rm", "rot"} <= names and "causal" not in names
     consts = [n for n in g.nodes if n.op == "const"]
-    # one node per generated weight and per scalar value, shared by both layers
-    assert sum(n.attrs.get("weight", "").startswith("anec.") for n in consts) == 2
+    # one node per generated weight (the rotation: the new-block mask is the mask_new input)
+    # and per scalar value, shared by both layers
+    assert sum(n.attrs.get("weight", "").startswith("anec.") for n in consts) == 1
     scalars = [n.attrs["value"] for n in consts if "value" in n.attrs]
     assert len(scalars) == len(set(scalars)) and not any(n.result.name.startswith("L") for n in consts
                                                          if "value" in n.attrs)
