@@ -11,7 +11,9 @@ every matrix:
   csrc/host_compress.c when the runtime extension is built);
 * coremltools: ``linear_quantize_weights`` (mode ``linear_symmetric``, ``per_channel``) or
   ``palettize_weights`` (mode ``kmeans``, ``per_tensor``) on a pymil program holding one conv
-  per matrix, the pass alone timed.
+  per matrix, the pass alone timed (``int8-affine``: mode ``linear``; ``int8/bB``:
+  ``per_block`` with ``block_size`` B; ``lutN/gG``: ``per_grouped_channel`` with
+  ``group_size`` G).
 
 Reported per format and side: seconds, compressed bytes over fp16 bytes, and the weight
 error (relative L2 over all matrices, computed the same way on both sides from the
@@ -29,7 +31,10 @@ coremltools is missing) and reports what the compression costs the sentence embe
   and the payload bytes over fp16;
 * weights alone, both sides: every weight compressed by anec (:func:`compress_tensor`) or by
   coremltools (same configs as above), decompressed, and put back into sentence-transformers'
-  fp32 model; the cosine then measures the weight error alone, without the sim's fp16.
+  fp32 model; the cosine then measures the weight error alone, without the sim's fp16. Besides
+  the GPT-2 section's formats these rows hold :data:`MINILM_FORMATS`: per-channel affine and
+  per-block int8 (which keep the embeddings at 0.999) and a LUT per 2 output channels (the best
+  4-bit format within 0.28x of fp16, which does not reach 0.99).
 
 Usage (writes benchmarks/results/compress.json and compress.md)::
 
@@ -96,14 +101,14 @@ def measure_coremltools(fmt: str, layers: int) -> dict:
 
 def coremltools_compress(ws: list, fmt: str) -> tuple[float, list, int]:
     """``(seconds, decompressed weights, payload bytes)`` of coremltools compressing the fp16
-    ``[out, in, 1, 1]`` weights ``ws`` in format ``fmt`` (int8: per-channel symmetric; lutN:
-    per-tensor k-means) on a pymil program of one conv per weight; only the pass is timed."""
+    ``[out, in, 1, 1]`` weights ``ws`` in anec's format ``fmt`` with coremltools' same config
+    (:func:`_coremltools_config`) on a pymil program of one conv per weight; only the pass is
+    timed."""
     import numpy as np
     import coremltools as ct
     import coremltools.optimize.coreml as cto
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import types
-    from coremltools.optimize.coreml import _quantization_passes as qp
 
     widths = sorted({w.shape[1] for w in ws})
     if len(widths) != 2:  # a pymil program names its inputs: one per input width of these models
@@ -114,13 +119,7 @@ def coremltools_compress(ws: list, fmt: str) -> tuple[float, list, int]:
         by_width = {widths[0]: x, widths[1]: z}
         return tuple(mb.conv(x=by_width[w.shape[1]], weight=w, name=f"c{k}") for k, w in enumerate(ws))
 
-    if fmt == "int8":
-        cfg = cto.OpLinearQuantizerConfig(mode="linear_symmetric", dtype="int8", granularity="per_channel",
-                                          weight_threshold=0)
-        cls = qp.linear_quantize_weights
-    else:
-        cfg = cto.OpPalettizerConfig(mode="kmeans", nbits=int(fmt[3:]), granularity="per_tensor", weight_threshold=0)
-        cls = qp.palettize_weights
+    cls, cfg = _coremltools_config(fmt)
     p = cls(config=cto.OptimizationConfig(global_config=cfg), fake_compression=False)
     t0 = time.perf_counter()
     p(prog)
@@ -134,9 +133,35 @@ def coremltools_compress(ws: list, fmt: str) -> tuple[float, list, int]:
         for name, v in op.inputs.items():
             if v.val is None or not hasattr(v.val, "size"):
                 continue
-            bits = int(fmt[3:]) if name == "indices" else np.dtype(v.val.dtype).itemsize * 8  # indices are packed
+            bits = _lut_bits(fmt) if name == "indices" else np.dtype(v.val.dtype).itemsize * 8  # indices are packed
             nbytes += (v.val.size * bits + 7) // 8
     return seconds, dense, nbytes
+
+
+def _lut_bits(fmt: str) -> int:
+    return int(fmt[3:].split("/")[0])
+
+
+def _coremltools_config(fmt: str) -> tuple:
+    """coremltools' pass and op config for anec's format ``fmt``: ``int8``, ``int8-affine``
+    (``linear_quantize_weights`` mode ``linear_symmetric`` or ``linear``, ``per_channel``),
+    ``int8/bB`` (``per_block``, ``block_size`` B), ``lutN`` (``palettize_weights`` kmeans
+    ``per_tensor``) or ``lutN/gG`` (``per_grouped_channel``, ``group_size`` G)."""
+    import coremltools.optimize.coreml as cto
+    from coremltools.optimize.coreml import _quantization_passes as qp
+
+    if fmt.startswith("lut"):
+        nbits, _, group = fmt[3:].partition("/g")
+        grouped = {"granularity": "per_grouped_channel", "group_size": int(group)} if group else {
+            "granularity": "per_tensor"}
+        return qp.palettize_weights, cto.OpPalettizerConfig(mode="kmeans", nbits=int(nbits), weight_threshold=0,
+                                                            **grouped)
+    base, _, block = fmt.partition("/b")
+    if base not in ("int8", "int8-affine"):
+        raise ValueError(f"no coremltools config for {fmt}")
+    per = {"granularity": "per_block", "block_size": int(block)} if block else {"granularity": "per_channel"}
+    return qp.linear_quantize_weights, cto.OpLinearQuantizerConfig(
+        mode="linear" if base == "int8-affine" else "linear_symmetric", dtype="int8", weight_threshold=0, **per)
 
 
 # ---- all-MiniLM-L6-v2 ----------------------------------------------------------------------------
@@ -160,9 +185,14 @@ SENTENCES = [
 ]
 """The sentences embedded by every MiniLM row: short and long, questions, numbers, code, French."""
 
-MINILM_ROWS = (("fp16", False), ("int8", False), ("int8", True), ("lut8", True), ("lut6", True), ("lut4", True),
-               ("lut4", False))
+MINILM_ROWS = (("fp16", False), ("int8", False), ("int8", True), ("int8-affine", True), ("int8/b64", True),
+               ("lut8", True), ("lut6", True), ("lut4", True), ("lut4/g2", True), ("lut4", False))
 """(format, gate off) per row of the sim measurement; gate off = every weight takes the format."""
+
+MINILM_FORMATS = ("int8-affine", "int8/b64", "lut4/g2")
+"""Formats of the weights-alone rows besides the GPT-2 section's: the int8 forms that keep this
+model's embeddings at 0.999 within 0.52x of fp16 (a zero point per channel, a scale per 64
+input channels) and the most accurate 4-bit LUT within 0.28x (a table per 2 output channels)."""
 
 
 def _minilm_dir():
@@ -276,8 +306,9 @@ def minilm_available() -> str | None:
 
 
 def minilm_section(me: str, formats: list[str], n_rounds: int, budget: float) -> tuple[dict, list[str]]:
-    """Run the MiniLM workers (sim rows, then weights-alone rows of both sides) and return the
-    results and the markdown lines."""
+    """Run the MiniLM workers (sim rows, then weights-alone rows of both sides, in ``formats``
+    and :data:`MINILM_FORMATS`) and return the results and the markdown lines."""
+    formats = [*formats, *(f for f in MINILM_FORMATS if f not in formats)]
     sides = {f"sim/{fmt}/{'all' if off else 'gate'}": [me, "--minilm", "sim", fmt, "all" if off else "gate"]
              for fmt, off in MINILM_ROWS}
     for fmt in formats:

@@ -43,7 +43,8 @@ def compress_options(f):
              "first match wins (int8, int8-affine, uint8-affine, int4, int4-affine, uint4-affine, FORMAT/bB "
              "per block of B input channels, lut1..lut8, lutN/gG, fp16), e.g. "
              "'lut4:h.*.mlp.*,int8:*'. Each tensor must pass an accuracy gate, else falls back "
-             "(lutN -> int8 -> fp16); see docs/compression.md.")(f)
+             "(lutN -> int8 -> fp16); see docs/compression.md, which measures each spec on "
+             "all-MiniLM-L6-v2 (int8-affine, int8/b64: embeddings at cosine 0.999 with every weight in int8).")(f)
 
 
 def activation_options(f):
