@@ -50,7 +50,7 @@ demo: $(VENV)/.core
 # says what keeps a test safe to run beside the others
 test: $(VENV)/.test
 	$(PIP) install -q --no-deps -e .
-	$(PY) -m pytest -q -p no:cacheprovider -n auto --dist loadgroup tests
+	$(PY) -m pytest -q -p no:cacheprovider -n auto --dist worksteal tests
 
 # ruff's rules and mypy's scope are in pyproject.toml ([tool.ruff], [tool.mypy]); the
 # test extra pins both

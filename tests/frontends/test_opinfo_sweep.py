@@ -38,13 +38,12 @@ entry here that no longer is one."""
 
 
 SHARDS = 4
-"""The sweep runs in this many shards (every SHARDS-th OpInfo), each a group of its own
-(``xdist_group``: ``make test`` runs ``--dist loadgroup``), so that parallel workers share
-it; each shard's runs pass every test below."""
+"""The sweep runs in this many shards (every SHARDS-th OpInfo), so that parallel workers can
+share it (``make test`` splits the tests between its workers and an idle worker takes work
+from the other's end: ``--dist worksteal``); each shard's runs pass every test below."""
 
 
-@pytest.fixture(scope="module", params=[pytest.param(k, id=f"shard{k}", marks=pytest.mark.xdist_group(f"opinfo-sweep-{k}"))
-                                        for k in range(SHARDS)])
+@pytest.fixture(scope="module", params=[pytest.param(k, id=f"shard{k}") for k in range(SHARDS)])
 def runs(request: pytest.FixtureRequest) -> list[S.Run]:
     return S.sweep(samples=SAMPLES, picked=S.swept_opinfos()[request.param::SHARDS])
 
