@@ -723,6 +723,9 @@ static int sim_unload(void *ctx, void *prog, char *err, size_t errlen)
    memory. Either way a new surface reads as zeros. */
 #define SURFACE_MAP_MIN ((size_t)1 << 18)
 
+/* The bytes a surface of `bytes` takes (64-byte aligned, at least one line); -1 on overflow. */
+static int surface_size(size_t bytes, size_t *n) { return rt_round_up(bytes ? bytes : 1, 64, n); }
+
 static uint8_t *surface_memory(size_t n)
 {
     if (n < SURFACE_MAP_MIN) {
@@ -739,7 +742,7 @@ static int sim_surface_create(void *ctx, size_t bytes, anec_surface *out, char *
 {
     (void)ctx;
     size_t n;
-    if (rt_round_up(bytes ? bytes : 1, 64, &n)) {
+    if (surface_size(bytes, &n)) {
         snprintf(err, errlen, "surface of %zu bytes is too large", bytes);
         return ANEC_ENOMEM;
     }
@@ -758,7 +761,7 @@ static void sim_surface_free(void *ctx, anec_surface *s)
 {
     (void)ctx;
     size_t n;
-    if (s->handle && !rt_round_up(s->bytes ? s->bytes : 1, 64, &n) && n >= SURFACE_MAP_MIN)
+    if (s->handle && !surface_size(s->bytes, &n) && n >= SURFACE_MAP_MIN)
         munmap(s->handle, n);
     else
         free(s->handle);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt_files.h"
 #include "sim_plan.h"
 
 #define BUCKETS 4096u
@@ -66,9 +67,9 @@ void *sim_weight_acquire(const void *data, size_t len)
         pthread_mutex_unlock(&g_lock);
         return w->data;
     }
-    size_t cap = (len + 63) / 64 * 64;
+    size_t cap;
     w = calloc(1, sizeof *w);
-    void *buf = cap >= len ? aligned_alloc(64, cap ? cap : 64) : NULL;
+    void *buf = rt_round_up(len ? len : 1, 64, &cap) ? NULL : aligned_alloc(64, cap);
     if (!w || !buf) {
         pthread_mutex_unlock(&g_lock);
         free(w);

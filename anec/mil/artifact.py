@@ -380,11 +380,19 @@ def file_source(blobs: Mapping[str, bytes], rel: str) -> TreeFile:
     return blobs.source(rel) if isinstance(blobs, BlobFiles) else blobs[rel]
 
 
+def file_bytes(blobs: Mapping[str, bytes], rel: str) -> bytes:
+    """Weight file ``rel``'s bytes, built for this read only: reading a compiled artifact's
+    :class:`~anec.mil.blobfile.BlobFiles` through the mapping would keep each file's bytes
+    for the artifact's life (a second copy of the weights next to the runtime's)."""
+    src = file_source(blobs, rel)
+    return src if isinstance(src, bytes) else src.to_bytes()
+
+
 def artifact_weight_inputs(artifact: "Artifact") -> dict[str, np.ndarray]:
     """Input name -> initial value of every weight compiled as an input."""
     out = {}
     for w in artifact.manifest.weight_inputs:
-        arr = BlobReader(artifact.blobs[w.file], name=w.file).read(w.offset, DType(w.dtype).np)
+        arr = BlobReader(file_bytes(artifact.blobs, w.file), name=w.file).read(w.offset, DType(w.dtype).np)
         out[w.input] = arr.reshape(w.shape)
     return out
 

@@ -55,7 +55,7 @@ from anec.fsutil import parse_json
 from anec.hashing import sha256
 from anec.ir.types import DType
 from anec.mil.artifact import (BLOB_MAX_BYTES, MANIFEST_FILE, OUTPUT_INDEX, PROGRAM_IR_FILE, PROGRAM_IR_MAX_BYTES,
-                               Artifact, decode_utf8, file_source, write_artifact_dir)
+                               Artifact, decode_utf8, file_bytes, write_artifact_dir)
 from anec.mil.beneath import check_rel
 from anec.mil.json_format import format_json
 from anec.mil.output import load_artifact
@@ -179,9 +179,7 @@ class PipelineArtifact:
         """Input name -> initial value of every weight compiled as an input."""
         out = {}
         for w in self.manifest.weight_inputs:
-            src = file_source(self.blobs, w.file)  # built for this read only, not kept
-            arr = BlobReader(src if isinstance(src, bytes) else src.to_bytes(), name=w.file).read(
-                w.offset, DType(w.dtype).np)
+            arr = BlobReader(file_bytes(self.blobs, w.file), name=w.file).read(w.offset, DType(w.dtype).np)
             if arr.size != math.prod(w.shape):
                 raise ArtifactError(f"{w.file} offset {w.offset}: blob holds {arr.size} values, the shape "
                                     f"{list(w.shape)} of weight '{w.key}' needs {math.prod(w.shape)}",

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 from anec import signals
 from anec.diagnostics import AnecError, ArtifactError, RuntimeFailure, did_you_mean
 from anec.runtime import native
-from anec.runtime.program import Program, file_bytes, weight_input_array, NativeOwner, manifest_limits
+from anec.runtime.program import Program, weight_input_array, NativeOwner, manifest_limits
 
 if TYPE_CHECKING:
     from anec.mil.manifest_types import Manifest
@@ -239,6 +239,8 @@ class Runtime(NativeOwner):
         taken its own copy of its weights, the caller's chance to give back the memory the
         artifact's weight files are views of (the pages of a memory-mapped checkpoint).
         """
+        from anec.mil.artifact import file_bytes
+
         self._check_open()
         art = _resolve(artifact, func)
         if hasattr(art, "stages"):  # a func cut into several programs: run them as one

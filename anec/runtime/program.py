@@ -86,16 +86,6 @@ def nonfinite(arrays: Mapping[str, Any]) -> str:
     return ", ".join(found)
 
 
-def file_bytes(blobs: Mapping[str, bytes], rel: str) -> bytes:
-    """Weight file ``rel``'s bytes, built for this load only: reading a compiled artifact's
-    :class:`~anec.mil.blobfile.BlobFiles` through the mapping would keep each file's bytes
-    for the artifact's life (a second copy of the weights next to the runtime's)."""
-    from anec.mil.artifact import file_source
-
-    src = file_source(blobs, rel)
-    return src if isinstance(src, bytes) else src.to_bytes()
-
-
 def weight_input_array(data: bytes, entry: "WeightInputEntry") -> np.ndarray:
     """The payload of a weight-input BLOBFILE as an array of the input's dtype and shape."""
     from anec.ir.types import DType

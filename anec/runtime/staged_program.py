@@ -23,7 +23,7 @@ import numpy as np
 
 from anec.diagnostics import ArtifactError, RuntimeFailure, WeightError, did_you_mean
 from anec.runtime import native
-from anec.runtime.program import FINITE_HINT, Program, file_bytes, manifest_limits, nonfinite
+from anec.runtime.program import FINITE_HINT, Program, manifest_limits, nonfinite
 from anec.runtime.weights import changed_blobs, weight_input_values
 
 if TYPE_CHECKING:
@@ -91,6 +91,8 @@ def load_pipeline(rt: "Runtime", art: "PipelineArtifact",
                   release: Callable[[], None] | None = None) -> "PipelineProgram":
     """Compile and load every stage, wire them in C, fill weights compiled as inputs;
     ``release`` is called after each stage loads (see :meth:`anec.runtime.Runtime.load`)."""
+    from anec.mil.artifact import file_bytes
+
     m = art.manifest
     progs: list["Program"] = []
     try:
