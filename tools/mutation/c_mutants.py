@@ -55,7 +55,7 @@ def program(name: str) -> CProgram:
     return ANE_PROGRAMS.get(name) or CProgram((f"tests/c/{name}.c",))
 
 
-# The files each group of tests covers: the sim executor (sim_exec.c, its state and its
+# The files each group of tests covers: the sim executor (sim_exec.c, its state, its shared weights and its
 # reductions), the sim compiler's rules, the runtime core (rt_internal.h).
 _EXEC_TESTS = (
     ("test_kernels", "test_rt"),
@@ -76,7 +76,7 @@ _CORE_TESTS = (
      "tests/runtime/test_rt_pipeline.py", "tests/runtime/test_rt_reload.py", "tests/runtime/test_rt_threads.py",
      "tests/runtime/test_rt_weight_inputs.py", "tests/runtime/test_rt_reload_input_views.py"),
 )
-_EXEC_FILES = ("sim_exec.c", "sim_state.c", "sim_reduce.c")
+_EXEC_FILES = ("sim_exec.c", "sim_state.c", "sim_reduce.c", "sim_weights.c")
 _RULES_FILES = ("sim_rules.c", "sim_rules_spatial.c", "sim_rules_shape.c")
 _CORE_FILES = ("rt_budget.c", "rt_cache.c", "rt_compile.c", "rt_describe.c", "rt_drivers.c", "rt_eval.c",
                "rt_input_views.c", "rt_program.c", "rt_runtime.c", "rt_stats.c", "rt_status.c", "rt_surfaces.c")
@@ -133,7 +133,7 @@ TESTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 K, X, R, P, F = "csrc/sim_kernels.c", "csrc/sim_exec.c", "csrc/rt_reload.c", "csrc/rt_patch.c", "csrc/rt_files.c"
 K_POOL = "csrc/sim_pool.c"
-X_STATE, X_RED = "csrc/sim_state.c", "csrc/sim_reduce.c"
+X_STATE, X_RED, X_WEIGHTS = "csrc/sim_state.c", "csrc/sim_reduce.c", "csrc/sim_weights.c"
 S, B_, U, L, A = "csrc/driver_sim.c", "csrc/sim_plan.c", "csrc/sim_rules.c", "csrc/rt_pipeline.c", "csrc/driver_ane.c"
 U_SPAT, U_SHAPE = "csrc/sim_rules_spatial.c", "csrc/sim_rules_shape.c"
 C_BUD, C_SURF, C_DESC, C_EVAL, C_VIEW, C_PROG = ("csrc/rt_budget.c", "csrc/rt_surfaces.c", "csrc/rt_describe.c",
@@ -249,7 +249,7 @@ MUTANTS: list[CMutant] = [
     CMutant("x-unary-slot", X, "static unary_kernel NAME##_unary = {NAME##_f32, NAME##_tab, 0};",
             "static unary_kernel NAME##_unary = {NAME##_f32, exp_tab, 0};",
             "every unary op shares exp's fp16 table: whichever op runs first fills it for all"),
-    CMutant("x-load-zero", X_STATE, "memcpy(copy, t.data, w->bytes);", "memset(copy, 0, w->bytes);",
+    CMutant("x-load-zero", X_WEIGHTS, "memcpy(buf, data, len);", "memset(buf, 0, len);",
             "weights load as zeros"),
     CMutant("x-load-any-file", X_STATE, "if (strcmp(files[k].path, v->blob_path) == 0)", "if (k == 0)",
             "every const is read from the first weight file"),
@@ -486,7 +486,7 @@ MUTANTS: list[CMutant] = [
             "the compiled data always looks like the BLOBFILE (every program looks data-patchable)"),
     CMutant("s-clone-no-copy", S, "if (strcmp(dir, d->dir) != 0 && read_net(p, err, errlen) < 0) {", "if (0) {",
             "a clone into an empty directory gets no compiled form"),
-    CMutant("s-shared-ignored", S, "            if (p->load_mode == LOAD_MEMORY_SHARED)\n                owned[0] = shared_get(p->mil_hex, &len);",
+    CMutant("s-shared-ignored", S, "            if (p->load_mode == LOAD_MEMORY_SHARED)\n                p->baked = shared_get(p->mil_hex, &len);",
             "",
             "a never-compiled object under load=memory-shared loads its directory's data, not the weights cached "
             "for its identifier"),
