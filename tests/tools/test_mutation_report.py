@@ -184,3 +184,15 @@ def test_the_mutants_not_run_of_several_modules_are_one_line(tmp_path, capsys):
     res.write_text(json.dumps({"format": report.RESULTS_FORMAT, "python": kept}))
     assert report.main(["--results", str(res), "--not-run", "anec/a.py", "anec/b.py"]) == 0
     assert capsys.readouterr().out == "f__mutmut_2 f__mutmut_1 f__mutmut_3\n"
+
+
+def test_every_c_mutant_names_code_that_is_there_once():
+    """Each C mutant replaces a snippet that occurs exactly once in its file: an edit that
+    moves or rewrites the code leaves an entry that cmutate.py would refuse (a stale mutant
+    tests nothing); this finds it when the code changes, not at the next mutation run."""
+    import c_mutants
+
+    root = HERE.parents[1]
+    matches = [(m.id, m.file, (root / m.file).read_text("utf-8").count(m.old)) for m in c_mutants.MUTANTS]
+    stale = [row for row in matches if row[2] != 1]
+    assert not stale, f"(mutant, file, matches) not matching once: {stale}"
