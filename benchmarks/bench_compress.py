@@ -6,8 +6,9 @@ normal distribution scaled like trained GPT-2 weights (std 0.02), in fp16. Per f
 (int8 per-channel symmetric, lut4 and lut6 per tensor with k-means) each side compresses
 every matrix:
 
-* anec: :func:`anec.compress.compress_tensor` (what ``--compress`` runs per weight: the
-  quantizer, the decompression and the error the gate reads; the C kernels of
+* anec: :func:`anec.compress.compress_tensors` (what ``--compress`` runs: per weight the
+  quantizer, the decompression and the error the gate reads, the weights spread over the
+  process's worker threads, one per core, as a compile does; the C kernels of
   csrc/host_compress.c when the runtime extension is built);
 * coremltools: ``linear_quantize_weights`` (mode ``linear_symmetric``, ``per_channel``) or
   ``palettize_weights`` (mode ``kmeans``, ``per_tensor``) on a pymil program holding one conv
@@ -29,7 +30,7 @@ coremltools is missing) and reports what the compression costs the sentence embe
   of :data:`SENTENCES` against sentence-transformers' fp32 (cosine per sentence), the compile
   time those programs took (the first ``encode`` minus a second one of the same sentences)
   and the payload bytes over fp16;
-* weights alone, both sides: every weight compressed by anec (:func:`compress_tensor`) or by
+* weights alone, both sides: every weight compressed by anec (:func:`compress_tensors`) or by
   coremltools (same configs as above), decompressed, and put back into sentence-transformers'
   fp32 model; the cosine then measures the weight error alone, without the sim's fp16. Besides
   the GPT-2 section's formats these rows hold :data:`MINILM_FORMATS`: per-channel affine and
@@ -79,13 +80,13 @@ def _error(pairs) -> float:
 
 
 def measure_anec(fmt: str, layers: int) -> dict:
-    from anec.compress import compress_tensor, decompress, get_format
+    from anec.compress import compress_tensors, decompress, get_format
     from anec.runtime import native  # noqa: F401  (the C kernels' module: imported outside the timing, as coremltools is)
 
     ws = weights(layers)
     f = get_format(fmt)
     t0 = time.perf_counter()
-    comps = [compress_tensor(w, f, 0) for w in ws]
+    comps = compress_tensors(ws, f, 0)
     seconds = time.perf_counter() - t0
     pairs = [(decompress(f, 0, w.shape, c.parts), w) for c, w in zip(comps, ws)]
     return {"seconds": seconds, "bytes": sum(c.nbytes for c in comps), "dense_bytes": sum(w.nbytes for w in ws),
@@ -279,11 +280,11 @@ def measure_minilm_weights(side: str, fmt: str) -> dict:
     then the cosine of sentence-transformers' embeddings with those weights put back."""
     ws = _minilm_weights()
     if side == "anec":
-        from anec.compress import compress_tensor, decompress, get_format
+        from anec.compress import compress_tensors, decompress, get_format
 
         f = get_format(fmt)
         t0 = time.perf_counter()
-        comps = [compress_tensor(w, f, 0) for w in ws]
+        comps = compress_tensors(ws, f, 0)
         seconds = time.perf_counter() - t0
         nbytes = sum(c.nbytes for c in comps)
         dense = [decompress(f, 0, w.shape, c.parts) for c, w in zip(comps, ws)]

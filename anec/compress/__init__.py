@@ -50,7 +50,7 @@ from anec.compress.linear import quantize_linear, quantize_linear_numpy
 from anec.compress.palettize import kmeans_1d, kmeans_1d_many, quantize_lut
 from anec.compress.sparse import kept_count, prune, pruned_count
 from anec.compress.spec import Gate, Rule, Spec, for_target, not_streamed_warning, parse_spec, streamed
-from anec.compress.tensor import Compressed, compress_tensor, decompress, parts_from_blobs
+from anec.compress.tensor import Compressed, compress_tensor, compress_tensors, decompress, parts_from_blobs
 from anec.mil.blobfile import pack_bits, unpack_bits
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "Rule",
     "Spec",
     "compress_tensor",
+    "compress_tensors",
     "decide",
     "decompress",
     "fallback_lines",

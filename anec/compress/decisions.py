@@ -23,6 +23,7 @@ from anec.compress.tensor import Compressed, compress_tensor
 from anec.ir.types import DType
 from anec.ir.weight_binding import materialize
 from anec.mil.blobfile import payload_bytes
+from anec.thread_pools import map_on_cores
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph
@@ -145,13 +146,15 @@ def decide(graph: "Graph", spec: Spec, store: Mapping[str, np.ndarray] | None, d
 
     With ``store`` every format is tried in the rule's order and the first whose
     result passes the gate is kept; without one (MIL only) the first allowed format
-    is taken as it is.
+    is taken as it is. The weights are decided on the process's worker threads, one
+    per core (:func:`anec.thread_pools.map_on_cores`; each weight's chain on its own,
+    so the decisions are those of one thread).
     """
     mat = materialize_fn or materialize
     if target is not None:
         spec = for_target(spec, target)
-    out: dict[int, Decision] = {}
-    cache: dict[tuple, Decision] = {}
+    views: dict[tuple, list[int]] = {}  # one decision per distinct view of a weight
+    jobs: list[tuple] = []
     for n in graph.nodes:
         if n.op != "const" or "weight" not in n.attrs:
             continue
@@ -166,49 +169,61 @@ def decide(graph: "Graph", spec: Spec, store: Mapping[str, np.ndarray] | None, d
         if axis is None:
             continue
         view = (key, tuple(n.attrs.get("perm") or ()), tuple(n.attrs.get("slice") or ()), t.shape, axis)
-        if view in cache:
-            out[id(n)] = cache[view]
-            continue
-        arr = None
-        if store is not None:
-            arr = np.asarray(mat(n, store, copy=False)).astype(np.float16)
-        fallbacks: list[dict] = []
-        chosen: Decision | None = None
-        for fmt in rule.chain:
-            why = _allowed(fmt, t.shape, axis, dialect)
-            if why is not None:
-                fallbacks.append({"format": fmt.name, "reason": why})
-                continue
-            if fmt.kind == "none":
-                chosen = Decision(key, fmt, rule.chain[0].name, axis, t.shape)
-                break
-            if arr is None:
-                chosen = Decision(key, fmt, rule.chain[0].name, axis, t.shape)
-                break
-            c = compress_tensor(arr, fmt, axis)
-            max_rel, max_abs = spec.gate.limits(fmt)
-            if not math.isfinite(c.rel_l2):
-                why = "the dequantized tensor is not finite in fp16 (ANE-FP16-RANGE)"
-            elif c.rel_l2 > max_rel:
-                why = f"relative L2 error {c.rel_l2:.4g} > {max_rel:g}"
-            elif c.channel_rel_l2 > max_rel:
-                why = (f"relative L2 error of output channel {c.worst_channel} {c.channel_rel_l2:.4g} > {max_rel:g} "
-                       f"(the tensor's is {c.rel_l2:.4g})")
-            elif c.rel_abs > max_abs:
-                why = f"max abs error {c.max_abs:.4g} is {c.rel_abs:.4g} of max|w|, > {max_abs:g}"
-            else:
-                chosen = Decision(key, fmt, rule.chain[0].name, axis, t.shape, c)
-                break
-            fallbacks.append({"format": fmt.name, "reason": why, "rel_l2": _num(c.rel_l2),
-                              "rel_abs": _num(c.rel_abs)})
-        if chosen is None:
-            chosen = Decision(key, FORMATS["fp16"], rule.chain[0].name, axis, t.shape)
-        chosen.fallbacks = fallbacks
+        if view not in views:
+            views[view] = []
+            jobs.append((key, rule, t.shape, axis, n))
+        views[view].append(id(n))
+
+    def one(job: tuple) -> Decision:
+        key, rule, shape, axis, n = job
+        # each job reads its weight's values itself: one fp16 copy per thread is alive at a time
+        arr = None if store is None else np.asarray(mat(n, store, copy=False)).astype(np.float16)
+        chosen = _choose(key, rule, shape, axis, arr, spec, dialect)
         if target is not None:
             chosen.warning = not_streamed_warning(chosen.fmt, target)
-        cache[view] = chosen
-        out[id(n)] = chosen
+        return chosen
+
+    out: dict[int, Decision] = {}
+    for ids, chosen in zip(views.values(), map_on_cores(one, jobs)):
+        for i in ids:
+            out[i] = chosen
     return out
+
+
+def _choose(key: str, rule: Any, shape: tuple[int, ...], axis: int, arr: np.ndarray | None, spec: Spec,
+            dialect: str) -> Decision:
+    """The first format of ``rule``'s chain allowed for the weight and (given its values
+    ``arr``) within the gate, fp16 when none is; the others as fallbacks with the reason."""
+    fallbacks: list[dict] = []
+    chosen: Decision | None = None
+    for fmt in rule.chain:
+        why = _allowed(fmt, shape, axis, dialect)
+        if why is not None:
+            fallbacks.append({"format": fmt.name, "reason": why})
+            continue
+        if fmt.kind == "none" or arr is None:
+            chosen = Decision(key, fmt, rule.chain[0].name, axis, shape)
+            break
+        c = compress_tensor(arr, fmt, axis)
+        max_rel, max_abs = spec.gate.limits(fmt)
+        if not math.isfinite(c.rel_l2):
+            why = "the dequantized tensor is not finite in fp16 (ANE-FP16-RANGE)"
+        elif c.rel_l2 > max_rel:
+            why = f"relative L2 error {c.rel_l2:.4g} > {max_rel:g}"
+        elif c.channel_rel_l2 > max_rel:
+            why = (f"relative L2 error of output channel {c.worst_channel} {c.channel_rel_l2:.4g} > {max_rel:g} "
+                   f"(the tensor's is {c.rel_l2:.4g})")
+        elif c.rel_abs > max_abs:
+            why = f"max abs error {c.max_abs:.4g} is {c.rel_abs:.4g} of max|w|, > {max_abs:g}"
+        else:
+            chosen = Decision(key, fmt, rule.chain[0].name, axis, shape, c)
+            break
+        fallbacks.append({"format": fmt.name, "reason": why, "rel_l2": _num(c.rel_l2),
+                          "rel_abs": _num(c.rel_abs)})
+    if chosen is None:
+        chosen = Decision(key, FORMATS["fp16"], rule.chain[0].name, axis, shape)
+    chosen.fallbacks = fallbacks
+    return chosen
 
 
 def report_summary(reports: Iterable[Any]) -> str:

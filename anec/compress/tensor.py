@@ -5,6 +5,8 @@ and measures the error the gate reads (relative L2 over the tensor and each
 output channel, max abs error; infinite when the dequantized values are not
 finite in fp16). :func:`decompress` is the numpy reference of the dequantized
 fp16 tensor (what the interpreter and the simulator's C agree with).
+:func:`compress_tensors` compresses many tensors in one format on the process's
+worker threads, as a compile does.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from anec.compress.formats import FORMATS, Format, get_format, scale_shape
 from anec.compress.linear import errors_kernel, quantize_linear, quantize_linear_kernel
 from anec.compress.palettize import quantize_lut
 from anec.compress.sparse import densify, prune
+from anec.thread_pools import map_on_cores
 
 
 @dataclass
@@ -91,6 +94,12 @@ def decompress(fmt: Format, axis: int, shape: Sequence[int], parts: Mapping[str,
     if fmt.kind == "sparse":
         return densify(parts["mask"], _kept_values(fmt, axis, shape, parts), shape)
     raise ValueError(f"format {fmt.name} is not compressed")
+
+
+def compress_tensors(ws: Sequence[np.ndarray], fmt: Format, axis: int) -> list[Compressed]:
+    """``[compress_tensor(w, fmt, axis) for w in ws]``, the tensors spread over the cores (the
+    kernels release the GIL); the same results, in order."""
+    return map_on_cores(lambda w: compress_tensor(w, fmt, axis), ws)
 
 
 def compress_tensor(w: np.ndarray, fmt: Format, axis: int) -> Compressed:

@@ -236,3 +236,38 @@ def test_4_bit_payloads_count_half_a_byte_per_weight(small):
     payload = {e["part"]["role"]: e for e in art.manifest.document["weights"]
                if e.get("part") and e["part"]["of"] == r["const"]}
     assert payload["q"]["dtype"] == "int4"
+
+
+def test_weights_are_decided_on_the_cores_with_the_decisions_of_one_thread(small, monkeypatch):
+    """decide() spreads the weights over the anec-cores threads (the kernels release the
+    GIL); each weight's chain runs whole on one thread, so the decisions, their errors and
+    the fallbacks are those of a serial run, in the graph's order."""
+    import threading
+
+    import anec.compress.decisions as D
+    import anec.thread_pools as P
+
+    store = resolve_weights(small, None, 0)
+    spec = parse_spec("lut4:blk.1.*,int8:blk.*,lut6:*", Gate(max_rel_l2=0.05))
+    g = small.funcs["f"]
+    threads: list[str] = []
+    real = D.compress_tensor
+
+    def recording(*args, **kw):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(D, "compress_tensor", recording)
+    monkeypatch.setattr(P.os, "cpu_count", lambda: 2)
+    spread = decide(g, spec, store, "ios18")
+    assert threads and all(t.startswith("anec-cores") for t in threads)
+    monkeypatch.setattr(P.os, "cpu_count", lambda: 1)
+    threads.clear()
+    serial = decide(g, spec, store, "ios18")
+    assert set(threads) == {threading.current_thread().name}
+    assert list(spread) == list(serial)
+    for i, d in spread.items():
+        s = serial[i]
+        assert (d.key, d.fmt.name, d.fallbacks) == (s.key, s.fmt.name, s.fallbacks)
+        assert d.compressed is None or (d.compressed.rel_l2 == s.compressed.rel_l2 and all(
+            np.array_equal(d.compressed.parts[k], s.compressed.parts[k]) for k in d.compressed.parts))
