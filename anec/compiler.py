@@ -38,6 +38,7 @@ from anec.mil.output import write_output
 from anec.multi_program_build import build_multi_program
 from anec.thread_pools import hash_pool
 from anec.passes.base import Pass, PassContext
+from anec.passes.emit_mil import EmitMil
 from anec.targets import Target, get_target
 
 
@@ -94,6 +95,23 @@ def count_programs(artifacts: Iterable[Any]) -> int:
     one): programs with the same MIL and the same weights are one compile (a cache hit), any
     other difference is a compile of its own."""
     return count_compiles(program_artifacts(artifacts))
+
+
+def fewest_programs(module: Module) -> int:
+    """A lower bound on the compiles of ``module``'s funcs once emitted without sharing, from
+    their partition plans alone (before any MIL is written): programs whose weights differ
+    are compiles of their own (:func:`anec.mil.multi_program.count_compiles`), so the
+    distinct sets of weights (key, perm, slice) over every program of every func, stages of
+    a cut func and uncut funcs alike, are at least that many compiles."""
+    sets = set()
+    for graph in module.funcs.values():
+        plan = graph.facts.partition
+        units = [s.weights for s in plan.stages] if plan is not None else [
+            [n for n in graph.nodes if n.op == "const" and "weight" in n.attrs]]
+        for consts in units:
+            sets.add(tuple(sorted({(n.attrs["weight"], repr(n.attrs.get("perm")), repr(n.attrs.get("slice")))
+                                   for n in consts})))
+    return len(sets)
 
 
 def share_mode(share: str | bool) -> str:
@@ -326,7 +344,10 @@ def compile_module(
             if timing:
                 timings.append(("*", "resolve-weights", time.perf_counter() - start))
 
-        def run(shared: bool) -> tuple[Module, PassContext]:
+        def run(shared: bool, plan_first: bool = False) -> tuple[Module, PassContext, bool]:
+            """The pipeline on a clone of the module; with ``plan_first`` (a pipeline ending in
+            emit-mil) it stops before emitting when the plans alone need more compiles than
+            the budget (the third value False: nothing was emitted)."""
             work = module.clone()
             ctx = PassContext(target=tgt, weights=store, module=work,
                               options={"pack_weights": pack_weights, "host_casts": host_casts, "compress": spec,
@@ -335,17 +356,26 @@ def compile_module(
                               build_stages=build_multi_program)
             with deferred_hashes() if streamed else contextlib.nullcontext():
                 # written: the weights are hashed on worker threads while write_output streams them to disk
-                run_pipeline(work, pipeline, ctx, verify_input=False)  # a clone of the verified module
-            return work, ctx
+                if plan_first:
+                    run_pipeline(work, pipeline[:-1], ctx, verify_input=False)  # a clone of the verified module
+                    if fewest_programs(work) > budget:
+                        return work, ctx, False
+                    run_pipeline(work, pipeline[-1:], ctx, verify_input=False)
+                else:
+                    run_pipeline(work, pipeline, ctx, verify_input=False)
+            return work, ctx, True
 
         shared = share == "always"
-        work, ctx = run(shared)
-        programs = count_programs(ctx.artifacts.values())
+        # auto: the plans are counted before anything is emitted; a module whose programs differ
+        # in their weights beyond the budget goes straight to sharing, without emitting twice
+        plan_first = share == "auto" and not patterns and not dump_after and bool(pipeline) and isinstance(pipeline[-1], EmitMil)
+        work, ctx, emitted = run(shared, plan_first)
+        programs = count_programs(ctx.artifacts.values()) if emitted else budget + 1
         if programs > budget and share == "auto":  # the planner: share, then count again
             timings.extend(ctx.timings)
             discard(ctx.artifacts.values())
             shared = True
-            work, ctx = run(True)
+            work, ctx, _ = run(True)
             programs = count_programs(ctx.artifacts.values())
         if programs > budget and ctx.artifacts:
             per = {f: count_programs([a]) for f, a in ctx.artifacts.items()}

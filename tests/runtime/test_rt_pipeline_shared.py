@@ -25,7 +25,7 @@ import shutil
 import numpy as np
 import pytest
 
-from anec.compiler import compile_module, count_programs
+from anec.compiler import compile_module, count_programs, fewest_programs
 from anec.diagnostics import ArtifactError, ConstraintError
 from anec.ir.parser import parse
 from anec.mil.multi_program import PipelineArtifact, load_any
@@ -145,6 +145,25 @@ def test_auto_shares_over_the_budget_and_fails_located_when_still_over(tmp_path)
     with pytest.raises(ConstraintError, match="without sharing programs") as ei:
         build(m, store, "never", compile_budget=2)
     assert "--share-programs" in ei.value.hint
+
+
+@pytest.mark.constraint("ANE-COMPILE-BUDGET")
+def test_auto_counts_the_plans_first_and_emits_once_when_they_are_over_the_budget():
+    """The plans' bound (distinct weight sets over every program) never exceeds what the
+    unshared artifacts compile; when the bound alone is over the budget, "auto" goes
+    straight to sharing: emit-mil runs once per func, for the shared plan only."""
+    m, store = chain(40)
+    unshared = build(m, store, "never")
+    assert 3 <= fewest_programs(unshared.module) <= unshared.programs
+    auto = build(m, store, "auto", compile_budget=fewest_programs(unshared.module) - 1, timing=True)
+    assert auto.shared and auto.programs < unshared.programs
+    assert sum(t[1] == "emit-mil" for t in auto.timings) == 1
+    assert sum(t[1] == "partition" for t in auto.timings) == 2  # both plans were made
+    # two funcs in one module, no weight in common: their programs add up
+    two = parse(residual_chain(6) + "\n" + residual_chain(6).replace("func f(", "func g(").replace(
+        '"l', '"m'), "two.ir")
+    r = build(two, random_weights(two, 0), "never")
+    assert fewest_programs(r.module) == r.programs == 2
 
 
 def test_a_reload_of_a_shared_stage_equals_a_fresh_compile():
