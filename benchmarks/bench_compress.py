@@ -37,10 +37,17 @@ coremltools is missing) and reports what the compression costs the sentence embe
   per-block int8 (which keep the embeddings at 0.999) and a LUT per 2 output channels (the best
   4-bit format within 0.28x of fp16, which does not reach 0.99).
 
-Usage (writes benchmarks/results/compress.json and compress.md)::
+A third section (benchmarks/compress_gpt2.py) compiles the GPT-2-small body (12 layers, d=768,
+one func) with ``compress=FORMAT`` for each format and reports its output on the sim against
+the same body compiled without compression and against the interpreter in fp32 (cosines of
+the whole output and of the worst position), the size of the compressed weights, and the
+compile time over the uncompressed compile (alternating rounds, a process per compile).
+
+Usage (writes benchmarks/results/compress.json and compress.md, or $ANEC_BENCH_RESULTS/)::
 
     PYTHONPATH=. python benchmarks/bench_compress.py [--layers 12] [--formats int8,lut4,lut6] [--rounds 3] [--quick]
-        [--minilm-rounds 1] [--no-minilm]
+        [--minilm-rounds 1] [--no-minilm] [--no-gpt2 | --gpt2-only] [--gpt2-layers 12] [--gpt2-d 768]
+        [--gpt2-rounds 5]
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import harness  # noqa: E402  (no anec import: a worker imports the anec/ its PYTHONPATH names)
+import compress_gpt2  # noqa: E402  (the GPT-2 section: its workers and its table)
 
 SHAPES = ((2304, 768), (768, 768), (3072, 768), (768, 3072))
 """One GPT-2-small layer's matrices, [out, in]."""
@@ -360,38 +368,13 @@ def minilm_section(me: str, formats: list[str], n_rounds: int, budget: float) ->
     return out, md
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--one", nargs=3, metavar=("SIDE", "FORMAT", "LAYERS"), help=argparse.SUPPRESS)
-    ap.add_argument("--layers", type=int, default=12, help="GPT-2-small layers of weights (default 12)")
-    ap.add_argument("--formats", default="int8,lut4,lut6")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--budget", type=float, default=1800.0, help="seconds per worker")
-    ap.add_argument("--quick", action="store_true", help="one layer, int8 and lut4, 1 round: a smoke run")
-    ap.add_argument("--minilm", nargs=3, metavar=("SIDE", "FORMAT", "GATE"), help=argparse.SUPPRESS)
-    ap.add_argument("--minilm-rounds", type=int, default=1,
-                    help="rounds of the MiniLM section (its cosines and sizes are deterministic; default 1)")
-    ap.add_argument("--no-minilm", action="store_true", help="skip the all-MiniLM-L6-v2 section")
-    args = ap.parse_args(argv)
-    if args.minilm:
-        side, fmt, gate = args.minilm
-        got = (measure_minilm_sim(fmt, gate == "all") if side == "sim" else measure_minilm_weights(side, fmt))
-        print(json.dumps(got))
-        return 0
-    if args.one:
-        side, fmt, layers = args.one[0], args.one[1], int(args.one[2])
-        fn = measure_anec if side == "anec" else measure_coremltools
-        print(json.dumps(fn(fmt, layers)))
-        return 0
-    if args.quick:
-        args.layers, args.formats, args.rounds = 1, "int8,lut4", 1
-    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
-    me = str(Path(__file__).relative_to(ROOT))
-    sides = {f"{side}/{fmt}": [me, "--one", side, fmt, str(args.layers)]
+def tensor_section(me: str, formats: list[str], layers: int, n_rounds: int, budget: float
+                   ) -> tuple[list, dict, list[str]]:
+    """Run the weights-alone workers (anec and coremltools per format, in alternating rounds) and
+    return the rows, the raw rounds and the markdown lines."""
+    sides = {f"{side}/{fmt}": [me, "--one", side, fmt, str(layers)]
              for fmt in formats for side in ("anec", "coremltools")}
-    load_start = harness.load_average()
-    rounds = harness.run_rounds(sides, args.rounds, timeout=args.budget)
-    load_end = harness.load_average()
+    rounds = harness.run_rounds(sides, n_rounds, timeout=budget)
     rows = []
     for fmt in formats:
         a, c = harness.done(rounds[f"anec/{fmt}"]), harness.done(rounds[f"coremltools/{fmt}"])
@@ -400,16 +383,9 @@ def main(argv: list[str]) -> int:
                "speedup": harness.paired_ratio(rounds[f"coremltools/{fmt}"], rounds[f"anec/{fmt}"],
                                                lambda r: r["seconds"])}
         rows.append(row)
-    result = {"benchmark": "compress", "date": time.strftime("%Y-%m-%d %H:%M:%S"), **harness.machine(),
-              "load_start": load_start, "load_end": load_end, "rounds": args.rounds, "layers": args.layers,
-              "rows": rows, "raw": rounds}
     f = harness.fmt
-    md = harness.header(
-        "Weight compression: anec vs coremltools", load_start, load_end, args.rounds,
-        f"Weights: {args.layers} GPT-2-small layer(s) of seeded normal fp16 matrices "
-        f"({4 * args.layers} matrices); see `benchmarks/bench_compress.py`.")
-    md += ["| format | anec s | coremltools s | speed-up | anec size | coremltools size | anec rel L2 | "
-           "coremltools rel L2 |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    md = ["| format | anec s | coremltools s | speed-up | anec size | coremltools size | anec rel L2 | "
+          "coremltools rel L2 |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         a, c = r["anec"], r["coremltools"]
         if a is None or c is None:
@@ -423,12 +399,81 @@ def main(argv: list[str]) -> int:
                   f"{harness.median(a['rel_l2']):.4g} | {harness.median(c['rel_l2']):.4g} |")
     md += ["", "Sizes are payload bytes over the fp16 bytes of the same matrices; rel L2 is "
            "||w - w'|| / ||w|| over all matrices."]
-    why = ("skipped (--quick)" if args.quick else "skipped (--no-minilm)") if args.no_minilm or args.quick else minilm_available()
+    return rows, rounds, md
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--one", nargs=3, metavar=("SIDE", "FORMAT", "LAYERS"), help=argparse.SUPPRESS)
+    ap.add_argument("--layers", type=int, default=12, help="GPT-2-small layers of weights (default 12)")
+    ap.add_argument("--formats", help="comma-separated (default int8,lut4,lut6; int8,lut4 with --quick)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--budget", type=float, default=1800.0, help="seconds per worker")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run: one layer, int8 and lut4, 1 round; the GPT-2 body at 2 layers, d=64")
+    ap.add_argument("--minilm", nargs=3, metavar=("SIDE", "FORMAT", "GATE"), help=argparse.SUPPRESS)
+    ap.add_argument("--minilm-rounds", type=int, default=1,
+                    help="rounds of the MiniLM section (its cosines and sizes are deterministic; default 1)")
+    ap.add_argument("--no-minilm", action="store_true", help="skip the all-MiniLM-L6-v2 section")
+    ap.add_argument("--gpt2", nargs=3, metavar=("WHAT", "DIR", "ARG"), help=argparse.SUPPRESS)
+    ap.add_argument("--gpt2-only", action="store_true",
+                    help="run only the section of the GPT-2 body compiled with --compress")
+    ap.add_argument("--no-gpt2", action="store_true",
+                    help="skip the section of the GPT-2 body compiled with --compress")
+    ap.add_argument("--gpt2-layers", type=int, default=12, help="layers of that GPT-2 body (default 12)")
+    ap.add_argument("--gpt2-d", type=int, default=768, help="its width (default 768; heads of 64, MLP 4x)")
+    ap.add_argument("--gpt2-rounds", type=int, default=5, help="rounds of its compiles (default 5)")
+    args = ap.parse_args(argv)
+    if args.gpt2_only and args.no_gpt2:
+        ap.error("--gpt2-only and --no-gpt2 exclude each other")
+    if args.minilm:
+        side, fmt, gate = args.minilm
+        got = (measure_minilm_sim(fmt, gate == "all") if side == "sim" else measure_minilm_weights(side, fmt))
+        print(json.dumps(got))
+        return 0
+    if args.one:
+        side, fmt, layers = args.one[0], args.one[1], int(args.one[2])
+        fn = measure_anec if side == "anec" else measure_coremltools
+        print(json.dumps(fn(fmt, layers)))
+        return 0
+    if args.gpt2:
+        print(json.dumps(compress_gpt2.gpt2_worker(*args.gpt2)))
+        return 0
+    if args.quick:
+        args.layers, args.rounds = 1, 1
+        args.gpt2_layers, args.gpt2_d, args.gpt2_rounds = 2, 64, 1
+    formats = [f.strip() for f in (args.formats or ("int8,lut4" if args.quick else "int8,lut4,lut6")).split(",")
+               if f.strip()]
+    me = str(Path(__file__).relative_to(ROOT))
+    load_start = harness.load_average()
+    result: dict = {"benchmark": "compress", "date": time.strftime("%Y-%m-%d %H:%M:%S"), **harness.machine(),
+                    "rounds": args.rounds, "layers": args.layers}
+    if args.gpt2_only:
+        result["rows"], result["raw"] = [], {}
+        md = ["Weights alone: not run (--gpt2-only)."]
+    else:
+        result["rows"], result["raw"], md = tensor_section(me, formats, args.layers, args.rounds, args.budget)
+    if args.no_gpt2:
+        md += ["", "## GPT-2 body compiled with `--compress`", "", "Not run: --no-gpt2."]
+    else:
+        result["gpt2"], lines = compress_gpt2.gpt2_section(me, formats, args.gpt2_layers, args.gpt2_d,
+                                                           args.gpt2_rounds, args.budget)
+        md += lines
+    skip = "--quick" if args.quick else "--no-minilm" if args.no_minilm else "--gpt2-only" if args.gpt2_only else None
+    why = f"skipped ({skip})" if skip else minilm_available()
     if why is None:
         result["minilm"], lines = minilm_section(me, formats, args.minilm_rounds, args.budget)
         md += lines
     else:
         md += ["", "## all-MiniLM-L6-v2 (real weights): sentence embeddings", "", f"Not run: {why}."]
+    load_end = harness.load_average()
+    result |= {"load_start": load_start, "load_end": load_end}
+    md = harness.header(
+        "Weight compression: anec vs coremltools", load_start, load_end,
+        args.gpt2_rounds if args.gpt2_only else args.rounds,
+        "The GPT-2 body's section only (--gpt2-only)." if args.gpt2_only else
+        f"Weights: {args.layers} GPT-2-small layer(s) of seeded normal fp16 matrices "
+        f"({4 * args.layers} matrices); see `benchmarks/bench_compress.py`.") + md
     harness.write_results("compress", result, md)
     print(f"wrote {harness.RESULTS / 'compress.md'}")
     return 0

@@ -18,6 +18,7 @@ OTHER = {
     "c": "csrc/: the C runtime, the sim's kernels, MIL and BLOBFILE parsers (C tests and fuzzers)",
     "ane_protocol": "csrc/driver_ane.c and the ane_*.c files against a recording fake of the Objective-C runtime",
     "tools": "tools/ (the mutation report)",
+    "benchmarks": "benchmarks/: sections of the benchmark scripts run on tiny shapes",
 }
 """Test directories that mirror something other than a part of anec/, with what they test."""
 
