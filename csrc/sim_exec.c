@@ -718,7 +718,10 @@ static int kernel_matmul(sim_state *s, const sim_op *o)
 /* The layout kernels: element moves, no arithmetic. */
 static int kernel_reshape(sim_state *s, const sim_op *o)
 {
-    memcpy(s->store[o->outs[0]], s->store[o->x], s->plan->vals[o->x].bytes);
+    if (s->plan->vals[o->outs[0]].view) /* the same bytes, read where they are (a weight input's too) */
+        s->store[o->outs[0]] = s->store[o->x];
+    else
+        memcpy(s->store[o->outs[0]], s->store[o->x], s->plan->vals[o->x].bytes);
     return ANEC_OK;
 }
 
@@ -841,27 +844,30 @@ int sim_state_run(sim_state *s, uint8_t *const *in, uint8_t *const *out, char *e
     }
     if (s->runs < 2 && ++s->runs == 2) /* the second run since load (runs: under the program lock) */
         sim_pack_weights(s);
-    for (size_t i = 0; i < p->n_inputs; i++) {
-        int v = p->in_bind[i];
-        memcpy(s->store[v], in[i], p->vals[v].bytes);
-    }
-    for (size_t k = 0; k < p->n_ops; k++) {
+    /* the inputs are read in their surfaces, as the device reads them: nothing copied (an op
+       never writes to a value it reads, and the surfaces stay put for the call) */
+    for (size_t i = 0; i < p->n_inputs; i++)
+        s->store[p->in_bind[i]] = in[i];
+    int rc = ANEC_OK;
+    for (size_t k = 0; k < p->n_ops && rc == ANEC_OK; k++) {
         const sim_op *o = &p->ops[k];
         if (o->kind <= SOP_NONE || o->kind >= SOP_COUNT || !KERNELS[o->kind].run) {
             snprintf(err, errlen, "model.mil:%d: the sim has no kernel for op '%s' (kernel id %d): "
                      "regenerate csrc/sim_ops.h from the op table and rebuild", o->line, o->op ? o->op : "?", o->kind);
-            return ANEC_EDRIVER;
-        }
-        int rc = KERNELS[o->kind].run(s, o);
-        if (rc != ANEC_OK) {
+            rc = ANEC_EDRIVER;
+        } else if ((rc = KERNELS[o->kind].run(s, o)) != ANEC_OK) {
             snprintf(err, errlen, "model.mil:%d: %s: evaluation failed (%s)", o->line, o->op ? o->op : KERNELS[o->kind].name,
                      rc == ANEC_ENOMEM ? "out of memory" : "internal error");
-            return rc;
         }
     }
-    for (size_t j = 0; j < p->n_outputs; j++) {
+    for (size_t j = 0; j < p->n_outputs && rc == ANEC_OK; j++) {
         int v = p->out_bind[j];
         memcpy(out[j], s->store[v], p->vals[v].bytes);
     }
-    return ANEC_OK;
+    for (size_t i = 0; i < p->n_inputs; i++) /* the surfaces are the caller's again */
+        s->store[p->in_bind[i]] = NULL;
+    for (size_t i = 0; i < p->n_vals; i++)
+        if (p->vals[i].view)
+            s->store[i] = NULL;
+    return rc;
 }

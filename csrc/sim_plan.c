@@ -761,6 +761,12 @@ sim_plan *sim_plan_build_accepting(const char *mil, size_t len, const anec_limit
     }
     sort_binding(p, p->in_bind, p->n_inputs);
     sort_binding(p, p->out_bind, p->n_outputs);
+    for (size_t k = 0; k < p->n_ops; k++) { /* a reshape reads its operand's bytes as they are */
+        const sim_op *o = &p->ops[k];
+        if ((o->kind == SOP_RESHAPE || o->kind == SOP_IDENTITY) && o->x >= 0 && o->n_outs == 1 &&
+            p->vals[o->outs[0]].dt == p->vals[o->x].dt && p->vals[o->outs[0]].bytes == p->vals[o->x].bytes)
+            p->vals[o->outs[0]].view = 1;
+    }
     return p;
 }
 

@@ -56,6 +56,8 @@ typedef struct sim_value {
     uint64_t blob_offset;
     sim_decomp *dec;             /* SV_BLOB made at load by a constexpr_* op (no blob_path), or NULL */
     int part;                    /* SV_BLOB read by a constexpr_* op: part of that weight */
+    int view;                    /* SV_OP made by a reshape or identity: its operand's bytes, no storage
+                                    of its own (set for the length of a run, sim_state_run) */
 } sim_value;
 
 typedef struct sim_op {

@@ -168,7 +168,7 @@ int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, int drop
         sim_value *v = &p->vals[i];
         if (v->kind == SV_CONST) {
             s->store[i] = v->cdata;
-        } else if (v->kind == SV_INPUT || v->kind == SV_OP) {
+        } else if (v->kind == SV_OP && !v->view) { /* inputs and views: set per run (sim_state_run) */
             s->store[i] = malloc(v->bytes ? v->bytes : 1);
             if (!s->store[i]) {
                 rc = ANEC_ENOMEM;
