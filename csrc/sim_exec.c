@@ -345,14 +345,13 @@ static int distinct_columns(const sk_mat *B, int K, int N, int *rep, int *first)
 /* C[M x N] (row stride N) = A x B for a pointwise, ungrouped conv at most PACK_MAX_COLS
    columns wide. Each column of the product depends on its own column of B alone, so columns
    of B that repeat (a decode block's padding columns: all of them but the token's) are
-   computed once and copied, with the same bits. The GEMM is the op's packed panel's, if it
-   has one, else one over the weight's rows where they are. */
-static int narrow_product(sim_state *s, sim_panel *pn, int M, int N, int K, sk_mat A, sk_mat B, float *C)
+   computed once and copied, with the same bits. The GEMM is the narrow kernel's over a weight
+   held as slivers, else the op's packed panel's, if it has one, else one over the weight's
+   rows where they are. */
+static int narrow_product(sim_state *s, sim_panel *pn, int slivers, int M, int N, int K, sk_mat A, sk_mat B, float *C)
 {
     int rep[PACK_MAX_COLS], first[PACK_MAX_COLS];
     int u = distinct_columns(&B, K, N, rep, first);
-    if (s->runs < 2 && u > pn->cols) /* before the weights are packed: what to pack them for */
-        pn->cols = u;
     float *Bu = NULL, *Cu = C;
     sk_mat Bv = B;
     if (u < N) {
@@ -372,7 +371,7 @@ static int narrow_product(sim_state *s, sim_panel *pn, int M, int N, int K, sk_m
             }
         Bv = (sk_mat){Bu, SK_F32, u, 1};
     }
-    int rc = pn->f16   ? sk_gemm_narrow(M, u, K, pn->f16, Bv, Cu, u, s->threads)
+    int rc = slivers ? sk_gemm_narrow(M, u, K, A.p, Bv, Cu, u, s->threads)
              : pn->f32 ? sk_gemm_packed(M, u, K, pn->f32, Bv, Cu, u, s->threads)
                        : sk_gemm_rows(M, u, K, A, Bv, Cu, u, s->threads);
     if (u < N) {
@@ -440,8 +439,10 @@ static int kernel_conv(sim_state *s, const sim_op *o)
             }
             float *C = r + (n * Cout + gi * cout_g) * Ho * Wo;
             if (sim_narrow_conv(s->plan, o))
-                rc = narrow_product(s, &s->panels[o - s->plan->ops], (int)cout_g, (int)(Ho * Wo), (int)K, A, Bm, C);
-            else if (sk_gemm((int)cout_g, (int)(Ho * Wo), (int)K, A, Bm, C, Ho * Wo, s->threads))
+                rc = narrow_product(s, &s->panels[o - s->plan->ops], wv->slivers, (int)cout_g, (int)(Ho * Wo), (int)K,
+                                    A, Bm, C);
+            else if (wv->slivers ? sk_gemm_slivers((int)cout_g, (int)(Ho * Wo), (int)K, A.p, Bm, C, Ho * Wo, s->threads)
+                                 : sk_gemm((int)cout_g, (int)(Ho * Wo), (int)K, A, Bm, C, Ho * Wo, s->threads))
                 rc = ANEC_ENOMEM;
         }
     free(col);

@@ -31,8 +31,10 @@ distinct weight across programs (prefill and decode read the same layers). Compi
 loading the model and running its prefill grows the process by under 2x the weights plus
 24 MB (the weights once; at this scale the 13 programs' activations and surfaces are
 nearly as large), where copies of the artifacts and of the sim's containers grew it by
-6.2x; with the decode steps (their weights packed for speed, csrc/sim_state.c) it stays
-under 4.5x (it grew by 8.4x).
+6.2x. The decode steps add under a quarter of the weights: a weight that only pointwise
+convs read is held once, as the slivers the narrow kernel reads at memory speed
+(csrc/sim_weights.c), where a second copy packed for the decode steps on their second run
+added the weights again (the whole run grew by 3.1x; now under 2.5x).
 
 With programs shared across layers (a compile budget the unshared programs exceed), each
 layer's weights are inputs of its stage, held in that stage's input surfaces. The sim reads
@@ -213,7 +215,8 @@ def test_generation_holds_each_weight_once(tmp_path):
     loaded, peak = r["loaded"] - r["base"], r["peak"] - r["base"]
     assert loaded < 2 * weights + CONSTANT, \
         f"compile, load and prefill grew by {loaded >> 20} MiB for {weights >> 20} MiB of fp16 weights"
-    assert peak < 4.5 * weights + CONSTANT, f"generation grew by {peak >> 20} MiB for {weights >> 20} MiB of weights"
+    assert peak - loaded < weights // 4, f"the decode steps grew it by {(peak - loaded) >> 20} MiB"
+    assert peak < 2.5 * weights + CONSTANT, f"generation grew by {peak >> 20} MiB for {weights >> 20} MiB of weights"
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
