@@ -345,14 +345,13 @@ static int distinct_columns(const sk_mat *B, int K, int N, int *rep, int *first)
 /* C[M x N] (row stride N) = A x B for a pointwise, ungrouped conv at most PACK_MAX_COLS
    columns wide. Each column of the product depends on its own column of B alone, so columns
    of B that repeat (a decode block's padding columns: all of them but the token's) are
-   computed once and copied, with the same bits. The GEMM is the op's packed panel's, if it
-   has one, else one over the weight's rows where they are. */
-static int narrow_product(sim_state *s, sim_panel *pn, int M, int N, int K, sk_mat A, sk_mat B, float *C)
+   computed once and copied, with the same bits. The GEMM is the narrow kernel's over a weight
+   held as slivers, else the op's packed panel's, if it has one, else one over the weight's
+   rows where they are. */
+static int narrow_product(sim_state *s, sim_panel *pn, int slivers, int M, int N, int K, sk_mat A, sk_mat B, float *C)
 {
     int rep[PACK_MAX_COLS], first[PACK_MAX_COLS];
     int u = distinct_columns(&B, K, N, rep, first);
-    if (s->runs < 2 && u > pn->cols) /* before the weights are packed: what to pack them for */
-        pn->cols = u;
     float *Bu = NULL, *Cu = C;
     sk_mat Bv = B;
     if (u < N) {
@@ -372,7 +371,7 @@ static int narrow_product(sim_state *s, sim_panel *pn, int M, int N, int K, sk_m
             }
         Bv = (sk_mat){Bu, SK_F32, u, 1};
     }
-    int rc = pn->f16   ? sk_gemm_narrow(M, u, K, pn->f16, Bv, Cu, u, s->threads)
+    int rc = slivers ? sk_gemm_narrow(M, u, K, A.p, Bv, Cu, u, s->threads)
              : pn->f32 ? sk_gemm_packed(M, u, K, pn->f32, Bv, Cu, u, s->threads)
                        : sk_gemm_rows(M, u, K, A, Bv, Cu, u, s->threads);
     if (u < N) {
@@ -440,8 +439,10 @@ static int kernel_conv(sim_state *s, const sim_op *o)
             }
             float *C = r + (n * Cout + gi * cout_g) * Ho * Wo;
             if (sim_narrow_conv(s->plan, o))
-                rc = narrow_product(s, &s->panels[o - s->plan->ops], (int)cout_g, (int)(Ho * Wo), (int)K, A, Bm, C);
-            else if (sk_gemm((int)cout_g, (int)(Ho * Wo), (int)K, A, Bm, C, Ho * Wo, s->threads))
+                rc = narrow_product(s, &s->panels[o - s->plan->ops], wv->slivers, (int)cout_g, (int)(Ho * Wo), (int)K,
+                                    A, Bm, C);
+            else if (wv->slivers ? sk_gemm_slivers((int)cout_g, (int)(Ho * Wo), (int)K, A.p, Bm, C, Ho * Wo, s->threads)
+                                 : sk_gemm((int)cout_g, (int)(Ho * Wo), (int)K, A, Bm, C, Ho * Wo, s->threads))
                 rc = ANEC_ENOMEM;
         }
     free(col);
@@ -718,7 +719,10 @@ static int kernel_matmul(sim_state *s, const sim_op *o)
 /* The layout kernels: element moves, no arithmetic. */
 static int kernel_reshape(sim_state *s, const sim_op *o)
 {
-    memcpy(s->store[o->outs[0]], s->store[o->x], s->plan->vals[o->x].bytes);
+    if (s->plan->vals[o->outs[0]].view) /* the same bytes, read where they are (a weight input's too) */
+        s->store[o->outs[0]] = s->store[o->x];
+    else
+        memcpy(s->store[o->outs[0]], s->store[o->x], s->plan->vals[o->x].bytes);
     return ANEC_OK;
 }
 
@@ -841,27 +845,30 @@ int sim_state_run(sim_state *s, uint8_t *const *in, uint8_t *const *out, char *e
     }
     if (s->runs < 2 && ++s->runs == 2) /* the second run since load (runs: under the program lock) */
         sim_pack_weights(s);
-    for (size_t i = 0; i < p->n_inputs; i++) {
-        int v = p->in_bind[i];
-        memcpy(s->store[v], in[i], p->vals[v].bytes);
-    }
-    for (size_t k = 0; k < p->n_ops; k++) {
+    /* the inputs are read in their surfaces, as the device reads them: nothing copied (an op
+       never writes to a value it reads, and the surfaces stay put for the call) */
+    for (size_t i = 0; i < p->n_inputs; i++)
+        s->store[p->in_bind[i]] = in[i];
+    int rc = ANEC_OK;
+    for (size_t k = 0; k < p->n_ops && rc == ANEC_OK; k++) {
         const sim_op *o = &p->ops[k];
         if (o->kind <= SOP_NONE || o->kind >= SOP_COUNT || !KERNELS[o->kind].run) {
             snprintf(err, errlen, "model.mil:%d: the sim has no kernel for op '%s' (kernel id %d): "
                      "regenerate csrc/sim_ops.h from the op table and rebuild", o->line, o->op ? o->op : "?", o->kind);
-            return ANEC_EDRIVER;
-        }
-        int rc = KERNELS[o->kind].run(s, o);
-        if (rc != ANEC_OK) {
+            rc = ANEC_EDRIVER;
+        } else if ((rc = KERNELS[o->kind].run(s, o)) != ANEC_OK) {
             snprintf(err, errlen, "model.mil:%d: %s: evaluation failed (%s)", o->line, o->op ? o->op : KERNELS[o->kind].name,
                      rc == ANEC_ENOMEM ? "out of memory" : "internal error");
-            return rc;
         }
     }
-    for (size_t j = 0; j < p->n_outputs; j++) {
+    for (size_t j = 0; j < p->n_outputs && rc == ANEC_OK; j++) {
         int v = p->out_bind[j];
         memcpy(out[j], s->store[v], p->vals[v].bytes);
     }
-    return ANEC_OK;
+    for (size_t i = 0; i < p->n_inputs; i++) /* the surfaces are the caller's again */
+        s->store[p->in_bind[i]] = NULL;
+    for (size_t i = 0; i < p->n_vals; i++)
+        if (p->vals[i].view)
+            s->store[i] = NULL;
+    return rc;
 }

@@ -14,11 +14,9 @@
 #include "sim_plan.h"
 
 /* Products at most PACK_MAX_COLS output columns wide never convert their whole weight per
-   call (see sim_pack_weights): an fp16 weight whose calls had at most NARROW_COLS distinct
-   columns is packed once as fp16 slivers, a wider product's fp16 weight is read where it is,
-   an fp32 weight is packed once as fp32 panels. */
+   call (see sim_pack_weights): an fp16 weight is read where it is (as slivers by
+   sk_gemm_narrow, or as rows by sk_gemm_rows), an fp32 weight is packed once as fp32 panels. */
 #define PACK_MAX_COLS 64
-#define NARROW_COLS 8
 
 /* Scratch buffer `slot` (0..2) of s with room for n floats, or NULL. */
 float *sim_scratch(sim_state *s, int slot, size_t n);

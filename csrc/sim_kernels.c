@@ -744,6 +744,17 @@ int sk_gemm_narrow(int M, int N, int K, const uint16_t *Ah, sk_mat B, float *C, 
     return 0;
 }
 
+int sk_gemm_slivers(int M, int N, int K, const uint16_t *Ah, sk_mat B, float *C, ptrdiff_t ldc, int threads)
+{
+    for (size_t sl = 0; sl < narrow_slivers(M); sl++) {
+        int i0 = (int)sl * NW, m = M - i0 < NW ? M - i0 : NW;
+        sk_mat A = {Ah + sl * NW * (size_t)K, SK_F16, 1, NW};
+        if (sk_gemm(m, N, K, A, B, C + (ptrdiff_t)i0 * ldc, ldc, threads))
+            return -1;
+    }
+    return 0;
+}
+
 void sk_gemm_naive(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ldc)
 {
     for (int i = 0; i < M; i++)

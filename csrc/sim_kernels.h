@@ -58,6 +58,10 @@ int sk_have_narrow(void);
 size_t sk_packed_narrow_halves(int M, int K);
 int sk_pack_narrow(int M, int K, sk_mat A, uint16_t *dst);
 int sk_gemm_narrow(int M, int N, int K, const uint16_t *Ah, sk_mat B, float *C, ptrdiff_t ldc, int threads);
+/* C = A * B for an A held only as sk_pack_narrow's slivers, however wide the product: each
+   sliver's rows are one strided matrix (row stride 1, column stride 32) for sk_gemm, so the
+   result equals sk_gemm's on the rows, bit for bit. 0, or -1 if memory ran out. */
+int sk_gemm_slivers(int M, int N, int K, const uint16_t *Ah, sk_mat B, float *C, ptrdiff_t ldc, int threads);
 
 /* Run fn(arg, part, parts) for every part in [0, parts) on up to `threads` threads: the
    calling one and threads - 1 of the process's workers (at most SK_POOL_MAX, started on first

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "sim_build.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,6 +12,8 @@
 #include "fp16.h"
 #include "rt_files.h"
 #include "rt_util.h"
+#include "sim_exec.h"
+#include "sim_kernels.h"
 
 void sb_err(builder *B, int line, const char *constraint, const char *fmt, ...)
 {
@@ -630,6 +633,40 @@ sim_plan *sim_plan_build(const char *mil, size_t len, const anec_limits *limits,
     return sim_plan_build_accepting(mil, len, limits, NULL, status, err, errlen);
 }
 
+/* The fp16 weights that are only ever the weight of a pointwise, ungrouped conv (never another
+   op's operand, nor returned) are held as slivers (sim_value.slivers), where the CPU has the
+   narrow kernel: a decode step's products read them at memory speed, every product in one
+   layout, and the weight is held once. */
+static void mark_slivers(sim_plan *p)
+{
+    if (!sk_have_narrow())
+        return;
+    for (size_t i = 0; i < p->n_vals; i++) {
+        sim_value *v = &p->vals[i];
+        v->slivers = v->kind == SV_BLOB && !v->dec && !v->part && v->dt == MIL_DT_FP16 && v->rank == 4 &&
+                     v->shape[2] == 1 && v->shape[3] == 1 && v->shape[0] <= INT_MAX && v->shape[1] <= INT_MAX;
+    }
+    for (size_t k = 0; k < p->n_ops; k++) {
+        const sim_op *o = &p->ops[k];
+        int as_weight = o->kind == SOP_CONV && o->groups == 1 && o->y >= 0 && sim_pointwise_conv(o, &p->vals[o->y]);
+        if (o->x >= 0)
+            p->vals[o->x].slivers = 0;
+        if (o->y >= 0 && !as_weight)
+            p->vals[o->y].slivers = 0;
+        for (int i = 0; i < o->n_ins; i++)
+            p->vals[o->ins[i]].slivers = 0;
+    }
+    for (size_t i = 0; i < p->n_outputs; i++)
+        p->vals[p->outputs[i]].slivers = 0;
+    for (size_t i = 0; i < p->n_vals; i++) {
+        const sim_decomp *d = p->vals[i].dec;
+        int used[] = {d ? d->data : -1, d ? d->scale : -1, d ? d->offset : -1, d ? d->lut : -1, d ? d->mask : -1};
+        for (size_t k = 0; k < sizeof used / sizeof used[0]; k++)
+            if (used[k] >= 0)
+                p->vals[used[k]].slivers = 0;
+    }
+}
+
 sim_plan *sim_plan_build_accepting(const char *mil, size_t len, const anec_limits *limits,
                                    const char *const *accept, int *status, char *err, size_t errlen)
 {
@@ -761,6 +798,13 @@ sim_plan *sim_plan_build_accepting(const char *mil, size_t len, const anec_limit
     }
     sort_binding(p, p->in_bind, p->n_inputs);
     sort_binding(p, p->out_bind, p->n_outputs);
+    mark_slivers(p);
+    for (size_t k = 0; k < p->n_ops; k++) { /* a reshape reads its operand's bytes as they are */
+        const sim_op *o = &p->ops[k];
+        if ((o->kind == SOP_RESHAPE || o->kind == SOP_IDENTITY) && o->x >= 0 && o->n_outs == 1 &&
+            p->vals[o->outs[0]].dt == p->vals[o->x].dt && p->vals[o->outs[0]].bytes == p->vals[o->x].bytes)
+            p->vals[o->outs[0]].view = 1;
+    }
     return p;
 }
 

@@ -56,6 +56,10 @@ typedef struct sim_value {
     uint64_t blob_offset;
     sim_decomp *dec;             /* SV_BLOB made at load by a constexpr_* op (no blob_path), or NULL */
     int part;                    /* SV_BLOB read by a constexpr_* op: part of that weight */
+    int slivers;                 /* SV_BLOB fp16 [M, K, 1, 1] read only as the weight of pointwise,
+                                    ungrouped convs: held as sk_pack_narrow's slivers, not as rows */
+    int view;                    /* SV_OP made by a reshape or identity: its operand's bytes, no storage
+                                    of its own (set for the length of a run, sim_state_run) */
 } sim_value;
 
 typedef struct sim_op {
@@ -118,8 +122,6 @@ void sim_plan_release(sim_plan *p);
 /* A conv's constant weight packed once for its GEMM (sim_exec.c, pack_weights). */
 typedef struct sim_panel {
     float *f32;                  /* fp32 panels for sk_gemm_packed, or NULL */
-    uint16_t *f16;               /* fp16 slivers for sk_gemm_narrow, or NULL */
-    int cols;                    /* the most distinct columns a call had before it was packed */
 } sim_panel;
 
 /* Per-program executor state. */
@@ -158,6 +160,9 @@ void sim_state_unload(sim_state *s);
    or NULL out of memory; release gives one reference back (1), or returns 0 for a
    pointer that is not one of them. sim_weight_bytes: the bytes held. */
 void *sim_weight_acquire(const void *data, size_t len);
+/* The same for the payload of an fp16 [rows x cols] matrix, held as sk_pack_narrow's slivers
+   (shared only with payloads taken as slivers; NULL for an empty matrix). */
+void *sim_weight_acquire_slivers(const void *data, int rows, int cols);
 int sim_weight_release(void *ptr);
 size_t sim_weight_bytes(void);
 /* Decompress constexpr value v from its (loaded) operands into s->store[v] (sim_constexpr.c). */

@@ -57,7 +57,6 @@ void sim_state_unload(sim_state *s)
     if (s->panels)
         for (size_t i = 0; i < p->n_ops; i++) {
             free(s->panels[i].f32);
-            free(s->panels[i].f16);
         }
     free(s->panels);
     s->panels = NULL;
@@ -140,8 +139,10 @@ int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, int drop
                 rc = ANEC_ELOAD;
                 break;
             }
-            /* one aligned copy per process of each distinct payload (kernels read it in place) */
-            void *copy = sim_weight_acquire(t.data, w->bytes);
+            /* one aligned copy per process of each distinct payload (kernels read it in place),
+               as slivers where only pointwise convs read it */
+            void *copy = w->slivers ? sim_weight_acquire_slivers(t.data, (int)w->shape[0], (int)w->shape[1])
+                                    : sim_weight_acquire(t.data, w->bytes);
             if (!copy) {
                 rc = ANEC_ENOMEM;
                 snprintf(err, errlen, "out of memory");
@@ -168,7 +169,7 @@ int sim_state_load(sim_state *s, const sim_file *files, size_t n_files, int drop
         sim_value *v = &p->vals[i];
         if (v->kind == SV_CONST) {
             s->store[i] = v->cdata;
-        } else if (v->kind == SV_INPUT || v->kind == SV_OP) {
+        } else if (v->kind == SV_OP && !v->view) { /* inputs and views: set per run (sim_state_run) */
             s->store[i] = malloc(v->bytes ? v->bytes : 1);
             if (!s->store[i]) {
                 rc = ANEC_ENOMEM;
@@ -261,12 +262,11 @@ int sim_sk_dt(mil_dtype dt) { return dt == MIL_DT_FP32 ? SK_F32 : SK_F16; }
 /* The products whose constant weight is packed once, when a program runs for the second time
    since its load (a program loaded for a single call, as after each step's reload in a
    training loop, never pays for it): a pointwise, ungrouped conv over a BLOBFILE weight, at
-   most PACK_MAX_COLS output columns wide (a decode step's block). An fp16 weight whose calls
-   had at most NARROW_COLS distinct columns is packed as fp16 slivers for sk_gemm_narrow (as
-   many bytes as the weight; such a product is bound by reading it, and the slivers let one
-   kernel read it at memory speed); an fp16 weight of a wider product is not packed at all:
-   its multiply-adds are the work, and sk_gemm_rows does them over the weight's rows where
-   they are, with no copy. An fp32 weight is packed as fp32 panels for sk_gemm_packed. Up to
+   most PACK_MAX_COLS output columns wide (a decode step's block), whose weight is fp32: it is
+   packed as fp32 panels for sk_gemm_packed. An fp16 weight is never packed here: one read only
+   by pointwise convs is held as the narrow kernel's slivers from its load (sim_value.slivers),
+   which every product reads where they are (sk_gemm_narrow for a decode step's block, bound
+   by reading the weight, at memory speed); any other is read as rows (sk_gemm_rows). Up to
    PACK_BUDGET bytes per program, and never more than a quarter of the memory still free when
    it packs (so that many programs cannot pack the machine full); beyond that, or if memory
    runs out, the weights are read where they are (sk_gemm_rows) as before packing. Either way
@@ -314,30 +314,22 @@ void sim_pack_weights(sim_state *s)
     size_t used = 0, budget = pack_budget();
     for (size_t i = 0; i < p->n_ops; i++) {
         const sim_op *o = &p->ops[i];
-        if (!packable(p, o))
-            continue;
+        if (!packable(p, o) || p->vals[o->y].dt != MIL_DT_FP32)
+            continue; /* an fp16 weight is read where it is (sk_gemm_narrow, sk_gemm_rows) */
         const sim_value *wv = &p->vals[o->y];
         int64_t M = wv->shape[0], K = wv->shape[1];
         if (M > INT_MAX || K > INT_MAX)
             continue;
-        sim_panel *pn = &s->panels[i];
-        int narrow = wv->dt == MIL_DT_FP16 && pn->cols <= NARROW_COLS && sk_have_narrow();
-        if (wv->dt == MIL_DT_FP16 && !narrow)
-            continue; /* read where it is (sk_gemm_rows) */
-        size_t n = narrow ? sk_packed_narrow_halves((int)M, (int)K) : sk_packed_a_floats((int)M, (int)K);
-        size_t es = narrow ? sizeof(uint16_t) : sizeof(float);
-        if (n == 0 || n > (budget - used) / es)
+        size_t n = sk_packed_a_floats((int)M, (int)K);
+        if (n == 0 || n > (budget - used) / sizeof(float))
             continue;
-        void *dst = malloc(n * es);
-        sk_mat A = {s->store[o->y], sim_sk_dt(wv->dt), (ptrdiff_t)K, 1};
-        if (!dst || (narrow ? sk_pack_narrow((int)M, (int)K, A, dst) : sk_pack_a((int)M, (int)K, A, dst)) != 0) {
+        float *dst = malloc(n * sizeof(float));
+        sk_mat A = {s->store[o->y], SK_F32, (ptrdiff_t)K, 1};
+        if (!dst || sk_pack_a((int)M, (int)K, A, dst) != 0) {
             free(dst);
             return; /* the ops packed so far keep their panels; the others pack per call */
         }
-        if (narrow)
-            pn->f16 = dst;
-        else
-            pn->f32 = dst;
-        used += n * es;
+        s->panels[i].f32 = dst;
+        used += n * sizeof(float);
     }
 }

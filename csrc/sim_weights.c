@@ -6,8 +6,11 @@
  * prefill and decode programs both read are held once), and counted by
  * reference; sim_weight_release gives one back at unload. Lookups go by a
  * hash of the bytes, and a match is confirmed with memcmp, so two payloads
- * share a buffer only when every byte agrees. The buffers are read-only: a
- * reload loads new payloads into buffers of their own.
+ * share a buffer only when every byte agrees. An fp16 matrix read only by
+ * pointwise convs is held as the narrow kernel's slivers instead of rows
+ * (sim_weight_acquire_slivers; its payload compared as given, the layout part
+ * of the key). The buffers are read-only: a reload loads new payloads into
+ * buffers of their own.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -15,6 +18,7 @@
 #include <string.h>
 
 #include "rt_files.h"
+#include "sim_kernels.h"
 #include "sim_plan.h"
 
 #define BUCKETS 4096u
@@ -24,6 +28,7 @@ typedef struct weight {
     struct weight *by_ptr;    /* the next entry in its buffer bucket */
     uint64_t hash;
     size_t len;
+    int rows;                 /* held as slivers of this many rows (sk_pack_narrow), else 0 */
     size_t refs;
     void *data;
 } weight;
@@ -55,33 +60,84 @@ static uint64_t content_hash(const uint8_t *data, size_t len)
 
 static size_t ptr_bucket(const void *p) { return (size_t)(((uintptr_t)p >> 6) % BUCKETS); }
 
-void *sim_weight_acquire(const void *data, size_t len)
+static void *hold(const void *data, size_t len, int rows)
 {
-    uint64_t h = content_hash(data, len);
+    size_t cap, n = len;
+    if (rows) /* slivers: rows rounded up to whole slivers, zero past them */
+        n = sk_packed_narrow_halves(rows, (int)(len / 2 / (size_t)rows)) * 2;
+    void *buf = rt_round_up(n ? n : 1, 64, &cap) ? NULL : aligned_alloc(64, cap);
+    if (!buf)
+        return NULL;
+    if (!rows)
+        memcpy(buf, data, len);
+    else if (sk_pack_narrow(rows, (int)(len / 2 / (size_t)rows), (sk_mat){data, SK_F16, (ptrdiff_t)(len / 2 / (size_t)rows), 1},
+                            buf) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* The entry holding data[0..len) in layout `rows`, whose payload hash is h, or NULL. A
+   sliver entry is compared through its slivers: element (r, k) of the payload is half
+   k * 32 + r of sliver r / 32. */
+static int same(const weight *w, uint64_t h, const void *data, size_t len, int rows)
+{
+    if (w->hash != h || w->len != len || w->rows != rows)
+        return 0;
+    if (!rows)
+        return memcmp(w->data, data, len) == 0;
+    size_t K = len / 2 / (size_t)rows;
+    const uint16_t *src = data, *sl = w->data;
+    for (size_t r = 0; r < (size_t)rows; r++)
+        for (size_t k = 0; k < K; k++)
+            if (src[r * K + k] != sl[(r / 32) * 32 * K + k * 32 + r % 32])
+                return 0;
+    return 1;
+}
+
+static void *acquire(const void *data, size_t len, int rows)
+{
+    uint64_t h = content_hash(data, len) ^ (uint64_t)rows;
     pthread_mutex_lock(&g_lock);
     weight *w = g_hash[h % BUCKETS];
-    while (w && !(w->hash == h && w->len == len && memcmp(w->data, data, len) == 0))
+    while (w && !same(w, h, data, len, rows))
         w = w->by_hash;
     if (w) {
         w->refs++;
         pthread_mutex_unlock(&g_lock);
         return w->data;
     }
-    size_t cap;
     w = calloc(1, sizeof *w);
-    void *buf = rt_round_up(len ? len : 1, 64, &cap) ? NULL : aligned_alloc(64, cap);
+    void *buf = w ? hold(data, len, rows) : NULL;
     if (!w || !buf) {
         pthread_mutex_unlock(&g_lock);
         free(w);
-        free(buf);
         return NULL;
     }
-    memcpy(buf, data, len);
-    *w = (weight){g_hash[h % BUCKETS], g_ptr[ptr_bucket(buf)], h, len, 1, buf};
+    *w = (weight){g_hash[h % BUCKETS], g_ptr[ptr_bucket(buf)], h, len, rows, 1, buf};
     g_hash[h % BUCKETS] = g_ptr[ptr_bucket(buf)] = w;
     g_bytes += len;
     pthread_mutex_unlock(&g_lock);
     return buf;
+}
+
+void *sim_weight_acquire(const void *data, size_t len) { return acquire(data, len, 0); }
+
+void *sim_weight_acquire_slivers(const void *data, int rows, int cols)
+{
+    if (rows <= 0 || cols <= 0)
+        return NULL;
+    size_t len = (size_t)rows * (size_t)cols * 2;
+    if ((uintptr_t)data % 2 == 0)
+        return acquire(data, len, rows);
+    void *aligned = malloc(len); /* a payload at an odd offset of its file: its halves read aligned */
+    if (!aligned)
+        return NULL;
+    memcpy(aligned, data, len);
+    void *held = acquire(aligned, len, rows);
+    free(aligned);
+    return held;
 }
 
 /* Unlink w from the list at *head, linked by_hash or by_ptr. */

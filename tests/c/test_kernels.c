@@ -129,7 +129,8 @@ int main(void)
         CHECK(sk_packed_a_floats(0, 5) == 0 && sk_packed_a_floats(5, 0) == 0);
     }
 
-    /* fp16 slivers (sk_pack_narrow) give sk_gemm's result bit for bit: rows not a multiple of
+    /* fp16 slivers (sk_pack_narrow) give sk_gemm's result bit for bit, by sk_gemm_narrow and by
+       sk_gemm_slivers: rows not a multiple of
        the sliver, K over several blocks, odd and even N (an odd last column is paired with
        itself), B in fp16 and fp32 and transposed, C with a row stride wider than N, one and
        two threads; an fp32 A is refused */
@@ -158,6 +159,9 @@ int main(void)
                         CHECK(unwritten == 0);
                         CHECK(sk_gemm(M, N, K, A, B, c1, ldc, threads) == 0);
                         CHECK(sk_gemm_narrow(M, N, K, ap, B, c2, ldc, threads) == 0);
+                        CHECK(memcmp(c1, c2, (size_t)M * ldc * 4) == 0);
+                        for (int i = 0; i < M * ldc; i++) c2[i] = -5.0f; /* any width, over the slivers */
+                        CHECK(sk_gemm_slivers(M, N, K, ap, B, c2, ldc, threads) == 0);
                         CHECK(memcmp(c1, c2, (size_t)M * ldc * 4) == 0);
                         free(ah); free(bh); free(bf); free(c1); free(c2); free(ap);
                     }

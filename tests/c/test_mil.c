@@ -1,5 +1,6 @@
 /* test_mil.c - MIL parser and sim compiler: accepted forms, rejections with line + constraint id. */
 #include "mil_parse.h"
+#include "sim_kernels.h"
 #include "sim_plan.h"
 #include "tharness.h"
 
@@ -193,6 +194,30 @@ static void test_identical_weights_are_held_once(void)
     CHECK(sim_weight_release(y) == 1 && sim_weight_release(z) == 1 && sim_weight_release(w) == 1);
     CHECK(sim_weight_bytes() == before);
     CHECK(sim_weight_release(a) == 0); /* not one of them: the caller's to free */
+
+    /* an fp16 matrix taken as slivers: shared with the same payload taken so, not with its
+       rows, nor with a payload one half apart; element (r, k) at half k * 32 + r of sliver
+       r / 32, rows past the last zero */
+    if (sk_have_narrow()) {
+        enum { R = 37, C = 5 };
+        uint16_t m[R * C], n[R * C];
+        for (int i = 0; i < R * C; i++)
+            m[i] = n[i] = (uint16_t)(0x3c00 + i);
+        n[R * C - 1] ^= 1;
+        void *s1 = sim_weight_acquire_slivers(m, R, C), *s2 = sim_weight_acquire_slivers(m, R, C);
+        void *s3 = sim_weight_acquire_slivers(n, R, C), *rows = sim_weight_acquire(m, sizeof m);
+        CHECK(s1 && s1 == s2 && s3 && s3 != s1 && rows && rows != s1 && (uintptr_t)s1 % 64 == 0);
+        const uint16_t *h = s1;
+        int bad = 0;
+        for (int r = 0; r < 64; r++)
+            for (int k = 0; k < C; k++)
+                bad += h[(r / 32) * 32 * C + k * 32 + r % 32] != (r < R ? m[r * C + k] : 0);
+        CHECK(bad == 0);
+        CHECK(sim_weight_bytes() == before + 3 * sizeof m);
+        CHECK(sim_weight_acquire_slivers(m, 0, C) == NULL);
+        CHECK(sim_weight_release(s1) && sim_weight_release(s2) && sim_weight_release(s3) && sim_weight_release(rows));
+        CHECK(sim_weight_bytes() == before);
+    }
 }
 
 int main(void)

@@ -355,7 +355,7 @@ MUTANTS: list[CMutant] = [
             "pad offsets counted in elements of the last dim"),
     CMutant("x-transpose", X, "sst[i] = xst[o->perm[i]];", "sst[i] = xst[o->perm[ov->rank - 1 - i]];",
             "transpose reads the permutation backwards"),
-    CMutant("x-run-inputs", X, "memcpy(s->store[v], in[i], p->vals[v].bytes);", "memcpy(s->store[v], in[0], p->vals[v].bytes);",
+    CMutant("x-run-inputs", X, "s->store[p->in_bind[i]] = in[i];", "s->store[p->in_bind[i]] = in[0];",
             "every input bound to the first input's data"),
     # ---- rt_reload.c: strategies, validation and the two reload paths
     CMutant("r-strategy-unverified", R, "if (p->patchable && (v & ANEC_RELOAD_DATA_PATCH)) {", "if (p->patchable) {",
