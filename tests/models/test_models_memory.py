@@ -228,3 +228,26 @@ def test_shared_programs_read_their_weight_inputs_where_they_are(tmp_path):
     assert r["tokens"] == run_worker(PEAK, tmp_path / "ckpt")["tokens"]
     peak = r["peak"] - r["base"]
     assert peak < 4 * weights + CONSTANT, f"generation grew by {peak >> 20} MiB for {weights >> 20} MiB of weights"
+
+
+def test_the_program_with_the_largest_weight_loads_first(tmp_path):
+    """A load holds its largest weight twice for a moment (the weight file built, the
+    runtime's copy): the LM head (vocab x hidden, the model's largest weight) loads before
+    the layers are resident, so that moment does not add to the whole model."""
+    from anec.models.generate import load_causal_lm
+    from anec.models.programs import largest_weight
+
+    write_random_llama(tmp_path / "ckpt", SMALL)
+    lm = load_causal_lm(str(tmp_path / "ckpt"), backend="sim")
+    try:
+        order: list[str] = []
+        real = lm.programs._load
+        lm.programs._load = lambda art: (order.append(art.func), real(art))[1]
+        names = lm.program_names(4, 64)
+        lm.compile(names)
+        sizes = [largest_weight(lm.programs.graphs[n]) for n in order]
+        assert sorted(order) == sorted(names) and sizes == sorted(sizes, reverse=True)
+        assert order[0] == names[-1] and "head" in order[0]  # compiled last, loaded first
+        assert sizes[0] == SMALL["vocab_size"] * SMALL["hidden_size"] * 2
+    finally:
+        lm.close()
