@@ -205,13 +205,15 @@ PROCESS_SCHEME = "each side in its own process, alternating order"
 
 
 def header(title: str, load_start: Sequence[float], load_end: Sequence[float], n_rounds: int,
-           what: str, scheme: str = PROCESS_SCHEME) -> list[str]:
+           what: str, scheme: str = PROCESS_SCHEME, own_threads: float = 1.0) -> list[str]:
     """The first lines of a results file: a warning when the machine was busy, the machine, the
     load average at start and end, and how the figures were taken (``scheme``: how the sides of
-    a round run, by default each in its own process, in alternating order)."""
+    a round run, by default each in its own process, in alternating order). ``own_threads``: the
+    runnable threads the benchmark itself keeps busy (a benchmark whose rounds use every core
+    counts them at the end: the 1-minute load then holds its own last minute)."""
     m = machine()
     lines = [f"# {title}", ""]
-    if busy(load_start) or busy(load_end):
+    if busy(load_start) or busy(load_end, own_threads):
         lines += [f"**Run under load** (load average {_fmt_load(load_start)} at the start, "
                   f"{_fmt_load(load_end)} at the end, on {m['cores']} cores): other work shared the machine, "
                   "so absolute figures are pessimistic; ratios come from sides that ran in alternating "

@@ -154,3 +154,13 @@ def test_a_worker_killed_by_a_signal_says_which(tmp_path):
     bad.write_text("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
     with pytest.raises(RuntimeError, match="killed.py failed .killed by SIGKILL, most likely out of memory"):
         harness.run_worker([str(bad)])
+
+
+def test_a_benchmark_that_uses_every_core_counts_its_own_threads_at_the_end():
+    cores = os.cpu_count() or 1
+    end = [cores + 0.4]  # the benchmark's own threads on every core, nothing else
+    assert "Run under load" in harness.header("T", [0.1], end, 1, "")[2]
+    assert not any("under load" in line for line in harness.header("T", [0.1], end, 1, "", own_threads=cores))
+    # other work on top of its own threads still shows, and so does a busy start
+    assert "Run under load" in harness.header("T", [0.1], [2.0 * cores + 1], 1, "", own_threads=cores)[2]
+    assert "Run under load" in harness.header("T", [cores + 0.4], [0.1], 1, "", own_threads=cores)[2]
