@@ -26,9 +26,17 @@ help:
 	@echo "make bench     run the benchmarks (results in benchmarks/results/)"
 	@echo "make mutate    mutation testing by hand: mutmut + scripted C mutants (tools/mutation/REPORT.md)"
 
+# (an extension built in place by .ext below would shadow the one the install builds)
 $(VENV)/.core: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
+	rm -f anec/runtime/_native.cpython-*.so
 	$(PIP) install -q -e .
+	@touch $@ $(VENV)/.ext
+
+# The runtime extension built again in place when its C sources or its build script
+# changed since (the editable install above built it first)
+$(VENV)/.ext: $(VENV)/.core $(wildcard csrc/*.c csrc/*.h) anec/runtime/_ffi_build.py
+	$(PY) anec/runtime/_ffi_build.py >/dev/null
 	@touch $@
 
 $(VENV)/.test: $(VENV)/.core
@@ -48,8 +56,7 @@ demo: $(VENV)/.core
 
 # one pytest-xdist worker per CPU (the test extra installs pytest-xdist); tests/README.md
 # says what keeps a test safe to run beside the others
-test: $(VENV)/.test
-	$(PIP) install -q --no-deps -e .
+test: $(VENV)/.test $(VENV)/.ext
 	$(PY) -m pytest -q -p no:cacheprovider -n auto --dist worksteal tests
 
 # ruff's rules and mypy's scope are in pyproject.toml ([tool.ruff], [tool.mypy]); the
