@@ -164,3 +164,41 @@ def test_a_benchmark_that_uses_every_core_counts_its_own_threads_at_the_end():
     # other work on top of its own threads still shows, and so does a busy start
     assert "Run under load" in harness.header("T", [0.1], [2.0 * cores + 1], 1, "", own_threads=cores)[2]
     assert "Run under load" in harness.header("T", [cores + 0.4], [0.1], 1, "", own_threads=cores)[2]
+
+
+def test_compare_runs_checks_each_ratio_of_a_rerun_against_the_earlier_spread(tmp_path):
+    """benchmarks/compare_runs.py: a ratio whose rerun median falls in the earlier run's
+    [min, max] reproduces, one outside is a MISS (exit 1) with how far; figures that are not
+    ratios are not compared; rows are matched by their name, not their position."""
+    import subprocess
+    import sys
+
+    def spread(lo, med, hi):
+        return {"min": lo, "median": med, "max": hi, "n": 3}
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    doc = {"rows": [{"format": "int8", "speedup": spread(17.0, 18.0, 19.0), "seconds": spread(1, 2, 3)},
+                    {"format": "lut4", "speedup": spread(10.0, 11.0, 12.0)}],
+           "a_over_b": spread(0.9, 1.0, 1.1)}
+    (old / "x.json").write_text(json.dumps(doc))
+    doc2 = {"rows": [{"format": "lut4", "speedup": spread(9.0, 11.5, 12.5)},  # moved: matched by name
+                     {"format": "int8", "speedup": spread(20, 22.0, 23), "seconds": spread(9, 9, 9)}],
+            "a_over_b": spread(1.0, 1.05, 1.2)}
+    (new / "x.json").write_text(json.dumps(doc2))
+    script = str(Path(harness.__file__).with_name("compare_runs.py"))
+    r = subprocess.run([sys.executable, script, str(old), str(new)], capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert any(line.startswith("MISS  x/rows[int8]/speedup: 22 against 18") and "1.16x the upper end" in line
+               for line in lines), r.stdout
+    assert any(line.startswith("ok    x/rows[lut4]/speedup") for line in lines)
+    assert any(line.startswith("ok    x/a_over_b") for line in lines)
+    assert not any("seconds" in line for line in lines)
+    assert lines[-1] == "2 of 3 ratios reproduce within the earlier run's spread"
+    same = subprocess.run([sys.executable, script, str(old), str(old)], capture_output=True, text=True)
+    assert same.returncode == 0 and same.stdout.splitlines()[-1].startswith("3 of 3")
+    (new / "y.json").write_text("{not json")
+    bad = subprocess.run([sys.executable, script, str(old), str(new)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "y.json" in bad.stderr and "Traceback" not in bad.stderr
