@@ -2,7 +2,7 @@
 
 Every results file (``benchmarks/results/*.json``) keeps each figure measured over rounds as a
 spread (``{"min", "median", "max", "n"}``, benchmarks/harness.py). A *ratio* is a spread whose
-key names one: ``speedup``, ``ratio`` or ``*_ratio``, ``*_over_*``, ``over_*`` or ``*_vs_*``
+key names one: ``speedup``, ``ratio`` or ``*_ratio``, ``*_over_*``, ``over_*``, ``*_vs_*`` or ``vs_*``
 (anec against a reference, one phase against another). For every ratio found at the same
 place in both runs, the rerun's median is checked against the earlier run's range: inside
 ``[min, max]`` it reproduces; outside, the line shows by how much (the rerun's median over the
@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = "benchmarks/results"
 
-RATIO = re.compile(r"^(speedup|ratio|.*_ratio|.*_over_.*|over_.*|.*_vs_.*)$")
+RATIO = re.compile(r"^(speedup|ratio|.*_ratio|.*_over_.*|over_.*|.*_vs_.*|vs_.*)$")
 """Keys whose spreads are ratios."""
 
 
