@@ -174,7 +174,7 @@ def _head_logits(out: dict) -> np.ndarray:
 def measure_gpt2(variant: str, tokens: int, out_npz: str, tiny: bool = False) -> dict:
     from anec.compiler import compile_module
     from anec.ir.builder import Builder
-    from anec.models.layout import MASK_NEG
+    from anec.models.layout import MASK_NEG, step_mask
     from anec.runtime import Runtime, native
     from anec.weight_store import WeightStore
     from tests.models.synthetic import random_weights
@@ -204,6 +204,10 @@ def measure_gpt2(variant: str, tokens: int, out_npz: str, tiny: bool = False) ->
         pos = T // 2
         mask = np.full((1, 1, W, T), MASK_NEG, np.float16)
         mask[..., :pos] = 0
+        new = {"mask_new": step_mask(W)}  # a one-token step's new-block mask (column 0 is the token)
+
+        def fed(prog):
+            return {k: v for k, v in new.items() if k in prog.input_names}
         loads = []
         for _ in range(LOADS):  # each in a fresh runtime, the process compile budget reset as in a new process
             native.reset_process_budget("sim")
@@ -222,7 +226,7 @@ def measure_gpt2(variant: str, tokens: int, out_npz: str, tiny: bool = False) ->
                 caches = {f"L{i}_{kv}c": a[i] for i in range(n_layer) for kv, a in (("k", kc), ("v", vc))}
 
                 def step():
-                    o = dec(x=x, mask=mask, **caches)
+                    o = dec(x=x, mask=mask, **fed(dec), **caches)
                     for i in range(n_layer):
                         kc[i][:, :, pos] = o[f"L{i}_k"][:, :, 0]
                         vc[i][:, :, pos] = o[f"L{i}_v"][:, :, 0]
@@ -232,7 +236,7 @@ def measure_gpt2(variant: str, tokens: int, out_npz: str, tiny: bool = False) ->
                 caches = {f"L{i}_{kv}c": a[i] for i in range(n_layer) for kv, a in (("k", kc), ("v", vc))}
 
                 def step():
-                    o = dec(x=x, mask=mask, **caches)
+                    o = dec(x=x, mask=mask, **fed(dec), **caches)
                     for i in range(n_layer):
                         kc[i][:, :, pos] = o[f"L{i}_k"][:, :, 0]
                         vc[i][:, :, pos] = o[f"L{i}_v"][:, :, 0]
@@ -243,7 +247,8 @@ def measure_gpt2(variant: str, tokens: int, out_npz: str, tiny: bool = False) ->
                 def step():
                     h = x
                     for i in range(n_layer):
-                        o = progs[fe.attn_name(i, W, T)](x=h, kc=kc[i], vc=vc[i], mask=mask)
+                        attn = progs[fe.attn_name(i, W, T)]
+                        o = attn(x=h, kc=kc[i], vc=vc[i], mask=mask, **fed(attn))
                         kc[i][:, :, pos] = o["k"][:, :, 0]
                         vc[i][:, :, pos] = o["v"][:, :, 0]
                         h = progs[fe.mlp_name(i, W)](x=o["h"])["h"]

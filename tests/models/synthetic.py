@@ -28,16 +28,35 @@ def shape_checkpoint(path: Path, config: dict, keys: list[str]):
     return load_checkpoint(path)
 
 
+def _stored_shape(n) -> tuple[int, ...]:
+    """The least stored shape a weight const's view needs: its declared shape, the sliced
+    axis as long as the slice's end (the largest over a key's consts is the tensor: the LM
+    head's slivers of a tied embedding), the permutation undone."""
+    shape = list(n.result.type.shape)
+    if n.attrs.get("slice") is not None:
+        axis, _, stop = (int(v) for v in n.attrs["slice"])
+        shape[axis] = stop
+    perm = n.attrs.get("perm")
+    if perm is not None and len(perm) == len(shape):
+        stored = [0] * len(shape)
+        for i, p in enumerate(perm):
+            stored[p] = shape[i]
+        shape = stored
+    return tuple(shape)
+
+
 def random_weights(fe, graphs, seed: int = 0):
     """``key -> array`` for every weight the graphs read, in the IR layout: norm gains
     ``1 + 0.1 N``, other vectors ``0.02 N``, matrices ``0.02 N`` (GPT-2's init), each
     drawn from a generator seeded by the key (the same tensor whatever func asks);
     generated keys (``anec.*``: masks, RoPE) from the frontend."""
-    shapes = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     for g in graphs:
         for n in g.nodes:
             if n.op == "const" and "weight" in n.attrs:
-                shapes[n.attrs["weight"]] = n.result.type.shape
+                key, shape = n.attrs["weight"], _stored_shape(n)
+                old = shapes.get(key, shape)
+                shapes[key] = tuple(max(a, b) for a, b in zip(old, shape)) if len(old) == len(shape) else shape
     out = {}
     for key in dict.fromkeys(k for g in graphs for k in weight_keys(g)):
         if key.startswith("anec."):
