@@ -546,7 +546,7 @@ int sk_gemm_rows(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ld
 
 /* ---- narrow products over fp16 slivers -------------------------------------- */
 
-#define NW 32 /* rows per narrow sliver: four vectors of 8, so eight independent sums per column pair */
+#define NW SK_SLIVER_ROWS /* rows per narrow sliver (sim_kernels.h) */
 
 #if defined(SK_AVX2) || defined(SK_NEON)
 #define SK_NARROW 1

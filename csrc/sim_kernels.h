@@ -50,16 +50,18 @@ int sk_gemm_rows(int M, int N, int K, sk_mat A, sk_mat B, float *C, ptrdiff_t ld
 
 /* Narrow products (a decode step's few distinct columns) read the weight more often than
    they compute with it, so their A is packed once as fp16 (half the bytes of sk_pack_a's fp32
-   panels): slivers of 32 rows, k-major (sk_packed_narrow_halves(M, K) halves; A must be
+   panels): slivers of SK_SLIVER_ROWS rows, k-major: element (r, k) of A is half
+   k * SK_SLIVER_ROWS + r % SK_SLIVER_ROWS of sliver r / SK_SLIVER_ROWS (sk_packed_narrow_halves(M, K) halves; A must be
    SK_F16). sk_gemm_narrow then equals sk_gemm bit for bit: the same fused multiply-adds in the
    same k order, per K block, for each element. It needs AVX2, FMA and F16C, or NEON
    (sk_have_narrow()); both return -1 without them, or if memory runs out. */
+enum { SK_SLIVER_ROWS = 32 }; /* four vectors of 8: eight independent sums per column pair */
 int sk_have_narrow(void);
 size_t sk_packed_narrow_halves(int M, int K);
 int sk_pack_narrow(int M, int K, sk_mat A, uint16_t *dst);
 int sk_gemm_narrow(int M, int N, int K, const uint16_t *Ah, sk_mat B, float *C, ptrdiff_t ldc, int threads);
 /* C = A * B for an A held only as sk_pack_narrow's slivers, however wide the product: each
-   sliver's rows are one strided matrix (row stride 1, column stride 32) for sk_gemm, so the
+   sliver's rows are one strided matrix (row stride 1, column stride SK_SLIVER_ROWS) for sk_gemm, so the
    result equals sk_gemm's on the rows, bit for bit. 0, or -1 if memory ran out. */
 int sk_gemm_slivers(int M, int N, int K, const uint16_t *Ah, sk_mat B, float *C, ptrdiff_t ldc, int threads);
 

@@ -63,35 +63,34 @@ static size_t ptr_bucket(const void *p) { return (size_t)(((uintptr_t)p >> 6) % 
 static void *hold(const void *data, size_t len, int rows)
 {
     size_t cap, n = len;
+    int K = rows ? (int)(len / 2 / (size_t)rows) : 0; /* the matrix's columns, held as slivers */
     if (rows) /* slivers: rows rounded up to whole slivers, zero past them */
-        n = sk_packed_narrow_halves(rows, (int)(len / 2 / (size_t)rows)) * 2;
+        n = sk_packed_narrow_halves(rows, K) * 2;
     void *buf = rt_round_up(n ? n : 1, 64, &cap) ? NULL : aligned_alloc(64, cap);
     if (!buf)
         return NULL;
     if (!rows)
         memcpy(buf, data, len);
-    else if (sk_pack_narrow(rows, (int)(len / 2 / (size_t)rows), (sk_mat){data, SK_F16, (ptrdiff_t)(len / 2 / (size_t)rows), 1},
-                            buf) != 0) {
+    else if (sk_pack_narrow(rows, K, (sk_mat){data, SK_F16, K, 1}, buf) != 0) {
         free(buf);
         return NULL;
     }
     return buf;
 }
 
-/* The entry holding data[0..len) in layout `rows`, whose payload hash is h, or NULL. A
-   sliver entry is compared through its slivers: element (r, k) of the payload is half
-   k * 32 + r of sliver r / 32. */
+/* Whether entry w holds data[0..len) in layout `rows`, whose payload hash is h. A sliver
+   entry is compared through its slivers (the layout of sk_pack_narrow, sim_kernels.h). */
 static int same(const weight *w, uint64_t h, const void *data, size_t len, int rows)
 {
     if (w->hash != h || w->len != len || w->rows != rows)
         return 0;
     if (!rows)
         return memcmp(w->data, data, len) == 0;
-    size_t K = len / 2 / (size_t)rows;
+    const size_t K = len / 2 / (size_t)rows, S = SK_SLIVER_ROWS;
     const uint16_t *src = data, *sl = w->data;
     for (size_t r = 0; r < (size_t)rows; r++)
         for (size_t k = 0; k < K; k++)
-            if (src[r * K + k] != sl[(r / 32) * 32 * K + k * 32 + r % 32])
+            if (src[r * K + k] != sl[(r / S) * S * K + k * S + r % S])
                 return 0;
     return 1;
 }
