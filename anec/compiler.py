@@ -30,6 +30,7 @@ from typing import Any, Iterable, Sequence
 
 from anec.diagnostics import AnecError, ConstraintError, did_you_mean
 from anec.ir.graph import Module, no_cyclic_gc
+from anec.ir.ops import baked_view, is_weight_const
 from anec.hashing import deferred_hashes
 from anec.mil.artifact import Artifact
 from anec.mil.manifest_types import Manifest
@@ -107,10 +108,9 @@ def fewest_programs(module: Module) -> int:
     for graph in module.funcs.values():
         plan = graph.facts.partition
         units = [s.weights for s in plan.stages] if plan is not None else [
-            [n for n in graph.nodes if n.op == "const" and "weight" in n.attrs]]
+            [n for n in graph.nodes if is_weight_const(n)]]
         for consts in units:
-            sets.add(tuple(sorted({(n.attrs["weight"], repr(n.attrs.get("perm")), repr(n.attrs.get("slice")))
-                                   for n in consts})))
+            sets.add(tuple(sorted({baked_view(n) for n in consts})))
     return len(sets)
 
 

@@ -30,6 +30,7 @@ from anec.diagnostics import AnecError
 from anec.ir.act_quant import has_quantized
 from anec.ir.func_facts import Plan
 from anec.ir.graph import Graph, Module
+from anec.ir.ops import baked_view, is_weight_const
 from anec.ir.printer import print_module
 from anec.hashing import sha256
 from anec.mil.artifact import (PROGRAM_IR_FILE, Artifact, alloc_bytes, build_weight_inputs, io_entries, logical_outputs,
@@ -202,9 +203,8 @@ def _share_groups(graph: Graph, plan: Plan, built: list, target: Target,
         views: dict[str, set] = {}  # canonical const name -> the views the members read there
         for k in members:
             for n in built[k][0].nodes:
-                if n.op == "const" and "weight" in n.attrs:
-                    views.setdefault(n.result.name, set()).add(
-                        (n.attrs["weight"], repr(n.attrs.get("perm")), repr(n.attrs.get("slice"))))
+                if is_weight_const(n):
+                    views.setdefault(n.result.name, set()).add(baked_view(n))
         varying = {name for name, v in views.items() if len(v) > 1}
         if not varying:
             continue  # the same weights: one compile already

@@ -739,6 +739,14 @@ def weight_view(node: Any) -> tuple:
     return (a["weight"], tuple(a.get("perm") or ()), tuple(a.get("slice") or ()), node.results[0].type)
 
 
+def baked_view(node: Any) -> tuple[str, str, str]:
+    """A weight const's key and view (perm, slice) without its declared type: what a compiled
+    program bakes in besides its MIL (programs that differ here are compiles of their own,
+    :func:`anec.mil.multi_program.count_compiles`)."""
+    a = node.attrs
+    return (a["weight"], repr(a.get("perm")), repr(a.get("slice")))
+
+
 # ---------------------------------------------------------------------------
 # per-op inference
 

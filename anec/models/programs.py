@@ -236,4 +236,4 @@ class ProgramCache:
 
 def largest_weight(graph: Graph) -> int:
     """Bytes of the largest weight const ``graph`` reads."""
-    return max((n.result.type.nbytes for n in graph.nodes if n.op == "const" and "weight" in n.attrs), default=0)
+    return max((n.result.type.nbytes for n in graph.nodes if is_weight_const(n)), default=0)
