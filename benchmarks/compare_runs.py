@@ -29,14 +29,14 @@ from typing import Any, Iterator
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from harness import is_spread  # noqa: E402
+
 RESULTS = "benchmarks/results"
 
 RATIO = re.compile(r"^(speedup|ratio|.*_ratio|.*_over_.*|over_.*|.*_vs_.*|vs_.*)$")
 """Keys whose spreads are ratios."""
-
-
-def is_spread(x: Any) -> bool:
-    return isinstance(x, dict) and {"min", "median", "max", "n"} <= set(x)
 
 
 def ratios(doc: Any, path: str = "") -> Iterator[tuple[str, dict]]:
