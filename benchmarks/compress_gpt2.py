@@ -88,11 +88,11 @@ def _gpt2_input(module):
 
 
 def _cosine(got, ref) -> float:
-    """Cosine of two outputs as flat vectors (equal outputs can come out a rounding above 1)."""
-    import numpy as np
+    """Cosine of two outputs as flat vectors, as ``--compress-check`` computes it (equal
+    outputs can come out a rounding above 1)."""
+    from anec.compress.activations import agreement
 
-    g, r = np.asarray(got, np.float64).ravel(), np.asarray(ref, np.float64).ravel()
-    return min(float(np.dot(g, r) / (np.linalg.norm(g) * np.linalg.norm(r))), 1.0)
+    return min(agreement(got, ref)[0], 1.0)
 
 
 def _agreement(outs: dict, refs, side: str) -> dict:
