@@ -2,8 +2,9 @@
 
 Every results file (``benchmarks/results/*.json``) keeps each figure measured over rounds as a
 spread (``{"min", "median", "max", "n"}``, benchmarks/harness.py). A *ratio* is a spread whose
-key names one: ``speedup``, ``ratio`` or ``*_ratio``, ``*_over_*``, ``over_*``, ``*_vs_*`` or ``vs_*``
-(anec against a reference, one phase against another). For every ratio found at the same
+key, or the key of a mapping or list holding it, names one: ``speedup``, ``ratio`` or ``*_ratio``,
+``*_over_*``, ``over_*``, ``*_vs_*`` or ``vs_*`` (anec against a reference, one phase against
+another; ``phase_vs_torch/optimizer_s`` is one). For every ratio found at the same
 place in both runs, the rerun's median is checked against the earlier run's range: inside
 ``[min, max]`` it reproduces; outside, the line shows by how much (the rerun's median over the
 nearer end of the range). Figures that are not ratios (seconds, bytes, tokens/s) depend on the
@@ -39,23 +40,28 @@ RATIO = re.compile(r"^(speedup|ratio|.*_ratio|.*_over_.*|over_.*|.*_vs_.*|vs_.*)
 """Keys whose spreads are ratios."""
 
 
-def ratios(doc: Any, path: str = "") -> Iterator[tuple[str, dict]]:
-    """``(path, spread)`` of every ratio in a results document, in document order. A list's
-    items are named by their ``name``, ``format``, ``model`` or ``variant`` field when they have
-    one, else by their index, so that a row keeps its path when rows are added."""
+def ratios(doc: Any, path: str = "", inside: bool = False) -> Iterator[tuple[str, dict]]:
+    """``(path, spread)`` of every ratio in a results document, in document order. ``inside``:
+    a key above names a ratio. A list's items are named by their identifying fields (``name``,
+    ``format``, ``model``, ``variant``, ``nodes_in``) when they have any, else by their index, so
+    that a row keeps its path when rows are added."""
     if isinstance(doc, dict):
         for k, v in doc.items():
             p = f"{path}/{k}"
+            named = inside or bool(RATIO.match(str(k)))
             if is_spread(v):
-                if RATIO.match(str(k)):
+                if named:
                     yield p, v
             else:
-                yield from ratios(v, p)
+                yield from ratios(v, p, named)
     elif isinstance(doc, list):
         for i, v in enumerate(doc):
-            label = next((str(v[f]) for f in ("name", "format", "model", "variant")
-                          if isinstance(v, dict) and isinstance(v.get(f), (str, int, float))), str(i))
-            yield from ratios(v, f"{path}[{label}]")
+            ids = [str(v[f]) for f in ROW_IDS if isinstance(v, dict) and isinstance(v.get(f), (str, int, float))]
+            yield from ratios(v, f"{path}[{','.join(ids) if ids else i}]", inside)
+
+
+ROW_IDS = ("name", "format", "model", "variant", "nodes_in")
+"""Fields that name a row of a list (together, in this order)."""
 
 
 def load_run(where: str) -> dict[str, Any]:

@@ -169,7 +169,8 @@ def test_a_benchmark_that_uses_every_core_counts_its_own_threads_at_the_end():
 def test_compare_runs_checks_each_ratio_of_a_rerun_against_the_earlier_spread(tmp_path):
     """benchmarks/compare_runs.py: a ratio whose rerun median falls in the earlier run's
     [min, max] reproduces, one outside is a MISS (exit 1) with how far; figures that are not
-    ratios are not compared; rows are matched by their name, not their position."""
+    ratios are not compared; rows are matched by their name, not their position; a spread under
+    a key that names a ratio (``phase_vs_torch/optimizer_s``, ``speedup[...]/cpu_total``) is one."""
     import subprocess
     import sys
 
@@ -181,11 +182,17 @@ def test_compare_runs_checks_each_ratio_of_a_rerun_against_the_earlier_spread(tm
     new.mkdir()
     doc = {"rows": [{"format": "int8", "speedup": spread(17.0, 18.0, 19.0), "seconds": spread(1, 2, 3)},
                     {"format": "lut4", "speedup": spread(10.0, 11.0, 12.0)}],
-           "a_over_b": spread(0.9, 1.0, 1.1)}
+           "a_over_b": spread(0.9, 1.0, 1.1),
+           "phase_vs_torch": {"optimizer_s": spread(0.6, 0.7, 0.8)},
+           "speedup": [{"variant": "on", "nodes_in": 10, "cpu": spread(2.0, 2.5, 3.0)},
+                       {"variant": "on", "nodes_in": 100, "cpu": spread(3.0, 3.2, 3.3)}]}
     (old / "x.json").write_text(json.dumps(doc))
     doc2 = {"rows": [{"format": "lut4", "speedup": spread(9.0, 11.5, 12.5)},  # moved: matched by name
                      {"format": "int8", "speedup": spread(20, 22.0, 23), "seconds": spread(9, 9, 9)}],
-            "a_over_b": spread(1.0, 1.05, 1.2)}
+            "a_over_b": spread(1.0, 1.05, 1.2),
+            "phase_vs_torch": {"optimizer_s": spread(0.9, 0.95, 1.0)},
+            "speedup": [{"variant": "on", "nodes_in": 100, "cpu": spread(3.1, 3.2, 3.4)},
+                        {"variant": "on", "nodes_in": 10, "cpu": spread(3.1, 3.2, 3.4)}]}
     (new / "x.json").write_text(json.dumps(doc2))
     script = str(Path(harness.__file__).with_name("compare_runs.py"))
     r = subprocess.run([sys.executable, script, str(old), str(new)], capture_output=True, text=True)
@@ -195,10 +202,13 @@ def test_compare_runs_checks_each_ratio_of_a_rerun_against_the_earlier_spread(tm
                for line in lines), r.stdout
     assert any(line.startswith("ok    x/rows[lut4]/speedup") for line in lines)
     assert any(line.startswith("ok    x/a_over_b") for line in lines)
+    assert any(line.startswith("MISS  x/phase_vs_torch/optimizer_s: 0.95 against 0.7") for line in lines)
+    assert any(line.startswith("MISS  x/speedup[on,10]/cpu: 3.2 against 2.5") for line in lines), r.stdout
+    assert any(line.startswith("ok    x/speedup[on,100]/cpu: 3.2 against 3.2") for line in lines)
     assert not any("seconds" in line for line in lines)
-    assert lines[-1] == "2 of 3 ratios reproduce within the earlier run's spread"
+    assert lines[-1] == "3 of 6 ratios reproduce within the earlier run's spread"
     same = subprocess.run([sys.executable, script, str(old), str(old)], capture_output=True, text=True)
-    assert same.returncode == 0 and same.stdout.splitlines()[-1].startswith("3 of 3")
+    assert same.returncode == 0 and same.stdout.splitlines()[-1].startswith("6 of 6")
     (new / "y.json").write_text("{not json")
     bad = subprocess.run([sys.executable, script, str(old), str(new)], capture_output=True, text=True)
     assert bad.returncode == 2 and "y.json" in bad.stderr and "Traceback" not in bad.stderr
