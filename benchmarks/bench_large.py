@@ -27,9 +27,11 @@ missing):
 Memory is judged against the fp16 weight bytes: the target is each phase <= 1.3x the fp16
 weights plus ``CONSTANT`` (the interpreter, numpy and anec, measured as the peak of a
 process that only imports them). ``--quick``: a 4-layer model of the same structure
-(hidden 256), 4 decode steps. Usage::
+(hidden 256), 4 decode steps, 1 round. Every phase runs ``--rounds`` times (3 by default); each
+figure is the median (min-max) over the rounds and a phase is within target only when every
+round is. Usage::
 
-    python benchmarks/bench_large.py [--models 0.6b,1b] [--tokens 32] [--quick]
+    python benchmarks/bench_large.py [--models 0.6b,1b] [--tokens 32] [--rounds 3] [--quick]
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import importlib.util
 import json
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -169,39 +172,66 @@ def worker_transformers(ckpt: Path, tokens: int) -> dict:
             "tokens_per_s": len(times) / sum(times) if times else None, "peak_rss": peak_rss(), "tokens": out}
 
 
-def run_model(name: str, config: dict, tokens: int, me: str, constant: int) -> dict:
+def run_model(name: str, config: dict, tokens: int, me: str, constant: int, rounds: int) -> dict:
+    """One checkpoint, ``rounds`` rounds. A round exports into a fresh directory and compiles
+    that export (in that order: compile reads the export), then runs generate and transformers
+    in an order that alternates between rounds, each phase in its own process. A phase's figures
+    become spreads over the rounds (harness.summarize); ``decode_anec_over_transformers`` is the
+    per-round ratio of decode tokens/s. A failed phase ends the model's rows with its error."""
     from tests.models.synthetic import write_random_llama
 
     with tempfile.TemporaryDirectory(prefix="anec-bench-large-") as d:
-        ckpt, out, build = Path(d) / "ckpt", Path(d) / "export", Path(d) / "build"
+        ckpt = Path(d) / "ckpt"
         n = write_random_llama(ckpt, config)
         os.sync()
-        row: dict = {"model": name, "config": config, "params": n, "fp16_bytes": 2 * n}
-        for phase, argv in (("export", ["--ckpt", str(ckpt), "--out", str(out)]),
-                            ("compile", ["--out", str(out), "--build", str(build)]),
-                            ("generate", ["--ckpt", str(ckpt), "--tokens", str(tokens)])):
-            try:
-                r = harness.run_worker([me, "--worker", phase, *argv])
-            except RuntimeError as e:  # e.g. over the compile budget: the row says so, the next model runs
-                errors = [ln for ln in str(e).splitlines() if "error:" in ln] or str(e).splitlines()[-1:]
-                row["failed"] = {"phase": phase, "error": errors[-1].strip()}
-                return row
-            r["within_target"] = r["peak_rss"] <= TARGET * 2 * n + constant
-            row[phase] = r
-        if importlib.util.find_spec("transformers") is not None:
-            row["transformers"] = harness.run_worker([me, "--worker", "transformers", "--ckpt", str(ckpt),
-                                                      "--tokens", str(tokens)])
+        row: dict = {"model": name, "config": config, "params": n, "fp16_bytes": 2 * n, "rounds": rounds}
+        runs: dict[str, list[dict]] = {}
+        tail = ["generate", *(["transformers"] if importlib.util.find_spec("transformers") is not None else [])]
+        for r in range(rounds):
+            out, build = Path(d) / f"export{r}", Path(d) / f"build{r}"
+            argvs = {"export": ["--ckpt", str(ckpt), "--out", str(out)],
+                     "compile": ["--out", str(out), "--build", str(build)],
+                     "generate": ["--ckpt", str(ckpt), "--tokens", str(tokens)],
+                     "transformers": ["--ckpt", str(ckpt), "--tokens", str(tokens)]}
+            for phase in ["export", "compile", *harness.round_order(tail, r)]:
+                try:
+                    res = harness.run_worker([me, "--worker", phase, *argvs[phase]])
+                except RuntimeError as e:  # e.g. over the compile budget: the row says so, the next model runs
+                    errors = [ln for ln in str(e).splitlines() if "error:" in ln] or str(e).splitlines()[-1:]
+                    row["failed"] = {"phase": phase, "round": r + 1, "error": errors[-1].strip()}
+                    return row
+                runs.setdefault(phase, []).append(res)
+                print(f"  {name} round {r + 1}/{rounds}: {phase} done", flush=True)
+            shutil.rmtree(out)
+            shutil.rmtree(build, ignore_errors=True)
+        for phase, rs in runs.items():
+            row[phase] = {**harness.summarize([{k: v for k, v in x.items() if k != "tokens"} for x in rs]),
+                          "tokens_per_round": [x["tokens"] for x in rs] if "tokens" in rs[0] else None}
+            if phase != "transformers":
+                row[phase]["within_target"] = all(x["peak_rss"] <= TARGET * 2 * n + constant for x in rs)
+        g, t = runs["generate"], runs.get("transformers")
+        if t and all(x["tokens_per_s"] for x in g + t):
+            row["decode_anec_over_transformers"] = harness.ratio_spread(
+                [x["tokens_per_s"] for x in g], [x["tokens_per_s"] for x in t])
     return row
 
 
+def leading_equal(a: list[int], b: list[int]) -> int:
+    """How many leading greedy tokens two runs share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def to_md(results: dict) -> list[str]:
+    f, worst = harness.fmt, (lambda v: v["max"] if harness.is_spread(v) else v)
     lines = harness.header("Billion-parameter checkpoints: memory and speed", results["load_start"],
-                           results["load_end"], 1,
+                           results["load_end"], results["rounds"],
                            f"Random fp16 Llama checkpoints; each phase in its own process; peak RSS from VmHWM. "
                            f"Target: each phase <= {TARGET}x the fp16 weights + {results['constant'] >> 20} MiB "
-                           "(the peak of a process that only imports anec).", scheme="one process per phase",
+                           "(the peak of a process that only imports anec), in every round. A round exports, "
+                           "compiles that export, then runs generate and transformers in alternating order.",
+                           scheme="one process per phase",
                            own_threads=os.cpu_count() or 1)  # the sim's pool and torch use every core
-    lines += ["| model | fp16 weights | phase | peak RSS | x weights | within target | seconds |",
+    lines += ["| model | fp16 weights | phase | peak RSS MiB | x weights (worst round) | within target | seconds |",
               "|---|---|---|---|---|---|---|"]
     for row in results["models"]:
         w = row["fp16_bytes"]
@@ -210,39 +240,40 @@ def to_md(results: dict) -> list[str]:
                 break
             r = row[phase]
             secs = r.get("seconds", r.get("first_token_s"))
-            lines.append(f"| {row['model']} | {w / 2**20:.0f} MiB | {phase} | {r['peak_rss'] / 2**20:.0f} MiB | "
-                         f"{r['peak_rss'] / w:.2f} | {'yes' if r['within_target'] else 'no'} | {secs:.1f} |")
+            lines.append(f"| {row['model']} | {w / 2**20:.0f} MiB | {phase} | {f(harness.scale(r['peak_rss'], 2**-20), 0)} | "
+                         f"{worst(r['peak_rss']) / w:.2f} | {'yes' if r['within_target'] else 'no'} | {f(secs)} |")
     for row in results["models"]:
         if "failed" in row:
             lines.append(f"| {row['model']} | {row['fp16_bytes'] / 2**20:.0f} MiB | {row['failed']['phase']} | "
-                         f"failed: {row['failed']['error']} | | | |")
+                         f"failed in round {row['failed']['round']}: {row['failed']['error']} | | | |")
     done = [row for row in results["models"] if "failed" not in row]
-    lines += ["", "| model | compiles planned (budget) | shared | compiles in generate | time to first token | "
+    lines += ["", "| model | compiles planned (budget) | shared | compiles in generate | time to first token s | "
               "decode tokens/s | host I/O bytes per decode step | bytes copied between stages per step |",
               "|---|---|---|---|---|---|---|---|"]
     for row in done:
         c, g = row["compile"], row["generate"]
-        tps = f"{g['tokens_per_s']:.2f}" if g["tokens_per_s"] else "n/a"
         lines.append(f"| {row['model']} | {c['planned_compiles']} ({c['budget']}) | {c['shared']} | {g['compiles']} | "
-                     f"{g['first_token_s']:.1f} s | {tps} | {g['host_io_bytes_per_step']} | "
+                     f"{f(g['first_token_s'])} | {f(g['tokens_per_s'], 2) if g['tokens_per_s'] else 'n/a'} | "
+                     f"{g['host_io_bytes_per_step']} | "
                      f"{g.get('surface_copy_bytes_per_step')} |")
     lines += ["", "Host I/O per decode step: the bytes the runtime counts written into input surfaces and read "
               "from output surfaces (decode func and LM head), steps after the first; the KV cache stays in "
               "the decode program, so they do not grow with the cache."]
-    lines += ["", "Next to transformers (CPU, fp32, same checkpoint, prompt and greedy steps; its own process):", "",
+    lines += ["", "Next to transformers (CPU, fp32, same checkpoint, prompt and greedy steps; its own process, "
+              "in the same rounds; the ratio is taken per round):", "",
               "| model | anec decode tokens/s (sim) | transformers decode tokens/s | anec / transformers | "
-              "transformers time to first token | greedy tokens equal (leading) |", "|---|---|---|---|---|---|"]
+              "transformers time to first token s | greedy tokens equal (leading, fewest over the rounds) |",
+              "|---|---|---|---|---|---|"]
     for row in done:
         g, t = row["generate"], row.get("transformers")
         if t is None:
             lines.append(f"| {row['model']} | | not run: transformers is not installed | | | |")
             continue
-        same = next((i for i, (a, b) in enumerate(zip(g["tokens"], t["tokens"])) if a != b),
-                    min(len(g["tokens"]), len(t["tokens"])))
-        ratio = (f"{g['tokens_per_s'] / t['tokens_per_s']:.2f}x"
-                 if g["tokens_per_s"] and t["tokens_per_s"] else "n/a")
-        lines.append(f"| {row['model']} | {g['tokens_per_s'] or 0:.2f} | {t['tokens_per_s'] or 0:.2f} | {ratio} | "
-                     f"{t['first_token_s']:.2f} s | {same} of {len(t['tokens'])} |")
+        same = min(leading_equal(a, b) for a in g["tokens_per_round"] for b in t["tokens_per_round"])
+        ratio = row.get("decode_anec_over_transformers")
+        lines.append(f"| {row['model']} | {f(g['tokens_per_s'] or 0, 2)} | {f(t['tokens_per_s'] or 0, 2)} | "
+                     f"{f(ratio, 2) if ratio else 'n/a'} | {f(t['first_token_s'], 2)} | "
+                     f"{same} of {len(t['tokens_per_round'][0])} |")
     return lines
 
 
@@ -250,7 +281,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description="billion-parameter checkpoints: memory per phase and speed")
     ap.add_argument("--models", default="0.6b,1b", help="comma-separated: 0.6b, 1b")
     ap.add_argument("--tokens", type=int, default=32, help="greedy decode steps")
-    ap.add_argument("--quick", action="store_true", help="a 4-layer hidden-256 model of the same structure")
+    ap.add_argument("--quick", action="store_true", help="a 4-layer hidden-256 model of the same structure, 1 round")
+    ap.add_argument("--rounds", type=int, help="rounds of every phase (3; 1 with --quick)")
     ap.add_argument("--worker", choices=["baseline", "export", "compile", "generate", "transformers"], help=argparse.SUPPRESS)
     ap.add_argument("--ckpt", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
@@ -278,8 +310,9 @@ def main() -> int:
     me = str(Path(__file__).relative_to(ROOT))
     load_start = harness.load_average()
     constant = harness.run_worker([me, "--worker", "baseline"])["peak_rss"]
-    results: dict = {**harness.machine(), "target": TARGET, "constant": constant,
-                     "models": [run_model(name, cfg, a.tokens, me, constant) for name, cfg in todo.items()]}
+    rounds = max(1, a.rounds or (1 if a.quick else 3))
+    results: dict = {**harness.machine(), "target": TARGET, "constant": constant, "rounds": rounds,
+                     "models": [run_model(name, cfg, a.tokens, me, constant, rounds) for name, cfg in todo.items()]}
     results.update(load_start=load_start, load_end=harness.load_average())
     lines = to_md(results)
     harness.write_results("large", results, lines)
