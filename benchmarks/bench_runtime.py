@@ -32,7 +32,7 @@ processes that met the same machine.
 
 Usage (writes benchmarks/results/runtime.json and runtime.md)::
 
-    PYTHONPATH=. python benchmarks/bench_runtime.py [--quick] [--rounds 3]
+    PYTHONPATH=. python benchmarks/bench_runtime.py [--quick] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -575,7 +575,7 @@ def write_plot(res: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="2 layers, fewer repetitions, 2 rounds")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of every process")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of every process (I/O ratios need 5 to show their spread)")
     ap.add_argument("--plot-only", action="store_true", help="redraw the plot from runtime.json, measure nothing")
     ap.add_argument("--worker", choices=["compile", "strategy", "raw", "kernels-sim"], help=argparse.SUPPRESS)
     ap.add_argument("--strategy", choices=list(VARIANTS), help=argparse.SUPPRESS)

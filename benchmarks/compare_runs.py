@@ -42,9 +42,9 @@ RATIO = re.compile(r"^(speedup|ratio|.*_ratio|.*_over_.*|over_.*|.*_vs_.*|vs_.*)
 
 def ratios(doc: Any, path: str = "", inside: bool = False) -> Iterator[tuple[str, dict]]:
     """``(path, spread)`` of every ratio in a results document, in document order. ``inside``:
-    a key above names a ratio. A list's items are named by their identifying fields (``name``,
-    ``format``, ``model``, ``variant``, ``nodes_in``) when they have any, else by their index, so
-    that a row keeps its path when rows are added."""
+    a key above names a ratio. A list's items are named by their identifying fields
+    (:data:`ROW_IDS`: ``variant`` and ``nodes_in``, ``kernel`` and ``threads``) when they have
+    any, else by their index, so that a row keeps its path when rows are added."""
     if isinstance(doc, dict):
         for k, v in doc.items():
             p = f"{path}/{k}"
@@ -60,7 +60,8 @@ def ratios(doc: Any, path: str = "", inside: bool = False) -> Iterator[tuple[str
             yield from ratios(v, f"{path}[{','.join(ids) if ids else i}]", inside)
 
 
-ROW_IDS = ("name", "format", "model", "variant", "nodes_in")
+ROW_IDS = ("name", "format", "model", "kernel", "kind", "variant", "weight_grads", "activations", "size", "shape",
+           "mode", "nodes_in", "nodes", "threads")
 """Fields that name a row of a list (together, in this order)."""
 
 
