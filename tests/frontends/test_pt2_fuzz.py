@@ -11,9 +11,11 @@ The number of inputs per test is ANEC_FUZZ_EXAMPLES (default 40); the long run::
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
+import shutil
 import struct
 import tempfile
 import time
@@ -36,6 +38,7 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,
 SECONDS = 10.0
 
 _WORK = Path(tempfile.mkdtemp(prefix="anec-pt2-fuzz-"))
+atexit.register(shutil.rmtree, _WORK, ignore_errors=True)  # made at import: every pytest process has one
 _MARKER = _WORK / "MARKER"
 
 
