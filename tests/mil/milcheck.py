@@ -324,15 +324,19 @@ def _ct_type(var) -> tuple[str, tuple[int, ...]]:
 
 
 def _coreml_blob_reader(blobs: Mapping[str, bytes] | None):
-    """Reads BLOBFILE consts with coremltools' own reader (files written to a temp dir)."""
+    """Reads BLOBFILE consts with coremltools' own reader (files written to a temp dir, which
+    goes when the reader does)."""
     from coremltools import libmilstoragepython as ms
 
     cache: dict[str, Any] = {}
-    tmpdir = tempfile.mkdtemp(prefix="milcheck-")
+    holder: list[tempfile.TemporaryDirectory] = []
 
     def read(path: str, offset: int, dtype: str):
         if blobs is None:
             return None
+        if not holder:
+            holder.append(tempfile.TemporaryDirectory(prefix="milcheck-"))
+        tmpdir = holder[0].name
         rel = path.removeprefix("@model_path/")
         if rel not in blobs:
             raise AssertionError(f"BLOBFILE {path} is not in the artifact")
