@@ -697,7 +697,8 @@ def markdown(res: dict) -> list[str]:
         f"anec {res.get('anec')}, numpy {res.get('numpy')}. Each round runs, each in its own process: anec's size "
         "series and emission alone, coremltools' MIL pipeline, the BLOBFILE writers"
         + (", and the GPT-2 section's compiles, coremltools and raw writes" if res.get("gpt2") else "")
-        + "; ratios between two sides are per round.")
+        + "; ratios between two sides are per round.",
+        own_threads=os.cpu_count() or 1)  # the last section's compiles spread their weights over every core
     if res.get("gpt2"):
         lines += gpt2_markdown(res["gpt2"])
     lines += ["## anec compile_module (verify + default pipeline + emission + blobs)", ""]

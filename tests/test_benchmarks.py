@@ -168,9 +168,11 @@ def test_a_benchmark_that_uses_every_core_counts_its_own_threads_at_the_end():
 
 def test_compare_runs_checks_each_ratio_of_a_rerun_against_the_earlier_spread(tmp_path):
     """benchmarks/compare_runs.py: a ratio whose rerun median falls in the earlier run's
-    [min, max] reproduces, one outside is a MISS (exit 1) with how far; figures that are not
-    ratios are not compared; rows are matched by their name, not their position; a spread under
-    a key that names a ratio (``phase_vs_torch/optimizer_s``, ``speedup[...]/cpu_total``) is one."""
+    [min, max] reproduces, one outside is a MISS with how far; figures that are not ratios are
+    not compared; rows are matched by their name, not their position; a spread under a key that
+    names a ratio (``phase_vs_torch/optimizer_s``, ``speedup[...]/cpu_total``) is one. A headline
+    that misses, or is missing from the rerun, fails the check (exit 1); another ratio fails it
+    only with ``--all``."""
     import subprocess
     import sys
 
@@ -195,7 +197,11 @@ def test_compare_runs_checks_each_ratio_of_a_rerun_against_the_earlier_spread(tm
                         {"variant": "on", "nodes_in": 10, "cpu": spread(3.1, 3.2, 3.4)}]}
     (new / "x.json").write_text(json.dumps(doc2))
     script = str(Path(harness.__file__).with_name("compare_runs.py"))
-    r = subprocess.run([sys.executable, script, str(old), str(new)], capture_output=True, text=True)
+
+    def run(*args):
+        return subprocess.run([sys.executable, script, *map(str, args)], capture_output=True, text=True)
+
+    r = run(old, new, "--all")
     assert r.returncode == 1, r.stderr
     lines = r.stdout.splitlines()
     assert any(line.startswith("MISS  x/rows[int8]/speedup: 22 against 18") and "1.16x the upper end" in line
@@ -206,9 +212,24 @@ def test_compare_runs_checks_each_ratio_of_a_rerun_against_the_earlier_spread(tm
     assert any(line.startswith("MISS  x/speedup[on,10]/cpu: 3.2 against 2.5") for line in lines), r.stdout
     assert any(line.startswith("ok    x/speedup[on,100]/cpu: 3.2 against 3.2") for line in lines)
     assert not any("seconds" in line for line in lines)
-    assert lines[-1] == "3 of 6 ratios reproduce within the earlier run's spread"
-    same = subprocess.run([sys.executable, script, str(old), str(old)], capture_output=True, text=True)
+    assert lines[-2:] == ["0 of 0 headline ratios (*) reproduce within the earlier run's spread",
+                          "3 of 6 other ratios reproduce within the earlier run's spread"]
+    assert run(old, new).returncode == 0  # x.json has no headline ratios
+    same = run(old, old, "--all")
     assert same.returncode == 0 and same.stdout.splitlines()[-1].startswith("6 of 6")
+
+    # compress.json's rows[int8|lut4|lut6]/speedup are headlines (README quotes them)
+    (old / "compress.json").write_text(json.dumps({"rows": [{"format": f, "speedup": spread(20, 24, 30)}
+                                                            for f in ("int8", "lut4", "lut6")]}))
+    (new / "compress.json").write_text(json.dumps({"rows": [{"format": "int8", "speedup": spread(30, 33, 36)},
+                                                            {"format": "lut4", "speedup": spread(20, 25, 28)}]}))
+    r = run(old, new)
+    assert r.returncode == 1, r.stdout
+    lines = r.stdout.splitlines()
+    assert any(line.startswith("MISS* compress/rows[int8]/speedup: 33 against 24") for line in lines), r.stdout
+    assert any(line.startswith("ok*   compress/rows[lut4]/speedup") for line in lines)
+    assert "MISS* compress/rows[lut6]/speedup: not in the rerun" in lines
+    assert lines[-2] == "1 of 3 headline ratios (*) reproduce within the earlier run's spread"
     (new / "y.json").write_text("{not json")
-    bad = subprocess.run([sys.executable, script, str(old), str(new)], capture_output=True, text=True)
+    bad = run(old, new)
     assert bad.returncode == 2 and "y.json" in bad.stderr and "Traceback" not in bad.stderr
