@@ -338,6 +338,9 @@ def main(argv: list[str]) -> int:
     gpt2 = {v: harness.summarize(rounds[f"gpt2/{v}"]) for v in variants}
     for v in ("split", "joined"):
         gpt2[v]["logits_max_abs_diff_vs_whole"] = float(np.abs(logits[v] - logits["whole"]).max())
+        for key in ("s_per_token", "cpu_s_per_token"):  # per round: both met the same machine
+            gpt2[v][f"{key}_over_whole"] = harness.paired_ratio(rounds[f"gpt2/{v}"], rounds["gpt2/whole"],
+                                                                 lambda r, k=key: r[k])
     result = {
         "benchmark": "partition", "date": time.strftime("%Y-%m-%d %H:%M:%S"), **harness.machine(),
         "load_start": load_start, "load_end": load_end, "rounds": args.rounds,
@@ -424,6 +427,8 @@ def to_md(r: dict) -> list[str]:
            f"| surface memory | {_mb(sum(w['surface'][n]['surface_memory'] for n in rows_sep))} | "
            f"{_mb(j['surface'][next(iter(j['surface']))]['surface_memory'])} |",
            f"| sim s per token | {_t(w, 'token')} | {_t(j, 'token')} |",
+           f"| joined over separate, per round: wall / CPU per token | 1 | "
+           f"{harness.fmt(j['s_per_token_over_whole'], 3)} / {harness.fmt(j['cpu_s_per_token_over_whole'], 3)} |",
            f"| logits max abs difference vs separate | 0 | {j['logits_max_abs_diff_vs_whole']:g} |", ""]
     return md
 

@@ -112,6 +112,7 @@ HEADLINES: dict[str, tuple[str, ...]] = {
                  r"/variants\[[^]]+\]/phase_vs_torch/\w+"),           # each host phase vs torch's work
     "import": (r"/paired/anec_over_coremltools", r"/paired/import_compile_over_coremltools"),
     "models": (r"/gpt2/sim_over_transformers",),
+    "partition": (r"/gpt2_small/joined/s_per_token_over_whole",),  # docs/models.md: the joined head
     "runtime": (r"/reload/strategies/[\w-]+/ratio_fp16_vs_raw_write_fsync",  # runtime.md's first table
                 r"/reload/strategies/[\w-]+/ratio_reload_weights_vs_compile"),
     "threads": (r"/rows\[compute,[^]]*,N programs,(2|4)\]/vs_one_thread",),  # docs/runtime.md: scaling
