@@ -54,6 +54,17 @@ def busy(load: Sequence[float], own_processes: float = 1.0) -> bool:
     return bool(load) and load[0] - own_processes > BUSY_PER_CORE * cores
 
 
+def settle(max_wait: float = 300.0, step: float = 5.0) -> float:
+    """Wait until the 1-minute load average no longer shows more than one runnable process
+    (:func:`busy`), at most ``max_wait`` seconds: the load a previous benchmark's own threads
+    left decays over a minute or two, and a results file judges the load at its start. Returns
+    the seconds waited."""
+    t0 = time.monotonic()
+    while busy(load_average()) and time.monotonic() - t0 < max_wait:
+        time.sleep(step)
+    return time.monotonic() - t0
+
+
 def worker_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a worker: this checkout first on the path."""
     env = dict(os.environ)

@@ -10,6 +10,8 @@ failed. Usage::
 
 A results file is only worth quoting from a quiet machine: each one says in its
 first lines when the load average showed other work (benchmarks/harness.py).
+Before each benchmark the script waits (at most 5 minutes) for the load the
+previous one left to decay, so that its start figure shows only other work.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import harness  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -37,8 +42,10 @@ def main(argv: list[str]) -> int:
             return 2
     failed = []
     for script in scripts:
+        waited = harness.settle()  # the last benchmark's own load decays before the next one starts
         t0 = time.perf_counter()
-        print(f"== {script.name}", flush=True)
+        print(f"== {script.name}" + (f" (waited {waited:.0f} s for the load to settle)" if waited >= 1 else ""),
+              flush=True)
         rc = subprocess.call([sys.executable, str(script), *(["--quick"] if args.quick else [])], cwd=HERE.parent)
         print(f"== {script.name}: {'ok' if rc == 0 else f'FAILED ({rc})'} "
               f"in {time.perf_counter() - t0:.1f} s", flush=True)

@@ -233,3 +233,22 @@ def test_compare_runs_checks_each_ratio_of_a_rerun_against_the_earlier_spread(tm
     (new / "y.json").write_text("{not json")
     bad = run(old, new)
     assert bad.returncode == 2 and "y.json" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_settle_waits_for_the_load_a_previous_benchmark_left(monkeypatch):
+    """run_all waits before each benchmark until the 1-minute load shows no more than one
+    runnable process, at most max_wait seconds; a quiet machine is not waited for."""
+    cores = os.cpu_count() or 1
+    loads = iter([[cores * 0.5 + 2.0], [cores * 0.5 + 1.6], [0.4], [0.4]])
+    slept: list[float] = []
+    monkeypatch.setattr(harness, "load_average", lambda: next(loads))
+    monkeypatch.setattr(harness.time, "sleep", slept.append)
+    harness.settle(max_wait=60, step=5)
+    assert slept == [5, 5]  # two busy readings, then a quiet one
+    monkeypatch.setattr(harness, "load_average", lambda: [0.1])
+    slept.clear()
+    assert harness.settle() == pytest.approx(0, abs=0.5) and slept == []
+    clock = iter(range(0, 1000, 10))
+    monkeypatch.setattr(harness, "load_average", lambda: [cores + 3.0])
+    monkeypatch.setattr(harness.time, "monotonic", lambda: next(clock))
+    assert harness.settle(max_wait=30, step=5) >= 30 and len(slept) == 2  # gives up after max_wait
