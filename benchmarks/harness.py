@@ -54,6 +54,41 @@ def busy(load: Sequence[float], own_processes: float = 1.0) -> bool:
     return bool(load) and load[0] - own_processes > BUSY_PER_CORE * cores
 
 
+def _cpu_now() -> tuple[float, float, float] | None:
+    """(busy CPU seconds of the whole machine, CPU seconds of this process and of the children
+    it waited for, monotonic seconds); None where /proc/stat is missing."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    except (OSError, ValueError):
+        return None
+    if len(ticks) < 8 or fields[0] != "cpu":
+        return None
+    t = os.times()
+    busy_ticks = sum(ticks) - ticks[3] - ticks[4]
+    return busy_ticks / os.sysconf("SC_CLK_TCK"), t.user + t.system + t.children_user + t.children_system, \
+        time.monotonic()
+
+
+_START = _cpu_now()
+"""The machine's and this process's CPU time when the benchmark (which imports this) started."""
+
+
+def other_cpu_share(start: tuple[float, float, float] | None = None) -> float | None:
+    """The share (0-1 of every core) of the machine's CPU time that anything other than this
+    process and its workers used since ``start`` (by default since this module was imported,
+    i.e. the benchmark's start): the machine's busy time from /proc/stat minus this process's
+    and its waited-for workers' CPU time. Unlike the load average at the two ends, it covers
+    the whole run and does not count the benchmark's own threads. None without /proc/stat."""
+    start = start or _START
+    end = _cpu_now()
+    if start is None or end is None or end[2] <= start[2]:
+        return None
+    other = (end[0] - start[0]) - (end[1] - start[1])
+    return round(max(0.0, other / ((end[2] - start[2]) * (os.cpu_count() or 1))), 3)
+
+
 def settle(max_wait: float = 300.0, step: float = 5.0) -> float:
     """Wait until the 1-minute load average no longer shows more than one runnable process
     (:func:`busy`), at most ``max_wait`` seconds: the load a previous benchmark's own threads
@@ -218,19 +253,27 @@ PROCESS_SCHEME = "each side in its own process, alternating order"
 def header(title: str, load_start: Sequence[float], load_end: Sequence[float], n_rounds: int,
            what: str, scheme: str = PROCESS_SCHEME, own_threads: float = 1.0) -> list[str]:
     """The first lines of a results file: a warning when the machine was busy, the machine, the
-    load average at start and end, and how the figures were taken (``scheme``: how the sides of
-    a round run, by default each in its own process, in alternating order). ``own_threads``: the
-    runnable threads the benchmark itself keeps busy (a benchmark whose rounds use every core
-    counts them at the end: the 1-minute load then holds its own last minute)."""
+    load average at start and end, the CPU share other processes used during the run, and how
+    the figures were taken (``scheme``: how the sides of a round run, by default each in its own
+    process, in alternating order). The machine was busy when the load at the start shows other
+    work, or when other processes used more than BUSY_PER_CORE of the CPU time during the run
+    (:func:`other_cpu_share`; where it cannot be measured, when the load at the end shows more
+    than ``own_threads``: the runnable threads the benchmark itself keeps busy)."""
     m = machine()
+    share = other_cpu_share()
     lines = [f"# {title}", ""]
-    if busy(load_start) or busy(load_end, own_threads):
+    during = (share > BUSY_PER_CORE) if share is not None else busy(load_end, own_threads)
+    if busy(load_start) or during:
         lines += [f"**Run under load** (load average {_fmt_load(load_start)} at the start, "
-                  f"{_fmt_load(load_end)} at the end, on {m['cores']} cores): other work shared the machine, "
+                  f"{_fmt_load(load_end)} at the end, on {m['cores']} cores"
+                  + (f"; other processes used {share:.0%} of the CPU time during the run" if share is not None
+                     else "") + "): other work shared the machine, "
                   "so absolute figures are pessimistic; ratios come from sides that ran in alternating "
                   "rounds. Rerun on a quiet machine before quoting a figure.", ""]
     lines += [f"Machine: {m['machine']}, {m['cores']} cores, {m['system']}, Python {m['python']}. "
-              f"Load average (1/5/15 min) {_fmt_load(load_start)} at the start, {_fmt_load(load_end)} at the end. "
+              f"Load average (1/5/15 min) {_fmt_load(load_start)} at the start, {_fmt_load(load_end)} at the end"
+              + (f"; processes other than the benchmark's used {share:.0%} of the machine's CPU time during "
+                 "the run (/proc/stat)" if share is not None else "") + ". "
               f"{n_rounds} round{'s' if n_rounds != 1 else ''}, {scheme}; figures are "
               f"median (min-max) over the rounds. {what}", ""]
     return lines
@@ -241,7 +284,9 @@ def _fmt_load(load: Sequence[float]) -> str:
 
 
 def write_results(name: str, data: dict, lines: list[str]) -> None:
-    """<RESULTS>/<name>.json and <name>.md (each written whole, then renamed)."""
+    """<RESULTS>/<name>.json and <name>.md (each written whole, then renamed). The JSON records
+    :func:`other_cpu_share` when the benchmark did not."""
+    data.setdefault("other_cpu_share", other_cpu_share())
     results = RESULTS
     results.mkdir(parents=True, exist_ok=True)
     for path, text in ((results / f"{name}.json", json.dumps(data, indent=1) + "\n"),

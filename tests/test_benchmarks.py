@@ -109,7 +109,8 @@ def test_summarize_keeps_the_shape():
     assert out["uneven"] == [1]
 
 
-def test_header_warns_of_a_busy_machine():
+def test_header_warns_of_a_busy_machine(monkeypatch):
+    monkeypatch.setattr(harness, "other_cpu_share", lambda start=None: None)  # judged by the load average
     cores = os.cpu_count() or 1
     busy = harness.header("T", [cores * 2.0 + 1, 1, 1], [0.1, 0.1, 0.1], 3, "What.")
     assert busy[0] == "# T" and busy[2].startswith("**Run under load**")
@@ -126,8 +127,9 @@ def test_header_warns_of_a_busy_machine():
 
 def test_results_are_written_whole(tmp_path, monkeypatch):
     monkeypatch.setattr(harness, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(harness, "other_cpu_share", lambda start=None: 0.02)
     harness.write_results("x", {"a": 1}, ["# X", "", "line"])
-    assert json.loads((tmp_path / "results" / "x.json").read_text()) == {"a": 1}
+    assert json.loads((tmp_path / "results" / "x.json").read_text()) == {"a": 1, "other_cpu_share": 0.02}
     assert (tmp_path / "results" / "x.md").read_text() == "# X\n\nline\n"
     assert not list((tmp_path / "results").glob("*.tmp"))
 
@@ -156,7 +158,8 @@ def test_a_worker_killed_by_a_signal_says_which(tmp_path):
         harness.run_worker([str(bad)])
 
 
-def test_a_benchmark_that_uses_every_core_counts_its_own_threads_at_the_end():
+def test_a_benchmark_that_uses_every_core_counts_its_own_threads_at_the_end(monkeypatch):
+    monkeypatch.setattr(harness, "other_cpu_share", lambda start=None: None)  # no /proc/stat: the end load
     cores = os.cpu_count() or 1
     end = [cores + 0.4]  # the benchmark's own threads on every core, nothing else
     assert "Run under load" in harness.header("T", [0.1], end, 1, "")[2]
@@ -252,3 +255,23 @@ def test_settle_waits_for_the_load_a_previous_benchmark_left(monkeypatch):
     monkeypatch.setattr(harness, "load_average", lambda: [cores + 3.0])
     monkeypatch.setattr(harness.time, "monotonic", lambda: next(clock))
     assert harness.settle(max_wait=30, step=5) >= 30 and len(slept) == 2  # gives up after max_wait
+
+
+def test_the_cpu_other_processes_used_decides_whether_a_run_was_under_load(monkeypatch):
+    """Where /proc/stat is readable the header judges the run by the CPU time processes other than
+    the benchmark used over the whole run, not by the load average at its end (which counts the
+    benchmark's own threads); a busy start still counts."""
+    cores = os.cpu_count() or 1
+    # the machine was busy for 100 s of a 100 s run on every core; the benchmark used 95% of it
+    ticks = iter([(1000.0, 10.0, 500.0), (1000.0 + 100 * cores, 10.0 + 95 * cores, 600.0)])
+    monkeypatch.setattr(harness, "_cpu_now", lambda: next(ticks))
+    start = harness._cpu_now()
+    assert harness.other_cpu_share(start) == pytest.approx(0.05)
+    monkeypatch.setattr(harness, "other_cpu_share", lambda start=None: 0.05)
+    quiet = harness.header("T", [0.1], [cores + 1.5], 3, "", own_threads=1)
+    assert not any("under load" in line for line in quiet)
+    assert "processes other than the benchmark's used 5% of the machine's CPU time" in "\n".join(quiet)
+    assert "Run under load" in harness.header("T", [cores + 1.0], [0.1], 3, "")[2]
+    monkeypatch.setattr(harness, "other_cpu_share", lambda start=None: 0.4)
+    busy = harness.header("T", [0.1], [0.1], 3, "")[2]
+    assert busy.startswith("**Run under load**") and "other processes used 40% of the CPU time" in busy
