@@ -26,6 +26,8 @@ few rounds' range.
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import json
 import re
 import subprocess
@@ -37,9 +39,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import harness  # noqa: E402
 from harness import is_spread  # noqa: E402
 
 RESULTS = "benchmarks/results"
+REPORT = "reproduce"
+"""The name of the report ``--write`` writes (not a benchmark: never read as a run)."""
 
 RATIO = re.compile(r"^(speedup|.*_speedup|ratio|.*_ratio|.*_over_.*|over_.*|.*_vs_.*|vs_.*)$")
 """Keys whose spreads are ratios."""
@@ -77,6 +82,8 @@ def load_run(where: str) -> dict[str, Any]:
     if d.is_dir():
         out = {}
         for f in sorted(d.glob("*.json")):
+            if f.stem == REPORT:
+                continue
             try:
                 out[f.stem] = json.loads(f.read_text("utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -87,7 +94,7 @@ def load_run(where: str) -> dict[str, Any]:
                                capture_output=True, text=True).stdout.split()
         return {n[:-5]: json.loads(subprocess.run(["git", "show", f"{where}:{RESULTS}/{n}"], cwd=ROOT, check=True,
                                                   capture_output=True, text=True).stdout)
-                for n in names if n.endswith(".json")}
+                for n in names if n.endswith(".json") and n != f"{REPORT}.json"}
     except subprocess.CalledProcessError as e:
         raise BadRun(f"'{where}' is neither a directory nor a git revision with {RESULTS}/ "
                      f"({e.stderr.strip()})") from None
@@ -124,39 +131,144 @@ def is_headline(name: str, path: str) -> bool:
     return any(re.fullmatch(p, path) for p in HEADLINES.get(name, ()))
 
 
-def compare(old: dict[str, Any], new: dict[str, Any], every: bool = False) -> tuple[list[str], int, dict]:
-    """The report's lines, the number of misses that fail the check (headlines; every ratio with
-    ``every``) and the counts ``{"headline": [reproduced, compared], "other": [...]}``."""
-    lines, failing = [], 0
-    counts = {"headline": [0, 0], "other": [0, 0]}
+@functools.lru_cache(maxsize=None)
+def chance_inside(n_old: int, n_new: int) -> float:
+    """The probability that the median of ``n_new`` rounds falls within the min-max of ``n_old``
+    rounds when every round of both runs comes from one distribution (the same machine, the
+    same code): distribution-free, from the ranks, which are then a uniformly random interleaving.
+    3 rounds against 3: 0.60; 5 against 5: 0.83. An even ``n_new`` counts the two middle rounds."""
+    if n_old < 2 or n_new < 1:
+        return 0.0
+    total = n_old + n_new
+    inside = count = 0
+    for xs in itertools.combinations(range(total), n_old):
+        ys = [i for i in range(total) if i not in xs]
+        lo, hi = ys[(n_new - 1) // 2], ys[n_new // 2]
+        count += 1
+        inside += xs[0] < lo and xs[-1] > hi
+    return inside / count
+
+
+def tail_probability(chances: list[float], misses: int) -> float:
+    """P(at least ``misses`` ratios fall outside) when ratio i falls inside with probability
+    ``chances[i]``, independently (a Poisson-binomial tail)."""
+    dist = [1.0]  # dist[k]: probability of k misses so far
+    for p in chances:
+        nxt = [0.0] * (len(dist) + 1)
+        for k, q in enumerate(dist):
+            nxt[k] += q * p
+            nxt[k + 1] += q * (1 - p)
+        dist = nxt
+    return sum(dist[misses:])
+
+
+SIGNIFICANCE = 0.01
+"""A rerun fails to reproduce when chance alone gives that many misses less often than this."""
+
+
+def compare(old: dict[str, Any], new: dict[str, Any]) -> list[dict]:
+    """One record per ratio of the earlier run: ``file``, ``path``, ``headline``, ``old`` and
+    ``new`` (spreads; ``new`` None when the rerun lacks it: only headlines are kept then),
+    ``ok``, and ``factor`` (a miss: the rerun's median over the nearer end of the range)."""
+    out = []
     for name in sorted(set(old) & set(new)):
         after = dict(ratios(new[name]))
         for path, o in ratios(old[name]):
-            head = is_headline(name, path)
-            kind, mark = ("headline", "*") if head else ("other", " ")
-            s = after.get(path)
+            head, s = is_headline(name, path), after.get(path)
             if s is None:
                 if head:
-                    counts[kind][1] += 1
-                    failing += 1
-                    lines.append(f"MISS{mark} {name}{path}: not in the rerun")
+                    out.append({"file": name, "path": path, "headline": True, "old": o, "new": None,
+                                "ok": False, "factor": None, "far": True, "chance": 1.0})
                 continue
-            m = float(s["median"])
-            lo, hi = float(o["min"]), float(o["max"])
-            counts[kind][1] += 1
-            where = f"{name}{path}: {m:.3g} against {float(o['median']):.3g} ({lo:.3g}-{hi:.3g}, {o['n']} rounds)"
-            if lo <= m <= hi:
-                counts[kind][0] += 1
-                lines.append(f"ok{mark}   {where}")
-                continue
-            failing += head or every
+            m, lo, hi = float(s["median"]), float(o["min"]), float(o["max"])
             end = lo if m < lo else hi
-            lines.append(f"MISS{mark} {where}: {m / end:.2f}x the {'lower' if m < lo else 'upper'} end"
-                         if end else f"MISS{mark} {where}")
-    skipped = sorted(set(old) ^ set(new))
-    if skipped:
-        lines.append("only in one run: " + ", ".join(skipped))
-    return lines, failing, counts
+            ok = lo <= m <= hi
+            out.append({"file": name, "path": path, "headline": head, "old": o, "new": s, "ok": ok,
+                        "factor": None if ok or not end else m / end,
+                        "far": not ok and abs(m - end) > hi - lo,
+                        "chance": chance_inside(int(o["n"]), int(s["n"]))})
+    return out
+
+
+def _line(r: dict) -> str:
+    mark = "*" if r["headline"] else " "
+    head = f"{'ok' if r['ok'] else 'MISS'}{mark}".ljust(6)
+    where = f"{r['file']}{r['path']}"
+    if r["new"] is None:
+        return f"{head}{where}: not in the rerun"
+    o = r["old"]
+    text = (f"{head}{where}: {float(r['new']['median']):.3g} against {float(o['median']):.3g} "
+            f"({float(o['min']):.3g}-{float(o['max']):.3g}, {o['n']} rounds)")
+    if r["factor"] is not None:
+        m, lo = float(r["new"]["median"]), float(o["min"])
+        text += f": {r['factor']:.2f}x the {'lower' if m < lo else 'upper'} end" + (", far" if r["far"] else "")
+    return text
+
+
+def counts(records: list[dict]) -> dict[str, list[int]]:
+    """``{"headline": [reproduced, compared], "other": [...]}``."""
+    c = {"headline": [0, 0], "other": [0, 0]}
+    for r in records:
+        k = c["headline" if r["headline"] else "other"]
+        k[0] += r["ok"]
+        k[1] += 1
+    return c
+
+
+def verdict(records: list[dict]) -> dict:
+    """Whether ``records`` reproduce: their misses are no more than chance gives
+    (:func:`chance_inside`; P >= SIGNIFICANCE), and none is *far*: further outside the earlier
+    range than that range is wide, or missing from the rerun. A shift of the code or of the
+    machine shows as far misses, or as more misses than chance. Ratios whose earlier run has a
+    range (2 rounds or more) count."""
+    tested = [r for r in records if r["chance"] > 0]
+    misses = sum(1 for r in tested if not r["ok"])
+    far = [r for r in tested if r["far"]]
+    expected = sum(1 - r["chance"] for r in tested)
+    tail = tail_probability([r["chance"] for r in tested], misses)
+    return {"tested": len(tested), "misses": misses, "far": len(far), "expected": expected, "tail": tail,
+            "reproduces": tail >= SIGNIFICANCE and not far}
+
+
+def summary(records: list[dict], every: bool = False) -> list[str]:
+    (h_ok, h_n), (o_ok, o_n) = counts(records)["headline"], counts(records)["other"]
+    v = verdict([r for r in records if r["headline"] or every])
+    what = "ratios" if every else "headline ratios"
+    return [f"{h_ok} of {h_n} headline ratios (*) reproduce within the earlier run's spread",
+            f"{o_ok} of {o_n} other ratios reproduce within the earlier run's spread",
+            f"{what}: {v['misses']} of {v['tested']} outside, {v['expected']:.1f} expected by chance alone "
+            f"(P(>= {v['misses']}) = {v['tail']:.3g}), {v['far']} further out than the range is wide: "
+            + ("the rerun reproduces them" if v["reproduces"] else "the rerun does not reproduce them")]
+
+
+def markdown(records: list[dict], old: dict[str, Any], new: dict[str, Any], names: tuple[str, str]) -> list[str]:
+    """The report as a results file: the runs compared, every headline, the other misses."""
+    f = harness.fmt
+
+    def run_of(doc: dict) -> str:
+        share = doc.get("other_cpu_share")
+        return (f"{doc.get('date', '?')}, load {'/'.join(map(str, doc.get('load_start') or [])) or 'n/a'} "
+                f"at the start" + (f", other processes {share:.0%} of the CPU" if share is not None else ""))
+
+    lines = ["# Does a rerun reproduce the headline ratios?", "",
+             f"`python benchmarks/compare_runs.py {names[0]} {names[1]}`: for each ratio of the earlier run, "
+             "whether the rerun's median falls within the earlier run's min-max over its rounds. Headlines "
+             "(*) are the ratios README.md and docs/ quote and each results file's first table.", "",
+             "| results file | earlier run | rerun |", "|---|---|---|"]
+    for name in sorted(set(old) & set(new)):
+        lines.append(f"| {name}.md | {run_of(old[name])} | {run_of(new[name])} |")
+    lines += ["", *summary(records), "", "| ratio | earlier run | rerun | within the earlier range "
+              "(chance, same distribution) |", "|---|---|---|---|"]
+    for r in records:
+        if r["headline"]:
+            new_s = f(r["new"], 3, "g") if r["new"] else "not run"
+            said = "yes" if r["ok"] else (f"no, {r['factor']:.2f}x the range's end" if r["factor"] else "no") + (
+                ", far" if r["far"] else "")
+            lines.append(f"| {r['file']}{r['path']} | {f(r['old'], 3, 'g')} | {new_s} | {said} ({r['chance']:.2f}) |")
+    misses = [r for r in records if not r["headline"] and not r["ok"]]
+    if misses:
+        lines += ["", "Other ratios outside the earlier run's range:", "", "```", *map(_line, misses), "```"]
+    return lines
 
 
 def main(argv: list[str]) -> int:
@@ -164,17 +276,24 @@ def main(argv: list[str]) -> int:
     ap.add_argument("old", help="the earlier run: a directory of results files or a git revision")
     ap.add_argument("new", help="the rerun: a directory of results files or a git revision")
     ap.add_argument("--all", action="store_true", help="every ratio must reproduce, not only the headlines")
+    ap.add_argument("--write", action="store_true",
+                    help="also write the report as reproduce.md and .json to the results directory")
     args = ap.parse_args(argv)
     try:
-        lines, failing, counts = compare(load_run(args.old), load_run(args.new), every=args.all)
+        old, new = load_run(args.old), load_run(args.new)
     except BadRun as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print("\n".join(lines))
-    (h_ok, h_n), (o_ok, o_n) = counts["headline"], counts["other"]
-    print(f"{h_ok} of {h_n} headline ratios (*) reproduce within the earlier run's spread")
-    print(f"{o_ok} of {o_n} other ratios reproduce within the earlier run's spread")
-    return 1 if failing else 0
+    records = compare(old, new)
+    lines = [_line(r) for r in records]
+    skipped = sorted(set(old) ^ set(new))
+    if skipped:
+        lines.append("only in one run: " + ", ".join(skipped))
+    print("\n".join(lines + summary(records, args.all)))
+    if args.write:
+        harness.write_results(REPORT, {"old": args.old, "new": args.new, "ratios": records},
+                              markdown(records, old, new, (args.old, args.new)))
+    return 0 if verdict([r for r in records if r["headline"] or args.all])["reproduces"] else 1
 
 
 if __name__ == "__main__":

@@ -285,8 +285,9 @@ def _fmt_load(load: Sequence[float]) -> str:
 
 def write_results(name: str, data: dict, lines: list[str]) -> None:
     """<RESULTS>/<name>.json and <name>.md (each written whole, then renamed). The JSON records
-    :func:`other_cpu_share` when the benchmark did not."""
+    :func:`other_cpu_share` and the date when the benchmark did not."""
     data.setdefault("other_cpu_share", other_cpu_share())
+    data.setdefault("date", time.strftime("%Y-%m-%d %H:%M:%S"))
     results = RESULTS
     results.mkdir(parents=True, exist_ok=True)
     for path, text in ((results / f"{name}.json", json.dumps(data, indent=1) + "\n"),

@@ -129,7 +129,8 @@ def test_results_are_written_whole(tmp_path, monkeypatch):
     monkeypatch.setattr(harness, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(harness, "other_cpu_share", lambda start=None: 0.02)
     harness.write_results("x", {"a": 1}, ["# X", "", "line"])
-    assert json.loads((tmp_path / "results" / "x.json").read_text()) == {"a": 1, "other_cpu_share": 0.02}
+    written = json.loads((tmp_path / "results" / "x.json").read_text())
+    assert written.pop("date") and written == {"a": 1, "other_cpu_share": 0.02}
     assert (tmp_path / "results" / "x.md").read_text() == "# X\n\nline\n"
     assert not list((tmp_path / "results").glob("*.tmp"))
 
@@ -215,8 +216,11 @@ def test_compare_runs_checks_each_ratio_of_a_rerun_against_the_earlier_spread(tm
     assert any(line.startswith("MISS  x/speedup[on,10]/cpu: 3.2 against 2.5") for line in lines), r.stdout
     assert any(line.startswith("ok    x/speedup[on,100]/cpu: 3.2 against 3.2") for line in lines)
     assert not any("seconds" in line for line in lines)
-    assert lines[-2:] == ["0 of 0 headline ratios (*) reproduce within the earlier run's spread",
-                          "3 of 6 other ratios reproduce within the earlier run's spread"]
+    assert lines[-3:-1] == ["0 of 0 headline ratios (*) reproduce within the earlier run's spread",
+                            "3 of 6 other ratios reproduce within the earlier run's spread"]
+    # 3 misses of 6 where chance gives 2.4; rows[int8] lies further out than its range is wide
+    assert lines[-1].startswith("ratios: 3 of 6 outside, 2.4 expected by chance alone") and "1 further out" in lines[-1]
+    assert lines[-1].endswith("the rerun does not reproduce them")
     assert run(old, new).returncode == 0  # x.json has no headline ratios
     same = run(old, old, "--all")
     assert same.returncode == 0 and same.stdout.splitlines()[-1].startswith("6 of 6")
@@ -232,7 +236,8 @@ def test_compare_runs_checks_each_ratio_of_a_rerun_against_the_earlier_spread(tm
     assert any(line.startswith("MISS* compress/rows[int8]/speedup: 33 against 24") for line in lines), r.stdout
     assert any(line.startswith("ok*   compress/rows[lut4]/speedup") for line in lines)
     assert "MISS* compress/rows[lut6]/speedup: not in the rerun" in lines
-    assert lines[-2] == "1 of 3 headline ratios (*) reproduce within the earlier run's spread"
+    assert lines[-3] == "1 of 3 headline ratios (*) reproduce within the earlier run's spread"
+    assert any(line.startswith("MISS* compress/rows[int8]/speedup") and "far" not in line for line in lines)
     (new / "y.json").write_text("{not json")
     bad = run(old, new)
     assert bad.returncode == 2 and "y.json" in bad.stderr and "Traceback" not in bad.stderr
@@ -275,3 +280,23 @@ def test_the_cpu_other_processes_used_decides_whether_a_run_was_under_load(monke
     monkeypatch.setattr(harness, "other_cpu_share", lambda start=None: 0.4)
     busy = harness.header("T", [0.1], [0.1], 3, "")[2]
     assert busy.startswith("**Run under load**") and "other processes used 40% of the CPU time" in busy
+
+
+def test_compare_runs_knows_how_often_chance_alone_misses():
+    """With every round of both runs from one distribution, the median of 3 rounds falls within
+    the min-max of 3 others 60% of the time (5 and 5: 5/6): a rerun is judged by whether it
+    misses more often than that, or far."""
+    import compare_runs as cr
+
+    assert cr.chance_inside(3, 3) == pytest.approx(0.6)
+    assert cr.chance_inside(5, 5) == pytest.approx(5 / 6)
+    assert cr.chance_inside(1, 3) == 0.0  # one round has no range: not tested
+    assert cr.tail_probability([0.5, 0.5], 1) == pytest.approx(0.75)
+    assert cr.tail_probability([0.6] * 10, 0) == pytest.approx(1.0)
+
+    def rec(ok, far=False, chance=0.6):
+        return {"headline": True, "ok": ok, "far": far, "chance": chance, "new": {}}
+
+    assert cr.verdict([rec(True)] * 6 + [rec(False)] * 4)["reproduces"]  # 4 of 10 misses: what chance gives
+    assert not cr.verdict([rec(True)] * 2 + [rec(False)] * 18)["reproduces"]  # far more misses than chance
+    assert not cr.verdict([rec(True)] * 9 + [rec(False, far=True)])["reproduces"]  # one shift beyond its range
