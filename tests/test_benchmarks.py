@@ -223,7 +223,7 @@ def test_compare_runs_checks_each_ratio_of_a_rerun_against_the_earlier_spread(tm
     assert lines[-1].endswith("the rerun does not reproduce them")
     assert run(old, new).returncode == 0  # x.json has no headline ratios
     same = run(old, old, "--all")
-    assert same.returncode == 0 and same.stdout.splitlines()[-1].startswith("6 of 6")
+    assert same.returncode == 0 and same.stdout.splitlines()[-2].startswith("6 of 6")
 
     # compress.json's rows[int8|lut4|lut6]/speedup are headlines (README quotes them)
     (old / "compress.json").write_text(json.dumps({"rows": [{"format": f, "speedup": spread(20, 24, 30)}
