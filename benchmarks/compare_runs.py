@@ -14,6 +14,7 @@ Usage (after ``make bench`` into a scratch directory, against the committed resu
 
     ANEC_BENCH_RESULTS=/tmp/rerun make bench
     python benchmarks/compare_runs.py HEAD /tmp/rerun        # a git revision or a directory each
+    python benchmarks/compare_runs.py REV HEAD /tmp/rerun    # against the union of two earlier runs
 
 *Headline* ratios (:data:`HEADLINES`) are those README.md and docs/ quote, and each results file's
 first table: each one is a line marked ``*``, and one missing from the rerun is a miss too. The
@@ -30,6 +31,7 @@ import functools
 import itertools
 import json
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -100,6 +102,39 @@ def load_run(where: str) -> dict[str, Any]:
                      f"({e.stderr.strip()})") from None
     except json.JSONDecodeError as e:
         raise BadRun(f"a results file of revision '{where}' is not JSON: {e}") from None
+
+
+def union(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several earlier runs as one: each ratio's spread over all of them (the lowest min, the
+    highest max, the median of their medians, their rounds added up), so that the range a
+    rerun is held to includes the variation between runs, not only within one. Results files
+    and ratios missing from a run come from the others."""
+    if len(runs) == 1:
+        return runs[0]
+    out: dict[str, Any] = {}
+    for name in sorted({n for r in runs for n in r}):
+        docs = [r[name] for r in runs if name in r]
+        spreads: dict[str, list[dict]] = {}
+        for d in docs:
+            for path, sp in ratios(d):
+                spreads.setdefault(path, []).append(sp)
+        merged = {path: {"min": min(float(x["min"]) for x in sp), "max": max(float(x["max"]) for x in sp),
+                         "median": statistics.median(float(x["median"]) for x in sp),
+                         "n": sum(int(x["n"]) for x in sp)} for path, sp in spreads.items()}
+        out[name] = {**docs[-1], UNION: merged}
+    return out
+
+
+UNION = "__union__"
+"""Where :func:`union` keeps a file's merged ratios (read by :func:`ratios_of`)."""
+
+
+def ratios_of(doc: dict) -> Iterator[tuple[str, dict]]:
+    """A results document's ratios, or the merged ones of a :func:`union`."""
+    if UNION in doc:
+        yield from doc[UNION].items()
+    else:
+        yield from ratios(doc)
 
 
 class BadRun(Exception):
@@ -173,7 +208,7 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> list[dict]:
     out = []
     for name in sorted(set(old) & set(new)):
         after = dict(ratios(new[name]))
-        for path, o in ratios(old[name]):
+        for path, o in ratios_of(old[name]):
             head, s = is_headline(name, path), after.get(path)
             if s is None:
                 if head:
@@ -201,7 +236,8 @@ def _line(r: dict) -> str:
             f"({float(o['min']):.3g}-{float(o['max']):.3g}, {o['n']} rounds)")
     if r["factor"] is not None:
         m, lo = float(r["new"]["median"]), float(o["min"])
-        text += f": {r['factor']:.2f}x the {'lower' if m < lo else 'upper'} end" + (", far" if r["far"] else "")
+        text += f": {r['factor']:.2f}x the {'lower' if m < lo else 'upper'} end" + (
+            " (one round: no range, not judged)" if not r["chance"] else ", far" if r["far"] else "")
     return text
 
 
@@ -241,7 +277,7 @@ def summary(records: list[dict], every: bool = False) -> list[str]:
             + ("the rerun reproduces them" if v["reproduces"] else "the rerun does not reproduce them")]
 
 
-def markdown(records: list[dict], old: dict[str, Any], new: dict[str, Any], names: tuple[str, str]) -> list[str]:
+def markdown(records: list[dict], olds: list[dict[str, Any]], new: dict[str, Any], names: list[str]) -> list[str]:
     """The report as a results file: the runs compared, every headline, the other misses."""
     f = harness.fmt
 
@@ -251,12 +287,17 @@ def markdown(records: list[dict], old: dict[str, Any], new: dict[str, Any], name
                 f"at the start" + (f", other processes {share:.0%} of the CPU" if share is not None else ""))
 
     lines = ["# Does a rerun reproduce the headline ratios?", "",
-             f"`python benchmarks/compare_runs.py {names[0]} {names[1]}`: for each ratio of the earlier run, "
-             "whether the rerun's median falls within the earlier run's min-max over its rounds. Headlines "
-             "(*) are the ratios README.md and docs/ quote and each results file's first table.", "",
-             "| results file | earlier run | rerun |", "|---|---|---|"]
-    for name in sorted(set(old) & set(new)):
-        lines.append(f"| {name}.md | {run_of(old[name])} | {run_of(new[name])} |")
+             f"`python benchmarks/compare_runs.py {' '.join(names)}`: for each ratio of the earlier "
+             f"run{'s' if len(olds) > 1 else ''}, whether the rerun's median falls within the earlier min-max "
+             f"over the rounds{' of every earlier run' if len(olds) > 1 else ''}. Headlines (*) are the ratios "
+             "README.md and docs/ quote and each results file's first table. A ratio misses by chance alone "
+             "with the probability in brackets (every round from one distribution); the rerun reproduces "
+             "when its misses are no more than chance gives and none lies further out than the range is wide.",
+             "", "| results file | " + " | ".join(f"earlier run ({n})" for n in names[:-1]) + " | rerun |",
+             "|---|" + "---|" * len(names)]
+    for name in sorted({n for o in olds for n in o} & set(new)):
+        lines.append(f"| {name}.md | " + " | ".join(run_of(o[name]) if name in o else "" for o in olds)
+                     + f" | {run_of(new[name])} |")
     lines += ["", *summary(records), "", "| ratio | earlier run | rerun | within the earlier range "
               "(chance, same distribution) |", "|---|---|---|---|"]
     for r in records:
@@ -273,14 +314,18 @@ def markdown(records: list[dict], old: dict[str, Any], new: dict[str, Any], name
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("old", help="the earlier run: a directory of results files or a git revision")
-    ap.add_argument("new", help="the rerun: a directory of results files or a git revision")
+    ap.add_argument("runs", nargs="+", metavar="RUN",
+                    help="earlier runs, then the rerun: each a directory of results files or a git revision; "
+                         "with several earlier runs a ratio's range is the union of theirs")
     ap.add_argument("--all", action="store_true", help="every ratio must reproduce, not only the headlines")
     ap.add_argument("--write", action="store_true",
                     help="also write the report as reproduce.md and .json to the results directory")
     args = ap.parse_args(argv)
     try:
-        old, new = load_run(args.old), load_run(args.new)
+        if len(args.runs) < 2:
+            raise BadRun("give an earlier run and a rerun")
+        olds, new = [load_run(r) for r in args.runs[:-1]], load_run(args.runs[-1])
+        old = union(olds)
     except BadRun as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -291,8 +336,8 @@ def main(argv: list[str]) -> int:
         lines.append("only in one run: " + ", ".join(skipped))
     print("\n".join(lines + summary(records, args.all)))
     if args.write:
-        harness.write_results(REPORT, {"old": args.old, "new": args.new, "ratios": records},
-                              markdown(records, old, new, (args.old, args.new)))
+        harness.write_results(REPORT, {"old": args.runs[:-1], "new": args.runs[-1], "ratios": records},
+                              markdown(records, olds, new, args.runs))
     return 0 if verdict([r for r in records if r["headline"] or args.all])["reproduces"] else 1
 
 

@@ -300,3 +300,25 @@ def test_compare_runs_knows_how_often_chance_alone_misses():
     assert cr.verdict([rec(True)] * 6 + [rec(False)] * 4)["reproduces"]  # 4 of 10 misses: what chance gives
     assert not cr.verdict([rec(True)] * 2 + [rec(False)] * 18)["reproduces"]  # far more misses than chance
     assert not cr.verdict([rec(True)] * 9 + [rec(False, far=True)])["reproduces"]  # one shift beyond its range
+
+
+def test_compare_runs_holds_a_rerun_to_the_union_of_several_earlier_runs(tmp_path):
+    """With two earlier runs a ratio's range is the union of theirs: a rerun between them
+    reproduces, though it lies outside each one's own range."""
+    def spread(lo, med, hi):
+        return {"min": lo, "median": med, "max": hi, "n": 3}
+
+    runs = {"a": spread(1.0, 1.5, 2.0), "b": spread(3.0, 3.5, 4.0), "new": spread(2.2, 2.5, 2.9)}
+    for name, s in runs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x.json").write_text(json.dumps({"a_over_b": s}))
+    script = str(Path(harness.__file__).with_name("compare_runs.py"))
+    r = subprocess.run([sys.executable, script, *(str(tmp_path / n) for n in ("a", "b", "new")), "--all"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[0] == "ok    x/a_over_b: 2.5 against 2.5 (1-4, 6 rounds)"
+    alone = subprocess.run([sys.executable, script, str(tmp_path / "a"), str(tmp_path / "new"), "--all"],
+                           capture_output=True, text=True)
+    assert alone.stdout.startswith("MISS  x/a_over_b: 2.5 against 1.5 (1-2, 3 rounds)")
+    one = subprocess.run([sys.executable, script, str(tmp_path / "a")], capture_output=True, text=True)
+    assert one.returncode == 2 and "earlier run and a rerun" in one.stderr
