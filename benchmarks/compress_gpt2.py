@@ -208,14 +208,14 @@ def gpt2_section(me: str, formats: list[str], layers: int, d: int, n_rounds: int
         prep = harness.run_worker([me, "--gpt2", "prepare", tmp, f"{layers}x{d}"], timeout=budget)
         acc = harness.run_rounds({fmt: [me, "--gpt2", "accuracy", tmp, fmt] for fmt in formats}, 1,
                                  timeout=budget)
-        load_start = harness.load_average()
+        load_start, cpu_start = harness.load_average(), harness.cpu_now()
         rounds = harness.run_rounds({fmt: [me, "--gpt2", "compile", tmp, fmt] for fmt in ["fp16", *formats]},
                                     n_rounds, timeout=budget)
-        load_end = harness.load_average()
+        load_end, other = harness.load_average(), harness.other_cpu_share(cpu_start)
     out: dict = {"shape": {k: prep[k] for k in ("layers", "d_model", "heads", "d_ffn", "seq", "matrix_mib",
                                                 "h_rms", "x_rms")},
                  "accuracy": {"fp16": {"size": 1.0, "vs_fp32": prep["vs_fp32"]}}, "compile": {},
-                 "load_start": load_start, "load_end": load_end, "rounds": n_rounds}
+                 "load_start": load_start, "load_end": load_end, "other_cpu_share": other, "rounds": n_rounds}
     for fmt in formats:
         got = harness.done(acc[fmt])
         out["accuracy"][fmt] = got[0] if got else acc[fmt][0]
@@ -257,12 +257,16 @@ def gpt2_markdown(g: dict) -> list[str]:
             kinds = ", ".join(f"{v} {k}" for k, v in sorted(a["formats"].items()))
             md.append(f"| {fmt} | {kinds} | {a['size']:.3f} | {cells(a['vs_fp16'])} | {cells(a['vs_fp32'])} |")
     load = ["/".join(f"{x:.2f}" for x in g[k]) or "n/a" for k in ("load_start", "load_end")]
-    shared = harness.busy(g["load_start"]) or harness.busy(g["load_end"])
+    other = g.get("other_cpu_share")
+    cores = harness.machine()["cores"] or 1
+    shared = harness.busy(g["load_start"]) or (other > harness.BUSY_PER_CORE if other is not None
+                                               else harness.busy(g["load_end"], own_processes=cores))
     n = g["rounds"]
     md += ["", "Compile time: `parse_file` + `compile_module(..., out_dir=OUT, compress=FORMAT)` (the work of "
            "`anec compile body.ir --weights weights.safetensors -o OUT --compress FORMAT`), fp16 and each format "
            f"a process of its own, once per round, in alternating order ({n} round{'s' if n > 1 else ''}); load "
-           f"average (1/5/15 min, {harness.machine()['cores']} cores) {load[0]} at the start, {load[1]} at the end"
+           f"average (1/5/15 min, {cores} cores) {load[0]} at the start, {load[1]} at the end"
+           + (f"; other processes used {other:.0%} of the CPU time during these rounds" if other is not None else "")
            + (" (**shared machine**: absolute seconds are pessimistic; the ratios are per round)" if shared else "")
            + ".", "",
            "| format | seconds | over fp16 (per round) | CPU s | " + " | ".join(f"{s} s" for s in GPT2_STAGES) + " |",

@@ -54,7 +54,7 @@ def busy(load: Sequence[float], own_processes: float = 1.0) -> bool:
     return bool(load) and load[0] - own_processes > BUSY_PER_CORE * cores
 
 
-def _cpu_now() -> tuple[float, float, float] | None:
+def cpu_now() -> tuple[float, float, float] | None:
     """(busy CPU seconds of the whole machine, CPU seconds of this process and of the children
     it waited for, monotonic seconds); None where /proc/stat is missing."""
     try:
@@ -71,7 +71,7 @@ def _cpu_now() -> tuple[float, float, float] | None:
         time.monotonic()
 
 
-_START = _cpu_now()
+_START = cpu_now()
 """The machine's and this process's CPU time when the benchmark (which imports this) started."""
 
 
@@ -82,7 +82,7 @@ def other_cpu_share(start: tuple[float, float, float] | None = None) -> float | 
     and its waited-for workers' CPU time. Unlike the load average at the two ends, it covers
     the whole run and does not count the benchmark's own threads. None without /proc/stat."""
     start = start or _START
-    end = _cpu_now()
+    end = cpu_now()
     if start is None or end is None or end[2] <= start[2]:
         return None
     other = (end[0] - start[0]) - (end[1] - start[1])

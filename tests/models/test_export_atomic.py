@@ -178,8 +178,8 @@ def test_an_error_before_writing_touches_nothing(gpt2_ckpt, refs, tmp_path):  # 
 _PRELOAD = "anec.cli, anec.models.export, anec.models.generate, anec.models.hf, anec.ir.printer, anec.ir.verifier"
 
 
-def _child(args: list[str]) -> subprocess.Popen:
-    return ready_child(args, _PRELOAD)
+def _child(args: list[str], tmp: Path) -> subprocess.Popen:
+    return ready_child(args, _PRELOAD, tmp)
 
 
 
@@ -188,7 +188,8 @@ def test_concurrent_exports_take_turns(gpt2_ckpt, refs, tmp_path):  # noqa: F811
     out = tmp_path / "out"
     finals = []
     for _ in range(2):
-        kids = [_child(export_args(gpt2_ckpt, out)), _child(export_args(gpt2_ckpt, out, *LORA))]
+        kids = [_child(export_args(gpt2_ckpt, out), tmp_path),
+                _child(export_args(gpt2_ckpt, out, *LORA), tmp_path)]
         go(*kids)
         for k in kids:
             _, err = k.communicate(timeout=300)
@@ -203,7 +204,7 @@ def test_kill_at_random_points_leaves_a_whole_export(gpt2_ckpt, refs, tmp_path):
     previous export): OUT is then absent, the previous export or the new one, each whole;
     SIGINT leaves no temporary directory; the next export cleans up and succeeds."""
     old, new = refs
-    child = _child(export_args(gpt2_ckpt, tmp_path / "timing", *LORA))
+    child = _child(export_args(gpt2_ckpt, tmp_path / "timing", *LORA), tmp_path)
     start = time.perf_counter()
     go(child)
     _, err = child.communicate(timeout=300)
@@ -218,7 +219,7 @@ def test_kill_at_random_points_leaves_a_whole_export(gpt2_ckpt, refs, tmp_path):
         out = work / "out"
         if trial % 2:
             export(gpt2_ckpt, out)
-        child = _child(export_args(gpt2_ckpt, out, *LORA))
+        child = _child(export_args(gpt2_ckpt, out, *LORA), tmp_path)
         go(child)
         time.sleep(rng.uniform(0, 1.2) * duration)
         child.send_signal(sig)

@@ -561,15 +561,18 @@ def child_env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
-def ready_child(args: list[str], preload: str):
+def ready_child(args: list[str], preload: str, tmp: Path | None = None):
     """``anec ARGS`` in a child that has imported ``preload`` (modules, comma-separated) and
-    waits for :func:`go`: so a signal timed from the go lands in the command, not in start-up."""
+    waits for :func:`go`: so a signal timed from the go lands in the command, not in start-up.
+    ``tmp``: the child's temporary directory (TMPDIR), where a child killed before it cleans up
+    leaves its runtime's program directories."""
     import subprocess
 
     code = (f"import sys\nimport {preload}\nprint('ready', flush=True)\nsys.stdin.readline()\n"
             "anec.cli.main(sys.argv[1:], prog_name='anec')\n")
     p = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT)
+                         stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                         env={**child_env(), **({"TMPDIR": str(tmp)} if tmp else {})})
     assert p.stdout.readline().strip() == "ready", p.stderr.read()
     return p
 

@@ -66,7 +66,7 @@ def test_a_killed_run_resumes_to_the_same_weights(gpt2_ckpt, corpus, tmp_path):
     killed = tmp_path / "killed"
     cmd = [sys.executable, "-m", "anec.cli", "train", *train_args(gpt2_ckpt, corpus, killed, steps)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)})
     log = killed / "log.jsonl"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:

@@ -443,8 +443,8 @@ def test_resume_of_nothing_says_so(gpt2_ckpt, corpus, tmp_path):  # noqa: F811
 _PRELOAD = "anec.cli, anec.training.run, anec.training.trainer, anec.compiler, anec.runtime, safetensors.numpy"
 
 
-def _child(args: list[str]) -> subprocess.Popen:
-    return ready_child(args, _PRELOAD)
+def _child(args: list[str], tmp: Path) -> subprocess.Popen:
+    return ready_child(args, _PRELOAD, tmp)
 
 
 
@@ -466,7 +466,7 @@ def test_kill_at_random_points_then_run_again(good_run, gpt2_ckpt, corpus, tmp_p
     never interrupted."""
     steps = STEPS + 2
     ref = tmp_path / "ref"
-    child = _child(train_args(gpt2_ckpt, corpus, ref, steps)[:])
+    child = _child(train_args(gpt2_ckpt, corpus, ref, steps)[:], tmp_path)
     start = time.perf_counter()
     go(child)
     _, err = child.communicate(timeout=300)
@@ -481,7 +481,7 @@ def test_kill_at_random_points_then_run_again(good_run, gpt2_ckpt, corpus, tmp_p
         over_state = trial % 2 == 1
         if over_state:
             shutil.copytree(good_run, run)
-        child = _child(train_args(gpt2_ckpt, corpus, run, steps, *(("--resume",) if over_state else ())))
+        child = _child(train_args(gpt2_ckpt, corpus, run, steps, *(("--resume",) if over_state else ())), tmp_path)
         go(child)
         time.sleep(rng.uniform(0.1, 1.1) * duration)
         child.send_signal(sig)
