@@ -5,8 +5,9 @@ two things runs each side as its own process (a *worker*: the benchmark script i
 called with ``--worker ...``, printing one JSON object as its last line of output), in
 rounds whose order alternates (round 1: A B C, round 2: C B A, ...), and reports every
 figure as median with min and max over the rounds. The load average is read before the
-first round and after the last; a results file written while the machine was busy says so
-in its first lines (:func:`header`).
+first round and after the last, and the share of the machine's CPU time that other processes
+used over the whole run is measured from /proc/stat (:func:`other_cpu_share`); a results
+file written while the machine was busy says so in its first lines (:func:`header`).
 
     rounds = run_rounds({"anec": [..argv..], "torch": [..argv..]}, n_rounds=3)
     spread([r["ms"] for r in rounds["anec"]])      # {"min": .., "median": .., "max": .., "n": 3}
