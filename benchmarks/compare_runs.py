@@ -104,37 +104,23 @@ def load_run(where: str) -> dict[str, Any]:
         raise BadRun(f"a results file of revision '{where}' is not JSON: {e}") from None
 
 
-def union(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Several earlier runs as one: each ratio's spread over all of them (the lowest min, the
-    highest max, the median of their medians, their rounds added up), so that the range a
-    rerun is held to includes the variation between runs, not only within one. Results files
-    and ratios missing from a run come from the others."""
-    if len(runs) == 1:
-        return runs[0]
-    out: dict[str, Any] = {}
+def union(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict]]:
+    """The ratios of one or more earlier runs, results file -> path -> spread. Over several
+    runs a ratio's spread covers all of them (the lowest min, the highest max, the median of
+    their medians, their rounds added up), so that the range a rerun is held to includes the
+    variation between runs, not only within one. A ratio missing from a run comes from the
+    others."""
+    out: dict[str, dict[str, dict]] = {}
     for name in sorted({n for r in runs for n in r}):
-        docs = [r[name] for r in runs if name in r]
         spreads: dict[str, list[dict]] = {}
-        for d in docs:
-            for path, sp in ratios(d):
+        for run in runs:
+            for path, sp in ratios(run.get(name, {})):
                 spreads.setdefault(path, []).append(sp)
-        merged = {path: {"min": min(float(x["min"]) for x in sp), "max": max(float(x["max"]) for x in sp),
-                         "median": statistics.median(float(x["median"]) for x in sp),
-                         "n": sum(int(x["n"]) for x in sp)} for path, sp in spreads.items()}
-        out[name] = {**docs[-1], UNION: merged}
+        out[name] = {path: sp[0] if len(sp) == 1 else
+                     {"min": min(float(x["min"]) for x in sp), "max": max(float(x["max"]) for x in sp),
+                      "median": statistics.median(float(x["median"]) for x in sp),
+                      "n": sum(int(x["n"]) for x in sp)} for path, sp in spreads.items()}
     return out
-
-
-UNION = "__union__"
-"""Where :func:`union` keeps a file's merged ratios (read by :func:`ratios_of`)."""
-
-
-def ratios_of(doc: dict) -> Iterator[tuple[str, dict]]:
-    """A results document's ratios, or the merged ones of a :func:`union`."""
-    if UNION in doc:
-        yield from doc[UNION].items()
-    else:
-        yield from ratios(doc)
 
 
 class BadRun(Exception):
@@ -146,8 +132,8 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "compile": (r"/gpt2/anec/(one|per_layer)/coremltools_over_anec",  # compile.md's first table; README
                 r"/gpt2/baseline/speedup/(one|per_layer)",            # before/after, README
                 r"/coremltools_speedup/(1006|10004)"),  # the scaling table, at the sizes make bench runs
-    "passes": (r"/baseline/speedup\[verify_each (on|off),100000\]/cpu_total",),  # README: x3.2, x3.3
-    "compress": (r"/rows\[(int8|lut4|lut6)\]/speedup",                  # README: x32.5, x24.4, x16.9
+    "passes": (r"/baseline/speedup\[verify_each (on|off),100000\]/cpu_total",),  # README's table
+    "compress": (r"/rows\[(int8|lut4|lut6)\]/speedup",                  # README's table and prose
                  r"/gpt2/compile/(int8|lut4|lut6)/over_fp16"),          # docs/compression.md
     "large": (r"/models\[(0\.6b|1b)\]/decode_anec_over_transformers",),  # README, docs/models.md
     "training": (r"/variants\[[^]]+\]/vs_torch",                         # training.md's first table
@@ -201,14 +187,15 @@ SIGNIFICANCE = 0.01
 """A rerun fails to reproduce when chance alone gives that many misses less often than this."""
 
 
-def compare(old: dict[str, Any], new: dict[str, Any]) -> list[dict]:
-    """One record per ratio of the earlier run: ``file``, ``path``, ``headline``, ``old`` and
+def compare(old: dict[str, dict[str, dict]], new: dict[str, Any]) -> list[dict]:
+    """One record per ratio of the earlier runs (``old``: :func:`union`'s ratios) found in the
+    rerun's results files ``new``: ``file``, ``path``, ``headline``, ``old`` and
     ``new`` (spreads; ``new`` None when the rerun lacks it: only headlines are kept then),
     ``ok``, and ``factor`` (a miss: the rerun's median over the nearer end of the range)."""
     out = []
     for name in sorted(set(old) & set(new)):
         after = dict(ratios(new[name]))
-        for path, o in ratios_of(old[name]):
+        for path, o in old[name].items():
             head, s = is_headline(name, path), after.get(path)
             if s is None:
                 if head:
@@ -267,7 +254,8 @@ def verdict(records: list[dict]) -> dict:
 
 
 def summary(records: list[dict], every: bool = False) -> list[str]:
-    (h_ok, h_n), (o_ok, o_n) = counts(records)["headline"], counts(records)["other"]
+    c = counts(records)
+    (h_ok, h_n), (o_ok, o_n) = c["headline"], c["other"]
     v = verdict([r for r in records if r["headline"] or every])
     what = "ratios" if every else "headline ratios"
     return [f"{h_ok} of {h_n} headline ratios (*) reproduce within the earlier run's spread",

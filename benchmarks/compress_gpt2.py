@@ -259,8 +259,7 @@ def gpt2_markdown(g: dict) -> list[str]:
     load = ["/".join(f"{x:.2f}" for x in g[k]) or "n/a" for k in ("load_start", "load_end")]
     other = g.get("other_cpu_share")
     cores = harness.machine()["cores"] or 1
-    shared = harness.busy(g["load_start"]) or (other > harness.BUSY_PER_CORE if other is not None
-                                               else harness.busy(g["load_end"], own_processes=cores))
+    shared = harness.under_load(g["load_start"], g["load_end"], other, own_threads=cores)
     n = g["rounds"]
     md += ["", "Compile time: `parse_file` + `compile_module(..., out_dir=OUT, compress=FORMAT)` (the work of "
            "`anec compile body.ir --weights weights.safetensors -o OUT --compress FORMAT`), fp16 and each format "

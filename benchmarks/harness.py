@@ -90,6 +90,16 @@ def other_cpu_share(start: tuple[float, float, float] | None = None) -> float | 
     return round(max(0.0, other / ((end[2] - start[2]) * (os.cpu_count() or 1))), 3)
 
 
+def under_load(load_start: Sequence[float], load_end: Sequence[float], share: float | None,
+               own_threads: float = 1.0) -> bool:
+    """Whether a run shared the machine: the load at its start shows other work, or other
+    processes used more than BUSY_PER_CORE of the CPU time during it (``share``,
+    :func:`other_cpu_share`); where that share could not be measured, the load at its end shows
+    more than ``own_threads``, the runnable threads the benchmark itself keeps busy."""
+    during = share > BUSY_PER_CORE if share is not None else busy(load_end, own_threads)
+    return busy(load_start) or during
+
+
 def settle(max_wait: float = 300.0, step: float = 5.0) -> float:
     """Wait until the 1-minute load average no longer shows more than one runnable process
     (:func:`busy`), at most ``max_wait`` seconds: the load a previous benchmark's own threads
@@ -256,15 +266,12 @@ def header(title: str, load_start: Sequence[float], load_end: Sequence[float], n
     """The first lines of a results file: a warning when the machine was busy, the machine, the
     load average at start and end, the CPU share other processes used during the run, and how
     the figures were taken (``scheme``: how the sides of a round run, by default each in its own
-    process, in alternating order). The machine was busy when the load at the start shows other
-    work, or when other processes used more than BUSY_PER_CORE of the CPU time during the run
-    (:func:`other_cpu_share`; where it cannot be measured, when the load at the end shows more
-    than ``own_threads``: the runnable threads the benchmark itself keeps busy)."""
+    process, in alternating order). Whether the machine was busy is :func:`under_load`'s
+    judgement, with the share measured since the benchmark started."""
     m = machine()
     share = other_cpu_share()
     lines = [f"# {title}", ""]
-    during = (share > BUSY_PER_CORE) if share is not None else busy(load_end, own_threads)
-    if busy(load_start) or during:
+    if under_load(load_start, load_end, share, own_threads):
         lines += [f"**Run under load** (load average {_fmt_load(load_start)} at the start, "
                   f"{_fmt_load(load_end)} at the end, on {m['cores']} cores"
                   + (f"; other processes used {share:.0%} of the CPU time during the run" if share is not None

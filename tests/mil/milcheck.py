@@ -329,19 +329,16 @@ def _coreml_blob_reader(blobs: Mapping[str, bytes] | None):
     from coremltools import libmilstoragepython as ms
 
     cache: dict[str, Any] = {}
-    holder: list[tempfile.TemporaryDirectory] = []
+    tmp = tempfile.TemporaryDirectory(prefix="milcheck-") if blobs is not None else None
 
     def read(path: str, offset: int, dtype: str):
-        if blobs is None:
+        if blobs is None or tmp is None:
             return None
-        if not holder:
-            holder.append(tempfile.TemporaryDirectory(prefix="milcheck-"))
-        tmpdir = holder[0].name
         rel = path.removeprefix("@model_path/")
         if rel not in blobs:
             raise AssertionError(f"BLOBFILE {path} is not in the artifact")
         if rel not in cache:
-            p = os.path.join(tmpdir, rel.replace("/", "_"))
+            p = os.path.join(tmp.name, rel.replace("/", "_"))
             with open(p, "wb") as f:
                 f.write(blobs[rel])
             cache[rel] = ms._BlobStorageReader(p)
