@@ -203,18 +203,21 @@ class Graph:
                     append(node)
                 continue  # (an erased node with nothing inserted next to it: dropped)
             inserted = before.get(key)
-            if (inserted is not None and key not in after
-                    and not any(id(n) in before or id(n) in after or id(n) in dead
-                                for n in inserted)):
-                # the common cases (new nodes inserted before a node, none of them with
-                # insertions of its own or erased; the node itself kept, or erased as a
-                # rewrite erases the node it replaced): what place() does, without its stack
-                del before[key]
-                out += inserted
-                if key not in dead:
-                    append(node)
-            else:
-                place(node)
+            if inserted is not None and key not in after:
+                for n in inserted:
+                    k = id(n)
+                    if k in before or k in after or k in dead:
+                        break
+                else:
+                    # the common cases (new nodes inserted before a node, none of them with
+                    # insertions of its own or erased; the node itself kept, or erased as a
+                    # rewrite erases the node it replaced): what place() does, without its stack
+                    del before[key]
+                    out += inserted
+                    if key not in dead:
+                        append(node)
+                    continue
+            place(node)
         self._nodes[:] = out  # in place: NodeList views hold this list
         self._front = []
         self._dead = {}
@@ -286,12 +289,23 @@ class Graph:
         if self._changes is not None:
             self._rewired(node)
 
-    def _rewired(self, node: Node) -> None:
-        """Log ``node`` as added or as reading other operands (its types are checked again)."""
+    def _rewired(self, node: Node, same_types: bool = False) -> None:
+        """Log ``node`` as added or as reading other operands (its types are checked again).
+
+        ``same_types``: each operand it reads now has the type of the one it replaced, so
+        the types the op table infers for it are unchanged: a node the log had not listed
+        (valid when the log began) is listed as :attr:`Changes.typed`, and a listed node
+        keeps what it was."""
         changes = self._changes
         assert changes is not None  # called only while changes are logged
-        changes.nodes[id(node)] = node
-        changes.typed.discard(id(node))
+        key = id(node)
+        if same_types:
+            if key not in changes.nodes:
+                changes.nodes[key] = node
+                changes.typed.add(key)
+            return
+        changes.nodes[key] = node
+        changes.typed.discard(key)
 
     def _insert_next_to(self, node: Node, anchor: Node | None, after: bool) -> None:
         """Put ``node`` right before (or after) ``anchor`` (None: at the front), deferred."""
@@ -466,7 +480,7 @@ class Graph:
         node.operands[index] = new
         new.uses.append(node)
         if self._changes is not None:
-            self._rewired(node)
+            self._rewired(node, same_types=new.type == old.type)
 
     def replace_uses(self, old: Value, new: Value, users: Iterable[Node]) -> None:
         """Make the nodes ``users`` read ``new`` wherever they read ``old`` (returned values stay)."""
@@ -481,7 +495,7 @@ class Graph:
             old.uses = [u for u in old.uses if u is not user]
             new.uses.extend([user] * n)
             if self._changes is not None:
-                self._rewired(user)
+                self._rewired(user, same_types=new.type == old.type)
 
     def replace_all_uses(self, old: Value, new: Value) -> None:
         """Make every use of ``old`` use ``new``; returned names never change.
@@ -493,11 +507,12 @@ class Graph:
         if old is new:
             return
         tracking = self._changes is not None
+        same_types = tracking and new.type == old.type
         for user in list(old.uses):
             user.operands = [new if v is old else v for v in user.operands]
             user.optional = {k: (new if v is old else v) for k, v in user.optional.items()}
             if tracking:
-                self._rewired(user)
+                self._rewired(user, same_types)
         new.uses.extend(old.uses)
         old.uses = []
         if old in self._outputs:

@@ -127,9 +127,11 @@ class Changes:
         their operands and attributes (``Graph.create_node(..., inferred=True)``, as the
         rewriter of :mod:`anec.passes.rewrite` builds them) and not rewired since: the
         verifier re-checks their place, names and use lists but does not infer their types
-        again. Rewiring a node (any graph method that changes its operands, or the type of a
-        func input it reads) drops it from here. A rewrite
-        creates most of the nodes a large pipeline re-checks, and inferring each again cost
-        as much as building it."""
+        again. Rewiring a node to read a value of another type (or retyping a func input it
+        reads) drops it from here; rewiring it to a value of the same type keeps it, and lists
+        here a node the log had not listed (it was valid when the log began, and what the op
+        table infers from its operand types is unchanged). A rewrite creates most of the nodes
+        a large pipeline re-checks, and rewires the users of each value it replaces; inferring
+        each again cost as much as building it."""
         self.everything = False
         """A change the log cannot describe (``rebuild_uses``): verify the whole func."""

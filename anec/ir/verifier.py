@@ -125,15 +125,21 @@ def _changes_ok(g: Graph, changes: Changes) -> bool:
         if key in alive:
             continue  # erased, then added again: checked below
         for r in node.results:
-            if id(r) in out_ids or any(id(u) in alive for u in r.uses):
+            if id(r) in out_ids or r.uses and any(id(u) in alive for u in r.uses):
                 return False
         for v in node.operands if not node.optional else node.inputs():
+            if len(v.uses) <= _FEW_USES:
+                if node in v.uses:  # (by identity: nodes compare so)
+                    return False  # still listed as a use
+                continue
             ids = readers.get(id(v))
             if ids is None:
                 ids = readers[id(v)] = {id(u) for u in v.uses}
             if key in ids:
                 return False  # still listed as a use
-    todo = {k: n for k, n in changes.nodes.items() if k in alive}
+    listed = changes.nodes
+    # (erasing a node takes it off the log: every listed node is alive, checked in one C-level scan)
+    todo = dict(listed) if listed.keys() <= alive else {k: n for k, n in listed.items() if k in alive}
     typed = changes.typed
     for v in changes.values.values():
         p = v.producer
@@ -147,9 +153,10 @@ def _changes_ok(g: Graph, changes: Changes) -> bool:
             if id(u) not in alive:
                 return False
             todo[id(u)] = u
-    for key, node in changes.annotated.items():
-        if key in alive and key not in todo and node.annotations and not _plain_annotations(
-                node.annotations):  # (the nodes to re-check have theirs checked there)
+    annotated = changes.annotated
+    for key in annotated.keys() - todo.keys():  # (the nodes to re-check have theirs checked there)
+        notes = annotated[key].annotations
+        if key in alive and notes and not _plain_annotations(notes):
             return False
     if not todo:
         return True

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from anec.ir.func_facts import SramReport
 from anec.passes.base import Pass, PassContext
 
 if TYPE_CHECKING:
     from anec.ir.graph import Graph
-    from anec.ir.nodes import Node, Value
+    from anec.ir.nodes import Node
     from anec.targets import Target
 
 SRAM_KEYS = ("in_bytes", "out_bytes", "weight_bytes", "live_bytes", "spill")
@@ -28,95 +28,95 @@ def sram_report(graph: "Graph", target: "Target") -> SramReport:
     that read it. ``live_bytes`` of a node is the total size of the values
     live at its step, its own operands and results included; a node is a
     spill risk when that exceeds ``target.sram_bytes``.
+
+    One scan in schedule order: a value's use list holds one entry per operand slot that
+    reads it (as in every valid graph), so counting its reads down says when the scan
+    passes its last use, and it stops being live after that step.
     """
     nodes = graph.nodes
-    outputs = {id(v) for v in graph.outputs}
-
-    # One scan in schedule order: the first and the last step reading each value (the use
-    # lists of a valid graph are exactly these operand slots, and each reader is a step).
-    first: dict[int, int] = {}
-    last_use: dict[int, int] = {}
-    steps = -1
-    for n in nodes:
-        if n.op == "const":
-            continue
-        steps += 1
-        for v in n.operands if not n.optional else n.inputs():
-            key = id(v)
-            if key not in first:
-                first[key] = steps
-            last_use[key] = steps
-    last = steps
-
-    # live bytes per step: a sweep over the [start, end] step interval of each live value, in
-    # the same scan as the annotations (every interval reaching step i starts at i or before,
-    # at a node already scanned, so delta[i] is complete when step i is reached)
-    delta = [0] * (last + 2)
-    if last >= 0:
-        for v in graph.inputs:
-            end = last if id(v) in outputs else last_use.get(id(v), 0)
-            delta[0] += v.type.nbytes
-            delta[end + 1] -= v.type.nbytes
+    returned = {id(v) for v in graph.outputs}
     sizes: dict[int, int] = {}  # bytes of each type object (alive: the graph's values hold them)
+    size_of = sizes.get
+    ahead: dict[int, int] = {}  # reads still to come, of each value read so far
+    ahead_of = ahead.get
+    consts: set[int] = set()  # results of consts (defined before their readers)
+    weight_ids: set[int] = set()  # results of weight consts
+    here = 0  # bytes live at the current step
+    gone_after_first = 0  # unused inputs: live at step 0 only
+    for v in graph.inputs:
+        here += v.type.nbytes
+        if not v.uses and id(v) not in returned:
+            gone_after_first += v.type.nbytes
     spills: list[str] = []
     peak, peak_node = 0, None
     sram_bytes = target.sram_bytes
     weights = 0
     notes_of: list[tuple[Node, dict[str, Any]]] = []
-    here = 0
-    i = -1
+    append = notes_of.append
     for n in nodes:
         if n.op == "const":
-            for r in n.results:  # resident from its first to its last use
-                key = id(r)
-                if key in first:
-                    resident = r.type.nbytes
-                    delta[first[key]] += resident
-                    delta[(last if key in outputs else last_use[key]) + 1] -= resident
+            for r in n.results:
+                consts.add(id(r))
             if n.annotations:
-                notes_of.append((n, {}))
+                append((n, {}))
             if "weight" in n.attrs:
                 weights += n.results[0].type.nbytes
+                weight_ids.add(id(n.results[0]))
             continue
-        i += 1
-        results = n.results
-        out_bytes = 0
-        for r in results:
-            key = id(r)
-            t = r.type
-            nbytes = sizes.get(id(t))
-            if nbytes is None:
-                nbytes = sizes[id(t)] = t.nbytes
-            out_bytes += nbytes
-            delta[i] += nbytes
-            delta[(last if key in outputs else last_use.get(key, i)) + 1] -= nbytes
-        here += delta[i]
+        gone, gone_after_first = gone_after_first, 0
         in_bytes = weight_bytes = 0
         operands = n.operands if not n.optional else n.inputs()
-        distinct: "Iterable[Value]" = operands  # each operand once (mul(%x, %x) reads %x once)
-        if len(operands) == 2:
-            if operands[0] is operands[1]:
-                distinct = operands[:1]
-        elif len(operands) > 2:
-            distinct = {id(v): v for v in operands}.values()
-        for v in distinct:
+        again: "set[int] | None" = None  # operands read by an earlier slot of this node
+        if len(operands) > 2:
+            again = set()
+        for j, v in enumerate(operands):
+            key = id(v)
             t = v.type
-            nbytes = sizes.get(id(t))
+            nbytes = size_of(id(t))
             if nbytes is None:
                 nbytes = sizes[id(t)] = t.nbytes
-            p = v.producer
-            if p is not None and p.op == "const" and "weight" in p.attrs:
+            left = ahead_of(key)
+            if left is None:  # its first read
+                left = len(v.uses)
+                if key in consts:  # resident from its first use to its last use
+                    here += nbytes
+            left -= 1
+            ahead[key] = left
+            if left == 0 and key not in returned:
+                gone += nbytes  # its last use: not live after this step
+            # each operand counted once (mul(%x, %x) reads %x once)
+            if again is None:
+                if j == 1 and v is operands[0]:
+                    continue
+            elif key in again:
+                continue
+            else:
+                again.add(key)
+            if key in weight_ids:
                 weight_bytes += nbytes
             else:
                 in_bytes += nbytes
-        notes = {"in_bytes": in_bytes, "out_bytes": out_bytes, "weight_bytes": weight_bytes,
-                 "live_bytes": here}
+        results = n.results
+        out_bytes = 0
+        for r in results:
+            t = r.type
+            nbytes = size_of(id(t))
+            if nbytes is None:
+                nbytes = sizes[id(t)] = t.nbytes
+            out_bytes += nbytes
+            if not r.uses and id(r) not in returned:
+                gone += nbytes  # never read: live at its own step only
+        here += out_bytes
         if here > sram_bytes:
-            notes["spill"] = True
+            append((n, {"in_bytes": in_bytes, "out_bytes": out_bytes, "weight_bytes": weight_bytes,
+                        "live_bytes": here, "spill": True}))
             spills.append(results[0].name)
-        notes_of.append((n, notes))
+        else:
+            append((n, {"in_bytes": in_bytes, "out_bytes": out_bytes, "weight_bytes": weight_bytes,
+                        "live_bytes": here}))
         if here > peak:
             peak, peak_node = here, results[0].name
+        here -= gone
     graph.annotate_all(notes_of, drop=SRAM_KEYS)
     return {
         "target": target.name,

@@ -198,16 +198,19 @@ def erase_if_dead(graph: "Graph", node: "Node") -> bool:
 def rewrite_greedily(graph: "Graph", rules: Mapping[str, tuple[Callable[["Node", R], Any], ...]], rw: R) -> int:
     """Apply ``rules`` (op -> rules) until none matches; the number of rewrites."""
     count = 0
+    rules_of, present, settled = rules.get, graph.has_node, rw.settled
     for _ in range(MAX_SWEEPS):
         changed = False
         for node in list(graph.nodes):
-            if node.op not in rules or not graph.has_node(node):
+            tried = rules_of(node.op)
+            if tried is None or not present(node):
                 continue
-            for rule in rules[node.op]:
-                if rw.settled(node):
+            for rule in tried:
+                if settled(node):
                     break
                 rw.anchor, rw.rule_name = node, rule.__name__
-                rw.created = set()
+                if rw.created:
+                    rw.created = set()  # (a rule that built nothing leaves it empty)
                 new = rule(node, rw)
                 if new is None:
                     continue

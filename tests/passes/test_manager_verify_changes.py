@@ -226,8 +226,8 @@ def test_an_erased_node_left_in_a_use_list_is_caught():
 
 def test_the_log_trusts_inferred_types_only_until_a_node_is_rewired():
     """Nodes the rewriter builds are logged as typed (the verifier does not infer them again);
-    rewiring one, or retyping an input it reads, drops it; a node built with types given by
-    the caller never is."""
+    rewiring one to read a value of another type, or retyping an input it reads, drops it;
+    a node built with types given by the caller never is, even rewired to a value alike."""
     g = parse_func(TEXT)
     changes = g.track_changes()
     rw = Rewriter(g, PassContext.default(), "test")
@@ -238,29 +238,45 @@ def test_the_log_trusts_inferred_types_only_until_a_node_is_rewired():
     s = rw.op("sigmoid", g.inputs[0]).producer
     given = g.create_node("exp", [c], {}, [c.type], ["given"], before=_node(g, "y"))
     assert {id(e), id(k), id(s)} <= changes.typed and id(given) not in changes.typed
-    g.set_operand(e, 0, _node(g, "b").result)
+    g.set_operand(e, 0, _node(g, "b").result)  # the same type: what the op table infers is unchanged
+    g.set_operand(given, 0, _node(g, "b").result)
     g.set_input_type(g.inputs[0], g.inputs[0].type)
-    assert id(e) not in changes.typed and id(s) not in changes.typed and id(k) in changes.typed
+    assert id(e) in changes.typed and id(k) in changes.typed
+    assert id(s) not in changes.typed and id(given) not in changes.typed
+    wide = rw.op("cast", c, dtype=DType.fp32, at=e)
+    g.set_operand(e, 0, wide)  # another type: exp(fp32) is fp32, not e's declared fp16
+    assert id(e) not in changes.typed
     g.stop_tracking()
-    assert verifier._changes_ok(g, changes)
+    assert not verifier._changes_ok(g, changes)
+    with pytest.raises(VerifyError, match="y_exp does not match the inferred type fp32"):
+        verify_changes(g, changes)
 
 
 def test_an_inferred_node_is_not_inferred_again(monkeypatch):
-    """The work the typed log saves: a pass built only of rewriter nodes is verified without
-    a single type inference."""
-    g = parse_func(TEXT)
-    changes = g.track_changes()
-    rw = Rewriter(g, PassContext.default(), "test")
-    rw.anchor = _node(g, "y")
-    e = rw.op("exp", rw.op("mul", _node(g, "c").result, rw.scalar(0.5, DType.fp16)))
-    g.replace_uses(_node(g, "c").result, e, [_node(g, "y")])
-    g.stop_tracking()
-    inferred = []
-    real = verifier.remembered_types
-    monkeypatch.setattr(verifier, "remembered_types",
-                        lambda op, *a: inferred.append(op) or real(op, *a))
-    assert verifier._changes_ok(g, changes)
-    assert inferred == ["tanh"]  # only %y, rewired to read %e
+    """The work the typed log saves: a pass built only of rewriter nodes, rewiring an existing
+    node to a value of the type it read before, is verified without a single type inference;
+    rewired to a value of another type, that node is inferred again."""
+    def inferences(retype: bool) -> list[str]:
+        g = parse_func(TEXT)
+        changes = g.track_changes()
+        rw = Rewriter(g, PassContext.default(), "test")
+        rw.anchor = _node(g, "y")
+        e = rw.op("exp", rw.op("mul", _node(g, "c").result, rw.scalar(0.5, DType.fp16)))
+        if retype:
+            e = rw.op("cast", e, dtype=DType.fp32)
+        g.replace_uses(_node(g, "c").result, e, [_node(g, "y")])
+        g.stop_tracking()
+        inferred: list[str] = []
+        real = verifier.remembered_types
+        monkeypatch.setattr(verifier, "remembered_types",
+                            lambda op, *a: inferred.append(op) or real(op, *a))
+        ok = verifier._changes_ok(g, changes)
+        monkeypatch.setattr(verifier, "remembered_types", real)
+        assert ok is not retype  # tanh(fp32) is fp32, not %y's declared fp16
+        return inferred
+
+    assert inferences(retype=False) == []
+    assert inferences(retype=True) == ["tanh"]  # only %y, rewired to read a wider value
 
 
 def test_builtin_passes_that_edit_the_graph_are_tracked():

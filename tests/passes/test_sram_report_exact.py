@@ -5,10 +5,13 @@ a const carrying stale annotations; the spill threshold at exactly the SRAM size
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from anec.ir.printer import print_graph
 from anec.passes import AnnotateSram, PassContext
 from anec.targets import get_target
+
+from tests.ir.strategies import graphs  # tests/ is on sys.path (rootdir-relative packages)
 
 from .passes_util import parse_func, run
 
@@ -110,3 +113,40 @@ func f(%x: fp16[1, 4, 1, 8]) {
     assert g.facts.sram == {"target": "m4", "sram_bytes": 32 * 1024 * 1024, "peak_bytes": 0,
                               "peak_node": None, "spill_nodes": [], "weight_bytes": 64}
     assert g.nodes[0].annotations == {}
+
+
+def _live_bytes_by_definition(g) -> dict[str, int]:
+    """Live bytes per step from the intervals themselves (quadratic, independent of the pass's
+    one scan): a value defined at step d (0 for an input) and last read at step u is live at every
+    step in [d, u]; a returned value to the last step; a const from its first read to its last."""
+    steps = [n for n in g.nodes if n.op != "const"]
+    at = {id(n): i for i, n in enumerate(steps)}
+    last = len(steps) - 1
+    if last < 0:
+        return {}
+    returned = {id(v) for v in g.outputs}
+    live = [0] * len(steps)
+    values = [(v, None) for v in g.inputs] + [(r, n) for n in g.nodes for r in n.results]
+    for v, producer in values:
+        reads = sorted(at[id(u)] for u in v.uses)
+        if producer is not None and producer.op == "const":
+            if not reads:
+                continue
+            start = reads[0]
+        else:
+            start = 0 if producer is None else at[id(producer)]
+        end = last if id(v) in returned else (reads[-1] if reads else start)
+        for i in range(start, end + 1):
+            live[i] += v.type.nbytes
+    return {n.results[0].name: live[i] for i, n in enumerate(steps)}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(max_steps=16))
+def test_live_bytes_equal_the_intervals_on_random_programs(g):
+    run(AnnotateSram(), g)
+    got = {n.results[0].name: n.annotations["live_bytes"] for n in g.nodes if n.op != "const"}
+    want = _live_bytes_by_definition(g)
+    assert got == want
+    if want:
+        assert g.facts.sram["peak_bytes"] == max(want.values())
