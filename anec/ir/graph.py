@@ -343,7 +343,10 @@ class Graph:
             names = []
             for _ in result_types:
                 names.append(self.fresh_name(op, exclude=names))
-        results = [Value(n, t, None, 0, [], span) for n, t in zip(names, result_types)]
+        if len(result_types) == 1 and len(names) == 1:  # (most nodes: no comprehension's frame)
+            results = [Value(names[0], result_types[0], None, 0, [], span)]
+        else:
+            results = [Value(n, t, None, 0, [], span) for n, t in zip(names, result_types)]
         node = Node(op, list(operands), dict(attrs), results, dict(optional) if optional else {},
                     span, {})
         if before is None:

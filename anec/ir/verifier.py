@@ -42,11 +42,10 @@ from collections import Counter
 from typing import Any
 
 from anec.diagnostics import Span, VerifyError
-from anec.ir import ops
 from anec.ir.graph import Graph, Module, no_cyclic_gc
 from anec.ir.nodes import Changes, Node, Value
 from anec.ir.lexical import IDENT, VALUE_NAME
-from anec.ir.ops import infer_node_types
+from anec.ir.ops import OPS, TARGET_OPS, infer_node_types
 from anec.ir.types import TensorType
 from anec.ir.verify_graph import GraphChecker, Report, VerifyWarning
 from anec.ir.verify_types import (
@@ -180,7 +179,7 @@ def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[in
     that its operands are defined before it, its users after it and the use lists agree.
     ``typed``: the node's result types are known to be the inferred ones
     (:attr:`~anec.ir.nodes.Changes.typed`), only the rest is checked."""
-    opdef = ops.lookup_op(node.op)
+    opdef = OPS.get(node.op) or TARGET_OPS.get(node.op)  # (ops.lookup_op, without its call)
     if opdef is None:
         return False
     i = pos[id(node)]
@@ -215,7 +214,8 @@ def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[in
             return False
     results = node.results
     match = VALUE_NAME.match
-    for k, r in enumerate(results):
+    k = 0
+    for r in results:
         t, name = r.type, r._name
         if (r.producer is not node or r.index != k or names.get(name, 0) != 1
                 or not (GOOD_TYPE_IDS.get(id(t)) is t or good_type(t))
@@ -224,6 +224,7 @@ def _node_ok(node: Node, pos: dict[int, int], input_ids: set[int], alive: set[in
         for u in r.uses:  # every user comes later (a node added again keeps its users)
             if pos.get(id(u), -1) <= i:
                 return False
+        k += 1
     notes = node.annotations
     if notes and not _plain_annotations(notes):
         return False

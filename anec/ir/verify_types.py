@@ -11,6 +11,7 @@ shared by the verifier and the rewriter's new nodes).
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
@@ -20,8 +21,8 @@ from anec.ir.lexical import IDENT, MAX_LIST_DEPTH
 from anec.ir.types import DType, TensorType, device_shape
 
 __all__ = [
-    "GOOD_NAMES", "GOOD_TYPES", "GOOD_TYPE_IDS", "INFERRED", "INT32_SHAPE", "MAX_DIM", "WIDE_LAYOUT",
-    "good_type", "literal_key", "literal_problem", "printable_str", "remembered_types",
+    "GOOD_NAMES", "GOOD_TYPES", "GOOD_TYPE_IDS", "INFERRED", "INFERRED_BY_ID", "INT32_SHAPE", "MAX_DIM",
+    "WIDE_LAYOUT", "good_type", "literal_key", "literal_problem", "printable_str", "remembered_types",
     "type_problem",
 ]
 
@@ -60,6 +61,16 @@ declared type): every node is still checked, but nodes alike share one inference
 successes are kept. The verifier and the rewriter's new nodes share it."""
 _INFERRED_MAX = 1 << 16
 
+INFERRED_BY_ID: dict[tuple[Any, ...], tuple[tuple[Any, ...], tuple[TensorType, ...]]] = {}
+"""The answers of :data:`INFERRED` again, keyed by the ``id`` of each type object: a lookup
+that calls no Python-level ``TensorType.__hash__`` (a pipeline shares a few type objects
+among all its nodes; a type equal to a listed one but another object misses here and is
+found in :data:`INFERRED`). Each entry holds its :data:`INFERRED` key, so the type objects
+whose ids it is keyed by stay alive, and their ids are not reused while it lives."""
+
+
+_TYPE_OF = attrgetter("type")
+
 
 def remembered_types(
     op: str,
@@ -75,12 +86,18 @@ def remembered_types(
     ``attrs_key`` is :func:`literal_key` of the attributes; None (not plainly hashable)
     always infers. ``infer`` raises for an invalid node and nothing is remembered then.
     """
-    operand_types = [v.type for v in operands]
-    optional_types = {k: v.type for k, v in optional.items()}
+    operand_types = list(map(_TYPE_OF, operands))  # (no comprehension: one frame less per node)
+    optional_types = {k: v.type for k, v in optional.items()} if optional else {}
     if attrs_key is None:
         return tuple(infer(operand_types, optional_types))
-    key = (op, tuple(operand_types), tuple(optional_types.items()), attrs_key, declared)
+    by_id = (op, tuple(map(id, operand_types)),
+             tuple([(k, id(t)) for k, t in optional_types.items()]) if optional_types else (),
+             attrs_key, id(declared))
     try:
+        hit = INFERRED_BY_ID.get(by_id)
+        if hit is not None:
+            return hit[1]
+        key = (op, tuple(operand_types), tuple(optional_types.items()), attrs_key, declared)
         types = INFERRED.get(key)
     except TypeError:  # an unhashable (invalid) type: infer reports it
         return tuple(infer(operand_types, optional_types))
@@ -89,7 +106,11 @@ def remembered_types(
         if len(INFERRED) >= _INFERRED_MAX:
             INFERRED.clear()
         INFERRED[key] = types
+    if len(INFERRED_BY_ID) >= _INFERRED_MAX:
+        INFERRED_BY_ID.clear()
+    INFERRED_BY_ID[by_id] = (key, types)
     return types
+
 
 GOOD_NAMES: set[str] = set()
 """Attribute names already found to be identifiers."""

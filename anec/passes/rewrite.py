@@ -188,9 +188,13 @@ def erase_if_dead(graph: "Graph", node: "Node") -> bool:
     """Erase ``node`` when none of its results is used or returned."""
     if not graph.has_node(node):
         return False
-    outputs = {id(v) for v in graph.outputs}
-    if any(r.uses or id(r) in outputs for r in node.results):
-        return False
+    outputs = graph.outputs
+    for r in node.results:  # (plain loops: this runs once per rewrite)
+        if r.uses:
+            return False
+        for v in outputs:
+            if v is r:
+                return False
     graph.erase_node(node)
     return True
 

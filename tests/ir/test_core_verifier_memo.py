@@ -35,13 +35,16 @@ def _messages(target) -> list[str]:
 
 def _cold(target) -> list[str]:
     saved = dict(verify_types.INFERRED), set(verify_types.GOOD_TYPES), dict(verify_types.GOOD_TYPE_IDS)
+    by_id = dict(verify_types.INFERRED_BY_ID)
     verify_types.INFERRED.clear()
+    verify_types.INFERRED_BY_ID.clear()
     verify_types.GOOD_TYPES.clear()
     verify_types.GOOD_TYPE_IDS.clear()
     try:
         return _messages(target)
     finally:
         verify_types.INFERRED.update(saved[0])
+        verify_types.INFERRED_BY_ID.update(by_id)
         verify_types.GOOD_TYPES.update(saved[1])
         verify_types.GOOD_TYPE_IDS.update(saved[2])
 

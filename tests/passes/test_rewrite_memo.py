@@ -20,6 +20,12 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.ir"
 assert EXAMPLES
 
 
+def _cold_memo(monkeypatch) -> None:
+    """Both tables of the memo empty for this test."""
+    monkeypatch.setattr(verify_types, "INFERRED", {})
+    monkeypatch.setattr(verify_types, "INFERRED_BY_ID", {})
+
+
 def _legalized(path):
     m = parse_file(path)
     run_pipeline(m, OPTIMIZE, PassContext.default())
@@ -28,7 +34,7 @@ def _legalized(path):
 
 @pytest.mark.parametrize("path", EXAMPLES[:6], ids=lambda p: p.name)
 def test_legalize_gives_the_same_program_on_a_cold_and_a_warm_cache(path, monkeypatch):
-    monkeypatch.setattr(verify_types, "INFERRED", {})
+    _cold_memo(monkeypatch)
     cold = _legalized(path)
     assert verify_types.INFERRED  # the cold run filled it
     warm = _legalized(path)
@@ -44,7 +50,7 @@ F16 = TensorType(DType.fp16, (1, 4, 1, 8))
 
 
 def test_each_answer_is_the_op_tables_cold_and_warm(monkeypatch):
-    monkeypatch.setattr(verify_types, "INFERRED", {})
+    _cold_memo(monkeypatch)
     cases = [("add", [F16, F16], {}, {}, None),
              ("mul", [F16, TensorType(DType.fp16, ())], {}, {}, None),
              ("cast", [F16], {}, {"dtype": DType.fp32}, None),
@@ -60,7 +66,7 @@ def test_each_answer_is_the_op_tables_cold_and_warm(monkeypatch):
 
 
 def test_unhashable_attributes_are_inferred_every_time(monkeypatch):
-    monkeypatch.setattr(verify_types, "INFERRED", {})
+    _cold_memo(monkeypatch)
     attrs = {"axes": [[1]], "keep_dims": True}  # a nested list: no plain key
     with pytest.raises(InferError, match="must be a list of ints"):
         rewrite._infer("reduce_sum", [_V(F16)], {}, attrs)
@@ -68,19 +74,44 @@ def test_unhashable_attributes_are_inferred_every_time(monkeypatch):
 
 
 def test_the_cache_is_bounded(monkeypatch):
-    monkeypatch.setattr(verify_types, "INFERRED", {})
+    _cold_memo(monkeypatch)
     monkeypatch.setattr(verify_types, "_INFERRED_MAX", 3)
     for v in (1.0, 2.0, 3.0):
         rewrite._infer("const", [], {}, {"value": v}, TensorType(DType.fp16, ()))
     assert len(verify_types.INFERRED) == 3
     rewrite._infer("const", [], {}, {"value": 4.0}, TensorType(DType.fp16, ()))
     assert len(verify_types.INFERRED) == 1  # full: emptied, then the new answer
+    assert len(verify_types.INFERRED_BY_ID) == 1
 
 
 def test_two_ops_on_the_same_operands_are_remembered_apart(monkeypatch):
     """add and matmul of [1, 4] and [4, 1]: a broadcast [4, 4], then a [1, 1] product, cold and warm."""
-    monkeypatch.setattr(verify_types, "INFERRED", {})
+    _cold_memo(monkeypatch)
     a, b = _V(TensorType(DType.fp16, (1, 4))), _V(TensorType(DType.fp16, (4, 1)))
     for _ in range(2):
         assert rewrite._infer("add", [a, b], {}, {}) == [TensorType(DType.fp16, (4, 4))]
         assert rewrite._infer("matmul", [a, b], {}, {}) == [TensorType(DType.fp16, (1, 1))]
+
+
+def test_an_equal_type_object_not_seen_before_gets_the_same_answer(monkeypatch):
+    """The memo's table by object id misses a type equal to a remembered one but built apart;
+    the table by value answers, and both answers are the op table's."""
+    _cold_memo(monkeypatch)
+    first, again = TensorType(DType.fp16, (1, 4, 1, 8)), TensorType(DType.fp16, (1, 4, 1, 8))
+    assert first == again and first is not again
+    want = infer_types("relu", [first], {}, {})
+    calls = []
+
+    def counted(op, operands, optional, attrs, declared=None):
+        calls.append(op)
+        return infer_types(op, operands, optional, attrs, declared=declared)
+
+    monkeypatch.setattr(rewrite, "infer_types", counted)
+    assert rewrite._infer("relu", [_V(first)], {}, {}) == want
+    assert rewrite._infer("relu", [_V(again)], {}, {}) == want
+    assert rewrite._infer("relu", [_V(again)], {}, {}) == want
+    assert calls == ["relu"]  # inferred once; the equal object found by value, then by id
+    assert len(verify_types.INFERRED) == 1 and len(verify_types.INFERRED_BY_ID) == 2
+    # each entry by id holds the type objects it is keyed by (their ids cannot be reused)
+    held = [key[1][0] for key, _ in verify_types.INFERRED_BY_ID.values()]
+    assert any(t is first for t in held) and any(t is again for t in held)
