@@ -537,7 +537,7 @@ class Graph:
             self._check_erasable(node)
         if id(node) not in self._node_ids:
             raise ValueError(f"{node!r} is not in graph '{self.name}'")
-        for v in node.inputs():
+        for v in node.operands if not node.optional else node.inputs():
             if node in v.uses:
                 v.uses.remove(node)
         self._dead[id(node)] = node  # taken out of the list by _settle
@@ -582,9 +582,12 @@ class Graph:
             self._changes.nodes.pop(id(node), None)
             self._changes.typed.discard(id(node))
         for r in node.results:
-            names[r.name] -= 1
-            if names[r.name] <= 0:
-                del names[r.name]
+            name = r._name
+            left = names.get(name, 0) - 1
+            if left > 0:
+                names[name] = left
+            else:
+                names.pop(name, None)
 
     def rebuild_uses(self) -> None:
         """Recompute every ``uses`` list from the operands (repairs a graph edited behind its back)."""

@@ -153,9 +153,12 @@ def _changes_ok(g: Graph, changes: Changes) -> bool:
                 return False
             todo[id(u)] = u
     annotated = changes.annotated
-    for key in annotated.keys() - todo.keys():  # (the nodes to re-check have theirs checked there)
-        notes = annotated[key].annotations
-        if key in alive and notes and not _plain_annotations(notes):
+    # the nodes to re-check have theirs checked there (the others found with a set operation
+    # when most annotated nodes are to be re-checked)
+    for key, node in (((k, annotated[k]) for k in annotated.keys() - todo.keys())
+                      if len(todo) > len(annotated) // 2 else annotated.items()):
+        if key in alive and key not in todo and node.annotations and not _plain_annotations(
+                node.annotations):
             return False
     if not todo:
         return True

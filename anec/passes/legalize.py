@@ -71,13 +71,13 @@ def check_float_compute(rw: LegalizeRewriter) -> None:
     computes: dict[str, bool] = {}  # op -> whether its dtype domain is NUMERIC (int32 admitted)
     for node in rw.graph.nodes:
         op = node.op
-        if op == "const" or not node.results or rw.settled(node):
+        if op == "const" or not node.results:
             continue
         numeric = computes.get(op)
         if numeric is None:
             opdef = get_op(op)
             numeric = computes[op] = DType.int32 in opdef.dtypes and opdef.dtypes == NUMERIC
-        if not numeric or node.results[0].type.dtype.is_float:
+        if not numeric or node.results[0].type.dtype.is_float or rw.settled(node):
             continue
         t = node.results[0].type
         rw.reject("ANE-FLOAT-COMPUTE", f"%{node.results[0].name} = {node.op} computes on {t.dtype} "

@@ -97,16 +97,17 @@ class Rewriter:
 
     def name_for(self, suffix: str, base: "Node | None" = None) -> str:
         node = base or self.anchor
-        stem = node.results[0].name if node is not None and node.results else "v"
+        stem = node.results[0]._name if node is not None and node.results else "v"
         return self.graph.fresh_name(f"{stem}_{suffix}" if suffix else stem)
 
     def op(self, opname: str, *operands: "Value", name: str | None = None, suffix: str = "",
            optional: dict[str, "Value"] | None = None, at: "Node | None" = None,
            **attrs: Any) -> "Value":
         """Insert ``opname(operands, attrs)`` before ``at`` (default: the anchor)."""
-        optional = dict(optional or {})
-        types, plain = _infer_plain(opname, list(operands), optional, attrs)
-        return self._insert(opname, list(operands), attrs, types, optional, name, suffix, at, plain)
+        optional = dict(optional) if optional else {}
+        args = list(operands)
+        types, plain = _infer_plain(opname, args, optional, attrs)
+        return self._insert(opname, args, attrs, types, optional, name, suffix, at, plain)
 
     def const_value(self, value: Any, type: TensorType, suffix: str = "c",
                     at: "Node | None" = None) -> "Value":
