@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from anec.diagnostics import AnecError, ConstraintError, did_you_mean
-from anec.ir.graph import Module, no_cyclic_gc
+from anec.ir.graph import Module
+from anec.ir.nogc import no_cyclic_gc
 from anec.ir.ops import baked_view, is_weight_const
 from anec.hashing import deferred_hashes
 from anec.mil.artifact import Artifact

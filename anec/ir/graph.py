@@ -16,9 +16,7 @@ This module holds :class:`Graph`, its read-only :class:`NodeList` view, :class:`
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import gc
 import itertools
 from collections import Counter
 from dataclasses import dataclass
@@ -29,40 +27,7 @@ from anec.ir.func_facts import FuncFacts
 from anec.ir.nodes import Changes, Node, Value
 from anec.ir.types import TensorType
 
-__all__ = ["Graph", "Module", "Node", "NodeList", "Value", "WeightSource", "no_cyclic_gc"]
-
-
-@contextlib.contextmanager
-def no_cyclic_gc() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector (parsing, verifying, the pass pipeline, a
-    whole compile).
-
-    Each allocates many small objects while a large graph is alive; the
-    cyclic collector would rescan every live object again and again, which
-    made a 100k-node parse and pipeline superlinear (measured in
-    benchmarks/bench_passes.py). Refcounting still frees what is dropped;
-    the cycles left meanwhile (erased nodes and their results, an error's
-    traceback) are collected by the collector's next full collection. Its
-    previous state is restored.
-
-    On the way out, what was allocated meanwhile joins the oldest generation
-    (``gc.freeze()`` then ``gc.unfreeze()``: a list splice, no traversal),
-    as the collector would have promoted a graph that stays alive. Left in
-    the youngest generation, the first collection after the block would
-    traverse every object of the graph at once, and the next ones again (a
-    second per million objects, measured on a 100k-node pipeline). Skipped
-    when the caller froze objects itself (unfreezing would release theirs).
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            if not gc.get_freeze_count():
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
+__all__ = ["Graph", "Module", "Node", "NodeList", "Value", "WeightSource"]
 
 
 class NodeList(Sequence[Node]):
@@ -290,22 +255,17 @@ class Graph:
             self._rewired(node)
 
     def _rewired(self, node: Node, same_types: bool = False) -> None:
-        """Log ``node`` as added or as reading other operands (its types are checked again).
-
-        ``same_types``: each operand it reads now has the type of the one it replaced, so
-        the types the op table infers for it are unchanged: a node the log had not listed
-        (valid when the log began) is listed as :attr:`Changes.typed`, and a listed node
-        keeps what it was."""
+        """Log ``node`` as added or as reading other operands. ``same_types``: each operand it
+        now reads has the type of the one it replaced, so a node the log had not listed (valid
+        when the log began) is listed as :attr:`Changes.typed`; a listed node keeps what it was."""
         changes = self._changes
         assert changes is not None  # called only while changes are logged
         key = id(node)
-        if same_types:
-            if key not in changes.nodes:
-                changes.nodes[key] = node
-                changes.typed.add(key)
-            return
+        if not same_types:
+            changes.typed.discard(key)
+        elif key not in changes.nodes:
+            changes.typed.add(key)
         changes.nodes[key] = node
-        changes.typed.discard(key)
 
     def _insert_next_to(self, node: Node, anchor: Node | None, after: bool) -> None:
         """Put ``node`` right before (or after) ``anchor`` (None: at the front), deferred."""

@@ -32,7 +32,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from anec.diagnostics import AnecError, Source
-from anec.ir.graph import Module, no_cyclic_gc
+from anec.ir.graph import Module
+from anec.ir.nogc import no_cyclic_gc
 from anec.ir.lark_fallback import lark_syntax
 from anec.ir.module_builder import ModuleBuilder
 from anec.ir.scanner import scan

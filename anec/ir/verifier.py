@@ -42,7 +42,8 @@ from collections import Counter
 from typing import Any
 
 from anec.diagnostics import Span, VerifyError
-from anec.ir.graph import Graph, Module, no_cyclic_gc
+from anec.ir.graph import Graph, Module
+from anec.ir.nogc import no_cyclic_gc
 from anec.ir.nodes import Changes, Node, Value
 from anec.ir.lexical import IDENT, VALUE_NAME
 from anec.ir.ops import OPS, TARGET_OPS, infer_node_types

@@ -29,7 +29,8 @@ import time
 from typing import Sequence
 
 from anec.diagnostics import AnecError, PassError, VerifyError
-from anec.ir.graph import Graph, Module, no_cyclic_gc
+from anec.ir.graph import Graph, Module
+from anec.ir.nogc import no_cyclic_gc
 from anec.ir.nodes import Changes
 from anec.ir.verifier import verify, verify_changes
 from anec.passes.base import Pass, PassContext
