@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Union
 
 from anec.diagnostics import AnecError, ArtifactError
+from anec.signals import held
 from anec.thread_pools import write_pool
 
 __all__ = ["JSON_MAX_DEPTH", "JSON_MAX_INT_DIGITS", "discard", "fsync_dir", "is_temp_name", "json_depth",
@@ -119,17 +120,12 @@ def replace_file_at(dir_fd: int, name: str, write: Callable[[IO[bytes]], object]
     ``keep_mode`` gives the new file the permissions of the one it replaces.
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    for _ in range(100):
-        tmp = f".{name}.{secrets.token_hex(4)}{suffix}"
-        try:
-            fd = os.open(tmp, flags, mode, dir_fd=dir_fd)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise OSError(errno.EEXIST, "no free temporary name", name)
+    tmp = ""
     try:
-        with os.fdopen(fd, "wb") as f:
+        with held():  # a signal lands once the cleanup below knows the temporary file
+            tmp, fd = _temp_file(dir_fd, name, suffix, flags, mode)
+            f = os.fdopen(fd, "wb")  # owns fd from here (closed when dropped)
+        with f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -142,11 +138,23 @@ def replace_file_at(dir_fd: int, name: str, write: Callable[[IO[bytes]], object]
                 os.chmod(tmp, st.st_mode & 0o7777, dir_fd=dir_fd)
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=dir_fd)
+        if tmp:
+            with held(), contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
         raise
     with contextlib.suppress(OSError):
         os.fsync(dir_fd)
+
+
+def _temp_file(dir_fd: int, name: str, suffix: str, flags: int, mode: int) -> tuple[str, int]:
+    """A new file ``.<name>.XXXXXXXX<suffix>`` in the directory ``dir_fd``: its name and fd."""
+    for _ in range(100):
+        tmp = f".{name}.{secrets.token_hex(4)}{suffix}"
+        try:
+            return tmp, os.open(tmp, flags, mode, dir_fd=dir_fd)
+        except FileExistsError:
+            continue
+    raise OSError(errno.EEXIST, "no free temporary name", name)
 
 
 def replace_file(path: str | os.PathLike, write: Callable[[IO[bytes]], object], *,
@@ -427,39 +435,68 @@ class _WriteLock:
     Writers wait for each other. The holder deletes the lock file when done;
     a writer that locked a file deleted meanwhile locks the new one. A killed
     writer's lock is released by the kernel (the next writer removes its file).
+    Whoever holds the flock of the lock file may delete it, which is what lets
+    :meth:`abandon` remove a file that a signal left unused.
     """
+
+    _FLAGS = os.O_RDWR | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 
     def __init__(self, dest: Path) -> None:
         self.path = dest.parent / f".{dest.name}.anec-lock"
         self.fd = -1
+        self.held = False
 
-    def __enter__(self) -> "_WriteLock":
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    def acquire(self) -> None:
+        """Wait for the lock (interruptible: a signal in the wait is cleaned up by :meth:`abandon`)."""
         while True:
             try:
-                fd = os.open(self.path, flags, 0o600)
+                with held():  # a signal lands once the descriptor is recorded
+                    self.fd = os.open(self.path, self._FLAGS | os.O_CREAT, 0o600)
             except OSError as e:
                 raise ArtifactError(f"cannot lock '{self.path}': {e.strerror}") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                try:
-                    same = os.stat(self.path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
-                except FileNotFoundError:
-                    same = False
-            except BaseException:
-                os.close(fd)
-                raise
-            if same:
-                self.fd = fd
-                return self
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            if _same_file(self.path, self.fd):
+                self.held = True
+                return
+            os.close(self.fd)
+            self.fd = -1
+
+    def release(self) -> None:
+        """Delete the lock file and let the next writer in; nothing when not held."""
+        if self.held:
+            self.held = False
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
             os.close(fd)
 
-    def __exit__(self, *exc: object) -> None:
+    def abandon(self) -> None:
+        """After an error or a signal anywhere in :meth:`acquire` or :meth:`release`: let go of
+        the lock, then delete the lock file if nobody holds it (one this writer created, or
+        held, and a signal kept it from deleting; a writer still waiting for it finds it gone
+        once it gets it, and makes a new one)."""
+        self.release()
         try:
-            os.unlink(self.path)
+            fd = os.open(self.path, self._FLAGS)
         except OSError:
-            pass
-        os.close(self.fd)
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if _same_file(self.path, fd):
+                os.unlink(self.path)
+        except OSError:
+            pass  # another writer holds it, and deletes it when done
+        finally:
+            os.close(fd)
+
+
+def _same_file(path: Path, fd: int) -> bool:
+    """Whether ``path`` is still the file open as ``fd`` (not deleted or replaced meanwhile)."""
+    try:
+        return os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _remove_stale(dest: Path) -> None:
@@ -500,9 +537,22 @@ def write_tree_atomic(dest: Path, files: Mapping[str, TreeFile],
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ArtifactError(f"cannot create '{parent}': {e.strerror}") from None
-    with _WriteLock(dest):
+    lock = _WriteLock(dest)
+    try:
+        lock.acquire()
         _remove_stale(dest)
-        _swap_in(dest, files, last)
+        discard(_swap_in(dest, files, last))
+        lock.release()
+    except BaseException:
+        # wherever the error or signal found the write (the lock being taken, the temporary
+        # directory just made, the previous tree half removed, the lock being given back), the
+        # cleanup runs whole: under the lock every temporary directory of dest is this
+        # write's or a killed writer's; then the lock and its file go
+        with held():
+            if lock.held:
+                _remove_stale(dest)
+            lock.abandon()
+        raise
 
 
 def _temp_dir(dest: Path) -> Path:
@@ -518,31 +568,32 @@ def _temp_dir(dest: Path) -> Path:
     raise OSError(errno.EEXIST, "no free temporary name", str(dest.parent))
 
 
-def _swap_in(dest: Path, files: Mapping[str, TreeFile], last: Callable[[Path], Mapping[str, bytes]] | None) -> None:
+def _swap_in(dest: Path, files: Mapping[str, TreeFile],
+             last: Callable[[Path], Mapping[str, bytes]] | None) -> Path | None:
+    """Write the tree into a new temporary directory and move it into place; what now holds
+    the previous ``dest`` (for :func:`discard`), or None. On an error or a signal the writes
+    still queued are cancelled and the running ones waited for, so that nothing writes into
+    the temporary directory once it is removed."""
     parent = dest.parent
     try:
         tmp = _temp_dir(dest)
     except OSError as e:
         raise ArtifactError(f"cannot write to '{parent}': {e.strerror}") from None
-    old: Path | None = None
     jobs: list = []
     try:
-        try:
-            _start_writes(tmp, files, jobs)
-            # while those are written and fsynced, last() makes the files that complete the
-            # tree (the manifests wait for the weight hashes), and their writes start too
-            _start_writes(tmp, last(tmp) if last is not None else {}, jobs)
-        except BaseException:
-            futures.wait(jobs)  # nothing may still write into tmp when it is removed
-            raise
+        _start_writes(tmp, files, jobs)
+        # while those are written and fsynced, last() makes the files that complete the
+        # tree (the manifests wait for the weight hashes), and their writes start too
+        _start_writes(tmp, last(tmp) if last is not None else {}, jobs)
         _finish(jobs)
         dirs = {tmp} | {Path(root) for root, _, _ in os.walk(tmp)}
         _fsync_dirs(sorted(dirs, key=lambda p: -len(p.parts)))
-        old = move_into_place(tmp, dest, aside=_temp_dir)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise ArtifactError(f"cannot write artifact '{dest}': {e.strerror or e}") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        return move_into_place(tmp, dest, aside=_temp_dir)
+    except BaseException as e:
+        with held():
+            for job in jobs:
+                job.cancel()
+            futures.wait(jobs)
+        if isinstance(e, OSError):
+            raise ArtifactError(f"cannot write artifact '{dest}': {e.strerror or e}") from None
         raise
-    discard(old)

@@ -8,16 +8,57 @@ directories go away and the exit status tells which signal ended the process. Wi
 ``sigint=True`` SIGINT raises ``KeyboardInterrupt`` as Python's own handler does, except
 inside the import machinery (see :func:`must_wait`) and once the process is ending (see
 :func:`ending`). A signal whose handler the process has
-already set (anything but the default) is left alone.
+already set (anything but the default) is left alone. Cleanup that must run to its end
+(removing a write's temporary directory) runs under :func:`held`: a signal arriving meanwhile
+takes effect as the block ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
-from typing import Callable
+import sys
+import threading
+from typing import Callable, Iterator
 
 _CLEANUPS: list[Callable[[], None]] = []
+_HELD = 0
+"""How many :func:`held` blocks the main thread is in."""
+_PENDING: list[int] = []
+"""The signals that arrived while :data:`_HELD` (the first one is handled when the blocks end)."""
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Hold off the handlers of :func:`install_handlers` while the block runs: a SIGINT,
+    SIGTERM or SIGHUP arriving meanwhile is remembered, and the first one is handled as the
+    outermost block ends (raising there). A second Ctrl-C then cannot cut short the removal of
+    a temporary directory that the first one started. Outside the main thread (where Python
+    never runs signal handlers) it does nothing; so does a signal whose handler is not anec's."""
+    global _HELD
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _HELD += 1
+    try:
+        yield
+    finally:
+        _HELD -= 1
+        if _HELD == 0 and _PENDING:
+            signum = _PENDING[0]
+            _PENDING.clear()
+            handler = signal.getsignal(signum)
+            if handler in (exit_on_signal, interrupt_on_signal):
+                handler(signum, sys._getframe())
+
+
+def _hold(signum: int) -> bool:
+    """True (and ``signum`` remembered) when a :func:`held` block is running."""
+    if _HELD:
+        _PENDING.append(signum)
+        return True
+    return False
 
 
 def at_exit_signal(cleanup: Callable[[], None]) -> None:
@@ -91,8 +132,8 @@ def _again(signum: int) -> None:
 
 def exit_on_signal(signum: int, frame: object) -> None:
     """The SIGTERM/SIGHUP handler: the cleanups, then ``SystemExit(128 + signum)`` (nothing
-    once the process is :func:`ending`)."""
-    if ending(frame) or must_wait(signum, frame):
+    once the process is :func:`ending`); held back inside :func:`held`."""
+    if ending(frame) or _hold(signum) or must_wait(signum, frame):
         return
     for cleanup in list(_CLEANUPS):
         try:
@@ -106,8 +147,8 @@ def interrupt_on_signal(signum: int, frame: object) -> None:
     """The SIGINT handler: Python's KeyboardInterrupt, except inside the import machinery,
     where the interrupt would be printed and ignored by an import lock's weakref callback:
     there the signal is sent again, to land a moment later. Nothing once the process is
-    :func:`ending`."""
-    if ending(frame) or must_wait(signum, frame):
+    :func:`ending`; held back inside :func:`held`."""
+    if ending(frame) or _hold(signum) or must_wait(signum, frame):
         return
     raise KeyboardInterrupt
 
