@@ -444,7 +444,7 @@ class _WriteLock:
     def __init__(self, dest: Path) -> None:
         self.path = dest.parent / f".{dest.name}.anec-lock"
         self.fd = -1
-        self.held = False
+        self.owned = False
 
     def acquire(self) -> None:
         """Wait for the lock (interruptible: a signal in the wait is cleaned up by :meth:`abandon`)."""
@@ -456,15 +456,15 @@ class _WriteLock:
                 raise ArtifactError(f"cannot lock '{self.path}': {e.strerror}") from None
             fcntl.flock(self.fd, fcntl.LOCK_EX)
             if _same_file(self.path, self.fd):
-                self.held = True
+                self.owned = True
                 return
             os.close(self.fd)
             self.fd = -1
 
     def release(self) -> None:
         """Delete the lock file and let the next writer in; nothing when not held."""
-        if self.held:
-            self.held = False
+        if self.owned:
+            self.owned = False
             with contextlib.suppress(OSError):
                 os.unlink(self.path)
         if self.fd >= 0:
@@ -549,7 +549,7 @@ def write_tree_atomic(dest: Path, files: Mapping[str, TreeFile],
         # cleanup runs whole: under the lock every temporary directory of dest is this
         # write's or a killed writer's; then the lock and its file go
         with held():
-            if lock.held:
+            if lock.owned:
                 _remove_stale(dest)
             lock.abandon()
         raise

@@ -25,8 +25,8 @@ from typing import Callable, Iterator
 _CLEANUPS: list[Callable[[], None]] = []
 _HELD = 0
 """How many :func:`held` blocks the main thread is in."""
-_PENDING: list[int] = []
-"""The signals that arrived while :data:`_HELD` (the first one is handled when the blocks end)."""
+_PENDING: int | None = None
+"""The first signal that arrived while :data:`_HELD` (handled when the blocks end)."""
 
 
 @contextlib.contextmanager
@@ -36,7 +36,7 @@ def held() -> Iterator[None]:
     outermost block ends (raising there). A second Ctrl-C then cannot cut short the removal of
     a temporary directory that the first one started. Outside the main thread (where Python
     never runs signal handlers) it does nothing; so does a signal whose handler is not anec's."""
-    global _HELD
+    global _HELD, _PENDING
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -45,18 +45,20 @@ def held() -> Iterator[None]:
         yield
     finally:
         _HELD -= 1
-        if _HELD == 0 and _PENDING:
-            signum = _PENDING[0]
-            _PENDING.clear()
+        if _HELD == 0 and _PENDING is not None:
+            signum, _PENDING = _PENDING, None
             handler = signal.getsignal(signum)
             if handler in (exit_on_signal, interrupt_on_signal):
                 handler(signum, sys._getframe())
 
 
 def _hold(signum: int) -> bool:
-    """True (and ``signum`` remembered) when a :func:`held` block is running."""
+    """True (and ``signum`` remembered, unless an earlier one is) when a :func:`held` block is
+    running."""
+    global _PENDING
     if _HELD:
-        _PENDING.append(signum)
+        if _PENDING is None:
+            _PENDING = signum
         return True
     return False
 

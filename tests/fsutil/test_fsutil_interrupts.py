@@ -191,7 +191,7 @@ def test_held_raises_the_interrupt_as_the_outermost_block_ends(anec_sigint):
                 steps.append("inner")
             steps.append("outer")
         steps.append("after")  # never reached
-    assert steps == ["inner", "outer"] and signals._HELD == 0 and signals._PENDING == []
+    assert steps == ["inner", "outer"] and signals._HELD == 0 and signals._PENDING is None
 
 
 def test_held_handles_the_first_of_several_signals_once(monkeypatch):
@@ -209,7 +209,7 @@ def test_held_handles_the_first_of_several_signals_once(monkeypatch):
         signal.signal(signal.SIGTERM, old_term)
         signal.signal(signal.SIGINT, old_int)
     assert e.value.code == 128 + signal.SIGTERM and got == ["body", "cleanup"]
-    assert signals._PENDING == []
+    assert signals._PENDING is None
 
 
 def test_held_without_a_signal_and_outside_the_main_thread_changes_nothing(anec_sigint):
